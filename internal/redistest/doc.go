@@ -1,0 +1,30 @@
+// Package redistest gives tests a real Redis to talk to.
+//
+// Every helper takes a testing.TB and ties the lifetime of what it starts to
+// that test: processes are killed and reaped, containers terminated, clients
+// closed and temporary directories removed through t.Cleanup. Servers only
+// ever listen on 127.0.0.1.
+//
+// [New] finds a server in this order:
+//
+//  1. the server named by the REDIS_URL environment variable. It is shared
+//     with whoever else uses it, so it is never flushed: use [Prefix] to keep
+//     keys apart;
+//  2. a throwaway redis-server process from PATH, on a free loopback port,
+//     with persistence off and its own temporary directory;
+//  3. a "redis:7" container started with testcontainers-go, when a Docker
+//     engine answers within a few seconds (set REDISTEST_DOCKER=0 to never
+//     try Docker);
+//  4. otherwise the test is skipped, unless the CI environment variable is
+//     non-empty, in which case a missing Redis fails the test.
+//
+// [NewProcess] always starts its own redis-server (for tests that need a
+// server nobody else uses, or that will stop or pause it), and [NewCluster]
+// starts a Redis Cluster of several redis-server processes joined with
+// redis-cli. Both follow the same skip-or-fail rule when the binaries are
+// missing from PATH.
+//
+// [NewMiniredis] starts an in-process miniredis instead. It is not a real
+// Redis (its Lua and many edge cases differ) and is meant only for tests that
+// need to move time with FastForward.
+package redistest

@@ -1,0 +1,311 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// childEnv marks a run of this test binary started by TestUnavailable.
+const childEnv = "REDISTEST_CHILD"
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestNew(t *testing.T) {
+	s := New(t)
+	assert.Contains(t, []string{SourceURL, SourceProcess, SourceContainer}, s.Source)
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		assert.Equal(t, SourceURL, s.Source)
+		assert.Equal(t, url, s.URL)
+	}
+	t.Logf("source %s at %s (%s)", s.Source, s.Addr, s.URL)
+
+	key := Prefix(t) + "k"
+	t.Cleanup(func() { s.Client.Del(context.Background(), key) }) // the server may be shared
+	require.NoError(t, s.Client.Set(ctx(t), key, "v", time.Minute).Err())
+	got, err := s.Client.Get(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+
+	// Another client, and a client built from URL as a child process would.
+	got, err = s.NewClient(t).Get(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+	opts, err := redis.ParseURL(s.URL)
+	require.NoError(t, err)
+	assert.Equal(t, s.Addr, opts.Addr)
+	fromURL := redis.NewClient(opts)
+	defer fromURL.Close()
+	got, err = fromURL.Get(ctx(t), key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+}
+
+func TestNewGivesSeparateServersFromPath(t *testing.T) {
+	a, b := New(t), New(t)
+	if a.Source != SourceProcess {
+		t.Logf("New uses %s; checking NewProcess instead", a.Source)
+		a, b = NewProcess(t), NewProcess(t)
+	}
+	require.Equal(t, SourceProcess, a.Source)
+	require.Equal(t, SourceProcess, b.Source)
+	require.NotEqual(t, a.Addr, b.Addr)
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, a.Addr)
+
+	require.NoError(t, a.Client.Set(ctx(t), "only-in-a", "1", 0).Err())
+	assert.ErrorIs(t, b.Client.Get(ctx(t), "only-in-a").Err(), redis.Nil)
+
+	// Each answers from its own process.
+	pa, err := a.Client.Info(ctx(t), "server").Result()
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(a.proc.cmd.Process.Pid), infoField(pa, "process_id"))
+}
+
+func TestCleanupStopsProcess(t *testing.T) {
+	var s *Server
+	t.Run("server", func(t *testing.T) {
+		s = NewProcess(t)
+		require.NoError(t, s.Client.Ping(ctx(t)).Err())
+	})
+	if s == nil {
+		t.Skip("the sub-test got no server")
+	}
+	assertStopped(t, s.Addr, s.proc)
+}
+
+func TestNewCluster(t *testing.T) {
+	var c *Cluster
+	t.Run("cluster", func(t *testing.T) {
+		start := time.Now()
+		c = NewCluster(t, 3)
+		t.Logf("3-master cluster %v ready in %v", c.Addrs, time.Since(start).Round(time.Millisecond))
+		require.Len(t, c.Addrs, 3)
+		checkCluster(t, c)
+	})
+	if c == nil {
+		t.Skip("the sub-test got no cluster")
+	}
+	for i, addr := range c.Addrs {
+		assertStopped(t, addr, c.nodes[i])
+	}
+}
+
+func checkCluster(t *testing.T, c *Cluster) {
+	prefix := Prefix(t)
+
+	for _, addr := range c.Addrs {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		timeout, err := node.ConfigGet(ctx(t), "cluster-node-timeout").Result()
+		node.Close()
+		require.NoError(t, err)
+		assert.Equal(t, clusterNodeTimeout, timeout["cluster-node-timeout"], "on %s", addr)
+	}
+
+	// Find one hash tag per master.
+	owners := map[string]string{} // master addr -> a key it owns
+	for i := 0; len(owners) < len(c.Addrs) && i < 1000; i++ {
+		key := fmt.Sprintf("%s{tag%d}", prefix, i)
+		master, err := c.Client.MasterForKey(ctx(t), key)
+		require.NoError(t, err)
+		owners[master.Options().Addr] = key
+	}
+	require.Len(t, owners, len(c.Addrs), "keys with different hash tags should spread over every master")
+
+	for addr, key := range owners {
+		require.NoError(t, c.Client.Set(ctx(t), key, addr, 0).Err())
+
+		// The key really lives on that node: it answers, the others redirect.
+		for _, other := range c.Addrs {
+			node := redis.NewClient(&redis.Options{Addr: other})
+			err := node.Get(ctx(t), key).Err()
+			node.Close()
+			if other == addr {
+				assert.NoError(t, err, "GET %s on its owner %s", key, addr)
+			} else {
+				assert.ErrorContains(t, err, "MOVED", "GET %s on %s", key, other)
+			}
+		}
+
+		// Lua on two keys of the same slot works on every master.
+		const script = `redis.call('SET', KEYS[1], ARGV[1]); redis.call('INCR', KEYS[2]); return redis.call('GET', KEYS[1])`
+		counter := key + ":n" // same hash tag, same slot
+		got, err := c.Client.Eval(ctx(t), script, []string{key, counter}, "lua").Result()
+		require.NoError(t, err)
+		assert.Equal(t, "lua", got)
+		n, err := c.Client.Get(ctx(t), counter).Int()
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+	}
+
+	// A script across slots is refused, as only a real cluster would.
+	keys := make([]string, 0, len(owners))
+	for _, k := range owners {
+		keys = append(keys, k)
+	}
+	err := c.Client.Eval(ctx(t), `return 1`, keys[:2]).Err()
+	assert.ErrorContains(t, err, "CROSSSLOT")
+
+	// Another client sees the same data.
+	other := c.NewClient(t)
+	for addr, key := range owners {
+		got, err := other.Get(ctx(t), key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, "lua", got, "key on %s", addr)
+	}
+}
+
+// assertStopped checks that a process started by a finished test has been
+// stopped, reaped, and its directory removed.
+func assertStopped(t *testing.T, addr string, p *process) {
+	t.Helper()
+	if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		conn.Close()
+		t.Errorf("%s still accepts connections after its test ended", addr)
+	}
+	select {
+	case <-p.done:
+		assert.NotNil(t, p.cmd.ProcessState, "process not reaped")
+	default:
+		t.Errorf("process %d on %s still running after its test ended", p.cmd.Process.Pid, addr)
+	}
+	_, err := os.Stat(p.dir)
+	assert.True(t, errors.Is(err, os.ErrNotExist), "%s not removed: %v", p.dir, err)
+}
+
+func TestNewMiniredis(t *testing.T) {
+	m, c := NewMiniredis(t)
+	require.NoError(t, c.Set(ctx(t), "k", "v", time.Second).Err())
+	got, err := c.Get(ctx(t), "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", got)
+	m.FastForward(2 * time.Second)
+	assert.ErrorIs(t, c.Get(ctx(t), "k").Err(), redis.Nil)
+}
+
+func TestPrefix(t *testing.T) {
+	a, b := Prefix(t), Prefix(t)
+	assert.Regexp(t, `^pacertest:[0-9a-f]{8}:$`, a)
+	assert.NotEqual(t, a, b)
+}
+
+// TestUnavailable runs this test binary again with no redis-server or
+// redis-cli on PATH and no REDIS_URL, and checks that New and NewCluster
+// skip, or fail when CI is set.
+func TestUnavailable(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		return
+	}
+	cases := []struct {
+		name string
+		env  []string
+	}{
+		{"no Docker", []string{"REDISTEST_DOCKER=0"}},
+	}
+	if dockerAvailable() != nil {
+		// Without an engine the real probe is quick: exercise it too.
+		cases = append(cases, struct {
+			name string
+			env  []string
+		}{"Docker probe", nil})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+"/skip", func(t *testing.T) {
+			out, err := runChild(t, append(tc.env, "CI="))
+			require.NoError(t, err, "output:\n%s", out)
+			assert.Regexp(t, `--- SKIP: TestNoRedisChild/New \(`, out)
+			assert.Regexp(t, `--- SKIP: TestNoRedisChild/NewCluster \(`, out)
+			assert.Contains(t, out, "redis-server is not on PATH")
+			assert.NotContains(t, out, "unreachable")
+		})
+		t.Run(tc.name+"/CI fails", func(t *testing.T) {
+			out, err := runChild(t, append(tc.env, "CI=true"))
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "output:\n%s", out)
+			assert.Regexp(t, `--- FAIL: TestNoRedisChild/New \(`, out)
+			assert.Regexp(t, `--- FAIL: TestNoRedisChild/NewCluster \(`, out)
+			assert.Contains(t, out, `CI="true" is set, so this is a failure, not a skip`)
+			assert.NotContains(t, out, "unreachable")
+		})
+	}
+}
+
+// runChild runs TestNoRedisChild in a copy of this test binary with an empty
+// PATH, no REDIS_URL and the given extra environment.
+func runChild(t *testing.T, extra []string) (string, error) {
+	env := []string{
+		childEnv + "=1",
+		"PATH=" + t.TempDir(),
+		// A -race binary otherwise sleeps a second before exiting.
+		strings.TrimSpace("GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"),
+	}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PATH", "REDIS_URL", "CI", "REDISTEST_DOCKER", "GORACE", childEnv:
+		default:
+			env = append(env, kv)
+		}
+	}
+	cmd := exec.CommandContext(ctx(t), os.Args[0], "-test.run=^TestNoRedisChild$", "-test.v", "-test.count=1")
+	cmd.Env = append(env, extra...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("child ran in %v", time.Since(start).Round(time.Millisecond))
+	return string(out), err
+}
+
+// TestNoRedisChild is the body of TestUnavailable's child runs; it does
+// nothing in a normal run.
+func TestNoRedisChild(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	t.Run("New", func(t *testing.T) {
+		New(t)
+		t.Error("unreachable: New returned without Redis")
+	})
+	t.Run("NewCluster", func(t *testing.T) {
+		NewCluster(t, 3)
+		t.Error("unreachable: NewCluster returned without Redis")
+	})
+}
+
+func TestStartFailureReportsLog(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	_, err = startProcess(t, bin, false, "--no-such-directive", "1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("attempt %d:", startAttempts), "retried")
+	assert.Contains(t, err.Error(), "exited before answering")
+	assert.Contains(t, err.Error(), "no-such-directive", "log tail included")
+	reserved.Lock()
+	defer reserved.Unlock()
+	assert.Empty(t, reserved.ports, "ports of failed starts released")
+}
+
+func TestWaitReadyRejectsForeignServer(t *testing.T) {
+	s := NewProcess(t)
+	// A process that is not the server listening on s's port.
+	cmd := exec.Command(s.proc.bin, "--version")
+	require.NoError(t, cmd.Start())
+	p := &process{port: s.proc.port, cmd: cmd, done: make(chan struct{})}
+	defer func() { _ = cmd.Wait() }()
+	err := p.waitReady(time.Second)
+	assert.ErrorContains(t, err, "port answered by another server")
+}

@@ -1,0 +1,150 @@
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+)
+
+// Values of Server.Source.
+const (
+	SourceURL       = "REDIS_URL"      // the server named by $REDIS_URL
+	SourceProcess   = "redis-server"   // a redis-server process from PATH
+	SourceContainer = "testcontainers" // a container started by testcontainers-go
+)
+
+// pingTimeout bounds the PING that checks a client before it is handed out.
+const pingTimeout = 5 * time.Second
+
+// Server is a Redis server a test can use.
+type Server struct {
+	Addr   string        // host:port
+	URL    string        // redis://host:port/db, usable by child processes
+	Source string        // SourceURL, SourceProcess or SourceContainer
+	Client *redis.Client // ready (PING ok), closed on t.Cleanup
+
+	opts      *redis.Options          // how to reach the server; copied by NewClient
+	proc      *process                // set when Source is SourceProcess
+	container *tcredis.RedisContainer // set when Source is SourceContainer
+}
+
+// New returns a real Redis for t, found in this order:
+//  1. REDIS_URL if set (redis.ParseURL); shared server, never flushed.
+//  2. a throwaway redis-server from PATH on a free 127.0.0.1 port
+//     (--save "" --appendonly no, own temporary --dir), stopped on t.Cleanup.
+//  3. testcontainers-go's redis module (image "redis:7") when a Docker engine
+//     is reachable; terminated on cleanup.
+//  4. otherwise t.Skip with the reason, except when the CI environment
+//     variable is non-empty, where it is t.Fatal.
+//
+// A REDIS_URL that does not answer, or a redis-server that is on PATH but
+// will not start, fails the test rather than falling through.
+func New(t testing.TB) *Server {
+	t.Helper()
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		return fromURL(t, url)
+	}
+	if bin, err := exec.LookPath("redis-server"); err == nil {
+		return newProcess(t, bin)
+	}
+	err := dockerAvailable()
+	if err == nil {
+		return newContainer(t)
+	}
+	unavailable(t, "no Redis: REDIS_URL is unset, redis-server is not on PATH, and %v", err)
+	return nil // not reached: unavailable skips or fails
+}
+
+// NewProcess returns a throwaway redis-server started from PATH, whatever
+// REDIS_URL says: for tests that need a server of their own, for example to
+// stop or pause it. Without redis-server it skips, or fails when CI is set.
+func NewProcess(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server is not on PATH: %v", err)
+	}
+	return newProcess(t, bin)
+}
+
+// NewClient returns another client to the same server, closed on t.Cleanup.
+func (s *Server) NewClient(t testing.TB) *redis.Client {
+	t.Helper()
+	opts := *s.opts
+	return newClient(t, &opts, s.Source)
+}
+
+func fromURL(t testing.TB, url string) *Server {
+	t.Helper()
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("redistest: REDIS_URL: %v", err)
+	}
+	return &Server{
+		Addr:   opts.Addr,
+		URL:    url,
+		Source: SourceURL,
+		Client: newClient(t, opts, "REDIS_URL"),
+		opts:   opts,
+	}
+}
+
+func newProcess(t testing.TB, bin string) *Server {
+	t.Helper()
+	p, err := startProcess(t, bin, false)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	opts := &redis.Options{Addr: p.addr()}
+	return &Server{
+		Addr:   p.addr(),
+		URL:    "redis://" + p.addr() + "/0",
+		Source: SourceProcess,
+		Client: newClient(t, opts, bin),
+		opts:   opts,
+		proc:   p,
+	}
+}
+
+// newClient returns a client for opts that has answered PING, closed on
+// t.Cleanup. source says where the server came from, for the error message.
+func newClient(t testing.TB, opts *redis.Options, source string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redistest: PING %s (from %s): %v", opts.Addr, source, err)
+	}
+	return c
+}
+
+// unavailable skips t because Redis cannot be had, or fails it when the CI
+// environment variable is non-empty: on CI a missing Redis is a broken
+// setup, not a reason to pass silently.
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if ci := os.Getenv("CI"); ci != "" {
+		t.Fatalf("redistest: %s (CI=%q is set, so this is a failure, not a skip)", msg, ci)
+	}
+	t.Skipf("redistest: %s", msg)
+}
+
+// Prefix returns a fresh random key prefix for t, like "pacertest:1a2b3c4d:",
+// so that tests sharing a REDIS_URL server never touch each other's keys.
+func Prefix(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "pacertest:" + hex.EncodeToString(b[:]) + ":"
+}
