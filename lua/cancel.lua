@@ -1,0 +1,58 @@
+-- cancel.lua: give back the permits of a reservation (x/time/rate CancelAt).
+-- Restores what later reservations have not already built on, never more than
+-- burst, never once the slot has passed, and never into a pause.
+--
+-- KEYS[1]  the bucket (see bucket.lua)
+-- ARGV[1..4] rate, burst, now (see bucket.lua)
+-- ARGV[5]  n, the reservation's permits, integer 1..burst
+-- ARGV[6]  the reservation's slot_us, as reserve.lua returned it
+-- ARGV[7]  the reservation's slot_frac, as reserve.lua returned it
+-- Reply    the permits restored, as a decimal string ("0" when nothing changed)
+
+local n = n_arg(5)
+if not n then
+  return redis.error_reply('ERR pacer: n must be between 1 and burst')
+end
+if not state[1] or not state[3] then
+  return '0'
+end
+local slot = rel(ARGV[6], ARGV[7])
+if slot < 0 then
+  return '0'
+end
+
+-- Permits reserved after this one (their slots lie between ours and the last
+-- event) are not restored.
+local ev = rel(state[3], state[4])
+local restore = n - (ev - slot) / us_per_permit
+if restore <= 0 then
+  return '0'
+end
+
+local tokens = -z / us_per_permit + restore
+if tokens > burst then
+  tokens = burst
+end
+local new_z = -tokens * us_per_permit
+if state[5] then
+  local pause = rel(state[5], state[6])
+  if new_z < pause then
+    new_z = pause
+  end
+end
+
+-- If this was the last reservation, the last event moves back to the one
+-- before it, as long as that is still in the future. "The last" means the
+-- same instant to within a nanosecond (x/time/rate compares nanoseconds):
+-- a last event moved back by a cancel is computed, and may differ from the
+-- previous reservation's slot in its last bits. Otherwise ev is left as it is.
+local new_ev = nil
+if math.abs(ev - slot) < 0.001 then
+  local prev = slot - n * us_per_permit
+  if prev >= 0 then
+    new_ev = prev
+  end
+end
+
+save(new_z, new_ev)
+return string.format('%.17g', restore)

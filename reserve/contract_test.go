@@ -1,0 +1,506 @@
+package reserve_test
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// backend is a Redis the contract suite runs against.
+type backend struct {
+	client redis.UniversalClient
+	// elapse lets d of real time pass, as the server's key expiry sees it.
+	elapse func(d time.Duration)
+}
+
+func TestContractRedis(t *testing.T) {
+	s := redistest.New(t)
+	runContract(t, backend{client: s.Client, elapse: time.Sleep})
+}
+
+func TestContractCluster(t *testing.T) {
+	c := redistest.NewCluster(t, 3)
+	runContract(t, backend{client: c.Client, elapse: time.Sleep})
+}
+
+// TestContractMiniredis runs the suite on the embedded default the examples
+// use when no Redis address is given.
+func TestContractMiniredis(t *testing.T) {
+	mr, c := redistest.NewMiniredis(t)
+	runContract(t, backend{client: c, elapse: func(d time.Duration) {
+		time.Sleep(d)
+		mr.FastForward(d) // miniredis expires keys only when told time passed
+	}})
+}
+
+// runContract is the behaviour every Redis deployment must give.
+func runContract(t *testing.T, b backend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, backend)
+	}{
+		{"BadInput", testBadInput},
+		{"WrongType", testWrongType},
+		{"CanceledContext", testCanceledContext},
+		{"DeadlineTooNear", testDeadlineTooNear},
+		{"WaitSleepsUntilSlot", testWaitSleepsUntilSlot},
+		{"CancelDuringSleep", testCancelDuringSleep},
+		{"TryReserve", testTryReserve},
+		{"CancelTwice", testCancelTwice},
+		{"Pause", testPause},
+		{"Peek", testPeek},
+		{"Concurrent", testConcurrent},
+		{"Differential", testDifferential},
+		{"DifferentialCancel", testDifferentialCancel},
+		{"Properties", testProperties},
+	}
+	// Expiry runs alone, before the others: letting time pass on miniredis
+	// (FastForward) expires every key on the server, not just its own.
+	t.Run("Expiry", func(t *testing.T) { testExpiry(t, b) })
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, b)
+		})
+	}
+}
+
+// epoch is where fake clocks start: not on a whole microsecond, on purpose.
+var epoch = time.Date(2026, 11, 22, 1, 2, 3, 456789123, time.UTC)
+
+func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
+	t.Helper()
+	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t)})
+	require.NoError(t, err)
+	return l
+}
+
+// snapshot returns everything Redis holds for key's bucket.
+func snapshot(t *testing.T, b backend, l *reserve.Limiter, key string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	rk := l.RedisKey(key)
+	typ, err := b.client.Type(ctx, rk).Result()
+	require.NoError(t, err)
+	out := map[string]string{"type": typ}
+	if typ == "hash" {
+		h, err := b.client.HGetAll(ctx, rk).Result()
+		require.NoError(t, err)
+		for k, v := range h {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestNew(t *testing.T) {
+	_, err := reserve.New(nil, reserve.Options{})
+	assert.Error(t, err)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, p := range []string{"a{", "}b", "{x}"} {
+		_, err := reserve.New(c, reserve.Options{KeyPrefix: p})
+		assert.ErrorIs(t, err, reserve.ErrInvalidPrefix, "New(KeyPrefix %q)", p)
+	}
+	l, err := reserve.New(c, reserve.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "pacer:{api.example.com}", l.RedisKey("api.example.com"))
+	l, err = reserve.New(c, reserve.Options{KeyPrefix: "app:"})
+	require.NoError(t, err)
+	assert.Equal(t, "app:{k}", l.RedisKey("k"))
+}
+
+func TestEvery(t *testing.T) {
+	assert.Equal(t, 10.0, reserve.Every(100*time.Millisecond))
+	assert.Equal(t, 0.5, reserve.Every(2*time.Second))
+	assert.ErrorIs(t, reserve.Limit{Rate: reserve.Every(0), Burst: 1}.Validate(), reserve.ErrInvalidRate)
+}
+
+func testBadInput(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	valid := reserve.Limit{Rate: 10, Burst: 5}
+	// A bucket with state, which no bad call may change.
+	for range 7 {
+		_, err := l.Reserve(ctx, "k", valid, 1)
+		require.NoError(t, err)
+	}
+	before := snapshot(t, b, l, "k")
+
+	cases := []struct {
+		name string
+		key  string
+		lim  reserve.Limit
+		n    int
+		want error
+	}{
+		{"empty key", "", valid, 1, reserve.ErrEmptyKey},
+		{"zero rate", "k", reserve.Limit{Rate: 0, Burst: 5}, 1, reserve.ErrInvalidRate},
+		{"negative rate", "k", reserve.Limit{Rate: -1, Burst: 5}, 1, reserve.ErrInvalidRate},
+		{"NaN rate", "k", reserve.Limit{Rate: math.NaN(), Burst: 5}, 1, reserve.ErrInvalidRate},
+		{"+Inf rate", "k", reserve.Limit{Rate: math.Inf(1), Burst: 5}, 1, reserve.ErrInvalidRate},
+		{"-Inf rate", "k", reserve.Limit{Rate: math.Inf(-1), Burst: 5}, 1, reserve.ErrInvalidRate},
+		{"zero burst", "k", reserve.Limit{Rate: 10, Burst: 0}, 1, reserve.ErrInvalidBurst},
+		{"negative burst", "k", reserve.Limit{Rate: 10, Burst: -3}, 1, reserve.ErrInvalidBurst},
+		{"fill over 10 years", "k", reserve.Limit{Rate: 1e-9, Burst: 1}, 1, reserve.ErrInvalidLimit},
+		{"zero n", "k", valid, 0, reserve.ErrInvalidN},
+		{"negative n", "k", valid, -2, reserve.ErrInvalidN},
+		{"n over burst", "k", valid, 6, reserve.ErrExceedsBurst},
+	}
+	for _, tc := range cases {
+		_, err := l.Reserve(ctx, tc.key, tc.lim, tc.n)
+		assert.ErrorIs(t, err, tc.want, "%s: Reserve(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		_, err = l.TryReserve(ctx, tc.key, tc.lim, tc.n, time.Hour)
+		assert.ErrorIs(t, err, tc.want, "%s: TryReserve(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		err = l.WaitN(ctx, tc.key, tc.lim, tc.n)
+		assert.ErrorIs(t, err, tc.want, "%s: WaitN(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		_, err = l.Peek(ctx, tc.key, tc.lim, tc.n)
+		assert.ErrorIs(t, err, tc.want, "%s: Peek(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		if tc.n == 1 {
+			err = l.Pause(ctx, tc.key, tc.lim, time.Second)
+			assert.ErrorIs(t, err, tc.want, "%s: Pause(%q, %+v)", tc.name, tc.key, tc.lim)
+		}
+	}
+	for _, d := range []time.Duration{0, -time.Second} {
+		assert.ErrorIs(t, l.Pause(ctx, "k", valid, d), reserve.ErrInvalidDuration, "Pause(%v)", d)
+	}
+	_, err := l.TryReserve(ctx, "k", valid, 1, -time.Nanosecond)
+	assert.ErrorIs(t, err, reserve.ErrInvalidDuration)
+
+	assert.Equal(t, before, snapshot(t, b, l, "k"), "state changed by bad input")
+	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, ""), "key created for the empty key")
+}
+
+func testWrongType(t *testing.T, b backend) {
+	ctx := context.Background()
+	l := newLimiter(t, b, fakeclock.New(epoch))
+	lim := reserve.Limit{Rate: 10, Burst: 2}
+
+	// A reservation made before something else took the key's name.
+	r, err := l.Reserve(ctx, "s", lim, 1)
+	require.NoError(t, err)
+	require.NoError(t, b.client.Set(ctx, l.RedisKey("s"), "keep", 0).Err())
+	require.NoError(t, b.client.RPush(ctx, l.RedisKey("list"), "a", "b").Err())
+
+	for _, key := range []string{"s", "list"} {
+		_, err := l.Reserve(ctx, key, lim, 1)
+		assert.ErrorIs(t, err, reserve.ErrWrongType, "Reserve(%q)", key)
+		_, err = l.TryReserve(ctx, key, lim, 1, 0)
+		assert.ErrorIs(t, err, reserve.ErrWrongType, "TryReserve(%q)", key)
+		assert.ErrorIs(t, l.Wait(ctx, key, lim), reserve.ErrWrongType, "Wait(%q)", key)
+		_, err = l.Peek(ctx, key, lim, 1)
+		assert.ErrorIs(t, err, reserve.ErrWrongType, "Peek(%q)", key)
+		assert.ErrorIs(t, l.Pause(ctx, key, lim, time.Second), reserve.ErrWrongType, "Pause(%q)", key)
+	}
+	assert.ErrorIs(t, r.Cancel(ctx), reserve.ErrWrongType, "Cancel")
+
+	got, err := b.client.Get(ctx, l.RedisKey("s")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "keep", got)
+	list, err := b.client.LRange(ctx, l.RedisKey("list"), 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b"}, list)
+}
+
+func testCanceledContext(t *testing.T, b backend) {
+	l := newLimiter(t, b, nil)
+	lim := reserve.Limit{Rate: 10, Burst: 2}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	_, err := l.Reserve(ctx, "c", lim, 1)
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = l.TryReserve(ctx, "c", lim, 1, time.Second)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, l.Wait(ctx, "c", lim), context.Canceled)
+	_, err = l.Peek(ctx, "c", lim, 1)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, l.Pause(ctx, "c", lim, time.Second), context.Canceled)
+	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "c"))
+
+	// A canceled context cannot cancel a reservation either. (A fake clock,
+	// so that the slot has not passed when Cancel runs.)
+	l = newLimiter(t, b, fakeclock.New(epoch))
+	r, err := l.Reserve(context.Background(), "c", lim, 1)
+	require.NoError(t, err)
+	before := snapshot(t, b, l, "c")
+	assert.ErrorIs(t, r.Cancel(ctx), context.Canceled)
+	assert.Equal(t, before, snapshot(t, b, l, "c"))
+	// It still can with a live context.
+	require.NoError(t, r.Cancel(context.Background()))
+	assert.NotEqual(t, before, snapshot(t, b, l, "c"))
+}
+
+func testDeadlineTooNear(t *testing.T, b backend) {
+	l := newLimiter(t, b, nil)
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	_, err := l.Reserve(context.Background(), "d", lim, 1) // the bucket is now empty
+	require.NoError(t, err)
+	before := snapshot(t, b, l, "d")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Wait(ctx, "d", lim)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+	assert.Less(t, time.Since(start), 50*time.Millisecond, "Wait should fail at once, not sleep")
+	assert.Greater(t, tooLong.Wait, 500*time.Millisecond)
+	assert.LessOrEqual(t, tooLong.Wait, time.Second)
+	assert.Equal(t, before, snapshot(t, b, l, "d"), "a refused Wait reserved something")
+
+	past, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	assert.ErrorIs(t, l.Wait(past, "d", lim), context.DeadlineExceeded)
+	assert.Equal(t, before, snapshot(t, b, l, "d"))
+}
+
+func testWaitSleepsUntilSlot(t *testing.T, b backend) {
+	ctx := context.Background()
+	l := newLimiter(t, b, nil)
+	lim := reserve.Limit{Rate: 20, Burst: 1}
+	start := time.Now()
+	for range 3 {
+		require.NoError(t, l.Wait(ctx, "w", lim))
+	}
+	// Three permits with burst 1 at 20/s: the third slot is 100 ms after the
+	// first. Slots are never early, so this lower bound holds on any machine.
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+
+	dl, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, l.Wait(dl, "w", lim), "Wait with a far deadline")
+}
+
+func testCancelDuringSleep(t *testing.T, b backend) {
+	l := newLimiter(t, b, nil)
+	lim := reserve.Limit{Rate: 2, Burst: 1}
+	_, err := l.Reserve(context.Background(), "cs", lim, 1)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	err = l.Wait(ctx, "cs", lim)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, ctx.Err(), err, "Wait returns ctx.Err() itself")
+
+	// Without the cancel the balance would be about -1 + 0.1 (one queued
+	// permit); with it the queued permit is back.
+	st, err := l.Peek(context.Background(), "cs", lim, 1)
+	require.NoError(t, err)
+	assert.Greater(t, st.Tokens, -0.5, "the permits of the canceled Wait were not given back")
+}
+
+func testTryReserve(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 4, Burst: 2}
+	for i := range 2 {
+		r, err := l.TryReserve(ctx, "t", lim, 1, 0)
+		require.NoError(t, err, "TryReserve #%d with tokens", i)
+		assert.Equal(t, time.Duration(0), r.DelayFrom(clk.Now()))
+	}
+	before := snapshot(t, b, l, "t")
+	_, err := l.TryReserve(ctx, "t", lim, 2, 499*time.Millisecond)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+	assert.Equal(t, 500*time.Millisecond, tooLong.Wait)
+	assert.Equal(t, 499*time.Millisecond, tooLong.MaxWait)
+	assert.Equal(t, before, snapshot(t, b, l, "t"), "a refused TryReserve changed the bucket")
+
+	r, err := l.TryReserve(ctx, "t", lim, 2, 500*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 500*time.Millisecond, r.DelayFrom(clk.Now()))
+	assert.Equal(t, clk.Now().Add(500*time.Millisecond), r.Time())
+	assert.Equal(t, 2, r.N())
+	assert.Equal(t, "t", r.Key())
+	assert.Equal(t, lim, r.Limit())
+}
+
+func testCancelTwice(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	_, err := l.Reserve(ctx, "x", lim, 1)
+	require.NoError(t, err)
+	r2, err := l.Reserve(ctx, "x", lim, 1)
+	require.NoError(t, err)
+	require.NoError(t, r2.Cancel(ctx))
+	after := snapshot(t, b, l, "x")
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, r2.Cancel(ctx))
+	assert.Equal(t, after, snapshot(t, b, l, "x"), "a second Cancel changed the bucket")
+	st, err := l.Peek(ctx, "x", lim, 1)
+	require.NoError(t, err)
+	assert.InDelta(t, 0.1, st.Tokens, 1e-9, "balance after one permit used, one canceled, 10 ms")
+}
+
+func testPause(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 10, Burst: 5}
+
+	require.NoError(t, l.Pause(ctx, "p", lim, 2*time.Second))
+	st, err := l.Peek(ctx, "p", lim, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2100*time.Millisecond, st.Wait, "first slot after a pause on a full bucket")
+	assert.InDelta(t, -20, st.Tokens, 1e-9)
+
+	// A shorter pause changes nothing.
+	before := snapshot(t, b, l, "p")
+	require.NoError(t, l.Pause(ctx, "p", lim, time.Second))
+	delete(before, "pause")
+	after := snapshot(t, b, l, "p")
+	delete(after, "pause")
+	assert.Equal(t, before, after)
+
+	r, err := l.Reserve(ctx, "p", lim, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2100*time.Millisecond, r.DelayFrom(clk.Now()))
+
+	// The pause ends with an empty bucket: at its end the balance is zero
+	// (less the permit just reserved), not the burst.
+	clk.Advance(2 * time.Second)
+	st, err = l.Peek(ctx, "p", lim, 1)
+	require.NoError(t, err)
+	assert.InDelta(t, -1, st.Tokens, 1e-9)
+
+	// Cancel never eats into a pause.
+	clk2 := fakeclock.New(epoch)
+	l2 := newLimiter(t, b, clk2)
+	lim2 := reserve.Limit{Rate: 10, Burst: 1}
+	_, err = l2.Reserve(ctx, "q", lim2, 1)
+	require.NoError(t, err)
+	r2, err := l2.Reserve(ctx, "q", lim2, 1) // slot at +100 ms
+	require.NoError(t, err)
+	require.NoError(t, l2.Pause(ctx, "q", lim2, time.Second))
+	require.NoError(t, r2.Cancel(ctx))
+	st, err = l2.Peek(ctx, "q", lim2, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 1100*time.Millisecond, st.Wait, "Cancel shortened a pause")
+
+	// The key lives at least as long as the pause.
+	ttl, err := b.client.PTTL(ctx, l.RedisKey("p")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 2*time.Second)
+}
+
+func testPeek(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 4, Burst: 3}
+
+	st, err := l.Peek(ctx, "pk", lim, 2)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.Status{Wait: 0, Tokens: 3}, st, "Peek of a new key")
+	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "pk"), "Peek created the key")
+
+	for range 4 {
+		_, err := l.Reserve(ctx, "pk", lim, 1)
+		require.NoError(t, err)
+	}
+	before := snapshot(t, b, l, "pk")
+	ttl := b.client.PTTL(ctx, l.RedisKey("pk")).Val()
+	for range 3 {
+		st, err = l.Peek(ctx, "pk", lim, 3)
+		require.NoError(t, err)
+		assert.Equal(t, reserve.Status{Wait: time.Second, Tokens: -1}, st)
+	}
+	assert.Equal(t, before, snapshot(t, b, l, "pk"), "Peek changed the bucket")
+	assert.LessOrEqual(t, b.client.PTTL(ctx, l.RedisKey("pk")).Val(), ttl, "Peek extended the key's life")
+
+	// What Peek predicts is what Reserve gives.
+	clk.Advance(123456789 * time.Nanosecond)
+	st, err = l.Peek(ctx, "pk", lim, 2)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "pk", lim, 2)
+	require.NoError(t, err)
+	assert.Equal(t, st.Wait, r.DelayFrom(clk.Now()))
+}
+
+func testExpiry(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 20, Burst: 2}
+	for range 3 {
+		_, err := l.Reserve(ctx, "e", lim, 1)
+		require.NoError(t, err)
+	}
+	// The balance is -1: back at zero in 50 ms, full (2) in 150 ms. The key
+	// lives that long plus the 1 s margin.
+	ttl, err := b.client.PTTL(ctx, l.RedisKey("e")).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, ttl, 1150*time.Millisecond)
+	assert.Greater(t, ttl, 1000*time.Millisecond)
+
+	// Once the bucket is full, the key and its absence read the same.
+	clk.Advance(150 * time.Millisecond)
+	full, err := l.Peek(ctx, "e", lim, 1)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.Status{Wait: 0, Tokens: 2}, full)
+	b.elapse(ttl + 50*time.Millisecond)
+	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "e"), "key did not expire")
+	gone, err := l.Peek(ctx, "e", lim, 1)
+	require.NoError(t, err)
+	assert.Equal(t, full, gone)
+	r, err := l.Reserve(ctx, "e", lim, 2)
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(0), r.DelayFrom(clk.Now()))
+}
+
+// testConcurrent has many goroutines reserve at one frozen instant: the
+// slots must be exactly the burst at once, then one every 1/rate, with no
+// slot given twice.
+func testConcurrent(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 100, Burst: 10}
+	const goroutines, each = 8, 25
+	var (
+		mu     sync.Mutex
+		delays []time.Duration
+		wg     sync.WaitGroup
+	)
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				r, err := l.Reserve(ctx, "conc", lim, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				mu.Lock()
+				delays = append(delays, r.DelayFrom(clk.Now()))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, delays, goroutines*each)
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	for i, d := range delays {
+		want := time.Duration(0)
+		if i >= lim.Burst {
+			want = time.Duration(i-lim.Burst+1) * 10 * time.Millisecond
+		}
+		if d != want {
+			t.Fatalf("sorted delay #%d = %v, want %v", i, d, want)
+		}
+	}
+}

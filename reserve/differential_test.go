@@ -1,0 +1,234 @@
+package reserve_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+)
+
+// newRand returns a random source seeded from PACER_SEED, or from the clock
+// (logged, so a failure can be replayed with PACER_SEED=<seed>).
+func newRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("PACER_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "PACER_SEED")
+		seed = v
+	}
+	t.Logf("PACER_SEED=%d", seed)
+	return rand.New(rand.NewPCG(seed, 0x70616365))
+}
+
+// randomLimit draws rates log-uniformly over 0.001/s to 1,000,000/s, mostly
+// fractional, sometimes round, and bursts from 1 to 100.
+func randomLimit(rng *rand.Rand) reserve.Limit {
+	r := math.Pow(10, -3+9*rng.Float64())
+	if rng.IntN(5) == 0 {
+		r = math.Pow(10, float64(rng.IntN(10)-3))
+	}
+	var b int
+	switch rng.IntN(3) {
+	case 0:
+		b = 1
+	case 1:
+		b = 1 + rng.IntN(5)
+	default:
+		b = 1 + rng.IntN(100)
+	}
+	return reserve.Limit{Rate: r, Burst: b}
+}
+
+// randomStep draws a time step in nanoseconds: often zero, otherwise
+// exponential with a mean between a tenth of a permit and twice the burst,
+// so buckets are seen full, empty and deep in debt.
+func randomStep(rng *rand.Rand, lim reserve.Limit) time.Duration {
+	if rng.IntN(4) == 0 {
+		return 0
+	}
+	meanPermits := 0.1 + 2*float64(lim.Burst)*rng.Float64()
+	return time.Duration(rng.ExpFloat64() * meanPermits / lim.Rate * 1e9)
+}
+
+func testDifferential(t *testing.T, b backend)       { runDifferential(t, b, false) }
+func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, true) }
+
+// runDifferential drives a bucket, golang.org/x/time/rate's Limiter and
+// exactLimiter (x/time/rate's algorithm in exact arithmetic) with the same
+// random sequence at the same times, and checks after every step:
+//
+//   - against x/time/rate: every delay is never shorter and at most 1 µs per
+//     reservation made so far longer (what the issue allows);
+//   - against the exact model: never shorter (but for 1 ns of float noise) and
+//     at most 1 µs longer, which is what the design promises;
+//   - balances (Peek against TokensAt) within 1 µs worth of permits.
+//
+// With withCancel, reservations are also canceled (Cancel, CancelAt). There
+// x/time/rate can leave its own exact model by a nanosecond's rounding (see
+// exactLimiter); from that step on, that trial is compared with the exact
+// model only, and the divergence is counted and logged. Without cancels a
+// divergence fails the test.
+func runDifferential(t *testing.T, b backend, withCancel bool) {
+	ctx := context.Background()
+	rng := newRand(t)
+	const trials, steps = 24, 250
+	var reservations, cancels, diverged int
+	var maxSlow time.Duration
+	for trial := range trials {
+		lim := randomLimit(rng)
+		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		l := newLimiter(t, b, clk)
+		ref := rate.NewLimiter(rate.Limit(lim.Rate), lim.Burst)
+		model := newExactLimiter(lim.Rate, lim.Burst)
+		refValid := true
+		leave := func(step int, what string) {
+			refValid = false
+			diverged++
+			t.Logf("trial %d step %d %+v: x/time/rate left the exact model (%s); comparing with the exact model only",
+				trial, step, lim, what)
+		}
+		checkTokens := func(step int, now time.Time) {
+			st, err := l.Peek(ctx, "diff", lim, 1)
+			require.NoError(t, err)
+			tol := lim.Rate*1e-6 + 1e-9
+			exact := model.tokensAt(now)
+			if math.Abs(st.Tokens-exact) > tol {
+				t.Fatalf("trial %d step %d %+v: Peek tokens = %v, exact model %v", trial, step, lim, st.Tokens, exact)
+			}
+			if refValid {
+				theirs := ref.TokensAt(now)
+				if math.Abs(theirs-exact) > tol {
+					leave(step, "tokens")
+				} else if math.Abs(st.Tokens-theirs) > tol {
+					t.Fatalf("trial %d step %d %+v: Peek tokens = %v, x/time/rate %v", trial, step, lim, st.Tokens, theirs)
+				}
+			}
+		}
+		type triple struct {
+			ours   *reserve.Reservation
+			theirs *rate.Reservation
+			exact  *exactReservation
+		}
+		var live []triple
+		made := 0
+		for step := range steps {
+			now := clk.Advance(randomStep(rng, lim))
+			if withCancel && len(live) > 0 && rng.IntN(4) == 0 {
+				i := len(live) - 1 - rng.IntN(min(len(live), 4))
+				p := live[i]
+				live = slices.Delete(live, i, i+1)
+				require.NoError(t, p.ours.Cancel(ctx))
+				p.theirs.CancelAt(now)
+				model.cancelAt(p.exact, now)
+				cancels++
+				checkTokens(step, now)
+				continue
+			}
+			n := 1 + rng.IntN(lim.Burst)
+			if rng.IntN(2) == 0 {
+				n = 1
+			}
+			ours, err := l.Reserve(ctx, "diff", lim, n)
+			require.NoError(t, err)
+			theirs := ref.ReserveN(now, n)
+			require.True(t, theirs.OK())
+			exact := model.reserveN(now, n)
+			made++
+			reservations++
+			od, td, ed := ours.DelayFrom(now), theirs.DelayFrom(now), exact.delayFrom(now)
+			if float64(od) < ed-1 || float64(od)-ed > 1001 {
+				t.Fatalf("trial %d step %d %+v: Reserve(n=%d) delay = %v, exact model %.1fns",
+					trial, step, lim, n, od, ed)
+			}
+			if refValid {
+				if math.Abs(float64(td)-ed) > 10 {
+					leave(step, "delay")
+				} else if od < td || od-td > time.Duration(made)*time.Microsecond {
+					t.Fatalf("trial %d step %d %+v: Reserve(n=%d) delay = %v, x/time/rate %v (diff %v)",
+						trial, step, lim, n, od, td, od-td)
+				} else {
+					maxSlow = max(maxSlow, od-td)
+				}
+			}
+			live = append(live, triple{ours, theirs, exact})
+			if step%8 == 0 {
+				checkTokens(step, now)
+			}
+		}
+	}
+	t.Logf("%d reservations and %d cancels compared; largest difference from x/time/rate %v, never faster; "+
+		"%d of %d trials saw x/time/rate leave its exact model", reservations, cancels, maxSlow, diverged, trials)
+	if !withCancel && diverged > 0 {
+		t.Fatalf("x/time/rate left the exact model without any cancel: the model is wrong")
+	}
+}
+
+// testProperties checks, for random sequences, that slots are handed out in
+// order (FIFO) and that any interval of length T holds the slots of at most
+// burst + rate*T permits (the window invariant), canceled permits excluded.
+// Slots are rounded up to the microsecond, so a window may gain rate*1µs.
+func testProperties(t *testing.T, b backend) {
+	ctx := context.Background()
+	rng := newRand(t)
+	type slot struct {
+		at       time.Time
+		n        int
+		r        *reserve.Reservation
+		canceled bool
+	}
+	for trial := range 16 {
+		withCancel := trial%2 == 1
+		lim := randomLimit(rng)
+		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		l := newLimiter(t, b, clk)
+		var slots []slot
+		for step := range 200 {
+			clk.Advance(randomStep(rng, lim))
+			if withCancel && len(slots) > 0 && rng.IntN(5) == 0 {
+				s := &slots[len(slots)-1-rng.IntN(min(len(slots), 4))]
+				if !s.canceled {
+					require.NoError(t, s.r.Cancel(ctx))
+					s.canceled = true
+				}
+				continue
+			}
+			n := 1 + rng.IntN(lim.Burst)
+			r, err := l.Reserve(ctx, "prop", lim, n)
+			require.NoError(t, err)
+			if !withCancel && len(slots) > 0 && r.Time().Before(slots[len(slots)-1].at) {
+				t.Fatalf("trial %d step %d %+v: slot %v before the previous reservation's %v",
+					trial, step, lim, r.Time(), slots[len(slots)-1].at)
+			}
+			slots = append(slots, slot{at: r.Time(), n: n, r: r})
+		}
+		var kept []slot
+		for _, s := range slots {
+			if !s.canceled {
+				kept = append(kept, s)
+			}
+		}
+		slices.SortStableFunc(kept, func(a, b slot) int { return a.at.Compare(b.at) })
+		slack := lim.Rate*1e-6 + 1e-9
+		for i := range kept {
+			sum := 0
+			for j := i; j < len(kept); j++ {
+				sum += kept[j].n
+				span := kept[j].at.Sub(kept[i].at).Seconds()
+				if allowed := float64(lim.Burst) + lim.Rate*span + slack; float64(sum) > allowed {
+					t.Fatalf("trial %d %+v: %d permits in %v (slots %d..%d), allowed %.6f",
+						trial, lim, sum, kept[j].at.Sub(kept[i].at), i, j, allowed)
+				}
+			}
+		}
+	}
+}

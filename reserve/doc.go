@@ -1,0 +1,21 @@
+// Package reserve paces a fleet of processes against a shared rate limit kept
+// in Redis, by reservation instead of rejection.
+//
+// Each caller asks Redis for the next free slot on a key (a bucket); a Lua
+// script hands slots out in order, spaced 1/rate apart, and returns how long
+// to wait. The caller sleeps until its slot (Limiter.Wait) or reschedules its
+// job to it (Limiter.Reserve), so the provider behind the key sees a smooth
+// stream at the configured rate and peaks become a queue rather than errors.
+//
+// One key behaves exactly like golang.org/x/time/rate's Limiter driven with
+// ReserveN at the same times, with Redis server time as the clock: a key
+// starts full with Burst permits, refills at Rate per second, and each caller
+// pays for its own permits. Limiter.Pause implements a provider's 429
+// Retry-After for the whole fleet; Reservation.Cancel gives permits back.
+//
+// Use it when several processes (job workers, crawlers, batch pipelines) share
+// one third-party quota. Within a single process, golang.org/x/time/rate
+// alone is enough.
+//
+// See the package examples.
+package reserve

@@ -1,0 +1,103 @@
+package reserve_test
+
+import (
+	"math/big"
+	"time"
+)
+
+// exactLimiter is golang.org/x/time/rate's Limiter (reserveN, CancelAt,
+// TokensAt), line for line, in exact rational arithmetic on nanoseconds.
+//
+// x/time/rate keeps float64 tokens and truncates durations to whole
+// nanoseconds. That is harmless except in one place: CancelAt moves lastEvent
+// back only if the canceled reservation's time equals lastEvent exactly, and
+// after an earlier cancel has moved lastEvent back (a computed time), the two
+// may differ by a nanosecond of rounding, so x/time/rate restores nothing
+// where its own rule says it should. The differential test uses this model to
+// tell such rounding from a bug in pacer.
+type exactLimiter struct {
+	rate      *big.Rat // permits per nanosecond
+	burst     *big.Rat
+	tokens    *big.Rat
+	last      *big.Rat // ns; nil before the first call (a full bucket)
+	lastEvent *big.Rat // ns
+}
+
+type exactReservation struct {
+	n         int
+	timeToAct *big.Rat // ns
+}
+
+func newExactLimiter(rate float64, burst int) *exactLimiter {
+	r := new(big.Rat).SetFloat64(rate)
+	r.Quo(r, big.NewRat(int64(time.Second), 1))
+	b := big.NewRat(int64(burst), 1)
+	return &exactLimiter{rate: r, burst: b, tokens: new(big.Rat).Set(b), lastEvent: new(big.Rat)}
+}
+
+func ratNS(t time.Time) *big.Rat { return big.NewRat(t.UnixNano(), 1) }
+
+func (l *exactLimiter) advance(t *big.Rat) *big.Rat {
+	tokens := new(big.Rat).Set(l.tokens)
+	if l.last != nil && t.Cmp(l.last) > 0 {
+		elapsed := new(big.Rat).Sub(t, l.last)
+		tokens.Add(tokens, elapsed.Mul(elapsed, l.rate))
+	}
+	if tokens.Cmp(l.burst) > 0 {
+		tokens.Set(l.burst)
+	}
+	return tokens
+}
+
+func (l *exactLimiter) reserveN(at time.Time, n int) *exactReservation {
+	t := ratNS(at)
+	tokens := l.advance(t)
+	tokens.Sub(tokens, big.NewRat(int64(n), 1))
+	tta := new(big.Rat).Set(t)
+	if tokens.Sign() < 0 {
+		wait := new(big.Rat).Neg(tokens)
+		tta.Add(tta, wait.Quo(wait, l.rate))
+	}
+	l.last, l.tokens, l.lastEvent = t, tokens, tta
+	return &exactReservation{n: n, timeToAct: tta}
+}
+
+func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) {
+	t := ratNS(at)
+	if r.timeToAct.Cmp(t) < 0 {
+		return
+	}
+	later := new(big.Rat).Sub(l.lastEvent, r.timeToAct)
+	restore := new(big.Rat).Sub(big.NewRat(int64(r.n), 1), later.Mul(later, l.rate))
+	if restore.Sign() <= 0 {
+		return
+	}
+	tokens := l.advance(t)
+	tokens.Add(tokens, restore)
+	if tokens.Cmp(l.burst) > 0 {
+		tokens.Set(l.burst)
+	}
+	l.last, l.tokens = t, tokens
+	if r.timeToAct.Cmp(l.lastEvent) == 0 {
+		prev := new(big.Rat).Quo(big.NewRat(int64(r.n), 1), l.rate)
+		prev.Sub(r.timeToAct, prev)
+		if prev.Cmp(t) >= 0 {
+			l.lastEvent = prev
+		}
+	}
+}
+
+func (l *exactLimiter) tokensAt(at time.Time) float64 {
+	f, _ := l.advance(ratNS(at)).Float64()
+	return f
+}
+
+// delayFrom returns the reservation's delay from at in (fractional) ns.
+func (r *exactReservation) delayFrom(at time.Time) float64 {
+	d := new(big.Rat).Sub(r.timeToAct, ratNS(at))
+	if d.Sign() < 0 {
+		return 0
+	}
+	f, _ := d.Float64()
+	return f
+}

@@ -1,0 +1,122 @@
+package reserve_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// Every worker process runs this: all of them together call the provider at
+// most 10 times per second, in a smooth stream. README's quick start is this
+// example.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := reserve.Limit{Rate: 10, Burst: 1} // the provider's quota
+
+	ctx := context.Background()
+	for _, url := range []string{"https://api.example.com/a", "https://api.example.com/b"} {
+		// Sleeps until this process's slot in the fleet-wide queue.
+		if err := limiter.Wait(ctx, "api.example.com", api); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("GET", url) // call the provider here
+	}
+}
+
+// embeddedRedis starts an in-process Redis so the examples run anywhere. Use
+// a real Redis in production.
+func embeddedRedis() (*redis.Client, func()) {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { rdb.Close(); mr.Close() }
+}
+
+// Reserve returns the slot without sleeping: a job queue can reschedule the
+// job to it instead of holding a worker.
+func ExampleLimiter_Reserve() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := reserve.Limit{Rate: 2, Burst: 2}
+	ctx := context.Background()
+	for i := range 4 {
+		r, err := limiter.Reserve(ctx, "api.example.com", api, 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Round to hide the few microseconds the call itself took.
+		fmt.Printf("job %d runs in %v\n", i, r.Delay().Round(100*time.Millisecond))
+	}
+	// Output:
+	// job 0 runs in 0s
+	// job 1 runs in 0s
+	// job 2 runs in 500ms
+	// job 3 runs in 1s
+}
+
+// TryReserve takes permits only when they come soon enough.
+func ExampleLimiter_TryReserve() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := reserve.Limit{Rate: 1, Burst: 1}
+	ctx := context.Background()
+	for range 2 {
+		_, err := limiter.TryReserve(ctx, "api.example.com", api, 1, 100*time.Millisecond)
+		var tooLong *reserve.WaitTooLongError
+		switch {
+		case errors.As(err, &tooLong):
+			fmt.Println("busy, retry in about", tooLong.Wait.Round(time.Second))
+		case err != nil:
+			log.Fatal(err)
+		default:
+			fmt.Println("reserved")
+		}
+	}
+	// Output:
+	// reserved
+	// busy, retry in about 1s
+}
+
+// When the provider answers 429 Too Many Requests with Retry-After, one
+// worker pauses the key and every worker of the fleet waits.
+func ExampleLimiter_Pause() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	api := reserve.Limit{Rate: 10, Burst: 5}
+	ctx := context.Background()
+	if err := limiter.Pause(ctx, "api.example.com", api, 30*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	st, err := limiter.Peek(ctx, "api.example.com", api, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The pause ends with an empty bucket: the next call waits its 100 ms too.
+	fmt.Println("next call in", st.Wait.Round(10*time.Millisecond))
+	// Output:
+	// next call in 30.1s
+}

@@ -1,0 +1,275 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultKeyPrefix is put in front of every bucket's Redis key unless
+// Options.KeyPrefix says otherwise.
+const DefaultKeyPrefix = "pacer:"
+
+// Options configure a Limiter. The zero value is ready to use.
+type Options struct {
+	// Clock is the time source. Default (nil): Redis server time (TIME inside
+	// each script) for the buckets, so the clocks of the processes sharing a
+	// key may disagree by minutes without effect, and the local clock for
+	// sleeping. With a Clock set, its Now is passed to the scripts instead:
+	// for deterministic tests, or to use client time on purpose. All processes
+	// sharing a key should then agree on the time.
+	Clock Clock
+
+	// KeyPrefix is put in front of every key. Default "pacer:". A key k is
+	// stored as KeyPrefix + "{" + k + "}", a Redis Cluster hash tag, so every
+	// Redis key a script touches for k lies in one slot. The prefix must not
+	// contain '{' or '}'.
+	KeyPrefix string
+}
+
+// A Limiter paces callers sharing buckets kept in Redis. Each bucket is named
+// by a key and behaves like golang.org/x/time/rate's Limiter created with
+// NewLimiter(lim.Rate, lim.Burst): it starts full with Burst permits and
+// refills at Rate permits per second up to Burst. A reservation may take the
+// balance below zero; it then waits until the balance is back at zero. Every
+// caller thus pays for its own permits, and slots are handed out in the order
+// Redis runs the requests, spaced 1/Rate apart.
+//
+// Most callers want Wait, which reserves and sleeps until the slot. Reserve
+// returns the slot without sleeping (to reschedule a job instead), TryReserve
+// reserves only if the wait is short enough, Pause stops a key fleet-wide, and
+// Peek reads a key without changing it.
+//
+// Durations are exact to the microsecond, rounded up, so a slot is never
+// early. A Limiter is safe for concurrent use; all processes that share a
+// Redis and a KeyPrefix share the buckets. It is created with New; the zero
+// value is not usable.
+type Limiter struct {
+	rdb        redis.UniversalClient
+	clock      Clock
+	serverTime bool
+	prefix     string
+
+	reserveScript *redis.Script
+	cancelScript  *redis.Script
+	pauseScript   *redis.Script
+	peekScript    *redis.Script
+}
+
+// New returns a Limiter keeping its buckets in rdb, which may be a single
+// node, Sentinel (redis.NewFailoverClient) or Cluster client.
+func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
+	if rdb == nil {
+		return nil, errors.New("reserve: nil redis client")
+	}
+	prefix := opts.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("%w (got %q)", ErrInvalidPrefix, prefix)
+	}
+	l := &Limiter{
+		rdb:           rdb,
+		clock:         opts.Clock,
+		prefix:        prefix,
+		reserveScript: redis.NewScript(lua.Reserve),
+		cancelScript:  redis.NewScript(lua.Cancel),
+		pauseScript:   redis.NewScript(lua.Pause),
+		peekScript:    redis.NewScript(lua.Peek),
+	}
+	if l.clock == nil {
+		l.clock = systemClock{}
+		l.serverTime = true
+	}
+	return l, nil
+}
+
+// RedisKey returns the Redis key that holds the bucket named key.
+func (l *Limiter) RedisKey(key string) string {
+	return l.prefix + "{" + key + "}"
+}
+
+// Reserve reserves n permits on key and returns the reservation, whose Delay
+// says how long to wait before using them. It never refuses because of the
+// wait's length (x/time/rate's ReserveN); see TryReserve. n must be between 1
+// and lim.Burst.
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int) (*Reservation, error) {
+	return l.reserve(ctx, "reserve", key, lim, n, -1)
+}
+
+// TryReserve is Reserve, except that when the wait would be longer than
+// maxWait it reserves nothing and returns a *WaitTooLongError carrying the
+// wait that would have been needed (Guava's tryAcquire(permits, timeout)).
+// maxWait 0 takes the permits only if they are available now.
+func (l *Limiter) TryReserve(ctx context.Context, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
+	if maxWait < 0 {
+		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
+	}
+	return l.reserve(ctx, "reserve", key, lim, n, maxWait)
+}
+
+// reserve runs reserve.lua; maxWait < 0 means no maximum.
+func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
+	if err := validate(key, lim, n); err != nil {
+		return nil, err
+	}
+	maxWaitUS := int64(-1)
+	if maxWait >= 0 {
+		maxWaitUS = maxWait.Microseconds()
+	}
+	now, args := l.args(lim, n, maxWaitUS)
+	res, err := l.run(ctx, op, l.reserveScript, key, args)
+	if err != nil {
+		return nil, err
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) < 2 {
+		return nil, replyError(op, key, res)
+	}
+	granted, ok1 := reply[0].(int64)
+	waitUS, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return nil, replyError(op, key, res)
+	}
+	wait := durationUS(waitUS)
+	if granted == 0 {
+		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+	}
+	if len(reply) != 4 {
+		return nil, replyError(op, key, res)
+	}
+	slotUS, ok1 := reply[2].(string)
+	slotFrac, ok2 := reply[3].(string)
+	if !ok1 || !ok2 {
+		return nil, replyError(op, key, res)
+	}
+	if l.serverTime {
+		// The script measured the wait from its own TIME; counting it from
+		// the reply's arrival never makes the slot early.
+		now = l.clock.Now()
+	}
+	return &Reservation{
+		lim:      l,
+		key:      key,
+		limit:    lim,
+		n:        n,
+		at:       now.Add(wait),
+		slotUS:   slotUS,
+		slotFrac: slotFrac,
+	}, nil
+}
+
+// Pause grants no slot on key before d from now, fleet-wide: use it when the
+// provider answers 429 with Retry-After d. The bucket is empty when the pause
+// ends, so callers resume at lim.Rate instead of all at once. Reservations
+// already granted keep their slots; a pause shorter than what is already
+// queued changes nothing.
+func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Duration) error {
+	if err := validate(key, lim, 1); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return fmt.Errorf("%w: pause %v", ErrInvalidDuration, d)
+	}
+	dUS := (d + time.Microsecond - 1) / time.Microsecond
+	_, args := l.args(lim, int64(dUS))
+	_, err := l.run(ctx, "pause", l.pauseScript, key, args)
+	return err
+}
+
+// Status is a bucket's state as Peek reads it.
+type Status struct {
+	// Wait is how long n permits reserved now would wait.
+	Wait time.Duration
+	// Tokens is the balance now: at most the burst, negative while
+	// reservations are queued.
+	Tokens float64
+}
+
+// Peek reads key without changing it: the wait n permits would have now, and
+// the balance.
+func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int) (Status, error) {
+	if err := validate(key, lim, n); err != nil {
+		return Status{}, err
+	}
+	_, args := l.args(lim, n)
+	res, err := l.run(ctx, "peek", l.peekScript, key, args)
+	if err != nil {
+		return Status{}, err
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 2 {
+		return Status{}, replyError("peek", key, res)
+	}
+	waitUS, ok1 := reply[0].(int64)
+	tokens, ok2 := reply[1].(string)
+	if !ok1 || !ok2 {
+		return Status{}, replyError("peek", key, res)
+	}
+	t, err := strconv.ParseFloat(tokens, 64)
+	if err != nil {
+		return Status{}, replyError("peek", key, res)
+	}
+	return Status{Wait: durationUS(waitUS), Tokens: t}, nil
+}
+
+// args returns the time of the call on the limiter's clock and ARGV for a
+// script: rate, burst, now (empty for server time), now's nanoseconds, extra.
+func (l *Limiter) args(lim Limit, extra ...any) (time.Time, []any) {
+	now := l.clock.Now()
+	nowUS, nowNS := "", "0"
+	if !l.serverTime {
+		nowUS = strconv.FormatInt(now.UnixMicro(), 10)
+		nowNS = strconv.Itoa(now.Nanosecond() % 1000)
+	}
+	args := make([]any, 0, 4+len(extra))
+	args = append(args, strconv.FormatFloat(lim.Rate, 'f', -1, 64), strconv.Itoa(lim.Burst), nowUS, nowNS)
+	for _, e := range extra {
+		switch v := e.(type) {
+		case int:
+			args = append(args, strconv.Itoa(v))
+		case int64:
+			args = append(args, strconv.FormatInt(v, 10))
+		case string:
+			args = append(args, v)
+		default:
+			panic(fmt.Sprintf("reserve: script argument of type %T", e))
+		}
+	}
+	return now, args
+}
+
+// run runs a script on key's bucket, wrapping errors with the operation.
+func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key string, args []any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	}
+	res, err := s.Run(ctx, l.rdb, []string{l.RedisKey(key)}, args...).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "WRONGTYPE") {
+			return nil, fmt.Errorf("%w (%s %q)", ErrWrongType, op, l.RedisKey(key))
+		}
+		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	}
+	return res, nil
+}
+
+func replyError(op, key string, res any) error {
+	return fmt.Errorf("reserve: %s %q: unexpected reply %#v", op, key, res)
+}
+
+// durationUS converts µs to a Duration, saturating instead of overflowing.
+func durationUS(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,76 @@
+package reserve
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A Reservation holds permits granted by a Limiter for a slot in time. Its
+// permits should be used at Time() and not before; Delay says how long until
+// then. A Reservation is safe for concurrent use.
+type Reservation struct {
+	lim   *Limiter
+	key   string
+	limit Limit
+	n     int
+	at    time.Time // the slot, on the limiter's clock
+
+	// The slot as the script knows it, exact, to identify the reservation
+	// to cancel.lua.
+	slotUS, slotFrac string
+
+	mu       sync.Mutex
+	canceled bool
+}
+
+// Key returns the key the permits were reserved on.
+func (r *Reservation) Key() string { return r.key }
+
+// N returns the number of permits reserved.
+func (r *Reservation) N() int { return r.n }
+
+// Limit returns the Limit the permits were reserved with.
+func (r *Reservation) Limit() Limit { return r.limit }
+
+// Time returns the slot: the time, on the limiter's clock, from which the
+// permits may be used. With Redis server time (no Options.Clock) it is the
+// local time the reply arrived plus the wait Redis computed, so it is never
+// earlier than the slot Redis granted.
+func (r *Reservation) Time() time.Time { return r.at }
+
+// DelayFrom returns how long after t the permits may be used; zero if they
+// already may.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	d := r.at.Sub(t)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// Delay is DelayFrom the limiter's clock's now.
+func (r *Reservation) Delay() time.Duration {
+	return r.DelayFrom(r.lim.clock.Now())
+}
+
+// Cancel gives the permits back, as x/time/rate's CancelAt does, at the time
+// of the limiter's clock: it restores the permits that later reservations
+// have not already built on, never more than the burst and never once the
+// slot has passed, and it never shortens a Pause. Calls after one that
+// succeeded do nothing. If Cancel fails (Redis unreachable), the permits stay
+// reserved and Cancel may be called again.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.canceled {
+		return nil
+	}
+	l := r.lim
+	_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac)
+	if _, err := l.run(ctx, "cancel", l.cancelScript, r.key, args); err != nil {
+		return err
+	}
+	r.canceled = true
+	return nil
+}
