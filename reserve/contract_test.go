@@ -3,6 +3,7 @@ package reserve_test
 import (
 	"context"
 	"math"
+	"net"
 	"sort"
 	"sync"
 	"testing"
@@ -503,4 +504,29 @@ func testConcurrent(t *testing.T, b backend) {
 			t.Fatalf("sorted delay #%d = %v, want %v", i, d, want)
 		}
 	}
+}
+
+// TestRedisDown: with no Redis to talk to, every call fails with the Redis
+// error wrapped with the operation and the key, and Wait does not sleep.
+func TestRedisDown(t *testing.T) {
+	// A port nothing listens on: bind one, then close it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+
+	l, err := reserve.New(c, reserve.Options{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+
+	_, err = l.Reserve(ctx, "k", lim, 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `reserve: reserve "k": `)
+	assert.ErrorContains(t, l.Wait(ctx, "k", lim), `reserve: wait "k": `)
+	_, err = l.Peek(ctx, "k", lim, 1)
+	assert.ErrorContains(t, err, `reserve: peek "k": `)
+	assert.ErrorContains(t, l.Pause(ctx, "k", lim, time.Second), `reserve: pause "k": `)
 }
