@@ -23,6 +23,12 @@ var pause string
 //go:embed peek.lua
 var peek string
 
+// Heartbeat records a limiter as live and counts the live ones. It does not
+// use bucket.lua. See heartbeat.lua.
+//
+//go:embed heartbeat.lua
+var Heartbeat string
+
 var (
 	// Reserve reserves n permits, or refuses without writing if the wait
 	// would exceed a maximum. See reserve.lua.

@@ -21,6 +21,7 @@ func BenchmarkReserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer l.Close()
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1e6, Burst: 1000}
 	for _, keys := range []int{1, 10000} {

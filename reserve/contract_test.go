@@ -83,6 +83,7 @@ func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	t.Helper()
 	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t)})
 	require.NoError(t, err)
+	closeLimiter(t, l)
 	return l
 }
 
@@ -113,12 +114,20 @@ func TestNew(t *testing.T) {
 		_, err := reserve.New(c, reserve.Options{KeyPrefix: p})
 		assert.ErrorIs(t, err, reserve.ErrInvalidPrefix, "New(KeyPrefix %q)", p)
 	}
-	l, err := reserve.New(c, reserve.Options{})
+	l, err := reserve.New(c, reserve.Options{Logger: quiet})
 	require.NoError(t, err)
+	closeLimiter(t, l)
 	assert.Equal(t, "pacer:{api.example.com}", l.RedisKey("api.example.com"))
-	l, err = reserve.New(c, reserve.Options{KeyPrefix: "app:"})
+	l, err = reserve.New(c, reserve.Options{KeyPrefix: "app:", Logger: quiet})
 	require.NoError(t, err)
+	closeLimiter(t, l)
 	assert.Equal(t, "app:{k}", l.RedisKey("k"))
+	for _, o := range []reserve.Options{
+		{CallTimeout: -1}, {ProbeInterval: -time.Second}, {HeartbeatInterval: -1}, {FailAfter: -1},
+	} {
+		_, err := reserve.New(c, o)
+		assert.Error(t, err, "New(%+v)", o)
+	}
 }
 
 func TestEvery(t *testing.T) {
@@ -506,8 +515,8 @@ func testConcurrent(t *testing.T, b backend) {
 	}
 }
 
-// TestRedisDown: with no Redis to talk to, every call fails with the Redis
-// error wrapped with the operation and the key, and Wait does not sleep.
+// TestRedisDown: with no Redis to talk to and FailClosed, every call fails
+// with an error naming the operation and the key, and Wait does not sleep.
 func TestRedisDown(t *testing.T) {
 	// A port nothing listens on: bind one, then close it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -517,8 +526,9 @@ func TestRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 
-	l, err := reserve.New(c, reserve.Options{})
+	l, err := reserve.New(c, reserve.Options{FailClosed: true, Logger: quiet, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
+	closeLimiter(t, l)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1, Burst: 1}
 

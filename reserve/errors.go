@@ -23,6 +23,15 @@ var (
 // another type (something else uses the name). The value is left as it is.
 var ErrWrongType = errors.New("reserve: redis key holds a value of another type")
 
+// ErrUnavailable is matched by the errors of calls that could not reach
+// Redis (refused, reset, timed out, a node loading or failing over), and of
+// every call while a Limiter with Options.FailClosed is pacing locally. The
+// error also wraps the cause when there is one.
+var ErrUnavailable = errors.New("reserve: redis unavailable")
+
+// ErrClosed is returned by every call on a Limiter after Close.
+var ErrClosed = errors.New("reserve: limiter closed")
+
 // WaitTooLongError is returned by TryReserve (and, wrapped, by Wait and
 // WaitN when the context's deadline is too near) when the reservation would
 // have to wait longer than allowed. Nothing was reserved.

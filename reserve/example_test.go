@@ -21,6 +21,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer limiter.Close()
 	api := reserve.Limit{Rate: 10, Burst: 1} // the provider's quota
 
 	ctx := context.Background()
@@ -53,6 +54,7 @@ func ExampleLimiter_Reserve() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer limiter.Close()
 	api := reserve.Limit{Rate: 2, Burst: 2}
 	ctx := context.Background()
 	for i := range 4 {
@@ -78,6 +80,7 @@ func ExampleLimiter_TryReserve() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer limiter.Close()
 	api := reserve.Limit{Rate: 1, Burst: 1}
 	ctx := context.Background()
 	for range 2 {
@@ -106,6 +109,7 @@ func ExampleLimiter_Pause() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer limiter.Close()
 	api := reserve.Limit{Rate: 10, Burst: 5}
 	ctx := context.Background()
 	if err := limiter.Pause(ctx, "api.example.com", api, 30*time.Second); err != nil {

@@ -5,34 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"os"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
-
-// DefaultKeyPrefix is put in front of every bucket's Redis key unless
-// Options.KeyPrefix says otherwise.
-const DefaultKeyPrefix = "pacer:"
-
-// Options configure a Limiter. The zero value is ready to use.
-type Options struct {
-	// Clock is the time source. Default (nil): Redis server time (TIME inside
-	// each script) for the buckets, so the clocks of the processes sharing a
-	// key may disagree by minutes without effect, and the local clock for
-	// sleeping. With a Clock set, its Now is passed to the scripts instead:
-	// for deterministic tests, or to use client time on purpose. All processes
-	// sharing a key should then agree on the time.
-	Clock Clock
-
-	// KeyPrefix is put in front of every key. Default "pacer:". A key k is
-	// stored as KeyPrefix + "{" + k + "}", a Redis Cluster hash tag, so every
-	// Redis key a script touches for k lies in one slot. The prefix must not
-	// contain '{' or '}'.
-	KeyPrefix string
-}
 
 // A Limiter paces callers sharing buckets kept in Redis. Each bucket is named
 // by a key and behaves like golang.org/x/time/rate's Limiter created with
@@ -52,49 +33,108 @@ type Options struct {
 // Redis and a KeyPrefix share the buckets. It is created with New; the zero
 // value is not usable.
 type Limiter struct {
-	rdb        redis.UniversalClient
-	clock      Clock
-	serverTime bool
-	prefix     string
+	rdb         redis.UniversalClient
+	opts        Options
+	clock       Clock
+	serverTime  bool
+	ctxTimeouts bool   // the client honours context deadlines on its sockets
+	id          string // this Limiter in the fleet's heartbeat set
 
-	reserveScript *redis.Script
-	cancelScript  *redis.Script
-	pauseScript   *redis.Script
-	peekScript    *redis.Script
+	reserveScript   *redis.Script
+	cancelScript    *redis.Script
+	pauseScript     *redis.Script
+	peekScript      *redis.Script
+	heartbeatScript *redis.Script
+
+	health health
+	local  *local
+	fleet  atomic.Int64 // live Limiters sharing the KeyPrefix, last learned
+
+	closed     atomic.Bool
+	stop       chan struct{}
+	done       chan struct{}
+	loopCtx    context.Context
+	loopCancel context.CancelFunc
 }
 
 // New returns a Limiter keeping its buckets in rdb, which may be a single
-// node, Sentinel (redis.NewFailoverClient) or Cluster client.
+// node, Sentinel (redis.NewFailoverClient) or Cluster client. It starts a
+// background goroutine (heartbeat and, while Redis is down, probes) that
+// Close stops.
 func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if rdb == nil {
 		return nil, errors.New("reserve: nil redis client")
 	}
-	prefix := opts.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, fmt.Errorf("%w (got %q)", ErrInvalidPrefix, prefix)
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	l := &Limiter{
-		rdb:           rdb,
-		clock:         opts.Clock,
-		prefix:        prefix,
-		reserveScript: redis.NewScript(lua.Reserve),
-		cancelScript:  redis.NewScript(lua.Cancel),
-		pauseScript:   redis.NewScript(lua.Pause),
-		peekScript:    redis.NewScript(lua.Peek),
+		rdb:             rdb,
+		opts:            opts,
+		clock:           opts.Clock,
+		id:              newID(),
+		reserveScript:   redis.NewScript(lua.Reserve),
+		cancelScript:    redis.NewScript(lua.Cancel),
+		pauseScript:     redis.NewScript(lua.Pause),
+		peekScript:      redis.NewScript(lua.Peek),
+		heartbeatScript: redis.NewScript(lua.Heartbeat),
+		local:           newLocal(),
+		stop:            make(chan struct{}),
+		done:            make(chan struct{}),
 	}
+	l.health.wake = make(chan struct{}, 1)
 	if l.clock == nil {
 		l.clock = systemClock{}
 		l.serverTime = true
 	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	}
+	l.fleet.Store(1)
+	l.loopCtx, l.loopCancel = context.WithCancel(context.Background())
+	go l.loop()
 	return l, nil
+}
+
+// Close stops the Limiter's background goroutine and removes it from the
+// fleet's heartbeat set. It does not close the Redis client. Calls after
+// Close return ErrClosed; a Wait already sleeping finishes normally.
+func (l *Limiter) Close() error {
+	if !l.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	l.loopCancel()
+	close(l.stop)
+	<-l.done
+	if l.isDegraded() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
+	defer cancel()
+	_, err := l.call(ctx, "heartbeat", func(ctx context.Context) (any, error) {
+		return l.rdb.ZRem(ctx, l.fleetKey(), l.id).Result()
+	})
+	if err != nil {
+		return fmt.Errorf("reserve: close: leaving the fleet: %w", err)
+	}
+	return nil
+}
+
+// newID names a Limiter in the heartbeat set: host, process and a random part.
+func newID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%016x", host, os.Getpid(), rand.Uint64())
 }
 
 // RedisKey returns the Redis key that holds the bucket named key.
 func (l *Limiter) RedisKey(key string) string {
-	return l.prefix + "{" + key + "}"
+	return l.opts.KeyPrefix + "{" + key + "}"
 }
 
 // Reserve reserves n permits on key and returns the reservation, whose Delay
@@ -127,6 +167,9 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int,
 	}
 	now, args := l.args(lim, n, maxWaitUS)
 	res, err := l.run(ctx, op, l.reserveScript, key, args)
+	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		return l.reserveLocal(key, lim, n, maxWait)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +199,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int,
 		// the reply's arrival never makes the slot early.
 		now = l.clock.Now()
 	}
+	l.opts.Metrics.Reserved(key, n, wait, false)
 	return &Reservation{
 		lim:      l,
 		key:      key,
@@ -179,6 +223,19 @@ func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Durat
 	if d <= 0 {
 		return fmt.Errorf("%w: pause %v", ErrInvalidDuration, d)
 	}
+	err := l.pauseRedis(ctx, key, lim, d)
+	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		// Paced locally until Redis is back, then passed on to it.
+		l.local.pause(l.clock.Now(), key, lim, l.fleetSize(), d)
+		err = nil
+	}
+	if err == nil {
+		l.opts.Metrics.Paused(key, d)
+	}
+	return err
+}
+
+func (l *Limiter) pauseRedis(ctx context.Context, key string, lim Limit, d time.Duration) error {
 	dUS := (d + time.Microsecond - 1) / time.Microsecond
 	_, args := l.args(lim, int64(dUS))
 	_, err := l.run(ctx, "pause", l.pauseScript, key, args)
@@ -202,6 +259,9 @@ func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int) (Statu
 	}
 	_, args := l.args(lim, n)
 	res, err := l.run(ctx, "peek", l.peekScript, key, args)
+	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		return l.local.peek(l.clock.Now(), key, lim, l.fleetSize(), n), nil
+	}
 	if err != nil {
 		return Status{}, err
 	}
@@ -247,21 +307,6 @@ func (l *Limiter) args(lim Limit, extra ...any) (time.Time, []any) {
 	return now, args
 }
 
-// run runs a script on key's bucket, wrapping errors with the operation.
-func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key string, args []any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
-	}
-	res, err := s.Run(ctx, l.rdb, []string{l.RedisKey(key)}, args...).Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "WRONGTYPE") {
-			return nil, fmt.Errorf("%w (%s %q)", ErrWrongType, op, l.RedisKey(key))
-		}
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
-	}
-	return res, nil
-}
-
 func replyError(op, key string, res any) error {
 	return fmt.Errorf("reserve: %s %q: unexpected reply %#v", op, key, res)
 }
@@ -272,4 +317,15 @@ func durationUS(us int64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(us) * time.Microsecond
+}
+
+// reserveLocal reserves on the local fallback: Redis is unavailable.
+func (l *Limiter) reserveLocal(key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
+	now := l.clock.Now()
+	r, wait := l.local.reserve(now, key, lim, l.fleetSize(), n, maxWait)
+	if r == nil {
+		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+	}
+	l.opts.Metrics.Reserved(key, n, wait, true)
+	return &Reservation{lim: l, key: key, limit: lim, n: n, at: now.Add(wait), local: r}, nil
 }

@@ -50,6 +50,7 @@ func childMain() error {
 	if err != nil {
 		return err
 	}
+	defer l.Close()
 	lim := reserve.Limit{Rate: float64(env("PACER_CHILD_RATE")), Burst: int(env("PACER_CHILD_BURST"))}
 	start, end := time.Unix(0, env("PACER_CHILD_START")), time.Unix(0, env("PACER_CHILD_END"))
 	time.Sleep(time.Until(start))

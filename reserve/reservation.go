@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // A Reservation holds permits granted by a Limiter for a slot in time. Its
@@ -19,6 +21,9 @@ type Reservation struct {
 	// The slot as the script knows it, exact, to identify the reservation
 	// to cancel.lua.
 	slotUS, slotFrac string
+
+	// local is set when the reservation was made by the local fallback.
+	local *rate.Reservation
 
 	mu       sync.Mutex
 	canceled bool
@@ -59,7 +64,8 @@ func (r *Reservation) Delay() time.Duration {
 // have not already built on, never more than the burst and never once the
 // slot has passed, and it never shortens a Pause. Calls after one that
 // succeeded do nothing. If Cancel fails (Redis unreachable), the permits stay
-// reserved and Cancel may be called again.
+// reserved and Cancel may be called again. A reservation made by the local
+// fallback is canceled locally.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -67,6 +73,11 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		return nil
 	}
 	l := r.lim
+	if r.local != nil {
+		r.local.CancelAt(l.clock.Now())
+		r.canceled = true
+		return nil
+	}
 	_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac)
 	if _, err := l.run(ctx, "cancel", l.cancelScript, r.key, args); err != nil {
 		return err

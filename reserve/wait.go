@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// cancelTimeout bounds the Cancel that Wait sends when its context ends while
-// it sleeps (the context itself can no longer carry the call).
-const cancelTimeout = time.Second
-
 // Wait is WaitN(ctx, key, lim, 1).
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 	return l.WaitN(ctx, key, lim, 1)
@@ -26,6 +22,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error {
 	if err := validate(key, lim, n); err != nil {
 		return err
+	}
+	if l.closed.Load() {
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -55,7 +54,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+		// ctx can no longer carry the call; CallTimeout bounds it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
 		defer cancel()
 		// Best effort: a reservation that cannot be canceled just keeps its
 		// slot, as if its caller had used it.

@@ -1,0 +1,24 @@
+package prommetrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Accessors for tests.
+
+func (m *Metrics) ReservationsFor(mode, key string) prometheus.Counter {
+	return m.reservations.WithLabelValues(m.labels(mode, key)...)
+}
+
+func (m *Metrics) PermitsFor(mode, key string) prometheus.Counter {
+	return m.permits.WithLabelValues(m.labels(mode, key)...)
+}
+
+func (m *Metrics) PausesFor(key string) prometheus.Counter {
+	if m.keyLabel == nil {
+		return m.pauses.WithLabelValues()
+	}
+	return m.pauses.WithLabelValues(m.keyLabel(key))
+}
+
+func (m *Metrics) FallbackActive() prometheus.Gauge { return m.fallback }
+
+func (m *Metrics) SwitchesTo(to string) prometheus.Counter { return m.switches.WithLabelValues(to) }

@@ -1,0 +1,144 @@
+// Package prommetrics exports a reserve.Limiter's measurements to
+// Prometheus. It lives apart from package reserve so that the core does not
+// import the Prometheus client.
+//
+//	m := prommetrics.New(prometheus.DefaultRegisterer, prommetrics.Options{})
+//	limiter, err := reserve.New(rdb, reserve.Options{Metrics: m})
+//
+// Metrics (all prefixed pacer_):
+//
+//	reservations_total{mode}           counter   reservations granted; mode is "redis" or "local" (fallback)
+//	permits_total{mode}                counter   permits in them
+//	wait_seconds{mode}                 histogram wait granted, buckets from 1 ms to 30 min
+//	redis_call_duration_seconds{op}    histogram every call to Redis, by operation
+//	redis_errors_total{op}             counter   calls that failed
+//	fallback_active                    gauge     1 while pacing locally (summed over Limiters)
+//	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
+//	pauses_total                       counter   Pause calls (a provider's 429)
+//
+// Keys are not labels by default: a crawler has millions. Options.KeyLabel
+// maps a key to a label value (for instance its host, or "other"), and adds
+// a "key" label to reservations_total, permits_total, wait_seconds and
+// pauses_total.
+package prommetrics
+
+import (
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure the metrics. The zero value is ready to use.
+type Options struct {
+	// Namespace is put before every metric name. Default "pacer".
+	Namespace string
+	// KeyLabel, if set, maps a key to the value of a "key" label. Keep the
+	// number of distinct values small. Default nil: no key label.
+	KeyLabel func(key string) string
+}
+
+// Metrics implements reserve.Metrics with Prometheus collectors.
+type Metrics struct {
+	keyLabel     func(string) string
+	reservations *prometheus.CounterVec
+	permits      *prometheus.CounterVec
+	wait         *prometheus.HistogramVec
+	callDuration *prometheus.HistogramVec
+	callErrors   *prometheus.CounterVec
+	fallback     prometheus.Gauge
+	switches     *prometheus.CounterVec
+	pauses       *prometheus.CounterVec
+}
+
+var _ reserve.Metrics = (*Metrics)(nil)
+
+// WaitBuckets are the buckets of wait_seconds: from 1 ms to 30 minutes, for
+// waits from a free slot to a long queue behind a provider's pause.
+var WaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
+
+// New creates the collectors and registers them with reg (if not nil).
+func New(reg prometheus.Registerer, opts Options) *Metrics {
+	ns := opts.Namespace
+	if ns == "" {
+		ns = "pacer"
+	}
+	per := []string{"mode"}
+	if opts.KeyLabel != nil {
+		per = []string{"mode", "key"}
+	}
+	perKey := []string{}
+	if opts.KeyLabel != nil {
+		perKey = []string{"key"}
+	}
+	m := &Metrics{
+		keyLabel: opts.KeyLabel,
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reservations_total",
+			Help: "Reservations granted, by mode (redis or local fallback)."}, per),
+		permits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "permits_total",
+			Help: "Permits reserved, by mode."}, per),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
+			Help: "Wait granted to reservations.", Buckets: WaitBuckets}, per),
+		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "redis_call_duration_seconds",
+			Help: "Duration of calls to Redis, by operation.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
+		callErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "redis_errors_total",
+			Help: "Calls to Redis that failed, by operation."}, []string{"op"}),
+		fallback: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "fallback_active",
+			Help: "Limiters pacing locally because Redis is unavailable."}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fallback_switches_total",
+			Help: "Switches between Redis and local pacing, by destination."}, []string{"to"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pauses_total",
+			Help: "Keys paused (a provider's 429)."}, perKey),
+	}
+	if reg != nil {
+		reg.MustRegister(m.reservations, m.permits, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses)
+	}
+	return m
+}
+
+func (m *Metrics) labels(mode, key string) []string {
+	if m.keyLabel == nil {
+		return []string{mode}
+	}
+	return []string{mode, m.keyLabel(key)}
+}
+
+// Reserved implements reserve.Metrics.
+func (m *Metrics) Reserved(key string, n int, wait time.Duration, local bool) {
+	mode := "redis"
+	if local {
+		mode = "local"
+	}
+	lv := m.labels(mode, key)
+	m.reservations.WithLabelValues(lv...).Inc()
+	m.permits.WithLabelValues(lv...).Add(float64(n))
+	m.wait.WithLabelValues(lv...).Observe(wait.Seconds())
+}
+
+// RedisCall implements reserve.Metrics.
+func (m *Metrics) RedisCall(op string, d time.Duration, err error) {
+	m.callDuration.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil {
+		m.callErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// Fallback implements reserve.Metrics.
+func (m *Metrics) Fallback(active bool) {
+	if active {
+		m.fallback.Inc()
+		m.switches.WithLabelValues("local").Inc()
+	} else {
+		m.fallback.Dec()
+		m.switches.WithLabelValues("redis").Inc()
+	}
+}
+
+// Paused implements reserve.Metrics.
+func (m *Metrics) Paused(key string, _ time.Duration) {
+	if m.keyLabel == nil {
+		m.pauses.WithLabelValues().Inc()
+		return
+	}
+	m.pauses.WithLabelValues(m.keyLabel(key)).Inc()
+}

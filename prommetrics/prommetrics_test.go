@@ -1,0 +1,76 @@
+package prommetrics_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/prommetrics"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestMetricsOnRedis drives a Limiter on a real Redis and reads the metrics
+// back.
+func TestMetricsOnRedis(t *testing.T) {
+	s := redistest.New(t)
+	reg := prometheus.NewPedanticRegistry()
+	m := prommetrics.New(reg, prommetrics.Options{KeyLabel: func(k string) string { return strings.SplitN(k, "/", 2)[0] }})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Metrics: m, Logger: quiet})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 1000, Burst: 5}
+	for range 3 {
+		_, err := l.Reserve(ctx, "a.example/x", lim, 2)
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Pause(ctx, "a.example/y", lim, time.Second))
+
+	assert.Equal(t, 3.0, testutil.ToFloat64(m.ReservationsFor("redis", "a.example")))
+	assert.Equal(t, 6.0, testutil.ToFloat64(m.PermitsFor("redis", "a.example")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.PausesFor("a.example")))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+	n, err := testutil.GatherAndCount(reg, "pacer_redis_call_duration_seconds")
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, 2, "reserve and pause (and heartbeat) call series")
+}
+
+// TestMetricsFallback: a dead Redis shows as errors, one switch to local,
+// the active gauge at 1, and local reservations.
+func TestMetricsFallback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+
+	reg := prometheus.NewPedanticRegistry()
+	m := prommetrics.New(reg, prommetrics.Options{})
+	l, err := reserve.New(c, reserve.Options{Metrics: m, Logger: quiet, ProbeInterval: time.Hour})
+	require.NoError(t, err)
+	defer l.Close()
+	for range 5 {
+		require.NoError(t, l.Wait(context.Background(), "k", reserve.Limit{Rate: 1e6, Burst: 1}))
+	}
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.FallbackActive()))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.SwitchesTo("local")))
+	assert.Equal(t, 5.0, testutil.ToFloat64(m.ReservationsFor("local", "")))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}

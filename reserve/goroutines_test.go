@@ -1,0 +1,28 @@
+package reserve_test
+
+import (
+	"runtime"
+	"strings"
+)
+
+// countGoroutines counts the goroutines running the Limiter's code (its
+// background loop, a Redis call it stopped waiting for), leaving out the
+// Redis client's own and the tests'.
+func countGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "pacer/reserve.(*Limiter)") && !strings.Contains(g, "testing.tRunner") {
+			count++
+		}
+	}
+	return count
+}
