@@ -81,7 +81,11 @@ var epoch = time.Date(2026, 11, 22, 1, 2, 3, 456789123, time.UTC)
 
 func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	t.Helper()
-	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t)})
+	// The contract is Redis's: FailClosed, so that a slow call on a loaded
+	// test machine fails the test instead of being paced locally, and a
+	// CallTimeout far above any scheduling hiccup.
+	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t),
+		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	return l
