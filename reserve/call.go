@@ -108,7 +108,7 @@ func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key strin
 		l.succeeded()
 		return nil, fmt.Errorf("%w (%s %q)", ErrWrongType, op, l.RedisKey(key))
 	case unavailable(err):
-		l.failed(err)
+		l.failed(key, err)
 		return nil, fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
 	default:
 		l.succeeded()

@@ -17,6 +17,7 @@ type health struct {
 	degraded bool
 	since    time.Time // when the current degraded spell began
 	lastErr  error
+	lastKey  string        // the bucket of the last failed call, probed with the heartbeat
 	wake     chan struct{} // tells the loop to start probing
 }
 
@@ -36,11 +37,18 @@ func (l *Limiter) succeeded() {
 
 // failed records a Redis call that could not reach Redis, and switches to
 // local pacing after FailAfter of them in a row.
-func (l *Limiter) failed(err error) {
+// key is the bucket the call was for ("" for the heartbeat).
+func (l *Limiter) failed(key string, err error) {
+	if l.reload != nil {
+		l.reload()
+	}
 	h := &l.health
 	h.mu.Lock()
 	h.failures++
 	h.lastErr = err
+	if key != "" {
+		h.lastKey = key
+	}
 	switching := !h.degraded && h.failures >= l.opts.FailAfter
 	if switching {
 		h.degraded = true
@@ -103,6 +111,9 @@ func (l *Limiter) loop() {
 		case <-timer.C:
 			degraded := l.isDegraded()
 			err := l.heartbeat(l.loopCtx)
+			if degraded && err == nil {
+				err = l.probeBucket(l.loopCtx)
+			}
 			switch {
 			case degraded && err == nil:
 				l.recovered(context.Background())
@@ -131,7 +142,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			l.failed(err)
+			l.failed("", err)
 		}
 		return err
 	}
@@ -140,6 +151,25 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		l.fleet.Store(n)
 	}
 	return nil
+}
+
+// probeBucket checks that the bucket of the last failed call answers too: on
+// a Redis Cluster the heartbeat set may live on a healthy master while the
+// buckets' slot is still failing over.
+func (l *Limiter) probeBucket(ctx context.Context) error {
+	l.health.mu.Lock()
+	key := l.health.lastKey
+	l.health.mu.Unlock()
+	if key == "" {
+		return nil
+	}
+	_, err := l.call(ctx, "probe", func(ctx context.Context) (any, error) {
+		return l.rdb.PTTL(ctx, l.RedisKey(key)).Result()
+	})
+	if err != nil && ctx.Err() == nil {
+		l.failed(key, err)
+	}
+	return err
 }
 
 // fleetKey is the sorted set of live Limiters sharing this KeyPrefix.

@@ -38,6 +38,7 @@ type Limiter struct {
 	clock       Clock
 	serverTime  bool
 	ctxTimeouts bool   // the client honours context deadlines on its sockets
+	reload      func() // asks a Cluster client to reload its slot map
 	id          string // this Limiter in the fleet's heartbeat set
 
 	reserveScript   *redis.Script
@@ -93,6 +94,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		// After a master fails over, go-redis keeps sending a slot's
+		// commands to the dead master until its periodic refresh, which
+		// can itself pick the dead node: seconds of refused calls. A
+		// failed call asks for a reload (go-redis runs one at a time).
+		l.reload = func() { c.ReloadState(context.Background()) }
 	case *redis.Ring:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}

@@ -14,7 +14,7 @@ type Metrics interface {
 	// fallback rather than Redis.
 	Reserved(key string, n int, wait time.Duration, local bool)
 	// RedisCall is called after every call to Redis: the operation
-	// ("reserve", "cancel", "pause", "peek", "heartbeat"), its duration and
+	// ("reserve", "cancel", "pause", "peek", "heartbeat", "probe"), its duration and
 	// its error (nil on success).
 	RedisCall(op string, d time.Duration, err error)
 	// Fallback is called on every switch: active is true when the Limiter

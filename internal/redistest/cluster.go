@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,10 +29,13 @@ const (
 
 // Cluster is a Redis Cluster of redis-server processes started for one test.
 type Cluster struct {
-	Addrs  []string             // host:port of every master
-	Client *redis.ClusterClient // ready, closed on t.Cleanup
+	Addrs    []string             // host:port of every master, as created
+	Replicas []string             // host:port of every replica, as created (see NewClusterReplicas)
+	Client   *redis.ClusterClient // ready, closed on t.Cleanup
 
-	nodes []*process
+	nodes    []*process // every node, in start order
+	mu       sync.Mutex // guards killedAt
+	killedAt time.Time  // when KillNode last killed a node
 }
 
 // NewCluster starts a Redis Cluster of masters master nodes (no replicas)
@@ -68,10 +72,10 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 		c.Addrs = append(c.Addrs, p.addr())
 	}
 
-	if err := createCluster(cli, c.Addrs); err != nil {
+	if err := createCluster(cli, c.Addrs, 0); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	if err := waitClusterOK(c.Addrs, clusterReadyLimit); err != nil {
+	if err := waitClusterOK(c.Addrs, masters, clusterReadyLimit); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	if err := setNodeTimeout(c.Addrs, clusterNodeTimeout); err != nil {
@@ -82,10 +86,11 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 }
 
 // NewClient returns another cluster client, closed on t.Cleanup, that has
-// answered PING on every master.
+// answered PING on every master. Every node, replicas included, is a seed.
 func (c *Cluster) NewClient(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	seeds := append(append([]string(nil), c.Addrs...), c.Replicas...)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds})
 	t.Cleanup(func() { _ = client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
@@ -98,12 +103,13 @@ func (c *Cluster) NewClient(t testing.TB) *redis.ClusterClient {
 	return client
 }
 
-// createCluster joins the nodes at addrs into one cluster of masters.
-func createCluster(cli string, addrs []string) error {
+// createCluster joins the nodes at addrs into one cluster, with replicas
+// replicas per master.
+func createCluster(cli string, addrs []string, replicas int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateLimit)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	cmd := exec.CommandContext(ctx, cli, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -128,8 +134,9 @@ func setNodeTimeout(addrs []string, ms string) error {
 }
 
 // waitClusterOK polls CLUSTER INFO on every node until each reports
-// cluster_state:ok, all slots assigned and ok, and knows every node.
-func waitClusterOK(addrs []string, timeout time.Duration) error {
+// cluster_state:ok, all slots assigned and ok, knows every node, and counts
+// masters masters serving slots.
+func waitClusterOK(addrs []string, masters int, timeout time.Duration) error {
 	clients := make([]*redis.Client, len(addrs))
 	for i, addr := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1})
@@ -139,7 +146,7 @@ func waitClusterOK(addrs []string, timeout time.Duration) error {
 	for {
 		notReady := ""
 		for i, c := range clients {
-			if why := clusterNodeNotReady(c, len(addrs)); why != "" {
+			if why := clusterNodeNotReady(c, len(addrs), masters); why != "" {
 				notReady = addrs[i] + ": " + why
 				break
 			}
@@ -155,8 +162,8 @@ func waitClusterOK(addrs []string, timeout time.Duration) error {
 }
 
 // clusterNodeNotReady returns why the node c is not yet part of a healthy
-// cluster of n nodes, or "" if it is.
-func clusterNodeNotReady(c *redis.Client, n int) string {
+// cluster of n nodes of which masters serve slots, or "" if it is.
+func clusterNodeNotReady(c *redis.Client, n, masters int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	info, err := c.ClusterInfo(ctx).Result()
@@ -168,7 +175,7 @@ func clusterNodeNotReady(c *redis.Client, n int) string {
 		{"cluster_slots_assigned", strconv.Itoa(clusterSlots)},
 		{"cluster_slots_ok", strconv.Itoa(clusterSlots)},
 		{"cluster_known_nodes", strconv.Itoa(n)},
-		{"cluster_size", strconv.Itoa(n)},
+		{"cluster_size", strconv.Itoa(masters)},
 	} {
 		if got := infoField(info, want[0]); got != want[1] {
 			return fmt.Sprintf("%s is %q, want %q", want[0], got, want[1])

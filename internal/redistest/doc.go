@@ -24,6 +24,19 @@
 // redis-cli. Both follow the same skip-or-fail rule when the binaries are
 // missing from PATH.
 //
+// For fault-injection tests:
+//
+//   - [Server.Stop], [Server.Restart], [Server.Freeze] and [Server.Thaw] kill,
+//     restart (empty, on the same port), SIGSTOP and SIGCONT a server from
+//     [NewProcess];
+//   - [NewSentinel] starts a master, a replica and three Sentinels, with
+//     [Sentinel.KillMaster] and [Sentinel.WaitFailover];
+//   - [NewClusterReplicas] starts a Redis Cluster whose masters have
+//     replicas, with [Cluster.MasterFor], [Cluster.KillNode] and
+//     [Cluster.WaitSlotServed];
+//   - [NewProxy] puts an in-process Toxiproxy in front of any address to add
+//     latency, hang, reset or refuse connections.
+//
 // [NewMiniredis] starts an in-process miniredis instead. It is not a real
 // Redis (its Lua and many edge cases differ) and is meant only for tests that
 // need to move time with FastForward.

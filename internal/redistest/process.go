@@ -26,15 +26,24 @@ const (
 
 // process is one redis-server started by this package.
 type process struct {
-	bin     string
-	port    int
-	withBus bool   // port+10000 is reserved for the cluster bus too
-	dir     string // --dir; holds redis.log and output.log
-	cmd     *exec.Cmd
+	spec
+	port int
+	dir  string // --dir; holds redis.log and output.log
+	cmd  *exec.Cmd
 
 	done     chan struct{} // closed once cmd.Wait has returned
 	waitErr  error         // cmd.Wait's result, readable after done
 	stopOnce sync.Once
+}
+
+// spec says how to start a redis-server; a restart reuses it.
+type spec struct {
+	bin     string
+	withBus bool     // port+10000 is reserved for the cluster bus too
+	extra   []string // arguments after the package's own
+	// config, if not empty, is written to a file in the process's directory
+	// whose path becomes redis-server's first argument (Sentinel needs one).
+	config string
 }
 
 func (p *process) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
@@ -45,35 +54,59 @@ func (p *process) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 // took the port first, is retried on another port a few times.
 func startProcess(t testing.TB, bin string, withBus bool, extra ...string) (*process, error) {
 	t.Helper()
+	return startSpec(t, spec{bin: bin, withBus: withBus, extra: extra})
+}
+
+// startSpec is startProcess for any spec.
+func startSpec(t testing.TB, sp spec) (*process, error) {
+	t.Helper()
 	base := t.TempDir() // removed after the cleanup below has run (LIFO)
 	var errs []error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		p, err := tryStart(base, attempt, bin, withBus, extra)
+		p, err := tryStart(base, attempt, sp)
 		if err == nil {
 			t.Cleanup(p.stop)
 			return p, nil
 		}
 		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
 	}
-	return nil, fmt.Errorf("could not start %s: %w", bin, errors.Join(errs...))
+	return nil, fmt.Errorf("could not start %s: %w", sp.bin, errors.Join(errs...))
 }
 
-func tryStart(base string, attempt int, bin string, withBus bool, extra []string) (*process, error) {
-	port, err := pickPort(withBus)
+// tryStart reserves a free port and starts sp on it in a new directory under
+// base. The port is released again if the start fails.
+func tryStart(base string, attempt int, sp spec) (*process, error) {
+	port, err := pickPort(sp.withBus)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(base, fmt.Sprintf("%d-%d", attempt, port))
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		releasePort(port, withBus)
+	p, err := launch(sp, filepath.Join(base, fmt.Sprintf("%d-%d", attempt, port)), port)
+	if err != nil {
+		releasePort(port, sp.withBus)
 		return nil, err
+	}
+	return p, nil
+}
+
+// launch starts sp on port in the new directory dir and waits until it
+// answers. It neither reserves nor releases the port: the caller owns it.
+func launch(sp spec, dir string, port int) (*process, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var args []string
+	if sp.config != "" {
+		conf := filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(conf, []byte(sp.config), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, conf)
 	}
 	out, err := os.Create(filepath.Join(dir, "output.log"))
 	if err != nil {
-		releasePort(port, withBus)
 		return nil, err
 	}
-	args := append([]string{
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--daemonize", "no",
@@ -81,28 +114,24 @@ func tryStart(base string, attempt int, bin string, withBus bool, extra []string
 		"--appendonly", "no",
 		"--dir", dir,
 		"--logfile", filepath.Join(dir, "redis.log"),
-	}, extra...)
-	cmd := exec.Command(bin, args...)
+	)
+	cmd := exec.Command(sp.bin, append(args, sp.extra...)...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out // an *os.File: no copying goroutine
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
 	out.Close() // the child has its own descriptor
 	if err != nil {
-		releasePort(port, withBus)
 		return nil, err
 	}
-	p := &process{
-		bin: bin, port: port, withBus: withBus, dir: dir, cmd: cmd,
-		done: make(chan struct{}),
-	}
+	p := &process{spec: sp, port: port, dir: dir, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
 	if err := p.waitReady(readyTimeout); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("%s on %s: %w\n%s", filepath.Base(bin), p.addr(), err, p.logTail())
+		p.terminate()
+		return nil, fmt.Errorf("%s on %s: %w\n%s", filepath.Base(sp.bin), p.addr(), err, p.logTail())
 	}
 	return p, nil
 }
@@ -165,17 +194,35 @@ func (p *process) serverPID() (string, error) {
 // SIGTERM: nothing is persisted, and redis-server only notices SIGTERM on its
 // next cron tick, which would add up to 100 ms to every test. The directory
 // is left for t.TempDir's own cleanup.
-func (p *process) stop() { p.stopOnce.Do(p.kill) }
+func (p *process) stop() {
+	p.stopOnce.Do(func() {
+		p.terminate()
+		releasePort(p.port, p.withBus)
+	})
+}
 
-func (p *process) kill() {
-	defer releasePort(p.port, p.withBus)
+// terminate kills the process (resuming it first, should it be stopped by
+// SIGSTOP) and waits until it has been reaped. Its ports stay reserved. It
+// may be called any number of times.
+func (p *process) terminate() {
 	select {
 	case <-p.done:
 		return // already exited
 	default:
 	}
+	_ = resume(p.cmd.Process)
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// exited reports whether the process has exited and been reaped.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // logTail returns the last lines of the server's log and of its stdout and

@@ -227,7 +227,9 @@ func TestUnavailable(t *testing.T) {
 			out, err := runChild(t, append(tc.env, "CI="))
 			require.NoError(t, err, "output:\n%s", out)
 			assert.Regexp(t, `--- SKIP: TestNoRedisChild/New \(`, out)
-			assert.Regexp(t, `--- SKIP: TestNoRedisChild/NewCluster \(`, out)
+			for _, name := range []string{"NewCluster", "NewClusterReplicas", "NewSentinel"} {
+				assert.Regexp(t, `--- SKIP: TestNoRedisChild/`+name+` \(`, out)
+			}
 			assert.Contains(t, out, "redis-server is not on PATH")
 			assert.NotContains(t, out, "unreachable")
 		})
@@ -236,7 +238,9 @@ func TestUnavailable(t *testing.T) {
 			var exit *exec.ExitError
 			require.ErrorAs(t, err, &exit, "output:\n%s", out)
 			assert.Regexp(t, `--- FAIL: TestNoRedisChild/New \(`, out)
-			assert.Regexp(t, `--- FAIL: TestNoRedisChild/NewCluster \(`, out)
+			for _, name := range []string{"NewCluster", "NewClusterReplicas", "NewSentinel"} {
+				assert.Regexp(t, `--- FAIL: TestNoRedisChild/`+name+` \(`, out)
+			}
 			assert.Contains(t, out, `CI="true" is set, so this is a failure, not a skip`)
 			assert.NotContains(t, out, "unreachable")
 		})
@@ -281,6 +285,14 @@ func TestNoRedisChild(t *testing.T) {
 	t.Run("NewCluster", func(t *testing.T) {
 		NewCluster(t, 3)
 		t.Error("unreachable: NewCluster returned without Redis")
+	})
+	t.Run("NewClusterReplicas", func(t *testing.T) {
+		NewClusterReplicas(t, 3, 1)
+		t.Error("unreachable: NewClusterReplicas returned without Redis")
+	})
+	t.Run("NewSentinel", func(t *testing.T) {
+		NewSentinel(t)
+		t.Error("unreachable: NewSentinel returned without Redis")
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +33,11 @@ type Server struct {
 	Client *redis.Client // ready (PING ok), closed on t.Cleanup
 
 	opts      *redis.Options          // how to reach the server; copied by NewClient
-	proc      *process                // set when Source is SourceProcess
 	container *tcredis.RedisContainer // set when Source is SourceContainer
+
+	mu       sync.Mutex // guards proc and restarts
+	proc     *process   // set when Source is SourceProcess; replaced by Restart
+	restarts int        // how many processes Restart has launched
 }
 
 // New returns a real Redis for t, found in this order:
@@ -104,7 +108,7 @@ func newProcess(t testing.TB, bin string) *Server {
 		t.Fatalf("redistest: %v", err)
 	}
 	opts := &redis.Options{Addr: p.addr()}
-	return &Server{
+	s := &Server{
 		Addr:   p.addr(),
 		URL:    "redis://" + p.addr() + "/0",
 		Source: SourceProcess,
@@ -112,6 +116,10 @@ func newProcess(t testing.TB, bin string) *Server {
 		opts:   opts,
 		proc:   p,
 	}
+	// Runs before p's own cleanup, which then only releases the port: kill
+	// the process Restart may have put in p's place.
+	t.Cleanup(s.kill)
+	return s
 }
 
 // newClient returns a client for opts that has answered PING, closed on

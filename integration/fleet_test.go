@@ -1,0 +1,282 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// childSpec tells a child process what to pace and where Redis is.
+type childSpec struct {
+	Mode       string   // "url", "sentinel" or "cluster"
+	URL        string   // Mode "url"
+	MasterName string   // Mode "sentinel"
+	Addrs      []string // sentinel or cluster node addresses
+	Prefix     string
+	Key        string
+	Rate       float64
+	Burst      int
+	Goroutines int
+	Start, End int64 // Unix ns
+}
+
+// TestMain runs the child side when PACER_FLEET_CHILD holds a childSpec.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("PACER_FLEET_CHILD"); spec != "" {
+		if err := childMain(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// switchLog is a reserve.Metrics that prints every fallback switch.
+type switchLog struct {
+	mu  sync.Mutex
+	out *bufio.Writer
+}
+
+func (s *switchLog) line(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.out, format+"\n", args...)
+}
+func (s *switchLog) Reserved(string, int, time.Duration, bool) {}
+func (s *switchLog) RedisCall(string, time.Duration, error)    {}
+func (s *switchLog) Paused(string, time.Duration)              {}
+func (s *switchLog) Fallback(active bool) {
+	to := "redis"
+	if active {
+		to = "local"
+	}
+	s.line("switch %d %s", time.Now().UnixNano(), to)
+}
+
+// childMain paces Spec.Key with default Options from many goroutines and
+// prints "call <start ns> <end ns>" for every Wait, "switch <ns> <to>" for
+// every fallback switch and "err <ns> <message>" for every Wait error.
+func childMain(spec string) error {
+	var s childSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		return err
+	}
+	var rdb redis.UniversalClient
+	switch s.Mode {
+	case "url":
+		opts, err := redis.ParseURL(s.URL)
+		if err != nil {
+			return err
+		}
+		rdb = redis.NewClient(opts)
+	case "sentinel":
+		rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs})
+	case "cluster":
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.Addrs})
+	default:
+		return fmt.Errorf("unknown mode %q", s.Mode)
+	}
+	defer rdb.Close()
+	out := bufio.NewWriter(os.Stdout)
+	log := &switchLog{out: out}
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix, Metrics: log,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		return err
+	}
+	lim := reserve.Limit{Rate: s.Rate, Burst: s.Burst}
+	time.Sleep(time.Until(time.Unix(0, s.Start)))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, s.End))
+	defer cancel()
+	var wg sync.WaitGroup
+	for range s.Goroutines {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				err := l.Wait(ctx, s.Key, lim)
+				end := time.Now()
+				var tooLong *reserve.WaitTooLongError
+				switch {
+				case err == nil:
+					log.line("call %d %d", start.UnixNano(), end.UnixNano())
+				case errors.As(err, &tooLong), errors.Is(err, context.DeadlineExceeded):
+					return // the run is over
+				default:
+					log.line("err %d %s", end.UnixNano(), strings.ReplaceAll(err.Error(), "\n", " "))
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	return out.Flush()
+}
+
+// call is one Wait that returned nil.
+type call struct{ start, end int64 }
+
+type switchEvent struct {
+	at    int64
+	child int
+	to    string
+}
+
+// fleetRun is what the children reported.
+type fleetRun struct {
+	calls    []call // sorted by end
+	switches []switchEvent
+	errs     []string
+	stderr   []string
+}
+
+// runFleet starts procs children pacing spec.Key from start to end, runs
+// during(ctx) in the parent meanwhile (the fault), and collects the reports.
+func runFleet(t *testing.T, procs int, spec childSpec, during func()) fleetRun {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		run fleetRun
+		wg  sync.WaitGroup
+	)
+	for i := range procs {
+		js, _ := json.Marshal(spec)
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "PACER_FLEET_CHILD="+string(js), "GORACE=atexit_sleep_ms=0")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			calls, switches, errs := parseChild(i, stdout)
+			werr := cmd.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			run.calls = append(run.calls, calls...)
+			run.switches = append(run.switches, switches...)
+			run.errs = append(run.errs, errs...)
+			run.stderr = append(run.stderr, stderr.String())
+			if werr != nil {
+				t.Errorf("child %d: %v\n%s", i, werr, stderr.String())
+			}
+		})
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	slices.SortFunc(run.calls, func(a, b call) int { return int(a.end - b.end) })
+	slices.SortFunc(run.switches, func(a, b switchEvent) int { return int(a.at - b.at) })
+	return run
+}
+
+func parseChild(child int, r io.Reader) (calls []call, switches []switchEvent, errs []string) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		if len(f) < 3 {
+			continue
+		}
+		a, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "call":
+			b, _ := strconv.ParseInt(f[2], 10, 64)
+			calls = append(calls, call{a, b})
+		case "switch":
+			switches = append(switches, switchEvent{a, child, f[2]})
+		case "err":
+			errs = append(errs, f[2])
+		}
+	}
+	return calls, switches, errs
+}
+
+// countIn returns the calls that ended in [from, to).
+func (r fleetRun) countIn(from, to time.Time) int {
+	n := 0
+	for _, c := range r.calls {
+		if c.end >= from.UnixNano() && c.end < to.UnixNano() {
+			n++
+		}
+	}
+	return n
+}
+
+// longestWait returns the longest single Wait.
+func (r fleetRun) longestWait() time.Duration {
+	var d int64
+	for _, c := range r.calls {
+		d = max(d, c.end-c.start)
+	}
+	return time.Duration(d)
+}
+
+// longestGap returns the longest time in [from, to) with no call ending:
+// the fleet stalled.
+func (r fleetRun) longestGap(from, to time.Time) time.Duration {
+	prev, gap := from.UnixNano(), int64(0)
+	for _, c := range r.calls {
+		if c.end < from.UnixNano() || c.end >= to.UnixNano() {
+			continue
+		}
+		gap = max(gap, c.end-prev)
+		prev = c.end
+	}
+	return time.Duration(max(gap, to.UnixNano()-prev))
+}
+
+// lastSwitch returns when the last child switched to "to" at or after
+// after, and how many children did.
+func (r fleetRun) lastSwitch(to string, after time.Time) (time.Time, int) {
+	last := map[int]int64{}
+	for _, s := range r.switches {
+		if s.to == to && s.at >= after.UnixNano() {
+			if _, ok := last[s.child]; !ok {
+				last[s.child] = s.at
+			}
+		}
+	}
+	var t int64
+	for _, at := range last {
+		t = max(t, at)
+	}
+	return time.Unix(0, t), len(last)
+}
+
+// switchCounts returns how many switches each child made.
+func (r fleetRun) switchCounts() map[int]int {
+	n := map[int]int{}
+	for _, s := range r.switches {
+		n[s.child]++
+	}
+	return n
+}

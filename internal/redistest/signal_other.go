@@ -1,0 +1,14 @@
+//go:build !unix
+
+package redistest
+
+import (
+	"errors"
+	"os"
+)
+
+// pause would stop p with SIGSTOP, which this platform does not have.
+func pause(*os.Process) error { return errors.ErrUnsupported }
+
+// resume would continue p with SIGCONT, which this platform does not have.
+func resume(*os.Process) error { return errors.ErrUnsupported }
