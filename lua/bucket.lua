@@ -12,6 +12,11 @@
 --            ev, evf    slot of the last reservation granted (x/time/rate's
 --                       lastEvent), used by cancel.lua
 --            pause, pausef  no slot before this time (pause.lua)
+--            seq        the number of the last reservation granted (reserve.lua)
+--            cx         the numbers of the last 16 reservations canceled,
+--                       space-separated, so a retried cancel is a no-op
+--            now        integer µs: the server time of the last write, when
+--                       using server time (see "shift" below)
 --          A missing key is a full bucket; the key expires once the bucket
 --          would be full again (plus expiry_margin_ms), so expiry is invisible.
 -- ARGV[1]  rate, permits per second, decimal (> 0)
@@ -27,6 +32,7 @@
 -- tostring(), which real Redis prints with 14 significant digits.
 
 local expiry_margin_ms = 1000
+local max_queue_us = 30 * 365 * 24 * 3600 * 1000000 -- reserve.ErrQueueTooLong
 
 local key = KEYS[1]
 local rate = tonumber(ARGV[1])
@@ -52,8 +58,9 @@ local us_per_permit = 1000000 / rate
 local fill_us = burst * us_per_permit
 
 -- rel turns a stored time (integer µs string, fraction string) into µs relative to now.
+local shift -- set once the state is read, below
 local function rel(whole, frac)
-  return (tonumber(whole) - now_us) + (tonumber(frac) or 0) - now_frac
+  return (tonumber(whole) - now_us - shift) + (tonumber(frac) or 0) - now_frac
 end
 
 -- abs splits a time relative to now into the integer and fraction strings to store.
@@ -64,7 +71,17 @@ local function abs(r)
 end
 
 -- HMGET raises WRONGTYPE before anything is written if the key is not a hash.
-local state = redis.call('HMGET', key, 'tat', 'tatf', 'ev', 'evf', 'pause', 'pausef')
+local state = redis.call('HMGET', key, 'tat', 'tatf', 'ev', 'evf', 'pause', 'pausef', 'cx', 'now')
+
+-- With server time, a clock that steps back (an NTP step, a failover to a
+-- host whose clock is behind) must not turn into a debt as long as the step:
+-- the stored times are read as if the step had not happened (shifted by it)
+-- and written back in the new clock. With a client clock, no shift: clients
+-- whose clocks disagree would then refill the bucket for each other.
+shift = 0
+if ARGV[3] == '' and state[8] and tonumber(state[8]) > now_us then
+  shift = tonumber(state[8]) - now_us
+end
 
 -- z relative to now, never below "full" (x/time/rate caps the balance at burst).
 local z = -fill_us
@@ -81,6 +98,10 @@ end
 local function save(new_z, new_ev, new_pause)
   local tat, tatf = abs(new_z)
   local fields = {'tat', tat, 'tatf', tatf}
+  if ARGV[3] == '' then
+    table.insert(fields, 'now')
+    table.insert(fields, string.format('%d', now_us))
+  end
   if new_ev then
     local ev, evf = abs(new_ev)
     table.insert(fields, 'ev')

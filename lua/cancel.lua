@@ -1,13 +1,19 @@
 -- cancel.lua: give back the permits of a reservation (x/time/rate CancelAt).
 -- Restores what later reservations have not already built on, never more than
--- burst, never once the slot has passed, and never into a pause.
+-- the reservation's n nor the burst, never once the slot has passed, and never
+-- into a pause.
 --
 -- KEYS[1]  the bucket (see bucket.lua)
 -- ARGV[1..4] rate, burst, now (see bucket.lua)
 -- ARGV[5]  n, the reservation's permits, integer 1..burst
 -- ARGV[6]  the reservation's slot_us, as reserve.lua returned it
 -- ARGV[7]  the reservation's slot_frac, as reserve.lua returned it
+-- ARGV[8]  the reservation's seq, as reserve.lua returned it
 -- Reply    the permits restored, as a decimal string ("0" when nothing changed)
+--
+-- Idempotent: a client may send a script again after a read timeout, and a
+-- cancel applied twice would give back twice. The numbers of the last 16
+-- cancels are kept in the hash; a repeat changes nothing.
 
 local n = n_arg(5)
 if not n then
@@ -20,6 +26,14 @@ local slot = rel(ARGV[6], ARGV[7])
 if slot < 0 then
   return '0'
 end
+local seq = ARGV[8]
+local canceled = {}
+for s in string.gmatch(state[7] or '', '%d+') do
+  if s == seq then
+    return '0'
+  end
+  table.insert(canceled, s)
+end
 
 -- Permits reserved after this one (their slots lie between ours and the last
 -- event) are not restored.
@@ -27,6 +41,9 @@ local ev = rel(state[3], state[4])
 local restore = n - (ev - slot) / us_per_permit
 if restore <= 0 then
   return '0'
+end
+if restore > n then
+  restore = n
 end
 
 local tokens = -z / us_per_permit + restore
@@ -55,4 +72,9 @@ if math.abs(ev - slot) < 0.001 then
 end
 
 save(new_z, new_ev)
+table.insert(canceled, seq)
+while #canceled > 16 do
+  table.remove(canceled, 1)
+end
+redis.call('HSET', key, 'cx', table.concat(canceled, ' '))
 return string.format('%.17g', restore)

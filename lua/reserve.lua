@@ -5,11 +5,12 @@
 -- ARGV[5]  n, permits to reserve, integer 1..burst
 -- ARGV[6]  max_wait_us: integer µs; if the wait would be longer, nothing is
 --          written. -1 means no maximum.
--- Reply    granted: {1, wait_us, slot_us, slot_frac}
+-- Reply    granted: {1, wait_us, slot_us, slot_frac, seq}
 --            wait_us   integer µs from now to the slot, rounded up
 --            slot_us   the slot, integer Unix µs (string)
---            slot_frac its fraction of a µs (string); slot_us and slot_frac
---                      identify the reservation for cancel.lua
+--            slot_frac its fraction of a µs (string)
+--            seq       the reservation's number on this key (integer); with
+--                      the slot, it identifies the reservation to cancel.lua
 --          refused:  {0, wait_us}, the wait it would have needed
 
 local n = n_arg(5)
@@ -19,6 +20,10 @@ end
 local max_wait_us = tonumber(ARGV[6])
 
 local new_z = z + n * us_per_permit
+-- Past ~30 years, Unix µs would outgrow the exact range of a double.
+if new_z > max_queue_us then
+  return redis.error_reply('ERR pacer: queue too long')
+end
 local slot = new_z
 if slot < 0 then
   slot = 0
@@ -28,6 +33,18 @@ if max_wait_us >= 0 and wait_us > max_wait_us then
   return {0, wait_us}
 end
 
-save(new_z, slot)
+-- The last event never moves back: a reservation landing in a hole left by
+-- a cancel gets an earlier slot than a live one, and cancel.lua must still
+-- see the latest slot, or it would give back more than was reserved
+-- (x/time/rate sets lastEvent to the new slot regardless, and can).
+local ev = slot
+if state[3] then
+  local old_ev = rel(state[3], state[4])
+  if old_ev > ev then
+    ev = nil -- keep the stored one as it is
+  end
+end
+save(new_z, ev)
+local seq = redis.call('HINCRBY', key, 'seq', 1)
 local slot_us, slot_frac = abs(slot)
-return {1, wait_us, slot_us, slot_frac}
+return {1, wait_us, slot_us, slot_frac, seq}

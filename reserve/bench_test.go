@@ -14,7 +14,7 @@ import (
 // real Redis: on one hot key and spread over 10,000 keys, from 16 goroutines
 // at once (parallel) and from one (serial).
 //
-//	go test -run '^$' -bench BenchmarkReserve -benchtime 3s ./reserve/
+//	go test -run '^$' -bench BenchmarkReserve -benchtime 2s ./reserve/
 func BenchmarkReserve(b *testing.B) {
 	s := redistest.New(b)
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(b)})

@@ -106,7 +106,10 @@ func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key strin
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
 	case strings.Contains(err.Error(), "WRONGTYPE"):
 		l.succeeded()
-		return nil, fmt.Errorf("%w (%s %q)", ErrWrongType, op, l.RedisKey(key))
+		return nil, fmt.Errorf("reserve: %s %q: %w (Redis key %q): %w", op, key, ErrWrongType, l.RedisKey(key), err)
+	case strings.Contains(err.Error(), "pacer: queue too long"):
+		l.succeeded()
+		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)
 	case unavailable(err):
 		l.failed(key, err)
 		return nil, fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)

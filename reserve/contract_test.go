@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,8 @@ func runContract(t *testing.T, b backend) {
 		{"Pause", testPause},
 		{"Peek", testPeek},
 		{"Concurrent", testConcurrent},
+		{"QueueTooLong", testQueueTooLong},
+		{"ServerClockStepsBack", testServerClockStepsBack},
 		{"Differential", testDifferential},
 		{"DifferentialCancel", testDifferentialCancel},
 		{"Properties", testProperties},
@@ -520,7 +523,7 @@ func testConcurrent(t *testing.T, b backend) {
 }
 
 // TestRedisDown: with no Redis to talk to and FailClosed, every call fails
-// with an error naming the operation and the key, and Wait does not sleep.
+// with an error naming the operation and the key.
 func TestRedisDown(t *testing.T) {
 	// A port nothing listens on: bind one, then close it.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -543,4 +546,54 @@ func TestRedisDown(t *testing.T) {
 	_, err = l.Peek(ctx, "k", lim, 1)
 	assert.ErrorContains(t, err, `reserve: peek "k": `)
 	assert.ErrorContains(t, l.Pause(ctx, "k", lim, time.Second), `reserve: pause "k": `)
+}
+
+// testQueueTooLong: a queue over 30 years long is refused with
+// ErrQueueTooLong and changes nothing, rather than overflowing.
+func testQueueTooLong(t *testing.T, b backend) {
+	ctx := context.Background()
+	l := newLimiter(t, b, fakeclock.New(epoch))
+	yearly := reserve.Limit{Rate: 1 / (365 * 24 * time.Hour).Seconds(), Burst: 1}
+	for i := range 40 {
+		before := snapshot(t, b, l, "q")
+		_, err := l.Reserve(ctx, "q", yearly, 1)
+		if err != nil {
+			require.ErrorIs(t, err, reserve.ErrQueueTooLong)
+			assert.Equal(t, 31, i, "refused after %d reservations of a year each", i)
+			assert.Equal(t, before, snapshot(t, b, l, "q"), "a refused reservation changed the bucket")
+			return
+		}
+	}
+	t.Fatal("40 reservations of a year each were all granted")
+}
+
+// testServerClockStepsBack: with server time, a Redis clock that steps back
+// (here: the bucket written by a clock 60 s ahead, as after a failover to a
+// host whose clock is behind) keeps the bucket's balance instead of turning
+// the step into a 60 s debt.
+func testServerClockStepsBack(t *testing.T, b backend) {
+	ctx := context.Background()
+	l := newLimiter(t, b, nil)
+	lim := reserve.Limit{Rate: 10, Burst: 10}
+	_, err := l.Reserve(ctx, "step", lim, 1)
+	require.NoError(t, err)
+	rk := l.RedisKey("step")
+	h, err := b.client.HGetAll(ctx, rk).Result()
+	require.NoError(t, err)
+	require.Contains(t, h, "now")
+	ahead := map[string]any{}
+	for _, f := range []string{"tat", "ev", "now"} {
+		v, err := strconv.ParseInt(h[f], 10, 64)
+		require.NoError(t, err)
+		ahead[f] = strconv.FormatInt(v+60_000_000, 10)
+	}
+	require.NoError(t, b.client.HSet(ctx, rk, ahead).Err())
+
+	st, err := l.Peek(ctx, "step", lim, 1)
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(0), st.Wait, "the clock step became a wait")
+	assert.InDelta(t, 9, st.Tokens, 0.5)
+	r, err := l.Reserve(ctx, "step", lim, 9)
+	require.NoError(t, err)
+	assert.Less(t, r.Delay(), 100*time.Millisecond)
 }

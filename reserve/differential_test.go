@@ -67,14 +67,16 @@ func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, tru
 // exactLimiter (x/time/rate's algorithm in exact arithmetic) with the same
 // random sequence at the same times, and checks after every step:
 //
-//   - against x/time/rate: every delay is never shorter and at most 1 µs per
-//     reservation made so far longer (what the issue allows);
+//   - against x/time/rate: every delay is never shorter (but for the 1 ns by
+//     which x/time/rate's float64 arithmetic can exceed the exact delay) and
+//     at most 1 µs per reservation made so far longer (what the issue allows);
 //   - against the exact model: never shorter (but for 1 ns of float noise) and
 //     at most 1 µs longer, which is what the design promises;
 //   - balances (Peek against TokensAt) within 1 µs worth of permits.
 //
 // With withCancel, reservations are also canceled (Cancel, CancelAt). There
-// x/time/rate can leave its own exact model by a nanosecond's rounding (see
+// x/time/rate can leave the exact model, by a nanosecond's rounding of
+// lastEvent or by one of the two CancelAt rules pacer changes (see
 // exactLimiter); from that step on, that trial is compared with the exact
 // model only, and the divergence is counted and logged. Without cancels a
 // divergence fails the test.
@@ -82,7 +84,7 @@ func runDifferential(t *testing.T, b backend, withCancel bool) {
 	ctx := context.Background()
 	rng := newRand(t)
 	const trials, steps = 24, 250
-	var reservations, cancels, diverged int
+	var reservations, cancels, diverged, noise int
 	var maxSlow time.Duration
 	for trial := range trials {
 		lim := randomLimit(rng)
@@ -153,10 +155,16 @@ func runDifferential(t *testing.T, b backend, withCancel bool) {
 			if refValid {
 				if math.Abs(float64(td)-ed) > 10 {
 					leave(step, "delay")
-				} else if od < td || od-td > time.Duration(made)*time.Microsecond {
+				} else if od < td-time.Nanosecond || od-td > time.Duration(made)*time.Microsecond {
 					t.Fatalf("trial %d step %d %+v: Reserve(n=%d) delay = %v, x/time/rate %v (diff %v)",
 						trial, step, lim, n, od, td, od-td)
 				} else {
+					// x/time/rate's float64 tokens can put it a nanosecond
+					// above the exact delay; pacer, checked against the exact
+					// model above, is never below that.
+					if od < td {
+						noise++
+					}
 					maxSlow = max(maxSlow, od-td)
 				}
 			}
@@ -166,8 +174,9 @@ func runDifferential(t *testing.T, b backend, withCancel bool) {
 			}
 		}
 	}
-	t.Logf("%d reservations and %d cancels compared; largest difference from x/time/rate %v, never faster; "+
-		"%d of %d trials saw x/time/rate leave its exact model", reservations, cancels, maxSlow, diverged, trials)
+	t.Logf("%d reservations and %d cancels compared; largest difference from x/time/rate %v, never faster "+
+		"(%d times x/time/rate was 1 ns above the exact delay); %d of %d trials saw x/time/rate leave its exact model",
+		reservations, cancels, maxSlow, noise, diverged, trials)
 	if !withCancel && diverged > 0 {
 		t.Fatalf("x/time/rate left the exact model without any cancel: the model is wrong")
 	}

@@ -29,6 +29,11 @@ var ErrWrongType = errors.New("reserve: redis key holds a value of another type"
 // error also wraps the cause when there is one.
 var ErrUnavailable = errors.New("reserve: redis unavailable")
 
+// ErrQueueTooLong is returned when a reservation would wait more than 30
+// years: the key's queue (or a pause) is absurdly long, and the times would
+// leave the range the scripts keep exact. Nothing is reserved.
+var ErrQueueTooLong = errors.New("reserve: the queue on this key is over 30 years long")
+
 // ErrClosed is returned by every call on a Limiter after Close.
 var ErrClosed = errors.New("reserve: limiter closed")
 

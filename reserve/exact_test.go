@@ -6,7 +6,13 @@ import (
 )
 
 // exactLimiter is golang.org/x/time/rate's Limiter (reserveN, CancelAt,
-// TokensAt), line for line, in exact rational arithmetic on nanoseconds.
+// TokensAt), line for line, in exact rational arithmetic on nanoseconds, with
+// the two changes pacer makes to CancelAt's rules (marked "pacer:" below):
+// reserveN never moves lastEvent back, and CancelAt never restores more than
+// the reservation's n. Without them, a reservation that lands in a hole left
+// by a cancel sets lastEvent before a live reservation's slot, and canceling
+// that live one then restores more than it held: more permits in a window
+// than burst + rate*T (found by the property test).
 //
 // x/time/rate keeps float64 tokens and truncates durations to whole
 // nanoseconds. That is harmless except in one place: CancelAt moves lastEvent
@@ -58,7 +64,10 @@ func (l *exactLimiter) reserveN(at time.Time, n int) *exactReservation {
 		wait := new(big.Rat).Neg(tokens)
 		tta.Add(tta, wait.Quo(wait, l.rate))
 	}
-	l.last, l.tokens, l.lastEvent = t, tokens, tta
+	l.last, l.tokens = t, tokens
+	if tta.Cmp(l.lastEvent) > 0 { // pacer: x/time/rate sets lastEvent = tta unconditionally
+		l.lastEvent = tta
+	}
 	return &exactReservation{n: n, timeToAct: tta}
 }
 
@@ -71,6 +80,9 @@ func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) {
 	restore := new(big.Rat).Sub(big.NewRat(int64(r.n), 1), later.Mul(later, l.rate))
 	if restore.Sign() <= 0 {
 		return
+	}
+	if nr := big.NewRat(int64(r.n), 1); restore.Cmp(nr) > 0 { // pacer: x/time/rate does not cap
+		restore = nr
 	}
 	tokens := l.advance(t)
 	tokens.Add(tokens, restore)

@@ -268,3 +268,34 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	require.Eventually(t, func() bool { return countGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
 		"goroutines: %d before New, %d after Close", before, countGoroutines())
 }
+
+// TestWaitDeadlineRoundTrip: with server time, the slot counts from the
+// reply. When the reply's trip pushes the slot past the context deadline,
+// WaitN gives the slot back at once and says so, instead of sleeping until
+// the deadline and wasting the slot.
+func TestWaitDeadlineRoundTrip(t *testing.T) {
+	s := redistest.NewProcess(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 5 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 2, Burst: 1}
+	_, err = l.Reserve(ctx, "rt", lim, 1) // the next slot is 500 ms away
+	require.NoError(t, err)
+	p.AddLatency(t, 100*time.Millisecond) // every reply now arrives 100 ms late
+
+	dctx, cancel := context.WithTimeout(ctx, 550*time.Millisecond) // the script sees ~499 ms: fits; with the reply, ~600 ms: does not
+	defer cancel()
+	start := time.Now()
+	err = l.Wait(dctx, "rt", lim)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+	assert.Less(t, time.Since(start), 400*time.Millisecond, "Wait slept towards the deadline instead of giving up")
+	p.Clear(t)
+	st, err := l.Peek(ctx, "rt", lim, 1)
+	require.NoError(t, err)
+	assert.Greater(t, st.Tokens, -0.9, "the slot was not given back")
+}

@@ -145,8 +145,8 @@ func (l *Limiter) RedisKey(key string) string {
 
 // Reserve reserves n permits on key and returns the reservation, whose Delay
 // says how long to wait before using them. It never refuses because of the
-// wait's length (x/time/rate's ReserveN); see TryReserve. n must be between 1
-// and lim.Burst.
+// wait's length (x/time/rate's ReserveN; see TryReserve), short of a queue
+// over 30 years long (ErrQueueTooLong). n must be between 1 and lim.Burst.
 func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int) (*Reservation, error) {
 	return l.reserve(ctx, "reserve", key, lim, n, -1)
 }
@@ -192,12 +192,13 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int,
 	if granted == 0 {
 		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
 	}
-	if len(reply) != 4 {
+	if len(reply) != 5 {
 		return nil, replyError(op, key, res)
 	}
 	slotUS, ok1 := reply[2].(string)
 	slotFrac, ok2 := reply[3].(string)
-	if !ok1 || !ok2 {
+	seq, ok3 := reply[4].(int64)
+	if !ok1 || !ok2 || !ok3 {
 		return nil, replyError(op, key, res)
 	}
 	if l.serverTime {
@@ -214,6 +215,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int,
 		at:       now.Add(wait),
 		slotUS:   slotUS,
 		slotFrac: slotFrac,
+		seq:      seq,
 	}, nil
 }
 
@@ -226,8 +228,8 @@ func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Durat
 	if err := validate(key, lim, 1); err != nil {
 		return err
 	}
-	if d <= 0 {
-		return fmt.Errorf("%w: pause %v", ErrInvalidDuration, d)
+	if d <= 0 || d > maxFill {
+		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
 	}
 	err := l.pauseRedis(ctx, key, lim, d)
 	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {

@@ -18,9 +18,10 @@ type Reservation struct {
 	n     int
 	at    time.Time // the slot, on the limiter's clock
 
-	// The slot as the script knows it, exact, to identify the reservation
-	// to cancel.lua.
+	// The slot as the script knows it, exact, and the reservation's number
+	// on its key: they identify the reservation to cancel.lua.
 	slotUS, slotFrac string
+	seq              int64
 
 	// local is set when the reservation was made by the local fallback.
 	local *rate.Reservation
@@ -63,8 +64,9 @@ func (r *Reservation) Delay() time.Duration {
 // of the limiter's clock: it restores the permits that later reservations
 // have not already built on, never more than the burst and never once the
 // slot has passed, and it never shortens a Pause. Calls after one that
-// succeeded do nothing. If Cancel fails (Redis unreachable), the permits stay
-// reserved and Cancel may be called again. A reservation made by the local
+// succeeded do nothing, and so does a call that Redis runs twice (a client
+// retry): each key remembers its last 16 cancels. If Cancel fails (Redis
+// unreachable), it may be called again. A reservation made by the local
 // fallback is canceled locally.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
@@ -78,7 +80,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 		r.canceled = true
 		return nil
 	}
-	_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac)
+	_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac, r.seq)
 	if _, err := l.run(ctx, "cancel", l.cancelScript, r.key, args); err != nil {
 		return err
 	}

@@ -30,8 +30,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 		return err
 	}
 	maxWait := time.Duration(-1)
-	if deadline, ok := ctx.Deadline(); ok {
-		maxWait = deadline.Sub(l.clock.Now())
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		// A context deadline is wall-clock time, whatever Options.Clock is.
+		maxWait = time.Until(deadline)
 		if maxWait < 0 {
 			return fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
@@ -40,9 +42,21 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
-			return fmt.Errorf("reserve: wait %q would exceed the context deadline: %w", key, err)
+			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key, err)
 		}
 		return err
+	}
+	if hasDeadline {
+		// The script measured the wait from when it ran; the slot counts
+		// from the reply. If the round trip pushed it past the deadline,
+		// give the slot back now, while it is still in the future.
+		if wait := r.Delay(); time.Now().Add(wait).After(deadline) {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
+			defer cancel()
+			_ = r.Cancel(cctx)
+			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
+				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline)})
+		}
 	}
 	d := r.Delay()
 	if d == 0 {
