@@ -49,6 +49,7 @@ func runClaim(t *testing.T, b backend) {
 		{"CancelHandedOver", testClaimCancel},
 		{"HoldBatch", testHoldBatch},
 		{"HoldRepeat", testHoldRepeat},
+		{"InPause", testInPause},
 	}
 	// Expiry runs alone, first: FastForward on miniredis expires every key.
 	t.Run("HoldExpires", func(t *testing.T) { testHoldExpires(t, b) })
@@ -306,6 +307,37 @@ func testHoldRepeat(t *testing.T, b backend) {
 		assert.Equal(t, first[i].Reservation.Time(), again[i].Reservation.Time(), "second Hold(%s) slot", reqs[i].ID)
 	}
 	assert.Equal(t, before, snapshot(t, b, l, "api"), "repeating Hold reserved again")
+}
+
+// testInPause: a pause made after a reservation that covers its slot is
+// seen; one that ended before the slot, or came before the grant, is not.
+func testInPause(t *testing.T, b backend) {
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	var rs []*reserve.Reservation
+	for range 5 { // slots at 0, 100, ..., 400 ms
+		r, err := l.Reserve(ctx, "api", lim, 1)
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	for i, r := range rs {
+		in, err := r.InPause(ctx)
+		require.NoError(t, err)
+		assert.False(t, in, "slot %d in pause before any pause", i)
+	}
+	require.NoError(t, l.Pause(ctx, "api", lim, 250*time.Millisecond))
+	for i, r := range rs {
+		in, err := r.InPause(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, i < 3, in, "slot %d (%v) in a 250 ms pause", i, r.Delay())
+	}
+	after, err := l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	in, err := after.InPause(ctx)
+	require.NoError(t, err)
+	assert.False(t, in, "a slot granted after the pause")
 }
 
 // testHoldExpires: a hold nobody claims disappears StaleAfter after its slot.
