@@ -34,8 +34,11 @@
 // Because of the whole seconds, handlers that came back sleep on average
 // about Lead + 0.5 s: about Rate * 1 s handlers per key are asleep at any
 // moment, however deep the backlog and however many workers there are (with
-// sleeping alone, every worker holding a paced task sleeps). With asynq's
-// default intervals, set Options.Lead to about 7 s instead.
+// sleeping alone, every worker holding a paced task sleeps). Give the fleet
+// at least Rate * (Lead + 1 s) workers for each paced key (30 at 20/s):
+// with fewer, returning tasks wait for a free worker, come back late and run
+// together. With asynq's default intervals, set Options.Lead to about 7 s
+// instead.
 //
 // # Slots kept for tasks
 //

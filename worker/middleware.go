@@ -41,7 +41,9 @@ const secondRounding = time.Second
 // A kept slot that comes back a little late (at most Options.StaleAfter) is
 // used at once; a later one is dropped and a fresh slot taken, so a backlog
 // drains at the rate rather than as a burst. A slot nobody comes back for
-// expires.
+// expires. A handler that slept checks, before it runs, that no Pause (a
+// 429 seen by another worker) has come to cover its slot meanwhile; if one
+// has, the task claims a slot after the pause instead.
 //
 // Errors from Redis are returned wrapped, so asynq retries the task as for
 // any failure. If opts is not valid (see Options.Validate) or l is nil, every
@@ -101,8 +103,19 @@ func (p *pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) 
 		if err != nil {
 			return err
 		}
-		if err := p.sleep(ctx, r); err != nil {
+		slept, err := p.sleep(ctx, r)
+		if err != nil {
 			return err
+		}
+		if slept {
+			// Another worker may have paused the key (a 429) while this
+			// one slept: then the slot is inside the pause, and the task
+			// claims one after it instead of calling the provider.
+			if in, err := r.InPause(ctx); err != nil {
+				return fmt.Errorf("worker: task %s: %w", tk.id, err)
+			} else if in {
+				continue
+			}
 		}
 		err = next.ProcessTask(ctx, t)
 		var rl *RateLimitedError
@@ -178,22 +191,22 @@ func (p *pacer) rescheduled(tk *task, r *reserve.Reservation, paused bool) *Rate
 	}
 }
 
-// sleep waits until r's slot. If ctx ends first, r's permits are given back
-// and the error wraps ctx.Err().
-func (p *pacer) sleep(ctx context.Context, r *reserve.Reservation) error {
+// sleep waits until r's slot and reports whether it had to wait. If ctx
+// ends first, r's permits are given back and the error wraps ctx.Err().
+func (p *pacer) sleep(ctx context.Context, r *reserve.Reservation) (bool, error) {
 	d := r.DelayFrom(p.opts.Clock.Now())
 	if d <= 0 {
-		return nil
+		return false, nil
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
+		return true, nil
 	case <-ctx.Done():
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
 		defer cancel()
 		_ = r.Cancel(cctx) // best effort: an uncanceled slot just goes unused
-		return fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), ctx.Err())
+		return false, fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), ctx.Err())
 	}
 }

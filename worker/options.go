@@ -65,7 +65,9 @@ type Options struct {
 	// idle): Lead must cover those two. A task that comes back late runs at
 	// once (or takes a fresh slot when later than StaleAfter), and late
 	// tasks that come back together make a burst. A longer Lead means more
-	// handlers asleep: about Rate * (Lead + 0.5 s) per key. Default (0):
+	// handlers asleep: about Rate * (Lead + 0.5 s) per key, up to Rate *
+	// (Lead + 1 s), and the servers need that many workers free, or tasks
+	// wait for one and come back late. Default (0):
 	// DefaultLead, 500 ms, which fits the intervals Config sets; with
 	// asynq's own defaults (5 s and 1 s) use 7 s. Negative: no lead.
 	Lead time.Duration
