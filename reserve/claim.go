@@ -21,10 +21,11 @@ import (
 // HoldOptions.StaleAfter says otherwise. A hold later than this is dropped
 // and its holder gets a fresh slot: its holder was not there to use it (the
 // workers were down, or the queue was behind), and handing out every missed
-// slot at once would be a burst. Two seconds is longer than a job queue
-// polling every second takes to deliver a job, and short enough that at
-// most two seconds' worth of permits can ever be spent together.
-const DefaultStaleAfter = 2 * time.Second
+// slot at once would be a burst. A late holder uses its slot at once, so at
+// most Rate * StaleAfter permits can ever be spent together that way: one
+// second's worth. Holders that a job queue brings back early on purpose
+// (see HoldOptions.Early) are late only after a hiccup.
+const DefaultStaleAfter = time.Second
 
 // ErrEmptyID is returned when a holder ID is empty.
 var ErrEmptyID = errors.New("reserve: empty holder ID")
@@ -52,6 +53,13 @@ type HoldOptions struct {
 	// redeems expires StaleAfter after its slot. Default (0):
 	// DefaultStaleAfter.
 	StaleAfter time.Duration
+
+	// Early is how far away a held slot may be and still be handed over
+	// by Claim and TryClaim, when that is further than their maxWait: a
+	// holder that a job queue brings back early on purpose (it delivers in
+	// coarse steps) then sleeps the rest instead of leaving again. Default
+	// (0): maxWait alone decides. Hold ignores it.
+	Early time.Duration
 }
 
 func (o HoldOptions) staleUS() (int64, error) {
@@ -61,6 +69,9 @@ func (o HoldOptions) staleUS() (int64, error) {
 	}
 	if d == 0 {
 		d = DefaultStaleAfter
+	}
+	if o.Early < 0 {
+		return 0, fmt.Errorf("%w: Early %v", ErrInvalidDuration, o.Early)
 	}
 	return int64((d + time.Microsecond - 1) / time.Microsecond), nil
 }
@@ -93,7 +104,8 @@ var claimScript = redis.NewScript(lua.Claim)
 // one, in one atomic step. A slot at most maxWait away is handed over (the
 // hold, if any, is deleted; Claim.Held is false). A slot further away is kept
 // for id: a fresh one is reserved and recorded, an existing hold is left as
-// it is, and Claim.Held is true. A hold further than
+// it is, and Claim.Held is true (unless it is within HoldOptions.Early,
+// then it is handed over). A hold further than
 // HoldOptions.StaleAfter in the past is dropped and a fresh slot reserved.
 //
 // A job queue calls Claim each time a job runs, with the job's ID: it sleeps
@@ -129,7 +141,7 @@ func (l *Limiter) claim(ctx context.Context, op, id string, p Permits, maxWait t
 	if mayHold {
 		hold = "1"
 	}
-	now, args := l.args(p.Limit, n, maxWait.Microseconds(), hold, staleUS)
+	now, args := l.args(p.Limit, n, maxWait.Microseconds(), hold, staleUS, opts.Early.Microseconds())
 	res, err := l.runKeys(ctx, op, claimScript, p.Key, []string{l.RedisKey(p.Key), l.holdKey(p.Key, id)}, args)
 	if err != nil {
 		return nil, err

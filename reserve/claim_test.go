@@ -139,8 +139,8 @@ func testClaimRedeem(t *testing.T, b backend) {
 	}{
 		{"early", -80 * time.Millisecond, 80 * time.Millisecond, false},
 		{"on time", 0, 0, false},
-		{"a little late", 1500 * time.Millisecond, 0, false},
-		{"stale", 2500 * time.Millisecond, 0, true},
+		{"a little late", 900 * time.Millisecond, 0, false},
+		{"stale", 1100 * time.Millisecond, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
