@@ -75,7 +75,7 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 // Enqueue enqueues tasks with opts (asynq's enqueue options, applied to
 // every task). Each paced task gets a slot on its key, in the order given,
 // is recorded under a new task ID (asynq.TaskID, replacing any ID the task
-// was created with) and is enqueued with asynq.ProcessAt Lead before its
+// was created with; IDs sort in slot order) and is enqueued with asynq.ProcessAt Lead before its
 // slot. The slot's time is on the Limiter's clock: local time, unless
 // reserve.Options.Clock says otherwise. Tasks that are not paced are
 // enqueued as they are.
@@ -99,6 +99,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 	var (
 		reqs  []reserve.HoldRequest
 		paced = make([]int, len(tasks)) // index into reqs, or -1
+		batch = newBatchID()
 	)
 	for i, t := range tasks {
 		if t == nil {
@@ -110,7 +111,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 			continue
 		}
 		paced[i] = len(reqs)
-		reqs = append(reqs, reserve.HoldRequest{ID: uuid.NewString(), Permits: p})
+		reqs = append(reqs, reserve.HoldRequest{ID: taskID(batch, len(reqs)), Permits: p})
 	}
 	var claims []*reserve.Claim
 	if len(reqs) > 0 {
@@ -136,4 +137,19 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 		infos[i] = info
 	}
 	return infos, errors.Join(errs...)
+}
+
+// newBatchID names a batch: the time it was made (fixed-width hex, so that
+// later batches sort after earlier ones) and a random part (so that
+// producers never collide).
+func newBatchID() string {
+	return fmt.Sprintf("%016x-%s", time.Now().UnixNano(), uuid.NewString()[:8])
+}
+
+// taskID is the ID of the i-th paced task of a batch. IDs sort in the order
+// of their slots: asynq moves the tasks due in one second to the queue in ID
+// order, so when workers are scarce they are picked up in slot order and
+// none waits behind a task with a later slot.
+func taskID(batch string, i int) string {
+	return fmt.Sprintf("%s-%08d", batch, i)
 }

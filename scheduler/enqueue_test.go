@@ -116,6 +116,14 @@ func TestEnqueue(t *testing.T) {
 		assert.WithinDuration(t, want, info.NextProcessAt, 100*time.Millisecond, "task %d (slot %d) due", i, k)
 		k++
 	}
+	// IDs sort in slot order (asynq moves a second's tasks in ID order).
+	prev := ""
+	for i, info := range infos {
+		if tasks[i].Type() == "call" {
+			assert.Less(t, prev, info.ID, "task %d's ID sorts before the previous slot's", i)
+			prev = info.ID
+		}
+	}
 	last := infos[len(infos)-2].NextProcessAt // the last one is unpaced
 	t.Logf("54 paced tasks due over %v", last.Sub(infos[0].NextProcessAt).Round(10*time.Millisecond))
 }

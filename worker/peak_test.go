@@ -38,9 +38,12 @@ func TestPeak(t *testing.T) {
 		// MaxSleep below Lead (500 ms) acts as Lead: waits longer than
 		// that, most of them, are rescheduled.
 		{"reschedule", 10, time.Millisecond, true},
-		// With 100 workers, sleeping would keep every one of them asleep;
-		// rescheduled, the handlers asleep stay about Rate * 1 s.
-		{"reschedule/concurrency 50", 50, time.Millisecond, true},
+		// With 100 workers and sleeping alone (MaxSleep 1 min; the 2 s
+		// default would reschedule waits past 2 s), every worker that holds
+		// a task sleeps; rescheduled, the handlers asleep stay about
+		// Rate * 1 s.
+		{"sleep-concurrency50", 50, time.Minute, false},
+		{"reschedule-concurrency50", 50, time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,7 +3,8 @@
 // handlers slept at once.
 //
 // Each Env has its own queue name, so tests sharing a Redis (REDIS_URL)
-// never see each other's tasks. Servers, clients and inspectors are shut
+// never see each other's tasks, and only one test on the machine holds an
+// Env at a time, so their timings do not disturb each other. Servers, clients and inspectors are shut
 // down or closed on t.Cleanup.
 package asynqtest
 
@@ -26,9 +27,11 @@ type Env struct {
 	Queue string // a fresh queue name, "pacertest-<hex>"
 }
 
-// New returns an Env on a real Redis (redistest.New).
+// New returns an Env on a real Redis (redistest.New). Only one test on the
+// machine holds an Env at a time (see lockMachine); the others wait.
 func New(t testing.TB) *Env {
 	t.Helper()
+	lockMachine(t) // first, so that it is released after everything else
 	s := redistest.New(t)
 	conn, err := asynq.ParseRedisURI(s.URL)
 	if err != nil {
