@@ -23,6 +23,9 @@
 --          existing hold is kept.
 -- ARGV[8]  stale_us: integer µs >= 0; the lateness beyond which a hold is
 --          dropped, and the hold's time to live after its slot
+-- ARGV[9]  early_us: integer µs >= 0; a held slot is handed over when it is
+--          at most max(max_wait_us, early_us) away (a holder that comes back
+--          early on purpose sleeps the rest rather than leaving again)
 -- Reply    {status, wait_us, from, n, slot_us, slot_frac}
 --            status    1 handed over (use the slot), 2 held, 0 refused
 --            wait_us   integer µs from now to the slot, rounded toward zero
@@ -41,8 +44,9 @@ end
 local max_wait_us = tonumber(ARGV[6])
 local may_hold = ARGV[7] == '1'
 local stale_us = tonumber(ARGV[8])
-if not max_wait_us or max_wait_us < 0 or not stale_us or stale_us < 0 then
-  return redis.error_reply('ERR pacer: max_wait_us and stale_us must be non-negative')
+local early_us = tonumber(ARGV[9])
+if not max_wait_us or max_wait_us < 0 or not stale_us or stale_us < 0 or not early_us or early_us < 0 then
+  return redis.error_reply('ERR pacer: max_wait_us, stale_us and early_us must be non-negative')
 end
 local hold_key = KEYS[2]
 
@@ -62,7 +66,7 @@ if h[1] then
   local hn = tonumber(h[3]) or n
   if s >= -stale_us then
     local wait_us = ceil_wait(s)
-    if wait_us <= max_wait_us then
+    if wait_us <= max_wait_us or wait_us <= early_us then
       redis.call('DEL', hold_key)
       return {1, wait_us, 1, hn, h[1], h[2]}
     end
