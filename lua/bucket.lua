@@ -132,3 +132,36 @@ local function n_arg(i)
   end
   return n
 end
+
+-- take returns where z moves and the slot when n more permits are reserved
+-- after from_z (both relative to now), or nil if the queue would be over
+-- max_queue_us long: past ~30 years, Unix µs outgrow the exact range of a
+-- double.
+local function take(from_z, n)
+  local new_z = from_z + n * us_per_permit
+  if new_z > max_queue_us then
+    return nil
+  end
+  local slot = new_z
+  if slot < 0 then
+    slot = 0
+  end
+  return new_z, slot
+end
+
+-- commit saves z after count reservations whose last slot is last_slot, and
+-- returns the number of the first of them (numbers are per key, consecutive;
+-- with the slot they identify a reservation to cancel.lua).
+--
+-- The last event never moves back: a reservation landing in a hole left by a
+-- cancel gets an earlier slot than a live one, and cancel.lua must still see
+-- the latest slot, or it would give back more than was reserved
+-- (x/time/rate sets lastEvent to the new slot regardless, and can).
+local function commit(new_z, last_slot, count)
+  local ev = last_slot
+  if state[3] and rel(state[3], state[4]) > ev then
+    ev = nil -- keep the stored one
+  end
+  save(new_z, ev)
+  return redis.call('HINCRBY', key, 'seq', count) - count + 1
+end

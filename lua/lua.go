@@ -43,3 +43,19 @@ var (
 	// Peek reads a bucket without changing it. See peek.lua.
 	Peek = bucket + peek
 )
+
+//go:embed claim.lua
+var claim string
+
+//go:embed hold.lua
+var hold string
+
+var (
+	// Claim hands a holder the slot held for it or a fresh one, and holds or
+	// refuses a slot that is too far away. See claim.lua.
+	Claim = bucket + claim
+
+	// Hold reserves and records a slot for each of several holders. See
+	// hold.lua.
+	Hold = bucket + hold
+)

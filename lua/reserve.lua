@@ -19,32 +19,15 @@ if not n then
 end
 local max_wait_us = tonumber(ARGV[6])
 
-local new_z = z + n * us_per_permit
--- Past ~30 years, Unix µs would outgrow the exact range of a double.
-if new_z > max_queue_us then
+local new_z, slot = take(z, n)
+if not new_z then
   return redis.error_reply('ERR pacer: queue too long')
-end
-local slot = new_z
-if slot < 0 then
-  slot = 0
 end
 local wait_us = math.ceil(slot)
 if max_wait_us >= 0 and wait_us > max_wait_us then
   return {0, wait_us}
 end
 
--- The last event never moves back: a reservation landing in a hole left by
--- a cancel gets an earlier slot than a live one, and cancel.lua must still
--- see the latest slot, or it would give back more than was reserved
--- (x/time/rate sets lastEvent to the new slot regardless, and can).
-local ev = slot
-if state[3] then
-  local old_ev = rel(state[3], state[4])
-  if old_ev > ev then
-    ev = nil -- keep the stored one as it is
-  end
-end
-save(new_z, ev)
-local seq = redis.call('HINCRBY', key, 'seq', 1)
+local seq = commit(new_z, slot, 1)
 local slot_us, slot_frac = abs(slot)
 return {1, wait_us, slot_us, slot_frac, seq}

@@ -1,0 +1,306 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/asynqtest"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/scheduler"
+	"github.com/pacer-go/pacer/worker"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestScheduledThenRedeemed: 1,000 tasks enqueued through scheduler land
+// spread over time at the rate, and the workers redeem their slots without
+// reserving a second time: every reservation is counted from the scripts'
+// replies, and the bucket does not change once the batch is enqueued.
+//
+//	go test -race -count=1 -run TestScheduledThenRedeemed -v ./integration/
+func TestScheduledThenRedeemed(t *testing.T) {
+	const tasks = 1000
+	api := reserve.Limit{Rate: 100, Burst: 10}
+	r := newRun(t, api, 0)
+	r.start(t, 2, 80) // Rate * (Lead + 1 s) = 150 handlers may sleep at once
+	// Load the scripts (a fresh Redis has none), so the batch below shows
+	// the steady state.
+	_, err := r.lim.Hold(context.Background(), []reserve.HoldRequest{{ID: "warm-up", Permits: reserve.Permits{Key: "warm-up", Limit: api}}}, reserve.HoldOptions{})
+	require.NoError(t, err)
+	r.count.reset()
+
+	start := time.Now()
+	infos, err := r.enq.Enqueue(context.Background(), r.tasks(tasks), asynq.Queue(r.env.Queue))
+	require.NoError(t, err)
+	enqueued := time.Since(start)
+	bucket := r.bucket(t)
+	held := r.count.snapshot()
+	require.Equal(t, tasks, held.holds, "slots reserved by Enqueue")
+
+	due := make([]asynqtest.Call, len(infos))
+	for i, info := range infos {
+		due[i] = asynqtest.Call{At: info.NextProcessAt}
+	}
+	spread := due[len(due)-1].At.Sub(due[0].At)
+	dueBusiest := asynqtest.Busiest(due, time.Second)
+	// Each task is due Lead before its slot, and asynq makes a task due in
+	// the past pending at once: the slots span (tasks-burst)/rate = 9.9 s,
+	// the due times 9.4 s, and the first Lead's worth (50 tasks) plus the
+	// burst are due at once, each to sleep until its slot.
+	assert.InDelta(t, float64(tasks-api.Burst)/api.Rate-scheduler.DefaultLead.Seconds(), spread.Seconds(), 0.1, "tasks due over")
+	assert.LessOrEqual(t, dueBusiest, int(api.Rate*(1+scheduler.DefaultLead.Seconds()))+api.Burst, "tasks due in the busiest 1 s")
+
+	r.waitDone(t, tasks, 40*time.Second)
+	assert.Equal(t, bucket, r.bucket(t), "the bucket changed after Enqueue: a slot was reserved again")
+	c := r.count.snapshot()
+	assert.Equal(t, tasks, c.redeemed, "slots redeemed")
+	assert.Zero(t, c.fresh, "fresh slots reserved by the workers")
+	calls := r.rec.Calls()
+	total := calls[len(calls)-1].At.Sub(start)
+	busiest := asynqtest.Busiest(calls, time.Second)
+	t.Logf("%d tasks enqueued in %v (%d round trips for the slots), due over %v (busiest 1 s: %d); run in %v, busiest 1 s of calls %d (limit+burst %d); reservations: %d by Enqueue, %d redeemed by workers, %d fresh by workers, %d reschedules",
+		tasks, enqueued.Round(time.Millisecond), held.holdTrips, spread.Round(10*time.Millisecond), dueBusiest,
+		total.Round(10*time.Millisecond), busiest, int(api.Rate)+api.Burst, held.holds, c.redeemed, c.fresh, c.held)
+	assert.Equal(t, 1, held.holdTrips, "round trips to reserve the batch's slots")
+	// Tolerance: the first tasks are due at once, and an idle server picks
+	// pending tasks up only every TaskCheckInterval (up to 1.5 x 100 ms), so
+	// those whose slots fall in that delay run late, together: up to
+	// Rate * 150 ms = 15 calls over limit + burst. Later tasks come back
+	// before their slots and keep the spacing.
+	pickup := time.Duration(1.5 * float64(worker.TaskCheckInterval))
+	assert.LessOrEqual(t, busiest, int(api.Rate)+api.Burst+int(api.Rate*pickup.Seconds()), "busiest 1 s of calls")
+	assert.InEpsilon(t, 10, total.Seconds(), 0.10, "total time")
+	r.checkClean(t)
+}
+
+// TestBacklogPacedAgain: the workers start after every slot the scheduler
+// kept is stale (they were down). The tasks take fresh slots and drain at
+// the rate instead of running at once.
+func TestBacklogPacedAgain(t *testing.T) {
+	const tasks = 100
+	api := reserve.Limit{Rate: 50, Burst: 5}
+	stale := 500 * time.Millisecond
+	r := newRun(t, api, stale)
+	infos, err := r.enq.Enqueue(context.Background(), r.tasks(tasks), asynq.Queue(r.env.Queue))
+	require.NoError(t, err)
+	lastDue := infos[len(infos)-1].NextProcessAt
+	// The last slot is Lead after lastDue; wait until it is stale too.
+	time.Sleep(time.Until(lastDue.Add(scheduler.DefaultLead + stale + 500*time.Millisecond)))
+	restart := time.Now()
+	r.start(t, 2, 40)
+	r.waitDone(t, tasks, 20*time.Second)
+	c := r.count.snapshot()
+	calls := r.rec.Calls()
+	busiest := asynqtest.Busiest(calls, time.Second)
+	span := calls[len(calls)-1].At.Sub(calls[0].At)
+	t.Logf("%d stale tasks: first call %v after the workers started, drained over %v, busiest 1 s %d (limit+burst %d); %d fresh slots, %d redeemed",
+		tasks, calls[0].At.Sub(restart).Round(time.Millisecond), span.Round(10*time.Millisecond), busiest, int(api.Rate)+api.Burst, c.fresh, c.redeemed)
+	assert.Equal(t, tasks, c.fresh, "fresh slots for stale tasks")
+	assert.Zero(t, c.redeemed, "stale slots redeemed")
+	assert.LessOrEqual(t, busiest, int(api.Rate)+api.Burst, "busiest 1 s")
+	assert.InDelta(t, float64(tasks-api.Burst)/api.Rate, span.Seconds(), 0.2, "drained over")
+	r.checkClean(t)
+}
+
+// run is a Redis, a Limiter whose script replies are counted, an Enqueuer
+// and (once started) asynq servers with the worker middleware.
+type run struct {
+	env   *asynqtest.Env
+	lim   *reserve.Limiter
+	enq   *scheduler.Enqueuer
+	rec   *asynqtest.Recorder
+	opts  worker.Options
+	count *counter
+
+	mu       sync.Mutex
+	reported []error
+}
+
+func newRun(t *testing.T, api reserve.Limit, stale time.Duration) *run {
+	r := &run{env: asynqtest.New(t), rec: asynqtest.NewRecorder(), count: &counter{}}
+	rdb := r.env.Redis.NewClient(t)
+	rdb.AddHook(r.count)
+	var err error
+	// A generous CallTimeout: a slow call on a loaded test machine must not
+	// turn into local pacing in the middle of what the test measures.
+	r.lim, err = reserve.New(rdb, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { r.lim.Close() })
+	pace := worker.PerType(map[string]reserve.Limit{"call": api})
+	r.enq, err = scheduler.NewEnqueuer(r.env.Client(t), r.lim, scheduler.Options{Pace: pace, StaleAfter: stale})
+	require.NoError(t, err)
+	r.opts = worker.Options{Pace: pace, StaleAfter: stale}
+	return r
+}
+
+func (r *run) tasks(n int) []*asynq.Task {
+	out := make([]*asynq.Task, n)
+	for i := range out {
+		out[i] = asynq.NewTask("call", fmt.Append(nil, i))
+	}
+	return out
+}
+
+func (r *run) start(t *testing.T, servers, concurrency int) {
+	h := r.rec.Outer(worker.Middleware(r.lim, r.opts)(r.rec.Inner(nil)))
+	for range servers {
+		r.env.Start(t, worker.Config(asynq.Config{
+			Concurrency: concurrency,
+			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.reported = append(r.reported, err)
+			}),
+			ShutdownTimeout: time.Second,
+		}), h)
+	}
+}
+
+func (r *run) waitDone(t *testing.T, n int, limit time.Duration) {
+	ok := asynqtest.WaitFor(context.Background(), limit, func() bool { return r.rec.Done() == n })
+	require.True(t, ok, "%d of %d tasks done after %v", r.rec.Done(), n, limit)
+}
+
+// bucket returns the bucket's hash.
+func (r *run) bucket(t *testing.T) map[string]string {
+	h, err := r.env.Redis.Client.HGetAll(context.Background(), r.lim.RedisKey("call")).Result()
+	require.NoError(t, err)
+	return h
+}
+
+// checkClean: nothing archived, no retry counted, no error reported.
+func (r *run) checkClean(t *testing.T) {
+	q := r.env.QueueInfo(t, r.env.Inspector(t))
+	assert.Zero(t, q.Archived, "archived")
+	for _, c := range r.rec.Calls() {
+		if !assert.Zero(t, c.Retried, "retry count of %s", c.TaskID) {
+			break
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	assert.Empty(t, r.reported, "errors reported")
+}
+
+// counter reads the replies of the claim and hold scripts as they come
+// back from Redis, to count the reservations made.
+type counter struct {
+	mu     sync.Mutex
+	counts counts
+}
+
+type counts struct {
+	holds     int // slots reserved by hold.lua (scheduler)
+	holdTrips int // pipelines that ran hold.lua
+	fresh     int // slots claim.lua reserved (worker, no live hold)
+	redeemed  int // held slots claim.lua handed back
+	held      int // claim.lua replies that kept a slot (reschedules)
+}
+
+func (c *counter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = counts{}
+}
+
+func (c *counter) snapshot() counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts
+}
+
+var (
+	claimSHA = sha(lua.Claim)
+	holdSHA  = sha(lua.Hold)
+)
+
+func sha(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// script returns the SHA of the script cmd runs, if it is EVAL or EVALSHA.
+func script(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	src, _ := args[1].(string)
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "evalsha":
+		return src
+	case "eval":
+		return sha(src)
+	}
+	return ""
+}
+
+func (c *counter) read(cmd redis.Cmder) {
+	rc, ok := cmd.(*redis.Cmd)
+	if !ok || rc.Err() != nil {
+		return
+	}
+	v, ok := rc.Val().([]any)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch script(cmd) {
+	case claimSHA:
+		if status, _ := v[0].(int64); status != 0 {
+			if from, _ := v[2].(int64); from == 1 {
+				c.counts.redeemed++
+			} else {
+				c.counts.fresh++
+			}
+			if status == 2 {
+				c.counts.held++
+			}
+		}
+	case holdSHA:
+		for i := 1; i < len(v); i += 5 {
+			if from, _ := v[i].(int64); from != 1 {
+				c.counts.holds++
+			}
+		}
+	}
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c.read(cmd)
+		return err
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if script(cmd) == holdSHA {
+				c.mu.Lock()
+				c.counts.holdTrips++
+				c.mu.Unlock()
+				break
+			}
+		}
+		for _, cmd := range cmds {
+			c.read(cmd)
+		}
+		return err
+	}
+}

@@ -1,0 +1,51 @@
+// Package readmetest keeps README.md's code blocks true: each must be the
+// body of a compiled Example function.
+package readmetest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+// ShowsExamples fails t unless the file readme holds, as a ```go block, the
+// body of func Example in each of the given Go files.
+func ShowsExamples(t testing.TB, readme string, files ...string) {
+	t.Helper()
+	text, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range files {
+		body := ExampleBody(t, file)
+		if !strings.Contains(string(text), "```go\n"+body+"\n```") {
+			t.Errorf("%s does not show the body of Example in %s:\n%s", readme, file, body)
+		}
+	}
+}
+
+// ExampleBody returns the source between the braces of func Example in file.
+func ExampleBody(t testing.TB, file string) string {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "Example" {
+			lbrace := fset.Position(fn.Body.Lbrace).Offset
+			rbrace := fset.Position(fn.Body.Rbrace).Offset
+			return strings.Trim(string(src[lbrace+1:rbrace]), "\n")
+		}
+	}
+	t.Fatalf("no func Example in %s", file)
+	return ""
+}

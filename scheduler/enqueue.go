@@ -1,0 +1,155 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// DefaultLead is how long before its slot a task is made due unless
+// Options.Lead says otherwise. It is worker.DefaultLead: the two must agree
+// with the asynq server's intervals (see package worker).
+const DefaultLead = 500 * time.Millisecond
+
+// ErrInvalidOptions is returned, wrapped, for Options or enqueue options
+// that cannot work.
+var ErrInvalidOptions = errors.New("scheduler: invalid options")
+
+// Options configure an Enqueuer. Set Pace; the other fields' zero values
+// mean their defaults.
+type Options struct {
+	// Pace says whether task t is paced, and what one run of it costs: the
+	// key, the key's Limit and the permits. Give it the same function as
+	// worker.Options.Pace, so that the worker redeems the slot on the same
+	// key. Tasks for which it returns false are enqueued as they are.
+	// Required.
+	Pace func(t *asynq.Task) (reserve.Permits, bool)
+
+	// Lead is how long before its slot a task is made due (asynq.ProcessAt),
+	// so that it reaches a worker a little early and sleeps the rest. Use
+	// the worker's Options.Lead. Default (0): DefaultLead, 500 ms. Negative:
+	// no lead.
+	Lead time.Duration
+
+	// StaleAfter is how long after its slot a task's slot stays recorded
+	// for it. A task that runs later than that takes a fresh slot. Use the
+	// worker's Options.StaleAfter. Default (0): reserve.DefaultStaleAfter.
+	StaleAfter time.Duration
+}
+
+// An Enqueuer enqueues asynq tasks, each at its own slot on its key. It is
+// safe for concurrent use.
+type Enqueuer struct {
+	client *asynq.Client
+	lim    *reserve.Limiter
+	opts   Options
+}
+
+// NewEnqueuer returns an Enqueuer that reserves slots on l and enqueues with
+// c.
+func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, error) {
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: nil asynq client", ErrInvalidOptions)
+	case l == nil:
+		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidOptions)
+	case opts.Pace == nil:
+		return nil, fmt.Errorf("%w: Pace is nil", ErrInvalidOptions)
+	case opts.StaleAfter < 0:
+		return nil, fmt.Errorf("%w: StaleAfter %v is negative", ErrInvalidOptions, opts.StaleAfter)
+	}
+	switch {
+	case opts.Lead == 0:
+		opts.Lead = DefaultLead
+	case opts.Lead < 0:
+		opts.Lead = 0
+	}
+	return &Enqueuer{client: c, lim: l, opts: opts}, nil
+}
+
+// Enqueue enqueues tasks with opts (asynq's enqueue options, applied to
+// every task). Each paced task gets a slot on its key, in the order given,
+// is recorded under a new task ID (asynq.TaskID, replacing any ID the task
+// was created with; IDs sort in slot order) and is enqueued with asynq.ProcessAt Lead before its
+// slot. The slot's time is on the Limiter's clock: local time, unless
+// reserve.Options.Clock says otherwise. Tasks that are not paced are
+// enqueued as they are.
+//
+// Reserving the slots of the whole batch costs one Redis round trip (see
+// reserve.Limiter.Hold); asynq then enqueues the tasks one by one, since it
+// has no batch enqueue.
+//
+// It returns the TaskInfo of each task, in order. If some tasks could not be
+// enqueued, their entries are nil and the error joins one error per task
+// ("scheduler: task i: ..."); the slots reserved for them expire unused. If
+// the slots could not be reserved, nothing is enqueued. opts must not hold
+// TaskID, ProcessAt or ProcessIn: Enqueue sets them.
+func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asynq.Option) ([]*asynq.TaskInfo, error) {
+	for _, o := range opts {
+		switch o.Type() {
+		case asynq.TaskIDOpt, asynq.ProcessAtOpt, asynq.ProcessInOpt:
+			return nil, fmt.Errorf("%w: Enqueue sets %v itself", ErrInvalidOptions, o)
+		}
+	}
+	var (
+		reqs  []reserve.HoldRequest
+		paced = make([]int, len(tasks)) // index into reqs, or -1
+		batch = newBatchID()
+	)
+	for i, t := range tasks {
+		if t == nil {
+			return nil, fmt.Errorf("scheduler: task %d is nil", i)
+		}
+		p, ok := e.opts.Pace(t)
+		if !ok {
+			paced[i] = -1
+			continue
+		}
+		paced[i] = len(reqs)
+		reqs = append(reqs, reserve.HoldRequest{ID: taskID(batch, len(reqs)), Permits: p})
+	}
+	var claims []*reserve.Claim
+	if len(reqs) > 0 {
+		var err error
+		claims, err = e.lim.Hold(ctx, reqs, reserve.HoldOptions{StaleAfter: e.opts.StaleAfter})
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: reserve slots: %w", err)
+		}
+	}
+	infos := make([]*asynq.TaskInfo, len(tasks))
+	var errs []error
+	for i, t := range tasks {
+		taskOpts := opts
+		if j := paced[i]; j >= 0 {
+			at := claims[j].Reservation.Time().Add(-e.opts.Lead)
+			taskOpts = append(opts[:len(opts):len(opts)], asynq.TaskID(reqs[j].ID), asynq.ProcessAt(at))
+		}
+		info, err := e.client.EnqueueContext(ctx, t, taskOpts...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("scheduler: task %d: %w", i, err))
+			continue
+		}
+		infos[i] = info
+	}
+	return infos, errors.Join(errs...)
+}
+
+// newBatchID names a batch: the time it was made (fixed-width hex, so that
+// later batches sort after earlier ones) and a random part (so that
+// producers never collide).
+func newBatchID() string {
+	return fmt.Sprintf("%016x-%s", time.Now().UnixNano(), uuid.NewString()[:8])
+}
+
+// taskID is the ID of the i-th paced task of a batch. IDs sort in the order
+// of their slots: asynq moves the tasks due in one second to the queue in ID
+// order, so when workers are scarce they are picked up in slot order and
+// none waits behind a task with a later slot.
+func taskID(batch string, i int) string {
+	return fmt.Sprintf("%s-%08d", batch, i)
+}

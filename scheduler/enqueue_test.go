@@ -1,0 +1,152 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/asynqtest"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/scheduler"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var api = reserve.Limit{Rate: 10, Burst: 2}
+
+func pace(t *asynq.Task) (reserve.Permits, bool) {
+	if t.Type() != "call" {
+		return reserve.Permits{}, false
+	}
+	return reserve.Permits{Key: "call", Limit: api}, true
+}
+
+func TestNewEnqueuer(t *testing.T) {
+	c := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	l, err := reserve.New(rdb, reserve.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	tests := []struct {
+		name string
+		c    *asynq.Client
+		l    *reserve.Limiter
+		opts scheduler.Options
+		ok   bool
+	}{
+		{"ok", c, l, scheduler.Options{Pace: pace}, true},
+		{"negative lead means none", c, l, scheduler.Options{Pace: pace, Lead: -1}, true},
+		{"nil client", nil, l, scheduler.Options{Pace: pace}, false},
+		{"nil limiter", c, nil, scheduler.Options{Pace: pace}, false},
+		{"nil pace", c, l, scheduler.Options{}, false},
+		{"negative StaleAfter", c, l, scheduler.Options{Pace: pace, StaleAfter: -1}, false},
+	}
+	for _, tt := range tests {
+		_, err := scheduler.NewEnqueuer(tt.c, tt.l, tt.opts)
+		if tt.ok {
+			assert.NoError(t, err, tt.name)
+		} else {
+			assert.ErrorIs(t, err, scheduler.ErrInvalidOptions, tt.name)
+		}
+	}
+	e, err := scheduler.NewEnqueuer(c, l, scheduler.Options{Pace: pace})
+	require.NoError(t, err)
+	for _, o := range []asynq.Option{asynq.TaskID("x"), asynq.ProcessAt(time.Now()), asynq.ProcessIn(time.Second)} {
+		_, err := e.Enqueue(context.Background(), []*asynq.Task{asynq.NewTask("call", nil)}, o)
+		assert.ErrorIs(t, err, scheduler.ErrInvalidOptions, "Enqueue(%v)", o)
+	}
+}
+
+// TestEnqueue: paced tasks are scheduled Lead before slots spaced at the
+// rate, each slot held under the task's ID; others are enqueued as they are;
+// the slots cost one round trip.
+func TestEnqueue(t *testing.T) {
+	env := asynqtest.New(t)
+	rdb := env.Redis.NewClient(t)
+	var trips atomic.Int64
+	rdb.AddHook(tripHook{&trips})
+	// A generous CallTimeout: a slow call on a loaded test machine must not
+	// turn into local pacing in the middle of what the test measures.
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	e, err := scheduler.NewEnqueuer(env.Client(t), l, scheduler.Options{Pace: pace})
+	require.NoError(t, err)
+	ctx := context.Background()
+	// Load the script, so the counted batch is the steady state.
+	_, err = e.Enqueue(ctx, []*asynq.Task{asynq.NewTask("call", nil)}, asynq.Queue(env.Queue))
+	require.NoError(t, err)
+
+	var tasks []*asynq.Task
+	for i := range 60 {
+		typ := "call"
+		if i%10 == 9 {
+			typ = "free"
+		}
+		tasks = append(tasks, asynq.NewTask(typ, fmt.Append(nil, i)))
+	}
+	trips.Store(0)
+	start := time.Now()
+	infos, err := e.Enqueue(ctx, tasks, asynq.Queue(env.Queue))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), trips.Load(), "round trips on the limiter's client for 54 slots")
+
+	k := 1 // the warm-up task took the first slot
+	for i, info := range infos {
+		require.NotNil(t, info, "task %d", i)
+		hold := l.RedisKey("call") + ":hold:" + info.ID
+		n, err := env.Redis.Client.Exists(ctx, hold).Result()
+		require.NoError(t, err)
+		if tasks[i].Type() == "free" {
+			assert.Equal(t, asynq.TaskStatePending, info.State, "unpaced task %d", i)
+			assert.Zero(t, n, "unpaced task %d has a hold", i)
+			continue
+		}
+		assert.Equal(t, int64(1), n, "task %d has no hold", i)
+		// Slot k is at (k+1-burst)/rate from the first reservation; the
+		// task is due Lead (500 ms) before it.
+		// A task due in the past is pending at once (NextProcessAt: now).
+		want := start.Add(time.Duration(max(0, k+1-api.Burst))*100*time.Millisecond - scheduler.DefaultLead)
+		if want.Before(start) {
+			want = start
+		}
+		assert.WithinDuration(t, want, info.NextProcessAt, 100*time.Millisecond, "task %d (slot %d) due", i, k)
+		k++
+	}
+	// IDs sort in slot order (asynq moves a second's tasks in ID order).
+	prev := ""
+	for i, info := range infos {
+		if tasks[i].Type() == "call" {
+			assert.Less(t, prev, info.ID, "task %d's ID sorts before the previous slot's", i)
+			prev = info.ID
+		}
+	}
+	last := infos[len(infos)-2].NextProcessAt // the last one is unpaced
+	t.Logf("54 paced tasks due over %v", last.Sub(infos[0].NextProcessAt).Round(10*time.Millisecond))
+}
+
+// tripHook counts commands and pipelines sent: one round trip each.
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}

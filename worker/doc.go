@@ -1,0 +1,55 @@
+// Package worker paces asynq task handlers against a rate limit shared by
+// every server of the fleet, with reserve.Limiter.
+//
+// Middleware gives each paced task a slot on its key. A short wait is slept
+// in the handler; a long one reschedules the task to its slot through asynq's
+// own retry mechanism, without counting a retry, and the slot is kept for the
+// task (by task ID) so that it uses it when it runs again instead of taking a
+// second one. Tasks with no retries left, which asynq archives on any error,
+// always sleep instead. Pause and TooManyRequests let a handler that got a
+// 429 from the provider pause the key for the whole fleet.
+//
+// # Setting up the server
+//
+// Two lines: Config sets up asynq.Config, Middleware paces the handlers.
+//
+//	srv := asynq.NewServer(redisOpt, worker.Config(asynq.Config{Concurrency: 10}))
+//	mux.Use(worker.Middleware(limiter, worker.Options{Pace: worker.PerType(limits)}))
+//
+// Config makes a rate-limit reschedule neither a failure (IsFailure: no retry
+// is counted) nor an error to report (ErrorHandler), reschedules it to its
+// slot (RetryDelayFunc), and shortens two asynq intervals unless they are
+// set: DelayedTaskCheckInterval to 250 ms and TaskCheckInterval to 100 ms.
+// IsFailure, RetryDelay and ErrorHandler are there for a Config you build
+// yourself.
+//
+// # Why the intervals matter
+//
+// asynq keeps retry times in whole seconds and moves due tasks to their queue
+// every DelayedTaskCheckInterval (default 5 s); an idle server looks for new
+// tasks every TaskCheckInterval (default 1 s). A rescheduled task therefore
+// comes back up to DelayedTaskCheckInterval + 1.5 TaskCheckInterval after it
+// was due. Options.Lead (default 500 ms) makes it due that much early and the
+// handler sleeps the rest, so the calls keep the spacing the limit asks for.
+// Because of the whole seconds, handlers that came back sleep on average
+// about Lead + 0.5 s: about Rate * 1 s handlers per key are asleep at any
+// moment, however deep the backlog and however many workers there are (with
+// sleeping alone, every worker holding a paced task sleeps). Give the fleet
+// at least Rate * (Lead + 1 s) workers for each paced key (30 at 20/s):
+// with fewer, returning tasks wait for a free worker, come back late and run
+// together. With asynq's default intervals, set Options.Lead to about 7 s
+// instead.
+//
+// # Slots kept for tasks
+//
+// A slot kept for a task lives in Redis beside the key's bucket (see
+// reserve.Limiter.Claim). When the task comes back early it sleeps the
+// remainder; a little late (up to Options.StaleAfter, 1 s) it runs at once;
+// later than that the slot is dropped and a fresh one taken, so a backlog
+// left by workers that were down drains at the rate, never as a burst. A slot
+// nobody comes back for (the task was deleted) expires StaleAfter after its
+// time. Package scheduler keeps slots the same way for tasks it enqueues, and
+// the middleware redeems them.
+//
+// See the package examples.
+package worker

@@ -1,0 +1,81 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/worker"
+	"github.com/redis/go-redis/v9"
+)
+
+// Every asynq server of the fleet runs this: together they call the
+// provider at most 20 times per second (bursts of 5), however many servers
+// and workers there are. README's asynq section is this example.
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+
+	// worker.Config: rate-limit reschedules are not failures, not errors.
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"},
+		worker.Config(asynq.Config{Concurrency: 50}))
+	mux := asynq.NewServeMux()
+	mux.Use(worker.Middleware(limiter, worker.Options{
+		Pace: worker.PerType(map[string]reserve.Limit{"crawl": {Rate: 20, Burst: 5}}),
+	}))
+	mux.HandleFunc("crawl", func(ctx context.Context, t *asynq.Task) error {
+		// The middleware has slept until this task's slot, or rescheduled it.
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(t.Payload()), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		// A 429 pauses "crawl" on every server and reschedules this task.
+		if err := worker.TooManyRequests(ctx, resp.StatusCode, resp.Header.Get("Retry-After")); err != nil {
+			return err
+		}
+		fmt.Println(resp.Status) // handle the response here
+		return nil
+	})
+	if err := srv.Run(mux); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Pace can map a task to any key: here each tenant named in the payload has
+// its own quota at the provider, and a large report costs 5 permits.
+func ExampleOptions_perTenant() {
+	pace := func(t *asynq.Task) (reserve.Permits, bool) {
+		if t.Type() != "report" {
+			return reserve.Permits{}, false // not paced
+		}
+		var p struct {
+			Tenant string `json:"tenant"`
+			Large  bool   `json:"large"`
+		}
+		if err := json.Unmarshal(t.Payload(), &p); err != nil || p.Tenant == "" {
+			return reserve.Permits{}, false
+		}
+		n := 1
+		if p.Large {
+			n = 5
+		}
+		return reserve.Permits{Key: "reports:" + p.Tenant, Limit: reserve.Limit{Rate: 2, Burst: 5}, N: n}, true
+	}
+	p, ok := pace(asynq.NewTask("report", []byte(`{"tenant":"acme","large":true}`)))
+	fmt.Println(p.Key, p.N, ok)
+	// Output:
+	// reports:acme 5 true
+}

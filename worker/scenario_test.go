@@ -1,0 +1,284 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/asynqtest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/worker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fleet is asynq servers on a fresh Redis, all running one paced handler.
+type fleet struct {
+	env    *asynqtest.Env
+	lim    *reserve.Limiter
+	rec    *asynqtest.Recorder
+	client *asynq.Client
+	insp   *asynq.Inspector
+
+	mu       sync.Mutex
+	reported []error // errors that reached the ErrorHandler
+}
+
+// newFleet starts servers (each with concurrency workers) running handler
+// h(server index) behind the middleware.
+func newFleet(t *testing.T, servers, concurrency int, opts worker.Options, h func(server int) asynq.HandlerFunc) *fleet {
+	f := &fleet{env: asynqtest.New(t), rec: asynqtest.NewRecorder()}
+	var err error
+	f.lim, err = reserve.New(f.env.Redis.Client, testOptions(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { f.lim.Close() })
+	for i := range servers {
+		var inner asynq.HandlerFunc
+		if h != nil {
+			inner = h(i)
+		}
+		f.env.Start(t, worker.Config(asynq.Config{
+			Concurrency: concurrency,
+			ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				f.reported = append(f.reported, err)
+			}),
+			ShutdownTimeout: time.Second,
+		}), f.rec.Outer(worker.Middleware(f.lim, opts)(f.rec.Inner(inner))))
+	}
+	f.client = f.env.Client(t)
+	f.insp = f.env.Inspector(t)
+	return f
+}
+
+func (f *fleet) enqueue(t *testing.T, n int, opts ...asynq.Option) {
+	t.Helper()
+	for i := range n {
+		_, err := f.client.Enqueue(asynq.NewTask("call", []byte(strconv.Itoa(i))), append(opts, asynq.Queue(f.env.Queue))...)
+		require.NoError(t, err)
+	}
+}
+
+// waitDone waits until n tasks completed.
+func (f *fleet) waitDone(t *testing.T, n int, limit time.Duration) {
+	t.Helper()
+	ok := asynqtest.WaitFor(context.Background(), limit, func() bool { return f.rec.Done() == n })
+	require.True(t, ok, "%d of %d tasks done after %v", f.rec.Done(), n, limit)
+}
+
+func (f *fleet) errorsReported() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reported
+}
+
+func (f *fleet) rescheduled() int {
+	n := 0
+	for _, err := range f.rec.Errors() {
+		var rl *worker.RateLimitedError
+		if errors.As(err, &rl) {
+			n++
+		}
+	}
+	return n
+}
+
+var api = reserve.Limit{Rate: 20, Burst: 1}
+
+func pace() worker.Options {
+	return worker.Options{Pace: worker.PerType(map[string]reserve.Limit{"call": api})}
+}
+
+// TestMaxRetryZero: asynq archives a MaxRetry(0) task on its first error,
+// before it asks IsFailure, so such tasks must never be rescheduled: they
+// sleep, even far beyond MaxSleep, and none is archived.
+func TestMaxRetryZero(t *testing.T) {
+	opts := pace()
+	opts.MaxSleep = time.Millisecond // every other task would be rescheduled
+	f := newFleet(t, 1, 40, opts, nil)
+	f.enqueue(t, 40, asynq.MaxRetry(0))
+	f.waitDone(t, 40, 10*time.Second)
+	q := f.env.QueueInfo(t, f.insp)
+	assert.Zero(t, q.Archived, "archived MaxRetry(0) tasks")
+	assert.Zero(t, f.rescheduled(), "reschedules of MaxRetry(0) tasks")
+	assert.Empty(t, f.errorsReported(), "errors reported")
+	calls := f.rec.Calls()
+	span := calls[len(calls)-1].At.Sub(calls[0].At)
+	peak, _ := f.rec.Asleep()
+	t.Logf("40 MaxRetry(0) tasks at %v/s: done in %v, %d asleep at most, busiest 1 s %d", api.Rate, span.Round(10*time.Millisecond), peak, asynqtest.Busiest(calls, time.Second))
+	// 39 waits of 50 ms after the first call: 1.95 s; the longest slept 1.95 s.
+	assert.InDelta(t, 1.95, span.Seconds(), 0.2, "span of the calls")
+	assert.LessOrEqual(t, asynqtest.Busiest(calls, time.Second), int(api.Rate)+api.Burst)
+}
+
+// TestDeadline: a task sleeps at most half the time left before its
+// deadline. With retries left, a longer wait is rescheduled; with none left
+// it cannot be saved (asynq archives it whatever the handler returns), and
+// nothing is reserved for it.
+func TestDeadline(t *testing.T) {
+	t.Run("retries left", func(t *testing.T) {
+		f := newFleet(t, 1, 40, pace(), nil) // default MaxSleep, 2 s
+		// Timeout 2 s: sleep at most 1 s. Slots reach 2 s: about half the
+		// tasks must be rescheduled.
+		f.enqueue(t, 40, asynq.Timeout(2*time.Second))
+		f.waitDone(t, 40, 15*time.Second)
+		q := f.env.QueueInfo(t, f.insp)
+		assert.Zero(t, q.Archived, "archived")
+		assert.Empty(t, f.errorsReported(), "errors reported")
+		for _, c := range f.rec.Calls() {
+			assert.Zero(t, c.Retried, "retry count of %s", c.TaskID)
+		}
+		t.Logf("40 tasks with Timeout(2s) at %v/s: %d rescheduled", api.Rate, f.rescheduled())
+		assert.Greater(t, f.rescheduled(), 10, "tasks rescheduled because of their deadline")
+	})
+	t.Run("no retries left", func(t *testing.T) {
+		f := newFleet(t, 1, 4, pace(), nil)
+		ctx := context.Background()
+		// Queue 3 s of slots: the task's 2 s timeout allows a 1 s sleep.
+		for range 60 {
+			_, err := f.lim.Reserve(ctx, "call", api, 1)
+			require.NoError(t, err)
+		}
+		before, err := f.env.Redis.Client.HGetAll(ctx, f.lim.RedisKey("call")).Result()
+		require.NoError(t, err)
+		f.enqueue(t, 1, asynq.MaxRetry(0), asynq.Timeout(2*time.Second))
+		ok := asynqtest.WaitFor(ctx, 5*time.Second, func() bool { return f.env.QueueInfo(t, f.insp).Archived == 1 })
+		require.True(t, ok, "the task was not archived")
+		after, err := f.env.Redis.Client.HGetAll(ctx, f.lim.RedisKey("call")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, before, after, "a slot was reserved for a task that could not use it")
+		errs := f.errorsReported()
+		require.Len(t, errs, 1)
+		var tooLong *reserve.WaitTooLongError
+		assert.ErrorAs(t, errs[0], &tooLong)
+		assert.Empty(t, f.rec.Calls(), "the handler ran")
+		t.Logf("reported: %v", errs[0])
+	})
+}
+
+// TestTooManyRequests: the provider answers one call with 429 and
+// Retry-After 2 mid-run. No server calls it during the pause, the refused
+// task runs again after it, and nothing counts a retry or is archived, for
+// tasks with retries left (rescheduled) and without (they sleep).
+func TestTooManyRequests(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts []asynq.Option
+	}{
+		{"retries left", nil},
+		{"MaxRetry(0)", []asynq.Option{asynq.MaxRetry(0)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const tasks, refuse = 60, 20 // the 20th call gets a 429
+			var (
+				mu       sync.Mutex
+				calls    []providerCall
+				pausedAt time.Time
+			)
+			provider := func(server int) (status int, retryAfter string) {
+				mu.Lock()
+				defer mu.Unlock()
+				now := time.Now()
+				calls = append(calls, providerCall{now, server})
+				if len(calls) == refuse {
+					pausedAt = now
+					return 429, "2"
+				}
+				return 200, ""
+			}
+			// 2 x 15 workers: returning tasks sleep up to Lead + 1 s, so at
+			// 20/s up to 30 handlers sleep at once. With fewer, returning
+			// tasks wait for a worker and come back late (see Options.Lead).
+			f := newFleet(t, 2, 15, pace(), func(server int) asynq.HandlerFunc {
+				return func(ctx context.Context, t *asynq.Task) error {
+					status, retryAfter := provider(server)
+					return worker.TooManyRequests(ctx, status, retryAfter)
+				}
+			})
+			f.enqueue(t, tasks, tt.opts...)
+			f.waitDone(t, tasks, 20*time.Second)
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, calls, tasks+1, "provider calls: one per task and the refused one again")
+			resume := pausedAt.Add(2 * time.Second)
+			// The refused handler records the pause a round trip after its
+			// 429; a handler that checked just before may still call in
+			// those few ms.
+			guard := pausedAt.Add(5 * time.Millisecond)
+			servers := map[int]int{}
+			for _, c := range calls {
+				if c.at.After(guard) && c.at.Before(resume) {
+					t.Errorf("server %d called the provider %v into the 2 s pause", c.server, c.at.Sub(pausedAt))
+				}
+				servers[c.server]++
+			}
+			assert.Len(t, servers, 2, "both servers made calls")
+			var after []time.Time
+			for _, c := range calls {
+				if c.at.After(pausedAt) {
+					after = append(after, c.at)
+				}
+			}
+			require.NotEmpty(t, after)
+			q := f.env.QueueInfo(t, f.insp)
+			assert.Zero(t, q.Archived, "archived")
+			for _, c := range f.rec.Calls() {
+				assert.Zero(t, c.Retried, "retry count of %s", c.TaskID)
+			}
+			assert.Empty(t, f.errorsReported(), "errors reported")
+			t.Logf("429 at call %d: first call after it %v later (pause 2 s); %d calls after the pause over %v; calls per server %v",
+				refuse, after[0].Sub(pausedAt).Round(time.Millisecond), len(after), after[len(after)-1].Sub(after[0]).Round(10*time.Millisecond), servers)
+			// The pause ends with an empty bucket: the rest drains at the rate.
+			busiest := 0
+			for i := range after {
+				n := 0
+				for j := i; j < len(after) && after[j].Sub(after[i]) < time.Second; j++ {
+					n++
+				}
+				busiest = max(busiest, n)
+			}
+			if !assert.LessOrEqual(t, busiest, int(api.Rate)+api.Burst, "busiest 1 s after the pause") {
+				for _, a := range after {
+					t.Logf("%v", a.Sub(pausedAt).Round(time.Millisecond))
+				}
+			}
+		})
+	}
+}
+
+type providerCall struct {
+	at     time.Time
+	server int
+}
+
+// TestNotPaced: tasks Pace does not select run straight through, and Pause
+// outside a paced task says so.
+func TestNotPaced(t *testing.T) {
+	env := asynqtest.New(t)
+	l, err := reserve.New(env.Redis.Client, testOptions(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	ran := make(chan error, 1)
+	env.Start(t, worker.Config(asynq.Config{Concurrency: 1, ShutdownTimeout: time.Second}),
+		worker.Middleware(l, pace())(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			ran <- worker.Pause(ctx, time.Second)
+			return nil
+		})))
+	_, err = env.Client(t).Enqueue(asynq.NewTask("other", nil), asynq.Queue(env.Queue))
+	require.NoError(t, err)
+	select {
+	case err := <-ran:
+		assert.ErrorIs(t, err, worker.ErrNotPaced)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the unpaced task did not run")
+	}
+	keys, err := env.Redis.Client.Keys(context.Background(), l.RedisKey("*")).Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "an unpaced task touched a bucket")
+}
