@@ -85,6 +85,12 @@ func unavailable(err error) bool {
 // and key; they match ErrUnavailable when Redis could not be reached, and
 // calls are not even tried while the Limiter is degraded.
 func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key string, args []any) (any, error) {
+	return l.runKeys(ctx, op, s, key, []string{l.RedisKey(key)}, args)
+}
+
+// runKeys is run for a script that touches more keys than key's bucket (all
+// in its hash tag).
+func (l *Limiter) runKeys(ctx context.Context, op string, s *redis.Script, key string, keys []string, args []any) (any, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -94,7 +100,6 @@ func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key strin
 	if l.isDegraded() {
 		return nil, fmt.Errorf("reserve: %s %q: %w (waiting for a probe to find it)", op, key, ErrUnavailable)
 	}
-	keys := []string{l.RedisKey(key)}
 	res, err := l.call(ctx, op, func(ctx context.Context) (any, error) {
 		return s.Run(ctx, l.rdb, keys, args...).Result()
 	})

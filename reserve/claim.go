@@ -207,18 +207,6 @@ func (l *Limiter) heldReservation(now time.Time, p Permits, n int, waitUS int64,
 	}
 }
 
-// runKeys is run for a script that touches more keys than the bucket.
-func (l *Limiter) runKeys(ctx context.Context, op string, s *redis.Script, key string, keys []string, args []any) (any, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
-	}
-	res, err := s.Run(ctx, l.rdb, keys, args...).Result()
-	if err != nil {
-		return nil, scriptError(op, key, err)
-	}
-	return res, nil
-}
-
 func scriptError(op, key string, err error) error {
 	if strings.Contains(err.Error(), "WRONGTYPE") {
 		return fmt.Errorf("%w (%s %q)", ErrWrongType, op, key)

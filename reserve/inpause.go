@@ -14,11 +14,27 @@ import (
 // reserve again (a slot after the pause) instead of calling a provider that
 // said to wait. It costs one read (HMGET), no script and no clock: the pause
 // and the slot are both absolute times in Redis.
+//
+// A reservation made by the local fallback (Redis unavailable) is checked
+// against the local pauses. If Redis cannot be reached, the error matches
+// ErrUnavailable.
 func (r *Reservation) InPause(ctx context.Context) (bool, error) {
 	l := r.lim
-	res, err := l.rdb.HMGet(ctx, l.RedisKey(r.key), "pause", "pausef").Result()
+	if r.local != nil {
+		return l.local.pausedAfter(r.key, r.at), nil
+	}
+	v, err := l.call(ctx, "in pause", func(ctx context.Context) (any, error) {
+		return l.rdb.HMGet(ctx, l.RedisKey(r.key), "pause", "pausef").Result()
+	})
 	if err != nil {
+		if ctx.Err() == nil && unavailable(err) {
+			return false, fmt.Errorf("reserve: in pause %q: %w: %w", r.key, ErrUnavailable, err)
+		}
 		return false, scriptError("in pause", r.key, err)
+	}
+	res, ok := v.([]any)
+	if !ok || len(res) != 2 {
+		return false, replyError("in pause", r.key, v)
 	}
 	whole, ok1 := res[0].(string)
 	frac, ok2 := res[1].(string)

@@ -138,3 +138,11 @@ func (lo *local) sweep(now time.Time) {
 		}
 	}
 }
+
+// pausedAfter reports whether a local pause on key lasts beyond at.
+func (lo *local) pausedAfter(key string, at time.Time) bool {
+	lo.mu.Lock()
+	defer lo.mu.Unlock()
+	k := lo.keys[key]
+	return k != nil && k.pausedUntil.After(at)
+}

@@ -111,9 +111,13 @@ func (p *pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) 
 			// Another worker may have paused the key (a 429) while this
 			// one slept: then the slot is inside the pause, and the task
 			// claims one after it instead of calling the provider.
-			if in, err := r.InPause(ctx); err != nil {
+			in, err := r.InPause(ctx)
+			if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
 				return fmt.Errorf("worker: task %s: %w", tk.id, err)
-			} else if in {
+			}
+			// With Redis unavailable no pause can be known: go on, as
+			// the local fallback does.
+			if in {
 				continue
 			}
 		}
@@ -161,6 +165,9 @@ func (p *pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, error
 	}
 	if tk.reschedule {
 		c, err := p.l.Claim(ctx, tk.id, tk.permits, maxWait, hold)
+		if errors.Is(err, reserve.ErrUnavailable) {
+			return p.local(ctx, tk, maxWait)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
 		}
@@ -170,6 +177,9 @@ func (p *pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, error
 		return c.Reservation, nil
 	}
 	c, err := p.l.TryClaim(ctx, tk.id, tk.permits, maxWait, hold)
+	if errors.Is(err, reserve.ErrUnavailable) {
+		return p.local(ctx, tk, maxWait)
+	}
 	var tooLong *reserve.WaitTooLongError
 	if errors.As(err, &tooLong) {
 		return nil, fmt.Errorf("worker: task %s has no retries left and its slot on %q comes after half the time left before its deadline: %w", tk.id, key, err)
@@ -178,6 +188,29 @@ func (p *pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, error
 		return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
 	}
 	return c.Reservation, nil
+}
+
+// local paces tk while Redis is unavailable: Limiter.TryReserve then uses
+// its local fallback (at the key's rate divided by the fleet), so tasks go
+// on at a safe rate instead of failing and burning retries. No slot can be
+// kept for the task: a longer wait reschedules it to about when the local
+// slot would have been. With reserve.Options.FailClosed the error is
+// returned, and asynq retries the task.
+func (p *pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
+	n := max(tk.permits.N, 1)
+	r, err := p.l.TryReserve(ctx, tk.permits.Key, tk.permits.Limit, n, maxWait)
+	var tooLong *reserve.WaitTooLongError
+	if tk.reschedule && errors.As(err, &tooLong) {
+		return nil, &RateLimitedError{
+			Key:     tk.permits.Key,
+			Slot:    p.opts.Clock.Now().Add(tooLong.Wait),
+			RetryIn: max(0, tooLong.Wait-p.opts.Lead),
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
+	}
+	return r, nil
 }
 
 // rescheduled is the error that reschedules tk to the slot kept for it.

@@ -3,6 +3,9 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/pacer-go/pacer/internal/asynqtest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/pacer-go/pacer/worker"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,9 +35,19 @@ type fleet struct {
 // newFleet starts servers (each with concurrency workers) running handler
 // h(server index) behind the middleware.
 func newFleet(t *testing.T, servers, concurrency int, opts worker.Options, h func(server int) asynq.HandlerFunc) *fleet {
+	return newFleetOn(t, nil, servers, concurrency, opts, h)
+}
+
+// newFleetOn is newFleet with the Limiter's buckets on rdb (nil: the asynq
+// Redis), with default reserve.Options when rdb is given.
+func newFleetOn(t *testing.T, rdb redis.UniversalClient, servers, concurrency int, opts worker.Options, h func(server int) asynq.HandlerFunc) *fleet {
 	f := &fleet{env: asynqtest.New(t), rec: asynqtest.NewRecorder()}
 	var err error
-	f.lim, err = reserve.New(f.env.Redis.Client, testOptions(t))
+	if rdb == nil {
+		f.lim, err = reserve.New(f.env.Redis.Client, testOptions(t))
+	} else {
+		f.lim, err = reserve.New(rdb, reserve.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}
 	require.NoError(t, err)
 	t.Cleanup(func() { f.lim.Close() })
 	for i := range servers {
@@ -281,4 +295,31 @@ func TestNotPaced(t *testing.T) {
 	keys, err := env.Redis.Client.Keys(context.Background(), l.RedisKey("*")).Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "an unpaced task touched a bucket")
+}
+
+// TestBucketsRedisDown: asynq runs, but the Redis holding the buckets is
+// gone. The middleware paces on the Limiter's local fallback: every task runs
+// at the rate, none fails, none uses a retry, none is archived.
+func TestBucketsRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialerRetries: 1})
+	defer rdb.Close()
+
+	f := newFleetOn(t, rdb, 1, 30, pace(), nil)
+	f.enqueue(t, 30)
+	f.waitDone(t, 30, 15*time.Second)
+	q := f.env.QueueInfo(t, f.insp)
+	assert.Zero(t, q.Archived, "archived")
+	assert.Zero(t, q.Retry, "tasks waiting for a retry")
+	assert.Empty(t, f.errorsReported(), "errors reported")
+	calls := f.rec.Calls()
+	span := calls[len(calls)-1].At.Sub(calls[0].At)
+	t.Logf("30 tasks at %v/s with the buckets' Redis down: done in %v, busiest 1 s %d",
+		api.Rate, span.Round(10*time.Millisecond), asynqtest.Busiest(calls, time.Second))
+	// Locally at 20/s (a fleet of one Limiter), burst 1: 29 waits of 50 ms.
+	assert.GreaterOrEqual(t, span, 1400*time.Millisecond, "faster than the rate")
+	assert.LessOrEqual(t, asynqtest.Busiest(calls, time.Second), int(api.Rate)+api.Burst)
 }
