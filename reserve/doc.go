@@ -13,6 +13,13 @@
 // pays for its own permits. Limiter.Pause implements a provider's 429
 // Retry-After for the whole fleet; Reservation.Cancel gives permits back.
 //
+// When Redis is slow or gone, a Limiter keeps pacing on a local
+// golang.org/x/time/rate limiter per key, at the key's rate divided by the
+// number of live Limiters in the fleet (learned from heartbeats), and goes
+// back to Redis by itself when a probe finds it; Options.FailClosed returns
+// ErrUnavailable instead. Every call to Redis is bounded by
+// Options.CallTimeout. Close stops the Limiter's background goroutine.
+//
 // Use it when several processes (job workers, crawlers, batch pipelines) share
 // one third-party quota. Within a single process, golang.org/x/time/rate
 // alone is enough.
