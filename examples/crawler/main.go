@@ -1,0 +1,300 @@
+// Command crawler is pacer's demo: a fleet of workers crawls a local
+// multi-host site served by a strict provider (429 beyond its per-host
+// limit), with a per-host limit shared through Redis, and prints live
+// progress and a summary measured on the provider's side.
+//
+//	go run ./examples/crawler                          # embedded Redis (miniredis)
+//	go run ./examples/crawler -redis redis://127.0.0.1:6379/0
+//
+// With no -redis it uses an embedded Redis (miniredis, in this process) and
+// says so. A 429 pauses that host for the whole fleet (Limiter.Pause).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// config is what the flags set.
+type config struct {
+	RedisURL      string  // "" for the embedded Redis
+	Hosts         int     // hosts of the site
+	Pages         int     // pages per host
+	Workers       int     // crawling goroutines
+	Rate          float64 // pacer's limit per host, calls/s
+	Burst         int
+	ProviderLimit int // the provider's limit per host, calls in any 1 s
+	Progress      time.Duration
+}
+
+// summary is the run as the provider saw it. Rates are per host.
+type summary struct {
+	Calls, Rejected int
+	Rate            float64 // achieved calls/s per host, averaged over hosts
+	Limit           float64
+	Busiest1s       int // most calls to one host in any 1 s
+	Duration        time.Duration
+}
+
+func (s summary) String() string {
+	return fmt.Sprintf("summary calls=%d rejected=%d rate=%.2f limit=%g busiest_1s=%d duration=%.1f",
+		s.Calls, s.Rejected, s.Rate, s.Limit, s.Busiest1s, s.Duration.Seconds())
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: an embedded Redis in this process")
+	flag.IntVar(&c.Hosts, "hosts", 3, "hosts of the site")
+	flag.IntVar(&c.Pages, "pages", 100, "pages per host")
+	flag.IntVar(&c.Workers, "workers", 16, "crawling goroutines")
+	flag.Float64Var(&c.Rate, "rate", 20, "pacer's limit per host, calls per second")
+	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst per host")
+	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit per host, calls in any second (default: -rate + -burst, what pacer promises in any second)")
+	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
+	flag.Parse()
+	if c.ProviderLimit == 0 {
+		c.ProviderLimit = int(math.Floor(c.Rate)) + c.Burst
+	}
+	s, err := run(context.Background(), c, os.Stderr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s)
+}
+
+// run crawls and returns the provider's summary; progress goes to out.
+func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
+		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
+	}
+	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
+	if err != nil {
+		return summary{}, err
+	}
+	defer p.Close()
+
+	rdb, closeRedis, err := connect(c.RedisURL, out)
+	if err != nil {
+		return summary{}, err
+	}
+	defer closeRedis()
+	limiter, err := reserve.New(rdb, reserve.Options{
+		KeyPrefix: fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()), // a fresh site each run
+		Logger:    slog.New(slog.NewTextHandler(out, nil)),
+	})
+	if err != nil {
+		return summary{}, err
+	}
+	defer limiter.Close()
+	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
+
+	// The pages, hosts interleaved; a page refused with 429 goes back in.
+	var (
+		mu    sync.Mutex
+		queue []string // "host page"
+		left  = c.Hosts * c.Pages
+	)
+	for i := range c.Pages {
+		for h := range c.Hosts {
+			queue = append(queue, fmt.Sprintf("h%d.example %d", h, i))
+		}
+	}
+	next := func() (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(queue) == 0 {
+			return "", false
+		}
+		j := queue[0]
+		queue = queue[1:]
+		return j, true
+	}
+	var calls, rejected atomic.Int64
+	start := time.Now()
+	stopProgress := progress(out, p, c, start)
+	defer stopProgress()
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	errs := make(chan error, c.Workers)
+	for w := range c.Workers {
+		wg.Go(func() {
+			for {
+				job, ok := next()
+				if !ok {
+					mu.Lock()
+					done := left == 0
+					mu.Unlock()
+					if done {
+						return
+					}
+					time.Sleep(10 * time.Millisecond) // a refused page may come back
+					continue
+				}
+				var host, page string
+				fmt.Sscan(job, &host, &page)
+				paused, err := waitSlot(ctx, limiter, host, lim)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if paused {
+					// A 429 seen by another worker paused the host while
+					// this one slept: take a slot after the pause.
+					mu.Lock()
+					queue = append(queue, job)
+					mu.Unlock()
+					continue
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/page/"+page, nil)
+				req.Host = host
+				req.Header.Set("X-Client", "worker-"+strconv.Itoa(w))
+				resp, err := client.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				calls.Add(1)
+				if resp.StatusCode == http.StatusTooManyRequests {
+					rejected.Add(1)
+					secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+					// The provider said stop: the whole fleet waits.
+					if err := limiter.Pause(ctx, host, lim, time.Duration(max(secs, 1))*time.Second); err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					queue = append(queue, job)
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				left--
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return summary{}, err
+	}
+	return summarize(p.Stats(), c, time.Since(start)), nil
+}
+
+// waitSlot reserves a slot on host and sleeps until it, like Limiter.Wait,
+// then reports whether a Pause made meanwhile (a 429 another worker saw)
+// covers the slot: slots granted before a pause keep their times, so a
+// caller that slept should not call a provider that said to wait.
+func waitSlot(ctx context.Context, l *reserve.Limiter, host string, lim reserve.Limit) (paused bool, err error) {
+	r, err := l.Reserve(ctx, host, lim, 1)
+	if err != nil {
+		return false, err
+	}
+	if d := r.Delay(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			_ = r.Cancel(context.WithoutCancel(ctx))
+			return false, ctx.Err()
+		}
+	}
+	paused, err = r.InPause(ctx)
+	if errors.Is(err, reserve.ErrUnavailable) {
+		return false, nil // no pause can be known; the local fallback paces
+	}
+	return paused, err
+}
+
+// connect returns a client to redisURL, or to an embedded miniredis.
+func connect(redisURL string, out io.Writer) (redis.UniversalClient, func(), error) {
+	if redisURL == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s\n", mr.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		return rdb, func() { rdb.Close(); mr.Close() }, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("crawler: -redis: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	rdb := redis.NewClient(opts)
+	fmt.Fprintf(out, "using Redis at %s\n", opts.Addr)
+	return rdb, func() { rdb.Close() }, nil
+}
+
+// progress prints calls, 429s and each host's rate over the last interval
+// until stopped.
+func progress(out io.Writer, p *provider.Server, c config, start time.Time) func() {
+	if c.Progress <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(c.Progress)
+		defer t.Stop()
+		prev := map[string]int{}
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			st := p.Stats()
+			line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d  per host/s:", time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected)
+			for h := range c.Hosts {
+				host := fmt.Sprintf("h%d.example", h)
+				n := st.ByHost[host].Accepted
+				line += fmt.Sprintf(" %s %.1f", host, float64(n-prev[host])/c.Progress.Seconds())
+				prev[host] = n
+			}
+			fmt.Fprintf(out, "%s (limit %g)\n", line, c.Rate)
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// summarize turns the provider's counts into the summary line.
+func summarize(st provider.Stats, c config, d time.Duration) summary {
+	s := summary{Calls: st.Accepted + st.Rejected, Rejected: st.Rejected, Limit: c.Rate, Duration: d}
+	var rates float64
+	for _, h := range st.ByHost {
+		s.Busiest1s = max(s.Busiest1s, h.Busiest1s)
+		if span := h.Last.Sub(h.First).Seconds(); span > 0 {
+			// The first Burst calls come at once; the rest are paced.
+			rates += float64(h.Accepted-c.Burst) / span
+		}
+	}
+	if len(st.ByHost) > 0 {
+		s.Rate = rates / float64(len(st.ByHost))
+	}
+	return s
+}

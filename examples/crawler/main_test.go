@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// small is a short crawl: 3 hosts x 40 pages at 20/s per host, about 2 s.
+func small(redisURL string, providerLimit int) config {
+	return config{RedisURL: redisURL, Hosts: 3, Pages: 40, Workers: 16, Rate: 20, Burst: 1, ProviderLimit: providerLimit}
+}
+
+// check asserts what the provider saw: every page fetched, no 429, each
+// host at its limit (within 5%), no second over rate + burst.
+func check(t *testing.T, s summary, c config) {
+	t.Helper()
+	t.Log(s)
+	if s.Rejected != 0 {
+		t.Errorf("provider answered 429 %d times, want 0", s.Rejected)
+	}
+	if want := c.Hosts * c.Pages; s.Calls != want {
+		t.Errorf("calls = %d, want %d", s.Calls, want)
+	}
+	if s.Rate < 0.95*c.Rate || s.Rate > 1.05*c.Rate {
+		t.Errorf("rate = %.2f/s per host, want within 5%% of %v", s.Rate, c.Rate)
+	}
+	if s.Busiest1s > int(c.Rate)+c.Burst {
+		t.Errorf("busiest 1 s = %d, want at most %d", s.Busiest1s, int(c.Rate)+c.Burst)
+	}
+}
+
+// TestEmbedded is the demo with no flags: the embedded Redis.
+func TestEmbedded(t *testing.T) {
+	c := small("", 21)
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+}
+
+// TestRealRedis is the demo with -redis.
+func TestRealRedis(t *testing.T) {
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+}
+
+// TestProviderBelowLimit: a provider 10% below pacer's limit must answer
+// 429s, or the checks above could not fail. Each 429 pauses the host for the
+// fleet, and every page is still fetched.
+func TestProviderBelowLimit(t *testing.T) {
+	c := small("", 18)
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(s)
+	if s.Rejected == 0 {
+		t.Error("no 429 from a provider 10% below the limit")
+	}
+	if want := c.Hosts * c.Pages; s.Calls-s.Rejected != want {
+		t.Errorf("accepted = %d, want every page (%d)", s.Calls-s.Rejected, want)
+	}
+}

@@ -1,0 +1,179 @@
+// Package provider is a strict rate-limited HTTP API for the examples and
+// integration tests: the judge of pacer's claims. It serves many hosts (by
+// the request's Host), allows each host at most Limit calls in any sliding
+// second (and optionally Limit/10 in any 100 ms), answers 429 with
+// Retry-After beyond that, adds a latency, and counts accepted and rejected
+// calls per host and per client (the X-Client header).
+package provider
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Options configure a provider. Limit is required.
+type Options struct {
+	// Limit is the calls each host accepts in any sliding 1 s window.
+	Limit int
+	// Strict100ms also limits each host to ceil(Limit/10) calls in any
+	// sliding 100 ms window. Default false.
+	Strict100ms bool
+	// Latency is added to every call. Default 0.
+	Latency time.Duration
+}
+
+// Server is a running provider on 127.0.0.1.
+type Server struct {
+	opts Options
+	ln   net.Listener
+	srv  *http.Server
+
+	mu       sync.Mutex
+	accepted map[string][]time.Time // by host, in order
+	rejected map[string]int         // by host
+	byClient map[string]Counts
+}
+
+// Counts are calls accepted and rejected.
+type Counts struct{ Accepted, Rejected int }
+
+// Start starts a provider on a free 127.0.0.1 port.
+func Start(opts Options) (*Server, error) {
+	if opts.Limit < 1 {
+		return nil, errors.New("provider: Limit must be at least 1")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, ln: ln, accepted: map[string][]time.Time{}, rejected: map[string]int{}, byClient: map[string]Counts{}}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// URL is the provider's base URL; set the request's Host to choose a host.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Close stops the provider.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}
+
+// ServeHTTP accepts or rejects one call.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Latency > 0 {
+		time.Sleep(s.opts.Latency)
+	}
+	host, client := r.Host, r.Header.Get("X-Client")
+	now := time.Now()
+	s.mu.Lock()
+	retry := s.admit(host, now)
+	c := s.byClient[client]
+	if retry > 0 {
+		s.rejected[host]++
+		c.Rejected++
+	} else {
+		s.accepted[host] = append(s.accepted[host], now)
+		c.Accepted++
+	}
+	s.byClient[client] = c
+	s.mu.Unlock()
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
+		http.Error(w, "429 too many requests", http.StatusTooManyRequests)
+		return
+	}
+	w.Write([]byte("ok " + r.URL.Path + "\n"))
+}
+
+// admit returns 0 if a call to host at now is within the limits, else how
+// long until it would be. s.mu is held.
+func (s *Server) admit(host string, now time.Time) time.Duration {
+	log := s.accepted[host]
+	wait := windowWait(log, now, time.Second, s.opts.Limit)
+	if s.opts.Strict100ms {
+		wait = max(wait, windowWait(log, now, 100*time.Millisecond, (s.opts.Limit+9)/10))
+	}
+	return wait
+}
+
+// windowWait: if the last limit calls of log all fall within w before now,
+// the time until the oldest of them leaves the window; else 0.
+func windowWait(log []time.Time, now time.Time, w time.Duration, limit int) time.Duration {
+	if len(log) < limit {
+		return 0
+	}
+	oldest := log[len(log)-limit]
+	if d := oldest.Add(w).Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// Stats are a provider's counts.
+type Stats struct {
+	Accepted, Rejected int
+	ByHost             map[string]HostStats
+	ByClient           map[string]Counts
+}
+
+// HostStats are one host's counts and timing.
+type HostStats struct {
+	Accepted, Rejected int
+	First, Last        time.Time // first and last accepted call
+	Busiest1s          int       // most accepted calls in any 1 s
+	Busiest100ms       int       // most accepted calls in any 100 ms
+}
+
+// Stats returns the counts so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{ByHost: map[string]HostStats{}, ByClient: map[string]Counts{}}
+	for c, n := range s.byClient {
+		st.ByClient[c] = n
+	}
+	hosts := map[string]bool{}
+	for h := range s.accepted {
+		hosts[h] = true
+	}
+	for h := range s.rejected {
+		hosts[h] = true
+	}
+	for h := range hosts {
+		log := s.accepted[h]
+		hs := HostStats{Accepted: len(log), Rejected: s.rejected[h],
+			Busiest1s: Busiest(log, time.Second), Busiest100ms: Busiest(log, 100*time.Millisecond)}
+		if len(log) > 0 {
+			hs.First, hs.Last = log[0], log[len(log)-1]
+		}
+		st.ByHost[h] = hs
+		st.Accepted += hs.Accepted
+		st.Rejected += hs.Rejected
+	}
+	return st
+}
+
+// Busiest returns the most of the sorted times in any window of length w.
+func Busiest(times []time.Time, w time.Duration) int {
+	times = slices.Clone(times)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	most, i := 0, 0
+	for j := range times {
+		for times[j].Sub(times[i]) >= w {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
+}

@@ -1,0 +1,76 @@
+package provider
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func get(t *testing.T, s *Server, host string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, s.URL()+"/page", nil)
+	req.Host = host
+	req.Header.Set("X-Client", "test")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestStrict: a host accepts Limit calls in a second and refuses the next
+// with 429 and a Retry-After; other hosts are counted apart.
+func TestStrict(t *testing.T) {
+	s, err := Start(Options{Limit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 5 {
+		if r := get(t, s, "a.test"); r.StatusCode != http.StatusOK {
+			t.Fatalf("call %d: %d, want 200", i, r.StatusCode)
+		}
+	}
+	r := get(t, s, "a.test")
+	if r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("sixth call: %d, want 429", r.StatusCode)
+	}
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q, want whole seconds >= 1", r.Header.Get("Retry-After"))
+	}
+	if r := get(t, s, "b.test"); r.StatusCode != http.StatusOK {
+		t.Errorf("other host: %d, want 200", r.StatusCode)
+	}
+	st := s.Stats()
+	if st.Accepted != 6 || st.Rejected != 1 || st.ByHost["a.test"].Busiest1s != 5 || st.ByClient["test"].Rejected != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestStrict100ms: with Strict100ms, Limit/10 calls in 100 ms, then 429.
+func TestStrict100ms(t *testing.T) {
+	s, err := Start(Options{Limit: 20, Strict100ms: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	get(t, s, "a.test")
+	get(t, s, "a.test")
+	if r := get(t, s, "a.test"); r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third call within 100 ms: %d, want 429", r.StatusCode)
+	}
+	time.Sleep(110 * time.Millisecond)
+	if r := get(t, s, "a.test"); r.StatusCode != http.StatusOK {
+		t.Fatalf("after 100 ms: %d, want 200", r.StatusCode)
+	}
+}
+
+func TestBusiest(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	ts := []time.Time{t0, t0.Add(900 * time.Millisecond), t0.Add(999 * time.Millisecond), t0.Add(1000 * time.Millisecond)}
+	if got := Busiest(ts, time.Second); got != 3 {
+		t.Errorf("Busiest = %d, want 3 (a window is [t, t+1s))", got)
+	}
+}
