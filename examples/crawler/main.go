@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,9 +22,9 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -42,6 +43,21 @@ type config struct {
 	Burst         int
 	ProviderLimit int // the provider's limit per host, calls in any 1 s
 	Progress      time.Duration
+	Procs         int // worker processes; 1: the workers run in this process
+}
+
+// childEnv carries a child process's job: the test binary or the crawler
+// itself, re-run with it set, crawls its share of the pages and exits.
+const childEnv = "PACER_CRAWLER_CHILD"
+
+// child is what a child process is told.
+type child struct {
+	Config      config
+	ProviderURL string
+	RedisAddr   string // host:port of the Redis the parent uses (embedded or not)
+	RedisURL    string // or its URL
+	Prefix      string
+	Index       int // this child's share: pages with index % Procs == Index
 }
 
 // summary is the run as the provider saw it. Rates are per host.
@@ -68,6 +84,13 @@ func main() {
 	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst per host")
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit per host, calls in any second (default: -rate + -burst, what pacer promises in any second)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
+	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	flag.Parse()
 	if c.ProviderLimit == 0 {
 		c.ProviderLimit = int(math.Floor(c.Rate)) + c.Burst
@@ -84,23 +107,97 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
 	}
+	c.Procs = max(c.Procs, 1)
 	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
 	if err != nil {
 		return summary{}, err
 	}
 	defer p.Close()
 
-	rdb, closeRedis, err := connect(c.RedisURL, out)
+	rdb, addr, closeRedis, err := connect(c.RedisURL, out)
 	if err != nil {
 		return summary{}, err
 	}
 	defer closeRedis()
+	prefix := fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
+	start := time.Now()
+	stopProgress := progress(out, p, c, start)
+	defer stopProgress()
+	if c.Procs == 1 {
+		if err := crawl(ctx, c, p.URL(), rdb, prefix, 0, out); err != nil {
+			return summary{}, err
+		}
+	} else {
+		fmt.Fprintf(out, "starting %d worker processes of %d goroutines each\n", c.Procs, c.Workers)
+		if err := fleet(ctx, c, p.URL(), addr, prefix); err != nil {
+			return summary{}, err
+		}
+	}
+	return summarize(p.Stats(), c, time.Since(start)), nil
+}
+
+// fleet runs c.Procs child processes, each crawling its share, and waits.
+func fleet(ctx context.Context, c config, providerURL, redisAddr, prefix string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, c.Procs)
+	for i := range c.Procs {
+		job, _ := json.Marshal(child{Config: c, ProviderURL: providerURL, RedisAddr: redisAddr, RedisURL: c.RedisURL, Prefix: prefix, Index: i})
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), childEnv+"="+string(job))
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		go func() {
+			if err := cmd.Wait(); err != nil {
+				errs <- fmt.Errorf("crawler: worker process %d: %w", i, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range c.Procs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// childMain is a worker process: it crawls its share and exits.
+func childMain() error {
+	var j child
+	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &j); err != nil {
+		return fmt.Errorf("crawler: %s: %w", childEnv, err)
+	}
+	var rdb *redis.Client
+	if j.RedisURL != "" {
+		opts, err := redis.ParseURL(j.RedisURL)
+		if err != nil {
+			return err
+		}
+		opts.ContextTimeoutEnabled, opts.MaxRetries = true, -1
+		rdb = redis.NewClient(opts)
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: j.RedisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	}
+	defer rdb.Close()
+	return crawl(context.Background(), j.Config, j.ProviderURL, rdb, j.Prefix, j.Index, os.Stderr)
+}
+
+// crawl fetches the pages whose index % c.Procs == share, from c.Workers
+// goroutines, pacing each host on the Limiter shared through rdb.
+func crawl(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, share int, out io.Writer) error {
 	limiter, err := reserve.New(rdb, reserve.Options{
-		KeyPrefix: fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()), // a fresh site each run
+		KeyPrefix: prefix,
 		Logger:    slog.New(slog.NewTextHandler(out, nil)),
 	})
 	if err != nil {
-		return summary{}, err
+		return err
 	}
 	defer limiter.Close()
 	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
@@ -109,11 +206,15 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	var (
 		mu    sync.Mutex
 		queue []string // "host page"
-		left  = c.Hosts * c.Pages
+		left  int
 	)
 	for i := range c.Pages {
+		if i%max(c.Procs, 1) != share {
+			continue
+		}
 		for h := range c.Hosts {
 			queue = append(queue, fmt.Sprintf("h%d.example %d", h, i))
+			left++
 		}
 	}
 	next := func() (string, bool) {
@@ -126,11 +227,6 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		queue = queue[1:]
 		return j, true
 	}
-	var calls, rejected atomic.Int64
-	start := time.Now()
-	stopProgress := progress(out, p, c, start)
-	defer stopProgress()
-
 	client := &http.Client{Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	errs := make(chan error, c.Workers)
@@ -163,9 +259,9 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 					mu.Unlock()
 					continue
 				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/page/"+page, nil)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, providerURL+"/page/"+page, nil)
 				req.Host = host
-				req.Header.Set("X-Client", "worker-"+strconv.Itoa(w))
+				req.Header.Set("X-Client", fmt.Sprintf("proc-%d/worker-%d", share, w))
 				resp, err := client.Do(req)
 				if err != nil {
 					errs <- err
@@ -173,9 +269,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				calls.Add(1)
 				if resp.StatusCode == http.StatusTooManyRequests {
-					rejected.Add(1)
 					secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 					// The provider said stop: the whole fleet waits.
 					if err := limiter.Pause(ctx, host, lim, time.Duration(max(secs, 1))*time.Second); err != nil {
@@ -195,10 +289,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return summary{}, err
-	}
-	return summarize(p.Stats(), c, time.Since(start)), nil
+	return <-errs
 }
 
 // waitSlot reserves a slot on host and sleeps until it, like Limiter.Wait,
@@ -228,25 +319,25 @@ func waitSlot(ctx context.Context, l *reserve.Limiter, host string, lim reserve.
 }
 
 // connect returns a client to redisURL, or to an embedded miniredis.
-func connect(redisURL string, out io.Writer) (redis.UniversalClient, func(), error) {
+func connect(redisURL string, out io.Writer) (redis.UniversalClient, string, func(), error) {
 	if redisURL == "" {
 		mr := miniredis.NewMiniRedis()
 		if err := mr.Start(); err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
 		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s\n", mr.Addr())
 		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		return rdb, func() { rdb.Close(); mr.Close() }, nil
+		return rdb, mr.Addr(), func() { rdb.Close(); mr.Close() }, nil
 	}
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("crawler: -redis: %w", err)
+		return nil, "", nil, fmt.Errorf("crawler: -redis: %w", err)
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
 	rdb := redis.NewClient(opts)
 	fmt.Fprintf(out, "using Redis at %s\n", opts.Addr)
-	return rdb, func() { rdb.Close() }, nil
+	return rdb, opts.Addr, func() { rdb.Close() }, nil
 }
 
 // progress prints calls, 429s and each host's rate over the last interval

@@ -3,10 +3,24 @@ package main
 import (
 	"context"
 	"io"
+	"log"
+	"os"
 	"testing"
 
 	"github.com/pacer-go/pacer/internal/redistest"
 )
+
+// TestMain runs a worker process's share when the test binary is re-run as
+// one (see fleet).
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(); err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 // small is a short crawl: 3 hosts x 40 pages at 20/s per host, about 2 s.
 func small(redisURL string, providerLimit int) config {
@@ -69,4 +83,17 @@ func TestProviderBelowLimit(t *testing.T) {
 	if want := c.Hosts * c.Pages; s.Calls-s.Rejected != want {
 		t.Errorf("accepted = %d, want every page (%d)", s.Calls-s.Rejected, want)
 	}
+}
+
+// TestProcs is the fleet: 4 worker processes (this test binary, re-run) of
+// 4 goroutines each share the per-host limit through a real Redis.
+func TestProcs(t *testing.T) {
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	c.Procs, c.Workers = 4, 4
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
 }
