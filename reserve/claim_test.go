@@ -10,30 +10,13 @@ import (
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func TestClaimRedis(t *testing.T) {
-	s := redistest.New(t)
-	runClaim(t, backend{client: s.Client, elapse: time.Sleep})
-}
-
-func TestClaimCluster(t *testing.T) {
-	c := redistest.NewCluster(t, 3)
-	runClaim(t, backend{client: c.Client, elapse: time.Sleep})
-}
-
-// TestClaimMiniredis runs the claim suite on gopher-lua, which prints and
-// rounds numbers differently from real Redis.
-func TestClaimMiniredis(t *testing.T) {
-	mr, c := redistest.NewMiniredis(t)
-	runClaim(t, backend{client: c, elapse: func(d time.Duration) {
-		time.Sleep(d)
-		mr.FastForward(d)
-	}})
-}
+func TestClaimRedis(t *testing.T)     { runClaim(t, redisBackend(t)) }
+func TestClaimCluster(t *testing.T)   { runClaim(t, clusterBackend(t)) }
+func TestClaimMiniredis(t *testing.T) { runClaim(t, miniredisBackend(t)) }
 
 func runClaim(t *testing.T, b backend) {
 	tests := []struct {
@@ -400,7 +383,7 @@ func TestHoldRoundTrips(t *testing.T) {
 	s := redistest.New(t)
 	c := s.NewClient(t)
 	var trips atomic.Int64
-	c.AddHook(tripHook{&trips})
+	c.AddHook(redistest.RoundTrips{N: &trips})
 	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t)})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -424,23 +407,4 @@ func TestHoldRoundTrips(t *testing.T) {
 	_, err = l.Hold(ctx, batch("b"), reserve.HoldOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), trips.Load(), "round trips for a batch after SCRIPT FLUSH")
-}
-
-// tripHook counts commands and pipelines sent: one round trip each.
-type tripHook struct{ n *atomic.Int64 }
-
-func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
 }

@@ -25,25 +25,34 @@ type backend struct {
 	elapse func(d time.Duration)
 }
 
-func TestContractRedis(t *testing.T) {
+// redisBackend is a single redis-server (or REDIS_URL).
+func redisBackend(t *testing.T) backend {
 	s := redistest.New(t)
-	runContract(t, backend{client: s.Client, elapse: time.Sleep})
+	return backend{client: s.Client, elapse: time.Sleep}
 }
 
-func TestContractCluster(t *testing.T) {
+// clusterBackend is a 3-master Redis Cluster.
+func clusterBackend(t *testing.T) backend {
 	c := redistest.NewCluster(t, 3)
-	runContract(t, backend{client: c.Client, elapse: time.Sleep})
+	return backend{client: c.Client, elapse: time.Sleep}
 }
+
+// miniredisBackend is the embedded default (gopher-lua, which prints and
+// rounds numbers differently from real Redis).
+func miniredisBackend(t *testing.T) backend {
+	mr, c := redistest.NewMiniredis(t)
+	return backend{client: c, elapse: func(d time.Duration) {
+		time.Sleep(d)
+		mr.FastForward(d) // miniredis expires keys only when told time passed
+	}}
+}
+
+func TestContractRedis(t *testing.T)   { runContract(t, redisBackend(t)) }
+func TestContractCluster(t *testing.T) { runContract(t, clusterBackend(t)) }
 
 // TestContractMiniredis runs the suite on the embedded default the examples
 // use when no Redis address is given.
-func TestContractMiniredis(t *testing.T) {
-	mr, c := redistest.NewMiniredis(t)
-	runContract(t, backend{client: c, elapse: func(d time.Duration) {
-		time.Sleep(d)
-		mr.FastForward(d) // miniredis expires keys only when told time passed
-	}})
-}
+func TestContractMiniredis(t *testing.T) { runContract(t, miniredisBackend(t)) }
 
 // runContract is the behaviour every Redis deployment must give.
 func runContract(t *testing.T, b backend) {

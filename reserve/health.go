@@ -15,8 +15,7 @@ type health struct {
 	mu       sync.Mutex
 	failures int
 	degraded bool
-	since    time.Time // when the current degraded spell began
-	lastErr  error
+	since    time.Time     // when the current degraded spell began
 	lastKey  string        // the bucket of the last failed call, probed with the heartbeat
 	wake     chan struct{} // tells the loop to start probing
 }
@@ -45,7 +44,6 @@ func (l *Limiter) failed(key string, err error) {
 	h := &l.health
 	h.mu.Lock()
 	h.failures++
-	h.lastErr = err
 	if key != "" {
 		h.lastKey = key
 	}

@@ -71,7 +71,7 @@ func TestEnqueue(t *testing.T) {
 	env := asynqtest.New(t)
 	rdb := env.Redis.NewClient(t)
 	var trips atomic.Int64
-	rdb.AddHook(tripHook{&trips})
+	rdb.AddHook(redistest.RoundTrips{N: &trips})
 	// A generous CallTimeout: a slow call on a loaded test machine must not
 	// turn into local pacing in the middle of what the test measures.
 	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second})
@@ -130,23 +130,4 @@ func TestEnqueue(t *testing.T) {
 	}
 	last := infos[len(infos)-2].NextProcessAt // the last one is unpaced
 	t.Logf("54 paced tasks due over %v", last.Sub(infos[0].NextProcessAt).Round(10*time.Millisecond))
-}
-
-// tripHook counts commands and pipelines sent: one round trip each.
-type tripHook struct{ n *atomic.Int64 }
-
-func (h tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
 }
