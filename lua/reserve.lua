@@ -1,33 +1,75 @@
--- reserve.lua: reserve n permits, first come first served (x/time/rate ReserveN).
+-- reserve.lua: reserve permits for one or more requests on one bucket, first
+-- come first served: the requests are served in ARGV order, each exactly as if
+-- it were a call of its own (x/time/rate ReserveN), so a batch of m requests
+-- gives the same slots as m calls one after the other. A request that would
+-- wait too long is refused and changes nothing; the ones after it still run.
 --
 -- KEYS[1]  the bucket (see bucket.lua)
 -- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  n, permits to reserve, integer 1..burst
--- ARGV[6]  max_wait_us: integer µs; if the wait would be longer, nothing is
---          written. -1 means no maximum.
--- Reply    granted: {1, wait_us, slot_us, slot_frac, seq}
---            wait_us   integer µs from now to the slot, rounded up
---            slot_us   the slot, integer Unix µs (string)
---            slot_frac its fraction of a µs (string)
---            seq       the reservation's number on this key (integer); with
---                      the slot, it identifies the reservation to cancel.lua
---          refused:  {0, wait_us}, the wait it would have needed
+-- ARGV[5]  m, the number of requests, integer >= 1
+-- ARGV[4+2i]  request i's n, permits to reserve, integer 1..burst
+-- ARGV[5+2i]  request i's max_wait_us: integer µs; if its wait would be
+--             longer, it is refused. -1 means no maximum.
+-- Reply    flat array, five entries per request, in ARGV order:
+--            status    1 granted, 0 refused (wait too long), -1 refused (the
+--                      queue would be over 30 years long, ErrQueueTooLong)
+--            wait_us   integer µs from now to the slot, rounded up (refused:
+--                      the wait it would have needed; 0 for status -1)
+--            slot_us   the slot, integer Unix µs (string; '' if refused)
+--            slot_frac its fraction of a µs (string; '' if refused)
+--            seq       the reservation's number on this key (integer; 0 if
+--                      refused); with the slot, it identifies the reservation
+--                      to cancel.lua
 
-local n = n_arg(5)
-if not n then
-  return redis.error_reply('ERR pacer: n must be between 1 and burst')
+local m = tonumber(ARGV[5])
+if not m or m < 1 or m ~= math.floor(m) or #ARGV ~= 5 + 2 * m then
+  return redis.error_reply('ERR pacer: want m, then n and max_wait_us for each of m requests')
 end
-local max_wait_us = tonumber(ARGV[6])
-
-local new_z, slot = take(z, n)
-if not new_z then
-  return redis.error_reply('ERR pacer: queue too long')
-end
-local wait_us = math.ceil(slot)
-if max_wait_us >= 0 and wait_us > max_wait_us then
-  return {0, wait_us}
+for i = 1, m do
+  if not n_arg(4 + 2 * i) or not tonumber(ARGV[5 + 2 * i]) then
+    return redis.error_reply('ERR pacer: n must be between 1 and burst')
+  end
 end
 
-local seq = commit(new_z, slot, 1)
-local slot_us, slot_frac = abs(slot)
-return {1, wait_us, slot_us, slot_frac, seq}
+-- First pass, no writes: each request's slot, or why it is refused.
+local new_z = z
+local out = {}
+local granted = {} -- {i, slot} for each request granted, in order
+for i = 1, m do
+  local next_z, slot = take(new_z, n_arg(4 + 2 * i))
+  if not next_z then
+    out[i] = {-1, 0, '', '', 0}
+  else
+    local wait_us = math.ceil(slot)
+    local max_wait_us = tonumber(ARGV[5 + 2 * i])
+    if max_wait_us >= 0 and wait_us > max_wait_us then
+      out[i] = {0, wait_us, '', '', 0}
+    else
+      new_z = next_z
+      out[i] = {1, wait_us}
+      granted[#granted + 1] = {i, slot}
+    end
+  end
+end
+
+-- Second pass: one write for all the granted requests.
+if #granted > 0 then
+  local seq = commit(new_z, granted[#granted][2], #granted)
+  for k, g in ipairs(granted) do
+    local slot_us, slot_frac = abs(g[2])
+    local o = out[g[1]]
+    o[3], o[4], o[5] = slot_us, slot_frac, seq + k - 1
+  end
+end
+
+if m == 1 then
+  return out[1]
+end
+local flat = {}
+for i = 1, m do
+  local o = out[i]
+  for j = 1, 5 do
+    flat[#flat + 1] = o[j]
+  end
+end
+return flat

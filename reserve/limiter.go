@@ -47,9 +47,10 @@ type Limiter struct {
 	peekScript      *redis.Script
 	heartbeatScript *redis.Script
 
-	health health
-	local  *local
-	fleet  atomic.Int64 // live Limiters sharing the KeyPrefix, last learned
+	health    health
+	local     *local
+	coalescer coalescer
+	fleet     atomic.Int64 // live Limiters sharing the KeyPrefix, last learned
 
 	closed     atomic.Bool
 	stop       chan struct{}
@@ -81,6 +82,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		peekScript:      redis.NewScript(lua.Peek),
 		heartbeatScript: redis.NewScript(lua.Heartbeat),
 		local:           newLocal(),
+		coalescer:       coalescer{queues: make(map[batchKey]*queue)},
 		stop:            make(chan struct{}),
 		done:            make(chan struct{}),
 	}
@@ -162,61 +164,18 @@ func (l *Limiter) TryReserve(ctx context.Context, key string, lim Limit, n int, 
 	return l.reserve(ctx, "reserve", key, lim, n, maxWait)
 }
 
-// reserve runs reserve.lua; maxWait < 0 means no maximum.
+// reserve runs reserve.lua for one request, through the coalescer unless
+// it is disabled; maxWait < 0 means no maximum.
 func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
 	if err := validate(key, lim, n); err != nil {
 		return nil, err
 	}
-	maxWaitUS := int64(-1)
-	if maxWait >= 0 {
-		maxWaitUS = maxWait.Microseconds()
+	if !l.opts.DisableCoalescing {
+		return l.reserveCoalesced(ctx, op, key, lim, n, maxWait)
 	}
-	now, args := l.args(lim, n, maxWaitUS)
-	res, err := l.run(ctx, op, l.reserveScript, key, args)
-	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.reserveLocal(key, lim, n, maxWait)
-	}
-	if err != nil {
-		return nil, err
-	}
-	reply, ok := res.([]any)
-	if !ok || len(reply) < 2 {
-		return nil, replyError(op, key, res)
-	}
-	granted, ok1 := reply[0].(int64)
-	waitUS, ok2 := reply[1].(int64)
-	if !ok1 || !ok2 {
-		return nil, replyError(op, key, res)
-	}
-	wait := durationUS(waitUS)
-	if granted == 0 {
-		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
-	}
-	if len(reply) != 5 {
-		return nil, replyError(op, key, res)
-	}
-	slotUS, ok1 := reply[2].(string)
-	slotFrac, ok2 := reply[3].(string)
-	seq, ok3 := reply[4].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return nil, replyError(op, key, res)
-	}
-	if l.serverTime {
-		// The script measured the wait from its own TIME; counting it from
-		// the reply's arrival never makes the slot early.
-		now = l.clock.Now()
-	}
-	l.opts.Metrics.Reserved(key, n, wait, false)
-	return &Reservation{
-		lim:      l,
-		key:      key,
-		limit:    lim,
-		n:        n,
-		at:       now.Add(wait),
-		slotUS:   slotUS,
-		slotFrac: slotFrac,
-		seq:      seq,
-	}, nil
+	req := &request{op: op, n: n, maxWait: maxWait}
+	res := l.reserveBatch(ctx, key, lim, []*request{req})[0]
+	return res.r, res.err
 }
 
 // Pause grants no slot on key before d from now, fleet-wide: use it when the

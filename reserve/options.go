@@ -67,6 +67,15 @@ type Options struct {
 	// last three intervals). Default 2 s.
 	HeartbeatInterval time.Duration
 
+	// DisableCoalescing makes every Reserve, TryReserve and Wait a Redis call
+	// of its own. Default false: concurrent callers on one key (and Limit) in
+	// this Limiter share calls. While a call for the key is in flight, new
+	// callers queue; the next call reserves for all of them at once (up to
+	// MaxBatch), first come first served, each with the slot it would have
+	// had from a call of its own. A caller who finds no call in flight makes
+	// one at once, so a lone caller waits for nothing.
+	DisableCoalescing bool
+
 	// Metrics receives measurements. Default: none. Package prommetrics
 	// adapts it to Prometheus.
 	Metrics Metrics
