@@ -12,18 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// BenchmarkReserve measures one Reserve (one script call, no sleeping) on a
-// real Redis: on one hot key and spread over 10,000 keys, from 16 goroutines
-// at once (parallel) and from one (serial); with a default go-redis client
-// (pacer bounds each call in its own goroutine) and with
-// ContextTimeoutEnabled (the bound is a context deadline). It reports
-// redis-µs/call, the Redis CPU time per script call from INFO commandstats,
-// when the server is one the test started.
+// BenchmarkReserve measures one Reserve (no sleeping) on a real Redis: on one
+// hot key and spread over 10,000 keys, from 16 goroutines at once (parallel)
+// and from one (serial); with a default go-redis client (pacer bounds each
+// call in its own goroutine) and with ContextTimeoutEnabled (the bound is a
+// context deadline); with coalescing (the default) and without. It reports
+// redis-µs/op, the Redis CPU time per reservation from INFO commandstats, and
+// scripts/op, when the server is one the test started. cmd/pacerbench
+// compares pacer with other limiters.
 //
 //	go test -run '^$' -bench BenchmarkReserve -benchtime 2s ./reserve/
 func BenchmarkReserve(b *testing.B) {
 	s := redistest.New(b)
-	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1e6, Burst: 1000}
 	clients := []struct {
 		name string
@@ -34,17 +34,27 @@ func BenchmarkReserve(b *testing.B) {
 	}
 	defer clients[1].c.Close()
 	for _, cl := range clients {
-		l, err := reserve.New(cl.c, reserve.Options{KeyPrefix: redistest.Prefix(b), Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
+		for _, off := range []bool{false, true} {
+			l, err := reserve.New(cl.c, reserve.Options{KeyPrefix: redistest.Prefix(b), Logger: quiet, DisableCoalescing: off})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			name := cl.name + "/coalesce=" + strconv.FormatBool(!off)
+			benchReserve(b, s, l, name, lim)
 		}
-		defer l.Close()
+	}
+}
+
+func benchReserve(b *testing.B, s *redistest.Server, l *reserve.Limiter, name string, lim reserve.Limit) {
+	ctx := context.Background()
+	{
 		for _, keys := range []int{1, 10000} {
 			names := make([]string, keys)
 			for i := range names {
 				names[i] = "bench" + strconv.Itoa(i)
 			}
-			b.Run(cl.name+"/keys="+strconv.Itoa(keys)+"/parallel", func(b *testing.B) {
+			b.Run(name+"/keys="+strconv.Itoa(keys)+"/parallel", func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetParallelism(8) // 8 x GOMAXPROCS goroutines
 				resetStats(b, s)
@@ -60,7 +70,7 @@ func BenchmarkReserve(b *testing.B) {
 				})
 				reportRedisCPU(b, s)
 			})
-			b.Run(cl.name+"/keys="+strconv.Itoa(keys)+"/serial", func(b *testing.B) {
+			b.Run(name+"/keys="+strconv.Itoa(keys)+"/serial", func(b *testing.B) {
 				b.ReportAllocs()
 				resetStats(b, s)
 				i := 0
@@ -83,7 +93,8 @@ func resetStats(b *testing.B, s *redistest.Server) {
 	}
 }
 
-// reportRedisCPU reports Redis's usec_per_call for EVALSHA.
+// reportRedisCPU reports Redis's CPU time for EVALSHA per reservation, and
+// the script calls per reservation.
 func reportRedisCPU(b *testing.B, s *redistest.Server) {
 	if s.Source != redistest.SourceProcess {
 		return
@@ -95,10 +106,16 @@ func reportRedisCPU(b *testing.B, s *redistest.Server) {
 	for _, line := range strings.Split(info, "\n") {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
 			for _, f := range strings.Split(strings.TrimSpace(rest), ",") {
-				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-					if x, err := strconv.ParseFloat(v, 64); err == nil {
-						b.ReportMetric(x, "redis-µs/call")
-					}
+				k, v, _ := strings.Cut(f, "=")
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					continue
+				}
+				switch k {
+				case "usec":
+					b.ReportMetric(x/float64(b.N), "redis-µs/op")
+				case "calls":
+					b.ReportMetric(x/float64(b.N), "scripts/op")
 				}
 			}
 		}
