@@ -269,6 +269,29 @@ func TestCloseStopsGoroutines(t *testing.T) {
 		"goroutines: %d before New, %d after Close", before, countGoroutines())
 }
 
+// TestCloseStopsWaker: Limiters whose Waits slept on the precise waker, and
+// were coalesced, leave no goroutine after Close.
+func TestCloseStopsWaker(t *testing.T) {
+	s := redistest.New(t)
+	before := countGoroutines()
+	for range 3 {
+		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 5 {
+					assert.NoError(t, l.Wait(context.Background(), "w", reserve.Limit{Rate: 400, Burst: 1}))
+				}
+			})
+		}
+		wg.Wait()
+		require.NoError(t, l.Close())
+	}
+	require.Eventually(t, func() bool { return countGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
+		"goroutines: %d before New, %d after Close", before, countGoroutines())
+}
+
 // TestWaitDeadlineRoundTrip: with server time, the slot counts from the
 // reply. When the reply's trip pushes the slot past the context deadline,
 // WaitN gives the slot back at once and says so, instead of sleeping until

@@ -50,6 +50,7 @@ type Limiter struct {
 	health    health
 	local     *local
 	coalescer coalescer
+	waker     *waker
 	fleet     atomic.Int64 // live Limiters sharing the KeyPrefix, last learned
 
 	closed     atomic.Bool
@@ -83,6 +84,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		heartbeatScript: redis.NewScript(lua.Heartbeat),
 		local:           newLocal(),
 		coalescer:       coalescer{queues: make(map[batchKey]*queue)},
+		waker:           newWaker(opts.PreciseWake),
 		stop:            make(chan struct{}),
 		done:            make(chan struct{}),
 	}
@@ -110,9 +112,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Close stops the Limiter's background goroutine and removes it from the
+// Close stops the Limiter's background goroutines and removes it from the
 // fleet's heartbeat set. It does not close the Redis client. Calls after
-// Close return ErrClosed; a Wait already sleeping finishes normally.
+// Close return ErrClosed; a Wait already sleeping finishes normally (Close
+// waits for those in their last PreciseWake).
 func (l *Limiter) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
@@ -120,6 +123,7 @@ func (l *Limiter) Close() error {
 	l.loopCancel()
 	close(l.stop)
 	<-l.done
+	l.waker.close()
 	if l.isDegraded() {
 		return nil
 	}

@@ -76,6 +76,18 @@ type Options struct {
 	// one at once, so a lone caller waits for nothing.
 	DisableCoalescing bool
 
+	// PreciseWake is how long before a slot Wait and Reservation.Sleep hand
+	// over from Go's timer, which wakes up to about a millisecond late, to a
+	// precise sleep, so that callers start within tens of µs of their slot
+	// rather than up to a millisecond after it. Default 2 ms (Go's timers are
+	// rarely later than that). The precise part is served by one goroutine
+	// per Limiter, on an OS thread of its own, that sleeps with nanosleep in
+	// steps of at most 250 µs while anyone is that close to a slot: a few
+	// percent of a core at 500 slots/s (see BENCHMARKS.md). Negative: Go's
+	// timer only, for the least CPU. Precise sleeps need Linux; elsewhere
+	// the hand-over changes nothing.
+	PreciseWake time.Duration
+
 	// Metrics receives measurements. Default: none. Package prommetrics
 	// adapts it to Prometheus.
 	Metrics Metrics
@@ -108,6 +120,9 @@ func (o Options) withDefaults() (Options, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if o.PreciseWake == 0 {
+		o.PreciseWake = DefaultPreciseWake
 	}
 	if o.FailAfter < 0 {
 		return o, fmt.Errorf("reserve: Options.FailAfter must not be negative (got %d)", o.FailAfter)

@@ -60,6 +60,27 @@ func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.lim.clock.Now())
 }
 
+// Sleep sleeps until the slot: on Go's timer, then, for the last
+// Options.PreciseWake, on a precise sleep, so it returns within tens of µs
+// after the slot on Linux (Go's timer alone wakes up to about a millisecond
+// late). If ctx ends first, Sleep cancels the reservation (its permits go
+// back, see Cancel; best effort, bounded by Options.CallTimeout) and returns
+// ctx.Err().
+func (r *Reservation) Sleep(ctx context.Context) error {
+	l := r.lim
+	err := l.waker.sleep(ctx, r.Delay())
+	if err == nil {
+		return nil
+	}
+	// ctx can no longer carry the call; CallTimeout bounds it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
+	defer cancel()
+	// A reservation that cannot be canceled just keeps its slot, as if its
+	// caller had used it.
+	_ = r.Cancel(cctx)
+	return err
+}
+
 // Cancel gives the permits back, as x/time/rate's CancelAt does, at the time
 // of the limiter's clock: it restores the permits that later reservations
 // have not already built on, never more than the burst and never once the

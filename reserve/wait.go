@@ -12,7 +12,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 	return l.WaitN(ctx, key, lim, 1)
 }
 
-// WaitN reserves n permits on key and sleeps until their slot.
+// WaitN reserves n permits on key and sleeps until their slot (see
+// Reservation.Sleep).
 //
 // If ctx has a deadline, WaitN waits no later than it: when the slot would
 // come after the deadline, it reserves nothing and fails at once with an error
@@ -58,22 +59,5 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline)})
 		}
 	}
-	d := r.Delay()
-	if d == 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		// ctx can no longer carry the call; CallTimeout bounds it.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
-		defer cancel()
-		// Best effort: a reservation that cannot be canceled just keeps its
-		// slot, as if its caller had used it.
-		_ = r.Cancel(cctx)
-		return ctx.Err()
-	}
+	return r.Sleep(ctx)
 }

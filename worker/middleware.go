@@ -11,10 +11,6 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
-// cancelTimeout bounds the Cancel sent when a task's context ends while its
-// handler sleeps (the context itself can no longer carry the call).
-const cancelTimeout = time.Second
-
 // secondRounding is how early asynq may make a task due: it stores retry and
 // ProcessAt times in whole seconds, rounded down.
 const secondRounding = time.Second
@@ -224,22 +220,15 @@ func (p *pacer) rescheduled(tk *task, r *reserve.Reservation, paused bool) *Rate
 	}
 }
 
-// sleep waits until r's slot and reports whether it had to wait. If ctx
-// ends first, r's permits are given back and the error wraps ctx.Err().
+// sleep waits until r's slot (precisely: see reserve.Reservation.Sleep) and
+// reports whether it had to wait. If ctx ends first, r's permits are given
+// back and the error wraps ctx.Err().
 func (p *pacer) sleep(ctx context.Context, r *reserve.Reservation) (bool, error) {
-	d := r.DelayFrom(p.opts.Clock.Now())
-	if d <= 0 {
+	if r.DelayFrom(p.opts.Clock.Now()) <= 0 {
 		return false, nil
 	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true, nil
-	case <-ctx.Done():
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
-		defer cancel()
-		_ = r.Cancel(cctx) // best effort: an uncanceled slot just goes unused
-		return false, fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), ctx.Err())
+	if err := r.Sleep(ctx); err != nil {
+		return false, fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), err)
 	}
+	return true, nil
 }

@@ -301,15 +301,8 @@ func waitSlot(ctx context.Context, l *reserve.Limiter, host string, lim reserve.
 	if err != nil {
 		return false, err
 	}
-	if d := r.Delay(); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			_ = r.Cancel(context.WithoutCancel(ctx))
-			return false, ctx.Err()
-		}
+	if err := r.Sleep(ctx); err != nil {
+		return false, err
 	}
 	paused, err = r.InPause(ctx)
 	if errors.Is(err, reserve.ErrUnavailable) {
