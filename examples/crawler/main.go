@@ -5,6 +5,7 @@
 //
 //	go run ./examples/crawler                          # embedded Redis (miniredis)
 //	go run ./examples/crawler -redis redis://127.0.0.1:6379/0
+//	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. A 429 pauses that host for the whole fleet (Limiter.Pause).
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/pacer-go/pacer/internal/chart"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -43,7 +45,8 @@ type config struct {
 	Burst         int
 	ProviderLimit int // the provider's limit per host, calls in any 1 s
 	Progress      time.Duration
-	Procs         int // worker processes; 1: the workers run in this process
+	Procs         int    // worker processes; 1: the workers run in this process
+	Plot          string // an SVG chart of the calls per 100 ms, or ""
 }
 
 // childEnv carries a child process's job: the test binary or the crawler
@@ -85,6 +88,7 @@ func main() {
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit per host, calls in any second (default: -rate + -burst, what pacer promises in any second)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -133,7 +137,14 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 			return summary{}, err
 		}
 	}
-	return summarize(p.Stats(), c, time.Since(start)), nil
+	s := summarize(p.Stats(), c, time.Since(start))
+	if c.Plot != "" {
+		title := fmt.Sprintf("crawler: %d hosts, %d workers x %d processes, %g/s per host", c.Hosts, c.Workers, c.Procs, c.Rate)
+		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit, Series: chart.Hosts(p.Calls())}); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
 }
 
 // fleet runs c.Procs child processes, each crawling its share, and waits.

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/pacer-go/pacer/internal/redistest"
@@ -46,14 +48,22 @@ func check(t *testing.T, s summary, c config) {
 	}
 }
 
-// TestEmbedded is the demo with no flags: the embedded Redis.
+// TestEmbedded is the demo with no flags but -plot: the embedded Redis.
 func TestEmbedded(t *testing.T) {
 	c := small("", 21)
+	c.Plot = filepath.Join(t.TempDir(), "calls.svg")
 	s, err := run(context.Background(), c, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	check(t, s, c)
+	svg, err := os.ReadFile(c.Plot)
+	if err != nil {
+		t.Fatalf("-plot: %v", err)
+	}
+	if !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("h2.example (40 calls)")) {
+		t.Errorf("-plot wrote %d bytes without the chart of the 3 hosts", len(svg))
+	}
 }
 
 // TestRealRedis is the demo with -redis.

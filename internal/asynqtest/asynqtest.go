@@ -134,3 +134,11 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 		}
 	}
 }
+
+// LockMachine makes t the only test on the machine holding an Env (or this
+// lock) until it ends, as New does: for tests that run asynq servers on a
+// Redis of their own.
+func LockMachine(t testing.TB) {
+	t.Helper()
+	lockMachine(t)
+}

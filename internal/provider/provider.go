@@ -164,6 +164,18 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
+// Calls returns the times of the calls each host accepted so far, in the
+// order the provider accepted them (a copy: the caller may keep it).
+func (s *Server) Calls() map[string][]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]time.Time, len(s.accepted))
+	for h, log := range s.accepted {
+		out[h] = slices.Clone(log)
+	}
+	return out
+}
+
 // Busiest returns the most of the sorted times in any window of length w.
 func Busiest(times []time.Time, w time.Duration) int {
 	times = slices.Clone(times)

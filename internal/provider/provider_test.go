@@ -74,3 +74,29 @@ func TestBusiest(t *testing.T) {
 		t.Errorf("Busiest = %d, want 3 (a window is [t, t+1s))", got)
 	}
 }
+
+// TestCalls: Calls returns each host's accepted calls in order, and a copy.
+func TestCalls(t *testing.T) {
+	s, err := Start(Options{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := time.Now()
+	for range 3 {
+		get(t, s, "a.test") // the third is refused
+	}
+	get(t, s, "b.test")
+	calls := s.Calls()
+	if len(calls["a.test"]) != 2 || len(calls["b.test"]) != 1 {
+		t.Fatalf("Calls() = %v, want 2 accepted calls for a.test and 1 for b.test", calls)
+	}
+	a := calls["a.test"]
+	if a[0].Before(before) || a[1].Before(a[0]) {
+		t.Errorf("Calls()[a.test] = %v, want times in order, after %v", a, before)
+	}
+	a[0] = time.Time{}
+	if s.Calls()["a.test"][0].IsZero() {
+		t.Error("Calls() returned the provider's own slice")
+	}
+}

@@ -1,0 +1,453 @@
+// Command batch is pacer's asynq demo: a batch pipeline. A producer enqueues
+// a peak of tasks at once through scheduler.Enqueuer, which gives each task
+// its slot on the provider's limit; two asynq servers with worker.Middleware
+// run them, call a strict provider (429 beyond its limit) and record each
+// task's result in Redis. It prints live progress and a summary measured on
+// the provider's side, and accounts for every task enqueued: its result was
+// collected, or asynq archived it.
+//
+//	go run ./examples/batch                          # embedded Redis (miniredis)
+//	go run ./examples/batch -redis redis://127.0.0.1:6379/0
+//	go run ./examples/batch -plot calls.svg          # and a chart of the calls
+//
+// With no -redis it uses an embedded Redis (miniredis, in this process) for
+// the limiter and for asynq, and says so. A 429 pauses the provider's key for
+// every server (worker.TooManyRequests) and reschedules the task without
+// using a retry.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/chart"
+	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/scheduler"
+	"github.com/pacer-go/pacer/worker"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	taskType = "item:fetch"  // the tasks of the batch
+	apiHost  = "api.example" // the provider's host, and the key it is paced on
+)
+
+// config is what the flags set.
+type config struct {
+	RedisURL      string  // "" for the embedded Redis
+	Tasks         int     // tasks enqueued at once
+	Servers       int     // asynq servers, in this process
+	Concurrency   int     // workers per server
+	Rate          float64 // pacer's limit, calls/s
+	Burst         int
+	ProviderLimit int // the provider's limit, calls in any 1 s
+	Progress      time.Duration
+	StaleAfter    time.Duration // how late a task may use its slot; 0: half a slot, 1/(2 Rate)
+	Plot          string        // an SVG chart of the calls per 100 ms, or ""
+	Timeout       time.Duration // how long to wait for every task to be accounted for
+}
+
+// summary is the run as the provider saw it, and what became of the tasks.
+type summary struct {
+	Calls, Rejected int
+	Rate            float64 // achieved calls/s
+	Limit           float64
+	Busiest1s       int // most calls in any 1 s
+	Duration        time.Duration
+	Archived        int // tasks asynq archived (gave up on)
+	Results         int // tasks whose result was collected
+	Lost            int // tasks enqueued but neither collected nor archived
+}
+
+func (s summary) String() string {
+	return fmt.Sprintf("summary calls=%d rejected=%d rate=%.2f limit=%g busiest_1s=%d duration=%.1f archived=%d",
+		s.Calls, s.Rejected, s.Rate, s.Limit, s.Busiest1s, s.Duration.Seconds(), s.Archived)
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: an embedded Redis in this process")
+	flag.IntVar(&c.Tasks, "tasks", 300, "tasks the producer enqueues at once")
+	flag.IntVar(&c.Servers, "servers", 2, "asynq servers (in this process)")
+	flag.IntVar(&c.Concurrency, "concurrency", 20, "workers per asynq server")
+	flag.Float64Var(&c.Rate, "rate", 20, "pacer's limit, calls per second")
+	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst")
+	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit, calls in any second (default: -rate + -burst, what pacer promises in any second)")
+	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
+	flag.DurationVar(&c.StaleAfter, "stale-after", 0, "how late a task may still use its slot; a later one takes a fresh slot (default: half a slot, 1/(2 x -rate); pacer's own default is 1s)")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of the calls per 100 ms to this SVG file")
+	flag.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "how long to wait for every task to complete or be archived")
+	flag.Parse()
+	if c.ProviderLimit == 0 {
+		c.ProviderLimit = int(math.Floor(c.Rate)) + c.Burst
+	}
+	s, err := run(context.Background(), c, os.Stderr)
+	if s.Calls > 0 {
+		fmt.Println(s)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run enqueues the batch, runs it to the end and returns the summary;
+// progress goes to out. If some task was neither completed nor archived
+// within c.Timeout, it returns the summary and an error.
+func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Tasks < 1 || c.Servers < 1 || c.Concurrency < 1 || c.ProviderLimit < 1 || c.Timeout <= 0 || c.StaleAfter < 0 {
+		return summary{}, errors.New("batch: -tasks, -servers, -concurrency and -provider-limit must be at least 1, -timeout positive, -stale-after not negative")
+	}
+	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
+	if err := lim.Validate(); err != nil {
+		return summary{}, fmt.Errorf("batch: -rate, -burst: %w", err)
+	}
+	if c.StaleAfter == 0 {
+		// The provider allows exactly what pacer promises, so a call
+		// later than its slot by the slots' spacing (50 ms at 20/s)
+		// crowds the next one, and some second then holds one call too
+		// many: a 429. The first tasks of a batch are always late: their
+		// slots are reserved before they are enqueued, and asynq picks up
+		// tasks due at once 50-150 ms later (an idle server polls every
+		// TaskCheckInterval/2 + jitter). pacer's default StaleAfter (1 s)
+		// lets them run late, together; here a slot missed by more than
+		// half the spacing is dropped and the task takes a fresh one.
+		c.StaleAfter = max(time.Duration(float64(time.Second)/c.Rate/2), time.Microsecond)
+	}
+	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
+	if err != nil {
+		return summary{}, err
+	}
+	defer p.Close()
+
+	rdb, conn, closeRedis, err := connect(c.RedisURL, out)
+	if err != nil {
+		return summary{}, err
+	}
+	defer closeRedis()
+	// A fresh limiter key, queue and result hash each run.
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	b := &batch{
+		c:       c,
+		rdb:     rdb,
+		queue:   "pacer-batch-" + runID,
+		results: "pacer:batch:" + runID + ":results",
+		api:     p.URL(),
+		http:    &http.Client{Timeout: 10 * time.Second},
+	}
+	limiter, err := reserve.New(rdb, reserve.Options{
+		KeyPrefix: "pacer:batch:" + runID + ":",
+		Logger:    slog.New(slog.NewTextHandler(out, nil)),
+	})
+	if err != nil {
+		return summary{}, err
+	}
+	defer limiter.Close()
+	// The producer and the workers pace with the same function, so the
+	// workers redeem the slots the producer reserved.
+	pace := func(t *asynq.Task) (reserve.Permits, bool) {
+		if t.Type() != taskType {
+			return reserve.Permits{}, false
+		}
+		return reserve.Permits{Key: apiHost, Limit: lim, N: 1}, true
+	}
+
+	insp := asynq.NewInspector(conn)
+	defer insp.Close()
+	defer b.cleanup(insp)
+	for i := range c.Servers {
+		srv, err := b.server(conn, limiter, worker.Options{Pace: pace, StaleAfter: c.StaleAfter}, i, out)
+		if err != nil {
+			return summary{}, err
+		}
+		defer srv.Shutdown()
+	}
+
+	// The producer: the whole batch at once, each task at its slot.
+	client := asynq.NewClient(conn)
+	defer client.Close()
+	enq, err := scheduler.NewEnqueuer(client, limiter, scheduler.Options{Pace: pace, StaleAfter: c.StaleAfter})
+	if err != nil {
+		return summary{}, err
+	}
+	tasks := make([]*asynq.Task, c.Tasks)
+	for i := range tasks {
+		payload, _ := json.Marshal(item{ID: i})
+		tasks[i] = asynq.NewTask(taskType, payload)
+	}
+	start := time.Now()
+	stopProgress := progress(out, p, b, insp, start)
+	defer stopProgress()
+	infos, err := enq.Enqueue(ctx, tasks, asynq.Queue(b.queue))
+	if err != nil {
+		return summary{}, fmt.Errorf("batch: enqueue: %w", err)
+	}
+	fmt.Fprintf(out, "enqueued %d tasks in %v; the last is due in %.1fs\n",
+		len(infos), time.Since(start).Round(time.Millisecond), time.Until(infos[len(infos)-1].NextProcessAt).Seconds())
+
+	waitErr := b.wait(ctx, insp)
+	d := time.Since(start)
+	stopProgress()
+	s := summarize(p.Stats(), c, d)
+	s.Results, s.Archived, err = b.account(ctx, insp)
+	if err != nil {
+		return s, err
+	}
+	s.Lost = c.Tasks - s.Results - s.Archived
+	fmt.Fprintf(out, "results collected for %d of %d tasks, %d archived, %d lost\n", s.Results, c.Tasks, s.Archived, s.Lost)
+	if c.Plot != "" {
+		title := fmt.Sprintf("batch: %d tasks, %d asynq servers x %d workers, %g/s", c.Tasks, c.Servers, c.Concurrency, c.Rate)
+		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit, Series: chart.Hosts(p.Calls())}); err != nil {
+			return s, err
+		}
+	}
+	return s, waitErr
+}
+
+// batch is one run's pipeline.
+type batch struct {
+	c       config
+	rdb     redis.UniversalClient
+	queue   string // the asynq queue of this run
+	results string // the Redis hash of results: task's item ID -> result
+	api     string // the provider's base URL
+	http    *http.Client
+}
+
+// item is a task's payload.
+type item struct {
+	ID int `json:"id"`
+}
+
+// server starts asynq server i, whose handler calls the provider at the
+// slots worker.Middleware gives it.
+func (b *batch) server(conn asynq.RedisConnOpt, l *reserve.Limiter, opts worker.Options, i int, out io.Writer) (*asynq.Server, error) {
+	// worker.Config: a reschedule to a slot (or after a 429) is not a
+	// failure, uses no retry, and is kept from the error handler.
+	srv := asynq.NewServer(conn, worker.Config(asynq.Config{
+		Concurrency:     b.c.Concurrency,
+		Queues:          map[string]int{b.queue: 1},
+		Logger:          &logger{out: out, prefix: fmt.Sprintf("asynq server %d: ", i)},
+		LogLevel:        asynq.WarnLevel,
+		ShutdownTimeout: 2 * time.Second,
+		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
+			id, _ := asynq.GetTaskID(ctx)
+			fmt.Fprintf(out, "server %d: task %s: %v\n", i, id, err)
+		}),
+	}))
+	mux := asynq.NewServeMux()
+	mux.Use(worker.Middleware(l, opts))
+	mux.HandleFunc(taskType, b.handle(i))
+	if err := srv.Start(mux); err != nil {
+		return nil, fmt.Errorf("batch: start asynq server %d: %w", i, err)
+	}
+	return srv, nil
+}
+
+// handle is server i's handler: the middleware has slept until the task's
+// slot (or rescheduled it), so it calls the provider at once and records
+// the result.
+func (b *batch) handle(server int) asynq.HandlerFunc {
+	return func(ctx context.Context, t *asynq.Task) error {
+		var it item
+		if err := json.Unmarshal(t.Payload(), &it); err != nil {
+			return fmt.Errorf("batch: payload %q: %v: %w", t.Payload(), err, asynq.SkipRetry)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/item/%d", b.api, it.ID), nil)
+		if err != nil {
+			return err
+		}
+		req.Host = apiHost
+		req.Header.Set("X-Client", fmt.Sprintf("server-%d", server))
+		resp, err := b.http.Do(req)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		// A 429 pauses the key for every server and reschedules the task
+		// after the pause, without using a retry.
+		if err := worker.TooManyRequests(ctx, resp.StatusCode, resp.Header.Get("Retry-After")); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("batch: item %d: provider answered %s", it.ID, resp.Status)
+		}
+		return b.rdb.HSet(ctx, b.results, strconv.Itoa(it.ID), strings.TrimSpace(string(body))).Err()
+	}
+}
+
+// wait polls until every task is accounted for (its result collected, or
+// archived) or c.Timeout passes.
+func (b *batch) wait(ctx context.Context, insp *asynq.Inspector) error {
+	ctx, cancel := context.WithTimeout(ctx, b.c.Timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done, err := b.rdb.HLen(ctx, b.results).Result()
+		if err == nil && int(done) < b.c.Tasks {
+			var q *asynq.QueueInfo
+			if q, err = insp.GetQueueInfo(b.queue); err == nil {
+				done += int64(q.Archived)
+			}
+		}
+		if err == nil && int(done) >= b.c.Tasks {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("batch: %d of %d tasks accounted for after %v (last error: %v): %w", done, b.c.Tasks, b.c.Timeout, err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// account counts the tasks whose result was collected (each task's own
+// result, under its item ID) and those asynq archived.
+func (b *batch) account(ctx context.Context, insp *asynq.Inspector) (results, archived int, err error) {
+	got, err := b.rdb.HGetAll(ctx, b.results).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("batch: results: %w", err)
+	}
+	for i := range b.c.Tasks {
+		if r, ok := got[strconv.Itoa(i)]; ok && r == fmt.Sprintf("ok /item/%d", i) {
+			results++
+		}
+	}
+	q, err := insp.GetQueueInfo(b.queue)
+	if err != nil {
+		return results, 0, fmt.Errorf("batch: queue %s: %w", b.queue, err)
+	}
+	return results, q.Archived, nil
+}
+
+// cleanup deletes the run's queue and results from Redis: the queue, and
+// asynq's counters for it, which DeleteQueue leaves (every key of the
+// queue's hash tag; the queue's name is this run's). The limiter's keys
+// expire by themselves.
+func (b *batch) cleanup(insp *asynq.Inspector) {
+	ctx := context.Background()
+	_ = insp.DeleteQueue(b.queue, true)
+	keys := []string{b.results}
+	iter := b.rdb.Scan(ctx, 0, "asynq:{"+b.queue+"}:*", 100).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	_ = b.rdb.Del(ctx, keys...).Err()
+}
+
+// connect returns a client to redisURL, or to an embedded miniredis, and
+// how asynq reaches the same server.
+func connect(redisURL string, out io.Writer) (redis.UniversalClient, asynq.RedisConnOpt, func(), error) {
+	if redisURL == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, nil, nil, err
+		}
+		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s for the limiter and asynq\n", mr.Addr())
+		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		return rdb, asynq.RedisClientOpt{Addr: mr.Addr()}, func() { rdb.Close(); mr.Close() }, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("batch: -redis: %w", err)
+	}
+	conn, err := asynq.ParseRedisURI(redisURL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("batch: -redis: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	rdb := redis.NewClient(opts)
+	fmt.Fprintf(out, "using Redis at %s\n", opts.Addr)
+	return rdb, conn, func() { rdb.Close() }, nil
+}
+
+// progress prints calls, 429s, the rate over the last interval and where
+// the tasks are until stopped. Stopping twice is fine.
+func progress(out io.Writer, p *provider.Server, b *batch, insp *asynq.Inspector, start time.Time) func() {
+	every := b.c.Progress
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		prev := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			st := p.Stats()
+			line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d rate=%.1f/s (limit %g)",
+				time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected, float64(st.Accepted-prev)/every.Seconds(), b.c.Rate)
+			prev = st.Accepted
+			if n, err := b.rdb.HLen(context.Background(), b.results).Result(); err == nil {
+				line += fmt.Sprintf(" results=%d/%d", n, b.c.Tasks)
+			}
+			if q, err := insp.GetQueueInfo(b.queue); err == nil {
+				// scheduled: waiting in asynq for their slot; active:
+				// with a worker (most asleep until their slot); retry:
+				// rescheduled (a 429's pause, or a long wait).
+				line += fmt.Sprintf("  tasks: scheduled=%d pending=%d active=%d retry=%d archived=%d",
+					q.Scheduled, q.Pending, q.Active, q.Retry, q.Archived)
+			}
+			fmt.Fprintln(out, line)
+		}
+	}()
+	var stopped bool
+	return func() {
+		if !stopped {
+			stopped = true
+			close(done)
+			<-finished
+		}
+	}
+}
+
+// summarize turns the provider's counts into the summary line.
+func summarize(st provider.Stats, c config, d time.Duration) summary {
+	s := summary{Calls: st.Accepted + st.Rejected, Rejected: st.Rejected, Limit: c.Rate, Duration: d}
+	h := st.ByHost[apiHost]
+	s.Busiest1s = h.Busiest1s
+	if span := h.Last.Sub(h.First).Seconds(); span > 0 {
+		// The first Burst calls come at once; the rest are paced.
+		s.Rate = float64(h.Accepted-c.Burst) / span
+	}
+	return s
+}
+
+// logger sends asynq's warnings and errors to out.
+type logger struct {
+	out    io.Writer
+	prefix string
+}
+
+func (l *logger) Debug(args ...any) {}
+func (l *logger) Info(args ...any)  {}
+func (l *logger) Warn(args ...any)  { fmt.Fprint(l.out, l.prefix+"warning: "+fmt.Sprintln(args...)) }
+func (l *logger) Error(args ...any) { fmt.Fprint(l.out, l.prefix+"error: "+fmt.Sprintln(args...)) }
+func (l *logger) Fatal(args ...any) { fmt.Fprint(l.out, l.prefix+"fatal: "+fmt.Sprintln(args...)) }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/asynqtest"
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// small is a short batch: 100 tasks at 20/s on 2 servers of 20 workers,
+// about 5 s.
+func small(redisURL string, providerLimit int) config {
+	return config{RedisURL: redisURL, Tasks: 100, Servers: 2, Concurrency: 20, Rate: 20, Burst: 1,
+		ProviderLimit: providerLimit, Timeout: time.Minute}
+}
+
+// accounted asserts that every task's result was collected and none was
+// archived or lost.
+func accounted(t *testing.T, s summary, c config) {
+	t.Helper()
+	if s.Archived != 0 {
+		t.Errorf("archived = %d, want 0", s.Archived)
+	}
+	if s.Results != c.Tasks || s.Lost != 0 {
+		t.Errorf("results = %d, lost = %d, want every task's result (%d) and none lost", s.Results, s.Lost, c.Tasks)
+	}
+}
+
+// check asserts what the provider saw: one call per task, no 429, the rate
+// within 5% of the limit, no second over rate + burst; and that every task
+// is accounted for.
+func check(t *testing.T, s summary, c config) {
+	t.Helper()
+	t.Log(s)
+	if s.Rejected != 0 {
+		t.Errorf("provider answered 429 %d times, want 0", s.Rejected)
+	}
+	if s.Calls != c.Tasks {
+		t.Errorf("calls = %d, want %d", s.Calls, c.Tasks)
+	}
+	if s.Rate < 0.95*c.Rate || s.Rate > 1.05*c.Rate {
+		t.Errorf("rate = %.2f/s, want within 5%% of %v", s.Rate, c.Rate)
+	}
+	if s.Busiest1s > int(c.Rate)+c.Burst {
+		t.Errorf("busiest 1 s = %d, want at most %d", s.Busiest1s, int(c.Rate)+c.Burst)
+	}
+	accounted(t, s, c)
+}
+
+// TestEmbedded is the demo with no flags but -plot: the embedded Redis
+// (miniredis) for the limiter and asynq.
+func TestEmbedded(t *testing.T) {
+	asynqtest.LockMachine(t) // a timing test: no other asynq fleet at the same time
+	c := small("", 21)
+	c.Plot = filepath.Join(t.TempDir(), "calls.svg")
+	var out bytes.Buffer
+	s, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+	if !bytes.Contains(out.Bytes(), []byte("no -redis given: using an embedded Redis (miniredis, in this process)")) {
+		t.Errorf("the output does not say that it uses an embedded Redis:\n%s", out.Bytes())
+	}
+	svg, err := os.ReadFile(c.Plot)
+	if err != nil {
+		t.Fatalf("-plot: %v", err)
+	}
+	if !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("api.example (100 calls)")) {
+		t.Errorf("-plot wrote %d bytes without the chart of the calls", len(svg))
+	}
+}
+
+// TestRealRedis is the demo with -redis. The run leaves nothing behind but
+// the limiter's key, which expires.
+func TestRealRedis(t *testing.T) {
+	asynqtest.LockMachine(t)
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+	keys, err := srv.Client.Keys(context.Background(), "*pacer-batch-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("keys left behind: %q", keys)
+	}
+}
+
+// TestProviderBelowLimit: a provider 10% below pacer's limit must answer
+// 429s, or the checks above could not fail. Each 429 pauses the key for
+// every server and reschedules the task without using a retry: nothing is
+// archived, every task's result is collected.
+func TestProviderBelowLimit(t *testing.T) {
+	asynqtest.LockMachine(t)
+	c := small("", 18)
+	c.Tasks = 60
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(s)
+	if s.Rejected == 0 {
+		t.Error("no 429 from a provider 10% below the limit")
+	}
+	if s.Calls-s.Rejected != c.Tasks {
+		t.Errorf("accepted = %d, want one per task (%d)", s.Calls-s.Rejected, c.Tasks)
+	}
+	accounted(t, s, c)
+}
+
+// TestBadConfig: flags that cannot work are refused before anything runs.
+func TestBadConfig(t *testing.T) {
+	for _, c := range []config{
+		{Tasks: 0, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 0, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 0, ProviderLimit: 21, Timeout: time.Second},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Second, StaleAfter: -1},
+	} {
+		if _, err := run(context.Background(), c, io.Discard); err == nil {
+			t.Errorf("run(%+v) = nil error, want one", c)
+		}
+	}
+}

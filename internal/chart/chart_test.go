@@ -1,0 +1,136 @@
+package chart
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// paced returns n calls spaced 1/rate apart from start.
+func paced(start time.Time, n int, rate float64) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+	}
+	return out
+}
+
+// parseSVG checks that b is a well-formed XML document whose root is an
+// svg element, and returns its text content.
+func parseSVG(t *testing.T, b []byte) string {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	var text strings.Builder
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the chart is not valid XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = tok.Name.Local
+			}
+		case xml.CharData:
+			text.Write(tok)
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
+	}
+	return text.String()
+}
+
+func TestCallsPer100ms(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c := Chart{
+		Title:         "a test run",
+		Start:         start,
+		Rate:          20,
+		ProviderLimit: 21,
+		Series: Hosts(map[string][]time.Time{
+			"h1.example": paced(start.Add(time.Millisecond), 100, 20),
+			"h0.example": paced(start, 200, 20),
+		}),
+	}
+	var buf bytes.Buffer
+	if err := CallsPer100ms(&buf, c); err != nil {
+		t.Fatalf("CallsPer100ms: %v", err)
+	}
+	text := parseSVG(t, buf.Bytes())
+	for _, want := range []string{"a test run", "h0.example (200 calls)", "h1.example (100 calls)", "pacer's limit: 20/s = 2 per 100 ms", "provider: 21 in any 1 s", "calls per 100 ms", "time since start (s)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the chart's text does not contain %q", want)
+		}
+	}
+	// A 10 s run: tens of kilobytes, not megabytes.
+	if n := buf.Len(); n < 1000 || n > 100_000 {
+		t.Errorf("the chart is %d bytes, want 1 kB to 100 kB", n)
+	}
+	t.Logf("%d bytes", buf.Len())
+}
+
+func TestWriteFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "calls.svg")
+	now := time.Now()
+	if err := WriteFile(path, Chart{Rate: 10, Series: []Series{{Name: "api", Calls: paced(now, 30, 10)}}}); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := parseSVG(t, b); !strings.Contains(text, "calls per 100 ms") {
+		t.Error("the default title is missing")
+	}
+	// Bad input writes no file.
+	bad := filepath.Join(t.TempDir(), "bad.svg")
+	if err := WriteFile(bad, Chart{Rate: 10}); !errors.Is(err, ErrNoCalls) {
+		t.Errorf("WriteFile(no calls) = %v, want ErrNoCalls", err)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("WriteFile(no calls) left a file: %v", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	now := time.Now()
+	calls := []Series{{Name: "api", Calls: paced(now, 5, 10)}}
+	tests := []struct {
+		name string
+		c    Chart
+		want error // nil: any error
+	}{
+		{"no series", Chart{Rate: 10}, ErrNoCalls},
+		{"empty series", Chart{Rate: 10, Series: []Series{{Name: "api"}}}, ErrNoCalls},
+		{"zero rate", Chart{Series: calls}, ErrInvalidLimit},
+		{"negative rate", Chart{Rate: -1, Series: calls}, ErrInvalidLimit},
+		{"NaN rate", Chart{Rate: math.NaN(), Series: calls}, ErrInvalidLimit},
+		{"infinite rate", Chart{Rate: math.Inf(1), Series: calls}, ErrInvalidLimit},
+		{"negative provider limit", Chart{Rate: 10, ProviderLimit: -1, Series: calls}, ErrInvalidLimit},
+		{"call before start", Chart{Rate: 10, Start: now.Add(time.Second), Series: calls}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			err := CallsPer100ms(&buf, tt.c)
+			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+				t.Errorf("CallsPer100ms(%s) = %v, want %v", tt.name, err, tt.want)
+			}
+			if buf.Len() != 0 {
+				t.Errorf("CallsPer100ms(%s) wrote %d bytes, want none", tt.name, buf.Len())
+			}
+		})
+	}
+}
