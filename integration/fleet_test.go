@@ -35,7 +35,8 @@ type childSpec struct {
 	Start, End int64 // Unix ns
 }
 
-// TestMain runs the child side when PACER_FLEET_CHILD holds a childSpec.
+// TestMain runs the child side when PACER_FLEET_CHILD holds a childSpec,
+// and removes the examples the tests built.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv("PACER_FLEET_CHILD"); spec != "" {
 		if err := childMain(spec); err != nil {
@@ -44,7 +45,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBuilds()
+	os.Exit(code)
 }
 
 // switchLog is a reserve.Metrics that prints every fallback switch.

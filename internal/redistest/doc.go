@@ -18,6 +18,11 @@
 //  4. otherwise the test is skipped, unless the CI environment variable is
 //     non-empty, in which case a missing Redis fails the test.
 //
+// [NewPreferContainer] turns the order around for tests that should use a
+// stock Redis image whenever they can: a container when a Docker engine
+// answers, else New's order above. Every [Server], whatever its source, has
+// an Addr (host:port) and a URL (redis://host:port/db) for child processes.
+//
 // [NewProcess] always starts its own redis-server (for tests that need a
 // server nobody else uses, or that will stop or pause it), and [NewCluster]
 // starts a Redis Cluster of several redis-server processes joined with

@@ -32,6 +32,26 @@ func TestNew(t *testing.T) {
 		assert.Equal(t, SourceURL, s.Source)
 		assert.Equal(t, url, s.URL)
 	}
+	checkServer(t, s)
+}
+
+// TestNewPreferContainer: a container whenever Docker answers, else what
+// New gives.
+func TestNewPreferContainer(t *testing.T) {
+	s := NewPreferContainer(t)
+	want := SourceContainer
+	if err := dockerAvailable(); err != nil {
+		want = New(t).Source
+		t.Logf("no container: %v", err)
+	}
+	assert.Equal(t, want, s.Source)
+	checkServer(t, s)
+}
+
+// checkServer writes a key through s.Client and reads it back through
+// NewClient and through a client built from s.URL, as a child process would.
+func checkServer(t *testing.T, s *Server) {
+	t.Helper()
 	t.Logf("source %s at %s (%s)", s.Source, s.Addr, s.URL)
 
 	key := Prefix(t) + "k"
@@ -227,7 +247,7 @@ func TestUnavailable(t *testing.T) {
 			out, err := runChild(t, append(tc.env, "CI="))
 			require.NoError(t, err, "output:\n%s", out)
 			assert.Regexp(t, `--- SKIP: TestNoRedisChild/New \(`, out)
-			for _, name := range []string{"NewCluster", "NewClusterReplicas", "NewSentinel"} {
+			for _, name := range []string{"NewPreferContainer", "NewCluster", "NewClusterReplicas", "NewSentinel"} {
 				assert.Regexp(t, `--- SKIP: TestNoRedisChild/`+name+` \(`, out)
 			}
 			assert.Contains(t, out, "redis-server is not on PATH")
@@ -238,7 +258,7 @@ func TestUnavailable(t *testing.T) {
 			var exit *exec.ExitError
 			require.ErrorAs(t, err, &exit, "output:\n%s", out)
 			assert.Regexp(t, `--- FAIL: TestNoRedisChild/New \(`, out)
-			for _, name := range []string{"NewCluster", "NewClusterReplicas", "NewSentinel"} {
+			for _, name := range []string{"NewPreferContainer", "NewCluster", "NewClusterReplicas", "NewSentinel"} {
 				assert.Regexp(t, `--- FAIL: TestNoRedisChild/`+name+` \(`, out)
 			}
 			assert.Contains(t, out, `CI="true" is set, so this is a failure, not a skip`)
@@ -281,6 +301,10 @@ func TestNoRedisChild(t *testing.T) {
 	t.Run("New", func(t *testing.T) {
 		New(t)
 		t.Error("unreachable: New returned without Redis")
+	})
+	t.Run("NewPreferContainer", func(t *testing.T) {
+		NewPreferContainer(t)
+		t.Error("unreachable: NewPreferContainer returned without Redis")
 	})
 	t.Run("NewCluster", func(t *testing.T) {
 		NewCluster(t, 3)

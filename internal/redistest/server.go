@@ -67,6 +67,23 @@ func New(t testing.TB) *Server {
 	return nil // not reached: unavailable skips or fails
 }
 
+// NewPreferContainer returns a redis:7 container started with
+// testcontainers-go when a Docker engine answers, even if REDIS_URL is set
+// or redis-server is on PATH; otherwise it returns what [New] finds, in New's
+// order (so without Docker it passes, skips or fails exactly as New does).
+// The Docker probe is New's: asked once per test binary, for at most a few
+// seconds, never with REDISTEST_DOCKER=0. Use it where a test should run
+// against a stock Redis image whenever it can, such as the end-to-end tests
+// of the examples. As with New, child processes reach the server through
+// Addr or URL.
+func NewPreferContainer(t testing.TB) *Server {
+	t.Helper()
+	if dockerAvailable() == nil {
+		return newContainer(t)
+	}
+	return New(t)
+}
+
 // NewProcess returns a throwaway redis-server started from PATH, whatever
 // REDIS_URL says: for tests that need a server of their own, for example to
 // stop or pause it. Without redis-server it skips, or fails when CI is set.

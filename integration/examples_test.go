@@ -1,0 +1,346 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// The examples as their users run them: each is built once per test binary
+// with `go build`, run as a subprocess against a real Redis, and judged by
+// the summary line it prints last on stdout, which the provider measured.
+//
+// Isolation: each test gets a Redis of its own from NewPreferContainer (a
+// container, or a redis-server process; a REDIS_URL server is shared only
+// when neither Docker nor redis-server is there), and the crawler keys every
+// run under a prefix of its own (pacer:crawler:<unix ns>:), so no two runs
+// share a bucket either way. Nothing is flushed.
+
+// An example is a program under examples/ and what its summary line holds.
+// Adding one is a variable here; a summary field of its own also needs a
+// field in type summary and an entry in parseSummary.
+type example struct {
+	name  string   // its directory under examples/
+	extra []string // summary fields beyond summaryFields
+}
+
+var crawler = example{name: "crawler"}
+
+// The crawler's defaults (its -hosts, -pages, -rate and -burst flags).
+const (
+	crawlerHosts = 3
+	crawlerPages = 100
+	crawlerRate  = 20
+	crawlerBurst = 1
+)
+
+// exampleTimeout bounds one run of an example; a healthy one takes about 5 s.
+const exampleTimeout = 90 * time.Second
+
+// TestExampleCrawler is the crawler with default flags and -redis: one
+// process of 16 workers at 20 calls/s per host.
+func TestExampleCrawler(t *testing.T) {
+	srv := redistest.NewPreferContainer(t)
+	r := crawler.run(t, "-redis", srv.URL, "-progress", "0")
+	r.wantStderr(t, "using Redis at "+srv.Addr)
+	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
+}
+
+// TestExampleCrawlerProcs is the crawler as 4 worker processes sharing the
+// per-host limit through Redis.
+func TestExampleCrawlerProcs(t *testing.T) {
+	srv := redistest.NewPreferContainer(t)
+	r := crawler.run(t, "-redis", srv.URL, "-procs", "4", "-progress", "0")
+	r.wantStderr(t, "using Redis at "+srv.Addr)
+	r.wantStderr(t, "starting 4 worker processes")
+	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
+}
+
+// TestExampleCrawlerProviderBelowLimit: a provider 10% below what pacer
+// promises in any second (rate + burst) must answer 429s, or the checks of
+// the other tests could not fail. Every page is still fetched.
+func TestExampleCrawlerProviderBelowLimit(t *testing.T) {
+	srv := redistest.NewPreferContainer(t)
+	const pages = 50                               // each 429 pauses its host for a second
+	limit := (crawlerRate + crawlerBurst) * 9 / 10 // 18, rounded down
+	r := crawler.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
+		"-pages", strconv.Itoa(pages), "-progress", "0")
+	s := r.summary
+	if s.Rejected == 0 {
+		t.Errorf("rejected = 0 with -provider-limit %d, want 429s", limit)
+	}
+	if want := crawlerHosts * pages; s.Calls-s.Rejected != want {
+		t.Errorf("calls - rejected = %d - %d = %d, want every page once (%d)", s.Calls, s.Rejected, s.Calls-s.Rejected, want)
+	}
+}
+
+// TestExampleCrawlerEmbedded is the demo with no -redis: the crawler starts
+// an embedded Redis and says so.
+func TestExampleCrawlerEmbedded(t *testing.T) {
+	r := crawler.run(t, "-progress", "0")
+	r.wantStderr(t, "using an embedded Redis")
+	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
+}
+
+// checkPaced asserts what a well-paced run looks like from the provider's
+// side: no 429, calls as many as pages (each fetched once), each host at
+// the limit within 5%.
+func checkPaced(t *testing.T, s summary, calls int) {
+	t.Helper()
+	if s.Rejected != 0 {
+		// The provider allows rate + burst calls in any second, exactly what
+		// pacer promises: a call that arrives more than one slot (1/rate)
+		// late, because a process stalled, is enough for a 429.
+		t.Errorf("rejected = %d, want 0 (too many slots, or a call more than 1/rate late)", s.Rejected)
+	}
+	if s.Calls != calls {
+		t.Errorf("calls = %d, want %d", s.Calls, calls)
+	}
+	if s.Limit != crawlerRate {
+		t.Errorf("limit = %g, want %d", s.Limit, crawlerRate)
+	}
+	if math.Abs(s.Rate-s.Limit) > 0.05*s.Limit {
+		t.Errorf("rate = %.2f/s per host, want within 5%% of %g", s.Rate, s.Limit)
+	}
+}
+
+// exampleRun is one finished run of an example.
+type exampleRun struct {
+	summary        summary
+	stdout, stderr string
+}
+
+// wantStderr fails t unless the run printed text on stderr.
+func (r exampleRun) wantStderr(t *testing.T, text string) {
+	t.Helper()
+	if !strings.Contains(r.stderr, text) {
+		t.Errorf("stderr does not say %q; it is:\n%s", text, r.stderr)
+	}
+}
+
+// run runs the example with args, in a process group of its own, and
+// returns its output and summary. A run that fails, outlives
+// exampleTimeout or prints no well-formed summary fails t, with the
+// process's stderr.
+func (e example) run(t *testing.T, args ...string) exampleRun {
+	t.Helper()
+	bin := e.binary(t)
+	ctx, cancel := context.WithTimeout(t.Context(), exampleTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// A -race binary otherwise sleeps a second before exiting.
+	cmd.Env = append(os.Environ(), strings.TrimSpace("GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	ownGroup(cmd)
+	cmd.WaitDelay = 5 * time.Second // the output pipes, should a worker process outlive the group kill
+	name := strings.Join(append([]string{e.name}, args...), " ")
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	if err != nil {
+		_ = killGroup(cmd) // worker processes of a parent that failed
+		t.Fatalf("%s: %v after %.1fs\nstdout:\n%s\nstderr:\n%s", name, err, took.Seconds(), stdout.String(), stderr.String())
+	}
+	if groupAlive(cmd) {
+		_ = killGroup(cmd)
+		t.Errorf("%s exited but left processes of its group running", name)
+	}
+	s, err := parseSummary(stdout.String(), e.extra...)
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", name, err, stdout.String(), stderr.String())
+	}
+	t.Logf("%s (%.1fs): %s", name, took.Seconds(), s.line)
+	return exampleRun{summary: s, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// builds are the examples this test binary has built, in one temporary
+// directory that TestMain removes.
+var builds struct {
+	mu   sync.Mutex
+	dir  string
+	bins map[string]builtExample // by example name
+}
+
+type builtExample struct {
+	bin string
+	err error
+}
+
+// binary returns the example's binary, built on first use with the go
+// command (with -race when this test binary has it). A failed build is
+// not tried again.
+func (e example) binary(t *testing.T) string {
+	t.Helper()
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	b, ok := builds.bins[e.name]
+	if !ok {
+		start := time.Now()
+		b.bin, b.err = buildExample(e.name)
+		if builds.bins == nil {
+			builds.bins = map[string]builtExample{}
+		}
+		builds.bins[e.name] = b
+		if b.err == nil {
+			t.Logf("built examples/%s in %.1fs", e.name, time.Since(start).Seconds())
+		}
+	}
+	if b.err != nil {
+		t.Fatalf("build examples/%s: %v", e.name, b.err)
+	}
+	return b.bin
+}
+
+// buildExample runs go build for examples/name. builds.mu is held.
+func buildExample(name string) (string, error) {
+	// go test puts its own GOROOT/bin first on the test's PATH.
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	if builds.dir == "" {
+		if builds.dir, err = os.MkdirTemp("", "pacer-examples-"); err != nil {
+			return "", err
+		}
+	}
+	bin := filepath.Join(builds.dir, name)
+	args := []string{"build", "-o", bin}
+	if raceEnabled() {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/pacer-go/pacer/examples/"+name)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goBin, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
+
+// removeBuilds removes what buildExample built; TestMain calls it.
+func removeBuilds() {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if builds.dir != "" {
+		_ = os.RemoveAll(builds.dir)
+	}
+}
+
+// raceEnabled reports whether this test binary was built with -race.
+func raceEnabled() bool {
+	info, ok := debug.ReadBuildInfo()
+	return ok && slices.Contains(info.Settings, debug.BuildSetting{Key: "-race", Value: "true"})
+}
+
+// summary is an example's last line, as measured by the provider:
+//
+//	summary calls=300 rejected=0 rate=20.01 limit=20 busiest_1s=21 duration=5.0
+//
+// Rates are calls per second per host; duration is in seconds.
+type summary struct {
+	Calls, Rejected int
+	Rate, Limit     float64
+	Busiest1s       int
+	Duration        time.Duration
+
+	line string
+}
+
+// summaryFields are the fields every example's summary has.
+var summaryFields = []string{"calls", "rejected", "rate", "limit", "busiest_1s", "duration"}
+
+// parseSummary reads the summary from the last line of stdout. The line must
+// hold each of summaryFields and extra exactly once, as name=number, and
+// nothing else.
+func parseSummary(stdout string, extra ...string) (summary, error) {
+	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+	last := lines[len(lines)-1]
+	rest, ok := strings.CutPrefix(last, "summary ")
+	if !ok {
+		return summary{}, fmt.Errorf("the last line of stdout is %q, want a summary line", last)
+	}
+	s := summary{line: last}
+	var seconds float64
+	dst := map[string]any{
+		"calls": &s.Calls, "rejected": &s.Rejected, "rate": &s.Rate, "limit": &s.Limit,
+		"busiest_1s": &s.Busiest1s, "duration": &seconds,
+	}
+	want := append(slices.Clip(summaryFields), extra...)
+	seen := map[string]bool{}
+	for _, f := range strings.Fields(rest) {
+		k, v, ok := strings.Cut(f, "=")
+		switch {
+		case !ok:
+			return summary{}, fmt.Errorf("summary %q: %q is not name=value", last, f)
+		case !slices.Contains(want, k):
+			return summary{}, fmt.Errorf("summary %q: unexpected field %q", last, k)
+		case seen[k]:
+			return summary{}, fmt.Errorf("summary %q: field %q twice", last, k)
+		}
+		seen[k] = true
+		var err error
+		switch p := dst[k].(type) {
+		case *int:
+			*p, err = strconv.Atoi(v)
+		case *float64:
+			*p, err = strconv.ParseFloat(v, 64)
+			if err == nil && (math.IsNaN(*p) || math.IsInf(*p, 0)) {
+				err = errors.New("not finite")
+			}
+		default:
+			err = errors.New("no such field in type summary")
+		}
+		if err != nil {
+			return summary{}, fmt.Errorf("summary %q: %s=%q: %w", last, k, v, err)
+		}
+	}
+	for _, k := range want {
+		if !seen[k] {
+			return summary{}, fmt.Errorf("summary %q: no field %q", last, k)
+		}
+	}
+	s.Duration = time.Duration(seconds * float64(time.Second))
+	return s, nil
+}
+
+// TestExampleSummary: parseSummary takes a good line and refuses the rest.
+func TestExampleSummary(t *testing.T) {
+	const good = "summary calls=300 rejected=2 rate=20.01 limit=20 busiest_1s=21 duration=5.0"
+	s, err := parseSummary("progress\n" + good + "\n")
+	want := summary{Calls: 300, Rejected: 2, Rate: 20.01, Limit: 20, Busiest1s: 21, Duration: 5 * time.Second, line: good}
+	if err != nil || s != want {
+		t.Errorf("parseSummary(%q) = %+v, %v, want %+v, nil", good, s, err, want)
+	}
+	for _, out := range []string{
+		"",
+		"done\n",
+		good + "\nmore\n",
+		"summary calls=300 rejected=0 rate=20.01 limit=20 busiest_1s=21",                  // no duration
+		"summary calls=300 rejected=0 rate=20.01 limit=20 busiest_1s=21 duration=5.0 x=1", // unknown
+		"summary calls=300 calls=300 rejected=0 rate=20.01 limit=20 busiest_1s=21 duration=5.0",
+		"summary calls=3e2 rejected=0 rate=20.01 limit=20 busiest_1s=21 duration=5.0",
+		"summary calls=300 rejected=0 rate=NaN limit=20 busiest_1s=21 duration=5.0",
+		"summary calls=300 rejected=0 rate=20.01 limit=20 busiest_1s=21 duration 5.0",
+	} {
+		if s, err := parseSummary(out); err == nil {
+			t.Errorf("parseSummary(%q) = %+v, nil, want an error", out, s)
+		}
+	}
+	if _, err := parseSummary(good, "archived"); err == nil {
+		t.Errorf("parseSummary(%q, \"archived\") = nil error, want one for the missing field", good)
+	}
+}
