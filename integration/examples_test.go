@@ -37,7 +37,10 @@ type example struct {
 	extra []string // summary fields beyond summaryFields
 }
 
-var crawler = example{name: "crawler"}
+var (
+	crawler = example{name: "crawler"}
+	batch   = example{name: "batch", extra: []string{"archived"}}
+)
 
 // The crawler's defaults (its -hosts, -pages, -rate and -burst flags).
 const (
@@ -95,9 +98,56 @@ func TestExampleCrawlerEmbedded(t *testing.T) {
 	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
 }
 
+// The batch's defaults (its -tasks, -rate and -burst flags).
+const (
+	batchTasks = 300
+	batchRate  = 20
+	batchBurst = 1
+)
+
+// TestExampleBatch is the asynq batch with -redis: 300 tasks enqueued at
+// once through the scheduler, two asynq servers with the worker middleware.
+func TestExampleBatch(t *testing.T) {
+	srv := redistest.NewPreferContainer(t)
+	r := batch.run(t, "-redis", srv.URL, "-progress", "0")
+	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", batchTasks, batchTasks))
+	checkPaced(t, r.summary, batchTasks)
+	if r.summary.Archived != 0 {
+		t.Errorf("archived = %d, want 0", r.summary.Archived)
+	}
+}
+
+// TestExampleBatchEmbedded is the batch with no -redis: asynq and pacer on
+// an embedded Redis.
+func TestExampleBatchEmbedded(t *testing.T) {
+	r := batch.run(t, "-progress", "0")
+	r.wantStderr(t, "using an embedded Redis")
+	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", batchTasks, batchTasks))
+	checkPaced(t, r.summary, batchTasks)
+}
+
+// TestExampleBatchProviderBelowLimit: a provider 10% below pacer's promise
+// answers 429s; each pauses the fleet, the task is rescheduled without
+// using a retry, and nothing is archived or lost.
+func TestExampleBatchProviderBelowLimit(t *testing.T) {
+	srv := redistest.NewPreferContainer(t)
+	const tasks = 100
+	limit := (batchRate + batchBurst) * 9 / 10
+	r := batch.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
+		"-tasks", strconv.Itoa(tasks), "-progress", "0")
+	s := r.summary
+	if s.Rejected == 0 {
+		t.Errorf("rejected = 0 with -provider-limit %d, want 429s", limit)
+	}
+	if s.Archived != 0 {
+		t.Errorf("archived = %d, want 0: a 429 must not use up retries", s.Archived)
+	}
+	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", tasks, tasks))
+}
+
 // checkPaced asserts what a well-paced run looks like from the provider's
-// side: no 429, calls as many as pages (each fetched once), each host at
-// the limit within 5%.
+// side: no 429, calls as many as pages or tasks (each done once), each host
+// at the limit within 5%. The crawler and the batch share rate and burst.
 func checkPaced(t *testing.T, s summary, calls int) {
 	t.Helper()
 	if s.Rejected != 0 {
@@ -256,6 +306,7 @@ type summary struct {
 	Rate, Limit     float64
 	Busiest1s       int
 	Duration        time.Duration
+	Archived        int // batch only
 
 	line string
 }
@@ -277,7 +328,7 @@ func parseSummary(stdout string, extra ...string) (summary, error) {
 	var seconds float64
 	dst := map[string]any{
 		"calls": &s.Calls, "rejected": &s.Rejected, "rate": &s.Rate, "limit": &s.Limit,
-		"busiest_1s": &s.Busiest1s, "duration": &seconds,
+		"busiest_1s": &s.Busiest1s, "duration": &seconds, "archived": &s.Archived,
 	}
 	want := append(slices.Clip(summaryFields), extra...)
 	seen := map[string]bool{}
