@@ -152,6 +152,11 @@ func (c Chart) plot() (*plot.Plot, error) {
 	p.X.Label.Text = "time since start (s)"
 	p.Y.Label.Text = "calls per 100 ms"
 	p.Legend.Top = true
+	// On the left: viewers draw the text with fonts of their own, often
+	// wider than the metrics it was laid out with, and text running over
+	// the plot reads better than text cut off at the edge.
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(8)
 	p.Add(plotter.NewGrid())
 
 	// The limits first, so that a series exactly at the limit shows on top.
