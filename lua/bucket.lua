@@ -71,7 +71,7 @@ local function abs(r)
 end
 
 -- HMGET raises WRONGTYPE before anything is written if the key is not a hash.
-local state = redis.call('HMGET', key, 'tat', 'tatf', 'ev', 'evf', 'pause', 'pausef', 'cx', 'now')
+local state = redis.call('HMGET', key, 'tat', 'tatf', 'ev', 'evf', 'pause', 'pausef', 'cx', 'now', 'seq')
 
 -- With server time, a clock that steps back (an NTP step, a failover to a
 -- host whose clock is behind) must not turn into a debt as long as the step:
@@ -93,9 +93,10 @@ if state[1] then
 end
 
 -- save writes z and the other times given (each relative to now, or nil to
--- leave the field as it is), and sets the expiry: the bucket is full again at
--- z + fill_us, after which a missing key reads the same.
-local function save(new_z, new_ev, new_pause)
+-- leave the field as it is) and the last reservation number if given, and
+-- sets the expiry: the bucket is full again at z + fill_us, after which a
+-- missing key reads the same.
+local function save(new_z, new_ev, new_pause, new_seq)
   local tat, tatf = abs(new_z)
   local fields = {'tat', tat, 'tatf', tatf}
   if ARGV[3] == '' then
@@ -115,6 +116,10 @@ local function save(new_z, new_ev, new_pause)
     table.insert(fields, p)
     table.insert(fields, 'pausef')
     table.insert(fields, pf)
+  end
+  if new_seq then
+    table.insert(fields, 'seq')
+    table.insert(fields, string.format('%d', new_seq))
   end
   redis.call('HSET', key, unpack(fields))
   local ttl_ms = math.ceil((new_z + fill_us) / 1000)
@@ -162,6 +167,7 @@ local function commit(new_z, last_slot, count)
   if state[3] and rel(state[3], state[4]) > ev then
     ev = nil -- keep the stored one
   end
-  save(new_z, ev)
-  return redis.call('HINCRBY', key, 'seq', count) - count + 1
+  local first = (tonumber(state[9]) or 0) + 1
+  save(new_z, ev, nil, first + count - 1)
+  return first
 end
