@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "time"
+
+// cpuTime is not measured here: the fleet's client CPU reads 0.
+func cpuTime() time.Duration { return 0 }

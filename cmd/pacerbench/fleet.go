@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// childEnv carries a child process's job: this program (or its test binary),
+// re-run with it set, runs one process of the fleet and exits.
+const childEnv = "PACERBENCH_CHILD"
+
+// childJob is what a child process is told in childEnv. The start and end
+// times come later, on its stdin, once every child is ready.
+type childJob struct {
+	Variant    string
+	RedisURL   string
+	Key        string
+	Limit      limit
+	Procs      int
+	Goroutines int
+}
+
+// fleet is one row of the fleet tables.
+type fleet struct {
+	Variant    string
+	Procs      int
+	Goroutines int // per process
+	Limit      limit
+	Seconds    float64
+	Calls      int64 // calls made in [start, end)
+	Rate       float64
+	// The most calls in any window [t, t+100 ms) and [t, t+1 s).
+	Busiest100ms, Busiest1s int
+	// Gaps between consecutive calls of the whole fleet.
+	GapP1, GapP50, GapP99 time.Duration
+	// How long each caller waited for permission.
+	WaitP50, WaitP99, WaitMax time.Duration
+	Redis                     perCall
+	// ClientCPUUsec is the CPU time the child processes spent in their run,
+	// per call, µs.
+	ClientCPUUsec float64
+	Fallbacks     int64
+}
+
+// runFleet runs c.Procs child processes of c.Goroutines goroutines, each
+// looping {wait; record the time} on one key for c.Fleet.
+func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
+	c := b.cfg
+	if err := b.flush(ctx); err != nil {
+		return fleet{}, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fleet{}, err
+	}
+	lim := limit{Rate: c.FleetRate, Burst: c.FleetBurst}
+	job, err := json.Marshal(childJob{Variant: v.Name, RedisURL: b.url, Key: "fleet", Limit: lim, Procs: c.Procs, Goroutines: c.Goroutines})
+	if err != nil {
+		return fleet{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // kills children left behind by an error
+	type child struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		stderr bytes.Buffer
+		ready  chan error
+		out    childOutput
+		done   chan error
+	}
+	children := make([]*child, c.Procs)
+	for i := range children {
+		ch := &child{ready: make(chan error, 1), done: make(chan error, 1)}
+		children[i] = ch
+		ch.cmd = exec.CommandContext(ctx, exe)
+		ch.cmd.Env = append(os.Environ(), childEnv+"="+string(job))
+		ch.cmd.Stderr = &ch.stderr
+		if ch.stdin, err = ch.cmd.StdinPipe(); err != nil {
+			return fleet{}, err
+		}
+		stdout, err := ch.cmd.StdoutPipe()
+		if err != nil {
+			return fleet{}, err
+		}
+		if err := ch.cmd.Start(); err != nil {
+			return fleet{}, err
+		}
+		go func() {
+			out, err := readChild(stdout, ch.ready)
+			ch.out = out
+			if werr := ch.cmd.Wait(); werr != nil {
+				err = fmt.Errorf("%w\n%s", werr, strings.TrimSpace(ch.stderr.String()))
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: fleet process %d: %w", v.Name, i, err)
+			}
+			ch.done <- err
+		}()
+	}
+	for _, ch := range children {
+		select {
+		case err := <-ch.ready:
+			if err != nil {
+				cancel()
+				return fleet{}, fmt.Errorf("%s: fleet process: %w\n%s", v.Name, err, ch.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			return fleet{}, fmt.Errorf("%s: a fleet process was not ready within 30 s", v.Name)
+		}
+	}
+	base, err := startUsage(ctx, b.admin)
+	if err != nil {
+		return fleet{}, err
+	}
+	start := time.Now().Add(50 * time.Millisecond)
+	end := start.Add(c.Fleet)
+	for _, ch := range children {
+		fmt.Fprintf(ch.stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
+		ch.stdin.Close()
+	}
+	var (
+		calls, waits []int64
+		total        childEnd
+		errs         []error
+	)
+	for _, ch := range children {
+		if err := <-ch.done; err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		calls = append(calls, ch.out.calls...)
+		waits = append(waits, ch.out.waits...)
+		total.CPU += ch.out.end.CPU
+		total.Fallbacks += ch.out.end.Fallbacks
+		total.Sent.add(ch.out.end.Sent)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fleet{}, err
+	}
+	u, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return fleet{}, err
+	}
+	slices.Sort(calls)
+	slices.Sort(waits)
+	g := gaps(calls)
+	n := int64(len(calls))
+	r := fleet{
+		Variant:      v.Name,
+		Procs:        c.Procs,
+		Goroutines:   c.Goroutines,
+		Limit:        lim,
+		Seconds:      c.Fleet.Seconds(),
+		Calls:        n,
+		Rate:         float64(n) / c.Fleet.Seconds(),
+		Busiest100ms: busiest(calls, 100*time.Millisecond),
+		Busiest1s:    busiest(calls, time.Second),
+		GapP1:        quantile(g, 0.01),
+		GapP50:       quantile(g, 0.50),
+		GapP99:       quantile(g, 0.99),
+		WaitP50:      time.Duration(quantile(waits, 0.50)),
+		WaitP99:      time.Duration(quantile(waits, 0.99)),
+		WaitMax:      time.Duration(quantile(waits, 1)),
+		Fallbacks:    total.Fallbacks,
+	}
+	if n > 0 {
+		r.ClientCPUUsec = float64(total.CPU.Microseconds()) / float64(n)
+	}
+	if v.Redis {
+		r.Redis = cost(u, total.Sent, n)
+	}
+	return r, nil
+}
+
+// childOutput is what a child process reports.
+type childOutput struct {
+	calls, waits []int64 // Unix ns of each call; ns each caller waited
+	end          childEnd
+}
+
+// childEnd is a child's last line, after its calls.
+type childEnd struct {
+	CPU       time.Duration // user + system time over the run
+	Fallbacks int64         // pacer's switches to local pacing
+	Sent      sent          // what it sent Redis over the run
+}
+
+// readChild reads a child's stdout: "ready" (signalled on ready), then a line
+// "c <call Unix ns> <wait ns>" per call, then "end <childEnd as JSON>".
+func readChild(r io.Reader, ready chan<- error) (childOutput, error) {
+	var out childOutput
+	sc := bufio.NewScanner(r)
+	if !sc.Scan() || sc.Text() != "ready" {
+		err := fmt.Errorf("no ready line (got %q, %v)", sc.Text(), sc.Err())
+		ready <- err
+		io.Copy(io.Discard, r)
+		return out, err
+	}
+	ready <- nil
+	ended := false
+	for sc.Scan() {
+		if js, ok := strings.CutPrefix(sc.Text(), "end "); ok {
+			if err := json.Unmarshal([]byte(js), &out.end); err != nil {
+				return out, fmt.Errorf("bad end line %q: %w", sc.Text(), err)
+			}
+			ended = true
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		var nums []int64
+		for _, s := range f[1:] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return out, fmt.Errorf("bad line %q", sc.Text())
+			}
+			nums = append(nums, v)
+		}
+		if len(f) != 3 || f[0] != "c" || len(nums) != 2 {
+			return out, fmt.Errorf("bad line %q", sc.Text())
+		}
+		out.calls = append(out.calls, nums[0])
+		out.waits = append(out.waits, nums[1])
+	}
+	if err := sc.Err(); err != nil {
+		return out, err
+	}
+	if !ended {
+		return out, errors.New("no end line")
+	}
+	return out, nil
+}
+
+// childMain is one process of the fleet: it opens the limiter, says "ready",
+// reads the start and end times from stdin, and from its goroutines loops
+// {wait; record the time} on the key until the end.
+func childMain() error {
+	var j childJob
+	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &j); err != nil {
+		return fmt.Errorf("pacerbench: %s: %w", childEnv, err)
+	}
+	v, err := findVariant(j.Variant)
+	if err != nil {
+		return err
+	}
+	count := newCounter()
+	rdb, err := newClient(j.RedisURL, j.Goroutines, count)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	counts := &pacerCounts{}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l, err := v.open(openOptions{rdb: rdb, lim: j.Limit, procs: j.Procs, log: log, counts: counts})
+	if err != nil {
+		return err
+	}
+	defer l.close()
+
+	// Warm up on a key of this process's own: dial, load scripts.
+	if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
+		return err
+	}
+	warm := "warmup:" + strconv.Itoa(os.Getpid())
+	errs := make([]error, j.Goroutines)
+	var wg sync.WaitGroup
+	for i := range j.Goroutines {
+		wg.Go(func() { _, errs[i] = l.take(context.Background(), warm) })
+	}
+	wg.Wait()
+	if err := firstErr(errs); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	fmt.Println("ready")
+	var startNs, endNs int64
+	if _, err := fmt.Fscan(os.Stdin, &startNs, &endNs); err != nil {
+		return fmt.Errorf("reading the start and end times: %w", err)
+	}
+	start, end := time.Unix(0, startNs), time.Unix(0, endNs)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	time.Sleep(time.Until(start))
+
+	count.take()
+	cpu0 := cpuTime()
+	type call struct{ at, wait int64 }
+	calls := make([][]call, j.Goroutines)
+	for i := range j.Goroutines {
+		wg.Go(func() {
+			for {
+				t0 := time.Now()
+				err := l.wait(ctx, j.Key)
+				t1 := time.Now()
+				if err != nil {
+					if !endOfRun(ctx, err) {
+						errs[i] = err
+					}
+					return
+				}
+				if !t1.Before(end) {
+					return
+				}
+				calls[i] = append(calls[i], call{t1.UnixNano(), int64(t1.Sub(t0))})
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.close(); err != nil { // counted: part of what the limiter costs
+		return err
+	}
+	last := childEnd{CPU: cpuTime() - cpu0, Fallbacks: counts.fallbacks.Load(), Sent: count.take()}
+	if err := firstErr(errs); err != nil {
+		return err
+	}
+	js, err := json.Marshal(last)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	for _, cs := range calls {
+		for _, c := range cs {
+			fmt.Fprintf(w, "c %d %d\n", c.at, c.wait)
+		}
+	}
+	fmt.Fprintf(w, "end %s\n", js)
+	return w.Flush()
+}
+
+// endOfRun reports whether err only says that the run's end came first: the
+// context's deadline passed (go-redis, with ContextTimeoutEnabled, then
+// fails a call in flight with an i/o timeout, maybe before ctx.Err says so),
+// or the wait would have passed it.
+func endOfRun(ctx context.Context, err error) bool {
+	var tooLong *reserve.WaitTooLongError
+	deadline, _ := ctx.Deadline()
+	return ctx.Err() != nil || !time.Now().Before(deadline) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &tooLong) ||
+		strings.Contains(err.Error(), "would exceed context deadline") // x/time/rate's Wait
+}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+)
+
+// limit is a workload's limit on its key.
+type limit struct {
+	Rate  float64 // permits per second
+	Burst int
+}
+
+// A limiter is one way to pace calls on a key, run on each workload.
+type limiter interface {
+	// take asks once for one permit, without sleeping: one reservation
+	// (pacer, x/time/rate) or one attempt (redis_rate, the fixed window).
+	// ok is false when the attempt was refused.
+	take(ctx context.Context, key string) (ok bool, err error)
+	// wait returns once the caller may make its call: the loop a user of
+	// the limiter writes.
+	wait(ctx context.Context, key string) error
+	close() error
+}
+
+// Kinds of limiter.
+const (
+	kindPacer  = "pacer"
+	kindGCRA   = "redis_rate"
+	kindWindow = "fixed window"
+	kindLocal  = "x/time/rate"
+)
+
+// variant is one row of every table: a limiter and how it is configured.
+type variant struct {
+	Name string
+	Kind string // kindPacer, kindGCRA, kindWindow or kindLocal
+	Take string // what take runs, for the report
+	Wait string // what wait runs
+	// Redis is set when the limiter keeps its state in Redis.
+	Redis bool
+	// FleetOnly is set for a variant that differs from another only in the
+	// fleet, where processes share the limit.
+	FleetOnly bool
+	// Memory is set for the variants whose per-key memory is measured (one
+	// per kind of Redis state).
+	Memory bool
+	open   func(o openOptions) (limiter, error)
+}
+
+// openOptions is what a limiter is opened with.
+type openOptions struct {
+	rdb    *redis.Client
+	lim    limit
+	procs  int // processes sharing the limit
+	log    *slog.Logger
+	counts *pacerCounts // pacer's fallback to local pacing, counted
+}
+
+// pacerVariants are the pacer configurations measured, one row each; only
+// their Options differ.
+var pacerVariants = []struct {
+	name    string
+	options string // opts as Go source, for the report
+	opts    reserve.Options
+}{
+	{"pacer", "reserve.Options{}", reserve.Options{}},
+}
+
+// variants returns every limiter, in the order of the tables' rows.
+func variants() []variant {
+	var vs []variant
+	for i, pv := range pacerVariants {
+		vs = append(vs, variant{
+			Name:   pv.name,
+			Kind:   kindPacer,
+			Take:   "`Limiter.Reserve(ctx, key, lim, 1)`, with `" + pv.options + "`",
+			Wait:   "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it",
+			Redis:  true,
+			Memory: i == 0,
+			open: func(o openOptions) (limiter, error) {
+				opts := pv.opts
+				opts.Logger = o.log
+				opts.Metrics = o.counts
+				l, err := reserve.New(o.rdb, opts)
+				if err != nil {
+					return nil, err
+				}
+				return &pacerLimiter{l: l, lim: reserve.Limit{Rate: o.lim.Rate, Burst: o.lim.Burst}}, nil
+			},
+		})
+	}
+	return append(vs,
+		variant{
+			Name:   "redis_rate (GCRA)",
+			Kind:   kindGCRA,
+			Take:   "`Limiter.Allow(ctx, key, lim)`",
+			Wait:   "`Allow`; if not allowed, sleep `RetryAfter` and try again",
+			Redis:  true,
+			Memory: true,
+			open: func(o openOptions) (limiter, error) {
+				return &redisRate{l: redis_rate.NewLimiter(o.rdb), lim: gcraLimit(o.lim)}, nil
+			},
+		},
+		variant{
+			Name:   "fixed window (INCR+EXPIRE)",
+			Kind:   kindWindow,
+			Take:   "`MULTI; INCR key:window; EXPIRE key:window; EXEC` (the rate-limiter pattern of Redis's INCR page)",
+			Wait:   "the same; if the count is over the limit, sleep until the window ends and try again",
+			Redis:  true,
+			Memory: true,
+			open: func(o openOptions) (limiter, error) {
+				w, n := windowOf(o.lim)
+				return &fixedWindow{rdb: o.rdb, window: w, limit: n}, nil
+			},
+		},
+		variant{
+			Name: "x/time/rate, full rate per process",
+			Kind: kindLocal,
+			Take: "`Limiter.Reserve()` (in process, no Redis)",
+			Wait: "`Limiter.Wait(ctx)`: each process on its own at the full rate",
+			open: func(o openOptions) (limiter, error) {
+				return &local{lim: o.lim}, nil
+			},
+		},
+		variant{
+			Name:      "x/time/rate, rate/procs per process",
+			Kind:      kindLocal,
+			Take:      "`Limiter.Reserve()` (in process, no Redis)",
+			Wait:      "`Limiter.Wait(ctx)`: each process on its own at rate/processes, burst/processes (at least 1)",
+			FleetOnly: true,
+			open: func(o openOptions) (limiter, error) {
+				procs := max(o.procs, 1)
+				return &local{lim: limit{Rate: o.lim.Rate / float64(procs), Burst: max(o.lim.Burst/procs, 1)}}, nil
+			},
+		},
+	)
+}
+
+// findVariant returns the variant named name.
+func findVariant(name string) (variant, error) {
+	for _, v := range variants() {
+		if v.Name == name {
+			return v, nil
+		}
+	}
+	return variant{}, fmt.Errorf("pacerbench: no limiter named %q", name)
+}
+
+// pacerLimiter is pacer's reserve.Limiter.
+type pacerLimiter struct {
+	l   *reserve.Limiter
+	lim reserve.Limit
+}
+
+func (p *pacerLimiter) take(ctx context.Context, key string) (bool, error) {
+	_, err := p.l.Reserve(ctx, key, p.lim, 1)
+	return err == nil, err
+}
+
+func (p *pacerLimiter) wait(ctx context.Context, key string) error {
+	return p.l.Wait(ctx, key, p.lim)
+}
+
+func (p *pacerLimiter) close() error { return p.l.Close() }
+
+// pacerCounts counts what would make pacer's figures meaningless: switches
+// to local pacing and reservations granted locally (Redis too slow for
+// reserve.Options.CallTimeout). It is the Limiter's reserve.Metrics.
+type pacerCounts struct {
+	fallbacks atomic.Int64
+	local     atomic.Int64
+}
+
+func (c *pacerCounts) Reserved(_ string, _ int, _ time.Duration, local bool) {
+	if local {
+		c.local.Add(1)
+	}
+}
+func (c *pacerCounts) RedisCall(string, time.Duration, error) {}
+func (c *pacerCounts) Paused(string, time.Duration)           {}
+func (c *pacerCounts) Fallback(active bool) {
+	if active {
+		c.fallbacks.Add(1)
+	}
+}
+
+// redisRate is github.com/go-redis/redis_rate/v10.
+type redisRate struct {
+	l   *redis_rate.Limiter
+	lim redis_rate.Limit
+}
+
+// gcraLimit is l in redis_rate's terms: an integer Rate per Period.
+func gcraLimit(l limit) redis_rate.Limit {
+	if l.Rate >= 1 && l.Rate == math.Trunc(l.Rate) {
+		return redis_rate.Limit{Rate: int(l.Rate), Period: time.Second, Burst: l.Burst}
+	}
+	return redis_rate.Limit{Rate: 1, Period: time.Duration(float64(time.Second) / l.Rate), Burst: l.Burst}
+}
+
+func (r *redisRate) take(ctx context.Context, key string) (bool, error) {
+	res, err := r.l.Allow(ctx, key, r.lim)
+	if err != nil {
+		return false, err
+	}
+	return res.Allowed > 0, nil
+}
+
+func (r *redisRate) wait(ctx context.Context, key string) error {
+	for {
+		res, err := r.l.Allow(ctx, key, r.lim)
+		if err != nil {
+			return err
+		}
+		if res.Allowed > 0 {
+			return nil
+		}
+		if err := sleep(ctx, res.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *redisRate) close() error { return nil }
+
+// fixedWindow is the counter people write first: a key per window of time,
+// INCR and EXPIRE in one transaction, over the limit means wait for the next
+// window. Windows are cut from the client's clock.
+type fixedWindow struct {
+	rdb    *redis.Client
+	window time.Duration
+	limit  int64
+}
+
+// windowOf returns the window and the limit per window for l: 1 s and
+// rate x 1 s, or one permit per 1/rate for rates below 1/s. The burst plays
+// no part.
+func windowOf(l limit) (time.Duration, int64) {
+	if l.Rate >= 1 {
+		return time.Second, int64(l.Rate)
+	}
+	return time.Duration(float64(time.Second) / l.Rate), 1
+}
+
+// try counts one call in the current window; it returns whether the call is
+// within the limit and when the window ends.
+func (f *fixedWindow) try(ctx context.Context, key string) (bool, time.Time, error) {
+	now := time.Now()
+	w := now.UnixNano() / int64(f.window)
+	k := "fw:" + key + ":" + strconv.FormatInt(w, 10)
+	var incr *redis.IntCmd
+	_, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		incr = p.Incr(ctx, k)
+		p.Expire(ctx, k, f.window)
+		return nil
+	})
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return incr.Val() <= f.limit, time.Unix(0, (w+1)*int64(f.window)), nil
+}
+
+func (f *fixedWindow) take(ctx context.Context, key string) (bool, error) {
+	ok, _, err := f.try(ctx, key)
+	return ok, err
+}
+
+func (f *fixedWindow) wait(ctx context.Context, key string) error {
+	for {
+		ok, end, err := f.try(ctx, key)
+		if err != nil || ok {
+			return err
+		}
+		if err := sleep(ctx, time.Until(end)); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *fixedWindow) close() error { return nil }
+
+// local is golang.org/x/time/rate: one Limiter per key in this process.
+type local struct {
+	lim  limit
+	keys sync.Map // key -> *rate.Limiter
+}
+
+func (l *local) limiter(key string) *rate.Limiter {
+	if v, ok := l.keys.Load(key); ok {
+		return v.(*rate.Limiter)
+	}
+	v, _ := l.keys.LoadOrStore(key, rate.NewLimiter(rate.Limit(l.lim.Rate), l.lim.Burst))
+	return v.(*rate.Limiter)
+}
+
+func (l *local) take(_ context.Context, key string) (bool, error) {
+	return l.limiter(key).Reserve().OK(), nil
+}
+
+func (l *local) wait(ctx context.Context, key string) error {
+	return l.limiter(key).Wait(ctx)
+}
+
+func (l *local) close() error { return nil }
+
+// sleep sleeps for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

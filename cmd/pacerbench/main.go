@@ -1,0 +1,382 @@
+// Command pacerbench runs pacer and the limiters a user would otherwise pick
+// on one Redis, on the same workloads, one after the other, and writes the
+// results to BENCHMARKS.md (and prints its tables):
+//
+//   - pacer (reserve.Limiter; one row per entry of pacerVariants);
+//   - github.com/go-redis/redis_rate/v10 (GCRA), with the usual loop: Allow,
+//     and if not allowed sleep RetryAfter and try again;
+//   - a fixed-window counter in Redis (INCR and EXPIRE on a key per window;
+//     over the limit, sleep until the window ends);
+//   - golang.org/x/time/rate in each process, with no coordination: each
+//     process at the full rate, or at rate/processes.
+//
+// The workloads: a hot key hammered by 256 and by 16 goroutines with a limit
+// so high nobody waits (reservations per second); one caller's latency; a
+// fleet of processes (this program re-run as children) sharing one key at
+// 500/s, burst 1 (what the provider would see, and what Redis spends per
+// call); and Redis memory per idle key, and its expiry.
+//
+//	go run ./cmd/pacerbench             # the full run, a few minutes
+//	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
+//	go run ./cmd/pacerbench -redis redis://127.0.0.1:6379/0 -force
+//
+// With no -redis it starts a throwaway redis-server from PATH on a free
+// 127.0.0.1 port (no persistence) and stops it at the end. The database is
+// flushed (FLUSHDB) before each limiter's run and CONFIG RESETSTAT is sent
+// before each measurement, so -redis must name a database nobody else uses:
+// one that is not empty is refused unless -force is given.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// config is what the flags set.
+type config struct {
+	RedisURL   string        // "" to start a redis-server
+	Force      bool          // flush a -redis database that is not empty
+	Out        string        // the Markdown file to write; "" for none
+	Quick      bool          // smoke-run defaults
+	Phase      time.Duration // each throughput and latency measurement
+	Hot        []int         // goroutines of the throughput phases
+	Fleet      time.Duration // the fleet's run
+	Procs      int           // the fleet's processes
+	Goroutines int           // goroutines per fleet process
+	FleetRate  float64       // the fleet's limit, permits per second
+	FleetBurst int
+	MemKeys    int     // keys created in the memory phase
+	MemRate    float64 // their limit's rate (burst 1): the TTL follows from it
+	Only       string  // comma-separated limiter names; "" for all
+	Phases     string  // comma-separated phases (hot, lone, fleet, memory); "" for all
+	Command    string  // how the program was run, for the report
+}
+
+// defaults returns the full run's settings, or the smoke run's.
+func defaults(quick bool) config {
+	c := config{
+		Out:        "BENCHMARKS.md",
+		Phase:      5 * time.Second,
+		Hot:        []int{256, 16},
+		Fleet:      10 * time.Second,
+		Procs:      4,
+		Goroutines: 16,
+		FleetRate:  500,
+		FleetBurst: 1,
+		MemKeys:    100_000,
+		// One permit per 20 s: a key lives 21 s, longer than creating
+		// 100,000 of them takes, so none has expired when memory is read.
+		MemRate: 0.05,
+	}
+	if quick {
+		c.Quick = true
+		c.Phase = time.Second
+		c.Fleet = 2 * time.Second
+		c.Procs = 2
+		c.MemKeys = 1000
+		c.MemRate = 2 // keys live 1.5 s
+	}
+	return c
+}
+
+func main() {
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "pacerbench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := run(context.Background(), c, os.Stdout, os.Stderr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// parseFlags returns the config args ask for: -quick changes the defaults
+// of the flags not given.
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("pacerbench", flag.ContinueOnError)
+	full := defaults(false)
+	var c config
+	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
+	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
+	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none)")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys")
+	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
+	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
+	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
+	fs.IntVar(&c.Goroutines, "goroutines", full.Goroutines, "goroutines per fleet process")
+	fs.Float64Var(&c.FleetRate, "rate", full.FleetRate, "the fleet's limit, calls per second")
+	fs.IntVar(&c.FleetBurst, "burst", full.FleetBurst, "the fleet's burst")
+	fs.IntVar(&c.MemKeys, "keys", full.MemKeys, "keys created in the memory phase")
+	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 1 s")
+	fs.StringVar(&c.Only, "only", "", "run only these limiters (comma-separated names, as in the tables)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("pacerbench: unexpected arguments %q", fs.Args())
+	}
+	if c.Quick {
+		// -quick changes the defaults: of the flags not given.
+		q := defaults(true)
+		use := map[string]func(){
+			"phase":    func() { c.Phase = q.Phase },
+			"fleet":    func() { c.Fleet = q.Fleet },
+			"procs":    func() { c.Procs = q.Procs },
+			"keys":     func() { c.MemKeys = q.MemKeys },
+			"mem-rate": func() { c.MemRate = q.MemRate },
+		}
+		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
+		for _, set := range use {
+			set()
+		}
+	}
+	c.Hot = full.Hot
+	c.Command = "go run ./cmd/pacerbench"
+	for _, a := range args {
+		c.Command += " " + shellQuote(a)
+	}
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	switch {
+	case c.Phase <= 0 || c.Fleet <= 0:
+		return fmt.Errorf("pacerbench: -phase and -fleet must be positive")
+	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1:
+		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1")
+	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
+		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
+	}
+	for p := range strings.SplitSeq(c.Phases, ",") {
+		if p != "" && !slices.Contains(phases, p) {
+			return fmt.Errorf("pacerbench: -phases: no phase %q (want some of %s)", p, strings.Join(phases, ", "))
+		}
+	}
+	return nil
+}
+
+// phases are the parts of a run, in order.
+var phases = []string{"hot", "lone", "fleet", "memory"}
+
+// runs reports whether c runs phase p.
+func (c config) runs(p string) bool {
+	return c.Phases == "" || slices.Contains(strings.Split(c.Phases, ","), p)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`*?[]{}()<>|&;#~!") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// bench is one run: the config and the Redis every limiter shares.
+type bench struct {
+	cfg   config
+	rdb   *redis.Client // the limiters' client, its commands counted
+	sent  *counter
+	admin *redis.Client // this program's own: INFO, CONFIG, FLUSHDB, ...
+	url   string
+	log   *slog.Logger
+}
+
+// newClient returns a go-redis client for url as the README recommends for
+// pacer (ContextTimeoutEnabled, MaxRetries -1), with a pool for goroutines
+// callers at once, and checks that it answers. A non-nil count counts what
+// it sends.
+func newClient(url string, goroutines int, count *counter) (*redis.Client, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("pacerbench: -redis: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	// One connection per goroutine, plus pacer's heartbeat and this
+	// program's INFO: a smaller pool makes callers queue for a connection
+	// (go-redis's default is 10 per GOMAXPROCS).
+	opts.PoolSize = goroutines + 8
+	rdb := redis.NewClient(opts)
+	if count != nil {
+		rdb.AddHook(count)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("pacerbench: PING %s: %w", opts.Addr, err)
+	}
+	return rdb, nil
+}
+
+// flush empties the database.
+func (b *bench) flush(ctx context.Context) error {
+	if err := b.admin.FlushDB(ctx).Err(); err != nil {
+		return fmt.Errorf("pacerbench: FLUSHDB: %w", err)
+	}
+	return nil
+}
+
+// open flushes the database and opens v for lim.
+func (b *bench) open(ctx context.Context, v variant, lim limit, procs int) (limiter, *pacerCounts, error) {
+	if err := b.flush(ctx); err != nil {
+		return nil, nil, err
+	}
+	counts := &pacerCounts{}
+	l, err := v.open(openOptions{rdb: b.rdb, lim: lim, procs: procs, log: b.log, counts: counts})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", v.Name, err)
+	}
+	return l, counts, nil
+}
+
+// selected returns the variants c.Only names, or all.
+func (c config) selected() ([]variant, error) {
+	all := variants()
+	if c.Only == "" {
+		return all, nil
+	}
+	var vs []variant
+	for name := range strings.SplitSeq(c.Only, ",") {
+		v, err := findVariant(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, nil
+}
+
+// results is everything a run measured.
+type results struct {
+	Config     config
+	Env        environment
+	Variants   []variant
+	Throughput []throughput
+	Latency    []latency
+	Fleet      []fleet
+	Memory     []memory
+}
+
+// run runs every phase, writes c.Out and prints the tables to stdout;
+// progress goes to logw.
+func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	vs, err := c.selected()
+	if err != nil {
+		return nil, err
+	}
+	res := &results{Config: c, Variants: vs, Env: newEnvironment(c)}
+	url, source := c.RedisURL, "given with -redis"
+	if url == "" {
+		s, err := startServer()
+		if err != nil {
+			return nil, err
+		}
+		defer s.stop()
+		url, source = s.url(), "a redis-server started by pacerbench (--save '' --appendonly no)"
+	}
+	sent := newCounter()
+	rdb, err := newClient(url, max(slices.Max(c.Hot), 32), sent)
+	if err != nil {
+		return nil, err
+	}
+	defer rdb.Close()
+	admin, err := newClient(url, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	if c.RedisURL != "" && !c.Force {
+		n, err := admin.DBSize(ctx).Result()
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("pacerbench: the -redis database holds %d keys; pacerbench flushes it between runs: use an empty database, or -force", n)
+		}
+	}
+	if err := res.Env.readRedis(ctx, admin, source); err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: c, rdb: rdb, sent: sent, admin: admin, url: url,
+		log: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	progress := func(format string, args ...any) { fmt.Fprintf(logw, format+"\n", args...) }
+
+	for _, g := range c.Hot {
+		for _, v := range vs {
+			if v.FleetOnly || !c.runs("hot") {
+				continue
+			}
+			r, err := b.runThroughput(ctx, v, g, c.Phase)
+			if err != nil {
+				return nil, err
+			}
+			progress("throughput  %-40s %3d goroutines: %10.0f/s", v.Name, g, r.PerSecond())
+			res.Throughput = append(res.Throughput, r)
+		}
+	}
+	for _, v := range vs {
+		if v.FleetOnly || !c.runs("lone") {
+			continue
+		}
+		r, err := b.runLatency(ctx, v, c.Phase)
+		if err != nil {
+			return nil, err
+		}
+		progress("latency     %-40s p50 %v p99 %v", v.Name, r.P50, r.P99)
+		res.Latency = append(res.Latency, r)
+	}
+	for _, v := range vs {
+		if !c.runs("fleet") {
+			break
+		}
+		r, err := b.runFleet(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		progress("fleet       %-40s %.1f/s, busiest 100 ms %d, 1 s %d", v.Name, r.Rate, r.Busiest100ms, r.Busiest1s)
+		res.Fleet = append(res.Fleet, r)
+	}
+	for _, v := range vs {
+		if !v.Memory || !c.runs("memory") {
+			continue
+		}
+		r, err := b.runMemory(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		progress("memory      %-40s %d B per key", v.Name, r.SampleBytes)
+		res.Memory = append(res.Memory, r)
+	}
+	res.Env.finish()
+
+	tables := res.tables()
+	fmt.Fprint(stdout, tables)
+	if c.Out != "" {
+		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {
+			return nil, err
+		}
+		progress("wrote %s", c.Out)
+	}
+	return res, nil
+}

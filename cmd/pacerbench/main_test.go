@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// TestMain runs one fleet process when the test binary is re-run as one
+// (see runFleet).
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "pacerbench child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestQuick runs the smoke run, shorter still, against a redis-server of
+// its own (the benchmark flushes it), and checks that every limiter has a
+// row in every table and that the figures are sane: so a broken benchmark
+// fails CI, not the next full run.
+func TestQuick(t *testing.T) {
+	s := redistest.NewProcess(t)
+	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", out, "-phase", "300ms", "-fleet", "1s", "-keys", "500"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, progress bytes.Buffer
+	start := time.Now()
+	res, err := run(context.Background(), c, &stdout, &progress)
+	t.Logf("run took %v; progress:\n%s", time.Since(start).Round(time.Millisecond), progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), stdout.String()) {
+		t.Errorf("%s does not hold the tables printed to stdout", out)
+	}
+	if !strings.Contains(string(doc), c.Command) {
+		t.Errorf("%s does not give the command %q", out, c.Command)
+	}
+
+	for _, v := range variants() {
+		if !v.FleetOnly {
+			for _, g := range c.Hot {
+				r, ok := find(res.Throughput, func(x throughput) bool { return x.Variant == v.Name && x.Goroutines == g })
+				switch {
+				case !ok:
+					t.Errorf("no hot-key row for %q, %d goroutines", v.Name, g)
+				case r.PerSecond() <= 0 || r.Refused != 0:
+					t.Errorf("hot key, %q, %d goroutines: %.0f/s, %d refused; want > 0/s, none refused", v.Name, g, r.PerSecond(), r.Refused)
+				case r.Fallbacks > 0:
+					// Redis too slow for pacer's CallTimeout (a busy machine,
+					// -race): the row says so; its Redis figures are moot.
+					t.Logf("hot key, %q, %d goroutines: switched to local pacing %d times", v.Name, g, r.Fallbacks)
+				case v.Redis && (r.Redis.Trips <= 0 || r.Redis.Commands <= 0 || r.Redis.Usec <= 0):
+					t.Errorf("hot key, %q, %d goroutines: Redis cost %+v, want every figure > 0", v.Name, g, r.Redis)
+				}
+			}
+			r, ok := find(res.Latency, func(x latency) bool { return x.Variant == v.Name })
+			if !ok {
+				t.Errorf("no lone-caller row for %q", v.Name)
+			} else if r.Calls == 0 || r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("lone caller, %q: %+v; want calls, 0 < p50 <= p99", v.Name, r)
+			}
+		}
+		f, ok := find(res.Fleet, func(x fleet) bool { return x.Variant == v.Name })
+		if !ok {
+			t.Errorf("no fleet row for %q", v.Name)
+		} else if f.Calls == 0 || f.Rate <= 0 || f.Busiest100ms <= 0 || f.Busiest1s < f.Busiest100ms || f.GapP50 <= 0 || f.WaitMax < f.WaitP50 {
+			t.Errorf("fleet, %q: %+v; want calls, rate > 0, busiest 1 s >= busiest 100 ms > 0, gaps and waits", v.Name, f)
+		} else if v.Redis && (f.Redis.Trips <= 0 || f.Redis.CPUUsec <= 0) {
+			t.Errorf("fleet, %q: Redis cost %+v, want > 0", v.Name, f.Redis)
+		}
+		if v.Memory {
+			m, ok := find(res.Memory, func(x memory) bool { return x.Variant == v.Name })
+			if !ok {
+				t.Errorf("no memory row for %q", v.Name)
+			} else if m.Stored != int64(c.MemKeys) || m.SampleBytes <= 0 || m.PerKeyBytes <= 0 || m.PTTL <= 0 {
+				t.Errorf("memory, %q: %+v; want %d keys stored, sizes and PTTL > 0", v.Name, m, c.MemKeys)
+			}
+		}
+		if !strings.Contains(stdout.String(), "| "+v.Name+" |") {
+			t.Errorf("no row for %q in the tables", v.Name)
+		}
+	}
+
+	// What the fleet table is for: pacer holds the fleet to the limit, x/time/rate
+	// at the full rate in each process does not.
+	p, _ := find(res.Fleet, func(x fleet) bool { return x.Variant == "pacer" })
+	x, _ := find(res.Fleet, func(x fleet) bool { return x.Variant == "x/time/rate, full rate per process" })
+	if p.Rate < 0.8*c.FleetRate || p.Rate > 1.1*c.FleetRate {
+		t.Errorf("fleet, pacer: mean rate %.1f/s, want within [80%%, 110%%] of %v", p.Rate, c.FleetRate)
+	}
+	if want := float64(c.FleetBurst) + c.FleetRate*0.1; float64(p.Busiest100ms) > 1.5*want {
+		t.Errorf("fleet, pacer: busiest 100 ms %d, want at most 1.5 x %v", p.Busiest100ms, want)
+	}
+	if x.Rate < 1.5*p.Rate {
+		t.Errorf("fleet: x/time/rate at the full rate in %d processes made %.1f/s, pacer %.1f/s; want well above", c.Procs, x.Rate, p.Rate)
+	}
+	m, _ := find(res.Memory, func(x memory) bool { return x.Variant == "pacer" })
+	if !m.ExpiryChecked || m.Left != 0 {
+		t.Errorf("memory, pacer: %d keys left %v after the last write, want none", m.Left, m.GoneAfter)
+	}
+	if m.PTTL > m.DesignTTL || m.PTTL < m.DesignTTL-500*time.Millisecond {
+		t.Errorf("memory, pacer: PTTL %v right after the write, want just under %v", m.PTTL, m.DesignTTL)
+	}
+}
+
+func find[T any](xs []T, ok func(T) bool) (T, bool) {
+	for _, x := range xs {
+		if ok(x) {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
+}
