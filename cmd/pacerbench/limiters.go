@@ -69,13 +69,16 @@ type openOptions struct {
 }
 
 // pacerVariants are the pacer configurations measured, one row each; only
-// their Options differ.
+// their Options differ. The first is the one whose memory is measured (the
+// Options do not change what a key holds). A fleetOnly variant differs in
+// how Wait sleeps, which only the fleet measures.
 var pacerVariants = []struct {
-	name    string
-	options string // opts as Go source, for the report
-	opts    reserve.Options
+	name      string
+	options   string // opts as Go source, for the report
+	opts      reserve.Options
+	fleetOnly bool
 }{
-	{"pacer", "reserve.Options{}", reserve.Options{}},
+	{name: "pacer", options: "reserve.Options{}", opts: reserve.Options{}},
 }
 
 // variants returns every limiter, in the order of the tables' rows.
@@ -83,12 +86,13 @@ func variants() []variant {
 	var vs []variant
 	for i, pv := range pacerVariants {
 		vs = append(vs, variant{
-			Name:   pv.name,
-			Kind:   kindPacer,
-			Take:   "`Limiter.Reserve(ctx, key, lim, 1)`, with `" + pv.options + "`",
-			Wait:   "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it",
-			Redis:  true,
-			Memory: i == 0,
+			Name:      pv.name,
+			Kind:      kindPacer,
+			Take:      "`Limiter.Reserve(ctx, key, lim, 1)`, with `" + pv.options + "`",
+			Wait:      "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it",
+			Redis:     true,
+			Memory:    i == 0,
+			FleetOnly: pv.fleetOnly,
 			open: func(o openOptions) (limiter, error) {
 				opts := pv.opts
 				opts.Logger = o.log
