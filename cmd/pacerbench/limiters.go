@@ -79,6 +79,17 @@ var pacerVariants = []struct {
 	fleetOnly bool
 }{
 	{name: "pacer", options: "reserve.Options{}", opts: reserve.Options{}},
+	{
+		name:    "pacer, one script call per reservation",
+		options: "reserve.Options{DisableCoalescing: true}",
+		opts:    reserve.Options{DisableCoalescing: true},
+	},
+	{
+		name:      "pacer, Go's timer only",
+		options:   "reserve.Options{PreciseWake: -1}",
+		opts:      reserve.Options{PreciseWake: -1},
+		fleetOnly: true,
+	},
 }
 
 // variants returns every limiter, in the order of the tables' rows.

@@ -2,7 +2,8 @@
 // on one Redis, on the same workloads, one after the other, and writes the
 // results to BENCHMARKS.md (and prints its tables):
 //
-//   - pacer (reserve.Limiter; one row per entry of pacerVariants);
+//   - pacer (reserve.Limiter; one row per entry of pacerVariants: default
+//     Options, coalescing off, Go's timer only);
 //   - github.com/go-redis/redis_rate/v10 (GCRA), with the usual loop: Allow,
 //     and if not allowed sleep RetryAfter and try again;
 //   - a fixed-window counter in Redis (INCR and EXPIRE on a key per window;

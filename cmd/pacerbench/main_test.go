@@ -113,6 +113,16 @@ func TestQuick(t *testing.T) {
 	if x.Rate < 1.5*p.Rate {
 		t.Errorf("fleet: x/time/rate at the full rate in %d processes made %.1f/s, pacer %.1f/s; want well above", c.Procs, x.Rate, p.Rate)
 	}
+	// The pacer rows get their Options: 256 callers on one key share round
+	// trips, unless coalescing is off.
+	on, _ := find(res.Throughput, func(x throughput) bool { return x.Variant == "pacer" && x.Goroutines == 256 })
+	off, _ := find(res.Throughput, func(x throughput) bool {
+		return x.Variant == "pacer, one script call per reservation" && x.Goroutines == 256
+	})
+	if on.Fallbacks == 0 && off.Fallbacks == 0 && (on.Redis.Trips > 0.9 || off.Redis.Trips < 0.99) {
+		t.Errorf("hot key, 256 goroutines: round trips per reservation %.2f with coalescing, %.2f without; want < 0.9 and about 1",
+			on.Redis.Trips, off.Redis.Trips)
+	}
 	m, _ := find(res.Memory, func(x memory) bool { return x.Variant == "pacer" })
 	if !m.ExpiryChecked || m.Left != 0 {
 		t.Errorf("memory, pacer: %d keys left %v after the last write, want none", m.Left, m.GoneAfter)
