@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,9 +24,12 @@ type environment struct {
 	Commit      string // the pacer commit, when known
 	Redis       string // redis_version from INFO server
 	RedisSource string
-	// The load average (1, 5, 15 minutes) before and after the run: other
-	// work on the machine shows here, and moves every figure.
+	// The load average (1, 5, 15 minutes) before and after the run (after:
+	// with this run's own processes), and how idle the CPUs were over the
+	// second before it (-1: unknown): other work on the machine shows here,
+	// and moves every figure.
 	LoadStart, LoadEnd string
+	IdleBefore         float64
 }
 
 func newEnvironment(c config) environment {
@@ -38,6 +42,7 @@ func newEnvironment(c config) environment {
 		CPUModel:   cpuModel(),
 		Commit:     commit(),
 		LoadStart:  loadAverage(),
+		IdleBefore: idle(time.Second),
 	}
 }
 
@@ -66,6 +71,40 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// idle returns the share of CPU time the machine spent idle over d, from
+// /proc/stat, or -1.
+func idle(d time.Duration) float64 {
+	read := func() (idle, total float64, ok bool) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0, false
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) < 5 || f[0] != "cpu" {
+			return 0, 0, false
+		}
+		for i, s := range f[1:] {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return 0, 0, false
+			}
+			total += v
+			if i == 3 || i == 4 { // idle, iowait
+				idle += v
+			}
+		}
+		return idle, total, true
+	}
+	i0, t0, ok0 := read()
+	time.Sleep(d)
+	i1, t1, ok1 := read()
+	if !ok0 || !ok1 || t1 <= t0 {
+		return -1
+	}
+	return (i1 - i0) / (t1 - t0)
 }
 
 func cpuModel() string {

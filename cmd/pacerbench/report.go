@@ -167,7 +167,12 @@ func (r *results) document(tables string) string {
 		cpu += " (" + e.CPUModel + ")"
 	}
 	fmt.Fprintf(&b, "- machine: %s, GOMAXPROCS %d, %s\n", cpu, e.GOMAXPROCS, e.Go)
-	fmt.Fprintf(&b, "- load average (1, 5, 15 min): %s at the start, %s at the end\n", e.LoadStart, e.LoadEnd)
+	idle := "unknown"
+	if e.IdleBefore >= 0 {
+		idle = fmt.Sprintf("%.0f%%", 100*e.IdleBefore)
+	}
+	fmt.Fprintf(&b, "- other work on the machine: CPUs %s idle over the second before the run; load average (1, 5, 15 min) %s before it, %s after it (this run's own processes included)\n",
+		idle, e.LoadStart, e.LoadEnd)
 	fmt.Fprintf(&b, "- Redis %s: %s, on the same machine as the clients\n", e.Redis, e.RedisSource)
 	if e.Commit != "" {
 		fmt.Fprintf(&b, "- pacer commit: %s\n", e.Commit)
