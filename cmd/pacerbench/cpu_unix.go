@@ -9,8 +9,18 @@ import (
 
 // cpuTime returns the CPU time (user and system) this process has used.
 func cpuTime() time.Duration {
+	return rusage(syscall.RUSAGE_SELF)
+}
+
+// ownCPUTime returns the CPU time this process and its children that have
+// ended (the fleet's processes, a redis-server it stopped) have used, or -1.
+func ownCPUTime() time.Duration {
+	return rusage(syscall.RUSAGE_SELF) + rusage(syscall.RUSAGE_CHILDREN)
+}
+
+func rusage(who int) time.Duration {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	if err := syscall.Getrusage(who, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

@@ -30,7 +30,53 @@ type environment struct {
 	// and moves every figure.
 	LoadStart, LoadEnd string
 	IdleBefore         float64
+	// Others is the CPU time that processes other than this run's used
+	// while it ran (the machine's user + system time from /proc/stat, less
+	// this process's and its children's), over Elapsed; negative: unknown.
+	Others, Elapsed time.Duration
+
+	start     machineCPU
+	startOwn  time.Duration
+	startTime time.Time
 }
+
+// machineCPU is read from /proc/stat.
+type machineCPU struct {
+	idle, total float64 // ticks: idle + iowait, and all
+	busy        float64 // ticks: user + nice + system
+	ok          bool
+}
+
+func readMachineCPU() machineCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	var m machineCPU
+	for i, s := range f[1:] {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return machineCPU{}
+		}
+		m.total += v
+		switch i {
+		case 0, 1, 2: // user, nice, system
+			m.busy += v
+		case 3, 4: // idle, iowait
+			m.idle += v
+		}
+	}
+	m.ok = true
+	return m
+}
+
+// ticksPerSecond is USER_HZ, the unit of /proc/stat: 100 on Linux.
+const ticksPerSecond = 100
 
 func newEnvironment(c config) environment {
 	return environment{
@@ -43,6 +89,9 @@ func newEnvironment(c config) environment {
 		Commit:     commit(),
 		LoadStart:  loadAverage(),
 		IdleBefore: idle(time.Second),
+		start:      readMachineCPU(),
+		startOwn:   ownCPUTime(),
+		startTime:  time.Now(),
 	}
 }
 
@@ -57,8 +106,18 @@ func (e *environment) readRedis(ctx context.Context, rdb *redis.Client, source s
 	return nil
 }
 
-// finish records what is known only at the end.
-func (e *environment) finish() { e.LoadEnd = loadAverage() }
+// finish records what is known only at the end, once every process the run
+// started has ended.
+func (e *environment) finish() {
+	e.LoadEnd = loadAverage()
+	e.Elapsed = time.Since(e.startTime)
+	end, own := readMachineCPU(), ownCPUTime()
+	e.Others = -1
+	if e.start.ok && end.ok && e.startOwn >= 0 {
+		busy := time.Duration((end.busy - e.start.busy) / ticksPerSecond * float64(time.Second))
+		e.Others = max(busy-(own-e.startOwn), 0)
+	}
+}
 
 // loadAverage returns the first three fields of /proc/loadavg, or "unknown".
 func loadAverage() string {
@@ -76,35 +135,13 @@ func loadAverage() string {
 // idle returns the share of CPU time the machine spent idle over d, from
 // /proc/stat, or -1.
 func idle(d time.Duration) float64 {
-	read := func() (idle, total float64, ok bool) {
-		b, err := os.ReadFile("/proc/stat")
-		if err != nil {
-			return 0, 0, false
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		f := strings.Fields(line)
-		if len(f) < 5 || f[0] != "cpu" {
-			return 0, 0, false
-		}
-		for i, s := range f[1:] {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return 0, 0, false
-			}
-			total += v
-			if i == 3 || i == 4 { // idle, iowait
-				idle += v
-			}
-		}
-		return idle, total, true
-	}
-	i0, t0, ok0 := read()
+	a := readMachineCPU()
 	time.Sleep(d)
-	i1, t1, ok1 := read()
-	if !ok0 || !ok1 || t1 <= t0 {
+	b := readMachineCPU()
+	if !a.ok || !b.ok || b.total <= a.total {
 		return -1
 	}
-	return (i1 - i0) / (t1 - t0)
+	return (b.idle - a.idle) / (b.total - a.total)
 }
 
 func cpuModel() string {

@@ -58,7 +58,7 @@ type config struct {
 	FleetBurst int
 	MemKeys    int     // keys created in the memory phase
 	MemRate    float64 // their limit's rate (burst 1): the TTL follows from it
-	Only       string  // comma-separated limiter names; "" for all
+	Only       string  // limiter names separated by ";"; "" for all
 	Phases     string  // comma-separated phases (hot, lone, fleet, memory); "" for all
 	Command    string  // how the program was run, for the report
 }
@@ -125,7 +125,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.FleetBurst, "burst", full.FleetBurst, "the fleet's burst")
 	fs.IntVar(&c.MemKeys, "keys", full.MemKeys, "keys created in the memory phase")
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 1 s")
-	fs.StringVar(&c.Only, "only", "", "run only these limiters (comma-separated names, as in the tables)")
+	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -255,7 +255,7 @@ func (c config) selected() ([]variant, error) {
 		return all, nil
 	}
 	var vs []variant
-	for name := range strings.SplitSeq(c.Only, ",") {
+	for name := range strings.SplitSeq(c.Only, ";") {
 		v, err := findVariant(strings.TrimSpace(name))
 		if err != nil {
 			return nil, err
@@ -288,13 +288,13 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res := &results{Config: c, Variants: vs, Env: newEnvironment(c)}
 	url, source := c.RedisURL, "given with -redis"
+	var srv *server
 	if url == "" {
-		s, err := startServer()
-		if err != nil {
+		if srv, err = startServer(); err != nil {
 			return nil, err
 		}
-		defer s.stop()
-		url, source = s.url(), "a redis-server started by pacerbench (--save '' --appendonly no)"
+		defer srv.stop()
+		url, source = srv.url(), "a redis-server started by pacerbench (--save '' --appendonly no)"
 	}
 	sent := newCounter()
 	rdb, err := newClient(url, max(slices.Max(c.Hot), 32), sent)
@@ -368,6 +368,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 		progress("memory      %-40s %d B per key", v.Name, r.SampleBytes)
 		res.Memory = append(res.Memory, r)
+	}
+	rdb.Close()
+	admin.Close()
+	if srv != nil {
+		srv.stop() // so that its CPU time counts as this run's
 	}
 	res.Env.finish()
 
