@@ -218,7 +218,7 @@ func (r *results) document(tables string) string {
 		"mean rate at %s/s, the busiest 100 ms at or near %s calls and the busiest 1 s at or near %s; the gaps show whether calls come evenly "+
 		"(p50 near %s) or in bursts (p1 near 0). Calls land a little after their slots (timers, scheduling), which can put a call or two more in a "+
 		"window than the slots have. Wait is what callers pay: a limiter that serves callers in order gives each about the same wait, one where callers race "+
-		"for permits gives some of them much longer ones. Figures move from run to run, more so on a busy machine (see the load average above): "+
+		"for permits gives some of them much longer ones. Figures move from run to run, more so on a busy machine (see \"other work\" above): "+
 		"compare the rows of one run.\n\n",
 		thousands(c.FleetRate), thousands(c.FleetRate), trim(allow100), trim(allow1s), dur(time.Duration(float64(time.Second)/c.FleetRate)))
 	b.WriteString("## Results\n\n")
