@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -108,37 +109,77 @@ type latency struct {
 	Fallbacks     int64
 }
 
-// runLatency runs take on one key from one goroutine for d, timing each call.
-func (b *bench) runLatency(ctx context.Context, v variant, d time.Duration) (latency, error) {
+// latencyRounds is how many parts the lone-caller phase of each limiter is
+// cut into. The parts of all limiters take turns, in an order that rotates
+// each round, so that what the machine happens to do during one stretch of
+// the phase (a GC, another process, a cold cache after the previous phase)
+// falls on every row, not on one.
+const latencyRounds = 5
+
+// runLatency runs take on one key from one goroutine for d per limiter, in
+// latencyRounds turns, timing each call.
+func (b *bench) runLatency(ctx context.Context, vs []variant, d time.Duration) ([]latency, error) {
+	took := make([][]time.Duration, len(vs))
+	fallbacks := make([]int64, len(vs))
+	order := make([]int, len(vs))
+	for i := range order {
+		order[i] = i
+	}
+	for range latencyRounds {
+		for _, i := range order {
+			v := vs[i]
+			t, fb, err := b.latencyRound(ctx, v, d/latencyRounds)
+			if err != nil {
+				return nil, err
+			}
+			took[i] = append(took[i], t...)
+			fallbacks[i] += fb
+		}
+		// Rotate: over the rounds each limiter takes each place in the
+		// turn once (when there are as many rounds as limiters).
+		order = append(order[1:], order[0])
+	}
+	out := make([]latency, len(vs))
+	for i, v := range vs {
+		t := took[i]
+		slices.Sort(t)
+		out[i] = latency{
+			Variant:   v.Name,
+			Calls:     int64(len(t)),
+			P50:       quantile(t, 0.50),
+			P99:       quantile(t, 0.99),
+			Max:       t[len(t)-1],
+			Fallbacks: fallbacks[i],
+		}
+	}
+	return out, nil
+}
+
+// latencyRound is one turn of runLatency: v's call times over d, and how
+// many times it fell back to local pacing.
+func (b *bench) latencyRound(ctx context.Context, v variant, d time.Duration) ([]time.Duration, int64, error) {
 	l, counts, err := b.open(ctx, v, hotLimit, 1)
 	if err != nil {
-		return latency{}, err
+		return nil, 0, err
 	}
 	defer l.close()
 	const key = "lone"
 	for range 100 { // warm-up
 		if _, err := l.take(ctx, key); err != nil {
-			return latency{}, fmt.Errorf("%s: warm-up: %w", v.Name, err)
+			return nil, 0, fmt.Errorf("%s: warm-up: %w", v.Name, err)
 		}
 	}
-	took := make([]time.Duration, 0, 1<<16)
+	took := make([]time.Duration, 0, 1<<14)
+	runtime.GC() // the garbage of the turn before is not this one's to collect
 	end := time.Now().Add(d)
 	for len(took) == 0 || time.Now().Before(end) {
 		t0 := time.Now()
 		if _, err := l.take(ctx, key); err != nil {
-			return latency{}, fmt.Errorf("%s: %w", v.Name, err)
+			return nil, 0, fmt.Errorf("%s: %w", v.Name, err)
 		}
 		took = append(took, time.Since(t0))
 	}
-	slices.Sort(took)
-	return latency{
-		Variant:   v.Name,
-		Calls:     int64(len(took)),
-		P50:       quantile(took, 0.50),
-		P99:       quantile(took, 0.99),
-		Max:       took[len(took)-1],
-		Fallbacks: counts.fallbacks.Load(),
-	}, nil
+	return took, counts.fallbacks.Load(), nil
 }
 
 // dial has n connections of rdb's pool open, by sending n PINGs at once,

@@ -336,16 +336,21 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			res.Throughput = append(res.Throughput, r)
 		}
 	}
-	for _, v := range vs {
-		if v.FleetOnly || !c.runs("lone") {
-			continue
+	if c.runs("lone") {
+		var lone []variant
+		for _, v := range vs {
+			if !v.FleetOnly {
+				lone = append(lone, v)
+			}
 		}
-		r, err := b.runLatency(ctx, v, c.Phase)
+		rs, err := b.runLatency(ctx, lone, c.Phase)
 		if err != nil {
 			return nil, err
 		}
-		progress("latency     %-40s p50 %v p99 %v", v.Name, r.P50, r.P99)
-		res.Latency = append(res.Latency, r)
+		for _, r := range rs {
+			progress("latency     %-40s p50 %v p99 %v", r.Variant, r.P50, r.P99)
+		}
+		res.Latency = append(res.Latency, rs...)
 	}
 	for _, v := range vs {
 		if !c.runs("fleet") {

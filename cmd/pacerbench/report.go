@@ -63,8 +63,9 @@ func (r *results) tables() string {
 		ts = append(ts, t)
 	}
 	lat := table{
-		title:  "Lone caller",
-		intro:  fmt.Sprintf("One goroutine calls `take` on one key, one call after another, for %v, same limit: the time of one call.", c.Phase),
+		title: "Lone caller",
+		intro: fmt.Sprintf("One goroutine calls `take` on one key, one call after another, for %v per limiter, same limit: the time of one call. "+
+			"Each limiter's %v is cut into %d parts and the limiters take turns, so that a disturbance falls on every row.", c.Phase, c.Phase, latencyRounds),
 		header: []string{"limiter", "calls", "p50", "p99", "max"},
 	}
 	for _, x := range r.Latency {
