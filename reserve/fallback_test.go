@@ -269,9 +269,9 @@ func TestCloseStopsGoroutines(t *testing.T) {
 		"goroutines: %d before New, %d after Close", before, countGoroutines())
 }
 
-// TestCloseStopsWaker: Limiters whose Waits slept on the precise waker, and
-// were coalesced, leave no goroutine after Close.
-func TestCloseStopsWaker(t *testing.T) {
+// TestCloseAfterWaits: Limiters whose Waits slept and were coalesced leave
+// no goroutine after Close.
+func TestCloseAfterWaits(t *testing.T) {
 	s := redistest.New(t)
 	before := countGoroutines()
 	for range 3 {

@@ -6,8 +6,8 @@ import (
 )
 
 // countGoroutines counts the goroutines running the Limiter's code (its
-// background loop, a coalesced call, the precise waker, a Redis call it
-// stopped waiting for), leaving out the Redis client's own and the tests'.
+// background loop, a coalesced call, a Redis call it stopped waiting for),
+// leaving out the Redis client's own and the tests'.
 func countGoroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
@@ -20,7 +20,7 @@ func countGoroutines() int {
 	}
 	count := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if (strings.Contains(g, "pacer/reserve.(*Limiter)") || strings.Contains(g, "pacer/reserve.(*waker)")) && !strings.Contains(g, "testing.tRunner") {
+		if strings.Contains(g, "pacer/reserve.(*Limiter)") && !strings.Contains(g, "testing.tRunner") {
 			count++
 		}
 	}

@@ -112,10 +112,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Close stops the Limiter's background goroutines and removes it from the
+// Close stops the Limiter's background goroutine and removes it from the
 // fleet's heartbeat set. It does not close the Redis client. Calls after
-// Close return ErrClosed; a Wait already sleeping finishes normally (Close
-// waits for those in their last PreciseWake).
+// Close return ErrClosed; a Wait already sleeping finishes normally.
 func (l *Limiter) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
@@ -123,7 +122,6 @@ func (l *Limiter) Close() error {
 	l.loopCancel()
 	close(l.stop)
 	<-l.done
-	l.waker.close()
 	if l.isDegraded() {
 		return nil
 	}

@@ -77,15 +77,14 @@ type Options struct {
 	DisableCoalescing bool
 
 	// PreciseWake is how long before a slot Wait and Reservation.Sleep hand
-	// over from Go's timer, which wakes up to about a millisecond late, to a
-	// precise sleep, so that callers start within tens of µs of their slot
-	// rather than up to a millisecond after it. Default 2 ms (Go's timers are
-	// rarely later than that). The precise part is served by one goroutine
-	// per Limiter, on an OS thread of its own, that sleeps with nanosleep in
-	// steps of at most 250 µs while anyone is that close to a slot: a few
-	// percent of a core at 500 slots/s (see BENCHMARKS.md). Negative: Go's
-	// timer only, for the least CPU. Precise sleeps need Linux; elsewhere
-	// the hand-over changes nothing.
+	// over from Go's timer, which wakes up to about a millisecond late (the
+	// runtime's poller sleeps in whole milliseconds), to a precise timer of
+	// the operating system, so that callers start within tens of µs of their
+	// slot. Default 2 ms (Go's timers are rarely later than that). The
+	// precise part is a timerfd read through Go's poller: the goroutine
+	// parks as in any read, holding no thread, for a handful of system calls
+	// per sleep. It does not watch the context. Negative: Go's timer only.
+	// Precise sleeps need Linux; elsewhere the timer does it all.
 	PreciseWake time.Duration
 
 	// Metrics receives measurements. Default: none. Package prommetrics
