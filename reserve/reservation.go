@@ -65,7 +65,8 @@ func (r *Reservation) Delay() time.Duration {
 // after the slot on Linux (Go's timer alone wakes up to about a millisecond
 // late). If ctx ends first, Sleep cancels the reservation (its permits go
 // back, see Cancel; best effort, bounded by Options.CallTimeout) and returns
-// ctx.Err().
+// ctx.Err(); a ctx that ends within the last PreciseWake is not noticed, and
+// Sleep returns at the slot.
 func (r *Reservation) Sleep(ctx context.Context) error {
 	l := r.lim
 	err := l.waker.sleep(ctx, r.Delay())
