@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -119,8 +120,9 @@ func ExampleLimiter_Pause() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// The pause ends with an empty bucket: the next call waits its 100 ms too.
-	fmt.Println("next call in", st.Wait.Round(10*time.Millisecond))
+	// The pause ends with an empty bucket: the next call waits its 100 ms
+	// too. (Rounded up to 100 ms: some time passed since the Pause.)
+	fmt.Printf("next call in %.1fs\n", math.Ceil(st.Wait.Seconds()*10)/10)
 	// Output:
 	// next call in 30.1s
 }
