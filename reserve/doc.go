@@ -20,6 +20,11 @@
 // ErrUnavailable instead. Every call to Redis is bounded by
 // Options.CallTimeout. Close stops the Limiter's background goroutine.
 //
+// Concurrent callers on one key in one process share Redis round trips
+// (coalescing; Options.DisableCoalescing), and sleeps end within tens of µs
+// of their slot on Linux instead of Go timers' millisecond
+// (Options.PreciseWake).
+//
 // Use it when several processes (job workers, crawlers, batch pipelines) share
 // one third-party quota. Within a single process, golang.org/x/time/rate
 // alone is enough.
