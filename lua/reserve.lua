@@ -31,45 +31,41 @@ for i = 1, m do
   end
 end
 
--- First pass, no writes: each request's slot, or why it is refused.
+-- First pass, no writes: each request's slot, or why it is refused, straight
+-- into the reply (five entries per request; the slot strings come after).
 local new_z = z
 local out = {}
-local granted = {} -- {i, slot} for each request granted, in order
+local granted, last_slot = 0, nil
 for i = 1, m do
+  local o = 5 * (i - 1)
   local next_z, slot = take(new_z, n_arg(4 + 2 * i))
   if not next_z then
-    out[i] = {-1, 0, '', '', 0}
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, 0, '', '', 0
   else
     local wait_us = math.ceil(slot)
     local max_wait_us = tonumber(ARGV[5 + 2 * i])
     if max_wait_us >= 0 and wait_us > max_wait_us then
-      out[i] = {0, wait_us, '', '', 0}
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, wait_us, '', '', 0
     else
       new_z = next_z
-      out[i] = {1, wait_us}
-      granted[#granted + 1] = {i, slot}
+      granted = granted + 1
+      last_slot = slot
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 1, wait_us, slot, '', 0
     end
   end
 end
 
--- Second pass: one write for all the granted requests.
-if #granted > 0 then
-  local seq = commit(new_z, granted[#granted][2], #granted)
-  for k, g in ipairs(granted) do
-    local slot_us, slot_frac = abs(g[2])
-    local o = out[g[1]]
-    o[3], o[4], o[5] = slot_us, slot_frac, seq + k - 1
+-- Second pass: one write for all the granted requests, then their slots
+-- and numbers.
+if granted > 0 then
+  local seq = commit(new_z, last_slot, granted)
+  for i = 1, m do
+    local o = 5 * (i - 1)
+    if out[o + 1] == 1 then
+      out[o + 3], out[o + 4] = abs(out[o + 3])
+      out[o + 5] = seq
+      seq = seq + 1
+    end
   end
 end
-
-if m == 1 then
-  return out[1]
-end
-local flat = {}
-for i = 1, m do
-  local o = out[i]
-  for j = 1, 5 do
-    flat[#flat + 1] = o[j]
-  end
-end
-return flat
+return out
