@@ -34,6 +34,10 @@ type environment struct {
 	// while it ran (the machine's user + system time from /proc/stat, less
 	// this process's and its children's), over Elapsed; negative: unknown.
 	Others, Elapsed time.Duration
+	// Steal is the CPU time the hypervisor gave other guests while this
+	// virtual machine wanted it (/proc/stat's steal), over the run;
+	// negative: unknown. Nothing inside the machine shows it otherwise.
+	Steal time.Duration
 
 	start     machineCPU
 	startOwn  time.Duration
@@ -44,6 +48,7 @@ type environment struct {
 type machineCPU struct {
 	idle, total float64 // ticks: idle + iowait, and all
 	busy        float64 // ticks: user + nice + system
+	steal       float64 // ticks taken by the hypervisor for other guests
 	ok          bool
 }
 
@@ -69,6 +74,8 @@ func readMachineCPU() machineCPU {
 			m.busy += v
 		case 3, 4: // idle, iowait
 			m.idle += v
+		case 7:
+			m.steal = v
 		}
 	}
 	m.ok = true
@@ -112,7 +119,10 @@ func (e *environment) finish() {
 	e.LoadEnd = loadAverage()
 	e.Elapsed = time.Since(e.startTime)
 	end, own := readMachineCPU(), ownCPUTime()
-	e.Others = -1
+	e.Others, e.Steal = -1, -1
+	if e.start.ok && end.ok {
+		e.Steal = time.Duration((end.steal - e.start.steal) / ticksPerSecond * float64(time.Second))
+	}
 	if e.start.ok && end.ok && e.startOwn >= 0 {
 		busy := time.Duration((end.busy - e.start.busy) / ticksPerSecond * float64(time.Second))
 		e.Others = max(busy-(own-e.startOwn), 0)

@@ -177,9 +177,14 @@ func (r *results) document(tables string) string {
 		others = fmt.Sprintf("%.1f CPU-seconds (%.1f%% of the machine's %d CPUs over the run's %.0f s)",
 			e.Others.Seconds(), 100*e.Others.Seconds()/(e.Elapsed.Seconds()*float64(e.CPUs)), e.CPUs, e.Elapsed.Seconds())
 	}
+	steal := "unknown"
+	if e.Steal >= 0 {
+		steal = fmt.Sprintf("%.1f CPU-seconds", e.Steal.Seconds())
+	}
 	fmt.Fprintf(&b, "- other work on the machine: CPUs %s idle over the second before the run; during it, other processes used %s "+
-		"(/proc/stat user + system time, less this run's processes and its redis-server); load average (1, 5, 15 min) %s before, "+
-		"%s after (this run's own processes included)\n", idle, others, e.LoadStart, e.LoadEnd)
+		"(/proc/stat user + system time, less this run's processes and its redis-server), and the hypervisor took %s for other guests "+
+		"(/proc/stat steal); load average (1, 5, 15 min) %s before, %s after (this run's own processes included)\n",
+		idle, others, steal, e.LoadStart, e.LoadEnd)
 	fmt.Fprintf(&b, "- Redis %s: %s, on the same machine as the clients\n", e.Redis, e.RedisSource)
 	if e.Commit != "" {
 		fmt.Fprintf(&b, "- pacer commit: %s\n", e.Commit)
