@@ -306,32 +306,9 @@ func testCoalesceLeaveInFlight(t *testing.T, c redis.UniversalClient) {
 // it happens, get exactly the slots of one call after another: from a
 // stopped clock, 1 to 400 permits of 2 ms each.
 func testCoalesceFreeRunning(t *testing.T, c redis.UniversalClient) {
-	ctx := context.Background()
 	l, g, clk := gated(t, c)
 	lim := reserve.Limit{Rate: 500, Burst: 1}
-	const goroutines, each = 16, 25
-	var (
-		mu     sync.Mutex
-		delays []time.Duration
-		wg     sync.WaitGroup
-	)
-	for range goroutines {
-		wg.Go(func() {
-			for range each {
-				r, err := l.Reserve(ctx, "free", lim, 1)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				delays = append(delays, r.DelayFrom(clk.Now()))
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	require.Len(t, delays, goroutines*each)
-	slices.Sort(delays)
+	delays := reserveConcurrently(t, l, clk, "free", lim, 16, 25)
 	for i, d := range delays {
 		require.Equal(t, time.Duration(i)*2*time.Millisecond, d, "slot %d", i)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"math"
 	"net"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -494,11 +494,25 @@ func testExpiry(t *testing.T, b backend) {
 // slots must be exactly the burst at once, then one every 1/rate, with no
 // slot given twice.
 func testConcurrent(t *testing.T, b backend) {
-	ctx := context.Background()
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 100, Burst: 10}
-	const goroutines, each = 8, 25
+	delays := reserveConcurrently(t, l, clk, "conc", lim, 8, 25)
+	for i, d := range delays {
+		want := time.Duration(0)
+		if i >= lim.Burst {
+			want = time.Duration(i-lim.Burst+1) * 10 * time.Millisecond
+		}
+		if d != want {
+			t.Fatalf("sorted delay #%d = %v, want %v", i, d, want)
+		}
+	}
+}
+
+// reserveConcurrently reserves one permit each times from goroutines at once
+// and returns the delays, as of clk's time, sorted.
+func reserveConcurrently(t *testing.T, l *reserve.Limiter, clk reserve.Clock, key string, lim reserve.Limit, goroutines, each int) []time.Duration {
+	t.Helper()
 	var (
 		mu     sync.Mutex
 		delays []time.Duration
@@ -507,7 +521,7 @@ func testConcurrent(t *testing.T, b backend) {
 	for range goroutines {
 		wg.Go(func() {
 			for range each {
-				r, err := l.Reserve(ctx, "conc", lim, 1)
+				r, err := l.Reserve(context.Background(), key, lim, 1)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -519,16 +533,8 @@ func testConcurrent(t *testing.T, b backend) {
 	}
 	wg.Wait()
 	require.Len(t, delays, goroutines*each)
-	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
-	for i, d := range delays {
-		want := time.Duration(0)
-		if i >= lim.Burst {
-			want = time.Duration(i-lim.Burst+1) * 10 * time.Millisecond
-		}
-		if d != want {
-			t.Fatalf("sorted delay #%d = %v, want %v", i, d, want)
-		}
-	}
+	slices.Sort(delays)
+	return delays
 }
 
 // TestRedisDown: with no Redis to talk to and FailClosed, every call fails
