@@ -22,8 +22,15 @@ end
 if not state[1] or not state[3] then
   return '0'
 end
+-- Times within a nanosecond are the same instant (x/time/rate compares
+-- whole nanoseconds). State kept in doubles of µs carries rounding of about
+-- 1e-6 µs at low rates (a permit every ten minutes, a burst of hours), so an
+-- exact comparison with 0 would decide by that rounding (PACER_SEED
+-- 1795336153413353379 in the differential test: a whole token).
+local same_us = 0.001
+
 local slot = rel(ARGV[6], ARGV[7])
-if slot < 0 then
+if slot < -same_us then
   return '0'
 end
 local seq = ARGV[8]
@@ -59,15 +66,15 @@ if state[5] then
 end
 
 -- If this was the last reservation, the last event moves back to the one
--- before it, as long as that is still in the future. "The last" means the
--- same instant to within a nanosecond (x/time/rate compares nanoseconds):
--- a last event moved back by a cancel is computed, and may differ from the
--- previous reservation's slot in its last bits. Otherwise ev is left as it is.
+-- before it, as long as that is not yet past. "The last" and "past" are to
+-- within a nanosecond (same_us): a last event moved back by a cancel is
+-- computed, and may differ from the previous reservation's slot in its last
+-- bits. Otherwise ev is left as it is.
 local new_ev = nil
-if math.abs(ev - slot) < 0.001 then
+if math.abs(ev - slot) < same_us then
   local prev = slot - n * us_per_permit
-  if prev >= 0 then
-    new_ev = prev
+  if prev >= -same_us then
+    new_ev = math.max(prev, 0)
   end
 end
 

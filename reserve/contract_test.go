@@ -75,6 +75,7 @@ func runContract(t *testing.T, b backend) {
 		{"ServerClockStepsBack", testServerClockStepsBack},
 		{"Differential", testDifferential},
 		{"DifferentialCancel", testDifferentialCancel},
+		{"DifferentialRegressions", testDifferentialRegressions},
 		{"Properties", testProperties},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis
