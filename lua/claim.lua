@@ -1,100 +1,114 @@
--- claim.lua: hand a holder (a job, by its ID) the slot held for it, or a fresh
--- one; a slot too far away is kept for the holder (hold) or refused.
+-- claim.lua: hand a holder (a job, by its ID) the slot held for it, or a
+-- fresh one; a slot too far away is kept for the holder or refused.
 --
 -- A hold is a slot reserved for one holder and recorded under its ID, so the
 -- holder redeems it later instead of reserving a second slot (a job
 -- rescheduled to its slot, or enqueued for it by hold.lua). A hold more than
--- stale_us in the past is dropped (its holder was not there to use it) and a
--- fresh slot is reserved instead, so a backlog drains at the rate.
+-- stale_us in the past (its holder was not there to use it), or lying inside
+-- a pause made after it was granted, is dropped and a fresh slot taken
+-- instead: a backlog drains at the rate, and nobody fires into a pause.
 --
--- KEYS[1]  the bucket (see bucket.lua)
--- KEYS[2]  the holder's hold, a hash in the bucket's hash tag
---          (bucket key .. ':hold:' .. id). Fields: slot, slotf (the slot,
---          integer Unix µs written with %d and its fraction), n (permits),
---          seq (the reservation's number, see reserve.lua).
---          It expires stale_us after its slot.
--- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  n, permits, integer 1..burst (used for a fresh slot; a redeemed
---          hold keeps the n it was reserved with)
--- ARGV[6]  max_wait_us: integer µs >= 0. A slot at most this far away is
---          handed over: the hold, if any, is deleted.
--- ARGV[7]  "1": a slot further away is held for the holder (a fresh one is
---          reserved and recorded; an existing hold is kept).
---          "0": a slot further away is refused: nothing is reserved and an
---          existing hold is kept.
--- ARGV[8]  stale_us: integer µs >= 0; the lateness beyond which a hold is
---          dropped, and the hold's time to live after its slot
--- ARGV[9]  early_us: integer µs >= 0; a held slot is handed over when it is
---          at most max(max_wait_us, early_us) away (a holder that comes back
---          early on purpose sleeps the rest rather than leaving again)
--- Reply    {status, wait_us, from, n, slot_us, slot_frac, seq}
---            status    1 handed over (use the slot), 2 held, 0 refused
---            wait_us   integer µs from now to the slot, rounded toward zero
---                      when negative (a redeemed hold that is a little late)
---                      and up otherwise
---            from      1 the slot had been held for this holder, 2 a stale
---                      hold was dropped and the slot is fresh, 0 fresh
---            n         the slot's permits
---            slot_us, slot_frac, seq  the slot and the reservation's
---                      number, as reserve.lua returns them (absent when
---                      refused)
+-- KEYS[1..2], ARGV[1..opi-1]: see core.lua.
+-- KEYS[3]  the holder's hold, a string in the key group's hash tag:
+--          "<slot_us> <slot_ns> <seq> <cost>..." (the slot, the reservation's
+--          number and its costs, one per unit). It expires stale_us after
+--          its slot.
+-- ARGV[opi]    max_wait_us: integer µs >= 0. A slot at most this far away
+--              is handed over (the hold, if any, is deleted).
+-- ARGV[opi+1]  "1": a slot further away is kept for the holder (a fresh one
+--              is reserved and recorded; an existing hold stays). "0": it is
+--              refused: nothing is reserved, an existing hold stays.
+-- ARGV[opi+2]  stale_us: integer µs >= 0 (see above); also the hold's time
+--              to live after its slot
+-- ARGV[opi+3]  early_us: integer µs >= 0: a held slot at most
+--              max(max_wait_us, early_us) away is handed over (a holder that
+--              a job queue brings back early on purpose sleeps the rest)
+-- then one cost per unit, for a fresh slot
+-- Reply    reserve.lua's layout for one request (now_us, now_ns, wait_ns,
+--          seq; wait_ns may be negative for a hold redeemed a little late),
+--          then:
+--            state   1 handed over, 2 kept for the holder (who comes back
+--                    for it), 0 refused (seq 0, or -1 for a queue over 30
+--                    years)
+--            origin  0 a fresh slot, 1 the hold, 2 fresh after dropping a
+--                    stale hold, 3 fresh after dropping a hold inside a pause
+--            then the slot's costs, one per unit
+-- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
-local n = n_arg(5)
-if not n then
-  return redis.error_reply('ERR pacer: n must be between 1 and burst')
+-- slot_text returns the slot ns(s) from now as "slot_us slot_ns": the same
+-- instant as a reply's now_us, now_ns + wait_ns, in integer Unix µs and ns.
+local function slot_text(s)
+  local q = now_ns + ns(s)
+  return string.format('%d %d', now_us + math.floor(q / 1000), q % 1000)
 end
-local max_wait_us = tonumber(ARGV[6])
-local may_hold = ARGV[7] == '1'
-local stale_us = tonumber(ARGV[8])
-local early_us = tonumber(ARGV[9])
-if not max_wait_us or max_wait_us < 0 or not stale_us or stale_us < 0 or not early_us or early_us < 0 then
-  return redis.error_reply('ERR pacer: max_wait_us, stale_us and early_us must be non-negative')
-end
-local hold_key = KEYS[2]
 
--- ceil_wait rounds a relative time to integer µs, never early.
-local function ceil_wait(r)
-  if r < 0 then
-    return -math.floor(-r)
+local max_wait, may_keep = tonumber(ARGV[opi]), ARGV[opi + 1] == '1'
+local stale, early = tonumber(ARGV[opi + 2]), tonumber(ARGV[opi + 3])
+local cost = cost_arg(opi + 4)
+if not max_wait or max_wait < 0 or not stale or stale < 0 or not early or early < 0 or not cost then
+  return redis.error_reply('PACER_ARG want max_wait_us, keep, stale_us, early_us (>= 0) and costs')
+end
+if not fits(cost) then
+  return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
+end
+
+local h = redis.pcall('GET', KEYS[3])
+if type(h) == 'table' then
+  return redis.error_reply('PACER_WRONGTYPE the hold key holds another type')
+end
+local origin = 0
+if h then
+  local f = {}
+  for x in string.gmatch(h, '%S+') do
+    f[#f + 1] = x
   end
-  return math.ceil(r)
-end
-
--- HMGET raises WRONGTYPE before anything is written if the key is not a hash.
-local h = redis.call('HMGET', hold_key, 'slot', 'slotf', 'n', 'seq')
-local from = 0
-if h[1] then
-  local s = rel(h[1], h[2])
-  local hn = tonumber(h[3]) or n
-  if s >= -stale_us then
-    local wait_us = ceil_wait(s)
-    if wait_us <= max_wait_us or wait_us <= early_us then
-      redis.call('DEL', hold_key)
-      return {1, wait_us, 1, hn, h[1], h[2], tonumber(h[4]) or 0}
+  local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac
+  if s < -stale then
+    origin = 2
+  elseif pause > 0 and pause > s + same_us then
+    origin = 3
+  else
+    local out = {now_us, now_ns, ns(s), tonumber(f[3]), 0, 1}
+    for u = 1, nunits do
+      out[6 + u] = f[3 + u] or '0'
     end
-    if may_hold then
-      return {2, wait_us, 1, hn, h[1], h[2], tonumber(h[4]) or 0}
+    if ns(s) <= max_wait * 1000 or s <= early then
+      redis.call('DEL', KEYS[3])
+      out[5] = 1
+    elseif may_keep then
+      out[5] = 2
+    else
+      out[4] = 0
     end
-    return {0, wait_us, 1, hn}
+    return out
   end
-  redis.call('DEL', hold_key)
-  from = 2
+  redis.call('DEL', KEYS[3])
 end
 
-local new_z, slot = take(z, n)
-if not new_z then
-  return redis.error_reply('ERR pacer: queue too long')
+local s, idx = earliest(pause, cost)
+local out = {now_us, now_ns, ns(s), 0, 0, origin}
+for u = 1, nunits do
+  out[6 + u] = ARGV[opi + 3 + u]
 end
-local wait_us = math.ceil(slot)
-if wait_us > max_wait_us and not may_hold then
-  return {0, wait_us, from, n}
+if s > max_queue_us then
+  out[3], out[4] = 0, -1
+  return out
 end
-
-local seq = commit(new_z, slot, 1)
-local slot_us, slot_frac = abs(slot)
-if wait_us <= max_wait_us then
-  return {1, wait_us, from, n, slot_us, slot_frac, seq}
+if out[3] > max_wait * 1000 and not may_keep then
+  return out
 end
-redis.call('HSET', hold_key, 'slot', slot_us, 'slotf', slot_frac, 'n', string.format('%d', n), 'seq', string.format('%d', seq))
-redis.call('PEXPIRE', hold_key, string.format('%d', math.ceil((slot + stale_us) / 1000) + 1))
-return {2, wait_us, from, n, slot_us, slot_frac, seq}
+take(s, cost, idx)
+seq = seq + 1
+save()
+out[4] = seq
+if out[3] <= max_wait * 1000 then
+  out[5] = 1
+  return out
+end
+out[5] = 2
+local rec = slot_text(s) .. string.format(' %d', seq)
+for u = 1, nunits do
+  rec = rec .. ' ' .. ARGV[opi + 3 + u]
+end
+redis.call('SET', KEYS[3], rec, 'PX', math.ceil((s + stale) / 1000) + 1)
+return out

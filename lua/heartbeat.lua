@@ -1,17 +1,45 @@
--- heartbeat.lua: record a limiter as live and count the live ones. Each
--- Limiter runs it every few seconds; while Redis is down, a Limiter divides
--- each key's rate by the last count it learned.
+-- heartbeat.lua: record a Limiter as live, with its mode, and count the
+-- fleet: the Limiters heard from lately, and those gone silent that may still
+-- be pacing locally on their share. Each Limiter runs it every few seconds;
+-- its count sets the share of each key's rate it takes from Redis, and the
+-- share it paces at locally when Redis is unavailable. It does not use
+-- core.lua.
 --
--- KEYS[1]  the fleet, a sorted set: member = limiter id, score = Unix ms of
+-- KEYS[1]  the fleet, a sorted set: member = Limiter id, score = Unix ms of
 --          its last heartbeat (Redis server time)
--- ARGV[1]  this limiter's id
--- ARGV[2]  ttl_ms: a limiter not heard from for this long is not counted
--- Reply    the number of live limiters, this one included (integer >= 1)
+-- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>"
+--          (mode "redis" or "local": how it paces; since_ms: Unix ms, the
+--          Limiter's clock, when that mode began)
+-- ARGV[1]  this Limiter's id
+-- ARGV[2]  "redis", "local", or "leave" (Close: remove it; reply {now_ms})
+-- ARGV[3]  since_ms (integer)
+-- ARGV[4]  live_ms: a Limiter heard from within this is live
+-- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
+--          within hold_ms is counted as held (it may be pacing locally);
+--          one silent longer is forgotten
+-- Reply    {now_ms, live, held}: live includes this Limiter
 
 local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl_ms = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], string.format('%d', now_ms), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now_ms - ttl_ms))
-redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl_ms))
-return redis.call('ZCARD', KEYS[1])
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local id, mode = ARGV[1], ARGV[2]
+if mode == 'leave' then
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  return {now_ms}
+end
+local live_ms, hold_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not live_ms or not hold_ms or live_ms <= 0 or hold_ms < live_ms or (mode ~= 'redis' and mode ~= 'local') then
+  return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms')
+end
+redis.call('ZADD', KEYS[1], now_ms, id)
+redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+  redis.call('HDEL', KEYS[2], unpack(gone))
+end
+redis.call('PEXPIRE', KEYS[1], hold_ms)
+redis.call('PEXPIRE', KEYS[2], hold_ms)
+local live = redis.call('ZCOUNT', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+local all = redis.call('ZCARD', KEYS[1])
+return {now_ms, live, all - live}

@@ -1,101 +1,110 @@
 -- hold.lua: reserve a slot for each of several holders (jobs, by ID) in one
--- call, in order, and record each slot under its holder so that claim.lua
--- hands it over later. A holder that already has a live hold keeps it (the
--- call can be repeated after a partial failure without reserving twice); a
--- hold more than stale_us in the past is replaced by a fresh slot.
+-- call, in order, and record each under its holder so that claim.lua hands
+-- it over later. A holder that already has a live hold keeps it (the call
+-- can be repeated after a partial failure without reserving twice); a hold
+-- that is stale or inside a pause is replaced by a fresh slot (claim.lua).
 --
--- KEYS[1]  the bucket (see bucket.lua)
--- KEYS[2..m+1]  one hold per holder (see claim.lua), in the bucket's hash tag
--- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  stale_us: integer µs >= 0; each hold's time to live after its slot
--- ARGV[6..m+5]  n for each holder, integer 1..burst
--- Reply    flat array, six entries per holder in KEYS order:
---            wait_us    integer µs from now to the slot (rounded as in
---                       claim.lua)
---            from       1 the holder already held this slot, 0 fresh,
---                       2 fresh after a stale hold was dropped
---            n          the slot's permits
---            slot_us, slot_frac, seq  the slot and the reservation's
---                       number, as reserve.lua returns them
+-- KEYS[1..2], ARGV[1..opi-1]: see core.lua.
+-- KEYS[3..m+2]  one hold per holder (see claim.lua), in the key group's tag
+-- ARGV[opi]    stale_us: integer µs >= 0, each hold's time to live after its
+--              slot
+-- ARGV[opi+1]  not_before_us: integer µs >= 0: no fresh slot before now +
+--              this (a job queue picks due jobs up about this late)
+-- ARGV[opi+2]  m, the number of holders
+-- then per holder one cost per unit
+-- Reply    reserve.lua's layout for m requests (every granted slot is kept
+--          for its holder; seq -1: refused, the queue would be over 30 years
+--          long, and so is every later holder), then per holder: origin (see
+--          claim.lua) and the slot's costs, one per unit
+-- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
-local stale_us = tonumber(ARGV[5])
-if not stale_us or stale_us < 0 then
-  return redis.error_reply('ERR pacer: stale_us must be non-negative')
+-- slot_text returns the slot ns(s) from now as "slot_us slot_ns": the same
+-- instant as a reply's now_us, now_ns + wait_ns, in integer Unix µs and ns.
+local function slot_text(s)
+  local q = now_ns + ns(s)
+  return string.format('%d %d', now_us + math.floor(q / 1000), q % 1000)
 end
-local m = #KEYS - 1
-if #ARGV ~= m + 5 then
-  return redis.error_reply('ERR pacer: one n per holder')
+
+local stale, not_before, m = tonumber(ARGV[opi]), tonumber(ARGV[opi + 1]), tonumber(ARGV[opi + 2])
+if not stale or stale < 0 or not not_before or not_before < 0 or not m or m < 1 or #KEYS ~= m + 2
+    or #ARGV ~= opi + 2 + m * nunits then
+  return redis.error_reply('PACER_ARG want stale_us, not_before_us, m, then one cost per unit for each of m holders')
 end
+local costs = {}
 for i = 1, m do
-  if not n_arg(5 + i) then
-    return redis.error_reply('ERR pacer: n must be between 1 and burst')
+  costs[i] = cost_arg(opi + 3 + (i - 1) * nunits)
+  if not costs[i] then
+    return redis.error_reply('PACER_ARG bad cost')
+  end
+  if not fits(costs[i]) then
+    return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
   end
 end
-
--- Read every hold before writing anything: HMGET raises WRONGTYPE on a key
--- that is not a hash, and a script is not rolled back, so an error must come
--- before the first write.
+-- Read every hold before writing anything: GET fails on a key of another
+-- type, and a script is not rolled back.
 local holds = {}
 for i = 1, m do
-  holds[i] = redis.call('HMGET', KEYS[i + 1], 'slot', 'slotf', 'n', 'seq')
+  local h = redis.pcall('GET', KEYS[2 + i])
+  if type(h) == 'table' then
+    return redis.error_reply('PACER_WRONGTYPE a hold key holds another type')
+  end
+  holds[i] = h
 end
 
--- First pass, no writes: which holds are kept, and the fresh slots.
-local out = {}
-local new_z = z
-local fresh = {} -- {i, slot, n} for each holder given a fresh slot
+local out = {now_us, now_ns}
+local tail = {}
+local start = pause
+if not_before > start then
+  start = not_before
+end
+local granted, refused = false, false
 for i = 1, m do
-  local n = n_arg(5 + i)
-  local h = holds[i]
-  local from = 0
-  local kept = false
-  if h[1] then
-    local s = rel(h[1], h[2])
-    if s >= -stale_us then
-      kept = true
-      local w
-      if s < 0 then
-        w = -math.floor(-s)
-      else
-        w = math.ceil(s)
-      end
-      out[i] = {w, 1, tonumber(h[3]) or n, h[1], h[2], tonumber(h[4]) or 0}
+  local h, origin, kept = holds[i], 0, nil
+  if h then
+    local f = {}
+    for x in string.gmatch(h, '%S+') do
+      f[#f + 1] = x
+    end
+    local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac
+    if s < -stale then
+      origin = 2
+    elseif pause > 0 and pause > s + same_us then
+      origin = 3
     else
-      from = 2
+      kept = f
+      out[2 * i + 1], out[2 * i + 2] = ns(s), tonumber(f[3])
+      tail[#tail + 1] = 1
+      for u = 1, nunits do
+        tail[#tail + 1] = f[3 + u] or '0'
+      end
     end
   end
   if not kept then
-    local slot
-    new_z, slot = take(new_z, n)
-    if not new_z then
-      return redis.error_reply('ERR pacer: queue too long')
+    local s, idx = earliest(start, costs[i])
+    if refused or s > max_queue_us then
+      refused = true
+      out[2 * i + 1], out[2 * i + 2] = 0, -1
+    else
+      take(s, costs[i], idx)
+      seq = seq + 1
+      granted = true
+      out[2 * i + 1], out[2 * i + 2] = ns(s), seq
+      local rec = slot_text(s) .. string.format(' %d', seq)
+      for u = 1, nunits do
+        rec = rec .. ' ' .. ARGV[opi + 2 + (i - 1) * nunits + u]
+      end
+      redis.call('SET', KEYS[2 + i], rec, 'PX', math.ceil((s + stale) / 1000) + 1)
     end
-    table.insert(fresh, {i, slot, n})
-    out[i] = {math.ceil(slot), from, n}
+    tail[#tail + 1] = origin
+    for u = 1, nunits do
+      tail[#tail + 1] = ARGV[opi + 2 + (i - 1) * nunits + u]
+    end
   end
 end
-
--- Second pass: reserve the fresh slots and record every hold.
-if #fresh > 0 then
-  local seq = commit(new_z, fresh[#fresh][2], #fresh)
-  for k, f in ipairs(fresh) do
-    local i, slot, n = f[1], f[2], f[3]
-    local slot_us, slot_frac = abs(slot)
-    local hold_key = KEYS[i + 1]
-    local this_seq = seq + k - 1
-    redis.call('HSET', hold_key, 'slot', slot_us, 'slotf', slot_frac, 'n', string.format('%d', n),
-      'seq', string.format('%d', this_seq))
-    redis.call('PEXPIRE', hold_key, string.format('%d', math.ceil((slot + stale_us) / 1000) + 1))
-    table.insert(out[i], slot_us)
-    table.insert(out[i], slot_frac)
-    table.insert(out[i], this_seq)
-  end
+if granted then
+  save()
 end
-
-local flat = {}
-for i = 1, m do
-  for _, v in ipairs(out[i]) do
-    table.insert(flat, v)
-  end
+for _, v in ipairs(tail) do
+  out[#out + 1] = v
 end
-return flat
+return out

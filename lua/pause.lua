@@ -1,32 +1,26 @@
--- pause.lua: grant no slot before now + d (the provider answered 429 with
--- Retry-After d). The bucket is empty when the pause ends, so callers resume
--- at the rate instead of spending a stored burst. A shorter pause than one
--- already in force changes nothing.
+-- pause.lua: grant no slot on the key group before now + d (the provider
+-- answered 429 with Retry-After d). Every bucket is empty when the pause
+-- ends, so callers resume at the rate instead of spending a stored burst.
+-- A shorter pause than one already in force changes nothing.
 --
--- KEYS[1]  the bucket (see bucket.lua)
--- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  d_us, the pause, integer µs > 0
--- Reply    integer µs from now until the bucket's balance is back at zero
---          (the earliest slot the next reservation can be given, minus its own
---          permits' time)
+-- KEYS, ARGV[1..opi-1]: see core.lua.
+-- ARGV[opi]  d_us, the pause, integer µs > 0
+-- Reply      now_us, now_ns (see reserve.lua), and integer ns from now until
+--            the pause in force ends
+-- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG.
 
-local d_us = tonumber(ARGV[5])
-if not d_us or d_us <= 0 then
-  return redis.error_reply('ERR pacer: pause must be positive')
+local d = tonumber(ARGV[opi])
+if not d or d <= 0 then
+  return redis.error_reply('PACER_ARG pause must be positive')
 end
-
-local until_rel = d_us
-local new_z = z
-if until_rel > new_z then
-  new_z = until_rel
+if d > pause then
+  pause = d
 end
-local new_pause = until_rel
-if state[5] then
-  local old = rel(state[5], state[6])
-  if old > new_pause then
-    new_pause = old
+for i = 1, nbands do
+  local b = bands[i]
+  if b.bucket and b.z < pause then
+    b.z = pause
   end
 end
-
-save(new_z, nil, new_pause)
-return math.ceil(new_z)
+save()
+return {now_us, now_ns, ns(pause)}

@@ -1,20 +1,43 @@
--- peek.lua: read a bucket without changing it: the wait n permits would have
--- now, and the balance.
+-- peek.lua: read a key group without changing it: the wait a reservation of
+-- the given costs would have now, the pause, and each band's state.
 --
--- KEYS[1]  the bucket (see bucket.lua)
--- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  n, permits, integer 1..burst
--- Reply    {wait_us, tokens}
---            wait_us  integer µs, rounded up; 0 when n permits are available
---            tokens   the balance now as a decimal string, at most burst,
---                     negative while reservations are queued
+-- KEYS, ARGV[1..opi-1]: see core.lua.
+-- ARGV[opi...]  one cost per unit (decimal >= 0)
+-- Reply    now_us, now_ns (see reserve.lua), wait_ns (rounded up), pause_ns
+--          (until the pause ends; 0 if none), then four entries per band in
+--          force, in its order:
+--            name
+--            value     a bucket's balance now (at most its burst, negative
+--                      while reservations are queued), or a window's units
+--                      reserved in its latest window, as a decimal string
+--            wait_ns   this band's own wait for its cost
+--            end_ns    a window's latest window end, ns from now (0 for a
+--                      bucket)
+-- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
-local n = n_arg(5)
-if not n then
-  return redis.error_reply('ERR pacer: n must be between 1 and burst')
+local cost = cost_arg(opi)
+if not cost then
+  return redis.error_reply('PACER_ARG bad cost')
 end
-local wait = z + n * us_per_permit
-if wait < 0 then
-  wait = 0
+if not fits(cost) then
+  return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
 end
-return {math.ceil(wait), string.format('%.17g', -z / us_per_permit)}
+local out = {now_us, now_ns, ns(earliest(pause, cost)), ns(pause)}
+local all, nall = bands, nbands
+for i = 1, nall do
+  local b = all[i]
+  bands, nbands = {b}, 1
+  local s = earliest(pause, cost)
+  bands, nbands = all, nall
+  out[#out + 1] = b.name
+  if b.bucket then
+    out[#out + 1] = string.format('%.17g', -b.z / b.upp)
+    out[#out + 1] = ns(s)
+    out[#out + 1] = 0
+  else
+    out[#out + 1] = string.format('%.17g', b.u)
+    out[#out + 1] = ns(s)
+    out[#out + 1] = ns((b.w + 1) * b.len + b.origin - now_us - now_frac)
+  end
+end
+return out

@@ -1,71 +1,87 @@
--- reserve.lua: reserve permits for one or more requests on one bucket, first
--- come first served: the requests are served in ARGV order, each exactly as if
--- it were a call of its own (x/time/rate ReserveN), so a batch of m requests
--- gives the same slots as m calls one after the other. A request that would
+-- reserve.lua: reserve slots for one or more requests on one key group,
+-- first come first served: the requests are served in ARGV order, each
+-- exactly as if it were a call of its own, so a batch of m requests gives
+-- the same slots as m calls one after the other. Each request gets one slot,
+-- the earliest at which every band allows its costs. A request that would
 -- wait too long is refused and changes nothing; the ones after it still run.
 --
--- KEYS[1]  the bucket (see bucket.lua)
--- ARGV[1..4] rate, burst, now (see bucket.lua)
--- ARGV[5]  m, the number of requests, integer >= 1
--- ARGV[4+2i]  request i's n, permits to reserve, integer 1..burst
--- ARGV[5+2i]  request i's max_wait_us: integer µs; if its wait would be
---             longer, it is refused. -1 means no maximum.
--- Reply    flat array, five entries per request, in ARGV order:
---            status    1 granted, 0 refused (wait too long), -1 refused (the
---                      queue would be over 30 years long, ErrQueueTooLong)
---            wait_us   integer µs from now to the slot, rounded up (refused:
---                      the wait it would have needed; 0 for status -1)
---            slot_us   the slot, integer Unix µs (string; '' if refused)
---            slot_frac its fraction of a µs (string; '' if refused)
---            seq       the reservation's number on this key (integer; 0 if
---                      refused); with the slot, it identifies the reservation
---                      to cancel.lua
+-- KEYS, ARGV[1..opi-1]: see core.lua.
+-- ARGV[opi]    floor: "" or "<h> [<band>:<w>:<u> ...]": what this caller's
+--              local fallback granted while Redis was unavailable, applied
+--              before the requests: every bucket's balance is at most zero
+--              at now + h (integer µs), and the named window band's window w
+--              gets u more units if it is still the latest.
+-- ARGV[opi+1]  m, the number of requests (integer >= 1)
+-- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
+--              per unit (decimal >= 0), in ARGV[4]'s order.
+-- Reply        flat array: now_us, now_ns (the time waits count from, in
+--              integer Unix µs and 0..999 ns), then two entries per request,
+--              in ARGV order (the layout of every script that grants slots):
+--                wait_ns  integer ns from now to the slot, rounded up; when
+--                         refused, the wait it would have needed
+--                seq      the reservation's number on the key (> 0) when
+--                         granted; 0 when refused because its wait would be
+--                         longer than its maximum; -1 when refused because
+--                         the queue would be over 30 years long
+--                         (reserve.ErrQueueTooLong)
+-- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:
+--              it could never be granted), PACER_WRONGTYPE, PACER_CONFIG.
 
-local m = tonumber(ARGV[5])
-if not m or m < 1 or m ~= math.floor(m) or #ARGV ~= 5 + 2 * m then
-  return redis.error_reply('ERR pacer: want m, then n and max_wait_us for each of m requests')
+local floor = ARGV[opi]
+local m = tonumber(ARGV[opi + 1])
+local width = 1 + nunits
+if not m or m < 1 or #ARGV ~= opi + 1 + m * width then
+  return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
 end
-for i = 1, m do
-  if not n_arg(4 + 2 * i) or not tonumber(ARGV[5 + 2 * i]) then
-    return redis.error_reply('ERR pacer: n must be between 1 and burst')
+
+if floor ~= '' then
+  local h, more = string.match(floor, '^(%-?%d+)(.*)$')
+  h = tonumber(h)
+  if not h then
+    return redis.error_reply('PACER_ARG bad floor')
+  end
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and b.z < h then
+      b.z = h
+    end
+  end
+  for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
+    for i = 1, nbands do
+      local b = bands[i]
+      if b.name == name and not b.bucket and tonumber(w) == b.w then
+        b.u = b.u + tonumber(u)
+      end
+    end
   end
 end
 
--- First pass, no writes: each request's slot, or why it is refused, straight
--- into the reply (five entries per request; the slot strings come after).
-local new_z = z
-local out = {}
-local granted, last_slot = 0, nil
-for i = 1, m do
-  local o = 5 * (i - 1)
-  local next_z, slot = take(new_z, n_arg(4 + 2 * i))
-  if not next_z then
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -1, 0, '', '', 0
+local out = {now_us, now_ns}
+local granted = false
+local i = opi + 2
+for r = 1, m do
+  local max_wait, cost = tonumber(ARGV[i]), cost_arg(i + 1)
+  if not max_wait or not cost then
+    return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+  end
+  if not fits(cost) then
+    return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
+  end
+  i = i + width
+  local s, idx = earliest(pause, cost)
+  local w = ns(s)
+  if s > max_queue_us then
+    out[2 * r + 1], out[2 * r + 2] = 0, -1
+  elseif max_wait >= 0 and w > max_wait * 1000 then
+    out[2 * r + 1], out[2 * r + 2] = w, 0
   else
-    local wait_us = math.ceil(slot)
-    local max_wait_us = tonumber(ARGV[5 + 2 * i])
-    if max_wait_us >= 0 and wait_us > max_wait_us then
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 0, wait_us, '', '', 0
-    else
-      new_z = next_z
-      granted = granted + 1
-      last_slot = slot
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 1, wait_us, slot, '', 0
-    end
+    take(s, cost, idx)
+    seq = seq + 1
+    granted = true
+    out[2 * r + 1], out[2 * r + 2] = w, seq
   end
 end
-
--- Second pass: one write for all the granted requests, then their slots
--- and numbers.
-if granted > 0 then
-  local seq = commit(new_z, last_slot, granted)
-  for i = 1, m do
-    local o = 5 * (i - 1)
-    if out[o + 1] == 1 then
-      out[o + 3], out[o + 4] = abs(out[o + 3])
-      out[o + 5] = seq
-      seq = seq + 1
-    end
-  end
+if granted or floor ~= '' then
+  save()
 end
 return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -11,115 +12,154 @@ import (
 )
 
 // timeoutError is the error of a Redis call that took longer than
-// Options.CallTimeout.
-type timeoutError struct{ after time.Duration }
+// Options.CallTimeout. It wraps what the client reported.
+type timeoutError struct {
+	after time.Duration
+	err   error
+}
 
 func (e *timeoutError) Error() string {
-	return fmt.Sprintf("redis call took longer than %v", e.after)
+	return fmt.Sprintf("redis call took longer than %v: %v", e.after, e.err)
 }
 
-// call runs fn, one call to Redis, bounded by CallTimeout, and reports it to
-// Metrics. The error is ctx's if ctx ended first.
-func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) (any, error)) (any, error) {
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
-	defer cancel()
-	var (
-		res any
-		err error
-	)
-	if l.ctxTimeouts {
-		// The client honours context deadlines on the socket.
-		res, err = fn(cctx)
-	} else {
-		// The client would wait for its own read timeout (3 s by default):
-		// stop waiting at ours. The call ends by itself later.
-		type result struct {
-			v   any
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			v, err := fn(cctx)
-			ch <- result{v, err}
-		}()
-		select {
-		case r := <-ch:
-			res, err = r.v, r.err
-		case <-cctx.Done():
-			err = cctx.Err()
-		}
-	}
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			err = cerr
-		} else if cctx.Err() != nil {
-			err = &timeoutError{after: l.opts.CallTimeout}
-		}
-	}
-	l.opts.Metrics.RedisCall(op, time.Since(start), err)
-	return res, err
-}
+func (e *timeoutError) Unwrap() error { return e.err }
 
-// unavailableReplies are the error replies of a Redis that is there but
-// cannot serve now (loading, failing over, read-only replica, busy script).
-var unavailableReplies = []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS", "BUSY"}
-
-// unavailable reports whether err means Redis could not serve the call, as
-// opposed to refusing it (a wrong type, a script error).
-func unavailable(err error) bool {
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		for _, p := range unavailableReplies {
-			if strings.HasPrefix(reply.Error(), p) {
-				return true
-			}
-		}
-		return false
-	}
-	// Refused or reset connections, timeouts, a closed pool.
-	return true
-}
-
-// run runs a script on key's bucket. Errors are wrapped with the operation
-// and key; they match ErrUnavailable when Redis could not be reached, and
-// calls are not even tried while the Limiter is degraded.
-func (l *Limiter) run(ctx context.Context, op string, s *redis.Script, key string, args []any) (any, error) {
-	return l.runKeys(ctx, op, s, key, []string{l.RedisKey(key)}, args)
-}
-
-// runKeys is run for a script that touches more keys than key's bucket (all
-// in its hash tag).
-func (l *Limiter) runKeys(ctx context.Context, op string, s *redis.Script, key string, keys []string, args []any) (any, error) {
+// run is the one path to Redis: every script and every read a Limiter makes
+// goes through it, with the same guarantees. It refuses calls after Close,
+// with a context that has ended, and while the Limiter is degraded (unless
+// probing); bounds the call by Options.CallTimeout; records the outcome for
+// health tracking and Metrics; and maps errors: the scripts' codes to
+// sentinels, a Redis that could not be reached to ErrUnavailable (wrapping
+// the cause), the caller's context to its error. Errors name op and key.
+//
+// A caller whose deadline comes before CallTimeout does not cut the call
+// short: it runs on, bounded by CallTimeout alone, so that a hung Redis is
+// still seen as a failure, and the caller returns at its deadline. A result
+// that arrives after the caller left goes to orphan (if set), which gives
+// back whatever it granted.
+func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Context) (any, error), orphan func(any)) (any, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
-	if l.isDegraded() {
-		return nil, fmt.Errorf("reserve: %s %q: %w (waiting for a probe to find it)", op, key, ErrUnavailable)
+	probe := op == "heartbeat" || op == "probe"
+	if !probe && l.isDegraded() {
+		return nil, fmt.Errorf("reserve: %s %q: %w (pacing locally until a probe finds it again)", op, key, l.unavailableErr())
 	}
-	res, err := l.call(ctx, op, func(ctx context.Context) (any, error) {
-		return s.Run(ctx, l.rdb, keys, args...).Result()
-	})
-	switch {
-	case err == nil:
+	var (
+		res  any
+		err  error
+		left bool
+	)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < l.opts.CallTimeout {
+		res, err, left = l.callDetached(ctx, op, key, fn, orphan)
+	} else {
+		res, err = l.call(ctx, op, fn)
+		left = err != nil && ctx.Err() != nil
+	}
+	if left {
+		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
+	}
+	if err == nil {
 		l.succeeded()
 		return res, nil
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
-	case strings.Contains(err.Error(), "WRONGTYPE"):
-		l.succeeded()
-		return nil, fmt.Errorf("reserve: %s %q: %w (Redis key %q): %w", op, key, ErrWrongType, l.RedisKey(key), err)
-	case strings.Contains(err.Error(), "pacer: queue too long"):
-		l.succeeded()
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)
-	case unavailable(err):
-		l.failed(key, err)
-		return nil, fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
-	default:
-		l.succeeded()
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
+	return nil, l.mapError(op, key, err)
+}
+
+// mapError maps an error from Redis and records it for health tracking.
+func (l *Limiter) mapError(op, key string, err error) error {
+	if code, ok := errorCode(err); ok {
+		l.succeeded()
+		if sentinel := scriptCodes[code]; sentinel != nil {
+			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, sentinel, err)
+		}
+		if unavailableCodes[code] {
+			l.failed(key, err)
+			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
+		}
+		return fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	}
+	l.failed(key, err)
+	return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
+}
+
+// call runs fn, one call to Redis, bounded by CallTimeout, and reports it to
+// Metrics.
+func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) (any, error)) (any, error) {
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
+	defer cancel()
+	res, err := fn(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		err = &timeoutError{after: l.opts.CallTimeout, err: err}
+	}
+	l.opts.Metrics.RedisCall(op, time.Since(start), err)
+	return res, err
+}
+
+// callDetached runs fn on a goroutine of its own, bounded by CallTimeout
+// only, and waits for it or for ctx (left reports that ctx ended first).
+// After the caller left, the call's outcome is still recorded (health,
+// Metrics) and its result handed to orphan.
+func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(context.Context) (any, error), orphan func(any)) (res any, err error, left bool) {
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	gone := make(chan struct{})
+	go func() {
+		v, err := l.call(context.WithoutCancel(ctx), op, fn)
+		ch <- result{v, err}
+		<-gone // closed by the caller once it has taken the result or left
+		select {
+		case <-ch:
+			// Still here: the caller left without it.
+			if err != nil {
+				_ = l.mapError(op, key, err)
+				return
+			}
+			l.succeeded()
+			if orphan != nil {
+				orphan(v)
+			}
+		default:
+		}
+	}()
+	defer close(gone)
+	select {
+	case r := <-ch:
+		return r.v, r.err, false
+	case <-ctx.Done():
+		return nil, nil, true
+	}
+}
+
+// unavailableCodes are the error replies of a Redis that is there but
+// cannot serve now (loading, failing over, read-only replica, busy script).
+var unavailableCodes = map[string]bool{
+	"LOADING": true, "READONLY": true, "CLUSTERDOWN": true, "MASTERDOWN": true,
+	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true,
+}
+
+// errorCode returns the first word of a Redis error reply; ok is false for
+// other errors (connections refused or reset, timeouts, a closed pool).
+func errorCode(err error) (string, bool) {
+	var reply redis.Error
+	if !errors.As(err, &reply) || isNetError(err) {
+		return "", false
+	}
+	msg := reply.Error()
+	if i := strings.IndexByte(msg, ' '); i > 0 {
+		msg = msg[:i]
+	}
+	return msg, true
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed)
 }

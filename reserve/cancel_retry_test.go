@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,11 +10,11 @@ import (
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
-// TestCancelScriptIdempotent runs cancel.lua twice for one reservation, as
-// go-redis does when it resends a script after a read timeout: the second
-// run must change nothing. (Reservation.Cancel's own flag cannot help there:
-// the retry happens inside one call.)
-func TestCancelScriptIdempotent(t *testing.T) {
+// TestAdjustScriptIdempotent runs adjust.lua twice for one reservation, as
+// a client that resends a script after a read timeout would: the second run
+// must change nothing. (Reservation.Cancel's own state cannot help there:
+// the resend happens inside one call.)
+func TestAdjustScriptIdempotent(t *testing.T) {
 	s := redistest.New(t)
 	clk := fakeclock.New(time.Date(2026, 11, 22, 1, 2, 3, 456789123, time.UTC))
 	l, err := New(s.Client, Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second})
@@ -31,10 +32,17 @@ func TestCancelScriptIdempotent(t *testing.T) {
 		}
 		rs = append(rs, r)
 	}
-	cancelOnce := func(r *Reservation) Status {
+	adjustOnce := func(r *Reservation, op string, actual ...float64) Snapshot {
 		t.Helper()
-		_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac, r.seq)
-		if _, err := l.run(ctx, "cancel", l.cancelScript, r.key, args); err != nil {
+		args := l.args(clk.Now(), r.spec, 0)
+		args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), strconv.FormatInt(r.seq, 10), "1")
+		for _, a := range actual {
+			args = append(args, formatFloat(a))
+		}
+		keys := l.keys("k", ":done")
+		if _, err := l.run(ctx, op, "k", func(ctx context.Context) (any, error) {
+			return adjustScript.Run(ctx, l.rdb, keys, args...).Result()
+		}, nil); err != nil {
 			t.Fatal(err)
 		}
 		st, err := l.Peek(ctx, "k", lim, 1)
@@ -45,16 +53,21 @@ func TestCancelScriptIdempotent(t *testing.T) {
 	}
 	// The last one, then the one before it: both restore a permit once.
 	for _, r := range []*Reservation{rs[7], rs[6]} {
-		first := cancelOnce(r)
-		if again := cancelOnce(r); again != first {
+		first := adjustOnce(r, "cancel")
+		if again := adjustOnce(r, "cancel"); again.Tokens != first.Tokens {
 			t.Fatalf("cancel of reservation %d run twice: balance %v, then %v", r.seq, first.Tokens, again.Tokens)
 		}
+	}
+	// A settle at a larger cost, twice: charged once.
+	first := adjustOnce(rs[5], "settle", 3)
+	if again := adjustOnce(rs[5], "settle", 3); again.Tokens != first.Tokens {
+		t.Fatalf("settle run twice: balance %v, then %v", first.Tokens, again.Tokens)
 	}
 	st, err := l.Peek(ctx, "k", lim, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Tokens != -1 {
-		t.Errorf("balance = %v, want -1 (8 reserved from 5, 2 canceled)", st.Tokens)
+	if st.Tokens != -3 {
+		t.Errorf("balance = %v, want -3 (8 reserved from 5, 2 canceled, one settled at 3)", st.Tokens)
 	}
 }

@@ -2,7 +2,6 @@ package reserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,7 +17,7 @@ const MaxBatch = 256
 // in a batch.
 type request struct {
 	op      string
-	n       int
+	amounts []float64     // the cost, in its spec's unit order
 	maxWait time.Duration // < 0: no maximum
 	since   time.Time     // when the request queued, on the Limiter's clock; zero if it did not
 	done    chan result   // receives exactly one result; buffered
@@ -32,15 +31,17 @@ type result struct {
 	err error
 }
 
-// batchKey groups the requests that one script call can serve.
+// batchKey groups the requests that one script call can serve: one key,
+// one policy.
 type batchKey struct {
 	key string
-	lim Limit
+	sig string
 }
 
 // queue is the state of one batchKey: whether a call is in flight and who
 // waits for the next one. It exists only while busy.
 type queue struct {
+	spec    *spec
 	pending []*request
 }
 
@@ -55,18 +56,17 @@ type coalescer struct {
 }
 
 // reserveCoalesced is reserve through the coalescer.
-func (l *Limiter) reserveCoalesced(ctx context.Context, op, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
+func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req *request) (*Reservation, error) {
 	c := &l.coalescer
-	k := batchKey{key, lim}
-	req := &request{op: op, n: n, maxWait: maxWait, done: make(chan result, 1)}
+	k := batchKey{key, s.sig}
 
 	c.mu.Lock()
 	q, busy := c.queues[k]
 	if !busy {
 		// Lone caller: make the call now, with the caller's context.
-		c.queues[k] = &queue{}
+		c.queues[k] = &queue{spec: s}
 		c.mu.Unlock()
-		l.runBatch(ctx, k, []*request{req})
+		l.runBatch(ctx, k, s, []*request{req})
 		l.handOff(k)
 		res := <-req.done
 		return res.r, res.err
@@ -86,14 +86,14 @@ func (l *Limiter) reserveCoalesced(ctx context.Context, op, key string, lim Limi
 			// Not sent yet: leave the queue; nothing was reserved.
 			q.pending = append(q.pending[:i], q.pending[i+1:]...)
 			c.mu.Unlock()
-			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
+			return nil, fmt.Errorf("reserve: %s %q: %w", req.op, key, ctx.Err())
 		}
 	}
 	if !req.sent {
 		// In flight: whoever delivers the result cancels a grant.
 		req.abandoned = true
 		c.mu.Unlock()
-		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
+		return nil, fmt.Errorf("reserve: %s %q: %w", req.op, key, ctx.Err())
 	}
 	c.mu.Unlock()
 	res := <-req.done // delivered as ctx ended: take it
@@ -130,13 +130,13 @@ func (l *Limiter) drain(k batchKey) {
 		batch := q.pending[:m:m]
 		q.pending = append([]*request(nil), q.pending[m:]...)
 		c.mu.Unlock()
-		l.runBatch(context.Background(), k, batch)
+		l.runBatch(context.Background(), k, q.spec, batch)
 	}
 }
 
 // runBatch reserves for reqs in one call and delivers each its result.
-func (l *Limiter) runBatch(ctx context.Context, k batchKey, reqs []*request) {
-	results := l.reserveBatch(ctx, k.key, k.lim, reqs)
+func (l *Limiter) runBatch(ctx context.Context, k batchKey, s *spec, reqs []*request) {
+	results := l.reserveBatch(ctx, k.key, s, reqs)
 	c := &l.coalescer
 	var orphans []*Reservation
 	c.mu.Lock()
@@ -153,97 +153,6 @@ func (l *Limiter) runBatch(ctx context.Context, k batchKey, reqs []*request) {
 	}
 	c.mu.Unlock()
 	for _, r := range orphans {
-		// Best effort, like Wait's cancel on a context's end.
-		cctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
-		_ = r.Cancel(cctx)
-		cancel()
+		r.cancelDetached()
 	}
-}
-
-// reserveBatch runs reserve.lua for reqs, all on k, and returns a result for
-// each. When Redis is unavailable and the Limiter fails open, each request is
-// served by the local fallback instead.
-func (l *Limiter) reserveBatch(ctx context.Context, key string, lim Limit, reqs []*request) []result {
-	out := make([]result, len(reqs))
-	extra := make([]any, 0, 1+2*len(reqs))
-	extra = append(extra, len(reqs))
-	for _, req := range reqs {
-		maxWaitUS := int64(-1)
-		if req.maxWait >= 0 {
-			maxWait := req.maxWait
-			if !req.since.IsZero() {
-				// Time spent queued counts against the maximum.
-				maxWait = max(maxWait-l.clock.Now().Sub(req.since), 0)
-			}
-			maxWaitUS = maxWait.Microseconds()
-		}
-		extra = append(extra, req.n, maxWaitUS)
-	}
-	now, args := l.args(lim, extra...)
-	op := reqs[0].op
-	res, err := l.run(ctx, op, l.reserveScript, key, args)
-	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		for i, req := range reqs {
-			r, err := l.reserveLocal(key, lim, req.n, req.maxWait)
-			out[i] = result{r, err}
-		}
-		return out
-	}
-	if err == nil {
-		err = l.parseBatch(now, key, lim, reqs, res, out)
-	}
-	if err != nil {
-		for i := range out {
-			out[i] = result{nil, err}
-		}
-	}
-	return out
-}
-
-// parseBatch fills out from reserve.lua's reply.
-func (l *Limiter) parseBatch(now time.Time, key string, lim Limit, reqs []*request, res any, out []result) error {
-	reply, ok := res.([]any)
-	if !ok || len(reply) != 5*len(reqs) {
-		return replyError(reqs[0].op, key, res)
-	}
-	if l.serverTime {
-		// The script measured the waits from its own TIME; counting them
-		// from the reply's arrival never makes a slot early.
-		now = l.clock.Now()
-	}
-	for i, req := range reqs {
-		e := reply[5*i : 5*i+5]
-		status, ok1 := e[0].(int64)
-		waitUS, ok2 := e[1].(int64)
-		if !ok1 || !ok2 {
-			return replyError(req.op, key, res)
-		}
-		wait := durationUS(waitUS)
-		switch status {
-		case -1:
-			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", req.op, key, ErrQueueTooLong)}
-			continue
-		case 0:
-			out[i] = result{nil, &WaitTooLongError{Wait: wait, MaxWait: req.maxWait}}
-			continue
-		}
-		slotUS, ok1 := e[2].(string)
-		slotFrac, ok2 := e[3].(string)
-		seq, ok3 := e[4].(int64)
-		if status != 1 || !ok1 || !ok2 || !ok3 {
-			return replyError(req.op, key, res)
-		}
-		l.opts.Metrics.Reserved(key, req.n, wait, false)
-		out[i] = result{r: &Reservation{
-			lim:      l,
-			key:      key,
-			limit:    lim,
-			n:        req.n,
-			at:       now.Add(wait),
-			slotUS:   slotUS,
-			slotFrac: slotFrac,
-			seq:      seq,
-		}}
-	}
-	return nil
 }

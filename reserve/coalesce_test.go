@@ -66,7 +66,7 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // onBucket reports whether cmd runs a script on a bucket: EVAL or EVALSHA
-// whose first key has a hash tag.
+// whose first key has a hash tag, other than the fleet's heartbeats.
 func onBucket(cmd redis.Cmder) bool {
 	name := strings.ToLower(cmd.Name())
 	args := cmd.Args()
@@ -74,7 +74,7 @@ func onBucket(cmd redis.Cmder) bool {
 		return false
 	}
 	key, _ := args[3].(string)
-	return strings.Contains(key, "{")
+	return strings.Contains(key, "{") && !strings.Contains(key, "{limiters}")
 }
 
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -82,17 +82,18 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 }
 
 // coalesceBackends are the Redis kinds the coalescing tests run on, each
-// with a client of the test's own (the gate hook must not slow other tests).
+// with a client of the test's own (the gate hook must not slow other tests),
+// set up as pacer needs it so that the Limiter uses it and the hook sees
+// its calls.
 func coalesceBackends(t *testing.T) map[string]func(t *testing.T) redis.UniversalClient {
 	return map[string]func(t *testing.T) redis.UniversalClient{
 		"Redis": func(t *testing.T) redis.UniversalClient {
-			s := redistest.New(t)
-			c := redis.NewClient(&redis.Options{Addr: s.Addr})
-			t.Cleanup(func() { c.Close() })
-			return c
+			return tunedClient(t, redistest.New(t))
 		},
 		"Miniredis": func(t *testing.T) redis.UniversalClient {
-			_, c := redistest.NewMiniredis(t)
+			mr, _ := redistest.NewMiniredis(t)
+			c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
+			t.Cleanup(func() { c.Close() })
 			return c
 		},
 	}

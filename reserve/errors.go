@@ -12,21 +12,28 @@ var (
 	ErrInvalidRate     = errors.New("reserve: rate must be positive and finite")
 	ErrInvalidBurst    = errors.New("reserve: burst must be at least 1")
 	ErrInvalidLimit    = errors.New("reserve: burst/rate is too long (over 10 years to fill the bucket)")
+	ErrInvalidWindow   = errors.New("reserve: a window needs N >= 1 and a length from 1µs to 10 years")
+	ErrInvalidPolicy   = errors.New("reserve: invalid policy")
 	ErrInvalidN        = errors.New("reserve: n must be at least 1")
+	ErrInvalidCost     = errors.New("reserve: invalid cost")
 	ErrExceedsBurst    = errors.New("reserve: n exceeds burst")
 	ErrEmptyKey        = errors.New("reserve: empty key")
 	ErrInvalidDuration = errors.New("reserve: duration must be positive")
 	ErrInvalidPrefix   = errors.New("reserve: key prefix must not contain '{' or '}'")
+	ErrInvalidOptions  = errors.New("reserve: invalid options")
 )
 
-// ErrWrongType is returned when the Redis key of a bucket holds a value of
-// another type (something else uses the name). The value is left as it is.
+// ErrWrongType is returned when a Redis key pacer uses for a key holds a
+// value of another type or format (something else uses the name). The value
+// is left as it is.
 var ErrWrongType = errors.New("reserve: redis key holds a value of another type")
 
 // ErrUnavailable is matched by the errors of calls that could not reach
 // Redis (refused, reset, timed out, a node loading or failing over), and of
-// every call while a Limiter with Options.FailClosed is pacing locally. The
-// error also wraps the cause when there is one.
+// every call while a Limiter paces locally but may not: with
+// Options.FailClosed, or before it has ever reached Redis and learned the
+// fleet's size (see Options.FleetSize). The error also wraps the cause when
+// there is one, such as the dial error.
 var ErrUnavailable = errors.New("reserve: redis unavailable")
 
 // ErrQueueTooLong is returned when a reservation would wait more than 30
@@ -36,6 +43,14 @@ var ErrQueueTooLong = errors.New("reserve: the queue on this key is over 30 year
 
 // ErrClosed is returned by every call on a Limiter after Close.
 var ErrClosed = errors.New("reserve: limiter closed")
+
+// ErrStoredLimit is returned when the limit an operator stored for a key
+// (cmd/pacer set) cannot be read, or cannot take the call's cost.
+var ErrStoredLimit = errors.New("reserve: the key's stored limit")
+
+// ErrDone is returned by Reservation.Cancel and Settle on a reservation
+// that was already settled, and by Settle on one already canceled.
+var ErrDone = errors.New("reserve: reservation already canceled or settled")
 
 // WaitTooLongError is returned by TryReserve (and, wrapped, by Wait and
 // WaitN when the context's deadline is too near) when the reservation would
@@ -47,4 +62,13 @@ type WaitTooLongError struct {
 
 func (e *WaitTooLongError) Error() string {
 	return fmt.Sprintf("reserve: wait %v exceeds maximum %v", e.Wait, e.MaxWait)
+}
+
+// scriptCodes maps the scripts' error codes (the first word of an error
+// reply) to sentinels.
+var scriptCodes = map[string]error{
+	"PACER_WRONGTYPE": ErrWrongType,
+	"PACER_EXCEEDS":   ErrStoredLimit, // the caller's cost was checked: only a stored limit can refuse it
+	"PACER_CONFIG":    ErrStoredLimit,
+	"WRONGTYPE":       ErrWrongType, // a command Redis refused itself
 }

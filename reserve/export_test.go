@@ -1,28 +1,22 @@
 package reserve
 
-import (
-	"math"
-	"strconv"
-)
-
 // ServerSlot returns the slot Redis granted r, in Unix ns on the server's
-// clock, exact to the ns, for tests that judge the schedule itself rather
-// than when callers woke; ok is false for a reservation of the local
-// fallback.
+// clock, for tests that judge the schedule itself rather than when callers
+// woke; ok is false for a reservation of the local fallback.
 func ServerSlot(r *Reservation) (ns int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.local != nil {
 		return 0, false
 	}
-	us, err1 := strconv.ParseInt(r.slotUS, 10, 64)
-	frac, err2 := strconv.ParseFloat(r.slotFrac, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return us*1000 + int64(math.Round(frac*1000)), true
+	return r.slotNS, true
 }
 
 // FleetSize exposes the fleet size last learned, for tests.
-func (l *Limiter) FleetSize() int { return l.fleetSize() }
+func (l *Limiter) FleetSize() int { n, _ := l.fleet.size(); return n }
+
+// Share exposes the share of each key's rate the Limiter takes, for tests.
+func (l *Limiter) Share() float64 { return l.fleet.share() }
 
 // Degraded exposes whether the Limiter paces locally, for tests.
 func (l *Limiter) Degraded() bool { return l.isDegraded() }
@@ -30,11 +24,18 @@ func (l *Limiter) Degraded() bool { return l.isDegraded() }
 // Queued returns how many callers wait on key and lim for a call in flight to
 // return, for tests.
 func (l *Limiter) Queued(key string, lim Limit) int {
+	s, err := l.specOf(lim)
+	if err != nil {
+		return 0
+	}
 	c := &l.coalescer
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q := c.queues[batchKey{key, lim}]; q != nil {
+	if q := c.queues[batchKey{key, s.sig}]; q != nil {
 		return len(q.pending)
 	}
 	return 0
 }
+
+// Client exposes the client the Limiter talks through, for tests.
+func (l *Limiter) Client() any { return l.rdb }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,13 +28,15 @@ type counts struct {
 	errors   int
 	local    int // reservations granted locally
 	remote   int
-	switches []bool
-	pauses   int
+	switches  []bool
+	pauses    int
+	moved     []string // Metrics.Moved's reasons
+	evictable string
 }
 
 func newRecorder() *recorder { return &recorder{c: counts{calls: map[string]int{}}} }
 
-func (r *recorder) Reserved(_ string, _ int, _ time.Duration, local bool) {
+func (r *recorder) Reserved(_ string, _ time.Duration, local bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if local {
@@ -58,6 +61,18 @@ func (r *recorder) Fallback(active bool) {
 	r.c.switches = append(r.c.switches, active)
 }
 
+func (r *recorder) Moved(_ string, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.moved = append(r.c.moved, why)
+}
+
+func (r *recorder) Evictable(policy string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.evictable = policy
+}
+
 func (r *recorder) Paused(string, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -73,6 +88,7 @@ func (r *recorder) snapshot() counts {
 		c.calls[k] = v
 	}
 	c.switches = append([]bool(nil), r.c.switches...)
+	c.moved = append([]string(nil), r.c.moved...)
 	return c
 }
 
@@ -122,14 +138,14 @@ func closeLimiter(t *testing.T, l *reserve.Limiter) {
 	t.Cleanup(func() { _ = l.Close() })
 }
 
-// TestFallbackRedisDown: with Redis refusing connections, Wait keeps pacing
-// locally with no error, after FailAfter failures the Limiter stops calling
-// Redis, and the switch is reported once.
+// TestFallbackRedisDown: with Redis refusing connections and a fleet size
+// to assume, Wait keeps pacing locally with no error, after FailAfter
+// failures the Limiter stops calling Redis, and the switch is reported once.
 func TestFallbackRedisDown(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
 	defer c.Close()
 	rec := newRecorder()
-	l, err := reserve.New(c, reserve.Options{Metrics: rec, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
+	l, err := reserve.New(c, reserve.Options{FleetSize: 1, Metrics: rec, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	ctx := context.Background()
@@ -148,7 +164,7 @@ func TestFallbackRedisDown(t *testing.T) {
 	assert.Equal(t, []bool{true}, s.switches)
 	// The heartbeat at New and the first calls failed; once degraded, no
 	// call reaches for Redis.
-	assert.LessOrEqual(t, s.calls["reserve"], reserve.DefaultFailAfter)
+	assert.LessOrEqual(t, s.calls["heartbeat"]+s.calls["reserve"], reserve.DefaultFailAfter)
 
 	_, err = l.Peek(ctx, "down", lim, 1)
 	assert.NoError(t, err)
@@ -180,12 +196,8 @@ func TestFailClosed(t *testing.T) {
 	require.ErrorIs(t, l.Pause(ctx, "fc", lim, time.Second), reserve.ErrUnavailable)
 	assert.Equal(t, 0, rec.snapshot().local, "fail-closed paced locally")
 
-	// Before the switch, the error wraps the cause. (A client that fails
-	// at once: by default go-redis retries a refused dial for longer than
-	// CallTimeout, and the cause is then the timeout.)
-	fast := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, DialerRetries: 1})
-	defer fast.Close()
-	l2, err := reserve.New(fast, reserve.Options{FailClosed: true, Logger: quiet, HeartbeatInterval: time.Hour})
+	// Before the switch, the error wraps the cause: the dial error.
+	l2, err := reserve.New(c, reserve.Options{FailClosed: true, Logger: quiet, HeartbeatInterval: time.Hour, FailAfter: 100})
 	require.NoError(t, err)
 	closeLimiter(t, l2)
 	_, err = l2.Reserve(ctx, "fc", lim, 1)
@@ -194,23 +206,89 @@ func TestFailClosed(t *testing.T) {
 	assert.ErrorAs(t, err, &opErr, "the cause: %v", err)
 }
 
+// TestNeverReached: a Limiter that has never reached Redis (a wrong
+// address) does not know the fleet's size, so by default it paces nothing
+// locally: every call fails with ErrUnavailable naming the real cause, and
+// New itself fails with RequireRedis. With FleetSize it paces on that share.
+func TestNeverReached(t *testing.T) {
+	addr := deadAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	l, err := reserve.New(c, reserve.Options{Logger: logger, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for range 5 {
+		err := l.Wait(ctx, "k", lim)
+		require.ErrorIs(t, err, reserve.ErrUnavailable)
+		assert.ErrorContains(t, err, "connection refused")
+	}
+	assert.Contains(t, logged.String(), "connection refused", "the log names the dial error")
+	assert.Contains(t, logged.String(), "FleetSize", "the log says how to pace locally anyway")
+
+	_, err = reserve.New(c, reserve.Options{RequireRedis: true, Logger: quiet})
+	require.ErrorIs(t, err, reserve.ErrUnavailable)
+	assert.ErrorContains(t, err, "connection refused")
+
+	l3, err := reserve.New(c, reserve.Options{FleetSize: 4, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
+	require.NoError(t, err)
+	closeLimiter(t, l3)
+	var slots []time.Time
+	for range 3 {
+		r, err := l3.Reserve(ctx, "k", lim, 1)
+		require.NoError(t, err)
+		assert.True(t, r.Local())
+		slots = append(slots, r.Time())
+	}
+	// A quarter of 100/s: 40 ms apart.
+	assert.Equal(t, 40*time.Millisecond, slots[2].Sub(slots[1]).Round(time.Millisecond))
+}
+
+// TestShortDeadlinesCountFailures: callers whose deadlines are shorter than
+// CallTimeout still see a hung Redis counted as failed (their calls go on
+// in the background), so the Limiter falls back instead of failing them
+// with DeadlineExceeded for as long as Redis hangs.
+func TestShortDeadlinesCountFailures(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: blackHole(t)})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: 50 * time.Millisecond, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	short := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		_, err := l.Reserve(ctx, "hung", lim, 1)
+		return err
+	}
+	require.Eventually(t, func() bool {
+		_ = short()
+		return l.Degraded()
+	}, 10*time.Second, time.Millisecond, "short deadlines never let the Limiter see Redis hang")
+	require.NoError(t, short(), "once degraded, a short deadline gets a local slot")
+}
+
 // TestCallTimeout: a Redis that accepts connections and never answers holds
 // no call longer than CallTimeout, and Wait goes on locally.
 func TestCallTimeout(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: blackHole(t)}) // ReadTimeout 3 s by default
 	defer c.Close()
-	l, err := reserve.New(c, reserve.Options{CallTimeout: 100 * time.Millisecond, Logger: quiet, HeartbeatInterval: time.Hour})
+	l, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: 100 * time.Millisecond, Logger: quiet, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	start := time.Now()
 	require.NoError(t, l.Wait(context.Background(), "hung", reserve.Limit{Rate: 100, Burst: 1}))
-	// Bounded by CallTimeout (100 ms), far below the client's 3 s.
-	assert.Less(t, time.Since(start), 2*time.Second)
+	// Bounded by CallTimeout (100 ms, at most FailAfter calls), not by the
+	// client's 3 s.
+	assert.Less(t, time.Since(start), 2900*time.Millisecond)
 
 	// The caller's own context still wins over the fallback.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	l2, err := reserve.New(c, reserve.Options{CallTimeout: time.Second, Logger: quiet, HeartbeatInterval: time.Hour})
+	l2, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: time.Second, Logger: quiet, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
 	closeLimiter(t, l2)
 	_, err = l2.Reserve(ctx, "hung", reserve.Limit{Rate: 100, Burst: 1}, 1)
@@ -254,7 +332,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	before := countGoroutines()
 	var ls []*reserve.Limiter
 	for range 10 {
-		l, err := reserve.New(c, reserve.Options{ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+		l, err := reserve.New(c, reserve.Options{FleetSize: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
 		require.NoError(t, err)
 		ls = append(ls, l)
 	}
@@ -312,13 +390,27 @@ func TestWaitDeadlineRoundTrip(t *testing.T) {
 
 	dctx, cancel := context.WithTimeout(ctx, 550*time.Millisecond) // the script sees ~499 ms: fits; with the reply, ~600 ms: does not
 	defer cancel()
-	start := time.Now()
 	err = l.Wait(dctx, "rt", lim)
+	// Had Wait slept towards the deadline, it would return
+	// DeadlineExceeded; it gave up at once instead.
 	var tooLong *reserve.WaitTooLongError
 	require.ErrorAs(t, err, &tooLong)
-	assert.Less(t, time.Since(start), 400*time.Millisecond, "Wait slept towards the deadline instead of giving up")
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	p.Clear(t)
 	st, err := l.Peek(ctx, "rt", lim, 1)
 	require.NoError(t, err)
 	assert.Greater(t, st.Tokens, -0.9, "the slot was not given back")
+}
+
+// tunedClient returns a client to s set up as pacer needs it (no retries,
+// context deadlines honoured), so that the Limiter uses it as is and the
+// hooks a test adds to it see the Limiter's calls.
+func tunedClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(s.URL)
+	require.NoError(t, err)
+	opts.MaxRetries, opts.ContextTimeoutEnabled, opts.DialerRetries = -1, true, 1
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -2,8 +2,8 @@ package reserve
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -15,8 +15,9 @@ type health struct {
 	mu       sync.Mutex
 	failures int
 	degraded bool
-	since    time.Time     // when the current degraded spell began
-	lastKey  string        // the bucket of the last failed call, probed with the heartbeat
+	since    time.Time     // when the current mode began
+	lastKey  string        // the key of the last failed call, probed with the heartbeat
+	lastErr  error         // the last failure: what the logs and ErrUnavailable name
 	wake     chan struct{} // tells the loop to start probing
 }
 
@@ -27,6 +28,18 @@ func (l *Limiter) isDegraded() bool {
 	return l.health.degraded
 }
 
+// unavailableErr is the error of a call refused while degraded: it matches
+// ErrUnavailable and wraps the last failure.
+func (l *Limiter) unavailableErr() error {
+	l.health.mu.Lock()
+	cause := l.health.lastErr
+	l.health.mu.Unlock()
+	if cause == nil {
+		return ErrUnavailable
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
 // succeeded records a Redis call that worked.
 func (l *Limiter) succeeded() {
 	l.health.mu.Lock()
@@ -35,8 +48,8 @@ func (l *Limiter) succeeded() {
 }
 
 // failed records a Redis call that could not reach Redis, and switches to
-// local pacing after FailAfter of them in a row.
-// key is the bucket the call was for ("" for the heartbeat).
+// local pacing after FailAfter of them in a row. key is the key the call was
+// for ("" for the heartbeat).
 func (l *Limiter) failed(key string, err error) {
 	if l.reload != nil {
 		l.reload()
@@ -44,6 +57,7 @@ func (l *Limiter) failed(key string, err error) {
 	h := &l.health
 	h.mu.Lock()
 	h.failures++
+	h.lastErr = err
 	if key != "" {
 		h.lastKey = key
 	}
@@ -57,36 +71,58 @@ func (l *Limiter) failed(key string, err error) {
 	if !switching {
 		return
 	}
+	l.fleet.leaving()
 	select {
 	case h.wake <- struct{}{}:
 	default:
 	}
 	l.opts.Metrics.Fallback(true)
-	mode := "pacing locally at each key's rate / " + strconv.Itoa(l.fleetSize()) + " (live limiters)"
-	if l.opts.FailClosed {
-		mode = "failing closed"
+	mode := "pacing locally"
+	switch size, known := l.fleet.size(); {
+	case l.opts.FailClosed:
+		mode = "failing closed (Options.FailClosed)"
+	case known:
+		mode = fmt.Sprintf("pacing locally at each key's rate / %d (the fleet last learned)", size)
+	case size > 0:
+		mode = fmt.Sprintf("pacing locally at each key's rate / %d (Options.FleetSize: Redis never answered this Limiter)", size)
+	default:
+		mode = "failing closed: Redis never answered this Limiter, so it does not know the fleet's size (set Options.FleetSize to pace locally)"
 	}
-	l.opts.Logger.Warn("pacer: redis unavailable, "+mode,
-		"failures", failures, "err", err, "limiter", l.id)
+	l.opts.Logger.Warn("pacer: redis unavailable, "+mode, "failures", failures, "err", err, "limiter", l.id)
 }
 
-// recovered switches back to Redis after a probe succeeded, passing on the
-// pauses made while degraded.
+// recovered switches back to Redis after a probe succeeded. What the local
+// fallback granted is kept as floors that each key's next reservation
+// passes on (no Redis slot before the local ones); pauses made while
+// degraded are passed on now.
 func (l *Limiter) recovered(ctx context.Context) {
+	l.modeMu.Lock()
 	h := &l.health
 	h.mu.Lock()
 	if !h.degraded {
 		h.mu.Unlock()
+		l.modeMu.Unlock()
 		return
 	}
 	h.degraded = false
 	h.failures = 0
 	down := time.Since(h.since)
+	h.since = time.Now()
 	h.mu.Unlock()
+	floors := l.local.Drain(l.clock.Now())
+	l.floors.add(floors)
+	l.modeMu.Unlock()
 
-	for key, p := range l.local.drain(l.clock.Now()) {
-		// Best effort: a failure here counts like any other.
-		_ = l.pauseRedis(ctx, key, p.limit, p.left)
+	l.fleet.recovered()
+	for key, f := range floors {
+		if f.Pause.IsZero() {
+			continue
+		}
+		if s := l.floors.specOf(key); s != nil {
+			if d := f.Pause.Sub(l.clock.Now()); d > 0 {
+				_ = l.pauseRedis(ctx, key, s, d) // best effort: a failure counts like any other
+			}
+		}
 	}
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
@@ -98,7 +134,7 @@ func (l *Limiter) recovered(ctx context.Context) {
 // while it is not.
 func (l *Limiter) loop() {
 	defer close(l.done)
-	timer := time.NewTimer(0) // the first heartbeat at once: learn the fleet size early
+	timer := time.NewTimer(l.opts.HeartbeatInterval)
 	defer timer.Stop()
 	for {
 		select {
@@ -110,18 +146,21 @@ func (l *Limiter) loop() {
 			degraded := l.isDegraded()
 			err := l.heartbeat(l.loopCtx)
 			if degraded && err == nil {
-				err = l.probeBucket(l.loopCtx)
+				err = l.probeKey(l.loopCtx)
 			}
 			switch {
 			case degraded && err == nil:
-				l.recovered(context.Background())
+				l.recovered(l.loopCtx)
 				timer.Reset(l.opts.HeartbeatInterval)
 			case degraded:
 				timer.Reset(jitter(l.opts.ProbeInterval))
 			default:
 				timer.Reset(l.opts.HeartbeatInterval)
 			}
-			l.local.sweep(l.clock.Now())
+			now := l.clock.Now()
+			l.local.Sweep(now)
+			l.floors.sweep(now)
+			l.horizons.sweep(now)
 		}
 	}
 }
@@ -131,47 +170,18 @@ func jitter(d time.Duration) time.Duration {
 	return d*3/4 + rand.N(d/2+1)
 }
 
-// heartbeat records this Limiter as live and learns the fleet size. It
-// bypasses the degraded check: it is also the probe.
-func (l *Limiter) heartbeat(ctx context.Context) error {
-	ttl := 3 * l.opts.HeartbeatInterval
-	res, err := l.call(ctx, "heartbeat", func(ctx context.Context) (any, error) {
-		return l.heartbeatScript.Run(ctx, l.rdb, []string{l.fleetKey()}, l.id, strconv.FormatInt(ttl.Milliseconds(), 10)).Result()
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			l.failed("", err)
-		}
-		return err
-	}
-	l.succeeded()
-	if n, ok := res.(int64); ok && n >= 1 {
-		l.fleet.Store(n)
-	}
-	return nil
-}
-
-// probeBucket checks that the bucket of the last failed call answers too: on
-// a Redis Cluster the heartbeat set may live on a healthy master while the
-// buckets' slot is still failing over.
-func (l *Limiter) probeBucket(ctx context.Context) error {
+// probeKey checks that the key of the last failed call answers too: on a
+// Redis Cluster the heartbeat set may live on a healthy master while the
+// key's slot is still failing over.
+func (l *Limiter) probeKey(ctx context.Context) error {
 	l.health.mu.Lock()
 	key := l.health.lastKey
 	l.health.mu.Unlock()
 	if key == "" {
 		return nil
 	}
-	_, err := l.call(ctx, "probe", func(ctx context.Context) (any, error) {
+	_, err := l.run(ctx, "probe", key, func(ctx context.Context) (any, error) {
 		return l.rdb.PTTL(ctx, l.RedisKey(key)).Result()
-	})
-	if err != nil && ctx.Err() == nil {
-		l.failed(key, err)
-	}
+	}, nil)
 	return err
 }
-
-// fleetKey is the sorted set of live Limiters sharing this KeyPrefix.
-func (l *Limiter) fleetKey() string { return l.opts.KeyPrefix + "limiters" }
-
-// fleetSize returns the number of live Limiters last learned, at least 1.
-func (l *Limiter) fleetSize() int { return int(max(l.fleet.Load(), 1)) }

@@ -6,19 +6,24 @@ import (
 	"time"
 )
 
-// Limit is the rate a key may be used at: on average Rate permits per second,
-// with at most Burst permits stored for use at once. It has the meaning of
+// Limit is a token bucket: on average Rate units per second, with at most
+// Burst units stored for use at once. It has the meaning of
 // golang.org/x/time/rate's NewLimiter(Rate, Burst).
+//
+// Over any interval of length T, the slots a Limit hands out hold at most
+// Burst + Rate*T units. A provider that allows "N calls in any window of
+// length W" is therefore met by Sliding(N, W), which keeps Burst + Rate*W at
+// N; Limit{Rate: N/W} would let N+1 into some windows.
 //
 // Callers sharing a key should pass the same Limit. If they do not, each call
 // reads the shared state with its own Limit: slots already handed out keep
 // their times and the new rate applies from there on.
 type Limit struct {
-	Rate  float64 // permits per second, > 0 and finite
-	Burst int     // permits, >= 1
+	Rate  float64 // units per second, > 0 and finite
+	Burst int     // units, >= 1
 }
 
-// Every returns the rate of one permit per interval, for use as Limit.Rate:
+// Every returns the rate of one unit per interval, for use as Limit.Rate:
 // Limit{Rate: reserve.Every(100 * time.Millisecond), Burst: 1}.
 // A zero or negative interval gives an invalid rate.
 func Every(interval time.Duration) float64 {
@@ -26,6 +31,19 @@ func Every(interval time.Duration) float64 {
 		return 0
 	}
 	return float64(time.Second) / float64(interval)
+}
+
+// Sliding returns the smoothest Limit that never lets more than n calls into
+// any window of length w, as a provider counting a sliding window (or a
+// strict per-second limit) enforces: Burst 1 and Rate (n-1)/w, so that
+// Burst + Rate*w = n. n must be at least 2 (Validate reports the rate
+// otherwise). For windows the provider aligns (a quota that resets every
+// hour on the hour), a Window band is exact and uses all n.
+func Sliding(n int, w time.Duration) Limit {
+	if w <= 0 {
+		return Limit{Burst: 1}
+	}
+	return Limit{Rate: float64(n-1) / w.Seconds(), Burst: 1}
 }
 
 // maxFill is the longest time an empty bucket may take to fill. It keeps every
@@ -43,23 +61,6 @@ func (l Limit) Validate() error {
 	}
 	if float64(l.Burst)/l.Rate > maxFill.Seconds() {
 		return fmt.Errorf("%w (rate %v, burst %d)", ErrInvalidLimit, l.Rate, l.Burst)
-	}
-	return nil
-}
-
-// validate checks the arguments every operation on a key shares.
-func validate(key string, l Limit, n int) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	if n < 1 {
-		return fmt.Errorf("%w (got %d)", ErrInvalidN, n)
-	}
-	if n > l.Burst {
-		return fmt.Errorf("%w (n %d, burst %d)", ErrExceedsBurst, n, l.Burst)
 	}
 	return nil
 }

@@ -4,54 +4,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/internal/local"
+	"github.com/pacer-go/pacer/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
 
-// A Limiter paces callers sharing buckets kept in Redis. Each bucket is named
-// by a key and behaves like golang.org/x/time/rate's Limiter created with
-// NewLimiter(lim.Rate, lim.Burst): it starts full with Burst permits and
-// refills at Rate permits per second up to Burst. A reservation may take the
-// balance below zero; it then waits until the balance is back at zero. Every
-// caller thus pays for its own permits, and slots are handed out in the order
-// Redis runs the requests, spaced 1/Rate apart.
+// A Limiter paces callers sharing keys kept in Redis. Each key is paced by
+// a Policy; a single Limit is the common case: such a key behaves like
+// golang.org/x/time/rate's Limiter created with NewLimiter(lim.Rate,
+// lim.Burst). It starts full with Burst permits and refills at Rate permits
+// per second up to Burst. A reservation may take the balance below zero; it
+// then waits until the balance is back at zero. Every caller thus pays for
+// its own permits, and slots are handed out in the order Redis runs the
+// requests, spaced 1/Rate apart.
 //
 // Most callers want Wait, which reserves and sleeps until the slot. Reserve
 // returns the slot without sleeping (to reschedule a job instead), TryReserve
-// reserves only if the wait is short enough, Pause stops a key fleet-wide, and
-// Peek reads a key without changing it.
+// reserves only if the wait is short enough, Pause stops a key fleet-wide
+// (a provider's 429), and Peek reads a key without changing it. The Policy
+// variants (ReservePolicy, WaitPolicy, ...) take several limits at once and
+// a Cost per unit, which Reservation.Settle corrects after the call.
 //
-// Durations are exact to the microsecond, rounded up, so a slot is never
-// early. A Limiter is safe for concurrent use; all processes that share a
-// Redis and a KeyPrefix share the buckets. It is created with New; the zero
-// value is not usable.
+// Time is Redis server time, so the processes' clocks may disagree; durations
+// are exact to the ns, rounded up, so a slot is never early. When Redis is
+// slow or gone, a Limiter paces each key locally on its share of the rate
+// and comes back to Redis by itself (see Options). A Limiter is safe for
+// concurrent use; all processes that share a Redis and a KeyPrefix share
+// the keys. It is created with New; the zero value is not usable.
 type Limiter struct {
-	rdb         redis.UniversalClient
-	opts        Options
-	clock       Clock
-	serverTime  bool
-	ctxTimeouts bool   // the client honours context deadlines on its sockets
-	reload      func() // asks a Cluster client to reload its slot map
-	id          string // this Limiter in the fleet's heartbeat set
-
-	reserveScript   *redis.Script
-	cancelScript    *redis.Script
-	pauseScript     *redis.Script
-	peekScript      *redis.Script
-	heartbeatScript *redis.Script
+	rdb        redis.UniversalClient
+	ownsClient bool // rdb was made by New (see tunedClient): Close closes it
+	opts       Options
+	clock      Clock
+	serverTime bool
+	reload     func() // asks a Cluster client to reload its slot map
+	id         string // this Limiter in the fleet's heartbeat set
+	sleeper    wake.Sleeper
 
 	health    health
-	local     *local
+	fleet     fleetView
+	local     *local.Limiter
+	modeMu    sync.RWMutex // local grants (read) against the switch back to Redis (write)
+	horizons  horizons
+	floors    floors
 	coalescer coalescer
-	waker     *waker
-	fleet     atomic.Int64 // live Limiters sharing the KeyPrefix, last learned
+	specs     sync.Map // Limit -> *spec, the compiled one-band policies
+	nspecs    atomic.Int64
+	pauses    pauseChecks
 
 	closed     atomic.Bool
 	stop       chan struct{}
@@ -60,78 +66,98 @@ type Limiter struct {
 	loopCancel context.CancelFunc
 }
 
-// New returns a Limiter keeping its buckets in rdb, which may be a single
-// node, Sentinel (redis.NewFailoverClient) or Cluster client. It starts a
-// background goroutine (heartbeat and, while Redis is down, probes) that
-// Close stops.
+// New returns a Limiter keeping its keys in rdb, which may be a single
+// node, Sentinel (redis.NewFailoverClient) or Cluster client.
+//
+// pacer needs a client that does not resend commands after a timeout
+// (MaxRetries -1: a resent reservation costs the fleet a slot) and that
+// honours context deadlines (ContextTimeoutEnabled). When rdb is not set up
+// that way, which go-redis's defaults are not, New makes a client of its own
+// from rdb's options with those two changes, and Close closes it; rdb itself
+// is left as it is (its hooks do not see pacer's calls). Other
+// redis.UniversalClient types are refused.
+//
+// New makes a first heartbeat (bounded by Options.CallTimeout) to learn the
+// fleet, warns when the server may evict pacer's keys, and starts a
+// background goroutine (heartbeats and, while Redis is down, probes) that
+// Close stops. If Redis cannot be reached, New returns the Limiter anyway
+// (it paces as Options.FleetSize says until Redis answers), unless
+// Options.RequireRedis is set.
 func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
-	if rdb == nil {
-		return nil, errors.New("reserve: nil redis client")
-	}
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	c, owned, err := tunedClient(rdb)
+	if err != nil {
+		return nil, err
+	}
 	l := &Limiter{
-		rdb:             rdb,
-		opts:            opts,
-		clock:           opts.Clock,
-		id:              newID(),
-		reserveScript:   redis.NewScript(lua.Reserve),
-		cancelScript:    redis.NewScript(lua.Cancel),
-		pauseScript:     redis.NewScript(lua.Pause),
-		peekScript:      redis.NewScript(lua.Peek),
-		heartbeatScript: redis.NewScript(lua.Heartbeat),
-		local:           newLocal(),
-		coalescer:       coalescer{queues: make(map[batchKey]*queue)},
-		waker:           newWaker(opts.PreciseWake),
-		stop:            make(chan struct{}),
-		done:            make(chan struct{}),
+		rdb:        c,
+		ownsClient: owned,
+		opts:       opts,
+		clock:      opts.Clock,
+		id:         newID(),
+		sleeper:    wake.Sleeper{Margin: opts.PreciseWake},
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	l.health.wake = make(chan struct{}, 1)
+	l.health.since = time.Now()
+	l.fleet.hold, l.fleet.hint = opts.SilentHold, opts.FleetSize
 	if l.clock == nil {
-		l.clock = systemClock{}
+		l.clock = SystemClock
 		l.serverTime = true
 	}
-	switch c := rdb.(type) {
-	case *redis.Client:
-		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	l.local = local.New(l.clock.Now())
+	l.coalescer.queues = make(map[batchKey]*queue)
+	if cc, ok := c.(*redis.ClusterClient); ok {
 		// After a master fails over, go-redis keeps sending a slot's
 		// commands to the dead master until its periodic refresh, which
 		// can itself pick the dead node: seconds of refused calls. A
 		// failed call asks for a reload (go-redis runs one at a time).
-		l.reload = func() { c.ReloadState(context.Background()) }
-	case *redis.Ring:
-		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		l.reload = func() { cc.ReloadState(context.Background()) }
 	}
-	l.fleet.Store(1)
 	l.loopCtx, l.loopCancel = context.WithCancel(context.Background())
+
+	if err := l.heartbeat(l.loopCtx); err != nil && opts.RequireRedis {
+		l.loopCancel()
+		if owned {
+			_ = c.Close()
+		}
+		return nil, fmt.Errorf("reserve: new: %w", err)
+	} else if err == nil {
+		l.checkEviction(l.loopCtx)
+	} else {
+		opts.Logger.Warn("pacer: redis unavailable at start", "err", err, "limiter", l.id)
+	}
 	go l.loop()
 	return l, nil
 }
 
-// Close stops the Limiter's background goroutine and removes it from the
-// fleet's heartbeat set. It does not close the Redis client. Calls after
-// Close return ErrClosed; a Wait already sleeping finishes normally.
+// Close stops the Limiter's background goroutine, removes it from the
+// fleet's heartbeat set, and closes the client New made for it, if any (not
+// the one passed to New). Calls after Close return ErrClosed; a Wait already
+// sleeping finishes normally.
 func (l *Limiter) Close() error {
-	if !l.closed.CompareAndSwap(false, true) {
+	if l.closed.Load() {
 		return nil
 	}
 	l.loopCancel()
 	close(l.stop)
 	<-l.done
-	if l.isDegraded() {
-		return nil
+	var err error
+	if !l.isDegraded() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
+		err = l.leave(ctx)
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
-	defer cancel()
-	_, err := l.call(ctx, "heartbeat", func(ctx context.Context) (any, error) {
-		return l.rdb.ZRem(ctx, l.fleetKey(), l.id).Result()
-	})
+	l.closed.Store(true)
+	if l.ownsClient {
+		err = errors.Join(err, l.rdb.Close())
+	}
 	if err != nil {
-		return fmt.Errorf("reserve: close: leaving the fleet: %w", err)
+		return fmt.Errorf("reserve: close: %w", err)
 	}
 	return nil
 }
@@ -139,162 +165,63 @@ func (l *Limiter) Close() error {
 // newID names a Limiter in the heartbeat set: host, process and a random part.
 func newID() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%016x", host, os.Getpid(), rand.Uint64())
+	return fmt.Sprintf("%s:%d:%08x", host, os.Getpid(), rand.Uint32())
 }
 
-// RedisKey returns the Redis key that holds the bucket named key.
+// RedisKey returns the Redis key that holds key's state. Braces and '%' in
+// key are escaped (%7B, %7D, %25), so that every Redis key of key shares one
+// Cluster hash tag and no two keys share a Redis key.
 func (l *Limiter) RedisKey(key string) string {
-	return l.opts.KeyPrefix + "{" + key + "}"
+	return l.opts.KeyPrefix + "{" + escapeKey(key) + "}"
 }
 
-// Reserve reserves n permits on key and returns the reservation, whose Delay
-// says how long to wait before using them. It never refuses because of the
-// wait's length (x/time/rate's ReserveN; see TryReserve), short of a queue
-// over 30 years long (ErrQueueTooLong). n must be between 1 and lim.Burst.
-func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int) (*Reservation, error) {
-	return l.reserve(ctx, "reserve", key, lim, n, -1)
-}
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// TryReserve is Reserve, except that when the wait would be longer than
-// maxWait it reserves nothing and returns a *WaitTooLongError carrying the
-// wait that would have been needed (Guava's tryAcquire(permits, timeout)).
-// maxWait 0 takes the permits only if they are available now.
-func (l *Limiter) TryReserve(ctx context.Context, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
-	if maxWait < 0 {
-		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
+func escapeKey(key string) string {
+	if !strings.ContainsAny(key, "%{}") {
+		return key
 	}
-	return l.reserve(ctx, "reserve", key, lim, n, maxWait)
+	return keyEscaper.Replace(key)
 }
 
-// reserve runs reserve.lua for one request, through the coalescer unless
-// it is disabled; maxWait < 0 means no maximum.
-func (l *Limiter) reserve(ctx context.Context, op, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
-	if err := validate(key, lim, n); err != nil {
+// keys returns the Redis keys every script on key starts with: its state
+// and its stored limit.
+func (l *Limiter) keys(key string, more ...string) []string {
+	k := l.RedisKey(key)
+	out := make([]string, 0, 2+len(more))
+	out = append(out, k, k+":limit")
+	for _, m := range more {
+		out = append(out, k+m)
+	}
+	return out
+}
+
+// Clock returns the Limiter's clock: Options.Clock, or SystemClock.
+func (l *Limiter) Clock() Clock { return l.clock }
+
+// specOf returns lim compiled as a one-band policy, cached.
+func (l *Limiter) specOf(lim Limit) (*spec, error) {
+	if s, ok := l.specs.Load(lim); ok {
+		return s.(*spec), nil
+	}
+	s, err := lim.Policy().compile()
+	if err != nil {
 		return nil, err
 	}
-	if !l.opts.DisableCoalescing {
-		return l.reserveCoalesced(ctx, op, key, lim, n, maxWait)
+	if l.nspecs.Add(1) > 4096 {
+		// Limits that keep changing (adaptive pacing) must not grow the
+		// cache without bound.
+		l.specs.Clear()
+		l.nspecs.Store(1)
 	}
-	req := &request{op: op, n: n, maxWait: maxWait}
-	res := l.reserveBatch(ctx, key, lim, []*request{req})[0]
-	return res.r, res.err
+	l.specs.Store(lim, s)
+	return s, nil
 }
 
-// Pause grants no slot on key before d from now, fleet-wide: use it when the
-// provider answers 429 with Retry-After d. The bucket is empty when the pause
-// ends, so callers resume at lim.Rate instead of all at once. Reservations
-// already granted keep their slots; a pause shorter than what is already
-// queued changes nothing.
-func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Duration) error {
-	if err := validate(key, lim, 1); err != nil {
-		return err
+// checkKey reports an empty key.
+func checkKey(key string) error {
+	if key == "" {
+		return ErrEmptyKey
 	}
-	if d <= 0 || d > maxFill {
-		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
-	}
-	err := l.pauseRedis(ctx, key, lim, d)
-	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		// Paced locally until Redis is back, then passed on to it.
-		l.local.pause(l.clock.Now(), key, lim, l.fleetSize(), d)
-		err = nil
-	}
-	if err == nil {
-		l.opts.Metrics.Paused(key, d)
-	}
-	return err
-}
-
-func (l *Limiter) pauseRedis(ctx context.Context, key string, lim Limit, d time.Duration) error {
-	dUS := (d + time.Microsecond - 1) / time.Microsecond
-	_, args := l.args(lim, int64(dUS))
-	_, err := l.run(ctx, "pause", l.pauseScript, key, args)
-	return err
-}
-
-// Status is a bucket's state as Peek reads it.
-type Status struct {
-	// Wait is how long n permits reserved now would wait.
-	Wait time.Duration
-	// Tokens is the balance now: at most the burst, negative while
-	// reservations are queued.
-	Tokens float64
-}
-
-// Peek reads key without changing it: the wait n permits would have now, and
-// the balance.
-func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int) (Status, error) {
-	if err := validate(key, lim, n); err != nil {
-		return Status{}, err
-	}
-	_, args := l.args(lim, n)
-	res, err := l.run(ctx, "peek", l.peekScript, key, args)
-	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.local.peek(l.clock.Now(), key, lim, l.fleetSize(), n), nil
-	}
-	if err != nil {
-		return Status{}, err
-	}
-	reply, ok := res.([]any)
-	if !ok || len(reply) != 2 {
-		return Status{}, replyError("peek", key, res)
-	}
-	waitUS, ok1 := reply[0].(int64)
-	tokens, ok2 := reply[1].(string)
-	if !ok1 || !ok2 {
-		return Status{}, replyError("peek", key, res)
-	}
-	t, err := strconv.ParseFloat(tokens, 64)
-	if err != nil {
-		return Status{}, replyError("peek", key, res)
-	}
-	return Status{Wait: durationUS(waitUS), Tokens: t}, nil
-}
-
-// args returns the time of the call on the limiter's clock and ARGV for a
-// script: rate, burst, now (empty for server time), now's nanoseconds, extra.
-func (l *Limiter) args(lim Limit, extra ...any) (time.Time, []any) {
-	now := l.clock.Now()
-	nowUS, nowNS := "", "0"
-	if !l.serverTime {
-		nowUS = strconv.FormatInt(now.UnixMicro(), 10)
-		nowNS = strconv.Itoa(now.Nanosecond() % 1000)
-	}
-	args := make([]any, 0, 4+len(extra))
-	args = append(args, strconv.FormatFloat(lim.Rate, 'f', -1, 64), strconv.Itoa(lim.Burst), nowUS, nowNS)
-	for _, e := range extra {
-		switch v := e.(type) {
-		case int:
-			args = append(args, strconv.Itoa(v))
-		case int64:
-			args = append(args, strconv.FormatInt(v, 10))
-		case string:
-			args = append(args, v)
-		default:
-			panic(fmt.Sprintf("reserve: script argument of type %T", e))
-		}
-	}
-	return now, args
-}
-
-func replyError(op, key string, res any) error {
-	return fmt.Errorf("reserve: %s %q: unexpected reply %#v", op, key, res)
-}
-
-// durationUS converts µs to a Duration, saturating instead of overflowing.
-func durationUS(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// reserveLocal reserves on the local fallback: Redis is unavailable.
-func (l *Limiter) reserveLocal(key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
-	now := l.clock.Now()
-	r, wait := l.local.reserve(now, key, lim, l.fleetSize(), n, maxWait)
-	if r == nil {
-		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
-	}
-	l.opts.Metrics.Reserved(key, n, wait, true)
-	return &Reservation{lim: l, key: key, limit: lim, n: n, at: now.Add(wait), local: r}, nil
+	return nil
 }

@@ -9,24 +9,39 @@ import "time"
 // Keys are passed as given; a crawler may have millions of them, so an
 // implementation should not turn them into labels unless told to.
 type Metrics interface {
-	// Reserved is called for every reservation granted: n permits on key,
-	// to be used after wait. local is true when it was granted by the local
-	// fallback rather than Redis.
-	Reserved(key string, n int, wait time.Duration, local bool)
+	// Reserved is called for every reservation granted on key, to be used
+	// after wait. local is true when the local fallback granted it.
+	Reserved(key string, wait time.Duration, local bool)
+	// Moved is called when a sleeper gave up its slot for a fresh one:
+	// why is MovedPause (a pause came to cover its slot) or MovedLate (it
+	// woke more than Options.MaxLateness after its slot).
+	Moved(key string, why string)
 	// RedisCall is called after every call to Redis: the operation
-	// ("reserve", "cancel", "pause", "peek", "heartbeat", "probe"), its duration and
-	// its error (nil on success).
+	// ("reserve", "adjust", "pause", "peek", "claim", "hold", "check",
+	// "heartbeat", "probe"), its duration and its error (nil on success).
 	RedisCall(op string, d time.Duration, err error)
 	// Fallback is called on every switch: active is true when the Limiter
 	// starts pacing locally, false when it is back on Redis.
 	Fallback(active bool)
 	// Paused is called when key is paused for d.
 	Paused(key string, d time.Duration)
+	// Evictable is called when New finds that the Redis server may evict
+	// pacer's keys under memory pressure (policy is its maxmemory-policy):
+	// an evicted bucket comes back full, a burst.
+	Evictable(policy string)
 }
+
+// Values of Metrics.Moved's why.
+const (
+	MovedPause = "pause"
+	MovedLate  = "late"
+)
 
 type noMetrics struct{}
 
-func (noMetrics) Reserved(string, int, time.Duration, bool) {}
-func (noMetrics) RedisCall(string, time.Duration, error)    {}
-func (noMetrics) Fallback(bool)                             {}
-func (noMetrics) Paused(string, time.Duration)              {}
+func (noMetrics) Reserved(string, time.Duration, bool)   {}
+func (noMetrics) Moved(string, string)                   {}
+func (noMetrics) RedisCall(string, time.Duration, error) {}
+func (noMetrics) Fallback(bool)                          {}
+func (noMetrics) Paused(string, time.Duration)           {}
+func (noMetrics) Evictable(string)                       {}

@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/wake"
 )
 
-// DefaultKeyPrefix is put in front of every bucket's Redis key unless
+// DefaultKeyPrefix is put in front of every key's Redis keys unless
 // Options.KeyPrefix says otherwise.
 const DefaultKeyPrefix = "pacer:"
 
@@ -17,6 +19,8 @@ const (
 	DefaultFailAfter         = 3
 	DefaultProbeInterval     = time.Second
 	DefaultHeartbeatInterval = 2 * time.Second
+	DefaultSilentHold        = time.Minute
+	DefaultPreciseWake       = wake.DefaultMargin
 )
 
 // Options configure a Limiter. The zero value is ready to use.
@@ -30,19 +34,17 @@ type Options struct {
 	// real speed: Redis expires idle keys on its own clock.
 	Clock Clock
 
-	// KeyPrefix is put in front of every key. Default "pacer:". A key k is
-	// stored as KeyPrefix + "{" + k + "}", a Redis Cluster hash tag, so every
-	// Redis key a script touches for k lies in one slot. The fleet's
-	// heartbeat set is KeyPrefix + "limiters". The prefix must not contain
-	// '{' or '}'.
+	// KeyPrefix is put in front of every Redis key. Default "pacer:". A key
+	// k is stored under KeyPrefix + "{" + k + "}" (braces in k escaped), a
+	// Redis Cluster hash tag, so every Redis key of k lies in one slot. The
+	// fleet's heartbeats are under KeyPrefix + "{limiters}". The prefix must
+	// not contain '{' or '}'.
 	KeyPrefix string
 
-	// CallTimeout bounds every call to Redis, independently of the client's
-	// own dial, read and retry timeouts, so a hung Redis cannot hold a Wait
-	// for seconds. Default 250 ms. A call that times out counts as a failure.
-	// If the client has ContextTimeoutEnabled, the bound is passed to it as a
-	// context deadline; otherwise the call runs in its own goroutine, which
-	// ends when the client gives up by itself.
+	// CallTimeout bounds every call to Redis, whatever the client's own
+	// timeouts, so a hung Redis cannot hold a Wait for seconds. Default
+	// 250 ms. A call that times out counts as a failure, also when the
+	// caller's own deadline ended it first.
 	CallTimeout time.Duration
 
 	// FailAfter is the number of consecutive failed Redis calls (errors
@@ -52,10 +54,22 @@ type Options struct {
 	FailAfter int
 
 	// FailClosed makes calls return an error matching ErrUnavailable while
-	// Redis is unavailable, instead of pacing locally. Default false:
-	// pace locally at each key's rate divided by the number of live
-	// Limiters in the fleet (learned from the heartbeats).
+	// Redis is unavailable, instead of pacing locally.
 	FailClosed bool
+
+	// FleetSize is the number of Limiters (processes) this one assumes
+	// share its keys until it has learned the real number from Redis: it
+	// then paces locally at each key's rate divided by FleetSize. Default
+	// (0): a Limiter that has never reached Redis does not pace locally;
+	// its calls fail with ErrUnavailable, wrapping the reason Redis could
+	// not be reached (a wrong address shows at once instead of pacing
+	// every process at the full rate). Once it has reached Redis, the
+	// number learned from the heartbeats is used, whatever FleetSize says.
+	FleetSize int
+
+	// RequireRedis makes New fail, with an error matching ErrUnavailable
+	// and wrapping the cause, when Redis cannot be reached at start.
+	RequireRedis bool
 
 	// ProbeInterval is the mean time between checks of Redis while the
 	// Limiter paces locally (jittered by ±25%, one check at a time).
@@ -63,13 +77,29 @@ type Options struct {
 	ProbeInterval time.Duration
 
 	// HeartbeatInterval is how often the Limiter records itself as live in
-	// Redis and learns how many Limiters are live (those heard from in the
-	// last three intervals). Default 2 s.
+	// Redis and learns the fleet: the Limiters heard from in the last two
+	// intervals, and those silent for longer but less than SilentHold.
+	// Default 2 s.
 	HeartbeatInterval time.Duration
 
-	// DisableCoalescing makes every Reserve, TryReserve and Wait a Redis call
-	// of its own. Default false: concurrent callers on one key (and Limit) in
-	// this Limiter share calls. While a call for the key is in flight, new
+	// SilentHold is how long the fleet keeps back the share of a Limiter
+	// that stopped heartbeating: it may have lost Redis and be pacing
+	// locally on its share, so the Limiters still on Redis take only their
+	// own shares meanwhile. After SilentHold it counts as gone (crashed).
+	// Default 1 min (at least three heartbeats).
+	SilentHold time.Duration
+
+	// MaxLateness is how late after its slot a caller may wake and still
+	// use it. One that wakes later (a stalled process, a GC pause) takes a
+	// fresh slot instead, once, so that it does not fire together with
+	// callers that are on time. Default (0): half the slot spacing of the
+	// key's fastest bucket for the call's cost (1 ms at 500/s), and never
+	// past the end of a window band's window. Negative: no limit.
+	MaxLateness time.Duration
+
+	// DisableCoalescing makes every reservation a Redis call of its own.
+	// Default false: concurrent callers on one key (and policy) in this
+	// Limiter share calls. While a call for the key is in flight, new
 	// callers queue; the next call reserves for all of them at once (up to
 	// MaxBatch), first come first served, each with the slot it would have
 	// had from a call of its own. A caller who finds no call in flight makes
@@ -77,22 +107,20 @@ type Options struct {
 	DisableCoalescing bool
 
 	// PreciseWake is how long before a slot Wait and Reservation.Sleep hand
-	// over from Go's timer, which wakes up to about a millisecond late (the
-	// runtime's poller sleeps in whole milliseconds), to a precise timer of
-	// the operating system, so that callers start within tens of µs of their
-	// slot. Default 2 ms (Go's timers are rarely later than that). The
-	// precise part is a timerfd read through Go's poller: the goroutine
-	// parks as in any read, holding no thread, for a handful of system calls
-	// per sleep. It does not watch the context. Negative: Go's timer only.
-	// Precise sleeps need Linux; elsewhere the timer does it all.
+	// over from Go's timer, which wakes up to about a millisecond late, to
+	// a precise timer of the operating system (a timerfd read through Go's
+	// poller on Linux), so that callers start within tens of µs of their
+	// slot. It is also when a sleeper checks that no pause has come to
+	// cover its slot. Default 2 ms. Negative: Go's timer only (the check is
+	// then made 2 ms before the slot).
 	PreciseWake time.Duration
 
 	// Metrics receives measurements. Default: none. Package prommetrics
 	// adapts it to Prometheus.
 	Metrics Metrics
 
-	// Logger logs every switch between Redis and local pacing. Default
-	// slog.Default().
+	// Logger logs every switch between Redis and local pacing, and what
+	// New found out about the Redis server. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -112,6 +140,7 @@ func (o Options) withDefaults() (Options, error) {
 		{"CallTimeout", &o.CallTimeout, DefaultCallTimeout},
 		{"ProbeInterval", &o.ProbeInterval, DefaultProbeInterval},
 		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"SilentHold", &o.SilentHold, 0},
 	} {
 		if *d.v < 0 {
 			return o, fmt.Errorf("%w: Options.%s %v", ErrInvalidDuration, d.name, *d.v)
@@ -120,14 +149,23 @@ func (o Options) withDefaults() (Options, error) {
 			*d.v = d.def
 		}
 	}
+	switch {
+	case o.SilentHold == 0:
+		o.SilentHold = max(DefaultSilentHold, 3*o.HeartbeatInterval)
+	case o.SilentHold < 2*o.HeartbeatInterval:
+		return o, fmt.Errorf("%w: SilentHold %v is shorter than two heartbeats (%v)", ErrInvalidOptions, o.SilentHold, 2*o.HeartbeatInterval)
+	}
 	if o.PreciseWake == 0 {
 		o.PreciseWake = DefaultPreciseWake
 	}
 	if o.FailAfter < 0 {
-		return o, fmt.Errorf("reserve: Options.FailAfter must not be negative (got %d)", o.FailAfter)
+		return o, fmt.Errorf("%w: FailAfter must not be negative (got %d)", ErrInvalidOptions, o.FailAfter)
 	}
 	if o.FailAfter == 0 {
 		o.FailAfter = DefaultFailAfter
+	}
+	if o.FleetSize < 0 {
+		return o, fmt.Errorf("%w: FleetSize must not be negative (got %d)", ErrInvalidOptions, o.FleetSize)
 	}
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}
@@ -136,4 +174,12 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.Default()
 	}
 	return o, nil
+}
+
+// checkAt is how long before its slot a sleeper checks for a pause.
+func (o Options) checkAt() time.Duration {
+	if o.PreciseWake > 0 {
+		return o.PreciseWake
+	}
+	return DefaultPreciseWake
 }

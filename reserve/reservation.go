@@ -2,110 +2,215 @@ package reserve
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/pacer-go/pacer/internal/local"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
 )
 
-// A Reservation holds permits granted by a Limiter for a slot in time. Its
-// permits should be used at Time() and not before; Delay says how long until
-// then. A Reservation is safe for concurrent use.
+var adjustScript = redis.NewScript(lua.Adjust)
+
+// A Reservation holds a slot granted by a Limiter and the cost reserved for
+// it. Its cost should be spent at Time() and not before; Delay says how long
+// until then. A Reservation is safe for concurrent use.
+//
+// Sleep may move a reservation to a later slot: when a pause comes to cover
+// its slot, or when it wakes too late to use it (see Options.MaxLateness).
+// Time then returns the new slot.
 type Reservation struct {
-	lim   *Limiter
-	key   string
-	limit Limit
-	n     int
-	at    time.Time // the slot, on the limiter's clock
+	lim     *Limiter
+	key     string
+	spec    *spec
+	amounts []float64 // the cost reserved, in spec's unit order
 
-	// The slot as the script knows it, exact, and the reservation's number
-	// on its key: they identify the reservation to cancel.lua.
-	slotUS, slotFrac string
-	seq              int64
-
-	// local is set when the reservation was made by the local fallback.
-	local *rate.Reservation
-
-	mu       sync.Mutex
-	canceled bool
+	mu     sync.Mutex
+	at     time.Time // the slot, on the Limiter's clock
+	slotNS int64     // the slot on Redis's clock (Unix ns); with seq, its identity
+	seq    int64     // the reservation's number on its key; 0 when local
+	local  *local.Grant
+	holdID string // the slot was kept for this holder (Holds): Cancel drops the hold
+	state  resState
+	moved  bool // Sleep took a fresh slot for lateness once already
 }
 
-// Key returns the key the permits were reserved on.
+type resState int
+
+const (
+	live resState = iota
+	canceled
+	settled
+)
+
+// Key returns the key the cost was reserved on.
 func (r *Reservation) Key() string { return r.key }
 
-// N returns the number of permits reserved.
-func (r *Reservation) N() int { return r.n }
-
-// Limit returns the Limit the permits were reserved with.
-func (r *Reservation) Limit() Limit { return r.limit }
-
-// Time returns the slot: the time, on the limiter's clock, from which the
-// permits may be used. With Redis server time (no Options.Clock) it is the
-// local time the reply arrived plus the wait Redis computed, so it is never
-// earlier than the slot Redis granted.
-func (r *Reservation) Time() time.Time { return r.at }
-
-// DelayFrom returns how long after t the permits may be used; zero if they
-// already may.
-func (r *Reservation) DelayFrom(t time.Time) time.Duration {
-	d := r.at.Sub(t)
-	if d < 0 {
-		return 0
-	}
-	return d
+// Cost returns the cost reserved (after Settle, the actual cost).
+func (r *Reservation) Cost() Cost {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spec.cost(r.amounts)
 }
 
-// Delay is DelayFrom the limiter's clock's now.
+// N returns the permits of a single-Limit reservation (the amount of its
+// first unit).
+func (r *Reservation) N() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int(r.amounts[0])
+}
+
+// Time returns the slot: the time, on the Limiter's clock, from which the
+// cost may be spent. With Redis server time (no Options.Clock) it is the
+// local time the reply arrived plus the wait Redis computed, so it is never
+// earlier than the slot Redis granted.
+func (r *Reservation) Time() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at
+}
+
+// DelayFrom returns how long after t the cost may be spent; zero if it
+// already may.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	return max(0, r.Time().Sub(t))
+}
+
+// Delay is DelayFrom the Limiter's clock's now.
 func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.lim.clock.Now())
 }
 
-// Sleep sleeps until the slot: on Go's timer, then, for the last
-// Options.PreciseWake, on a precise sleep, so it returns within tens of µs
-// after the slot on Linux (Go's timer alone wakes up to about a millisecond
-// late). If ctx ends first, Sleep cancels the reservation (its permits go
-// back, see Cancel; best effort, bounded by Options.CallTimeout) and returns
-// ctx.Err(); a ctx that ends within the last PreciseWake is not noticed, and
-// Sleep returns at the slot.
-func (r *Reservation) Sleep(ctx context.Context) error {
-	l := r.lim
-	err := l.waker.sleep(ctx, r.Delay())
-	if err == nil {
-		return nil
-	}
-	// ctx can no longer carry the call; CallTimeout bounds it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
-	defer cancel()
-	// A reservation that cannot be canceled just keeps its slot, as if its
-	// caller had used it.
-	_ = r.Cancel(cctx)
-	return err
+// Local reports whether the local fallback granted the reservation (Redis
+// was unavailable).
+func (r *Reservation) Local() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.local != nil
 }
 
-// Cancel gives the permits back, as x/time/rate's CancelAt does, at the time
-// of the limiter's clock: it restores the permits that later reservations
-// have not already built on, never more than the burst and never once the
-// slot has passed, and it never shortens a Pause. Calls after one that
-// succeeded do nothing, and so does a call that Redis runs twice (a client
-// retry): each key remembers its last 16 cancels. If Cancel fails (Redis
-// unreachable), it may be called again. A reservation made by the local
-// fallback is canceled locally.
+// Cancel gives the cost back, as x/time/rate's CancelAt does, band by band:
+// a bucket gets back what later reservations have not already built on,
+// never more than the burst and never once the slot has passed, and never
+// into a pause; a window gets its units back while the window lasts. A
+// reservation Claim kept for a holder loses its hold. Calls after one that
+// succeeded do nothing, and so does a call Redis runs twice (a resend): each
+// key remembers the reservations it adjusted. If Cancel fails (Redis
+// unreachable), it may be called again. Cancel after Settle returns ErrDone.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.canceled {
+	switch r.state {
+	case canceled:
 		return nil
+	case settled:
+		return fmt.Errorf("reserve: cancel %q: %w (settled)", r.key, ErrDone)
 	}
-	l := r.lim
-	if r.local != nil {
-		r.local.CancelAt(l.clock.Now())
-		r.canceled = true
-		return nil
-	}
-	_, args := l.args(r.limit, r.n, r.slotUS, r.slotFrac, r.seq)
-	if _, err := l.run(ctx, "cancel", l.cancelScript, r.key, args); err != nil {
+	if err := r.adjust(ctx, "cancel", nil); err != nil {
 		return err
 	}
-	r.canceled = true
+	r.state = canceled
 	return nil
+}
+
+// Settle replaces the cost reserved with the actual cost, once the call has
+// told it (the tokens a completion used). Units not in actual keep their
+// reserved amount. A larger amount moves each bucket charging it later by
+// the difference, so later reservations pay for it, and adds to the current
+// window; a smaller one gives back what later reservations have not built
+// on, under Cancel's rule, even after the slot (the call was made at its
+// slot; what it did not use goes back). Settle is idempotent: a resent
+// settle changes nothing, and a second Settle returns ErrDone, as does
+// Settle after Cancel.
+//
+// Every band's invariant holds on actual costs when each reservation is
+// settled before the next one is granted; otherwise a bucket or a window
+// can run ahead by the under-estimates of the reservations not yet
+// settled, until they are.
+func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != live {
+		return fmt.Errorf("reserve: settle %q: %w", r.key, ErrDone)
+	}
+	amounts := append([]float64(nil), r.amounts...)
+	for unit, v := range actual {
+		i := r.spec.unitIndex(unit)
+		if i < 0 {
+			return fmt.Errorf("reserve: settle %q: %w: unit %q is charged by no band", r.key, ErrInvalidCost, unit)
+		}
+		if v < 0 || v != v || v > 1e300 {
+			return fmt.Errorf("reserve: settle %q: %w: %s %v (want a finite amount >= 0)", r.key, ErrInvalidCost, unit, v)
+		}
+		amounts[i] = v
+	}
+	if err := r.adjust(ctx, "settle", amounts); err != nil {
+		return err
+	}
+	r.amounts = amounts
+	r.state = settled
+	return nil
+}
+
+// adjust runs adjust.lua (or the local fallback's) for r; actual nil
+// cancels. r.mu is held.
+func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) error {
+	l := r.lim
+	if r.local != nil {
+		bands, err := l.localBands(r.key, r.spec)
+		if err != nil {
+			return err
+		}
+		l.local.Adjust(l.clock.Now(), r.key, r.spec.sig, bands, *r.local, actual)
+		return nil
+	}
+	now := l.clock.Now()
+	args := l.args(now, r.spec, 4+2*len(r.amounts))
+	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), strconv.FormatInt(r.seq, 10))
+	for _, a := range r.amounts {
+		args = append(args, formatFloat(a))
+	}
+	for _, a := range actual {
+		args = append(args, formatFloat(a))
+	}
+	more := []string{":done"}
+	if r.holdID != "" {
+		more = append(more, holdSuffix(r.holdID))
+	}
+	keys := l.keys(r.key, more...)
+	_, err := l.run(ctx, op, r.key, func(ctx context.Context) (any, error) {
+		return adjustScript.Run(ctx, l.rdb, keys, args...).Result()
+	}, nil)
+	return err
+}
+
+// cancelDetached cancels r on behalf of a caller that left: best effort,
+// bounded by CallTimeout.
+func (r *Reservation) cancelDetached() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.lim.opts.CallTimeout)
+	defer cancel()
+	_ = r.Cancel(ctx)
+}
+
+// maxLateness is how late after its slot r may be used (see
+// Options.MaxLateness); negative: no limit.
+func (r *Reservation) maxLateness() time.Duration {
+	if m := r.lim.opts.MaxLateness; m != 0 {
+		return m
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	late := time.Duration(-1)
+	if sp := r.spec.spacing(r.amounts); sp > 0 {
+		late = sp / 2
+	}
+	if end := r.spec.windowEnd(r.amounts, r.at); !end.IsZero() {
+		if d := end.Sub(r.at); late < 0 || d < late {
+			late = d
+		}
+	}
+	return late
 }

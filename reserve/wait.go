@@ -13,17 +13,34 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 }
 
 // WaitN reserves n permits on key and sleeps until their slot (see
-// Reservation.Sleep).
+// Reservation.Sleep: it never returns into a pause, nor long after the slot).
 //
 // If ctx has a deadline, WaitN waits no later than it: when the slot would
-// come after the deadline, it reserves nothing and fails at once with an error
-// wrapping a *WaitTooLongError. If ctx ends while WaitN sleeps, the
+// come after the deadline, it reserves nothing and fails at once with an
+// error wrapping a *WaitTooLongError. If ctx ends while WaitN sleeps, the
 // reservation is canceled (its permits go back, see Reservation.Cancel) and
 // ctx.Err() is returned.
 func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error {
-	if err := validate(key, lim, n); err != nil {
+	s, amounts, err := l.single(key, lim, n)
+	if err != nil {
 		return err
 	}
+	return l.wait(ctx, key, s, amounts)
+}
+
+// WaitPolicy is WaitN for a policy: it reserves cost on key (see
+// ReservePolicy) and sleeps until the slot. Use the reservation's Settle
+// through ReservePolicy instead when the actual cost is known only after the
+// call.
+func (l *Limiter) WaitPolicy(ctx context.Context, key string, pol Policy, cost Cost) error {
+	s, amounts, err := l.policy(key, pol, cost)
+	if err != nil {
+		return err
+	}
+	return l.wait(ctx, key, s, amounts)
+}
+
+func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
@@ -39,7 +56,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 			return fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
 	}
-	r, err := l.reserve(ctx, "wait", key, lim, n, maxWait)
+	r, err := l.reserve(ctx, "wait", key, s, amounts, maxWait)
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
@@ -52,9 +69,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error
 		// from the reply. If the round trip pushed it past the deadline,
 		// give the slot back now, while it is still in the future.
 		if wait := r.Delay(); time.Now().Add(wait).After(deadline) {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.CallTimeout)
-			defer cancel()
-			_ = r.Cancel(cctx)
+			r.cancelDetached()
 			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
 				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline)})
 		}

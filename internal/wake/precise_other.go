@@ -1,6 +1,6 @@
 //go:build !linux
 
-package reserve
+package wake
 
 import "time"
 

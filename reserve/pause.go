@@ -1,0 +1,194 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	pauseScript = redis.NewScript(lua.Pause)
+	peekScript  = redis.NewScript(lua.Peek)
+)
+
+// Pause grants no slot on key before d from now, fleet-wide: use it when the
+// provider answers 429 with Retry-After d. The bucket is empty when the pause
+// ends, so callers resume at lim.Rate instead of all at once. Reservations
+// already granted keep their slots, but their Sleep (and Wait) take a slot
+// after the pause instead of spending the cost inside it. A pause shorter
+// than one already in force changes nothing.
+func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Duration) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	s, err := l.specOf(lim)
+	if err != nil {
+		return err
+	}
+	return l.pause(ctx, key, s, d)
+}
+
+// PausePolicy is Pause for a key paced by a policy: every band stops, and
+// every bucket is empty when the pause ends.
+func (l *Limiter) PausePolicy(ctx context.Context, key string, pol Policy, d time.Duration) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	s, err := pol.compile()
+	if err != nil {
+		return err
+	}
+	return l.pause(ctx, key, s, d)
+}
+
+func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duration) error {
+	if d <= 0 || d > maxFill {
+		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
+	}
+	err := l.pauseRedis(ctx, key, s, d)
+	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		// Paced locally until Redis is back, then passed on to it.
+		bands, lerr := l.localBands(key, s)
+		if lerr != nil {
+			return lerr
+		}
+		l.modeMu.RLock()
+		l.local.Pause(l.clock.Now(), key, s.sig, bands, s, d, l.localStart(key))
+		l.modeMu.RUnlock()
+		err = nil
+	}
+	if err == nil {
+		l.opts.Metrics.Paused(key, d)
+	}
+	return err
+}
+
+func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Duration) error {
+	args := l.args(l.clock.Now(), s, 1)
+	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
+	keys := l.keys(key)
+	_, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
+		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
+	}, nil)
+	return err
+}
+
+// A Snapshot is a key as Peek reads it, without changing it.
+type Snapshot struct {
+	// Wait is how long the cost Peek was given would wait if reserved now.
+	Wait time.Duration
+	// Paused is the time left in a pause (zero if none).
+	Paused time.Duration
+	// Tokens is the first band's Value: for a single Limit, the bucket's
+	// balance (at most the burst, negative while reservations are queued).
+	Tokens float64
+	// Bands are the policy's bands in force, in order. With a limit stored
+	// for the key (cmd/pacer set), they are that limit's.
+	Bands []BandSnapshot
+	// Local is true when the local fallback answered (Redis unavailable).
+	Local bool
+}
+
+// A BandSnapshot is one band as Peek reads it.
+type BandSnapshot struct {
+	Name string
+	// Value is a bucket's balance, or the units reserved in a window band's
+	// latest window.
+	Value float64
+	// Wait is how long this band alone would make the cost wait.
+	Wait time.Duration
+	// WindowEnd is the end of a window band's latest window (zero for a
+	// bucket).
+	WindowEnd time.Time
+}
+
+// Peek reads key without changing it: the wait n permits would have now,
+// the pause, and the balance.
+func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int) (Snapshot, error) {
+	s, amounts, err := l.single(key, lim, n)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return l.peek(ctx, key, s, amounts)
+}
+
+// PeekPolicy reads key, paced by pol, without changing it: the wait cost
+// would have now, the pause, and each band's balance or window use.
+func (l *Limiter) PeekPolicy(ctx context.Context, key string, pol Policy, cost Cost) (Snapshot, error) {
+	s, amounts, err := l.policy(key, pol, cost)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return l.peek(ctx, key, s, amounts)
+}
+
+func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float64) (Snapshot, error) {
+	now := l.clock.Now()
+	args := l.args(now, s, len(amounts))
+	for _, a := range amounts {
+		args = append(args, formatFloat(a))
+	}
+	keys := l.keys(key)
+	res, err := l.run(ctx, "peek", key, func(ctx context.Context) (any, error) {
+		return peekScript.Run(ctx, l.rdb, keys, args...).Result()
+	}, nil)
+	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		return l.peekLocal(key, s, amounts)
+	}
+	if err != nil {
+		return Snapshot{}, err
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) < 4 || (len(reply)-4)%4 != 0 {
+		return Snapshot{}, replyError("peek", key, res)
+	}
+	base, err := l.replyBase(now, reply)
+	wait, ok1 := reply[2].(int64)
+	paused, ok2 := reply[3].(int64)
+	if err != nil || !ok1 || !ok2 {
+		return Snapshot{}, replyError("peek", key, res)
+	}
+	snap := Snapshot{Wait: time.Duration(wait), Paused: time.Duration(max(paused, 0))}
+	for i := 4; i < len(reply); i += 4 {
+		name, ok1 := reply[i].(string)
+		value, ok2 := reply[i+1].(string)
+		bw, ok3 := reply[i+2].(int64)
+		end, ok4 := reply[i+3].(int64)
+		v, perr := strconv.ParseFloat(value, 64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || perr != nil {
+			return Snapshot{}, replyError("peek", key, res)
+		}
+		b := BandSnapshot{Name: name, Value: v, Wait: time.Duration(bw)}
+		if end != 0 {
+			b.WindowEnd = base.local.Add(time.Duration(end))
+		}
+		snap.Bands = append(snap.Bands, b)
+	}
+	if len(snap.Bands) > 0 {
+		snap.Tokens = snap.Bands[0].Value
+	}
+	return snap, nil
+}
+
+func (l *Limiter) peekLocal(key string, s *spec, amounts []float64) (Snapshot, error) {
+	bands, err := l.localBands(key, s)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	now := l.clock.Now()
+	wait, pause, states := l.local.Peek(now, key, s.sig, bands, amounts, l.localStart(key))
+	snap := Snapshot{Wait: wait, Local: true}
+	if !pause.IsZero() {
+		snap.Paused = pause.Sub(now)
+	}
+	for i, st := range states {
+		snap.Bands = append(snap.Bands, BandSnapshot{Name: s.bands[i].name, Value: st.Value, Wait: st.Wait, WindowEnd: st.End})
+	}
+	snap.Tokens = snap.Bands[0].Value
+	return snap, nil
+}

@@ -1,0 +1,312 @@
+package reserve
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A Policy is the set of limits every call on a key must satisfy at once:
+// requests per second and tokens per minute, an hourly quota beside a
+// per-second rate. Each limit is a Band, and each band charges one unit of
+// a call's Cost. A reservation gets one slot, the earliest at which every
+// band allows it, reserved on all bands in one atomic step.
+//
+// A single Limit is the one-band case: Limit.Policy returns it, and
+// Limiter.Reserve, TryReserve and Wait are ReservePolicy, TryReservePolicy
+// and WaitPolicy with that policy and Permits(n).
+type Policy []Band
+
+// A Band is one limit of a Policy: a token bucket (Limit) or a fixed-window
+// quota (Window), exactly one of the two, charging the Cost's amount for
+// Unit.
+type Band struct {
+	// Name identifies the band in its policy (Peek, errors, a stored
+	// limit); unique within the policy. Letters, digits, '.', '_' and '-'.
+	Name string
+	// Unit is the cost unit the band charges ("requests", "tokens",
+	// "points"). Default: Name. Several bands may charge one unit (a
+	// per-minute rate and a daily quota of requests).
+	Unit string
+	// Limit makes the band a token bucket: Rate units per second, at most
+	// Burst units at once.
+	Limit Limit
+	// Window makes the band a fixed-window quota.
+	Window Window
+}
+
+// A Window is a fixed-window quota: at most N units in each window of
+// length Length. Windows are aligned to Origin: [Origin + i*Length,
+// Origin + (i+1)*Length). The zero Origin is the Unix epoch, so windows of a
+// minute, an hour or a day start on whole UTC minutes, hours and days; give
+// the provider's reset time instead when its windows start elsewhere. A
+// window quota is exact and bursty: all N units may go at the start of a
+// window, right after the N of the window before.
+type Window struct {
+	N      float64
+	Length time.Duration
+	Origin time.Time
+}
+
+// PerWindow returns the quota of n units in each aligned window of length
+// d: Band{Window: PerWindow(5000, time.Hour)}.
+func PerWindow(n float64, d time.Duration) Window { return Window{N: n, Length: d} }
+
+// A Cost is what one call charges, per unit: Cost{"requests": 1, "tokens":
+// 1200}. A reservation must give an amount for every unit its policy's bands
+// charge (0 to charge nothing); Settle may give only the units whose actual
+// amount differs.
+type Cost map[string]float64
+
+// PermitsUnit is the unit of a single Limit's band (Limit.Policy).
+const PermitsUnit = "permits"
+
+// Permits returns the Cost of n permits on a single Limit.
+func Permits(n int) Cost { return Cost{PermitsUnit: float64(n)} }
+
+// Policy returns l as a one-band policy, charging PermitsUnit.
+func (l Limit) Policy() Policy { return Policy{{Name: PermitsUnit, Limit: l}} }
+
+// spec is a Policy checked and compiled for the scripts and the local
+// fallback. It is immutable and shared.
+type spec struct {
+	units    []string // the cost units, in the order costs are sent
+	unitsArg string   // units joined by ' ' (ARGV[4])
+	bands    []bandSpec
+	args     []any  // ARGV[5...]: k, then the bands' records
+	sig      string // the policy's encoding: equal specs, equal sig
+	single   bool   // one bucket band charging PermitsUnit (a Limit)
+}
+
+type bandSpec struct {
+	name   string
+	unit   int // index into units
+	bucket bool
+	rate   float64 // bucket
+	burst  float64
+	n      float64 // window
+	length time.Duration
+	origin time.Time
+}
+
+// maxWindow bounds a window's length, as maxFill bounds a bucket's.
+const maxWindow = maxFill
+
+// validName reports whether a band name is made of letters, digits, '.',
+// '_' and '-' (the scripts separate fields with spaces and ':').
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// compile checks p and compiles it. Errors match ErrInvalidPolicy, or for
+// a bucket band ErrInvalidRate, ErrInvalidBurst or ErrInvalidLimit, or for
+// a window band ErrInvalidWindow.
+func (p Policy) compile() (*spec, error) {
+	if len(p) == 0 {
+		return nil, fmt.Errorf("%w: no bands", ErrInvalidPolicy)
+	}
+	s := &spec{bands: make([]bandSpec, len(p))}
+	names := make(map[string]bool, len(p))
+	unitIndex := make(map[string]int, len(p))
+	var sig strings.Builder
+	for i, b := range p {
+		if !validName(b.Name) {
+			return nil, fmt.Errorf("%w: band name %q (want letters, digits, '.', '_' or '-')", ErrInvalidPolicy, b.Name)
+		}
+		if names[b.Name] {
+			return nil, fmt.Errorf("%w: two bands named %q", ErrInvalidPolicy, b.Name)
+		}
+		names[b.Name] = true
+		unit := b.Unit
+		if unit == "" {
+			unit = b.Name
+		}
+		if !validName(unit) {
+			return nil, fmt.Errorf("%w: band %q: unit %q (want letters, digits, '.', '_' or '-')", ErrInvalidPolicy, b.Name, unit)
+		}
+		u, ok := unitIndex[unit]
+		if !ok {
+			u = len(s.units)
+			unitIndex[unit] = u
+			s.units = append(s.units, unit)
+		}
+		isBucket, isWindow := b.Limit != (Limit{}), b.Window != (Window{})
+		bs := bandSpec{name: b.Name, unit: u, bucket: isBucket}
+		switch {
+		case isBucket == isWindow:
+			return nil, fmt.Errorf("%w: band %q needs exactly one of Limit and Window", ErrInvalidPolicy, b.Name)
+		case isBucket:
+			if err := b.Limit.Validate(); err != nil {
+				return nil, fmt.Errorf("band %q: %w", b.Name, err)
+			}
+			bs.rate, bs.burst = b.Limit.Rate, float64(b.Limit.Burst)
+			fmt.Fprintf(&sig, "%s %s b %s %d;", b.Name, unit, formatFloat(bs.rate), b.Limit.Burst)
+		default:
+			w := b.Window
+			if math.IsNaN(w.N) || math.IsInf(w.N, 0) || w.N < 1 {
+				return nil, fmt.Errorf("%w: band %q: N %v (want at least 1)", ErrInvalidWindow, b.Name, w.N)
+			}
+			if w.Length < time.Microsecond || w.Length > maxWindow {
+				return nil, fmt.Errorf("%w: band %q: length %v (want 1µs to %v)", ErrInvalidWindow, b.Name, w.Length, maxWindow)
+			}
+			bs.n, bs.length, bs.origin = w.N, w.Length, w.Origin
+			if bs.origin.IsZero() {
+				bs.origin = time.Unix(0, 0)
+			}
+			fmt.Fprintf(&sig, "%s %s w %s %d:%d;", b.Name, unit, formatFloat(bs.n), bs.length.Microseconds(), bs.originMod())
+		}
+		s.bands[i] = bs
+	}
+	s.unitsArg = strings.Join(s.units, " ")
+	s.args = make([]any, 0, 1+5*len(s.bands))
+	s.args = append(s.args, strconv.Itoa(len(s.bands)))
+	for _, b := range s.bands {
+		kind, a, x := "b", formatFloat(b.rate), formatFloat(b.burst)
+		if !b.bucket {
+			kind, a, x = "w", formatFloat(b.n), strconv.FormatInt(b.length.Microseconds(), 10)+":"+strconv.FormatInt(b.originMod(), 10)
+		}
+		s.args = append(s.args, b.name, strconv.Itoa(b.unit+1), kind, a, x)
+	}
+	s.sig = sig.String()
+	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
+	return s, nil
+}
+
+// originMod is the window's origin modulo its length, in µs (what the
+// scripts need to number windows).
+func (b bandSpec) originMod() int64 {
+	l := b.length.Microseconds()
+	m := b.origin.UnixMicro() % l
+	if m < 0 {
+		m += l
+	}
+	return m
+}
+
+// fill is how long an empty bucket band takes to fill.
+func (b bandSpec) fill() time.Duration {
+	return time.Duration(b.burst / b.rate * float64(time.Second))
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// costs checks c against s and returns its amounts in s's unit order. Every
+// unit must be given, none unknown; amounts are finite and >= 0, at least
+// one positive, and none above the burst or N of a band charging it.
+func (s *spec) costs(c Cost) ([]float64, error) {
+	out := make([]float64, len(s.units))
+	for unit, v := range c {
+		i := s.unitIndex(unit)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: unit %q is charged by no band (the policy's units: %s)", ErrInvalidCost, unit, strings.Join(s.units, ", "))
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return nil, fmt.Errorf("%w: %s %v (want a finite amount >= 0)", ErrInvalidCost, unit, v)
+		}
+		out[i] = v
+	}
+	positive := false
+	for i, unit := range s.units {
+		if _, ok := c[unit]; !ok {
+			return nil, fmt.Errorf("%w: no amount for unit %q (give 0 to charge nothing)", ErrInvalidCost, unit)
+		}
+		if out[i] > 0 {
+			positive = true
+		}
+	}
+	if !positive {
+		return nil, fmt.Errorf("%w: the cost charges nothing", ErrInvalidCost)
+	}
+	if err := s.fits(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fits checks that no amount is above the burst or N of a band charging it:
+// such a call could never be granted.
+func (s *spec) fits(amounts []float64) error {
+	for _, b := range s.bands {
+		limit, what := b.burst, "burst"
+		if !b.bucket {
+			limit, what = b.n, "N"
+		}
+		if amounts[b.unit] > limit {
+			return fmt.Errorf("%w: %s %v is above band %q's %s %v", ErrExceedsBurst, s.units[b.unit], amounts[b.unit], b.name, what, limit)
+		}
+	}
+	return nil
+}
+
+func (s *spec) unitIndex(unit string) int {
+	for i, u := range s.units {
+		if u == unit {
+			return i
+		}
+	}
+	return -1
+}
+
+// cost turns amounts in s's unit order back into a Cost.
+func (s *spec) cost(amounts []float64) Cost {
+	c := make(Cost, len(s.units))
+	for i, u := range s.units {
+		c[u] = amounts[i]
+	}
+	return c
+}
+
+// spacing is the time a bucket band needs to refill amounts: the gap the
+// slots of such calls keep between them. The smallest over the bands
+// charged; zero if no bucket band is charged.
+func (s *spec) spacing(amounts []float64) time.Duration {
+	var least time.Duration
+	for _, b := range s.bands {
+		if !b.bucket || amounts[b.unit] <= 0 {
+			continue
+		}
+		d := time.Duration(amounts[b.unit] / b.rate * float64(time.Second))
+		if least == 0 || d < least {
+			least = d
+		}
+	}
+	return least
+}
+
+// windowEnd is the end of the earliest window, among the window bands
+// charged, containing t; zero if none is charged.
+func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {
+	var end time.Time
+	for _, b := range s.bands {
+		if b.bucket || amounts[b.unit] <= 0 {
+			continue
+		}
+		i := math.Floor(float64(t.Sub(b.origin)) / float64(b.length))
+		e := b.origin.Add(time.Duration(i+1) * b.length)
+		if end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	return end
+}
+
+// unitsOf lists c's units, sorted, for error messages.
+func unitsOf(c Cost) []string {
+	out := make([]string, 0, len(c))
+	for u := range c {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,346 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/local"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+var reserveScript = redis.NewScript(lua.Reserve)
+
+// Reserve reserves n permits on key, paced at lim, and returns the
+// reservation, whose Delay says how long to wait before using them. It never
+// refuses because of the wait's length (x/time/rate's ReserveN; see
+// TryReserve), short of a queue over 30 years long (ErrQueueTooLong). n must
+// be between 1 and lim.Burst.
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int) (*Reservation, error) {
+	s, amounts, err := l.single(key, lim, n)
+	if err != nil {
+		return nil, err
+	}
+	return l.reserve(ctx, "reserve", key, s, amounts, -1)
+}
+
+// TryReserve is Reserve, except that when the wait would be longer than
+// maxWait it reserves nothing and returns a *WaitTooLongError carrying the
+// wait that would have been needed (Guava's tryAcquire(permits, timeout)).
+// maxWait 0 takes the permits only if they are available now.
+func (l *Limiter) TryReserve(ctx context.Context, key string, lim Limit, n int, maxWait time.Duration) (*Reservation, error) {
+	s, amounts, err := l.single(key, lim, n)
+	if err != nil {
+		return nil, err
+	}
+	if maxWait < 0 {
+		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
+	}
+	return l.reserve(ctx, "reserve", key, s, amounts, maxWait)
+}
+
+// ReservePolicy reserves cost on key, paced by pol: one slot, the earliest
+// at which every band of pol can take its unit's amount, reserved on all of
+// them in one atomic step. Like Reserve, it never refuses because of the
+// wait's length. Every unit pol charges must be in cost (0 to charge
+// nothing), and no amount may exceed the burst or N of a band charging it.
+func (l *Limiter) ReservePolicy(ctx context.Context, key string, pol Policy, cost Cost) (*Reservation, error) {
+	s, amounts, err := l.policy(key, pol, cost)
+	if err != nil {
+		return nil, err
+	}
+	return l.reserve(ctx, "reserve", key, s, amounts, -1)
+}
+
+// TryReservePolicy is ReservePolicy, except that when the wait would be
+// longer than maxWait it reserves nothing, on any band, and returns a
+// *WaitTooLongError.
+func (l *Limiter) TryReservePolicy(ctx context.Context, key string, pol Policy, cost Cost, maxWait time.Duration) (*Reservation, error) {
+	s, amounts, err := l.policy(key, pol, cost)
+	if err != nil {
+		return nil, err
+	}
+	if maxWait < 0 {
+		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
+	}
+	return l.reserve(ctx, "reserve", key, s, amounts, maxWait)
+}
+
+// single checks and compiles a single-Limit call.
+func (l *Limiter) single(key string, lim Limit, n int) (*spec, []float64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	s, err := l.specOf(lim)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n < 1 {
+		return nil, nil, fmt.Errorf("%w (got %d)", ErrInvalidN, n)
+	}
+	if n > lim.Burst {
+		return nil, nil, fmt.Errorf("%w (n %d, burst %d)", ErrExceedsBurst, n, lim.Burst)
+	}
+	return s, []float64{float64(n)}, nil
+}
+
+// policy checks and compiles a policy call.
+func (l *Limiter) policy(key string, pol Policy, cost Cost) (*spec, []float64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
+	}
+	s, err := pol.compile()
+	if err != nil {
+		return nil, nil, err
+	}
+	amounts, err := s.costs(cost)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, amounts, nil
+}
+
+// reserve reserves amounts on key, through the coalescer unless it is
+// disabled; maxWait < 0 means no maximum.
+func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, maxWait time.Duration) (*Reservation, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	}
+	req := &request{op: op, amounts: amounts, maxWait: maxWait, done: make(chan result, 1)}
+	if !l.opts.DisableCoalescing {
+		return l.reserveCoalesced(ctx, key, s, req)
+	}
+	res := l.reserveBatch(ctx, key, s, []*request{req})[0]
+	return res.r, res.err
+}
+
+// reserveBatch runs reserve.lua for reqs, all on key, and returns a result
+// for each. When Redis is unavailable and the Limiter may pace locally,
+// each request is served by the local fallback instead.
+func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []*request) []result {
+	out := make([]result, len(reqs))
+	if l.isDegraded() && !l.opts.FailClosed {
+		for i, req := range reqs {
+			out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, req.maxWait)
+		}
+		return out
+	}
+	now := l.clock.Now()
+	floor, hasFloor := l.floorOf(key, now)
+	args := l.args(now, s, 3+len(reqs)*(1+len(s.units)))
+	if hasFloor {
+		args = append(args, floorArg(floor, now))
+	} else {
+		args = append(args, "")
+	}
+	args = append(args, strconv.Itoa(len(reqs)))
+	for _, req := range reqs {
+		maxWait := int64(-1)
+		if req.maxWait >= 0 {
+			mw := req.maxWait
+			if !req.since.IsZero() {
+				// Time spent queued counts against the maximum.
+				mw = max(mw-l.clock.Now().Sub(req.since), 0)
+			}
+			maxWait = mw.Microseconds()
+		}
+		args = append(args, strconv.FormatInt(maxWait, 10))
+		for _, a := range req.amounts {
+			args = append(args, formatFloat(a))
+		}
+	}
+	keys := l.keys(key)
+	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
+		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+	}, func(res any) {
+		// The caller left before the reply: give back what was granted.
+		if hasFloor {
+			l.floorPassed(key)
+		}
+		orphans := make([]result, len(reqs))
+		if l.parseReserve(now, key, s, reqs, res, orphans) == nil {
+			for _, o := range orphans {
+				if o.r != nil {
+					o.r.cancelDetached()
+				}
+			}
+		}
+	})
+	if err == nil && hasFloor {
+		l.floorPassed(key)
+	}
+	if err != nil && errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		for i, req := range reqs {
+			out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, req.maxWait)
+		}
+		return out
+	}
+	if err == nil {
+		err = l.parseReserve(now, key, s, reqs, res, out)
+	}
+	if err != nil {
+		for i := range out {
+			out[i] = result{nil, err}
+		}
+	}
+	return out
+}
+
+// floorOf returns what the local fallback granted on key that Redis must
+// take into account, if anything: what it granted before Redis came back,
+// and what calls that failed on Redis took locally since.
+func (l *Limiter) floorOf(key string, now time.Time) (local.Floor, bool) {
+	f, ok := l.floors.peek(key)
+	if g, ok2 := l.local.FloorOf(now, key); ok2 {
+		if g.Horizon.After(f.Horizon) {
+			f.Horizon = g.Horizon
+		}
+		f.Windows = append(f.Windows, g.Windows...)
+		ok = true
+	}
+	return f, ok
+}
+
+// floorPassed forgets key's floor once Redis has it.
+func (l *Limiter) floorPassed(key string) {
+	l.floors.drop(key)
+	l.local.Forget(key)
+}
+
+// args returns the scripts' ARGV up to the operation's own arguments (see
+// core.lua), with room for extra more.
+func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
+	args := make([]any, 0, 4+len(s.args)+extra)
+	if l.serverTime {
+		args = append(args, "", "0")
+	} else {
+		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
+	}
+	args = append(args, l.shareArg(), s.unitsArg)
+	return append(args, s.args...)
+}
+
+// parseReserve fills out from reserve.lua's reply.
+func (l *Limiter) parseReserve(now time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
+	op := reqs[0].op
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 2+2*len(reqs) {
+		return replyError(op, key, res)
+	}
+	base, err := l.replyBase(now, reply)
+	if err != nil {
+		return replyError(op, key, res)
+	}
+	for i, req := range reqs {
+		waitNS, ok1 := reply[2+2*i].(int64)
+		seq, ok2 := reply[3+2*i].(int64)
+		if !ok1 || !ok2 {
+			return replyError(op, key, res)
+		}
+		switch {
+		case seq == -1:
+			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)}
+		case seq == 0:
+			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
+		default:
+			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
+			l.opts.Metrics.Reserved(key, time.Duration(max(waitNS, 0)), false)
+			out[i] = result{r: r}
+		}
+	}
+	return nil
+}
+
+// replyBase reads the now_us, now_ns that begin every granting script's
+// reply.
+func (l *Limiter) replyBase(now time.Time, reply []any) (replyTime, error) {
+	us, ok1 := reply[0].(int64)
+	ns, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return replyTime{}, errors.New("bad reply time")
+	}
+	b := replyTime{serverNS: us*1000 + ns, local: now}
+	if l.serverTime {
+		// The script measured waits from its own TIME; counting them from
+		// the reply's arrival never makes a slot early.
+		b.local = l.clock.Now()
+	}
+	return b, nil
+}
+
+// replyTime is when a script ran: on the server's clock (Unix ns), and on
+// the Limiter's clock the instant waits are counted from.
+type replyTime struct {
+	serverNS int64
+	local    time.Time
+}
+
+// newReservation builds a Redis reservation waitNS after base.
+func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base replyTime, waitNS, seq int64) *Reservation {
+	r := &Reservation{
+		lim:     l,
+		key:     key,
+		spec:    s,
+		amounts: amounts,
+		at:      base.local.Add(time.Duration(waitNS)),
+		slotNS:  base.serverNS + waitNS,
+		seq:     seq,
+	}
+	l.horizons.note(key, r.at)
+	return r
+}
+
+// reserveLocal reserves on the local fallback: Redis is unavailable.
+func (l *Limiter) reserveLocal(key string, s *spec, amounts []float64, maxWait time.Duration) (*Reservation, error) {
+	bands, err := l.localBands(key, s)
+	if err != nil {
+		return nil, err
+	}
+	l.modeMu.RLock()
+	defer l.modeMu.RUnlock()
+	now := l.clock.Now()
+	g, wait, ok := l.local.Reserve(now, key, s.sig, bands, s, amounts, maxWait, l.localStart(key))
+	if !ok {
+		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+	}
+	l.opts.Metrics.Reserved(key, wait, true)
+	return &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: g.Slot, local: &g}, nil
+}
+
+// localBands returns s's bands at this Limiter's share of the fleet, or an
+// error matching ErrUnavailable when the fleet's size is unknown.
+func (l *Limiter) localBands(key string, s *spec) ([]local.Band, error) {
+	n, known := l.fleet.size()
+	if !known && n == 0 {
+		return nil, fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())
+	}
+	f := float64(max(n, 1))
+	out := make([]local.Band, len(s.bands))
+	for i, b := range s.bands {
+		lb := local.Band{Name: b.name, Unit: b.unit, Bucket: b.bucket}
+		if b.bucket {
+			lb.Rate = b.rate / f
+			lb.Burst = max(1, float64(int(b.burst/f)))
+		} else {
+			lb.N, lb.Len, lb.Origin = max(1, b.n/f), b.length, b.origin
+		}
+		out[i] = lb
+	}
+	return out, nil
+}
+
+// localStart makes a key's local state start where this Limiter's Redis
+// grants left it.
+func (l *Limiter) localStart(key string) func() local.Start {
+	return func() local.Start { return local.Start{Horizon: l.horizons.get(key)} }
+}
+
+func replyError(op, key string, res any) error {
+	return fmt.Errorf("reserve: %s %q: unexpected reply %#v", op, key, res)
+}
