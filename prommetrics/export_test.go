@@ -8,9 +8,11 @@ func (m *Metrics) ReservationsFor(mode, key string) prometheus.Counter {
 	return m.reservations.WithLabelValues(m.labels(mode, key)...)
 }
 
-func (m *Metrics) PermitsFor(mode, key string) prometheus.Counter {
-	return m.permits.WithLabelValues(m.labels(mode, key)...)
+func (m *Metrics) UnitsFor(mode, key, unit string) prometheus.Counter {
+	return m.units.WithLabelValues(append(m.labels(mode, key), unit)...)
 }
+
+func (m *Metrics) MovedFor(why string) prometheus.Counter { return m.moved.WithLabelValues(why) }
 
 func (m *Metrics) PausesFor(key string) prometheus.Counter {
 	if m.keyLabel == nil {

@@ -8,17 +8,19 @@
 // Metrics (all prefixed pacer_):
 //
 //	reservations_total{mode}           counter   reservations granted; mode is "redis" or "local" (fallback)
-//	permits_total{mode}                counter   permits in them
+//	units_total{mode,unit}             counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
+//	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs) or "late" (they woke too late)
 //	wait_seconds{mode}                 histogram wait granted, buckets from 1 ms to 30 min
 //	redis_call_duration_seconds{op}    histogram every call to Redis, by operation
 //	redis_errors_total{op}             counter   calls that failed
 //	fallback_active                    gauge     1 while pacing locally (summed over Limiters)
 //	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
 //	pauses_total                       counter   Pause calls (a provider's 429)
+//	evictable                          gauge     1 when the Redis server's maxmemory-policy may evict pacer's keys
 //
 // Keys are not labels by default: a crawler has millions. Options.KeyLabel
 // maps a key to a label value (for instance its host, or "other"), and adds
-// a "key" label to reservations_total, permits_total, wait_seconds and
+// a "key" label to reservations_total, units_total, wait_seconds and
 // pauses_total.
 package prommetrics
 
@@ -42,7 +44,9 @@ type Options struct {
 type Metrics struct {
 	keyLabel     func(string) string
 	reservations *prometheus.CounterVec
-	permits      *prometheus.CounterVec
+	units        *prometheus.CounterVec
+	moved        *prometheus.CounterVec
+	evictable    prometheus.Gauge
 	wait         *prometheus.HistogramVec
 	callDuration *prometheus.HistogramVec
 	callErrors   *prometheus.CounterVec
@@ -75,8 +79,12 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		keyLabel: opts.KeyLabel,
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reservations_total",
 			Help: "Reservations granted, by mode (redis or local fallback)."}, per),
-		permits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "permits_total",
-			Help: "Permits reserved, by mode."}, per),
+		units: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "units_total",
+			Help: "Cost reserved, by mode and unit."}, append(append([]string(nil), per...), "unit")),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "moved_total",
+			Help: "Sleepers that took a fresh slot: a pause covered theirs, or they woke too late."}, []string{"why"}),
+		evictable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "evictable",
+			Help: "1 when the Redis server may evict pacer's keys under memory pressure."}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
 			Help: "Wait granted to reservations.", Buckets: WaitBuckets}, per),
 		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "redis_call_duration_seconds",
@@ -91,7 +99,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Keys paused (a provider's 429)."}, perKey),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reservations, m.permits, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses)
+		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses)
 	}
 	return m
 }
@@ -104,16 +112,24 @@ func (m *Metrics) labels(mode, key string) []string {
 }
 
 // Reserved implements reserve.Metrics.
-func (m *Metrics) Reserved(key string, n int, wait time.Duration, local bool) {
+func (m *Metrics) Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool) {
 	mode := "redis"
 	if local {
 		mode = "local"
 	}
 	lv := m.labels(mode, key)
 	m.reservations.WithLabelValues(lv...).Inc()
-	m.permits.WithLabelValues(lv...).Add(float64(n))
 	m.wait.WithLabelValues(lv...).Observe(wait.Seconds())
+	for i, u := range units {
+		m.units.WithLabelValues(append(lv, u)...).Add(amounts[i])
+	}
 }
+
+// Moved implements reserve.Metrics.
+func (m *Metrics) Moved(_ string, why string) { m.moved.WithLabelValues(why).Inc() }
+
+// Evictable implements reserve.Metrics.
+func (m *Metrics) Evictable(string) { m.evictable.Set(1) }
 
 // RedisCall implements reserve.Metrics.
 func (m *Metrics) RedisCall(op string, d time.Duration, err error) {

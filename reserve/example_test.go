@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every worker process runs this: all of them together call the provider at
-// most 10 times per second, in a smooth stream. README's quick start is this
+// Every worker process runs this: all of them together never make more than
+// 10 calls in any second, in a smooth stream. README's quick start is this
 // example.
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
@@ -23,7 +23,9 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer limiter.Close()
-	api := reserve.Limit{Rate: 10, Burst: 1} // the provider's quota
+	// The provider allows 10 calls in any second: a burst of 1 and 9/s
+	// keep every second at 10 or fewer (Burst + Rate*T).
+	api := reserve.Sliding(10, time.Second)
 
 	ctx := context.Background()
 	for _, url := range []string{"https://api.example.com/a", "https://api.example.com/b"} {

@@ -57,9 +57,9 @@ type HoldOptions struct {
 	// there to use it (the workers were down, the queue was behind), and
 	// handing out every missed slot at once would be a burst. A hold nobody
 	// redeems expires StaleAfter after its slot. Default (0): half the slot
-	// spacing of the request's fastest bucket (as Options.MaxLateness), so
-	// late redemptions put at most half a slot more into any window; one
-	// second when the policy has only window bands.
+	// spacing of the request's fastest bucket, at least 1 ms (as
+	// Options.MaxLateness), so late redemptions put at most half a slot more
+	// into any window; one second when the policy has only window bands.
 	StaleAfter time.Duration
 
 	// Early is how far away a held slot may be and still be handed over by
@@ -213,7 +213,7 @@ func (h *Holds) claim(ctx context.Context, op, id string, req Request, maxWait t
 		return nil, g.refusal(maxWait)
 	}
 	if g.Origin != Redeemed {
-		l.opts.Metrics.Reserved(req.Key, g.Reservation.Delay(), false)
+		l.opts.Metrics.Reserved(req.Key, s.units, amounts, g.Reservation.Delay(), false)
 	}
 	return g, nil
 }
@@ -423,7 +423,7 @@ func (h *Holds) parseHold(now time.Time, c *holdCall, reqs []HoldRequest, out []
 		r.holdID = reqs[i].ID
 		out[i] = &Grant{Reservation: r, Kept: true, Origin: Origin(origin)}
 		if Origin(origin) != Redeemed {
-			l.opts.Metrics.Reserved(c.key, time.Duration(max(waitNS, 0)), false)
+			l.opts.Metrics.Reserved(c.key, c.spec.units, got, time.Duration(max(waitNS, 0)), false)
 		}
 	}
 	return nil
@@ -434,8 +434,8 @@ func (h *Holds) staleAfter(s *spec, amounts []float64) time.Duration {
 	if h.opts.StaleAfter > 0 {
 		return h.opts.StaleAfter
 	}
-	if sp := s.spacing(amounts); sp > 0 {
-		return max(sp/2, time.Microsecond)
+	if late := s.lateness(amounts); late > 0 {
+		return late
 	}
 	return time.Second
 }

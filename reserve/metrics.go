@@ -10,8 +10,10 @@ import "time"
 // implementation should not turn them into labels unless told to.
 type Metrics interface {
 	// Reserved is called for every reservation granted on key, to be used
-	// after wait. local is true when the local fallback granted it.
-	Reserved(key string, wait time.Duration, local bool)
+	// after wait: amounts[i] of units[i] (the policy's units; both slices
+	// are shared and must not be kept or changed). local is true when the
+	// local fallback granted it.
+	Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool)
 	// Moved is called when a sleeper gave up its slot for a fresh one:
 	// why is MovedPause (a pause came to cover its slot) or MovedLate (it
 	// woke more than Options.MaxLateness after its slot).
@@ -39,7 +41,7 @@ const (
 
 type noMetrics struct{}
 
-func (noMetrics) Reserved(string, time.Duration, bool)   {}
+func (noMetrics) Reserved(string, []string, []float64, time.Duration, bool) {}
 func (noMetrics) Moved(string, string)                   {}
 func (noMetrics) RedisCall(string, time.Duration, error) {}
 func (noMetrics) Fallback(bool)                          {}

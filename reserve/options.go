@@ -93,8 +93,9 @@ type Options struct {
 	// use it. One that wakes later (a stalled process, a GC pause) takes a
 	// fresh slot instead, once, so that it does not fire together with
 	// callers that are on time. Default (0): half the slot spacing of the
-	// key's fastest bucket for the call's cost (1 ms at 500/s), and never
-	// past the end of a window band's window. Negative: no limit.
+	// key's fastest bucket for the call's cost (1 ms at 500/s), at least
+	// 1 ms, and never past the end of a window band's window. Negative: no
+	// limit.
 	MaxLateness time.Duration
 
 	// DisableCoalescing makes every reservation a Redis call of its own.

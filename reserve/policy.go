@@ -284,6 +284,21 @@ func (s *spec) spacing(amounts []float64) time.Duration {
 	return least
 }
 
+// minLateness is the least lateness the defaults allow: finer than this,
+// the scheduler's own jitter would make most sleepers late.
+const minLateness = time.Millisecond
+
+// lateness is the default of Options.MaxLateness and
+// HoldOptions.StaleAfter for amounts: half the slot spacing of the fastest
+// bucket charged, at least minLateness; negative when no bucket is charged.
+func (s *spec) lateness(amounts []float64) time.Duration {
+	sp := s.spacing(amounts)
+	if sp <= 0 {
+		return -1
+	}
+	return max(sp/2, minLateness)
+}
+
 // windowEnd is the end of the earliest window, among the window bands
 // charged, containing t; zero if none is charged.
 func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {

@@ -203,10 +203,7 @@ func (r *Reservation) maxLateness() time.Duration {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	late := time.Duration(-1)
-	if sp := r.spec.spacing(r.amounts); sp > 0 {
-		late = sp / 2
-	}
+	late := r.spec.lateness(r.amounts)
 	if end := r.spec.windowEnd(r.amounts, r.at); !end.IsZero() {
 		if d := end.Sub(r.at); late < 0 || d < late {
 			late = d

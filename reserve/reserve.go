@@ -250,7 +250,7 @@ func (l *Limiter) parseReserve(now time.Time, key string, s *spec, reqs []*reque
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
-			l.opts.Metrics.Reserved(key, time.Duration(max(waitNS, 0)), false)
+			l.opts.Metrics.Reserved(key, s.units, req.amounts, time.Duration(max(waitNS, 0)), false)
 			out[i] = result{r: r}
 		}
 	}
@@ -309,7 +309,7 @@ func (l *Limiter) reserveLocal(key string, s *spec, amounts []float64, maxWait t
 	if !ok {
 		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
 	}
-	l.opts.Metrics.Reserved(key, wait, true)
+	l.opts.Metrics.Reserved(key, s.units, amounts, wait, true)
 	return &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: g.Slot, local: &g}, nil
 }
 

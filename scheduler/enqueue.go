@@ -8,13 +8,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/lead"
 	"github.com/pacer-go/pacer/reserve"
 )
 
 // DefaultLead is how long before its slot a task is made due unless
-// Options.Lead says otherwise. It is worker.DefaultLead: the two must agree
-// with the asynq server's intervals (see package worker).
-const DefaultLead = 500 * time.Millisecond
+// Options.Lead says otherwise: worker.DefaultLead, the one value both
+// packages use.
+const DefaultLead = lead.Default
 
 // ErrInvalidOptions is returned, wrapped, for Options or enqueue options
 // that cannot work.
@@ -24,29 +25,27 @@ var ErrInvalidOptions = errors.New("scheduler: invalid options")
 // mean their defaults.
 type Options struct {
 	// Pace says whether task t is paced, and what one run of it costs: the
-	// key, the key's Limit and the permits. Give it the same function as
+	// key, the key's policy and the cost. Give it the same function as
 	// worker.Options.Pace, so that the worker redeems the slot on the same
 	// key. Tasks for which it returns false are enqueued as they are.
 	// Required.
-	Pace func(t *asynq.Task) (reserve.Permits, bool)
+	Pace func(t *asynq.Task) (reserve.Request, bool)
 
 	// Lead is how long before its slot a task is made due (asynq.ProcessAt),
 	// so that it reaches a worker a little early and sleeps the rest. Use
-	// the worker's Options.Lead. Default (0): DefaultLead, 500 ms. Negative:
-	// no lead.
+	// the worker's Options.Lead. It is also how soon after now the first
+	// slot of a batch may be: a task due at once is picked up that late, and
+	// would reach its slot stale. Default (0): DefaultLead, 500 ms.
+	// Negative: no lead.
 	Lead time.Duration
-
-	// StaleAfter is how long after its slot a task's slot stays recorded
-	// for it. A task that runs later than that takes a fresh slot. Use the
-	// worker's Options.StaleAfter. Default (0): reserve.DefaultStaleAfter.
-	StaleAfter time.Duration
 }
 
 // An Enqueuer enqueues asynq tasks, each at its own slot on its key. It is
 // safe for concurrent use.
 type Enqueuer struct {
 	client *asynq.Client
-	lim    *reserve.Limiter
+	holds  *reserve.Holds
+	clock  reserve.Clock
 	opts   Options
 }
 
@@ -60,16 +59,13 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidOptions)
 	case opts.Pace == nil:
 		return nil, fmt.Errorf("%w: Pace is nil", ErrInvalidOptions)
-	case opts.StaleAfter < 0:
-		return nil, fmt.Errorf("%w: StaleAfter %v is negative", ErrInvalidOptions, opts.StaleAfter)
 	}
-	switch {
-	case opts.Lead == 0:
-		opts.Lead = DefaultLead
-	case opts.Lead < 0:
-		opts.Lead = 0
+	opts.Lead = lead.Resolve(opts.Lead)
+	holds, err := l.Holds(reserve.HoldOptions{NotBefore: opts.Lead})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	return &Enqueuer{client: c, lim: l, opts: opts}, nil
+	return &Enqueuer{client: c, holds: holds, clock: l.Clock(), opts: opts}, nil
 }
 
 // Enqueue enqueues tasks with opts (asynq's enqueue options, applied to
@@ -81,8 +77,8 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 // enqueued as they are.
 //
 // Reserving the slots of the whole batch costs one Redis round trip (see
-// reserve.Limiter.Hold); asynq then enqueues the tasks one by one, since it
-// has no batch enqueue.
+// reserve.Holds.Hold); asynq then enqueues the tasks one by one, since it
+// has no batch enqueue. No slot is earlier than Lead from now.
 //
 // It returns the TaskInfo of each task, in order. If some tasks could not be
 // enqueued, their entries are nil and the error joins one error per task
@@ -111,12 +107,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 			continue
 		}
 		paced[i] = len(reqs)
-		reqs = append(reqs, reserve.HoldRequest{ID: taskID(batch, len(reqs)), Permits: p})
+		reqs = append(reqs, reserve.HoldRequest{ID: taskID(batch, len(reqs)), Request: p})
 	}
-	var claims []*reserve.Claim
+	var grants []*reserve.Grant
 	if len(reqs) > 0 {
 		var err error
-		claims, err = e.lim.Hold(ctx, reqs, reserve.HoldOptions{StaleAfter: e.opts.StaleAfter})
+		grants, err = e.holds.Hold(ctx, reqs)
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: reserve slots: %w", err)
 		}
@@ -126,7 +122,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 	for i, t := range tasks {
 		taskOpts := opts
 		if j := paced[i]; j >= 0 {
-			at := claims[j].Reservation.Time().Add(-e.opts.Lead)
+			at := grants[j].Reservation.Time().Add(-e.opts.Lead)
 			taskOpts = append(opts[:len(opts):len(opts)], asynq.TaskID(reqs[j].ID), asynq.ProcessAt(at))
 		}
 		info, err := e.client.EnqueueContext(ctx, t, taskOpts...)

@@ -25,11 +25,11 @@ func Example() {
 	defer client.Close()
 
 	// The same function as the workers' worker.Options.Pace.
-	pace := func(t *asynq.Task) (reserve.Permits, bool) {
+	pace := func(t *asynq.Task) (reserve.Request, bool) {
 		if t.Type() != "crawl" {
-			return reserve.Permits{}, false
+			return reserve.Request{}, false
 		}
-		return reserve.Permits{Key: "crawl", Limit: reserve.Limit{Rate: 20, Burst: 5}}, true
+		return reserve.Single("crawl", reserve.Limit{Rate: 20, Burst: 5}, 1), true
 	}
 	enq, err := scheduler.NewEnqueuer(client, limiter, scheduler.Options{Pace: pace})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/internal/lead"
 )
 
 // The asynq.Config intervals Config sets when they are zero, and that
@@ -14,15 +15,15 @@ const (
 	// DelayedTaskCheckInterval: how often a server moves due scheduled and
 	// retry tasks to their queue (asynq's default is 5 s). Each check is one
 	// small script per queue.
-	DelayedTaskCheckInterval = 250 * time.Millisecond
+	DelayedTaskCheckInterval = lead.DelayedTaskCheckInterval
 
 	// TaskCheckInterval: how often an idle server looks for new tasks
 	// (asynq's default is 1 s). Each look is one small script per queue, on
 	// idle servers only.
-	TaskCheckInterval = 100 * time.Millisecond
+	TaskCheckInterval = lead.TaskCheckInterval
 )
 
-// Config returns cfg set up for Middleware:
+// Config returns cfg set up for a Pacer's Middleware:
 //
 //   - IsFailure says a *RateLimitedError is not a failure, so asynq counts
 //     no retry for it; cfg.IsFailure, if set, decides for other errors.

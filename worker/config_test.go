@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/pacer-go/pacer/worker"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -91,7 +94,10 @@ func TestConfig(t *testing.T) {
 	})
 }
 
-func TestOptionsValidate(t *testing.T) {
+// TestNewValidates: New refuses a nil Limiter and Options that cannot
+// work, with an error wrapping ErrInvalidOptions.
+func TestNewValidates(t *testing.T) {
+	l := deadLimiter(t)
 	pace := worker.PerType(map[string]reserve.Limit{"x": {Rate: 1, Burst: 1}})
 	tests := []struct {
 		name string
@@ -102,31 +108,30 @@ func TestOptionsValidate(t *testing.T) {
 		{"pace", worker.Options{Pace: pace}, true},
 		{"negative lead means none", worker.Options{Pace: pace, Lead: -1}, true},
 		{"negative MaxSleep", worker.Options{Pace: pace, MaxSleep: -1}, false},
-		{"negative StaleAfter", worker.Options{Pace: pace, StaleAfter: -1}, false},
 		{"negative RetryAfter", worker.Options{Pace: pace, RetryAfter: -1}, false},
 	}
 	for _, tt := range tests {
-		err := tt.opts.Validate()
+		_, err := worker.New(l, tt.opts)
 		if tt.ok {
 			assert.NoError(t, err, tt.name)
 		} else {
 			assert.ErrorIs(t, err, worker.ErrInvalidOptions, tt.name)
 		}
 	}
+	_, err := worker.New(nil, worker.Options{Pace: pace})
+	assert.ErrorIs(t, err, worker.ErrInvalidOptions, "nil Limiter")
 }
 
-// TestInvalidOptions: Middleware cannot return an error, so every task
-// fails with one.
-func TestInvalidOptions(t *testing.T) {
-	h := worker.Middleware(nil, worker.Options{})(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
-		t.Error("the handler ran")
-		return nil
-	}))
-	err := h.ProcessTask(context.Background(), asynq.NewTask("x", nil))
-	assert.ErrorIs(t, err, worker.ErrInvalidOptions)
-	pace := worker.PerType(map[string]reserve.Limit{"x": {Rate: 1, Burst: 1}})
-	err = worker.Middleware(nil, worker.Options{Pace: pace})(nil).ProcessTask(context.Background(), asynq.NewTask("x", nil))
-	assert.ErrorIs(t, err, worker.ErrInvalidOptions, "nil Limiter")
+// deadLimiter is a Limiter whose Redis refuses connections: enough for
+// tests that never reach it.
+func deadLimiter(t *testing.T) *reserve.Limiter {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { rdb.Close() })
+	l, err := reserve.New(rdb, reserve.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HeartbeatInterval: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 func TestPerType(t *testing.T) {
@@ -134,7 +139,7 @@ func TestPerType(t *testing.T) {
 	pace := worker.PerType(map[string]reserve.Limit{"email:send": lim})
 	p, ok := pace(asynq.NewTask("email:send", nil))
 	require.True(t, ok)
-	assert.Equal(t, reserve.Permits{Key: "email:send", Limit: lim, N: 1}, p)
+	assert.Equal(t, reserve.Single("email:send", lim, 1), p)
 	_, ok = pace(asynq.NewTask("other", nil))
 	assert.False(t, ok)
 }

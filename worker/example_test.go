@@ -27,10 +27,14 @@ func Example() {
 	// worker.Config: rate-limit reschedules are not failures, not errors.
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"},
 		worker.Config(asynq.Config{Concurrency: 50}))
-	mux := asynq.NewServeMux()
-	mux.Use(worker.Middleware(limiter, worker.Options{
+	pacer, err := worker.New(limiter, worker.Options{
 		Pace: worker.PerType(map[string]reserve.Limit{"crawl": {Rate: 20, Burst: 5}}),
-	}))
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := asynq.NewServeMux()
+	mux.Use(pacer.Middleware)
 	mux.HandleFunc("crawl", func(ctx context.Context, t *asynq.Task) error {
 		// The middleware has slept until this task's slot, or rescheduled it.
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(t.Payload()), nil)
@@ -54,28 +58,33 @@ func Example() {
 	}
 }
 
-// Pace can map a task to any key: here each tenant named in the payload has
-// its own quota at the provider, and a large report costs 5 permits.
+// Pace can map a task to any key and policy: here each tenant named in the
+// payload has its own quota at the provider, requests per second and tokens
+// per minute, and the task's payload says how many tokens it will use.
 func ExampleOptions_perTenant() {
-	pace := func(t *asynq.Task) (reserve.Permits, bool) {
+	policy := reserve.Policy{
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 2, Burst: 5}},
+		{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 20000.0 / 60, Burst: 20000}},
+	}
+	pace := func(t *asynq.Task) (reserve.Request, bool) {
 		if t.Type() != "report" {
-			return reserve.Permits{}, false // not paced
+			return reserve.Request{}, false // not paced
 		}
 		var p struct {
 			Tenant string `json:"tenant"`
-			Large  bool   `json:"large"`
+			Tokens int    `json:"tokens"`
 		}
 		if err := json.Unmarshal(t.Payload(), &p); err != nil || p.Tenant == "" {
-			return reserve.Permits{}, false
+			return reserve.Request{}, false
 		}
-		n := 1
-		if p.Large {
-			n = 5
-		}
-		return reserve.Permits{Key: "reports:" + p.Tenant, Limit: reserve.Limit{Rate: 2, Burst: 5}, N: n}, true
+		return reserve.Request{
+			Key:    "reports:" + p.Tenant,
+			Policy: policy,
+			Cost:   reserve.Cost{"requests": 1, "tokens": float64(p.Tokens)},
+		}, true
 	}
-	p, ok := pace(asynq.NewTask("report", []byte(`{"tenant":"acme","large":true}`)))
-	fmt.Println(p.Key, p.N, ok)
+	r, ok := pace(asynq.NewTask("report", []byte(`{"tenant":"acme","tokens":1200}`)))
+	fmt.Println(r.Key, r.Cost["tokens"], ok)
 	// Output:
-	// reports:acme 5 true
+	// reports:acme 1200 true
 }

@@ -15,15 +15,42 @@ import (
 // ProcessAt times in whole seconds, rounded down.
 const secondRounding = time.Second
 
-// Middleware returns asynq middleware that paces the tasks opts.Pace selects
-// on l, fleet-wide; other tasks pass straight through.
+// A Pacer paces the asynq tasks its Options.Pace selects, fleet-wide, on a
+// reserve.Limiter. Its Middleware goes on the server's mux. It is safe for
+// concurrent use.
+type Pacer struct {
+	l     *reserve.Limiter
+	holds *reserve.Holds
+	opts  Options // with defaults
+	clock reserve.Clock
+}
+
+// New returns a Pacer on l, or an error wrapping ErrInvalidOptions when l is
+// nil or opts cannot work.
+func New(l *reserve.Limiter, opts Options) (*Pacer, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: nil Limiter", ErrInvalidOptions)
+	}
+	opts, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	holds, err := l.Holds(reserve.HoldOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return &Pacer{l: l, holds: holds, opts: opts, clock: l.Clock()}, nil
+}
+
+// Middleware paces next: mux.Use(p.Middleware).
 //
 // Before a paced handler runs, the middleware claims the task's slot: the
 // slot kept for the task by ID if it has one (it was rescheduled, or
 // enqueued for it by package scheduler), else a fresh one. Then:
 //
 //   - a slot within Options.MaxSleep (and within half the time left before
-//     the task's deadline) is slept for, and the handler runs at it;
+//     the task's deadline) is slept for (reserve.Reservation.Sleep: never
+//     into a pause, never long after the slot), and the handler runs at it;
 //   - a later slot is kept for the task, and the handler returns a
 //     *RateLimitedError that reschedules the task Options.Lead before it,
 //     without counting a retry (see IsFailure and RetryDelay);
@@ -34,89 +61,58 @@ const secondRounding = time.Second
 //     returned: asynq archives the task, as it would any task that cannot
 //     finish before its deadline.
 //
-// A kept slot that comes back a little late (at most Options.StaleAfter) is
-// used at once; a later one is dropped and a fresh slot taken, so a backlog
-// drains at the rate rather than as a burst. A slot nobody comes back for
-// expires. A handler that slept checks, before it runs, that no Pause (a
-// 429 seen by another worker) has come to cover its slot meanwhile; if one
-// has, the task claims a slot after the pause instead.
+// A kept slot that comes back a little late (at most half a slot, see
+// reserve.HoldOptions.StaleAfter) is used at once; a later one, or one a
+// pause now covers, is dropped and a fresh slot taken, so a backlog drains
+// at the rate rather than as a burst. A slot nobody comes back for expires.
 //
 // Errors from Redis are returned wrapped, so asynq retries the task as for
-// any failure. If opts is not valid (see Options.Validate) or l is nil, every
-// task fails with an error wrapping ErrInvalidOptions.
-func Middleware(l *reserve.Limiter, opts Options) asynq.MiddlewareFunc {
-	err := opts.Validate()
-	if err == nil && l == nil {
-		err = fmt.Errorf("%w: nil Limiter", ErrInvalidOptions)
-	}
-	p := &pacer{
-		l:    l,
-		opts: opts.withDefaults(),
-		hold: reserve.HoldOptions{StaleAfter: opts.StaleAfter},
-		err:  err,
-	}
-	return func(next asynq.Handler) asynq.Handler {
-		return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			return p.process(ctx, t, next)
-		})
-	}
-}
-
-// pacer is one Middleware's state.
-type pacer struct {
-	l    *reserve.Limiter
-	opts Options // with defaults
-	hold reserve.HoldOptions
-	err  error // invalid options
+// any failure. While Redis is unavailable, tasks are paced on the Limiter's
+// local fallback instead (see reserve.Options).
+func (p *Pacer) Middleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return p.process(ctx, t, next)
+	})
 }
 
 // task is a paced task being run; handlers reach it through the context
-// (see Pause).
+// (see Pause and Settle).
 type task struct {
-	p          *pacer
+	p          *Pacer
 	id         string // "" when not run by an asynq server
-	permits    reserve.Permits
-	reschedule bool // the task has retries left, so it may be rescheduled
+	req        reserve.Request
+	reschedule bool                 // the task has retries left, so it may be rescheduled
+	r          *reserve.Reservation // the slot the handler runs at
 }
 
 type taskKey struct{}
 
-func (p *pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) error {
-	if p.err != nil {
-		return p.err
-	}
-	permits, ok := p.opts.Pace(t)
+func (p *Pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) error {
+	req, ok := p.opts.Pace(t)
 	if !ok {
 		return next.ProcessTask(ctx, t)
 	}
 	id, hasID := asynq.GetTaskID(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	tk := &task{p: p, id: id, permits: permits, reschedule: hasID && retried < maxRetry}
+	tk := &task{p: p, id: id, req: req, reschedule: hasID && retried < maxRetry}
 	ctx = context.WithValue(ctx, taskKey{}, tk)
 	for {
-		r, err := p.slot(ctx, tk)
+		r, maxWait, err := p.slot(ctx, tk)
 		if err != nil {
 			return err
 		}
-		slept, err := p.sleep(ctx, r)
-		if err != nil {
-			return err
-		}
-		if slept {
-			// Another worker may have paused the key (a 429) while this
-			// one slept: then the slot is inside the pause, and the task
-			// claims one after it instead of calling the provider.
-			in, err := r.InPause(ctx)
-			if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
-				return fmt.Errorf("worker: task %s: %w", tk.id, err)
-			}
-			// With Redis unavailable no pause can be known: go on, as
-			// the local fallback does.
-			if in {
+		if err := p.sleep(ctx, r, maxWait); err != nil {
+			var tooLong *reserve.WaitTooLongError
+			if tk.reschedule && errors.As(err, &tooLong) {
+				// A pause came to cover the slot and the first slot after
+				// it is further than the task may sleep: claim again, which
+				// keeps a slot for it and reschedules it.
 				continue
 			}
+			return err
 		}
+		tk.r = r
 		err = next.ProcessTask(ctx, t)
 		var rl *RateLimitedError
 		if !tk.reschedule && errors.As(err, &rl) && rl.Paused {
@@ -128,16 +124,17 @@ func (p *pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) 
 	}
 }
 
-// slot claims the task's slot and returns it when the handler should sleep
-// until it, or a *RateLimitedError when the task is rescheduled to it.
-func (p *pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, error) {
-	now := p.opts.Clock.Now()
+// slot claims the task's slot and returns it, with the longest the handler
+// may sleep, when the handler should sleep until it, or a *RateLimitedError
+// when the task is rescheduled to it.
+func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.Duration, error) {
+	now := p.clock.Now()
 	limit := time.Duration(math.MaxInt64) // half the time left before the deadline
 	if deadline, ok := ctx.Deadline(); ok {
 		limit = max(0, deadline.Sub(now)/2)
 	}
 	maxWait := limit
-	hold := p.hold
+	holds := p.holds
 	if tk.reschedule {
 		// A wait shorter than Lead is slept whatever MaxSleep says: a
 		// reschedule could not bring the task back before its slot.
@@ -145,61 +142,52 @@ func (p *pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, error
 		// A rescheduled task comes back up to Lead + 1 s before its slot
 		// (asynq rounds the retry time down to the second): it sleeps the
 		// rest rather than leaving again.
-		hold.Early = min(p.opts.Lead+secondRounding, limit)
+		var err error
+		holds, err = p.l.Holds(reserve.HoldOptions{Early: min(p.opts.Lead+secondRounding, limit)})
+		if err != nil {
+			return nil, 0, err
+		}
 	}
-	key := tk.permits.Key
+	key := tk.req.Key
 	if tk.id == "" {
-		n := tk.permits.N
-		if n == 0 {
-			n = 1
-		}
-		r, err := p.l.TryReserve(ctx, key, tk.permits.Limit, n, maxWait)
+		r, err := p.l.TryReservePolicy(ctx, key, tk.req.Policy, tk.req.Cost, maxWait)
 		if err != nil {
-			return nil, fmt.Errorf("worker: reserve on %q: %w", key, err)
+			return nil, 0, fmt.Errorf("worker: reserve on %q: %w", key, err)
 		}
-		return r, nil
+		return r, maxWait, nil
 	}
+	claim := holds.TryClaim
 	if tk.reschedule {
-		c, err := p.l.Claim(ctx, tk.id, tk.permits, maxWait, hold)
-		if errors.Is(err, reserve.ErrUnavailable) {
-			return p.local(ctx, tk, maxWait)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
-		}
-		if c.Held {
-			return nil, p.rescheduled(tk, c.Reservation, false)
-		}
-		return c.Reservation, nil
+		claim = holds.Claim
 	}
-	c, err := p.l.TryClaim(ctx, tk.id, tk.permits, maxWait, hold)
-	if errors.Is(err, reserve.ErrUnavailable) {
-		return p.local(ctx, tk, maxWait)
+	g, err := claim(ctx, tk.id, tk.req, maxWait)
+	switch {
+	case errors.Is(err, reserve.ErrUnavailable):
+		r, err := p.local(ctx, tk, maxWait)
+		return r, maxWait, err
+	case err != nil && !tk.reschedule && errors.As(err, new(*reserve.WaitTooLongError)):
+		return nil, 0, fmt.Errorf("worker: task %s has no retries left and its slot on %q comes after half the time left before its deadline: %w", tk.id, key, err)
+	case err != nil:
+		return nil, 0, fmt.Errorf("worker: task %s: %w", tk.id, err)
+	case g.Kept:
+		return nil, 0, p.rescheduled(tk, g.Reservation, false)
 	}
-	var tooLong *reserve.WaitTooLongError
-	if errors.As(err, &tooLong) {
-		return nil, fmt.Errorf("worker: task %s has no retries left and its slot on %q comes after half the time left before its deadline: %w", tk.id, key, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
-	}
-	return c.Reservation, nil
+	return g.Reservation, maxWait, nil
 }
 
-// local paces tk while Redis is unavailable: Limiter.TryReserve then uses
-// its local fallback (at the key's rate divided by the fleet), so tasks go
-// on at a safe rate instead of failing and burning retries. No slot can be
-// kept for the task: a longer wait reschedules it to about when the local
-// slot would have been. With reserve.Options.FailClosed the error is
-// returned, and asynq retries the task.
-func (p *pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
-	n := max(tk.permits.N, 1)
-	r, err := p.l.TryReserve(ctx, tk.permits.Key, tk.permits.Limit, n, maxWait)
+// local paces tk while Redis is unavailable: TryReservePolicy then uses the
+// Limiter's local fallback (at the key's share of the fleet), so tasks go on
+// at a safe rate instead of failing and burning retries. No slot can be kept
+// for the task: a longer wait reschedules it to about when the local slot
+// would have been. With reserve.Options.FailClosed (or a Limiter that never
+// reached Redis), the error is returned, and asynq retries the task.
+func (p *Pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
+	r, err := p.l.TryReservePolicy(ctx, tk.req.Key, tk.req.Policy, tk.req.Cost, maxWait)
 	var tooLong *reserve.WaitTooLongError
 	if tk.reschedule && errors.As(err, &tooLong) {
 		return nil, &RateLimitedError{
-			Key:     tk.permits.Key,
-			Slot:    p.opts.Clock.Now().Add(tooLong.Wait),
+			Key:     tk.req.Key,
+			Slot:    p.clock.Now().Add(tooLong.Wait),
 			RetryIn: max(0, tooLong.Wait-p.opts.Lead),
 		}
 	}
@@ -210,25 +198,48 @@ func (p *pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*re
 }
 
 // rescheduled is the error that reschedules tk to the slot kept for it.
-func (p *pacer) rescheduled(tk *task, r *reserve.Reservation, paused bool) *RateLimitedError {
-	retryIn := r.Time().Sub(p.opts.Clock.Now()) - p.opts.Lead
+func (p *Pacer) rescheduled(tk *task, r *reserve.Reservation, paused bool) *RateLimitedError {
 	return &RateLimitedError{
-		Key:     tk.permits.Key,
+		Key:     tk.req.Key,
 		Slot:    r.Time(),
-		RetryIn: max(0, retryIn),
+		RetryIn: max(0, r.Time().Sub(p.clock.Now())-p.opts.Lead),
 		Paused:  paused,
 	}
 }
 
-// sleep waits until r's slot (precisely: see reserve.Reservation.Sleep) and
-// reports whether it had to wait. If ctx ends first, r's permits are given
-// back and the error wraps ctx.Err().
-func (p *pacer) sleep(ctx context.Context, r *reserve.Reservation) (bool, error) {
-	if r.DelayFrom(p.opts.Clock.Now()) <= 0 {
-		return false, nil
+// sleep waits until r's slot (reserve.Reservation.Sleep: precisely, never
+// into a pause, never long after it). A slot the sleep must move further
+// than maxWait (a pause came) fails with an error wrapping
+// *reserve.WaitTooLongError. If ctx ends first, r's cost is given back and
+// the error wraps ctx.Err().
+func (p *Pacer) sleep(ctx context.Context, r *reserve.Reservation, maxWait time.Duration) error {
+	sctx := ctx
+	if maxWait < time.Duration(math.MaxInt64)/2 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, time.Now().Add(max(maxWait, r.Delay())+time.Millisecond))
+		defer cancel()
 	}
-	if err := r.Sleep(ctx); err != nil {
-		return false, fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), err)
+	if err := r.Sleep(sctx); err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Only the sleep's own bound ended: the slot moved too far.
+			return fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), &reserve.WaitTooLongError{Wait: r.Delay(), MaxWait: maxWait})
+		}
+		return fmt.Errorf("worker: sleeping until the slot on %q: %w", r.Key(), err)
 	}
-	return true, nil
+	return nil
+}
+
+// Settle tells the fleet the actual cost of the running task's call, once
+// it is known (the tokens a completion used): see reserve.Reservation.Settle.
+// ctx must be the handler's context. It fails with ErrNotPaced if the task
+// is not paced.
+func Settle(ctx context.Context, actual reserve.Cost) error {
+	tk, ok := ctx.Value(taskKey{}).(*task)
+	if !ok || tk.r == nil {
+		return ErrNotPaced
+	}
+	if err := tk.r.Settle(ctx, actual); err != nil {
+		return fmt.Errorf("worker: settle %q: %w", tk.req.Key, err)
+	}
+	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
-// ErrNotPaced is returned by Pause and TooManyRequests when the handler's
-// task is not paced by Middleware: there is no key to pause.
+// ErrNotPaced is returned by Pause, TooManyRequests and Settle when the
+// handler's task is not paced by a Pacer's Middleware.
 var ErrNotPaced = errors.New("worker: task is not paced by Middleware")
 
 // Pause tells the fleet that the provider refused a call of the running task
@@ -37,26 +37,32 @@ func Pause(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("worker: pause: %w: %v", reserve.ErrInvalidDuration, d)
 	}
-	p, key := tk.p, tk.permits.Key
-	if err := p.l.Pause(ctx, key, tk.permits.Limit, d); err != nil {
+	p, key := tk.p, tk.req.Key
+	if err := p.l.PausePolicy(ctx, key, tk.req.Policy, d); err != nil {
 		return fmt.Errorf("worker: pause %q: %w", key, err)
 	}
+	now := p.clock.Now()
 	if tk.id == "" {
 		// No ID to keep a slot for: the middleware reserves a fresh one.
-		now := p.opts.Clock.Now()
 		return &RateLimitedError{Key: key, Slot: now.Add(d), RetryIn: d, Paused: true}
 	}
-	c, err := p.l.Claim(ctx, tk.id, tk.permits, 0, p.hold)
+	g, err := p.holds.Claim(ctx, tk.id, tk.req, 0)
+	if errors.Is(err, reserve.ErrUnavailable) {
+		// Redis is unavailable: the pause holds on the local fallback, and
+		// no slot can be kept. The task comes back after the pause, without
+		// using a retry.
+		return &RateLimitedError{Key: key, Slot: now.Add(d), RetryIn: max(0, d-p.opts.Lead), Paused: true}
+	}
 	if err != nil {
 		return fmt.Errorf("worker: pause %q: keep a slot for task %s: %w", key, tk.id, err)
 	}
-	if !c.Held {
+	if !g.Kept {
 		// The pause already ended (d was tiny) and the slot is now: give
 		// it back, and let the task claim a fresh one when it runs again.
-		_ = c.Reservation.Cancel(ctx)
-		return &RateLimitedError{Key: key, Slot: c.Reservation.Time(), Paused: true}
+		_ = g.Reservation.Cancel(ctx)
+		return &RateLimitedError{Key: key, Slot: g.Reservation.Time(), Paused: true}
 	}
-	return p.rescheduled(tk, c.Reservation, true)
+	return p.rescheduled(tk, g.Reservation, true)
 }
 
 // TooManyRequests is Pause for an HTTP response: it returns nil unless
@@ -76,7 +82,7 @@ func TooManyRequests(ctx context.Context, status int, retryAfter string) error {
 	if !ok {
 		return fmt.Errorf("worker: provider answered 429: %w", ErrNotPaced)
 	}
-	return Pause(ctx, parseRetryAfter(retryAfter, tk.p.opts.Clock.Now(), tk.p.opts.RetryAfter))
+	return Pause(ctx, parseRetryAfter(retryAfter, tk.p.clock.Now(), tk.p.opts.RetryAfter))
 }
 
 // maxRetryAfter caps a Retry-After in seconds (a day), far below overflow.

@@ -100,7 +100,7 @@ func runPeak(t *testing.T, pk peak) peakResult {
 	t.Cleanup(func() { l.Close() })
 	pk.opts.Pace = worker.PerType(map[string]reserve.Limit{"call": pk.lim})
 	rec := asynqtest.NewRecorder()
-	h := rec.Outer(worker.Middleware(l, pk.opts)(rec.Inner(nil)))
+	h := rec.Outer(middleware(t, l, pk.opts)(rec.Inner(nil)))
 	var (
 		mu       sync.Mutex
 		reported []error
