@@ -24,10 +24,10 @@ type recorder struct {
 }
 
 type counts struct {
-	calls    map[string]int // Redis calls by op
-	errors   int
-	local    int // reservations granted locally
-	remote   int
+	calls     map[string]int // Redis calls by op
+	errors    int
+	local     int // reservations granted locally
+	remote    int
 	switches  []bool
 	pauses    int
 	moved     []string // Metrics.Moved's reasons

@@ -42,8 +42,8 @@ const (
 type noMetrics struct{}
 
 func (noMetrics) Reserved(string, []string, []float64, time.Duration, bool) {}
-func (noMetrics) Moved(string, string)                   {}
-func (noMetrics) RedisCall(string, time.Duration, error) {}
-func (noMetrics) Fallback(bool)                          {}
-func (noMetrics) Paused(string, time.Duration)           {}
-func (noMetrics) Evictable(string)                       {}
+func (noMetrics) Moved(string, string)                                      {}
+func (noMetrics) RedisCall(string, time.Duration, error)                    {}
+func (noMetrics) Fallback(bool)                                             {}
+func (noMetrics) Paused(string, time.Duration)                              {}
+func (noMetrics) Evictable(string)                                          {}
