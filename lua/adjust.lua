@@ -55,6 +55,8 @@ if #KEYS >= 4 then
   redis.call('DEL', KEYS[4])
 end
 
+-- The slot as the reservation was told it: slots lie on a ns grid
+-- (core.lua's grid), so it is exact.
 local slot = (slot_us - now_us) + slot_ns / 1000 - now_frac
 local passed = slot < -same_us
 local changed = false
@@ -92,8 +94,8 @@ for i = 1, nbands do
         b.z = z
         -- A cancel of the last reservation moves the last event back to
         -- the one before it, as long as that has not passed ("last" and
-        -- "passed" to within a ns: a last event moved back is computed and
-        -- may differ from a slot in its last bits).
+        -- "passed" to within half a ns: slots lie on a ns grid, and a last
+        -- event moved back is computed, off the grid by float noise).
         if op == 'cancel' and math.abs(b.e - slot) < same_us then
           local prev = slot - c * b.upp
           if prev >= -same_us then
@@ -104,7 +106,7 @@ for i = 1, nbands do
     end
     changed = true
   elseif d and d ~= 0 then
-    local w = math.floor((slot + now_us + now_frac - b.origin) / b.len)
+    local w = b.cur + math.floor((b.rem + slot) / b.len)
     if w == b.w and w >= b.cur then
       b.u = math.max(0, b.u + d)
       changed = true

@@ -35,10 +35,10 @@
 --            then the slot's costs, one per unit
 -- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
--- slot_text returns the slot ns(s) from now as "slot_us slot_ns": the same
+-- slot_text returns the slot tell(s) from now as "slot_us slot_ns": the same
 -- instant as a reply's now_us, now_ns + wait_ns, in integer Unix µs and ns.
 local function slot_text(s)
-  local q = now_ns + ns(s)
+  local q = now_ns + tell(s)
   return string.format('%d %d', now_us + math.floor(q / 1000), q % 1000)
 end
 
@@ -68,11 +68,11 @@ if h then
   elseif pause > 0 and pause > s + same_us then
     origin = 3
   else
-    local out = {now_us, now_ns, ns(s), tonumber(f[3]), 0, 1}
+    local out = {now_us, now_ns, tell(s), tonumber(f[3]), 0, 1}
     for u = 1, nunits do
       out[6 + u] = f[3 + u] or '0'
     end
-    if ns(s) <= max_wait * 1000 or s <= early then
+    if tell(s) <= max_wait * 1000 or s <= early then
       redis.call('DEL', KEYS[3])
       out[5] = 1
     elseif may_keep then
@@ -85,8 +85,8 @@ if h then
   redis.call('DEL', KEYS[3])
 end
 
-local s, idx = earliest(pause, cost)
-local out = {now_us, now_ns, ns(s), 0, 0, origin}
+local s, idx, exact = earliest(pause, cost)
+local out = {now_us, now_ns, tell(s), 0, 0, origin}
 for u = 1, nunits do
   out[6 + u] = ARGV[opi + 3 + u]
 end
@@ -97,7 +97,7 @@ end
 if out[3] > max_wait * 1000 and not may_keep then
   return out
 end
-take(s, cost, idx)
+take(s, cost, idx, exact)
 seq = seq + 1
 save()
 out[4] = seq

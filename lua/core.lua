@@ -65,7 +65,7 @@
 -- every operation costs tens of ns: few calls, tables built whole.
 
 local max_queue_us = 30 * 365 * 24 * 3600 * 1000000 -- reserve.ErrQueueTooLong
-local same_us = 0.0015 -- times within a ns are one instant (x/time/rate compares ns)
+local same_us = 0.0005 -- slots lie on a ns grid: times within half a ns are one instant
 
 local server_time = ARGV[1] == ''
 local now_us, now_frac, now_ns = 0, 0, 0
@@ -122,10 +122,19 @@ local function read_bands(list, i, by_name)
       if not a or a < 1 or not len or len < 1 then
         return nil, 'bad window ' .. tostring(name)
       end
-      -- Window indexes count from the origin; now_us - origin is an
-      -- integer far below 2^53, so the division is exact enough to floor.
-      local cur = math.floor((now_us - origin + now_frac) / len)
-      out[n] = {name = name, unit = unit, bucket = false, n = a * share, burst = a, len = len, origin = origin, cur = cur, w = cur, u = 0}
+      -- Window indexes count from the origin. now_us - origin is an exact
+      -- integer, split into whole windows and a remainder, so that times
+      -- relative to now (small, with fractions of a µs) are placed in their
+      -- window without adding a fraction to a number near 2^51.
+      local q = now_us - origin
+      local cur = math.floor(q / len)
+      local rem = q - cur * len
+      if rem < 0 then
+        cur, rem = cur - 1, rem + len
+      elseif rem >= len then
+        cur, rem = cur + 1, rem - len
+      end
+      out[n] = {name = name, unit = unit, bucket = false, n = a * share, burst = a, len = len, rem = rem + now_frac, cur = cur, w = cur, u = 0}
     else
       return nil, 'bad band kind ' .. tostring(kind)
     end
@@ -149,7 +158,7 @@ local base = -now_frac -- stored ns / 1000 + base = µs relative to now
 local expiry, seq, pause, has_cfg = 0, 0, 0, 0
 local rest = nil
 if raw then
-  local v, t, x, s, p, c, r = string.match(raw, '^(%d) (%d+) (%-?%d+) (%d+) (%-?%d+) (%d)(.*)$')
+  local v, t, x, s, p, c, r = string.match(raw, '^(%d) (%d+) (%-?%d+) (%d+) (%-?[%d.]+) (%d)(.*)$')
   if v ~= '1' then
     return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
   end
@@ -230,12 +239,34 @@ if pause < 0 then
   pause = 0
 end
 
+-- A window band's window i starts (i - cur) * len - rem µs from now (rem:
+-- how far into the current window now is).
+
+-- grid returns s (µs relative to now) rounded up to a whole ns of absolute
+-- time: slots lie on a ns grid, so the slot a reply tells (whole ns) is the
+-- slot itself, and adjust.lua can compare slots exactly.
+local function grid(s)
+  local x = (s + now_frac) * 1000
+  -- Float noise grows with the number (2^-52 of it): a time a hair above a
+  -- whole ns is that ns.
+  return math.ceil(x - 1e-3 - math.abs(x) * 4e-16) / 1000 - now_frac
+end
+
+-- tell returns a slot on the grid as ns from now: now_ns + tell(q) is the
+-- slot's whole ns, free of float noise.
+local function tell(q)
+  return math.floor((q + now_frac) * 1000 + 0.5) - now_ns
+end
+
 -- earliest returns the earliest slot at or after s (µs relative to now) at
--- which every band can take cost (indexed by unit), and the window each
--- window band would use. A band charged nothing holds nobody.
+-- which every band can take cost (indexed by unit), on the ns grid; the
+-- window each window band would use; and the exact time the slot was
+-- rounded up from, at which the buckets are charged (take). A band charged
+-- nothing holds nobody.
 local function earliest(s, cost)
   local idx = nil
-  for _ = 1, 4 do
+  local q = grid(s)
+  for _ = 1, 8 do
     local moved = false
     for i = 1, nbands do
       local b = bands[i]
@@ -243,11 +274,11 @@ local function earliest(s, cost)
       if c > 0 then
         if b.bucket then
           local t = b.z + c * b.upp
-          if t > s then
-            s, moved = t, true
+          if t > q then
+            s, q, moved = t, grid(t), true
           end
         else
-          local w = math.floor((s + now_us - b.origin + now_frac) / b.len)
+          local w = b.cur + math.floor((b.rem + q) / b.len)
           if w < b.w then
             -- First come, first served: nothing goes into a window
             -- before the latest one holding reservations.
@@ -256,9 +287,9 @@ local function earliest(s, cost)
           if w == b.w and b.u + c > b.n then
             w = w + 1
           end
-          local ws = w * b.len + b.origin - now_us - now_frac
-          if ws > s then
-            s, moved = ws, true
+          local ws = (w - b.cur) * b.len - b.rem
+          if ws > q then
+            s, q, moved = ws, grid(ws), true
           end
           idx = idx or {}
           idx[i] = w
@@ -269,17 +300,20 @@ local function earliest(s, cost)
       break
     end
   end
-  return s, idx
+  return q, idx, s
 end
 
--- take commits a reservation of cost at slot s (from earliest).
-local function take(s, cost, idx)
+-- take commits a reservation of cost at slot q, from earliest: each
+-- bucket is charged at the exact time s the slot was rounded up from
+-- (x/time/rate's ReserveN at s: the balance at s, less c), and its last
+-- event is the slot.
+local function take(q, cost, idx, s)
+  s = s or q
   for i = 1, nbands do
     local b = bands[i]
     local c = cost[b.unit] or 0
     if c > 0 then
       if b.bucket then
-        -- x/time/rate's ReserveN at time s: the balance at s, less c.
         local z = b.z
         if z < s - b.fill then
           z = s - b.fill
@@ -289,8 +323,8 @@ local function take(s, cost, idx)
         -- hole left by a cancel gets an earlier slot than a live one, and
         -- adjust.lua must still see the latest slot, or it would give back
         -- more than was reserved (x/time/rate sets lastEvent regardless).
-        if s > b.e then
-          b.e = s
+        if q > b.e then
+          b.e = q
         end
       else
         if idx[i] > b.w then
@@ -312,22 +346,22 @@ local function ns(s)
   return math.ceil(s * 1000 - 1e-6)
 end
 
--- save writes the state back. Times are stored as ns relative to now_us:
--- the integers a reply's now_ns + wait_ns give. The expiry is set only when
--- it must move later, one to two seconds past what the state needs.
+-- save writes the state back. Times are stored as ns relative to now_us,
+-- to a thousandth of a ns. The expiry is set only when it must move later,
+-- one to two seconds past what the state needs.
 local function save()
   local need = pause
   local text = ''
   for i = 1, nbands do
     local b = bands[i]
     if b.bucket then
-      text = text .. string.format(' %s %d %d', b.name, ns(b.z) + now_ns, ns(b.e) + now_ns)
+      text = text .. string.format(' %s %.3f %.3f', b.name, (b.z + now_frac) * 1000, (b.e + now_frac) * 1000)
       if b.z + b.fill > need then
         need = b.z + b.fill
       end
     else
       text = text .. string.format(' %s %d %.17g', b.name, b.w, b.u)
-      local over = (b.w + 1) * b.len + b.origin - now_us - now_frac
+      local over = (b.w + 1 - b.cur) * b.len - b.rem
       if b.u > 0 and over > need then
         need = over
       end
@@ -338,7 +372,7 @@ local function save()
   if not keep then
     expiry = need + 1000000
   end
-  local value = string.format('1 %d %d %d %d %d', now_us, ns(expiry) + now_ns, seq, ns(pause) + now_ns, has_cfg) .. text
+  local value = string.format('1 %d %d %d %.3f %d', now_us, ns(expiry) + now_ns, seq, (pause + now_frac) * 1000, has_cfg) .. text
   if keep then
     redis.call('SET', KEYS[1], value, 'KEEPTTL')
   else

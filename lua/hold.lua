@@ -18,10 +18,10 @@
 --          claim.lua) and the slot's costs, one per unit
 -- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
--- slot_text returns the slot ns(s) from now as "slot_us slot_ns": the same
+-- slot_text returns the slot tell(s) from now as "slot_us slot_ns": the same
 -- instant as a reply's now_us, now_ns + wait_ns, in integer Unix µs and ns.
 local function slot_text(s)
-  local q = now_ns + ns(s)
+  local q = now_ns + tell(s)
   return string.format('%d %d', now_us + math.floor(q / 1000), q % 1000)
 end
 
@@ -72,7 +72,7 @@ for i = 1, m do
       origin = 3
     else
       kept = f
-      out[2 * i + 1], out[2 * i + 2] = ns(s), tonumber(f[3])
+      out[2 * i + 1], out[2 * i + 2] = tell(s), tonumber(f[3])
       tail[#tail + 1] = 1
       for u = 1, nunits do
         tail[#tail + 1] = f[3 + u] or '0'
@@ -80,15 +80,15 @@ for i = 1, m do
     end
   end
   if not kept then
-    local s, idx = earliest(start, costs[i])
+    local s, idx, exact = earliest(start, costs[i])
     if refused or s > max_queue_us then
       refused = true
       out[2 * i + 1], out[2 * i + 2] = 0, -1
     else
-      take(s, costs[i], idx)
+      take(s, costs[i], idx, exact)
       seq = seq + 1
       granted = true
-      out[2 * i + 1], out[2 * i + 2] = ns(s), seq
+      out[2 * i + 1], out[2 * i + 2] = tell(s), seq
       local rec = slot_text(s) .. string.format(' %d', seq)
       for u = 1, nunits do
         rec = rec .. ' ' .. ARGV[opi + 2 + (i - 1) * nunits + u]

@@ -22,7 +22,7 @@ end
 if not fits(cost) then
   return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
 end
-local out = {now_us, now_ns, ns(earliest(pause, cost)), ns(pause)}
+local out = {now_us, now_ns, tell((earliest(pause, cost))), ns(pause)}
 local all, nall = bands, nbands
 for i = 1, nall do
   local b = all[i]
@@ -32,12 +32,12 @@ for i = 1, nall do
   out[#out + 1] = b.name
   if b.bucket then
     out[#out + 1] = string.format('%.17g', -b.z / b.upp)
-    out[#out + 1] = ns(s)
+    out[#out + 1] = tell(s)
     out[#out + 1] = 0
   else
     out[#out + 1] = string.format('%.17g', b.u)
-    out[#out + 1] = ns(s)
-    out[#out + 1] = ns((b.w + 1) * b.len + b.origin - now_us - now_frac)
+    out[#out + 1] = tell(s)
+    out[#out + 1] = ns((b.w + 1 - b.cur) * b.len - b.rem)
   end
 end
 return out

@@ -68,14 +68,14 @@ for r = 1, m do
     return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
   end
   i = i + width
-  local s, idx = earliest(pause, cost)
-  local w = ns(s)
+  local s, idx, exact = earliest(pause, cost)
+  local w = tell(s)
   if s > max_queue_us then
     out[2 * r + 1], out[2 * r + 2] = 0, -1
   elseif max_wait >= 0 and w > max_wait * 1000 then
     out[2 * r + 1], out[2 * r + 2] = w, 0
   else
-    take(s, cost, idx)
+    take(s, cost, idx, exact)
     seq = seq + 1
     granted = true
     out[2 * r + 1], out[2 * r + 2] = w, seq

@@ -78,6 +78,13 @@ func runContract(t *testing.T, b backend) {
 		{"DifferentialCancel", testDifferentialCancel},
 		{"DifferentialRegressions", testDifferentialRegressions},
 		{"Properties", testProperties},
+		{"PolicyBadInput", testPolicyBadInput},
+		{"PolicyDifferential", testPolicyDifferential},
+		{"PolicyOneSlot", testPolicyOneSlot},
+		{"WindowQuota", testWindowQuota},
+		{"Settle", testSettle},
+		{"SleepIntoPause", testSleepIntoPause},
+		{"SleepLate", testSleepLate},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis
 	// (FastForward) expires every key on the server, not just its own.

@@ -76,6 +76,14 @@ func randomStep(rng *rand.Rand, lim reserve.Limit) time.Duration {
 	return time.Duration(rng.ExpFloat64() * meanPermits / lim.Rate * 1e9)
 }
 
+// earlyNS is how many ns a delay may come out shorter than the exact model
+// (and x/time/rate): the engine keeps its state in doubles of µs and puts
+// slots on a ns grid, and cancels compare slots to half a ns, so a few ns of
+// rounding can build up over hundreds of reservations and cancels. Far
+// below what any caller can observe; the window property test checks the
+// slots themselves.
+const earlyNS = 5
+
 func testDifferential(t *testing.T, b backend)       { runDifferential(t, b, newRand(t), false) }
 func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, newRand(t), true) }
 
@@ -173,14 +181,14 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 			made++
 			reservations++
 			od, td, ed := ours.DelayFrom(now), theirs.DelayFrom(now), exact.delayFrom(now)
-			if float64(od) < ed-1 || float64(od)-ed > 1001 {
+			if float64(od) < ed-earlyNS || float64(od)-ed > 1001 {
 				t.Fatalf("trial %d step %d %+v: Reserve(n=%d) delay = %v, exact model %.1fns",
 					trial, step, lim, n, od, ed)
 			}
 			if refValid {
 				if math.Abs(float64(td)-ed) > 10 {
 					leave(step, "delay")
-				} else if od < td-time.Nanosecond || od-td > time.Duration(made)*time.Microsecond {
+				} else if od < td-earlyNS*time.Nanosecond || od-td > time.Duration(made)*time.Microsecond {
 					t.Fatalf("trial %d step %d %+v: Reserve(n=%d) delay = %v, x/time/rate %v (diff %v)",
 						trial, step, lim, n, od, td, od-td)
 				} else {

@@ -43,6 +43,23 @@ func newExactLimiter(rate float64, burst int) *exactLimiter {
 
 func ratNS(t time.Time) *big.Rat { return big.NewRat(t.UnixNano(), 1) }
 
+// ceilNS rounds t (ns) up to a whole nanosecond: a slot on pacer's grid.
+func ceilNS(t *big.Rat) *big.Rat {
+	q := new(big.Int).Quo(t.Num(), t.Denom()) // truncates toward zero
+	r := new(big.Rat).SetInt(q)
+	if r.Cmp(t) < 0 {
+		r.Add(r, big.NewRat(1, 1))
+	}
+	return r
+}
+
+// nearNS reports whether a and b are within half a nanosecond: pacer's slots
+// sit on a nanosecond grid, so it cannot tell such times apart.
+func nearNS(a, b *big.Rat) bool {
+	d := new(big.Rat).Sub(a, b)
+	return d.Abs(d).Cmp(big.NewRat(1, 2)) < 0
+}
+
 func (l *exactLimiter) advance(t *big.Rat) *big.Rat {
 	tokens := new(big.Rat).Set(l.tokens)
 	if l.last != nil && t.Cmp(l.last) > 0 {
@@ -90,11 +107,11 @@ func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) {
 		tokens.Set(l.burst)
 	}
 	l.last, l.tokens = t, tokens
-	if r.timeToAct.Cmp(l.lastEvent) == 0 {
+	if nearNS(r.timeToAct, l.lastEvent) { // pacer: to within half a ns
 		prev := new(big.Rat).Quo(big.NewRat(int64(r.n), 1), l.rate)
 		prev.Sub(r.timeToAct, prev)
-		if prev.Cmp(t) >= 0 {
-			l.lastEvent = prev
+		if d := new(big.Rat).Sub(prev, t); d.Cmp(big.NewRat(-1, 2)) >= 0 {
+			l.lastEvent = maxRat(prev, t)
 		}
 	}
 }

@@ -42,8 +42,9 @@ type Band struct {
 // length Length. Windows are aligned to Origin: [Origin + i*Length,
 // Origin + (i+1)*Length). The zero Origin is the Unix epoch, so windows of a
 // minute, an hour or a day start on whole UTC minutes, hours and days; give
-// the provider's reset time instead when its windows start elsewhere. A
-// window quota is exact and bursty: all N units may go at the start of a
+// the provider's reset time instead when its windows start elsewhere.
+// Length and Origin count in whole microseconds (finer parts are dropped).
+// A window quota is exact and bursty: all N units may go at the start of a
 // window, right after the N of the window before.
 type Window struct {
 	N      float64
@@ -160,8 +161,8 @@ func (p Policy) compile() (*spec, error) {
 			if w.Length < time.Microsecond || w.Length > maxWindow {
 				return nil, fmt.Errorf("%w: band %q: length %v (want 1µs to %v)", ErrInvalidWindow, b.Name, w.Length, maxWindow)
 			}
-			bs.n, bs.length, bs.origin = w.N, w.Length, w.Origin
-			if bs.origin.IsZero() {
+			bs.n, bs.length, bs.origin = w.N, w.Length.Truncate(time.Microsecond), w.Origin.Truncate(time.Microsecond)
+			if w.Origin.IsZero() {
 				bs.origin = time.Unix(0, 0)
 			}
 			fmt.Fprintf(&sig, "%s %s w %s %d:%d;", b.Name, unit, formatFloat(bs.n), bs.length.Microseconds(), bs.originMod())
@@ -307,8 +308,12 @@ func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {
 		if b.bucket || amounts[b.unit] <= 0 {
 			continue
 		}
-		i := math.Floor(float64(t.Sub(b.origin)) / float64(b.length))
-		e := b.origin.Add(time.Duration(i+1) * b.length)
+		d := t.Sub(b.origin)
+		i := d / b.length
+		if d%b.length < 0 {
+			i--
+		}
+		e := b.origin.Add((i + 1) * b.length)
 		if end.IsZero() || e.Before(end) {
 			end = e
 		}

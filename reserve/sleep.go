@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,7 +178,7 @@ func (l *Limiter) readPause(ctx context.Context, key string) (int64, error) {
 }
 
 // pauseEnd reads the pause's end from a state string (core.lua): "1 t x s p
-// c ...", t in Unix µs, p in ns after t.
+// c ...", t in Unix µs, p in ns after t (with decimals), rounded up.
 func pauseEnd(state string) (int64, error) {
 	if state == "" {
 		return 0, nil
@@ -187,9 +188,9 @@ func pauseEnd(state string) (int64, error) {
 		return 0, fmt.Errorf("reserve: %w: unreadable state %q", ErrWrongType, state)
 	}
 	t, err1 := strconv.ParseInt(f[1], 10, 64)
-	p, err2 := strconv.ParseInt(f[4], 10, 64)
+	p, err2 := strconv.ParseFloat(f[4], 64)
 	if err1 != nil || err2 != nil {
 		return 0, fmt.Errorf("reserve: %w: unreadable state %q", ErrWrongType, state)
 	}
-	return t*1000 + p, nil
+	return t*1000 + int64(math.Ceil(p)), nil
 }

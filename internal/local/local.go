@@ -99,7 +99,12 @@ func (l *Limiter) time(us float64) time.Time {
 }
 
 func windowIndex(b Band, at time.Time) int64 {
-	return int64(math.Floor(float64(at.Sub(b.Origin)) / float64(b.Len)))
+	d := at.Sub(b.Origin)
+	i := int64(d / b.Len)
+	if d%b.Len < 0 {
+		i--
+	}
+	return i
 }
 
 // get returns key's state for the policy sig, creating it from start.

@@ -1,0 +1,178 @@
+package reserve_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/require"
+)
+
+// randomPolicy draws a policy of one to three bands over the units
+// "requests" and "tokens": buckets with rates from 0.01/s to 10,000/s, and
+// windows of 1 ms to 10 s with an origin of their own.
+func randomPolicy(rng *rand.Rand) reserve.Policy {
+	units := []string{"requests", "tokens"}
+	var pol reserve.Policy
+	for i := range 1 + rng.IntN(3) {
+		b := reserve.Band{Name: fmt.Sprint("b", i), Unit: units[rng.IntN(2)]}
+		if rng.IntN(3) > 0 {
+			b.Limit = reserve.Limit{Rate: math.Pow(10, -2+6*rng.Float64()), Burst: 1 + rng.IntN(50)}
+		} else {
+			b.Window = reserve.Window{
+				N:      float64(1 + rng.IntN(50)),
+				Length: time.Duration(math.Pow(10, 6+4*rng.Float64())), // 1 ms to 10 s
+				Origin: time.Unix(0, rng.Int64N(int64(time.Hour))),
+				// (the model works with the µs the Limiter keeps, see below)
+			}
+		}
+		pol = append(pol, b)
+	}
+	return pol
+}
+
+// randomCost draws a cost that fits every band: integers or fractions,
+// sometimes zero for one unit (never for all).
+func randomCost(rng *rand.Rand, pol reserve.Policy) reserve.Cost {
+	limit := map[string]float64{"requests": math.Inf(1), "tokens": math.Inf(1)}
+	used := map[string]bool{}
+	for _, b := range pol {
+		u := b.Unit
+		used[u] = true
+		l := float64(b.Limit.Burst)
+		if b.Limit == (reserve.Limit{}) {
+			l = b.Window.N
+		}
+		limit[u] = math.Min(limit[u], l)
+	}
+	c := reserve.Cost{}
+	for u := range used {
+		v := 1 + math.Floor(rng.Float64()*limit[u])
+		if rng.IntN(3) == 0 {
+			v = rng.Float64() * limit[u]
+		}
+		c[u] = math.Min(v, limit[u])
+	}
+	if len(c) == 2 && rng.IntN(5) == 0 {
+		c["tokens"] = 0
+	}
+	return c
+}
+
+var debugDiff = false
+
+// TestPolicyDifferential drives random policies on Redis and the exact
+// model with the same random reservations, cancels and settles at the same
+// (fake) times, and checks every delay and, every few steps, every band.
+func testPolicyDifferential(t *testing.T, b backend) {
+	ctx := context.Background()
+	rng := newRand(t)
+	const trials, steps = 20, 150
+	var reservations, cancels, settles int
+	for trial := range trials {
+		pol := randomPolicy(rng)
+		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		l := newLimiter(t, b, clk)
+		model := newPolicyModel(pol, clk.Now())
+		// Steps: a mean of a tenth to twice the slowest refill.
+		slow := time.Millisecond
+		for _, band := range pol {
+			if band.Limit != (reserve.Limit{}) {
+				slow = max(slow, time.Duration(float64(band.Limit.Burst)/band.Limit.Rate*float64(time.Second)))
+			} else {
+				slow = max(slow, band.Window.Length)
+			}
+		}
+		type pair struct {
+			ours   *reserve.Reservation
+			theirs *modelReservation
+			cost   reserve.Cost
+		}
+		var live []pair
+		for step := range steps {
+			if rng.IntN(4) > 0 {
+				clk.Advance(time.Duration(rng.ExpFloat64() * float64(slow) * (0.1 + rng.Float64())))
+			}
+			now := clk.Now()
+			where := fmt.Sprintf("trial %d step %d %+v", trial, step, pol)
+			if len(live) > 0 && rng.IntN(4) == 0 {
+				i := len(live) - 1 - rng.IntN(min(len(live), 4))
+				p := live[i]
+				live = slices.Delete(live, i, i+1)
+				if debugDiff {
+					ss, _ := reserve.ServerSlot(p.ours)
+					t.Logf("%s: adjust slot %v server %d (now %v = %d) cost %v", where, p.ours.Time().Sub(epoch), ss, now.Sub(epoch), now.UnixNano(), p.cost)
+				}
+				if rng.IntN(2) == 0 {
+					require.NoError(t, p.ours.Cancel(ctx), where)
+					model.adjust(p.theirs, now, nil)
+					cancels++
+				} else {
+					actual := reserve.Cost{}
+					for u, v := range p.cost {
+						actual[u] = math.Floor(v * 1.5 * rng.Float64())
+					}
+					if debugDiff {
+						t.Logf("  settle %v", actual)
+					}
+					require.NoError(t, p.ours.Settle(ctx, actual), where)
+					model.adjust(p.theirs, now, actual)
+					settles++
+				}
+			} else {
+				cost := randomCost(rng, pol)
+				ours, err := l.ReservePolicy(ctx, "diff", pol, cost)
+				require.NoError(t, err, where)
+				theirs, wait := model.reserve(now, cost, -1)
+				reservations++
+				got := float64(ours.DelayFrom(now))
+				if got < wait-earlyNS || got-wait > 1001 {
+					raw, _ := b.client.Get(ctx, l.RedisKey("diff")).Result()
+					for i := range pol {
+						t.Logf("band %d model %v", i, model.value(i, now))
+					}
+					t.Logf("state %q", raw)
+					t.Fatalf("%s: ReservePolicy(%v) delay = %v, model %.1fns", where, cost, ours.DelayFrom(now), wait)
+				}
+				if debugDiff {
+					t.Logf("%s: now %v reserve %v -> %v", where, now.Sub(epoch), cost, ours.DelayFrom(now))
+				}
+				live = append(live, pair{ours, theirs, cost})
+			}
+			if step%5 == 0 {
+				first := reserve.Cost{}
+				for _, band := range pol {
+					u := band.Unit
+					if u == "" {
+						u = band.Name
+					}
+					first[u] = 0
+				}
+				for u := range first {
+					first[u] = 1e-9
+				}
+				st, err := l.PeekPolicy(ctx, "diff", pol, first)
+				require.NoError(t, err, where)
+				require.Len(t, st.Bands, len(pol), where)
+				for i, band := range pol {
+					want := model.value(i, now)
+					tol := 1e-6
+					if band.Limit != (reserve.Limit{}) {
+						tol = band.Limit.Rate*2e-6 + 1e-9*math.Max(1, math.Abs(want))
+					}
+					if math.Abs(st.Bands[i].Value-want) > tol {
+						raw, _ := b.client.Get(ctx, l.RedisKey("diff")).Result()
+						t.Fatalf("%s: band %s = %v, model %v (state %q)", where, band.Name, st.Bands[i].Value, want, raw)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d policy reservations, %d cancels and %d settles matched the model", reservations, cancels, settles)
+}

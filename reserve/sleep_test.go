@@ -1,0 +1,89 @@
+package reserve_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testSleepIntoPause: a sleeper whose slot a pause (made by another
+// Limiter, after the reservation) comes to cover never returns into it: it
+// takes the first slot after the pause.
+func testSleepIntoPause(t *testing.T, b backend) {
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	rec := newRecorder()
+	newL := func(m reserve.Metrics) *reserve.Limiter {
+		l, err := reserve.New(b.client, reserve.Options{KeyPrefix: prefix, FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: m})
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		return l
+	}
+	sleeper, other := newL(rec), newL(nil)
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	_, err := sleeper.Reserve(ctx, "p", lim, 1)
+	require.NoError(t, err)
+	r, err := sleeper.Reserve(ctx, "p", lim, 1) // about 100 ms away
+	require.NoError(t, err)
+	slot := r.Time()
+	require.NoError(t, other.Pause(ctx, "p", lim, 300*time.Millisecond))
+	paused := time.Now().Add(300 * time.Millisecond)
+	require.NoError(t, r.Sleep(ctx))
+	assert.False(t, time.Now().Before(paused), "Sleep returned inside the pause")
+	assert.True(t, r.Time().After(slot), "the reservation kept its slot inside the pause")
+	assert.Contains(t, rec.snapshot().moved, reserve.MovedPause)
+
+	// Wait too: a slot granted before the pause is not used inside it.
+	_, err = sleeper.Reserve(ctx, "p", lim, 1)
+	require.NoError(t, err)
+	done := make(chan time.Time, 1)
+	go func() {
+		assert.NoError(t, sleeper.Wait(ctx, "p", lim))
+		done <- time.Now()
+	}()
+	time.Sleep(20 * time.Millisecond) // the Wait holds its slot, ~200 ms away
+	require.NoError(t, other.Pause(ctx, "p", lim, 500*time.Millisecond))
+	paused = time.Now().Add(500 * time.Millisecond)
+	assert.False(t, (<-done).Before(paused), "Wait returned inside a pause made while it slept")
+}
+
+// testSleepLate: a sleeper that wakes more than MaxLateness after its slot
+// takes a fresh slot (once) instead of firing late. A fake clock makes the
+// lateness exact: the slot has passed by 10 ms when Sleep starts.
+func testSleepLate(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	rec := newRecorder()
+	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
+	_, err = l.Reserve(ctx, "late", lim, 1)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "late", lim, 1) // at +10 ms
+	require.NoError(t, err)
+	first := r.Time()
+	clk.Advance(14 * time.Millisecond) // 4 ms late: within MaxLateness
+	require.NoError(t, r.Sleep(ctx))
+	assert.Equal(t, first, r.Time(), "4 ms late: the slot is used")
+
+	r2, err := l.Reserve(ctx, "late", lim, 1) // at +20 ms
+	require.NoError(t, err)
+	second := r2.Time()
+	clk.Advance(16 * time.Millisecond) // now +30: 10 ms late
+	before := rec.snapshot().moved
+	go func() {
+		// The fresh slot is at +30 ms on the fake clock: let it pass.
+		time.Sleep(50 * time.Millisecond)
+		clk.Advance(10 * time.Millisecond)
+	}()
+	require.NoError(t, r2.Sleep(ctx))
+	assert.True(t, r2.Time().After(second), "10 ms late: a fresh slot")
+	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
+}
