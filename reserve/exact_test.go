@@ -88,15 +88,32 @@ func (l *exactLimiter) reserveN(at time.Time, n int) *exactReservation {
 	return &exactReservation{n: n, timeToAct: tta}
 }
 
-func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) {
+func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) { l.cancelWith(r, at, 0) }
+
+// cancelWith cancels r at at and returns which of the cancel rule's yes-or-no
+// decisions were taken within earlyNS of their boundary (bit i for decision
+// i: 0, has the slot passed; 1, is it the latest slot; 2, does the slot
+// before it fall before now). pacer's slots carry up to earlyNS of rounding,
+// so there it may rightly take the other branch, and the balances then part
+// by a whole token. A decision whose bit is set in flip takes the other
+// branch if it was that close.
+func (l *exactLimiter) cancelWith(r *exactReservation, at time.Time, flip uint8) (close uint8) {
+	decide := func(i uint8, v, near bool) bool {
+		if !near {
+			return v
+		}
+		close |= 1 << i
+		return v != (flip&(1<<i) != 0)
+	}
 	t := ratNS(at)
-	if r.timeToAct.Cmp(t) < 0 {
-		return
+	// A slot granted at once is now exactly, in pacer too.
+	if decide(0, r.timeToAct.Cmp(t) < 0, r.timeToAct.Cmp(t) != 0 && within(r.timeToAct, t, 0)) {
+		return close
 	}
 	later := new(big.Rat).Sub(l.lastEvent, r.timeToAct)
 	restore := new(big.Rat).Sub(big.NewRat(int64(r.n), 1), later.Mul(later, l.rate))
 	if restore.Sign() <= 0 {
-		return
+		return close
 	}
 	if nr := big.NewRat(int64(r.n), 1); restore.Cmp(nr) > 0 { // pacer: x/time/rate does not cap
 		restore = nr
@@ -107,13 +124,33 @@ func (l *exactLimiter) cancelAt(r *exactReservation, at time.Time) {
 		tokens.Set(l.burst)
 	}
 	l.last, l.tokens = t, tokens
-	if nearNS(r.timeToAct, l.lastEvent) { // pacer: to within half a ns
+	// pacer: the latest slot to within half a ns, and the slot before it
+	// no earlier than half a ns before now.
+	half := big.NewRat(-1, 2)
+	// The latest reservation's own slot is the latest slot, in pacer too;
+	// a slot equal to one computed by an earlier cancel may not be.
+	if decide(1, nearNS(r.timeToAct, l.lastEvent), r.timeToAct != l.lastEvent && within(r.timeToAct, l.lastEvent, 1)) {
 		prev := new(big.Rat).Quo(big.NewRat(int64(r.n), 1), l.rate)
 		prev.Sub(r.timeToAct, prev)
-		if d := new(big.Rat).Sub(prev, t); d.Cmp(big.NewRat(-1, 2)) >= 0 {
+		d := new(big.Rat).Sub(prev, t)
+		if decide(2, d.Cmp(half) >= 0, within(d, half, 0)) {
 			l.lastEvent = maxRat(prev, t)
 		}
 	}
+	return close
+}
+
+// within reports whether |a-b| <= earlyNS + slack/2 ns.
+func within(a, b *big.Rat, slack int64) bool {
+	d := new(big.Rat).Sub(a, b)
+	return d.Abs(d).Cmp(big.NewRat(2*earlyNS+slack, 2)) <= 0
+}
+
+// clone returns an independent copy of l (the rationals it holds are never
+// modified in place).
+func (l *exactLimiter) clone() *exactLimiter {
+	c := *l
+	return &c
 }
 
 func (l *exactLimiter) tokensAt(at time.Time) float64 {
