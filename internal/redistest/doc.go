@@ -24,7 +24,9 @@
 // an Addr (host:port) and a URL (redis://host:port/db) for child processes.
 //
 // [NewProcess] always starts its own redis-server (for tests that need a
-// server nobody else uses, or that will stop or pause it), and [NewCluster]
+// server nobody else uses, or that will stop or pause it; package
+// internal/redisproc starts it, and programs use that package directly),
+// and [NewCluster]
 // starts a Redis Cluster of several redis-server processes joined with
 // redis-cli. Both follow the same skip-or-fail rule when the binaries are
 // missing from PATH.

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
@@ -34,10 +34,7 @@ type Server struct {
 
 	opts      *redis.Options          // how to reach the server; copied by NewClient
 	container *tcredis.RedisContainer // set when Source is SourceContainer
-
-	mu       sync.Mutex // guards proc and restarts
-	proc     *process   // set when Source is SourceProcess; replaced by Restart
-	restarts int        // how many processes Restart has launched
+	proc      *redisproc.Server       // set when Source is SourceProcess
 }
 
 // New returns a real Redis for t, found in this order:
@@ -120,23 +117,32 @@ func fromURL(t testing.TB, url string) *Server {
 
 func newProcess(t testing.TB, bin string) *Server {
 	t.Helper()
-	p, err := startProcess(t, bin, false)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	opts := &redis.Options{Addr: p.addr()}
-	s := &Server{
-		Addr:   p.addr(),
-		URL:    "redis://" + p.addr() + "/0",
+	p := startServer(t, redisproc.Spec{Bin: bin}, "")
+	opts := &redis.Options{Addr: p.Addr()}
+	return &Server{
+		Addr:   p.Addr(),
+		URL:    p.URL(),
 		Source: SourceProcess,
 		Client: newClient(t, opts, bin),
 		opts:   opts,
 		proc:   p,
 	}
-	// Runs before p's own cleanup, which then only releases the port: kill
-	// the process Restart may have put in p's place.
-	t.Cleanup(s.kill)
-	return s
+}
+
+// startServer starts a redis-server for sp (see package redisproc) and
+// closes it on t.Cleanup, or fails t, saying what failed to start (role,
+// if not empty).
+func startServer(t testing.TB, sp redisproc.Spec, role string) *redisproc.Server {
+	t.Helper()
+	p, err := redisproc.Start(sp)
+	if err != nil {
+		if role != "" {
+			t.Fatalf("redistest: %s: %v", role, err)
+		}
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // newClient returns a client for opts that has answered PING, closed on
