@@ -92,12 +92,8 @@ func defaults(quick bool) config {
 }
 
 func main() {
-	if os.Getenv(childEnv) != "" {
-		if err := childMain(); err != nil {
-			fmt.Fprintln(os.Stderr, "pacerbench child:", err)
-			os.Exit(1)
-		}
-		return
+	if code, ok := runAsChild(); ok {
+		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
