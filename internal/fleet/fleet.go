@@ -25,6 +25,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/procgroup"
 )
 
 // Options says what children to start.
@@ -90,7 +92,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 		c, err := start(ctx, i, exe, o.Args, env, o.Stdin)
 		if err != nil {
 			for _, c := range f.children {
-				_ = killGroup(c.cmd)
+				_ = procgroup.Kill(c.cmd)
 			}
 			f.Wait()
 			return nil, fmt.Errorf("fleet: child %d: %w", i, err)
@@ -106,8 +108,7 @@ func start(ctx context.Context, i int, exe string, args, env []string, stdin boo
 	c.cmd = exec.CommandContext(ctx, exe, args...)
 	c.cmd.Env = env
 	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
-	c.cmd.SysProcAttr = sysProcAttr()
-	c.cmd.Cancel = func() error { return killGroup(c.cmd) }
+	procgroup.Own(c.cmd)
 	c.cmd.WaitDelay = waitDelay
 	if stdin {
 		w, err := c.cmd.StdinPipe()
