@@ -9,9 +9,9 @@ import (
 	"syscall"
 )
 
-// Own makes cmd, not yet started, the leader of a process group of its own
-// and makes its Cancel (exec.CommandContext's context ending) kill the whole
-// group. On Linux the kernel also kills cmd if the thread that started it
+// Own makes cmd, not yet started and made by exec.CommandContext, the
+// leader of a process group of its own, and makes its Cancel (the context
+// ending) kill the whole group. On Linux the kernel also kills cmd if the thread that started it
 // dies (the program exits or crashes without killing it; the Go runtime ends
 // a thread only if a goroutine exits while locked to it).
 func Own(cmd *exec.Cmd) {

@@ -80,6 +80,7 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 		t.Fatalf("redistest: %v", err)
 	}
 	c.Client = c.NewClient(t)
+	report(t, SourceProcess, "cluster", strings.Join(c.Addrs, ","))
 	return c
 }
 

@@ -98,6 +98,7 @@ func NewClusterReplicas(t testing.TB, masters, replicasPerMaster int) *Cluster {
 		}
 	}
 	c.Client = c.NewClient(t)
+	report(t, SourceProcess, "cluster", strings.Join(all, ","))
 	return c
 }
 

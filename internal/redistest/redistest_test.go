@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,24 @@ func TestNewMiniredis(t *testing.T) {
 	assert.ErrorIs(t, c.Get(ctx(t), "k").Err(), redis.Nil)
 }
 
+// TestReport: with REDISTEST_REPORT set, each server handed out adds a line
+// saying where it came from.
+func TestReport(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report")
+	t.Setenv("REDISTEST_REPORT", path)
+	var s *Server
+	t.Run("server", func(t *testing.T) { s = New(t) })
+	if s == nil {
+		t.Skip("the sub-test got no server")
+	}
+	_, mc := NewMiniredis(t)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	want := fmt.Sprintf("%s TestReport/server %s server %s\n%s TestReport miniredis server %s\n",
+		filepath.Base(os.Args[0]), s.Source, s.Addr, filepath.Base(os.Args[0]), mc.Options().Addr)
+	assert.Equal(t, want, string(data))
+}
+
 func TestPrefix(t *testing.T) {
 	a, b := Prefix(t), Prefix(t)
 	assert.Regexp(t, `^pacertest:[0-9a-f]{8}:$`, a)
@@ -233,7 +252,7 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"no Docker", []string{"REDISTEST_DOCKER=0"}},
 	}
-	if dockerAvailable() != nil {
+	if dockerProbeResult() != nil {
 		// Without an engine the real probe is quick: exercise it too.
 		cases = append(cases, struct {
 			name string

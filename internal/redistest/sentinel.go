@@ -100,6 +100,7 @@ func NewSentinel(t testing.TB) *Sentinel {
 	if err := s.Client.Ping(ctx).Err(); err != nil {
 		t.Fatalf("redistest: PING master %q through sentinels %v: %v", s.MasterName, s.SentinelAddrs, err)
 	}
+	report(t, SourceProcess, "sentinel", strings.Join(s.SentinelAddrs, ","))
 	return s
 }
 
