@@ -34,7 +34,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
-	"github.com/pacer-go/pacer/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/chart"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/pacer-go/pacer/scheduler"

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/pacer-go/pacer/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/chart"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
