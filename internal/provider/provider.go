@@ -166,23 +166,19 @@ func (s *Server) Stats() Stats {
 
 // Calls returns the times of the calls each host accepted so far, in the
 // order the provider accepted them (a copy: the caller may keep it).
-func (s *Server) Calls() map[string][]time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string][]time.Time, len(s.accepted))
-	for h, log := range s.accepted {
-		out[h] = slices.Clone(log)
-	}
-	return out
-}
+func (s *Server) Calls() map[string][]time.Time { return s.copyLogs(s.accepted) }
 
 // Rejections returns the times of the calls each host refused with 429 so
 // far, in order (a copy: the caller may keep it).
-func (s *Server) Rejections() map[string][]time.Time {
+func (s *Server) Rejections() map[string][]time.Time { return s.copyLogs(s.rejected) }
+
+// copyLogs returns a deep copy of logs (accepted or rejected), taken under
+// s.mu.
+func (s *Server) copyLogs(logs map[string][]time.Time) map[string][]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string][]time.Time, len(s.rejected))
-	for h, log := range s.rejected {
+	out := make(map[string][]time.Time, len(logs))
+	for h, log := range logs {
 		out[h] = slices.Clone(log)
 	}
 	return out
