@@ -186,7 +186,7 @@ func unavailable(t testing.TB, format string, args ...any) {
 // <addr>", which .ci/run sums up after the tests.
 func report(t testing.TB, source, kind, addr string) {
 	t.Helper()
-	t.Logf("redistest: %s %s at %s", source, kind, addr)
+	t.Logf("redistest: a %s from %s at %s", kind, source, addr)
 	path := os.Getenv("REDISTEST_REPORT")
 	if path == "" {
 		return
