@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/procgroup"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -195,18 +196,18 @@ func (e example) run(t *testing.T, args ...string) exampleRun {
 	cmd.Env = append(os.Environ(), strings.TrimSpace("GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	ownGroup(cmd)
+	procgroup.Own(cmd)
 	cmd.WaitDelay = 5 * time.Second // the output pipes, should a worker process outlive the group kill
 	name := strings.Join(append([]string{e.name}, args...), " ")
 	start := time.Now()
 	err := cmd.Run()
 	took := time.Since(start)
 	if err != nil {
-		_ = killGroup(cmd) // worker processes of a parent that failed
+		_ = procgroup.Kill(cmd) // worker processes of a parent that failed
 		t.Fatalf("%s: %v after %.1fs\nstdout:\n%s\nstderr:\n%s", name, err, took.Seconds(), stdout.String(), stderr.String())
 	}
-	if groupAlive(cmd) {
-		_ = killGroup(cmd)
+	if procgroup.Alive(cmd) {
+		_ = procgroup.Kill(cmd)
 		t.Errorf("%s exited but left processes of its group running", name)
 	}
 	s, err := parseSummary(stdout.String(), e.extra...)

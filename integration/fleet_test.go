@@ -3,13 +3,10 @@ package integration
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,11 +33,18 @@ type childSpec struct {
 	Start, End int64 // Unix ns
 }
 
-// TestMain runs the child side when PACER_FLEET_CHILD holds a childSpec,
-// and removes the examples the tests built.
+// childEnv carries a child's childSpec (see package internal/fleet).
+const childEnv = "PACER_FLEET_CHILD"
+
+// TestMain runs the child side when childEnv holds a childSpec, and removes
+// the examples the tests built.
 func TestMain(m *testing.M) {
-	if spec := os.Getenv("PACER_FLEET_CHILD"); spec != "" {
-		if err := childMain(spec); err != nil {
+	var spec childSpec
+	if ok, err := fleet.Spec(childEnv, &spec); ok {
+		if err == nil {
+			err = childMain(spec)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)
 		}
@@ -75,11 +80,7 @@ func (s *switchLog) Fallback(active bool) {
 // childMain paces Spec.Key with default Options from many goroutines and
 // prints "call <start ns> <end ns>" for every Wait, "switch <ns> <to>" for
 // every fallback switch and "err <ns> <message>" for every Wait error.
-func childMain(spec string) error {
-	var s childSpec
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
-		return err
-	}
+func childMain(s childSpec) error {
 	var rdb redis.UniversalClient
 	switch s.Mode {
 	case "url":
@@ -157,55 +158,33 @@ type fleetRun struct {
 // during(ctx) in the parent meanwhile (the fault), and collects the reports.
 func runFleet(t *testing.T, procs int, spec childSpec, during func()) fleetRun {
 	t.Helper()
-	exe, err := os.Executable()
+	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Spec: spec, Procs: procs, Args: []string{"-test.run=^$"}})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var (
-		mu  sync.Mutex
-		run fleetRun
-		wg  sync.WaitGroup
-	)
-	for i := range procs {
-		js, _ := json.Marshal(spec)
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), "PACER_FLEET_CHILD="+string(js), "GORACE=atexit_sleep_ms=0")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			calls, switches, errs := parseChild(i, stdout)
-			werr := cmd.Wait()
-			mu.Lock()
-			defer mu.Unlock()
-			run.calls = append(run.calls, calls...)
-			run.switches = append(run.switches, switches...)
-			run.errs = append(run.errs, errs...)
-			run.stderr = append(run.stderr, stderr.String())
-			if werr != nil {
-				t.Errorf("child %d: %v\n%s", i, werr, stderr.String())
-			}
-		})
 	}
 	if during != nil {
 		during()
 	}
-	wg.Wait()
+	var run fleetRun
+	_ = f.Wait() // each child's error is reported below
+	for _, c := range f.Children() {
+		calls, switches, errs := parseChild(c.Index, c.Lines())
+		run.calls = append(run.calls, calls...)
+		run.switches = append(run.switches, switches...)
+		run.errs = append(run.errs, errs...)
+		run.stderr = append(run.stderr, c.Stderr())
+		if err := c.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", c.Index, err, c.Stderr())
+		}
+	}
 	slices.SortFunc(run.calls, func(a, b call) int { return int(a.end - b.end) })
 	slices.SortFunc(run.switches, func(a, b switchEvent) int { return int(a.at - b.at) })
 	return run
 }
 
-func parseChild(child int, r io.Reader) (calls []call, switches []switchEvent, errs []string) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), " ", 3)
+func parseChild(child int, lines []string) (calls []call, switches []switchEvent, errs []string) {
+	for _, line := range lines {
+		f := strings.SplitN(line, " ", 3)
 		if len(f) < 3 {
 			continue
 		}

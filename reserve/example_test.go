@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/pacer-go/pacer/internal/launcher"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,14 +37,15 @@ func Example() {
 	}
 }
 
-// embeddedRedis starts an in-process Redis so the examples run anywhere. Use
-// a real Redis in production.
+// embeddedRedis starts an embedded Redis (miniredis, in a child process that
+// internal/launcher runs) so the examples run anywhere. Use a real Redis in
+// production.
 func embeddedRedis() (*redis.Client, func()) {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	mr, err := launcher.Start(context.Background(), "miniredis")
+	if err != nil {
 		log.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.First})
 	return rdb, func() { rdb.Close(); mr.Close() }
 }
 

@@ -2,29 +2,43 @@ package reserve_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
+// childEnv carries a child's childSpec (see package internal/fleet).
+const childEnv = "PACER_CHILD"
+
+// childSpec is what each child of TestServerTimeAcrossProcesses does.
+type childSpec struct {
+	Redis, Prefix string
+	Rate          float64
+	Burst         int
+	Goroutines    int
+	Start, End    int64 // Unix ns
+}
+
 // The child side of TestServerTimeAcrossProcesses: the test binary re-run
-// with PACER_CHILD set runs childMain instead of the tests.
+// with childEnv set runs childMain instead of the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv("PACER_CHILD") != "" {
-		if err := childMain(); err != nil {
+	var spec childSpec
+	if ok, err := fleet.Spec(childEnv, &spec); ok {
+		if err == nil {
+			err = childMain(spec)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)
 		}
@@ -36,24 +50,20 @@ func TestMain(m *testing.M) {
 // childMain reserves and sleeps (what Wait does) from many goroutines on one
 // key, from the start time until the end time, and prints for each call the
 // slot Redis granted (server clock) and the local time it woke, in Unix ns.
-func childMain() error {
-	env := func(k string) int64 {
-		v, _ := strconv.ParseInt(os.Getenv(k), 10, 64)
-		return v
-	}
-	opts, err := redis.ParseURL(os.Getenv("PACER_CHILD_REDIS"))
+func childMain(s childSpec) error {
+	opts, err := redis.ParseURL(s.Redis)
 	if err != nil {
 		return err
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: os.Getenv("PACER_CHILD_PREFIX")})
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	lim := reserve.Limit{Rate: float64(env("PACER_CHILD_RATE")), Burst: int(env("PACER_CHILD_BURST"))}
-	start, end := time.Unix(0, env("PACER_CHILD_START")), time.Unix(0, env("PACER_CHILD_END"))
+	lim := reserve.Limit{Rate: s.Rate, Burst: s.Burst}
+	start, end := time.Unix(0, s.Start), time.Unix(0, s.End)
 	time.Sleep(time.Until(start))
 
 	var (
@@ -69,14 +79,14 @@ func childMain() error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	for range env("PACER_CHILD_GOROUTINES") {
+	for range s.Goroutines {
 		wg.Go(func() {
 			for {
-				left := time.Until(end)
-				if left <= 0 {
-					return
+				maxWait := time.Until(end)
+				if maxWait <= 0 {
+					return // the run is over (TryReserve refuses a maxWait <= 0)
 				}
-				r, err := l.TryReserve(ctx, "shared", lim, 1, left)
+				r, err := l.TryReserve(ctx, "shared", lim, 1, maxWait)
 				if err != nil {
 					var tooLong *reserve.WaitTooLongError
 					if !errors.As(err, &tooLong) && !errors.Is(err, context.DeadlineExceeded) {
@@ -146,61 +156,42 @@ func TestServerTimeAcrossProcesses(t *testing.T) {
 		burst      = 1
 		run        = 4 * time.Second
 	)
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	start := time.Now().Add(time.Second) // time for the children to start
 	end := start.Add(run)
-	prefix := redistest.Prefix(t)
+	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Procs: procs, Args: []string{"-test.run=^$"},
+		Spec: childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: burst, Goroutines: goroutines,
+			Start: start.UnixNano(), End: end.UnixNano()}})
+	require.NoError(t, err)
 
 	var (
-		mu           sync.Mutex
 		slots, wakes []int64
 		perChild     [procs]int
-		wg           sync.WaitGroup
 	)
-	for i := range procs {
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			"PACER_CHILD=1",
-			"PACER_CHILD_REDIS="+s.URL,
-			"PACER_CHILD_PREFIX="+prefix,
-			"PACER_CHILD_RATE="+strconv.Itoa(rate),
-			"PACER_CHILD_BURST="+strconv.Itoa(burst),
-			"PACER_CHILD_GOROUTINES="+strconv.Itoa(goroutines),
-			"PACER_CHILD_START="+strconv.FormatInt(start.UnixNano(), 10),
-			"PACER_CHILD_END="+strconv.FormatInt(end.UnixNano(), 10),
-		)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		require.NoError(t, cmd.Start())
-		wg.Go(func() {
-			err := cmd.Wait()
-			if err != nil {
-				t.Errorf("child %d: %v\n%s", i, err, stderr.String())
-				return
+	_ = f.Wait() // each child's error is reported below
+children:
+	for _, c := range f.Children() {
+		i := c.Index
+		if err := c.Wait(); err != nil {
+			t.Errorf("child %d: %v\n%s", i, err, c.Stderr())
+			continue
+		}
+		var gotSlots, gotWakes []int64
+		for _, line := range c.Lines() {
+			var slot, woke int64
+			if _, err := fmt.Sscan(line, &slot, &woke); err != nil {
+				t.Errorf("child %d: bad line %q", i, line)
+				continue children
 			}
-			var gotSlots, gotWakes []int64
-			sc := bufio.NewScanner(&stdout)
-			for sc.Scan() {
-				var slot, woke int64
-				if _, err := fmt.Sscan(sc.Text(), &slot, &woke); err != nil {
-					t.Errorf("child %d: bad line %q", i, sc.Text())
-					return
-				}
-				if woke < slot {
-					t.Errorf("child %d woke at %d, %v before its slot %d", i, woke, time.Duration(slot-woke), slot)
-				}
-				gotSlots = append(gotSlots, slot)
-				gotWakes = append(gotWakes, woke)
+			if woke < slot {
+				t.Errorf("child %d woke at %d, %v before its slot %d", i, woke, time.Duration(slot-woke), slot)
 			}
-			mu.Lock()
-			slots = append(slots, gotSlots...)
-			wakes = append(wakes, gotWakes...)
-			perChild[i] = len(gotSlots)
-			mu.Unlock()
-		})
+			gotSlots = append(gotSlots, slot)
+			gotWakes = append(gotWakes, woke)
+		}
+		slots = append(slots, gotSlots...)
+		wakes = append(wakes, gotWakes...)
+		perChild[i] = len(gotSlots)
 	}
-	wg.Wait()
 	if t.Failed() {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -108,7 +109,7 @@ func (e *environment) readRedis(ctx context.Context, rdb *redis.Client, source s
 	if err != nil {
 		return err
 	}
-	e.Redis = infoField(info, "redis_version")
+	e.Redis = redisproc.InfoField(info, "redis_version")
 	e.RedisSource = source
 	return nil
 }

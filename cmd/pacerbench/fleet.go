@@ -2,26 +2,25 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	fleetproc "github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/reserve"
 )
 
 // childEnv carries a child process's job: this program (or its test binary),
-// re-run with it set, runs one process of the fleet and exits.
+// re-run with it set, runs one process of the fleet and exits (see package
+// internal/fleet).
 const childEnv = "PACERBENCH_CHILD"
 
 // childJob is what a child process is told in childEnv. The start and end
@@ -64,63 +63,23 @@ func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	if err := b.flush(ctx); err != nil {
 		return fleet{}, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fleet{}, err
-	}
 	lim := limit{Rate: c.FleetRate, Burst: c.FleetBurst}
-	job, err := json.Marshal(childJob{Variant: v.Name, RedisURL: b.url, Key: "fleet", Limit: lim, Procs: c.Procs, Goroutines: c.Goroutines})
-	if err != nil {
-		return fleet{}, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills children left behind by an error
-	type child struct {
-		cmd    *exec.Cmd
-		stdin  io.WriteCloser
-		stderr bytes.Buffer
-		ready  chan error
-		out    childOutput
-		done   chan error
+	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: childEnv, Procs: c.Procs, Stdin: true,
+		Spec: childJob{Variant: v.Name, RedisURL: b.url, Key: "fleet", Limit: lim, Procs: c.Procs, Goroutines: c.Goroutines}})
+	if err != nil {
+		return fleet{}, fmt.Errorf("%s: %w", v.Name, err)
 	}
-	children := make([]*child, c.Procs)
-	for i := range children {
-		ch := &child{ready: make(chan error, 1), done: make(chan error, 1)}
-		children[i] = ch
-		ch.cmd = exec.CommandContext(ctx, exe)
-		ch.cmd.Env = append(os.Environ(), childEnv+"="+string(job))
-		ch.cmd.Stderr = &ch.stderr
-		if ch.stdin, err = ch.cmd.StdinPipe(); err != nil {
-			return fleet{}, err
+	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer readyCancel()
+	for _, ch := range f.Children() {
+		line, err := ch.FirstLine(readyCtx)
+		if err == nil && line != "ready" {
+			err = fmt.Errorf("no ready line (got %q)", line)
 		}
-		stdout, err := ch.cmd.StdoutPipe()
 		if err != nil {
-			return fleet{}, err
-		}
-		if err := ch.cmd.Start(); err != nil {
-			return fleet{}, err
-		}
-		go func() {
-			out, err := readChild(stdout, ch.ready)
-			ch.out = out
-			if werr := ch.cmd.Wait(); werr != nil {
-				err = fmt.Errorf("%w\n%s", werr, strings.TrimSpace(ch.stderr.String()))
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: fleet process %d: %w", v.Name, i, err)
-			}
-			ch.done <- err
-		}()
-	}
-	for _, ch := range children {
-		select {
-		case err := <-ch.ready:
-			if err != nil {
-				cancel()
-				return fleet{}, fmt.Errorf("%s: fleet process: %w\n%s", v.Name, err, ch.stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			return fleet{}, fmt.Errorf("%s: a fleet process was not ready within 30 s", v.Name)
+			return fleet{}, fmt.Errorf("%s: fleet process %d: %w", v.Name, ch.Index, err)
 		}
 	}
 	base, err := startUsage(ctx, b.admin)
@@ -129,25 +88,29 @@ func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	}
 	start := time.Now().Add(50 * time.Millisecond)
 	end := start.Add(c.Fleet)
-	for _, ch := range children {
-		fmt.Fprintf(ch.stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
-		ch.stdin.Close()
+	for _, ch := range f.Children() {
+		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
+		ch.Stdin.Close()
+	}
+	if err := f.Wait(); err != nil {
+		return fleet{}, fmt.Errorf("%s: fleet: %w", v.Name, err)
 	}
 	var (
 		calls, waits []int64
 		total        childEnd
 		errs         []error
 	)
-	for _, ch := range children {
-		if err := <-ch.done; err != nil {
-			errs = append(errs, err)
+	for _, ch := range f.Children() {
+		out, err := readChild(ch.Lines())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: fleet process %d: %w", v.Name, ch.Index, err))
 			continue
 		}
-		calls = append(calls, ch.out.calls...)
-		waits = append(waits, ch.out.waits...)
-		total.CPU += ch.out.end.CPU
-		total.Fallbacks += ch.out.end.Fallbacks
-		total.Sent.add(ch.out.end.Sent)
+		calls = append(calls, out.calls...)
+		waits = append(waits, out.waits...)
+		total.CPU += out.end.CPU
+		total.Fallbacks += out.end.Fallbacks
+		total.Sent.add(out.end.Sent)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fleet{}, err
@@ -200,44 +163,39 @@ type childEnd struct {
 	Sent      sent          // what it sent Redis over the run
 }
 
-// readChild reads a child's stdout: "ready" (signalled on ready), then a line
-// "c <call Unix ns> <wait ns>" per call, then "end <childEnd as JSON>".
-func readChild(r io.Reader, ready chan<- error) (childOutput, error) {
+// readChild reads a child's stdout lines: "ready", then a line "c <call
+// Unix ns> <wait ns>" per call, then "end <childEnd as JSON>".
+func readChild(lines []string) (childOutput, error) {
 	var out childOutput
-	sc := bufio.NewScanner(r)
-	if !sc.Scan() || sc.Text() != "ready" {
-		err := fmt.Errorf("no ready line (got %q, %v)", sc.Text(), sc.Err())
-		ready <- err
-		io.Copy(io.Discard, r)
-		return out, err
+	if len(lines) == 0 || lines[0] != "ready" {
+		return out, errors.New("no ready line")
 	}
-	ready <- nil
 	ended := false
-	for sc.Scan() {
-		if js, ok := strings.CutPrefix(sc.Text(), "end "); ok {
+	for _, line := range lines[1:] {
+		if js, ok := strings.CutPrefix(line, "end "); ok {
 			if err := json.Unmarshal([]byte(js), &out.end); err != nil {
-				return out, fmt.Errorf("bad end line %q: %w", sc.Text(), err)
+				return out, fmt.Errorf("bad end line %q: %w", line, err)
 			}
 			ended = true
 			continue
 		}
-		f := strings.Fields(sc.Text())
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			return out, fmt.Errorf("bad line %q", line)
+		}
 		var nums []int64
 		for _, s := range f[1:] {
 			v, err := strconv.ParseInt(s, 10, 64)
 			if err != nil {
-				return out, fmt.Errorf("bad line %q", sc.Text())
+				return out, fmt.Errorf("bad line %q", line)
 			}
 			nums = append(nums, v)
 		}
 		if len(f) != 3 || f[0] != "c" || len(nums) != 2 {
-			return out, fmt.Errorf("bad line %q", sc.Text())
+			return out, fmt.Errorf("bad line %q", line)
 		}
 		out.calls = append(out.calls, nums[0])
 		out.waits = append(out.waits, nums[1])
-	}
-	if err := sc.Err(); err != nil {
-		return out, err
 	}
 	if !ended {
 		return out, errors.New("no end line")
@@ -245,14 +203,28 @@ func readChild(r io.Reader, ready chan<- error) (childOutput, error) {
 	return out, nil
 }
 
+// runAsChild runs this process as one process of the fleet, if it is one
+// (childEnv is set), and returns its exit code and true.
+func runAsChild() (code int, isChild bool) {
+	var j childJob
+	ok, err := fleetproc.Spec(childEnv, &j)
+	if !ok {
+		return 0, false
+	}
+	if err == nil {
+		err = childMain(j)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pacerbench child:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
 // childMain is one process of the fleet: it opens the limiter, says "ready",
 // reads the start and end times from stdin, and from its goroutines loops
 // {wait; record the time} on the key until the end.
-func childMain() error {
-	var j childJob
-	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &j); err != nil {
-		return fmt.Errorf("pacerbench: %s: %w", childEnv, err)
-	}
+func childMain(j childJob) error {
 	v, err := findVariant(j.Variant)
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,12 +92,8 @@ func defaults(quick bool) config {
 }
 
 func main() {
-	if os.Getenv(childEnv) != "" {
-		if err := childMain(); err != nil {
-			fmt.Fprintln(os.Stderr, "pacerbench child:", err)
-			os.Exit(1)
-		}
-		return
+	if code, ok := runAsChild(); ok {
+		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
@@ -288,13 +285,13 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res := &results{Config: c, Variants: vs, Env: newEnvironment(c)}
 	url, source := c.RedisURL, "given with -redis"
-	var srv *server
+	var srv *redisproc.Server
 	if url == "" {
-		if srv, err = startServer(); err != nil {
-			return nil, err
+		if srv, err = redisproc.Start(redisproc.Spec{}); err != nil {
+			return nil, fmt.Errorf("pacerbench: no -redis given, and starting a redis-server failed: %w", err)
 		}
-		defer srv.stop()
-		url, source = srv.url(), "a redis-server started by pacerbench (--save '' --appendonly no)"
+		defer srv.Close()
+		url, source = srv.URL(), "a redis-server started by pacerbench (--save '' --appendonly no)"
 	}
 	sent := newCounter()
 	rdb, err := newClient(url, max(slices.Max(c.Hot), 32), sent)
@@ -377,7 +374,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
-		srv.stop() // so that its CPU time counts as this run's
+		srv.Close() // so that its CPU time counts as this run's
 	}
 	res.Env.finish()
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,12 +15,8 @@ import (
 // TestMain runs one fleet process when the test binary is re-run as one
 // (see runFleet).
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		if err := childMain(); err != nil {
-			fmt.Fprintln(os.Stderr, "pacerbench child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if code, ok := runAsChild(); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

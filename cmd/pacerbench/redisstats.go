@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,7 +71,7 @@ func readUsage(ctx context.Context, admin *redis.Client) (usage, error) {
 		u.Stats[name] = st
 	}
 	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
-		v, err := strconv.ParseFloat(infoField(info, f), 64)
+		v, err := strconv.ParseFloat(redisproc.InfoField(info, f), 64)
 		if err != nil {
 			return usage{}, fmt.Errorf("pacerbench: INFO cpu: %s: %w", f, err)
 		}
@@ -121,5 +122,5 @@ func usedMemory(ctx context.Context, admin *redis.Client) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pacerbench: INFO memory: %w", err)
 	}
-	return strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+	return strconv.ParseInt(redisproc.InfoField(info, "used_memory"), 10, 64)
 }

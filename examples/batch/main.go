@@ -7,13 +7,14 @@
 // collected, or asynq archived it.
 //
 //	go run ./examples/batch                          # embedded Redis (miniredis)
-//	go run ./examples/batch -redis redis://127.0.0.1:6379/0
+//	go run ./examples/batch -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
 //	go run ./examples/batch -plot calls.svg          # and a chart of the calls
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) for
 // the limiter and for asynq, and says so. A 429 pauses the provider's key for
 // every server (worker.TooManyRequests) and reschedules the task without
-// using a retry.
+// using a retry. Package demo (examples/internal/demo) holds the plumbing it
+// shares with the crawler: connecting, progress, the summary line.
 package main
 
 import (
@@ -32,9 +33,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
-	"github.com/pacer-go/pacer/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/pacer-go/pacer/scheduler"
@@ -49,7 +50,7 @@ const (
 
 // config is what the flags set.
 type config struct {
-	RedisURL      string  // "" for the embedded Redis
+	RedisURL      string  // the -redis flag: "" for the embedded Redis
 	Tasks         int     // tasks enqueued at once
 	Servers       int     // asynq servers, in this process
 	Concurrency   int     // workers per server
@@ -62,26 +63,22 @@ type config struct {
 	Timeout       time.Duration // how long to wait for every task to be accounted for
 }
 
-// summary is the run as the provider saw it, and what became of the tasks.
+// summary is the run as the provider saw it (calls, 429s, rate, busiest
+// second), and what became of the tasks.
 type summary struct {
-	Calls, Rejected int
-	Rate            float64 // achieved calls/s
-	Limit           float64
-	Busiest1s       int // most calls in any 1 s
-	Duration        time.Duration
-	Archived        int // tasks asynq archived (gave up on)
-	Results         int // tasks whose result was collected
-	Lost            int // tasks enqueued but neither collected nor archived
+	demo.Summary
+	Archived int // tasks asynq archived (gave up on)
+	Results  int // tasks whose result was collected
+	Lost     int // tasks enqueued but neither collected nor archived
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("summary calls=%d rejected=%d rate=%.2f limit=%g busiest_1s=%d duration=%.1f archived=%d",
-		s.Calls, s.Rejected, s.Rate, s.Limit, s.Busiest1s, s.Duration.Seconds(), s.Archived)
+	return fmt.Sprintf("%v archived=%d", s.Summary, s.Archived)
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: an embedded Redis in this process")
+	flag.StringVar(&c.RedisURL, "redis", "", demo.RedisFlagUsage)
 	flag.IntVar(&c.Tasks, "tasks", 300, "tasks the producer enqueues at once")
 	flag.IntVar(&c.Servers, "servers", 2, "asynq servers (in this process)")
 	flag.IntVar(&c.Concurrency, "concurrency", 20, "workers per asynq server")
@@ -134,11 +131,13 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	defer p.Close()
 
-	rdb, conn, closeRedis, err := connect(c.RedisURL, out)
+	r, err := demo.Connect(c.RedisURL, out, " for the limiter and asynq")
 	if err != nil {
-		return summary{}, err
+		return summary{}, fmt.Errorf("batch: %w", err)
 	}
-	defer closeRedis()
+	defer r.Close()
+	rdb, o := r.Client, r.Options
+	conn := asynq.RedisClientOpt{Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
 	// A fresh limiter key, queue and result hash each run.
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	b := &batch{
@@ -202,7 +201,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	waitErr := b.wait(ctx, insp)
 	d := time.Since(start)
 	stopProgress()
-	s := summarize(p.Stats(), c, d)
+	s := summary{Summary: demo.Summarize(p.Stats(), c.Rate, c.Burst, d)}
 	s.Results, s.Archived, err = b.account(ctx, insp)
 	if err != nil {
 		return s, err
@@ -211,9 +210,11 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	fmt.Fprintf(out, "results collected for %d of %d tasks, %d archived, %d lost\n", s.Results, c.Tasks, s.Archived, s.Lost)
 	if c.Plot != "" {
 		title := fmt.Sprintf("batch: %d tasks, %d asynq servers x %d workers, %g/s", c.Tasks, c.Servers, c.Concurrency, c.Rate)
-		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit, Series: chart.Hosts(p.Calls())}); err != nil {
+		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit,
+			Series: chart.Hosts(p.Calls(), p.Rejections())}); err != nil {
 			return s, err
 		}
+		fmt.Fprintf(out, "wrote the chart of the calls per 100 ms to %s\n", c.Plot)
 	}
 	return s, waitErr
 }
@@ -354,90 +355,30 @@ func (b *batch) cleanup(insp *asynq.Inspector) {
 	_ = b.rdb.Del(ctx, keys...).Err()
 }
 
-// connect returns a client to redisURL, or to an embedded miniredis, and
-// how asynq reaches the same server.
-func connect(redisURL string, out io.Writer) (redis.UniversalClient, asynq.RedisConnOpt, func(), error) {
-	if redisURL == "" {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return nil, nil, nil, err
-		}
-		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s for the limiter and asynq\n", mr.Addr())
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		return rdb, asynq.RedisClientOpt{Addr: mr.Addr()}, func() { rdb.Close(); mr.Close() }, nil
-	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("batch: -redis: %w", err)
-	}
-	conn, err := asynq.ParseRedisURI(redisURL)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("batch: -redis: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	rdb := redis.NewClient(opts)
-	fmt.Fprintf(out, "using Redis at %s\n", opts.Addr)
-	return rdb, conn, func() { rdb.Close() }, nil
-}
-
 // progress prints calls, 429s, the rate over the last interval and where
-// the tasks are until stopped. Stopping twice is fine.
-func progress(out io.Writer, p *provider.Server, b *batch, insp *asynq.Inspector, start time.Time) func() {
+// the tasks are, every b.c.Progress, until stopped. Stopping twice is fine.
+func progress(out io.Writer, p *provider.Server, b *batch, insp *asynq.Inspector, start time.Time) (stop func()) {
 	every := b.c.Progress
-	if every <= 0 {
-		return func() {}
+	if every > 0 {
+		fmt.Fprintln(out, "tasks: scheduled = waiting in asynq until their slot is near; pending = due, waiting for a worker; "+
+			"active = with a worker (most asleep until their slot); rescheduled = put back by pacer for a later slot or "+
+			"after a 429 (asynq's retry state, but no retry is used up); archived = given up by asynq")
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		prev := 0
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			st := p.Stats()
-			line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d rate=%.1f/s (limit %g)",
-				time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected, float64(st.Accepted-prev)/every.Seconds(), b.c.Rate)
-			prev = st.Accepted
-			if n, err := b.rdb.HLen(context.Background(), b.results).Result(); err == nil {
-				line += fmt.Sprintf(" results=%d/%d", n, b.c.Tasks)
-			}
-			if q, err := insp.GetQueueInfo(b.queue); err == nil {
-				// scheduled: waiting in asynq for their slot; active:
-				// with a worker (most asleep until their slot); retry:
-				// rescheduled (a 429's pause, or a long wait).
-				line += fmt.Sprintf("  tasks: scheduled=%d pending=%d active=%d retry=%d archived=%d",
-					q.Scheduled, q.Pending, q.Active, q.Retry, q.Archived)
-			}
-			fmt.Fprintln(out, line)
+	prev := 0
+	return demo.Every(every, func() {
+		st := p.Stats()
+		line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d rate=%.1f/s (limit %g)",
+			time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected, float64(st.Accepted-prev)/every.Seconds(), b.c.Rate)
+		prev = st.Accepted
+		if n, err := b.rdb.HLen(context.Background(), b.results).Result(); err == nil {
+			line += fmt.Sprintf(" results=%d/%d", n, b.c.Tasks)
 		}
-	}()
-	var stopped bool
-	return func() {
-		if !stopped {
-			stopped = true
-			close(done)
-			<-finished
+		if q, err := insp.GetQueueInfo(b.queue); err == nil {
+			line += fmt.Sprintf("  tasks: scheduled=%d pending=%d active=%d rescheduled=%d archived=%d",
+				q.Scheduled, q.Pending, q.Active, q.Retry, q.Archived)
 		}
-	}
-}
-
-// summarize turns the provider's counts into the summary line.
-func summarize(st provider.Stats, c config, d time.Duration) summary {
-	s := summary{Calls: st.Accepted + st.Rejected, Rejected: st.Rejected, Limit: c.Rate, Duration: d}
-	h := st.ByHost[apiHost]
-	s.Busiest1s = h.Busiest1s
-	if span := h.Last.Sub(h.First).Seconds(); span > 0 {
-		// The first Burst calls come at once; the rest are paced.
-		s.Rate = float64(h.Accepted-c.Burst) / span
-	}
-	return s
+		fmt.Fprintln(out, line)
+	})
 }
 
 // logger sends asynq's warnings and errors to out.

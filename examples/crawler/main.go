@@ -4,11 +4,13 @@
 // progress and a summary measured on the provider's side.
 //
 //	go run ./examples/crawler                          # embedded Redis (miniredis)
-//	go run ./examples/crawler -redis redis://127.0.0.1:6379/0
+//	go run ./examples/crawler -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
 //	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. A 429 pauses that host for the whole fleet (Limiter.Pause).
+// Package demo (examples/internal/demo) holds the plumbing it shares with
+// the batch example: connecting, progress, the summary line.
 package main
 
 import (
@@ -28,8 +30,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/pacer-go/pacer/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -37,7 +39,7 @@ import (
 
 // config is what the flags set.
 type config struct {
-	RedisURL      string  // "" for the embedded Redis
+	RedisURL      string  // the -redis flag: "" for the embedded Redis
 	Hosts         int     // hosts of the site
 	Pages         int     // pages per host
 	Workers       int     // crawling goroutines
@@ -57,29 +59,18 @@ const childEnv = "PACER_CRAWLER_CHILD"
 type child struct {
 	Config      config
 	ProviderURL string
-	RedisAddr   string // host:port of the Redis the parent uses (embedded or not)
-	RedisURL    string // or its URL
+	RedisURL    string // the Redis the parent uses (embedded or not)
 	Prefix      string
 	Index       int // this child's share: pages with index % Procs == Index
 }
 
-// summary is the run as the provider saw it. Rates are per host.
-type summary struct {
-	Calls, Rejected int
-	Rate            float64 // achieved calls/s per host, averaged over hosts
-	Limit           float64
-	Busiest1s       int // most calls to one host in any 1 s
-	Duration        time.Duration
-}
-
-func (s summary) String() string {
-	return fmt.Sprintf("summary calls=%d rejected=%d rate=%.2f limit=%g busiest_1s=%d duration=%.1f",
-		s.Calls, s.Rejected, s.Rate, s.Limit, s.Busiest1s, s.Duration.Seconds())
-}
+// summary is the run as the provider saw it: calls, 429s, and the rate and
+// busiest second per host.
+type summary = demo.Summary
 
 func main() {
 	var c config
-	flag.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: an embedded Redis in this process")
+	flag.StringVar(&c.RedisURL, "redis", "", demo.RedisFlagUsage)
 	flag.IntVar(&c.Hosts, "hosts", 3, "hosts of the site")
 	flag.IntVar(&c.Pages, "pages", 100, "pages per host")
 	flag.IntVar(&c.Workers, "workers", 16, "crawling goroutines")
@@ -118,44 +109,46 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	defer p.Close()
 
-	rdb, addr, closeRedis, err := connect(c.RedisURL, out)
+	r, err := demo.Connect(c.RedisURL, out, "")
 	if err != nil {
-		return summary{}, err
+		return summary{}, fmt.Errorf("crawler: %w", err)
 	}
-	defer closeRedis()
+	defer r.Close()
 	prefix := fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
 	start := time.Now()
 	stopProgress := progress(out, p, c, start)
 	defer stopProgress()
 	if c.Procs == 1 {
-		if err := crawl(ctx, c, p.URL(), rdb, prefix, 0, out); err != nil {
+		if err := crawl(ctx, c, p.URL(), r.Client, prefix, 0, out); err != nil {
 			return summary{}, err
 		}
 	} else {
 		fmt.Fprintf(out, "starting %d worker processes of %d goroutines each\n", c.Procs, c.Workers)
-		if err := fleet(ctx, c, p.URL(), addr, prefix); err != nil {
+		if err := fleet(ctx, c, p.URL(), r.URL, prefix); err != nil {
 			return summary{}, err
 		}
 	}
-	s := summarize(p.Stats(), c, time.Since(start))
+	s := demo.Summarize(p.Stats(), c.Rate, c.Burst, time.Since(start))
 	if c.Plot != "" {
 		title := fmt.Sprintf("crawler: %d hosts, %d workers x %d processes, %g/s per host", c.Hosts, c.Workers, c.Procs, c.Rate)
-		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit, Series: chart.Hosts(p.Calls())}); err != nil {
+		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit,
+			Series: chart.Hosts(p.Calls(), p.Rejections())}); err != nil {
 			return s, err
 		}
+		fmt.Fprintf(out, "wrote the chart of each host's calls per 100 ms to %s\n", c.Plot)
 	}
 	return s, nil
 }
 
 // fleet runs c.Procs child processes, each crawling its share, and waits.
-func fleet(ctx context.Context, c config, providerURL, redisAddr, prefix string) error {
+func fleet(ctx context.Context, c config, providerURL, redisURL, prefix string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	errs := make(chan error, c.Procs)
 	for i := range c.Procs {
-		job, _ := json.Marshal(child{Config: c, ProviderURL: providerURL, RedisAddr: redisAddr, RedisURL: c.RedisURL, Prefix: prefix, Index: i})
+		job, _ := json.Marshal(child{Config: c, ProviderURL: providerURL, RedisURL: redisURL, Prefix: prefix, Index: i})
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), childEnv+"="+string(job))
 		cmd.Stderr = os.Stderr
@@ -185,17 +178,12 @@ func childMain() error {
 	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &j); err != nil {
 		return fmt.Errorf("crawler: %s: %w", childEnv, err)
 	}
-	var rdb *redis.Client
-	if j.RedisURL != "" {
-		opts, err := redis.ParseURL(j.RedisURL)
-		if err != nil {
-			return err
-		}
-		opts.ContextTimeoutEnabled, opts.MaxRetries = true, -1
-		rdb = redis.NewClient(opts)
-	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: j.RedisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	_, opts, err := demo.ParseRedis(j.RedisURL)
+	if err != nil {
+		return err
 	}
+	opts.ContextTimeoutEnabled, opts.MaxRetries = true, -1
+	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	return crawl(context.Background(), j.Config, j.ProviderURL, rdb, j.Prefix, j.Index, os.Stderr)
 }
@@ -322,74 +310,19 @@ func waitSlot(ctx context.Context, l *reserve.Limiter, host string, lim reserve.
 	return paused, err
 }
 
-// connect returns a client to redisURL, or to an embedded miniredis.
-func connect(redisURL string, out io.Writer) (redis.UniversalClient, string, func(), error) {
-	if redisURL == "" {
-		mr := miniredis.NewMiniRedis()
-		if err := mr.Start(); err != nil {
-			return nil, "", nil, err
+// progress prints calls, 429s and each host's rate over the last interval,
+// every c.Progress, until stopped.
+func progress(out io.Writer, p *provider.Server, c config, start time.Time) (stop func()) {
+	prev := map[string]int{}
+	return demo.Every(c.Progress, func() {
+		st := p.Stats()
+		line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d  per host/s:", time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected)
+		for h := range c.Hosts {
+			host := fmt.Sprintf("h%d.example", h)
+			n := st.ByHost[host].Accepted
+			line += fmt.Sprintf(" %s %.1f", host, float64(n-prev[host])/c.Progress.Seconds())
+			prev[host] = n
 		}
-		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s\n", mr.Addr())
-		rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		return rdb, mr.Addr(), func() { rdb.Close(); mr.Close() }, nil
-	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("crawler: -redis: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
-	rdb := redis.NewClient(opts)
-	fmt.Fprintf(out, "using Redis at %s\n", opts.Addr)
-	return rdb, opts.Addr, func() { rdb.Close() }, nil
-}
-
-// progress prints calls, 429s and each host's rate over the last interval
-// until stopped.
-func progress(out io.Writer, p *provider.Server, c config, start time.Time) func() {
-	if c.Progress <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(c.Progress)
-		defer t.Stop()
-		prev := map[string]int{}
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			st := p.Stats()
-			line := fmt.Sprintf("t=%4.1fs calls=%d 429s=%d  per host/s:", time.Since(start).Seconds(), st.Accepted+st.Rejected, st.Rejected)
-			for h := range c.Hosts {
-				host := fmt.Sprintf("h%d.example", h)
-				n := st.ByHost[host].Accepted
-				line += fmt.Sprintf(" %s %.1f", host, float64(n-prev[host])/c.Progress.Seconds())
-				prev[host] = n
-			}
-			fmt.Fprintf(out, "%s (limit %g)\n", line, c.Rate)
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// summarize turns the provider's counts into the summary line.
-func summarize(st provider.Stats, c config, d time.Duration) summary {
-	s := summary{Calls: st.Accepted + st.Rejected, Rejected: st.Rejected, Limit: c.Rate, Duration: d}
-	var rates float64
-	for _, h := range st.ByHost {
-		s.Busiest1s = max(s.Busiest1s, h.Busiest1s)
-		if span := h.Last.Sub(h.First).Seconds(); span > 0 {
-			// The first Burst calls come at once; the rest are paced.
-			rates += float64(h.Accepted-c.Burst) / span
-		}
-	}
-	if len(st.ByHost) > 0 {
-		s.Rate = rates / float64(len(st.ByHost))
-	}
-	return s
+		fmt.Fprintf(out, "%s (limit %g)\n", line, c.Rate)
+	})
 }

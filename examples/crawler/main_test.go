@@ -77,6 +77,17 @@ func TestRealRedis(t *testing.T) {
 	check(t, s, c)
 }
 
+// TestRedisHostPort: -redis takes a bare host:port too.
+func TestRedisHostPort(t *testing.T) {
+	srv := redistest.New(t)
+	c := small(srv.Addr, 21)
+	s, err := run(context.Background(), c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+}
+
 // TestProviderBelowLimit: a provider 10% below pacer's limit must answer
 // 429s, or the checks above could not fail. Each 429 pauses the host for the
 // fleet, and every page is still fetched.

@@ -37,7 +37,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	accepted map[string][]time.Time // by host, in order
-	rejected map[string]int         // by host
+	rejected map[string][]time.Time // by host, in order
 	byClient map[string]Counts
 }
 
@@ -53,7 +53,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, accepted: map[string][]time.Time{}, rejected: map[string]int{}, byClient: map[string]Counts{}}
+	s := &Server{opts: opts, ln: ln, accepted: map[string][]time.Time{}, rejected: map[string][]time.Time{}, byClient: map[string]Counts{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil
@@ -80,7 +80,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	retry := s.admit(host, now)
 	c := s.byClient[client]
 	if retry > 0 {
-		s.rejected[host]++
+		s.rejected[host] = append(s.rejected[host], now)
 		c.Rejected++
 	} else {
 		s.accepted[host] = append(s.accepted[host], now)
@@ -152,7 +152,7 @@ func (s *Server) Stats() Stats {
 	}
 	for h := range hosts {
 		log := s.accepted[h]
-		hs := HostStats{Accepted: len(log), Rejected: s.rejected[h],
+		hs := HostStats{Accepted: len(log), Rejected: len(s.rejected[h]),
 			Busiest1s: Busiest(log, time.Second), Busiest100ms: Busiest(log, 100*time.Millisecond)}
 		if len(log) > 0 {
 			hs.First, hs.Last = log[0], log[len(log)-1]
@@ -166,11 +166,19 @@ func (s *Server) Stats() Stats {
 
 // Calls returns the times of the calls each host accepted so far, in the
 // order the provider accepted them (a copy: the caller may keep it).
-func (s *Server) Calls() map[string][]time.Time {
+func (s *Server) Calls() map[string][]time.Time { return s.copyLogs(s.accepted) }
+
+// Rejections returns the times of the calls each host refused with 429 so
+// far, in order (a copy: the caller may keep it).
+func (s *Server) Rejections() map[string][]time.Time { return s.copyLogs(s.rejected) }
+
+// copyLogs returns a deep copy of logs (accepted or rejected), taken under
+// s.mu.
+func (s *Server) copyLogs(logs map[string][]time.Time) map[string][]time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string][]time.Time, len(s.accepted))
-	for h, log := range s.accepted {
+	out := make(map[string][]time.Time, len(logs))
+	for h, log := range logs {
 		out[h] = slices.Clone(log)
 	}
 	return out

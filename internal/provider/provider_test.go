@@ -100,3 +100,31 @@ func TestCalls(t *testing.T) {
 		t.Error("Calls() returned the provider's own slice")
 	}
 }
+
+// TestRejections: Rejections returns each host's 429s in order, and a copy.
+func TestRejections(t *testing.T) {
+	s, err := Start(Options{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := time.Now()
+	for range 3 {
+		get(t, s, "a.test") // the second and third are refused
+	}
+	rej := s.Rejections()
+	if len(rej["a.test"]) != 2 || len(rej) != 1 {
+		t.Fatalf("Rejections() = %v, want 2 refused calls for a.test", rej)
+	}
+	a := rej["a.test"]
+	if a[0].Before(before) || a[1].Before(a[0]) {
+		t.Errorf("Rejections()[a.test] = %v, want times in order, after %v", a, before)
+	}
+	if st := s.Stats(); st.Rejected != 2 || st.ByHost["a.test"].Rejected != 2 {
+		t.Errorf("Stats() = %+v, want 2 rejected", st)
+	}
+	a[0] = time.Time{}
+	if s.Rejections()["a.test"][0].IsZero() {
+		t.Error("Rejections() returned the provider's own slice")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,9 +34,9 @@ type Cluster struct {
 	Replicas []string             // host:port of every replica, as created (see NewClusterReplicas)
 	Client   *redis.ClusterClient // ready, closed on t.Cleanup
 
-	nodes    []*process // every node, in start order
-	mu       sync.Mutex // guards killedAt
-	killedAt time.Time  // when KillNode last killed a node
+	nodes    []*redisproc.Server // every node, in start order
+	mu       sync.Mutex          // guards killedAt
+	killedAt time.Time           // when KillNode last killed a node
 }
 
 // NewCluster starts a Redis Cluster of masters master nodes (no replicas)
@@ -60,16 +61,13 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 
 	c := &Cluster{}
 	for range masters {
-		p, err := startProcess(t, server, true,
+		p := startServer(t, redisproc.Spec{Bin: server, ClusterBus: true, Args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", formingNodeTimeout,
-		)
-		if err != nil {
-			t.Fatalf("redistest: cluster node: %v", err)
-		}
+		}}, "cluster node")
 		c.nodes = append(c.nodes, p)
-		c.Addrs = append(c.Addrs, p.addr())
+		c.Addrs = append(c.Addrs, p.Addr())
 	}
 
 	if err := createCluster(cli, c.Addrs, 0); err != nil {
@@ -82,6 +80,7 @@ func NewCluster(t testing.TB, masters int) *Cluster {
 		t.Fatalf("redistest: %v", err)
 	}
 	c.Client = c.NewClient(t)
+	report(t, SourceProcess, "cluster", strings.Join(c.Addrs, ","))
 	return c
 }
 
@@ -177,7 +176,7 @@ func clusterNodeNotReady(c *redis.Client, n, masters int) string {
 		{"cluster_known_nodes", strconv.Itoa(n)},
 		{"cluster_size", strconv.Itoa(masters)},
 	} {
-		if got := infoField(info, want[0]); got != want[1] {
+		if got := redisproc.InfoField(info, want[0]); got != want[1] {
 			return fmt.Sprintf("%s is %q, want %q", want[0], got, want[1])
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pacer-go/pacer/internal/redisproc"
 )
 
 // clusterNode is one line of CLUSTER NODES.
@@ -97,7 +99,7 @@ func clusterStateNotOK(addr string) string {
 	if err != nil {
 		return err.Error()
 	}
-	if state := infoField(info, "cluster_state"); state != "ok" {
+	if state := redisproc.InfoField(info, "cluster_state"); state != "ok" {
 		return "cluster_state is " + state
 	}
 	return ""

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/redisproc"
 )
 
 // failoverNodeTimeout is the cluster-node-timeout of a cluster with
@@ -50,16 +52,13 @@ func NewClusterReplicas(t testing.TB, masters, replicasPerMaster int) *Cluster {
 	c := &Cluster{}
 	var all []string
 	for range masters * (1 + replicasPerMaster) {
-		p, err := startProcess(t, server, true, append([]string{
+		p := startServer(t, redisproc.Spec{Bin: server, ClusterBus: true, Args: append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", failoverNodeTimeout,
-		}, clusterReplicaArgs...)...)
-		if err != nil {
-			t.Fatalf("redistest: cluster node: %v", err)
-		}
+		}, clusterReplicaArgs...)}, "cluster node")
 		c.nodes = append(c.nodes, p)
-		all = append(all, p.addr())
+		all = append(all, p.Addr())
 	}
 	if err := createCluster(cli, all, replicasPerMaster); err != nil {
 		t.Fatalf("redistest: %v", err)
@@ -99,6 +98,7 @@ func NewClusterReplicas(t testing.TB, masters, replicasPerMaster int) *Cluster {
 		}
 	}
 	c.Client = c.NewClient(t)
+	report(t, SourceProcess, "cluster", strings.Join(all, ","))
 	return c
 }
 
@@ -155,14 +155,14 @@ func (c *Cluster) MasterFor(t testing.TB, key string) string {
 	}
 	var errs []string
 	for _, p := range c.nodes {
-		if p.exited() {
+		if p.Stopped() {
 			continue
 		}
-		owner, err := slotOwner(p.addr(), slot)
+		owner, err := slotOwner(p.Addr(), slot)
 		if err == nil {
 			return owner.addr
 		}
-		errs = append(errs, p.addr()+": "+err.Error())
+		errs = append(errs, p.Addr()+": "+err.Error())
 	}
 	t.Fatalf("redistest: no live node knows the master of %q: %s", key, strings.Join(errs, "; "))
 	return ""
@@ -173,8 +173,8 @@ func (c *Cluster) MasterFor(t testing.TB, key string) string {
 func (c *Cluster) KillNode(t testing.TB, addr string) {
 	t.Helper()
 	for _, p := range c.nodes {
-		if p.addr() == addr {
-			p.terminate()
+		if p.Addr() == addr {
+			p.Stop()
 			c.mu.Lock()
 			c.killedAt = time.Now()
 			c.mu.Unlock()
@@ -207,25 +207,25 @@ func (c *Cluster) WaitSlotServed(t testing.TB, key string, timeout time.Duration
 	err = waitUntil(timeout, 50*time.Millisecond, func() string {
 		owner = ""
 		for _, p := range c.nodes {
-			if p.exited() {
+			if p.Stopped() {
 				continue
 			}
-			n, err := slotOwner(p.addr(), slot)
+			n, err := slotOwner(p.Addr(), slot)
 			if err != nil {
-				return p.addr() + ": " + err.Error()
+				return p.Addr() + ": " + err.Error()
 			}
 			if owner != "" && n.addr != owner {
 				return fmt.Sprintf("nodes disagree on the owner of %q: %s and %s", key, owner, n.addr)
 			}
 			if why := c.nodeDown(n.addr); why != "" {
-				return p.addr() + " says " + n.addr + " owns " + key + ", but it " + why
+				return p.Addr() + " says " + n.addr + " owns " + key + ", but it " + why
 			}
 			if bad := n.unhealthy(); bad != "" {
-				return fmt.Sprintf("%s sees the owner %s of %q flagged %s", p.addr(), n.addr, key, bad)
+				return fmt.Sprintf("%s sees the owner %s of %q flagged %s", p.Addr(), n.addr, key, bad)
 			}
 			owner = n.addr
-			if why := clusterStateNotOK(p.addr()); why != "" {
-				return p.addr() + ": " + why
+			if why := clusterStateNotOK(p.Addr()); why != "" {
+				return p.Addr() + ": " + why
 			}
 		}
 		if owner == "" {
@@ -255,8 +255,8 @@ func (c *Cluster) WaitSlotServed(t testing.TB, key string, timeout time.Duration
 // nodeDown returns why the node at addr is not a live node of c, or "".
 func (c *Cluster) nodeDown(addr string) string {
 	for _, p := range c.nodes {
-		if p.addr() == addr {
-			if p.exited() {
+		if p.Addr() == addr {
+			if p.Stopped() {
 				return "was killed"
 			}
 			return ""
@@ -269,10 +269,10 @@ func (c *Cluster) nodeDown(addr string) string {
 func (c *Cluster) keySlot(key string) (int, error) {
 	var err error
 	for _, p := range c.nodes {
-		if p.exited() {
+		if p.Stopped() {
 			continue
 		}
-		client := nodeClient(p.addr())
+		client := nodeClient(p.Addr())
 		ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 		var slot int64
 		slot, err = client.ClusterKeySlot(ctx, key).Result()

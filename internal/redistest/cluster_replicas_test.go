@@ -75,7 +75,7 @@ func TestClusterReplicasFailover(t *testing.T) {
 		t.Skip("the sub-test got no cluster")
 	}
 	for _, p := range c.nodes {
-		assertStopped(t, p.addr(), p)
+		assertStopped(t, p.Addr(), p.Process())
 	}
 }
 

@@ -2,36 +2,38 @@ package redistest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
+	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
+	"github.com/pacer-go/pacer/internal/launcher"
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
-	tclog "github.com/testcontainers/testcontainers-go/log"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
 
 const (
 	containerImage = "redis:7"
-	containerPort  = "6379/tcp"
-	dockerProbe    = 3 * time.Second // how long to wait for a Docker engine to answer
-	containerStart = 3 * time.Minute // pulling the image may take a while
+	dockerPing     = 2 * time.Second // how long a Docker socket has to answer
+	// launchTimeout bounds the start of a launcher (see package
+	// internal/launcher): the go command may build it first.
+	launchTimeout = 5 * time.Minute
 )
 
 // dockerProbeResult caches whether a Docker engine answered, once per test
-// binary: asking costs up to dockerProbe each time when none does.
+// binary: asking costs a launcher's run.
 var dockerProbeResult = sync.OnceValue(probeDocker)
 
 // dockerAvailable returns nil if testcontainers-go can reach a Docker engine,
-// or why not. It never hangs for more than dockerProbe and never panics.
+// or why not. It never panics, and never asks Docker with
+// REDISTEST_DOCKER=0.
 func dockerAvailable() error {
 	if v := os.Getenv("REDISTEST_DOCKER"); v == "0" || v == "false" {
 		return errors.New("the Docker fallback is disabled by REDISTEST_DOCKER=" + v)
@@ -39,86 +41,146 @@ func dockerAvailable() error {
 	return dockerProbeResult()
 }
 
+// containerRequired reports whether REDISTEST_DOCKER=require is set: then
+// NewPreferContainer uses a container or fails, so that a run that has a
+// Docker engine (.ci/run, when it could start one) proves the container
+// path ran.
+func containerRequired() bool { return os.Getenv("REDISTEST_DOCKER") == "require" }
+
+// probeDocker first checks, with nothing but the standard library, that a
+// Docker engine answers where testcontainers-go would look for one; only
+// then does it ask testcontainers-go itself (internal/testkit's
+// rediscontainer -probe), which costs a go run.
 func probeDocker() error {
-	ctx, cancel := context.WithTimeout(context.Background(), dockerProbe)
-	defer cancel()
-	res := make(chan error, 1) // buffered: a late answer must not block the goroutine
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				res <- fmt.Errorf("testcontainers panicked: %v", r)
-			}
-		}()
-		p, err := testcontainers.ProviderDefault.GetProvider(testcontainers.WithLogger(tclog.NewNoopLogger()))
-		if err != nil {
-			res <- err
-			return
-		}
-		res <- p.Health(ctx) // Health closes the provider
-	}()
-	select {
-	case err := <-res:
-		if err != nil {
-			return fmt.Errorf("no Docker engine is reachable: %w", err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("no Docker engine answered within %v", dockerProbe)
+	if err := pingDocker(); err != nil {
+		return err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), launchTimeout)
+	defer cancel()
+	c, err := launcher.Start(ctx, "rediscontainer", "-probe")
+	if err != nil {
+		return fmt.Errorf("the Docker probe failed: %w", err)
+	}
+	_ = c.Close()
+	if c.First != "ok" {
+		return errors.New(strings.TrimPrefix(c.First, "unavailable: "))
+	}
+	return nil
 }
 
-// newContainer starts a redis:7 container for t and terminates it on
-// t.Cleanup. When the Docker daemon publishes ports on this machine, the
-// container's port is bound to 127.0.0.1 only.
+// pingDocker returns nil if a Docker engine answers GET /_ping at
+// DOCKER_HOST, or, without it, at one of the sockets testcontainers-go
+// tries (the default one and the rootless ones). Where testcontainers-go
+// has settings of its own (~/.testcontainers.properties, a Docker context),
+// it leaves the question to testcontainers-go and returns nil.
+func pingDocker() error {
+	home, _ := os.UserHomeDir()
+	if host := os.Getenv("DOCKER_HOST"); host != "" {
+		return ping(host)
+	}
+	if os.Getenv("DOCKER_CONTEXT") != "" || dockerContext(home) != "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(home, ".testcontainers.properties")); err == nil {
+		return nil
+	}
+	socks := []string{"/var/run/docker.sock"}
+	if xdg := os.Getenv("XDG_RUNTIME_DIR"); xdg != "" {
+		socks = append(socks, filepath.Join(xdg, "docker.sock"), filepath.Join(xdg, ".docker", "run", "docker.sock"))
+	}
+	if home != "" {
+		socks = append(socks, filepath.Join(home, ".docker", "run", "docker.sock"), filepath.Join(home, ".docker", "desktop", "docker.sock"))
+	}
+	socks = append(socks, fmt.Sprintf("/run/user/%d/docker.sock", os.Getuid()))
+	var errs []error
+	for _, s := range socks {
+		err := ping("unix://" + s)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("no Docker engine answers (DOCKER_HOST is unset): %w", errors.Join(errs...))
+}
+
+// dockerContext returns the Docker CLI's current context, if it is not the
+// default one.
+func dockerContext(home string) string {
+	data, err := os.ReadFile(filepath.Join(home, ".docker", "config.json"))
+	if err != nil {
+		return ""
+	}
+	var cfg struct{ CurrentContext string }
+	if json.Unmarshal(data, &cfg) != nil || cfg.CurrentContext == "default" {
+		return ""
+	}
+	return cfg.CurrentContext
+}
+
+// ping sends GET /_ping to the Docker engine at host (unix:///path or
+// tcp://host:port; TLS is not tried: a tcp host that accepts connections
+// counts as an answer).
+func ping(host string) error {
+	u, err := url.Parse(host)
+	if err != nil {
+		return fmt.Errorf("DOCKER_HOST %q: %w", host, err)
+	}
+	switch u.Scheme {
+	case "tcp":
+		conn, err := net.DialTimeout("tcp", u.Host, dockerPing)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	case "unix":
+	default:
+		return nil // npipe, ssh...: for testcontainers-go to try
+	}
+	client := &http.Client{
+		Timeout: dockerPing,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", u.Path)
+		}},
+	}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://docker/_ping")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: GET /_ping: %s", host, resp.Status)
+	}
+	return nil
+}
+
+// newContainer starts a redis:7 container for t (internal/testkit's
+// rediscontainer, run as a child process) and terminates it on t.Cleanup.
+// When the Docker daemon publishes ports on this machine, the container's
+// port is bound to 127.0.0.1 only.
 func newContainer(t testing.TB) *Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), containerStart)
+	ctx, cancel := context.WithTimeout(context.Background(), launchTimeout)
 	defer cancel()
-	opts := []testcontainers.ContainerCustomizer{testcontainers.WithLogger(tclog.TestLogger(t))}
-	loopback := dockerPublishesOnLoopback(ctx)
-	if loopback {
-		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort(containerPort): {{HostIP: netip.MustParseAddr("127.0.0.1")}},
-			}
-		}))
-	}
-	c, err := tcredis.Run(ctx, containerImage, opts...)
-	testcontainers.CleanupContainer(t, c) // a no-op if c is nil
+	c, err := launcher.Start(ctx, "rediscontainer")
 	if err != nil {
 		t.Fatalf("redistest: start %s container: %v", containerImage, err)
 	}
-	url, err := c.ConnectionString(ctx)
-	if err != nil {
-		t.Fatalf("redistest: %s container address: %v", containerImage, err)
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("redistest: %s container: %v", containerImage, err)
+		}
+	})
+	if why, ok := strings.CutPrefix(c.First, "unavailable: "); ok {
+		t.Fatalf("redistest: start %s container: %s", containerImage, why)
 	}
-	ropts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("redistest: %s container address %q: %v", containerImage, url, err)
-	}
-	if loopback { // "localhost" might resolve to ::1, where nothing listens
-		_, port, _ := net.SplitHostPort(ropts.Addr)
-		ropts.Addr = net.JoinHostPort("127.0.0.1", port)
-	}
+	opts := &redis.Options{Addr: c.First}
+	report(t, SourceContainer, "server", c.First)
 	return &Server{
-		Addr:      ropts.Addr,
-		URL:       "redis://" + ropts.Addr + "/0",
-		Source:    SourceContainer,
-		Client:    newClient(t, ropts, "testcontainers "+containerImage),
-		opts:      ropts,
-		container: c,
+		Addr:   c.First,
+		URL:    "redis://" + c.First + "/0",
+		Source: SourceContainer,
+		Client: newClient(t, opts, "testcontainers "+containerImage),
+		opts:   opts,
 	}
-}
-
-// dockerPublishesOnLoopback reports whether the Docker daemon publishes
-// container ports on this machine's localhost (a local socket, and the tests
-// not themselves in a container), where binding them to 127.0.0.1 works.
-func dockerPublishesOnLoopback(ctx context.Context) bool {
-	p, err := testcontainers.NewDockerProvider(testcontainers.WithLogger(tclog.NewNoopLogger()))
-	if err != nil {
-		return false
-	}
-	defer p.Close()
-	host, err := p.DaemonHost(ctx)
-	return err == nil && (host == "localhost" || host == "127.0.0.1")
 }

@@ -13,21 +13,22 @@
 //  2. a throwaway redis-server process from PATH, on a free loopback port,
 //     with persistence off and its own temporary directory;
 //  3. a "redis:7" container started with testcontainers-go, when a Docker
-//     engine answers within a few seconds (set REDISTEST_DOCKER=0 to never
-//     try Docker);
+//     engine answers (set REDISTEST_DOCKER=0 to never try Docker);
 //  4. otherwise the test is skipped, unless the CI environment variable is
 //     non-empty, in which case a missing Redis fails the test.
 //
 // [NewPreferContainer] turns the order around for tests that should use a
 // stock Redis image whenever they can: a container when a Docker engine
-// answers, else New's order above. Every [Server], whatever its source, has
-// an Addr (host:port) and a URL (redis://host:port/db) for child processes.
+// answers, else New's order above; with REDISTEST_DOCKER=require, a
+// container or a failure. Every [Server], whatever its source, has an Addr
+// (host:port) and a URL (redis://host:port/db) for child processes.
 //
 // [NewProcess] always starts its own redis-server (for tests that need a
-// server nobody else uses, or that will stop or pause it), and [NewCluster]
-// starts a Redis Cluster of several redis-server processes joined with
-// redis-cli. Both follow the same skip-or-fail rule when the binaries are
-// missing from PATH.
+// server nobody else uses, or that will stop or pause it; package
+// internal/redisproc starts it, and programs use that package directly),
+// and [NewCluster] starts a Redis Cluster of several redis-server processes
+// joined with redis-cli. Both follow the same skip-or-fail rule when the
+// binaries are missing from PATH.
 //
 // For fault-injection tests:
 //
@@ -39,10 +40,21 @@
 //   - [NewClusterReplicas] starts a Redis Cluster whose masters have
 //     replicas, with [Cluster.MasterFor], [Cluster.KillNode] and
 //     [Cluster.WaitSlotServed];
-//   - [NewProxy] puts an in-process Toxiproxy in front of any address to add
-//     latency, hang, reset or refuse connections.
+//   - [NewProxy] puts a Toxiproxy in front of any address to add latency,
+//     hang, reset or refuse connections.
 //
-// [NewMiniredis] starts an in-process miniredis instead. It is not a real
-// Redis (its Lua and many edge cases differ) and is meant only for tests that
-// need to move time with FastForward.
+// [NewMiniredis] starts a miniredis instead. It is not a real Redis (its
+// Lua and many edge cases differ) and is meant only for tests that need to
+// move time with FastForward, or that run on what the examples embed.
+//
+// The container, the proxy and miniredis run in child processes: launchers
+// of the internal/testkit module, which package internal/launcher runs with
+// `go run`. This module's go.mod so lists neither testcontainers-go nor
+// Toxiproxy nor miniredis.
+//
+// Where each server came from is logged (go test -v), and, when the
+// REDISTEST_REPORT environment variable names a file, appended to it as a
+// line "<test binary> <test> <source> <kind> <addr>", with source one of
+// REDIS_URL, redis-server, testcontainers and miniredis; .ci/run sums the
+// file up.
 package redistest

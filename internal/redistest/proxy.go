@@ -1,31 +1,29 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/rs/zerolog"
+	"github.com/pacer-go/pacer/internal/launcher"
 )
 
-// Proxy is a TCP proxy in front of a server, run in the test process with
-// Toxiproxy (github.com/Shopify/toxiproxy/v2) as a library, that can slow
-// down, hang, reset or refuse the connections going through it.
+// Proxy is a TCP proxy in front of a server that can slow down, hang, reset
+// or refuse the connections going through it: a Toxiproxy
+// (github.com/Shopify/toxiproxy/v2) that internal/testkit's cmd/redisproxy
+// runs in a child process (see package internal/launcher), so that this
+// module's go.mod does not list Toxiproxy. Package internal/testkit/proxy
+// says exactly what each fault does.
 //
 // Point the client under test at Addr instead of the server. Latency,
-// timeout and reset toxics act on the connections already open as well as
-// on new ones, except where a method's comment says otherwise.
+// timeout and reset act on the connections already open as well as on new
+// ones (except that ResetPeer closes connections open before it with a FIN
+// rather than a reset).
 type Proxy struct {
 	Upstream string // host:port the proxy forwards to
 
 	addr  string
-	mu    sync.Mutex // serialises changes to the toxics
-	proxy *toxiproxy.Proxy
+	child *launcher.Child
 }
 
 // NewProxy starts a proxy on a free 127.0.0.1 port that forwards every
@@ -33,13 +31,18 @@ type Proxy struct {
 // through it on t.Cleanup.
 func NewProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
-	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	px := toxiproxy.NewProxy(server, "redistest-"+upstream, "127.0.0.1:0", upstream)
-	if err := px.Start(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), launchTimeout)
+	defer cancel()
+	child, err := launcher.Start(ctx, "redisproxy", upstream)
+	if err != nil {
 		t.Fatalf("redistest: proxy to %s: %v", upstream, err)
 	}
-	t.Cleanup(px.Stop)
-	return &Proxy{Upstream: upstream, addr: px.Listen, proxy: px}
+	t.Cleanup(func() {
+		if err := child.Close(); err != nil {
+			t.Errorf("redistest: proxy to %s: %v", upstream, err)
+		}
+	})
+	return &Proxy{Upstream: upstream, addr: child.First, child: child}
 }
 
 // Addr returns the proxy's host:port on 127.0.0.1. It stays the same across
@@ -51,41 +54,30 @@ func (p *Proxy) Addr() string { return p.addr }
 // replaces the delay.
 func (p *Proxy) AddLatency(t testing.TB, d time.Duration) {
 	t.Helper()
-	p.setToxic(t, "latency", "latency", "downstream", map[string]any{"latency": d.Milliseconds()}, true)
+	p.do(t, "latency "+d.String())
 }
 
 // AddTimeout stops all data in both directions, as a network that has gone
-// silent: connections are still accepted and stay open, but commands never
-// reach upstream and nothing comes back, so clients hang until their own
-// timeouts. When the toxic is removed again (Clear), Toxiproxy closes the
-// connections that were open while it was in place; clients must redial.
+// silent: connections are accepted and stay open, but nothing reaches
+// upstream or comes back. Clear closes the connections hung meanwhile;
+// clients must redial.
 func (p *Proxy) AddTimeout(t testing.TB) {
 	t.Helper()
-	for _, stream := range []string{"upstream", "downstream"} {
-		p.setToxic(t, "timeout_"+stream, "timeout", stream, map[string]any{"timeout": 0}, false)
-	}
+	p.do(t, "timeout")
 }
 
 // ResetPeer makes the proxy drop a connection as soon as the client sends
-// anything on it; the command never reaches upstream. New connections are
-// reset (TCP RST, "connection reset by peer"); on connections that were open
-// before the call Toxiproxy cannot set SO_LINGER, so they are closed with a
-// FIN instead and the client sees EOF. Idle connections stay open until used.
-// go-redis with RESP3 (its default) may report a reset during its connection
-// handshake as EOF too.
+// anything on it; the command never reaches upstream.
 func (p *Proxy) ResetPeer(t testing.TB) {
 	t.Helper()
-	p.setToxic(t, "reset_peer", "reset_peer", "upstream", map[string]any{"timeout": 0}, false)
+	p.do(t, "reset")
 }
 
 // Disable closes the proxy's listener and every connection through it, so
-// that new connections are refused, as when the server is down. Enable
-// listens again on the same address.
+// that new connections are refused, as when the server is down.
 func (p *Proxy) Disable(t testing.TB) {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.proxy.Stop()
+	p.do(t, "disable")
 }
 
 // Enable undoes Disable: the proxy accepts connections again on Addr. It
@@ -93,52 +85,19 @@ func (p *Proxy) Disable(t testing.TB) {
 // proxy does nothing.
 func (p *Proxy) Enable(t testing.TB) {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.enable(t)
+	p.do(t, "enable")
 }
 
-func (p *Proxy) enable(t testing.TB) {
-	t.Helper()
-	if err := p.proxy.Start(); err != nil && !errors.Is(err, toxiproxy.ErrProxyAlreadyStarted) {
-		t.Fatalf("redistest: enable proxy on %s: %v", p.addr, err)
-	}
-}
-
-// Clear removes every toxic and enables the proxy: connections flow
-// normally again. Connections hung by AddTimeout are closed by it (see
-// AddTimeout); others are kept.
+// Clear removes every fault and enables the proxy: connections flow
+// normally again.
 func (p *Proxy) Clear(t testing.TB) {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.proxy.Toxics.ResetToxics(context.Background())
-	p.enable(t)
+	p.do(t, "clear")
 }
 
-// setToxic adds the toxic name of type typ on stream ("upstream": client to
-// server, "downstream": server to client) to every connection. If it is
-// already there, it is replaced when replace is set and kept otherwise.
-// (Toxiproxy's own update of a running toxic's attributes is a data race.)
-func (p *Proxy) setToxic(t testing.TB, name, typ, stream string, attrs map[string]any, replace bool) {
+func (p *Proxy) do(t testing.TB, command string) {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.proxy.Toxics.GetToxic(name) != nil {
-		if !replace {
-			return
-		}
-		if err := p.proxy.Toxics.RemoveToxic(context.Background(), name); err != nil {
-			t.Fatalf("redistest: remove toxic %s from proxy %s: %v", name, p.addr, err)
-		}
-	}
-	body, err := json.Marshal(map[string]any{
-		"name": name, "type": typ, "stream": stream, "toxicity": 1, "attributes": attrs,
-	})
-	if err != nil {
-		t.Fatalf("redistest: toxic %s: %v", name, err)
-	}
-	if _, err := p.proxy.Toxics.AddToxicJson(bytes.NewReader(body)); err != nil {
-		t.Fatalf("redistest: toxic %s on proxy %s: %v", name, p.addr, err)
+	if err := p.child.Do(command); err != nil {
+		t.Fatalf("redistest: proxy on %s: %v", p.addr, err)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,7 +94,7 @@ func TestNewGivesSeparateServersFromPath(t *testing.T) {
 	// Each answers from its own process.
 	pa, err := a.Client.Info(ctx(t), "server").Result()
 	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprint(a.proc.cmd.Process.Pid), infoField(pa, "process_id"))
+	assert.Equal(t, fmt.Sprint(a.proc.Process().Pid()), redisproc.InfoField(pa, "process_id"))
 }
 
 func TestCleanupStopsProcess(t *testing.T) {
@@ -104,7 +106,7 @@ func TestCleanupStopsProcess(t *testing.T) {
 	if s == nil {
 		t.Skip("the sub-test got no server")
 	}
-	assertStopped(t, s.Addr, s.proc)
+	assertStopped(t, s.Addr, s.proc.Process())
 }
 
 func TestNewCluster(t *testing.T) {
@@ -120,7 +122,7 @@ func TestNewCluster(t *testing.T) {
 		t.Skip("the sub-test got no cluster")
 	}
 	for i, addr := range c.Addrs {
-		assertStopped(t, addr, c.nodes[i])
+		assertStopped(t, addr, c.nodes[i].Process())
 	}
 }
 
@@ -190,20 +192,17 @@ func checkCluster(t *testing.T, c *Cluster) {
 
 // assertStopped checks that a process started by a finished test has been
 // stopped, reaped, and its directory removed.
-func assertStopped(t *testing.T, addr string, p *process) {
+func assertStopped(t *testing.T, addr string, p *redisproc.Process) {
 	t.Helper()
 	if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 		conn.Close()
 		t.Errorf("%s still accepts connections after its test ended", addr)
 	}
-	select {
-	case <-p.done:
-		assert.NotNil(t, p.cmd.ProcessState, "process not reaped")
-	default:
-		t.Errorf("process %d on %s still running after its test ended", p.cmd.Process.Pid, addr)
+	if !p.Exited() { // Exited: it has been reaped
+		t.Errorf("process %d on %s still running after its test ended", p.Pid(), addr)
 	}
-	_, err := os.Stat(p.dir)
-	assert.True(t, errors.Is(err, os.ErrNotExist), "%s not removed: %v", p.dir, err)
+	_, err := os.Stat(p.Dir())
+	assert.True(t, errors.Is(err, os.ErrNotExist), "%s not removed: %v", p.Dir(), err)
 }
 
 func TestNewMiniredis(t *testing.T) {
@@ -214,6 +213,24 @@ func TestNewMiniredis(t *testing.T) {
 	assert.Equal(t, "v", got)
 	m.FastForward(2 * time.Second)
 	assert.ErrorIs(t, c.Get(ctx(t), "k").Err(), redis.Nil)
+}
+
+// TestReport: with REDISTEST_REPORT set, each server handed out adds a line
+// saying where it came from.
+func TestReport(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report")
+	t.Setenv("REDISTEST_REPORT", path)
+	var s *Server
+	t.Run("server", func(t *testing.T) { s = New(t) })
+	if s == nil {
+		t.Skip("the sub-test got no server")
+	}
+	_, mc := NewMiniredis(t)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	want := fmt.Sprintf("%s TestReport/server %s server %s\n%s TestReport miniredis server %s\n",
+		filepath.Base(os.Args[0]), s.Source, s.Addr, filepath.Base(os.Args[0]), mc.Options().Addr)
+	assert.Equal(t, want, string(data))
 }
 
 func TestPrefix(t *testing.T) {
@@ -235,7 +252,7 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"no Docker", []string{"REDISTEST_DOCKER=0"}},
 	}
-	if dockerAvailable() != nil {
+	if dockerProbeResult() != nil {
 		// Without an engine the real probe is quick: exercise it too.
 		cases = append(cases, struct {
 			name string
@@ -318,30 +335,4 @@ func TestNoRedisChild(t *testing.T) {
 		NewSentinel(t)
 		t.Error("unreachable: NewSentinel returned without Redis")
 	})
-}
-
-func TestStartFailureReportsLog(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not on PATH")
-	}
-	_, err = startProcess(t, bin, false, "--no-such-directive", "1")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), fmt.Sprintf("attempt %d:", startAttempts), "retried")
-	assert.Contains(t, err.Error(), "exited before answering")
-	assert.Contains(t, err.Error(), "no-such-directive", "log tail included")
-	reserved.Lock()
-	defer reserved.Unlock()
-	assert.Empty(t, reserved.ports, "ports of failed starts released")
-}
-
-func TestWaitReadyRejectsForeignServer(t *testing.T) {
-	s := NewProcess(t)
-	// A process that is not the server listening on s's port.
-	cmd := exec.Command(s.proc.bin, "--version")
-	require.NoError(t, cmd.Start())
-	p := &process{port: s.proc.port, cmd: cmd, done: make(chan struct{})}
-	defer func() { _ = cmd.Wait() }()
-	err := p.waitReady(time.Second)
-	assert.ErrorContains(t, err, "port answered by another server")
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,8 +43,8 @@ type Sentinel struct {
 	Client        *redis.Client // a ready failover client (redis.NewFailoverClient), closed on t.Cleanup
 
 	mu        sync.Mutex
-	data      map[string]*process // master and replica by address
-	sentinels []*process
+	data      map[string]*redisproc.Server // master and replica by address
+	sentinels []*redisproc.Server
 	killed    string    // address KillMaster killed last
 	killedAt  time.Time // when
 }
@@ -64,35 +65,26 @@ func NewSentinel(t testing.TB) *Sentinel {
 	if err != nil {
 		unavailable(t, "redis-server is not on PATH: %v", err)
 	}
-	s := &Sentinel{MasterName: sentinelMasterName, data: map[string]*process{}}
+	s := &Sentinel{MasterName: sentinelMasterName, data: map[string]*redisproc.Server{}}
 
-	master, err := startProcess(t, bin, false, dataNodeArgs...)
-	if err != nil {
-		t.Fatalf("redistest: sentinel master: %v", err)
-	}
-	replica, err := startProcess(t, bin, false,
-		append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}, dataNodeArgs...)...)
-	if err != nil {
-		t.Fatalf("redistest: sentinel replica: %v", err)
-	}
-	s.data[master.addr()], s.data[replica.addr()] = master, replica
+	master := startServer(t, redisproc.Spec{Bin: bin, Args: dataNodeArgs}, "sentinel master")
+	replica := startServer(t, redisproc.Spec{Bin: bin,
+		Args: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port())}, dataNodeArgs...)}, "sentinel replica")
+	s.data[master.Addr()], s.data[replica.Addr()] = master, replica
 	// Before the sentinels start: the first INFO a sentinel gets from the
 	// master must list the replica, or it learns of it only 10 s later.
-	if err := waitUntil(replicaSyncLimit, pollInterval, func() string { return replicaNotSynced(replica.addr()) }); err != nil {
+	if err := waitUntil(replicaSyncLimit, pollInterval, func() string { return replicaNotSynced(replica.Addr()) }); err != nil {
 		t.Fatalf("redistest: sentinel replica: %v", err)
 	}
 
-	conf := sentinelConfig(s.MasterName, master.port)
+	conf := sentinelConfig(s.MasterName, master.Port())
 	for range sentinelCount {
-		p, err := startSpec(t, spec{bin: bin, config: conf, extra: []string{"--sentinel"}})
-		if err != nil {
-			t.Fatalf("redistest: sentinel: %v", err)
-		}
+		p := startServer(t, redisproc.Spec{Bin: bin, Config: conf, Args: []string{"--sentinel"}}, "sentinel")
 		s.sentinels = append(s.sentinels, p)
-		s.SentinelAddrs = append(s.SentinelAddrs, p.addr())
+		s.SentinelAddrs = append(s.SentinelAddrs, p.Addr())
 	}
 	err = waitUntil(sentinelReadyLimit, 50*time.Millisecond, func() string {
-		return s.notReady(master.addr(), replica.addr())
+		return s.notReady(master.Addr(), replica.Addr())
 	})
 	if err != nil {
 		t.Fatalf("redistest: sentinels: %v\n%s", err, s.logTails())
@@ -108,6 +100,7 @@ func NewSentinel(t testing.TB) *Sentinel {
 	if err := s.Client.Ping(ctx).Err(); err != nil {
 		t.Fatalf("redistest: PING master %q through sentinels %v: %v", s.MasterName, s.SentinelAddrs, err)
 	}
+	report(t, SourceProcess, "sentinel", strings.Join(s.SentinelAddrs, ","))
 	return s
 }
 
@@ -220,10 +213,10 @@ func (s *Sentinel) KillMaster(t testing.TB) string {
 	if p == nil {
 		t.Fatalf("redistest: the sentinels report master %s, which this Sentinel did not start", addr)
 	}
-	if p.exited() {
+	if p.Stopped() {
 		t.Fatalf("redistest: the sentinels report master %s, which is already dead and has no replica to promote", addr)
 	}
-	p.terminate() // the port stays reserved until the test ends
+	p.Stop() // the port stays reserved until the test ends
 	s.killed, s.killedAt = addr, time.Now()
 	return addr
 }
@@ -277,7 +270,7 @@ func (s *Sentinel) WaitFailover(t testing.TB, timeout time.Duration) string {
 func (s *Sentinel) logTails() string {
 	var b strings.Builder
 	for _, p := range s.sentinels {
-		fmt.Fprintf(&b, "=== sentinel %s ===\n%s", p.addr(), p.logTail())
+		fmt.Fprintf(&b, "=== sentinel %s ===\n%s", p.Addr(), p.LogTail())
 	}
 	return b.String()
 }

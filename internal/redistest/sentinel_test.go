@@ -46,9 +46,9 @@ func TestSentinelFailover(t *testing.T) {
 		t.Skip("the sub-test got no sentinel setup")
 	}
 	for _, p := range s.sentinels {
-		assertStopped(t, p.addr(), p)
+		assertStopped(t, p.Addr(), p.Process())
 	}
 	for addr, p := range s.data {
-		assertStopped(t, addr, p)
+		assertStopped(t, addr, p.Process())
 	}
 }

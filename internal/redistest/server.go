@@ -4,22 +4,24 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
 
-// Values of Server.Source.
+// Values of Server.Source, and the sources report names.
 const (
 	SourceURL       = "REDIS_URL"      // the server named by $REDIS_URL
 	SourceProcess   = "redis-server"   // a redis-server process from PATH
 	SourceContainer = "testcontainers" // a container started by testcontainers-go
+	SourceMiniredis = "miniredis"      // NewMiniredis (never a Server's Source)
 )
 
 // pingTimeout bounds the PING that checks a client before it is handed out.
@@ -32,12 +34,8 @@ type Server struct {
 	Source string        // SourceURL, SourceProcess or SourceContainer
 	Client *redis.Client // ready (PING ok), closed on t.Cleanup
 
-	opts      *redis.Options          // how to reach the server; copied by NewClient
-	container *tcredis.RedisContainer // set when Source is SourceContainer
-
-	mu       sync.Mutex // guards proc and restarts
-	proc     *process   // set when Source is SourceProcess; replaced by Restart
-	restarts int        // how many processes Restart has launched
+	opts *redis.Options    // how to reach the server; copied by NewClient
+	proc *redisproc.Server // set when Source is SourceProcess
 }
 
 // New returns a real Redis for t, found in this order:
@@ -71,15 +69,21 @@ func New(t testing.TB) *Server {
 // testcontainers-go when a Docker engine answers, even if REDIS_URL is set
 // or redis-server is on PATH; otherwise it returns what [New] finds, in New's
 // order (so without Docker it passes, skips or fails exactly as New does).
-// The Docker probe is New's: asked once per test binary, for at most a few
-// seconds, never with REDISTEST_DOCKER=0. Use it where a test should run
-// against a stock Redis image whenever it can, such as the end-to-end tests
-// of the examples. As with New, child processes reach the server through
-// Addr or URL.
+// The Docker probe is New's: asked once per test binary, never with
+// REDISTEST_DOCKER=0. With REDISTEST_DOCKER=require (which .ci/run sets when
+// it has a Docker engine), a missing engine fails the test instead: the
+// container path provably ran. Use it where a test should run against a
+// stock Redis image whenever it can, such as the end-to-end tests of the
+// examples. As with New, child processes reach the server through Addr or
+// URL.
 func NewPreferContainer(t testing.TB) *Server {
 	t.Helper()
-	if dockerAvailable() == nil {
+	err := dockerAvailable()
+	if err == nil {
 		return newContainer(t)
+	}
+	if containerRequired() {
+		t.Fatalf("redistest: REDISTEST_DOCKER=require is set, but %v", err)
 	}
 	return New(t)
 }
@@ -109,6 +113,7 @@ func fromURL(t testing.TB, url string) *Server {
 	if err != nil {
 		t.Fatalf("redistest: REDIS_URL: %v", err)
 	}
+	report(t, SourceURL, "server", opts.Addr)
 	return &Server{
 		Addr:   opts.Addr,
 		URL:    url,
@@ -120,23 +125,33 @@ func fromURL(t testing.TB, url string) *Server {
 
 func newProcess(t testing.TB, bin string) *Server {
 	t.Helper()
-	p, err := startProcess(t, bin, false)
-	if err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
-	opts := &redis.Options{Addr: p.addr()}
-	s := &Server{
-		Addr:   p.addr(),
-		URL:    "redis://" + p.addr() + "/0",
+	p := startServer(t, redisproc.Spec{Bin: bin}, "")
+	opts := &redis.Options{Addr: p.Addr()}
+	report(t, SourceProcess, "server", p.Addr())
+	return &Server{
+		Addr:   p.Addr(),
+		URL:    p.URL(),
 		Source: SourceProcess,
 		Client: newClient(t, opts, bin),
 		opts:   opts,
 		proc:   p,
 	}
-	// Runs before p's own cleanup, which then only releases the port: kill
-	// the process Restart may have put in p's place.
-	t.Cleanup(s.kill)
-	return s
+}
+
+// startServer starts a redis-server for sp (see package redisproc) and
+// closes it on t.Cleanup, or fails t, saying what failed to start (role,
+// if not empty).
+func startServer(t testing.TB, sp redisproc.Spec, role string) *redisproc.Server {
+	t.Helper()
+	p, err := redisproc.Start(sp)
+	if err != nil {
+		if role != "" {
+			t.Fatalf("redistest: %s: %v", role, err)
+		}
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // newClient returns a client for opts that has answered PING, closed on
@@ -163,6 +178,28 @@ func unavailable(t testing.TB, format string, args ...any) {
 		t.Fatalf("redistest: %s (CI=%q is set, so this is a failure, not a skip)", msg, ci)
 	}
 	t.Skipf("redistest: %s", msg)
+}
+
+// report says where t's Redis came from (source) and what it is (kind:
+// server, cluster, sentinel): in t's log, and, when REDISTEST_REPORT names
+// a file, in a line appended to it, "<test binary> <test> <source> <kind>
+// <addr>", which .ci/run sums up after the tests.
+func report(t testing.TB, source, kind, addr string) {
+	t.Helper()
+	t.Logf("redistest: a %s from %s at %s", kind, source, addr)
+	path := os.Getenv("REDISTEST_REPORT")
+	if path == "" {
+		return
+	}
+	line := fmt.Sprintf("%s %s %s %s %s\n", filepath.Base(os.Args[0]), t.Name(), source, kind, addr)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = f.WriteString(line) // one write: lines from parallel tests stay whole
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Errorf("redistest: REDISTEST_REPORT: %v", err)
+	}
 }
 
 // Prefix returns a fresh random key prefix for t, like "pacertest:1a2b3c4d:",

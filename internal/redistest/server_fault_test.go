@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,10 +15,10 @@ import (
 
 func TestStopRestart(t *testing.T) {
 	var s *Server
-	var first *process
+	var first *redisproc.Process
 	t.Run("server", func(t *testing.T) {
 		s = NewProcess(t)
-		first = s.proc
+		first = s.proc.Process()
 		require.NoError(t, s.Client.Set(ctx(t), "k", "v", 0).Err())
 
 		s.Stop(t)
@@ -31,7 +32,7 @@ func TestStopRestart(t *testing.T) {
 		start := time.Now()
 		s.Restart(t)
 		t.Logf("restarted %s in %v", s.Addr, time.Since(start).Round(time.Millisecond))
-		assert.NotSame(t, first, s.proc)
+		assert.NotSame(t, first, s.proc.Process())
 		require.NoError(t, s.Client.Ping(ctx(t)).Err(), "the old client reconnects")
 		assert.ErrorIs(t, s.Client.Get(ctx(t), "k").Err(), redis.Nil, "the new server is empty")
 		require.NoError(t, s.Client.Set(ctx(t), "k", "v2", 0).Err())
@@ -42,15 +43,13 @@ func TestStopRestart(t *testing.T) {
 		t.Logf("restarted a running %s in %v", s.Addr, time.Since(start).Round(time.Millisecond))
 		require.NoError(t, s.Client.Ping(ctx(t)).Err())
 		assert.ErrorIs(t, s.Client.Get(ctx(t), "k").Err(), redis.Nil)
-		reserved.Lock()
-		assert.True(t, reserved.ports[s.proc.port], "the port stays reserved")
-		reserved.Unlock()
+		assert.True(t, redisproc.Reserved(s.proc.Port()), "the port stays reserved")
 	})
 	if s == nil {
 		t.Skip("the sub-test got no server")
 	}
 	assertStopped(t, s.Addr, first)
-	assertStopped(t, s.Addr, s.proc)
+	assertStopped(t, s.Addr, s.proc.Process())
 }
 
 func TestFreezeThaw(t *testing.T) {
@@ -61,7 +60,7 @@ func TestFreezeThaw(t *testing.T) {
 		require.NoError(t, c.Ping(ctx(t)).Err())
 
 		s.Freeze(t)
-		state, ok := procState(s.proc.cmd.Process.Pid)
+		state, ok := s.proc.Process().State()
 		if ok {
 			assert.Equal(t, byte('T'), state, "process state")
 		}
@@ -98,7 +97,7 @@ func TestFreezeThaw(t *testing.T) {
 	if s == nil {
 		t.Skip("the sub-test got no server")
 	}
-	assertStopped(t, s.Addr, s.proc)
+	assertStopped(t, s.Addr, s.proc.Process())
 }
 
 func TestFaultsNeedAProcess(t *testing.T) {

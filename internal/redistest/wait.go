@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
-// nodeTimeout bounds each command that polls a node or a sentinel.
-const nodeTimeout = time.Second
+const (
+	nodeTimeout  = time.Second // bounds each command that polls a node or a sentinel
+	pollInterval = 20 * time.Millisecond
+)
 
 // nodeClient returns a client to one node for polling it: short timeouts, no
 // retries, one connection. The caller closes it.
@@ -56,7 +59,7 @@ func replicaNotSynced(addr string) string {
 		{"master_link_status", "up"},
 		{"master_sync_in_progress", "0"},
 	} {
-		if got := infoField(info, want[0]); got != want[1] {
+		if got := redisproc.InfoField(info, want[0]); got != want[1] {
 			return fmt.Sprintf("%s: %s is %q, want %q", addr, want[0], got, want[1])
 		}
 	}

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 // its cluster bus port when no cluster-port is configured.
 const clusterBusOffset = 10000
 
-// reserved holds the ports handed to processes of this test binary that have
-// not been released yet, so that two helpers running in parallel never pick
-// the same port even if the kernel hands it out twice.
+// reserved holds the ports handed to servers of this process that have not
+// been released yet, so that two servers started in parallel never pick the
+// same port even if the kernel hands it out twice.
 var reserved = struct {
 	sync.Mutex
 	ports map[int]bool
@@ -43,7 +43,7 @@ func pickPort(withBus bool) (int, error) {
 		if reserve(port, withBus) {
 			return port, nil
 		}
-		lastErr = fmt.Errorf("port %d is already used by this test binary", port)
+		lastErr = fmt.Errorf("port %d is already used by a server of this process", port)
 	}
 	return 0, fmt.Errorf("no free port on 127.0.0.1 after %d attempts: %w", attempts, lastErr)
 }
@@ -73,6 +73,14 @@ func reserve(port int, withBus bool) bool {
 		reserved.ports[port+clusterBusOffset] = true
 	}
 	return true
+}
+
+// Reserved reports whether port belongs to a server of this process that
+// has not been closed.
+func Reserved(port int) bool {
+	reserved.Lock()
+	defer reserved.Unlock()
+	return reserved.ports[port]
 }
 
 func releasePort(port int, withBus bool) {

@@ -62,7 +62,7 @@ func TestCallsPer100ms(t *testing.T) {
 		Series: Hosts(map[string][]time.Time{
 			"h1.example": paced(start.Add(time.Millisecond), 100, 20),
 			"h0.example": paced(start, 200, 20),
-		}),
+		}, nil),
 	}
 	var buf bytes.Buffer
 	if err := CallsPer100ms(&buf, c); err != nil {
@@ -79,6 +79,34 @@ func TestCallsPer100ms(t *testing.T) {
 		t.Errorf("the chart is %d bytes, want 1 kB to 100 kB", n)
 	}
 	t.Logf("%d bytes", buf.Len())
+}
+
+// TestRejections: 429s are counted in their host's panel title and marked,
+// with a legend entry; a host that only got 429s has a panel too.
+func TestRejections(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	series := Hosts(map[string][]time.Time{"h0.example": paced(start, 40, 20)},
+		map[string][]time.Time{"h0.example": paced(start.Add(time.Second), 3, 20), "h1.example": {start}})
+	if len(series) != 2 || series[1].Name != "h1.example" || len(series[1].Calls) != 0 || len(series[1].Rejected) != 1 {
+		t.Fatalf("Hosts = %+v, want h0.example and h1.example (429s only)", series)
+	}
+	var buf bytes.Buffer
+	if err := CallsPer100ms(&buf, Chart{Start: start, Rate: 20, ProviderLimit: 18, Series: series}); err != nil {
+		t.Fatalf("CallsPer100ms: %v", err)
+	}
+	text := parseSVG(t, buf.Bytes())
+	for _, want := range []string{"h0.example (40 calls), 3 refused with 429", "h1.example (0 calls), 1 refused with 429", "429s it answered, per 100 ms"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the chart's text does not contain %q", want)
+		}
+	}
+	buf.Reset()
+	if err := CallsPer100ms(&buf, Chart{Start: start, Rate: 20, Series: series[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	if text := parseSVG(t, buf.Bytes()); strings.Contains(text, "provider:") {
+		t.Error("a chart without ProviderLimit has a provider line in its legend")
+	}
 }
 
 func TestWriteFile(t *testing.T) {

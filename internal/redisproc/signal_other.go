@@ -1,6 +1,6 @@
 //go:build !unix
 
-package redistest
+package redisproc
 
 import (
 	"errors"
@@ -12,3 +12,6 @@ func pause(*os.Process) error { return errors.ErrUnsupported }
 
 // resume would continue p with SIGCONT, which this platform does not have.
 func resume(*os.Process) error { return errors.ErrUnsupported }
+
+// procState cannot tell without /proc.
+func procState(int) (byte, bool) { return 0, false }

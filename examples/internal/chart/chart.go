@@ -1,0 +1,362 @@
+// Package chart draws what the provider saw during an example's run: for
+// each host, a panel of its own with the calls it accepted in each 100 ms
+// (a filled step), the 429s it answered (red crosses), pacer's limit (a red
+// line drawn over the calls, so that calls at the limit touch it) and the
+// provider's limit (dashed). The legend sits above the panels, over no
+// data. The examples write it with -plot FILE.svg.
+//
+// It uses gonum.org/v1/plot and writes SVG without embedded fonts, so a
+// chart of a run of a few minutes is tens of kilobytes.
+package chart
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Bucket is the width of one step of the chart.
+const Bucket = 100 * time.Millisecond
+
+// Errors for a Chart that cannot be drawn.
+var (
+	ErrNoCalls      = errors.New("chart: no calls to draw")
+	ErrInvalidLimit = errors.New("chart: invalid limit")
+)
+
+// Series is one panel of the chart: the calls one host accepted, and the
+// calls it refused with 429.
+type Series struct {
+	Name     string
+	Calls    []time.Time
+	Rejected []time.Time // optional
+}
+
+// Chart is a chart of calls per 100 ms.
+type Chart struct {
+	// Title is printed above the chart. Default: "calls per 100 ms".
+	Title string
+
+	// Start is time 0 on the x axis, the start of the run; no call may
+	// come before it. Default (zero): the first call.
+	Start time.Time
+
+	// Rate is pacer's limit in calls per second, drawn as a horizontal
+	// line at Rate/10 calls per 100 ms. Required: positive and finite.
+	Rate float64
+
+	// ProviderLimit, if positive, is the calls the provider accepts in any
+	// 1 s, drawn as a dashed line at ProviderLimit/10 per 100 ms (the
+	// provider counts over 1 s, so a single 100 ms may hold more). Default
+	// (0): not drawn.
+	ProviderLimit int
+
+	// Series are the panels, one per host, from top to bottom. At least
+	// one accepted call is required.
+	Series []Series
+}
+
+// Hosts turns the calls per host (as provider.Server.Calls returns them)
+// and the 429s per host (provider.Server.Rejections; nil for none) into one
+// Series per host, sorted by name.
+func Hosts(calls, rejected map[string][]time.Time) []Series {
+	out := make([]Series, 0, len(calls))
+	for h, c := range calls {
+		out = append(out, Series{Name: h, Calls: c, Rejected: rejected[h]})
+	}
+	for h, r := range rejected {
+		if _, ok := calls[h]; !ok {
+			out = append(out, Series{Name: h, Rejected: r})
+		}
+	}
+	slices.SortFunc(out, func(a, b Series) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// The chart's layout.
+const (
+	width       = 8 * vg.Inch
+	headerH     = 0.9 * vg.Inch // the title and the legend
+	panelH      = 1.7 * vg.Inch // each panel, when there are several
+	lonePanelH  = 3 * vg.Inch   // a single panel
+	marginWidth = 0.15 * vg.Inch
+)
+
+// Colours: the hosts' fills come from palette; red is pacer's limit and the
+// 429s.
+var (
+	limitColor  = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+	rejectColor = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+	palette     = []color.RGBA{
+		{R: 31, G: 119, B: 180, A: 255},  // blue
+		{R: 44, G: 160, B: 44, A: 255},   // green
+		{R: 255, G: 127, B: 14, A: 255},  // orange
+		{R: 148, G: 103, B: 189, A: 255}, // purple
+		{R: 140, G: 86, B: 75, A: 255},   // brown
+		{R: 23, G: 190, B: 207, A: 255},  // cyan
+	}
+)
+
+// CallsPer100ms writes c as an SVG document to w. It fails with an error
+// wrapping ErrInvalidLimit if c.Rate is not positive and finite or
+// c.ProviderLimit is negative, with ErrNoCalls if no series has an
+// accepted call, and with an error if a call comes before c.Start.
+func CallsPer100ms(w io.Writer, c Chart) error {
+	l, err := c.layout()
+	if err != nil {
+		return err
+	}
+	h := headerH + vg.Length(len(l.panels))*panelH
+	if len(l.panels) == 1 {
+		h = headerH + lonePanelH
+	}
+	canvas := vgsvg.New(width, h)
+	dc := draw.New(canvas)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+
+	header := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
+		Min: vg.Point{X: dc.Min.X + marginWidth, Y: dc.Max.Y - headerH},
+		Max: vg.Point{X: dc.Max.X - marginWidth, Y: dc.Max.Y},
+	}}
+	l.drawHeader(header)
+
+	body := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
+		Min: dc.Min,
+		Max: vg.Point{X: dc.Max.X, Y: dc.Max.Y - headerH},
+	}}
+	rows := make([][]*plot.Plot, len(l.panels))
+	for i, p := range l.panels {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadY: vg.Points(6), PadLeft: vg.Points(4), PadRight: marginWidth, PadBottom: vg.Points(4)}
+	for i, cs := range plot.Align(rows, tiles, body) {
+		rows[i][0].Draw(cs[0])
+	}
+	if _, err := canvas.WriteTo(w); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes c as an SVG document to the file path (see
+// CallsPer100ms). Nothing is written if c cannot be drawn.
+func WriteFile(path string, c Chart) error {
+	var buf bytes.Buffer
+	if err := CallsPer100ms(&buf, c); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	return nil
+}
+
+// layout is a chart ready to draw: its panels and the legend's entries.
+type layout struct {
+	title  string
+	panels []*plot.Plot
+	legend [2]plot.Legend // two columns
+}
+
+// layout validates c and builds the panels and the legend.
+func (c Chart) layout() (*layout, error) {
+	if c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		return nil, fmt.Errorf("%w: Rate %v, want a positive finite rate", ErrInvalidLimit, c.Rate)
+	}
+	if c.ProviderLimit < 0 {
+		return nil, fmt.Errorf("%w: ProviderLimit %d is negative", ErrInvalidLimit, c.ProviderLimit)
+	}
+	var first, last time.Time
+	accepted := 0
+	for _, s := range c.Series {
+		accepted += len(s.Calls)
+		for _, t := range slices.Concat(s.Calls, s.Rejected) {
+			if first.IsZero() || t.Before(first) {
+				first = t
+			}
+			if t.After(last) {
+				last = t
+			}
+		}
+	}
+	if accepted == 0 {
+		return nil, ErrNoCalls
+	}
+	start := c.Start
+	if start.IsZero() {
+		start = first
+	}
+	if first.Before(start) {
+		return nil, fmt.Errorf("chart: a call at %v comes %v before Start", first.Format(time.RFC3339Nano), start.Sub(first))
+	}
+	buckets := int(last.Sub(start)/Bucket) + 1
+	end := (time.Duration(buckets) * Bucket).Seconds()
+
+	// The same y range in every panel, so that they compare at a glance.
+	top := c.Rate / 10
+	if c.ProviderLimit > 0 {
+		top = math.Max(top, float64(c.ProviderLimit)/10)
+	}
+	counts := make([][2][]int, len(c.Series)) // per series: accepted, rejected per bucket
+	for i, s := range c.Series {
+		counts[i] = [2][]int{perBucket(s.Calls, start, buckets), perBucket(s.Rejected, start, buckets)}
+		top = math.Max(top, float64(max(slices.Max(counts[i][0]), slices.Max(counts[i][1]))))
+	}
+
+	l := &layout{title: c.Title}
+	if l.title == "" {
+		l.title = "calls per 100 ms"
+	}
+	limit := hline(end, c.Rate/10, limitColor, nil)
+	var provider *plotter.Line
+	if c.ProviderLimit > 0 {
+		provider = hline(end, float64(c.ProviderLimit)/10, color.Black, []vg.Length{vg.Points(4), vg.Points(3)})
+	}
+	var fill0 plot.Thumbnailer // the first host's, for the legend
+	var marks *plotter.Scatter
+	for i, s := range c.Series {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("%s (%d calls)", s.Name, len(s.Calls))
+		if len(s.Rejected) > 0 {
+			p.Title.Text += fmt.Sprintf(", %d refused with 429", len(s.Rejected))
+		} else {
+			p.Title.Text += ", no 429"
+		}
+		p.Title.Padding = vg.Points(2)
+		p.Title.TextStyle.Font.Size = vg.Points(10)
+		p.Y.Label.Text = "calls per 100 ms"
+		p.Y.Label.TextStyle.Font.Size = vg.Points(9)
+		p.X.Label.TextStyle.Font.Size = vg.Points(10)
+		if i == len(c.Series)-1 {
+			p.X.Label.Text = "time since start (s)"
+		}
+		p.X.Min, p.X.Max = 0, end
+		p.Y.Min, p.Y.Max = 0, math.Ceil(top*1.15)+0.5
+		p.Add(plotter.NewGrid())
+
+		fill, err := plotter.NewPolygon(steps(counts[i][0], end))
+		if err != nil {
+			return nil, fmt.Errorf("chart: %s: %w", s.Name, err)
+		}
+		clr := palette[i%len(palette)]
+		fill.Color = color.NRGBA{R: clr.R, G: clr.G, B: clr.B, A: 80} // not premultiplied, unlike RGBA
+		fill.LineStyle = draw.LineStyle{Color: clr, Width: vg.Points(0.75)}
+		p.Add(fill)
+		if fill0 == nil {
+			fill0 = fill
+		}
+		// Over the calls: calls exactly at the limit touch the line.
+		p.Add(limit)
+		if provider != nil {
+			p.Add(provider)
+		}
+		if len(s.Rejected) > 0 {
+			sc, err := plotter.NewScatter(points(counts[i][1]))
+			if err != nil {
+				return nil, fmt.Errorf("chart: %s: %w", s.Name, err)
+			}
+			sc.GlyphStyle = draw.GlyphStyle{Color: rejectColor, Radius: vg.Points(4), Shape: boldCross{}}
+			p.Add(sc)
+			marks = sc
+		}
+		l.panels = append(l.panels, p)
+	}
+
+	for i := range l.legend {
+		l.legend[i] = plot.NewLegend()
+		l.legend[i].Top, l.legend[i].Left = true, true
+		l.legend[i].TextStyle.Font.Size = vg.Points(9)
+		l.legend[i].Padding = vg.Points(3)
+	}
+	l.legend[0].Add("calls the provider accepted, per 100 ms (one panel per host)", fill0)
+	if marks != nil {
+		l.legend[0].Add("429s it answered, per 100 ms", marks)
+	}
+	l.legend[1].Add(fmt.Sprintf("pacer's limit: %g/s = %g per 100 ms", c.Rate, c.Rate/10), limit)
+	if provider != nil {
+		l.legend[1].Add(fmt.Sprintf("provider: %d in any 1 s, /10", c.ProviderLimit), provider)
+	}
+	return l, nil
+}
+
+// drawHeader draws the title and, under it, the legend in two columns.
+func (l *layout) drawHeader(c draw.Canvas) {
+	title := plot.New().Title.TextStyle
+	title.XAlign, title.YAlign = draw.XCenter, draw.YTop
+	c.FillText(title, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - vg.Points(6)}, l.title)
+	below := c.Max.Y - vg.Points(6) - title.Height(l.title) - vg.Points(6)
+	split := c.Min.X + (c.Max.X-c.Min.X)*0.58
+	for i, r := range []vg.Rectangle{
+		{Min: vg.Point{X: c.Min.X, Y: c.Min.Y}, Max: vg.Point{X: split, Y: below}},
+		{Min: vg.Point{X: split, Y: c.Min.Y}, Max: vg.Point{X: c.Max.X, Y: below}},
+	} {
+		l.legend[i].Draw(draw.Canvas{Canvas: c.Canvas, Rectangle: r})
+	}
+}
+
+// perBucket counts the times in each bucket from start.
+func perBucket(times []time.Time, start time.Time, buckets int) []int {
+	n := make([]int, buckets)
+	for _, t := range times {
+		n[t.Sub(start)/Bucket]++
+	}
+	return n
+}
+
+// steps is the outline of the area under counts, a step per bucket held
+// until the bucket's end, from 0 to end.
+func steps(counts []int, end float64) plotter.XYs {
+	xys := plotter.XYs{{X: 0, Y: 0}}
+	for b, n := range counts {
+		x := (time.Duration(b) * Bucket).Seconds()
+		xys = append(xys, plotter.XY{X: x, Y: float64(n)}, plotter.XY{X: math.Min(x+Bucket.Seconds(), end), Y: float64(n)})
+	}
+	return append(xys, plotter.XY{X: end, Y: 0})
+}
+
+// points places a mark in the middle of each bucket with a count, at its
+// count.
+func points(counts []int) plotter.XYs {
+	var xys plotter.XYs
+	for b, n := range counts {
+		if n > 0 {
+			xys = append(xys, plotter.XY{X: (time.Duration(b)*Bucket + Bucket/2).Seconds(), Y: float64(n)})
+		}
+	}
+	return xys
+}
+
+// boldCross is draw.CrossGlyph with strokes thick enough to see at a glance.
+type boldCross struct{}
+
+func (boldCross) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	c.SetLineStyle(draw.LineStyle{Color: sty.Color, Width: vg.Points(1.6)})
+	r := sty.Radius * 0.8
+	for _, d := range []vg.Point{{X: r, Y: r}, {X: r, Y: -r}} {
+		var p vg.Path
+		p.Move(pt.Sub(d))
+		p.Line(pt.Add(d))
+		c.Stroke(p)
+	}
+}
+
+// hline is a horizontal line at y from x = 0 to end.
+func hline(end, y float64, clr color.Color, dashes []vg.Length) *plotter.Line {
+	l, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: end, Y: y}}) // finite points: no error
+	l.LineStyle = draw.LineStyle{Color: clr, Width: vg.Points(1.5), Dashes: dashes}
+	return l
+}

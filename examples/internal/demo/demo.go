@@ -1,0 +1,138 @@
+// Package demo is what the two examples share and a reader of either need
+// not study: reaching the Redis that -redis names (or embedding one),
+// printing progress on a timer, and the summary line made from the
+// provider's counts. What the examples show about pacer stays in their
+// main.go.
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisFlagUsage is the help text of the examples' -redis flag.
+const RedisFlagUsage = "Redis to use: host:port, redis://[user:password@]host:port/db, or rediss://... for TLS; empty: an embedded Redis in this process"
+
+// Redis is the Redis an example runs on.
+type Redis struct {
+	Client  *redis.Client
+	Options *redis.Options // how to reach it: address, credentials, TLS
+	URL     string         // how child processes reach it
+
+	embedded *miniredis.Miniredis
+}
+
+// ParseRedis reads a -redis value: a URL (redis://, rediss:// for TLS,
+// unix://) or a bare host:port, taken as redis://host:port. It returns the
+// value as a URL, and go-redis's options for it.
+func ParseRedis(s string) (string, *redis.Options, error) {
+	if !strings.Contains(s, "://") {
+		s = "redis://" + s
+	}
+	opts, err := redis.ParseURL(s)
+	if err != nil {
+		return "", nil, err
+	}
+	return s, opts, nil
+}
+
+// Connect returns a client to the Redis -redis names (see ParseRedis), with
+// ContextTimeoutEnabled and no retries, as pacer's README recommends. With
+// -redis empty it starts an embedded Redis: miniredis, in this process, on
+// a loopback port (so the example's child processes reach it too). It says
+// which on out, ending the line with forWhat.
+func Connect(redisFlag string, out io.Writer, forWhat string) (*Redis, error) {
+	if redisFlag == "" {
+		mr := miniredis.NewMiniRedis()
+		if err := mr.Start(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "no -redis given: using an embedded Redis (miniredis, in this process) at %s%s\n", mr.Addr(), forWhat)
+		opts := &redis.Options{Addr: mr.Addr()}
+		return &Redis{Client: redis.NewClient(opts), Options: opts, URL: "redis://" + mr.Addr() + "/0", embedded: mr}, nil
+	}
+	url, opts, err := ParseRedis(redisFlag)
+	if err != nil {
+		return nil, fmt.Errorf("-redis %q: %w", redisFlag, err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.MaxRetries = -1
+	fmt.Fprintf(out, "using Redis at %s%s\n", opts.Addr, forWhat)
+	return &Redis{Client: redis.NewClient(opts), Options: opts, URL: url}, nil
+}
+
+// Close closes the client, and stops the embedded Redis if there is one.
+func (r *Redis) Close() {
+	r.Client.Close()
+	if r.embedded != nil {
+		r.embedded.Close()
+	}
+}
+
+// Every calls f every d, from a goroutine of its own, until the returned
+// stop is called. stop returns once f is no longer running, and may be
+// called more than once. With d <= 0 it does nothing.
+func Every(d time.Duration, f func()) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-finished
+	}
+}
+
+// Summary is a run as the provider saw it.
+type Summary struct {
+	Calls, Rejected int
+	Rate            float64 // achieved calls/s per host, averaged over hosts
+	Limit           float64 // pacer's limit per host, calls/s
+	Busiest1s       int     // most calls to one host in any 1 s
+	Duration        time.Duration
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("summary calls=%d rejected=%d rate=%.2f limit=%g busiest_1s=%d duration=%.1f",
+		s.Calls, s.Rejected, s.Rate, s.Limit, s.Busiest1s, s.Duration.Seconds())
+}
+
+// Summarize turns the provider's counts after a run of d, paced at rate
+// (and burst) per host, into the summary.
+func Summarize(st provider.Stats, rate float64, burst int, d time.Duration) Summary {
+	s := Summary{Calls: st.Accepted + st.Rejected, Rejected: st.Rejected, Limit: rate, Duration: d}
+	var rates float64
+	for _, h := range st.ByHost {
+		s.Busiest1s = max(s.Busiest1s, h.Busiest1s)
+		if span := h.Last.Sub(h.First).Seconds(); span > 0 {
+			// The first burst calls come at once; the rest are paced.
+			rates += float64(h.Accepted-burst) / span
+		}
+	}
+	if len(st.ByHost) > 0 {
+		s.Rate = rates / float64(len(st.ByHost))
+	}
+	return s
+}

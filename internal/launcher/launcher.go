@@ -1,0 +1,209 @@
+// Package launcher runs the launcher programs of the internal/testkit
+// module (cmd/miniredis, cmd/rediscontainer, cmd/redisproxy) as child
+// processes. That way this module's tests use miniredis, testcontainers-go
+// and Toxiproxy without importing them, and the library's go.mod lists none
+// of them.
+//
+// A launcher prints one line, the address it serves (or "unavailable:
+// <why>"), then answers each command line written to its stdin with one
+// line, "ok" or "error: <why>", and exits when its stdin closes. Each is
+// run with `go run` from the testkit module's directory, which this package
+// finds from its own source file. The go command builds a launcher on its
+// first use (about a minute for rediscontainer on a fresh machine; .ci/run
+// builds them before the tests) and caches the program after that.
+package launcher
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/procgroup"
+)
+
+const (
+	replyTimeout = time.Minute      // for a command's answer
+	closeTimeout = 30 * time.Second // for a launcher to clean up and exit
+)
+
+// Child is a running launcher.
+type Child struct {
+	First string // the launcher's first line: an address, or "unavailable: <why>"
+
+	name   string
+	cmd    *exec.Cmd
+	cancel context.CancelFunc // kills the launcher's process group
+	stdin  io.WriteCloser
+	lines  chan string // stdout, a line at a time; closed at EOF
+	stderr lockedBuffer
+
+	mu       sync.Mutex // serialises Do and Close
+	closed   bool
+	done     chan struct{} // closed when cmd.Wait has returned
+	waitErr  error
+	closeErr error
+}
+
+// Dir returns the directory of the internal/testkit module, found next to
+// this package's source.
+func Dir() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("launcher: cannot tell where its source is")
+	}
+	dir := filepath.Join(filepath.Dir(file), "..", "testkit")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("launcher: no internal/testkit module next to %s (built with -trimpath?): %w", file, err)
+	}
+	return dir, nil
+}
+
+// Start runs the launcher internal/testkit/cmd/<name> with args and waits
+// until it has printed its first line, or ctx ends (then it is killed). The
+// launcher lives until Close, whatever becomes of ctx.
+func Start(ctx context.Context, name string, args ...string) (*Child, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	goBin, err := exec.LookPath("go") // go test puts its own first on PATH
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %s needs the go command: %w", name, err)
+	}
+	c := &Child{name: name, lines: make(chan string, 16), done: make(chan struct{})}
+	life, cancel := context.WithCancel(context.Background()) // not ctx: it bounds the start only
+	c.cancel = cancel
+	c.cmd = exec.CommandContext(life, goBin, append([]string{"run", "./cmd/" + name}, args...)...)
+	c.cmd.Dir = dir
+	c.cmd.Stderr = &c.stderr
+	procgroup.Own(c.cmd)
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		cancel()
+		return nil, err
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("launcher: %s: %w", name, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		c.waitErr = c.cmd.Wait() // after every read from stdout
+		cancel()
+		close(c.done)
+	}()
+	select {
+	case first, ok := <-c.lines:
+		if ok {
+			c.First = first
+			return c, nil
+		}
+		<-c.done
+		return nil, fmt.Errorf("launcher: %s exited before its first line (%v):\n%s", name, c.waitErr, c.Stderr())
+	case <-ctx.Done():
+		c.kill()
+		return nil, fmt.Errorf("launcher: %s printed nothing before %w:\n%s", name, ctx.Err(), c.Stderr())
+	}
+}
+
+// Do sends one command line to the launcher and returns its answer's error.
+func (c *Child) Do(command string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("launcher: %s: %q after Close", c.name, command)
+	}
+	if _, err := io.WriteString(c.stdin, command+"\n"); err != nil {
+		return fmt.Errorf("launcher: %s: %q: %w", c.name, command, err)
+	}
+	select {
+	case reply, ok := <-c.lines:
+		switch {
+		case !ok:
+			return fmt.Errorf("launcher: %s exited on %q:\n%s", c.name, command, c.Stderr())
+		case reply == "ok":
+			return nil
+		default:
+			return fmt.Errorf("launcher: %s: %q: %s", c.name, command, strings.TrimPrefix(reply, "error: "))
+		}
+	case <-time.After(replyTimeout):
+		return fmt.Errorf("launcher: %s: no answer to %q within %v", c.name, command, replyTimeout)
+	}
+}
+
+// Close closes the launcher's stdin, which tells it to clean up and exit,
+// and waits until it has; one that does not exit in time is killed, with
+// every process of its group. It returns the launcher's exit error, if any.
+// Later calls return the first's result.
+func (c *Child) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.closed = true
+	_ = c.stdin.Close()
+	go func() {
+		for range c.lines { // what it prints while cleaning up
+		}
+	}()
+	select {
+	case <-c.done:
+		if c.waitErr != nil {
+			c.closeErr = fmt.Errorf("launcher: %s: %w\n%s", c.name, c.waitErr, c.Stderr())
+		}
+	case <-time.After(closeTimeout):
+		c.kill()
+		c.closeErr = fmt.Errorf("launcher: %s did not exit within %v of its stdin closing; killed", c.name, closeTimeout)
+	}
+	return c.closeErr
+}
+
+// kill kills the launcher's process group and waits for it.
+func (c *Child) kill() {
+	c.cancel()
+	go func() {
+		for range c.lines {
+		}
+	}()
+	<-c.done
+}
+
+// Stderr returns what the go command and the launcher printed on stderr.
+func (c *Child) Stderr() string { return strings.TrimSpace(c.stderr.String()) }
+
+// lockedBuffer is a bytes.Buffer safe for one writer and many readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,83 @@
+package redisproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// start starts a server for sp or skips t when redis-server is not on PATH
+// (internal/redistest's tests fail instead when CI is set).
+func start(t *testing.T, sp Spec) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil && sp.Bin == "" {
+		t.Skip("redis-server is not on PATH")
+	}
+	s, err := Start(sp)
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestStartClose(t *testing.T) {
+	s := start(t, Spec{})
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, s.Addr())
+	assert.Equal(t, "redis://"+s.Addr()+"/0", s.URL())
+	assert.True(t, Reserved(s.Port()))
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(s.Process().Pid()), InfoField(info, "process_id"))
+	assert.Equal(t, "", InfoField(info, "no_such_field"))
+
+	p := s.Process()
+	s.Close()
+	s.Close() // a no-op
+	assert.True(t, p.Exited())
+	assert.False(t, Reserved(s.Port()), "the port is released")
+	_, err = os.Stat(p.Dir())
+	assert.True(t, errors.Is(err, os.ErrNotExist), "%s not removed: %v", p.Dir(), err)
+	if conn, err := net.DialTimeout("tcp", s.Addr(), 200*time.Millisecond); err == nil {
+		conn.Close()
+		t.Errorf("%s still accepts connections after Close", s.Addr())
+	}
+	assert.Error(t, s.Restart(), "Restart after Close")
+}
+
+func TestStartFailureReportsLog(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	_, err = Start(Spec{Bin: bin, Args: []string{"--no-such-directive", "1"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("attempt %d:", startAttempts), "retried")
+	assert.Contains(t, err.Error(), "exited before answering")
+	assert.Contains(t, err.Error(), "no-such-directive", "log tail included")
+	reserved.Lock()
+	defer reserved.Unlock()
+	assert.Empty(t, reserved.ports, "ports of failed starts released")
+}
+
+func TestWaitReadyRejectsForeignServer(t *testing.T) {
+	s := start(t, Spec{})
+	// A process that is not the server listening on s's port.
+	cmd := exec.Command(s.spec.Bin, "--version")
+	require.NoError(t, cmd.Start())
+	p := &Process{port: s.port, cmd: cmd, done: make(chan struct{})}
+	defer func() { _ = cmd.Wait() }()
+	err := p.waitReady(time.Second)
+	assert.ErrorContains(t, err, "port answered by another server")
+}
