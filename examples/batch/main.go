@@ -1,6 +1,6 @@
 // Command batch is pacer's asynq demo: a batch pipeline. A producer enqueues
 // a peak of tasks at once through scheduler.Enqueuer, which gives each task
-// its slot on the provider's limit; two asynq servers with worker.Middleware
+// its slot on the provider's limit; two asynq servers paced by worker.Pacer
 // run them, call a strict provider (429 beyond its limit) and record each
 // task's result in Redis. It prints live progress and a summary measured on
 // the provider's side, and accounts for every task enqueued: its result was
@@ -58,7 +58,6 @@ type config struct {
 	Burst         int
 	ProviderLimit int // the provider's limit, calls in any 1 s
 	Progress      time.Duration
-	StaleAfter    time.Duration // how late a task may use its slot; 0: half a slot, 1/(2 Rate)
 	Plot          string        // an SVG chart of the calls per 100 ms, or ""
 	Timeout       time.Duration // how long to wait for every task to be accounted for
 }
@@ -86,7 +85,6 @@ func main() {
 	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst")
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit, calls in any second (default: -rate + -burst, what pacer promises in any second)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
-	flag.DurationVar(&c.StaleAfter, "stale-after", 0, "how late a task may still use its slot; a later one takes a fresh slot (default: half a slot, 1/(2 x -rate); pacer's own default is 1s)")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of the calls per 100 ms to this SVG file")
 	flag.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "how long to wait for every task to complete or be archived")
 	flag.Parse()
@@ -106,24 +104,12 @@ func main() {
 // progress goes to out. If some task was neither completed nor archived
 // within c.Timeout, it returns the summary and an error.
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
-	if c.Tasks < 1 || c.Servers < 1 || c.Concurrency < 1 || c.ProviderLimit < 1 || c.Timeout <= 0 || c.StaleAfter < 0 {
-		return summary{}, errors.New("batch: -tasks, -servers, -concurrency and -provider-limit must be at least 1, -timeout positive, -stale-after not negative")
+	if c.Tasks < 1 || c.Servers < 1 || c.Concurrency < 1 || c.ProviderLimit < 1 || c.Timeout <= 0 {
+		return summary{}, errors.New("batch: -tasks, -servers, -concurrency and -provider-limit must be at least 1, -timeout positive")
 	}
 	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
 	if err := lim.Validate(); err != nil {
 		return summary{}, fmt.Errorf("batch: -rate, -burst: %w", err)
-	}
-	if c.StaleAfter == 0 {
-		// The provider allows exactly what pacer promises, so a call
-		// later than its slot by the slots' spacing (50 ms at 20/s)
-		// crowds the next one, and some second then holds one call too
-		// many: a 429. The first tasks of a batch are always late: their
-		// slots are reserved before they are enqueued, and asynq picks up
-		// tasks due at once 50-150 ms later (an idle server polls every
-		// TaskCheckInterval/2 + jitter). pacer's default StaleAfter (1 s)
-		// lets them run late, together; here a slot missed by more than
-		// half the spacing is dropped and the task takes a fresh one.
-		c.StaleAfter = max(time.Duration(float64(time.Second)/c.Rate/2), time.Microsecond)
 	}
 	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
 	if err != nil {
@@ -158,18 +144,19 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	defer limiter.Close()
 	// The producer and the workers pace with the same function, so the
 	// workers redeem the slots the producer reserved.
-	pace := func(t *asynq.Task) (reserve.Permits, bool) {
-		if t.Type() != taskType {
-			return reserve.Permits{}, false
-		}
-		return reserve.Permits{Key: apiHost, Limit: lim, N: 1}, true
+	pace := func(t *asynq.Task) (reserve.Request, bool) {
+		return reserve.Single(apiHost, lim, 1), t.Type() == taskType
+	}
+	paced, err := worker.New(limiter, worker.Options{Pace: pace})
+	if err != nil {
+		return summary{}, err
 	}
 
 	insp := asynq.NewInspector(conn)
 	defer insp.Close()
 	defer b.cleanup(insp)
 	for i := range c.Servers {
-		srv, err := b.server(conn, limiter, worker.Options{Pace: pace, StaleAfter: c.StaleAfter}, i, out)
+		srv, err := b.server(conn, paced, i, out)
 		if err != nil {
 			return summary{}, err
 		}
@@ -179,7 +166,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	// The producer: the whole batch at once, each task at its slot.
 	client := asynq.NewClient(conn)
 	defer client.Close()
-	enq, err := scheduler.NewEnqueuer(client, limiter, scheduler.Options{Pace: pace, StaleAfter: c.StaleAfter})
+	enq, err := scheduler.NewEnqueuer(client, limiter, scheduler.Options{Pace: pace})
 	if err != nil {
 		return summary{}, err
 	}
@@ -235,8 +222,8 @@ type item struct {
 }
 
 // server starts asynq server i, whose handler calls the provider at the
-// slots worker.Middleware gives it.
-func (b *batch) server(conn asynq.RedisConnOpt, l *reserve.Limiter, opts worker.Options, i int, out io.Writer) (*asynq.Server, error) {
+// slots the worker.Pacer middleware gives it.
+func (b *batch) server(conn asynq.RedisConnOpt, paced *worker.Pacer, i int, out io.Writer) (*asynq.Server, error) {
 	// worker.Config: a reschedule to a slot (or after a 429) is not a
 	// failure, uses no retry, and is kept from the error handler.
 	srv := asynq.NewServer(conn, worker.Config(asynq.Config{
@@ -251,7 +238,7 @@ func (b *batch) server(conn asynq.RedisConnOpt, l *reserve.Limiter, opts worker.
 		}),
 	}))
 	mux := asynq.NewServeMux()
-	mux.Use(worker.Middleware(l, opts))
+	mux.Use(paced.Middleware)
 	mux.HandleFunc(taskType, b.handle(i))
 	if err := srv.Start(mux); err != nil {
 		return nil, fmt.Errorf("batch: start asynq server %d: %w", i, err)

@@ -125,7 +125,7 @@ func TestBadConfig(t *testing.T) {
 		{Tasks: 0, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
 		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 0, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
 		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 0, ProviderLimit: 21, Timeout: time.Second},
-		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Second, StaleAfter: -1},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: 0},
 	} {
 		if _, err := run(context.Background(), c, io.Discard); err == nil {
 			t.Errorf("run(%+v) = nil error, want one", c)

@@ -245,18 +245,11 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 				}
 				var host, page string
 				fmt.Sscan(job, &host, &page)
-				paused, err := waitSlot(ctx, limiter, host, lim)
-				if err != nil {
+				// Wait never returns into a pause (a 429 another worker saw
+				// while this one slept): it takes the first slot after it.
+				if err := limiter.Wait(ctx, host, lim); err != nil {
 					errs <- err
 					return
-				}
-				if paused {
-					// A 429 seen by another worker paused the host while
-					// this one slept: take a slot after the pause.
-					mu.Lock()
-					queue = append(queue, job)
-					mu.Unlock()
-					continue
 				}
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, providerURL+"/page/"+page, nil)
 				req.Host = host
@@ -289,25 +282,6 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	wg.Wait()
 	close(errs)
 	return <-errs
-}
-
-// waitSlot reserves a slot on host and sleeps until it, like Limiter.Wait,
-// then reports whether a Pause made meanwhile (a 429 another worker saw)
-// covers the slot: slots granted before a pause keep their times, so a
-// caller that slept should not call a provider that said to wait.
-func waitSlot(ctx context.Context, l *reserve.Limiter, host string, lim reserve.Limit) (paused bool, err error) {
-	r, err := l.Reserve(ctx, host, lim, 1)
-	if err != nil {
-		return false, err
-	}
-	if err := r.Sleep(ctx); err != nil {
-		return false, err
-	}
-	paused, err = r.InPause(ctx)
-	if errors.Is(err, reserve.ErrUnavailable) {
-		return false, nil // no pause can be known; the local fallback paces
-	}
-	return paused, err
 }
 
 // progress prints calls, 429s and each host's rate over the last interval,
