@@ -76,6 +76,9 @@ func (s summary) String() string {
 }
 
 func main() {
+	// go-redis's own lines (a dial error per failed call while Redis is
+	// down) go to slog at Debug level; pacer logs each outage once.
+	redis.SetLogger(reserve.RedisLogger(nil))
 	var c config
 	flag.StringVar(&c.RedisURL, "redis", "", demo.RedisFlagUsage)
 	flag.IntVar(&c.Tasks, "tasks", 300, "tasks the producer enqueues at once")

@@ -69,6 +69,9 @@ type child struct {
 type summary = demo.Summary
 
 func main() {
+	// go-redis's own lines (a dial error per failed call while Redis is
+	// down) go to slog at Debug level; pacer logs each outage once.
+	redis.SetLogger(reserve.RedisLogger(nil))
 	var c config
 	flag.StringVar(&c.RedisURL, "redis", "", demo.RedisFlagUsage)
 	flag.IntVar(&c.Hosts, "hosts", 3, "hosts of the site")

@@ -62,8 +62,7 @@ func Connect(redisFlag string, out io.Writer, forWhat string) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-redis %q: %w", redisFlag, err)
 	}
-	opts.ContextTimeoutEnabled = true
-	opts.MaxRetries = -1
+	// No client tuning here: reserve.New sets what pacer needs on a clone.
 	fmt.Fprintf(out, "using Redis at %s%s\n", opts.Addr, forWhat)
 	return &Redis{Client: redis.NewClient(opts), Options: opts, URL: url}, nil
 }
