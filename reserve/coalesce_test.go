@@ -92,7 +92,7 @@ func coalesceBackends(t *testing.T) map[string]func(t *testing.T) redis.Universa
 		},
 		"Miniredis": func(t *testing.T) redis.UniversalClient {
 			mr, _ := redistest.NewMiniredis(t)
-			c := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
+			c := redis.NewClient(&redis.Options{Addr: mr.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
 			t.Cleanup(func() { c.Close() })
 			return c
 		},

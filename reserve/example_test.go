@@ -129,3 +129,43 @@ func ExampleLimiter_Pause() {
 	// Output:
 	// next call in 30.1s
 }
+
+// An LLM API allows 500 requests and 30,000 tokens per minute. Each call
+// reserves a request and its estimated tokens in one slot, on both limits at
+// once, and settles the tokens the response reports.
+func ExampleLimiter_ReservePolicy() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	llm := reserve.Policy{
+		{Name: "requests", Window: reserve.PerWindow(500, time.Minute)},
+		{Name: "tokens", Window: reserve.PerWindow(30_000, time.Minute)},
+	}
+
+	ctx := context.Background()
+	r, err := limiter.ReservePolicy(ctx, "api.openai.com", llm, reserve.Cost{"requests": 1, "tokens": 2_000})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := r.Sleep(ctx); err != nil {
+		log.Fatal(err)
+	}
+	used := 1_200.0 // call the provider here; the response says what it used
+	if err := r.Settle(ctx, reserve.Cost{"tokens": used}); err != nil {
+		log.Fatal(err)
+	}
+	snap, err := limiter.PeekPolicy(ctx, "api.openai.com", llm, reserve.Cost{"requests": 1, "tokens": 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, b := range snap.Bands {
+		fmt.Printf("%s: %g used this minute\n", b.Name, b.Value)
+	}
+	// Output:
+	// requests: 1 used this minute
+	// tokens: 1200 used this minute
+}

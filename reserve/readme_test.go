@@ -7,7 +7,9 @@ import (
 )
 
 // TestReadmeQuickStart keeps README.md's quick start the body of Example,
-// which compiles.
+// and its policy example the body of ExampleLimiter_ReservePolicy, both of
+// which compile (and run, with their output checked).
 func TestReadmeQuickStart(t *testing.T) {
 	readmetest.ShowsExamples(t, "../README.md", "example_test.go")
+	readmetest.Shows(t, "../README.md", "example_test.go", "ExampleLimiter_ReservePolicy")
 }

@@ -15,20 +15,33 @@ import (
 // body of func Example in each of the given Go files.
 func ShowsExamples(t testing.TB, readme string, files ...string) {
 	t.Helper()
+	for _, file := range files {
+		Shows(t, readme, file, "Example")
+	}
+}
+
+// Shows fails t unless the file readme holds, as a ```go block, the body of
+// the example function name in file.
+func Shows(t testing.TB, readme, file, name string) {
+	t.Helper()
 	text, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, file := range files {
-		body := ExampleBody(t, file)
-		if !strings.Contains(string(text), "```go\n"+body+"\n```") {
-			t.Errorf("%s does not show the body of Example in %s:\n%s", readme, file, body)
-		}
+	body := FuncBody(t, file, name)
+	if !strings.Contains(string(text), "```go\n"+body+"\n```") {
+		t.Errorf("%s does not show the body of %s in %s:\n%s", readme, name, file, body)
 	}
 }
 
 // ExampleBody returns the source between the braces of func Example in file.
 func ExampleBody(t testing.TB, file string) string {
+	t.Helper()
+	return FuncBody(t, file, "Example")
+}
+
+// FuncBody returns the source between the braces of func name in file.
+func FuncBody(t testing.TB, file, name string) string {
 	t.Helper()
 	src, err := os.ReadFile(file)
 	if err != nil {
@@ -40,12 +53,12 @@ func ExampleBody(t testing.TB, file string) string {
 		t.Fatal(err)
 	}
 	for _, d := range f.Decls {
-		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "Example" {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == name {
 			lbrace := fset.Position(fn.Body.Lbrace).Offset
 			rbrace := fset.Position(fn.Body.Rbrace).Offset
 			return strings.Trim(string(src[lbrace+1:rbrace]), "\n")
 		}
 	}
-	t.Fatalf("no func Example in %s", file)
+	t.Fatalf("no func %s in %s", name, file)
 	return ""
 }
