@@ -3,14 +3,14 @@ package reserve
 import "time"
 
 // Clock tells the time. A Limiter with no Clock uses Redis server time for
-// its keys and SystemClock for sleeping; with a Clock, the Clock's Now is
+// its keys and the local clock (time.Now) for sleeping; with a Clock, the Clock's Now is
 // used for both and passed to the scripts.
 type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is time.Now as a Clock.
-var SystemClock Clock = systemClock{}
+// systemClockValue is time.Now as a Clock: the default.
+var systemClockValue Clock = systemClock{}
 
 type systemClock struct{}
 

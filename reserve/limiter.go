@@ -106,7 +106,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	l.health.since = time.Now()
 	l.fleet.hold, l.fleet.hint = opts.SilentHold, opts.FleetSize
 	if l.clock == nil {
-		l.clock = SystemClock
+		l.clock = systemClockValue
 		l.serverTime = true
 	}
 	l.local = local.New(l.clock.Now())
@@ -196,7 +196,7 @@ func (l *Limiter) keys(key string, more ...string) []string {
 	return out
 }
 
-// Clock returns the Limiter's clock: Options.Clock, or SystemClock.
+// Clock returns the Limiter's clock: Options.Clock, or time.Now as a Clock.
 func (l *Limiter) Clock() Clock { return l.clock }
 
 // specOf returns lim compiled as a one-band policy, cached.

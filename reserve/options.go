@@ -13,14 +13,14 @@ import (
 // Options.KeyPrefix says otherwise.
 const DefaultKeyPrefix = "pacer:"
 
-// Defaults of the Options fields that have one.
+// Defaults of the Options fields that have one (each field's comment gives it).
 const (
-	DefaultCallTimeout       = 250 * time.Millisecond
-	DefaultFailAfter         = 3
-	DefaultProbeInterval     = time.Second
-	DefaultHeartbeatInterval = 2 * time.Second
-	DefaultSilentHold        = time.Minute
-	DefaultPreciseWake       = wake.DefaultMargin
+	defaultCallTimeout       = 250 * time.Millisecond
+	defaultFailAfter         = 3
+	defaultProbeInterval     = time.Second
+	defaultHeartbeatInterval = 2 * time.Second
+	defaultSilentHold        = time.Minute
+	defaultPreciseWake       = wake.DefaultMargin
 )
 
 // Options configure a Limiter. The zero value is ready to use.
@@ -138,9 +138,9 @@ func (o Options) withDefaults() (Options, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"CallTimeout", &o.CallTimeout, DefaultCallTimeout},
-		{"ProbeInterval", &o.ProbeInterval, DefaultProbeInterval},
-		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"CallTimeout", &o.CallTimeout, defaultCallTimeout},
+		{"ProbeInterval", &o.ProbeInterval, defaultProbeInterval},
+		{"HeartbeatInterval", &o.HeartbeatInterval, defaultHeartbeatInterval},
 		{"SilentHold", &o.SilentHold, 0},
 	} {
 		if *d.v < 0 {
@@ -152,18 +152,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case o.SilentHold == 0:
-		o.SilentHold = max(DefaultSilentHold, 3*o.HeartbeatInterval)
+		o.SilentHold = max(defaultSilentHold, 3*o.HeartbeatInterval)
 	case o.SilentHold < 2*o.HeartbeatInterval:
 		return o, fmt.Errorf("%w: SilentHold %v is shorter than two heartbeats (%v)", ErrInvalidOptions, o.SilentHold, 2*o.HeartbeatInterval)
 	}
 	if o.PreciseWake == 0 {
-		o.PreciseWake = DefaultPreciseWake
+		o.PreciseWake = defaultPreciseWake
 	}
 	if o.FailAfter < 0 {
 		return o, fmt.Errorf("%w: FailAfter must not be negative (got %d)", ErrInvalidOptions, o.FailAfter)
 	}
 	if o.FailAfter == 0 {
-		o.FailAfter = DefaultFailAfter
+		o.FailAfter = defaultFailAfter
 	}
 	if o.FleetSize < 0 {
 		return o, fmt.Errorf("%w: FleetSize must not be negative (got %d)", ErrInvalidOptions, o.FleetSize)
@@ -182,5 +182,5 @@ func (o Options) checkAt() time.Duration {
 	if o.PreciseWake > 0 {
 		return o.PreciseWake
 	}
-	return DefaultPreciseWake
+	return defaultPreciseWake
 }
