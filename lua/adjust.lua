@@ -77,8 +77,16 @@ for i = 1, nbands do
       b.z = b.z + d * b.upp
     else
       -- Units reserved after this reservation (their slots lie between ours
-      -- and the last event) are not given back.
-      local back = c - (b.e - slot) / b.upp
+      -- and the last event) are not given back. Both slots sit on the ns
+      -- grid, each up to 1 ns after its exact time, so unless they are the
+      -- same slot their distance is counted 1 ns longer: a cancel never
+      -- gives back more than its exact share (it would otherwise, by up to
+      -- 1 ns of rate each time, and many cancels add up).
+      local gap = b.e - slot
+      if gap >= same_us then
+        gap = gap + 0.001
+      end
+      local back = c - gap / b.upp
       if back > -d then
         back = -d
       end

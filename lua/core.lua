@@ -284,7 +284,9 @@ local function earliest(s, cost)
             -- before the latest one holding reservations.
             w = b.w
           end
-          if w == b.w and b.u + c > b.n then
+          -- Units are sums of decimals: 18.267 - 0.267 may come out as
+          -- 18.000000000000004. A part in 1e9 of N is rounding, not use.
+          if w == b.w and b.u + c > b.n * (1 + 1e-9) then
             w = w + 1
           end
           local ws = (w - b.cur) * b.len - b.rem

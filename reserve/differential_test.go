@@ -197,6 +197,9 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				p := live[i]
 				live = slices.Delete(live, i, i+1)
 				require.NoError(t, p.ours.Cancel(ctx))
+				if debugDiff {
+					t.Logf("trial %d step %d: cancel %d", trial, step, p.id)
+				}
 				p.theirs.CancelAt(now)
 				cancels++
 				var next []branch
@@ -241,6 +244,11 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				br := &models[i]
 				br.res = maps.Clone(br.res)
 				br.res[made] = br.m.reserveN(now, n)
+			}
+			if debugDiff {
+				for bi, br := range models {
+					t.Logf("trial %d step %d branch %d: reserve n=%d ours-exact %.3f ns", trial, step, bi, n, float64(od)-br.res[made].delayFrom(now))
+				}
 			}
 			keep(func(br branch) string {
 				if ed := br.res[made].delayFrom(now); float64(od) < ed-earlyNS || float64(od)-ed > 1001 {

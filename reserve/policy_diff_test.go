@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -65,7 +66,7 @@ func randomCost(rng *rand.Rand, pol reserve.Policy) reserve.Cost {
 	return c
 }
 
-var debugDiff = false
+var debugDiff = os.Getenv("PACER_DEBUG_DIFF") != ""
 
 // TestPolicyDifferential drives random policies on Redis and the exact
 // model with the same random reservations, cancels and settles at the same

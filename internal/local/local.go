@@ -151,7 +151,7 @@ func (l *Limiter) earliest(st *state, bands []Band, s float64, cost []float64) (
 			}
 			w := windowIndex(b, l.time(s))
 			w = max(w, bs.w)
-			if w == bs.w && bs.u+c > b.N {
+			if w == bs.w && bs.u+c > b.N*(1+1e-9) { // a part in 1e9 is rounding (as lua/core.lua)
 				w++
 			}
 			if ws := l.us(b.Origin.Add(time.Duration(w) * b.Len)); ws > s {
