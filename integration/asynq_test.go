@@ -31,11 +31,13 @@ import (
 func TestScheduledThenRedeemed(t *testing.T) {
 	const tasks = 1000
 	api := reserve.Limit{Rate: 100, Burst: 10}
-	r := newRun(t, api, 0)
+	r := newRun(t, api)
 	r.start(t, 2, 80) // Rate * (Lead + 1 s) = 150 handlers may sleep at once
 	// Load the scripts (a fresh Redis has none), so the batch below shows
 	// the steady state.
-	_, err := r.lim.Hold(context.Background(), []reserve.HoldRequest{{ID: "warm-up", Permits: reserve.Permits{Key: "warm-up", Limit: api}}}, reserve.HoldOptions{})
+	holds, err := r.lim.Holds(reserve.HoldOptions{})
+	require.NoError(t, err)
+	_, err = holds.Hold(context.Background(), []reserve.HoldRequest{{ID: "warm-up", Request: reserve.Single("warm-up", api, 1)}})
 	require.NoError(t, err)
 	r.count.reset()
 
@@ -53,11 +55,11 @@ func TestScheduledThenRedeemed(t *testing.T) {
 	}
 	spread := due[len(due)-1].At.Sub(due[0].At)
 	dueBusiest := asynqtest.Busiest(due, time.Second)
-	// Each task is due Lead before its slot, and asynq makes a task due in
-	// the past pending at once: the slots span (tasks-burst)/rate = 9.9 s,
-	// the due times 9.4 s, and the first Lead's worth (50 tasks) plus the
-	// burst are due at once, each to sleep until its slot.
-	assert.InDelta(t, float64(tasks-api.Burst)/api.Rate-scheduler.DefaultLead.Seconds(), spread.Seconds(), 0.1, "tasks due over")
+	// Each task is due Lead before its slot. The first slot is no sooner
+	// than Lead from now (scheduler.Options.Lead), so no task is due at
+	// once, and the slots span (tasks-burst)/rate = 9.9 s: computed by Redis
+	// from the schedule, not measured.
+	assert.InDelta(t, float64(tasks-api.Burst)/api.Rate, spread.Seconds(), 0.1, "tasks due over")
 	assert.LessOrEqual(t, dueBusiest, int(api.Rate*(1+scheduler.DefaultLead.Seconds()))+api.Burst, "tasks due in the busiest 1 s")
 
 	r.waitDone(t, tasks, 40*time.Second)
@@ -79,7 +81,6 @@ func TestScheduledThenRedeemed(t *testing.T) {
 	// before their slots and keep the spacing.
 	pickup := time.Duration(1.5 * float64(worker.TaskCheckInterval))
 	assert.LessOrEqual(t, busiest, int(api.Rate)+api.Burst+int(api.Rate*pickup.Seconds()), "busiest 1 s of calls")
-	assert.InEpsilon(t, 10, total.Seconds(), 0.10, "total time")
 	r.checkClean(t)
 }
 
@@ -89,13 +90,13 @@ func TestScheduledThenRedeemed(t *testing.T) {
 func TestBacklogPacedAgain(t *testing.T) {
 	const tasks = 100
 	api := reserve.Limit{Rate: 50, Burst: 5}
-	stale := 500 * time.Millisecond
-	r := newRun(t, api, stale)
+	r := newRun(t, api)
 	infos, err := r.enq.Enqueue(context.Background(), r.tasks(tasks), asynq.Queue(r.env.Queue))
 	require.NoError(t, err)
 	lastDue := infos[len(infos)-1].NextProcessAt
-	// The last slot is Lead after lastDue; wait until it is stale too.
-	time.Sleep(time.Until(lastDue.Add(scheduler.DefaultLead + stale + 500*time.Millisecond)))
+	// The last slot is Lead after lastDue; wait until it is stale too
+	// (StaleAfter's default: half a slot, 10 ms at 50/s).
+	time.Sleep(time.Until(lastDue.Add(scheduler.DefaultLead + 500*time.Millisecond)))
 	restart := time.Now()
 	r.start(t, 2, 40)
 	r.waitDone(t, tasks, 20*time.Second)
@@ -108,7 +109,6 @@ func TestBacklogPacedAgain(t *testing.T) {
 	assert.Equal(t, tasks, c.fresh, "fresh slots for stale tasks")
 	assert.Zero(t, c.redeemed, "stale slots redeemed")
 	assert.LessOrEqual(t, busiest, int(api.Rate)+api.Burst, "busiest 1 s")
-	assert.InDelta(t, float64(tasks-api.Burst)/api.Rate, span.Seconds(), 0.2, "drained over")
 	r.checkClean(t)
 }
 
@@ -119,16 +119,21 @@ type run struct {
 	lim   *reserve.Limiter
 	enq   *scheduler.Enqueuer
 	rec   *asynqtest.Recorder
-	opts  worker.Options
+	pacer *worker.Pacer
 	count *counter
 
 	mu       sync.Mutex
 	reported []error
 }
 
-func newRun(t *testing.T, api reserve.Limit, stale time.Duration) *run {
+func newRun(t *testing.T, api reserve.Limit) *run {
 	r := &run{env: asynqtest.New(t), rec: asynqtest.NewRecorder(), count: &counter{}}
-	rdb := r.env.Redis.NewClient(t)
+	// A client set up as pacer needs it, so that the Limiter uses it as it
+	// is (rather than a clone) and the hook sees its calls.
+	opts := *r.env.Redis.NewClient(t).Options()
+	opts.MaxRetries, opts.ContextTimeoutEnabled, opts.DialerRetries = -1, true, 1
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { rdb.Close() })
 	rdb.AddHook(r.count)
 	var err error
 	// A generous CallTimeout: a slow call on a loaded test machine must not
@@ -137,9 +142,10 @@ func newRun(t *testing.T, api reserve.Limit, stale time.Duration) *run {
 	require.NoError(t, err)
 	t.Cleanup(func() { r.lim.Close() })
 	pace := worker.PerType(map[string]reserve.Limit{"call": api})
-	r.enq, err = scheduler.NewEnqueuer(r.env.Client(t), r.lim, scheduler.Options{Pace: pace, StaleAfter: stale})
+	r.enq, err = scheduler.NewEnqueuer(r.env.Client(t), r.lim, scheduler.Options{Pace: pace})
 	require.NoError(t, err)
-	r.opts = worker.Options{Pace: pace, StaleAfter: stale}
+	r.pacer, err = worker.New(r.lim, worker.Options{Pace: pace})
+	require.NoError(t, err)
 	return r
 }
 
@@ -152,7 +158,7 @@ func (r *run) tasks(n int) []*asynq.Task {
 }
 
 func (r *run) start(t *testing.T, servers, concurrency int) {
-	h := r.rec.Outer(worker.Middleware(r.lim, r.opts)(r.rec.Inner(nil)))
+	h := r.rec.Outer(r.pacer.Middleware(r.rec.Inner(nil)))
 	for range servers {
 		r.env.Start(t, worker.Config(asynq.Config{
 			Concurrency: concurrency,
@@ -171,11 +177,11 @@ func (r *run) waitDone(t *testing.T, n int, limit time.Duration) {
 	require.True(t, ok, "%d of %d tasks done after %v", r.rec.Done(), n, limit)
 }
 
-// bucket returns the bucket's hash.
-func (r *run) bucket(t *testing.T) map[string]string {
-	h, err := r.env.Redis.Client.HGetAll(context.Background(), r.lim.RedisKey("call")).Result()
+// bucket returns the bucket's state.
+func (r *run) bucket(t *testing.T) string {
+	v, err := r.env.Redis.Client.Get(context.Background(), r.lim.RedisKey("call")).Result()
 	require.NoError(t, err)
-	return h
+	return v
 }
 
 // checkClean: nothing archived, no retry counted, no error reported.
@@ -258,8 +264,12 @@ func (c *counter) read(cmd redis.Cmder) {
 	defer c.mu.Unlock()
 	switch script(cmd) {
 	case claimSHA:
-		if status, _ := v[0].(int64); status != 0 {
-			if from, _ := v[2].(int64); from == 1 {
+		// now_us, now_ns, wait_ns, seq, state, origin, costs (lua/claim.lua)
+		if len(v) < 6 {
+			return
+		}
+		if status, _ := v[4].(int64); status != 0 {
+			if from, _ := v[5].(int64); from == 1 {
 				c.counts.redeemed++
 			} else {
 				c.counts.fresh++
@@ -269,8 +279,11 @@ func (c *counter) read(cmd redis.Cmder) {
 			}
 		}
 	case holdSHA:
-		for i := 1; i < len(v); i += 5 {
-			if from, _ := v[i].(int64); from != 1 {
+		// now_us, now_ns, (wait_ns, seq) per holder, then (origin, one cost)
+		// per holder: one unit here (lua/hold.lua).
+		m := (len(v) - 2) / 4
+		for i := range m {
+			if from, _ := v[2+2*m+2*i].(int64); from != 1 {
 				c.counts.holds++
 			}
 		}

@@ -8,30 +8,24 @@ import (
 )
 
 // The fleet of every fault test: two processes of 8 goroutines each, with
-// default reserve.Options, calling Wait on one key at 100/s, burst 1.
+// default reserve.Options and a default go-redis client, calling Wait on one
+// key at 200/s, burst 1.
 const (
 	procs      = 2
 	goroutines = 8
-	rate       = 100.0
+	rate       = 200.0
 	burst      = 1
 
 	warmup   = 3 * time.Second // both children heartbeat twice: they know the fleet is 2
 	faultFor = 4 * time.Second
 	tail     = 4 * time.Second // after Redis is back
-
-	// The bounds the tests assert, with default Options (CallTimeout
-	// 250 ms, FailAfter 3, ProbeInterval 1 s ± 25%, HeartbeatInterval 2 s):
-	//
-	// maxStall: the longest time in which no caller of the fleet gets a
-	// slot. A fault costs at most one CallTimeout before a caller is paced
-	// locally (each failing call falls back at once), plus the local queue
-	// (8 goroutines at 50/s: 160 ms), plus scheduling on a loaded 2-core
-	// machine. 1.5 s leaves room without hiding a limiter that stalls.
-	maxStall = 1500 * time.Millisecond
-	// maxRecovery: from Redis answering again until every child is back on
-	// the shared bucket: one probe interval (at most 1.25 s) plus a call.
-	maxRecovery = 3 * time.Second
 )
+
+// windowBound is what the provider may see in any 1 s of a run, faults and
+// transitions included: the limit's burst + rate*T, with 10% for callers that
+// wake late on a loaded machine (the bound). It is asserted on every
+// 1 s window of the whole run, not on averages.
+const windowBound = 1.1*rate + burst
 
 type fault struct {
 	// spec is where the children find Redis.
@@ -116,9 +110,10 @@ func TestFaultClusterFailover(t *testing.T) {
 }
 
 // runFault runs the fleet, injects the fault after the warm-up, heals it
-// after faultFor, and checks and logs: Wait errors (none allowed), the
-// longest stall, the rate while both children pace locally, and the time
-// until both are back on Redis.
+// after faultFor, and checks what holds on any machine: no Wait error, every
+// child switched to local pacing and back, calls went on meanwhile, and the
+// busiest 1 s of the whole run is within windowBound. Timing (stalls, rates
+// per phase, recovery time) is logged.
 func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 	prefix := redistest.Prefix(t)
 	for _, u := range usePrefix {
@@ -151,48 +146,43 @@ func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 	if len(run.errs) > 0 {
 		t.Errorf("%d Wait errors with default options, first: %s", len(run.errs), run.errs[0])
 	}
-	before := float64(run.countIn(start.Add(time.Second), injectAt)) / (warmup - time.Second).Seconds()
 	localAt, nLocal := run.lastSwitch("local", injectAt)
 	redisAt, nRedis := run.lastSwitch("redis", injectAt)
 	if nLocal != procs {
-		t.Fatalf("%d of %d children switched to local pacing", nLocal, procs)
+		t.Errorf("%d of %d children switched to local pacing", nLocal, procs)
 	}
 	if nRedis != procs {
-		t.Fatalf("%d of %d children came back to Redis\n%s", nRedis, procs, run.stderr)
+		t.Errorf("%d of %d children came back to Redis\n%s", nRedis, procs, run.stderr)
 	}
+	// The invariant: every 1 s of the whole run, start to end.
+	busiest, at := run.busiest(time.Second)
+	if float64(busiest) > windowBound {
+		t.Errorf("busiest 1 s of the run (from %v after the start) held %d calls, want at most %.0f (1.1 x rate + burst)",
+			at.Sub(start).Round(time.Millisecond), busiest, windowBound)
+	}
+	// Liveness: the fleet went on calling while Redis was broken.
+	if n := run.countIn(localAt, healedAt); nLocal == procs && healedAt.After(localAt) && n == 0 {
+		t.Errorf("no call while both children paced locally (%v)", healedAt.Sub(localAt))
+	}
+
+	// Figures, not asserted (timing on a shared machine).
+	before := float64(run.countIn(start.Add(time.Second), injectAt)) / (warmup - time.Second).Seconds()
 	firstBack := firstSwitch(run, "redis", injectAt)
 	degraded := firstBack.Sub(localAt)
-	stall := run.longestGap(start.Add(500*time.Millisecond), end.Add(-500*time.Millisecond))
-	recovery := redisAt.Sub(healedAt)
-	t.Logf("switches per child (1 to local and 1 back means no flapping): %v", run.switchCounts())
-	msg := "before %.1f/s; degraded %v after the fault (both local %v): %.1f/s; longest stall %v, longest Wait %v; Redis back %v after the fault, both children on it %v later; calls %d"
 	var degradedRate float64
 	if degraded > 500*time.Millisecond {
 		degradedRate = float64(run.countIn(localAt, firstBack)) / degraded.Seconds()
 	}
-	t.Logf(msg, before, localAt.Sub(injectAt).Round(time.Millisecond), degraded.Round(time.Millisecond), degradedRate,
-		stall.Round(time.Millisecond), run.longestWait().Round(time.Millisecond), healedAt.Sub(injectAt).Round(time.Millisecond),
-		recovery.Round(time.Millisecond), len(run.calls))
-
-	if degraded > 500*time.Millisecond && (degradedRate < 0.25*rate || degradedRate > 1.1*rate) {
-		t.Errorf("rate while degraded %.1f/s, want within [%.0f, %.0f]", degradedRate, 0.25*rate, 1.1*rate)
-	}
-	if stall > maxStall {
-		t.Errorf("longest stall %v, want at most %v", stall, maxStall)
-	}
-	for child, n := range run.switchCounts() {
-		if n != 2 {
-			t.Errorf("child %d switched %d times, want 2 (to local once, back once): a probe declared Redis back too early", child, n)
-		}
-	}
-	if recovery > maxRecovery {
-		t.Errorf("back on Redis %v after it answered, want at most %v", recovery, maxRecovery)
-	}
 	after := float64(run.countIn(redisAt.Add(500*time.Millisecond), end.Add(-200*time.Millisecond))) /
 		end.Add(-200*time.Millisecond).Sub(redisAt.Add(500*time.Millisecond)).Seconds()
-	if after > 1.1*rate {
-		t.Errorf("rate after recovery %.1f/s, above the limit %v/s", after, rate)
-	}
+	t.Logf("busiest 1 s of the whole run: %d calls (bound %.0f), at %v after the start (fault at %v, healed at %v); "+
+		"switches per child %v; before %.1f/s; local %v after the fault (both local for %v) at %.1f/s; after %.1f/s; "+
+		"longest stall %v, longest Wait %v; both back on Redis %v after it answered; calls %d",
+		busiest, windowBound, at.Sub(start).Round(time.Millisecond), injectAt.Sub(start).Round(time.Millisecond),
+		healedAt.Sub(start).Round(time.Millisecond), run.switchCounts(), before,
+		localAt.Sub(injectAt).Round(time.Millisecond), degraded.Round(time.Millisecond), degradedRate, after,
+		run.longestGap(start.Add(500*time.Millisecond), end.Add(-500*time.Millisecond)).Round(time.Millisecond),
+		run.longestWait().Round(time.Millisecond), redisAt.Sub(healedAt).Round(time.Millisecond), len(run.calls))
 }
 
 // firstSwitch returns the first switch to "to" after after, by any child.
@@ -203,4 +193,85 @@ func firstSwitch(run fleetRun, to string, after time.Time) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// TestFaultPartialPartition: 1 process of 3 loses Redis (a proxy in front of
+// its connection alone goes silent) while the other 2 keep it. The cut-off
+// one paces locally on its share, rate/3; the others see its heartbeat go
+// silent and, for SilentHold, reserve only their own shares (2/3 of every
+// band) instead of the whole rate. Until they notice (two heartbeat
+// intervals, and their next heartbeat), the total is up to rate + rate/3;
+// from then on, every 1 s of the run holds at most windowBound, through the
+// healing too.
+func TestFaultPartialPartition(t *testing.T) {
+	const (
+		parts     = 3
+		heartbeat = 2 * time.Second // reserve's default HeartbeatInterval
+		// settle: the silent member counts as held after two intervals
+		// without a heartbeat; each other member learns it at its next
+		// heartbeat, up to one interval later.
+		settle = 3*heartbeat + time.Second
+		cutFor = settle + 5*time.Second
+	)
+	s := redistest.NewProcess(t)
+	p := redistest.NewProxy(t, s.Addr)
+	prefix := redistest.Prefix(t)
+	spec := childSpec{Mode: "url", URL: s.URL, URLs: []string{"redis://" + p.Addr()}, Prefix: prefix,
+		Key: "api.example.com", Rate: rate, Burst: burst, Goroutines: goroutines}
+	start := time.Now().Add(1500 * time.Millisecond)
+	cutAt := start.Add(warmup + heartbeat) // every child has heard the fleet of 3
+	healAt := cutAt.Add(cutFor)
+	end := healAt.Add(tail)
+	spec.Start, spec.End = start.UnixNano(), end.UnixNano()
+	run := runFleet(t, parts, spec, func() {
+		time.Sleep(time.Until(cutAt))
+		p.AddTimeout(t)
+		time.Sleep(time.Until(healAt))
+		p.Clear(t)
+	})
+	if t.Failed() {
+		return
+	}
+	if len(run.errs) > 0 {
+		t.Errorf("%d Wait errors, first: %s", len(run.errs), run.errs[0])
+	}
+	cut := fleetRun{}
+	for _, c := range run.calls {
+		if c.end < cutAt.UnixNano() || c.end >= cutAt.Add(settle).UnixNano() {
+			cut.calls = append(cut.calls, c)
+		}
+	}
+	// Every 1 s window outside the settling time: windows that start
+	// before the cut end before it (the settling calls are left out, so a
+	// window straddling them counts fewer, never more).
+	busiest, at := cut.busiest(time.Second)
+	if float64(busiest) > windowBound {
+		t.Errorf("busiest 1 s outside the %v after the cut: %d calls at %v after the start, want at most %.0f",
+			settle, busiest, at.Sub(start).Round(time.Millisecond), windowBound)
+	}
+	// How long the fleet took to come down to the rate: the first 1 s
+	// window after the cut from which on every window holds the bound.
+	settled := cutAt
+	for w := cutAt; w.Before(healAt); w = w.Add(100 * time.Millisecond) {
+		if float64(run.countIn(w, w.Add(time.Second))) > windowBound {
+			settled = w.Add(100 * time.Millisecond)
+		}
+	}
+	during, _ := fleetRun{calls: callsIn(run.calls, cutAt, cutAt.Add(settle))}.busiest(time.Second)
+	t.Logf("partial partition (1 of %d cut off for %v): busiest 1 s while the fleet noticed: %d (rate + rate/3 = %.0f); "+
+		"every 1 s window within %.0f from %v after the cut (settling time asserted: %v); busiest 1 s outside it: %d; "+
+		"rate while cut %.1f/s; switches %v; calls %d",
+		parts, cutFor, during, rate*4/3, windowBound, settled.Sub(cutAt).Round(100*time.Millisecond), settle, busiest,
+		float64(run.countIn(cutAt.Add(settle), healAt))/healAt.Sub(cutAt.Add(settle)).Seconds(), run.switchCounts(), len(run.calls))
+}
+
+// callsIn returns the calls that ended in [from, to).
+func callsIn(calls []call, from, to time.Time) []call {
+	var in []call
+	for _, c := range calls {
+		if c.end >= from.UnixNano() && c.end < to.UnixNano() {
+			in = append(in, c)
+		}
+	}
+	return in
 }

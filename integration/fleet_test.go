@@ -23,6 +23,7 @@ import (
 type childSpec struct {
 	Mode       string   // "url", "sentinel" or "cluster"
 	URL        string   // Mode "url"
+	URLs       []string // Mode "url": child i uses URLs[i] instead, if set
 	MasterName string   // Mode "sentinel"
 	Addrs      []string // sentinel or cluster node addresses
 	Prefix     string
@@ -66,9 +67,11 @@ func (s *switchLog) line(format string, args ...any) {
 	defer s.mu.Unlock()
 	fmt.Fprintf(s.out, format+"\n", args...)
 }
-func (s *switchLog) Reserved(string, int, time.Duration, bool) {}
-func (s *switchLog) RedisCall(string, time.Duration, error)    {}
-func (s *switchLog) Paused(string, time.Duration)              {}
+func (s *switchLog) Reserved(string, []string, []float64, time.Duration, bool) {}
+func (s *switchLog) Moved(string, string)                                      {}
+func (s *switchLog) RedisCall(string, time.Duration, error)                    {}
+func (s *switchLog) Paused(string, time.Duration)                              {}
+func (s *switchLog) Evictable(string)                                          {}
 func (s *switchLog) Fallback(active bool) {
 	to := "redis"
 	if active {
@@ -84,7 +87,11 @@ func childMain(s childSpec) error {
 	var rdb redis.UniversalClient
 	switch s.Mode {
 	case "url":
-		opts, err := redis.ParseURL(s.URL)
+		url := s.URL
+		if i := fleet.Index(); i >= 0 && i < len(s.URLs) {
+			url = s.URLs[i]
+		}
+		opts, err := redis.ParseURL(url)
 		if err != nil {
 			return err
 		}
@@ -97,6 +104,9 @@ func childMain(s childSpec) error {
 		return fmt.Errorf("unknown mode %q", s.Mode)
 	}
 	defer rdb.Close()
+	// go-redis's own dial errors (several per failed call) at Debug, off:
+	// pacer logs each switch once, with its cause.
+	redis.SetLogger(reserve.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	out := bufio.NewWriter(os.Stdout)
 	log := &switchLog{out: out}
 	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix, Metrics: log,
@@ -261,4 +271,19 @@ func (r fleetRun) switchCounts() map[int]int {
 		n[s.child]++
 	}
 	return n
+}
+
+// busiest returns the most calls that ended in any window of length w, and
+// when that window starts.
+func (r fleetRun) busiest(w time.Duration) (int, time.Time) {
+	best, at, j := 0, int64(0), 0
+	for i, c := range r.calls { // sorted by end
+		for r.calls[j].end <= c.end-int64(w) {
+			j++
+		}
+		if n := i - j + 1; n > best {
+			best, at = n, r.calls[j].end
+		}
+	}
+	return best, time.Unix(0, at)
 }

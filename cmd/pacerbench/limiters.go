@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -62,6 +63,7 @@ type variant struct {
 // openOptions is what a limiter is opened with.
 type openOptions struct {
 	rdb    *redis.Client
+	url    string // where rdb connects, for a limiter that needs a client of its own
 	lim    limit
 	procs  int // processes sharing the limit
 	log    *slog.Logger
@@ -77,8 +79,19 @@ var pacerVariants = []struct {
 	options   string // opts as Go source, for the report
 	opts      reserve.Options
 	fleetOnly bool
+	// quickStart: on a client built as README's quick start builds it
+	// (redis.NewClient(&redis.Options{Addr: ...}), go-redis's defaults),
+	// which New clones with the settings pacer needs, instead of the
+	// benchmark's tuned, counted client.
+	quickStart bool
 }{
 	{name: "pacer", options: "reserve.Options{}", opts: reserve.Options{}},
+	{
+		name:       "pacer, quick-start client",
+		options:    "reserve.Options{}` on `redis.NewClient(&redis.Options{Addr: addr})",
+		opts:       reserve.Options{},
+		quickStart: true,
+	},
 	{
 		name:    "pacer, one script call per reservation",
 		options: "reserve.Options{DisableCoalescing: true}",
@@ -108,11 +121,24 @@ func variants() []variant {
 				opts := pv.opts
 				opts.Logger = o.log
 				opts.Metrics = o.counts
-				l, err := reserve.New(o.rdb, opts)
+				var own *redis.Client
+				rdb := o.rdb
+				if pv.quickStart {
+					u, err := redis.ParseURL(o.url)
+					if err != nil {
+						return nil, err
+					}
+					own = redis.NewClient(&redis.Options{Addr: u.Addr, DB: u.DB, Username: u.Username, Password: u.Password, TLSConfig: u.TLSConfig})
+					rdb = own
+				}
+				l, err := reserve.New(rdb, opts)
 				if err != nil {
+					if own != nil {
+						own.Close()
+					}
 					return nil, err
 				}
-				return &pacerLimiter{l: l, lim: reserve.Limit{Rate: o.lim.Rate, Burst: o.lim.Burst}}, nil
+				return &pacerLimiter{l: l, own: own, lim: reserve.Limit{Rate: o.lim.Rate, Burst: o.lim.Burst}}, nil
 			},
 		})
 	}
@@ -176,6 +202,7 @@ func findVariant(name string) (variant, error) {
 // pacerLimiter is pacer's reserve.Limiter.
 type pacerLimiter struct {
 	l   *reserve.Limiter
+	own *redis.Client // the quick-start client, closed with the limiter; or nil
 	lim reserve.Limit
 }
 
@@ -188,7 +215,13 @@ func (p *pacerLimiter) wait(ctx context.Context, key string) error {
 	return p.l.Wait(ctx, key, p.lim)
 }
 
-func (p *pacerLimiter) close() error { return p.l.Close() }
+func (p *pacerLimiter) close() error {
+	err := p.l.Close()
+	if p.own != nil {
+		err = errors.Join(err, p.own.Close())
+	}
+	return err
+}
 
 // pacerCounts counts what would make pacer's figures meaningless: switches
 // to local pacing and reservations granted locally (Redis too slow for
@@ -198,13 +231,15 @@ type pacerCounts struct {
 	local     atomic.Int64
 }
 
-func (c *pacerCounts) Reserved(_ string, _ int, _ time.Duration, local bool) {
+func (c *pacerCounts) Reserved(_ string, _ []string, _ []float64, _ time.Duration, local bool) {
 	if local {
 		c.local.Add(1)
 	}
 }
 func (c *pacerCounts) RedisCall(string, time.Duration, error) {}
 func (c *pacerCounts) Paused(string, time.Duration)           {}
+func (c *pacerCounts) Moved(string, string)                   {}
+func (c *pacerCounts) Evictable(string)                       {}
 func (c *pacerCounts) Fallback(active bool) {
 	if active {
 		c.fallbacks.Add(1)

@@ -238,7 +238,7 @@ func (b *bench) open(ctx context.Context, v variant, lim limit, procs int) (limi
 		return nil, nil, err
 	}
 	counts := &pacerCounts{}
-	l, err := v.open(openOptions{rdb: b.rdb, lim: lim, procs: procs, log: b.log, counts: counts})
+	l, err := v.open(openOptions{rdb: b.rdb, url: b.url, lim: lim, procs: procs, log: b.log, counts: counts})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", v.Name, err)
 	}

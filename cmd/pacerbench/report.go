@@ -79,9 +79,12 @@ func (r *results) tables() string {
 	seen := table{
 		title: "Fleet: what the provider sees",
 		intro: fmt.Sprintf("%d processes x %d goroutines share one key at %s/s, burst %d, for %v; each goroutine loops {wait; record the time}. "+
-			"The limit allows at most %s calls in any 100 ms and %s in any 1 s (burst + rate x T).",
+			"The limit allows at most %s calls in any 100 ms and %s in any 1 s (burst + rate x T). "+
+			"429s (leaky bucket): the calls a leaky-bucket provider at the same rate would refuse "+
+			"(a millisecond clock, one call of tolerance, as nginx's limit_req; internal/provider.Leaky), "+
+			"judged on the fleet's call times.",
 			c.Procs, c.Goroutines, thousands(c.FleetRate), c.FleetBurst, c.Fleet, trim(allow100), trim(allow1s)),
-		header: []string{"limiter", "calls", "mean rate /s", "busiest 100 ms", "busiest 1 s", "gap p1", "gap p50", "gap p99"},
+		header: []string{"limiter", "calls", "mean rate /s", "busiest 100 ms", "busiest 1 s", "gap p1", "gap p50", "gap p99", "429s (leaky bucket)"},
 	}
 	cost := table{
 		title:  "Fleet: what it costs",
@@ -90,7 +93,8 @@ func (r *results) tables() string {
 	}
 	for _, x := range r.Fleet {
 		seen.rows = append(seen.rows, []string{x.Variant, thousands(float64(x.Calls)), fmt.Sprintf("%.1f", x.Rate),
-			strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), dur(x.GapP1), dur(x.GapP50), dur(x.GapP99)})
+			strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), dur(x.GapP1), dur(x.GapP50), dur(x.GapP99),
+			fmt.Sprintf("%d (%.2f%%)", x.LeakyRejected, 100*float64(x.LeakyRejected)/max(float64(x.Calls), 1))})
 		cost.rows = append(cost.rows, append(append([]string{x.Variant, dur(x.WaitP50), dur(x.WaitP99), dur(x.WaitMax)},
 			redisCells(r.redisKept(x.Variant), x.Redis)...), fmt.Sprintf("%.1f", x.ClientCPUUsec)))
 		cost.notes = append(cost.notes, fallbackNote(x.Variant, x.Fallbacks)...)

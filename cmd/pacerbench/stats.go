@@ -27,6 +27,16 @@ func busiest(calls []int64, w time.Duration) int {
 	return provider.Busiest(times, w)
 }
 
+// leakyRejections returns how many of calls (Unix ns) a leaky-bucket
+// provider at rate would refuse.
+func leakyRejections(calls []int64, rate float64) int {
+	times := make([]time.Time, len(calls))
+	for i, c := range calls {
+		times[i] = time.Unix(0, c)
+	}
+	return provider.LeakyRejections(times, rate)
+}
+
 // gaps returns the sorted differences between consecutive sorted times.
 func gaps(sorted []int64) []time.Duration {
 	if len(sorted) < 2 {

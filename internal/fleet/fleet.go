@@ -22,12 +22,25 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/procgroup"
 )
+
+// IndexEnv is the environment variable that tells each child its Index.
+const IndexEnv = "PACER_FLEET_INDEX"
+
+// Index returns the running child's Index (IndexEnv), or -1 outside a fleet.
+func Index() int {
+	i, err := strconv.Atoi(os.Getenv(IndexEnv))
+	if err != nil {
+		return -1
+	}
+	return i
+}
 
 // Options says what children to start.
 type Options struct {
@@ -106,7 +119,7 @@ func start(ctx context.Context, i int, exe string, args, env []string, stdin boo
 	c := &Child{Index: i, done: make(chan struct{})}
 	c.stdout.first = make(chan struct{})
 	c.cmd = exec.CommandContext(ctx, exe, args...)
-	c.cmd.Env = env
+	c.cmd.Env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%d", IndexEnv, i))
 	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
 	procgroup.Own(c.cmd)
 	c.cmd.WaitDelay = waitDelay

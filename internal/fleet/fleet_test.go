@@ -21,6 +21,8 @@ type job struct {
 	Echo   bool // then copy stdin to stdout, line by line
 	Hang   bool // then sleep until killed
 	Exit   int
+	// PrintIndex: first print "index <Index()>"
+	PrintIndex bool
 }
 
 func TestMain(m *testing.M) {
@@ -36,6 +38,9 @@ func TestMain(m *testing.M) {
 }
 
 func childMain(j job) int {
+	if j.PrintIndex {
+		fmt.Printf("index %d\n", Index())
+	}
 	fmt.Print(strings.Join(j.Lines, "\n"))
 	if j.Echo || j.Hang {
 		fmt.Println()
@@ -79,6 +84,26 @@ func TestLinesAndStderr(t *testing.T) {
 		if err != nil || first != "a" {
 			t.Errorf("child %d: FirstLine() = %q, %v, want a, nil", i, first, err)
 		}
+	}
+}
+
+// TestIndex: each child learns its Index; outside a fleet Index is -1.
+func TestIndex(t *testing.T) {
+	f, err := Start(t.Context(), Options{Env: childEnv, Procs: 3, Args: []string{"-test.run=^$"},
+		Spec: job{PrintIndex: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range f.Children() {
+		if got, want := strings.Join(c.Lines(), "|"), fmt.Sprintf("index %d", i); got != want {
+			t.Errorf("child %d printed %q, want %q", i, got, want)
+		}
+	}
+	if got := Index(); got != -1 {
+		t.Errorf("Index() outside a fleet = %d, want -1", got)
 	}
 }
 

@@ -27,6 +27,10 @@ type Options struct {
 	Strict100ms bool
 	// Latency is added to every call. Default 0.
 	Latency time.Duration
+	// Leaky replaces the sliding windows with a leaky bucket per host at
+	// Limit calls per second (see Leaky): a millisecond clock and one call
+	// of tolerance. Default false.
+	Leaky bool
 }
 
 // Server is a running provider on 127.0.0.1.
@@ -36,6 +40,7 @@ type Server struct {
 	srv  *http.Server
 
 	mu       sync.Mutex
+	leaky    map[string]*Leaky      // by host, with Options.Leaky
 	accepted map[string][]time.Time // by host, in order
 	rejected map[string][]time.Time // by host, in order
 	byClient map[string]Counts
@@ -53,7 +58,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, accepted: map[string][]time.Time{}, rejected: map[string][]time.Time{}, byClient: map[string]Counts{}}
+	s := &Server{opts: opts, ln: ln, leaky: map[string]*Leaky{}, accepted: map[string][]time.Time{}, rejected: map[string][]time.Time{}, byClient: map[string]Counts{}}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil
@@ -99,6 +104,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // admit returns 0 if a call to host at now is within the limits, else how
 // long until it would be. s.mu is held.
 func (s *Server) admit(host string, now time.Time) time.Duration {
+	if s.opts.Leaky {
+		l := s.leaky[host]
+		if l == nil {
+			l = &Leaky{Rate: float64(s.opts.Limit)}
+			s.leaky[host] = l
+		}
+		if l.Admit(now) {
+			return 0
+		}
+		return time.Duration(float64(time.Second) / l.Rate)
+	}
 	log := s.accepted[host]
 	wait := windowWait(log, now, time.Second, s.opts.Limit)
 	if s.opts.Strict100ms {
@@ -186,8 +202,7 @@ func (s *Server) copyLogs(logs map[string][]time.Time) map[string][]time.Time {
 
 // Busiest returns the most of the sorted times in any window of length w.
 func Busiest(times []time.Time, w time.Duration) int {
-	times = slices.Clone(times)
-	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	times = sortedCopy(times)
 	most, i := 0, 0
 	for j := range times {
 		for times[j].Sub(times[i]) >= w {
@@ -196,4 +211,11 @@ func Busiest(times []time.Time, w time.Duration) int {
 		most = max(most, j-i+1)
 	}
 	return most
+}
+
+// sortedCopy returns times sorted, leaving times as it was.
+func sortedCopy(times []time.Time) []time.Time {
+	times = slices.Clone(times)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	return times
 }

@@ -128,3 +128,37 @@ func TestRejections(t *testing.T) {
 		t.Error("Rejections() returned the provider's own slice")
 	}
 }
+
+// TestLeaky: calls spaced exactly 1/Rate apart all pass; one call of
+// tolerance lets a call come up to one interval early, not two; the clock
+// is whole milliseconds; a refused call does not count.
+func TestLeaky(t *testing.T) {
+	base := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return base.Add(time.Duration(ms * float64(time.Millisecond))) }
+	l := Leaky{Rate: 100} // one call per 10 ms
+	for i := range 5 {
+		if !l.Admit(at(float64(10 * i))) {
+			t.Fatalf("call %d at its turn refused", i)
+		}
+	}
+	// The next turn is at 50 ms; one interval early (40 ms) passes...
+	if !l.Admit(at(40)) {
+		t.Fatal("a call one interval early refused")
+	}
+	// ...the next turn is now 60 ms; 50.9 ms is 50 ms on the ms clock,
+	// one interval early again: passes, and the turn is 70 ms.
+	if !l.Admit(at(50.9)) {
+		t.Fatal("a call at 50.9 ms (50 on the ms clock) refused")
+	}
+	// 59 ms is 11 ms early: refused, and not counted.
+	if l.Admit(at(59)) {
+		t.Fatal("a call 11 ms early admitted")
+	}
+	if !l.Admit(at(60)) {
+		t.Fatal("the call at 60 ms refused after a refused one")
+	}
+	times := []time.Time{at(0), at(1), at(2), at(3), at(30)}
+	if got := LeakyRejections(times, 100); got != 2 {
+		t.Fatalf("LeakyRejections = %d, want 2 (0 and 1 pass, 2 and 3 are refused, 30 passes)", got)
+	}
+}
