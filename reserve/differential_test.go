@@ -52,6 +52,10 @@ var regressionSeeds = []struct {
 	// then restored a token in the model and none in pacer. Both are right
 	// to within rounding: the test now follows both branches.
 	{903, "a cancel's decision within rounding of its boundary"},
+	// 212,335/s, burst 1: cancels counted the distance between two
+	// grid-rounded slots, each up to 1 ns late, and gave back up to 1 ns
+	// of rate too much each time: 5 ns early after some forty cancels.
+	{2129, "cancels on grid-rounded slots"},
 }
 
 // randomLimit draws rates log-uniformly over 0.001/s to 1,000,000/s, mostly
