@@ -21,9 +21,21 @@ import (
 
 // backend is a Redis the contract suite runs against.
 type backend struct {
+	// client is the tests' own: it reads and plants what they check.
 	client redis.UniversalClient
+	// user, if set, is the client the Limiters get (a Redis user with only
+	// the permissions pacer needs); else client.
+	user redis.UniversalClient
 	// elapse lets d of real time pass, as the server's key expiry sees it.
 	elapse func(d time.Duration)
+}
+
+// pacer returns the client a Limiter under test talks through.
+func (b backend) pacer() redis.UniversalClient {
+	if b.user != nil {
+		return b.user
+	}
+	return b.client
 }
 
 // redisBackend is a single redis-server (or REDIS_URL).
@@ -105,7 +117,7 @@ func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	// The contract is Redis's: FailClosed, so that a slow call on a loaded
 	// test machine fails the test instead of being paced locally, and a
 	// CallTimeout far above any scheduling hiccup.
-	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t),
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t),
 		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)

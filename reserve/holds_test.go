@@ -401,7 +401,7 @@ func testClaimEarly(t *testing.T, b backend) {
 // testHoldExpires: a hold nobody claims disappears StaleAfter after its slot.
 // It uses Redis server time (no client clock), since key expiry does.
 func testHoldExpires(t *testing.T, b backend) {
-	l, err := reserve.New(b.client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	l, err := reserve.New(b.pacer(), reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	ctx := context.Background()

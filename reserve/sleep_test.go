@@ -20,7 +20,7 @@ func testSleepIntoPause(t *testing.T, b backend) {
 	prefix := redistest.Prefix(t)
 	rec := newRecorder()
 	newL := func(m reserve.Metrics) *reserve.Limiter {
-		l, err := reserve.New(b.client, reserve.Options{KeyPrefix: prefix, FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: m})
+		l, err := reserve.New(b.pacer(), reserve.Options{KeyPrefix: prefix, FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: m})
 		require.NoError(t, err)
 		closeLimiter(t, l)
 		return l
@@ -60,7 +60,7 @@ func testSleepLate(t *testing.T, b backend) {
 	ctx := context.Background()
 	clk := fakeclock.New(epoch)
 	rec := newRecorder()
-	l, err := reserve.New(b.client, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms

@@ -1,0 +1,75 @@
+package reserve_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// aclRules is the smallest Redis ACL pacer works with (docs/security.md):
+// its keys (here the tests' prefix; pacer's default is pacer:*), the
+// scripts, GET (Sleep's pause check), CONFIG GET (the eviction check, which
+// is skipped when denied), and the commands the scripts call. ACL checks
+// every command a script runs too.
+var aclRules = []string{
+	"on", ">pacer-secret", "resetkeys", "~pacertest:*", "resetchannels", "-@all",
+	"+evalsha", "+eval", "+script|load", "+get", "+ping", "+config|get",
+	// called by the scripts
+	"+time", "+set", "+del", "+pttl", "+pexpire",
+	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+hset", "+hdel",
+}
+
+// aclBackend is a throwaway redis-server on which the Limiters log in as a
+// user with only aclRules.
+func aclBackend(t *testing.T) backend {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	args := []any{"ACL", "SETUSER", "pacer"}
+	for _, r := range aclRules {
+		args = append(args, r)
+	}
+	require.NoError(t, s.Client.Do(ctx, args...).Err())
+	opts := *s.Client.Options()
+	opts.Username, opts.Password = "pacer", "pacer-secret"
+	user := redis.NewClient(&opts)
+	t.Cleanup(func() { user.Close() })
+	return backend{client: s.Client, user: user, elapse: time.Sleep}
+}
+
+// TestContractACL runs the contract suite with the Limiters logged in as a
+// user holding only aclRules.
+func TestContractACL(t *testing.T) { runContract(t, aclBackend(t)) }
+
+// TestClaimACL runs the holds' suite (asynq's slots) as that user.
+func TestClaimACL(t *testing.T) { runClaim(t, aclBackend(t)) }
+
+// TestACLDenied: a user missing a command pacer needs gets a clear error
+// naming it (the script error Redis gives), and pacer does not hide it behind local
+// pacing: it is a configuration error, not an outage.
+func TestACLDenied(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	var args []any
+	for _, r := range aclRules {
+		if r != "+zadd" { // the heartbeat's first write
+			args = append(args, r)
+		}
+	}
+	require.NoError(t, s.Client.Do(ctx, append([]any{"ACL", "SETUSER", "pacer"}, args...)...).Err())
+	opts := *s.Client.Options()
+	opts.Username, opts.Password = "pacer", "pacer-secret"
+	user := redis.NewClient(&opts)
+	t.Cleanup(func() { user.Close() })
+	l, err := reserve.New(user, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet, RequireRedis: true})
+	if err == nil {
+		l.Close()
+	}
+	require.Error(t, err, "New with a user denied ZADD")
+	require.Contains(t, err.Error(), "can't run this command", "the error names the denied command")
+	require.NotErrorIs(t, err, reserve.ErrUnavailable, "a denied command is not an outage")
+}
