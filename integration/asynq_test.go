@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,10 +64,15 @@ func TestScheduledThenRedeemed(t *testing.T) {
 	assert.LessOrEqual(t, dueBusiest, int(api.Rate*(1+scheduler.DefaultLead.Seconds()))+api.Burst, "tasks due in the busiest 1 s")
 
 	r.waitDone(t, tasks, 40*time.Second)
-	assert.Equal(t, bucket, r.bucket(t), "the bucket changed after Enqueue: a slot was reserved again")
+	// Every slot the workers used was the one Enqueue kept, but for tasks
+	// that reached a worker more than StaleAfter (half a slot, 5 ms here)
+	// after their slot: those take a fresh slot (a loaded machine makes a
+	// few). So the key's reservation count grew by exactly the fresh slots,
+	// and every task ran once.
 	c := r.count.snapshot()
-	assert.Equal(t, tasks, c.redeemed, "slots redeemed")
-	assert.Zero(t, c.fresh, "fresh slots reserved by the workers")
+	assert.Equal(t, seqOf(t, bucket)+c.fresh, seqOf(t, r.bucket(t)), "reservations on the key after Enqueue: only the fresh slots")
+	assert.Equal(t, tasks, r.rec.Done(), "tasks run")
+	assert.GreaterOrEqual(t, c.redeemed, tasks-c.fresh, "slots redeemed")
 	calls := r.rec.Calls()
 	total := calls[len(calls)-1].At.Sub(start)
 	busiest := asynqtest.Busiest(calls, time.Second)
@@ -175,6 +181,15 @@ func (r *run) start(t *testing.T, servers, concurrency int) {
 func (r *run) waitDone(t *testing.T, n int, limit time.Duration) {
 	ok := asynqtest.WaitFor(context.Background(), limit, func() bool { return r.rec.Done() == n })
 	require.True(t, ok, "%d of %d tasks done after %v", r.rec.Done(), n, limit)
+}
+
+// seqOf returns the number of reservations a key's state records.
+func seqOf(t *testing.T, state string) int {
+	f := strings.Fields(state)
+	require.GreaterOrEqual(t, len(f), 4, "state %q", state)
+	n, err := strconv.Atoi(f[3])
+	require.NoError(t, err, "state %q", state)
+	return n
 }
 
 // bucket returns the bucket's state.
