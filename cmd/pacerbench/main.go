@@ -196,8 +196,8 @@ type bench struct {
 	log   *slog.Logger
 }
 
-// newClient returns a go-redis client for url as the README recommends for
-// pacer (ContextTimeoutEnabled, MaxRetries -1), with a pool for goroutines
+// newClient returns a go-redis client for url set up as pacer needs it
+// (ContextTimeoutEnabled, MaxRetries -1, DialerRetries 1), with a pool for goroutines
 // callers at once, and checks that it answers. A non-nil count counts what
 // it sends.
 func newClient(url string, goroutines int, count *counter) (*redis.Client, error) {
@@ -205,8 +205,11 @@ func newClient(url string, goroutines int, count *counter) (*redis.Client, error
 	if err != nil {
 		return nil, fmt.Errorf("pacerbench: -redis: %w", err)
 	}
+	// Set up as reserve.New needs it, so that pacer uses this client as it
+	// is (not a clone) and the hook counts its commands.
 	opts.ContextTimeoutEnabled = true
 	opts.MaxRetries = -1
+	opts.DialerRetries = 1
 	// One connection per goroutine, plus pacer's heartbeat and this
 	// program's INFO: a smaller pool makes callers queue for a connection
 	// (go-redis's default is 10 per GOMAXPROCS).

@@ -103,8 +103,9 @@ func (b *bench) runMemory(ctx context.Context, v variant) (memory, error) {
 		return r, nil
 	}
 	// DESIGN.md: the key expires once the bucket would be full again, plus
-	// a 1 s margin; after one permit, full again after 1/rate.
-	r.DesignTTL = time.Duration(math.Ceil(1000/lim.Rate))*time.Millisecond + time.Second
+	// a margin (lua/core.lua: 2 s on a write that sets the expiry); after
+	// one permit, full again after 1/rate.
+	r.DesignTTL = time.Duration(math.Ceil(1000/lim.Rate))*time.Millisecond + 2*time.Second
 	r.ExpiryChecked = true
 	if err := l.close(); err != nil { // leaves the heartbeat set: only bucket keys remain
 		return memory{}, err

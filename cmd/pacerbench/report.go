@@ -57,7 +57,7 @@ func (r *results) tables() string {
 			if x.Goroutines != g {
 				continue
 			}
-			t.rows = append(t.rows, append([]string{x.Variant, thousands(x.PerSecond()), strconv.FormatInt(x.Refused, 10)}, redisCells(r.redisKept(x.Variant), x.Redis)...))
+			t.rows = append(t.rows, append([]string{x.Variant, thousands(x.PerSecond()), strconv.FormatInt(x.Refused, 10)}, r.redisCells(x.Variant, x.Redis)...))
 			t.notes = append(t.notes, fallbackNote(x.Variant, x.Fallbacks)...)
 		}
 		ts = append(ts, t)
@@ -96,7 +96,7 @@ func (r *results) tables() string {
 			strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), dur(x.GapP1), dur(x.GapP50), dur(x.GapP99),
 			fmt.Sprintf("%d (%.2f%%)", x.LeakyRejected, 100*float64(x.LeakyRejected)/max(float64(x.Calls), 1))})
 		cost.rows = append(cost.rows, append(append([]string{x.Variant, dur(x.WaitP50), dur(x.WaitP99), dur(x.WaitMax)},
-			redisCells(r.redisKept(x.Variant), x.Redis)...), fmt.Sprintf("%.1f", x.ClientCPUUsec)))
+			r.redisCells(x.Variant, x.Redis)...), fmt.Sprintf("%.1f", x.ClientCPUUsec)))
 		cost.notes = append(cost.notes, fallbackNote(x.Variant, x.Fallbacks)...)
 	}
 	ts = append(ts, seen, cost)
@@ -105,9 +105,9 @@ func (r *results) tables() string {
 		mem := table{
 			title: "Memory per idle key",
 			intro: fmt.Sprintf("%s distinct keys, one call each, limit %s/s burst 1. MEMORY USAGE is of one key (the last written); growth is INFO used_memory's, per key. "+
-				"pacer's key should expire 1/rate + 1 s after its last write (DESIGN.md: once the bucket would be full again, plus a margin).",
+				"pacer's key should expire 1/rate + 2 s after its first write (DESIGN.md: once the bucket would be full again, plus a margin; lua/core.lua sets 2 s, and a later write moves it only when less than 1 s would be left).",
 				thousands(float64(c.MemKeys)), trim(c.MemRate)),
-			header: []string{"limiter", "keys stored", "MEMORY USAGE (B)", "used_memory growth / key (B)", "PTTL right after (ms)", "TTL by DESIGN.md (ms)", "expiry"},
+			header: []string{"limiter", "keys stored", "MEMORY USAGE (B)", "used_memory growth / key (B)", "PTTL right after (ms)", "TTL by design (ms)", "expiry"},
 		}
 		for _, x := range r.Memory {
 			design, expiry := "–", "not measured"
@@ -131,24 +131,33 @@ func (r *results) tables() string {
 	return b.String()
 }
 
-// redisKept reports whether the variant named name keeps state in Redis.
-func (r *results) redisKept(name string) bool {
+// redisKept reports whether the variant named name keeps state in Redis,
+// and whether its clients' round trips and commands were counted.
+func (r *results) redisKept(name string) (kept, counted bool) {
 	for _, v := range r.Variants {
 		if v.Name == name {
-			return v.Redis
+			return v.Redis, !v.Uncounted
 		}
 	}
-	return false
+	return false, false
 }
 
 // redisHeader heads the columns of redisCells.
 var redisHeader = []string{"round trips / call", "commands / call", "Redis µs / call", "Redis CPU µs / call"}
 
-func redisCells(kept bool, p perCall) []string {
+// redisCells are the Redis figures of the limiter named name: "–" where it
+// keeps no state in Redis, or where its client's round trips and commands
+// were not counted (variant.Uncounted).
+func (r *results) redisCells(name string, p perCall) []string {
+	kept, counted := r.redisKept(name)
 	if !kept {
 		return []string{"–", "–", "–", "–"}
 	}
-	return []string{fmt.Sprintf("%.2f", p.Trips), fmt.Sprintf("%.2f", p.Commands), fmt.Sprintf("%.1f", p.Usec), fmt.Sprintf("%.1f", p.CPUUsec)}
+	trips, cmds := "–", "–"
+	if counted {
+		trips, cmds = fmt.Sprintf("%.2f", p.Trips), fmt.Sprintf("%.2f", p.Commands)
+	}
+	return []string{trips, cmds, fmt.Sprintf("%.1f", p.Usec), fmt.Sprintf("%.1f", p.CPUUsec)}
 }
 
 func fallbackNote(name string, n int64) []string {
@@ -219,7 +228,8 @@ func (r *results) document(tables string) string {
 		"for less CPU: the fleet's gaps and client CPU show the trade.\n\n")
 	fmt.Fprintf(&b, "The hot-key and lone-caller tables measure the machinery alone: the limit is so high that nobody waits, so a row says how many "+
 		"permits one Redis (or, for x/time/rate, one process) can hand out, and what each costs. Round trips and commands are counted on the "+
-		"clients (a go-redis hook; connection handshakes left out): more than one per call means retries, or a transaction's MULTI and EXEC. "+
+		"clients (a go-redis hook; connection handshakes left out): more than one per call means retries, or a transaction's MULTI and EXEC; "+
+		"the quick-start row's are not counted (\"–\"), because pacer talks to Redis through a client of its own, made from the quick-start one with the settings it needs. "+
 		"Redis µs is the time Redis spent running those commands (INFO commandstats: all of EVALSHA and EXEC, which include the commands they run, "+
 		"and not those commands again; this program's own INFO and CONFIG calls left out); Redis CPU is the whole server's CPU time over the "+
 		"phase (INFO cpu), network work included. The clients and Redis share the machine's %d CPUs, so a client that burns CPU slows Redis too.\n\n",
