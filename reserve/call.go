@@ -72,13 +72,14 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 // mapError maps an error from Redis and records it for health tracking.
 func (l *Limiter) mapError(op, key string, err error) error {
 	if code, ok := errorCode(err); ok {
-		l.succeeded()
-		if sentinel := scriptCodes[code]; sentinel != nil {
-			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, sentinel, err)
-		}
 		if unavailableCodes[code] {
 			l.failed(key, err)
 			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
+		}
+		// Redis answered: it is up, whatever the answer.
+		l.succeeded()
+		if sentinel := scriptCodes[code]; sentinel != nil {
+			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, sentinel, err)
 		}
 		return fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
@@ -139,10 +140,12 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 }
 
 // unavailableCodes are the error replies of a Redis that is there but
-// cannot serve now (loading, failing over, read-only replica, busy script).
+// cannot serve now (loading, failing over, read-only replica, busy script,
+// or at its maxmemory with noeviction: OOM refuses the script's write, so
+// nothing was granted).
 var unavailableCodes = map[string]bool{
 	"LOADING": true, "READONLY": true, "CLUSTERDOWN": true, "MASTERDOWN": true,
-	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true,
+	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true, "OOM": true,
 }
 
 // errorCode returns the first word of a Redis error reply; ok is false for

@@ -416,3 +416,50 @@ func tunedClient(t *testing.T, s *redistest.Server) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestMemoryFull: a Redis at its maxmemory with noeviction (the policy
+// docs/security.md asks for) refuses every write with OOM. That is an outage
+// pacer can pace through, not an error for its callers: reservations are
+// granted locally (with FailClosed, they fail with ErrUnavailable wrapping
+// the OOM), nothing is written, and the heartbeat, itself a write, keeps the
+// Limiter local until Redis has room again.
+func TestMemoryFull(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	l, err := reserve.New(s.Client, reserve.Options{Metrics: rec, Logger: quiet, ProbeInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	closed, err := reserve.New(s.Client, reserve.Options{FailClosed: true, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, closed)
+	lim := reserve.Limit{Rate: 1000, Burst: 10}
+	_, err = l.Reserve(ctx, "full", lim, 1) // learns the fleet; the key exists
+	require.NoError(t, err)
+	before, err := s.Client.Get(ctx, l.RedisKey("full")).Result()
+	require.NoError(t, err)
+
+	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "1").Err())
+	require.ErrorContains(t, s.Client.Set(ctx, "probe", "x", 0).Err(), "OOM", "the server is not full")
+
+	for range 5 {
+		r, err := l.Reserve(ctx, "full", lim, 1)
+		require.NoError(t, err, "a full Redis failed the caller")
+		assert.True(t, r.Local(), "granted on a Redis that refuses writes")
+	}
+	assert.True(t, l.Degraded(), "%+v", rec.snapshot())
+	_, err = closed.Reserve(ctx, "full", lim, 1)
+	require.ErrorIs(t, err, reserve.ErrUnavailable)
+	assert.ErrorContains(t, err, "OOM")
+	after, err := s.Client.Get(ctx, l.RedisKey("full")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused write changed the key")
+
+	// Room again: the next probe finds it, and reservations go to Redis.
+	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 10*time.Millisecond)
+	r, err := l.Reserve(ctx, "full", lim, 1)
+	require.NoError(t, err)
+	assert.False(t, r.Local())
+}

@@ -43,12 +43,12 @@
 // # Slots kept for tasks
 //
 // A slot kept for a task lives in Redis beside the key's bucket (see
-// reserve.Limiter.Claim). When the task comes back early it sleeps the
-// remainder; a little late (up to Options.StaleAfter, 1 s) it runs at once;
-// later than that the slot is dropped and a fresh one taken, so a backlog
-// left by workers that were down drains at the rate, never as a burst. A slot
-// nobody comes back for (the task was deleted) expires StaleAfter after its
-// time. Package scheduler keeps slots the same way for tasks it enqueues, and
+// reserve.Holds). When the task comes back early it sleeps the remainder; a
+// little late (up to reserve.HoldOptions.StaleAfter: by default half the
+// slot spacing) it runs at once; later than that the slot is dropped and a
+// fresh one taken, so a backlog left by workers that were down drains at the
+// rate, never as a burst. A slot nobody comes back for (the task was
+// deleted) expires StaleAfter after its time. Package scheduler keeps slots the same way for tasks it enqueues, and
 // the middleware redeems them.
 //
 // See the package examples.
