@@ -237,6 +237,16 @@ func (p *pacerLimiter) close() error {
 type pacerCounts struct {
 	fallbacks atomic.Int64
 	local     atomic.Int64
+	evictable atomic.Pointer[string] // the policy New warned about
+}
+
+// warned returns the maxmemory-policy New reported as able to evict
+// pacer's keys, or "".
+func (c *pacerCounts) warned() string {
+	if p := c.evictable.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (c *pacerCounts) Reserved(_ string, _ []string, _ []float64, _ time.Duration, local bool) {
@@ -247,7 +257,7 @@ func (c *pacerCounts) Reserved(_ string, _ []string, _ []float64, _ time.Duratio
 func (c *pacerCounts) RedisCall(string, time.Duration, error) {}
 func (c *pacerCounts) Paused(string, time.Duration)           {}
 func (c *pacerCounts) Moved(string, string)                   {}
-func (c *pacerCounts) Evictable(string)                       {}
+func (c *pacerCounts) Evictable(policy string)                { c.evictable.Store(&policy) }
 func (c *pacerCounts) Fallback(active bool) {
 	if active {
 		c.fallbacks.Add(1)

@@ -15,7 +15,9 @@
 // so high nobody waits (reservations per second); one caller's latency; a
 // fleet of processes (this program re-run as children) sharing one key at
 // 500/s, burst 1 (what the provider would see, and what Redis spends per
-// call); and Redis memory per idle key, and its expiry.
+// call); Redis memory per idle key, and its expiry; and pacer's callers
+// while Redis runs out of memory, under an evicting policy and under
+// noeviction.
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
@@ -57,11 +59,12 @@ type config struct {
 	Goroutines int           // goroutines per fleet process
 	FleetRate  float64       // the fleet's limit, permits per second
 	FleetBurst int
-	MemKeys    int     // keys created in the memory phase
-	MemRate    float64 // their limit's rate (burst 1): the TTL follows from it
-	Only       string  // limiter names separated by ";"; "" for all
-	Phases     string  // comma-separated phases (hot, lone, fleet, memory); "" for all
-	Command    string  // how the program was run, for the report
+	MemKeys    int           // keys created in the memory phase
+	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
+	EvictRun   time.Duration // each run of the eviction phase
+	Only       string        // limiter names separated by ";"; "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, memory); "" for all
+	Command    string        // how the program was run, for the report
 }
 
 // defaults returns the full run's settings, or the smoke run's.
@@ -76,9 +79,10 @@ func defaults(quick bool) config {
 		FleetRate:  500,
 		FleetBurst: 1,
 		MemKeys:    100_000,
-		// One permit per 20 s: a key lives 21 s, longer than creating
+		// One permit per 20 s: a key lives 22 s, longer than creating
 		// 100,000 of them takes, so none has expired when memory is read.
-		MemRate: 0.05,
+		MemRate:  0.05,
+		EvictRun: 6 * time.Second,
 	}
 	if quick {
 		c.Quick = true
@@ -86,7 +90,8 @@ func defaults(quick bool) config {
 		c.Fleet = 2 * time.Second
 		c.Procs = 2
 		c.MemKeys = 1000
-		c.MemRate = 2 // keys live 1.5 s
+		c.MemRate = 2 // keys live 2.5 s
+		c.EvictRun = 2 * time.Second
 	}
 	return c
 }
@@ -113,7 +118,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none)")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -121,9 +126,10 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.FleetRate, "rate", full.FleetRate, "the fleet's limit, calls per second")
 	fs.IntVar(&c.FleetBurst, "burst", full.FleetBurst, "the fleet's burst")
 	fs.IntVar(&c.MemKeys, "keys", full.MemKeys, "keys created in the memory phase")
-	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 1 s")
+	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
+	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory, eviction)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -139,6 +145,7 @@ func parseFlags(args []string) (config, error) {
 			"procs":    func() { c.Procs = q.Procs },
 			"keys":     func() { c.MemKeys = q.MemKeys },
 			"mem-rate": func() { c.MemRate = q.MemRate },
+			"eviction": func() { c.EvictRun = q.EvictRun },
 		}
 		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
 		for _, set := range use {
@@ -155,8 +162,8 @@ func parseFlags(args []string) (config, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.Phase <= 0 || c.Fleet <= 0:
-		return fmt.Errorf("pacerbench: -phase and -fleet must be positive")
+	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0:
+		return fmt.Errorf("pacerbench: -phase, -fleet and -eviction must be positive")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1:
 		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
@@ -171,7 +178,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "memory"}
+var phases = []string{"hot", "lone", "fleet", "memory", "eviction"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -274,6 +281,7 @@ type results struct {
 	Latency    []latency
 	Fleet      []fleet
 	Memory     []memory
+	Eviction   []eviction
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -373,6 +381,19 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 		progress("memory      %-40s %d B per key", v.Name, r.SampleBytes)
 		res.Memory = append(res.Memory, r)
+	}
+	for _, v := range vs {
+		if !v.Memory || v.Kind != kindPacer || !c.runs("eviction") {
+			continue
+		}
+		for _, policy := range evictPolicies {
+			r, err := b.runEviction(ctx, v, policy)
+			if err != nil {
+				return nil, err
+			}
+			progress("eviction    %-40s %s: busiest 100 ms %d, 1 s %d", v.Name, policy, r.Busiest100ms, r.Busiest1s)
+			res.Eviction = append(res.Eviction, r)
+		}
 	}
 	rdb.Close()
 	admin.Close()

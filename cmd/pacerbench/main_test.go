@@ -125,6 +125,22 @@ func TestQuick(t *testing.T) {
 	if m.PTTL > m.DesignTTL || m.PTTL < m.DesignTTL-500*time.Millisecond {
 		t.Errorf("memory, pacer: PTTL %v right after the write, want just under %v", m.PTTL, m.DesignTTL)
 	}
+
+	// Out of memory: under volatile-lru New warns and the bucket is
+	// evicted; under noeviction pacer paces locally, and no caller fails.
+	for _, policy := range evictPolicies {
+		e, ok := find(res.Eviction, func(x eviction) bool { return x.Policy == policy })
+		switch {
+		case !ok:
+			t.Errorf("no eviction row for %s", policy)
+		case e.Calls == 0 || e.Errors != 0:
+			t.Errorf("eviction, %s: %d calls, %d errors; want calls and no errors", policy, e.Calls, e.Errors)
+		case policy == "volatile-lru" && (e.Warned != policy || e.Evicted == 0):
+			t.Errorf("eviction, %s: New warned %q, %d keys evicted; want a warning and evictions", policy, e.Warned, e.Evicted)
+		case policy == "noeviction" && (e.Warned != "" || e.Evicted != 0 || e.Refused == 0 || e.Local == 0):
+			t.Errorf("eviction, %s: %+v; want no warning, no evictions, writes refused and reservations granted locally", policy, e)
+		}
+	}
 }
 
 func find[T any](xs []T, ok func(T) bool) (T, bool) {

@@ -124,6 +124,32 @@ func (r *results) tables() string {
 		}
 		ts = append(ts, mem)
 	}
+	if len(r.Eviction) > 0 {
+		x0 := r.Eviction[0]
+		lim := x0.Limit
+		ev := table{
+			title: "Redis out of memory",
+			intro: fmt.Sprintf("%d goroutines in one process loop {wait; record the time} on one key at %s/s, burst %d, for %v (pacer's default Options). "+
+				"Halfway, Redis runs out of memory: maxmemory is set 2 MB above what it uses, and keys without a TTL are written until pacer's bucket is evicted "+
+				"or a write is refused (OOM); under noeviction, maxmemory then goes down to 1 byte for %v, so that every write is refused. Then maxmemory is lifted. "+
+				"Every key pacer writes has a TTL, so volatile-lru evicts pacer's keys first: an evicted bucket comes back full, and the slots it had queued are forgotten. "+
+				"noeviction is the setting docs/security.md asks for: Redis refuses the scripts' writes, and pacer paces locally until it has room. "+
+				"The limit allows at most %s calls in any 100 ms and %s in any 1 s.",
+				x0.Goroutines, trim(lim.Rate), lim.Burst, x0.Run, x0.Run/6, trim(float64(lim.Burst)+lim.Rate*0.1), trim(float64(lim.Burst)+lim.Rate)),
+			header: []string{"maxmemory-policy", "New warned", "keys evicted", "writes refused", "switches to local", "local reservations", "errors",
+				"busiest 100 ms", "busiest 1 s", "busiest 1 s before", "calls in the 1 s after"},
+		}
+		for _, x := range r.Eviction {
+			warned := "no"
+			if x.Warned != "" {
+				warned = "yes"
+			}
+			ev.rows = append(ev.rows, []string{x.Policy, warned, strconv.FormatInt(x.Evicted, 10), strconv.FormatInt(x.Refused, 10),
+				strconv.FormatInt(x.Fallbacks, 10), strconv.FormatInt(x.Local, 10), strconv.FormatInt(x.Errors, 10),
+				strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), strconv.Itoa(x.Before1s), strconv.Itoa(x.After1s)})
+		}
+		ts = append(ts, ev)
+	}
 	var b strings.Builder
 	for _, t := range ts {
 		b.WriteString(t.markdown())
