@@ -59,18 +59,23 @@ type fleet struct {
 	Fallbacks     int64
 }
 
-// runFleet runs c.Procs child processes of c.Goroutines goroutines, each
-// looping {wait; record the time} on one key for c.Fleet.
+// runFleet runs c.Procs child processes of c.Goroutines goroutines (the
+// floor: one process of all of them), each looping {wait; record the time}
+// on one key for c.Fleet.
 func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	c := b.cfg
 	if err := b.flush(ctx); err != nil {
 		return fleet{}, err
 	}
 	lim := limit{Rate: c.FleetRate, Burst: c.FleetBurst}
+	procs, goroutines := c.Procs, c.Goroutines
+	if v.OneProcess {
+		procs, goroutines = 1, c.Procs*c.Goroutines
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills children left behind by an error
-	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: childEnv, Procs: c.Procs, Stdin: true,
-		Spec: childJob{Variant: v.Name, RedisURL: b.url, Key: "fleet", Limit: lim, Procs: c.Procs, Goroutines: c.Goroutines}})
+	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: childEnv, Procs: procs, Stdin: true,
+		Spec: childJob{Variant: v.Name, RedisURL: b.url, Key: "fleet", Limit: lim, Procs: procs, Goroutines: goroutines}})
 	if err != nil {
 		return fleet{}, fmt.Errorf("%s: %w", v.Name, err)
 	}
@@ -128,8 +133,8 @@ func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	n := int64(len(calls))
 	r := fleet{
 		Variant:       v.Name,
-		Procs:         c.Procs,
-		Goroutines:    c.Goroutines,
+		Procs:         procs,
+		Goroutines:    goroutines,
 		Limit:         lim,
 		Seconds:       c.Fleet.Seconds(),
 		Calls:         n,

@@ -57,6 +57,10 @@ type variant struct {
 	// Memory is set for the variants whose per-key memory is measured (one
 	// per kind of Redis state).
 	Memory bool
+	// OneProcess is set for the fleet's floor: the fleet's goroutines all
+	// in one process, on one in-process limiter (what the machine's
+	// scheduling alone costs, with no coordination to do).
+	OneProcess bool
 	// Uncounted is set when the limiter talks to Redis through a client of
 	// its own, which the counting hook does not see: its round trips and
 	// commands are not counted (Redis's time and CPU still are).
@@ -192,6 +196,17 @@ func variants() []variant {
 			open: func(o openOptions) (limiter, error) {
 				procs := max(o.procs, 1)
 				return &local{lim: limit{Rate: o.lim.Rate / float64(procs), Burst: max(o.lim.Burst/procs, 1)}}, nil
+			},
+		},
+		variant{
+			Name:       "x/time/rate, one process (the floor)",
+			Kind:       kindLocal,
+			Take:       "`Limiter.Reserve()` (in process, no Redis)",
+			Wait:       "`Limiter.Wait(ctx)`: the fleet's goroutines all in one process, on one limiter at the full rate",
+			FleetOnly:  true,
+			OneProcess: true,
+			open: func(o openOptions) (limiter, error) {
+				return &local{lim: o.lim}, nil
 			},
 		},
 	)

@@ -82,8 +82,9 @@ func (r *results) tables() string {
 			"The limit allows at most %s calls in any 100 ms and %s in any 1 s (burst + rate x T). "+
 			"429s (leaky bucket): the calls a leaky-bucket provider at the same rate would refuse "+
 			"(a millisecond clock, one call of tolerance, as nginx's limit_req; internal/provider.Leaky), "+
-			"judged on the fleet's call times.",
-			c.Procs, c.Goroutines, thousands(c.FleetRate), c.FleetBurst, c.Fleet, trim(allow100), trim(allow1s)),
+			"judged on the fleet's call times. The floor runs the same %d goroutines in one process on one in-process limiter: "+
+			"what this machine's scheduling costs with nothing to coordinate. A fleet that draws no more 429s than the floor adds no bunching of its own.",
+			c.Procs, c.Goroutines, thousands(c.FleetRate), c.FleetBurst, c.Fleet, trim(allow100), trim(allow1s), c.Procs*c.Goroutines),
 		header: []string{"limiter", "calls", "mean rate /s", "busiest 100 ms", "busiest 1 s", "gap p1", "gap p50", "gap p99", "429s (leaky bucket)"},
 	}
 	cost := table{
