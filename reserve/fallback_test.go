@@ -463,3 +463,54 @@ func TestMemoryFull(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, r.Local())
 }
+
+// TestOutageFirstBack: two Limiters lose Redis together and pace locally
+// on their shares, a half each. The first back must go on taking only its
+// half from Redis while the other still paces locally: the other has not
+// been heard from since the outage began, so it counts as held, even
+// though its last heartbeat (before the outage) is younger than two
+// heartbeat intervals. Counting it as live would give the first back the
+// whole rate: 1.5 x rate in all. Here b never probes (ProbeInterval 1 h),
+// so it stays local, and the heartbeat interval is long enough that b's
+// last heartbeat stays young for the whole test.
+func TestOutageFirstBack(t *testing.T) {
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	open := func(probe time.Duration) (*reserve.Limiter, *redistest.Proxy) {
+		p := redistest.NewProxy(t, s.Addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { c.Close() })
+		l, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, Logger: quiet,
+			HeartbeatInterval: time.Minute, ProbeInterval: probe, CallTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		return l, p
+	}
+	// b first: a's heartbeat at New then counts both.
+	b, pb := open(time.Hour)
+	a, pa := open(20 * time.Millisecond)
+	require.Equal(t, 2, a.FleetSize())
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for _, l := range []*reserve.Limiter{a, b} {
+		r, err := l.Reserve(ctx, "first-back", lim, 1)
+		require.NoError(t, err)
+		require.False(t, r.Local())
+	}
+
+	pa.Disable(t)
+	pb.Disable(t)
+	for _, l := range []*reserve.Limiter{a, b} {
+		for !l.Degraded() {
+			r, err := l.Reserve(ctx, "first-back", lim, 1)
+			require.NoError(t, err)
+			require.True(t, r.Local())
+		}
+	}
+	assert.Equal(t, 2, a.FleetSize(), "a paces locally on its half")
+	pa.Enable(t)
+	pb.Enable(t)
+	require.Eventually(t, func() bool { return !a.Degraded() }, 30*time.Second, 5*time.Millisecond, "a's probe never found Redis")
+	require.True(t, b.Degraded(), "b probed")
+	assert.Equal(t, 0.5, a.Share(), "the first back takes %v of the rate from Redis while b paces locally on its half", a.Share())
+}
