@@ -48,7 +48,7 @@ type environment struct {
 // machineCPU is read from /proc/stat.
 type machineCPU struct {
 	idle, total float64 // ticks: idle + iowait, and all
-	busy        float64 // ticks: user + nice + system
+	busy        float64 // ticks: user + nice + system + irq + softirq
 	steal       float64 // ticks taken by the hypervisor for other guests
 	ok          bool
 }
@@ -71,7 +71,9 @@ func readMachineCPU() machineCPU {
 		}
 		m.total += v
 		switch i {
-		case 0, 1, 2: // user, nice, system
+		case 0, 1, 2, 5, 6: // user, nice, system, irq, softirq (a process's
+			// system time, as getrusage counts it, includes the softirq work
+			// its network traffic causes)
 			m.busy += v
 		case 3, 4: // idle, iowait
 			m.idle += v
