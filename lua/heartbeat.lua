@@ -17,7 +17,11 @@
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
 --          one silent longer is forgotten
--- Reply    {now_ms, live, held}: live includes this Limiter
+-- Reply    {now_ms, live, held}: live includes this Limiter. Another
+--          Limiter heard from within live_ms whose mode is "local" counts
+--          as held: it reaches the fleet's set but not its keys (a Redis
+--          Cluster with the key's shard failing over) and paces locally on
+--          its share, which the others must leave it.
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -40,6 +44,16 @@ if #gone > 0 then
 end
 redis.call('PEXPIRE', KEYS[1], hold_ms)
 redis.call('PEXPIRE', KEYS[2], hold_ms)
-local live = redis.call('ZCOUNT', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+local live = #heard
+if live > 1 then
+  local modes = redis.call('HMGET', KEYS[2], unpack(heard))
+  for i = 1, #heard do
+    local m = modes[i]
+    if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
+      live = live - 1
+    end
+  end
+end
 local all = redis.call('ZCARD', KEYS[1])
 return {now_ms, live, all - live}

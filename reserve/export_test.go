@@ -39,3 +39,6 @@ func (l *Limiter) Queued(key string, lim Limit) int {
 
 // Client exposes the client the Limiter talks through, for tests.
 func (l *Limiter) Client() any { return l.rdb }
+
+// FleetKeys exposes the heartbeat set and the fleet's details, for tests.
+func (l *Limiter) FleetKeys() []string { return l.fleetKeys() }

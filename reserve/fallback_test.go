@@ -7,10 +7,12 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -513,4 +515,48 @@ func TestOutageFirstBack(t *testing.T) {
 	require.Eventually(t, func() bool { return !a.Degraded() }, 30*time.Second, 5*time.Millisecond, "a's probe never found Redis")
 	require.True(t, b.Degraded(), "b probed")
 	assert.Equal(t, 0.5, a.Share(), "the first back takes %v of the rate from Redis while b paces locally on its half", a.Share())
+}
+
+// TestFleetCountsLocalMembersHeld: a Limiter whose heartbeat reaches Redis
+// while it paces locally (on a Cluster, the fleet's set may live on a
+// healthy shard while its keys' shard fails over) reports mode "local".
+// The others count it as held, not live, and take only their own shares:
+// otherwise they would take the whole rate while it paces on its share.
+func TestFleetCountsLocalMembersHeld(t *testing.T) {
+	s := redistest.New(t)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	ctx := context.Background()
+	// Another member, heartbeating every 5 ms (a hears from it within its
+	// live window, 2 x 20 ms) as its Limiter would: id, mode, since (ms),
+	// live window and hold (ms).
+	var mode atomic.Value
+	mode.Store("redis")
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, a.FleetKeys(), "other", mode.Load(), time.Now().UnixMilli(), 60_000, 60_000).Err()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	assert.Equal(t, 1.0, a.Share(), "both on Redis: a takes from the shared bucket as the fleet")
+
+	mode.Store("local")
+	require.Eventually(t, func() bool { return a.Share() == 0.5 }, 30*time.Second, 5*time.Millisecond,
+		"a member pacing locally counted as live: share %v", a.Share())
+	assert.Equal(t, 2, a.FleetSize(), "the local fallback still divides by the whole fleet")
+
+	mode.Store("redis")
+	require.Eventually(t, func() bool { return a.Share() == 1 }, 30*time.Second, 5*time.Millisecond)
 }

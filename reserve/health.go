@@ -153,6 +153,9 @@ func (l *Limiter) loop() {
 			switch {
 			case degraded && err == nil:
 				l.recovered(l.loopCtx)
+				// Tell the fleet at once: until it hears "redis", the
+				// others count this Limiter as pacing locally (held).
+				_ = l.heartbeat(l.loopCtx)
 				timer.Reset(l.opts.HeartbeatInterval)
 			case degraded:
 				timer.Reset(jitter(l.opts.ProbeInterval))
