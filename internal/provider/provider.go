@@ -3,7 +3,8 @@
 // the request's Host), allows each host at most Limit calls in any sliding
 // second (and optionally Limit/10 in any 100 ms), answers 429 with
 // Retry-After beyond that, adds a latency, and counts accepted and rejected
-// calls per host and per client (the X-Client header).
+// calls per host and per client (the X-Client header). StartLLM starts an
+// LLM-style API instead: requests and tokens per minute (llm.go).
 package provider
 
 import (
@@ -68,10 +69,13 @@ func Start(opts Options) (*Server, error) {
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 
 // Close stops the provider.
-func (s *Server) Close() error {
+func (s *Server) Close() error { return closeServer(s.srv) }
+
+// closeServer shuts srv down, giving calls in flight 2 s to finish.
+func closeServer(srv *http.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return s.srv.Shutdown(ctx)
+	return srv.Shutdown(ctx)
 }
 
 // ServeHTTP accepts or rejects one call.

@@ -11,6 +11,7 @@ package chart
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"image/color"
@@ -43,6 +44,16 @@ type Series struct {
 	Name     string
 	Calls    []time.Time
 	Rejected []time.Time // optional
+
+	// Amounts, if set, weigh each call (tokens, points): the panel draws
+	// the amount per 100 ms instead of the calls. One per call.
+	Amounts []float64
+	// Unit names what the panel counts. Default: "calls".
+	Unit string
+	// Rate, if positive, is this panel's pacer limit per second instead of
+	// the Chart's, and Quota (per second, dashed) its provider's; the
+	// panel then has a y range of its own.
+	Rate, Quota float64
 }
 
 // Chart is a chart of calls per 100 ms.
@@ -55,7 +66,8 @@ type Chart struct {
 	Start time.Time
 
 	// Rate is pacer's limit in calls per second, drawn as a horizontal
-	// line at Rate/10 calls per 100 ms. Required: positive and finite.
+	// line at Rate/10 calls per 100 ms. Required (positive and finite)
+	// unless every series has a Rate of its own.
 	Rate float64
 
 	// ProviderLimit, if positive, is the calls the provider accepts in any
@@ -174,7 +186,8 @@ type layout struct {
 
 // layout validates c and builds the panels and the legend.
 func (c Chart) layout() (*layout, error) {
-	if c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+	shared := slices.ContainsFunc(c.Series, func(s Series) bool { return s.Rate == 0 })
+	if shared && (c.Rate <= 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0)) {
 		return nil, fmt.Errorf("%w: Rate %v, want a positive finite rate", ErrInvalidLimit, c.Rate)
 	}
 	if c.ProviderLimit < 0 {
@@ -206,15 +219,28 @@ func (c Chart) layout() (*layout, error) {
 	buckets := int(last.Sub(start)/Bucket) + 1
 	end := (time.Duration(buckets) * Bucket).Seconds()
 
-	// The same y range in every panel, so that they compare at a glance.
+	// The same y range in every panel, so that they compare at a glance,
+	// except in panels with a rate of their own.
 	top := c.Rate / 10
 	if c.ProviderLimit > 0 {
 		top = math.Max(top, float64(c.ProviderLimit)/10)
 	}
-	counts := make([][2][]int, len(c.Series)) // per series: accepted, rejected per bucket
+	counts := make([][2][]float64, len(c.Series)) // per series: accepted, rejected per bucket
+	tops := make([]float64, len(c.Series))
 	for i, s := range c.Series {
-		counts[i] = [2][]int{perBucket(s.Calls, start, buckets), perBucket(s.Rejected, start, buckets)}
-		top = math.Max(top, float64(max(slices.Max(counts[i][0]), slices.Max(counts[i][1]))))
+		if s.Amounts != nil && len(s.Amounts) != len(s.Calls) {
+			return nil, fmt.Errorf("chart: %s: %d amounts for %d calls", s.Name, len(s.Amounts), len(s.Calls))
+		}
+		if s.Rate < 0 || s.Quota < 0 || math.IsNaN(s.Rate+s.Quota) || math.IsInf(s.Rate+s.Quota, 0) {
+			return nil, fmt.Errorf("%w: %s: Rate %v, Quota %v", ErrInvalidLimit, s.Name, s.Rate, s.Quota)
+		}
+		counts[i] = [2][]float64{perBucket(s.Calls, s.Amounts, start, buckets), perBucket(s.Rejected, nil, start, buckets)}
+		tops[i] = math.Max(slices.Max(counts[i][0]), slices.Max(counts[i][1]))
+		if s.Rate == 0 {
+			top = math.Max(top, tops[i])
+		} else {
+			tops[i] = math.Max(tops[i], math.Max(s.Rate, s.Quota)/10)
+		}
 	}
 
 	l := &layout{title: c.Title}
@@ -228,9 +254,30 @@ func (c Chart) layout() (*layout, error) {
 	}
 	var fill0 plot.Thumbnailer // the first host's, for the legend
 	var marks *plotter.Scatter
+	own := false                            // a panel with a rate of its own
+	var ownLimit, ownQuota plot.Thumbnailer // the first such panel's lines
 	for i, s := range c.Series {
+		unit, limit, provider, top := cmp.Or(s.Unit, "calls"), limit, provider, top
+		if s.Rate > 0 {
+			own = true
+			top = tops[i]
+			limit = hline(end, s.Rate/10, limitColor, nil)
+			provider = nil
+			if s.Quota > 0 {
+				provider = hline(end, s.Quota/10, color.Black, []vg.Length{vg.Points(4), vg.Points(3)})
+			}
+			if ownLimit == nil {
+				ownLimit = limit
+			}
+			if ownQuota == nil && provider != nil {
+				ownQuota = provider
+			}
+		}
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("%s (%d calls)", s.Name, len(s.Calls))
+		if s.Amounts != nil {
+			p.Title.Text = fmt.Sprintf("%s (%g %s)", s.Name, sum(s.Amounts), unit)
+		}
 		if len(s.Rejected) > 0 {
 			p.Title.Text += fmt.Sprintf(", %d refused with 429", len(s.Rejected))
 		} else {
@@ -238,7 +285,7 @@ func (c Chart) layout() (*layout, error) {
 		}
 		p.Title.Padding = vg.Points(2)
 		p.Title.TextStyle.Font.Size = vg.Points(10)
-		p.Y.Label.Text = "calls per 100 ms"
+		p.Y.Label.Text = unit + " per 100 ms"
 		p.Y.Label.TextStyle.Font.Size = vg.Points(9)
 		p.X.Label.TextStyle.Font.Size = vg.Points(10)
 		if i == len(c.Series)-1 {
@@ -286,9 +333,16 @@ func (c Chart) layout() (*layout, error) {
 	if marks != nil {
 		l.legend[0].Add("429s it answered, per 100 ms", marks)
 	}
-	l.legend[1].Add(fmt.Sprintf("pacer's limit: %g/s = %g per 100 ms", c.Rate, c.Rate/10), limit)
-	if provider != nil {
-		l.legend[1].Add(fmt.Sprintf("provider: %d in any 1 s, /10", c.ProviderLimit), provider)
+	if own {
+		l.legend[1].Add("pacer's limit per second, /10", ownLimit)
+		if ownQuota != nil {
+			l.legend[1].Add("the provider's quota per second, /10", ownQuota)
+		}
+	} else {
+		l.legend[1].Add(fmt.Sprintf("pacer's limit: %g/s = %g per 100 ms", c.Rate, c.Rate/10), limit)
+		if provider != nil {
+			l.legend[1].Add(fmt.Sprintf("provider: %d in any 1 s, /10", c.ProviderLimit), provider)
+		}
 	}
 	return l, nil
 }
@@ -308,33 +362,46 @@ func (l *layout) drawHeader(c draw.Canvas) {
 	}
 }
 
-// perBucket counts the times in each bucket from start.
-func perBucket(times []time.Time, start time.Time, buckets int) []int {
-	n := make([]int, buckets)
-	for _, t := range times {
-		n[t.Sub(start)/Bucket]++
+// perBucket sums the amounts (nil: 1 each) of the times in each bucket
+// from start.
+func perBucket(times []time.Time, amounts []float64, start time.Time, buckets int) []float64 {
+	n := make([]float64, buckets)
+	for i, t := range times {
+		a := 1.0
+		if amounts != nil {
+			a = amounts[i]
+		}
+		n[t.Sub(start)/Bucket] += a
 	}
 	return n
 }
 
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // steps is the outline of the area under counts, a step per bucket held
 // until the bucket's end, from 0 to end.
-func steps(counts []int, end float64) plotter.XYs {
+func steps(counts []float64, end float64) plotter.XYs {
 	xys := plotter.XYs{{X: 0, Y: 0}}
 	for b, n := range counts {
 		x := (time.Duration(b) * Bucket).Seconds()
-		xys = append(xys, plotter.XY{X: x, Y: float64(n)}, plotter.XY{X: math.Min(x+Bucket.Seconds(), end), Y: float64(n)})
+		xys = append(xys, plotter.XY{X: x, Y: n}, plotter.XY{X: math.Min(x+Bucket.Seconds(), end), Y: n})
 	}
 	return append(xys, plotter.XY{X: end, Y: 0})
 }
 
 // points places a mark in the middle of each bucket with a count, at its
 // count.
-func points(counts []int) plotter.XYs {
+func points(counts []float64) plotter.XYs {
 	var xys plotter.XYs
 	for b, n := range counts {
 		if n > 0 {
-			xys = append(xys, plotter.XY{X: (time.Duration(b)*Bucket + Bucket/2).Seconds(), Y: float64(n)})
+			xys = append(xys, plotter.XY{X: (time.Duration(b)*Bucket + Bucket/2).Seconds(), Y: n})
 		}
 	}
 	return xys

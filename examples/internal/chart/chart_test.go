@@ -162,3 +162,37 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestBands: panels with amounts and rates of their own (an LLM's requests
+// and tokens) title each with its total and unit, need no Chart.Rate, and
+// refuse amounts that do not match the calls.
+func TestBands(t *testing.T) {
+	now := time.Now()
+	calls := paced(now, 20, 10)
+	tokens := make([]float64, len(calls))
+	for i := range tokens {
+		tokens[i] = 100
+	}
+	var buf bytes.Buffer
+	err := CallsPer100ms(&buf, Chart{Start: now, Series: []Series{
+		{Name: "requests", Calls: calls, Rate: 10, Quota: 12},
+		{Name: "tokens", Calls: calls, Amounts: tokens, Unit: "tokens", Rate: 1000, Quota: 1000},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := parseSVG(t, buf.Bytes())
+	for _, want := range []string{"requests (20 calls)", "tokens (2000 tokens)", "tokens per 100 ms", "pacer's limit per second, /10", "the provider's quota per second, /10"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	err = CallsPer100ms(io.Discard, Chart{Series: []Series{{Name: "tokens", Calls: calls, Amounts: tokens[:3], Rate: 1000}}})
+	if err == nil || !strings.Contains(err.Error(), "3 amounts for 20 calls") {
+		t.Errorf("3 amounts for 20 calls: %v", err)
+	}
+	err = CallsPer100ms(io.Discard, Chart{Series: []Series{{Name: "tokens", Calls: calls, Rate: math.NaN()}}})
+	if !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("Rate NaN: %v, want ErrInvalidLimit", err)
+	}
+}

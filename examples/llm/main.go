@@ -1,0 +1,466 @@
+// Command llm is pacer's LLM demo: a fleet of worker processes calls a fake
+// LLM API that enforces requests and tokens per minute as OpenAI and
+// Anthropic do (internal/provider.LLM), with one policy of two bands shared
+// through Redis. A call's tokens are known only from its response: each
+// worker estimates them (off by up to ±50%), reserves, calls, and settles
+// the actual figure. It prints progress and a summary measured on the
+// provider's side: tokens per minute against the TPM quota, and the 429s.
+//
+//	go run ./examples/llm                          # embedded Redis (miniredis)
+//	go run ./examples/llm -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
+//	go run ./examples/llm -plot llm.svg            # and a chart of both bands
+//	go run ./examples/llm -reserve estimate        # reserve the estimate itself
+//
+// The provider's quotas are the flags (-rpm, -tpm); pacer's policy is
+// derived from them (see policyFor).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer-go/pacer/examples/internal/chart"
+	"github.com/pacer-go/pacer/examples/internal/demo"
+	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// host is the API's host and pacer's key.
+const host = "api.llm.example"
+
+// config is what the flags set.
+type config struct {
+	RedisURL string // the -redis flag: "" for the embedded Redis
+	RPM, TPM int    // the provider's quotas per minute
+	Tokens   int    // mean tokens per call; actual costs are uniform in [Tokens/5, 9*Tokens/5]
+	Error    float64
+	Reserve  string // "low", "estimate" or "high"
+	Procs    int
+	Workers  int
+	Duration time.Duration
+	Latency  time.Duration
+	Progress time.Duration
+	Plot     string
+	Seed     uint64
+}
+
+// childEnv carries a child process's job (see fleet).
+const childEnv = "PACER_LLM_CHILD"
+
+type child struct {
+	Config      config
+	ProviderURL string
+	RedisURL    string
+	Prefix      string
+	Index       int
+	End         time.Time // take no slot after this
+}
+
+// tally is what a process's workers did.
+type tally struct {
+	Calls, Refused int     // 200s and 429s
+	Settled        float64 // tokens settled: the responses' usage
+	Canceled       int     // reservations given back (slot after the end, or a 429)
+}
+
+func (t *tally) add(o tally) {
+	t.Calls += o.Calls
+	t.Refused += o.Refused
+	t.Settled += o.Settled
+	t.Canceled += o.Canceled
+}
+
+// summary is the run as the provider saw it.
+type summary struct {
+	Calls, Rejected int
+	Tokens          int     // tokens the provider accepted
+	TokensPerMin    float64 // held after the first third of the run (steady)
+	RequestsPerMin  float64 // likewise
+	TPM, RPM        int
+	Settled         float64 // tokens the workers settled
+	Duration        time.Duration
+}
+
+func (s summary) String() string {
+	return fmt.Sprintf("summary calls=%d rejected=%d tokens=%d tokens_per_min=%.0f tpm=%d of_tpm=%.1f%% requests_per_min=%.0f rpm=%d settled=%.0f duration=%.1f",
+		s.Calls, s.Rejected, s.Tokens, s.TokensPerMin, s.TPM, 100*s.TokensPerMin/float64(s.TPM), s.RequestsPerMin, s.RPM, s.Settled, s.Duration.Seconds())
+}
+
+func main() {
+	redis.SetLogger(reserve.RedisLogger(nil))
+	var c config
+	flag.StringVar(&c.RedisURL, "redis", "", demo.RedisFlagUsage)
+	flag.IntVar(&c.RPM, "rpm", 1200, "the provider's requests per minute")
+	flag.IntVar(&c.TPM, "tpm", 600_000, "the provider's tokens per minute")
+	flag.IntVar(&c.Tokens, "tokens", 1000, "mean tokens per call (each uniform in [tokens/5, 9*tokens/5])")
+	flag.Float64Var(&c.Error, "error", 0.5, "each estimate is the actual cost times 1+u, u uniform in [-error, +error]; below 1")
+	flag.StringVar(&c.Reserve, "reserve", "low", "what a call reserves: low (the least the estimate allows, settle up), estimate, or high (the most, settle down)")
+	flag.IntVar(&c.Procs, "procs", 4, "worker processes sharing the policy through Redis")
+	flag.IntVar(&c.Workers, "workers", 8, "goroutines per process")
+	flag.DurationVar(&c.Duration, "duration", 30*time.Second, "how long the fleet calls")
+	flag.DurationVar(&c.Latency, "latency", 200*time.Millisecond, "the provider's time per call")
+	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of both bands (requests and tokens per 100 ms) to this SVG file")
+	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the simulated costs and estimates")
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(os.Stdout); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		log.Fatalf("llm: unexpected arguments %q", flag.Args())
+	}
+	s, err := run(context.Background(), c, os.Stderr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s)
+}
+
+// validate checks the flags.
+func (c config) validate() error {
+	switch {
+	case c.RPM < 60 || c.TPM < 60:
+		return errors.New("llm: -rpm and -tpm must be at least 60 (one a second)")
+	case c.Tokens < 5:
+		return errors.New("llm: -tokens must be at least 5")
+	case !(c.Error >= 0 && c.Error < 1):
+		return fmt.Errorf("llm: -error %v: want 0 <= error < 1", c.Error)
+	case c.Reserve != "low" && c.Reserve != "estimate" && c.Reserve != "high":
+		return fmt.Errorf("llm: -reserve %q: want low, estimate or high", c.Reserve)
+	case c.Procs < 1 || c.Workers < 1:
+		return errors.New("llm: -procs and -workers must be at least 1")
+	case c.Duration <= 0 || c.Latency < 0 || c.Progress < 0:
+		return errors.New("llm: -duration must be positive, -latency and -progress not negative")
+	}
+	pol := policyFor(c.RPM, c.TPM)
+	if most := c.reserved(float64(9*c.Tokens/5)*(1+c.Error)); most > float64(pol[1].Limit.Burst) {
+		return fmt.Errorf("llm: a call may reserve %.0f tokens, more than pacer's burst of %d (a second of -tpm): lower -tokens or raise -tpm", most, pol[1].Limit.Burst)
+	}
+	return nil
+}
+
+// policyFor derives pacer's policy from the provider's quotas. The provider
+// keeps each quota in a bucket that holds a minute's worth and refills at
+// quota/60 per second, so any schedule within Rate quota/60 and a Burst up
+// to the quota is accepted. pacer paces at that rate with a burst of one
+// second's worth: the other 59 s of the provider's capacity are the margin
+// that absorbs what the calls in flight have used beyond what they
+// reserved, until they settle (at most workers x (largest cost - smallest
+// reservation) tokens).
+func policyFor(rpm, tpm int) reserve.Policy {
+	return reserve.Policy{
+		{Name: "requests", Limit: reserve.Limit{Rate: float64(rpm) / 60, Burst: max(1, rpm/60)}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: float64(tpm) / 60, Burst: max(1, tpm/60)}},
+	}
+}
+
+// reserved is what a call with the estimate est reserves, by c.Reserve:
+// with an estimate off by a factor 1+u, |u| <= c.Error, the actual cost is
+// between est/(1+Error) and est/(1-Error).
+func (c config) reserved(est float64) float64 {
+	switch c.Reserve {
+	case "low":
+		return math.Floor(est / (1 + c.Error))
+	case "high":
+		return math.Ceil(est / (1 - c.Error))
+	}
+	return math.Round(est)
+}
+
+// run runs the fleet and returns the provider's summary; progress goes to
+// out.
+func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if err := c.validate(); err != nil {
+		return summary{}, err
+	}
+	p, err := provider.StartLLM(provider.LLMOptions{RPM: c.RPM, TPM: c.TPM, Latency: c.Latency})
+	if err != nil {
+		return summary{}, err
+	}
+	defer p.Close()
+	r, err := demo.Connect(c.RedisURL, out, "")
+	if err != nil {
+		return summary{}, fmt.Errorf("llm: %w", err)
+	}
+	defer r.Close()
+	pol := policyFor(c.RPM, c.TPM)
+	fmt.Fprintf(out, "provider: %d requests and %d tokens per minute; pacer: requests %g/s burst %d, tokens %g/s burst %d; reserving %s\n",
+		c.RPM, c.TPM, pol[0].Limit.Rate, pol[0].Limit.Burst, pol[1].Limit.Rate, pol[1].Limit.Burst, c.Reserve)
+
+	prefix := fmt.Sprintf("pacer:llm:%d:", time.Now().UnixNano())
+	start := time.Now()
+	end := start.Add(c.Duration)
+	stop := progress(out, p, c, start)
+	var t tally
+	if c.Procs == 1 {
+		t, err = work(ctx, c, p.URL(), r.Client, prefix, 0, end, out)
+	} else {
+		fmt.Fprintf(out, "starting %d worker processes of %d goroutines each\n", c.Procs, c.Workers)
+		t, err = fleet(ctx, c, p.URL(), r.URL, prefix, end)
+	}
+	stop()
+	if err != nil {
+		return summary{}, err
+	}
+	st := p.Stats(host)
+	s := summary{Calls: st.Calls + st.Rejected, Rejected: st.Rejected, Tokens: st.Tokens, TPM: c.TPM, RPM: c.RPM,
+		Settled: t.Settled, Duration: time.Since(start)}
+	uses, rejected := p.Uses(host)
+	s.RequestsPerMin, s.TokensPerMin = steady(uses, c.Duration/3)
+	if c.Plot != "" {
+		calls, tokens := make([]time.Time, len(uses)), make([]float64, len(uses))
+		for i, u := range uses {
+			calls[i], tokens[i] = u.At, float64(u.Tokens)
+		}
+		title := fmt.Sprintf("llm: %d processes x %d workers, reserving %s, estimates off by up to ±%g%%", c.Procs, c.Workers, c.Reserve, 100*c.Error)
+		err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Series: []chart.Series{
+			{Name: "requests", Calls: calls, Rejected: rejected, Unit: "requests", Rate: pol[0].Limit.Rate, Quota: float64(c.RPM) / 60},
+			{Name: "tokens", Calls: calls, Amounts: tokens, Unit: "tokens", Rate: pol[1].Limit.Rate, Quota: float64(c.TPM) / 60},
+		}})
+		if err != nil {
+			return s, err
+		}
+		fmt.Fprintf(out, "wrote the chart of both bands to %s\n", c.Plot)
+	}
+	return s, nil
+}
+
+// steady returns the requests and tokens per minute of the calls accepted
+// from skip after the first one to the last: the rate the fleet holds once
+// the first burst, and what the first calls used beyond their reservations,
+// are behind it.
+func steady(uses []provider.Use, skip time.Duration) (requests, tokens float64) {
+	if len(uses) == 0 {
+		return 0, 0
+	}
+	from, last := uses[0].At.Add(skip), uses[len(uses)-1].At
+	n, sum := 0, 0
+	for _, u := range uses {
+		if u.At.After(from) {
+			n++
+			sum += u.Tokens
+		}
+	}
+	if span := last.Sub(from).Minutes(); span > 0 {
+		return float64(n) / span, float64(sum) / span
+	}
+	return 0, 0
+}
+
+// fleet runs c.Procs child processes and sums what they report.
+func fleet(ctx context.Context, c config, providerURL, redisURL, prefix string, end time.Time) (tally, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return tally{}, err
+	}
+	type result struct {
+		t   tally
+		err error
+	}
+	results := make(chan result, c.Procs)
+	for i := range c.Procs {
+		job, _ := json.Marshal(child{Config: c, ProviderURL: providerURL, RedisURL: redisURL, Prefix: prefix, Index: i, End: end})
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), childEnv+"="+string(job))
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return tally{}, err
+		}
+		if err := cmd.Start(); err != nil {
+			return tally{}, err
+		}
+		go func() {
+			var t tally
+			var last string
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				last = sc.Text()
+			}
+			if err := cmd.Wait(); err != nil {
+				results <- result{err: fmt.Errorf("llm: worker process %d: %w", i, err)}
+				return
+			}
+			if err := json.Unmarshal([]byte(last), &t); err != nil {
+				results <- result{err: fmt.Errorf("llm: worker process %d reported %q: %w", i, last, err)}
+				return
+			}
+			results <- result{t: t}
+		}()
+	}
+	var sum tally
+	var first error
+	for range c.Procs {
+		r := <-results
+		if r.err != nil && first == nil {
+			first = r.err
+		}
+		sum.add(r.t)
+	}
+	return sum, first
+}
+
+// childMain is a worker process: it works until the end and prints its
+// tally as JSON on the last line of out.
+func childMain(out io.Writer) error {
+	var j child
+	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &j); err != nil {
+		return fmt.Errorf("llm: %s: %w", childEnv, err)
+	}
+	_, opts, err := demo.ParseRedis(j.RedisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	t, err := work(context.Background(), j.Config, j.ProviderURL, rdb, j.Prefix, j.Index, j.End, os.Stderr)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(t)
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+// work runs c.Workers goroutines that call the API until end: estimate,
+// reserve, sleep to the slot, call, settle the tokens the response reports.
+func work(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, index int, end time.Time, logOut io.Writer) (tally, error) {
+	limiter, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: slog.New(slog.NewTextHandler(logOut, nil))})
+	if err != nil {
+		return tally{}, err
+	}
+	defer limiter.Close()
+	pol := policyFor(c.RPM, c.TPM)
+	client := &http.Client{Timeout: 30 * time.Second}
+	var (
+		mu    sync.Mutex
+		total tally
+		fail  atomic.Pointer[error]
+		wg    sync.WaitGroup
+	)
+	for w := range c.Workers {
+		rng := rand.New(rand.NewPCG(c.Seed, uint64(index*c.Workers+w)))
+		wg.Go(func() {
+			var t tally
+			defer func() {
+				mu.Lock()
+				total.add(t)
+				mu.Unlock()
+			}()
+			for fail.Load() == nil {
+				if err := call(ctx, c, limiter, pol, client, providerURL, rng, end, &t); err != nil {
+					if !errors.Is(err, errEnd) {
+						fail.CompareAndSwap(nil, &err)
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e := fail.Load(); e != nil {
+		return total, *e
+	}
+	return total, nil
+}
+
+// errEnd: the run is over.
+var errEnd = errors.New("the run is over")
+
+// call makes one call: it returns errEnd once a slot would come after end.
+func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.Policy, client *http.Client, providerURL string, rng *rand.Rand, end time.Time, t *tally) error {
+	lo, hi := float64(c.Tokens)/5, float64(9*c.Tokens)/5
+	actual := math.Round(lo + rng.Float64()*(hi-lo))
+	est := actual * (1 + c.Error*(2*rng.Float64()-1))
+	r, err := limiter.ReservePolicy(ctx, host, pol, reserve.Cost{"requests": 1, "tokens": c.reserved(est)})
+	if err != nil {
+		return err
+	}
+	if r.Time().After(end) {
+		t.Canceled++
+		if err := r.Cancel(ctx); err != nil {
+			return err
+		}
+		return errEnd
+	}
+	if err := r.Sleep(ctx); err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"tokens": %.0f}`, actual)))
+	req.Host = host
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// The provider charged nothing: give the slot back and pause the
+		// whole fleet for as long as it said.
+		t.Refused++
+		t.Canceled++
+		ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms"))
+		if err := r.Cancel(ctx); err != nil {
+			return err
+		}
+		return limiter.PausePolicy(ctx, host, pol, time.Duration(max(ms, 1))*time.Millisecond)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("llm: provider answered %s: %s", resp.Status, body)
+	}
+	var usage struct {
+		Usage struct {
+			TotalTokens float64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &usage); err != nil {
+		return fmt.Errorf("llm: provider's body %q: %w", body, err)
+	}
+	if err := r.Settle(ctx, reserve.Cost{"tokens": usage.Usage.TotalTokens}); err != nil {
+		return err
+	}
+	t.Calls++
+	t.Settled += usage.Usage.TotalTokens
+	return nil
+}
+
+// progress prints, every c.Progress, the calls, 429s and both bands' use
+// per minute over the last interval.
+func progress(out io.Writer, p *provider.LLM, c config, start time.Time) (stop func()) {
+	if c.Progress <= 0 {
+		return func() {}
+	}
+	var prev provider.LLMStats
+	return demo.Every(c.Progress, func() {
+		st := p.Stats(host)
+		per := time.Minute.Seconds() / c.Progress.Seconds()
+		fmt.Fprintf(out, "t=%4.1fs calls=%d 429s=%d  tokens/min %.0f (tpm %d)  requests/min %.0f (rpm %d)\n",
+			time.Since(start).Seconds(), st.Calls+st.Rejected, st.Rejected,
+			float64(st.Tokens-prev.Tokens)*per, c.TPM, float64(st.Calls-prev.Calls)*per, c.RPM)
+		prev = st
+	})
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// TestMain runs a worker process when the test binary is re-run as one.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		if err := childMain(os.Stdout); err != nil {
+			log.Fatal(err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// short is a run of 3 s at a quota the fleet saturates: 300,000 tokens per
+// minute (5,000/s) against calls of 50 to 450 tokens from 8 workers.
+func short(redisURL, mode string, procs int) config {
+	return config{RedisURL: redisURL, RPM: 6000, TPM: 300_000, Tokens: 250, Error: 0.5, Reserve: mode,
+		Procs: procs, Workers: 8 / procs, Duration: 3 * time.Second, Latency: 50 * time.Millisecond, Seed: 7}
+}
+
+// check asserts what holds whatever the machine's load: calls were made,
+// the provider refused none (its buckets hold a minute of quota, pacer's
+// burst a second and the tokens of 8 calls in flight), and the tokens the
+// workers settled are exactly the tokens the provider charged.
+func check(t *testing.T, s summary) {
+	t.Helper()
+	t.Log(s)
+	if s.Calls == 0 {
+		t.Fatal("no calls")
+	}
+	if s.Rejected != 0 {
+		t.Errorf("provider answered 429 %d times, want 0", s.Rejected)
+	}
+	if s.Settled != float64(s.Tokens) {
+		t.Errorf("workers settled %.0f tokens, the provider charged %d", s.Settled, s.Tokens)
+	}
+}
+
+// TestEmbedded is the demo's defaults but shorter, on the embedded Redis,
+// with a fleet of 2 processes and -plot.
+func TestEmbedded(t *testing.T) {
+	c := short("", "low", 2)
+	c.Plot = filepath.Join(t.TempDir(), "llm.svg")
+	var out bytes.Buffer
+	s, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, &out)
+	}
+	check(t, s)
+	if !strings.Contains(out.String(), "using an embedded Redis") {
+		t.Errorf("the demo did not say it uses the embedded Redis:\n%s", &out)
+	}
+	svg, err := os.ReadFile(c.Plot)
+	if err != nil {
+		t.Fatalf("-plot: %v", err)
+	}
+	for _, want := range []string{"<svg", ">requests (", ">tokens ("} {
+		if !bytes.Contains(svg, []byte(want)) {
+			t.Errorf("-plot wrote %d bytes without %q", len(svg), want)
+		}
+	}
+}
+
+// TestReserveModes: whatever a call reserves, settling makes the fleet's
+// account exact, on a real Redis.
+func TestReserveModes(t *testing.T) {
+	srv := redistest.New(t)
+	for _, mode := range []string{"low", "estimate", "high"} {
+		t.Run(mode, func(t *testing.T) {
+			s, err := run(context.Background(), short(srv.URL, mode, 1), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, s)
+		})
+	}
+}
+
+// TestBadFlags: each bad setting is refused before anything runs.
+func TestBadFlags(t *testing.T) {
+	ok := short("", "low", 1)
+	for name, mut := range map[string]func(*config){
+		"rpm 0":           func(c *config) { c.RPM = 0 },
+		"tpm below 60":    func(c *config) { c.TPM = 59 },
+		"tokens 0":        func(c *config) { c.Tokens = 0 },
+		"error 1":         func(c *config) { c.Error = 1 },
+		"error negative":  func(c *config) { c.Error = -0.1 },
+		"reserve unknown": func(c *config) { c.Reserve = "mean" },
+		"procs 0":         func(c *config) { c.Procs = 0 },
+		"workers 0":       func(c *config) { c.Workers = 0 },
+		"duration 0":      func(c *config) { c.Duration = 0 },
+		"call over burst": func(c *config) { c.Tokens = 5000 },
+		"redis bad":       func(c *config) { c.RedisURL = "ftp://x" },
+	} {
+		c := ok
+		mut(&c)
+		if _, err := run(context.Background(), c, io.Discard); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
