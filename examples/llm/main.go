@@ -154,7 +154,7 @@ func (c config) validate() error {
 		return errors.New("llm: -duration must be positive, -latency and -progress not negative")
 	}
 	pol := policyFor(c.RPM, c.TPM)
-	if most := c.reserved(float64(9*c.Tokens/5)*(1+c.Error)); most > float64(pol[1].Limit.Burst) {
+	if most := c.reserved(float64(9*c.Tokens/5) * (1 + c.Error)); most > float64(pol[1].Limit.Burst) {
 		return fmt.Errorf("llm: a call may reserve %.0f tokens, more than pacer's burst of %d (a second of -tpm): lower -tokens or raise -tpm", most, pol[1].Limit.Burst)
 	}
 	return nil
