@@ -26,7 +26,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -84,16 +83,13 @@ func main() {
 	flag.IntVar(&c.Tasks, "tasks", 300, "tasks the producer enqueues at once")
 	flag.IntVar(&c.Servers, "servers", 2, "asynq servers (in this process)")
 	flag.IntVar(&c.Concurrency, "concurrency", 20, "workers per asynq server")
-	flag.Float64Var(&c.Rate, "rate", 20, "pacer's limit, calls per second")
-	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst")
-	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit, calls in any second (default: -rate + -burst, what pacer promises in any second)")
+	flag.Float64Var(&c.Rate, "rate", 0, "pacer's rate, calls per second (default: -provider-limit minus -burst)")
+	flag.IntVar(&c.Burst, "burst", 0, "pacer's burst (default 1)")
+	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of the calls per 100 ms to this SVG file")
 	flag.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "how long to wait for every task to complete or be archived")
 	flag.Parse()
-	if c.ProviderLimit == 0 {
-		c.ProviderLimit = int(math.Floor(c.Rate)) + c.Burst
-	}
 	s, err := run(context.Background(), c, os.Stderr)
 	if s.Calls > 0 {
 		fmt.Println(s)
@@ -110,10 +106,15 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if c.Tasks < 1 || c.Servers < 1 || c.Concurrency < 1 || c.ProviderLimit < 1 || c.Timeout <= 0 {
 		return summary{}, errors.New("batch: -tasks, -servers, -concurrency and -provider-limit must be at least 1, -timeout positive")
 	}
-	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
-	if err := lim.Validate(); err != nil {
-		return summary{}, fmt.Errorf("batch: -rate, -burst: %w", err)
+	// The provider's limit is given; pacer's is derived from it.
+	lim, warn, err := demo.PacerLimit(c.ProviderLimit, c.Rate, c.Burst)
+	if err != nil {
+		return summary{}, fmt.Errorf("batch: -provider-limit, -rate, -burst: %w", err)
 	}
+	if warn != "" {
+		fmt.Fprintln(out, "batch:", warn)
+	}
+	c.Rate, c.Burst = lim.Rate, lim.Burst
 	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
 	if err != nil {
 		return summary{}, err

@@ -123,8 +123,8 @@ func TestProviderBelowLimit(t *testing.T) {
 func TestBadConfig(t *testing.T) {
 	for _, c := range []config{
 		{Tasks: 0, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
-		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 0, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
-		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 0, ProviderLimit: 21, Timeout: time.Second},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: -1, Burst: 1, ProviderLimit: 21, Timeout: time.Second},
+		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: -1, ProviderLimit: 21, Timeout: time.Second},
 		{Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: 0},
 	} {
 		if _, err := run(context.Background(), c, io.Discard); err == nil {

@@ -22,7 +22,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -77,9 +76,9 @@ func main() {
 	flag.IntVar(&c.Hosts, "hosts", 3, "hosts of the site")
 	flag.IntVar(&c.Pages, "pages", 100, "pages per host")
 	flag.IntVar(&c.Workers, "workers", 16, "crawling goroutines")
-	flag.Float64Var(&c.Rate, "rate", 20, "pacer's limit per host, calls per second")
-	flag.IntVar(&c.Burst, "burst", 1, "pacer's burst per host")
-	flag.IntVar(&c.ProviderLimit, "provider-limit", 0, "the provider's limit per host, calls in any second (default: -rate + -burst, what pacer promises in any second)")
+	flag.Float64Var(&c.Rate, "rate", 0, "pacer's rate per host, calls per second (default: -provider-limit minus -burst)")
+	flag.IntVar(&c.Burst, "burst", 0, "pacer's burst per host (default 1)")
+	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit per host: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
@@ -90,9 +89,6 @@ func main() {
 		return
 	}
 	flag.Parse()
-	if c.ProviderLimit == 0 {
-		c.ProviderLimit = int(math.Floor(c.Rate)) + c.Burst
-	}
 	s, err := run(context.Background(), c, os.Stderr)
 	if err != nil {
 		log.Fatal(err)
@@ -106,6 +102,15 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
 	}
 	c.Procs = max(c.Procs, 1)
+	// The provider's limit is given; pacer's is derived from it.
+	lim, warn, err := demo.PacerLimit(c.ProviderLimit, c.Rate, c.Burst)
+	if err != nil {
+		return summary{}, fmt.Errorf("crawler: -provider-limit, -rate, -burst: %w", err)
+	}
+	if warn != "" {
+		fmt.Fprintln(out, "crawler:", warn)
+	}
+	c.Rate, c.Burst = lim.Rate, lim.Burst
 	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
 	if err != nil {
 		return summary{}, err

@@ -329,7 +329,11 @@ func (c Chart) layout() (*layout, error) {
 		l.legend[i].TextStyle.Font.Size = vg.Points(9)
 		l.legend[i].Padding = vg.Points(3)
 	}
-	l.legend[0].Add("calls the provider accepted, per 100 ms (one panel per host)", fill0)
+	if own {
+		l.legend[0].Add("what the provider accepted, per 100 ms (one panel per band)", fill0)
+	} else {
+		l.legend[0].Add("calls the provider accepted, per 100 ms (one panel per host)", fill0)
+	}
 	if marks != nil {
 		l.legend[0].Add("429s it answered, per 100 ms", marks)
 	}

@@ -1,5 +1,6 @@
-// Package demo is what the two examples share and a reader of either need
+// Package demo is what the examples share and a reader of any need
 // not study: reaching the Redis that -redis names (or embedding one),
+// deriving pacer's limit from the provider's,
 // printing progress on a timer, and the summary line made from the
 // provider's counts. What the examples show about pacer stays in their
 // main.go.
@@ -14,6 +15,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -134,4 +136,33 @@ func Summarize(st provider.Stats, rate float64, burst int, d time.Duration) Summ
 		s.Rate = rates / float64(len(st.ByHost))
 	}
 	return s
+}
+
+// PacerLimit derives pacer's Limit from the provider's: at most
+// providerLimit calls in any second. With neither rate nor burst given (0),
+// it is reserve.Sliding(providerLimit, time.Second): burst 1 and rate
+// providerLimit-1, so that burst + rate × 1 s = providerLimit. A burst alone
+// takes the rate providerLimit-burst, a rate alone the burst 1. A Limit
+// that lets more than providerLimit into some second is returned with a
+// warning: the provider will answer 429s, which is what the flags are for
+// showing. It fails if the Limit is invalid.
+func PacerLimit(providerLimit int, rate float64, burst int) (reserve.Limit, string, error) {
+	if providerLimit < 1 {
+		return reserve.Limit{}, "", fmt.Errorf("the provider's limit %d: want at least 1", providerLimit)
+	}
+	if burst == 0 {
+		burst = 1
+	}
+	if rate == 0 {
+		rate = float64(providerLimit - burst)
+	}
+	lim := reserve.Limit{Rate: rate, Burst: burst}
+	if err := lim.Validate(); err != nil {
+		return lim, "", err
+	}
+	var warn string
+	if most := float64(burst) + rate; most > float64(providerLimit) {
+		warn = fmt.Sprintf("pacer's limit lets up to %g calls into a second (burst %d + rate %g/s), more than the provider's %d: expect 429s", most, burst, rate, providerLimit)
+	}
+	return lim, warn, nil
 }

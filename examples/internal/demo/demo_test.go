@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/reserve"
 )
 
 func TestParseRedis(t *testing.T) {
@@ -88,5 +89,31 @@ func TestSummarize(t *testing.T) {
 	}
 	if s := got.String(); s != "summary calls=44 rejected=2 rate=15.00 limit=20 busiest_1s=21 duration=5.0" {
 		t.Errorf("String() = %q", s)
+	}
+}
+
+// TestPacerLimit: pacer's limit derived from the provider's, and a warning
+// for one that lets more into a second.
+func TestPacerLimit(t *testing.T) {
+	for _, tt := range []struct {
+		provider, burst int
+		rate            float64
+		want            reserve.Limit
+		warn            bool
+	}{
+		{20, 0, 0, reserve.Limit{Rate: 19, Burst: 1}, false},
+		{20, 5, 0, reserve.Limit{Rate: 15, Burst: 5}, false},
+		{20, 0, 10, reserve.Limit{Rate: 10, Burst: 1}, false},
+		{20, 1, 20, reserve.Limit{Rate: 20, Burst: 1}, true},
+	} {
+		got, warn, err := PacerLimit(tt.provider, tt.rate, tt.burst)
+		if err != nil || got != tt.want || (warn != "") != tt.warn {
+			t.Errorf("PacerLimit(%d, %v, %d) = %+v, %q, %v; want %+v, warning %v", tt.provider, tt.rate, tt.burst, got, warn, err, tt.want, tt.warn)
+		}
+	}
+	for _, bad := range [][3]float64{{0, 0, 0}, {1, 0, 0}, {20, -1, 0}, {20, 0, -1}} {
+		if _, _, err := PacerLimit(int(bad[0]), bad[1], int(bad[2])); err == nil {
+			t.Errorf("PacerLimit(%v): no error", bad)
+		}
 	}
 }
