@@ -28,6 +28,7 @@ type childSpec struct {
 	Burst         int
 	Goroutines    int
 	Start, End    int64 // Unix ns
+	Policy        bool  // reserve testPolicy and settle (policyChild)
 }
 
 // The child side of TestServerTimeAcrossProcesses: the test binary re-run
@@ -35,7 +36,9 @@ type childSpec struct {
 func TestMain(m *testing.M) {
 	var spec childSpec
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
-		if err == nil {
+		if err == nil && spec.Policy {
+			err = policyChild(spec)
+		} else if err == nil {
 			err = childMain(spec)
 		}
 		if err != nil {
