@@ -25,6 +25,40 @@
 // of their slot on Linux instead of Go timers' millisecond
 // (Options.PreciseWake).
 //
+// # Several limits, costs known after the call
+//
+// A Policy is the limits every call on a key must satisfy at once (requests
+// and tokens per minute, an hourly quota), each a Band charging one unit of
+// the call's Cost. Limiter.ReservePolicy reserves one slot, the earliest
+// every band allows, on all bands in one atomic step; Reservation.Settle
+// replaces the estimated cost with the actual one once the call has told
+// it. A single Limit is the one-band case.
+//
+// # A provider's quota, written as the provider states it
+//
+//   - N calls in any window W (a sliding window, or a strict "N per
+//     second"): Sliding(N, W), burst 1 and rate (N-1)/W, so that
+//     burst + rate × W = N.
+//   - N per minute, hour or day, reset on the minute, hour or day (GitHub's
+//     5,000 an hour): a Window band, PerWindow(N, time.Hour), exact; set its
+//     Origin to the provider's reset time when its windows start elsewhere.
+//   - N per minute, replenished continuously (OpenAI's and Anthropic's
+//     requests and tokens per minute: a bucket that holds a minute's
+//     quota): Limit{Rate: N/60, Burst: B} with B <= N. A B well below N
+//     leaves the rest of the provider's bucket as a margin for costs
+//     settled after the call.
+//   - Weighted calls (GitHub's secondary limit of 900 points a minute, a GET
+//     1 point and a POST 5): a band with Unit "points", and each call's
+//     Cost.
+//
+// When a call's cost is known only after it, reserve the least it can cost
+// and Settle the actual: the fleet pays for every unit, and a band runs
+// ahead of its schedule by at most the unsettled rest of the calls in
+// flight, which the provider's margin must hold. Reserving the most never
+// runs ahead, but what a call does not use goes back only where later
+// reservations have not built on it, so under a queue it is lost.
+// examples/llm measures both against a fake LLM API (docs/demos.md).
+//
 // Use it when several processes (job workers, crawlers, batch pipelines) share
 // one third-party quota. Within a single process, golang.org/x/time/rate
 // alone is enough.

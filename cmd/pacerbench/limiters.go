@@ -61,6 +61,8 @@ type variant struct {
 	// in one process, on one in-process limiter (what the machine's
 	// scheduling alone costs, with no coordination to do).
 	OneProcess bool
+	// NoFleet leaves the variant out of the fleet's table.
+	NoFleet bool
 	// Uncounted is set when the limiter talks to Redis through a client of
 	// its own, which the counting hook does not see: its round trips and
 	// commands are not counted (Redis's time and CPU still are).
@@ -92,6 +94,10 @@ var pacerVariants = []struct {
 	// which New clones with the settings pacer needs, instead of the
 	// benchmark's tuned, counted client.
 	quickStart bool
+	// policy: each reservation is on threeBands (a policy of three bands
+	// that allows what lim allows) instead of lim. Not in the fleet, whose
+	// figures would be the same.
+	policy bool
 }{
 	{name: "pacer", options: "reserve.Options{}", opts: reserve.Options{}},
 	{
@@ -106,6 +112,12 @@ var pacerVariants = []struct {
 		opts:    reserve.Options{DisableCoalescing: true},
 	},
 	{
+		name:    "pacer, 3 bands, one script call per reservation",
+		options: "reserve.Options{DisableCoalescing: true}",
+		opts:    reserve.Options{DisableCoalescing: true},
+		policy:  true,
+	},
+	{
 		name:      "pacer, Go's timer only",
 		options:   "reserve.Options{PreciseWake: -1}",
 		opts:      reserve.Options{PreciseWake: -1},
@@ -117,14 +129,20 @@ var pacerVariants = []struct {
 func variants() []variant {
 	var vs []variant
 	for i, pv := range pacerVariants {
+		take, wait := "`Limiter.Reserve(ctx, key, lim, 1)`", "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it"
+		if pv.policy {
+			take = "`Limiter.ReservePolicy(ctx, key, pol, cost)` (pol: lim on requests, a tokens bucket that never binds, a daily quota)"
+			wait = "`Limiter.WaitPolicy(ctx, key, pol, cost)`"
+		}
 		vs = append(vs, variant{
 			Name:      pv.name,
 			Kind:      kindPacer,
-			Take:      "`Limiter.Reserve(ctx, key, lim, 1)`, with `" + pv.options + "`",
-			Wait:      "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it",
+			Take:      take + ", with `" + pv.options + "`",
+			Wait:      wait,
 			Redis:     true,
 			Memory:    i == 0,
 			FleetOnly: pv.fleetOnly,
+			NoFleet:   pv.policy,
 			// New makes a client of its own from the quick-start one
 			// (go-redis's defaults are not what pacer needs), without
 			// the benchmark's hook.
@@ -150,7 +168,11 @@ func variants() []variant {
 					}
 					return nil, err
 				}
-				return &pacerLimiter{l: l, own: own, lim: reserve.Limit{Rate: o.lim.Rate, Burst: o.lim.Burst}}, nil
+				p := &pacerLimiter{l: l, own: own, lim: reserve.Limit{Rate: o.lim.Rate, Burst: o.lim.Burst}}
+				if pv.policy {
+					p.pol = threeBands(p.lim)
+				}
+				return p, nil
 			},
 		})
 	}
@@ -227,16 +249,39 @@ type pacerLimiter struct {
 	l   *reserve.Limiter
 	own *redis.Client // the quick-start client, closed with the limiter; or nil
 	lim reserve.Limit
+	pol reserve.Policy // threeBands(lim), or nil for lim
 }
 
 func (p *pacerLimiter) take(ctx context.Context, key string) (bool, error) {
-	_, err := p.l.Reserve(ctx, key, p.lim, 1)
+	var err error
+	if p.pol != nil {
+		_, err = p.l.ReservePolicy(ctx, key, p.pol, threeBandsCost)
+	} else {
+		_, err = p.l.Reserve(ctx, key, p.lim, 1)
+	}
 	return err == nil, err
 }
 
 func (p *pacerLimiter) wait(ctx context.Context, key string) error {
+	if p.pol != nil {
+		return p.l.WaitPolicy(ctx, key, p.pol, threeBandsCost)
+	}
 	return p.l.Wait(ctx, key, p.lim)
 }
+
+// threeBands is an LLM-shaped policy that allows what lim allows: lim on
+// requests, a bucket of tokens at 1,000 times lim (a call takes 500 of
+// them, so it never binds) and a daily quota of 10^12 requests. Its
+// reservations cost Redis more than lim's for the same schedule.
+func threeBands(lim reserve.Limit) reserve.Policy {
+	return reserve.Policy{
+		{Name: "requests", Limit: lim},
+		{Name: "tokens", Limit: reserve.Limit{Rate: lim.Rate * 1000, Burst: lim.Burst * 1000}},
+		{Name: "daily", Unit: "requests", Window: reserve.PerWindow(1e12, 24*time.Hour)},
+	}
+}
+
+var threeBandsCost = reserve.Cost{"requests": 1, "tokens": 500}
 
 func (p *pacerLimiter) close() error {
 	err := p.l.Close()

@@ -364,6 +364,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		if !c.runs("fleet") {
 			break
 		}
+		if v.NoFleet {
+			continue
+		}
 		r, err := b.runFleet(ctx, v)
 		if err != nil {
 			return nil, err

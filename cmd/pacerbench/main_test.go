@@ -75,7 +75,11 @@ func TestQuick(t *testing.T) {
 			}
 		}
 		f, ok := find(res.Fleet, func(x fleet) bool { return x.Variant == v.Name })
-		if !ok {
+		if v.NoFleet {
+			if ok {
+				t.Errorf("a fleet row for %q, which has none", v.Name)
+			}
+		} else if !ok {
 			t.Errorf("no fleet row for %q", v.Name)
 		} else if f.Calls == 0 || f.Rate <= 0 || f.Busiest100ms <= 0 || f.Busiest1s < f.Busiest100ms || f.GapP50 <= 0 || f.WaitMax < f.WaitP50 {
 			t.Errorf("fleet, %q: %+v; want calls, rate > 0, busiest 1 s >= busiest 100 ms > 0, gaps and waits", v.Name, f)
