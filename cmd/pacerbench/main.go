@@ -117,7 +117,7 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
-	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none)")
+	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
 	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
@@ -151,6 +151,11 @@ func parseFlags(args []string) (config, error) {
 		for _, set := range use {
 			set()
 		}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if (c.Phases != "" || c.Only != "") && !given["out"] {
+		c.Out = "" // a partial run does not replace the full document
 	}
 	c.Hot = full.Hot
 	c.Command = "go run ./cmd/pacerbench"

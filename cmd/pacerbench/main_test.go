@@ -156,3 +156,28 @@ func find[T any](xs []T, ok func(T) bool) (T, bool) {
 	var zero T
 	return zero, false
 }
+
+// TestPartialRunWritesNoDocument: BENCHMARKS.md is one full run; a run of
+// some phases or limiters writes it only when -out says so.
+func TestPartialRunWritesNoDocument(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "BENCHMARKS.md"},
+		{[]string{"-phases", "hot,lone"}, ""},
+		{[]string{"-only", "pacer"}, ""},
+		{[]string{"-phases", "hot", "-out", "hot.md"}, "hot.md"},
+	} {
+		c, err := parseFlags(tt.args)
+		if err != nil {
+			t.Fatalf("%q: %v", tt.args, err)
+		}
+		if c.Out != tt.want {
+			t.Errorf("%q: -out %q, want %q", tt.args, c.Out, tt.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-phases", "warp"}); err == nil {
+		t.Error("-phases warp: no error")
+	}
+}
