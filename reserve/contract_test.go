@@ -95,6 +95,7 @@ func runContract(t *testing.T, b backend) {
 		{"PolicyOneSlot", testPolicyOneSlot},
 		{"WindowQuota", testWindowQuota},
 		{"Settle", testSettle},
+		{"PolicyProperties", testPolicyProperties},
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
 	}

@@ -54,7 +54,10 @@ func randomCost(rng *rand.Rand, pol reserve.Policy) reserve.Cost {
 		limit[u] = math.Min(limit[u], l)
 	}
 	c := reserve.Cost{}
-	for u := range used {
+	for _, u := range []string{"requests", "tokens"} { // in order: the seed replays the run
+		if !used[u] {
+			continue
+		}
 		v := 1 + math.Floor(rng.Float64()*limit[u])
 		if rng.IntN(3) == 0 {
 			v = rng.Float64() * limit[u]

@@ -126,10 +126,13 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 // settle changes nothing, and a second Settle returns ErrDone, as does
 // Settle after Cancel.
 //
-// Every band's invariant holds on actual costs when each reservation is
-// settled before the next one is granted; otherwise a bucket or a window
-// can run ahead by the under-estimates of the reservations not yet
-// settled, until they are.
+// Settles that lower a cost, and cancels, keep every band's invariant on
+// actual costs exactly. A raise is paid by the reservations granted after
+// it is settled: until then a band can run ahead of burst + rate × T (or
+// of a window's N) by the raises not yet settled, that is, in any interval,
+// by the raises of its calls settled after the last of them was granted:
+// at most the calls in flight times the largest raise
+// (testPolicyProperties asserts that bound).
 func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
