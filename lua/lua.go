@@ -32,6 +32,12 @@ var claim string
 //go:embed hold.lua
 var hold string
 
+// Adaptive reads or cuts a key's learned rate (reserve.Adaptive). It does
+// not use core.lua. See adaptive.lua.
+//
+//go:embed adaptive.lua
+var Adaptive string
+
 // Heartbeat records a Limiter as live and counts the fleet. It does not use
 // core.lua. See heartbeat.lua.
 //

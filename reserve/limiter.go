@@ -58,6 +58,7 @@ type Limiter struct {
 	specs     sync.Map // Limit -> *spec, the compiled one-band policies
 	nspecs    atomic.Int64
 	pauses    pauseChecks
+	adaptive  adaptiveRates // the last learned rate per key (AdaptiveLimit)
 
 	closed     atomic.Bool
 	stop       chan struct{}
