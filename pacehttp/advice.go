@@ -1,0 +1,340 @@
+package pacehttp
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Advice is what a response's rate-limit headers say.
+type Advice struct {
+	// Wait is how long the provider asks callers to wait before calling again
+	// (Retry-After, retry-after-ms, GitHub's secondary limit): 0 when no header
+	// asks for a wait (or the time asked is already past).
+	Wait time.Duration
+	// Source names the header Wait came from: "retry-after", "retry-after-ms",
+	// "github-secondary"; "" when Wait is 0.
+	Source string
+	// Exhausted is true when a header says a quota has nothing left; Reset is
+	// then how long until it refills (the longest such reset, if several
+	// quotas are exhausted), and ResetSource the header it came from.
+	//
+	// ResetSource is the lowercase name of a reset header
+	// ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset",
+	// "x-ratelimit-reset", "ratelimit", "ratelimit-reset", ...). It is set
+	// even when that header gives 0 (a time already past), and it is "" with
+	// Reset 0 when no header says when an exhausted quota refills.
+	Exhausted   bool
+	Reset       time.Duration
+	ResetSource string
+	// Capped is true when Wait or Reset was above maxWait and was cut to it;
+	// Asked is then the longest value the provider asked for, before the cut.
+	Capped bool
+	Asked  time.Duration
+}
+
+// ErrBadHeader is wrapped by every error ParseAdvice reports.
+var ErrBadHeader = errors.New("pacehttp: bad rate-limit header")
+
+// githubSecondaryWait is the wait GitHub's documentation asks for after a
+// secondary rate limit that carries no retry-after: "wait for at least one
+// minute before retrying".
+const githubSecondaryWait = time.Minute
+
+// shownValueLen is the most bytes of a header's value an error quotes.
+const shownValueLen = 100
+
+// ParseAdvice reads h, the headers of a response with the given status,
+// received at now. Waits and resets above maxWait (> 0) are cut to maxWait
+// and reported (Capped, Asked). A value that cannot be used (unparsable,
+// negative, a remaining count that is not a number, ...) is ignored, and
+// reported in errs: one error per bad header, naming it and its value, each
+// wrapping ErrBadHeader. ParseAdvice never fails as a whole.
+//
+// It reads these headers (names are case-insensitive):
+//
+//   - Retry-After (RFC 9110): delta-seconds, or an HTTP-date as
+//     http.ParseTime reads it (a date already past gives 0). A decimal such
+//     as "1.5" is accepted too.
+//   - retry-after-ms (OpenAI, Azure OpenAI): milliseconds, a decimal. It wins
+//     over Retry-After when both can be read.
+//   - OpenAI: x-ratelimit-remaining-{requests,tokens} with
+//     x-ratelimit-reset-{requests,tokens} in time.ParseDuration's format
+//     ("1s", "6m0s", "12ms").
+//   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
+//     output-tokens}-remaining with -reset as an RFC 3339 time.
+//   - GitHub: x-ratelimit-remaining with x-ratelimit-reset as a Unix time.
+//     A 403 or 429 without a readable Retry-After or retry-after-ms, that
+//     carries x-github-request-id or an x-ratelimit-remaining other than 0,
+//     is GitHub's secondary rate limit: Wait is one minute, Source
+//     "github-secondary". The headers cannot tell it from a 403 for another
+//     reason (no permission) that carries the same headers.
+//   - The IETF draft (draft-ietf-httpapi-ratelimit-headers-09 to -11):
+//     RateLimit-Policy and RateLimit, Lists of Structured Fields (RFC 9651)
+//     whose Items carry the policy's name and parameters; an Item of
+//     RateLimit with r=0 is an exhausted quota that refills in t seconds
+//     (r and t non-negative Integers, t optional). A malformed field is
+//     ignored whole, as the draft requires. RateLimit-Policy is only checked.
+//   - The older drafts' RateLimit-Limit (only checked), RateLimit-Remaining
+//     and RateLimit-Reset (delta-seconds).
+//
+// Remaining counts are non-negative decimals; 0 means exhausted, anything
+// above not. A reset header is checked whenever it is present but used only
+// when its quota is exhausted. A number of seconds in x-ratelimit-reset or
+// RateLimit-Reset below 10^9 (31.7 years) is read as a delay, and one at or
+// above it as a Unix time, so that GitHub's Unix times and the delays other
+// providers send under the same names both read right.
+//
+// Headers sent on several lines are read from the first line, except the
+// Structured Fields, whose lines are joined with commas (RFC 9110, section
+// 5.3). Values too long for a time.Duration (about 292 years) count as the
+// longest Duration, so a cap cuts them and Asked shows math.MaxInt64.
+func ParseAdvice(h http.Header, status int, now time.Time, maxWait time.Duration) (a Advice, errs []error) {
+	r := reader{h: h, now: now}
+
+	// Waits. Both headers are read, so that a bad one is reported even when
+	// the other gives the wait.
+	ra, raOK := r.duration("retry-after", parseRetryAfter)
+	ms, msOK := r.duration("retry-after-ms", parseMillis)
+	switch {
+	case msOK:
+		a.Wait, a.Source = ms, "retry-after-ms"
+	case raOK:
+		a.Wait, a.Source = ra, "retry-after"
+	}
+
+	// Quotas, in a fixed order: on equal resets the first one read names
+	// ResetSource.
+	r.quota("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", parseGoDuration)
+	r.quota("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", parseGoDuration)
+	for _, q := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
+		r.quota("anthropic-ratelimit-"+q+"-remaining", "anthropic-ratelimit-"+q+"-reset", parseRFC3339)
+	}
+	gh := r.quota("x-ratelimit-remaining", "x-ratelimit-reset", parseDelayOrUnix)
+	r.structured("ratelimit-policy", checkPolicy)
+	r.structured("ratelimit", r.serviceLimits)
+	r.structured("ratelimit-limit", checkLimits)
+	r.quota("ratelimit-remaining", "ratelimit-reset", parseDelayOrUnix)
+
+	// GitHub's secondary rate limit.
+	if (status == http.StatusForbidden || status == http.StatusTooManyRequests) && !raOK && !msOK &&
+		gh != remainingZero && (gh != remainingAbsent || len(h.Values("x-github-request-id")) > 0) {
+		a.Wait, a.Source = githubSecondaryWait, "github-secondary"
+	}
+	if a.Wait == 0 {
+		a.Source = ""
+	}
+
+	a.Exhausted, a.Reset, a.ResetSource = r.exhausted, r.reset, r.resetSource
+	if maxWait > 0 {
+		if a.Wait > maxWait {
+			a.Capped, a.Asked, a.Wait = true, a.Wait, maxWait
+		}
+		if a.Reset > maxWait {
+			a.Capped, a.Asked, a.Reset = true, max(a.Asked, a.Reset), maxWait
+		}
+	}
+	return a, r.errs
+}
+
+// reader holds what ParseAdvice has read so far.
+type reader struct {
+	h    http.Header
+	now  time.Time
+	errs []error
+
+	exhausted   bool
+	reset       time.Duration
+	resetSource string
+}
+
+// bad reports the header name with value v as unusable, for the reason err.
+func (r *reader) bad(name, v string, err error) {
+	if len(v) > shownValueLen {
+		v = v[:shownValueLen] + "..."
+	}
+	r.errs = append(r.errs, fmt.Errorf("%w: %s %q: %v", ErrBadHeader, name, v, err))
+}
+
+// value returns the first line of the header name, without surrounding
+// spaces and tabs, and whether the header is present.
+func (r *reader) value(name string) (string, bool) {
+	vs := r.h.Values(name)
+	if len(vs) == 0 {
+		return "", false
+	}
+	return strings.Trim(vs[0], " \t"), true
+}
+
+// exhaust records an exhausted quota; reset is how long until it refills,
+// read from the header source, or source is "" when no header says.
+func (r *reader) exhaust(reset time.Duration, source string) {
+	r.exhausted = true
+	if source != "" && (r.resetSource == "" || reset > r.reset) {
+		r.reset, r.resetSource = reset, source
+	}
+}
+
+// duration reads the header name with parse, and reports whether it was
+// present and readable.
+func (r *reader) duration(name string, parse func(string, time.Time) (time.Duration, error)) (time.Duration, bool) {
+	v, ok := r.value(name)
+	if !ok {
+		return 0, false
+	}
+	d, err := parse(v, r.now)
+	if err != nil {
+		r.bad(name, v, err)
+		return 0, false
+	}
+	return d, true
+}
+
+// remaining is what a remaining header says.
+type remaining int
+
+const (
+	remainingAbsent remaining = iota
+	remainingBad
+	remainingZero
+	remainingSome
+)
+
+// quota reads a pair of headers: a remaining count and its reset, parsed by
+// parseReset. Both are checked when present; the reset is used only when
+// the count is 0.
+func (r *reader) quota(remName, resetName string, parseReset func(string, time.Time) (time.Duration, error)) remaining {
+	rem := remainingAbsent
+	if v, ok := r.value(remName); ok {
+		switch zero, err := parseCount(v); {
+		case err != nil:
+			r.bad(remName, v, err)
+			rem = remainingBad
+		case zero:
+			rem = remainingZero
+		default:
+			rem = remainingSome
+		}
+	}
+	reset, resetOK := r.duration(resetName, parseReset)
+	if rem == remainingZero {
+		if resetOK {
+			r.exhaust(reset, resetName)
+		} else {
+			r.exhaust(0, "")
+		}
+	}
+	return rem
+}
+
+// structured reads the Structured Field List name, joined from all its
+// lines, and hands its Items to check, which returns an error when they do
+// not mean what the field requires. A field that cannot be parsed, or that
+// check refuses, is reported and ignored.
+func (r *reader) structured(name string, check func([]sfItem) error) {
+	vs := r.h.Values(name)
+	if len(vs) == 0 {
+		return
+	}
+	lines := make([]string, 0, len(vs))
+	for _, v := range vs {
+		if v = strings.Trim(v, " \t"); v != "" {
+			lines = append(lines, v)
+		}
+	}
+	v := strings.Join(lines, ", ")
+	items, err := parseList(v)
+	if err == nil {
+		err = check(items)
+	}
+	if err != nil {
+		r.bad(name, v, err)
+	}
+}
+
+// serviceLimits checks the Items of a RateLimit field (the draft's service
+// limits: a policy name, r remaining, t seconds), and records each Item with
+// r=0 as an exhausted quota, once all of them are known to be good.
+func (r *reader) serviceLimits(items []sfItem) error {
+	type limit struct {
+		zero  bool
+		reset time.Duration
+		known bool
+	}
+	limits := make([]limit, 0, len(items))
+	for i, it := range items {
+		if err := checkName(it); err != nil {
+			return fmt.Errorf("item %d: %w", i+1, err)
+		}
+		rem, ok := it.param("r")
+		if !ok {
+			return fmt.Errorf("item %d: no r parameter", i+1)
+		}
+		if rem.kind != sfInteger || rem.num < 0 {
+			return fmt.Errorf("item %d: r is not a non-negative integer", i+1)
+		}
+		l := limit{zero: rem.num == 0}
+		if t, ok := it.param("t"); ok {
+			if t.kind != sfInteger || t.num < 0 {
+				return fmt.Errorf("item %d: t is not a non-negative integer", i+1)
+			}
+			l.reset, l.known = mulSat(time.Duration(t.num), time.Second), true
+		}
+		limits = append(limits, l)
+	}
+	for _, l := range limits {
+		if !l.zero {
+			continue
+		}
+		if l.known {
+			r.exhaust(l.reset, "ratelimit")
+		} else {
+			r.exhaust(0, "")
+		}
+	}
+	return nil
+}
+
+// checkPolicy checks the Items of a RateLimit-Policy field: a policy name
+// each, with q a non-negative integer and w, when present, a positive one.
+// Nothing of the policies goes into Advice.
+func checkPolicy(items []sfItem) error {
+	for i, it := range items {
+		if err := checkName(it); err != nil {
+			return fmt.Errorf("item %d: %w", i+1, err)
+		}
+		q, ok := it.param("q")
+		if !ok {
+			return fmt.Errorf("item %d: no q parameter", i+1)
+		}
+		if q.kind != sfInteger || q.num < 0 {
+			return fmt.Errorf("item %d: q is not a non-negative integer", i+1)
+		}
+		if w, ok := it.param("w"); ok && (w.kind != sfInteger || w.num <= 0) {
+			return fmt.Errorf("item %d: w is not a positive integer", i+1)
+		}
+	}
+	return nil
+}
+
+// checkName checks that an Item names a policy: a String or a Token.
+func checkName(it sfItem) error {
+	if it.value.kind != sfString && it.value.kind != sfToken {
+		return errors.New("the policy name is not a string or a token")
+	}
+	return nil
+}
+
+// checkLimits checks the Items of an older draft's RateLimit-Limit field:
+// non-negative integers (the first is the limit; the others, with
+// parameters such as w, describe policies).
+func checkLimits(items []sfItem) error {
+	for i, it := range items {
+		if it.value.kind != sfInteger || it.value.num < 0 {
+			return fmt.Errorf("item %d is not a non-negative integer", i+1)
+		}
+	}
+	return nil
+}
