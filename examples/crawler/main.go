@@ -6,9 +6,12 @@
 //	go run ./examples/crawler                          # embedded Redis (miniredis)
 //	go run ./examples/crawler -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
 //	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
+//	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
-// says so. A 429 pauses that host for the whole fleet (Limiter.Pause).
+// says so. Requests go through pacehttp's Transport: it paces each host
+// fleet-wide, and a 429 pauses that host for the whole fleet and is retried
+// after the pause.
 // Package demo (examples/internal/demo) holds the plumbing it shares with
 // the batch example: connecting, progress, the summary line.
 package main
@@ -25,13 +28,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/examples/internal/chart"
 	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,6 +51,13 @@ type config struct {
 	Progress      time.Duration
 	Procs         int    // worker processes; 1: the workers run in this process
 	Plot          string // an SVG chart of the calls per 100 ms, or ""
+
+	// Adaptive hides the provider's limit: the fleet learns it
+	// (reserve.Adaptive), from Start calls/s per host.
+	Adaptive bool
+	Start    float64
+	ChangeAt time.Duration // the provider's limit becomes ChangeTo after this (0: never)
+	ChangeTo int
 }
 
 // childEnv carries a child process's job: the test binary or the crawler
@@ -82,6 +92,10 @@ func main() {
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
+	flag.BoolVar(&c.Adaptive, "adaptive", false, "hide the provider's limit: the fleet learns each host's rate from the 429s (reserve.Adaptive)")
+	flag.Float64Var(&c.Start, "start", 5, "with -adaptive: the rate per host the fleet starts from")
+	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
+	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -100,6 +114,9 @@ func main() {
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
+	}
+	if c.ChangeAt < 0 || (c.ChangeAt > 0 && c.ChangeTo < 1) || (c.Adaptive && !(c.Start >= 1 && c.Start <= 1000)) {
+		return summary{}, errors.New("crawler: -change-at must not be negative, -change-to at least 1, -start from 1 to 1000")
 	}
 	c.Procs = max(c.Procs, 1)
 	// The provider's limit is given; pacer's is derived from it.
@@ -126,6 +143,13 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	start := time.Now()
 	stopProgress := progress(out, p, c, start)
 	defer stopProgress()
+	if c.ChangeAt > 0 {
+		change := time.AfterFunc(c.ChangeAt, func() {
+			p.SetLimit(c.ChangeTo)
+			fmt.Fprintf(out, "t=%4.1fs the provider's limit is now %d per host\n", time.Since(start).Seconds(), c.ChangeTo)
+		})
+		defer change.Stop()
+	}
 	if c.Procs == 1 {
 		if err := crawl(ctx, c, p.URL(), r.Client, prefix, 0, out); err != nil {
 			return summary{}, err
@@ -137,6 +161,9 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		}
 	}
 	s := demo.Summarize(p.Stats(), c.Rate, c.Burst, time.Since(start))
+	if c.Adaptive || c.ChangeAt > 0 {
+		fmt.Fprintln(out, learning(p, c, start))
+	}
 	if c.Plot != "" {
 		title := fmt.Sprintf("crawler: %d hosts, %d workers x %d processes, %g/s per host", c.Hosts, c.Workers, c.Procs, c.Rate)
 		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit,
@@ -207,9 +234,21 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 		return err
 	}
 	defer limiter.Close()
-	lim := reserve.Limit{Rate: c.Rate, Burst: c.Burst}
+	// The transport paces each host fleet-wide and obeys the provider: a
+	// 429 pauses the host for every worker, and the page is fetched again
+	// after the pause.
+	opts := pacehttp.Options{Limit: reserve.Limit{Rate: c.Rate, Burst: c.Burst}}
+	if c.Adaptive {
+		opts.Adaptive = &reserve.Adaptive{Start: c.Start, Min: 1, Max: 1000}
+	}
+	transport, err := pacehttp.New(limiter, opts)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: transport, Timeout: 2 * time.Minute}
 
-	// The pages, hosts interleaved; a page refused with 429 goes back in.
+	// The pages, hosts interleaved; a page still refused after the
+	// transport's retries goes back in.
 	var (
 		mu    sync.Mutex
 		queue []string // "host page"
@@ -234,7 +273,6 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 		queue = queue[1:]
 		return j, true
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	errs := make(chan error, c.Workers)
 	for w := range c.Workers {
@@ -253,12 +291,6 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 				}
 				var host, page string
 				fmt.Sscan(job, &host, &page)
-				// Wait never returns into a pause (a 429 another worker saw
-				// while this one slept): it takes the first slot after it.
-				if err := limiter.Wait(ctx, host, lim); err != nil {
-					errs <- err
-					return
-				}
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, providerURL+"/page/"+page, nil)
 				req.Host = host
 				req.Header.Set("X-Client", fmt.Sprintf("proc-%d/worker-%d", share, w))
@@ -269,20 +301,12 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusTooManyRequests {
-					secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-					// The provider said stop: the whole fleet waits.
-					if err := limiter.Pause(ctx, host, lim, time.Duration(max(secs, 1))*time.Second); err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					queue = append(queue, job)
-					mu.Unlock()
-					continue
-				}
 				mu.Lock()
-				left--
+				if resp.StatusCode == http.StatusTooManyRequests {
+					queue = append(queue, job)
+				} else {
+					left--
+				}
 				mu.Unlock()
 			}
 		})
@@ -307,4 +331,38 @@ func progress(out io.Writer, p *provider.Server, c config, start time.Time) (sto
 		}
 		fmt.Fprintf(out, "%s (limit %g)\n", line, c.Rate)
 	})
+}
+
+// learning reports how the fleet found the provider's limit, per host: when
+// it first held 90% of the limit for a second (from the start, and from the
+// change), and the share of calls refused.
+func learning(p *provider.Server, c config, start time.Time) string {
+	st := p.Stats()
+	line := fmt.Sprintf("learning: refused %d of %d calls (%.2f%%)", st.Rejected, st.Accepted+st.Rejected,
+		100*float64(st.Rejected)/float64(max(1, st.Accepted+st.Rejected)))
+	calls := p.Calls()
+	for h := range c.Hosts {
+		host := fmt.Sprintf("h%d.example", h)
+		line += fmt.Sprintf("; %s: 90%% of %d at %s", host, c.ProviderLimit, reached(calls[host], start, 0, 0.9*float64(c.ProviderLimit)))
+		if c.ChangeAt > 0 {
+			line += fmt.Sprintf(", of %d at %s after the change", c.ChangeTo, reached(calls[host], start, c.ChangeAt, 0.9*float64(c.ChangeTo)))
+		}
+	}
+	return line
+}
+
+// reached returns when, after start+from, the calls first numbered at least
+// n in the second before one of them (relative to start+from), or "never".
+func reached(calls []time.Time, start time.Time, from time.Duration, n float64) string {
+	begin := start.Add(from)
+	i := 0
+	for j, t := range calls {
+		for t.Sub(calls[i]) >= time.Second {
+			i++
+		}
+		if t.After(begin) && float64(j-i+1) >= n && calls[i].After(begin) {
+			return fmt.Sprintf("%.1fs", t.Sub(begin).Seconds())
+		}
+	}
+	return "never"
 }

@@ -7,7 +7,10 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
 )
@@ -29,8 +32,9 @@ func small(redisURL string, providerLimit int) config {
 	return config{RedisURL: redisURL, Hosts: 3, Pages: 40, Workers: 16, Rate: 20, Burst: 1, ProviderLimit: providerLimit}
 }
 
-// check asserts what the provider saw: every page fetched, no 429, each
-// host at its limit (within 5%), no second over rate + burst.
+// check asserts what the provider saw: every page fetched, no 429, no
+// second over rate + burst. The rate held is timing, logged: a loaded
+// machine lowers it.
 func check(t *testing.T, s summary, c config) {
 	t.Helper()
 	t.Log(s)
@@ -39,9 +43,6 @@ func check(t *testing.T, s summary, c config) {
 	}
 	if want := c.Hosts * c.Pages; s.Calls != want {
 		t.Errorf("calls = %d, want %d", s.Calls, want)
-	}
-	if s.Rate < 0.95*c.Rate || s.Rate > 1.05*c.Rate {
-		t.Errorf("rate = %.2f/s per host, want within 5%% of %v", s.Rate, c.Rate)
 	}
 	if s.Busiest1s > int(c.Rate)+c.Burst {
 		t.Errorf("busiest 1 s = %d, want at most %d", s.Busiest1s, int(c.Rate)+c.Burst)
@@ -117,4 +118,47 @@ func TestProcs(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, s, c)
+}
+
+// TestAdaptive: with the provider's limit hidden, 2 processes learn it from
+// its 429s (which pause each host fleet-wide and are retried), the
+// provider's limit changes midway, and every page is fetched exactly once.
+// How fast the fleet converges is timing: `go run ./examples/crawler
+// -adaptive` measures it (docs/demos.md).
+func TestAdaptive(t *testing.T) {
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	c.Adaptive, c.Start, c.Procs, c.Workers = true, 5, 2, 8
+	c.ChangeAt, c.ChangeTo = time.Second, 10
+	var out lockedBuffer
+	s, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Logf("%s\n%s", s, out.String())
+	if want := c.Hosts * c.Pages; s.Calls-s.Rejected != want {
+		t.Errorf("accepted = %d, want every page once (%d)", s.Calls-s.Rejected, want)
+	}
+	if text := out.String(); !strings.Contains(text, "the provider's limit is now 10 per host") || !strings.Contains(text, "learning: refused") {
+		t.Errorf("the run did not report the change and the learning:\n%s", text)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for writers on several goroutines (the
+// progress timer, the limit change, the run).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

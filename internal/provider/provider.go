@@ -68,6 +68,15 @@ func Start(opts Options) (*Server, error) {
 // URL is the provider's base URL; set the request's Host to choose a host.
 func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
 
+// SetLimit changes the calls each host accepts in any sliding second, from
+// now on (a provider that changes its limit mid-run). n must be at least 1.
+func (s *Server) SetLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Limit = max(n, 1)
+	clear(s.leaky) // leaky buckets take the new rate
+}
+
 // Close stops the provider.
 func (s *Server) Close() error { return closeServer(s.srv) }
 

@@ -1,0 +1,325 @@
+// Package pacehttp paces HTTP calls to rate-limited providers across a
+// fleet: Transport is an http.RoundTripper that reserves each request's slot
+// on a reserve.Limiter before sending it, and acts on what the provider
+// answers, in whatever dialect it speaks (ParseAdvice): a 429 pauses the key
+// fleet-wide for as long as the provider asked and the request is retried,
+// a quota reported exhausted pauses the key until it refills, before any
+// 429 comes. A cost known only from the response (tokens, points) settles
+// the reservation, and a limit the provider does not publish is learned by
+// the fleet (reserve.Adaptive).
+//
+//	client := &http.Client{Transport: pacehttp.New(limiter, pacehttp.Options{
+//		Limit: reserve.Sliding(10, time.Second), // each host: at most 10 calls in any second
+//	})}
+package pacehttp
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// A Route is how one request is paced: the key it reserves on (requests
+// with the same key share a limit across the fleet), the policy and the
+// cost.
+type Route struct {
+	Key    string
+	Policy reserve.Policy
+	Cost   reserve.Cost
+}
+
+// Options configure a Transport. Limit (or Route, or Adaptive) is required.
+type Options struct {
+	// Base sends the requests. Default: http.DefaultTransport.
+	Base http.RoundTripper
+
+	// Limit paces each key: by default the host the request is for
+	// (req.Host if set, else URL.Host), one permit per request.
+	Limit reserve.Limit
+
+	// Route, if set, chooses each request's key, policy and cost instead.
+	// An error fails the request before anything is reserved.
+	Route func(*http.Request) (Route, error)
+
+	// Adaptive, if set, learns each key's rate from the provider's 429s
+	// instead of Limit (see reserve.Adaptive): every 429 episode cuts the
+	// fleet's rate once, and the rate climbs back while none comes. With
+	// Route set, Adaptive replaces the Route's policy by a single bucket.
+	Adaptive *reserve.Adaptive
+
+	// Settle, if set, reads a successful response and returns the call's
+	// actual cost (tokens used, points), which settles its reservation
+	// (reserve.Reservation.Settle). It may read the headers; to read the
+	// body it must leave resp.Body readable (read it and put back a copy).
+	// An error is logged and the estimate stands.
+	Settle func(*http.Response) (reserve.Cost, error)
+
+	// MaxRetries is how many times a request refused with 429 (or 503
+	// with a Retry-After) is sent again, each after the pause the provider
+	// asked for. Default 2; negative: never. A request is retried only if
+	// its method is idempotent (or Idempotency-Key is set, or RetryUnsafe),
+	// its body can be replayed (GetBody), and the pause ends before its
+	// context's deadline; otherwise the 429 is returned as it came.
+	MaxRetries int
+	// RetryUnsafe retries POST, PATCH and other non-idempotent methods too.
+	RetryUnsafe bool
+
+	// MaxWait caps the wait a provider may ask for (Retry-After, a reset):
+	// a longer one is cut to it and logged. Default 1 h.
+	MaxWait time.Duration
+	// DefaultWait is the pause after a 429 that does not say how long.
+	// Default 1 s.
+	DefaultWait time.Duration
+
+	// Logger receives capped waits, malformed headers and failed settles.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Transport is an http.RoundTripper that paces requests on a
+// reserve.Limiter. It is safe for concurrent use.
+type Transport struct {
+	lim  *reserve.Limiter
+	opts Options
+}
+
+// ErrNoLimit is returned by New when Options gives no way to pace.
+var ErrNoLimit = errors.New("pacehttp: Options needs a Limit, a Route or Adaptive")
+
+// New returns a Transport pacing on lim.
+func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
+	if lim == nil {
+		return nil, errors.New("pacehttp: nil Limiter")
+	}
+	if opts.Route == nil && opts.Adaptive == nil {
+		if opts.Limit == (reserve.Limit{}) {
+			return nil, ErrNoLimit
+		}
+		if err := opts.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("pacehttp: Limit: %w", err)
+		}
+	}
+	if opts.Adaptive != nil {
+		if err := validAdaptive(*opts.Adaptive); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Base == nil {
+		opts.Base = http.DefaultTransport
+	}
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 2
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = time.Hour
+	}
+	if opts.DefaultWait <= 0 {
+		opts.DefaultWait = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Transport{lim: lim, opts: opts}, nil
+}
+
+// RoundTrip reserves req's slot, sleeps until it, sends req and acts on the
+// answer (see Options). It does not modify req, and closes its body on
+// every error. A slot that would come after req's context deadline fails
+// the request at once, reserving nothing, with an error wrapping a
+// *reserve.WaitTooLongError.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	rt, err := t.route(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	send := req
+	for try := 0; ; try++ {
+		r, err := t.reserve(ctx, rt)
+		if err != nil {
+			closeBody(send)
+			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+		resp, err := t.opts.Base.RoundTrip(send)
+		if err != nil {
+			// The request may have reached the provider: the slot stays
+			// spent.
+			return nil, err
+		}
+		adv, bad := ParseAdvice(resp.Header, resp.StatusCode, time.Now(), t.opts.MaxWait)
+		for _, e := range bad {
+			t.opts.Logger.Warn("pacehttp: ignored a malformed rate-limit header", "key", rt.Key, "err", e)
+		}
+		if adv.Capped {
+			t.opts.Logger.Warn("pacehttp: the provider asked for a longer wait than MaxWait; waiting MaxWait",
+				"key", rt.Key, "asked", adv.Asked, "max_wait", t.opts.MaxWait)
+		}
+		limited := resp.StatusCode == http.StatusTooManyRequests ||
+			(resp.StatusCode == http.StatusServiceUnavailable && adv.Wait > 0) ||
+			adv.Source == "github-secondary"
+		if !limited {
+			if adv.Exhausted && adv.Reset > 0 {
+				// Nothing left until the reset: stop the fleet before a 429.
+				t.pause(ctx, rt, adv.Reset)
+			}
+			if t.opts.Settle != nil && resp.StatusCode < 400 {
+				t.settle(ctx, rt, r, resp)
+			}
+			return resp, nil
+		}
+
+		// Refused: the provider charged nothing (give the cost back where
+		// nobody built on it), the fleet pauses, the rate is cut.
+		wait := adv.Wait
+		if wait == 0 && adv.Exhausted {
+			wait = adv.Reset
+		}
+		if wait == 0 {
+			wait = t.opts.DefaultWait
+		}
+		detached := context.WithoutCancel(ctx)
+		_ = r.Cancel(detached)
+		t.pause(ctx, rt, wait)
+		if t.opts.Adaptive != nil {
+			if _, _, err := t.lim.CutAdaptive(detached, rt.Key, *t.opts.Adaptive); err != nil {
+				t.opts.Logger.Warn("pacehttp: could not cut the adaptive rate", "key", rt.Key, "err", err)
+			}
+		}
+		next, ok := t.retryable(req, try, wait)
+		if !ok {
+			return resp, nil
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		send = next
+	}
+}
+
+// route returns req's Route, with the adaptive rate if set.
+func (t *Transport) route(req *http.Request) (Route, error) {
+	var rt Route
+	if t.opts.Route != nil {
+		var err error
+		if rt, err = t.opts.Route(req); err != nil {
+			return Route{}, fmt.Errorf("pacehttp: route %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+	} else {
+		rt = Route{Key: cmp.Or(req.Host, req.URL.Host), Policy: t.opts.Limit.Policy(), Cost: reserve.Permits(1)}
+	}
+	if rt.Key == "" {
+		return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), reserve.ErrEmptyKey)
+	}
+	if t.opts.Adaptive != nil {
+		lim, err := t.lim.AdaptiveLimit(req.Context(), rt.Key, *t.opts.Adaptive)
+		if err != nil {
+			return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+		rt.Policy, rt.Cost = lim.Policy(), reserve.Permits(1)
+	}
+	return rt, nil
+}
+
+// reserve reserves rt's slot, no later than ctx's deadline, and sleeps
+// until it.
+func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation, error) {
+	maxWait := time.Duration(-1)
+	if d, ok := ctx.Deadline(); ok {
+		if maxWait = time.Until(d); maxWait <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	var (
+		r   *reserve.Reservation
+		err error
+	)
+	if maxWait >= 0 {
+		r, err = t.lim.TryReservePolicy(ctx, rt.Key, rt.Policy, rt.Cost, maxWait)
+	} else {
+		r, err = t.lim.ReservePolicy(ctx, rt.Key, rt.Policy, rt.Cost)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Sleep(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (t *Transport) pause(ctx context.Context, rt Route, d time.Duration) {
+	if err := t.lim.PausePolicy(context.WithoutCancel(ctx), rt.Key, rt.Policy, d); err != nil {
+		t.opts.Logger.Warn("pacehttp: could not pause the key", "key", rt.Key, "pause", d, "err", err)
+	}
+}
+
+func (t *Transport) settle(ctx context.Context, rt Route, r *reserve.Reservation, resp *http.Response) {
+	cost, err := t.opts.Settle(resp)
+	if err == nil {
+		err = r.Settle(context.WithoutCancel(ctx), cost)
+	}
+	if err != nil {
+		t.opts.Logger.Warn("pacehttp: could not settle the call's cost; the estimate stands", "key", rt.Key, "err", err)
+	}
+}
+
+// retryable returns the request to send again after a refusal, if req may
+// be retried: retries left, a method that may be repeated, a body that can
+// be replayed, and a pause that ends before the deadline.
+func (t *Transport) retryable(req *http.Request, try int, wait time.Duration) (*http.Request, bool) {
+	if try >= t.opts.MaxRetries {
+		return nil, false
+	}
+	if !t.opts.RetryUnsafe && !idempotent(req) {
+		return nil, false
+	}
+	if d, ok := req.Context().Deadline(); ok && time.Now().Add(wait).After(d) {
+		return nil, false
+	}
+	next := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return nil, false
+		}
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, false
+		}
+		next.Body = body
+	}
+	return next, true
+}
+
+// idempotent reports whether req may be sent twice (RFC 9110, 9.2.2), as
+// net/http's own retries decide it.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+func validAdaptive(a reserve.Adaptive) error {
+	// The Limiter validates fully on each use; the zero value and obvious
+	// mistakes are refused here, at construction.
+	if !(a.Min > 0 && a.Start >= a.Min && a.Max >= a.Start) {
+		return fmt.Errorf("pacehttp: Adaptive: %w: Start %v, Min %v, Max %v (want 0 < Min <= Start <= Max)", reserve.ErrInvalidRate, a.Start, a.Min, a.Max)
+	}
+	return nil
+}

@@ -1,0 +1,364 @@
+package pacehttp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/pacehttp"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// fleet returns n Limiters sharing one Redis and key prefix: n processes.
+func fleet(t *testing.T, n int) []*reserve.Limiter {
+	t.Helper()
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	var ls []*reserve.Limiter
+	for range n {
+		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func transport(t *testing.T, l *reserve.Limiter, opts pacehttp.Options) *pacehttp.Transport {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
+	tr, err := pacehttp.New(l, opts)
+	require.NoError(t, err)
+	return tr
+}
+
+// server answers with the responses in order (then 200s), recording each
+// request's arrival and body.
+type server struct {
+	*httptest.Server
+	mu      sync.Mutex
+	answers []func(http.ResponseWriter)
+	arrived []time.Time
+	bodies  []string
+}
+
+func newServer(t *testing.T, answers ...func(http.ResponseWriter)) *server {
+	s := &server{answers: answers}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.arrived = append(s.arrived, time.Now())
+		s.bodies = append(s.bodies, string(b))
+		var answer func(http.ResponseWriter)
+		if len(s.answers) > 0 {
+			answer, s.answers = s.answers[0], s.answers[1:]
+		}
+		s.mu.Unlock()
+		if answer != nil {
+			answer(w)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *server) requests() ([]time.Time, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.arrived...), append([]string(nil), s.bodies...)
+}
+
+func tooMany(retryAfter string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+}
+
+var fast = reserve.Limit{Rate: 1000, Burst: 10}
+
+// TestRetryAfter429: a 429 with Retry-After pauses the key for the whole
+// fleet and the request is sent again after the pause, body replayed; no
+// request of any process reaches the provider inside the pause.
+func TestRetryAfter429(t *testing.T) {
+	ls := fleet(t, 2)
+	srv := newServer(t, tooMany("1"))
+	a := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
+	b := &http.Client{Transport: transport(t, ls[1], pacehttp.Options{Limit: fast})}
+
+	done := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/doc", strings.NewReader("the body"))
+		resp, err := a.Do(req)
+		if assert.NoError(t, err) {
+			resp.Body.Close()
+		}
+		done <- resp
+	}()
+	// The other process calls once the first got its 429 and paused the key.
+	host := strings.TrimPrefix(srv.URL, "http://")
+	require.Eventually(t, func() bool {
+		snap, err := ls[1].Peek(context.Background(), host, fast, 1)
+		return err == nil && snap.Paused > 0
+	}, 5*time.Second, time.Millisecond, "the key was never paused")
+	resp, err := b.Get(srv.URL + "/other")
+	require.NoError(t, err)
+	resp.Body.Close()
+	if r := <-done; r != nil {
+		assert.Equal(t, http.StatusOK, r.StatusCode, "retried after the pause")
+	}
+
+	arrived, bodies := srv.requests()
+	require.Len(t, arrived, 3)
+	assert.ElementsMatch(t, []string{"the body", "the body", ""}, bodies, "the PUT's body was replayed")
+	pauseEnd := arrived[0].Add(time.Second)
+	for i, at := range arrived[1:] {
+		assert.False(t, at.Before(pauseEnd), "request %d arrived %v into the 1 s pause", i+2, pauseEnd.Sub(at))
+	}
+}
+
+// TestNoRetry: a POST (not idempotent), a body that cannot be replayed, a
+// pause that ends after the deadline and MaxRetries -1 each return the 429
+// as it came, after one request; an Idempotency-Key makes a POST
+// retryable.
+func TestNoRetry(t *testing.T) {
+	ls := fleet(t, 1)
+	for name, tt := range map[string]struct {
+		opts pacehttp.Options
+		req  func(url string) *http.Request
+		want int // requests the provider sees
+	}{
+		"POST": {pacehttp.Options{}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, strings.NewReader("x"))
+			return r
+		}, 1},
+		"POST with Idempotency-Key": {pacehttp.Options{}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, strings.NewReader("x"))
+			r.Header.Set("Idempotency-Key", "k1")
+			return r
+		}, 2},
+		"POST, RetryUnsafe": {pacehttp.Options{RetryUnsafe: true}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, strings.NewReader("x"))
+			return r
+		}, 2},
+		"body not replayable": {pacehttp.Options{}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPut, u, io.MultiReader(strings.NewReader("x")))
+			return r
+		}, 1},
+		"MaxRetries -1": {pacehttp.Options{MaxRetries: -1}, func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodGet, u, nil)
+			return r
+		}, 1},
+		"pause past the deadline": {pacehttp.Options{}, func(u string) *http.Request {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			t.Cleanup(cancel)
+			r, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			return r
+		}, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := newServer(t, tooMany("1"))
+			tt.opts.Limit = fast
+			c := &http.Client{Transport: transport(t, ls[0], tt.opts)}
+			resp, err := c.Do(tt.req(srv.URL + "/" + url.PathEscape(name)))
+			require.NoError(t, err)
+			resp.Body.Close()
+			arrived, _ := srv.requests()
+			assert.Len(t, arrived, tt.want)
+			if tt.want == 1 {
+				assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the 429 as it came")
+			} else {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+		})
+	}
+}
+
+// closeCounter is a request body that counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closed atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
+
+// TestDeadline: a slot after the request's deadline fails at once with a
+// *reserve.WaitTooLongError, reserves nothing and closes the body; the
+// request is not modified; a context cancelled during the sleep gives the
+// slot back.
+func TestDeadline(t *testing.T) {
+	ls := fleet(t, 1)
+	srv := newServer(t)
+	slow := reserve.Limit{Rate: 0.5, Burst: 1} // a slot every 2 s
+	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: slow})}
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	resp, err := c.Get(srv.URL) // takes the burst
+	require.NoError(t, err)
+	resp.Body.Close()
+	t0 := time.Now()
+	before, err := ls[0].Peek(context.Background(), host, slow, 1)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	body := &closeCounter{Reader: strings.NewReader("payload")}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL+"/x", body)
+	req.Header.Set("X-Mine", "1")
+	header := req.Header.Clone()
+	_, err = c.Do(req)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong, "a slot 2 s away, a deadline 200 ms away")
+	assert.EqualValues(t, 1, body.closed.Load(), "the body was closed")
+	assert.Equal(t, header, req.Header, "the request was modified")
+	after, err := ls[0].Peek(context.Background(), host, slow, 1)
+	require.NoError(t, err)
+	refill := 0.5*time.Since(t0).Seconds() + 1e-6
+	assert.GreaterOrEqual(t, after.Tokens, before.Tokens-1e-6, "a refusal reserved nothing")
+	assert.LessOrEqual(t, after.Tokens, before.Tokens+refill, "the balance only refilled")
+	arrived, _ := srv.requests()
+	assert.Len(t, arrived, 1)
+
+	// Cancelled while asleep: the slot goes back.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel2)
+	req, _ = http.NewRequestWithContext(ctx2, http.MethodGet, srv.URL, nil)
+	_, err = c.Do(req)
+	require.ErrorIs(t, err, context.Canceled)
+	snap, err := ls[0].Peek(context.Background(), host, slow, 1)
+	require.NoError(t, err)
+	assert.Greater(t, snap.Tokens, -0.5, "the cancelled request's permit went back")
+}
+
+// TestClientTimeout: under http.Client's Timeout the transport refuses a
+// slot past it at once, as with a context deadline.
+func TestClientTimeout(t *testing.T) {
+	ls := fleet(t, 1)
+	srv := newServer(t)
+	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: reserve.Limit{Rate: 0.5, Burst: 1}}), Timeout: 300 * time.Millisecond}
+	resp, err := c.Get(srv.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	_, err = c.Get(srv.URL)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+}
+
+// TestExhausted: a success that says the quota is used up pauses the key
+// until its reset, for every process, before any 429.
+func TestExhausted(t *testing.T) {
+	ls := fleet(t, 2)
+	srv := newServer(t, func(w http.ResponseWriter) {
+		w.Header().Set("x-ratelimit-remaining-requests", "0")
+		w.Header().Set("x-ratelimit-reset-requests", "1s")
+		io.WriteString(w, "last one")
+	})
+	a := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
+	resp, err := a.Get(srv.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	snap, err := ls[1].Peek(context.Background(), strings.TrimPrefix(srv.URL, "http://"), fast, 1)
+	require.NoError(t, err)
+	assert.Greater(t, snap.Paused, 500*time.Millisecond, "the other process sees the pause")
+}
+
+// TestSettle: the Settle hook's cost settles each call's reservation.
+func TestSettle(t *testing.T) {
+	ls := fleet(t, 1)
+	srv := newServer(t, func(w http.ResponseWriter) {
+		w.Header().Set("X-Tokens-Used", "700")
+		io.WriteString(w, "done")
+	})
+	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 1, Burst: 1000}}}
+	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{
+		Route: func(*http.Request) (pacehttp.Route, error) {
+			return pacehttp.Route{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 100}}, nil
+		},
+		Settle: func(resp *http.Response) (reserve.Cost, error) {
+			var used float64
+			_, err := fmtSscan(resp.Header.Get("X-Tokens-Used"), &used)
+			return reserve.Cost{"tokens": used}, err
+		},
+	})}
+	resp, err := c.Get(srv.URL)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "done", string(b), "the body reaches the caller")
+	snap, err := ls[0].PeekPolicy(context.Background(), "llm", pol, reserve.Cost{"tokens": 1})
+	require.NoError(t, err)
+	assert.InDelta(t, 300, snap.Bands[0].Value, 2, "1000 - 700 settled")
+}
+
+// TestBadOptions: New refuses a transport with no way to pace, or a bad
+// limit; a route error fails the request and closes its body.
+func TestBadOptions(t *testing.T) {
+	ls := fleet(t, 1)
+	_, err := pacehttp.New(ls[0], pacehttp.Options{})
+	assert.ErrorIs(t, err, pacehttp.ErrNoLimit)
+	_, err = pacehttp.New(ls[0], pacehttp.Options{Limit: reserve.Limit{Rate: -1, Burst: 1}})
+	assert.ErrorIs(t, err, reserve.ErrInvalidRate)
+	_, err = pacehttp.New(ls[0], pacehttp.Options{Adaptive: &reserve.Adaptive{Start: 10}})
+	assert.ErrorIs(t, err, reserve.ErrInvalidRate)
+	_, err = pacehttp.New(nil, pacehttp.Options{Limit: fast})
+	assert.Error(t, err)
+
+	boom := errors.New("no route")
+	tr := transport(t, ls[0], pacehttp.Options{Route: func(*http.Request) (pacehttp.Route, error) { return pacehttp.Route{}, boom }})
+	body := &closeCounter{Reader: bytes.NewReader(nil)}
+	req, _ := http.NewRequest(http.MethodPut, "http://example.invalid/", body)
+	_, err = tr.RoundTrip(req)
+	assert.ErrorIs(t, err, boom)
+	assert.EqualValues(t, 1, body.closed.Load())
+}
+
+// TestAdaptiveAcrossProcesses: 429s seen by two processes at once cut the
+// fleet's learned rate once, and both pace at the cut rate on their next
+// request.
+func TestAdaptiveAcrossProcesses(t *testing.T) {
+	ls := fleet(t, 2)
+	srv := newServer(t, tooMany("1"), tooMany("1"))
+	a := reserve.Adaptive{Start: 100, Min: 1, Max: 1000, Increase: 1e-6, Episode: time.Minute}
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a, MaxRetries: -1})}
+		wg.Go(func() {
+			resp, err := c.Get(srv.URL)
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for i, l := range ls {
+		lim, err := l.AdaptiveLimit(context.Background(), host, a)
+		require.NoError(t, err)
+		assert.InDelta(t, 80, lim.Rate, 0.01, "process %d: one cut of 0.8 from 100, however many 429s", i)
+	}
+}
+
+func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
