@@ -73,14 +73,16 @@ func TestExampleCrawlerProcs(t *testing.T) {
 	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
 }
 
-// TestExampleCrawlerProviderBelowLimit: a provider 10% below what pacer
-// promises in any second (rate + burst) must answer 429s, or the checks of
-// the other tests could not fail. Every page is still fetched.
+// TestExampleCrawlerProviderBelowLimit: pacer told a limit (-rate, -burst)
+// whose promise in any second (rate + burst) is 10% above the provider's
+// quota must draw 429s, or the checks of the other tests could not fail.
+// Every page is still fetched.
 func TestExampleCrawlerProviderBelowLimit(t *testing.T) {
 	srv := redistest.NewPreferContainer(t)
 	const pages = 50                               // each 429 pauses its host for a second
 	limit := (crawlerRate + crawlerBurst) * 9 / 10 // 18, rounded down
 	r := crawler.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
+		"-rate", strconv.Itoa(crawlerRate), "-burst", strconv.Itoa(crawlerBurst),
 		"-pages", strconv.Itoa(pages), "-progress", "0")
 	s := r.summary
 	if s.Rejected == 0 {
@@ -127,14 +129,15 @@ func TestExampleBatchEmbedded(t *testing.T) {
 	checkPaced(t, r.summary, batchTasks)
 }
 
-// TestExampleBatchProviderBelowLimit: a provider 10% below pacer's promise
-// answers 429s; each pauses the fleet, the task is rescheduled without
+// TestExampleBatchProviderBelowLimit: a provider 10% below the promise of
+// the limit pacer is told (-rate, -burst) answers 429s; each pauses the fleet, the task is rescheduled without
 // using a retry, and nothing is archived or lost.
 func TestExampleBatchProviderBelowLimit(t *testing.T) {
 	srv := redistest.NewPreferContainer(t)
 	const tasks = 100
 	limit := (batchRate + batchBurst) * 9 / 10
 	r := batch.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
+		"-rate", strconv.Itoa(batchRate), "-burst", strconv.Itoa(batchBurst),
 		"-tasks", strconv.Itoa(tasks), "-progress", "0")
 	s := r.summary
 	if s.Rejected == 0 {
