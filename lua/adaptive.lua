@@ -1,31 +1,51 @@
 -- adaptive.lua: a rate the fleet learns for a key whose limit the provider
 -- does not publish (reserve.Adaptive). It does not use core.lua.
 --
--- The rate grows by `increase` units/s every second after its last cut
--- (additive increase, computed on read: no write while it grows) up to
--- `max`, and a cut multiplies it by `decrease` (multiplicative decrease),
--- at most once per episode: 429s that arrive within `episode` of a cut were
--- caused by calls sent before it, and change nothing.
+-- Until the first cut the rate doubles every `double` ms from `start` (slow
+-- start, as TCP's). A cut (a refusal) takes the rate w at that moment as the
+-- last known good maximum wmax and leaves r0 = decrease * w; the rate then
+-- follows CUBIC's curve, rate(t) = wmax + (wmax - r0) * ((t - K) / K)^3: it
+-- climbs back fast, levels off near wmax around t = K (`recover` ms), and
+-- probes beyond it slowly, then faster. A cut below the last wmax (the limit
+-- fell) takes wmax = w * (1 + decrease) / 2 (CUBIC's fast convergence).
+-- The curve is computed on read. Its probing beyond wmax is also held to
+-- twice the demand (RFC 7661's rule for an application-limited flow): a key
+-- the fleet calls less often than its rate allows learns nothing about the
+-- limit above that, so its rate must not grow there unseen and then hit the
+-- provider in one step when the demand comes back. Each read counts one
+-- call of demand, in whole seconds; beyond wmax, the rate is at most
+-- max(wmax, 2 x the calls of the last whole second).
+-- A cut counts once per episode: refusals that arrive within `episode` ms
+-- of a cut come from calls sent before it and change nothing. The rate
+-- stays within [min, max].
 --
--- KEYS[1]  the record, a string: "<rate at the last cut> <cut, Unix ms>
---          <episode end, Unix ms> <cuts so far>"; absent: the rate is
---          `start`, from now
--- ARGV[1]  "read" or "cut"
--- ARGV[2..6]  start, min, max (units/s, decimal, 0 < min <= start <= max),
---          increase (units/s per second, decimal >= 0), decrease
---          (0 < decrease < 1)
+-- KEYS[1]  the record, a string: "<r0> <wmax> <cut (or start), Unix ms>
+--          <episode end, Unix ms> <cuts so far> <second of the demand
+--          count, Unix s> <reads in it> <reads in the second before>";
+--          absent: the rate is `start`, from now
+-- ARGV[1]  "read" (counts one call of demand), "peek" (reads, writes
+--          nothing) or "cut"
+-- ARGV[2..4]  start, min, max (units/s, decimal, 0 < min <= start <= max)
+-- ARGV[5]  recover: K, ms (integer > 0)
+-- ARGV[6]  decrease (0 < decrease < 1)
 -- ARGV[7]  episode, ms (integer >= 0)
 -- ARGV[8]  how long the record outlives its last cut, ms (integer > 0)
+-- ARGV[9]  double: slow start's doubling time, ms (integer > 0)
+-- ARGV[10] paced: the rate the refused call was reserved at (decimal >= 0;
+--          0: unknown). A cut starts from the lower of it and the rate now:
+--          a call refused after a wait was sent at the rate of its
+--          reservation, and the rate may have grown since.
 -- Reply    {rate as a decimal string, 1 if this call cut else 0, cuts}
 -- Errors   PACER_ARG, PACER_WRONGTYPE
 
 local op = ARGV[1]
 local start, min, max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local increase, decrease = tonumber(ARGV[5]), tonumber(ARGV[6])
-local episode, keep = tonumber(ARGV[7]), tonumber(ARGV[8])
-if (op ~= 'read' and op ~= 'cut') or not start or not min or not max or not increase or not decrease
-    or not episode or not keep or min <= 0 or start < min or max < start or increase < 0
-    or decrease <= 0 or decrease >= 1 or episode < 0 or keep <= 0 then
+local recover, decrease = tonumber(ARGV[5]), tonumber(ARGV[6])
+local episode, keep, double = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local paced = tonumber(ARGV[10])
+if (op ~= 'read' and op ~= 'peek' and op ~= 'cut') or not start or not min or not max or not recover or not decrease
+    or not episode or not keep or not double or not paced or paced < 0 or double <= 0 or recover <= 0 or min <= 0
+    or start < min or max < start or decrease <= 0 or decrease >= 1 or episode < 0 or keep <= 0 then
   return redis.error_reply('PACER_ARG bad adaptive arguments')
 end
 
@@ -36,16 +56,42 @@ local raw = redis.pcall('GET', KEYS[1])
 if type(raw) == 'table' then
   return redis.error_reply('PACER_WRONGTYPE the adaptive rate key holds another type')
 end
-local base, cut_at, ends, cuts = start, now, 0, 0
+local sec = math.floor(now / 1000)
+local r0, wmax, cut_at, ends, cuts, win, cnt, prev = start, start, now, 0, 0, sec, 0, 0
 if raw then
-  local a, b, c, d = string.match(raw, '^(%S+) (%S+) (%S+) (%S+)$')
-  base, cut_at, ends, cuts = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
-  if not base or not cut_at or not ends or not cuts then
-    base, cut_at, ends, cuts = start, now, 0, 0 -- unreadable: start over
+  local a, b, c, d, e, f, g, h = string.match(raw, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  r0, wmax, cut_at, ends, cuts = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
+  win, cnt, prev = tonumber(f), tonumber(g), tonumber(h)
+  if not r0 or not wmax or not cut_at or not ends or not cuts or not win or not cnt or not prev then
+    r0, wmax, cut_at, ends, cuts, win, cnt, prev = start, start, now, 0, 0, sec, 0, 0 -- unreadable: start over
     raw = nil
   end
 end
-local rate = base + increase * math.max(0, now - cut_at) / 1000
+-- (One assignment per statement: gopher-lua, the embedded demo's Lua,
+-- evaluates `a, b = b, a` in order, not as Lua does.)
+if sec == win + 1 then
+  prev = cnt
+  cnt = 0
+  win = sec
+elseif sec ~= win then
+  prev = 0 -- idle for a second or more (or a clock step)
+  cnt = 0
+  win = sec
+end
+if op == 'read' then
+  cnt = cnt + 1
+end
+local t = math.max(0, now - cut_at)
+local rate
+if cuts == 0 then
+  rate = r0 * 2 ^ math.min(64, t / double)
+else
+  local x = (t - recover) / recover
+  rate = wmax + (wmax - r0) * x * x * x
+end
+if cuts > 0 and rate > wmax then
+  rate = math.min(rate, math.max(wmax, 2 * prev))
+end
 if rate > max then
   rate = max
 end
@@ -55,12 +101,26 @@ end
 
 local cut = 0
 if op == 'cut' and now >= ends then
-  rate = math.max(min, rate * decrease)
+  local w = rate
+  if paced > 0 and paced < w then
+    w = paced
+  end
+  if cuts > 0 and w < wmax then
+    wmax = w * (1 + decrease) / 2
+  else
+    wmax = w
+  end
+  r0 = math.max(min, w * decrease)
+  rate = r0
   cuts = cuts + 1
   cut = 1
-  redis.call('SET', KEYS[1], string.format('%.17g %d %d %d', rate, now, now + episode, cuts), 'PX', keep)
-elseif not raw then
+  redis.call('SET', KEYS[1], string.format('%.17g %.17g %d %d %d %d %d %d', r0, wmax, now, now + episode, cuts, win, cnt, prev),
+    'PX', keep)
+elseif not raw and op == 'read' then
   -- The first read pins the start of the growth.
-  redis.call('SET', KEYS[1], string.format('%.17g %d 0 0', rate, now), 'PX', keep)
+  redis.call('SET', KEYS[1], string.format('%.17g %.17g %d 0 0 %d %d %d', r0, wmax, now, win, cnt, prev), 'PX', keep)
+elseif op == 'read' then
+  redis.call('SET', KEYS[1], string.format('%.17g %.17g %d %d %d %d %d %d', r0, wmax, cut_at, ends, cuts, win, cnt, prev),
+    'KEEPTTL')
 end
 return {string.format('%.17g', rate), cut, cuts}

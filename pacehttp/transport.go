@@ -144,6 +144,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	send := req
 	for try := 0; ; try++ {
 		r, err := t.reserve(ctx, rt)
+		if err == nil && t.opts.Adaptive != nil {
+			r, err = t.follow(ctx, &rt, r)
+		}
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -189,7 +192,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = r.Cancel(detached)
 		t.pause(ctx, rt, wait)
 		if t.opts.Adaptive != nil {
-			if _, _, err := t.lim.CutAdaptive(detached, rt.Key, *t.opts.Adaptive); err != nil {
+			if _, _, err := t.lim.CutAdaptive(detached, rt.Key, *t.opts.Adaptive, rt.Policy[0].Limit.Rate); err != nil {
 				t.opts.Logger.Warn("pacehttp: could not cut the adaptive rate", "key", rt.Key, "err", err)
 			}
 		}
@@ -200,6 +203,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		send = next
+		if t.opts.Adaptive != nil {
+			// The retry is another call, at the rate after the cut.
+			lim, err := t.lim.AdaptiveLimit(ctx, rt.Key, *t.opts.Adaptive)
+			if err != nil {
+				closeBody(send)
+				return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+			}
+			rt.Policy = lim.Policy()
+		}
 	}
 }
 
@@ -250,6 +262,26 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 	}
 	if err := r.Sleep(ctx); err != nil {
 		return nil, err
+	}
+	return r, nil
+}
+
+// follow makes a request that slept on an adaptive key follow a cut made
+// meanwhile: its slot was spaced for the rate before the cut, so it takes a
+// new one at the rate now in force (at most twice, for cuts in a row). A
+// rate that moved less than a tenth is not a cut: the request keeps its
+// slot.
+func (t *Transport) follow(ctx context.Context, rt *Route, r *reserve.Reservation) (*reserve.Reservation, error) {
+	for range 2 {
+		lim, err := t.lim.PeekAdaptive(ctx, rt.Key, *t.opts.Adaptive)
+		if err != nil || lim.Rate >= rt.Policy[0].Limit.Rate*0.9 {
+			return r, nil
+		}
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		rt.Policy = lim.Policy()
+		if r, err = t.reserve(ctx, *rt); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

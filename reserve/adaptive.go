@@ -14,29 +14,43 @@ import (
 )
 
 // Adaptive is a rate the fleet learns for a key whose limit the provider
-// does not publish: additive increase, multiplicative decrease (AIMD), kept
-// in Redis for the whole fleet. The rate starts at Start and grows by
-// Increase units/s every second up to Max; each episode of refusals (429s)
-// multiplies it by Decrease, down to Min. An episode is counted once, by
-// the first process to report it (Limiter.CutAdaptive): reports within
-// Episode of a cut come from calls sent before it and change nothing.
-// Every process reads the shared rate before each reservation
-// (Limiter.AdaptiveLimit), so the fleet follows a cut on its next call.
+// does not publish, kept in Redis for the whole fleet. It starts at Start
+// and doubles every Double until the provider first refuses a call (slow
+// start, as TCP's). Each episode of refusals (429s) then cuts it to
+// Decrease times its rate w at that moment, and it follows CUBIC's curve
+// back: fast at first, level near w around Recover after the cut, then
+// probing beyond w, slowly and then faster, until the next episode. A cut
+// below the previous w (the limit fell) aims lower still (CUBIC's fast
+// convergence). The rate stays within [Min, Max]. Its probing beyond w
+// stays within twice the calls the fleet made on the key in the last whole
+// second: a key called less often than its rate allows tells nothing about
+// the limit above that, so its rate does not grow there unseen, to hit the
+// provider at once when the demand comes back (RFC 7661's rule for an
+// application-limited flow).
 //
-// AIMD rather than CUBIC: one controller serves the whole fleet, so CUBIC's
-// fairness between competing flows buys nothing, and a linear climb makes
-// each episode's overshoot small and predictable (Increase times the time
-// it takes a refusal to come back).
+// An episode is counted once, by the first process to report it
+// (Limiter.CutAdaptive): reports within Episode of a cut come from calls
+// sent before it and change nothing. Every process reads the shared rate
+// before each reservation (Limiter.AdaptiveLimit), so the fleet follows a
+// cut on its next call.
+//
+// CUBIC rather than AIMD: every episode costs the provider's pause (its
+// Retry-After) on top of the refused calls, so episodes must be rare; a
+// linear climb either returns to the limit slowly or overshoots it often,
+// while CUBIC's curve is back near the limit within a few seconds and then
+// stays there. One controller serves the whole fleet (the state is in
+// Redis), so the fleet's processes do not compete as TCP flows do.
 type Adaptive struct {
 	Start, Min, Max float64 // units per second; 0 < Min <= Start <= Max
 	// Burst is the bucket's burst at every rate. Default 1.
 	Burst int
-	// Increase is the units/s the rate gains every second without a cut.
-	// Default Start/4: from a cut of a fifth, the rate is back in 0.8 ×
-	// rate / Increase seconds.
-	Increase float64
+	// Double is slow start's doubling time. Default 2 s.
+	Double time.Duration
 	// Decrease multiplies the rate on a cut, in (0, 1). Default 0.8.
 	Decrease float64
+	// Recover is how long after a cut the rate is back at what it was cut
+	// from (CUBIC's K). Default 10 s: 90% of it is back 2 s after a cut.
+	Recover time.Duration
 	// Episode is how long after a cut further refusals count as the same
 	// episode. Default 2 s: longer than a refused call's round trip and a
 	// provider's usual 1 s Retry-After.
@@ -54,8 +68,11 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 	if a.Burst == 0 {
 		a.Burst = 1
 	}
-	if a.Increase == 0 {
-		a.Increase = a.Start / 4
+	if a.Recover == 0 {
+		a.Recover = 10 * time.Second
+	}
+	if a.Double == 0 {
+		a.Double = 2 * time.Second
 	}
 	if a.Decrease == 0 {
 		a.Decrease = 0.8
@@ -69,12 +86,10 @@ func (a Adaptive) withDefaults() (Adaptive, error) {
 	switch {
 	case a.Burst < 1:
 		return a, fmt.Errorf("%w: adaptive Burst %d", ErrInvalidBurst, a.Burst)
-	case bad(a.Increase) || a.Increase < 0:
-		return a, fmt.Errorf("%w: adaptive Increase %v (want >= 0)", ErrInvalidRate, a.Increase)
 	case !(a.Decrease > 0 && a.Decrease < 1):
 		return a, fmt.Errorf("%w: adaptive Decrease %v (want 0 < Decrease < 1)", ErrInvalidRate, a.Decrease)
-	case a.Episode < 0 || a.Forget < time.Millisecond:
-		return a, fmt.Errorf("%w: adaptive Episode %v, Forget %v", ErrInvalidOptions, a.Episode, a.Forget)
+	case a.Episode < 0 || a.Forget < time.Millisecond || a.Double < time.Millisecond || a.Recover < time.Millisecond:
+		return a, fmt.Errorf("%w: adaptive Episode %v, Forget %v, Double %v, Recover %v", ErrInvalidOptions, a.Episode, a.Forget, a.Double, a.Recover)
 	}
 	return a, nil
 }
@@ -89,25 +104,40 @@ type adaptiveRates struct {
 }
 
 // AdaptiveLimit returns the Limit key is paced at now: the fleet's learned
-// rate (see Adaptive), read from Redis. While Redis cannot be reached it
+// rate (see Adaptive), read from Redis. Call it once per call made on key:
+// each call counts one call of the fleet's demand. While Redis cannot be reached it
 // returns the last rate it read for key (or a.Start) and no error: the
 // reservation made with it is paced locally anyway, at the fleet's share.
 func (l *Limiter) AdaptiveLimit(ctx context.Context, key string, a Adaptive) (Limit, error) {
-	lim, _, err := l.adapt(ctx, "read", key, a)
+	lim, _, err := l.adapt(ctx, "read", key, a, 0)
+	return lim, err
+}
+
+// PeekAdaptive returns the Limit key is paced at now, as AdaptiveLimit
+// does, but counts no call of demand and writes nothing: for a caller that
+// counted its call already, or a dashboard.
+func (l *Limiter) PeekAdaptive(ctx context.Context, key string, a Adaptive) (Limit, error) {
+	lim, _, err := l.adapt(ctx, "peek", key, a, 0)
 	return lim, err
 }
 
 // CutAdaptive reports a refusal (a 429) on key: the first report of an
-// episode cuts the fleet's rate by a.Decrease and returns cut true; later
-// reports within a.Episode change nothing. It returns the rate in force
+// episode cuts the fleet's rate to a.Decrease times the lower of the rate
+// now and paced, and returns cut true; later reports within a.Episode
+// change nothing. paced is the rate the refused call was reserved at (0 if
+// unknown): a call that waited for its slot was sent at that rate, and in
+// slow start the rate may have doubled since. It returns the rate in force
 // after the report. While Redis cannot be reached nothing is cut: the
 // fleet paces locally at its share of the last rate, and the provider's
 // pause (Limiter.Pause) does the rest.
-func (l *Limiter) CutAdaptive(ctx context.Context, key string, a Adaptive) (lim Limit, cut bool, err error) {
-	return l.adapt(ctx, "cut", key, a)
+func (l *Limiter) CutAdaptive(ctx context.Context, key string, a Adaptive, paced float64) (lim Limit, cut bool, err error) {
+	if math.IsNaN(paced) || math.IsInf(paced, 0) || paced < 0 {
+		return Limit{}, false, fmt.Errorf("%w: adaptive cut paced at %v (want >= 0)", ErrInvalidRate, paced)
+	}
+	return l.adapt(ctx, "cut", key, a, paced)
 }
 
-func (l *Limiter) adapt(ctx context.Context, op, key string, a Adaptive) (Limit, bool, error) {
+func (l *Limiter) adapt(ctx context.Context, op, key string, a Adaptive, paced float64) (Limit, bool, error) {
 	if err := checkKey(key); err != nil {
 		return Limit{}, false, err
 	}
@@ -123,8 +153,8 @@ func (l *Limiter) adapt(ctx context.Context, op, key string, a Adaptive) (Limit,
 		}
 		return Limit{Rate: a.Start, Burst: a.Burst}
 	}
-	args := []any{op, formatFloat(a.Start), formatFloat(a.Min), formatFloat(a.Max), formatFloat(a.Increase), formatFloat(a.Decrease),
-		a.Episode.Milliseconds(), a.Forget.Milliseconds()}
+	args := []any{op, formatFloat(a.Start), formatFloat(a.Min), formatFloat(a.Max), a.Recover.Milliseconds(), formatFloat(a.Decrease),
+		a.Episode.Milliseconds(), a.Forget.Milliseconds(), a.Double.Milliseconds(), formatFloat(paced)}
 	res, err := l.run(ctx, "adaptive", key, func(ctx context.Context) (any, error) {
 		return adaptiveScript.Run(ctx, l.rdb, []string{l.RedisKey(key) + ":rate"}, args...).Result()
 	}, nil)

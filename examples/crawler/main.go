@@ -25,6 +25,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -141,11 +142,48 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	defer r.Close()
 	prefix := fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
 	start := time.Now()
-	stopProgress := progress(out, p, c, start)
+	var learned func(host string) float64 // the fleet's learned rate, for progress
+	if c.Adaptive {
+		watcher, err := reserve.New(r.Client, reserve.Options{KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return summary{}, err
+		}
+		defer watcher.Close()
+		adaptive := adaptiveFor(c)
+		learned = func(host string) float64 {
+			lim, err := watcher.PeekAdaptive(ctx, host, adaptive)
+			if err != nil {
+				return math.NaN()
+			}
+			return lim.Rate
+		}
+	}
+	stopProgress := progress(out, p, c, start, learned)
 	defer stopProgress()
+	var (
+		mu        sync.Mutex
+		changedAt time.Time                     // when the provider's limit changed
+		samples   = map[string][]chart.Sample{} // the learned rates, for -plot
+	)
+	if c.Adaptive && c.Plot != "" {
+		stopSampling := demo.Every(250*time.Millisecond, func() {
+			for h := range c.Hosts {
+				host := fmt.Sprintf("h%d.example", h)
+				if r := learned(host); !math.IsNaN(r) {
+					mu.Lock()
+					samples[host] = append(samples[host], chart.Sample{At: time.Now(), Rate: r})
+					mu.Unlock()
+				}
+			}
+		})
+		defer stopSampling()
+	}
 	if c.ChangeAt > 0 {
 		change := time.AfterFunc(c.ChangeAt, func() {
 			p.SetLimit(c.ChangeTo)
+			mu.Lock()
+			changedAt = time.Now()
+			mu.Unlock()
 			fmt.Fprintf(out, "t=%4.1fs the provider's limit is now %d per host\n", time.Since(start).Seconds(), c.ChangeTo)
 		})
 		defer change.Stop()
@@ -166,8 +204,20 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	if c.Plot != "" {
 		title := fmt.Sprintf("crawler: %d hosts, %d workers x %d processes, %g/s per host", c.Hosts, c.Workers, c.Procs, c.Rate)
-		if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit,
-			Series: chart.Hosts(p.Calls(), p.Rejections())}); err != nil {
+		if c.Adaptive {
+			title = fmt.Sprintf("crawler -adaptive: %d hosts, %d workers x %d processes, from %g/s per host", c.Hosts, c.Workers, c.Procs, c.Start)
+		}
+		ch := chart.Chart{Title: title, Start: start, Rate: c.Rate, ProviderLimit: c.ProviderLimit,
+			Series: chart.Hosts(p.Calls(), p.Rejections())}
+		mu.Lock()
+		if !changedAt.IsZero() {
+			ch.ProviderSteps = []chart.Step{{At: changedAt, Limit: c.ChangeTo}}
+		}
+		for i := range ch.Series {
+			ch.Series[i].Learned = samples[ch.Series[i].Name]
+		}
+		mu.Unlock()
+		if err := chart.WriteFile(c.Plot, ch); err != nil {
 			return s, err
 		}
 		fmt.Fprintf(out, "wrote the chart of each host's calls per 100 ms to %s\n", c.Plot)
@@ -239,7 +289,8 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	// after the pause.
 	opts := pacehttp.Options{Limit: reserve.Limit{Rate: c.Rate, Burst: c.Burst}}
 	if c.Adaptive {
-		opts.Adaptive = &reserve.Adaptive{Start: c.Start, Min: 1, Max: 1000}
+		a := adaptiveFor(c)
+		opts.Adaptive = &a
 	}
 	transport, err := pacehttp.New(limiter, opts)
 	if err != nil {
@@ -318,7 +369,13 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 
 // progress prints calls, 429s and each host's rate over the last interval,
 // every c.Progress, until stopped.
-func progress(out io.Writer, p *provider.Server, c config, start time.Time) (stop func()) {
+// adaptiveFor is the crawler's reserve.Adaptive: from -start, between 1
+// and 1,000 calls/s per host, the defaults otherwise.
+func adaptiveFor(c config) reserve.Adaptive {
+	return reserve.Adaptive{Start: c.Start, Min: 1, Max: 1000}
+}
+
+func progress(out io.Writer, p *provider.Server, c config, start time.Time, learned func(string) float64) (stop func()) {
 	prev := map[string]int{}
 	return demo.Every(c.Progress, func() {
 		st := p.Stats()
@@ -327,7 +384,14 @@ func progress(out io.Writer, p *provider.Server, c config, start time.Time) (sto
 			host := fmt.Sprintf("h%d.example", h)
 			n := st.ByHost[host].Accepted
 			line += fmt.Sprintf(" %s %.1f", host, float64(n-prev[host])/c.Progress.Seconds())
+			if learned != nil {
+				line += fmt.Sprintf(" (learned %.1f)", learned(host))
+			}
 			prev[host] = n
+		}
+		if c.Adaptive {
+			fmt.Fprintln(out, line)
+			return
 		}
 		fmt.Fprintf(out, "%s (limit %g)\n", line, c.Rate)
 	})

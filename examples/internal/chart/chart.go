@@ -54,6 +54,23 @@ type Series struct {
 	// the Chart's, and Quota (per second, dashed) its provider's; the
 	// panel then has a y range of its own.
 	Rate, Quota float64
+
+	// Learned, if set, is the rate pacer learned for this host over the
+	// run (reserve.Adaptive), drawn /10 instead of the flat limit line.
+	Learned []Sample
+}
+
+// A Sample is a rate at a moment of the run.
+type Sample struct {
+	At   time.Time
+	Rate float64 // per second
+}
+
+// A Step is a change of the provider's limit: Limit calls in any 1 s from
+// At on.
+type Step struct {
+	At    time.Time
+	Limit int
 }
 
 // Chart is a chart of calls per 100 ms.
@@ -75,6 +92,8 @@ type Chart struct {
 	// provider counts over 1 s, so a single 100 ms may hold more). Default
 	// (0): not drawn.
 	ProviderLimit int
+	// ProviderSteps are later changes of ProviderLimit, in time order.
+	ProviderSteps []Step
 
 	// Series are the panels, one per host, from top to bottom. At least
 	// one accepted call is required.
@@ -193,6 +212,12 @@ func (c Chart) layout() (*layout, error) {
 	if c.ProviderLimit < 0 {
 		return nil, fmt.Errorf("%w: ProviderLimit %d is negative", ErrInvalidLimit, c.ProviderLimit)
 	}
+	for i, st := range c.ProviderSteps {
+		if st.Limit < 1 || c.ProviderLimit == 0 || (i > 0 && st.At.Before(c.ProviderSteps[i-1].At)) {
+			return nil, fmt.Errorf("%w: ProviderSteps[%d] %d at %v (want a limit of 1 or more, in time order, after a ProviderLimit)",
+				ErrInvalidLimit, i, st.Limit, st.At)
+		}
+	}
 	var first, last time.Time
 	accepted := 0
 	for _, s := range c.Series {
@@ -225,6 +250,9 @@ func (c Chart) layout() (*layout, error) {
 	if c.ProviderLimit > 0 {
 		top = math.Max(top, float64(c.ProviderLimit)/10)
 	}
+	for _, st := range c.ProviderSteps {
+		top = math.Max(top, float64(st.Limit)/10)
+	}
 	counts := make([][2][]float64, len(c.Series)) // per series: accepted, rejected per bucket
 	tops := make([]float64, len(c.Series))
 	for i, s := range c.Series {
@@ -233,6 +261,11 @@ func (c Chart) layout() (*layout, error) {
 		}
 		if s.Rate < 0 || s.Quota < 0 || math.IsNaN(s.Rate+s.Quota) || math.IsInf(s.Rate+s.Quota, 0) {
 			return nil, fmt.Errorf("%w: %s: Rate %v, Quota %v", ErrInvalidLimit, s.Name, s.Rate, s.Quota)
+		}
+		for _, l := range s.Learned {
+			if !(l.Rate >= 0) || math.IsInf(l.Rate, 0) {
+				return nil, fmt.Errorf("%w: %s: learned rate %v", ErrInvalidLimit, s.Name, l.Rate)
+			}
 		}
 		counts[i] = [2][]float64{perBucket(s.Calls, s.Amounts, start, buckets), perBucket(s.Rejected, nil, start, buckets)}
 		tops[i] = math.Max(slices.Max(counts[i][0]), slices.Max(counts[i][1]))
@@ -251,8 +284,19 @@ func (c Chart) layout() (*layout, error) {
 	var provider *plotter.Line
 	if c.ProviderLimit > 0 {
 		provider = hline(end, float64(c.ProviderLimit)/10, color.Black, []vg.Length{vg.Points(4), vg.Points(3)})
+		if len(c.ProviderSteps) > 0 {
+			xy := plotter.XYs{{X: 0, Y: float64(c.ProviderLimit) / 10}}
+			for _, st := range c.ProviderSteps {
+				x := math.Min(end, math.Max(0, st.At.Sub(start).Seconds()))
+				xy = append(xy, plotter.XY{X: x, Y: xy[len(xy)-1].Y}, plotter.XY{X: x, Y: float64(st.Limit) / 10})
+			}
+			xy = append(xy, plotter.XY{X: end, Y: xy[len(xy)-1].Y})
+			provider, _ = plotter.NewLine(xy) // finite points: no error
+			provider.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+		}
 	}
-	var fill0 plot.Thumbnailer // the first host's, for the legend
+	var learned plot.Thumbnailer // the first learned line, for the legend
+	var fill0 plot.Thumbnailer   // the first host's, for the legend
 	var marks *plotter.Scatter
 	own := false                            // a panel with a rate of its own
 	var ownLimit, ownQuota plot.Thumbnailer // the first such panel's lines
@@ -307,7 +351,27 @@ func (c Chart) layout() (*layout, error) {
 			fill0 = fill
 		}
 		// Over the calls: calls exactly at the limit touch the line.
-		p.Add(limit)
+		if s.Learned != nil {
+			xy := make(plotter.XYs, 0, len(s.Learned))
+			for _, l := range s.Learned {
+				if x := l.At.Sub(start).Seconds(); x >= 0 && x <= end {
+					xy = append(xy, plotter.XY{X: x, Y: l.Rate / 10})
+				}
+			}
+			if len(xy) > 0 {
+				ll, err := plotter.NewLine(xy)
+				if err != nil {
+					return nil, fmt.Errorf("chart: %s: %w", s.Name, err)
+				}
+				ll.LineStyle = draw.LineStyle{Color: limitColor, Width: vg.Points(1.5)}
+				p.Add(ll)
+				if learned == nil {
+					learned = ll
+				}
+			}
+		} else {
+			p.Add(limit)
+		}
 		if provider != nil {
 			p.Add(provider)
 		}
@@ -343,9 +407,17 @@ func (c Chart) layout() (*layout, error) {
 			l.legend[1].Add("the provider's quota per second, /10", ownQuota)
 		}
 	} else {
-		l.legend[1].Add(fmt.Sprintf("pacer's limit: %g/s = %g per 100 ms", c.Rate, c.Rate/10), limit)
+		if learned != nil {
+			l.legend[1].Add("the rate pacer learned, per second, /10", learned)
+		} else {
+			l.legend[1].Add(fmt.Sprintf("pacer's limit: %g/s = %g per 100 ms", c.Rate, c.Rate/10), limit)
+		}
 		if provider != nil {
-			l.legend[1].Add(fmt.Sprintf("provider: %d in any 1 s, /10", c.ProviderLimit), provider)
+			what := fmt.Sprintf("provider: %d in any 1 s, /10", c.ProviderLimit)
+			for _, st := range c.ProviderSteps {
+				what += fmt.Sprintf(", then %d", st.Limit)
+			}
+			l.legend[1].Add(what, provider)
 		}
 	}
 	return l, nil

@@ -109,6 +109,39 @@ func TestRejections(t *testing.T) {
 	}
 }
 
+// TestLearned: a host with a learned rate draws it instead of the flat
+// limit, and the provider's limit changes as its steps say.
+func TestLearned(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	learned := []Sample{{start, 5}, {start.Add(time.Second), 10}, {start.Add(2 * time.Second), 8}}
+	c := Chart{Start: start, Rate: 20, ProviderLimit: 21, ProviderSteps: []Step{{start.Add(time.Second), 12}},
+		Series: []Series{{Name: "h0.example", Calls: paced(start, 20, 10), Learned: learned}}}
+	var buf bytes.Buffer
+	if err := CallsPer100ms(&buf, c); err != nil {
+		t.Fatalf("CallsPer100ms: %v", err)
+	}
+	text := parseSVG(t, buf.Bytes())
+	for _, want := range []string{"the rate pacer learned, per second, /10", "provider: 21 in any 1 s, /10, then 12"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the chart's text does not contain %q", want)
+		}
+	}
+	if strings.Contains(text, "pacer's limit") {
+		t.Error("a chart of learned rates draws a flat limit")
+	}
+	for name, bad := range map[string]Chart{
+		"a step of 0":        {Start: start, Rate: 20, ProviderLimit: 21, ProviderSteps: []Step{{start, 0}}, Series: c.Series},
+		"steps out of order": {Start: start, Rate: 20, ProviderLimit: 21, ProviderSteps: []Step{{start.Add(time.Second), 5}, {start, 6}}, Series: c.Series},
+		"a step, no limit":   {Start: start, Rate: 20, ProviderSteps: []Step{{start, 6}}, Series: c.Series},
+		"a NaN learned rate": {Start: start, Rate: 20, Series: []Series{{Name: "h", Calls: paced(start, 2, 10), Learned: []Sample{{start, math.NaN()}}}}},
+	} {
+		buf.Reset()
+		if err := CallsPer100ms(&buf, bad); !errors.Is(err, ErrInvalidLimit) || buf.Len() != 0 {
+			t.Errorf("%s: err %v, %d bytes written; want ErrInvalidLimit and nothing", name, err, buf.Len())
+		}
+	}
+}
+
 func TestWriteFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "calls.svg")
 	now := time.Now()
