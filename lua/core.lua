@@ -35,9 +35,11 @@
 --          a missing key reads the same and expiry is never observed.
 -- KEYS[2]  the key's stored limit (cmd/pacer set), a string, or absent:
 --          "<mode> <k> <bands>", mode "enforce" or "shadow", bands as in
---          ARGV below but with the unit by name. It replaces the caller's
---          policy while in force. Read only when the state says one may exist
---          or the state is absent.
+--          ARGV below but with the unit by name (a unit the caller does not
+--          charge costs 0). Enforced, it replaces the caller's policy; in
+--          shadow mode the caller's policy is enforced and reserve.lua counts
+--          what the stored one would have done (KEYS[3] there). Read only
+--          when the state says one may exist or the state is absent.
 -- ARGV[1]  now: integer Unix µs, or "" to use the server's TIME
 -- ARGV[2]  the sub-microsecond part of now in ns (0..999); ignored with ""
 -- ARGV[3]  share: the fraction (0, 1] of every band's rate and window N this
@@ -180,7 +182,7 @@ end
 
 -- A stored limit in force replaces the caller's policy: the caller's is the
 -- default when nothing is stored.
-local cfg_mode = nil
+local cfg_mode, shadow_bands = nil, nil
 if has_cfg == 1 or not raw then
   local cfg = redis.pcall('GET', KEYS[2])
   if type(cfg) == 'table' then
@@ -194,12 +196,16 @@ if has_cfg == 1 or not raw then
       list[#list + 1] = f
     end
     cfg_mode = list[1]
+    local b, why = read_bands(list, 2, true)
+    if not b then
+      return redis.error_reply('PACER_CONFIG ' .. why)
+    end
     if cfg_mode == 'enforce' then
-      local b, why = read_bands(list, 2, true)
-      if not b then
-        return redis.error_reply('PACER_CONFIG ' .. why)
-      end
       bands = b
+    elseif cfg_mode == 'shadow' then
+      shadow_bands = b -- counted by reserve.lua, never enforced
+    else
+      return redis.error_reply('PACER_CONFIG unknown mode ' .. tostring(cfg_mode))
     end
   end
 end
@@ -208,25 +214,27 @@ local nbands = #bands
 -- Each band's stored state, relative to now. Records are matched by name:
 -- one written under another policy (a stored limit set or removed) keeps
 -- the state of the bands both policies have.
-if rest then
-  local i = 0
-  for name, x, y in string.gmatch(rest, ' (%S+) (%S+) (%S+)') do
+-- load_records reads band records ("name x y" each, see KEYS[1]) from
+-- text into the bands of list, times relative to now by base.
+local function load_records(text, list, at)
+  local i, n = 0, #list
+  for name, x, y in string.gmatch(text, ' (%S+) (%S+) (%S+)') do
     i = i + 1
-    local b = bands[i]
+    local b = list[i]
     if not b or b.name ~= name then
       b = nil
-      for j = 1, nbands do
-        if bands[j].name == name then
-          b = bands[j]
+      for j = 1, n do
+        if list[j].name == name then
+          b = list[j]
         end
       end
     end
     if b and b.bucket then
-      local z = tonumber(x) / 1000 + base
+      local z = tonumber(x) / 1000 + at
       if z > -b.fill then
         b.z = z
       end
-      b.e = tonumber(y) / 1000 + base
+      b.e = tonumber(y) / 1000 + at
     elseif b then
       local w = tonumber(x)
       if w >= b.cur then
@@ -234,6 +242,9 @@ if rest then
       end
     end
   end
+end
+if rest then
+  load_records(rest, bands, base)
 end
 if pause < 0 then
   pause = 0
@@ -351,11 +362,13 @@ end
 -- save writes the state back. Times are stored as ns relative to now_us,
 -- to a thousandth of a ns. The expiry is set only when it must move later,
 -- one to two seconds past what the state needs.
-local function save()
-  local need = pause
+-- records returns the bands of list as state records (see KEYS[1]), and
+-- how long from now (µs) they matter: until every bucket is full and every
+-- window used is over, and at least need.
+local function records(list, need)
   local text = ''
-  for i = 1, nbands do
-    local b = bands[i]
+  for i = 1, #list do
+    local b = list[i]
     if b.bucket then
       text = text .. string.format(' %s %.3f %.3f', b.name, (b.z + now_frac) * 1000, (b.e + now_frac) * 1000)
       if b.z + b.fill > need then
@@ -369,6 +382,11 @@ local function save()
       end
     end
   end
+  return text, need
+end
+
+local function save()
+  local text, need = records(bands, pause)
   need = need + 1000000
   local keep = expiry >= need
   if not keep then

@@ -17,6 +17,11 @@
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
 --          one silent longer is forgotten
+-- ARGV[6...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
+--          this Limiter's code passes for it (reserve's stored text form),
+--          recorded in KEYS[3] for operators (reserve.Admin.Status)
+-- KEYS[3]  the policies reported, a hash: key -> "<Unix ms> <policy>";
+--          it lives as long as the fleet
 -- Reply    {now_ms, live, held}: live includes this Limiter. Another
 --          Limiter heard from within live_ms whose mode is "local" counts
 --          as held: it reaches the fleet's set but not its keys (a Redis
@@ -44,6 +49,12 @@ if #gone > 0 then
 end
 redis.call('PEXPIRE', KEYS[1], hold_ms)
 redis.call('PEXPIRE', KEYS[2], hold_ms)
+if KEYS[3] then
+  if #ARGV > 5 then
+    redis.call('HSET', KEYS[3], unpack(ARGV, 6))
+  end
+  redis.call('PEXPIRE', KEYS[3], hold_ms)
+end
 local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
 local live = #heard
 if live > 1 then

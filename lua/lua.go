@@ -32,6 +32,15 @@ var claim string
 //go:embed hold.lua
 var hold string
 
+//go:embed resume.lua
+var resume string
+
+// Admin stores or removes a key's limit, or records an operator's action,
+// in the key's history. It does not use core.lua. See admin.lua.
+//
+//go:embed admin.lua
+var Admin string
+
 // Adaptive reads or cuts a key's learned rate (reserve.Adaptive). It does
 // not use core.lua. See adaptive.lua.
 //
@@ -67,4 +76,7 @@ var (
 	// Hold reserves and records a slot for each of several holders. See
 	// hold.lua.
 	Hold = core + hold
+
+	// Resume ends a key group's pause now. See resume.lua.
+	Resume = core + resume
 )

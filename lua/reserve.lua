@@ -26,6 +26,15 @@
 --                         (reserve.ErrQueueTooLong)
 -- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:
 --              it could never be granted), PACER_WRONGTYPE, PACER_CONFIG.
+--
+-- KEYS[3]      the shadow figures, a string, written only while a stored
+--              limit is in shadow mode (KEYS[2]): "1 <t> <calls> <delayed>
+--              <wait_sum_us> <max_wait_us>" then the stored limit's band
+--              records as in KEYS[1], times in ns relative to t (Unix µs).
+--              Each request granted is also reserved on the stored limit's
+--              own schedule, which is never enforced: calls counts them,
+--              delayed those that would have waited, and the waits they
+--              would have had (from the time of the call; pauses aside).
 
 local floor = ARGV[opi]
 local m = tonumber(ARGV[opi + 1])
@@ -58,6 +67,7 @@ end
 
 local out = {now_us, now_ns}
 local granted = false
+local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
 local i = opi + 2
 for r = 1, m do
   local max_wait, cost = tonumber(ARGV[i]), cost_arg(i + 1)
@@ -79,9 +89,45 @@ for r = 1, m do
     seq = seq + 1
     granted = true
     out[2 * r + 1], out[2 * r + 2] = w, seq
+    if shadow_bands then
+      shadow_costs = shadow_costs or {}
+      shadow_costs[#shadow_costs + 1] = cost
+    end
   end
 end
 if granted or floor ~= '' then
   save()
+end
+if shadow_costs then
+  local sh = redis.pcall('GET', KEYS[3])
+  if type(sh) == 'table' then
+    return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
+  end
+  local calls, delayed, wait_sum, wait_max = 0, 0, 0, 0
+  if sh then
+    local t, a, b, c, d, recs = string.match(sh, '^1 (%d+) (%d+) (%d+) ([%d.]+) ([%d.]+)(.*)$')
+    if t then
+      calls, delayed, wait_sum, wait_max = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+      load_records(recs, shadow_bands, tonumber(t) - now_us - now_frac)
+    end
+  end
+  local real, nreal = bands, nbands
+  bands, nbands = shadow_bands, #shadow_bands
+  for _, cost in ipairs(shadow_costs) do
+    local q, idx, exact = earliest(0, cost)
+    take(q, cost, idx, exact)
+    local wait = math.max(0, q)
+    calls = calls + 1
+    if wait > 0.5 then
+      delayed = delayed + 1
+    end
+    wait_sum = wait_sum + wait
+    if wait > wait_max then
+      wait_max = wait
+    end
+  end
+  local text = records(bands, 0)
+  bands, nbands = real, nreal
+  redis.call('SET', KEYS[3], string.format('1 %d %d %d %.3f %.3f', now_us, calls, delayed, wait_sum, wait_max) .. text)
 end
 return out

@@ -100,10 +100,67 @@ func (l *Limiter) shareArg() string {
 
 var heartbeatScript = redis.NewScript(lua.Heartbeat)
 
-// fleetKeys are the heartbeat set and the fleet's details, in one hash tag.
+// fleetKeys are the heartbeat set, the fleet's details and the policies
+// reported, in one hash tag.
 func (l *Limiter) fleetKeys() []string {
 	k := l.opts.KeyPrefix + "{limiters}"
-	return []string{k, k + ":info"}
+	return []string{k, k + ":info", k + ":policies"}
+}
+
+// reports are the policies this Limiter's code passes, per key, for the
+// heartbeat to report to operators (Admin.Status shows them as the limit
+// in force when none is stored). Each is reported when first used or
+// changed, and again every reportEvery; at most maxReports keys are
+// tracked, reportBatch reported per heartbeat.
+type reports struct {
+	mu sync.Mutex
+	m  map[string]*report
+}
+
+type report struct {
+	s    *spec
+	sent time.Time
+}
+
+const (
+	maxReports  = 10_000
+	reportBatch = 500
+	reportEvery = time.Minute
+)
+
+func (r *reports) note(key string, s *spec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.m[key]; ok {
+		if e.s != s && e.s.sig != s.sig {
+			e.s, e.sent = s, time.Time{}
+		}
+		return
+	}
+	if r.m == nil {
+		r.m = make(map[string]*report)
+	}
+	if len(r.m) < maxReports {
+		r.m[key] = &report{s: s}
+	}
+}
+
+// due returns the heartbeat's arguments for the reports due now (key,
+// "<ms> <policy>" pairs), and marks them sent.
+func (r *reports) due(now time.Time) []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []any
+	for key, e := range r.m {
+		if len(out) >= 2*reportBatch {
+			break
+		}
+		if now.Sub(e.sent) >= reportEvery {
+			out = append(out, key, strconv.FormatInt(now.UnixMilli(), 10)+" "+e.s.storedText())
+			e.sent = now
+		}
+	}
+	return out
 }
 
 // heartbeat records this Limiter as live, with its mode, and learns the
@@ -129,6 +186,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10),
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10)}
+	args = append(args, l.reports.due(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 	}, nil)

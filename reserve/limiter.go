@@ -59,6 +59,7 @@ type Limiter struct {
 	nspecs    atomic.Int64
 	pauses    pauseChecks
 	adaptive  adaptiveRates // the last learned rate per key (AdaptiveLimit)
+	reports   reports       // the policies the code passes, for operators
 
 	closed     atomic.Bool
 	stop       chan struct{}

@@ -131,6 +131,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		}
 		return out
 	}
+	l.reports.note(key, s)
 	now := l.clock.Now()
 	floor, hasFloor := l.floorOf(key, now)
 	args := l.args(now, s, 3+len(reqs)*(1+len(s.units)))
@@ -155,7 +156,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 			args = append(args, formatFloat(a))
 		}
 	}
-	keys := l.keys(key)
+	keys := l.keys(key, ":shadow")
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, func(res any) {

@@ -1,0 +1,80 @@
+-- admin.lua: an operator stores or removes a key's limit (cmd/pacer set,
+-- unset), recorded in the key's history. It does not use core.lua.
+--
+-- KEYS[1]  the key's state (core.lua's KEYS[1]); if present, its flag "a
+--          stored limit may exist" is set, so the next script reads KEYS[2]
+-- KEYS[2]  the stored limit (core.lua's KEYS[2]): "<mode> <k> <bands>"
+-- KEYS[3]  the shadow figures (reserve.lua's KEYS[3]): deleted, so that a
+--          new limit's figures start from zero
+-- KEYS[4]  the history, a list of JSON objects, newest first
+-- ARGV[1]  "set", "unset" or "note" (record ARGV[2] as the op, a pause or
+--          a resume made by another script, changing nothing)
+-- ARGV[2]  set: the new stored limit (checked by the caller); unset: "";
+--          note: the op to record
+-- ARGV[3]  who, ARGV[4] why (free text)
+-- ARGV[5]  how many history entries to keep (integer >= 1)
+-- Reply    the history entry written (JSON): {"at_ms", "op", "who",
+--          "reason", "before", "after"}; before and after are stored limits
+--          or "" for none
+-- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_NOTSTORED (unset with nothing
+--          stored: nothing changes)
+
+local op, value, keep = ARGV[1], ARGV[2], tonumber(ARGV[5])
+if (op ~= 'set' and op ~= 'unset' and op ~= 'note') or (op ~= 'unset' and value == '') or not keep or keep < 1 then
+  return redis.error_reply('PACER_ARG want set VALUE or unset, who, why, keep >= 1')
+end
+local state = redis.pcall('GET', KEYS[1])
+if type(state) == 'table' then
+  return redis.error_reply('PACER_WRONGTYPE the state key holds another type')
+end
+local before = redis.pcall('GET', KEYS[2])
+if type(before) == 'table' then
+  return redis.error_reply('PACER_WRONGTYPE the stored limit key holds another type')
+end
+local htype = redis.call('TYPE', KEYS[4])
+htype = htype.ok or htype
+if htype ~= 'none' and htype ~= 'list' then
+  return redis.error_reply('PACER_WRONGTYPE the history key holds another type')
+end
+local stype = redis.call('TYPE', KEYS[3])
+stype = stype.ok or stype
+if stype ~= 'none' and stype ~= 'string' then
+  return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
+end
+if state and not string.match(state, '^1 %d+ %-?%d+ %d+ %-?[%d.]+ %d') then
+  return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
+end
+if op == 'unset' and not before then
+  return redis.error_reply('PACER_NOTSTORED no limit is stored for this key')
+end
+
+local after = before or ''
+if op == 'set' then
+  redis.call('SET', KEYS[2], value)
+  after = value
+elseif op == 'unset' then
+  redis.call('DEL', KEYS[2])
+  after = ''
+else
+  op = value
+end
+if op == 'set' or op == 'unset' then
+  redis.call('DEL', KEYS[3])
+end
+if state and after ~= '' then
+  -- Fields 1-5, then the flag: 1, so the next script reads KEYS[2].
+  local head, rest = string.match(state, '^(1 %d+ %-?%d+ %d+ %-?[%d.]+ )%d(.*)$')
+  redis.call('SET', KEYS[1], head .. '1' .. rest, 'KEEPTTL')
+end
+local t = redis.call('TIME')
+local entry = cjson.encode({
+  at_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+  op = op,
+  who = ARGV[3],
+  reason = ARGV[4],
+  before = before or '',
+  after = after
+})
+redis.call('LPUSH', KEYS[4], entry)
+redis.call('LTRIM', KEYS[4], 0, keep - 1)
+return entry

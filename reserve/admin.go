@@ -1,0 +1,661 @@
+package reserve
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// An Admin reads and changes what a fleet's Limiters share in Redis, for
+// an operator (cmd/pacer): each key's state, its stored limit, its pause,
+// its history, and the fleet's Limiters. It is not a Limiter: it reserves
+// nothing and does not count as one of the fleet.
+//
+// A stored limit replaces, for every Limiter of the fleet on their next
+// reservation, the limit their code passes for the key (which stays the
+// default when nothing is stored). In shadow mode it is not enforced:
+// each reservation is also reserved on the stored limit's own schedule,
+// and the figures say what it would have done.
+type Admin struct {
+	rdb    redis.UniversalClient
+	prefix string
+	keep   int
+}
+
+// AdminOptions configure an Admin.
+type AdminOptions struct {
+	// KeyPrefix is the fleet's Options.KeyPrefix. Default "pacer:".
+	KeyPrefix string
+	// History is how many changes each key's history keeps. Default 50.
+	History int
+}
+
+// ErrNotStored is returned by Admin.UnsetLimit for a key with no stored
+// limit.
+var ErrNotStored = errors.New("reserve: no limit is stored for the key")
+
+// ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
+// stored limit and no policy reported by a Limiter.
+var ErrUnknownKey = errors.New("reserve: unknown key")
+
+var (
+	adminScript  = redis.NewScript(lua.Admin)
+	resumeScript = redis.NewScript(lua.Resume)
+)
+
+// NewAdmin returns an Admin on rdb (used as given).
+func NewAdmin(rdb redis.UniversalClient, opts AdminOptions) (*Admin, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+	}
+	opts.KeyPrefix = cmp.Or(opts.KeyPrefix, DefaultKeyPrefix)
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("%w: KeyPrefix %q has a brace", ErrInvalidOptions, opts.KeyPrefix)
+	}
+	if opts.History == 0 {
+		opts.History = 50
+	}
+	if opts.History < 1 {
+		return nil, fmt.Errorf("%w: History %d (want at least 1)", ErrInvalidOptions, opts.History)
+	}
+	return &Admin{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History}, nil
+}
+
+func (a *Admin) redisKey(key string) string { return a.prefix + "{" + escapeKey(key) + "}" }
+
+func (a *Admin) policiesKey() string { return a.prefix + "{limiters}:policies" }
+
+// A Change is one entry of a key's history.
+type Change struct {
+	At     time.Time `json:"at"`
+	Op     string    `json:"op"` // "set", "unset", "pause 30s", "resume"
+	Who    string    `json:"who"`
+	Reason string    `json:"reason"`
+	// Before and After are the stored limit before and after the change,
+	// as Policy.String gives it with "(shadow)" after a limit in shadow
+	// mode; "" for none.
+	Before string `json:"before"`
+	After  string `json:"after"`
+}
+
+// SetLimit stores pol as key's limit, enforced by every Limiter of the
+// fleet from its next reservation on, or with shadow true only counted
+// (see Admin). who and reason go to the key's history.
+func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow bool, who, reason string) (Change, error) {
+	if err := checkKey(key); err != nil {
+		return Change{}, err
+	}
+	s, err := pol.compile()
+	if err != nil {
+		return Change{}, err
+	}
+	mode := "enforce"
+	if shadow {
+		mode = "shadow"
+	}
+	return a.admin(ctx, key, "set", mode+" "+s.storedText(), who, reason)
+}
+
+// UnsetLimit removes key's stored limit: the fleet's Limiters go back to
+// the limits their code passes. ErrNotStored if none is stored.
+func (a *Admin) UnsetLimit(ctx context.Context, key, who, reason string) (Change, error) {
+	if err := checkKey(key); err != nil {
+		return Change{}, err
+	}
+	return a.admin(ctx, key, "unset", "", who, reason)
+}
+
+func (a *Admin) admin(ctx context.Context, key, op, value, who, reason string) (Change, error) {
+	k := a.redisKey(key)
+	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history"},
+		op, value, who, reason, a.keep).Text()
+	if err != nil {
+		return Change{}, adminError(op, key, err)
+	}
+	return parseChange(res)
+}
+
+func adminError(op, key string, err error) error {
+	code, ok := errorCode(err)
+	switch {
+	case !ok:
+		return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
+	case code == "PACER_NOTSTORED":
+		return fmt.Errorf("reserve: %s %q: %w", op, key, ErrNotStored)
+	case scriptCodes[code] != nil:
+		return fmt.Errorf("reserve: %s %q: %w: %w", op, key, scriptCodes[code], err)
+	}
+	return fmt.Errorf("reserve: %s %q: %w", op, key, err)
+}
+
+func parseChange(text string) (Change, error) {
+	var e struct {
+		AtMS   int64  `json:"at_ms"`
+		Op     string `json:"op"`
+		Who    string `json:"who"`
+		Reason string `json:"reason"`
+		Before string `json:"before"`
+		After  string `json:"after"`
+	}
+	if err := json.Unmarshal([]byte(text), &e); err != nil {
+		return Change{}, fmt.Errorf("reserve: a history entry %q: %w", text, err)
+	}
+	return Change{At: time.UnixMilli(e.AtMS).UTC(), Op: e.Op, Who: e.Who, Reason: e.Reason,
+		Before: storedForPeople(e.Before), After: storedForPeople(e.After)}, nil
+}
+
+// storedForPeople turns a stored limit ("<mode> <text>") into Policy.String
+// form, "(shadow)" after one in shadow mode.
+func storedForPeople(v string) string {
+	if v == "" {
+		return ""
+	}
+	pol, shadow, err := parseStored(v)
+	if err != nil {
+		return v
+	}
+	if shadow {
+		return pol.String() + " (shadow)"
+	}
+	return pol.String()
+}
+
+func parseStored(v string) (Policy, bool, error) {
+	mode, text, _ := strings.Cut(v, " ")
+	if mode != "enforce" && mode != "shadow" {
+		return nil, false, fmt.Errorf("%w: %q: unknown mode", ErrStoredLimit, v)
+	}
+	pol, err := parseStoredText(text)
+	return pol, mode == "shadow", err
+}
+
+// History returns key's changes, newest first.
+func (a *Admin) History(ctx context.Context, key string) ([]Change, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	list, err := a.rdb.LRange(ctx, a.redisKey(key)+":history", 0, -1).Result()
+	if err != nil {
+		return nil, adminError("history", key, err)
+	}
+	out := make([]Change, 0, len(list))
+	for _, e := range list {
+		c, err := parseChange(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Pause grants no slot on key before now + d, fleet-wide, as a 429 with
+// Retry-After d would (Limiter.Pause), and records it in the history. The
+// key's policy must be known (see Status): ErrUnknownKey otherwise.
+func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: pause %v (want > 0)", ErrInvalidOptions, d)
+	}
+	st, err := a.Status(ctx, key)
+	if err != nil {
+		return err
+	}
+	if st.Policy == nil {
+		return fmt.Errorf("reserve: pause %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", key, ErrUnknownKey)
+	}
+	s, _ := st.Policy.compile() // checked by Status
+	k := a.redisKey(key)
+	args := append([]any{"", 0, "1", s.unitsArg}, s.args...)
+	args = append(args, d.Microseconds())
+	if err := pauseScript.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
+		return adminError("pause", key, err)
+	}
+	_, err = a.admin(ctx, key, "note", "pause "+d.String(), who, reason)
+	return err
+}
+
+// Resume ends key's pause now: its buckets are empty now (or at the last
+// slot granted, if later), and records it in the history. ErrUnknownKey as
+// for Pause.
+func (a *Admin) Resume(ctx context.Context, key, who, reason string) error {
+	st, err := a.Status(ctx, key)
+	if err != nil {
+		return err
+	}
+	if st.Policy == nil {
+		return fmt.Errorf("reserve: resume %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", key, ErrUnknownKey)
+	}
+	s, _ := st.Policy.compile()
+	k := a.redisKey(key)
+	args := append([]any{"", 0, "1", s.unitsArg}, s.args...)
+	if err := resumeScript.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
+		return adminError("resume", key, err)
+	}
+	_, err = a.admin(ctx, key, "note", "resume", who, reason)
+	return err
+}
+
+// A KeyStatus is one key as Redis holds it.
+type KeyStatus struct {
+	Key string    `json:"key"`
+	Now time.Time `json:"now"` // Redis's clock at the read
+
+	// Policy is the limit in force and Source where it comes from:
+	// "stored" (an operator's, enforced), "code" (the limit the fleet's
+	// code passes, as a Limiter last reported it, at Reported) or "unknown"
+	// (Policy nil: nothing stored, nothing reported).
+	Policy   Policy    `json:"-"`
+	Limit    string    `json:"limit"` // Policy.String()
+	Source   string    `json:"source"`
+	Reported time.Time `json:"reported,omitzero"`
+
+	// Stored is the stored limit, if any; Shadow says it is in shadow mode.
+	Stored Policy `json:"-"`
+	Shadow bool   `json:"shadow"`
+
+	// Reservations counts the reservations granted since the key's state
+	// was created (it expires when idle).
+	Reservations int64         `json:"reservations"`
+	Paused       time.Duration `json:"paused_ns"` // time left in a pause
+	Bands        []BandStatus  `json:"bands"`
+
+	// ShadowFigures, with a stored limit in shadow mode, count what it
+	// would have done.
+	ShadowFigures *ShadowFigures `json:"shadow_figures,omitempty"`
+}
+
+// A BandStatus is one band of a key's state.
+type BandStatus struct {
+	Name   string `json:"name"`
+	Bucket bool   `json:"bucket"`
+	// A bucket: LastSlot is the time from now to the last slot granted
+	// (negative once passed), Queued the units reserved beyond what the
+	// bucket holds now (0 when nothing waits), Balance the units it holds
+	// now (negative while reservations are queued). Queued and Balance are
+	// NaN when the band's rate is unknown.
+	LastSlot time.Duration `json:"last_slot_ns"`
+	Queued   float64       `json:"queued"`
+	Balance  float64       `json:"balance"`
+	// A window: the units reserved in the latest window holding
+	// reservations, its N (NaN if unknown), and the time from now to its
+	// end.
+	Used      float64       `json:"used"`
+	N         float64       `json:"n"`
+	WindowEnd time.Duration `json:"window_end_ns"`
+}
+
+// MarshalJSON writes NaN (unknown) as null.
+func (b BandStatus) MarshalJSON() ([]byte, error) {
+	type plain BandStatus
+	out := struct {
+		plain
+		Queued  *float64 `json:"queued"`
+		Balance *float64 `json:"balance"`
+		N       *float64 `json:"n"`
+	}{plain: plain(b)}
+	num := func(f float64) *float64 {
+		if math.IsNaN(f) {
+			return nil
+		}
+		return &f
+	}
+	out.Queued, out.Balance, out.N = num(b.Queued), num(b.Balance), num(b.N)
+	return json.Marshal(out)
+}
+
+// ShadowFigures count what a stored limit in shadow mode would have done
+// since it was set.
+type ShadowFigures struct {
+	Calls    int64         `json:"calls"`   // reservations granted meanwhile
+	Delayed  int64         `json:"delayed"` // how many it would have delayed
+	MeanWait time.Duration `json:"mean_wait_ns"`
+	MaxWait  time.Duration `json:"max_wait_ns"`
+	// Queue is the time from now to the last slot it would have granted.
+	Queue time.Duration `json:"queue_ns"`
+}
+
+// Status reads key: ErrUnknownKey if Redis knows nothing of it.
+func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
+	if err := checkKey(key); err != nil {
+		return KeyStatus{}, err
+	}
+	k := a.redisKey(key)
+	pipe := a.rdb.Pipeline()
+	tm := pipe.Time(ctx)
+	state := pipe.Get(ctx, k)
+	stored := pipe.Get(ctx, k+":limit")
+	shadow := pipe.Get(ctx, k+":shadow")
+	reported := pipe.HGet(ctx, a.policiesKey(), key)
+	_, _ = pipe.Exec(ctx)
+	now, err := tm.Result()
+	if err != nil {
+		return KeyStatus{}, adminError("status", key, err)
+	}
+	get := func(c *redis.StringCmd) (string, bool, error) {
+		v, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, adminError("status", key, err)
+		}
+		return v, true, nil
+	}
+	st := KeyStatus{Key: key, Now: now.UTC(), Source: "unknown"}
+	stateText, hasState, err := get(state)
+	if err != nil {
+		return st, err
+	}
+	storedText, hasStored, err := get(stored)
+	if err != nil {
+		return st, err
+	}
+	shadowText, hasShadow, err := get(shadow)
+	if err != nil {
+		return st, err
+	}
+	reportText, hasReport, err := get(reported)
+	if err != nil {
+		return st, err
+	}
+	if !hasState && !hasStored && !hasReport {
+		return st, fmt.Errorf("reserve: status %q: %w", key, ErrUnknownKey)
+	}
+	if hasReport {
+		ms, text, _ := strings.Cut(reportText, " ")
+		if pol, err := parseStoredText(text); err == nil {
+			st.Policy, st.Source = pol, "code"
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				st.Reported = time.UnixMilli(n).UTC()
+			}
+		}
+	}
+	if hasStored {
+		pol, sh, err := parseStored(storedText)
+		if err != nil {
+			return st, err
+		}
+		st.Stored, st.Shadow = pol, sh
+		if !sh {
+			st.Policy, st.Source = pol, "stored"
+		}
+	}
+	if st.Policy != nil {
+		st.Limit = st.Policy.String()
+	}
+	if hasState {
+		if err := st.readState(stateText); err != nil {
+			return st, fmt.Errorf("reserve: status %q: %w: %w", key, ErrWrongType, err)
+		}
+	}
+	if st.Shadow {
+		st.ShadowFigures = &ShadowFigures{}
+		if hasShadow {
+			st.readShadow(shadowText)
+		}
+	}
+	return st, nil
+}
+
+// stateFields splits a state ("1 t x s p c" then records) or a shadow
+// record ("1 t calls delayed sum max" then records) into its head and
+// records.
+func stateFields(text string, head int) ([]string, [][3]string, error) {
+	f := strings.Fields(text)
+	if len(f) < head || f[0] != "1" || (len(f)-head)%3 != 0 {
+		return nil, nil, fmt.Errorf("unreadable state %q", text)
+	}
+	var recs [][3]string
+	for i := head; i < len(f); i += 3 {
+		recs = append(recs, [3]string{f[i], f[i+1], f[i+2]})
+	}
+	return f[:head], recs, nil
+}
+
+// readState fills st from the state text (core.lua, KEYS[1]).
+func (st *KeyStatus) readState(text string) error {
+	head, recs, err := stateFields(text, 6)
+	if err != nil {
+		return err
+	}
+	t, err1 := strconv.ParseInt(head[1], 10, 64)
+	seq, err2 := strconv.ParseInt(head[3], 10, 64)
+	p, err3 := strconv.ParseFloat(head[4], 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return fmt.Errorf("unreadable state %q", text)
+	}
+	st.Reservations = seq
+	at := time.UnixMicro(t) // the base of the times, in ns relative to it
+	rel := func(ns float64) time.Duration { return at.Add(time.Duration(ns)).Sub(st.Now) }
+	if d := rel(p); d > 0 {
+		st.Paused = d
+	}
+	st.Bands = st.bands(recs, rel)
+	return nil
+}
+
+// bands reads band records with the policy in force where it names them.
+func (st *KeyStatus) bands(recs [][3]string, rel func(float64) time.Duration) []BandStatus {
+	out := make([]BandStatus, 0, len(recs))
+	for _, r := range recs {
+		var band *Band
+		if i := slices.IndexFunc(st.Policy, func(b Band) bool { return b.Name == r[0] }); i >= 0 {
+			band = &st.Policy[i]
+		}
+		x, _ := strconv.ParseFloat(r[1], 64)
+		y, _ := strconv.ParseFloat(r[2], 64)
+		// A bucket's z is written with a decimal point, a window's index
+		// without: the record tells its kind when the policy does not.
+		isBucket := strings.Contains(r[1], ".")
+		b := BandStatus{Name: r[0], Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
+		if isBucket {
+			z := rel(x)
+			b.LastSlot = rel(y)
+			if band != nil && band.Limit != (Limit{}) {
+				b.Balance = math.Min(float64(band.Limit.Burst), -z.Seconds()*band.Limit.Rate)
+				b.Queued = math.Max(0, z.Seconds()*band.Limit.Rate)
+			}
+		} else {
+			b.Used = y
+			if band != nil && band.Window != (Window{}) {
+				w := band.Window
+				b.N = w.N
+				origin := w.Origin
+				if origin.IsZero() {
+					origin = time.Unix(0, 0)
+				}
+				b.WindowEnd = origin.Add(time.Duration(int64(x)+1) * w.Length).Sub(st.Now)
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// readShadow fills st.ShadowFigures from the shadow text (reserve.lua,
+// KEYS[3]).
+func (st *KeyStatus) readShadow(text string) {
+	head, recs, err := stateFields(text, 6)
+	if err != nil {
+		return
+	}
+	t, _ := strconv.ParseInt(head[1], 10, 64)
+	calls, _ := strconv.ParseInt(head[2], 10, 64)
+	delayed, _ := strconv.ParseInt(head[3], 10, 64)
+	sum, _ := strconv.ParseFloat(head[4], 64)
+	most, _ := strconv.ParseFloat(head[5], 64)
+	f := st.ShadowFigures
+	f.Calls, f.Delayed = calls, delayed
+	if calls > 0 {
+		f.MeanWait = time.Duration(sum / float64(calls) * 1000)
+	}
+	f.MaxWait = time.Duration(most * 1000)
+	at := time.UnixMicro(t)
+	for _, r := range recs {
+		if strings.Contains(r[1], ".") {
+			e, _ := strconv.ParseFloat(r[2], 64)
+			f.Queue = max(f.Queue, at.Add(time.Duration(e)).Sub(st.Now))
+		}
+	}
+}
+
+// Keys returns the keys whose names match pattern (Redis glob syntax, on
+// the key as the fleet passes it; "" or "*" for all), sorted: those with a
+// state, a stored limit or a policy reported by a Limiter.
+func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
+	if pattern == "" {
+		pattern = "*"
+	}
+	seen := map[string]bool{}
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, a.prefix+"{"+pattern+"}*", 1000).Iterator()
+		for it.Next(ctx) {
+			rk := it.Val()
+			rest := strings.TrimPrefix(rk, a.prefix+"{")
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				continue
+			}
+			name, suffix := rest[:end], rest[end+1:]
+			if name == "limiters" || (suffix != "" && suffix != ":limit") {
+				continue
+			}
+			seen[unescapeKey(name)] = true
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := a.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, a.rdb)
+	}
+	if err != nil {
+		return nil, adminError("keys", pattern, err)
+	}
+	reported, err := a.rdb.HKeys(ctx, a.policiesKey()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, adminError("keys", pattern, err)
+	}
+	for _, k := range reported {
+		if ok, _ := globMatch(pattern, escapeKey(k)); ok {
+			seen[k] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+var keyUnescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
+
+func unescapeKey(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return keyUnescaper.Replace(s)
+}
+
+// globMatch matches s against a Redis glob pattern: '*', '?', '[...]' and
+// '\' escapes.
+func globMatch(pattern, s string) (bool, error) {
+	for len(pattern) > 0 {
+		switch pattern[0] {
+		case '*':
+			for i := len(s); i >= 0; i-- {
+				if ok, _ := globMatch(pattern[1:], s[i:]); ok {
+					return true, nil
+				}
+			}
+			return false, nil
+		case '?':
+			if s == "" {
+				return false, nil
+			}
+			pattern, s = pattern[1:], s[1:]
+		case '[':
+			end := strings.IndexByte(pattern[1:], ']')
+			if end < 0 || s == "" {
+				return false, nil
+			}
+			set, neg := pattern[1:1+end], false
+			if strings.HasPrefix(set, "^") {
+				set, neg = set[1:], true
+			}
+			in := false
+			for i := 0; i < len(set); i++ {
+				if i+2 < len(set) && set[i+1] == '-' {
+					if set[i] <= s[0] && s[0] <= set[i+2] {
+						in = true
+					}
+					i += 2
+				} else if set[i] == s[0] {
+					in = true
+				}
+			}
+			if in == neg {
+				return false, nil
+			}
+			pattern, s = pattern[2+end:], s[1:]
+		case '\\':
+			if len(pattern) > 1 {
+				pattern = pattern[1:]
+			}
+			fallthrough
+		default:
+			if s == "" || s[0] != pattern[0] {
+				return false, nil
+			}
+			pattern, s = pattern[1:], s[1:]
+		}
+	}
+	return s == "", nil
+}
+
+// A Member is one Limiter of the fleet, as its heartbeats show it.
+type Member struct {
+	ID    string    `json:"id"`
+	Mode  string    `json:"mode"`  // "redis" or "local" (pacing on its share, Redis unavailable)
+	Since time.Time `json:"since"` // when that mode began (the Limiter's clock)
+	Heard time.Time `json:"heard"` // its last heartbeat (Redis's clock)
+}
+
+// Fleet returns the Limiters heard from within the fleet's SilentHold, the
+// most recently heard first.
+func (a *Admin) Fleet(ctx context.Context) ([]Member, error) {
+	k := a.prefix + "{limiters}"
+	pipe := a.rdb.Pipeline()
+	zs := pipe.ZRangeWithScores(ctx, k, 0, -1)
+	info := pipe.HGetAll(ctx, k+":info")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, adminError("fleet", "", err)
+	}
+	details := info.Val()
+	out := make([]Member, 0, len(zs.Val()))
+	for _, z := range zs.Val() {
+		id, _ := z.Member.(string)
+		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown"}
+		if mode, since, ok := strings.Cut(details[id], " "); ok {
+			m.Mode = mode
+			if ms, err := strconv.ParseInt(since, 10, 64); err == nil {
+				m.Since = time.UnixMilli(ms).UTC()
+			}
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(x, y Member) int { return y.Heard.Compare(x.Heard) })
+	return out, nil
+}

@@ -1,0 +1,98 @@
+package reserve
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The text form of a policy that the scripts read from a key's stored limit
+// (core.lua, KEYS[2]) and that Limiters report for their keys (the fleet's
+// policies hash): "<k> <name> <unit> <kind> <a> <b>" for each of k bands,
+// kind "b" (a bucket: a = rate, b = burst) or "w" (a window: a = N, b =
+// "<length µs>:<origin mod length, µs>").
+
+// storedText returns s in the stored text form.
+func (s *spec) storedText() string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(len(s.bands)))
+	for _, band := range s.bands {
+		kind, a, x := "b", formatFloat(band.rate), formatFloat(band.burst)
+		if !band.bucket {
+			kind, a, x = "w", formatFloat(band.n), strconv.FormatInt(band.length.Microseconds(), 10)+":"+strconv.FormatInt(band.originMod(), 10)
+		}
+		fmt.Fprintf(&b, " %s %s %s %s %s", band.name, s.units[band.unit], kind, a, x)
+	}
+	return b.String()
+}
+
+// parseStoredText parses the stored text form back into a Policy, checked.
+func parseStoredText(text string) (Policy, error) {
+	f := strings.Fields(text)
+	if len(f) < 1 {
+		return nil, fmt.Errorf("%w: empty", ErrStoredLimit)
+	}
+	k, err := strconv.Atoi(f[0])
+	if err != nil || k < 1 || len(f) != 1+5*k {
+		return nil, fmt.Errorf("%w: %q: want k then k bands of 5 fields", ErrStoredLimit, text)
+	}
+	pol := make(Policy, 0, k)
+	for i := range k {
+		r := f[1+5*i : 6+5*i]
+		band := Band{Name: r[0], Unit: r[1]}
+		a, err := strconv.ParseFloat(r[3], 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: band %s: %v", ErrStoredLimit, text, r[0], err)
+		}
+		switch r[2] {
+		case "b":
+			burst, err := strconv.ParseFloat(r[4], 64)
+			if err != nil || burst != math.Trunc(burst) || burst > math.MaxInt32 {
+				return nil, fmt.Errorf("%w: %q: band %s: burst %q", ErrStoredLimit, text, r[0], r[4])
+			}
+			band.Limit = Limit{Rate: a, Burst: int(burst)}
+		case "w":
+			l, o, ok := strings.Cut(r[4], ":")
+			length, err1 := strconv.ParseInt(l, 10, 64)
+			origin, err2 := strconv.ParseInt(o, 10, 64)
+			if !ok || err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("%w: %q: band %s: window %q", ErrStoredLimit, text, r[0], r[4])
+			}
+			band.Window = Window{N: a, Length: time.Duration(length) * time.Microsecond}
+			if origin != 0 {
+				band.Window.Origin = time.UnixMicro(origin)
+			}
+		default:
+			return nil, fmt.Errorf("%w: %q: band %s: kind %q", ErrStoredLimit, text, r[0], r[2])
+		}
+		pol = append(pol, band)
+	}
+	if _, err := pol.compile(); err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrStoredLimit, text, err)
+	}
+	return pol, nil
+}
+
+// String returns the policy for people: "permits: 50/s, burst 5",
+// "requests: 500 per 1m0s; tokens: 30000/s, burst 30000 (tokens)".
+func (p Policy) String() string {
+	parts := make([]string, 0, len(p))
+	for _, b := range p {
+		var s string
+		if b.Window != (Window{}) {
+			s = fmt.Sprintf("%s: %s per %v", b.Name, formatFloat(b.Window.N), b.Window.Length)
+			if !b.Window.Origin.IsZero() && b.Window.Origin.UnixMicro()%b.Window.Length.Microseconds() != 0 {
+				s += fmt.Sprintf(" from %s", b.Window.Origin.UTC().Format(time.RFC3339Nano))
+			}
+		} else {
+			s = fmt.Sprintf("%s: %s/s, burst %d", b.Name, formatFloat(b.Limit.Rate), b.Limit.Burst)
+		}
+		if b.Unit != "" && b.Unit != b.Name {
+			s += " (" + b.Unit + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
