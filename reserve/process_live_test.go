@@ -124,7 +124,7 @@ func TestLiveChangeAcrossProcesses(t *testing.T) {
 			want = code
 		}
 		reached := "never"
-		for d := time.Duration(0); c.at.Add(d+time.Second).Before(end); d += 10 * ms {
+		for d := time.Duration(0); c.at.Add(d + time.Second).Before(end); d += 10 * ms {
 			if float64(len(between(c.at.Add(d), c.at.Add(d+time.Second)))) >= 0.9*want.Rate {
 				reached = fmt.Sprint(d)
 				break
