@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"maps"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// TestBadInput: every bad command line, unknown key, key of another type
+// and unreachable Redis gives one line on stderr, nothing on stdout, exit
+// 2 (the command line) or 1 (what Redis holds, or Redis itself), and
+// changes nothing in Redis.
+func TestBadInput(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	l := f.limiter()
+	f.reserve(l, "api", reserve.Limit{Rate: 0.0001, Burst: 2}, 3)
+	f.reserve(l, "quiet", reserve.Limit{Rate: 0.0001, Burst: 1}, 1)
+	f.waitSource("api", "code")
+	f.waitSource("quiet", "code")
+	if err := l.Close(); err != nil { // no heartbeat changes Redis from now on
+		t.Fatal(err)
+	}
+	// quiet: a state, but no policy known (nothing stored, none reported).
+	if err := f.srv.Client.HDel(ctx, f.prefix+"{limiters}:policies", "quiet").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.admin.SetLimit(ctx, "api", reserve.Limit{Rate: 0.0002, Burst: 1}.Policy(), false, "ops", "setup"); err != nil {
+		t.Fatal(err)
+	}
+	// h: a Redis key pacer would use for key h, holding a hash.
+	if err := f.srv.Client.HSet(ctx, f.prefix+"{h}", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String() // nobody listens there once closed
+	_ = ln.Close()
+
+	const (
+		usage   = exitUsage
+		runtime = exitRuntime
+	)
+	set := func(key, rate, burst string) []string {
+		return []string{"set", key, "--rate", rate, "--burst", burst, "--reason", "x"}
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		raw    bool // args without the fixture's global flags
+		code   int
+		stderr string // a regexp
+		stdout bool   // may print something (the keys it could read)
+	}{
+		{name: "no command", args: nil, code: usage, stderr: `no command given`},
+		{name: "unknown command", args: []string{"frobnicate"}, code: usage, stderr: `unknown command "frobnicate"`},
+		{name: "unknown flag", args: []string{"status", "-nope"}, code: usage, stderr: `status: flag provided but not defined: -nope`},
+		{name: "unknown global flag", args: []string{"-nope", "status"}, code: usage, stderr: `flag provided but not defined: -nope`},
+		{name: "extra argument", args: []string{"status", "a", "b"}, code: usage, stderr: `status: unexpected argument "b"`},
+		{name: "negative sample", args: []string{"status", "-sample", "-1s"}, code: usage, stderr: `status: -sample -1s: want 0 or more`},
+		{name: "bad sample", args: []string{"status", "-sample", "soon"}, code: usage, stderr: `status: invalid value "soon" for flag -sample`},
+		{name: "zero interval", args: []string{"watch", "-interval", "0s"}, code: usage, stderr: `watch: -interval 0s: want at least 10ms`},
+		{name: "negative count", args: []string{"watch", "-count", "-1"}, code: usage, stderr: `watch: -count -1: want 0 or more`},
+		{name: "help of nothing", args: []string{"help", "nope"}, code: usage, stderr: `help: unknown command "nope"`},
+
+		{name: "set without key", args: []string{"set", "--rate", "1", "--burst", "1", "--reason", "x"}, code: usage, stderr: `set: missing KEY`},
+		{name: "set empty key", args: set("", "1", "1"), code: usage, stderr: `set: empty KEY`},
+		{name: "set without rate", args: []string{"set", "api", "--burst", "1", "--reason", "x"}, code: usage, stderr: `set: --rate is required`},
+		{name: "set without burst", args: []string{"set", "api", "--rate", "1", "--reason", "x"}, code: usage, stderr: `set: --burst is required`},
+		{name: "rate 0", args: set("api", "0", "1"), code: usage, stderr: `set: --rate "0": want a positive, finite number`},
+		{name: "rate negative", args: set("api", "-1", "1"), code: usage, stderr: `set: --rate "-1": want a positive`},
+		{name: "rate NaN", args: set("api", "NaN", "1"), code: usage, stderr: `set: --rate "NaN": want a positive`},
+		{name: "rate Inf", args: set("api", "Inf", "1"), code: usage, stderr: `set: --rate "Inf": want a positive`},
+		{name: "rate -Inf", args: set("api", "-Inf", "1"), code: usage, stderr: `set: --rate "-Inf": want a positive`},
+		{name: "rate overflows", args: set("api", "1e999", "1"), code: usage, stderr: `set: --rate "1e999": want a positive`},
+		{name: "rate not a number", args: set("api", "fast", "1"), code: usage, stderr: `set: --rate "fast": want a positive`},
+		{name: "rate empty", args: set("api", "", "1"), code: usage, stderr: `set: --rate "": want a positive`},
+		{name: "burst 0", args: set("api", "1", "0"), code: usage, stderr: `set: --burst "0": want a whole number of permits, at least 1`},
+		{name: "burst negative", args: set("api", "1", "-3"), code: usage, stderr: `set: --burst "-3": want a whole number`},
+		{name: "burst fraction", args: set("api", "1", "1.5"), code: usage, stderr: `set: --burst "1.5": want a whole number`},
+		{name: "burst not a number", args: set("api", "1", "many"), code: usage, stderr: `set: --burst "many": want a whole number`},
+		{name: "burst overflows", args: set("api", "1", "99999999999999999999"), code: usage, stderr: `set: --burst "99999999999999999999": want a whole number`},
+		{name: "limit too slow to fill", args: set("api", "1e-9", "1000000"), code: usage, stderr: `set: --rate 1e-9 --burst 1000000: reserve: burst/rate is too long`},
+		{name: "set without reason", args: []string{"set", "api", "--rate", "1", "--burst", "1"}, code: usage, stderr: `set: --reason is required`},
+		{name: "set blank reason", args: []string{"set", "api", "--rate", "1", "--burst", "1", "--reason", "  "}, code: usage, stderr: `set: --reason is required`},
+		{name: "set blank who", args: []string{"set", "api", "--rate", "1", "--burst", "1", "--reason", "x", "--who", ""}, code: usage, stderr: `set: --who is empty`},
+		{name: "unset without key", args: []string{"unset", "--reason", "x"}, code: usage, stderr: `unset: missing KEY`},
+		{name: "unset without reason", args: []string{"unset", "api"}, code: usage, stderr: `unset: --reason is required`},
+		{name: "pause without duration", args: []string{"pause", "api", "--reason", "x"}, code: usage, stderr: `pause: missing DURATION`},
+		{name: "pause bad duration", args: []string{"pause", "api", "soon", "--reason", "x"}, code: usage, stderr: `pause: DURATION "soon": want a positive duration`},
+		{name: "pause no unit", args: []string{"pause", "api", "5", "--reason", "x"}, code: usage, stderr: `pause: DURATION "5": want a positive duration`},
+		{name: "pause zero", args: []string{"pause", "api", "0s", "--reason", "x"}, code: usage, stderr: `pause: DURATION "0s": want a positive duration`},
+		{name: "pause negative", args: []string{"pause", "api", "-5s", "--reason", "x"}, code: usage, stderr: `pause: DURATION "-5s": want a positive duration`},
+		{name: "pause without reason", args: []string{"pause", "api", "10s"}, code: usage, stderr: `pause: --reason is required`},
+		{name: "resume without reason", args: []string{"resume", "api"}, code: usage, stderr: `resume: --reason is required`},
+		{name: "history without key", args: []string{"history"}, code: usage, stderr: `history: missing KEY`},
+		{name: "history extra", args: []string{"history", "api", "more"}, code: usage, stderr: `history: unexpected argument "more"`},
+
+		{name: "no redis", args: []string{"status"}, raw: true, code: usage, stderr: `no Redis given: pass -redis URL .* or set REDIS_URL`},
+		{name: "bad redis URL", args: []string{"-redis", "http://127.0.0.1:6379", "status"}, raw: true, code: usage, stderr: `-redis: .*scheme`},
+		{name: "bad prefix", args: []string{"-redis", f.srv.URL, "-prefix", "a{b", "status"}, raw: true, code: usage, stderr: `-prefix "a\{b": `},
+		{name: "redis unreachable", args: []string{"-redis", closed, "-prefix", f.prefix, "status"}, raw: true, code: runtime,
+			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed) + `: .*refused`},
+		{name: "redis unreachable set", args: append([]string{"-redis", "redis://" + closed + "/0", "-prefix", f.prefix}, set("api", "1", "1")...), raw: true, code: runtime,
+			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed)},
+
+		{name: "status unknown key", args: []string{"status", "nobody"}, code: runtime, stderr: `status: unknown key "nobody": no state, no stored limit and no live Limiter reports it under prefix`},
+		{name: "pause unknown key", args: []string{"pause", "nobody", "10s", "--reason", "x"}, code: runtime, stderr: `pause: unknown key "nobody"`},
+		{name: "resume unknown key", args: []string{"resume", "nobody", "--reason", "x"}, code: runtime, stderr: `resume: unknown key "nobody"`},
+		{name: "history unknown key", args: []string{"history", "nobody"}, code: runtime, stderr: `history: unknown key "nobody"`},
+		{name: "history unknown key json", args: []string{"history", "nobody", "--json"}, code: runtime, stderr: `history: unknown key "nobody"`},
+		{name: "unset nothing stored", args: []string{"unset", "nobody", "--reason", "x"}, code: runtime, stderr: `unset: key "nobody" has no stored limit under prefix .*: nothing changed`},
+		{name: "pause unknown policy", args: []string{"pause", "quiet", "10s", "--reason", "x"}, code: runtime, stderr: `pause: key "quiet": its limit is unknown .*store one with "pacer set" first`},
+		{name: "resume not paused", args: []string{"resume", "api", "--reason", "x"}, code: runtime, stderr: `resume: key "api" is not paused: nothing changed`},
+		{name: "status wrong type", args: []string{"status", "h"}, code: runtime, stderr: `status: key "h" is not pacer's: Redis key ".*\{h\}" \(or one beside it\) holds a value of another type`},
+		{name: "set wrong type", args: set("h", "1", "1"), code: runtime, stderr: `set: key "h" is not pacer's`},
+		{name: "unset wrong type", args: []string{"unset", "h", "--reason", "x"}, code: runtime, stderr: `unset: key "h" is not pacer's`},
+		{name: "pause wrong type", args: []string{"pause", "h", "10s", "--reason", "x"}, code: runtime, stderr: `pause: key "h" is not pacer's`},
+		{name: "resume wrong type", args: []string{"resume", "h", "--reason", "x"}, code: runtime, stderr: `resume: key "h" is not pacer's`},
+		{name: "history wrong type", args: []string{"history", "h"}, code: runtime, stderr: `history: key "h" is not pacer's`},
+		{name: "status all with a wrong type", args: []string{"status", "-sample", "0"}, code: runtime, stdout: true,
+			stderr: `status: key "h" is not pacer's.*\npacer: status: 1 of 3 keys could not be read`},
+	}
+	before := f.snapshot()
+	if len(before) == 0 {
+		t.Fatal("no keys to guard")
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r result
+			if tt.raw {
+				r = f.run(tt.args...)
+			} else {
+				r = f.pacer(tt.args...)
+			}
+			if r.code != tt.code {
+				t.Errorf("pacer %q: exit %d, want %d (stderr %q)", tt.args, r.code, tt.code, r.stderr)
+			}
+			if !regexp.MustCompile(`^pacer: ` + tt.stderr + `.*\n$`).MatchString(r.stderr) {
+				t.Errorf("pacer %q: stderr %q, want one line matching %q", tt.args, r.stderr, tt.stderr)
+			}
+			if !tt.stdout && r.stdout != "" {
+				t.Errorf("pacer %q: stdout %q, want nothing", tt.args, r.stdout)
+			}
+			if tt.stdout && (!strings.Contains(r.stdout, "api\n") || !strings.Contains(r.stdout, "quiet\n")) {
+				t.Errorf("pacer %q: stdout %q, want the keys it could read", tt.args, r.stdout)
+			}
+			if after := f.snapshot(); !maps.Equal(before, after) {
+				t.Errorf("pacer %q changed Redis:\nbefore %v\nafter  %v", tt.args, before, after)
+			}
+		})
+	}
+}

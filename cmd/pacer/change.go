@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// changeFlags are the flags every change takes: why, and who.
+type changeFlags struct {
+	reason, who string
+}
+
+func (f *changeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.reason, "reason", "", "why (required): goes to the key's history")
+	fs.StringVar(&f.who, "who", defaultWho(), "who makes the change, for the history")
+}
+
+// check refuses a change without a reason or a name.
+func (f *changeFlags) check(cmd string) error {
+	if strings.TrimSpace(f.reason) == "" {
+		return usagef("%s: --reason is required: say why, for the key's history", cmd)
+	}
+	if strings.TrimSpace(f.who) == "" {
+		return usagef("%s: --who is empty", cmd)
+	}
+	return nil
+}
+
+// defaultWho is $USER@hostname.
+func defaultWho() string {
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+// parseLimit reads --rate and --burst.
+func parseLimit(cmd, rate, burst string, given map[string]bool) (reserve.Limit, error) {
+	if !given["rate"] {
+		return reserve.Limit{}, usagef("%s: --rate is required (permits per second)", cmd)
+	}
+	if !given["burst"] {
+		return reserve.Limit{}, usagef("%s: --burst is required (permits at once, at least 1)", cmd)
+	}
+	r, err := strconv.ParseFloat(strings.TrimSpace(rate), 64)
+	if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
+		return reserve.Limit{}, usagef("%s: --rate %q: want a positive, finite number of permits per second", cmd, rate)
+	}
+	b, err := strconv.Atoi(strings.TrimSpace(burst))
+	if err != nil || b < 1 {
+		return reserve.Limit{}, usagef("%s: --burst %q: want a whole number of permits, at least 1", cmd, burst)
+	}
+	lim := reserve.Limit{Rate: r, Burst: b}
+	if err := lim.Validate(); err != nil {
+		return reserve.Limit{}, usagef("%s: --rate %s --burst %d: %v", cmd, rate, b, err)
+	}
+	return lim, nil
+}
+
+func (c *cli) set(ctx context.Context, args []string) error {
+	fs := c.flagSet("set")
+	rate := fs.String("rate", "", "permits per second (required, > 0)")
+	burst := fs.String("burst", "", "permits at once (required, >= 1)")
+	shadow := fs.Bool("shadow", false, "shadow mode: do not enforce the limit, count what it would do (see status)")
+	var cf changeFlags
+	cf.register(fs)
+	pos, err := c.parse(fs, "set", args)
+	if err != nil {
+		return err
+	}
+	if err := positionals("set", pos, 0, "KEY"); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	lim, err := parseLimit("set", *rate, *burst, given)
+	if err != nil {
+		return err
+	}
+	if err := cf.check("set"); err != nil {
+		return err
+	}
+	key := pos[0]
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	_, err = c.admin.Status(ctx, key)
+	unknown := errors.Is(err, reserve.ErrUnknownKey)
+	if err != nil && !unknown {
+		return c.keyError("set", key, err)
+	}
+	ch, err := c.admin.SetLimit(ctx, key, lim.Policy(), *shadow, cf.who, cf.reason)
+	if err != nil {
+		return c.keyError("set", key, err)
+	}
+	effect := "every Limiter enforces it from its next reservation"
+	if *shadow {
+		effect = "shadow mode: the Limiters keep their code's limit and count what this one would do (see status)"
+	}
+	fmt.Fprintf(c.stdout, "%s: stored limit set by %s: %s -> %s; %s\n",
+		clean(key), clean(ch.Who), orNone(ch.Before), orNone(ch.After), effect)
+	if unknown {
+		fmt.Fprintf(c.stderr, "pacer: note: no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix\n", clean(key), clean(c.prefix))
+	}
+	return nil
+}
+
+func (c *cli) unset(ctx context.Context, args []string) error {
+	fs := c.flagSet("unset")
+	var cf changeFlags
+	cf.register(fs)
+	pos, err := c.parse(fs, "unset", args)
+	if err != nil {
+		return err
+	}
+	if err := positionals("unset", pos, 0, "KEY"); err != nil {
+		return err
+	}
+	if err := cf.check("unset"); err != nil {
+		return err
+	}
+	key := pos[0]
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	ch, err := c.admin.UnsetLimit(ctx, key, cf.who, cf.reason)
+	if errors.Is(err, reserve.ErrNotStored) {
+		return fmt.Errorf("unset: key %q has no stored limit under prefix %q: nothing changed", clean(key), clean(c.prefix))
+	}
+	if err != nil {
+		return c.keyError("unset", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: stored limit removed by %s: %s -> none; the fleet goes back to the limit in its code\n",
+		clean(key), clean(ch.Who), orNone(ch.Before))
+	return nil
+}
+
+// knownPolicy reads key for pause and resume: an error if it is unknown,
+// not pacer's, or has no known policy (nothing to pause by).
+func (c *cli) knownPolicy(ctx context.Context, op, key string) (reserve.KeyStatus, error) {
+	st, err := c.admin.Status(ctx, key)
+	if err != nil {
+		return st, c.keyError(op, key, err)
+	}
+	if st.Policy == nil {
+		return st, fmt.Errorf("%s: key %q: its limit is unknown (none stored, and no live Limiter reports the one in its code): store one with \"pacer set\" first", op, clean(key))
+	}
+	return st, nil
+}
+
+func (c *cli) pause(ctx context.Context, args []string) error {
+	fs := c.flagSet("pause")
+	var cf changeFlags
+	cf.register(fs)
+	pos, err := c.parse(fs, "pause", args)
+	if err != nil {
+		return err
+	}
+	if err := positionals("pause", pos, 0, "KEY", "DURATION"); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(pos[1])
+	if err != nil || d <= 0 {
+		return usagef("pause: DURATION %q: want a positive duration such as 90s, 10m or 1h", pos[1])
+	}
+	if err := cf.check("pause"); err != nil {
+		return err
+	}
+	key := pos[0]
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	if _, err := c.knownPolicy(ctx, "pause", key); err != nil {
+		return err
+	}
+	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
+		return c.keyError("pause", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: paused by %s for %v, fleet-wide; \"pacer resume\" ends it sooner\n", clean(key), clean(cf.who), d)
+	return nil
+}
+
+func (c *cli) resume(ctx context.Context, args []string) error {
+	fs := c.flagSet("resume")
+	var cf changeFlags
+	cf.register(fs)
+	pos, err := c.parse(fs, "resume", args)
+	if err != nil {
+		return err
+	}
+	if err := positionals("resume", pos, 0, "KEY"); err != nil {
+		return err
+	}
+	if err := cf.check("resume"); err != nil {
+		return err
+	}
+	key := pos[0]
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	st, err := c.knownPolicy(ctx, "resume", key)
+	if err != nil {
+		return err
+	}
+	if st.Paused <= 0 {
+		return fmt.Errorf("resume: key %q is not paused: nothing changed", clean(key))
+	}
+	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); err != nil {
+		return c.keyError("resume", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the fleet resumes at its rate\n", clean(key), clean(cf.who), human(st.Paused))
+	return nil
+}

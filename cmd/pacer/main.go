@@ -1,0 +1,62 @@
+// Command pacer is the operator's tool for a fleet paced by
+// github.com/pacer-go/pacer: it shows each key's limit, queue, pause and
+// admissions, and the fleet's Limiters (status, watch, history), and it
+// changes what the whole fleet shares in Redis (set, unset, pause,
+// resume), each change recorded with who made it and why.
+//
+//	pacer -redis redis://127.0.0.1:6379/0 status
+//	pacer set api.example.com --rate 5 --burst 1 --reason "provider lowered us (ticket 123)"
+//	pacer pause api.example.com 10m --reason "incident"
+//	pacer watch 'api.*'
+//
+// Run "pacer help" for every command and flag; docs/ops.md shows sample
+// screens. It is built on reserve.Admin.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1 // Redis unreachable, an unknown key, a refused change
+	exitUsage   = 2 // bad command line: nothing was sent to Redis
+)
+
+// usageError is a bad command line, found before anything reaches Redis.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run runs the command line args and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	err := c.main(args)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errHelp):
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "pacer: %s\n", oneLine(err.Error()))
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitRuntime
+}
+
+// errHelp ends a run that printed the help it was asked for.
+var errHelp = errors.New("help printed")

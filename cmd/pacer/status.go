@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// keyView is one key as status and watch show it: reserve's KeyStatus and
+// what the command adds.
+type keyView struct {
+	reserve.KeyStatus
+	// StoredLimit is the stored limit (Policy.String), "" for none.
+	StoredLimit string `json:"stored"`
+	// Admissions is the reservations granted per second between two
+	// samples; nil when not known (not sampled, or the key's state was
+	// created or expired between the samples).
+	Admissions *float64 `json:"admissions_per_s"`
+}
+
+func newKeyView(st reserve.KeyStatus) keyView {
+	v := keyView{KeyStatus: st}
+	if st.Stored != nil {
+		v.StoredLimit = st.Stored.String()
+	}
+	return v
+}
+
+// hasState says whether Redis held the key's state (its buckets) at the
+// read: only then does Status fill Bands.
+func hasState(st reserve.KeyStatus) bool { return st.Bands != nil }
+
+// admissions is the growth of Reservations from a to b, per second of
+// Redis's clock; false when it cannot be told: the state was created or
+// expired (and perhaps created again) in between.
+func admissions(a, b reserve.KeyStatus) (float64, bool) {
+	dt := b.Now.Sub(a.Now).Seconds()
+	switch {
+	case hasState(a) != hasState(b), b.Reservations < a.Reservations, dt <= 0:
+		return 0, false
+	case !hasState(b):
+		return 0, true
+	}
+	return float64(b.Reservations-a.Reservations) / dt, true
+}
+
+// isPattern says whether s is a glob rather than one key's name.
+func isPattern(s string) bool { return s == "" || strings.ContainsAny(s, `*?[\`) }
+
+// keys returns the keys pattern names: those matching a glob, or the one
+// key a plain name gives.
+func (c *cli) keys(ctx context.Context, pattern string) ([]string, error) {
+	if !isPattern(pattern) {
+		return []string{pattern}, nil
+	}
+	keys, err := c.admin.Keys(ctx, pattern)
+	if err != nil {
+		return nil, fmt.Errorf("listing keys %q: Redis at %s failed: %v", pattern, c.addr, err)
+	}
+	return keys, nil
+}
+
+// statuses reads each key. A key that a pattern listed but that is gone
+// by now is left out; one named on its own is an error. Keys that fail
+// are left out and their errors returned.
+func (c *cli) statuses(ctx context.Context, op string, keys []string, exact bool) ([]reserve.KeyStatus, []error) {
+	var out []reserve.KeyStatus
+	var errs []error
+	for _, k := range keys {
+		st, err := c.admin.Status(ctx, k)
+		switch {
+		case errors.Is(err, reserve.ErrUnknownKey) && !exact:
+		case err != nil:
+			errs = append(errs, c.keyError(op, k, err))
+		default:
+			out = append(out, st)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out, errs
+}
+
+type statusJSON struct {
+	Now    time.Time        `json:"now"` // Redis's clock
+	Prefix string           `json:"prefix"`
+	Sample time.Duration    `json:"sample_ns"`
+	Keys   []keyView        `json:"keys"`
+	Fleet  []reserve.Member `json:"fleet"`
+}
+
+func (c *cli) status(ctx context.Context, args []string) error {
+	fs := c.flagSet("status")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	sample := fs.Duration("sample", time.Second, "how long apart the two reads that give the admissions per second are (0: read once, no admissions)")
+	pos, err := c.parse(fs, "status", args)
+	if err != nil {
+		return err
+	}
+	if err := positionals("status", pos, 1); err != nil {
+		return err
+	}
+	if *sample < 0 {
+		return usagef("status: -sample %v: want 0 or more", *sample)
+	}
+	pattern := ""
+	if len(pos) == 1 {
+		pattern = pos[0]
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	keys, err := c.keys(ctx, pattern)
+	if err != nil {
+		return err
+	}
+	exact := !isPattern(pattern)
+	first, errs := c.statuses(ctx, "status", keys, exact)
+	if exact && len(errs) > 0 {
+		return errs[0]
+	}
+	views := make([]keyView, 0, len(first))
+	if *sample > 0 && len(first) > 0 {
+		select {
+		case <-time.After(*sample):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		names := make([]string, len(first))
+		for i, st := range first {
+			names[i] = st.Key
+		}
+		second, errs2 := c.statuses(ctx, "status", names, exact)
+		errs = append(errs, errs2...)
+		for _, st := range first {
+			// A key gone by the second read (expired, nothing stored or
+			// reported) is shown as first read, with admissions n/a.
+			v := newKeyView(st)
+			if i := slices.IndexFunc(second, func(b reserve.KeyStatus) bool { return b.Key == st.Key }); i >= 0 {
+				v = newKeyView(second[i])
+				if r, ok := admissions(st, second[i]); ok {
+					v.Admissions = &r
+				}
+			}
+			views = append(views, v)
+		}
+	} else {
+		for _, st := range first {
+			views = append(views, newKeyView(st))
+		}
+	}
+	if exact && len(errs) > 0 {
+		return errs[0]
+	}
+	fleet, err := c.admin.Fleet(ctx)
+	if err != nil {
+		return fmt.Errorf("status: reading the fleet: Redis at %s failed: %v", c.addr, err)
+	}
+	now, err := c.rdb.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("status: reading Redis's clock: Redis at %s failed: %v", c.addr, err)
+	}
+	if *asJSON {
+		err = writeJSON(c.stdout, statusJSON{Now: now.UTC(), Prefix: c.prefix, Sample: *sample, Keys: views, Fleet: fleet})
+	} else {
+		err = c.printStatus(c.stdout, pattern, *sample, views, fleet, now)
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range errs {
+		fmt.Fprintf(c.stderr, "pacer: %s\n", oneLine(e.Error()))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("status: %d of %d keys could not be read", len(errs), len(keys))
+	}
+	return nil
+}
+
+func (c *cli) printStatus(w io.Writer, pattern string, sample time.Duration, views []keyView, fleet []reserve.Member, now time.Time) error {
+	var b strings.Builder
+	if len(views) == 0 {
+		p := pattern
+		if p == "" {
+			p = "*"
+		}
+		fmt.Fprintf(&b, "no key matches %q under prefix %q\n", clean(p), clean(c.prefix))
+	}
+	for _, v := range views {
+		writeKey(&b, v, sample)
+	}
+	writeFleet(&b, fleet, now)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeKey writes one key's block.
+func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(b, "  %-11s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(b, "%s\n", clean(v.Key))
+	switch v.Source {
+	case "stored":
+		line("limit", "%s (stored by an operator: see history)", clean(v.Limit))
+	case "code":
+		line("limit", "%s (the code's, reported by a Limiter %s)", clean(v.Limit), ago(v.Now, v.Reported))
+	default:
+		line("limit", "unknown (none stored, and no live Limiter reports the one in its code)")
+	}
+	switch {
+	case v.StoredLimit == "":
+		line("stored", "none")
+	case v.Shadow:
+		line("stored", "%s (shadow mode: counted, not enforced)", clean(v.StoredLimit))
+	default:
+		line("stored", "%s (enforced)", clean(v.StoredLimit))
+	}
+	if !hasState(v.KeyStatus) {
+		line("queue", "empty (no state: no reservation lately)")
+	}
+	for i, band := range v.Bands {
+		label := ""
+		if i == 0 {
+			label = "queue"
+		}
+		line(label, "%s", bandText(band, unitOf(v.Policy, band.Name)))
+	}
+	if v.Paused > 0 {
+		line("paused", "%v left (no slot before %s)", human(v.Paused), stamp(v.Now.Add(v.Paused)))
+	} else {
+		line("paused", "no")
+	}
+	switch {
+	case sample == 0:
+		line("admissions", "not sampled (-sample 0)")
+	case v.Admissions == nil:
+		line("admissions", "n/a (the key's state was created or expired between the samples)")
+	default:
+		line("admissions", "%s/s (sampled over %v)", num(*v.Admissions), sample)
+	}
+	if f := v.ShadowFigures; f != nil {
+		line("shadow", "%d calls, %d would have waited: mean wait %v, max wait %v; its queue %v",
+			f.Calls, f.Delayed, human(f.MeanWait), human(f.MaxWait), human(max(0, f.Queue)))
+	}
+}
+
+// unitOf is the unit band name charges in pol (its name if unknown).
+func unitOf(pol reserve.Policy, name string) string {
+	for _, b := range pol {
+		if b.Name == name && b.Unit != "" {
+			return b.Unit
+		}
+	}
+	return name
+}
+
+// bandText is one band's queue.
+func bandText(b reserve.BandStatus, unit string) string {
+	name := clean(b.Name)
+	if !b.Bucket {
+		if b.N != b.N { // NaN: the policy in force does not name the band
+			return fmt.Sprintf("%s: %s %s used in the latest window (its quota unknown)", name, num(b.Used), clean(unit))
+		}
+		return fmt.Sprintf("%s: %s of %s %s used, the window ends in %v", name, num(b.Used), num(b.N), clean(unit), human(b.WindowEnd))
+	}
+	if b.LastSlot <= 0 {
+		return fmt.Sprintf("%s: none queued (the last slot was %v ago)", name, human(-b.LastSlot))
+	}
+	queued := num(b.Queued)
+	if b.Queued != b.Queued {
+		queued = "(rate unknown)"
+	}
+	return fmt.Sprintf("%s: last slot in %v, %s %s queued", name, human(b.LastSlot), queued, clean(unit))
+}
+
+// writeFleet writes the fleet's block.
+func writeFleet(b *strings.Builder, fleet []reserve.Member, now time.Time) {
+	local := 0
+	for _, m := range fleet {
+		if m.Mode == "local" {
+			local++
+		}
+	}
+	switch len(fleet) {
+	case 0:
+		fmt.Fprintf(b, "fleet: no Limiter heard from\n")
+		return
+	case 1:
+		fmt.Fprintf(b, "fleet: 1 Limiter, %d on Redis, %d pacing locally\n", len(fleet)-local, local)
+	default:
+		fmt.Fprintf(b, "fleet: %d Limiters, %d on Redis, %d pacing locally\n", len(fleet), len(fleet)-local, local)
+	}
+	for _, m := range fleet {
+		mode := clean(m.Mode)
+		if m.Mode == "local" {
+			mode = "local (pacing locally: Redis unavailable to it)"
+		}
+		since := "unknown"
+		if !m.Since.IsZero() {
+			since = fmt.Sprintf("%s (%s)", stamp(m.Since), ago(now, m.Since))
+		}
+		fmt.Fprintf(b, "  %s  %s since %s, heard %s\n", clean(m.ID), mode, since, ago(now, m.Heard))
+	}
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+func TestAdmissions(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	state := func(at time.Duration, n int64) reserve.KeyStatus {
+		return reserve.KeyStatus{Now: t0.Add(at), Reservations: n, Bands: []reserve.BandStatus{{Name: "permits", Bucket: true}}}
+	}
+	none := func(at time.Duration) reserve.KeyStatus { return reserve.KeyStatus{Now: t0.Add(at)} }
+	tests := []struct {
+		name string
+		a, b reserve.KeyStatus
+		want float64
+		ok   bool
+	}{
+		{"grew", state(0, 10), state(2*time.Second, 30), 10, true},
+		{"idle", state(0, 10), state(time.Second, 10), 0, true},
+		{"no state in either", none(0), none(time.Second), 0, true},
+		{"created between", none(0), state(time.Second, 3), 0, false},
+		{"expired between", state(0, 3), none(time.Second), 0, false},
+		{"expired and created again", state(0, 30), state(time.Second, 2), 0, false},
+		{"no time between", state(time.Second, 1), state(time.Second, 2), 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := admissions(tt.a, tt.b)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: admissions() = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestSparkline(t *testing.T) {
+	nan := math.NaN()
+	tests := []struct {
+		values []float64
+		top    float64
+		want   string
+	}{
+		{[]float64{0, 1, 2, 3, 4, 5, 6, 7, 8}, 0, "▁▁▂▃▄▅▆▇█"},
+		{[]float64{0, 4, 8}, 16, "▁▂▄"}, // on the scale of the limit
+		{[]float64{0, 0}, 0, "▁▁"},
+		{[]float64{nan, 1, nan}, 0, " █ "},
+		{[]float64{32}, 16, "█"}, // above the limit: its own scale
+	}
+	for _, tt := range tests {
+		if got := sparkline(tt.values, tt.top); got != tt.want {
+			t.Errorf("sparkline(%v, %v) = %q, want %q", tt.values, tt.top, got, tt.want)
+		}
+	}
+}
+
+func TestTrailBuckets(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	var tr trail
+	for i := range 90 { // 90 s, one point a second: the first 30 fall out
+		tr = tr.add(point{at: t0.Add(time.Duration(i) * time.Second), rate: float64(i), queue: time.Duration(i) * time.Millisecond})
+	}
+	if len(tr) != 61 || !tr[0].at.Equal(t0.Add(29*time.Second)) {
+		t.Fatalf("the trail holds %d points from %v; want 61 from 29 s", len(tr), tr[0].at.Sub(t0))
+	}
+	now := t0.Add(89 * time.Second)
+	width := sparkWidth(time.Second)
+	if width != maxSpark {
+		t.Fatalf("sparkWidth(1s) = %d, want %d", width, maxSpark)
+	}
+	rates := tr.buckets(now, width, func(p point) float64 { return p.rate }, true)
+	queues := tr.buckets(now, width, func(p point) float64 { return p.queue.Seconds() }, false)
+	// Spans of 2 s from 29 s: (29, 30), ..., the last (87, 88, 89).
+	if rates[0] != 29.5 || queues[0] != 0.030 || rates[width-1] != 88 || queues[width-1] != 0.089 {
+		t.Errorf("first spans %v / %v, last %v / %v; want 29.5 / 0.030, 88 / 0.089", rates[0], queues[0], rates[width-1], queues[width-1])
+	}
+	if got := sparkWidth(5 * time.Second); got != 12 {
+		t.Errorf("sparkWidth(5s) = %d, want 12", got)
+	}
+	empty := trail(nil).buckets(now, 3, func(p point) float64 { return p.rate }, true)
+	if !slices.ContainsFunc(empty, math.IsNaN) || sparkline(empty, 1) != "   " {
+		t.Errorf("an empty trail gives %v, want blanks", empty)
+	}
+}
+
+// TestParse: flags before, between and after the positional arguments,
+// "--", and negative values as arguments.
+func TestParse(t *testing.T) {
+	tests := []struct {
+		args       []string
+		pos        []string
+		rate, json string
+	}{
+		{[]string{"k", "-rate", "1", "x"}, []string{"k", "x"}, "1", "false"},
+		{[]string{"-rate=2", "k", "--json"}, []string{"k"}, "2", "true"},
+		{[]string{"k", "-5s", "-json"}, []string{"k", "-5s"}, "", "true"},
+		{[]string{"-json", "--", "-rate", "k"}, []string{"-rate", "k"}, "", "true"},
+		{[]string{"k", "-"}, []string{"k", "-"}, "", "false"},
+	}
+	for _, tt := range tests {
+		c := &cli{stdout: io.Discard, stderr: io.Discard}
+		fs := c.flagSet("set")
+		rate := fs.String("rate", "", "")
+		asJSON := fs.Bool("json", false, "")
+		pos, err := c.parse(fs, "set", tt.args)
+		if err != nil || !slices.Equal(pos, tt.pos) || *rate != tt.rate || fs.Lookup("json").Value.String() != tt.json {
+			t.Errorf("parse(%q) = %q, %v, rate %q, json %v; want %q, rate %q, json %s", tt.args, pos, err, *rate, *asJSON, tt.pos, tt.rate, tt.json)
+		}
+	}
+}
+
+func TestHuman(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{1234 * time.Nanosecond, "1µs"},
+		{52_345 * time.Microsecond, "52ms"},
+		{1_234 * time.Millisecond, "1.2s"},
+		{-1_234 * time.Millisecond, "-1.2s"},
+		{49*time.Minute + 59_900*time.Millisecond, "50m0s"},
+		{2*time.Hour + 46*time.Minute + 40*time.Second, "2h47m0s"},
+	}
+	for _, tt := range tests {
+		if got := human(tt.d).String(); got != tt.want {
+			t.Errorf("human(%v) = %s, want %s", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	if got, want := clean("a\x1b[2Jb\tc\nd"), `a\x1b[2Jb\tc\nd`; got != want {
+		t.Errorf("clean() = %q, want %q", got, want)
+	}
+	if got := oneLine("a\nb  c"); got != `a\nb c` {
+		t.Errorf("oneLine() = %q", got)
+	}
+}
+
+func TestFit(t *testing.T) {
+	text := "héllo world\nb\nc\nd\ne\n"
+	if got, want := fit(text, 5, 0), "héllo\r\nb\r\nc\r\nd\r\ne\r\n"; got != want {
+		t.Errorf("fit(width 5) = %q, want %q", got, want)
+	}
+	got := fit(text, 0, 4)
+	if lines := strings.Split(strings.TrimSuffix(got, "\r\n"), "\r\n"); len(lines) != 3 || !strings.HasPrefix(lines[2], "... 3 more lines") {
+		t.Errorf("fit(height 4) = %q; want 2 lines and a note of the 3 more, the last row left free", got)
+	}
+}
