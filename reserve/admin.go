@@ -224,13 +224,20 @@ func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, rea
 	return err
 }
 
+// ErrNotPaused is returned by Admin.Resume for a key with no pause in
+// force.
+var ErrNotPaused = errors.New("reserve: the key is not paused")
+
 // Resume ends key's pause now: its buckets are empty now (or at the last
-// slot granted, if later), and records it in the history. ErrUnknownKey as
-// for Pause.
+// slot granted, if later), and records it in the history. ErrNotPaused if
+// no pause is in force (nothing is written); ErrUnknownKey as for Pause.
 func (a *Admin) Resume(ctx context.Context, key, who, reason string) error {
 	st, err := a.Status(ctx, key)
 	if err != nil {
 		return err
+	}
+	if st.Paused <= 0 {
+		return fmt.Errorf("reserve: resume %q: %w", key, ErrNotPaused)
 	}
 	if st.Policy == nil {
 		return fmt.Errorf("reserve: resume %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", key, ErrUnknownKey)
@@ -259,9 +266,15 @@ type KeyStatus struct {
 	Source   string    `json:"source"`
 	Reported time.Time `json:"reported,omitzero"`
 
-	// Stored is the stored limit, if any; Shadow says it is in shadow mode.
-	Stored Policy `json:"-"`
-	Shadow bool   `json:"shadow"`
+	// Stored is the stored limit, if any (StoredLimit: its String, "" for
+	// none); Shadow says it is in shadow mode.
+	Stored      Policy `json:"-"`
+	StoredLimit string `json:"stored"`
+	Shadow      bool   `json:"shadow"`
+
+	// HasState says whether Redis held the key's state (its schedule) at
+	// the read; without it the key is idle: every bucket full, no pause.
+	HasState bool `json:"has_state"`
 
 	// Reservations counts the reservations granted since the key's state
 	// was created (it expires when idle).
@@ -280,9 +293,10 @@ type BandStatus struct {
 	Bucket bool   `json:"bucket"`
 	// A bucket: LastSlot is the time from now to the last slot granted
 	// (negative once passed), Queued the units reserved beyond what the
-	// bucket holds now (0 when nothing waits), Balance the units it holds
-	// now (negative while reservations are queued). Queued and Balance are
-	// NaN when the band's rate is unknown.
+	// bucket holds now (0 when nothing waits; a pause is not counted, see
+	// KeyStatus.Paused), Balance the units it holds now (negative while
+	// reservations are queued or a pause is in force). Queued and Balance
+	// are NaN when the band's rate is unknown.
 	LastSlot time.Duration `json:"last_slot_ns"`
 	Queued   float64       `json:"queued"`
 	Balance  float64       `json:"balance"`
@@ -385,7 +399,7 @@ func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
 		if err != nil {
 			return st, err
 		}
-		st.Stored, st.Shadow = pol, sh
+		st.Stored, st.StoredLimit, st.Shadow = pol, pol.String(), sh
 		if !sh {
 			st.Policy, st.Source = pol, "stored"
 		}
@@ -394,6 +408,7 @@ func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
 		st.Limit = st.Policy.String()
 	}
 	if hasState {
+		st.HasState = true
 		if err := st.readState(stateText); err != nil {
 			return st, fmt.Errorf("reserve: status %q: %w: %w", key, ErrWrongType, err)
 		}
@@ -463,7 +478,9 @@ func (st *KeyStatus) bands(recs [][3]string, rel func(float64) time.Duration) []
 			b.LastSlot = rel(y)
 			if band != nil && band.Limit != (Limit{}) {
 				b.Balance = math.Min(float64(band.Limit.Burst), -z.Seconds()*band.Limit.Rate)
-				b.Queued = math.Max(0, z.Seconds()*band.Limit.Rate)
+				// A pause leaves the bucket empty at its end: only what
+				// is reserved beyond that waits in a queue.
+				b.Queued = math.Max(0, (z-st.Paused).Seconds()*band.Limit.Rate)
 			}
 		} else {
 			b.Used = y
@@ -510,12 +527,15 @@ func (st *KeyStatus) readShadow(text string) {
 }
 
 // Keys returns the keys whose names match pattern (Redis glob syntax, on
-// the key as the fleet passes it; "" or "*" for all), sorted: those with a
-// state, a stored limit or a policy reported by a Limiter.
+// the key as the fleet passes it, braces included; "" or "*" for all),
+// sorted: those with a state, a stored limit or a policy reported by a
+// Limiter.
 func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
+	// Keys are stored escaped (RedisKey): so is the pattern's text.
+	pattern = escapeKey(pattern)
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, a.prefix+"{"+pattern+"}*", 1000).Iterator()

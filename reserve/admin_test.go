@@ -55,6 +55,8 @@ func TestStoredLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "stored", st.Source)
 	assert.Equal(t, "permits: 100/s, burst 1", st.Limit)
+	assert.Equal(t, "permits: 100/s, burst 1", st.StoredLimit)
+	assert.True(t, st.HasState)
 	assert.EqualValues(t, 5, st.Reservations)
 
 	_, err = a.UnsetLimit(ctx, "api", "ops", "back to normal")
@@ -153,7 +155,9 @@ func TestAdminStatus(t *testing.T) {
 	st, err = a.Status(ctx, "api{1}")
 	require.NoError(t, err)
 	assert.Greater(t, st.Paused, 59*time.Minute)
+	assert.LessOrEqual(t, st.Bands[0].Queued, 11.0, "the pause's hour is not a queue of 36,000 permits")
 	require.NoError(t, a.Resume(ctx, "api{1}", "ops", "over"))
+	assert.ErrorIs(t, a.Resume(ctx, "api{1}", "ops", "twice"), reserve.ErrNotPaused)
 	st, err = a.Status(ctx, "api{1}")
 	require.NoError(t, err)
 	assert.Zero(t, st.Paused)
@@ -173,6 +177,9 @@ func TestAdminStatus(t *testing.T) {
 	keys, err := a.Keys(ctx, "api*")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"api{1}"}, keys)
+	keys, err = a.Keys(ctx, "api{*")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"api{1}"}, keys, "a brace in the pattern matches the key's")
 	keys, err = a.Keys(ctx, "")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"api{1}", "other"}, keys)
@@ -216,4 +223,13 @@ func TestAdminBadInput(t *testing.T) {
 	n, err := s.Client.Exists(ctx, prefix+"{k}:limit", prefix+"{k}:history", prefix+"{h}:limit", prefix+"{h}:history").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "bad input wrote something")
+}
+
+func TestPolicyString(t *testing.T) {
+	pol := reserve.Policy{
+		{Name: "requests", Window: reserve.PerWindow(500, time.Minute)},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 500, Burst: 30000}},
+		{Name: "huge", Unit: "points", Limit: reserve.Limit{Rate: 1e300, Burst: 1}},
+	}
+	assert.Equal(t, "requests: 500 per 1m0s; tokens: 500/s, burst 30000; huge: 1e+300/s, burst 1 (points)", pol.String())
 }

@@ -82,12 +82,12 @@ func (p Policy) String() string {
 	for _, b := range p {
 		var s string
 		if b.Window != (Window{}) {
-			s = fmt.Sprintf("%s: %s per %v", b.Name, formatFloat(b.Window.N), b.Window.Length)
+			s = fmt.Sprintf("%s: %s per %v", b.Name, humanFloat(b.Window.N), b.Window.Length)
 			if !b.Window.Origin.IsZero() && b.Window.Origin.UnixMicro()%b.Window.Length.Microseconds() != 0 {
 				s += fmt.Sprintf(" from %s", b.Window.Origin.UTC().Format(time.RFC3339Nano))
 			}
 		} else {
-			s = fmt.Sprintf("%s: %s/s, burst %d", b.Name, formatFloat(b.Limit.Rate), b.Limit.Burst)
+			s = fmt.Sprintf("%s: %s/s, burst %d", b.Name, humanFloat(b.Limit.Rate), b.Limit.Burst)
 		}
 		if b.Unit != "" && b.Unit != b.Name {
 			s += " (" + b.Unit + ")"
@@ -95,4 +95,12 @@ func (p Policy) String() string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// humanFloat writes f in full below 10^15, with an exponent above.
+func humanFloat(f float64) string {
+	if math.Abs(f) < 1e15 {
+		return formatFloat(f)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }

@@ -16,25 +16,17 @@ import (
 // what the command adds.
 type keyView struct {
 	reserve.KeyStatus
-	// StoredLimit is the stored limit (Policy.String), "" for none.
-	StoredLimit string `json:"stored"`
 	// Admissions is the reservations granted per second between two
 	// samples; nil when not known (not sampled, or the key's state was
 	// created or expired between the samples).
 	Admissions *float64 `json:"admissions_per_s"`
 }
 
-func newKeyView(st reserve.KeyStatus) keyView {
-	v := keyView{KeyStatus: st}
-	if st.Stored != nil {
-		v.StoredLimit = st.Stored.String()
-	}
-	return v
-}
+func newKeyView(st reserve.KeyStatus) keyView { return keyView{KeyStatus: st} }
 
 // hasState says whether Redis held the key's state (its buckets) at the
-// read: only then does Status fill Bands.
-func hasState(st reserve.KeyStatus) bool { return st.Bands != nil }
+// read.
+func hasState(st reserve.KeyStatus) bool { return st.HasState }
 
 // admissions is the growth of Reservations from a to b, per second of
 // Redis's clock; false when it cannot be told: the state was created or

@@ -14,7 +14,7 @@ import (
 func TestAdmissions(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	state := func(at time.Duration, n int64) reserve.KeyStatus {
-		return reserve.KeyStatus{Now: t0.Add(at), Reservations: n, Bands: []reserve.BandStatus{{Name: "permits", Bucket: true}}}
+		return reserve.KeyStatus{Now: t0.Add(at), Reservations: n, HasState: true, Bands: []reserve.BandStatus{{Name: "permits", Bucket: true}}}
 	}
 	none := func(at time.Duration) reserve.KeyStatus { return reserve.KeyStatus{Now: t0.Add(at)} }
 	tests := []struct {
