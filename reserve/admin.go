@@ -90,7 +90,10 @@ type Change struct {
 
 // SetLimit stores pol as key's limit, enforced by every Limiter of the
 // fleet from its next reservation on, or with shadow true only counted
-// (see Admin). who and reason go to the key's history.
+// (see Admin). who and reason go to the key's history. Its bands charge
+// the units the callers' costs give ("permits" for a Limit): a policy
+// sharing no unit with the one the fleet's code reports for key is
+// refused (ErrInvalidPolicy), since it would limit nothing.
 func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow bool, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
@@ -98,6 +101,19 @@ func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow boo
 	s, err := pol.compile()
 	if err != nil {
 		return Change{}, err
+	}
+	// A stored limit charges the units the callers' costs give: one that
+	// shares none with the policy the fleet's code reports would limit
+	// nothing (a "permits" limit on a key paced by requests and tokens).
+	if rep, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); err == nil {
+		_, text, _ := strings.Cut(rep, " ")
+		if code, err := parseStoredText(text); err == nil {
+			cs, _ := code.compile()
+			if !slices.ContainsFunc(s.units, func(u string) bool { return cs.unitIndex(u) >= 0 }) {
+				return Change{}, fmt.Errorf("%w: the fleet's code charges %s on %q, a limit on %s would limit nothing",
+					ErrInvalidPolicy, strings.Join(cs.units, ", "), key, strings.Join(s.units, ", "))
+			}
+		}
 	}
 	mode := "enforce"
 	if shadow {

@@ -184,6 +184,10 @@ func TestAdminStatus(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"api{1}", "other"}, keys)
 
+	// A limit on units the fleet's code does not charge would limit nothing.
+	_, err = a.SetLimit(ctx, "api{1}", reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 1, Burst: 1}}}, false, "ops", "")
+	assert.ErrorIs(t, err, reserve.ErrInvalidPolicy)
+
 	fleet, err := a.Fleet(ctx)
 	require.NoError(t, err)
 	require.Len(t, fleet, 1)
