@@ -73,3 +73,58 @@ func TestACLDenied(t *testing.T) {
 	require.Contains(t, err.Error(), "can't run this command", "the error names the denied command")
 	require.NotErrorIs(t, err, reserve.ErrUnavailable, "a denied command is not an outage")
 }
+
+// TestAdminACL: an operator's user with aclRules and the commands
+// docs/security.md adds for it runs every Admin operation, on a key a
+// Limiter (the Limiters' user) paces.
+func TestAdminACL(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	login := func(name string, extra ...string) *redis.Client {
+		args := []any{"ACL", "SETUSER", name}
+		for _, r := range append(append([]string{}, aclRules...), extra...) {
+			args = append(args, r)
+		}
+		require.NoError(t, s.Client.Do(ctx, args...).Err())
+		opts := *s.Client.Options()
+		opts.Username, opts.Password = name, "pacer-secret"
+		c := redis.NewClient(&opts)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(login("pacer"), reserve.Options{KeyPrefix: prefix, Logger: quiet, FailClosed: true, HeartbeatInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := reserve.NewAdmin(login("operator", "+type", "+lpush", "+ltrim", "+lrange", "+scan", "+hget", "+hkeys", "+zrange", "+hgetall"),
+		reserve.AdminOptions{KeyPrefix: prefix})
+	require.NoError(t, err)
+	code := reserve.Limit{Rate: 10, Burst: 1}
+	_, err = l.Reserve(ctx, "api", code, 1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err := a.Status(ctx, "api")
+		return err == nil && st.Source == "code"
+	}, 10*time.Second, 10*time.Millisecond, "the heartbeat reports the code's policy")
+	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 5, Burst: 1}.Policy(), true, "ops", "try")
+	require.NoError(t, err)
+	_, err = l.Reserve(ctx, "api", code, 1) // counted in shadow, as the Limiters' user
+	require.NoError(t, err)
+	require.NoError(t, a.Pause(ctx, "api", time.Minute, "ops", "incident"))
+	require.NoError(t, a.Resume(ctx, "api", "ops", "over"))
+	st, err := a.Status(ctx, "api")
+	require.NoError(t, err)
+	require.NotNil(t, st.ShadowFigures)
+	require.EqualValues(t, 1, st.ShadowFigures.Calls)
+	_, err = a.UnsetLimit(ctx, "api", "ops", "done")
+	require.NoError(t, err)
+	h, err := a.History(ctx, "api")
+	require.NoError(t, err)
+	require.Len(t, h, 4)
+	keys, err := a.Keys(ctx, "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"api"}, keys)
+	fleet, err := a.Fleet(ctx)
+	require.NoError(t, err)
+	require.Len(t, fleet, 1)
+}
