@@ -65,6 +65,16 @@ if floor ~= '' then
   end
 end
 
+-- The shadow figures are read before anything is written: a shadow key of
+-- another type refuses the call, reserving nothing.
+local shadow_raw = nil
+if shadow_bands then
+  shadow_raw = redis.pcall('GET', KEYS[3])
+  if type(shadow_raw) == 'table' then
+    return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
+  end
+end
+
 local out = {now_us, now_ns}
 local granted = false
 local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
@@ -99,10 +109,7 @@ if granted or floor ~= '' then
   save()
 end
 if shadow_costs then
-  local sh = redis.pcall('GET', KEYS[3])
-  if type(sh) == 'table' then
-    return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
-  end
+  local sh = shadow_raw
   local calls, delayed, wait_sum, wait_max = 0, 0, 0, 0
   if sh then
     local t, a, b, c, d, recs = string.match(sh, '^1 (%d+) (%d+) (%d+) ([%d.]+) ([%d.]+)(.*)$')

@@ -109,6 +109,21 @@ func TestShadowLimit(t *testing.T) {
 	assert.Equal(t, 4*time.Second, f.MaxWait, "the fifth, 4 s")
 	assert.Equal(t, 2*time.Second, f.MeanWait, "(0+1+2+3+4)/5 s")
 
+	// A shadow key of another type refuses the reservation, and nothing is
+	// reserved.
+	before, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	require.NoError(t, s.Client.Del(ctx, l.RedisKey("api")+":shadow").Err())
+	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("api")+":shadow", "f", "v").Err())
+	_, err = l.Reserve(ctx, "api", code, 1)
+	assert.ErrorIs(t, err, reserve.ErrWrongType)
+	_, err = a.Status(ctx, "api")
+	assert.ErrorIs(t, err, reserve.ErrWrongType)
+	after, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a refused call reserved nothing")
+	require.NoError(t, s.Client.Del(ctx, l.RedisKey("api")+":shadow").Err())
+
 	// A new limit starts its figures from zero.
 	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 2, Burst: 1}.Policy(), true, "ops", "try 2/s")
 	require.NoError(t, err)
