@@ -71,7 +71,7 @@ func NewAdmin(rdb redis.UniversalClient, opts AdminOptions) (*Admin, error) {
 	return &Admin{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History}, nil
 }
 
-func (a *Admin) redisKey(key string) string { return a.prefix + "{" + escapeKey(key) + "}" }
+func (a *Admin) redisKey(key string) string { return redisKey(a.prefix, key) }
 
 func (a *Admin) policiesKey() string { return a.prefix + "{limiters}:policies" }
 
@@ -226,17 +226,24 @@ func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, rea
 	if err != nil {
 		return err
 	}
+	return a.runCore(ctx, "pause", "pause "+d.String(), pauseScript, st, who, reason, d.Microseconds())
+}
+
+// runCore runs a script built on core.lua (pause.lua, resume.lua) on the
+// key st reads, with the policy in force there, as the server's clock and
+// the whole share, then records note in the key's history. ErrUnknownKey
+// when the key's policy is unknown.
+func (a *Admin) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
 	if st.Policy == nil {
-		return fmt.Errorf("reserve: pause %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", key, ErrUnknownKey)
+		return fmt.Errorf("reserve: %s %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", op, st.Key, ErrUnknownKey)
 	}
 	s, _ := st.Policy.compile() // checked by Status
-	k := a.redisKey(key)
-	args := append([]any{"", 0, "1", s.unitsArg}, s.args...)
-	args = append(args, d.Microseconds())
-	if err := pauseScript.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
-		return adminError("pause", key, err)
+	k := a.redisKey(st.Key)
+	args := append(append([]any{"", 0, "1", s.unitsArg}, s.args...), extra...)
+	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
+		return adminError(op, st.Key, err)
 	}
-	_, err = a.admin(ctx, key, "note", "pause "+d.String(), who, reason)
+	_, err := a.admin(ctx, st.Key, "note", note, who, reason)
 	return err
 }
 
@@ -255,17 +262,7 @@ func (a *Admin) Resume(ctx context.Context, key, who, reason string) error {
 	if st.Paused <= 0 {
 		return fmt.Errorf("reserve: resume %q: %w", key, ErrNotPaused)
 	}
-	if st.Policy == nil {
-		return fmt.Errorf("reserve: resume %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", key, ErrUnknownKey)
-	}
-	s, _ := st.Policy.compile()
-	k := a.redisKey(key)
-	args := append([]any{"", 0, "1", s.unitsArg}, s.args...)
-	if err := resumeScript.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
-		return adminError("resume", key, err)
-	}
-	_, err = a.admin(ctx, key, "note", "resume", who, reason)
-	return err
+	return a.runCore(ctx, "resume", "resume", resumeScript, st, who, reason)
 }
 
 // A KeyStatus is one key as Redis holds it.

@@ -173,9 +173,10 @@ func newID() string {
 // RedisKey returns the Redis key that holds key's state. Braces and '%' in
 // key are escaped (%7B, %7D, %25), so that every Redis key of key shares one
 // Cluster hash tag and no two keys share a Redis key.
-func (l *Limiter) RedisKey(key string) string {
-	return l.opts.KeyPrefix + "{" + escapeKey(key) + "}"
-}
+func (l *Limiter) RedisKey(key string) string { return redisKey(l.opts.KeyPrefix, key) }
+
+// redisKey is the Redis key of key's state under prefix (Limiter and Admin).
+func redisKey(prefix, key string) string { return prefix + "{" + escapeKey(key) + "}" }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
