@@ -17,11 +17,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -352,26 +352,8 @@ func lineDiff(want, got string) string {
 	return b.String()
 }
 
-// syncBuffer is a buffer a reader goroutine writes while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor waits until cond holds on what r has read, or fails.
-func waitFor(t *testing.T, what string, out *syncBuffer, cond func(string) bool) string {
+func waitFor(t *testing.T, what string, out *syncbuf.Buffer, cond func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -386,10 +368,10 @@ func waitFor(t *testing.T, what string, out *syncBuffer, cond func(string) bool)
 	}
 }
 
-// copyOut copies r to a syncBuffer from a goroutine; the returned channel
+// copyOut copies r to a syncbuf.Buffer from a goroutine; the returned channel
 // closes when r ends.
-func copyOut(r io.Reader) (*syncBuffer, chan struct{}) {
-	out := &syncBuffer{}
+func copyOut(r io.Reader) (*syncbuf.Buffer, chan struct{}) {
+	out := &syncbuf.Buffer{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 )
 
 // TestMain runs a worker process's share when the test binary is re-run as
@@ -130,7 +130,7 @@ func TestAdaptive(t *testing.T) {
 	c := small(srv.URL, 21)
 	c.Adaptive, c.Start, c.Procs, c.Workers = true, 5, 2, 8
 	c.ChangeAt, c.ChangeTo = time.Second, 10
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	s, err := run(context.Background(), c, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
@@ -142,23 +142,4 @@ func TestAdaptive(t *testing.T) {
 	if text := out.String(); !strings.Contains(text, "the provider's limit is now 10 per host") || !strings.Contains(text, "learning: refused") {
 		t.Errorf("the run did not report the change and the learning:\n%s", text)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for writers on several goroutines (the
-// progress timer, the limit change, the run).
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -15,7 +15,6 @@ package launcher
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/procgroup"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 )
 
 const (
@@ -45,7 +45,7 @@ type Child struct {
 	cancel context.CancelFunc // kills the launcher's process group
 	stdin  io.WriteCloser
 	lines  chan string // stdout, a line at a time; closed at EOF
-	stderr lockedBuffer
+	stderr syncbuf.Buffer
 
 	mu       sync.Mutex // serialises Do and Close
 	closed   bool
@@ -189,21 +189,3 @@ func (c *Child) kill() {
 
 // Stderr returns what the go command and the launcher printed on stderr.
 func (c *Child) Stderr() string { return strings.TrimSpace(c.stderr.String()) }
-
-// lockedBuffer is a bytes.Buffer safe for one writer and many readers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
