@@ -15,7 +15,6 @@ import (
 	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,19 +37,11 @@ var testPolicy = reserve.Policy{
 // call kept: the slot Redis granted (Unix ns, server clock) and the actual
 // tokens.
 func policyChild(s childSpec) error {
-	opts, err := redis.ParseURL(s.Redis)
+	l, end, done, err := childLimiter(s)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix})
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	start, end := time.Unix(0, s.Start), time.Unix(0, s.End)
-	time.Sleep(time.Until(start))
+	defer done()
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 

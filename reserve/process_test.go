@@ -54,20 +54,12 @@ func TestMain(m *testing.M) {
 // key, from the start time until the end time, and prints for each call the
 // slot Redis granted (server clock) and the local time it woke, in Unix ns.
 func childMain(s childSpec) error {
-	opts, err := redis.ParseURL(s.Redis)
+	l, end, done, err := childLimiter(s)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix})
-	if err != nil {
-		return err
-	}
-	defer l.Close()
+	defer done()
 	lim := reserve.Limit{Rate: s.Rate, Burst: s.Burst}
-	start, end := time.Unix(0, s.Start), time.Unix(0, s.End)
-	time.Sleep(time.Until(start))
 
 	var (
 		mu       sync.Mutex
@@ -127,6 +119,23 @@ func childMain(s childSpec) error {
 		return err
 	}
 	return firstErr
+}
+
+// childLimiter is a child's Limiter on s's Redis, returned once s.Start has
+// come, with the run's end; done closes the Limiter and its client.
+func childLimiter(s childSpec) (l *reserve.Limiter, end time.Time, done func(), err error) {
+	opts, err := redis.ParseURL(s.Redis)
+	if err != nil {
+		return nil, end, nil, err
+	}
+	rdb := redis.NewClient(opts)
+	l, err = reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix})
+	if err != nil {
+		rdb.Close()
+		return nil, end, nil, err
+	}
+	time.Sleep(time.Until(time.Unix(0, s.Start)))
+	return l, time.Unix(0, s.End), func() { l.Close(); rdb.Close() }, nil
 }
 
 func cmpOr(a, b error) error {
