@@ -138,10 +138,17 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		api:     p.URL(),
 		http:    &http.Client{Timeout: 10 * time.Second},
 	}
-	limiter, err := reserve.New(rdb, reserve.Options{
+	ropts := reserve.Options{
 		KeyPrefix: "pacer:batch:" + runID + ":",
 		Logger:    slog.New(slog.NewTextHandler(out, nil)),
-	})
+	}
+	if r.Embedded() {
+		// The producer reserves all its tasks' slots in one script call:
+		// on miniredis, on a loaded machine (a -race build beside other
+		// work), that took over CallTimeout's 250 ms and the run failed.
+		ropts.CallTimeout = 5 * time.Second
+	}
+	limiter, err := reserve.New(rdb, ropts)
 	if err != nil {
 		return summary{}, err
 	}

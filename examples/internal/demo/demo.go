@@ -31,6 +31,11 @@ type Redis struct {
 	embedded *miniredis.Miniredis
 }
 
+// Embedded reports whether r is the embedded Redis (miniredis), which runs
+// the scripts' Lua in Go, in this process: a large batch takes it far
+// longer than a redis-server.
+func (r *Redis) Embedded() bool { return r.embedded != nil }
+
 // ParseRedis reads a -redis value: a URL (redis://, rediss:// for TLS,
 // unix://) or a bare host:port, taken as redis://host:port. It returns the
 // value as a URL, and go-redis's options for it.
