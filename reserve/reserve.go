@@ -282,6 +282,12 @@ type replyTime struct {
 	local    time.Time
 }
 
+// at returns the local time of a slot the script granted, given in Unix ns
+// on the server's clock (the script's clock).
+func (b replyTime) at(slotNS int64) time.Time {
+	return b.local.Add(time.Duration(slotNS - b.serverNS))
+}
+
 // newReservation builds a Redis reservation waitNS after base.
 func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base replyTime, waitNS, seq int64) *Reservation {
 	r := &Reservation{
@@ -289,7 +295,7 @@ func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base re
 		key:     key,
 		spec:    s,
 		amounts: amounts,
-		at:      base.local.Add(time.Duration(waitNS)),
+		at:      base.at(base.serverNS + waitNS),
 		slotNS:  base.serverNS + waitNS,
 		seq:     seq,
 	}
