@@ -33,7 +33,8 @@ import (
 // a Cost per unit, which Reservation.Settle corrects after the call.
 //
 // Time is Redis server time, so the processes' clocks may disagree; durations
-// are exact to the ns, rounded up, so a slot is never early. When Redis is
+// are exact to the ns, rounded up, and a slot is placed on the local clock by
+// an estimate of the server clock's offset, never more than MaxEarly early. When Redis is
 // slow or gone, a Limiter paces each key locally on its share of the rate
 // and comes back to Redis by itself (see Options). A Limiter is safe for
 // concurrent use; all processes that share a Redis and a KeyPrefix share
@@ -44,8 +45,9 @@ type Limiter struct {
 	opts       Options
 	clock      Clock
 	serverTime bool
-	reload     func() // asks a Cluster client to reload its slot map
-	id         string // this Limiter in the fleet's heartbeat set
+	sync       clockSync // the server's clock against the local one, with serverTime
+	reload     func()    // asks a Cluster client to reload its slot map
+	id         string    // this Limiter in the fleet's heartbeat set
 	sleeper    wake.Sleeper
 
 	health    health

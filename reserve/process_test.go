@@ -52,7 +52,9 @@ func TestMain(m *testing.M) {
 
 // childMain reserves and sleeps (what Wait does) from many goroutines on one
 // key, from the start time until the end time, and prints for each call the
-// slot Redis granted (server clock) and the local time it woke, in Unix ns.
+// slot Redis granted (server clock) and the local time it woke, in Unix ns,
+// and how long after the slot's place on the local clock (Reservation.Time)
+// it woke, on the monotonic clock.
 func childMain(s childSpec) error {
 	l, end, done, err := childLimiter(s)
 	if err != nil {
@@ -63,7 +65,7 @@ func childMain(s childSpec) error {
 
 	var (
 		mu       sync.Mutex
-		calls    [][2]int64
+		calls    [][3]int64
 		firstErr error
 		wg       sync.WaitGroup
 	)
@@ -98,14 +100,15 @@ func childMain(s childSpec) error {
 					}
 					return
 				}
-				woke := time.Now().UnixNano()
+				now := time.Now()
+				woke, late := now.UnixNano(), int64(now.Sub(r.Time()))
 				slot, ok := reserve.ServerSlot(r)
 				if !ok {
 					fail(fmt.Errorf("a reservation of the local fallback (Redis failed?)"))
 					return
 				}
 				mu.Lock()
-				calls = append(calls, [2]int64{slot, woke})
+				calls = append(calls, [3]int64{slot, woke, late})
 				mu.Unlock()
 			}
 		})
@@ -113,7 +116,7 @@ func childMain(s childSpec) error {
 	wg.Wait()
 	w := bufio.NewWriter(os.Stdout)
 	for _, c := range calls {
-		fmt.Fprintln(w, c[0], c[1])
+		fmt.Fprintln(w, c[0], c[1], c[2])
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -122,14 +125,17 @@ func childMain(s childSpec) error {
 }
 
 // childLimiter is a child's Limiter on s's Redis, returned once s.Start has
-// come, with the run's end; done closes the Limiter and its client.
+// come, with the run's end; done closes the Limiter and its client. Its
+// CallTimeout is 10 s: the process tests judge the slots Redis grants, and
+// on a loaded machine (CI beside other jobs) a call can take longer than
+// the default 250 ms, which would switch the child to the local fallback.
 func childLimiter(s childSpec) (l *reserve.Limiter, end time.Time, done func(), err error) {
 	opts, err := redis.ParseURL(s.Redis)
 	if err != nil {
 		return nil, end, nil, err
 	}
 	rdb := redis.NewClient(opts)
-	l, err = reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix})
+	l, err = reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix, CallTimeout: 10 * time.Second})
 	if err != nil {
 		rdb.Close()
 		return nil, end, nil, err
@@ -153,8 +159,12 @@ func cmpOr(a, b error) error {
 // granted to both processes together (on the server's clock) satisfy the
 // window invariant, burst + rate*T in every interval T, so the processes
 // share one bucket (two buckets would put twice that in some windows); no
-// slot number is granted twice; and no caller woke before its slot (server
-// and processes share the machine's clock). When the callers woke is timing:
+// slot number is granted twice; and no caller woke before its slot's place
+// on its local clock (Reservation.Time; the monotonic clock). Where a slot is
+// placed depends on the replies' round trips (the clock-offset estimate; see
+// reserve.MaxEarly and its unit tests): how early or late the callers woke
+// against the server's clock (server and processes share the machine's
+// clock), is logged, not asserted. When the callers woke is timing:
 // the reply's trip and the scheduler's delays move every call later, by
 // more on a loaded machine. The test logs those figures (busiest windows,
 // mean rate, the excess of the wake-up times over the invariant) and asserts
@@ -178,6 +188,8 @@ func TestServerTimeAcrossProcesses(t *testing.T) {
 	var (
 		slots, wakes []int64
 		perChild     [procs]int
+		early        int           // wake-ups before the slot on the server's clock
+		mostEarly    time.Duration // the earliest of them
 	)
 	_ = f.Wait() // each child's error is reported below
 children:
@@ -189,13 +201,17 @@ children:
 		}
 		var gotSlots, gotWakes []int64
 		for _, line := range c.Lines() {
-			var slot, woke int64
-			if _, err := fmt.Sscan(line, &slot, &woke); err != nil {
+			var slot, woke, late int64
+			if _, err := fmt.Sscan(line, &slot, &woke, &late); err != nil {
 				t.Errorf("child %d: bad line %q", i, line)
 				continue children
 			}
+			if late < 0 {
+				t.Errorf("child %d woke %v before its slot's local time (server slot %d)", i, time.Duration(-late), slot)
+			}
 			if woke < slot {
-				t.Errorf("child %d woke at %d, %v before its slot %d", i, woke, time.Duration(slot-woke), slot)
+				early++
+				mostEarly = max(mostEarly, time.Duration(slot-woke))
 			}
 			gotSlots = append(gotSlots, slot)
 			gotWakes = append(gotWakes, woke)
@@ -232,10 +248,12 @@ children:
 	}
 	excess := worstExcess(wakes, rate, burst)
 	t.Logf("%d calls (%v) from %d processes x %d goroutines in %v; slots: busiest 100 ms %d, worst excess over burst+rate*T %.4f permits (exact); "+
-		"wake-ups (timing, not asserted): mean rate %.2f/s (limit %d/s), busiest 100 ms %d, busiest 1 s %d, worst excess %.2f permits (%.2f ms of lateness)",
+		"wake-ups (timing, not asserted): mean rate %.2f/s (limit %d/s), busiest 100 ms %d, busiest 1 s %d, worst excess %.2f permits (%.2f ms of lateness), "+
+		"%d before their slot on the server's clock, the earliest by %v (MaxEarly %v)",
 		n, perChild, procs, goroutines, span.Round(time.Millisecond), busiest(slots, 100*time.Millisecond), slotExcess,
 		float64(inside)/time.Duration(to-from).Seconds(), rate,
-		busiest(wakes, 100*time.Millisecond), busiest(wakes, time.Second), excess, excess/rate*1000)
+		busiest(wakes, 100*time.Millisecond), busiest(wakes, time.Second), excess, excess/rate*1000,
+		early, mostEarly, reserve.MaxEarly)
 }
 
 // worstExcess returns the largest count - (burst + rate*T) over every window

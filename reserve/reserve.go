@@ -157,15 +157,24 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		}
 	}
 	keys := l.keys(key, ":shadow")
+	// With server time, the bounds on when the script ran are taken as
+	// close to the call as can be (see MaxEarly); with a client clock, the
+	// script counts from now.
+	sent, recv := now, now
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
-		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+		if l.serverTime {
+			sent = l.clock.Now()
+		}
+		res, err := reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+		recv = l.clock.Now()
+		return res, err
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		if hasFloor {
 			l.floorPassed(key)
 		}
 		orphans := make([]result, len(reqs))
-		if l.parseReserve(now, key, s, reqs, res, orphans) == nil {
+		if l.parseReserve(sent, recv, key, s, reqs, res, orphans) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -183,7 +192,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		return out
 	}
 	if err == nil {
-		err = l.parseReserve(now, key, s, reqs, res, out)
+		err = l.parseReserve(sent, recv, key, s, reqs, res, out)
 	}
 	if err != nil {
 		for i := range out {
@@ -227,14 +236,15 @@ func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
 	return append(args, s.args...)
 }
 
-// parseReserve fills out from reserve.lua's reply.
-func (l *Limiter) parseReserve(now time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
+// parseReserve fills out from reserve.lua's reply to a call sent at sent
+// whose reply arrived at recv.
+func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
 	op := reqs[0].op
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 2+2*len(reqs) {
 		return replyError(op, key, res)
 	}
-	base, err := l.replyBase(now, reply)
+	base, err := l.replyBaseAt(sent, recv, reply)
 	if err != nil {
 		return replyError(op, key, res)
 	}
@@ -259,18 +269,25 @@ func (l *Limiter) parseReserve(now time.Time, key string, s *spec, reqs []*reque
 }
 
 // replyBase reads the now_us, now_ns that begin every granting script's
-// reply.
+// reply; now is when the call was sent, on the Limiter's clock, and the
+// reply has just arrived.
 func (l *Limiter) replyBase(now time.Time, reply []any) (replyTime, error) {
+	return l.replyBaseAt(now, l.clock.Now(), reply)
+}
+
+// replyBaseAt is replyBase for a call sent at sent whose reply arrived at
+// recv. With a client clock, sent is the now the script was given.
+func (l *Limiter) replyBaseAt(sent, recv time.Time, reply []any) (replyTime, error) {
 	us, ok1 := reply[0].(int64)
 	ns, ok2 := reply[1].(int64)
 	if !ok1 || !ok2 {
 		return replyTime{}, errors.New("bad reply time")
 	}
-	b := replyTime{serverNS: us*1000 + ns, local: now}
+	b := replyTime{serverNS: us*1000 + ns, local: sent}
 	if l.serverTime {
-		// The script measured waits from its own TIME; counting them from
-		// the reply's arrival never makes a slot early.
-		b.local = l.clock.Now()
+		// The script measured waits from its own TIME: place that instant
+		// on the local clock (see MaxEarly).
+		b.local = l.sync.place(b.serverNS, sent, recv)
 	}
 	return b, nil
 }

@@ -1,0 +1,68 @@
+package reserve
+
+import (
+	"sync"
+	"time"
+)
+
+// MaxEarly caps how early, on the local clock, a Limiter on Redis server
+// time may place a slot: never more than MaxEarly before the reply's
+// arrival plus the wait, and never before the call was sent plus the wait.
+//
+// A script measures its waits from the server's clock (TIME), and the slot
+// it grants is an instant on that clock. The Limiter places it on the local
+// clock with a running estimate of the offset between the two clocks, taken
+// from the round trips of its calls: the script read the server's clock
+// between the call's sending and its reply's arrival, and the call with the
+// shortest round trip bounds the offset most tightly (NTP's way). The
+// estimate takes that call's reading at its reply's arrival, the latest it
+// can have been, so that with steady clocks a slot is never early: it is
+// late by at most the best round trip's return trip, the same for every
+// call. Counting each wait from its own reply's arrival instead, as pacer
+// did before, delayed every slot by its reply's trip, which varies from call
+// to call, so callers on time for slots 2 ms apart could land 1.5 ms apart.
+//
+// The estimate is checked against every reply: one whose bounds exclude it
+// (a clock stepped or drifted, a failover to another host, a Cluster shard
+// with its own clock) replaces it at once, and an estimate is kept 10 s at
+// most. The true slot lies between the call's sending and its reply's
+// arrival, plus the wait, so a slot placed within MaxEarly of the later
+// bound is early by at most MaxEarly, whatever the clocks do.
+const MaxEarly = time.Millisecond
+
+// anchorAge is how long an offset estimate is kept when no call improves
+// on it: clocks on two hosts drift apart by a few ppm, and the estimate
+// follows them.
+const anchorAge = 10 * time.Second
+
+// clockSync estimates where the server's clock stands against the local
+// one.
+type clockSync struct {
+	mu      sync.Mutex
+	ok      bool
+	serverS int64         // the anchor: an instant on the server's clock, Unix ns,
+	local   time.Time     // and the latest local time it can have been
+	rtt     time.Duration // the anchor's round trip: the estimate is late by at most that
+	taken   time.Time     // when the anchor was taken
+}
+
+// place returns the local time of serverNS, an instant read from the
+// server's clock by a script on a call sent at send whose reply arrived at
+// recv (both on the local clock), and takes the call into the estimate.
+func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
+	rtt := max(recv.Sub(send), 0)
+	c.mu.Lock()
+	est := recv
+	if c.ok {
+		est = c.local.Add(time.Duration(serverNS - c.serverS))
+	}
+	if !c.ok || est.Before(send) || est.After(recv) || rtt <= c.rtt || recv.Sub(c.taken) > anchorAge {
+		c.ok, c.serverS, c.local, c.rtt, c.taken = true, serverNS, recv, rtt, recv
+		est = recv
+	}
+	c.mu.Unlock()
+	if lo := recv.Add(-MaxEarly); est.Before(lo) {
+		est = lo
+	}
+	return est
+}

@@ -1,0 +1,97 @@
+package reserve
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestClockSyncPlacement drives the offset estimate with calls whose
+// server reading happened at a known local instant, exactly, on synthetic
+// clocks.
+func TestClockSyncPlacement(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	const offset = int64(3 * time.Second) // server = local + offset
+	serverAt := func(local time.Time) int64 { return local.UnixNano() + offset }
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+
+	var c clockSync
+	// First call: round trip 100 µs, the script ran 70 µs after sending.
+	send := t0
+	got := c.place(serverAt(send.Add(us(70))), send, send.Add(us(100)))
+	assert.Equal(t, send.Add(us(100)), got, "the first call is placed at its reply's arrival")
+
+	// A call with a 20 µs round trip, the script 5 µs in: the new anchor,
+	// 15 µs late of the truth.
+	send = t0.Add(time.Second)
+	got = c.place(serverAt(send.Add(us(5))), send, send.Add(us(20)))
+	assert.Equal(t, send.Add(us(20)), got)
+
+	// A slow call (1 ms round trip, the reply delayed 900 µs): placed by
+	// the anchor, 15 µs late of the truth, not at its reply's arrival.
+	send = t0.Add(2 * time.Second)
+	truth := send.Add(us(100))
+	got = c.place(serverAt(truth), send, send.Add(time.Millisecond))
+	assert.Equal(t, truth.Add(us(15)), got)
+
+	// A reply delayed 5 ms: the estimate would be 4.9 ms before the
+	// arrival; it is placed MaxEarly before it.
+	send = t0.Add(3 * time.Second)
+	truth = send.Add(us(100))
+	recv := send.Add(5 * time.Millisecond)
+	got = c.place(serverAt(truth), send, recv)
+	assert.Equal(t, recv.Add(-MaxEarly), got)
+
+	// The server's clock steps back 2 s: the anchor would place this
+	// call's reading before the call was sent; the call replaces it.
+	send = t0.Add(4 * time.Second)
+	got = c.place(serverAt(send.Add(us(40)))-int64(2*time.Second), send, send.Add(us(60)))
+	assert.Equal(t, send.Add(us(60)), got)
+	assert.Equal(t, us(60), c.rtt)
+
+	// An anchor older than anchorAge is replaced by the next call, however
+	// slow.
+	send = t0.Add(4*time.Second + anchorAge + time.Millisecond)
+	c.place(serverAt(send.Add(us(200)))-int64(2*time.Second), send, send.Add(us(400)))
+	assert.Equal(t, us(400), c.rtt)
+}
+
+// TestClockSyncBounds: whatever the calls, a reading is placed within the
+// call's bounds and at most MaxEarly before its reply arrived; clocks
+// stepping now and then (by more than a round trip), never before the truth,
+// and late of it by at most the round trip of the call the estimate rests on
+// or, when that would be too early, by what MaxEarly forces.
+func TestClockSyncBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var c clockSync
+	offset := int64(0)
+	local := time.Unix(1_800_000_000, 0)
+	for i := range 100_000 {
+		if i%10_000 == 5_000 {
+			step := int64(100*time.Millisecond) + rng.Int64N(int64(time.Second))
+			if rng.IntN(2) == 0 {
+				step = -step
+			}
+			offset += step
+		}
+		local = local.Add(time.Duration(rng.Int64N(int64(time.Millisecond))))
+		send := local
+		toServer := time.Duration(rng.ExpFloat64() * float64(30*time.Microsecond))
+		back := time.Duration(rng.ExpFloat64() * float64(30*time.Microsecond))
+		if rng.IntN(50) == 0 {
+			back += time.Duration(rng.Int64N(int64(10 * time.Millisecond))) // a stalled reply
+		}
+		truth := send.Add(toServer)
+		recv := truth.Add(back)
+		got := c.place(truth.UnixNano()+offset, send, recv)
+		require.False(t, got.Before(send), "call %d placed before it was sent", i)
+		require.False(t, got.After(recv), "call %d placed after its reply arrived", i)
+		require.False(t, got.Before(recv.Add(-MaxEarly)), "call %d placed more than MaxEarly early", i)
+		require.False(t, got.Before(truth), "call %d placed early", i)
+		require.True(t, got.Sub(truth) <= c.rtt || got.Equal(recv.Add(-MaxEarly)), "call %d: late by more than its anchor's round trip", i)
+		local = recv
+	}
+}
