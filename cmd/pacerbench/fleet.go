@@ -215,6 +215,10 @@ func readChild(lines []string) (childOutput, error) {
 // runAsChild runs this process as one process of the fleet, if it is one
 // (childEnv is set), and returns its exit code and true.
 func runAsChild() (code int, isChild bool) {
+	if os.Getenv(hogEnv) != "" {
+		runHog()
+		return 0, true
+	}
 	var j childJob
 	ok, err := fleetproc.Spec(childEnv, &j)
 	if !ok {

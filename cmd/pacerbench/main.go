@@ -15,7 +15,8 @@
 // so high nobody waits (reservations per second); one caller's latency; a
 // fleet of processes (this program re-run as children) sharing one key at
 // 500/s, burst 1 (what the provider would see, and what Redis spends per
-// call); Redis memory per idle key, and its expiry; and pacer's callers
+// call), and again beside a CPU hog per CPU (pacer, and x/time/rate as the
+// reference); Redis memory per idle key, and its expiry; and pacer's callers
 // while Redis runs out of memory, under an evicting policy and under
 // noeviction.
 //
@@ -129,7 +130,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory, eviction)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -183,7 +184,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "memory", "eviction"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -285,6 +286,7 @@ type results struct {
 	Throughput []throughput
 	Latency    []latency
 	Fleet      []fleet
+	BusyFleet  []fleet // the fleet again, beside a CPU hog per CPU
 	Memory     []memory
 	Eviction   []eviction
 }
@@ -378,6 +380,13 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 		progress("fleet       %-40s %.1f/s, busiest 100 ms %d, 1 s %d", v.Name, r.Rate, r.Busiest100ms, r.Busiest1s)
 		res.Fleet = append(res.Fleet, r)
+	}
+	if c.runs("busy") {
+		rs, err := b.runBusy(ctx, vs, progress)
+		if err != nil {
+			return nil, err
+		}
+		res.BusyFleet = rs
 	}
 	for _, v := range vs {
 		if !v.Memory || !c.runs("memory") {

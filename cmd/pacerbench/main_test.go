@@ -113,6 +113,19 @@ func TestQuick(t *testing.T) {
 		t.Errorf("fleet, pacer: busiest 100 ms %d, want at most 1.5 x %v", p.Busiest100ms, want)
 	}
 	t.Logf("fleet: x/time/rate at the full rate in %d processes made %.1f/s, pacer %.1f/s (limit %v)", c.Procs, x.Rate, p.Rate, c.FleetRate)
+	// The busy phase runs its limiters again beside the hogs; pacer's
+	// schedule is no denser for the load (upper bounds only, as above).
+	for _, name := range busyVariants {
+		f, ok := find(res.BusyFleet, func(x fleet) bool { return x.Variant == name })
+		switch {
+		case !ok:
+			t.Errorf("no busy fleet row for %q", name)
+		case f.Calls == 0 || f.Busiest100ms <= 0:
+			t.Errorf("busy fleet, %q: %+v; want calls", name, f)
+		case strings.HasPrefix(name, "pacer") && float64(f.Busiest100ms) > 1.5*(float64(c.FleetBurst)+c.FleetRate*0.1):
+			t.Errorf("busy fleet, %q: busiest 100 ms %d, want at most 1.5 x %v", name, f.Busiest100ms, float64(c.FleetBurst)+c.FleetRate*0.1)
+		}
+	}
 	// The pacer rows get their Options: 256 callers on one key share round
 	// trips, unless coalescing is off.
 	on, _ := find(res.Throughput, func(x throughput) bool { return x.Variant == "pacer" && x.Goroutines == 256 })

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -93,14 +94,27 @@ func (r *results) tables() string {
 		header: append(append([]string{"limiter", "wait p50", "wait p99", "wait max"}, redisHeader...), "client CPU µs / call"),
 	}
 	for _, x := range r.Fleet {
-		seen.rows = append(seen.rows, []string{x.Variant, thousands(float64(x.Calls)), fmt.Sprintf("%.1f", x.Rate),
-			strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), dur(x.GapP1), dur(x.GapP50), dur(x.GapP99),
-			fmt.Sprintf("%d (%.2f%%)", x.LeakyRejected, 100*float64(x.LeakyRejected)/max(float64(x.Calls), 1))})
+		seen.rows = append(seen.rows, x.seenRow())
 		cost.rows = append(cost.rows, append(append([]string{x.Variant, dur(x.WaitP50), dur(x.WaitP99), dur(x.WaitMax)},
 			r.redisCells(x.Variant, x.Redis)...), fmt.Sprintf("%.1f", x.ClientCPUUsec)))
 		cost.notes = append(cost.notes, fallbackNote(x.Variant, x.Fallbacks)...)
 	}
 	ts = append(ts, seen, cost)
+
+	if len(r.BusyFleet) > 0 {
+		busy := table{
+			title: "Fleet on a busy machine",
+			intro: fmt.Sprintf("The same fleet, again, with %d CPU hogs beside it (this program re-run, one busy process per CPU), for pacer and for x/time/rate in process: "+
+				"a loaded machine delays every wake-up, and the reference shows by how much with nothing to coordinate. "+
+				"At rate/procs per process, x/time/rate is what %d uncoordinated processes would do.", runtime.NumCPU(), c.Procs),
+			header: seen.header,
+		}
+		for _, x := range r.BusyFleet {
+			busy.rows = append(busy.rows, x.seenRow())
+			busy.notes = append(busy.notes, fallbackNote(x.Variant, x.Fallbacks)...)
+		}
+		ts = append(ts, busy)
+	}
 
 	if len(r.Memory) > 0 {
 		mem := table{
@@ -303,3 +317,10 @@ func thousands(x float64) string {
 
 // trim formats x with no trailing zeros.
 func trim(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+// seenRow is x's row in the tables of what the provider sees.
+func (x fleet) seenRow() []string {
+	return []string{x.Variant, thousands(float64(x.Calls)), fmt.Sprintf("%.1f", x.Rate),
+		strconv.Itoa(x.Busiest100ms), strconv.Itoa(x.Busiest1s), dur(x.GapP1), dur(x.GapP50), dur(x.GapP99),
+		fmt.Sprintf("%d (%.2f%%)", x.LeakyRejected, 100*float64(x.LeakyRejected)/max(float64(x.Calls), 1))}
+}
