@@ -37,7 +37,7 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 	l := r.lim
 	for {
 		at := r.Time()
-		deadline := time.Now().Add(at.Sub(l.clock.Now())) // at, on the monotonic clock
+		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
 		if err := l.sleeper.Coarse(ctx, check); err != nil {
 			r.cancelDetached()
@@ -64,6 +64,20 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// localDeadline returns at, a time on the Limiter's clock, on the
+// monotonic clock the sleepers use: at itself with the system clock. With
+// another Clock, the Clock is read before time.Now, so that a goroutine
+// descheduled between the two reads makes the deadline late, never early.
+// (The expression time.Now().Add(at.Sub(clock.Now())) reads them the other
+// way round: under load a caller woke up to milliseconds before its slot.)
+func (l *Limiter) localDeadline(at time.Time) time.Time {
+	if l.clock == systemClockValue {
+		return at
+	}
+	cn := l.clock.Now()
+	return time.Now().Add(at.Sub(cn))
 }
 
 // move gives r a fresh slot (its own has been paused over, or passed
