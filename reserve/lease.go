@@ -37,8 +37,9 @@ import (
 // most rate × LeaseSpan slots, so at 500/s and the default 1 ms no lease
 // ever happens, at 10M/s up to 10,000), and at most maxLease. The first
 // lease of a key is twice the batch that found it hot; after that the size
-// follows the demand: a lease handed out in full is doubled, one whose
-// slots lapsed is cut to what was handed out.
+// follows the demand: the slots the last lease handed out over the time it
+// lived, times half the lateness allowance (so a lease is handed out well
+// before its slots lapse).
 //
 // Hand-out: slots go out in order. A slot that has passed by more than the
 // lateness allowance (Options.MaxLateness if positive, else the default,
@@ -130,20 +131,18 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 		return result{}, false
 	}
 	now := l.clock.Now()
-	oldest := now.Add(-ls.allow)
-	pauseEnd := l.pauses.known(k.key)
-	rest := ls.k - ls.next
-	skip := sort.Search(rest, func(j int) bool {
-		slot := ls.slotNS(ls.next + j)
-		return slot >= pauseEnd && !ls.base.at(slot).Before(oldest)
-	})
-	if skip > 0 {
+	// The earliest slot that may still go out, on the server's clock: not
+	// passed by more than the allowance, not inside a pause read since.
+	oldest := max(ls.base.serverNS+int64(now.Sub(ls.base.local)-ls.allow), l.pauses.known(k.key))
+	if ls.slotNS(ls.next) < oldest {
+		rest := ls.k - ls.next
+		skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= oldest })
 		ls.next += skip
 		ls.lapsed += skip
 		t.lapsed.Add(int64(skip))
 	}
 	if ls.next == ls.k {
-		t.retire(k, ls)
+		t.retire(k, ls, now)
 		t.mu.Unlock()
 		return result{}, false
 	}
@@ -163,7 +162,7 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	}
 	ls.next++
 	if ls.next == ls.k {
-		t.retire(k, ls)
+		t.retire(k, ls, now)
 	}
 	t.mu.Unlock()
 	t.handed.Add(1)
@@ -172,9 +171,11 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	return result{r: r}, true
 }
 
-// retire removes ls, k's lease, and sizes k's next lease from its use.
-// t.mu is held.
-func (t *leaseTable) retire(k batchKey, ls *lease) {
+// retire removes ls, k's lease, at now (the Limiter's clock), and sizes
+// k's next lease from its use: the demand it saw (slots handed out over the
+// time it lived) over half the lateness allowance, so that the next lease
+// is handed out well before its slots lapse. t.mu is held.
+func (t *leaseTable) retire(k batchKey, ls *lease, now time.Time) {
 	if t.m[k] == ls {
 		delete(t.m, k)
 	}
@@ -183,10 +184,9 @@ func (t *leaseTable) retire(k batchKey, ls *lease) {
 		ls.next = ls.k
 		t.lapsed.Add(int64(rest))
 	}
-	next := 2 * ls.k
-	if ls.lapsed > 0 {
-		next = max(ls.k-ls.lapsed, 2)
-	}
+	lived := max(now.Sub(ls.base.local), time.Microsecond)
+	next := int(min(float64(ls.k-ls.lapsed)*float64(ls.allow/2)/float64(lived), maxLease))
+	next = max(next, 2)
 	if len(t.size) > 4096 {
 		clear(t.size)
 	}
@@ -208,7 +208,7 @@ func (t *leaseTable) drop(k batchKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ls := t.m[k]; ls != nil {
-		t.retire(k, ls)
+		t.retire(k, ls, ls.base.local.Add(ls.allow))
 	}
 }
 
@@ -311,7 +311,7 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 		return nil, nil
 	}
 	if old := t.m[k]; old != nil {
-		t.retire(k, old)
+		t.retire(k, old, ls.base.local)
 	}
 	t.m[k] = ls
 	t.granted.Add(int64(ls.k))

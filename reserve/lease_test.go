@@ -274,8 +274,9 @@ func TestLeaseLoneCaller(t *testing.T) {
 }
 
 // TestLeaseSize: no lease when the span holds under 2 slots; the first is
-// twice the batch; then doubled after a lease handed out in full, cut to
-// what was handed out after one that lapsed; never over rate × LeaseSpan.
+// twice the batch; then the demand the last lease saw (slots handed out
+// over its life) times half the lateness allowance; never over rate ×
+// LeaseSpan.
 func TestLeaseSize(t *testing.T) {
 	s := redistest.New(t)
 	c := s.NewClient(t)
@@ -289,24 +290,29 @@ func TestLeaseSize(t *testing.T) {
 	require.Equal(t, 32, l.LeaseSize("k", lim, 16))
 	require.Equal(t, 10000, l.LeaseSize("k", lim, 8000), "capped by the span")
 
+	// 100 slots handed out in 100 µs: 1M/s, times 0.5 ms.
 	_, _, _, err := l.LeaseSlots(ctx, "k", lim, 100, true)
 	require.NoError(t, err)
+	clk.Advance(100 * time.Microsecond)
 	for range 100 {
 		_, err := l.Reserve(ctx, "k", lim, 1)
 		require.NoError(t, err)
 	}
-	require.Equal(t, 200, l.LeaseSize("k", lim, 16), "after a lease handed out in full")
+	require.Equal(t, 500, l.LeaseSize("k", lim, 16), "after 100 slots in 100 µs")
 
+	// 30 handed out, the rest lapsed, found 2 ms after the lease: 15,000/s.
 	_, _, _, err = l.LeaseSlots(ctx, "k", lim, 5000, true)
 	require.NoError(t, err)
+	clk.Advance(250 * time.Microsecond)
 	for range 30 {
 		_, err := l.Reserve(ctx, "k", lim, 1)
 		require.NoError(t, err)
 	}
-	clk.Advance(time.Second)
+	clk.Advance(1750 * time.Microsecond)
 	_, err = l.Reserve(ctx, "k", lim, 1) // finds the rest lapsed
 	require.NoError(t, err)
-	require.Equal(t, 30, l.LeaseSize("k", lim, 16), "after a lease of which 30 went out")
+	require.Equal(t, 16, l.LeaseSize("k", lim, 16), "after 30 in 2 ms (7), at least the batch")
+	require.Equal(t, 7, l.LeaseSize("k", lim, 4), "after 30 in 2 ms")
 
 	off := leaseLimiter(t, c, clk, reserve.Options{LeaseSpan: -1})
 	require.Zero(t, off.LeaseSize("k", lim, 256), "LeaseSpan < 0")

@@ -100,6 +100,9 @@ func main() {
 	if code, ok := runAsChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsLeaseChild(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -129,7 +132,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory, eviction)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, memory, eviction, lease)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -183,7 +186,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "memory", "eviction"}
+var phases = []string{"hot", "lone", "fleet", "memory", "eviction", "lease"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -401,6 +404,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			}
 			progress("eviction    %-40s %s: busiest 100 ms %d, 1 s %d", v.Name, policy, r.Busiest100ms, r.Busiest1s)
 			res.Eviction = append(res.Eviction, r)
+		}
+	}
+	if c.runs("lease") {
+		if err := b.runLease(ctx, stdout, progress); err != nil { // lease.go; printed, not in c.Out
+			return nil, err
 		}
 	}
 	rdb.Close()
