@@ -21,10 +21,10 @@ import (
 )
 
 // The lease phase: one hot key, paced at 10,000,000/s (burst 10,000) so
-// that nobody waits, Waited on by c.Procs processes of leaseGoroutines
+// that nobody waits, called by c.Procs processes of leaseGoroutines
 // goroutines each, with pacer's leases on (the default) and off
 // (Options.LeaseSpan -1: coalescing alone). It prints admissions per second
-// (Wait returning nil) for both, the Redis CPU per admission (INFO cpu),
+// (a Reserve that succeeds, or a Wait returning nil: both are run) for both, the Redis CPU per admission (INFO cpu),
 // the slots the key granted that nobody used (lapsed leased slots: the
 // key's last number less the admissions), one caller's Reserve latency both
 // ways, and golang.org/x/time/rate in one process with as many goroutines
@@ -44,6 +44,7 @@ type leaseJob struct {
 	Key        string
 	Goroutines int
 	LeaseSpan  time.Duration // reserve.Options.LeaseSpan; -1: no leases
+	Wait       bool          // admissions are Waits returning nil; else Reserves
 }
 
 // leaseEnd is a lease child's last line.
@@ -56,6 +57,7 @@ type leaseEnd struct {
 // leaseRun is one fleet run of the lease phase.
 type leaseRun struct {
 	Leases      bool
+	Wait        bool
 	Admissions  int64
 	Seconds     float64
 	RedisCPU    time.Duration
@@ -73,15 +75,16 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 	c := b.cfg
 	steal0 := readMachineCPU()
 	var runs []leaseRun
-	// Twice each way, alternating, so that a change in the machine's load
-	// shows as a difference between the two runs of one way.
-	for _, on := range []bool{true, false, true, false} {
-		r, err := b.leaseFleet(ctx, on, c.Phase)
+	// Each way with Reserve, then with Wait, leases on and off alternating,
+	// then Reserve again: a change in the machine's load shows as a
+	// difference between the two Reserve runs of one way.
+	for _, run := range []struct{ on, wait bool }{{true, false}, {false, false}, {true, true}, {false, true}, {true, false}, {false, false}} {
+		r, err := b.leaseFleet(ctx, run.on, run.wait, c.Phase)
 		if err != nil {
 			return err
 		}
-		progress("lease       leases %-5v %d x %d: %10.0f admissions/s, Redis CPU %.3f µs per admission, %d granted unused",
-			on, c.Procs, leaseGoroutines, r.perSecond(), r.RedisCPUUse, r.Granted-r.Admissions)
+		progress("lease       leases %-5v %-7s %d x %d: %10.0f admissions/s, Redis CPU %.3f µs per admission, %d granted unused",
+			run.on, callName(run.wait), c.Procs, leaseGoroutines, r.perSecond(), r.RedisCPUUse, r.Granted-r.Admissions)
 		runs = append(runs, r)
 	}
 	lone, err := b.leaseLone(ctx, c.Phase)
@@ -95,12 +98,12 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 		steal = time.Duration((steal1.steal - steal0.steal) / ticksPerSecond * float64(time.Second))
 	}
 
-	fmt.Fprintf(w, "\n### Hot key with leases (limit %.0f/s, burst %d; %d processes x %d goroutines Waiting, %v per run)\n\n",
+	fmt.Fprintf(w, "\n### Hot key with leases (limit %.0f/s, burst %d; %d processes x %d goroutines, %v per run)\n\n",
 		leaseLimit.Rate, leaseLimit.Burst, c.Procs, leaseGoroutines, c.Phase)
-	fmt.Fprintln(w, "| leases | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | client CPU µs per admission | fallbacks |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| leases | call | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | client CPU µs per admission | fallbacks |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
-		fmt.Fprintf(w, "| %s | %.0f | %.3f | %.4f | %d | %.2f | %d |\n", onOff(r.Leases), r.perSecond(), r.RedisCPUUse,
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.4f | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), r.perSecond(), r.RedisCPUUse,
 			float64(r.RedisCalls)/float64(max(r.Admissions, 1)), r.Granted-r.Admissions,
 			float64(r.ClientCPU.Microseconds())/float64(max(r.Admissions, 1)), r.Fallbacks)
 	}
@@ -119,6 +122,13 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 	return nil
 }
 
+func callName(wait bool) string {
+	if wait {
+		return "Wait"
+	}
+	return "Reserve"
+}
+
 func onOff(b bool) string {
 	if b {
 		return "on"
@@ -127,7 +137,7 @@ func onOff(b bool) string {
 }
 
 // leaseFleet runs c.Procs lease children for d, leases on or off.
-func (b *bench) leaseFleet(ctx context.Context, on bool, d time.Duration) (leaseRun, error) {
+func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) (leaseRun, error) {
 	c := b.cfg
 	if err := b.flush(ctx); err != nil {
 		return leaseRun{}, err
@@ -139,7 +149,7 @@ func (b *bench) leaseFleet(ctx context.Context, on bool, d time.Duration) (lease
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: leaseChildEnv, Procs: c.Procs, Stdin: true,
-		Spec: leaseJob{RedisURL: b.url, Key: "hot", Goroutines: leaseGoroutines, LeaseSpan: span}})
+		Spec: leaseJob{RedisURL: b.url, Key: "hot", Goroutines: leaseGoroutines, LeaseSpan: span, Wait: wait}})
 	if err != nil {
 		return leaseRun{}, err
 	}
@@ -175,7 +185,7 @@ func (b *bench) leaseFleet(ctx context.Context, on bool, d time.Duration) (lease
 	if err != nil {
 		return leaseRun{}, err
 	}
-	r := leaseRun{Leases: on, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
+	r := leaseRun{Leases: on, Wait: wait, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
 	for _, ch := range f.Children() {
 		lines := ch.Lines()
 		js, ok := strings.CutPrefix(lines[len(lines)-1], "end ")
@@ -226,8 +236,8 @@ func runAsLeaseChild() (code int, isChild bool) {
 }
 
 // leaseChild is one process of the lease phase: a Limiter, "ready", the
-// start and end times from stdin, then j.Goroutines goroutines Waiting on
-// the key until the end; its last line "end <leaseEnd as JSON>".
+// start and end times from stdin, then j.Goroutines goroutines calling
+// Wait (or Reserve) on the key until the end; its last line "end <leaseEnd as JSON>".
 func leaseChild(j leaseJob) error {
 	rdb, err := newClient(j.RedisURL, j.Goroutines, nil)
 	if err != nil {
@@ -269,7 +279,12 @@ func leaseChild(j leaseJob) error {
 			n := int64(0)
 			defer func() { admissions.Add(n) }()
 			for {
-				err := l.Wait(ctx, j.Key, leaseLimit)
+				var err error
+				if j.Wait {
+					err = l.Wait(ctx, j.Key, leaseLimit)
+				} else {
+					_, err = l.Reserve(ctx, j.Key, leaseLimit, 1)
+				}
 				if err != nil {
 					if !endOfRun(ctx, err) {
 						errs[i] = err
