@@ -411,12 +411,15 @@ func TestLeasePause(t *testing.T) {
 	s := redistest.New(t)
 	c := s.NewClient(t)
 	prefix := redistest.Prefix(t)
-	l := leaseLimiter(t, c, nil, reserve.Options{KeyPrefix: prefix})
-	other := leaseLimiter(t, c, nil, reserve.Options{KeyPrefix: prefix})
+	// A fake clock that stands still: no slot lapses and no sleeper is
+	// late, however slow the machine.
+	clk := fakeclock.New(epoch)
+	l := leaseLimiter(t, c, clk, reserve.Options{KeyPrefix: prefix})
+	other := leaseLimiter(t, c, clk, reserve.Options{KeyPrefix: prefix})
 	ctx := t.Context()
 	lim := reserve.Limit{Rate: 1e6, Burst: 1}
-	// A first pause puts the lease's slots in the future, so that none
-	// lapses before the test hands it out, however slow the machine.
+	// A first pause puts the lease's slots in the future, for Sleep to
+	// check the pause before them.
 	require.NoError(t, other.Pause(ctx, "k", lim, 300*time.Millisecond))
 	slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 100, true)
 	require.NoError(t, err)
@@ -432,7 +435,7 @@ func TestLeasePause(t *testing.T) {
 	require.Greater(t, slot, slots[99], "Sleep used a leased slot inside the pause")
 	granted, handed, lapsed, held := l.LeaseCounts()
 	require.Equal(t, [4]int64{100, 1, 99, 0}, [4]int64{granted, handed, lapsed, held})
-	require.GreaterOrEqual(t, time.Now().UnixNano(), slot, "woke before the slot")
+	require.GreaterOrEqual(t, slot, epoch.Add(600*time.Millisecond).UnixNano(), "the new slot is inside the pause")
 }
 
 // TestLeaseRedisDown: the slots of a lease are Redis's grants: they are
@@ -442,11 +445,10 @@ func TestLeaseRedisDown(t *testing.T) {
 	s := redistest.NewProcess(t)
 	c := s.NewClient(t)
 	prefix := redistest.Prefix(t)
-	l := leaseLimiter(t, c, nil, reserve.Options{KeyPrefix: prefix, CallTimeout: time.Second})
-	other := leaseLimiter(t, c, nil, reserve.Options{KeyPrefix: prefix})
+	clk := fakeclock.New(epoch) // stands still: no leased slot lapses
+	l := leaseLimiter(t, c, clk, reserve.Options{KeyPrefix: prefix, CallTimeout: time.Second})
 	ctx := t.Context()
 	lim := reserve.Limit{Rate: 1e6, Burst: 1}
-	require.NoError(t, other.Pause(ctx, "k", lim, 500*time.Millisecond))
 	slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 50, true)
 	require.NoError(t, err)
 	require.True(t, ok)
