@@ -23,12 +23,14 @@ import (
 // The lease phase: one hot key, paced at 10,000,000/s (burst 10,000) so
 // that nobody waits, called by c.Procs processes of leaseGoroutines
 // goroutines each, with pacer's leases on (the default) and off
-// (Options.LeaseSpan -1: coalescing alone). It prints admissions per second
-// (a Reserve that succeeds, or a Wait returning nil: both are run) for both, the Redis CPU per admission (INFO cpu),
-// the slots the key granted that nobody used (lapsed leased slots: the
-// key's last number less the admissions), one caller's Reserve latency both
-// ways, and golang.org/x/time/rate in one process with as many goroutines
-// as the machine's floor. Nothing of it goes to BENCHMARKS.md.
+// (Options.LeaseSpan -1: coalescing alone). It prints, for both, admissions
+// per second (Reserves that succeed, and Waits returning nil: both are
+// run), the Redis CPU per admission (INFO cpu), the slots the key granted
+// that nobody used (the key's last number less the admissions: leased
+// slots that lapsed, and slots Sleep gave up for lateness); one caller's
+// Reserve latency both ways; golang.org/x/time/rate in one process with as
+// many goroutines, the machine's floor; and the steal time over the phase.
+// Its table comes after the others, on stdout and in c.Out.
 
 // leaseChildEnv carries a lease child's job (see package internal/fleet).
 const leaseChildEnv = "PACERBENCH_LEASE_CHILD"

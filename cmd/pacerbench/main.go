@@ -406,8 +406,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			res.Eviction = append(res.Eviction, r)
 		}
 	}
+	var leases strings.Builder // lease.go's table, after the others
 	if c.runs("lease") {
-		if err := b.runLease(ctx, stdout, progress); err != nil { // lease.go; printed, not in c.Out
+		if err := b.runLease(ctx, &leases, progress); err != nil {
 			return nil, err
 		}
 	}
@@ -418,7 +419,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res.Env.finish()
 
-	tables := res.tables()
+	tables := res.tables() + leases.String()
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {
