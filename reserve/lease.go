@@ -68,6 +68,10 @@ var leaseScript = redis.NewScript(lua.Lease)
 // maxLease bounds a lease's slots, whatever the span allows.
 const maxLease = 1 << 16
 
+// sweepLeases is how many live leases make a new one look for leases whose
+// slots have all lapsed (keys that cooled) and drop them.
+const sweepLeases = 1024
+
 // notLeasableFor is how long a key lease.lua refused (a stored limit) is
 // not tried again.
 const notLeasableFor = time.Second
@@ -173,7 +177,7 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 
 // retire removes ls, k's lease, at now (the Limiter's clock), and sizes
 // k's next lease from its use: the demand it saw (slots handed out over the
-// time it lived) over half the lateness allowance, so that the next lease
+// time it lived) times half the lateness allowance, so that the next lease
 // is handed out well before its slots lapse. t.mu is held.
 func (t *leaseTable) retire(k batchKey, ls *lease, now time.Time) {
 	if t.m[k] == ls {
@@ -312,6 +316,15 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 	}
 	if old := t.m[k]; old != nil {
 		t.retire(k, old, ls.base.local)
+	}
+	if len(t.m) >= sweepLeases {
+		// Keys that cooled keep their lease until someone asks again:
+		// let those whose slots have all lapsed go.
+		for bk, old := range t.m {
+			if old.base.at(old.last).Add(old.allow).Before(ls.base.local) {
+				t.retire(bk, old, ls.base.local)
+			}
+		}
 	}
 	t.m[k] = ls
 	t.granted.Add(int64(ls.k))

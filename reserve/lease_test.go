@@ -467,3 +467,24 @@ func TestLeaseRedisDown(t *testing.T) {
 	require.True(t, r.Local(), "Redis is down: the local fallback")
 	require.False(t, r.Time().Before(last.Time()), "the local fallback's slot %v is before the lease's last %v", r.Time(), last.Time())
 }
+
+// TestLeaseSweep: keys that cooled do not keep their leases forever: once
+// 1,024 are live, a new lease drops those whose slots have all lapsed.
+func TestLeaseSweep(t *testing.T) {
+	s := redistest.New(t)
+	clk := fakeclock.New(epoch)
+	l := leaseLimiter(t, s.NewClient(t), clk, reserve.Options{})
+	lim := reserve.Limit{Rate: 1e6, Burst: 1}
+	for i := range 1024 {
+		_, _, ok, err := l.LeaseSlots(t.Context(), "k"+strconv.Itoa(i), lim, 2, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	_, _, _, held := l.LeaseCounts()
+	require.Equal(t, int64(2048), held)
+	clk.Advance(time.Second)
+	_, _, _, err := l.LeaseSlots(t.Context(), "new", lim, 3, true)
+	require.NoError(t, err)
+	granted, handed, lapsed, held := l.LeaseCounts()
+	require.Equal(t, [4]int64{2051, 0, 2048, 3}, [4]int64{granted, handed, lapsed, held})
+}
