@@ -35,6 +35,9 @@ var hold string
 //go:embed resume.lua
 var resume string
 
+//go:embed lease.lua
+var lease string
+
 // Admin stores or removes a key's limit, or records an operator's action,
 // in the key's history. It does not use core.lua. See admin.lua.
 //
@@ -79,4 +82,8 @@ var (
 
 	// Resume ends a key group's pause now. See resume.lua.
 	Resume = core + resume
+
+	// Lease reserves a run of consecutive one-bucket slots in one call, as
+	// many unit reservations would have. See lease.lua.
+	Lease = core + lease
 )

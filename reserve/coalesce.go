@@ -53,20 +53,25 @@ type queue struct {
 type coalescer struct {
 	mu     sync.Mutex
 	queues map[batchKey]*queue // present while a call for the key is in flight
+	leases leaseTable          // hot keys' leased slots (lease.go)
 }
 
 // reserveCoalesced is reserve through the coalescer.
 func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req *request) (*Reservation, error) {
 	c := &l.coalescer
 	k := batchKey{key, s.sig}
+	if res, ok := l.fromLease(k, s, req); ok {
+		return res.r, res.err
+	}
 
 	c.mu.Lock()
 	q, busy := c.queues[k]
 	if !busy {
-		// Lone caller: make the call now, with the caller's context.
+		// Lone caller: make the call now, with the caller's context. It
+		// never leases: a lone caller has no queue.
 		c.queues[k] = &queue{spec: s}
 		c.mu.Unlock()
-		l.runBatch(ctx, k, s, []*request{req})
+		l.runBatch(ctx, k, s, []*request{req}, false)
 		l.handOff(k)
 		res := <-req.done
 		return res.r, res.err
@@ -115,12 +120,27 @@ func (l *Limiter) handOff(k batchKey) {
 
 // drain serves k's queue, MaxBatch requests per call, until it is empty. Its
 // calls are bounded by CallTimeout and belong to no caller: a caller whose
-// context ends leaves the queue, or has its grant canceled.
+// context ends leaves the queue, or has its grant canceled. Callers a live
+// lease can serve take its slots first; a batch of Options.LeaseQueue or
+// more makes the key hot, and its call leases (lease.go).
 func (l *Limiter) drain(k batchKey) {
 	c := &l.coalescer
 	for {
 		c.mu.Lock()
 		q := c.queues[k]
+		served := 0
+		for _, req := range q.pending {
+			res, ok := l.fromLease(k, q.spec, req)
+			if !ok {
+				break
+			}
+			req.sent = true
+			req.done <- res
+			served++
+		}
+		if served > 0 {
+			q.pending = append([]*request(nil), q.pending[served:]...)
+		}
 		if len(q.pending) == 0 {
 			delete(c.queues, k)
 			c.mu.Unlock()
@@ -130,13 +150,19 @@ func (l *Limiter) drain(k batchKey) {
 		batch := q.pending[:m:m]
 		q.pending = append([]*request(nil), q.pending[m:]...)
 		c.mu.Unlock()
-		l.runBatch(context.Background(), k, q.spec, batch)
+		l.runBatch(context.Background(), k, q.spec, batch, l.opts.LeaseSpan > 0 && m >= l.opts.LeaseQueue)
 	}
 }
 
-// runBatch reserves for reqs in one call and delivers each its result.
-func (l *Limiter) runBatch(ctx context.Context, k batchKey, s *spec, reqs []*request) {
-	results := l.reserveBatch(ctx, k.key, s, reqs)
+// runBatch reserves for reqs in one call, a lease when the key is hot, and
+// delivers each its result.
+func (l *Limiter) runBatch(ctx context.Context, k batchKey, s *spec, reqs []*request, hot bool) {
+	var results []result
+	if hot {
+		results = l.leaseBatch(ctx, k, s, reqs)
+	} else {
+		results = l.reserveBatch(ctx, k.key, s, reqs)
+	}
 	c := &l.coalescer
 	var orphans []*Reservation
 	c.mu.Lock()

@@ -21,9 +21,11 @@
 // Options.CallTimeout. Close stops the Limiter's background goroutine.
 //
 // Concurrent callers on one key in one process share Redis round trips
-// (coalescing; Options.DisableCoalescing), and sleeps end within tens of µs
-// of their slot on Linux instead of Go timers' millisecond
-// (Options.PreciseWake).
+// (coalescing; Options.DisableCoalescing); a key so hot that callers queue
+// leases a run of consecutive slots in one call and hands them out locally,
+// each exactly the slot a call of its own would have had
+// (Options.LeaseSpan); and sleeps end within tens of µs of their slot on
+// Linux instead of Go timers' millisecond (Options.PreciseWake).
 //
 // # Several limits, costs known after the call
 //

@@ -19,8 +19,8 @@ type Metrics interface {
 	// woke more than Options.MaxLateness after its slot).
 	Moved(key string, why string)
 	// RedisCall is called after every call to Redis: the operation
-	// ("reserve", "adjust", "pause", "peek", "claim", "hold", "check",
-	// "heartbeat", "probe"), its duration and its error (nil on success).
+	// ("reserve", "lease", "adjust", "pause", "peek", "claim", "hold",
+	// "check", "heartbeat", "probe"), its duration and its error (nil on success).
 	RedisCall(op string, d time.Duration, err error)
 	// Fallback is called on every switch: active is true when the Limiter
 	// starts pacing locally, false when it is back on Redis.

@@ -21,6 +21,8 @@ const (
 	defaultHeartbeatInterval = 2 * time.Second
 	defaultSilentHold        = time.Minute
 	defaultPreciseWake       = wake.DefaultMargin
+	defaultLeaseSpan         = time.Millisecond
+	defaultLeaseQueue        = 8
 )
 
 // Options configure a Limiter. The zero value is ready to use.
@@ -107,6 +109,26 @@ type Options struct {
 	// one at once, so a lone caller waits for nothing.
 	DisableCoalescing bool
 
+	// LeaseSpan bounds the leases of hot keys: a key on which
+	// LeaseQueue or more callers of this Limiter queued behind a call in
+	// flight gets a run of consecutive slots in one Redis call, handed out
+	// locally, one per Reserve or Wait, with no call each. A lease holds at
+	// most rate × LeaseSpan slots (the key's rate, at this Limiter's share),
+	// none if that is under 2: at the default 1 ms, a key paced at 500/s
+	// never leases, one at 10M/s leases up to 10,000 slots. Its slots are
+	// exactly those as many one-permit reservations would have had, so
+	// every guarantee on the schedule holds; slots a process does not hand
+	// out in time (or holds when it dies) lapse: at most rate × LeaseSpan
+	// per lease. Only one-permit requests on a single Limit lease, and only
+	// on a key with no stored limit (see lease.go). Default 1 ms; negative:
+	// no leases.
+	LeaseSpan time.Duration
+
+	// LeaseQueue is how many callers must be queued for a key (behind its
+	// call in flight) for the next call to lease (see LeaseSpan). A lone
+	// caller never has a queue, so it never leases. Default 8; at least 2.
+	LeaseQueue int
+
 	// PreciseWake is how long before a slot Wait and Reservation.Sleep hand
 	// over from Go's timer, which wakes up to about a millisecond late, to
 	// a precise timer of the operating system (a timerfd read through Go's
@@ -167,6 +189,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FleetSize < 0 {
 		return o, fmt.Errorf("%w: FleetSize must not be negative (got %d)", ErrInvalidOptions, o.FleetSize)
+	}
+	switch {
+	case o.LeaseSpan == 0:
+		o.LeaseSpan = defaultLeaseSpan
+	case o.LeaseSpan > time.Second:
+		return o, fmt.Errorf("%w: LeaseSpan %v is longer than 1s (a lease's slots lapse unused when a process stalls or dies: keep it short)", ErrInvalidOptions, o.LeaseSpan)
+	}
+	switch {
+	case o.LeaseQueue == 0:
+		o.LeaseQueue = defaultLeaseQueue
+	case o.LeaseQueue < 2:
+		return o, fmt.Errorf("%w: LeaseQueue must be at least 2 (got %d)", ErrInvalidOptions, o.LeaseQueue)
 	}
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}

@@ -29,6 +29,7 @@ type childSpec struct {
 	Goroutines    int
 	Start, End    int64 // Unix ns
 	Policy        bool  // reserve testPolicy and settle (policyChild)
+	Lease         bool  // reserve single permits on a hot key (leaseChild)
 }
 
 // The child side of TestServerTimeAcrossProcesses: the test binary re-run
@@ -38,6 +39,8 @@ func TestMain(m *testing.M) {
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
 		if err == nil && spec.Policy {
 			err = policyChild(spec)
+		} else if err == nil && spec.Lease {
+			err = leaseChild(spec)
 		} else if err == nil {
 			err = childMain(spec)
 		}

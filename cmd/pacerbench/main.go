@@ -101,6 +101,9 @@ func main() {
 	if code, ok := runAsChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsLeaseChild(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -130,7 +133,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, lease)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -184,7 +187,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "lease"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -412,6 +415,12 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			res.Eviction = append(res.Eviction, r)
 		}
 	}
+	var leases strings.Builder // lease.go's table, after the others
+	if c.runs("lease") {
+		if err := b.runLease(ctx, &leases, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -419,7 +428,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res.Env.finish()
 
-	tables := res.tables()
+	tables := res.tables() + leases.String()
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {

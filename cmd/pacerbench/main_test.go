@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	if code, ok := runAsChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsLeaseChild(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 

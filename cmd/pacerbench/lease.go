@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	fleetproc "github.com/pacer-go/pacer/internal/fleet"
+	"github.com/pacer-go/pacer/reserve"
+	"golang.org/x/time/rate"
+)
+
+// The lease phase: one hot key, paced at 10,000,000/s (burst 10,000) so
+// that nobody waits, called by c.Procs processes of leaseGoroutines
+// goroutines each, with pacer's leases on (the default) and off
+// (Options.LeaseSpan -1: coalescing alone). It prints, for both, admissions
+// per second (Reserves that succeed, and Waits returning nil: both are
+// run), the Redis CPU per admission (INFO cpu), the slots the key granted
+// that nobody used (the key's last number less the admissions: leased
+// slots that lapsed, and slots Sleep gave up for lateness); one caller's
+// Reserve latency both ways; golang.org/x/time/rate in one process with as
+// many goroutines, the machine's floor; and the steal time over the phase.
+// Its table comes after the others, on stdout and in c.Out.
+
+// leaseChildEnv carries a lease child's job (see package internal/fleet).
+const leaseChildEnv = "PACERBENCH_LEASE_CHILD"
+
+const leaseGoroutines = 64
+
+// leaseLimit is the lease phase's limit: so high that nobody waits.
+var leaseLimit = reserve.Limit{Rate: 10_000_000, Burst: 10_000}
+
+// leaseJob is what a lease child is told.
+type leaseJob struct {
+	RedisURL   string
+	Key        string
+	Goroutines int
+	LeaseSpan  time.Duration // reserve.Options.LeaseSpan; -1: no leases
+	Wait       bool          // admissions are Waits returning nil; else Reserves
+}
+
+// leaseEnd is a lease child's last line.
+type leaseEnd struct {
+	Admissions int64
+	CPU        time.Duration
+	Fallbacks  int64
+}
+
+// leaseRun is one fleet run of the lease phase.
+type leaseRun struct {
+	Leases      bool
+	Wait        bool
+	Admissions  int64
+	Seconds     float64
+	RedisCPU    time.Duration
+	Granted     int64 // the key's last number: slots Redis granted
+	ClientCPU   time.Duration
+	Fallbacks   int64
+	RedisCalls  int64
+	RedisCPUUse float64 // µs per admission
+}
+
+func (r leaseRun) perSecond() float64 { return float64(r.Admissions) / r.Seconds }
+
+// runLease runs the lease phase and prints its table to w.
+func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string, ...any)) error {
+	c := b.cfg
+	steal0 := readMachineCPU()
+	var runs []leaseRun
+	// Each way with Reserve, then with Wait, leases on and off alternating,
+	// then Reserve again: a change in the machine's load shows as a
+	// difference between the two Reserve runs of one way.
+	for _, run := range []struct{ on, wait bool }{{true, false}, {false, false}, {true, true}, {false, true}, {true, false}, {false, false}} {
+		r, err := b.leaseFleet(ctx, run.on, run.wait, c.Phase)
+		if err != nil {
+			return err
+		}
+		progress("lease       leases %-5v %-7s %d x %d: %10.0f admissions/s, Redis CPU %.3f µs per admission, %d granted unused",
+			run.on, callName(run.wait), c.Procs, leaseGoroutines, r.perSecond(), r.RedisCPUUse, r.Granted-r.Admissions)
+		runs = append(runs, r)
+	}
+	lone, err := b.leaseLone(ctx, c.Phase)
+	if err != nil {
+		return err
+	}
+	floor := leaseFloor(c.Procs*leaseGoroutines, c.Phase)
+	steal1 := readMachineCPU()
+	steal := time.Duration(-1)
+	if steal0.ok && steal1.ok {
+		steal = time.Duration((steal1.steal - steal0.steal) / ticksPerSecond * float64(time.Second))
+	}
+
+	fmt.Fprintf(w, "\n### Hot key with leases (limit %.0f/s, burst %d; %d processes x %d goroutines, %v per run)\n\n",
+		leaseLimit.Rate, leaseLimit.Burst, c.Procs, leaseGoroutines, c.Phase)
+	fmt.Fprintln(w, "| leases | call | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | client CPU µs per admission | fallbacks |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range runs {
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.4f | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), r.perSecond(), r.RedisCPUUse,
+			float64(r.RedisCalls)/float64(max(r.Admissions, 1)), r.Granted-r.Admissions,
+			float64(r.ClientCPU.Microseconds())/float64(max(r.Admissions, 1)), r.Fallbacks)
+	}
+	fmt.Fprintf(w, "\nx/time/rate in one process, %d goroutines (the machine's floor): %.0f admissions/s\n", c.Procs*leaseGoroutines, floor)
+	fmt.Fprintln(w, "\nOne caller's Reserve (1 goroutine, same limit; alternating rounds):")
+	fmt.Fprintln(w, "\n| leases | calls | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, l := range lone {
+		fmt.Fprintf(w, "| %s | %d | %v | %v |\n", l.Variant, l.Calls, l.P50, l.P99)
+	}
+	if steal >= 0 {
+		fmt.Fprintf(w, "\nSteal time over the phase (/proc/stat): %v of %v.\n", steal.Round(time.Millisecond), 2*runtime.NumCPU())
+	} else {
+		fmt.Fprintln(w, "\nSteal time over the phase: unknown.")
+	}
+	return nil
+}
+
+func callName(wait bool) string {
+	if wait {
+		return "Wait"
+	}
+	return "Reserve"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// leaseFleet runs c.Procs lease children for d, leases on or off.
+func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) (leaseRun, error) {
+	c := b.cfg
+	if err := b.flush(ctx); err != nil {
+		return leaseRun{}, err
+	}
+	span := time.Duration(-1)
+	if on {
+		span = 0 // the default
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: leaseChildEnv, Procs: c.Procs, Stdin: true,
+		Spec: leaseJob{RedisURL: b.url, Key: "hot", Goroutines: leaseGoroutines, LeaseSpan: span, Wait: wait}})
+	if err != nil {
+		return leaseRun{}, err
+	}
+	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer readyCancel()
+	for _, ch := range f.Children() {
+		line, err := ch.FirstLine(readyCtx)
+		if err == nil && line != "ready" {
+			err = fmt.Errorf("no ready line (got %q)", line)
+		}
+		if err != nil {
+			return leaseRun{}, fmt.Errorf("lease process %d: %w", ch.Index, err)
+		}
+	}
+	base, err := startUsage(ctx, b.admin)
+	if err != nil {
+		return leaseRun{}, err
+	}
+	start := time.Now().Add(50 * time.Millisecond)
+	end := start.Add(d)
+	for _, ch := range f.Children() {
+		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
+		ch.Stdin.Close()
+	}
+	if err := f.Wait(); err != nil {
+		var errs []error
+		for _, ch := range f.Children() {
+			errs = append(errs, fmt.Errorf("lease process %d: %s", ch.Index, ch.Stderr()))
+		}
+		return leaseRun{}, fmt.Errorf("lease fleet: %w: %w", err, errors.Join(errs...))
+	}
+	u, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return leaseRun{}, err
+	}
+	r := leaseRun{Leases: on, Wait: wait, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
+	for _, ch := range f.Children() {
+		lines := ch.Lines()
+		js, ok := strings.CutPrefix(lines[len(lines)-1], "end ")
+		var e leaseEnd
+		if !ok || json.Unmarshal([]byte(js), &e) != nil {
+			return leaseRun{}, fmt.Errorf("lease process %d: bad last line %q", ch.Index, lines[len(lines)-1])
+		}
+		r.Admissions += e.Admissions
+		r.ClientCPU += e.CPU
+		r.Fallbacks += e.Fallbacks
+	}
+	for name, st := range u.Stats {
+		if name == "evalsha" || name == "eval" || name == "get" {
+			r.RedisCalls += st.Calls
+		}
+	}
+	// The key's last number: every slot granted, used or not. The key
+	// lives a second after its last write.
+	state, err := b.admin.Get(ctx, "pacer:{hot}").Result()
+	if err == nil {
+		f := strings.Fields(state)
+		if len(f) > 3 {
+			r.Granted, _ = strconv.ParseInt(f[3], 10, 64)
+		}
+	}
+	if r.Admissions > 0 {
+		r.RedisCPUUse = u.CPU * 1e6 / float64(r.Admissions)
+	}
+	return r, nil
+}
+
+// runAsLeaseChild runs this process as one process of the lease phase's
+// fleet, if it is one, and returns its exit code and true.
+func runAsLeaseChild() (code int, isChild bool) {
+	var j leaseJob
+	ok, err := fleetproc.Spec(leaseChildEnv, &j)
+	if !ok {
+		return 0, false
+	}
+	if err == nil {
+		err = leaseChild(j)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pacerbench lease child:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// leaseChild is one process of the lease phase: a Limiter, "ready", the
+// start and end times from stdin, then j.Goroutines goroutines calling
+// Wait (or Reserve) on the key until the end; its last line "end <leaseEnd as JSON>".
+func leaseChild(j leaseJob) error {
+	rdb, err := newClient(j.RedisURL, j.Goroutines, nil)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	counts := &pacerCounts{}
+	l, err := reserve.New(rdb, reserve.Options{LeaseSpan: j.LeaseSpan, Metrics: counts})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
+		return err
+	}
+	warm := "warmup:" + strconv.Itoa(os.Getpid())
+	for range 10 {
+		if err := l.Wait(context.Background(), warm, leaseLimit); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	fmt.Println("ready")
+	var startNs, endNs int64
+	if _, err := fmt.Fscan(os.Stdin, &startNs, &endNs); err != nil {
+		return fmt.Errorf("reading the start and end times: %w", err)
+	}
+	start, end := time.Unix(0, startNs), time.Unix(0, endNs)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	time.Sleep(time.Until(start))
+	cpu0 := cpuTime()
+	var (
+		admissions atomic.Int64
+		wg         sync.WaitGroup
+		errs       = make([]error, j.Goroutines)
+	)
+	for i := range j.Goroutines {
+		wg.Go(func() {
+			n := int64(0)
+			defer func() { admissions.Add(n) }()
+			for {
+				var err error
+				if j.Wait {
+					err = l.Wait(ctx, j.Key, leaseLimit)
+				} else {
+					_, err = l.Reserve(ctx, j.Key, leaseLimit, 1)
+				}
+				if err != nil {
+					if !endOfRun(ctx, err) {
+						errs[i] = err
+					}
+					return
+				}
+				if !time.Now().Before(end) {
+					return
+				}
+				n++
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		return err
+	}
+	if err := firstErr(errs); err != nil {
+		return err
+	}
+	js, err := json.Marshal(leaseEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: counts.fallbacks.Load()})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("end %s\n", js)
+	return nil
+}
+
+// leaseLone measures one caller's Reserve on leaseLimit, leases on and
+// off, in alternating rounds.
+func (b *bench) leaseLone(ctx context.Context, d time.Duration) ([]latency, error) {
+	const rounds = 4
+	took := [2][]time.Duration{}
+	for round := range 2 * rounds {
+		on := round%2 == 0
+		if err := b.flush(ctx); err != nil {
+			return nil, err
+		}
+		span := time.Duration(-1)
+		if on {
+			span = 0
+		}
+		l, err := reserve.New(b.rdb, reserve.Options{LeaseSpan: span, Logger: b.log})
+		if err != nil {
+			return nil, err
+		}
+		for range 100 {
+			if _, err := l.Reserve(ctx, "lone", leaseLimit, 1); err != nil {
+				l.Close()
+				return nil, err
+			}
+		}
+		runtime.GC()
+		i := 1
+		if on {
+			i = 0
+		}
+		end := time.Now().Add(d / rounds)
+		for time.Now().Before(end) {
+			t0 := time.Now()
+			if _, err := l.Reserve(ctx, "lone", leaseLimit, 1); err != nil {
+				l.Close()
+				return nil, err
+			}
+			took[i] = append(took[i], time.Since(t0))
+		}
+		if err := l.Close(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]latency, 2)
+	for i, name := range []string{"on", "off"} {
+		t := took[i]
+		slices.Sort(t)
+		out[i] = latency{Variant: name, Calls: int64(len(t)), P50: quantile(t, 0.5), P99: quantile(t, 0.99), Max: t[len(t)-1]}
+	}
+	return out, nil
+}
+
+// leaseFloor is golang.org/x/time/rate at leaseLimit in this process, g
+// goroutines Waiting for d: admissions per second.
+func leaseFloor(g int, d time.Duration) float64 {
+	lim := rate.NewLimiter(rate.Limit(leaseLimit.Rate), leaseLimit.Burst)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range g {
+		wg.Go(func() {
+			k := int64(0)
+			for lim.Wait(ctx) == nil {
+				k++
+			}
+			n.Add(k)
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}

@@ -1,0 +1,56 @@
+package reserve
+
+import "context"
+
+// LeaseSlots leases k one-permit slots of lim on key in one lease.lua call
+// and returns each slot (Unix ns on the script's clock) and its number, for
+// tests. Unless keep, the lease is then dropped (its slots lapse); kept, the
+// Limiter hands them out. ok is false when the key is not leasable.
+func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, keep bool) (slots, seqs []int64, ok bool, err error) {
+	s, err := l.specOf(lim)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	bk := batchKey{key, s.sig}
+	ls, err := l.newLease(ctx, bk, s, k)
+	if err != nil || ls == nil {
+		return nil, nil, false, err
+	}
+	for i := range ls.k {
+		slots = append(slots, ls.slotNS(i))
+		seqs = append(seqs, ls.seq0+int64(i))
+	}
+	if !keep {
+		l.coalescer.leases.drop(bk)
+	}
+	return slots, seqs, true, nil
+}
+
+// LeaseCounts returns the slots this Limiter leased, handed out and let
+// lapse, and those its live leases still hold, for tests.
+func (l *Limiter) LeaseCounts() (granted, handed, lapsed, held int64) {
+	t := &l.coalescer.leases
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ls := range t.m {
+		held += int64(ls.k - ls.next)
+	}
+	return t.granted.Load(), t.handed.Load(), t.lapsed.Load(), held
+}
+
+// LeaseSize returns the size k's next lease would have after a batch of n,
+// for tests.
+func (l *Limiter) LeaseSize(key string, lim Limit, n int) int {
+	s, err := l.specOf(lim)
+	if err != nil {
+		return 0
+	}
+	return l.leaseSize(batchKey{key, s.sig}, s, n)
+}
+
+// SeqOf returns r's number on its key, for tests.
+func SeqOf(r *Reservation) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
