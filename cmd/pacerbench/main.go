@@ -64,7 +64,7 @@ type config struct {
 	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
 	EvictRun   time.Duration // each run of the eviction phase
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, memory); "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, memory, eviction, script); "" for all
 	Command    string        // how the program was run, for the report
 }
 
@@ -130,7 +130,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -184,7 +184,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -289,6 +289,8 @@ type results struct {
 	BusyFleet  []fleet // the fleet again, beside a CPU hog per CPU
 	Memory     []memory
 	Eviction   []eviction
+	Script     []scriptRow
+	ScriptNote string
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -412,6 +414,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			res.Eviction = append(res.Eviction, r)
 		}
 	}
+	if c.runs("script") {
+		if res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -419,7 +426,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res.Env.finish()
 
-	tables := res.tables()
+	tables := res.tables() + res.scriptTable()
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {
