@@ -415,7 +415,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 	}
 	if c.runs("script") {
-		if res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase); err != nil {
+		if res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase, c.FleetRate); err != nil {
 			return nil, err
 		}
 	}

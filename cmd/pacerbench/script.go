@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ type scriptRow struct {
 	M         int     // requests per EVALSHA
 	Calls     int64   // EVALSHA run by this program
 	Usec      float64 // commandstats µs per EVALSHA, this program driving
+	CPUUsec   float64 // Redis CPU (INFO cpu) µs per EVALSHA, the same
+	Paced     float64 // calls per second the calls were paced at; 0: back to back
 	BenchUsec float64 // the same with redis-benchmark driving; -1: not run
 	BenchRPS  float64 // redis-benchmark's EVALSHA per second
 }
@@ -38,7 +41,7 @@ var scriptBatches = []int{1, 16, 256}
 
 // runScript measures reserve.lua for each of scriptBatches on one Limit,
 // and a single reservation on threeBands.
-func (b *bench) runScript(ctx context.Context, d time.Duration) ([]scriptRow, string, error) {
+func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([]scriptRow, string, error) {
 	single, err := b.captureArgs(ctx, "script:one", nil, reserve.Permits(1))
 	if err != nil {
 		return nil, "", err
@@ -90,7 +93,7 @@ func (b *bench) runScript(ctx context.Context, d time.Duration) ([]scriptRow, st
 		if err != nil {
 			return nil, "", err
 		}
-		row.Usec = perEvalsha(u)
+		row.Usec, row.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(row.Calls)
 		if lookErr == nil {
 			if err := b.flush(ctx); err != nil {
 				return nil, "", err
@@ -111,6 +114,48 @@ func (b *bench) runScript(ctx context.Context, d time.Duration) ([]scriptRow, st
 		}
 		rows = append(rows, row)
 	}
+	// The fleet's pace: the m = 1 call at rate calls per second, one
+	// connection, Redis idle in between (what the fleet phase's Redis
+	// figures are made of); then nothing at all for as long, Redis's own
+	// CPU per second spread over as many calls.
+	if err := b.flush(ctx); err != nil {
+		return nil, "", err
+	}
+	paced := scriptRow{Case: fmt.Sprintf("1 band (Limit), m = 1, paced at %s/s", thousands(rate)), M: 1, BenchUsec: -1, Paced: rate}
+	base, err := startUsage(ctx, b.admin)
+	if err != nil {
+		return nil, "", err
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	end := time.Now().Add(d)
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		if err := b.admin.Do(ctx, cases[0].args...).Err(); err != nil {
+			tick.Stop()
+			return nil, "", fmt.Errorf("pacerbench: script paced: %w", err)
+		}
+		paced.Calls++
+	}
+	tick.Stop()
+	u, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return nil, "", err
+	}
+	paced.Usec, paced.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(paced.Calls)
+	rows = append(rows, paced)
+	base, err = startUsage(ctx, b.admin)
+	if err != nil {
+		return nil, "", err
+	}
+	time.Sleep(d)
+	u, err = endUsage(ctx, b.admin, base)
+	if err != nil {
+		return nil, "", err
+	}
+	rows = append(rows, scriptRow{Case: fmt.Sprintf("no calls: Redis's own CPU per second / %s", thousands(rate)), BenchUsec: -1, Paced: rate,
+		Usec: math.NaN(), CPUUsec: u.CPU * 1e6 / d.Seconds() / rate})
 	return rows, note, nil
 }
 
@@ -248,19 +293,20 @@ func (r *results) scriptTable() string {
 		title: "Script: what reserve.lua costs Redis",
 		intro: fmt.Sprintf("EVALSHA of reserve.lua on one key (limit %s/s burst %s), back to back on one connection, ARGV as reserve.Limiter builds it; "+
 			"Redis µs per call from INFO commandstats, driven by this program (go-redis) for %v and by redis-benchmark for as many calls. "+
-			"µs per further request: (µs(m) - µs(1)) / (m - 1).",
+			"µs per further request: (µs(m) - µs(1)) / (m - 1). Redis CPU: INFO cpu (user + sys) over the calls. "+
+			"The paced row makes the same call at the fleet phase's rate; the last row is Redis's CPU with no calls at all, per second, divided by that rate.",
 			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase),
-		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
+		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
 	}
 	var one, oneBench float64
 	for _, x := range r.Script {
-		if x.M == 1 && strings.HasPrefix(x.Case, "1 band") {
+		if x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "1 band") {
 			one, oneBench = x.Usec, x.BenchUsec
 		}
 	}
 	for _, x := range r.Script {
 		further, furtherBench := "", ""
-		if x.M > 1 {
+		if x.M > 1 && x.Paced == 0 {
 			further = fmt.Sprintf("%.2f", (x.Usec-one)/float64(x.M-1))
 			if x.BenchUsec >= 0 {
 				furtherBench = fmt.Sprintf("%.2f", (x.BenchUsec-oneBench)/float64(x.M-1))
@@ -270,7 +316,11 @@ func (r *results) scriptTable() string {
 		if x.BenchUsec >= 0 {
 			bu, brps = fmt.Sprintf("%.2f", x.BenchUsec), thousands(x.BenchRPS)
 		}
-		t.rows = append(t.rows, []string{x.Case, strconv.FormatInt(x.Calls, 10), fmt.Sprintf("%.2f", x.Usec), further, bu, furtherBench, brps})
+		us := fmt.Sprintf("%.2f", x.Usec)
+		if math.IsNaN(x.Usec) {
+			us = "–"
+		}
+		t.rows = append(t.rows, []string{x.Case, strconv.FormatInt(x.Calls, 10), us, further, fmt.Sprintf("%.1f", x.CPUUsec), bu, furtherBench, brps})
 	}
 	if r.ScriptNote != "" {
 		t.notes = append(t.notes, r.ScriptNote)
