@@ -161,12 +161,16 @@ do
         else
           fp = '%.3f'
         end
+        local f = '%d %d %d %d %d %d'
+        if fz ~= '%d' or fe ~= '%d' or fp ~= '%d' then
+          f = '%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe
+        end
         if expiry >= need then
           local x = math.floor((expiry + now_frac) / 1000)
-          redis.call('SET', KEYS[1], string.format('%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe, now_us, x, seq, pn, zn, en), 'KEEPTTL')
+          redis.call('SET', KEYS[1], string.format(f, now_us, x, seq, pn, zn, en), 'KEEPTTL')
         else
           local x = math.ceil((need + 1000000) / 1000)
-          redis.call('SET', KEYS[1], string.format('%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe, now_us, x, seq, pn, zn, en), 'PX', x)
+          redis.call('SET', KEYS[1], string.format(f, now_us, x, seq, pn, zn, en), 'PX', x)
         end
       end
       return out

@@ -145,6 +145,33 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	}
 	paced.Usec, paced.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(paced.Calls)
 	rows = append(rows, paced)
+	// The GET a Wait makes before it fires (the pause check), as paced.
+	get := scriptRow{Case: fmt.Sprintf("GET of the state (a Wait's pause check), paced at %s/s", thousands(rate)), BenchUsec: -1, Paced: rate}
+	stateKey := fmt.Sprint(cases[0].args[3])
+	if base, err = startUsage(ctx, b.admin); err != nil {
+		return nil, "", err
+	}
+	tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
+	end = time.Now().Add(d)
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		if err := b.admin.Get(ctx, stateKey).Err(); err != nil {
+			tick.Stop()
+			return nil, "", fmt.Errorf("pacerbench: script paced GET: %w", err)
+		}
+		get.Calls++
+	}
+	tick.Stop()
+	if u, err = endUsage(ctx, b.admin, base); err != nil {
+		return nil, "", err
+	}
+	if st := u.Stats["get"]; st.Calls > 0 {
+		get.Usec = float64(st.Usec) / float64(st.Calls)
+	}
+	get.CPUUsec = u.CPU * 1e6 / float64(get.Calls)
+	rows = append(rows, get)
 	base, err = startUsage(ctx, b.admin)
 	if err != nil {
 		return nil, "", err
