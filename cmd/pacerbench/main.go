@@ -64,7 +64,7 @@ type config struct {
 	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
 	EvictRun   time.Duration // each run of the eviction phase
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, memory, eviction, script); "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script); "" for all
 	Command    string        // how the program was run, for the report
 }
 
