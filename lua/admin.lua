@@ -1,8 +1,9 @@
 -- admin.lua: an operator stores or removes a key's limit (cmd/pacer set,
 -- unset), recorded in the key's history. It does not use core.lua.
 --
--- KEYS[1]  the key's state (core.lua's KEYS[1]); if present, its flag "a
---          stored limit may exist" is set, so the next script reads KEYS[2]
+-- KEYS[1]  the key's state (core.lua's KEYS[1], format 2 or 1); if
+--          present, its flag "a stored limit may exist" is set, so the next
+--          script reads KEYS[2]
 -- KEYS[2]  the stored limit (core.lua's KEYS[2]): "<mode> <k> <bands>"
 -- KEYS[3]  the shadow figures (reserve.lua's KEYS[3]): deleted, so that a
 --          new limit's figures start from zero
@@ -41,7 +42,7 @@ stype = stype.ok or stype
 if stype ~= 'none' and stype ~= 'string' then
   return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
 end
-if state and not string.match(state, '^1 %d+ %-?%d+ %d+ %-?[%d.]+ %d') then
+if state and not string.match(state, '^%d%d+ %d+ %d+ c?%-?[%d.]+') and not string.match(state, '^1 %d+ %-?%d+ %d+ %-?[%d.]+ %d') then
   return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
 end
 if op == 'unset' and not before then
@@ -62,9 +63,17 @@ if op == 'set' or op == 'unset' then
   redis.call('DEL', KEYS[3])
 end
 if state and after ~= '' then
-  -- Fields 1-5, then the flag: 1, so the next script reads KEYS[2].
-  local head, rest = string.match(state, '^(1 %d+ %-?%d+ %d+ %-?[%d.]+ )%d(.*)$')
-  redis.call('SET', KEYS[1], head .. '1' .. rest, 'KEEPTTL')
+  -- Set the flag, so the next script reads KEYS[2]. Format 2: "c" before
+  -- the pause (field 4); format 1: field 6 is 1.
+  local head, c, rest = string.match(state, '^(%d%d+ %d+ %d+ )(c?)(.*)$')
+  if head then
+    if c == '' then
+      redis.call('SET', KEYS[1], head .. 'c' .. rest, 'KEEPTTL')
+    end
+  else
+    head, rest = string.match(state, '^(1 %d+ %-?%d+ %d+ %-?[%d.]+ )%d(.*)$')
+    redis.call('SET', KEYS[1], head .. '1' .. rest, 'KEEPTTL')
+  end
 end
 local t = redis.call('TIME')
 local entry = cjson.encode({

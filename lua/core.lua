@@ -14,22 +14,32 @@
 -- it (see reserve.lua).
 --
 -- KEYS[1]  the state, a string (absent: every bucket full, every window
---          unused, no pause). Space-separated fields:
---            1        format version
+--          unused, no pause). Format 2, space-separated fields:
 --            t        integer Unix µs of the last write (server time, or the
---                     client clock's); every time below is in integer ns
---                     relative to t, rounded up (never earlier)
---            x        the key's expiry as last set, ns relative to t: a
---                     write that needs no later expiry keeps it (KEEPTTL)
+--                     client clock's); every time below but x is in ns
+--                     relative to t, rounded up (never earlier), written
+--                     without decimals when whole, else to a thousandth
+--            x        the key's expiry as last set, integer ms relative to
+--                     t (rounded down): a write that needs no later expiry
+--                     keeps it (KEEPTTL)
 --            s        the number of the last reservation granted (per key,
 --                     consecutive; it identifies a reservation to adjust.lua)
---            p        no slot before p (a pause)
---            c        1 when a stored limit may exist (KEYS[2]), else 0
+--            p        no slot before p (a pause); prefixed with "c" when a
+--                     stored limit may exist (KEYS[2])
 --          then one record per band, in the policy's order:
 --            name z e   a bucket: z and e, the slot of the last reservation
 --                       granted (x/time/rate's lastEvent, for adjust.lua)
---            name w u   a window: the index w of the latest window holding
---                       reservations, and the units u reserved in it
+--            name wW u  a window: the index W of the latest window holding
+--                       reservations (after a "w"), and the units u
+--                       reserved in it
+--          except that a policy of one bucket named "permits" (a Limit)
+--          writes its record as "z e", without the name. An idle Limit's
+--          state fits Redis's 44-byte embedded strings.
+--          Format 1, written by earlier versions and still read (a fleet
+--          mid-deploy): "1 t x s p c" then "name z e" / "name w u" records,
+--          x in ns relative to t, c 1 when a stored limit may exist, z and
+--          e always with three decimals. Earlier versions refuse format 2
+--          (PACER_WRONGTYPE, nothing changed).
 --          The key expires once every bucket would be full again, every
 --          window used is over and any pause has ended, plus 1 to 2 s, so
 --          a missing key reads the same and expiry is never observed.
@@ -91,7 +101,12 @@ end
 -- by_name: the unit is a name (a stored limit), else an index. It returns
 -- the bands and the index after them, or nil and why.
 local function read_bands(list, i, by_name)
-  local k = tonumber(list[i])
+  local k = list[i]
+  if k == '1' then
+    k = 1
+  else
+    k = tonumber(k)
+  end
   if not k or k < 1 then
     return nil, 'need at least one band'
   end
@@ -108,6 +123,8 @@ local function read_bands(list, i, by_name)
         end
       end
       unit = unitnames[unit] or 0 -- a unit this caller does not charge: cost 0
+    elseif unit == '1' then
+      unit = 1
     else
       unit = tonumber(unit)
     end
@@ -160,9 +177,20 @@ local base = -now_frac -- stored ns / 1000 + base = µs relative to now
 local expiry, seq, pause, has_cfg = 0, 0, 0, 0
 local rest = nil
 if raw then
-  local v, t, x, s, p, c, r = string.match(raw, '^(%d) (%d+) (%-?%d+) (%d+) (%-?[%d.]+) (%d)(.*)$')
-  if v ~= '1' then
-    return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
+  -- Format 2 (written by this script), else format 1 (older clients).
+  local t, x, s, p, r = string.match(raw, '^(%d%d+) (%d+) (%d+) (c?%-?[%d.]+)(.*)$')
+  if t then
+    x = tonumber(x) * 1000 -- ms
+    if string.byte(p, 1) == 99 then -- 'c'
+      has_cfg, p = 1, string.sub(p, 2)
+    end
+  else
+    local v, c
+    v, t, x, s, p, c, r = string.match(raw, '^(%d) (%d+) (%-?%d+) (%d+) (%-?[%d.]+) (%d)(.*)$')
+    if v ~= '1' then
+      return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
+    end
+    x, has_cfg = tonumber(x) / 1000, tonumber(c)
   end
   t = tonumber(t)
   -- With server time, a clock that steps back (an NTP step, a failover to a
@@ -173,10 +201,13 @@ if raw then
   if not (server_time and t > now_us) then
     base = t - now_us - now_frac
   end
-  expiry = tonumber(x) / 1000 + base
+  expiry = x + base
   seq = tonumber(s)
-  pause = tonumber(p) / 1000 + base
-  has_cfg = tonumber(c)
+  if p == '0' then
+    pause = base
+  else
+    pause = tonumber(p) / 1000 + base
+  end
   rest = r
 end
 
@@ -217,7 +248,30 @@ local nbands = #bands
 -- load_records reads band records ("name x y" each, see KEYS[1]) from
 -- text into the bands of list, times relative to now by base.
 local function load_records(text, list, at)
-  local i, n = 0, #list
+  local n = #list
+  -- A policy of one bucket named "permits" (a Limit) writes its record
+  -- without the name (format 2).
+  local z, e = string.match(text, '^ (%S+) (%S+)$')
+  if z then
+    local b = list[1]
+    if n > 1 or b.name ~= 'permits' then
+      b = nil
+      for j = 1, n do
+        if list[j].name == 'permits' then
+          b = list[j]
+        end
+      end
+    end
+    if b and b.bucket then
+      z = (z == '0' and 0 or tonumber(z) / 1000) + at
+      if z > -b.fill then
+        b.z = z
+      end
+      b.e = (e == '0' and 0 or tonumber(e) / 1000) + at
+    end
+    return
+  end
+  local i = 0
   for name, x, y in string.gmatch(text, ' (%S+) (%S+) (%S+)') do
     i = i + 1
     local b = list[i]
@@ -236,6 +290,9 @@ local function load_records(text, list, at)
       end
       b.e = tonumber(y) / 1000 + at
     elseif b then
+      if string.byte(x, 1) == 119 then -- 'w': a window's index (format 2)
+        x = string.sub(x, 2)
+      end
       local w = tonumber(x)
       if w >= b.cur then
         b.w, b.u = w, tonumber(y)
@@ -243,7 +300,7 @@ local function load_records(text, list, at)
     end
   end
 end
-if rest then
+if rest and rest ~= '' then
   load_records(rest, bands, base)
 end
 if pause < 0 then
@@ -359,44 +416,76 @@ local function ns(s)
   return math.ceil(s * 1000 - 1e-6)
 end
 
--- save writes the state back. Times are stored as ns relative to now_us,
--- to a thousandth of a ns. The expiry is set only when it must move later,
--- one to two seconds past what the state needs.
--- records returns the bands of list as state records (see KEYS[1]), and
--- how long from now (µs) they matter: until every bucket is full and every
--- window used is over, and at least need.
-local function records(list, need)
-  local text = ''
-  for i = 1, #list do
-    local b = list[i]
-    if b.bucket then
-      text = text .. string.format(' %s %.3f %.3f', b.name, (b.z + now_frac) * 1000, (b.e + now_frac) * 1000)
-      if b.z + b.fill > need then
-        need = b.z + b.fill
-      end
-    else
-      text = text .. string.format(' %s %d %.17g', b.name, b.w, b.u)
-      local over = (b.w + 1 - b.cur) * b.len - b.rem
-      if b.u > 0 and over > need then
-        need = over
-      end
-    end
+-- save writes the state back (format 2). The expiry is set only when it
+-- must move later, one to two seconds past what the state needs: until
+-- every bucket is full and every window used is over, and the pause ends.
+-- numfmt returns the format of v (ns) in a state: whole ns without decimals,
+-- else to a thousandth of a ns.
+local function numfmt(v)
+  local r = math.floor(v + 0.5)
+  if v - r < 0.0005 and r - v < 0.0005 then
+    return '%d', r
   end
-  return text, need
+  return '%.3f', v
 end
 
 local function save()
-  local text, need = records(bands, pause)
-  need = need + 1000000
-  local keep = expiry >= need
-  if not keep then
-    expiry = need + 1000000
+  local need, text, fz, z, fe, e = pause, '', nil, 0, nil, 0
+  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' then
+    -- A Limit: its record without the name.
+    local b = bands[1]
+    fz, z = numfmt((b.z + now_frac) * 1000)
+    fe, e = numfmt((b.e + now_frac) * 1000)
+    if b.z + b.fill > need then
+      need = b.z + b.fill
+    end
+  else
+    for i = 1, nbands do
+      local b = bands[i]
+      if b.bucket then
+        local f1, v1 = numfmt((b.z + now_frac) * 1000)
+        local f2, v2 = numfmt((b.e + now_frac) * 1000)
+        text = text .. string.format(' %s ' .. f1 .. ' ' .. f2, b.name, v1, v2)
+        if b.z + b.fill > need then
+          need = b.z + b.fill
+        end
+      else
+        text = text .. string.format(' %s w%d %.17g', b.name, b.w, b.u)
+        local over = (b.w + 1 - b.cur) * b.len - b.rem
+        if b.u > 0 and over > need then
+          need = over
+        end
+      end
+    end
   end
-  local value = string.format('1 %d %d %d %.3f %d', now_us, ns(expiry) + now_ns, seq, (pause + now_frac) * 1000, has_cfg) .. text
+  need = need + 1000000
+  local fp, p = numfmt((pause + now_frac) * 1000)
+  local keep = expiry >= need
+  local x
+  if keep then
+    -- The expiry as set stays: stored rounded down to a ms after now_us.
+    x = math.floor((expiry + now_frac) / 1000)
+  else
+    expiry = need + 1000000
+    x = math.ceil(expiry / 1000)
+  end
+  local value
+  if fz == '%d' and fe == '%d' and fp == '%d' and has_cfg == 0 then
+    value = string.format('%d %d %d %d %d %d', now_us, x, seq, p, z, e)
+  else
+    if has_cfg == 1 then
+      fp = 'c' .. fp
+    end
+    value = string.format('%d %d %d ' .. fp, now_us, x, seq, p)
+    if fz then
+      value = value .. string.format(' ' .. fz .. ' ' .. fe, z, e)
+    end
+    value = value .. text
+  end
   if keep then
     redis.call('SET', KEYS[1], value, 'KEEPTTL')
   else
-    redis.call('SET', KEYS[1], value, 'PX', math.ceil(expiry / 1000))
+    redis.call('SET', KEYS[1], value, 'PX', x)
   end
 end
 
@@ -411,11 +500,16 @@ end
 local function cost_arg(i)
   local cost = {}
   for u = 1, nunits do
-    local c = tonumber(ARGV[i + u - 1])
-    if not c or c < 0 or c ~= c or c == math.huge then
-      return nil
+    local c = ARGV[i + u - 1]
+    if c == '1' then
+      cost[u] = 1
+    else
+      c = tonumber(c)
+      if not c or c < 0 or c ~= c or c == math.huge then
+        return nil
+      end
+      cost[u] = c
     end
-    cost[u] = c
   end
   return cost
 end

@@ -17,6 +17,9 @@ var core string
 //go:embed reserve.lua
 var reserve string
 
+//go:embed fast.lua
+var fast string
+
 //go:embed adjust.lua
 var adjust string
 
@@ -58,8 +61,9 @@ var Heartbeat string
 
 var (
 	// Reserve reserves slots for one or more requests, or refuses a request
-	// without writing if its wait would exceed its maximum. See reserve.lua.
-	Reserve = core + reserve
+	// without writing if its wait would exceed its maximum. See reserve.lua;
+	// fast.lua serves its common case (a Limit) before core.lua runs.
+	Reserve = fast + core + reserve
 
 	// Adjust cancels a reservation or settles it at its actual cost. See
 	// adjust.lua.

@@ -30,14 +30,20 @@
 -- KEYS[3]      the shadow figures, a string, written only while a stored
 --              limit is in shadow mode (KEYS[2]): "1 <t> <calls> <delayed>
 --              <wait_sum_us> <max_wait_us>" then the stored limit's band
---              records as in KEYS[1], times in ns relative to t (Unix µs).
+--              records as in a format 1 state (KEYS[1]), times in ns
+--              relative to t (Unix µs).
 --              Each request granted is also reserved on the stored limit's
 --              own schedule, which is never enforced: calls counts them,
 --              delayed those that would have waited, and the waits they
 --              would have had (from the time of the call; pauses aside).
 
 local floor = ARGV[opi]
-local m = tonumber(ARGV[opi + 1])
+local m = ARGV[opi + 1]
+if m == '1' then
+  m = 1
+else
+  m = tonumber(m)
+end
 local width = 1 + nunits
 if not m or m < 1 or #ARGV ~= opi + 1 + m * width then
   return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
@@ -80,7 +86,12 @@ local granted = false
 local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
 local i = opi + 2
 for r = 1, m do
-  local max_wait, cost = tonumber(ARGV[i]), cost_arg(i + 1)
+  local max_wait, cost = ARGV[i], cost_arg(i + 1)
+  if max_wait == '-1' then
+    max_wait = -1
+  else
+    max_wait = tonumber(max_wait)
+  end
   if not max_wait or not cost then
     return redis.error_reply('PACER_ARG bad max_wait_us or cost')
   end
@@ -133,7 +144,16 @@ if shadow_costs then
       wait_max = wait
     end
   end
-  local text = records(bands, 0)
+  -- The shadow's band records, as a format 1 state's.
+  local text = ''
+  for j = 1, nbands do
+    local b = bands[j]
+    if b.bucket then
+      text = text .. string.format(' %s %.3f %.3f', b.name, (b.z + now_frac) * 1000, (b.e + now_frac) * 1000)
+    else
+      text = text .. string.format(' %s %d %.17g', b.name, b.w, b.u)
+    end
+  end
   bands, nbands = real, nreal
   redis.call('SET', KEYS[3], string.format('1 %d %d %d %.3f %.3f', now_us, calls, delayed, wait_sum, wait_max) .. text)
 end

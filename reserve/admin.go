@@ -435,9 +435,8 @@ func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
 	return st, nil
 }
 
-// stateFields splits a state ("1 t x s p c" then records) or a shadow
-// record ("1 t calls delayed sum max" then records) into its head and
-// records.
+// stateFields splits a shadow record ("1 t calls delayed sum max" then
+// records, as in a format 1 state) into its head and records.
 func stateFields(text string, head int) ([]string, [][3]string, error) {
 	f := strings.Fields(text)
 	if len(f) < head || f[0] != "1" || (len(f)-head)%3 != 0 {
@@ -450,42 +449,33 @@ func stateFields(text string, head int) ([]string, [][3]string, error) {
 	return f[:head], recs, nil
 }
 
-// readState fills st from the state text (core.lua, KEYS[1]).
+// readState fills st from the state text (core.lua, KEYS[1], either
+// format).
 func (st *KeyStatus) readState(text string) error {
-	head, recs, err := stateFields(text, 6)
+	ks, err := parseState(text)
 	if err != nil {
 		return err
 	}
-	t, err1 := strconv.ParseInt(head[1], 10, 64)
-	seq, err2 := strconv.ParseInt(head[3], 10, 64)
-	p, err3 := strconv.ParseFloat(head[4], 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return fmt.Errorf("unreadable state %q", text)
-	}
-	st.Reservations = seq
-	at := time.UnixMicro(t) // the base of the times, in ns relative to it
+	st.Reservations = ks.seq
+	at := time.UnixMicro(ks.t) // the base of the times, in ns relative to it
 	rel := func(ns float64) time.Duration { return at.Add(time.Duration(ns)).Sub(st.Now) }
-	if d := rel(p); d > 0 {
+	if d := rel(ks.pauseNS); d > 0 {
 		st.Paused = d
 	}
-	st.Bands = st.bands(recs, rel)
+	st.Bands = st.bands(ks.records, rel)
 	return nil
 }
 
 // bands reads band records with the policy in force where it names them.
-func (st *KeyStatus) bands(recs [][3]string, rel func(float64) time.Duration) []BandStatus {
+func (st *KeyStatus) bands(recs []stateRecord, rel func(float64) time.Duration) []BandStatus {
 	out := make([]BandStatus, 0, len(recs))
 	for _, r := range recs {
 		var band *Band
-		if i := slices.IndexFunc(st.Policy, func(b Band) bool { return b.Name == r[0] }); i >= 0 {
+		if i := slices.IndexFunc(st.Policy, func(b Band) bool { return b.Name == r.name }); i >= 0 {
 			band = &st.Policy[i]
 		}
-		x, _ := strconv.ParseFloat(r[1], 64)
-		y, _ := strconv.ParseFloat(r[2], 64)
-		// A bucket's z is written with a decimal point, a window's index
-		// without: the record tells its kind when the policy does not.
-		isBucket := strings.Contains(r[1], ".")
-		b := BandStatus{Name: r[0], Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
+		x, y, isBucket := r.x, r.y, r.bucket
+		b := BandStatus{Name: r.name, Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
 		if isBucket {
 			z := rel(x)
 			b.LastSlot = rel(y)

@@ -637,9 +637,13 @@ func testServerClockStepsBack(t *testing.T, b backend) {
 	state, err := b.client.Get(ctx, rk).Result()
 	require.NoError(t, err)
 	f := strings.Fields(state)
-	tUS, err := strconv.ParseInt(f[1], 10, 64)
+	ti := 0 // format 2: "t x s p ..."
+	if f[0] == "1" {
+		ti = 1 // format 1: "1 t x s p c ..."
+	}
+	tUS, err := strconv.ParseInt(f[ti], 10, 64)
 	require.NoError(t, err)
-	f[1] = strconv.FormatInt(tUS+60_000_000, 10) // every other time is relative to it
+	f[ti] = strconv.FormatInt(tUS+60_000_000, 10) // every other time is relative to it
 	require.NoError(t, b.client.Set(ctx, rk, strings.Join(f, " "), time.Minute).Err())
 
 	st, err := l.Peek(ctx, "step", lim, 1)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -191,20 +189,16 @@ func (l *Limiter) readPause(ctx context.Context, key string) (int64, error) {
 	return pauseEnd(res.(string))
 }
 
-// pauseEnd reads the pause's end from a state string (core.lua): "1 t x s p
-// c ...", t in Unix µs, p in ns after t (with decimals), rounded up.
+// pauseEnd reads the pause's end from a state string (core.lua, either
+// format): t in Unix µs, the pause in ns after t (with decimals), rounded
+// up.
 func pauseEnd(state string) (int64, error) {
 	if state == "" {
 		return 0, nil
 	}
-	f := strings.SplitN(state, " ", 7)
-	if len(f) < 6 || f[0] != "1" {
-		return 0, fmt.Errorf("reserve: %w: unreadable state %q", ErrWrongType, state)
+	st, err := parseState(state)
+	if err != nil {
+		return 0, fmt.Errorf("reserve: %w: %w", ErrWrongType, err)
 	}
-	t, err1 := strconv.ParseInt(f[1], 10, 64)
-	p, err2 := strconv.ParseFloat(f[4], 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("reserve: %w: unreadable state %q", ErrWrongType, state)
-	}
-	return t*1000 + int64(math.Ceil(p)), nil
+	return st.t*1000 + int64(math.Ceil(st.pauseNS)), nil
 }

@@ -64,7 +64,7 @@ type config struct {
 	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
 	EvictRun   time.Duration // each run of the eviction phase
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, memory); "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script); "" for all
 	Command    string        // how the program was run, for the report
 }
 
@@ -133,7 +133,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, lease)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -187,7 +187,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "lease"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -292,6 +292,8 @@ type results struct {
 	BusyFleet  []fleet // the fleet again, beside a CPU hog per CPU
 	Memory     []memory
 	Eviction   []eviction
+	Script     []scriptRow
+	ScriptNote string
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -415,6 +417,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			res.Eviction = append(res.Eviction, r)
 		}
 	}
+	if c.runs("script") {
+		if res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase, c.FleetRate); err != nil {
+			return nil, err
+		}
+	}
 	var leases strings.Builder // lease.go's table, after the others
 	if c.runs("lease") {
 		if err := b.runLease(ctx, &leases, progress); err != nil {
@@ -428,7 +435,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res.Env.finish()
 
-	tables := res.tables() + leases.String()
+	tables := res.tables() + res.scriptTable() + leases.String()
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {

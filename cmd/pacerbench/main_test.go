@@ -102,6 +102,24 @@ func TestQuick(t *testing.T) {
 		}
 	}
 
+	// The script phase: every case measured, figures from both drivers
+	// when redis-benchmark is there.
+	if len(res.Script) != len(scriptBatches)+4 {
+		t.Errorf("script phase: %d rows, want %d", len(res.Script), len(scriptBatches)+4)
+	}
+	for _, r := range res.Script {
+		idle := strings.HasPrefix(r.Case, "no calls")
+		switch {
+		case !idle && (r.Calls == 0 || r.Usec <= 0 || r.CPUUsec <= 0):
+			t.Errorf("script phase, %q: %+v; want calls and figures > 0", r.Case, r)
+		case r.Paced == 0 && res.ScriptNote == "" && (r.BenchUsec <= 0 || r.BenchRPS <= 0):
+			t.Errorf("script phase, %q: redis-benchmark figures %v µs, %v/s; want > 0", r.Case, r.BenchUsec, r.BenchRPS)
+		}
+	}
+	if !strings.Contains(stdout.String(), "### Script: what reserve.lua costs Redis") {
+		t.Error("no script table")
+	}
+
 	// What the fleet table is for: pacer holds the fleet to the limit (x/time/rate
 	// at the full rate in each process does not: printed).
 	p, _ := find(res.Fleet, func(x fleet) bool { return x.Variant == "pacer" })

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// The script phase measures what reserve.lua itself costs Redis: one
+// EVALSHA of m requests on a hot key (hotLimit), the ARGV built by
+// reserve.Limiter itself (captured from its first call), run back to back
+// from one connection, first by this program (go-redis) and then by
+// redis-benchmark; each time INFO commandstats gives the µs Redis spent per
+// EVALSHA. The µs per further request in a batch is (µs(m) - µs(1)) / (m - 1).
+
+// scriptRow is one line of the script table.
+type scriptRow struct {
+	Case      string
+	M         int     // requests per EVALSHA
+	Calls     int64   // EVALSHA run by this program
+	Usec      float64 // commandstats µs per EVALSHA, this program driving
+	CPUUsec   float64 // Redis CPU (INFO cpu) µs per EVALSHA, the same
+	Paced     float64 // calls per second the calls were paced at; 0: back to back
+	BenchUsec float64 // the same with redis-benchmark driving; -1: not run
+	BenchRPS  float64 // redis-benchmark's EVALSHA per second
+}
+
+// scriptBatches are the m of the single-Limit cases.
+var scriptBatches = []int{1, 16, 256}
+
+// runScript measures reserve.lua for each of scriptBatches on one Limit,
+// and a single reservation on threeBands.
+func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([]scriptRow, string, error) {
+	single, err := b.captureArgs(ctx, "script:one", nil, reserve.Permits(1))
+	if err != nil {
+		return nil, "", err
+	}
+	policy, err := b.captureArgs(ctx, "script:three", threeBands(reserve.Limit{Rate: hotLimit.Rate, Burst: hotLimit.Burst}), threeBandsCost)
+	if err != nil {
+		return nil, "", err
+	}
+	note := ""
+	bench, lookErr := exec.LookPath("redis-benchmark")
+	if lookErr != nil {
+		note = "redis-benchmark is not in PATH: its column is left empty."
+	}
+	var rows []scriptRow
+	cases := []struct {
+		name string
+		args []any
+		m    int
+	}{}
+	for _, m := range scriptBatches {
+		cases = append(cases, struct {
+			name string
+			args []any
+			m    int
+		}{fmt.Sprintf("1 band (Limit), m = %d", m), batchArgs(single, m), m})
+	}
+	cases = append(cases, struct {
+		name string
+		args []any
+		m    int
+	}{"3 bands (requests, tokens, daily), m = 1", policy, 1})
+	for _, c := range cases {
+		row := scriptRow{Case: c.name, M: c.m, BenchUsec: -1}
+		if err := b.flush(ctx); err != nil {
+			return nil, "", err
+		}
+		base, err := startUsage(ctx, b.admin)
+		if err != nil {
+			return nil, "", err
+		}
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			if err := b.admin.Do(ctx, c.args...).Err(); err != nil {
+				return nil, "", fmt.Errorf("pacerbench: script %s: %w", c.name, err)
+			}
+			row.Calls++
+		}
+		u, err := endUsage(ctx, b.admin, base)
+		if err != nil {
+			return nil, "", err
+		}
+		row.Usec, row.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(row.Calls)
+		if lookErr == nil {
+			if err := b.flush(ctx); err != nil {
+				return nil, "", err
+			}
+			base, err := startUsage(ctx, b.admin)
+			if err != nil {
+				return nil, "", err
+			}
+			rps, err := b.redisBenchmark(ctx, bench, row.Calls, c.args)
+			if err != nil {
+				return nil, "", err
+			}
+			u, err := endUsage(ctx, b.admin, base)
+			if err != nil {
+				return nil, "", err
+			}
+			row.BenchUsec, row.BenchRPS = perEvalsha(u), rps
+		}
+		rows = append(rows, row)
+	}
+	// The fleet's pace: the m = 1 call at rate calls per second, one
+	// connection, Redis idle in between (what the fleet phase's Redis
+	// figures are made of); then nothing at all for as long, Redis's own
+	// CPU per second spread over as many calls.
+	if err := b.flush(ctx); err != nil {
+		return nil, "", err
+	}
+	paced := scriptRow{Case: fmt.Sprintf("1 band (Limit), m = 1, paced at %s/s", thousands(rate)), M: 1, BenchUsec: -1, Paced: rate}
+	base, err := startUsage(ctx, b.admin)
+	if err != nil {
+		return nil, "", err
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	end := time.Now().Add(d)
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		if err := b.admin.Do(ctx, cases[0].args...).Err(); err != nil {
+			tick.Stop()
+			return nil, "", fmt.Errorf("pacerbench: script paced: %w", err)
+		}
+		paced.Calls++
+	}
+	tick.Stop()
+	u, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return nil, "", err
+	}
+	paced.Usec, paced.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(paced.Calls)
+	rows = append(rows, paced)
+	// The GET a Wait makes before it fires (the pause check), as paced.
+	get := scriptRow{Case: fmt.Sprintf("GET of the state (a Wait's pause check), paced at %s/s", thousands(rate)), BenchUsec: -1, Paced: rate}
+	stateKey := fmt.Sprint(cases[0].args[3])
+	if base, err = startUsage(ctx, b.admin); err != nil {
+		return nil, "", err
+	}
+	tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
+	end = time.Now().Add(d)
+	for now := range tick.C {
+		if now.After(end) {
+			break
+		}
+		if err := b.admin.Get(ctx, stateKey).Err(); err != nil {
+			tick.Stop()
+			return nil, "", fmt.Errorf("pacerbench: script paced GET: %w", err)
+		}
+		get.Calls++
+	}
+	tick.Stop()
+	if u, err = endUsage(ctx, b.admin, base); err != nil {
+		return nil, "", err
+	}
+	if st := u.Stats["get"]; st.Calls > 0 {
+		get.Usec = float64(st.Usec) / float64(st.Calls)
+	}
+	get.CPUUsec = u.CPU * 1e6 / float64(get.Calls)
+	rows = append(rows, get)
+	base, err = startUsage(ctx, b.admin)
+	if err != nil {
+		return nil, "", err
+	}
+	time.Sleep(d)
+	u, err = endUsage(ctx, b.admin, base)
+	if err != nil {
+		return nil, "", err
+	}
+	rows = append(rows, scriptRow{Case: fmt.Sprintf("no calls: Redis's own CPU per second / %s", thousands(rate)), BenchUsec: -1, Paced: rate,
+		Usec: math.NaN(), CPUUsec: u.CPU * 1e6 / d.Seconds() / rate})
+	return rows, note, nil
+}
+
+// perEvalsha is commandstats' µs per EVALSHA.
+func perEvalsha(u usage) float64 {
+	st := u.Stats["evalsha"]
+	if st.Calls == 0 {
+		return 0
+	}
+	return float64(st.Usec) / float64(st.Calls)
+}
+
+// captureArgs makes one reservation on key with a Limiter of its own
+// (coalescing off) and returns the EVALSHA of reserve.lua it sent, as
+// arguments for Do: on hotLimit when pol is nil, else on pol.
+func (b *bench) captureArgs(ctx context.Context, key string, pol reserve.Policy, cost reserve.Cost) ([]any, error) {
+	rdb, err := newClient(b.url, 4, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rdb.Close()
+	cap := &argsHook{sha: redis.NewScript(lua.Reserve).Hash()}
+	rdb.AddHook(cap)
+	l, err := reserve.New(rdb, reserve.Options{DisableCoalescing: true})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if pol == nil {
+		pol = reserve.Limit{Rate: hotLimit.Rate, Burst: hotLimit.Burst}.Policy()
+	}
+	if _, err := l.ReservePolicy(ctx, key, pol, cost); err != nil {
+		return nil, fmt.Errorf("pacerbench: script: %w", err)
+	}
+	cap.mu.Lock()
+	defer cap.mu.Unlock()
+	if cap.args == nil {
+		return nil, fmt.Errorf("pacerbench: script: no EVALSHA of reserve.lua seen")
+	}
+	return cap.args, nil
+}
+
+// batchArgs turns a captured EVALSHA of one request (reserve.lua's ARGV
+// ends with floor, m, max_wait_us and one cost per unit) into one of m
+// identical requests.
+func batchArgs(one []any, m int) []any {
+	nkeys, _ := strconv.Atoi(fmt.Sprint(one[2]))
+	argv := one[3+nkeys:]
+	nunits := len(strings.Fields(fmt.Sprint(argv[3])))
+	req := one[len(one)-1-nunits:]
+	out := append([]any{}, one[:len(one)-2-nunits]...)
+	out = append(out, strconv.Itoa(m))
+	for range m {
+		out = append(out, req...)
+	}
+	return out
+}
+
+// argsHook keeps the arguments of the first EVALSHA (or EVAL) of sha.
+type argsHook struct {
+	sha  string
+	mu   sync.Mutex
+	args []any
+}
+
+func (h *argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 2 && strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && fmt.Sprint(a[1]) == h.sha {
+			h.mu.Lock()
+			if h.args == nil {
+				h.args = append([]any{}, a...)
+			}
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// redisBenchmark runs args n times with redis-benchmark (one connection)
+// and returns its requests per second.
+func (b *bench) redisBenchmark(ctx context.Context, path string, n int64, args []any) (float64, error) {
+	opts, err := redis.ParseURL(b.url)
+	if err != nil {
+		return 0, err
+	}
+	host, port, _ := strings.Cut(opts.Addr, ":")
+	cmdArgs := []string{"-h", host, "-p", port, "--dbnum", strconv.Itoa(opts.DB), "-c", "1", "-n", strconv.FormatInt(max(n, 100), 10), "-q"}
+	if opts.Password != "" {
+		cmdArgs = append(cmdArgs, "-a", opts.Password)
+		if opts.Username != "" {
+			cmdArgs = append(cmdArgs, "--user", opts.Username)
+		}
+	}
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, fmt.Sprint(a))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, cmdArgs...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("pacerbench: redis-benchmark: %w: %s", err, stderr.String())
+	}
+	// -q prints "EVALSHA ...: 12345.67 requests per second, p50=..."; the
+	// progress lines before it end in '\r'.
+	sc := bufio.NewScanner(bytes.NewReader(bytes.ReplaceAll(stdout.Bytes(), []byte("\r"), []byte("\n"))))
+	rps := -1.0
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.Index(line, " requests per second")
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(line[:i])
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			rps = v
+		}
+	}
+	if rps < 0 {
+		return 0, fmt.Errorf("pacerbench: redis-benchmark printed no requests per second: %q", stdout.String())
+	}
+	return rps, nil
+}
+
+// scriptTable renders the script phase.
+func (r *results) scriptTable() string {
+	if len(r.Script) == 0 {
+		return ""
+	}
+	t := table{
+		title: "Script: what reserve.lua costs Redis",
+		intro: fmt.Sprintf("EVALSHA of reserve.lua on one key (limit %s/s burst %s), back to back on one connection, ARGV as reserve.Limiter builds it; "+
+			"Redis µs per call from INFO commandstats, driven by this program (go-redis) for %v and by redis-benchmark for as many calls. "+
+			"µs per further request: (µs(m) - µs(1)) / (m - 1). Redis CPU: INFO cpu (user + sys) over the calls. "+
+			"The paced row makes the same call at the fleet phase's rate; the last row is Redis's CPU with no calls at all, per second, divided by that rate.",
+			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase),
+		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
+	}
+	var one, oneBench float64
+	for _, x := range r.Script {
+		if x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "1 band") {
+			one, oneBench = x.Usec, x.BenchUsec
+		}
+	}
+	for _, x := range r.Script {
+		further, furtherBench := "", ""
+		if x.M > 1 && x.Paced == 0 {
+			further = fmt.Sprintf("%.2f", (x.Usec-one)/float64(x.M-1))
+			if x.BenchUsec >= 0 {
+				furtherBench = fmt.Sprintf("%.2f", (x.BenchUsec-oneBench)/float64(x.M-1))
+			}
+		}
+		bu, brps := "", ""
+		if x.BenchUsec >= 0 {
+			bu, brps = fmt.Sprintf("%.2f", x.BenchUsec), thousands(x.BenchRPS)
+		}
+		us := fmt.Sprintf("%.2f", x.Usec)
+		if math.IsNaN(x.Usec) {
+			us = "–"
+		}
+		t.rows = append(t.rows, []string{x.Case, strconv.FormatInt(x.Calls, 10), us, further, fmt.Sprintf("%.1f", x.CPUUsec), bu, furtherBench, brps})
+	}
+	if r.ScriptNote != "" {
+		t.notes = append(t.notes, r.ScriptNote)
+	}
+	return t.markdown()
+}

@@ -1,0 +1,140 @@
+-- reserve.lua: reserve slots for one or more requests on one key group,
+-- first come first served: the requests are served in ARGV order, each
+-- exactly as if it were a call of its own, so a batch of m requests gives
+-- the same slots as m calls one after the other. Each request gets one slot,
+-- the earliest at which every band allows its costs. A request that would
+-- wait too long is refused and changes nothing; the ones after it still run.
+--
+-- KEYS, ARGV[1..opi-1]: see core.lua.
+-- ARGV[opi]    floor: "" or "<h> [<band>:<w>:<u> ...]": what this caller's
+--              local fallback granted while Redis was unavailable, applied
+--              before the requests: every bucket's balance is at most zero
+--              at now + h (integer µs), and the named window band's window w
+--              gets u more units if it is still the latest.
+-- ARGV[opi+1]  m, the number of requests (integer >= 1)
+-- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
+--              per unit (decimal >= 0), in ARGV[4]'s order.
+-- Reply        flat array: now_us, now_ns (the time waits count from, in
+--              integer Unix µs and 0..999 ns), then two entries per request,
+--              in ARGV order (the layout of every script that grants slots):
+--                wait_ns  integer ns from now to the slot, rounded up; when
+--                         refused, the wait it would have needed
+--                seq      the reservation's number on the key (> 0) when
+--                         granted; 0 when refused because its wait would be
+--                         longer than its maximum; -1 when refused because
+--                         the queue would be over 30 years long
+--                         (reserve.ErrQueueTooLong)
+-- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:
+--              it could never be granted), PACER_WRONGTYPE, PACER_CONFIG.
+--
+-- KEYS[3]      the shadow figures, a string, written only while a stored
+--              limit is in shadow mode (KEYS[2]): "1 <t> <calls> <delayed>
+--              <wait_sum_us> <max_wait_us>" then the stored limit's band
+--              records as in KEYS[1], times in ns relative to t (Unix µs).
+--              Each request granted is also reserved on the stored limit's
+--              own schedule, which is never enforced: calls counts them,
+--              delayed those that would have waited, and the waits they
+--              would have had (from the time of the call; pauses aside).
+
+local floor = ARGV[opi]
+local m = tonumber(ARGV[opi + 1])
+local width = 1 + nunits
+if not m or m < 1 or #ARGV ~= opi + 1 + m * width then
+  return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
+end
+
+if floor ~= '' then
+  local h, more = string.match(floor, '^(%-?%d+)(.*)$')
+  h = tonumber(h)
+  if not h then
+    return redis.error_reply('PACER_ARG bad floor')
+  end
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and b.z < h then
+      b.z = h
+    end
+  end
+  for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
+    for i = 1, nbands do
+      local b = bands[i]
+      if b.name == name and not b.bucket and tonumber(w) == b.w then
+        b.u = b.u + tonumber(u)
+      end
+    end
+  end
+end
+
+-- The shadow figures are read before anything is written: a shadow key of
+-- another type refuses the call, reserving nothing.
+local shadow_raw = nil
+if shadow_bands then
+  shadow_raw = redis.pcall('GET', KEYS[3])
+  if type(shadow_raw) == 'table' then
+    return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
+  end
+end
+
+local out = {now_us, now_ns}
+local granted = false
+local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
+local i = opi + 2
+for r = 1, m do
+  local max_wait, cost = tonumber(ARGV[i]), cost_arg(i + 1)
+  if not max_wait or not cost then
+    return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+  end
+  if not fits(cost) then
+    return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
+  end
+  i = i + width
+  local s, idx, exact = earliest(pause, cost)
+  local w = tell(s)
+  if s > max_queue_us then
+    out[2 * r + 1], out[2 * r + 2] = 0, -1
+  elseif max_wait >= 0 and w > max_wait * 1000 then
+    out[2 * r + 1], out[2 * r + 2] = w, 0
+  else
+    take(s, cost, idx, exact)
+    seq = seq + 1
+    granted = true
+    out[2 * r + 1], out[2 * r + 2] = w, seq
+    if shadow_bands then
+      shadow_costs = shadow_costs or {}
+      shadow_costs[#shadow_costs + 1] = cost
+    end
+  end
+end
+if granted or floor ~= '' then
+  save()
+end
+if shadow_costs then
+  local sh = shadow_raw
+  local calls, delayed, wait_sum, wait_max = 0, 0, 0, 0
+  if sh then
+    local t, a, b, c, d, recs = string.match(sh, '^1 (%d+) (%d+) (%d+) ([%d.]+) ([%d.]+)(.*)$')
+    if t then
+      calls, delayed, wait_sum, wait_max = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+      load_records(recs, shadow_bands, tonumber(t) - now_us - now_frac)
+    end
+  end
+  local real, nreal = bands, nbands
+  bands, nbands = shadow_bands, #shadow_bands
+  for _, cost in ipairs(shadow_costs) do
+    local q, idx, exact = earliest(0, cost)
+    take(q, cost, idx, exact)
+    local wait = math.max(0, q)
+    calls = calls + 1
+    if wait > 0.5 then
+      delayed = delayed + 1
+    end
+    wait_sum = wait_sum + wait
+    if wait > wait_max then
+      wait_max = wait
+    end
+  end
+  local text = records(bands, 0)
+  bands, nbands = real, nreal
+  redis.call('SET', KEYS[3], string.format('1 %d %d %d %.3f %.3f', now_us, calls, delayed, wait_sum, wait_max) .. text)
+end
+return out

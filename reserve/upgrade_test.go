@@ -1,0 +1,158 @@
+package reserve_test
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The scripts of state format 1, as released before format 2.
+var (
+	//go:embed testdata/format1/core.lua
+	format1Core string
+	//go:embed testdata/format1/reserve.lua
+	format1Reserve string
+	//go:embed testdata/format1/adjust.lua
+	format1Adjust string
+)
+
+// upgradePolicy is a policy as the scripts' ARGV[4...] give it.
+type upgradePolicy struct {
+	name  string
+	units string // ARGV[4]
+	bands []any  // ARGV[5...]
+	costs func(rng *rand.Rand) []string
+}
+
+var upgradePolicies = []upgradePolicy{
+	{"Limit", "permits", []any{"1", "permits", "1", "b", "3", "4"}, func(rng *rand.Rand) []string {
+		return []string{strconv.Itoa(1 + rng.IntN(4))}
+	}},
+	{"three bands", "requests tokens", []any{"3", "requests", "1", "b", "7", "3", "tokens", "2", "b", "1000.5", "2000", "daily", "1", "w", "40", "5000000:1234"},
+		func(rng *rand.Rand) []string {
+			return []string{strconv.Itoa(rng.IntN(3)), strconv.FormatFloat(rng.Float64()*700, 'f', 3, 64)}
+		}},
+}
+
+// TestUpgradeFormat1 runs the scripts of state format 1 and the current
+// ones side by side, at the same (client clock) times: key old only ever
+// sees the old scripts, key cur only the current ones, and before each call
+// key copy gets old's format 1 state and the current script. Every reply
+// must be the same, to the ns: the current scripts read format 1 exactly
+// (a fleet mid-deploy), and their own format 2 loses nothing. An old
+// script meeting a format 2 state refuses it (PACER_WRONGTYPE) and changes
+// nothing.
+func TestUpgradeFormat1(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	oldReserve := redis.NewScript(format1Core + format1Reserve)
+	oldAdjust := redis.NewScript(format1Core + format1Adjust)
+	newReserve := redis.NewScript(lua.Reserve)
+	newAdjust := redis.NewScript(lua.Adjust)
+	prefix := redistest.Prefix(t)
+	for _, pol := range upgradePolicies {
+		t.Run(pol.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(len(pol.name))))
+			old, cp, cur := prefix+"{old-"+pol.name+"}", prefix+"{copy-"+pol.name+"}", prefix+"{cur-"+pol.name+"}"
+			keysOf := func(k string) []string { return []string{k, k + ":limit", k + ":shadow"} }
+			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			head := func() []any {
+				a := []any{strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond() % 1000), "1", pol.units}
+				return append(a, pol.bands...)
+			}
+			type granted struct {
+				slotNS, seq int64
+				costs       []string
+			}
+			var live []granted
+			refused, grants := 0, 0
+			for step := range 300 {
+				now = now.Add(time.Duration(rng.IntN(400_000_000)) + time.Duration(rng.IntN(1000)))
+				state, err := s.Client.Get(ctx, old).Result()
+				if err == nil {
+					require.True(t, strings.HasPrefix(state, "1 "), "old key state %q", state)
+					require.NoError(t, s.Client.Copy(ctx, old, cp, 0, true).Err())
+				} else {
+					require.ErrorIs(t, err, redis.Nil)
+					require.NoError(t, s.Client.Del(ctx, cp).Err())
+				}
+				if curState, err := s.Client.Get(ctx, cur).Result(); err == nil && rng.IntN(8) == 0 {
+					// An old client meets a format 2 state.
+					require.False(t, strings.HasPrefix(curState, "1 "), "current key state %q", curState)
+					args := append(head(), "", "1", "-1")
+					args = append(args, anys(pol.costs(rng))...)
+					err := oldReserve.Run(ctx, s.Client, keysOf(cur), args...).Err()
+					require.ErrorContains(t, err, "PACER_WRONGTYPE", "step %d: an old script on state %q", step, curState)
+					after, _ := s.Client.Get(ctx, cur).Result()
+					require.Equal(t, curState, after, "step %d: the refused old call changed the state", step)
+					refused++
+				}
+				where := fmt.Sprintf("step %d (format 1 state %q)", step, state)
+				if len(live) > 0 && rng.IntN(4) == 0 {
+					// Cancel or settle a live reservation.
+					i := rng.IntN(len(live))
+					g := live[i]
+					live = append(live[:i], live[i+1:]...)
+					args := append(head(), "cancel", strconv.FormatInt(g.slotNS/1000, 10), strconv.FormatInt(g.slotNS%1000, 10), strconv.FormatInt(g.seq, 10))
+					args = append(args, anys(g.costs)...)
+					if rng.IntN(2) == 0 {
+						args[len(head())] = "settle"
+						args = append(args, anys(pol.costs(rng))...)
+					}
+					a, err1 := oldAdjust.Run(ctx, s.Client, keysOf(old), args...).Result()
+					b, err2 := newAdjust.Run(ctx, s.Client, keysOf(cp), args...).Result()
+					c, err3 := newAdjust.Run(ctx, s.Client, keysOf(cur), args...).Result()
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(b, err2), "%s: %v on format 1", where, args[len(head())])
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(c, err3), "%s: %v on format 2", where, args[len(head())])
+					continue
+				}
+				m := 1 + rng.IntN(3)
+				args := append(head(), "", strconv.Itoa(m))
+				var costs [][]string
+				for range m {
+					c := pol.costs(rng)
+					costs = append(costs, c)
+					args = append(args, "-1")
+					args = append(args, anys(c)...)
+				}
+				a, err1 := oldReserve.Run(ctx, s.Client, keysOf(old), args...).Result()
+				b, err2 := newReserve.Run(ctx, s.Client, keysOf(cp), args...).Result()
+				c, err3 := newReserve.Run(ctx, s.Client, keysOf(cur), args...).Result()
+				require.NoError(t, err1, where)
+				require.NoError(t, err2, where)
+				require.NoError(t, err3, where)
+				require.Equal(t, a, b, "%s: reserve on format 1", where)
+				require.Equal(t, a, c, "%s: reserve on format 2", where)
+				reply := a.([]any)
+				base := reply[0].(int64)*1000 + reply[1].(int64)
+				for r := range m {
+					if seq := reply[3+2*r].(int64); seq > 0 {
+						live = append(live, granted{base + reply[2+2*r].(int64), seq, costs[r]})
+						grants++
+					}
+				}
+			}
+			assert.Greater(t, refused, 10, "too few old calls on format 2")
+			assert.Greater(t, grants, 200, "too few grants to test anything")
+		})
+	}
+}
+
+func anys(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
