@@ -185,11 +185,16 @@ func (r *run) waitDone(t *testing.T, n int, limit time.Duration) {
 	require.True(t, ok, "%d of %d tasks done after %v", r.rec.Done(), n, limit)
 }
 
-// seqOf returns the number of reservations a key's state records.
+// seqOf returns the number of reservations a key's state records (format
+// 2, "t x s p ...", or format 1, "1 t x s p c ...": see lua/core.lua).
 func seqOf(t *testing.T, state string) int {
 	f := strings.Fields(state)
 	require.GreaterOrEqual(t, len(f), 4, "state %q", state)
-	n, err := strconv.Atoi(f[3])
+	i := 2
+	if f[0] == "1" {
+		i = 3
+	}
+	n, err := strconv.Atoi(f[i])
 	require.NoError(t, err, "state %q", state)
 	return n
 }

@@ -54,3 +54,10 @@ func SeqOf(r *Reservation) int64 {
 	defer r.mu.Unlock()
 	return r.seq
 }
+
+// StateSeq reads the number of the last reservation granted from a key's
+// state string (either format), for tests.
+func StateSeq(state string) (int64, error) {
+	st, err := parseState(state)
+	return st.seq, err
+}

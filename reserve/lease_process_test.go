@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,11 +83,15 @@ func leaseChild(s childSpec) error {
 	if err := l.Close(); err != nil {
 		return err
 	}
+	last, err := reserve.StateSeq(state)
+	if err != nil {
+		return err
+	}
 	w := bufio.NewWriter(os.Stdout)
 	for _, c := range calls {
 		fmt.Fprintln(w, c[0], c[1])
 	}
-	fmt.Fprintln(w, "leases", granted, handed, lapsed, held, strings.Fields(state)[3])
+	fmt.Fprintln(w, "leases", granted, handed, lapsed, held, last)
 	if err := w.Flush(); err != nil {
 		return err
 	}

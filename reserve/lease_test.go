@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,9 +38,7 @@ func stateSeq(t *testing.T, c *redis.Client, l *reserve.Limiter, key string) int
 	t.Helper()
 	v, err := c.Get(context.Background(), l.RedisKey(key)).Result()
 	require.NoError(t, err)
-	f := strings.Fields(v)
-	require.GreaterOrEqual(t, len(f), 6, "state %q", v)
-	s, err := strconv.ParseInt(f[3], 10, 64)
+	s, err := reserve.StateSeq(v)
 	require.NoError(t, err)
 	return s
 }

@@ -208,9 +208,14 @@ func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) 
 	// lives a second after its last write.
 	state, err := b.admin.Get(ctx, "pacer:{hot}").Result()
 	if err == nil {
+		// Format 2 "t x s p ...", or format 1 "1 t x s p c ..." (lua/core.lua).
 		f := strings.Fields(state)
-		if len(f) > 3 {
-			r.Granted, _ = strconv.ParseInt(f[3], 10, 64)
+		i := 2
+		if len(f) > 0 && f[0] == "1" {
+			i = 3
+		}
+		if len(f) > i {
+			r.Granted, _ = strconv.ParseInt(f[i], 10, 64)
 		}
 	}
 	if r.Admissions > 0 {
