@@ -219,16 +219,22 @@ func runAsChild() (code int, isChild bool) {
 		runHog()
 		return 0, true
 	}
-	var j childJob
-	ok, err := fleetproc.Spec(childEnv, &j)
+	return runChild(childEnv, "pacerbench child", childMain)
+}
+
+// runChild runs this process as a child whose job of type J is in env, if
+// it is one, with main, and returns its exit code and true.
+func runChild[J any](env, name string, main func(J) error) (code int, isChild bool) {
+	var j J
+	ok, err := fleetproc.Spec(env, &j)
 	if !ok {
 		return 0, false
 	}
 	if err == nil {
-		err = childMain(j)
+		err = main(j)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pacerbench child:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		return 1, true
 	}
 	return 0, true

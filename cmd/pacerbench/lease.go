@@ -227,19 +227,7 @@ func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) 
 // runAsLeaseChild runs this process as one process of the lease phase's
 // fleet, if it is one, and returns its exit code and true.
 func runAsLeaseChild() (code int, isChild bool) {
-	var j leaseJob
-	ok, err := fleetproc.Spec(leaseChildEnv, &j)
-	if !ok {
-		return 0, false
-	}
-	if err == nil {
-		err = leaseChild(j)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pacerbench lease child:", err)
-		return 1, true
-	}
-	return 0, true
+	return runChild(leaseChildEnv, "pacerbench lease child", leaseChild)
 }
 
 // leaseChild is one process of the lease phase: a Limiter, "ready", the
