@@ -148,6 +148,11 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	// The GET a Wait makes before it fires (the pause check), as paced.
 	get := scriptRow{Case: fmt.Sprintf("GET of the state (a Wait's pause check), paced at %s/s", thousands(rate)), BenchUsec: -1, Paced: rate}
 	stateKey := fmt.Sprint(cases[0].args[3])
+	// The key would expire a second or two into the loop (its bucket is
+	// full again at once): keep it for the loop's length.
+	if err := b.admin.Persist(ctx, stateKey).Err(); err != nil {
+		return nil, "", fmt.Errorf("pacerbench: script paced GET: %w", err)
+	}
 	if base, err = startUsage(ctx, b.admin); err != nil {
 		return nil, "", err
 	}
