@@ -276,15 +276,12 @@ func childMain(j childJob) error {
 	if err := firstErr(errs); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	fmt.Println("ready")
-	var startNs, endNs int64
-	if _, err := fmt.Fscan(os.Stdin, &startNs, &endNs); err != nil {
-		return fmt.Errorf("reading the start and end times: %w", err)
+	end, err := readyToStart()
+	if err != nil {
+		return err
 	}
-	start, end := time.Unix(0, startNs), time.Unix(0, endNs)
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	time.Sleep(time.Until(start))
 
 	count.take()
 	cpu0 := cpuTime()
@@ -342,4 +339,17 @@ func endOfRun(ctx context.Context, err error) bool {
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.As(err, &tooLong) ||
 		strings.Contains(err.Error(), "would exceed context deadline") // x/time/rate's Wait
+}
+
+// readyToStart is a child's start: it says "ready", reads the run's start
+// and end times (Unix ns) from stdin, and returns the end once the start has
+// come.
+func readyToStart() (end time.Time, err error) {
+	fmt.Println("ready")
+	var startNs, endNs int64
+	if _, err := fmt.Fscan(os.Stdin, &startNs, &endNs); err != nil {
+		return end, fmt.Errorf("reading the start and end times: %w", err)
+	}
+	time.Sleep(time.Until(time.Unix(0, startNs)))
+	return time.Unix(0, endNs), nil
 }

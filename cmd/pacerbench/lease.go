@@ -254,15 +254,12 @@ func leaseChild(j leaseJob) error {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	fmt.Println("ready")
-	var startNs, endNs int64
-	if _, err := fmt.Fscan(os.Stdin, &startNs, &endNs); err != nil {
-		return fmt.Errorf("reading the start and end times: %w", err)
+	end, err := readyToStart()
+	if err != nil {
+		return err
 	}
-	start, end := time.Unix(0, startNs), time.Unix(0, endNs)
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
-	time.Sleep(time.Until(start))
 	cpu0 := cpuTime()
 	var (
 		admissions atomic.Int64
