@@ -21,7 +21,9 @@
 -- ARGV[opi]   "cancel" or "settle"
 -- ARGV[opi+1] the reservation's slot: integer Unix µs
 -- ARGV[opi+2] its sub-µs part in ns (0..999)
--- ARGV[opi+3] its number (reserve.lua's seq)
+-- ARGV[opi+3] its number (reserve.lua's seq), or for a reservation the
+--             caller's local fallback granted, an id of its own (no spaces,
+--             not all digits): it identifies the reservation in KEYS[3]
 -- then one cost per unit as reserved, then (settle) one actual cost per
 --          unit, in ARGV[4]'s order (decimal >= 0)
 -- Reply    1 when applied, 0 when this reservation was adjusted before
@@ -36,8 +38,8 @@ if op == 'settle' then
 elseif op ~= 'cancel' then
   return redis.error_reply('PACER_ARG want cancel or settle')
 end
-if not slot_us or not slot_ns or not reserved or not actual then
-  return redis.error_reply('PACER_ARG bad slot or costs')
+if not slot_us or not slot_ns or not reserved or not actual or not string.match(rseq or '', '^%S+$') or nbands < 1 then
+  return redis.error_reply('PACER_ARG bad slot, id or costs')
 end
 
 local done = redis.pcall('GET', KEYS[3])
@@ -45,7 +47,7 @@ if type(done) == 'table' then
   return redis.error_reply('PACER_WRONGTYPE the adjusted-reservations key holds another type')
 end
 local seen = {}
-for s in string.gmatch(done or '', '%d+') do
+for s in string.gmatch(done or '', '%S+') do
   if s == rseq then
     return 0
   end
@@ -56,8 +58,8 @@ if #KEYS >= 4 then
 end
 
 -- The slot as the reservation was told it: slots lie on a ns grid
--- (core.lua's grid), so it is exact.
-local slot = (slot_us - now_us) + slot_ns / 1000 - now_frac
+-- (core.lua's grid), so it is exact; less what a resume moved it by.
+local slot = (slot_us - now_us) + slot_ns / 1000 - now_frac - resumed(rseq)
 local passed = slot < -same_us
 local changed = false
 for i = 1, nbands do
@@ -92,8 +94,8 @@ for i = 1, nbands do
       end
       if back > 0 then
         local tokens = -b.z / b.upp + back
-        if tokens > b.burst then
-          tokens = b.burst
+        if tokens > b.eff then
+          tokens = b.eff -- the burst at the share
         end
         local z = -tokens * b.upp
         if pause > 0 and z < pause then

@@ -45,7 +45,7 @@ end
 local max_wait, may_keep = tonumber(ARGV[opi]), ARGV[opi + 1] == '1'
 local stale, early = tonumber(ARGV[opi + 2]), tonumber(ARGV[opi + 3])
 local cost = cost_arg(opi + 4)
-if not max_wait or max_wait < 0 or not stale or stale < 0 or not early or early < 0 or not cost then
+if nbands < 1 or not max_wait or max_wait < 0 or not stale or stale < 0 or not early or early < 0 or not cost then
   return redis.error_reply('PACER_ARG want max_wait_us, keep, stale_us, early_us (>= 0) and costs')
 end
 if not fits(cost) then
@@ -62,7 +62,7 @@ if h then
   for x in string.gmatch(h, '%S+') do
     f[#f + 1] = x
   end
-  local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac
+  local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac - resumed(f[3])
   if s < -stale then
     origin = 2
   elseif pause > 0 and pause > s + same_us then
@@ -86,12 +86,12 @@ if h then
 end
 
 local s, idx, exact = earliest(pause, cost)
-local out = {now_us, now_ns, tell(s), 0, 0, origin}
+local out = {now_us, now_ns, s and tell(s) or 0, 0, 0, origin}
 for u = 1, nunits do
   out[6 + u] = ARGV[opi + 3 + u]
 end
-if s > max_queue_us then
-  out[3], out[4] = 0, -1
+if not s or s > max_queue_us then
+  out[3], out[4] = 0, s and -1 or -2
   return out
 end
 if out[3] > max_wait * 1000 and not may_keep then

@@ -1,6 +1,7 @@
 -- core.lua: the policy and state of one key group, shared by every script
 -- that touches a key (lua.go puts it in front of each operation's file, so
--- each script is complete on its own).
+-- each script is complete on its own). internal/engine is the same engine in
+-- Go, for the local fallback; a differential test keeps the two exact.
 --
 -- A key group is paced by a policy: one or more bands, each charging one
 -- unit of cost. A band is either
@@ -25,7 +26,8 @@
 --            s        the number of the last reservation granted (per key,
 --                     consecutive; it identifies a reservation to adjust.lua)
 --            p        no slot before p (a pause); prefixed with "c" when a
---                     stored limit may exist (KEYS[2])
+--                     stored limit may exist (KEYS[2]); 0 when the key was
+--                     never paused (or was resumed)
 --          then one record per band, in the policy's order:
 --            name z e   a bucket: z and e, the slot of the last reservation
 --                       granted (x/time/rate's lastEvent, for adjust.lua)
@@ -35,35 +37,61 @@
 --          except that a policy of one bucket named "permits" (a Limit)
 --          writes its record as "z e", without the name. An idle Limit's
 --          state fits Redis's 44-byte embedded strings.
+--          Records of bands the policy in force does not have (a band of a
+--          stored limit that was removed, or of another caller's policy) are
+--          kept as they are, times rebased, so that a band keeps its queue
+--          and its windows across a set, an unset or another policy. Two
+--          records have reserved names, starting with "~" (no band name
+--          can): "~p q E", the pause in force was made after reservation q,
+--          when the latest slot granted was E (ns relative to t, as z);
+--          "~s q:r d", a resume moved the reservations numbered q+1 to r
+--          earlier by d ns (resume.lua).
 --          Format 1, written by earlier versions and still read (a fleet
 --          mid-deploy): "1 t x s p c" then "name z e" / "name w u" records,
 --          x in ns relative to t, c 1 when a stored limit may exist, z and
 --          e always with three decimals. Earlier versions refuse format 2
---          (PACER_WRONGTYPE, nothing changed).
+--          (PACER_WRONGTYPE, nothing changed), and drop records they do not
+--          know when they write.
 --          The key expires once every bucket would be full again, every
 --          window used is over and any pause has ended, plus 1 to 2 s, so
---          a missing key reads the same and expiry is never observed.
+--          a missing key reads the same and expiry is never observed. The
+--          expiry never moves earlier.
 -- KEYS[2]  the key's stored limit (cmd/pacer set), a string, or absent:
 --          "<mode> <k> <bands>", mode "enforce" or "shadow", bands as in
 --          ARGV below but with the unit by name (a unit the caller does not
---          charge costs 0). Enforced, it replaces the caller's policy; in
---          shadow mode the caller's policy is enforced and reserve.lua counts
---          what the stored one would have done (KEYS[3] there). Read only
+--          charge costs 0). Enforced, it replaces the caller's bands of the
+--          same names and adds the others; the caller's other bands stay in
+--          force (the default when nothing is stored). In shadow mode the
+--          caller's policy is enforced and reserve.lua counts what the
+--          stored one, so merged, would have done (KEYS[3] there). Read only
 --          when the state says one may exist or the state is absent.
 -- ARGV[1]  now: integer Unix µs, or "" to use the server's TIME
 -- ARGV[2]  the sub-microsecond part of now in ns (0..999); ignored with ""
--- ARGV[3]  share: the fraction (0, 1] of every band's rate and window N this
---          caller may use (the live part of a fleet some of whose members
---          pace locally; reserve's fleet.go). "1" almost always.
+-- ARGV[3]  share: "1", the whole limit; or "<n> <k>...": the fleet has n
+--          members (Limiters), ranked 0..n-1 by id, and the ranks k (at
+--          least one, fewer than n) are held: they may pace locally on their
+--          own shares, which this caller's group leaves them (reserve's
+--          fleet.go). A member k's own share (internal/engine, while it
+--          paces locally) is rate/n, a burst B_k and, in window w, N_k(w)
+--          units, so that the members' shares add up to the limit:
+--            B_k = floor(b/n) + (k < b mod n)  when b >= n, else
+--            B_k = 1 + (k < b - 1), slots on a lattice of the fleet's
+--                  spacing shared out by rank (internal/engine);
+--            N_k(w) = floor(F/n) + ((k + w) mod n < F mod n), F = floor(N).
+--          The group takes the rest: rate * (n - #held) / n, a burst of b
+--          less the held members' B_k (at least 0), and in window w, N less
+--          their N_k(w).
 -- ARGV[4]  the cost units' names, space-separated, in the order requests
 --          give their costs
--- ARGV[5]  k, the number of bands, then k records of five:
+-- ARGV[5]  k, the number of bands (0 only for pause.lua and resume.lua,
+--          which then act on the state's records alone), then k records of
+--          five:
 --            name     the band's name (no spaces)
 --            unit     1-based index of the unit it charges
 --            kind     "b" (bucket) or "w" (window)
 --            a        bucket: rate, units per second (decimal > 0);
 --                     window: N, units per window (decimal >= 1)
---            b        bucket: burst (decimal >= 1);
+--            b        bucket: burst (integer >= 1);
 --                     window: "<len_us>:<origin_us>", integer µs, len > 0,
 --                     origin = a window boundary modulo len
 -- then the operation's own arguments, from ARGV[opi].
@@ -89,25 +117,68 @@ else
   now_ns = tonumber(ARGV[2])
   now_frac = now_ns / 1000
 end
-local share = 1
+
+-- The share (ARGV[3]): fleet size n and the held ranks, or nil for the whole.
+local fleet_n, held = 1, nil
+local rate_share = 1
 if ARGV[3] ~= '1' then
-  share = tonumber(ARGV[3])
-  if not share or share <= 0 or share > 1 then
-    return redis.error_reply('PACER_ARG share must be in (0, 1]')
+  held = {}
+  for f in string.gmatch(ARGV[3], '%S+') do
+    local v = tonumber(f)
+    if not v or v < 0 or v ~= math.floor(v) then
+      return redis.error_reply('PACER_ARG bad share')
+    end
+    held[#held + 1] = v
   end
+  fleet_n = table.remove(held, 1)
+  if not fleet_n or fleet_n < 2 or #held < 1 or #held >= fleet_n then
+    return redis.error_reply('PACER_ARG bad share')
+  end
+  for i = 1, #held do
+    if held[i] >= fleet_n then
+      return redis.error_reply('PACER_ARG bad share')
+    end
+  end
+  rate_share = (fleet_n - #held) / fleet_n
+end
+
+-- member_burst is B_k, member k's burst (see ARGV[3]).
+local function member_burst(b, k)
+  if b >= fleet_n then
+    return math.floor(b / fleet_n) + (k < b % fleet_n and 1 or 0)
+  end
+  return 1 + (k < b - 1 and 1 or 0)
+end
+
+-- member_n is N_k(w), member k's units in window w.
+local function member_n(nn, k, w)
+  local f = math.floor(nn)
+  return math.floor(f / fleet_n) + ((k + w) % fleet_n < f % fleet_n and 1 or 0)
+end
+
+-- cap returns the units window band b may hold in window w at the share.
+local function cap(b, w)
+  if not held then
+    return b.n
+  end
+  local c = b.n
+  for i = 1, #held do
+    c = c - member_n(b.n, held[i], w)
+  end
+  return c
 end
 
 -- read_bands parses k band records (see ARGV[5]) from list, k at list[i];
--- by_name: the unit is a name (a stored limit), else an index. It returns
--- the bands and the index after them, or nil and why.
-local function read_bands(list, i, by_name)
+-- by_name: the unit is a name (a stored limit), else an index; zero: k may
+-- be 0. It returns the bands and the index after them, or nil and why.
+local function read_bands(list, i, by_name, zero)
   local k = list[i]
   if k == '1' then
     k = 1
   else
     k = tonumber(k)
   end
-  if not k or k < 1 then
+  if not k or k < 0 or (k == 0 and not zero) then
     return nil, 'need at least one band'
   end
   local out, unitnames = {}, nil
@@ -128,13 +199,25 @@ local function read_bands(list, i, by_name)
     else
       unit = tonumber(unit)
     end
+    if not name or string.byte(name, 1) == 126 then -- '~': reserved
+      return nil, 'bad band name'
+    end
     if kind == 'b' then
       b = tonumber(b)
       if not a or a <= 0 or a == math.huge or not b or b < 1 then
         return nil, 'bad bucket ' .. tostring(name)
       end
-      local upp = 1000000 / (a * share) -- µs per unit
-      out[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, fill = b * upp, z = -b * upp, e = -b * upp}
+      local upp = 1000000 / (a * rate_share) -- µs per unit
+      local eff = b -- the burst at the share
+      if held then
+        for j = 1, #held do
+          eff = eff - member_burst(b, held[j])
+        end
+        if eff < 0 then
+          eff = 0
+        end
+      end
+      out[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
     elseif kind == 'w' then
       local len, origin = string.match(b or '', '^(%d+):(%d+)$')
       len, origin = tonumber(len), tonumber(origin)
@@ -153,7 +236,7 @@ local function read_bands(list, i, by_name)
       elseif rem >= len then
         cur, rem = cur + 1, rem - len
       end
-      out[n] = {name = name, unit = unit, bucket = false, n = a * share, burst = a, len = len, rem = rem + now_frac, cur = cur, w = cur, u = 0}
+      out[n] = {name = name, unit = unit, bucket = false, n = a, burst = a, len = len, rem = rem + now_frac, cur = cur, w = cur, u = 0}
     else
       return nil, 'bad band kind ' .. tostring(kind)
     end
@@ -162,7 +245,7 @@ local function read_bands(list, i, by_name)
   return out, i + 1
 end
 
-local bands, opi = read_bands(ARGV, 5, false)
+local bands, opi = read_bands(ARGV, 5, false, true)
 if not bands then
   return redis.error_reply('PACER_ARG ' .. opi)
 end
@@ -175,6 +258,10 @@ if type(raw) == 'table' then
 end
 local base = -now_frac -- stored ns / 1000 + base = µs relative to now
 local expiry, seq, pause, has_cfg = 0, 0, 0, 0
+-- pause_at: the stored pause, relative to now, when the key was paused (a
+-- stored pause under 1 µs after the write is none: the write's own time).
+local pause_at = nil
+local format1 = false
 local rest = nil
 if raw then
   -- Format 2 (written by this script), else format 1 (older clients).
@@ -191,6 +278,7 @@ if raw then
       return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
     end
     x, has_cfg = tonumber(x) / 1000, tonumber(c)
+    format1 = true
   end
   t = tonumber(t)
   -- With server time, a clock that steps back (an NTP step, a failover to a
@@ -206,14 +294,34 @@ if raw then
   if p == '0' then
     pause = base
   else
-    pause = tonumber(p) / 1000 + base
+    local v = tonumber(p)
+    pause = v / 1000 + base
+    if v >= 1000 or v < 0 then
+      pause_at = pause
+    end
   end
   rest = r
 end
 
--- A stored limit in force replaces the caller's policy: the caller's is the
--- default when nothing is stored.
-local cfg_mode, shadow_bands = nil, nil
+-- A stored limit in force replaces the caller's bands of the same names and
+-- adds its others: the caller's policy is the default when nothing is
+-- stored.
+local cfg_mode, shadow_bands, stored_text = nil, nil, ''
+local function merge(into, from)
+  local at = {}
+  for j = 1, #into do
+    at[into[j].name] = j
+  end
+  for j = 1, #from do
+    local i = at[from[j].name]
+    if i then
+      into[i] = from[j]
+    else
+      into[#into + 1] = from[j]
+    end
+  end
+  return into
+end
 if has_cfg == 1 or not raw then
   local cfg = redis.pcall('GET', KEYS[2])
   if type(cfg) == 'table' then
@@ -222,19 +330,23 @@ if has_cfg == 1 or not raw then
   has_cfg = 0
   if cfg then
     has_cfg = 1
+    stored_text = cfg
     local list = {}
     for f in string.gmatch(cfg, '%S+') do
       list[#list + 1] = f
     end
     cfg_mode = list[1]
-    local b, why = read_bands(list, 2, true)
+    local b, why = read_bands(list, 2, true, false)
     if not b then
       return redis.error_reply('PACER_CONFIG ' .. why)
     end
     if cfg_mode == 'enforce' then
-      bands = b
+      if #bands > 0 then
+        bands = merge(bands, b)
+      end
     elseif cfg_mode == 'shadow' then
-      shadow_bands = b -- counted by reserve.lua, never enforced
+      -- Counted by reserve.lua on its own copy of the bands, never enforced.
+      shadow_bands = merge((read_bands(ARGV, 5, false, true)), b)
     else
       return redis.error_reply('PACER_CONFIG unknown mode ' .. tostring(cfg_mode))
     end
@@ -244,17 +356,22 @@ local nbands = #bands
 
 -- Each band's stored state, relative to now. Records are matched by name:
 -- one written under another policy (a stored limit set or removed) keeps
--- the state of the bands both policies have.
+-- the state of the bands both policies have, and the others are kept in
+-- extra, as they are. The reserved records (~p, ~s) go to mark_p, mark_s.
+local extra, mark_p, mark_s = {}, nil, nil
 -- load_records reads band records ("name x y" each, see KEYS[1]) from
--- text into the bands of list, times relative to now by base.
-local function load_records(text, list, at)
+-- text into the bands of list, times relative to now by base; records of
+-- no band in list go to ext (if given). A record whose kind (bucket or
+-- window) is not its band's is dropped. v1: the records are written as in
+-- format 1 (a window's index without "w").
+local function load_records(text, list, at, ext, v1)
   local n = #list
   -- A policy of one bucket named "permits" (a Limit) writes its record
   -- without the name (format 2).
   local z, e = string.match(text, '^ (%S+) (%S+)$')
   if z then
     local b = list[1]
-    if n > 1 or b.name ~= 'permits' then
+    if n > 1 or (b and b.name ~= 'permits') then
       b = nil
       for j = 1, n do
         if list[j].name == 'permits' then
@@ -262,12 +379,16 @@ local function load_records(text, list, at)
         end
       end
     end
+    z = (z == '0' and 0 or tonumber(z) / 1000) + at
+    e = (e == '0' and 0 or tonumber(e) / 1000) + at
     if b and b.bucket then
-      z = (z == '0' and 0 or tonumber(z) / 1000) + at
       if z > -b.fill then
         b.z = z
       end
-      b.e = (e == '0' and 0 or tonumber(e) / 1000) + at
+      b.e = e
+      b.rec = true
+    elseif ext and not b then
+      ext[#ext + 1] = {name = 'permits', bucket = true, z = z, e = e}
     end
     return
   end
@@ -283,25 +404,64 @@ local function load_records(text, list, at)
         end
       end
     end
-    if b and b.bucket then
-      local z = tonumber(x) / 1000 + at
-      if z > -b.fill then
-        b.z = z
+    -- A window's index: after a "w" (format 2), without a decimal point
+    -- (format 1, whose bucket times always have one).
+    local win
+    if string.byte(x, 1) == 119 then
+      win, x = true, string.sub(x, 2)
+    else
+      win = v1 and not string.find(x, '.', 1, true)
+    end
+    if string.byte(name, 1) == 126 then -- '~'
+      if ext and name == '~p' then
+        mark_p = {q = tonumber(x), e = tonumber(y) / 1000 + at}
+      elseif ext and name == '~s' then
+        mark_s = {x, y}
       end
-      b.e = tonumber(y) / 1000 + at
     elseif b then
-      if string.byte(x, 1) == 119 then -- 'w': a window's index (format 2)
-        x = string.sub(x, 2)
+      if b.bucket and not win then
+        local zz = tonumber(x) / 1000 + at
+        if zz > -b.fill then
+          b.z = zz
+        end
+        b.e = tonumber(y) / 1000 + at
+        b.rec = true
+      elseif not b.bucket and win then
+        -- A window's index means something for its length and origin
+        -- only. A record whose window ends after the key's expiry was
+        -- written for another (a band redefined under its name): its
+        -- units count as the current window used.
+        local w, u = tonumber(x), tonumber(y)
+        if w >= b.cur then
+          if (w + 1 - b.cur) * b.len - b.rem <= expiry + 1000000 then
+            b.w, b.u = w, u
+          elseif u > 0 then
+            b.u = b.n
+          end
+        end
+        b.rec = true
       end
-      local w = tonumber(x)
-      if w >= b.cur then
-        b.w, b.u = w, tonumber(y)
+    elseif ext then
+      if win then
+        ext[#ext + 1] = {name = name, bucket = false, w = tonumber(x), u = tonumber(y)}
+      else
+        ext[#ext + 1] = {name = name, bucket = true, z = tonumber(x) / 1000 + at, e = tonumber(y) / 1000 + at}
       end
     end
   end
 end
 if rest and rest ~= '' then
-  load_records(rest, bands, base)
+  load_records(rest, bands, base, extra, format1)
+end
+if pause_at then
+  -- A pause ends with empty buckets: one without a record (a band added
+  -- since) is empty at the pause's end, as pause.lua left the others.
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and not b.rec and b.z < pause_at then
+      b.z = pause_at
+    end
+  end
 end
 if pause < 0 then
   pause = 0
@@ -330,7 +490,8 @@ end
 -- which every band can take cost (indexed by unit), on the ns grid; the
 -- window each window band would use; and the exact time the slot was
 -- rounded up from, at which the buckets are charged (take). A band charged
--- nothing holds nobody.
+-- nothing holds nobody. It returns nil when a window band can never take
+-- the cost at the share (a share's N_k below the cost in every window).
 local function earliest(s, cost)
   local idx = nil
   local q = grid(s)
@@ -352,10 +513,17 @@ local function earliest(s, cost)
             -- before the latest one holding reservations.
             w = b.w
           end
-          -- Units are sums of decimals: 18.267 - 0.267 may come out as
-          -- 18.000000000000004. A part in 1e9 of N is rounding, not use.
-          if w == b.w and b.u + c > b.n * (1 + 1e-9) then
+          -- The first window from w with room. Units are sums of decimals:
+          -- 18.267 - 0.267 may come out as 18.000000000000004. A part in
+          -- 1e9 of N is rounding, not use. A share's room repeats every n
+          -- windows.
+          local tries = 0
+          while (w == b.w and b.u or 0) + c > cap(b, w) * (1 + 1e-9) do
             w = w + 1
+            tries = tries + 1
+            if tries > fleet_n then
+              return nil
+            end
           end
           local ws = (w - b.cur) * b.len - b.rem
           if ws > q then
@@ -402,6 +570,7 @@ local function take(q, cost, idx, s)
         end
         b.u = b.u + c
       end
+      b.rec = true
     end
   end
 end
@@ -416,9 +585,20 @@ local function ns(s)
   return math.ceil(s * 1000 - 1e-6)
 end
 
--- save writes the state back (format 2). The expiry is set only when it
--- must move later, one to two seconds past what the state needs: until
--- every bucket is full and every window used is over, and the pause ends.
+-- resumed returns how much earlier (µs) a resume moved reservation number
+-- q (a string; see "~s"), 0 if it did not.
+local function resumed(q)
+  if not mark_s then
+    return 0
+  end
+  local a, b = string.match(mark_s[1], '^(%d+):(%d+)$')
+  q = tonumber(q)
+  if q and a and q > tonumber(a) and q <= tonumber(b) then
+    return tonumber(mark_s[2]) / 1000
+  end
+  return 0
+end
+
 -- numfmt returns the format of v (ns) in a state: whole ns without decimals,
 -- else to a thousandth of a ns.
 local function numfmt(v)
@@ -429,9 +609,20 @@ local function numfmt(v)
   return '%.3f', v
 end
 
+-- bucket_text returns a bucket record's times, " z e" (ns after now_us).
+local function bucket_text(z, e)
+  local f1, v1 = numfmt((z + now_frac) * 1000)
+  local f2, v2 = numfmt((e + now_frac) * 1000)
+  return string.format(' ' .. f1 .. ' ' .. f2, v1, v2)
+end
+
+-- save writes the state back (format 2), and returns it. The expiry is set
+-- only when it must move later, one to two seconds past what the state
+-- needs: until every bucket is full and every window used is over, and the
+-- pause ends.
 local function save()
   local need, text, fz, z, fe, e = pause, '', nil, 0, nil, 0
-  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' then
+  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s then
     -- A Limit: its record without the name.
     local b = bands[1]
     fz, z = numfmt((b.z + now_frac) * 1000)
@@ -443,9 +634,7 @@ local function save()
     for i = 1, nbands do
       local b = bands[i]
       if b.bucket then
-        local f1, v1 = numfmt((b.z + now_frac) * 1000)
-        local f2, v2 = numfmt((b.e + now_frac) * 1000)
-        text = text .. string.format(' %s ' .. f1 .. ' ' .. f2, b.name, v1, v2)
+        text = text .. ' ' .. b.name .. bucket_text(b.z, b.e)
         if b.z + b.fill > need then
           need = b.z + b.fill
         end
@@ -457,9 +646,33 @@ local function save()
         end
       end
     end
+    -- The records of bands not in force, as they were (their fill or
+    -- window is unknown here: the expiry as set covers them, as it never
+    -- moves earlier).
+    for i = 1, #extra do
+      local x = extra[i]
+      if x.bucket then
+        text = text .. ' ' .. x.name .. bucket_text(x.z, x.e)
+      else
+        text = text .. string.format(' %s w%d %.17g', x.name, x.w, x.u)
+      end
+    end
+    if mark_p then
+      local f, v = numfmt((mark_p.e + now_frac) * 1000)
+      text = text .. string.format(' ~p %d ' .. f, mark_p.q, v)
+    end
+    if mark_s then
+      text = text .. ' ~s ' .. mark_s[1] .. ' ' .. mark_s[2]
+    end
   end
   need = need + 1000000
-  local fp, p = numfmt((pause + now_frac) * 1000)
+  -- The pause in force, or one that has ended (kept: see pause_at), or 0.
+  local fp, p = '%d', 0
+  if pause > 0 then
+    fp, p = numfmt((pause + now_frac) * 1000)
+  elseif pause_at then
+    fp, p = numfmt((pause_at + now_frac) * 1000)
+  end
   local keep = expiry >= need
   local x
   if keep then
@@ -487,6 +700,7 @@ local function save()
   else
     redis.call('SET', KEYS[1], value, 'PX', x)
   end
+  return value
 end
 
 -- cost_arg reads one request's costs, one decimal >= 0 per unit, from

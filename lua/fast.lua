@@ -22,6 +22,7 @@ do
     local now_us, now_frac, now_ns = 0, 0, 0
     local upp, fill = 0, 0
     local base, expiry, seq, pause, z, e = 0, 0, 0, 0, 0, 0
+    local pause_at = nil
     if raw then
       if type(raw) ~= 'string' then
         ok = false
@@ -48,7 +49,11 @@ do
           if p == '0' then
             pause = base
           else
-            pause = tonumber(p) / 1000 + base
+            local v = tonumber(p)
+            pause = v / 1000 + base
+            if v >= 1000 or v < 0 then
+              pause_at = pause
+            end
           end
           z = (zs == '0' and 0 or tonumber(zs) / 1000) + base
           if not (z > -fill) then
@@ -134,6 +139,7 @@ do
           out[2 * r + 1], out[2 * r + 2] = wait, seq
         end
       end
+      local state = raw or ''
       if granted then
         -- save, as in core.lua.
         local need = pause
@@ -142,7 +148,12 @@ do
         end
         need = need + 1000000
         local fz, fe, fp = '%d', '%d', '%d'
-        local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, (pause + now_frac) * 1000
+        local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, 0
+        if pause > 0 then
+          pn = (pause + now_frac) * 1000
+        elseif pause_at then
+          pn = (pause_at + now_frac) * 1000
+        end
         local r = math.floor(zn + 0.5)
         if zn - r < 0.0005 and r - zn < 0.0005 then
           zn = r
@@ -167,12 +178,16 @@ do
         end
         if expiry >= need then
           local x = math.floor((expiry + now_frac) / 1000)
-          redis.call('SET', KEYS[1], string.format(f, now_us, x, seq, pn, zn, en), 'KEEPTTL')
+          state = string.format(f, now_us, x, seq, pn, zn, en)
+          redis.call('SET', KEYS[1], state, 'KEEPTTL')
         else
           local x = math.ceil((need + 1000000) / 1000)
-          redis.call('SET', KEYS[1], string.format(f, now_us, x, seq, pn, zn, en), 'PX', x)
+          state = string.format(f, now_us, x, seq, pn, zn, en)
+          redis.call('SET', KEYS[1], state, 'PX', x)
         end
       end
+      out[#out + 1] = state
+      out[#out + 1] = ''
       return out
     end
   end

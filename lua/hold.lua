@@ -26,7 +26,7 @@ local function slot_text(s)
 end
 
 local stale, not_before, m = tonumber(ARGV[opi]), tonumber(ARGV[opi + 1]), tonumber(ARGV[opi + 2])
-if not stale or stale < 0 or not not_before or not_before < 0 or not m or m < 1 or #KEYS ~= m + 2
+if nbands < 1 or not stale or stale < 0 or not not_before or not_before < 0 or not m or m < 1 or #KEYS ~= m + 2
     or #ARGV ~= opi + 2 + m * nunits then
   return redis.error_reply('PACER_ARG want stale_us, not_before_us, m, then one cost per unit for each of m holders')
 end
@@ -65,7 +65,7 @@ for i = 1, m do
     for x in string.gmatch(h, '%S+') do
       f[#f + 1] = x
     end
-    local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac
+    local s = (tonumber(f[1]) - now_us) + tonumber(f[2]) / 1000 - now_frac - resumed(f[3])
     if s < -stale then
       origin = 2
     elseif pause > 0 and pause > s + same_us then
@@ -81,9 +81,9 @@ for i = 1, m do
   end
   if not kept then
     local s, idx, exact = earliest(start, costs[i])
-    if refused or s > max_queue_us then
+    if refused or not s or s > max_queue_us then
+      out[2 * i + 1], out[2 * i + 2] = 0, (refused or s) and -1 or -2
       refused = true
-      out[2 * i + 1], out[2 * i + 2] = 0, -1
     else
       take(s, costs[i], idx, exact)
       seq = seq + 1

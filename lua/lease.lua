@@ -54,7 +54,7 @@ if nbands ~= 1 or not bands[1].bucket or stored then
 end
 
 local q1, idx1, s1 = earliest(pause, cost)
-if q1 > max_queue_us then
+if not q1 or q1 > max_queue_us then
   return {now_us, now_ns, 0, 2, 0, 0, '0', '0'}
 end
 local first = tell(q1)

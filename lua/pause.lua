@@ -1,7 +1,12 @@
 -- pause.lua: grant no slot on the key group before now + d (the provider
 -- answered 429 with Retry-After d). Every bucket is empty when the pause
--- ends, so callers resume at the rate instead of spending a stored burst.
--- A shorter pause than one already in force changes nothing.
+-- ends, so callers resume at the rate instead of spending a stored burst:
+-- the bands in force, the records of bands not in force (a pause belongs to
+-- the key, not to a policy: k may be 0), and, through core.lua's rule for
+-- recordless buckets, any band added later. A shorter pause than one
+-- already in force changes nothing. A new pause records where the schedule
+-- stood ("~p", see core.lua), so that resume.lua can move the reservations
+-- granted during it.
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
 -- ARGV[opi]  d_us, the pause, integer µs > 0
@@ -14,13 +19,44 @@ if not d or d <= 0 then
   return redis.error_reply('PACER_ARG pause must be positive')
 end
 if d > pause then
+  if pause <= 0 then
+    -- A new pause: the latest slot granted so far (buckets' last events),
+    -- or now if later.
+    local last = 0
+    for i = 1, nbands do
+      if bands[i].bucket and bands[i].e > last then
+        last = bands[i].e
+      end
+    end
+    for i = 1, #extra do
+      if extra[i].bucket and extra[i].e > last then
+        last = extra[i].e
+      end
+    end
+    mark_p = {q = seq, e = last}
+  end
   pause = d
+  pause_at = d
 end
+local grown = 0 -- how much later the records not in force are full again
 for i = 1, nbands do
   local b = bands[i]
   if b.bucket and b.z < pause then
     b.z = pause
+    b.rec = true
   end
 end
+for i = 1, #extra do
+  local x = extra[i]
+  if x.bucket and x.z < pause then
+    if pause - x.z > grown then
+      grown = pause - x.z
+    end
+    x.z = pause
+  end
+end
+-- The expiry as set covered the records not in force (it never moves
+-- earlier): move it as far as they moved.
+expiry = expiry + grown
 save()
 return {now_us, now_ns, ns(pause)}

@@ -3,7 +3,8 @@
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
 -- ARGV[opi...]  one cost per unit (decimal >= 0)
--- Reply    now_us, now_ns (see reserve.lua), wait_ns (rounded up), pause_ns
+-- Reply    now_us, now_ns (see reserve.lua), wait_ns (rounded up; -1: never
+--          at the share), pause_ns
 --          (until the pause ends; 0 if none), then four entries per band in
 --          force, in its order:
 --            name
@@ -15,6 +16,9 @@
 --                      bucket)
 -- Errors   PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
+if nbands < 1 then
+  return redis.error_reply('PACER_ARG need at least one band')
+end
 local cost = cost_arg(opi)
 if not cost then
   return redis.error_reply('PACER_ARG bad cost')
@@ -22,7 +26,14 @@ end
 if not fits(cost) then
   return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
 end
-local out = {now_us, now_ns, tell((earliest(pause, cost))), ns(pause)}
+-- never: -1 when a window band can never take the cost at the share.
+local function wait_of(s)
+  if not s then
+    return -1
+  end
+  return tell(s)
+end
+local out = {now_us, now_ns, wait_of((earliest(pause, cost))), ns(pause)}
 local all, nall = bands, nbands
 for i = 1, nall do
   local b = all[i]
@@ -32,11 +43,11 @@ for i = 1, nall do
   out[#out + 1] = b.name
   if b.bucket then
     out[#out + 1] = string.format('%.17g', -b.z / b.upp)
-    out[#out + 1] = tell(s)
+    out[#out + 1] = wait_of(s)
     out[#out + 1] = 0
   else
     out[#out + 1] = string.format('%.17g', b.u)
-    out[#out + 1] = tell(s)
+    out[#out + 1] = wait_of(s)
     out[#out + 1] = ns((b.w + 1 - b.cur) * b.len - b.rem)
   end
 end

@@ -9,21 +9,29 @@
 -- ARGV[opi]    floor: "" or "<h> [<band>:<w>:<u> ...]": what this caller's
 --              local fallback granted while Redis was unavailable, applied
 --              before the requests: every bucket's balance is at most zero
---              at now + h (integer µs), and the named window band's window w
---              gets u more units if it is still the latest.
+--              at now + h (integer µs), and each named window band's window
+--              w gets u more units: added if w is its latest window, the
+--              latest with u units if w is later (first come, first served:
+--              nothing is granted into a window before the latest), nothing
+--              if w is earlier. Windows of one band come in ascending order.
 -- ARGV[opi+1]  m, the number of requests (integer >= 1)
 -- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
 --              per unit (decimal >= 0), in ARGV[4]'s order.
 -- Reply        flat array: now_us, now_ns (the time waits count from, in
 --              integer Unix µs and 0..999 ns), then two entries per request,
---              in ARGV order (the layout of every script that grants slots):
+--              in ARGV order (the layout of every script that grants slots),
+--              then the key's state as written (or as read when nothing was
+--              written; "" if none) and its stored limit ("" if none), which
+--              the caller's local fallback starts from if Redis fails:
 --                wait_ns  integer ns from now to the slot, rounded up; when
 --                         refused, the wait it would have needed
 --                seq      the reservation's number on the key (> 0) when
 --                         granted; 0 when refused because its wait would be
 --                         longer than its maximum; -1 when refused because
 --                         the queue would be over 30 years long
---                         (reserve.ErrQueueTooLong)
+--                         (reserve.ErrQueueTooLong); -2 when refused because
+--                         a window band can never take the cost at the share
+--                         (its N_k below the cost in every window)
 -- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:
 --              it could never be granted), PACER_WRONGTYPE, PACER_CONFIG.
 --
@@ -45,7 +53,7 @@ else
   m = tonumber(m)
 end
 local width = 1 + nunits
-if not m or m < 1 or #ARGV ~= opi + 1 + m * width then
+if nbands < 1 or not m or m < 1 or #ARGV ~= opi + 1 + m * width then
   return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
 end
 
@@ -62,10 +70,19 @@ if floor ~= '' then
     end
   end
   for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
+    w, u = tonumber(w), tonumber(u)
     for i = 1, nbands do
       local b = bands[i]
-      if b.name == name and not b.bucket and tonumber(w) == b.w then
-        b.u = b.u + tonumber(u)
+      -- Local grants lie at or before the horizon: a later window was
+      -- numbered for another definition of the band (a stored limit
+      -- changed meanwhile), and is not applied.
+      if b.name == name and not b.bucket and w and u and w <= b.cur + math.floor((b.rem + h) / b.len) then
+        if w > b.w then
+          b.w, b.u = w, u
+        elseif w == b.w then
+          b.u = b.u + u
+        end
+        b.rec = true
       end
     end
   end
@@ -100,8 +117,10 @@ for r = 1, m do
   end
   i = i + width
   local s, idx, exact = earliest(pause, cost)
-  local w = tell(s)
-  if s > max_queue_us then
+  local w = s and tell(s)
+  if not s then
+    out[2 * r + 1], out[2 * r + 2] = 0, -2
+  elseif s > max_queue_us then
     out[2 * r + 1], out[2 * r + 2] = 0, -1
   elseif max_wait >= 0 and w > max_wait * 1000 then
     out[2 * r + 1], out[2 * r + 2] = w, 0
@@ -116,8 +135,9 @@ for r = 1, m do
     end
   end
 end
+local state = raw or ''
 if granted or floor ~= '' then
-  save()
+  state = save()
 end
 if shadow_costs then
   local sh = shadow_raw
@@ -126,13 +146,16 @@ if shadow_costs then
     local t, a, b, c, d, recs = string.match(sh, '^1 (%d+) (%d+) (%d+) ([%d.]+) ([%d.]+)(.*)$')
     if t then
       calls, delayed, wait_sum, wait_max = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
-      load_records(recs, shadow_bands, tonumber(t) - now_us - now_frac)
+      load_records(recs, shadow_bands, tonumber(t) - now_us - now_frac, nil, true)
     end
   end
   local real, nreal = bands, nbands
   bands, nbands = shadow_bands, #shadow_bands
   for _, cost in ipairs(shadow_costs) do
     local q, idx, exact = earliest(0, cost)
+    if not q then
+      break
+    end
     take(q, cost, idx, exact)
     local wait = math.max(0, q)
     calls = calls + 1
@@ -157,4 +180,6 @@ if shadow_costs then
   bands, nbands = real, nreal
   redis.call('SET', KEYS[3], string.format('1 %d %d %d %.3f %.3f', now_us, calls, delayed, wait_sum, wait_max) .. text)
 end
+out[#out + 1] = state
+out[#out + 1] = stored_text
 return out

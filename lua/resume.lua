@@ -1,22 +1,72 @@
--- resume.lua: end the key group's pause now (cmd/pacer resume). A pause
--- left every bucket empty at its end; resumed, a bucket is empty now, or at
--- the last slot granted if that is later (slots granted stay granted).
+-- resume.lua: end the key group's pause now (cmd/pacer resume), and free
+-- the key at once: the reservations granted while the pause was in force
+-- (queued after it, or moved there by their sleepers) are moved earlier, as
+-- if the pause had ended now, by the same d for all of them, and the
+-- buckets' schedules with them; a sleeper or a hold learns d from the state
+-- ("~s q:r d", see core.lua) and uses its slot d earlier. d is the time
+-- left in the pause, less any part of it still covered by slots granted
+-- before the pause; when a window band's queue reaches past the window the
+-- pause ends in, d keeps every slot in its window (or is 0). Without a
+-- record of the pause ("~p": a pause made by an earlier version, or by a
+-- process pacing locally), the buckets are empty now, or at the last slot
+-- granted if that is later.
 --
--- KEYS, ARGV[1..opi-1]: see core.lua.
--- Reply      now_us, now_ns (see reserve.lua), and integer ns from now until
---            the pause that was in force would have ended (0: none)
+-- KEYS, ARGV[1..opi-1]: see core.lua (k may be 0: the state's records).
+-- Reply      now_us, now_ns (see reserve.lua), integer ns from now until
+--            the pause that was in force would have ended (0: none), and d
+--            in integer ns (0: nothing moved)
 -- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG.
 
 local was = pause
-pause = 0
-for i = 1, nbands do
-  local b = bands[i]
-  if b.bucket then
+local shift = 0
+if was > 0 and mark_p then
+  shift = was - math.max(0, mark_p.e)
+  for i = 1, nbands do
+    local b = bands[i]
+    if not b.bucket and shift > 0 then
+      local wp = b.cur + math.floor((b.rem + was) / b.len) -- the pause end's window
+      if b.w > wp then
+        shift = 0
+      else
+        local ws = (wp - b.cur) * b.len - b.rem
+        if was - ws < shift then
+          shift = was - ws
+        end
+      end
+    end
+  end
+  if shift < 0 then
+    shift = 0
+  end
+end
+local d_ns = ns(shift)
+shift = d_ns / 1000 -- a whole ns: sleepers move by exactly what they read
+local function free(b)
+  if shift > 0 then
+    b.z = b.z - shift
+    if b.e >= was - same_us then
+      b.e = b.e - shift
+    end
+  elseif not mark_p or was <= 0 then
     local empty = math.max(0, b.e)
     if b.z > empty then
       b.z = empty
     end
   end
 end
+for i = 1, nbands do
+  if bands[i].bucket then
+    free(bands[i])
+  end
+end
+for i = 1, #extra do
+  if extra[i].bucket then
+    free(extra[i])
+  end
+end
+if shift > 0 then
+  mark_s = {string.format('%d:%d', mark_p.q, seq), string.format('%d', d_ns)}
+end
+pause, pause_at, mark_p = 0, nil, nil
 save()
-return {now_us, now_ns, ns(was)}
+return {now_us, now_ns, ns(was), d_ns}

@@ -241,7 +241,7 @@ func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
 func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
 	op := reqs[0].op
 	reply, ok := res.([]any)
-	if !ok || len(reply) != 2+2*len(reqs) {
+	if !ok || len(reply) != 4+2*len(reqs) {
 		return replyError(op, key, res)
 	}
 	base, err := l.replyBaseAt(sent, recv, reply)
