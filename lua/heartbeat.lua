@@ -1,61 +1,111 @@
--- heartbeat.lua: record a Limiter as live, with its mode, and count the
--- fleet: the Limiters heard from lately, and those gone silent that may still
--- be pacing locally on their share. Each Limiter runs it every few seconds;
--- its count sets the share of each key's rate it takes from Redis, and the
--- share it paces at locally when Redis is unavailable. It does not use
--- core.lua.
+-- heartbeat.lua: record a Limiter as live, with its mode, and tell it the
+-- fleet: how many members it has, this Limiter's rank among them, and the
+-- members held (silent lately, or pacing locally), whose shares the others
+-- leave them (core.lua's ARGV[3]). Each Limiter runs it every heartbeat
+-- interval. It does not use core.lua.
 --
 -- KEYS[1]  the fleet, a sorted set: member = Limiter id, score = Unix ms of
 --          its last heartbeat (Redis server time)
--- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>"
---          (mode "redis" or "local": how it paces; since_ms: Unix ms, the
---          Limiter's clock, when that mode began)
+-- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>
+--          <named>" (mode "redis" or "local": how it paces; since_ms: Unix
+--          ms, the Limiter's clock, when that mode began; named 1 when its
+--          connections carry its name, "pacer-<id>", else 0)
+-- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
+--          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
+--          that reports older than keep_ms are dropped
+-- KEYS[4]  the fleet's ids, a sorted set with every score 0: a member's rank
+--          is its place in id order (ZRANK), the same for every Limiter
+-- KEYS[5]  suspects checked: a hash id -> Unix ms of the last check that
+--          found it still connected (see ARGV[2] "check")
+-- KEYS[6]  see KEYS[3]
 -- ARGV[1]  this Limiter's id
--- ARGV[2]  "redis", "local", or "leave" (Close: remove it; reply {now_ms})
--- ARGV[3]  since_ms (integer)
+-- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
+--          reply {now_ms}); or "check": ARGV[3] is a space-separated list of
+--          ids found without any connection (removed: the process is gone)
+--          and ARGV[4] of ids found connected (not checked again for
+--          suspect_ms); reply {now_ms}
+-- ARGV[3]  since_ms (integer), then " 1" when this Limiter's connections
+--          carry its name (only such a Limiter can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
 --          one silent longer is forgotten
--- ARGV[6...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
---          this Limiter's code passes for it (reserve's stored text form),
---          recorded in KEYS[3] for operators (reserve.Admin.Status)
--- KEYS[3]  the policies reported, a hash: key -> "<Unix ms> <policy>";
---          it lives as long as the fleet
--- Reply    {now_ms, live, held}: live includes this Limiter. Another
---          Limiter heard from within live_ms whose mode is "local" counts
---          as held: it reaches the fleet's set but not its keys (a Redis
---          Cluster with the key's shard failing over) and paces locally on
---          its share, which the others must leave it.
+-- ARGV[6]  suspect_ms: a Limiter silent longer than this is a suspect: the
+--          caller checks whether its process still holds a connection
+--          (CLIENT LIST), at most once per suspect_ms each
+-- ARGV[7]  keep_ms: how long a reported policy is kept after its report
+-- ARGV[8...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
+--          this Limiter's code passes for it (reserve's stored text form)
+-- Reply    {now_ms, live, held, rank, n, held_ranks, suspects}: live
+--          includes this Limiter; n = live + held; held_ranks the ranks of
+--          the held members; suspects the ids to check. Another Limiter
+--          heard from within live_ms whose mode is "local" counts as held:
+--          it reaches the fleet's set but not its keys (a Redis Cluster
+--          with the key's shard failing over) and paces locally on its
+--          share, which the others must leave it.
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local id, mode = ARGV[1], ARGV[2]
+local function forget(ids)
+  if #ids > 0 then
+    redis.call('ZREM', KEYS[1], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))
+    redis.call('HDEL', KEYS[2], unpack(ids))
+    redis.call('HDEL', KEYS[5], unpack(ids))
+  end
+end
 if mode == 'leave' then
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
+  forget({id})
   return {now_ms}
 end
-local live_ms, hold_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-if not live_ms or not hold_ms or live_ms <= 0 or hold_ms < live_ms or (mode ~= 'redis' and mode ~= 'local') then
-  return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms')
+if mode == 'check' then
+  local gone, alive = {}, {}
+  for x in string.gmatch(ARGV[3] or '', '%S+') do
+    gone[#gone + 1] = x
+  end
+  forget(gone)
+  for x in string.gmatch(ARGV[4] or '', '%S+') do
+    if redis.call('ZSCORE', KEYS[1], x) then
+      redis.call('HSET', KEYS[5], x, now_ms)
+    end
+  end
+  return {now_ms}
+end
+local live_ms, hold_ms, suspect_ms, keep_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 or hold_ms < live_ms
+    or suspect_ms <= 0 or keep_ms <= 0 or (mode ~= 'redis' and mode ~= 'local') then
+  return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
 end
 redis.call('ZADD', KEYS[1], now_ms, id)
+redis.call('ZADD', KEYS[4], 0, id)
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
-  redis.call('HDEL', KEYS[2], unpack(gone))
+redis.call('HDEL', KEYS[5], id)
+forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
+for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5]}) do
+  redis.call('PEXPIRE', k, hold_ms)
 end
-redis.call('PEXPIRE', KEYS[1], hold_ms)
-redis.call('PEXPIRE', KEYS[2], hold_ms)
-if KEYS[3] then
-  if #ARGV > 5 then
-    redis.call('HSET', KEYS[3], unpack(ARGV, 6))
+if #ARGV > 7 then
+  local zs = {}
+  for i = 8, #ARGV - 1, 2 do
+    zs[#zs + 1] = string.match(ARGV[i + 1], '^(%d+)') or now_ms
+    zs[#zs + 1] = ARGV[i]
   end
-  redis.call('PEXPIRE', KEYS[3], hold_ms)
+  redis.call('HSET', KEYS[3], unpack(ARGV, 8))
+  redis.call('ZADD', KEYS[6], unpack(zs))
 end
+-- Reports not renewed within keep_ms go (their Limiters stopped using the
+-- keys, or are gone).
+local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. string.format('%d', now_ms - keep_ms), 'LIMIT', 0, 1000)
+if #stale > 0 then
+  redis.call('HDEL', KEYS[3], unpack(stale))
+  redis.call('ZREM', KEYS[6], unpack(stale))
+end
+redis.call('PEXPIRE', KEYS[3], math.max(hold_ms, keep_ms))
+redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
+
 local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+local held_ranks = {}
 local live = #heard
 if live > 1 then
   local modes = redis.call('HMGET', KEYS[2], unpack(heard))
@@ -63,8 +113,32 @@ if live > 1 then
     local m = modes[i]
     if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
       live = live - 1
+      local r = redis.call('ZRANK', KEYS[4], heard[i])
+      if r then
+        held_ranks[#held_ranks + 1] = r
+      end
     end
   end
 end
-local all = redis.call('ZCARD', KEYS[1])
-return {now_ms, live, all - live}
+local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
+for i = 1, #silent do
+  -- (An earlier version's member has no rank: it is counted, not ranked.)
+  local r = redis.call('ZRANK', KEYS[4], silent[i])
+  if r then
+    held_ranks[#held_ranks + 1] = r
+  end
+end
+local suspects = {}
+local quiet = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - suspect_ms))
+if #quiet > 0 then
+  local checked = redis.call('HMGET', KEYS[5], unpack(quiet))
+  local details = redis.call('HMGET', KEYS[2], unpack(quiet))
+  for i = 1, #quiet do
+    local named = details[i] and string.sub(details[i], -2) == ' 1'
+    if named and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
+      suspects[#suspects + 1] = quiet[i]
+    end
+  end
+end
+local n = redis.call('ZCARD', KEYS[1])
+return {now_ms, live, n - live, redis.call('ZRANK', KEYS[4], id), n, held_ranks, suspects}

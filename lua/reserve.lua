@@ -14,7 +14,8 @@
 --              latest with u units if w is later (first come, first served:
 --              nothing is granted into a window before the latest), nothing
 --              if w is earlier. Windows of one band come in ascending order.
--- ARGV[opi+1]  m, the number of requests (integer >= 1)
+-- ARGV[opi+1]  m, the number of requests (integer >= 1; 0 with a floor:
+--              the floor alone)
 -- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
 --              per unit (decimal >= 0), in ARGV[4]'s order.
 -- Reply        flat array: now_us, now_ns (the time waits count from, in
@@ -53,7 +54,7 @@ else
   m = tonumber(m)
 end
 local width = 1 + nunits
-if nbands < 1 or not m or m < 1 or #ARGV ~= opi + 1 + m * width then
+if nbands < 1 or not m or m < 0 or (m == 0 and floor == '') or #ARGV ~= opi + 1 + m * width then
   return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
 end
 

@@ -671,9 +671,9 @@ func (a *Admin) Fleet(ctx context.Context) ([]Member, error) {
 	for _, z := range zs.Val() {
 		id, _ := z.Member.(string)
 		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown"}
-		if mode, since, ok := strings.Cut(details[id], " "); ok {
-			m.Mode = mode
-			if ms, err := strconv.ParseInt(since, 10, 64); err == nil {
+		if f := strings.Fields(details[id]); len(f) >= 2 {
+			m.Mode = f[0]
+			if ms, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 				m.Since = time.UnixMilli(ms).UTC()
 			}
 		}

@@ -10,7 +10,8 @@ import (
 
 // tunedClient returns the client the Limiter talks to Redis through: rdb
 // itself when it is set up the way pacer needs, else a client of pacer's
-// own made from rdb's options, with owned true (Close closes it).
+// own made from rdb's options, with owned true (Close closes it). rdb itself
+// is left as it is.
 //
 // pacer needs three things from a go-redis client:
 //   - no retries of its own (MaxRetries -1): after a read timeout go-redis

@@ -6,7 +6,7 @@ package reserve
 func ServerSlot(r *Reservation) (ns int64, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.local != nil {
+	if r.localID != "" {
 		return 0, false
 	}
 	return r.slotNS, true
@@ -16,7 +16,7 @@ func ServerSlot(r *Reservation) (ns int64, ok bool) {
 func (l *Limiter) FleetSize() int { n, _ := l.fleet.size(); return n }
 
 // Share exposes the share of each key's rate the Limiter takes, for tests.
-func (l *Limiter) Share() float64 { return l.fleet.share() }
+func (l *Limiter) Share() float64 { return l.fleet.rateShare() }
 
 // Degraded exposes whether the Limiter paces locally, for tests.
 func (l *Limiter) Degraded() bool { return l.isDegraded() }

@@ -2,64 +2,112 @@ package reserve
 
 import (
 	"context"
+	"hash/fnv"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/local"
+	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
 
 // fleetView is what a Limiter knows of the fleet sharing its KeyPrefix,
-// learned from the heartbeats:
+// learned from the heartbeats (lua/heartbeat.lua):
 //
-//   - live: the Limiters heard from in the last two heartbeat intervals,
-//     this one included. They reserve on Redis.
-//   - held: those silent for longer but less than Options.SilentHold. They
-//     may have lost Redis and be pacing locally on their share, so the live
-//     ones take only their own shares of each key's rate meanwhile (share).
+//   - n: the members (Limiters), ranked 0..n-1 by id, and this one's rank;
+//   - held: the ranks of the members silent for more than two heartbeat
+//     intervals (but less than Options.SilentHold), or pacing locally.
+//     They may have lost Redis and be pacing on their own shares, so the
+//     members on Redis leave them those shares (engine.Share).
+//
+// A member that went silent and holds no connection to Redis any more (its
+// process exited without Close: killed, crashed) is not held: the first
+// member to notice (CLIENT LIST) removes it, and its share goes back to the
+// fleet within about three heartbeat intervals.
 //
 // When this Limiter comes back from an outage, a Redis restarted empty may
-// have forgotten the Limiters that are still pacing locally: for SilentHold
-// it keeps back the shares of the fleet it knew before the outage that the
-// heartbeat does not show yet.
+// not list yet the Limiters still pacing locally: for a few heartbeats it
+// keeps back the shares of the fleet it knew before the outage that the
+// heartbeats do not show yet.
 type fleetView struct {
 	mu         sync.Mutex
-	hold       time.Duration
+	id         string
 	hint       int // Options.FleetSize
+	remember   time.Duration
 	learned    bool
-	live, held int
-	remembered int       // live + held when this Limiter last lost Redis
+	n, rank    int
+	held       []int
+	remembered int       // n when this Limiter last lost Redis
 	backAt     time.Time // when it came back
 }
 
-// size returns the fleet size the local fallback divides by: the number
-// learned (known true), or Options.FleetSize before anything was learned (0:
-// none).
+// size returns the fleet size: the number learned (known true), or
+// Options.FleetSize before anything was learned (0: none).
 func (f *fleetView) size() (n int, known bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.learned {
 		return f.hint, false
 	}
-	return max(1, f.live+f.held), true
+	return max(1, f.n), true
 }
 
-// share returns the fraction of each key's rate this Limiter takes from
-// Redis: its own and the other live Limiters' shares, not those of the
-// Limiters that may be pacing locally.
-func (f *fleetView) share() float64 {
+// redisShare returns the share of each key's limits this Limiter's calls
+// on Redis take: the whole, less the shares of the held members, and of the
+// members remembered from before an outage that Redis does not show yet.
+func (f *fleetView) redisShare() engine.Share {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.learned || f.live < 1 {
+	if !f.learned || f.n < 1 {
+		return engine.Share{}
+	}
+	n, held := f.n, f.held
+	if !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.remembered > n {
+		held = slices.Clone(held)
+		for k := n; k < f.remembered; k++ {
+			held = append(held, k)
+		}
+		n = f.remembered
+	}
+	if len(held) == 0 || len(held) >= n {
+		return engine.Share{}
+	}
+	return engine.Share{N: n, Held: held}
+}
+
+// rateShare is the part of each key's rate this Limiter's calls on Redis
+// take.
+func (f *fleetView) rateShare() float64 {
+	s := f.redisShare()
+	if s.Whole() {
 		return 1
 	}
-	held := f.held
-	if !f.backAt.IsZero() && time.Since(f.backAt) < f.hold {
-		held = max(held, f.remembered-(f.live+f.held))
+	return float64(s.N-len(s.Held)) / float64(s.N)
+}
+
+// localShare returns the share this Limiter takes alone while it paces
+// locally: its own, by its rank among the fleet it last learned (or, before
+// it ever reached Redis, Options.FleetSize members and a rank from its id).
+// ok is false when the fleet's size is unknown.
+func (f *fleetView) localShare() (engine.Share, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, rank := f.n, f.rank
+	if !f.learned {
+		if f.hint < 1 {
+			return engine.Share{}, false
+		}
+		h := fnv.New32a()
+		h.Write([]byte(f.id))
+		n, rank = f.hint, int(h.Sum32()%uint32(f.hint))
 	}
-	return float64(f.live) / float64(f.live+held)
+	if n <= 1 {
+		return engine.Share{}, true
+	}
+	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true}, true
 }
 
 // leaving records the fleet as known when this Limiter loses Redis.
@@ -67,7 +115,7 @@ func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.learned {
-		f.remembered = max(f.remembered, f.live+f.held)
+		f.remembered = max(f.remembered, f.n)
 	}
 }
 
@@ -79,39 +127,113 @@ func (f *fleetView) recovered() {
 	f.backAt = time.Now()
 }
 
-func (f *fleetView) update(live, held int) {
+func (f *fleetView) update(n, rank int, held []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learned = true
-	f.live, f.held = live, held
-	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.hold {
+	f.n, f.rank, f.held = n, rank, held
+	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered = time.Time{}, 0
 	}
 }
 
-// shareArg is share() as the scripts take it.
-func (l *Limiter) shareArg() string {
-	s := l.fleet.share()
-	if s >= 1 {
-		return "1"
-	}
-	return strconv.FormatFloat(s, 'f', -1, 64)
-}
+// shareArg is redisShare as the scripts take it.
+func (l *Limiter) shareArg() string { return l.fleet.redisShare().Arg() }
 
 var heartbeatScript = redis.NewScript(lua.Heartbeat)
 
-// fleetKeys are the heartbeat set, the fleet's details and the policies
-// reported, in one hash tag.
+// fleetKeys are the heartbeat set, the fleet's details, the policies
+// reported, the ids in order, the suspects checked and the reports' times,
+// in one hash tag.
 func (l *Limiter) fleetKeys() []string {
 	k := l.opts.KeyPrefix + "{limiters}"
-	return []string{k, k + ":info", k + ":policies"}
+	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+}
+
+// clientName is the name this Limiter's heartbeat connection carries
+// (CLIENT SETNAME).
+func clientName(id string) string { return "pacer-" + id }
+
+// hbConn is the connection the heartbeats go through: one of the Limiter's
+// own, named clientName(id), held open as long as the Limiter lives, so that
+// the fleet can tell a process that exited (Redis closes its connection)
+// from one that is silent but connected (see checkSuspects). Without such a
+// connection (a Ring) or the right to name it (an ACL without
+// client|setname), the heartbeats go through the client, and the Limiter is
+// never a suspect: when it goes silent, the fleet holds its share for
+// SilentHold.
+type hbConn struct {
+	mu    sync.Mutex
+	conn  *redis.Conn
+	node  *redis.Client // the client conn comes from (a Cluster's node for the fleet's keys)
+	named bool          // conn carries the name
+	deny  bool          // CLIENT SETNAME was refused: not tried again
+}
+
+// hb returns what the heartbeat runs on: the named connection (made
+// first if needed), the client it belongs to (for CLIENT LIST), and whether
+// it carries the name; or the Limiter's client, unnamed.
+func (l *Limiter) hb(ctx context.Context) (redis.Scripter, redis.UniversalClient, bool) {
+	h := &l.hbc
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		return h.conn, h.node, h.named
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
+	defer cancel()
+	var node *redis.Client
+	switch c := l.rdb.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, l.fleetKeys()[0])
+		if err != nil {
+			return l.rdb, l.rdb, false
+		}
+		node = n
+	default:
+		return l.rdb, l.rdb, false
+	}
+	conn := node.Conn()
+	named := false
+	if !h.deny {
+		err := conn.ClientSetName(ctx, clientName(l.id)).Err()
+		switch {
+		case err == nil:
+			named = true
+		case strings.HasPrefix(err.Error(), "NOPERM"):
+			h.deny = true
+			l.opts.Logger.Info("pacer: the Redis user may not name its connection (CLIENT SETNAME): a process that exits without Close keeps its share held for Options.SilentHold",
+				"limiter", l.id)
+		default:
+			_ = conn.Close()
+			return l.rdb, l.rdb, false
+		}
+	}
+	h.conn, h.node, h.named = conn, node, named
+	return conn, node, named
+}
+
+// hbFailed drops the heartbeat connection after an error: the next
+// heartbeat makes a new one.
+func (l *Limiter) hbFailed() {
+	h := &l.hbc
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		_ = h.conn.Close()
+		h.conn, h.named = nil, false
+	}
 }
 
 // reports are the policies this Limiter's code passes, per key, for the
 // heartbeat to report to operators (Admin.Status shows them as the limit
 // in force when none is stored). Each is reported when first used or
-// changed, and again every reportEvery; at most maxReports keys are
-// tracked, reportBatch reported per heartbeat.
+// changed, and again every reportEvery while in use; the fleet's hash drops
+// a report not renewed within reportKeep. At most maxReports keys are
+// tracked (the least recently used go first), reportBatch reported per
+// heartbeat.
 type reports struct {
 	mu sync.Mutex
 	m  map[string]*report
@@ -120,33 +242,50 @@ type reports struct {
 type report struct {
 	s    *spec
 	sent time.Time
+	used time.Time
 }
 
 const (
 	maxReports  = 10_000
 	reportBatch = 500
 	reportEvery = time.Minute
+	reportKeep  = 3 * reportEvery
 )
 
 func (r *reports) note(key string, s *spec) {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.m[key]; ok {
 		if e.s != s && e.s.sig != s.sig {
 			e.s, e.sent = s, time.Time{}
 		}
+		e.used = now
 		return
 	}
 	if r.m == nil {
 		r.m = make(map[string]*report)
 	}
-	if len(r.m) < maxReports {
-		r.m[key] = &report{s: s}
+	if len(r.m) >= maxReports {
+		// Make room: the least recently used tenth goes.
+		used := make([]time.Time, 0, len(r.m))
+		for _, e := range r.m {
+			used = append(used, e.used)
+		}
+		slices.SortFunc(used, func(a, b time.Time) int { return a.Compare(b) })
+		cut := used[len(used)/10]
+		for k, e := range r.m {
+			if !e.used.After(cut) {
+				delete(r.m, k)
+			}
+		}
 	}
+	r.m[key] = &report{s: s, used: now}
 }
 
 // due returns the heartbeat's arguments for the reports due now (key,
-// "<ms> <policy>" pairs), and marks them sent.
+// "<ms> <policy>" pairs): those of keys used since their last report and
+// not reported within reportEvery, and marks them sent.
 func (r *reports) due(now time.Time) []any {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -155,7 +294,7 @@ func (r *reports) due(now time.Time) []any {
 		if len(out) >= 2*reportBatch {
 			break
 		}
-		if now.Sub(e.sent) >= reportEvery {
+		if now.Sub(e.sent) >= reportEvery && e.used.After(e.sent) {
 			out = append(out, key, strconv.FormatInt(now.UnixMilli(), 10)+" "+e.s.storedText())
 			e.sent = now
 		}
@@ -183,136 +322,139 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
 	}
-	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10),
+	conn, node, named := l.hb(ctx)
+	flag := " 0"
+	if named {
+		flag = " 1"
+	}
+	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
 		strconv.FormatInt(live.Milliseconds(), 10),
-		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10)}
+		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
+		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
+		strconv.FormatInt(reportKeep.Milliseconds(), 10)}
 	args = append(args, l.reports.due(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
-		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
+		return heartbeatScript.Run(ctx, conn, l.fleetKeys(), args...).Result()
 	}, nil)
 	if err != nil {
+		if _, isScriptErr := errorCode(err); !isScriptErr {
+			l.hbFailed()
+		}
 		return err
 	}
-	if r, ok := res.([]any); ok && len(r) == 3 {
-		live, ok1 := r[1].(int64)
-		held, ok2 := r[2].(int64)
-		if ok1 && ok2 && live >= 1 {
-			l.fleet.update(int(live), int(held))
+	r, ok := res.([]any)
+	if !ok || len(r) != 7 {
+		return nil
+	}
+	n, ok1 := r[4].(int64)
+	rank, ok2 := r[3].(int64)
+	heldList, ok3 := r[5].([]any)
+	suspects, ok4 := r[6].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 {
+		return nil
+	}
+	held := make([]int, 0, len(heldList))
+	for _, h := range heldList {
+		if k, ok := h.(int64); ok && k >= 0 && k < n {
+			held = append(held, int(k))
 		}
 	}
+	slices.Sort(held)
+	held = slices.Compact(held)
+	l.fleet.update(int(n), int(rank), held)
+	if len(suspects) > 0 {
+		l.checkSuspects(ctx, node, suspects)
+	}
 	return nil
+}
+
+// suspectAfter is how long a member may be silent before the fleet checks
+// whether its process still holds a connection: a little over one missed
+// heartbeat.
+func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval * 5 / 4 }
+
+// checkSuspects looks for each suspect's connections in CLIENT LIST: a
+// member none of whose connections is left has exited (killed, crashed),
+// and is removed from the fleet at once; one still connected is paused or
+// cut off from Redis and stays held (up to SilentHold). A Redis that
+// refuses CLIENT LIST (an ACL without it) leaves the suspects held.
+func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, suspects []any) {
+	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		return node.ClientList(ctx).Result()
+	}, nil)
+	if err != nil {
+		return
+	}
+	connected := map[string]bool{}
+	for line := range strings.SplitSeq(res.(string), "\n") {
+		for field := range strings.FieldsSeq(line) {
+			if name, ok := strings.CutPrefix(field, "name=pacer-"); ok {
+				connected[name] = true
+			}
+		}
+	}
+	var gone, alive []string
+	for _, s := range suspects {
+		id, _ := s.(string)
+		switch {
+		case id == "" || id == l.id:
+		case connected[id]:
+			alive = append(alive, id)
+		default:
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) > 0 {
+		l.opts.Logger.Info("pacer: fleet members exited without Close (no connection left): their shares go back to the fleet",
+			"members", gone, "limiter", l.id)
+	}
+	_, _ = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
+	}, nil)
 }
 
 // leave removes this Limiter from the heartbeat set (Close).
 func (l *Limiter) leave(ctx context.Context) error {
 	_, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
-		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave", "0", "1", "1").Result()
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave").Result()
 	}, nil)
 	return err
 }
 
-// horizons remembers, per key, the latest slot Redis granted this Limiter:
-// if Redis fails, the key's local fallback starts there, empty, so local
-// slots never come on top of Redis slots still to be used.
+// horizons remembers, per key, the latest slot Redis granted this Limiter
+// (server clock, Unix ns), also through leases and holds, which do not
+// return the key's state: if Redis fails, the key's local state starts no
+// earlier, so local slots never come on top of Redis slots still to be
+// used.
 type horizons struct {
 	mu sync.Mutex
-	at map[string]time.Time
+	at map[string]int64
 }
 
-func (h *horizons) note(key string, at time.Time) {
+func (h *horizons) note(key string, slotNS int64) {
 	h.mu.Lock()
 	if h.at == nil {
-		h.at = make(map[string]time.Time)
+		h.at = make(map[string]int64)
 	}
-	if at.After(h.at[key]) {
-		h.at[key] = at
+	if slotNS > h.at[key] {
+		h.at[key] = slotNS
 	}
 	h.mu.Unlock()
 }
 
-func (h *horizons) get(key string) time.Time {
+func (h *horizons) get(key string) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.at[key]
 }
 
 // sweep forgets slots that have passed.
-func (h *horizons) sweep(now time.Time) {
+func (h *horizons) sweep(nowNS int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, at := range h.at {
-		if !at.After(now) {
+		if at <= nowNS {
 			delete(h.at, k)
 		}
 	}
-}
-
-// floors holds, per key, what the local fallback granted while Redis was
-// unavailable, until the key's next reservation on Redis passes it on
-// (reserve.lua's floor).
-type floors struct {
-	mu sync.Mutex
-	m  map[string]local.Floor
-}
-
-func (f *floors) add(m map[string]local.Floor) {
-	if len(m) == 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = make(map[string]local.Floor)
-	}
-	for k, v := range m {
-		f.m[k] = v
-	}
-}
-
-// peek returns key's floor.
-func (f *floors) peek(key string) (local.Floor, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	v, ok := f.m[key]
-	return v, ok
-}
-
-// drop forgets key's floor.
-func (f *floors) drop(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.m, key)
-}
-
-// specOf returns the policy a key's floor was granted under.
-func (f *floors) specOf(key string) *spec {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, _ := f.m[key].Tag.(*spec)
-	return s
-}
-
-// sweep forgets floors that no longer matter.
-func (f *floors) sweep(now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for k, v := range f.m {
-		if v.Horizon.Before(now) && v.Pause.Before(now) && len(v.Windows) == 0 {
-			delete(f.m, k)
-		}
-	}
-}
-
-// floorArg formats a floor for reserve.lua at now: the horizon in µs from
-// now and the windows' units.
-func floorArg(f local.Floor, now time.Time) string {
-	h := f.Horizon.Sub(now)
-	if h < 0 {
-		h = 0
-	}
-	s := strconv.FormatInt((h + time.Microsecond - 1).Microseconds(), 10)
-	for _, w := range f.Windows {
-		s += " " + w.Band + ":" + strconv.FormatInt(w.Index, 10) + ":" + formatFloat(w.Units)
-	}
-	return s
 }

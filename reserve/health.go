@@ -93,17 +93,14 @@ func (l *Limiter) failed(key string, err error) {
 	l.opts.Logger.Warn("pacer: redis unavailable, "+mode, "failures", failures, "err", err, "limiter", l.id)
 }
 
-// recovered switches back to Redis after a probe succeeded. What the local
-// fallback granted is kept as floors that each key's next reservation
-// passes on (no Redis slot before the local ones); pauses made while
-// degraded are passed on now.
+// recovered switches back to Redis after a probe succeeded, and hands back
+// what the local fallback granted meanwhile (see fallback.go): every key at
+// once, so that no Limiter reserves on Redis before this one's local slots.
 func (l *Limiter) recovered(ctx context.Context) {
-	l.modeMu.Lock()
 	h := &l.health
 	h.mu.Lock()
 	if !h.degraded {
 		h.mu.Unlock()
-		l.modeMu.Unlock()
 		return
 	}
 	h.degraded = false
@@ -111,21 +108,8 @@ func (l *Limiter) recovered(ctx context.Context) {
 	down := time.Since(h.since)
 	h.since = time.Now()
 	h.mu.Unlock()
-	floors := l.local.Drain(l.clock.Now())
-	l.floors.add(floors)
-	l.modeMu.Unlock()
-
 	l.fleet.recovered()
-	for key, f := range floors {
-		if f.Pause.IsZero() {
-			continue
-		}
-		if s := l.floors.specOf(key); s != nil {
-			if d := f.Pause.Sub(l.clock.Now()); d > 0 {
-				_ = l.pauseRedis(ctx, key, s, d) // best effort: a failure counts like any other
-			}
-		}
-	}
+	l.handBack(ctx)
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
 		"degraded_for", down.Round(time.Millisecond), "limiter", l.id)
@@ -162,10 +146,9 @@ func (l *Limiter) loop() {
 			default:
 				timer.Reset(l.opts.HeartbeatInterval)
 			}
-			now := l.clock.Now()
-			l.local.Sweep(now)
-			l.floors.sweep(now)
-			l.horizons.sweep(now)
+			l.sweepLocal()
+			nowNS, _ := l.serverNow()
+			l.horizons.sweep(nowNS)
 		}
 	}
 }

@@ -216,13 +216,25 @@ func (t *leaseTable) drop(k batchKey) {
 	}
 }
 
+// dropKey lets every lease on key lapse (this Limiter paused the key: the
+// leased slots may lie inside the pause).
+func (t *leaseTable) dropKey(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, ls := range t.m {
+		if k.key == key {
+			t.retire(k, ls, ls.base.local.Add(ls.allow))
+		}
+	}
+}
+
 // leaseSize returns how many slots a lease for k should have when a batch
 // of n found it hot; below 2, none.
 func (l *Limiter) leaseSize(k batchKey, s *spec, n int) int {
 	if l.opts.LeaseSpan <= 0 || !s.single {
 		return 0
 	}
-	span := s.bands[0].rate * l.fleet.share() * l.opts.LeaseSpan.Seconds()
+	span := s.bands[0].rate * l.fleet.rateShare() * l.opts.LeaseSpan.Seconds()
 	if span < 2 {
 		return 0
 	}
@@ -251,7 +263,7 @@ func (l *Limiter) leaseBatch(ctx context.Context, k batchKey, s *spec, reqs []*r
 	if size < 2 || l.isDegraded() || !l.leasable(s, reqs[0]) {
 		return l.reserveBatch(ctx, k.key, s, reqs)
 	}
-	if _, hasFloor := l.floorOf(k.key, l.clock.Now()); hasFloor {
+	if l.hasLocal(k.key) {
 		return l.reserveBatch(ctx, k.key, s, reqs)
 	}
 	ls, err := l.newLease(ctx, k, s, size)
@@ -328,7 +340,7 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 	}
 	t.m[k] = ls
 	t.granted.Add(int64(ls.k))
-	l.horizons.note(k.key, ls.base.at(ls.last))
+	l.horizons.note(k.key, ls.last)
 	return ls, nil
 }
 

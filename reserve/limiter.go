@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/local"
 	"github.com/pacer-go/pacer/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -52,10 +51,9 @@ type Limiter struct {
 
 	health    health
 	fleet     fleetView
-	local     *local.Limiter
-	modeMu    sync.RWMutex // local grants (read) against the switch back to Redis (write)
+	hbc       hbConn // the heartbeat's own connection (fleet.go)
+	local     *fallback // the local fallback (fallback.go)
 	horizons  horizons
-	floors    floors
 	coalescer coalescer
 	specs     sync.Map // Limit -> *spec, the compiled one-band policies
 	nspecs    atomic.Int64
@@ -64,6 +62,8 @@ type Limiter struct {
 	reports   reports       // the policies the code passes, for operators
 
 	closed     atomic.Bool
+	closeOnce  sync.Once
+	closeErr   error
 	stop       chan struct{}
 	done       chan struct{}
 	loopCtx    context.Context
@@ -92,6 +92,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	id := newID()
 	c, owned, err := tunedClient(rdb)
 	if err != nil {
 		return nil, err
@@ -101,19 +102,22 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		ownsClient: owned,
 		opts:       opts,
 		clock:      opts.Clock,
-		id:         newID(),
+		id:         id,
 		sleeper:    wake.Sleeper{Margin: opts.PreciseWake},
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
 	l.health.wake = make(chan struct{}, 1)
 	l.health.since = time.Now()
-	l.fleet.hold, l.fleet.hint = opts.SilentHold, opts.FleetSize
+	l.fleet.id, l.fleet.hint = l.id, opts.FleetSize
+	// After an outage, the members Redis does not show yet are kept back
+	// until they could have heartbeated again (a probe, then a heartbeat).
+	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
 	if l.clock == nil {
 		l.clock = systemClockValue
 		l.serverTime = true
 	}
-	l.local = local.New(l.clock.Now())
+	l.local = newFallback()
 	l.coalescer.queues = make(map[batchKey]*queue)
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		// After a master fails over, go-redis keeps sending a slot's
@@ -140,30 +144,32 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 }
 
 // Close stops the Limiter's background goroutine, removes it from the
-// fleet's heartbeat set, and closes the client New made for it, if any (not
-// the one passed to New). Calls after Close return ErrClosed; a Wait already
-// sleeping finishes normally.
+// fleet's heartbeat set (its share goes back to the fleet at once), and
+// closes the client New made for it, if any (not the one passed to New). Calls after
+// Close return ErrClosed; a Wait already sleeping finishes normally. Close
+// is safe to call more than once, from several goroutines: the first does
+// the work, and every call returns its result.
 func (l *Limiter) Close() error {
-	if l.closed.Load() {
-		return nil
-	}
-	l.loopCancel()
-	close(l.stop)
-	<-l.done
-	var err error
-	if !l.isDegraded() {
-		ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
-		err = l.leave(ctx)
-		cancel()
-	}
-	l.closed.Store(true)
-	if l.ownsClient {
-		err = errors.Join(err, l.rdb.Close())
-	}
-	if err != nil {
-		return fmt.Errorf("reserve: close: %w", err)
-	}
-	return nil
+	l.closeOnce.Do(func() {
+		l.loopCancel()
+		close(l.stop)
+		<-l.done
+		var err error
+		if !l.isDegraded() {
+			ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
+			err = l.leave(ctx)
+			cancel()
+		}
+		l.closed.Store(true)
+		l.hbFailed() // closes the heartbeat's connection
+		if l.ownsClient {
+			err = errors.Join(err, l.rdb.Close())
+		}
+		if err != nil {
+			l.closeErr = fmt.Errorf("reserve: close: %w", err)
+		}
+	})
+	return l.closeErr
 }
 
 // newID names a Limiter in the heartbeat set: host, process and a random part.

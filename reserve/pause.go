@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,29 +54,40 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 	err := l.pauseRedis(ctx, key, s, d)
 	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 		// Paced locally until Redis is back, then passed on to it.
-		bands, lerr := l.localBands(key, s)
-		if lerr != nil {
-			return lerr
-		}
-		l.modeMu.RLock()
-		l.local.Pause(l.clock.Now(), key, s.sig, bands, s, d, l.localStart(key))
-		l.modeMu.RUnlock()
-		err = nil
+		err = l.pauseLocal(key, s, d)
 	}
 	if err == nil {
+		// This Limiter's leases on the key lapse: their slots may lie
+		// inside the pause, and a new lease comes after it.
+		l.coalescer.leases.dropKey(key)
 		l.opts.Metrics.Paused(key, d)
 	}
 	return err
 }
 
 func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Duration) error {
-	args := l.args(l.clock.Now(), s, 1)
+	now := l.clock.Now()
+	args := l.args(now, s, 1)
 	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
 	keys := l.keys(key)
-	_, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
+	sent := now
+	res, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
+		sent = l.clock.Now()
 		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
-	return err
+	if err != nil {
+		return err
+	}
+	// The pause is known here at once: sleepers and leases honour it
+	// without waiting for their next read.
+	if reply, ok := res.([]any); ok && len(reply) == 3 {
+		if base, err := l.replyBaseAt(sent, l.clock.Now(), reply); err == nil {
+			if end, ok := reply[2].(int64); ok && end > 0 {
+				l.pauses.learn(key, base.serverNS+end)
+			}
+		}
+	}
+	return nil
 }
 
 // A Snapshot is a key as Peek reads it, without changing it.
@@ -153,7 +165,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	if err != nil || !ok1 || !ok2 {
 		return Snapshot{}, replyError("peek", key, res)
 	}
-	snap := Snapshot{Wait: time.Duration(wait), Paused: time.Duration(max(paused, 0))}
+	var bands []engine.BandPeek
 	for i := 4; i < len(reply); i += 4 {
 		name, ok1 := reply[i].(string)
 		value, ok2 := reply[i+1].(string)
@@ -163,32 +175,35 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		if !ok1 || !ok2 || !ok3 || !ok4 || perr != nil {
 			return Snapshot{}, replyError("peek", key, res)
 		}
-		b := BandSnapshot{Name: name, Value: v, Wait: time.Duration(bw)}
-		if end != 0 {
-			b.WindowEnd = base.local.Add(time.Duration(end))
+		bands = append(bands, engine.BandPeek{Name: name, Value: v, WaitNS: bw, EndNS: end})
+	}
+	return snapshotOf(base.local, wait, paused, bands, false), nil
+}
+
+// snapshotOf builds a Snapshot from a peek made at at (the Limiter's clock):
+// waits and ends in ns from then, -1 for never.
+func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local bool) Snapshot {
+	never := func(ns int64) time.Duration {
+		if ns < 0 {
+			return Never
 		}
-		snap.Bands = append(snap.Bands, b)
+		return time.Duration(ns)
+	}
+	snap := Snapshot{Wait: never(wait), Paused: time.Duration(max(paused, 0)), Local: local}
+	for _, b := range bands {
+		bs := BandSnapshot{Name: b.Name, Value: b.Value, Wait: never(b.WaitNS)}
+		if b.EndNS != 0 {
+			bs.WindowEnd = at.Add(time.Duration(b.EndNS))
+		}
+		snap.Bands = append(snap.Bands, bs)
 	}
 	if len(snap.Bands) > 0 {
 		snap.Tokens = snap.Bands[0].Value
 	}
-	return snap, nil
+	return snap
 }
 
-func (l *Limiter) peekLocal(key string, s *spec, amounts []float64) (Snapshot, error) {
-	bands, err := l.localBands(key, s)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	now := l.clock.Now()
-	wait, pause, states := l.local.Peek(now, key, s.sig, bands, amounts, l.localStart(key))
-	snap := Snapshot{Wait: wait, Local: true}
-	if !pause.IsZero() {
-		snap.Paused = pause.Sub(now)
-	}
-	for i, st := range states {
-		snap.Bands = append(snap.Bands, BandSnapshot{Name: s.bands[i].name, Value: st.Value, Wait: st.Wait, WindowEnd: st.End})
-	}
-	snap.Tokens = snap.Bands[0].Value
-	return snap, nil
-}
+// Never is a Snapshot's wait when the cost can never be granted at this
+// Limiter's share (while others pace locally, a window band's share is
+// below the cost in every window).
+const Never = time.Duration(1<<63 - 1)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/engine"
 )
 
 // A Policy is the set of limits every call on a key must satisfy at once:
@@ -184,6 +186,22 @@ func (p Policy) compile() (*spec, error) {
 	return s, nil
 }
 
+// engineBands returns s's bands for the engine (internal/engine), as the
+// scripts get them.
+func (s *spec) engineBands() []engine.Band {
+	out := make([]engine.Band, len(s.bands))
+	for i, b := range s.bands {
+		eb := engine.Band{Name: b.name, Unit: b.unit, Bucket: b.bucket}
+		if b.bucket {
+			eb.Rate, eb.Burst = b.rate, b.burst
+		} else {
+			eb.N, eb.LenUS, eb.OriginUS = b.n, b.length.Microseconds(), b.originMod()
+		}
+		out[i] = eb
+	}
+	return out
+}
+
 // originMod is the window's origin modulo its length, in µs (what the
 // scripts need to number windows).
 func (b bandSpec) originMod() int64 {
@@ -320,6 +338,8 @@ func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {
 	}
 	return end
 }
+
+func sortStrings(s []string) { sort.Strings(s) }
 
 // unitsOf lists c's units, sorted, for error messages.
 func unitsOf(c Cost) []string {

@@ -2,12 +2,12 @@ package reserve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/local"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,12 +27,16 @@ type Reservation struct {
 	spec    *spec
 	amounts []float64 // the cost reserved, in spec's unit order
 
-	mu     sync.Mutex
-	at     time.Time // the slot, on the Limiter's clock
-	slotNS int64     // the slot on Redis's clock (Unix ns); with seq, its identity
-	seq    int64     // the reservation's number on its key; 0 when local
-	local  *local.Grant
-	holdID string // the slot was kept for this holder (Holds): Cancel drops the hold
+	mu      sync.Mutex
+	at      time.Time // the slot, on the Limiter's clock
+	slotNS  int64     // the slot on Redis's clock (Unix ns; estimated when local); with seq, its identity
+	seq     int64     // the reservation's number on its key; 0 when local
+	localID string    // set when the local fallback granted it: its id on the key
+	holdID  string    // the slot was kept for this holder (Holds): Cancel drops the hold
+	// pauseEnd is the end of a pause in force when the slot was granted
+	// after it (server clock, Unix ns; 0: none): Sleep looks for a resume.
+	pauseEnd int64
+	shifted  int64 // the last resume that moved the slot (its "~s" r)
 	state  resState
 	moved  bool // Sleep took a fresh slot for lateness once already
 }
@@ -89,7 +93,7 @@ func (r *Reservation) Delay() time.Duration {
 func (r *Reservation) Local() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.local != nil
+	return r.localID != ""
 }
 
 // Cancel gives the cost back, as x/time/rate's CancelAt does, band by band:
@@ -158,21 +162,50 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 	return nil
 }
 
-// adjust runs adjust.lua (or the local fallback's) for r; actual nil
-// cancels. r.mu is held.
+// adjust cancels (actual nil) or settles r, r.mu held: on Redis, or on the
+// local fallback for a reservation it granted and still holds. While Redis
+// is unavailable, an adjustment of a reservation Redis granted waits for
+// Redis to answer again (it is made then: a raise settled meanwhile is paid
+// for, a give-back given back), and the call returns nil.
 func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) error {
 	l := r.lim
-	if r.local != nil {
-		bands, err := l.localBands(r.key, r.spec)
-		if err != nil {
+	local := !l.opts.FailClosed && l.isDegraded()
+	if !local {
+		if r.localID != "" && l.local.store.Held(r.key) {
+			return l.adjustLocal(r, actual)
+		}
+		err := r.adjustRedis(ctx, r.id(), actual)
+		if err == nil || !errors.Is(err, ErrUnavailable) || l.opts.FailClosed {
 			return err
 		}
-		l.local.Adjust(l.clock.Now(), r.key, r.spec.sig, bands, *r.local, actual)
-		return nil
+	}
+	if r.localID != "" && l.local.store.Held(r.key) {
+		return l.adjustLocal(r, actual)
+	}
+	l.addPending(pendingAdjust{key: r.key, spec: r.spec, slotNS: r.slotNS, id: r.id(),
+		amounts: append([]float64(nil), r.amounts...), actual: actual})
+	return nil
+}
+
+// id is r's identity on its key for adjust.lua: its number, or its local id.
+func (r *Reservation) id() string {
+	if r.localID != "" {
+		return r.localID
+	}
+	return strconv.FormatInt(r.seq, 10)
+}
+
+// adjustRedis runs adjust.lua for the reservation id of r's key, slot and
+// amounts; actual nil cancels.
+func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float64) error {
+	l := r.lim
+	op := "cancel"
+	if actual != nil {
+		op = "settle"
 	}
 	now := l.clock.Now()
 	args := l.args(now, r.spec, 4+2*len(r.amounts))
-	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), strconv.FormatInt(r.seq, 10))
+	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), id)
 	for _, a := range r.amounts {
 		args = append(args, formatFloat(a))
 	}

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/local"
+	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -126,17 +126,17 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []*request) []result {
 	out := make([]result, len(reqs))
 	if l.isDegraded() && !l.opts.FailClosed {
-		for i, req := range reqs {
-			out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, req.maxWait)
-		}
-		return out
+		return l.reserveAllLocal(key, s, reqs)
 	}
 	l.reports.note(key, s)
 	now := l.clock.Now()
-	floor, hasFloor := l.floorOf(key, now)
+	// What the local fallback granted that Redis has not seen goes first,
+	// exactly once: taken now, given back if the call fails.
+	hb, hasFloor := l.takeFloor(key)
 	args := l.args(now, s, 3+len(reqs)*(1+len(s.units)))
 	if hasFloor {
-		args = append(args, floorArg(floor, now))
+		nowNS, _ := l.serverNow()
+		args = append(args, hb.Floor(nowNS).Arg())
 	} else {
 		args = append(args, "")
 	}
@@ -170,9 +170,6 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		return res, err
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
-		if hasFloor {
-			l.floorPassed(key)
-		}
 		orphans := make([]result, len(reqs))
 		if l.parseReserve(sent, recv, key, s, reqs, res, orphans) == nil {
 			for _, o := range orphans {
@@ -182,14 +179,14 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 			}
 		}
 	})
-	if err == nil && hasFloor {
-		l.floorPassed(key)
+	if hasFloor {
+		// A call that failed may have run: the floor is then handed over
+		// again, and its windows' units counted twice, which costs
+		// capacity, never adds any.
+		l.floorDone(key, hb, err == nil)
 	}
 	if err != nil && errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		for i, req := range reqs {
-			out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, req.maxWait)
-		}
-		return out
+		return l.reserveAllLocal(key, s, reqs)
 	}
 	if err == nil {
 		err = l.parseReserve(sent, recv, key, s, reqs, res, out)
@@ -202,25 +199,36 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 	return out
 }
 
-// floorOf returns what the local fallback granted on key that Redis must
-// take into account, if anything: what it granted before Redis came back,
-// and what calls that failed on Redis took locally since.
-func (l *Limiter) floorOf(key string, now time.Time) (local.Floor, bool) {
-	f, ok := l.floors.peek(key)
-	if g, ok2 := l.local.FloorOf(now, key); ok2 {
-		if g.Horizon.After(f.Horizon) {
-			f.Horizon = g.Horizon
+// reserveAllLocal serves reqs on the local fallback.
+func (l *Limiter) reserveAllLocal(key string, s *spec, reqs []*request) []result {
+	out := make([]result, len(reqs))
+	for i, req := range reqs {
+		maxWait := req.maxWait
+		if maxWait >= 0 && !req.since.IsZero() {
+			maxWait = max(maxWait-l.clock.Now().Sub(req.since), 0)
 		}
-		f.Windows = append(f.Windows, g.Windows...)
-		ok = true
+		out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, maxWait)
 	}
-	return f, ok
+	return out
 }
 
-// floorPassed forgets key's floor once Redis has it.
-func (l *Limiter) floorPassed(key string) {
-	l.floors.drop(key)
-	l.local.Forget(key)
+// floorOnly hands a floor to Redis for key, reserving nothing.
+func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, f *engine.Floor) error {
+	args := l.args(l.clock.Now(), s, 2)
+	args = append(args, f.Arg(), "0")
+	keys := l.keys(key, ":shadow")
+	res, err := l.run(ctx, "reserve", key, func(ctx context.Context) (any, error) {
+		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if reply, ok := res.([]any); ok && len(reply) == 4 {
+		state, _ := reply[2].(string)
+		stored, _ := reply[3].(string)
+		l.local.noteState(key, state, stored)
+	}
+	return nil
 }
 
 // args returns the scripts' ARGV up to the operation's own arguments (see
@@ -244,6 +252,10 @@ func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs [
 	if !ok || len(reply) != 4+2*len(reqs) {
 		return replyError(op, key, res)
 	}
+	state, _ := reply[len(reply)-2].(string)
+	stored, _ := reply[len(reply)-1].(string)
+	l.local.noteState(key, state, stored)
+	pe := engine.PauseEnd(state)
 	base, err := l.replyBaseAt(sent, recv, reply)
 	if err != nil {
 		return replyError(op, key, res)
@@ -257,10 +269,15 @@ func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs [
 		switch {
 		case seq == -1:
 			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)}
+		case seq == -2:
+			out[i] = result{nil, l.shareError(key)}
 		case seq == 0:
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
+			if pe > base.serverNS && pe <= r.slotNS {
+				r.pauseEnd = pe // granted after a pause in force: Sleep looks for a resume
+			}
 			l.opts.Metrics.Reserved(key, s.units, req.amounts, time.Duration(max(waitNS, 0)), false)
 			out[i] = result{r: r}
 		}
@@ -316,53 +333,8 @@ func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base re
 		slotNS:  base.serverNS + waitNS,
 		seq:     seq,
 	}
-	l.horizons.note(key, r.at)
+	l.horizons.note(key, r.slotNS)
 	return r
-}
-
-// reserveLocal reserves on the local fallback: Redis is unavailable.
-func (l *Limiter) reserveLocal(key string, s *spec, amounts []float64, maxWait time.Duration) (*Reservation, error) {
-	bands, err := l.localBands(key, s)
-	if err != nil {
-		return nil, err
-	}
-	l.modeMu.RLock()
-	defer l.modeMu.RUnlock()
-	now := l.clock.Now()
-	g, wait, ok := l.local.Reserve(now, key, s.sig, bands, s, amounts, maxWait, l.localStart(key))
-	if !ok {
-		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
-	}
-	l.opts.Metrics.Reserved(key, s.units, amounts, wait, true)
-	return &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: g.Slot, local: &g}, nil
-}
-
-// localBands returns s's bands at this Limiter's share of the fleet, or an
-// error matching ErrUnavailable when the fleet's size is unknown.
-func (l *Limiter) localBands(key string, s *spec) ([]local.Band, error) {
-	n, known := l.fleet.size()
-	if !known && n == 0 {
-		return nil, fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())
-	}
-	f := float64(max(n, 1))
-	out := make([]local.Band, len(s.bands))
-	for i, b := range s.bands {
-		lb := local.Band{Name: b.name, Unit: b.unit, Bucket: b.bucket}
-		if b.bucket {
-			lb.Rate = b.rate / f
-			lb.Burst = max(1, float64(int(b.burst/f)))
-		} else {
-			lb.N, lb.Len, lb.Origin = max(1, b.n/f), b.length, b.origin
-		}
-		out[i] = lb
-	}
-	return out, nil
-}
-
-// localStart makes a key's local state start where this Limiter's Redis
-// grants left it.
-func (l *Limiter) localStart(key string) func() local.Start {
-	return func() local.Start { return local.Start{Horizon: l.horizons.get(key)} }
 }
 
 func replyError(op, key string, res any) error {

@@ -46,6 +46,17 @@ type clockSync struct {
 	taken   time.Time     // when the anchor was taken
 }
 
+// server returns local, a time on the local clock, on the server's clock
+// (Unix ns) as the estimate places it; without an estimate, local itself.
+func (c *clockSync) server(local time.Time) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok {
+		return local.UnixNano()
+	}
+	return c.serverS + int64(local.Sub(c.local))
+}
+
 // place returns the local time of serverNS, an instant read from the
 // server's clock by a script on a call sent at send whose reply arrived at
 // recv (both on the local clock), and takes the call into the estimate.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,14 +20,18 @@ import (
 //
 // Sleep never returns into a pause: PreciseWake before the slot it checks
 // the key (one read, shared by the sleepers of this Limiter), and if a
-// Pause made by any process since the reservation covers the slot, it takes
-// the first slot after the pause instead and sleeps on. Nor does it return
-// much later than the slot: a sleeper that wakes more than
-// Options.MaxLateness after it (a stalled process) takes a fresh slot, once,
-// rather than fire together with callers that are on time. Time then
-// returns the new slot. Either move respects ctx's deadline: when the new
-// slot would come after it, Sleep returns an error wrapping
-// *WaitTooLongError.
+// Pause made by any process since the reservation covers the slot (on
+// Redis, or on this Limiter's local fallback while Redis is unavailable), it
+// takes the first slot after the pause instead and sleeps on. A sleeper
+// whose slot lies after a pause reads the key every few hundred
+// milliseconds meanwhile: when an operator resumes the key
+// (Admin.Resume), the slot moves earlier, as the resume moved the
+// schedule. Nor does Sleep return much later than the slot: a sleeper that
+// wakes more than Options.MaxLateness after it (a stalled process) takes a
+// fresh slot, once, rather than fire together with callers that are on
+// time. Time then returns the new slot. Either move respects ctx's
+// deadline: when the new slot would come after it, Sleep returns an error
+// wrapping *WaitTooLongError.
 //
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
 // Cancel; best effort, bounded by Options.CallTimeout) and returns
@@ -37,18 +43,36 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 		at := r.Time()
 		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
+		if poll := l.clock.Now().Add(resumePoll); r.afterPause() && poll.Before(check) {
+			// A slot after a pause: look for a resume meanwhile.
+			if err := l.sleeper.Coarse(ctx, l.localDeadline(poll)); err != nil {
+				r.cancelDetached()
+				return err
+			}
+			if _, err := l.pausedAfter(ctx, r); err != nil {
+				r.cancelDetached()
+				return err
+			}
+			continue
+		}
 		if err := l.sleeper.Coarse(ctx, check); err != nil {
 			r.cancelDetached()
 			return err
 		}
-		if paused, err := l.pausedAfter(ctx, r); err != nil {
+		paused, err := l.pausedAfter(ctx, r)
+		if err != nil {
+			r.cancelDetached()
 			return err
-		} else if paused {
+		}
+		if paused {
 			l.opts.Metrics.Moved(r.key, MovedPause)
 			if err := r.move(ctx); err != nil {
 				return err
 			}
 			continue
+		}
+		if !r.Time().Equal(at) {
+			continue // a resume moved the slot earlier
 		}
 		l.sleeper.Fine(deadline)
 		late := l.clock.Now().Sub(at)
@@ -62,6 +86,23 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// resumePoll is how often a sleeper whose slot lies after a pause reads the
+// key, to learn of a resume.
+const resumePoll = 250 * time.Millisecond
+
+// afterPause reports whether r's slot lies after a pause that has not ended
+// yet, as r last knew it.
+func (r *Reservation) afterPause() bool {
+	r.mu.Lock()
+	end, slot := r.pauseEnd, r.slotNS
+	r.mu.Unlock()
+	if end == 0 || end > slot {
+		return false
+	}
+	now, _ := r.lim.serverNow()
+	return end > now
 }
 
 // localDeadline returns at, a time on the Limiter's clock, on the
@@ -88,39 +129,61 @@ func (r *Reservation) move(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	amounts := r.amounts
-	hold := r.holdID
 	r.mu.Unlock()
 	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, maxWait)
 	if err != nil {
 		return fmt.Errorf("reserve: moving %q to a fresh slot: %w", r.key, err)
 	}
+	// A hold redeemed was deleted by its claim; the fresh slot is nobody's.
 	r.mu.Lock()
-	r.at, r.slotNS, r.seq, r.local, r.holdID = n.at, n.slotNS, n.seq, n.local, ""
+	r.at, r.slotNS, r.seq, r.localID, r.holdID, r.pauseEnd, r.shifted = n.at, n.slotNS, n.seq, n.localID, "", n.pauseEnd, 0
 	r.mu.Unlock()
-	_ = hold // a hold redeemed was deleted by its claim; the fresh slot is nobody's
 	return nil
 }
 
 // pausedAfter reports whether a pause now in force on r's key covers r's
-// slot. The read is shared by the Limiter's sleepers on the key: one that
-// finished at most checkShare ago answers for everyone. A reservation of
-// the local fallback is checked against the local pauses.
+// slot: one on Redis (the read is shared by the Limiter's sleepers on the
+// key), or one made on the local fallback (while Redis is unavailable, and
+// until Redis has it). It also moves r earlier when the read shows that a
+// resume moved r's reservation (see lua/resume.lua).
 func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error) {
 	r.mu.Lock()
-	loc, slotNS, at := r.local, r.slotNS, r.at
+	slotNS, seq, local := r.slotNS, r.seq, r.localID != ""
 	r.mu.Unlock()
-	if loc != nil {
-		return l.local.Paused(r.key).After(at), nil
-	}
-	end, err := l.pauses.read(ctx, l, r.key)
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrClosed) {
-		// No pause can be learned; the local fallback is blind too.
-		return false, nil
-	}
-	if err != nil {
-		return false, err
+	end := l.localPauseEnd(r.key)
+	if !local || !l.isDegraded() {
+		pr, err := l.pauses.read(ctx, l, r.key)
+		switch {
+		case err == nil:
+			end = max(end, pr.endNS)
+			if !local && pr.shift.applies(seq) {
+				r.shiftBy(pr.shift)
+				slotNS -= pr.shift.d
+			}
+			r.mu.Lock()
+			if r.pauseEnd > 0 && pr.endNS < r.pauseEnd {
+				r.pauseEnd = pr.endNS // the pause ended early (a resume)
+			}
+			r.mu.Unlock()
+		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
+			// Redis cannot tell: the local fallback's pause stands.
+		default:
+			return false, err
+		}
 	}
 	return end > slotNS, nil
+}
+
+// shiftBy moves r earlier by a resume's shift, once.
+func (r *Reservation) shiftBy(s resumeShift) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.shifted >= s.r {
+		return
+	}
+	r.shifted = s.r
+	r.at = r.at.Add(-time.Duration(s.d))
+	r.slotNS -= s.d
 }
 
 // checkShare is how old a pause read may be and still answer a sleeper.
@@ -136,11 +199,21 @@ type pauseRead struct {
 	done  chan struct{}
 	at    time.Time // when the read finished
 	endNS int64     // the pause's end, Unix ns on the server's clock; 0: none
+	shift resumeShift
 	err   error
 }
 
-// read returns the end of key's pause (server clock, Unix ns; 0 if none).
-func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (int64, error) {
+// resumeShift is a resume's move (a state's "~s q:r d"): reservations
+// numbered q+1 to r, d ns earlier.
+type resumeShift struct{ q, r, d int64 }
+
+func (s resumeShift) applies(seq int64) bool { return s.d > 0 && seq > s.q && seq <= s.r }
+
+// read returns key's pause and resume shift as the state shows them. One
+// read serves every sleeper of the Limiter that asks within checkShare of
+// it; it runs on no caller's context (a caller whose context ends stops
+// waiting for it, the others do not), bounded by CallTimeout.
+func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (*pauseRead, error) {
 	p.mu.Lock()
 	if p.m == nil {
 		p.m = make(map[string]*pauseRead)
@@ -151,31 +224,49 @@ func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (int64, 
 		pr = &pauseRead{done: make(chan struct{})}
 		p.m[key] = pr
 		p.mu.Unlock()
-		pr.endNS, pr.err = l.readPause(ctx, key)
-		p.mu.Lock()
-		pr.at = time.Now()
-		if len(p.m) > 1024 {
-			for k, v := range p.m {
-				if !v.at.IsZero() && time.Since(v.at) > checkShare {
-					delete(p.m, k)
+		go func() {
+			pr.endNS, pr.shift, pr.err = l.readPause(l.loopCtx, key)
+			p.mu.Lock()
+			pr.at = time.Now()
+			if len(p.m) > 1024 {
+				for k, v := range p.m {
+					if !v.at.IsZero() && time.Since(v.at) > checkShare {
+						delete(p.m, k)
+					}
 				}
 			}
-		}
-		p.mu.Unlock()
-		close(pr.done)
+			p.mu.Unlock()
+			close(pr.done)
+		}()
 	} else {
 		p.mu.Unlock()
 	}
 	select {
 	case <-pr.done:
-		return pr.endNS, pr.err
+		return pr, pr.err
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
-// readPause reads the end of key's pause from its state: one GET.
-func (l *Limiter) readPause(ctx context.Context, key string) (int64, error) {
+// learn records a pause this Limiter made (or read) on key: it ends at
+// endNS (server clock), whatever an older read said.
+func (p *pauseChecks) learn(key string, endNS int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[string]*pauseRead)
+	}
+	if pr := p.m[key]; pr != nil && !pr.at.IsZero() && pr.err == nil && pr.endNS >= endNS {
+		return
+	}
+	done := make(chan struct{})
+	close(done)
+	p.m[key] = &pauseRead{done: done, at: time.Now(), endNS: endNS}
+}
+
+// readPause reads key's state: one GET.
+func (l *Limiter) readPause(ctx context.Context, key string) (int64, resumeShift, error) {
 	res, err := l.run(ctx, "check", key, func(ctx context.Context) (any, error) {
 		v, err := l.rdb.Get(ctx, l.RedisKey(key)).Result()
 		if errors.Is(err, redis.Nil) {
@@ -184,21 +275,34 @@ func (l *Limiter) readPause(ctx context.Context, key string) (int64, error) {
 		return v, err
 	}, nil)
 	if err != nil {
-		return 0, err
+		return 0, resumeShift{}, err
 	}
-	return pauseEnd(res.(string))
+	state := res.(string)
+	if state == "" {
+		return 0, resumeShift{}, nil
+	}
+	if _, err := parseState(state); err != nil {
+		return 0, resumeShift{}, fmt.Errorf("reserve: %w: %w", ErrWrongType, err)
+	}
+	return engine.PauseEnd(state), shiftOf(state), nil
 }
 
-// pauseEnd reads the pause's end from a state string (core.lua, either
-// format): t in Unix µs, the pause in ns after t (with decimals), rounded
-// up.
-func pauseEnd(state string) (int64, error) {
-	if state == "" {
-		return 0, nil
+// shiftOf reads a state's resume shift ("~s q:r d"), if any.
+func shiftOf(state string) resumeShift {
+	i := strings.Index(state, " ~s ")
+	if i < 0 {
+		return resumeShift{}
 	}
-	st, err := parseState(state)
-	if err != nil {
-		return 0, fmt.Errorf("reserve: %w: %w", ErrWrongType, err)
+	f := strings.Fields(state[i+4:])
+	if len(f) < 2 {
+		return resumeShift{}
 	}
-	return st.t*1000 + int64(math.Ceil(st.pauseNS)), nil
+	q, r, ok := strings.Cut(f[0], ":")
+	qv, err1 := strconv.ParseInt(q, 10, 64)
+	rv, err2 := strconv.ParseInt(r, 10, 64)
+	d, err3 := strconv.ParseInt(f[1], 10, 64)
+	if !ok || err1 != nil || err2 != nil || err3 != nil {
+		return resumeShift{}
+	}
+	return resumeShift{qv, rv, d}
 }

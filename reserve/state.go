@@ -60,6 +60,9 @@ func parseState(text string) (keyState, error) {
 		return st, bad
 	}
 	for i := 0; i < len(recs); i += 3 {
+		if strings.HasPrefix(recs[i], "~") {
+			continue // a pause's or a resume's record, not a band's (lua/core.lua)
+		}
 		r := stateRecord{name: recs[i], bucket: true}
 		x := recs[i+1]
 		if v1 {

@@ -1,7 +1,6 @@
 package reserve
 
 import (
-	"errors"
 	"testing"
 )
 
@@ -41,12 +40,5 @@ func TestParseState(t *testing.T) {
 				t.Errorf("parseState(%q) record %d = %+v, want %+v", tt.text, i, got.records[i], tt.want.records[i])
 			}
 		}
-	}
-	end, err := pauseEnd("1795436253625771 2100 7 c1500.5 0 0")
-	if err != nil || end != 1795436253625771*1000+1501 {
-		t.Errorf("pauseEnd = %d, %v, want %d", end, err, 1795436253625771*1000+1501)
-	}
-	if _, err := pauseEnd("keep"); !errors.Is(err, ErrWrongType) {
-		t.Errorf("pauseEnd(%q) error = %v, want ErrWrongType", "keep", err)
 	}
 }

@@ -69,7 +69,7 @@ func (g *Group) Seq() int64 { return g.seq }
 // Reserve is reserve.lua: floor (nil: none), then the requests, each as if
 // a call of its own. wrote reports whether the state must be saved.
 func (g *Group) Reserve(floor *Floor, reqs []Request) (grants []Grant, wrote bool, err error) {
-	if len(g.bands) < 1 || len(reqs) < 1 {
+	if len(g.bands) < 1 || (len(reqs) < 1 && floor == nil) {
 		return nil, false, argError("want floor, m, then max_wait_us and one cost per unit for each of m requests")
 	}
 	if floor != nil {

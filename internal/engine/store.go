@@ -22,6 +22,12 @@ type entry struct {
 	hasStored bool
 	done      string
 	doneUntil int64
+
+	// The handoff (handoff.go).
+	seeded      bool
+	seedWindows map[string]windowUse // the seed's window records
+	lastSlot    int64                // the latest slot granted here, Unix ns
+	pauseEnd    int64                // the end of a pause made here, Unix ns
 }
 
 // NewStore returns an empty Store.
@@ -92,6 +98,12 @@ func (s *Store) Reserve(c Call, floor *Floor, reqs []Request) ([]Grant, string, 
 	state := g.raw
 	if wrote {
 		state = s.save(c, e, g)
+		e = s.keys[c.Key]
+		for _, gr := range grants {
+			if gr.Seq > 0 {
+				e.lastSlot = max(e.lastSlot, (c.Now/1000)*1000+c.Now%1000+gr.WaitNS)
+			}
+		}
 	}
 	return grants, state, g.stored, nil
 }
@@ -146,6 +158,8 @@ func (s *Store) Pause(c Call, dUS int64) (int64, error) {
 	}
 	end := g.Pause(dUS)
 	s.save(c, e, g)
+	e = s.keys[c.Key]
+	e.pauseEnd = max(e.pauseEnd, c.Now+end)
 	return end, nil
 }
 
