@@ -192,7 +192,7 @@ func (l *Limiter) pauseLocal(key string, s *spec, d time.Duration) error {
 	}
 	l.local.mu.Lock()
 	l.prepare(c, s)
-	end, err := l.local.store.Pause(c, (d+time.Microsecond-1).Microseconds())
+	end, err := l.local.store.Pause(c, (d + time.Microsecond - 1).Microseconds())
 	l.local.mu.Unlock()
 	if err != nil {
 		return l.engineError("pause", key, err)

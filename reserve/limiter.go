@@ -51,7 +51,7 @@ type Limiter struct {
 
 	health    health
 	fleet     fleetView
-	hbc       hbConn // the heartbeat's own connection (fleet.go)
+	hbc       hbConn    // the heartbeat's own connection (fleet.go)
 	local     *fallback // the local fallback (fallback.go)
 	horizons  horizons
 	coalescer coalescer

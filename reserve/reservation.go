@@ -37,8 +37,8 @@ type Reservation struct {
 	// after it (server clock, Unix ns; 0: none): Sleep looks for a resume.
 	pauseEnd int64
 	shifted  int64 // the last resume that moved the slot (its "~s" r)
-	state  resState
-	moved  bool // Sleep took a fresh slot for lateness once already
+	state    resState
+	moved    bool // Sleep took a fresh slot for lateness once already
 }
 
 type resState int
