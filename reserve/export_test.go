@@ -1,5 +1,7 @@
 package reserve
 
+import "context"
+
 // ServerSlot returns the slot Redis granted r, in Unix ns on the server's
 // clock, for tests that judge the schedule itself rather than when callers
 // woke; ok is false for a reservation of the local fallback.
@@ -42,3 +44,24 @@ func (l *Limiter) Client() any { return l.rdb }
 
 // FleetKeys exposes the heartbeat set and the fleet's details, for tests.
 func (l *Limiter) FleetKeys() []string { return l.fleetKeys() }
+
+// CheckPause runs the pause check Sleep makes before a slot (and applies a
+// resume's shift), for tests.
+func CheckPause(ctx context.Context, r *Reservation) (bool, error) { return r.lim.pausedAfter(ctx, r) }
+
+// Kill stops l as a process that exits without Close would: its loop
+// stops and its connections close (it must own its client), and it does
+// not leave the fleet. Close does nothing after it.
+func (l *Limiter) Kill() {
+	if !l.ownsClient {
+		panic("Kill: the Limiter does not own its client")
+	}
+	l.closeOnce.Do(func() {
+		l.loopCancel()
+		close(l.stop)
+		<-l.done
+		l.hbFailed()
+		_ = l.rdb.Close()
+		l.closed.Store(true)
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,4 +84,258 @@ func TestPauseKeepsOtherBands(t *testing.T) {
 	require.NoError(t, l.Pause(ctx, "api", reserve.Limit{Rate: 100, Burst: 10}, time.Second))
 	clk.Advance(2 * time.Second)
 	requireHourFull(t, l, "api", "after a pause made with a policy lacking the hourly band")
+}
+
+// outage makes s refuse every write (maxmemory 1 under noeviction: OOM), as
+// a Redis that is full does; the returned func gives it room again.
+func outage(t *testing.T, s *redistest.Server) func() {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "1").Err())
+	return func() {
+		t.Helper()
+		require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "0").Err())
+	}
+}
+
+// backOnRedis waits for l to find Redis again (its probe).
+func backOnRedis(t *testing.T, l *reserve.Limiter) {
+	t.Helper()
+	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 5*time.Millisecond, "the probe never found Redis")
+}
+
+// TestOutageWindows (findings 1 and 2): one schedule across an outage for a
+// window band with its own origin. 30 reservations on Redis fill three
+// windows of 10 (the queue runs two windows ahead); Redis fails; the local
+// fallback must continue after them (before the fix it counted only the
+// current window as used, and its next 10 landed in the second window: 20
+// of 10), and what it granted, spread over two windows, must reach Redis
+// when it answers again (before, units in a later window than Redis's
+// latest were dropped, and Go and Lua numbered windows with an explicit
+// origin differently). Every window of the run holds at most 10.
+func TestOutageWindows(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(start)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	origin := start.Add(-700 * time.Millisecond) // windows [9:59:59.3, 10:00:01.3), ...
+	pol := reserve.Policy{{Name: "quota", Window: reserve.Window{N: 10, Length: 2 * time.Second, Origin: origin}}}
+	windows := map[int64]int{}
+	take := func(n int, local bool) {
+		t.Helper()
+		for i := range n {
+			r, err := l.ReservePolicy(ctx, "api", pol, reserve.Cost{"quota": 1})
+			require.NoError(t, err)
+			require.Equal(t, local, r.Local(), "reservation %d: granted locally", i)
+			windows[int64(r.Time().Sub(origin)/(2*time.Second))]++
+		}
+	}
+	take(30, false)
+	heal := outage(t, s)
+	take(15, true) // ten in the fourth window, five in the fifth
+	heal()
+	backOnRedis(t, l)
+	take(15, false)
+	for w, n := range windows {
+		assert.LessOrEqual(t, n, 10, "window %d holds %d of 10 (all windows: %v)", w, n, windows)
+	}
+	assert.Len(t, windows, 6, "windows %v", windows)
+}
+
+// TestOutageStoredLimit (finding 4): the local fallback paces by the stored
+// limit it last saw, as Redis did: 500 ms apart, not the code's 10 ms.
+func TestOutageStoredLimit(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	require.NoError(t, err)
+	code := reserve.Limit{Rate: 100, Burst: 1}
+	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 2, Burst: 1}.Policy(), false, "ops", "the provider lowered us")
+	require.NoError(t, err)
+	var last time.Time
+	for i := range 6 {
+		if i == 3 {
+			outage(t, s)
+		}
+		r, err := l.Reserve(ctx, "api", code, 1)
+		require.NoError(t, err)
+		require.Equal(t, i >= 3, r.Local(), "reservation %d granted locally", i)
+		if i > 0 {
+			assert.Equal(t, 500*time.Millisecond, r.Time().Sub(last), "reservation %d (local %v): the stored 2/s", i, r.Local())
+		}
+		last = r.Time()
+	}
+}
+
+// TestOutageSettle (finding 6): a raise settled while Redis is unavailable
+// is paid for on Redis when it answers (before, Settle failed and the raise
+// was lost), and so is one settled after Redis answers for a reservation
+// the fallback granted (before, it adjusted the drained local state).
+func TestOutageSettle(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 100}}}
+	balance := func() float64 {
+		t.Helper()
+		snap, err := l.PeekPolicy(ctx, "llm", pol, reserve.Cost{"tokens": 1})
+		require.NoError(t, err)
+		require.False(t, snap.Local)
+		return snap.Bands[0].Value
+	}
+	r, err := l.ReservePolicy(ctx, "llm", pol, reserve.Cost{"tokens": 10})
+	require.NoError(t, err)
+	require.False(t, r.Local())
+	heal := outage(t, s)
+	local, err := l.ReservePolicy(ctx, "llm", pol, reserve.Cost{"tokens": 10})
+	require.NoError(t, err)
+	require.True(t, local.Local())
+	require.NoError(t, r.Settle(ctx, reserve.Cost{"tokens": 50}), "a settle while Redis is unavailable")
+	heal()
+	backOnRedis(t, l)
+	// The local grant came back as a floor (the bucket empty at its slot,
+	// now), then the raise of 40: -40.
+	assert.InDelta(t, -40, balance(), 1e-9, "the raise settled during the outage")
+	require.NoError(t, local.Settle(ctx, reserve.Cost{"tokens": 30}))
+	assert.InDelta(t, -60, balance(), 1e-9, "a local reservation settled after Redis came back")
+}
+
+// TestOutagePause (finding 7): a pause made while Redis is unavailable (a
+// 429 then) is honoured by a sleeper holding a slot Redis granted before:
+// it sleeps past the pause (before, the failed pause read counted as "no
+// pause" and it woke inside it).
+func TestOutagePause(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 5, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "api", lim, 1) // 200 ms ahead
+	require.NoError(t, err)
+	require.False(t, r.Local())
+	outage(t, s)
+	_, err = l.Reserve(ctx, "other", lim, 1) // the failure that makes l pace locally
+	require.NoError(t, err)
+	require.True(t, l.Degraded())
+	paused := time.Now()
+	require.NoError(t, l.Pause(ctx, "api", lim, 600*time.Millisecond))
+	require.NoError(t, r.Sleep(ctx))
+	woke := time.Now()
+	assert.False(t, woke.Before(paused.Add(600*time.Millisecond)), "woke %v after the pause began, inside its 600 ms", woke.Sub(paused))
+}
+
+// TestPauseDropsLease (finding 8): a Limiter's own Pause lets its leases on
+// the key lapse: the next reservation comes after the pause (before, it got
+// a leased slot inside the pause it had just made).
+func TestPauseDropsLease(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1e6, Burst: 1}
+	_, _, ok, err := l.LeaseSlots(ctx, "hot", lim, 1000, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	before := time.Now()
+	require.NoError(t, l.Pause(ctx, "hot", lim, time.Second))
+	r, err := l.Reserve(ctx, "hot", lim, 1)
+	require.NoError(t, err)
+	assert.False(t, r.Time().Before(before.Add(time.Second)), "a slot %v after the pause began, inside its 1 s", r.Time().Sub(before))
+}
+
+// TestSharedPauseReadOwnContext (finding 14): the pause read sleepers share
+// runs on no caller's context: one sleeper whose deadline ends while Redis
+// is slow must not fail the others (before, the read ran on the first
+// sleeper's context and its error was shared).
+func TestSharedPauseReadOwnContext(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 2}
+	_, err = l.Reserve(ctx, "api", lim, 2) // empty the bucket
+	require.NoError(t, err)
+	first, err := l.Reserve(ctx, "api", lim, 1) // slots 1 and 2 ms ahead
+	require.NoError(t, err)
+	second, err := l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	// Redis stalls reads for 300 ms: the sleepers' pause check waits.
+	require.NoError(t, s.Client.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err())
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- first.Sleep(short) }()
+	time.Sleep(10 * time.Millisecond)
+	go func() { errs <- second.Sleep(ctx) }()
+	var got []error
+	for range 2 {
+		got = append(got, <-errs)
+	}
+	var failed, ok int
+	for _, err := range got {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, context.DeadlineExceeded):
+			failed++
+		default:
+			t.Errorf("unexpected Sleep error %v", err)
+		}
+	}
+	assert.Equal(t, 1, failed, "the sleeper with the short deadline")
+	assert.Equal(t, 1, ok, "the sleeper with no deadline must not get the other's error: %v", got)
+}
+
+// TestCloseConcurrent (finding 15): Close is safe from several goroutines
+// at once (before, the second closed a closed channel and panicked).
+func TestCloseConcurrent(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- l.Close() }()
+	}
+	for range 8 {
+		require.NoError(t, <-errs)
+	}
+	require.NoError(t, l.Close())
+}
+
+// TestExitWithoutClose (finding 11): a Limiter whose process exits without
+// Close (killed, crashed) gives its share back to the fleet as soon as the
+// fleet sees that it holds no connection to Redis any more, not after
+// SilentHold (here 10 min; before the fix the other kept half the rate for
+// all of it). A member silent but still connected stays held.
+func TestExitWithoutClose(t *testing.T) {
+	s := redistest.New(t)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	b.Kill()
+	killed := time.Now()
+	require.Eventually(t, func() bool { return a.FleetSize() == 1 && a.Share() == 1 }, 30*time.Second, 5*time.Millisecond,
+		"a still counts b (size %d, share %v)", a.FleetSize(), a.Share())
+	t.Logf("the fleet took b's share back %v after it was killed (heartbeat interval 100 ms)", time.Since(killed).Round(time.Millisecond))
 }

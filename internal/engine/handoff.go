@@ -84,9 +84,11 @@ type Handback struct {
 	Pause    int64         // the end of a pause made on the Store, Unix ns; 0: none
 }
 
-// Matters reports whether h has anything Redis must know at now (Unix ns).
+// Matters reports whether h has anything Redis must know at now (Unix ns):
+// a local grant (even one whose slot has passed: the bucket may not have
+// refilled since), a pause still in force, or window units.
 func (h Handback) Matters(now int64) bool {
-	return h.LastSlot > now || h.Pause > now || len(h.Windows) > 0
+	return h.LastSlot != 0 || h.Pause > now || len(h.Windows) > 0
 }
 
 // Floor returns h as reserve.lua's floor at now (Unix ns).

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestMemberSharesAddUp: n members, each pacing locally at its own share
+// (rank k of n) from the same state, asking as fast as their shares allow
+// (and sometimes idling), never hold together more than the limit: over
+// every interval T, at most burst + rate*T units on a bucket band (the
+// lattice keeps members with a burst of one from firing at one instant),
+// and at most N units in each window of a window band. Before member
+// shares, each local share rounded the burst and N up to 1 per process: 3
+// processes on a Sliding(10, 1s) let 12 calls into a second, and a daily N
+// of 5 across 20 processes became 20 (issue 21, finding 5).
+func TestMemberSharesAddUp(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 21))
+	cases := []struct {
+		rate, burst float64
+		n           int
+	}{
+		{9, 1, 3}, // Sliding(10, time.Second) across 3
+		{9, 1, 7},
+		{100, 5, 3}, // burst under n... and over
+		{100, 5, 8},
+		{50, 20, 4}, // burst >= n: split, no lattice
+		{0.5, 1, 2},
+		{1000, 3, 16},
+	}
+	for range 20 {
+		cases = append(cases, struct {
+			rate, burst float64
+			n           int
+		}{float64(1 + r.IntN(500)), float64(1 + r.IntN(12)), 2 + r.IntN(10)})
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("rate=%v/burst=%v/n=%d", c.rate, c.burst, c.n), func(t *testing.T) {
+			bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: c.rate, Burst: c.burst}}
+			slots := runMembers(t, r, c.n, bands, []string{"permits"}, 400)
+			for i := range slots {
+				for j := i; j < len(slots); j++ {
+					T := float64(slots[j]-slots[i]) / 1e9
+					if n := float64(j - i + 1); n > c.burst+c.rate*T+1e-6 {
+						t.Fatalf("%v units in [%d, %d] (%.6f s): want at most burst + rate*T = %.6f", n, slots[i], slots[j], T, c.burst+c.rate*T)
+					}
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		n     float64
+		lenUS int64
+		procs int
+	}{{5, 1_000_000, 20}, {10, 200_000, 3}, {7, 500_000, 7}, {30, 1_000_000, 4}, {1, 100_000, 3}} {
+		t.Run(fmt.Sprintf("window=%v/len=%dus/n=%d", c.n, c.lenUS, c.procs), func(t *testing.T) {
+			bands := []Band{{Name: "day", Unit: 0, N: c.n, LenUS: c.lenUS, OriginUS: 123}}
+			slots := runMembers(t, r, c.procs, bands, []string{"requests"}, 150)
+			per := map[int64]int{}
+			for _, s := range slots {
+				per[(s/1000-123)/c.lenUS]++
+			}
+			for w, k := range per {
+				if float64(k) > c.n {
+					t.Fatalf("window %d holds %d units, want at most %v (all: %v)", w, k, c.n, per)
+				}
+			}
+		})
+	}
+}
+
+// runMembers runs n members on Stores of their own from an empty state,
+// each reserving one unit at a time, busy (the next request at its last
+// slot) or after an idle gap, until total grants; it returns every slot
+// (Unix ns), sorted.
+func runMembers(t *testing.T, r *rand.Rand, n int, bands []Band, units []string, total int) []int64 {
+	t.Helper()
+	start := int64(1795400000_000_000_000) + r.Int64N(1e9)
+	stores := make([]*Store, n)
+	next := make([]int64, n)
+	for k := range stores {
+		stores[k] = NewStore()
+		next[k] = start + r.Int64N(1e8)
+	}
+	var slots []int64
+	for len(slots) < total {
+		k := 0
+		for i := range next {
+			if next[i] < next[k] {
+				k = i
+			}
+		}
+		c := Call{Key: "k", Now: next[k], Share: Share{N: n, Member: k, IsMember: true}, Units: units, Bands: bands}
+		g, _, _, err := stores[k].Reserve(c, nil, []Request{{MaxWaitUS: -1, Cost: []float64{1}}})
+		if err != nil || g[0].Seq <= 0 {
+			t.Fatalf("member %d: %+v, %v", k, g, err)
+		}
+		slot := next[k] + g[0].WaitNS
+		slots = append(slots, slot)
+		next[k] = max(next[k], slot)
+		if r.IntN(5) == 0 {
+			next[k] += r.Int64N(2e9) // idle
+		}
+	}
+	slices.Sort(slots)
+	return slots
+}
