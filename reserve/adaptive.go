@@ -174,11 +174,22 @@ func (l *Limiter) adapt(ctx context.Context, op, key string, a Adaptive, paced f
 	if perr != nil || rate <= 0 {
 		return Limit{}, false, fmt.Errorf("reserve: adaptive %q: unexpected rate %v", key, reply[0])
 	}
-	l.adaptive.mu.Lock()
-	if l.adaptive.rates == nil {
-		l.adaptive.rates = map[string]float64{}
-	}
-	l.adaptive.rates[key] = rate
-	l.adaptive.mu.Unlock()
+	l.adaptive.remember(key, rate)
 	return Limit{Rate: rate, Burst: a.Burst}, cut == 1, nil
+}
+
+// maxAdaptiveKeys bounds the rates remembered: a crawler's keys come and
+// go (issue 21, finding 18: the map grew without bound).
+const maxAdaptiveKeys = 10_000
+
+// remember records key's rate, forgetting every other when the map is full
+// (the rates are only a fallback while Redis cannot be reached: a key
+// forgotten starts again from Adaptive.Start then).
+func (a *adaptiveRates) remember(key string, rate float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rates == nil || (len(a.rates) >= maxAdaptiveKeys && a.rates[key] == 0) {
+		a.rates = map[string]float64{}
+	}
+	a.rates[key] = rate
 }

@@ -102,6 +102,10 @@ func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow boo
 	if err != nil {
 		return Change{}, err
 	}
+	// Every Limiter reads the limit back: store only what reads back.
+	if _, err := parseStoredText(s.storedText()); err != nil {
+		return Change{}, err
+	}
 	// A stored limit charges the units the callers' costs give: one that
 	// shares none with the policy the fleet's code reports would limit
 	// nothing (a "permits" limit on a key paced by requests and tokens).
@@ -216,30 +220,28 @@ func (a *Admin) History(ctx context.Context, key string) ([]Change, error) {
 }
 
 // Pause grants no slot on key before now + d, fleet-wide, as a 429 with
-// Retry-After d would (Limiter.Pause), and records it in the history. The
-// key's policy must be known (see Status): ErrUnknownKey otherwise.
+// Retry-After d would (Limiter.Pause), and records it in the history. A
+// pause belongs to the key: whatever policies its callers pass, every band
+// stops and every bucket is empty when the pause ends. ErrUnknownKey when
+// Redis knows nothing of the key (no state, no stored limit, no policy
+// reported: a typo, most likely).
 func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: pause %v (want > 0)", ErrInvalidOptions, d)
+	if d <= 0 || d > maxFill {
+		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
 	}
 	st, err := a.Status(ctx, key)
 	if err != nil {
 		return err
 	}
-	return a.runCore(ctx, "pause", "pause "+d.String(), pauseScript, st, who, reason, d.Microseconds())
+	return a.runCore(ctx, "pause", "pause "+d.String(), pauseScript, st, who, reason, (d + time.Microsecond - 1).Microseconds())
 }
 
 // runCore runs a script built on core.lua (pause.lua, resume.lua) on the
-// key st reads, with the policy in force there, as the server's clock and
-// the whole share, then records note in the key's history. ErrUnknownKey
-// when the key's policy is unknown.
+// key st reads, on its records alone (no policy: k = 0), as the server's
+// clock and the whole share, then records note in the key's history.
 func (a *Admin) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
-	if st.Policy == nil {
-		return fmt.Errorf("reserve: %s %q: %w: its policy is unknown (no limit stored, none reported by a live Limiter)", op, st.Key, ErrUnknownKey)
-	}
-	s, _ := st.Policy.compile() // checked by Status
 	k := a.redisKey(st.Key)
-	args := append(append([]any{"", 0, "1", s.unitsArg}, s.args...), extra...)
+	args := append([]any{"", 0, "1", "permits", "0"}, extra...)
 	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
 		return adminError(op, st.Key, err)
 	}
@@ -251,9 +253,13 @@ func (a *Admin) runCore(ctx context.Context, op, note string, script *redis.Scri
 // force.
 var ErrNotPaused = errors.New("reserve: the key is not paused")
 
-// Resume ends key's pause now: its buckets are empty now (or at the last
-// slot granted, if later), and records it in the history. ErrNotPaused if
-// no pause is in force (nothing is written); ErrUnknownKey as for Pause.
+// Resume ends key's pause now and frees the key at once: the reservations
+// granted while the pause was in force move earlier, as if it had ended
+// now (the fleet's sleepers read the move within about 250 ms; see
+// Reservation.Sleep), unless slots granted before the pause lie later, or
+// a window band's queue reaches past the window the pause ends in. It
+// records the resume in the history. ErrNotPaused if no pause is in force
+// (nothing is written); ErrUnknownKey as for Pause.
 func (a *Admin) Resume(ctx context.Context, key, who, reason string) error {
 	st, err := a.Status(ctx, key)
 	if err != nil {

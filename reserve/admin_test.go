@@ -232,7 +232,7 @@ func TestAdminBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, reserve.ErrInvalidPolicy)
 	_, err = a.SetLimit(ctx, "", reserve.Limit{Rate: 1, Burst: 1}.Policy(), false, "", "")
 	assert.ErrorIs(t, err, reserve.ErrEmptyKey)
-	assert.ErrorIs(t, a.Pause(ctx, "k", -time.Second, "", ""), reserve.ErrInvalidOptions)
+	assert.ErrorIs(t, a.Pause(ctx, "k", -time.Second, "", ""), reserve.ErrInvalidDuration)
 
 	require.NoError(t, s.Client.HSet(ctx, prefix+"{h}", "f", "v").Err())
 	_, err = a.SetLimit(ctx, "h", reserve.Limit{Rate: 1, Burst: 1}.Policy(), false, "", "")

@@ -9,8 +9,8 @@ import (
 // Errors for bad input. Each is returned before Redis is called, so a call
 // that fails with one of them has changed nothing. Match them with errors.Is.
 var (
-	ErrInvalidRate     = errors.New("reserve: rate must be positive and finite")
-	ErrInvalidBurst    = errors.New("reserve: burst must be at least 1")
+	ErrInvalidRate     = errors.New("reserve: rate must be positive, finite and at most MaxRate")
+	ErrInvalidBurst    = errors.New("reserve: burst must be from 1 to MaxBurst")
 	ErrInvalidLimit    = errors.New("reserve: burst/rate is too long (over 10 years to fill the bucket)")
 	ErrInvalidWindow   = errors.New("reserve: a window needs N >= 1 and a length from 1µs to 10 years")
 	ErrInvalidPolicy   = errors.New("reserve: invalid policy")
@@ -58,9 +58,15 @@ var ErrDone = errors.New("reserve: reservation already canceled or settled")
 type WaitTooLongError struct {
 	Wait    time.Duration // the wait the reservation would have had
 	MaxWait time.Duration // the longest wait that was allowed
+	// Deadline is true when the maximum was the time left before the
+	// context's deadline (Wait, Sleep), not a maxWait argument.
+	Deadline bool
 }
 
 func (e *WaitTooLongError) Error() string {
+	if e.Deadline {
+		return fmt.Sprintf("reserve: wait %v exceeds the %v left before the context's deadline", e.Wait, e.MaxWait)
+	}
 	return fmt.Sprintf("reserve: wait %v exceeds maximum %v", e.Wait, e.MaxWait)
 }
 

@@ -54,6 +54,7 @@ type Limiter struct {
 	hbc       hbConn    // the heartbeat's own connection (fleet.go)
 	local     *fallback // the local fallback (fallback.go)
 	horizons  horizons
+	refusals  refusals
 	coalescer coalescer
 	specs     sync.Map // Limit -> *spec, the compiled one-band policies
 	nspecs    atomic.Int64

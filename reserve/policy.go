@@ -95,8 +95,12 @@ type bandSpec struct {
 	origin time.Time
 }
 
-// maxWindow bounds a window's length, as maxFill bounds a bucket's.
-const maxWindow = maxFill
+// maxWindow bounds a window's length, as maxFill bounds a bucket's, and
+// maxWindowN its N: units are kept as doubles, exact integers below 2^53.
+const (
+	maxWindow  = maxFill
+	maxWindowN = 1e15
+)
 
 // validName reports whether a band name is made of letters, digits, '.',
 // '_' and '-' (the scripts separate fields with spaces and ':').
@@ -157,8 +161,8 @@ func (p Policy) compile() (*spec, error) {
 			fmt.Fprintf(&sig, "%s %s b %s %d;", b.Name, unit, formatFloat(bs.rate), b.Limit.Burst)
 		default:
 			w := b.Window
-			if math.IsNaN(w.N) || math.IsInf(w.N, 0) || w.N < 1 {
-				return nil, fmt.Errorf("%w: band %q: N %v (want at least 1)", ErrInvalidWindow, b.Name, w.N)
+			if math.IsNaN(w.N) || math.IsInf(w.N, 0) || w.N < 1 || w.N > maxWindowN {
+				return nil, fmt.Errorf("%w: band %q: N %v (want 1 to %g)", ErrInvalidWindow, b.Name, w.N, float64(maxWindowN))
 			}
 			if w.Length < time.Microsecond || w.Length > maxWindow {
 				return nil, fmt.Errorf("%w: band %q: length %v (want 1µs to %v)", ErrInvalidWindow, b.Name, w.Length, maxWindow)

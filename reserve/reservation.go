@@ -169,6 +169,7 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 // for, a give-back given back), and the call returns nil.
 func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) error {
 	l := r.lim
+	l.refusals.forget(r.key)
 	local := !l.opts.FailClosed && l.isDegraded()
 	if !local {
 		if r.localID != "" && l.local.store.Held(r.key) {

@@ -112,6 +112,11 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
+	if maxWait >= 0 {
+		if wait, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {
+			return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+		}
+	}
 	req := &request{op: op, amounts: amounts, maxWait: maxWait, done: make(chan result, 1)}
 	if !l.opts.DisableCoalescing {
 		return l.reserveCoalesced(ctx, key, s, req)
@@ -273,6 +278,7 @@ func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs [
 			out[i] = result{nil, l.shareError(key)}
 		case seq == 0:
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
+			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local)
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
 			if pe > base.serverNS && pe <= r.slotNS {

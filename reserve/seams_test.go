@@ -339,3 +339,111 @@ func TestExitWithoutClose(t *testing.T) {
 		"a still counts b (size %d, share %v)", a.FleetSize(), a.Share())
 	t.Logf("the fleet took b's share back %v after it was killed (heartbeat interval 100 ms)", time.Since(killed).Round(time.Millisecond))
 }
+
+// TestStoredLimitBounds (finding 16): SetLimit refuses what no Limiter could
+// read back or use (before, a burst of 3e9 was stored and every later
+// status, set and pause on the key failed; a rate of 1e300 was stored and
+// status printed a queue 300 digits long), and a pause over 10 years.
+func TestStoredLimitBounds(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: redistest.Prefix(t)})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		lim  reserve.Limit
+		want error
+	}{
+		{reserve.Limit{Rate: 1e9, Burst: 3_000_000_000}, reserve.ErrInvalidBurst},
+		{reserve.Limit{Rate: 1e300, Burst: 1}, reserve.ErrInvalidRate},
+		{reserve.Limit{Rate: 1.5e9, Burst: 1}, reserve.ErrInvalidRate},
+	} {
+		_, err := a.SetLimit(ctx, "api", c.lim.Policy(), false, "ops", "")
+		assert.ErrorIs(t, err, c.want, "SetLimit(%+v)", c.lim)
+	}
+	_, err = a.SetLimit(ctx, "api", reserve.Policy{{Name: "day", Window: reserve.PerWindow(1e16, time.Hour)}}, false, "ops", "")
+	assert.ErrorIs(t, err, reserve.ErrInvalidWindow)
+	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: reserve.MaxRate, Burst: reserve.MaxBurst}.Policy(), false, "ops", "the bounds themselves")
+	require.NoError(t, err)
+	st, err := a.Status(ctx, "api")
+	require.NoError(t, err, "a stored limit at the bounds reads back")
+	assert.Equal(t, "stored", st.Source)
+	assert.ErrorIs(t, a.Pause(ctx, "api", 10*365*24*time.Hour+time.Hour, "ops", ""), reserve.ErrInvalidDuration)
+}
+
+// TestResumeFreesAtOnce (finding 9): an operator's Resume frees the key at
+// once. A reservation granted during a 6 s pause (queued after it) moves up
+// when the key is resumed 200 ms later, as if the pause had ended then, and
+// a new call comes right after it, not after the old queue (before,
+// resume.lua emptied the buckets at the last slot granted, after the pause:
+// the first call came when the pause would have ended).
+func TestResumeFreesAtOnce(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	require.NoError(t, err)
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim, 1) // the key exists, its bucket empty
+	require.NoError(t, err)
+	require.NoError(t, a.Pause(ctx, "api", 6*time.Second, "ops", "maintenance"))
+	queued, err := l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	require.Greater(t, queued.Delay(), 5*time.Second, "granted after the pause")
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, a.Resume(ctx, "api", "ops", "done early"))
+	resumed := time.Now()
+	// What Sleep does while it waits: read the key, learn of the resume.
+	paused, err := reserve.CheckPause(ctx, queued)
+	require.NoError(t, err)
+	assert.False(t, paused)
+	assert.Less(t, queued.Time().Sub(resumed), time.Second, "the queued slot moved up to just after the resume")
+	next, err := l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	assert.Less(t, next.Time().Sub(resumed), 2*time.Second, "a new call comes right after the queue, not after the old one")
+	a1, _ := reserve.ServerSlot(queued)
+	a2, _ := reserve.ServerSlot(next)
+	assert.Equal(t, 100*time.Millisecond, time.Duration(a2-a1), "the schedule keeps its spacing")
+}
+
+// TestRefusalsRemembered (finding 17): a caller looping on a queue longer
+// than its maximum wait is refused without a Redis call each time, for as
+// long as Redis's answer can be trusted (before, each try cost a script
+// call: 86k in 2.6 s); and a Wait refused for its context's deadline says
+// so.
+func TestRefusalsRemembered(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, Metrics: rec, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	for range 5 {
+		_, err := l.Reserve(ctx, "api", lim, 1) // a queue of 4 s
+		require.NoError(t, err)
+	}
+	before := rec.snapshot().calls["reserve"]
+	for range 1000 {
+		_, err := l.TryReserve(ctx, "api", lim, 1, time.Second)
+		var tooLong *reserve.WaitTooLongError
+		require.True(t, errors.As(err, &tooLong), "got %v", err)
+		require.Equal(t, 5*time.Second, tooLong.Wait)
+	}
+	assert.Equal(t, 1, rec.snapshot().calls["reserve"]-before, "script calls for 1,000 refused tries within 100 ms")
+	clk.Advance(200 * time.Millisecond) // Redis is asked again
+	_, err = l.TryReserve(ctx, "api", lim, 1, time.Second)
+	require.Error(t, err)
+	assert.Equal(t, 2, rec.snapshot().calls["reserve"]-before)
+
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err = l.Wait(dctx, "api", lim)
+	var tooLong *reserve.WaitTooLongError
+	require.True(t, errors.As(err, &tooLong), "got %v", err)
+	assert.True(t, tooLong.Deadline)
+	assert.Contains(t, err.Error(), "left before the context's deadline")
+}

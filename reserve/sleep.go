@@ -132,6 +132,10 @@ func (r *Reservation) move(ctx context.Context) error {
 	r.mu.Unlock()
 	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, maxWait)
 	if err != nil {
+		var tooLong *WaitTooLongError
+		if errors.As(err, &tooLong) {
+			tooLong.Deadline = true
+		}
 		return fmt.Errorf("reserve: moving %q to a fresh slot: %w", r.key, err)
 	}
 	// A hold redeemed was deleted by its claim; the fresh slot is nobody's.

@@ -60,6 +60,7 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
+			tooLong.Deadline = true
 			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key, err)
 		}
 		return err
@@ -71,7 +72,7 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 		if wait := r.Delay(); time.Now().Add(wait).After(deadline) {
 			r.cancelDetached()
 			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
-				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline)})
+				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline), Deadline: true})
 		}
 	}
 	return r.Sleep(ctx)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/user"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -153,18 +154,12 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	return nil
 }
 
-// knownPolicy reads key for pause and resume: an error if it is unknown,
-// not pacer's, or has no known policy (nothing to pause by).
-func (c *cli) knownPolicy(ctx context.Context, op, key string) (reserve.KeyStatus, error) {
-	st, err := c.admin.Status(ctx, key)
-	if err != nil {
-		return st, c.keyError(op, key, err)
-	}
-	if st.Policy == nil {
-		return st, fmt.Errorf("%s: key %q: its limit is unknown (none stored, and no live Limiter reports the one in its code): store one with \"pacer set\" first", op, clean(key))
-	}
-	return st, nil
-}
+// maxPause is the longest pause (reserve's bound: 10 years).
+const maxPause = 10 * 365 * 24 * time.Hour
+
+// durationShape matches what time.ParseDuration reads, whatever its size:
+// a duration of that shape it refuses is out of range.
+var durationShape = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
 func (c *cli) pause(ctx context.Context, args []string) error {
 	fs := c.flagSet("pause")
@@ -178,7 +173,10 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 		return err
 	}
 	d, err := time.ParseDuration(pos[1])
-	if err != nil || d <= 0 {
+	switch {
+	case err != nil && durationShape.MatchString(pos[1]), err == nil && d > maxPause:
+		return usagef("pause: DURATION %q: too long (at most %v, 10 years)", pos[1], maxPause)
+	case err != nil || d <= 0:
 		return usagef("pause: DURATION %q: want a positive duration such as 90s, 10m or 1h", pos[1])
 	}
 	if err := cf.check("pause"); err != nil {
@@ -190,8 +188,10 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
-	if _, err := c.knownPolicy(ctx, "pause", key); err != nil {
-		return err
+	// A pause belongs to the key, whatever its policy: only a key Redis
+	// knows nothing of (a typo) is refused.
+	if _, err := c.admin.Status(ctx, key); err != nil {
+		return c.keyError("pause", key, err)
 	}
 	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
 		return c.keyError("pause", key, err)
@@ -220,9 +220,9 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
-	st, err := c.knownPolicy(ctx, "resume", key)
+	st, err := c.admin.Status(ctx, key)
 	if err != nil {
-		return err
+		return c.keyError("resume", key, err)
 	}
 	if st.Paused <= 0 {
 		return fmt.Errorf("resume: key %q is not paused: nothing changed", clean(key))
@@ -230,6 +230,6 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); err != nil {
 		return c.keyError("resume", key, err)
 	}
-	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the fleet resumes at its rate\n", clean(key), clean(cf.who), human(st.Paused))
+	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now\n", clean(key), clean(cf.who), human(st.Paused))
 	return nil
 }

@@ -1,0 +1,84 @@
+package reserve
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounded growth (issue 21, finding 18): what a Limiter keeps per key, and
+// what the fleet keeps in Redis for operators, stays bounded however many
+// keys come and go.
+
+func TestAdaptiveRatesBounded(t *testing.T) {
+	var a adaptiveRates
+	for i := range 3 * maxAdaptiveKeys {
+		a.remember(fmt.Sprint("host-", i), 10)
+	}
+	if n := len(a.rates); n > maxAdaptiveKeys {
+		t.Fatalf("%d rates remembered, want at most %d", n, maxAdaptiveKeys)
+	}
+	if a.rates[fmt.Sprint("host-", 3*maxAdaptiveKeys-1)] != 10 {
+		t.Fatal("the latest key's rate was forgotten")
+	}
+}
+
+// TestReportsBounded: past maxReports keys, the least recently used go and
+// new keys are still reported (before, a Limiter stopped reporting new keys
+// at 10,000, and pacer status and pause then called them unknown).
+func TestReportsBounded(t *testing.T) {
+	var r reports
+	s, err := Limit{Rate: 1, Burst: 1}.Policy().compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxReports + 50 {
+		r.note(fmt.Sprint("k", i), s)
+	}
+	if n := len(r.m); n > maxReports {
+		t.Fatalf("%d keys tracked, want at most %d", n, maxReports)
+	}
+	last := fmt.Sprint("k", maxReports+49)
+	if r.m[last] == nil {
+		t.Fatalf("the newest key %s is not tracked", last)
+	}
+	due := r.due(time.Now())
+	if len(due) != 2*reportBatch {
+		t.Fatalf("%d reports due, want a batch of %d keys", len(due)/2, reportBatch)
+	}
+}
+
+// TestPoliciesPruned: the fleet's hash of the policies Limiters report
+// drops a key no Limiter has reported for keep_ms, while Limiters go on
+// heartbeating (before, it was never pruned while any Limiter lived, and
+// each restart added up to 10,000 entries).
+func TestPoliciesPruned(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	k := prefix + "{limiters}"
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	hb := redis.NewScript(lua.Heartbeat)
+	now := time.Now().UnixMilli()
+	run := func(args ...any) {
+		t.Helper()
+		base := []any{"me", "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 500}
+		if err := hb.Run(ctx, s.Client, keys, append(base, args...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("old", fmt.Sprint(now-10_000, " 1 permits permits b 1 1"), "fresh", fmt.Sprint(now, " 1 permits permits b 1 1"))
+	run()
+	got, err := s.Client.HKeys(ctx, k+":policies").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "fresh" {
+		t.Fatalf("policies kept %v, want [fresh] (keep_ms 500, old reported 10 s ago)", got)
+	}
+}
