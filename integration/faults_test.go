@@ -206,7 +206,7 @@ func firstSwitch(run fleetRun, to string, after time.Time) time.Time {
 func TestFaultPartialPartition(t *testing.T) {
 	const (
 		parts     = 3
-		heartbeat = 2 * time.Second // reserve's default HeartbeatInterval
+		heartbeat = time.Second // reserve's default HeartbeatInterval
 		// settle: the silent member counts as held after two intervals
 		// without a heartbeat; each other member learns it at its next
 		// heartbeat, up to one interval later.

@@ -552,9 +552,15 @@ local function take(q, cost, idx, s)
     local c = cost[b.unit] or 0
     if c > 0 then
       if b.bucket then
+        -- At a share, the burst may be under the cost: charged from its
+        -- own spacing then, or each slot would leave a debt behind it.
+        local f = b.fill
+        if f < c * b.upp then
+          f = c * b.upp
+        end
         local z = b.z
-        if z < s - b.fill then
-          z = s - b.fill
+        if z < s - f then
+          z = s - f
         end
         b.z = z + c * b.upp
         -- The last event never moves back: a reservation landing in a

@@ -7,9 +7,9 @@
 -- KEYS[1]  the fleet, a sorted set: member = Limiter id, score = Unix ms of
 --          its last heartbeat (Redis server time)
 -- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>
---          <named>" (mode "redis" or "local": how it paces; since_ms: Unix
---          ms, the Limiter's clock, when that mode began; named 1 when its
---          connections carry its name, "pacer-<id>", else 0)
+--          <cid>" (mode "redis" or "local": how it paces; since_ms: Unix
+--          ms, the Limiter's clock, when that mode began; cid the client id
+--          of its presence connection, named "pacer-<id>", 0 if none)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -24,8 +24,8 @@
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
 --          suspect_ms); reply {now_ms}
--- ARGV[3]  since_ms (integer), then " 1" when this Limiter's connections
---          carry its name (only such a Limiter can be a suspect)
+-- ARGV[3]  since_ms (integer), then " <cid>" (see KEYS[2]; only a Limiter
+--          with a presence connection can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
@@ -38,7 +38,8 @@
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects}: live
 --          includes this Limiter; n = live + held; held_ranks the ranks of
---          the held members; suspects the ids to check. Another Limiter
+--          the held members; suspects, pairs of a Limiter id and its
+--          presence connection's client id, to check (CLIENT LIST ID). Another Limiter
 --          heard from within live_ms whose mode is "local" counts as held:
 --          it reaches the fleet's set but not its keys (a Redis Cluster
 --          with the key's shard failing over) and paces locally on its
@@ -134,9 +135,10 @@ if #quiet > 0 then
   local checked = redis.call('HMGET', KEYS[5], unpack(quiet))
   local details = redis.call('HMGET', KEYS[2], unpack(quiet))
   for i = 1, #quiet do
-    local named = details[i] and string.sub(details[i], -2) == ' 1'
-    if named and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
+    local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)$')
+    if cid and cid ~= '0' and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
       suspects[#suspects + 1] = quiet[i]
+      suspects[#suspects + 1] = cid
     end
   end
 end

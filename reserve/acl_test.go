@@ -21,7 +21,7 @@ var aclRules = []string{
 	"+evalsha", "+eval", "+script|load", "+get", "+ping", "+config|get",
 	// called by the scripts
 	"+time", "+set", "+del", "+pttl", "+pexpire",
-	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+hset", "+hmget", "+hdel",
+	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+zrank", "+zscore", "+hset", "+hmget", "+hdel",
 }
 
 // aclBackend is a throwaway redis-server on which the Limiters log in as a
@@ -99,6 +99,7 @@ func TestAdminACL(t *testing.T) {
 	a, err := reserve.NewAdmin(login("operator", "+type", "+lpush", "+ltrim", "+lrange", "+scan", "+hget", "+hkeys", "+zrange", "+hgetall"),
 		reserve.AdminOptions{KeyPrefix: prefix})
 	require.NoError(t, err)
+	require.Equal(t, 1, l.FleetSize(), "the heartbeat learned the fleet under the ACL")
 	code := reserve.Limit{Rate: 10, Burst: 1}
 	_, err = l.Reserve(ctx, "api", code, 1)
 	require.NoError(t, err)

@@ -13,12 +13,14 @@
 // pays for its own permits. Limiter.Pause implements a provider's 429
 // Retry-After for the whole fleet; Reservation.Cancel gives permits back.
 //
-// When Redis is slow or gone, a Limiter keeps pacing on a local
-// golang.org/x/time/rate limiter per key, at the key's rate divided by the
-// number of live Limiters in the fleet (learned from heartbeats), and goes
-// back to Redis by itself when a probe finds it; Options.FailClosed returns
-// ErrUnavailable instead. Every call to Redis is bounded by
-// Options.CallTimeout. Close stops the Limiter's background goroutine.
+// When Redis is slow or gone, a Limiter paces each key locally with the
+// same engine as Redis's scripts, at its own share of every band (its rank
+// among the fleet's members, learned from heartbeats: the members' shares
+// add up to the limit), continuing the schedule Redis last showed it, and
+// goes back to Redis by itself when a probe finds it, handing over what it
+// granted meanwhile; Options.FailClosed returns ErrUnavailable instead.
+// Every call to Redis is bounded by Options.CallTimeout. Close stops the
+// Limiter's background goroutine and gives its share back to the fleet.
 //
 // Concurrent callers on one key in one process share Redis round trips
 // (coalescing; Options.DisableCoalescing); a key so hot that callers queue
@@ -66,10 +68,12 @@
 // An operator may store a key's limit in Redis (Admin.SetLimit, or
 // cmd/pacer set): every Limiter of the fleet reserves under it from its next
 // reservation on, read by the script atomically with the key's state, with
-// no client cache to expire; the limit the code passes is the default when
-// nothing is stored. Slots already granted keep their places: a raised
-// limit holds from the change on, a lowered one once the queue granted
-// before it has drained. In shadow mode the stored limit is only counted:
+// no client cache to expire. A stored limit replaces the bands of the
+// code's policy that it names, and only those: the others stay in force, and
+// every band keeps its queue and its windows across a set and an unset.
+// Slots already granted keep their places: a raised limit applies to the
+// slots granted after the change (those already queued drain at the old
+// rate first), a lowered one once the queue granted before it has drained. In shadow mode the stored limit is only counted:
 // the code's limit is enforced and Admin.Status tells how many calls the
 // stored one would have delayed, and by how much. Every change is kept in
 // the key's history (who, when, why, before and after). Limiters report

@@ -60,7 +60,7 @@ func (l *Limiter) Kill() {
 		l.loopCancel()
 		close(l.stop)
 		<-l.done
-		l.hbFailed()
+		l.absent()
 		_ = l.rdb.Close()
 		l.closed.Store(true)
 	})

@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -154,34 +155,46 @@ func (l *Limiter) fleetKeys() []string {
 // (CLIENT SETNAME).
 func clientName(id string) string { return "pacer-" + id }
 
-// hbConn is the connection the heartbeats go through: one of the Limiter's
-// own, named clientName(id), held open as long as the Limiter lives, so that
-// the fleet can tell a process that exited (Redis closes its connection)
-// from one that is silent but connected (see checkSuspects). Without such a
-// connection (a Ring) or the right to name it (an ACL without
-// client|setname), the heartbeats go through the client, and the Limiter is
-// never a suspect: when it goes silent, the fleet holds its share for
-// SilentHold.
-type hbConn struct {
-	mu    sync.Mutex
-	conn  *redis.Conn
-	node  *redis.Client // the client conn comes from (a Cluster's node for the fleet's keys)
-	named bool          // conn carries the name
-	deny  bool          // CLIENT SETNAME was refused: not tried again
+// presence is a connection of the Limiter's own, named clientName(id) and
+// kept open as long as the Limiter lives, so that the fleet can tell a
+// process that exited (Redis closes its connections) from one that is
+// silent but alive: stalled, or cut off from Redis (see checkSuspects). It
+// carries no command after its name: no timeout ever closes it, so a
+// process cut off from Redis keeps it open, as seen from Redis, as long as
+// the network does. While Redis answers, each heartbeat checks that Redis
+// still lists it (CLIENT LIST ID: a Redis restarted, or its idle timeout,
+// closes it) and makes a new one if not. Without one (a Ring) or the right
+// to name it and list it (an ACL without client|setname, client|id and
+// client|list), the Limiter is never a suspect: when it goes silent, the
+// fleet holds its share for SilentHold.
+type presence struct {
+	mu   sync.Mutex
+	conn *redis.Conn
+	node redis.UniversalClient // the client conn comes from (a Cluster's node for the fleet's keys)
+	cid  int64                 // its client id; 0: none
+	deny bool                  // refused by the ACL: not tried again
 }
 
-// hb returns what the heartbeat runs on: the named connection (made
-// first if needed), the client it belongs to (for CLIENT LIST), and whether
-// it carries the name; or the Limiter's client, unnamed.
-func (l *Limiter) hb(ctx context.Context) (redis.Scripter, redis.UniversalClient, bool) {
-	h := &l.hbc
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conn != nil {
-		return h.conn, h.node, h.named
-	}
+// present makes sure the presence connection is open, and returns the
+// client to check suspects on and its client id (0: none). It runs before
+// each heartbeat while Redis answers.
+func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64) {
+	p := &l.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
 	defer cancel()
+	if p.conn != nil {
+		list, err := clientListIDs(ctx, p.node, p.cid)
+		switch {
+		case err == nil && strings.Contains(list, "name="+clientName(l.id)):
+			return p.node, p.cid
+		case err != nil && !strings.HasPrefix(err.Error(), "NOPERM"):
+			return p.node, p.cid // Redis does not answer: keep it, the network may
+		}
+		_ = p.conn.Close()
+		p.conn, p.cid = nil, 0
+	}
 	var node *redis.Client
 	switch c := l.rdb.(type) {
 	case *redis.Client:
@@ -189,41 +202,55 @@ func (l *Limiter) hb(ctx context.Context) (redis.Scripter, redis.UniversalClient
 	case *redis.ClusterClient:
 		n, err := c.MasterForKey(ctx, l.fleetKeys()[0])
 		if err != nil {
-			return l.rdb, l.rdb, false
+			return l.rdb, 0
 		}
 		node = n
 	default:
-		return l.rdb, l.rdb, false
+		return l.rdb, 0
+	}
+	if p.deny {
+		return node, 0
 	}
 	conn := node.Conn()
-	named := false
-	if !h.deny {
-		err := conn.ClientSetName(ctx, clientName(l.id)).Err()
-		switch {
-		case err == nil:
-			named = true
-		case strings.HasPrefix(err.Error(), "NOPERM"):
-			h.deny = true
-			l.opts.Logger.Info("pacer: the Redis user may not name its connection (CLIENT SETNAME): a process that exits without Close keeps its share held for Options.SilentHold",
-				"limiter", l.id)
-		default:
-			_ = conn.Close()
-			return l.rdb, l.rdb, false
-		}
+	var cid int64
+	err := conn.ClientSetName(ctx, clientName(l.id)).Err()
+	if err == nil {
+		cid, err = conn.ClientID(ctx).Result()
 	}
-	h.conn, h.node, h.named = conn, node, named
-	return conn, node, named
+	if err == nil {
+		_, err = clientListIDs(ctx, node, cid)
+	}
+	switch {
+	case err == nil:
+		p.conn, p.node, p.cid = conn, node, cid
+		return node, cid
+	case strings.HasPrefix(err.Error(), "NOPERM"):
+		p.deny = true
+		l.opts.Logger.Info("pacer: the Redis user may not name and list connections (CLIENT SETNAME, ID, LIST): a process that exits without Close keeps its share held for Options.SilentHold",
+			"limiter", l.id, "err", err)
+	}
+	_ = conn.Close()
+	return node, 0
 }
 
-// hbFailed drops the heartbeat connection after an error: the next
-// heartbeat makes a new one.
-func (l *Limiter) hbFailed() {
-	h := &l.hbc
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conn != nil {
-		_ = h.conn.Close()
-		h.conn, h.named = nil, false
+// clientListIDs is CLIENT LIST ID id...: the lines of the connections
+// still open among ids.
+func clientListIDs(ctx context.Context, c redis.UniversalClient, ids ...int64) (string, error) {
+	args := []any{"CLIENT", "LIST", "ID"}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return c.Do(ctx, args...).Text()
+}
+
+// absent closes the presence connection (Close, or a test's kill).
+func (l *Limiter) absent() {
+	p := &l.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		_ = p.conn.Close()
+		p.conn, p.cid = nil, 0
 	}
 }
 
@@ -322,11 +349,13 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
 	}
-	conn, node, named := l.hb(ctx)
-	flag := " 0"
-	if named {
-		flag = " 1"
+	// The presence connection first: the heartbeat says whether it is
+	// named (a named member can be found to have exited).
+	node, cid := redis.UniversalClient(l.rdb), int64(0)
+	if mode == "redis" {
+		node, cid = l.present(ctx)
 	}
+	flag := " " + strconv.FormatInt(cid, 10)
 	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
@@ -334,12 +363,9 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		strconv.FormatInt(reportKeep.Milliseconds(), 10)}
 	args = append(args, l.reports.due(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
-		return heartbeatScript.Run(ctx, conn, l.fleetKeys(), args...).Result()
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 	}, nil)
 	if err != nil {
-		if _, isScriptErr := errorCode(err); !isScriptErr {
-			l.hbFailed()
-		}
 		return err
 	}
 	r, ok := res.([]any)
@@ -373,39 +399,58 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 // heartbeat.
 func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval * 5 / 4 }
 
-// checkSuspects looks for each suspect's connections in CLIENT LIST: a
-// member none of whose connections is left has exited (killed, crashed),
-// and is removed from the fleet at once; one still connected is paused or
-// cut off from Redis and stays held (up to SilentHold). A Redis that
-// refuses CLIENT LIST (an ACL without it) leaves the suspects held.
+// checkSuspects looks for each suspect's presence connection (by client
+// id, and its name) in CLIENT LIST: a member whose connection is gone has
+// exited (killed, crashed), and is removed from the fleet at once; one still
+// connected is stalled or cut off from Redis and stays held (up to
+// SilentHold). suspects are pairs of a Limiter id and a client id. A Redis
+// that refuses CLIENT LIST (an ACL without it) leaves them held.
 func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, suspects []any) {
+	var ids []int64
+	cid := map[string]int64{}
+	for i := 0; i+1 < len(suspects); i += 2 {
+		id, _ := suspects[i].(string)
+		c, err := strconv.ParseInt(fmt.Sprint(suspects[i+1]), 10, 64)
+		if id == "" || id == l.id || err != nil {
+			continue
+		}
+		cid[id] = c
+		ids = append(ids, c)
+	}
+	if len(ids) == 0 {
+		return
+	}
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
-		return node.ClientList(ctx).Result()
+		return clientListIDs(ctx, node, ids...)
 	}, nil)
 	if err != nil {
 		return
 	}
 	connected := map[string]bool{}
 	for line := range strings.SplitSeq(res.(string), "\n") {
+		var name, id string
 		for field := range strings.FieldsSeq(line) {
-			if name, ok := strings.CutPrefix(field, "name=pacer-"); ok {
-				connected[name] = true
+			if v, ok := strings.CutPrefix(field, "name=pacer-"); ok {
+				name = v
+			} else if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
 			}
+		}
+		if name != "" && id == strconv.FormatInt(cid[name], 10) {
+			connected[name] = true
 		}
 	}
 	var gone, alive []string
-	for _, s := range suspects {
-		id, _ := s.(string)
-		switch {
-		case id == "" || id == l.id:
-		case connected[id]:
+	for id := range cid {
+		if connected[id] {
 			alive = append(alive, id)
-		default:
+		} else {
 			gone = append(gone, id)
 		}
 	}
+	slices.Sort(gone)
 	if len(gone) > 0 {
-		l.opts.Logger.Info("pacer: fleet members exited without Close (no connection left): their shares go back to the fleet",
+		l.opts.Logger.Info("pacer: fleet members exited without Close (their connection is gone): their shares go back to the fleet",
 			"members", gone, "limiter", l.id)
 	}
 	_, _ = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {

@@ -51,7 +51,7 @@ type Limiter struct {
 
 	health    health
 	fleet     fleetView
-	hbc       hbConn    // the heartbeat's own connection (fleet.go)
+	presence  presence  // a named connection kept open while the Limiter lives (fleet.go)
 	local     *fallback // the local fallback (fallback.go)
 	horizons  horizons
 	refusals  refusals
@@ -162,7 +162,7 @@ func (l *Limiter) Close() error {
 			cancel()
 		}
 		l.closed.Store(true)
-		l.hbFailed() // closes the heartbeat's connection
+		l.absent()
 		if l.ownsClient {
 			err = errors.Join(err, l.rdb.Close())
 		}

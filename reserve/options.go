@@ -18,7 +18,7 @@ const (
 	defaultCallTimeout       = 250 * time.Millisecond
 	defaultFailAfter         = 3
 	defaultProbeInterval     = time.Second
-	defaultHeartbeatInterval = 2 * time.Second
+	defaultHeartbeatInterval = time.Second
 	defaultSilentHold        = time.Minute
 	defaultPreciseWake       = wake.DefaultMargin
 	defaultLeaseSpan         = time.Millisecond
@@ -61,7 +61,9 @@ type Options struct {
 
 	// FleetSize is the number of Limiters (processes) this one assumes
 	// share its keys until it has learned the real number from Redis: it
-	// then paces locally at each key's rate divided by FleetSize. Default
+	// then paces locally at a FleetSize-th of each key's limits (a rank
+	// drawn from its id: two Limiters may draw the same one, so this is
+	// approximate, unlike the share learned from Redis). Default
 	// (0): a Limiter that has never reached Redis does not pace locally;
 	// its calls fail with ErrUnavailable, wrapping the reason Redis could
 	// not be reached (a wrong address shows at once instead of pacing
@@ -79,16 +81,24 @@ type Options struct {
 	ProbeInterval time.Duration
 
 	// HeartbeatInterval is how often the Limiter records itself as live in
-	// Redis and learns the fleet: the Limiters heard from in the last two
-	// intervals, and those silent for longer but less than SilentHold.
-	// Default 2 s.
+	// Redis and learns the fleet: its members (ranked by id: each takes its
+	// rank's share while it paces locally), those heard from in the last
+	// two intervals, and those silent for longer but less than SilentHold.
+	// Default 1 s.
 	HeartbeatInterval time.Duration
 
 	// SilentHold is how long the fleet keeps back the share of a Limiter
-	// that stopped heartbeating: it may have lost Redis and be pacing
-	// locally on its share, so the Limiters still on Redis take only their
-	// own shares meanwhile. After SilentHold it counts as gone (crashed).
-	// Default 1 min (at least three heartbeats).
+	// that stopped heartbeating but may still be alive: it may have lost
+	// Redis and be pacing locally on its share, so the Limiters still on
+	// Redis take only their own shares meanwhile. A Limiter whose process
+	// exited without Close (killed, crashed) is not held: its heartbeat
+	// connection (named pacer-<id>) is gone from CLIENT LIST, and the first
+	// member to see that, about 1.25 heartbeats after its last one,
+	// removes it; its share comes back to the others at their next
+	// heartbeat. (A Redis user without CLIENT SETNAME or CLIENT LIST, see
+	// docs/security.md, falls back to SilentHold.) After SilentHold a
+	// silent Limiter counts as gone. Default 1 min (at least three
+	// heartbeats).
 	SilentHold time.Duration
 
 	// MaxLateness is how late after its slot a caller may wake and still

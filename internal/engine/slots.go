@@ -104,9 +104,13 @@ func (g *Group) take(q float64, cost []float64, idx []float64, s float64) {
 			continue
 		}
 		if b.bucket {
+			f := b.fill
+			if f < c*b.upp {
+				f = c * b.upp
+			}
 			z := b.z
-			if z < s-b.fill {
-				z = s - b.fill
+			if z < s-f {
+				z = s - f
 			}
 			b.z = z + c*b.upp
 			if q > b.e {
