@@ -9,8 +9,8 @@ import (
 // Errors for bad input. Each is returned before Redis is called, so a call
 // that fails with one of them has changed nothing. Match them with errors.Is.
 var (
-	ErrInvalidRate     = errors.New("reserve: rate must be positive, finite and at most MaxRate")
-	ErrInvalidBurst    = errors.New("reserve: burst must be from 1 to MaxBurst")
+	ErrInvalidRate     = errors.New("reserve: rate must be positive, finite and at most 1e9/s")
+	ErrInvalidBurst    = errors.New("reserve: burst must be from 1 to 2^30")
 	ErrInvalidLimit    = errors.New("reserve: burst/rate is too long (over 10 years to fill the bucket)")
 	ErrInvalidWindow   = errors.New("reserve: a window needs N >= 1 and a length from 1µs to 10 years")
 	ErrInvalidPolicy   = errors.New("reserve: invalid policy")

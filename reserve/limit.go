@@ -50,22 +50,23 @@ func Sliding(n int, w time.Duration) Limit {
 // duration the scripts compute far inside a double's exact range.
 const maxFill = 10 * 365 * 24 * time.Hour
 
-// MaxRate and MaxBurst bound a Limit: slots lie on a ns grid, so a rate
-// over one unit per ns means nothing, and a burst over MaxBurst would not
-// fit the stored limit's form that every Limiter reads back.
+// maxRate and maxBurst bound a Limit: slots lie on a ns grid, so a rate
+// over one unit per ns means nothing, and a burst over 2^30 would not fit
+// the stored limit's form that every Limiter reads back.
 const (
-	MaxRate  = 1e9
-	MaxBurst = 1 << 30
+	maxRate  = 1e9
+	maxBurst = 1 << 30
 )
 
-// Validate reports whether l is usable, with one of ErrInvalidRate,
-// ErrInvalidBurst or ErrInvalidLimit.
+// Validate reports whether l is usable, with one of ErrInvalidRate (the
+// rate must be positive, finite and at most 1e9 per second), ErrInvalidBurst
+// (from 1 to 2^30) or ErrInvalidLimit.
 func (l Limit) Validate() error {
-	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > MaxRate {
-		return fmt.Errorf("%w (got %v; at most %g)", ErrInvalidRate, l.Rate, float64(MaxRate))
+	if math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate <= 0 || l.Rate > maxRate {
+		return fmt.Errorf("%w (got %v; at most %g)", ErrInvalidRate, l.Rate, float64(maxRate))
 	}
-	if l.Burst < 1 || l.Burst > MaxBurst {
-		return fmt.Errorf("%w (got %d; at most %d)", ErrInvalidBurst, l.Burst, MaxBurst)
+	if l.Burst < 1 || l.Burst > maxBurst {
+		return fmt.Errorf("%w (got %d; at most %d)", ErrInvalidBurst, l.Burst, maxBurst)
 	}
 	if float64(l.Burst)/l.Rate > maxFill.Seconds() {
 		return fmt.Errorf("%w (rate %v, burst %d)", ErrInvalidLimit, l.Rate, l.Burst)

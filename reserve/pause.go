@@ -92,7 +92,10 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 
 // A Snapshot is a key as Peek reads it, without changing it.
 type Snapshot struct {
-	// Wait is how long the cost Peek was given would wait if reserved now.
+	// Wait is how long the cost Peek was given would wait if reserved now;
+	// negative when it could never be granted at this Limiter's share
+	// (while other Limiters pace locally, a window band's share is below
+	// the cost in every window).
 	Wait time.Duration
 	// Paused is the time left in a pause (zero if none).
 	Paused time.Duration
@@ -181,17 +184,11 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 }
 
 // snapshotOf builds a Snapshot from a peek made at at (the Limiter's clock):
-// waits and ends in ns from then, -1 for never.
+// waits and ends in ns from then; a wait of -1 ns: never at this share.
 func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local bool) Snapshot {
-	never := func(ns int64) time.Duration {
-		if ns < 0 {
-			return Never
-		}
-		return time.Duration(ns)
-	}
-	snap := Snapshot{Wait: never(wait), Paused: time.Duration(max(paused, 0)), Local: local}
+	snap := Snapshot{Wait: time.Duration(wait), Paused: time.Duration(max(paused, 0)), Local: local}
 	for _, b := range bands {
-		bs := BandSnapshot{Name: b.Name, Value: b.Value, Wait: never(b.WaitNS)}
+		bs := BandSnapshot{Name: b.Name, Value: b.Value, Wait: time.Duration(b.WaitNS)}
 		if b.EndNS != 0 {
 			bs.WindowEnd = at.Add(time.Duration(b.EndNS))
 		}
@@ -202,8 +199,3 @@ func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local
 	}
 	return snap
 }
-
-// Never is a Snapshot's wait when the cost can never be granted at this
-// Limiter's share (while others pace locally, a window band's share is
-// below the cost in every window).
-const Never = time.Duration(1<<63 - 1)
