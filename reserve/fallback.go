@@ -112,7 +112,7 @@ func (l *Limiter) localCall(key string, s *spec) (engine.Call, time.Time, error)
 		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())
 	}
 	nowNS, local := l.serverNow()
-	return engine.Call{Key: key, Now: nowNS, Share: share, Units: s.units, Bands: s.engineBands()}, local, nil
+	return engine.Call{Key: key, Now: nowNS, Share: share, Units: s.units, Bands: s.ebands}, local, nil
 }
 
 // prepare seeds key's local state if the Store does not hold it yet: the
@@ -368,9 +368,6 @@ func (l *Limiter) sweepLocal() {
 		}
 	}
 	f.mu.Unlock()
-	if !l.isDegraded() {
-		return
-	}
 	n, _ := l.serverNow()
 	f.store.Sweep(n)
 }

@@ -82,6 +82,7 @@ type spec struct {
 	args     []any  // ARGV[5...]: k, then the bands' records
 	sig      string // the policy's encoding: equal specs, equal sig
 	single   bool   // one bucket band charging PermitsUnit (a Limit)
+	ebands   []engine.Band
 }
 
 type bandSpec struct {
@@ -187,6 +188,7 @@ func (p Policy) compile() (*spec, error) {
 	}
 	s.sig = sig.String()
 	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
+	s.ebands = s.engineBands()
 	return s, nil
 }
 

@@ -168,13 +168,25 @@ func (s *Store) PauseEnd(key string, now int64) int64 {
 // core.lua: a stored pause under 1 µs after the write is none, and one
 // before the write has ended).
 func PauseEnd(state string) int64 {
+	// The fields by hand, not a regexp: every reservation's reply is read.
+	var f [5]string
+	rest := state
+	for i := range f {
+		j := strings.IndexByte(rest, ' ')
+		if j < 0 {
+			f[i], rest = rest, ""
+			if i < 3 {
+				return 0
+			}
+			break
+		}
+		f[i], rest = rest[:j], rest[j+1:]
+	}
 	var t, p string
-	if m := format2Re.FindStringSubmatch(state); m != nil {
-		t, p = m[1], strings.TrimPrefix(m[4], "c")
-	} else if m := format1Re.FindStringSubmatch(state); m != nil {
-		t, p = m[2], m[5]
+	if f[0] == "1" {
+		t, p = f[1], f[4] // format 1: "1 t x s p c ..."
 	} else {
-		return 0
+		t, p = f[0], strings.TrimPrefix(f[3], "c")
 	}
 	tv, err1 := strconv.ParseInt(t, 10, 64)
 	pv, err2 := strconv.ParseFloat(p, 64)
