@@ -19,8 +19,8 @@ var callMix = map[string][]struct {
 	kind   string
 	weight int
 }{
-	KeySliding: {{"wait", 20}, {"reserve", 35}, {"try", 30}, {"cancel", 15}},
-	KeyPolicy:  {{"waitp", 15}, {"reservep", 40}, {"tryp", 30}, {"cancelp", 15}},
+	KeySliding: {{"wait", 20}, {"reserve", 40}, {"try", 30}, {"cancel", 10}},
+	KeyPolicy:  {{"waitp", 15}, {"reservep", 45}, {"tryp", 30}, {"cancelp", 10}},
 	KeyHot:     {{"reserve", 80}, {"wait", 10}, {"try", 10}},
 }
 

@@ -3,7 +3,6 @@ package combo
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -23,11 +22,9 @@ func (res *Result) Progress() string {
 	var tp []string
 	for _, key := range Keys {
 		if f, ok := v.Figures.Throughput[key]; ok {
-			if math.IsNaN(f) {
-				tp = append(tp, key+" n/a")
-			} else {
-				tp = append(tp, fmt.Sprintf("%s %.2f", key, f))
-			}
+			tp = append(tp, fmt.Sprintf("%s %.2f", key, f))
+		} else if keyDefs[key].throughput {
+			tp = append(tp, key+" n/a")
 		}
 	}
 	status := "ok"
@@ -64,7 +61,7 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		f := res.Verdict.Figures
 		for _, k := range Keys {
 			if u := f.Used[k]; u != "" {
-				fmt.Fprintf(w, "  throughput %s %.2f: %s\n", k, f.Throughput[k], u)
+				fmt.Fprintf(w, "  throughput %s: %s\n", k, u)
 			}
 		}
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
@@ -184,9 +181,7 @@ func (s *Summary) Add(res *Result) {
 		s.Failing = append(s.Failing, res.Scenario.Seed)
 	}
 	for k, f := range res.Verdict.Figures.Throughput {
-		if !math.IsNaN(f) {
-			s.Fractions[k] = append(s.Fractions[k], f)
-		}
+		s.Fractions[k] = append(s.Fractions[k], f)
 	}
 }
 

@@ -62,7 +62,7 @@ func (e Event) String() string {
 		fmt.Fprintf(&b, " %s", e.Key)
 	}
 	if e.Kind == FaultKill {
-		fmt.Fprintf(&b, " child %d", e.Child)
+		fmt.Fprintf(&b, " child %d", e.Child+1) // the process's ID
 	}
 	if e.For > 0 {
 		fmt.Fprintf(&b, " for %v", e.For.Round(time.Millisecond))

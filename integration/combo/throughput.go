@@ -15,7 +15,8 @@ import (
 // against the limit in force: the true limit, or an enforced stored limit
 // below it (from the moment it was asked for until the next change was
 // done). A key's fraction is its busiest band's: the band that binds is
-// used fully, the others less.
+// used fully, the others less. A call counts what its band spent on it:
+// its cost reserved, or the actual if it was more.
 
 // minJudged is the least time outside pauses and faults worth judging.
 const minJudged = 3 * time.Second
@@ -29,7 +30,7 @@ func (r *run) throughput(key string) (float64, string, *Violation) {
 		total += s[1] - s[0]
 	}
 	if total < int64(minJudged) {
-		return math.NaN(), "", nil
+		return math.NaN(), fmt.Sprintf("not judged: %.1fs outside pauses and faults", time.Duration(total).Seconds()), nil
 	}
 	best, bestBand := 0.0, ""
 	var detail []string
@@ -38,7 +39,10 @@ func (r *run) throughput(key string) (float64, string, *Violation) {
 		used := 0.0
 		for _, it := range r.items(key, b, false) {
 			if inSegs(segs, it.hi) {
-				used += it.units
+				// What the band spent: a settle that lowers the
+				// estimate gives back only what the queue has not built
+				// on, which under this demand is nothing.
+				used += max(it.units, it.call.Cost[b.unit])
 			}
 		}
 		f := used / allowed
@@ -47,7 +51,11 @@ func (r *run) throughput(key string) (float64, string, *Violation) {
 			best, bestBand = f, b.name
 		}
 	}
-	used := strings.Join(detail, ", ")
+	var seen []string
+	for _, s := range segs {
+		seen = append(seen, fmt.Sprintf("[%s, %s]", r.rel(s[0]), r.rel(s[1])))
+	}
+	used := strings.Join(detail, ", ") + " in " + strings.Join(seen, " ")
 	if best >= minFraction {
 		return best, used, nil
 	}

@@ -2,6 +2,7 @@ package combo
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -53,8 +54,8 @@ type Figures struct {
 	Calls      map[string]int     // calls the provider saw, per key
 	Local      int                // calls on slots the local fallback granted
 	Refused    map[string]int     // the provider's 429s by reason: limit, pause, announced
-	Throughput map[string]float64 // per judged key: the fraction of the limit used (NaN: too little time to judge)
-	Used       map[string]string  // per judged key: each band's units used and allowed
+	Throughput map[string]float64 // per judged key: the fraction of the limit used (absent: too little time to judge)
+	Used       map[string]string  // per judged key: each band's units used and allowed, or why not judged
 	// ArrivalOver counts the intervals over a band's limit judged on the
 	// calls' arrival at the provider, with arrivalEps of jitter allowed.
 	ArrivalOver int
@@ -81,7 +82,7 @@ const (
 	pauseLead = 10 * time.Millisecond
 	// minFraction of what the limit allowed must be used where the demand
 	// is above it (outside pauses, and faults and faultRecovery after them).
-	minFraction   = 0.5
+	minFraction   = 0.4
 	faultRecovery = 2 * time.Second
 	pauseRecovery = 200 * time.Millisecond
 )
@@ -130,7 +131,10 @@ func Judge(res *Result) Verdict {
 		v.Figures.Unjudged += unjudged
 		if def.throughput {
 			f, used, viol := r.throughput(key)
-			v.Figures.Throughput[key], v.Figures.Used[key] = f, used
+			if !math.IsNaN(f) {
+				v.Figures.Throughput[key] = f
+			}
+			v.Figures.Used[key] = used
 			if viol != nil {
 				v.Violations = append(v.Violations, *viol)
 			}

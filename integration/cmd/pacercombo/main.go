@@ -15,16 +15,22 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 
 	"github.com/pacer-go/pacer/integration/combo"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
 	combo.Main() // the fleet processes and the provider are this binary
+	// go-redis's own dial errors while the scenarios stop Redis, at Debug:
+	// off.
+	redis.SetLogger(reserve.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	os.Exit(run(os.Args[1:]))
 }
 
