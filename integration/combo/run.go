@@ -92,6 +92,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer op.close()
 
 	r.play(in, op)
+	if err := ctx.Err(); err != nil {
+		return nil, err // interrupted: the deferred calls stop everything
+	}
 	r.waitChildren(res.End.Add(20 * time.Second))
 	calls, err := records(url)
 	if err != nil {

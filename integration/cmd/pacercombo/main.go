@@ -76,6 +76,9 @@ func run(args []string) int {
 			cfg.Log = os.Stdout
 		}
 		res, err := combo.Run(ctx, cfg)
+		if err != nil && ctx.Err() != nil {
+			break // interrupted
+		}
 		if err != nil {
 			fmt.Printf("seed %d: could not run: %v\n", s, err)
 			sum.AddBroken(s, err)
