@@ -189,10 +189,10 @@ func (cl *caller) settle(id string, r *reserve.Reservation, actual float64) {
 		case err == nil:
 			c.note(Note{Type: noteSettle, Key: cl.key.name, ID: id, At: start, End: time.Now().UnixNano()})
 			return
-		case errors.Is(err, reserve.ErrUnavailable) && c.after.Err() == nil:
+		case errors.Is(err, reserve.ErrUnavailable) && !ended(c.after):
 			c.count("settle-retry")
 			sleepCtx(c.after, 100*time.Millisecond)
-		case c.after.Err() != nil:
+		case ended(c.after):
 			c.count("unsettled")
 			return
 		default:
@@ -211,10 +211,10 @@ func (cl *caller) cancel(r *reserve.Reservation) {
 		case err == nil:
 			c.count("canceled")
 			return
-		case errors.Is(err, reserve.ErrUnavailable) && c.after.Err() == nil:
+		case errors.Is(err, reserve.ErrUnavailable) && !ended(c.after):
 			c.count("cancel-retry")
 			sleepCtx(c.after, 100*time.Millisecond)
-		case c.after.Err() != nil:
+		case ended(c.after):
 			return
 		default:
 			c.errNote("cancel", cl.key.name, err)
@@ -239,7 +239,9 @@ func (cl *caller) pause(ctx context.Context, d time.Duration) {
 	n := Note{Type: notePause, Key: key.name, At: start.UnixNano(), End: time.Now().UnixNano(), D: int64(d)}
 	if err != nil {
 		n.Err = err.Error()
-		c.errNote("pause", key.name, err)
+		if !ended(c.after) {
+			c.errNote("pause", key.name, err)
+		}
 	}
 	c.note(n)
 }
@@ -251,12 +253,19 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 		return false
 	}
 	_, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
-	if !(ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))) &&
-		!(tooLong && nearEnd(ctx)) {
+	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	if !(ctxErr && ended(ctx)) && !(tooLong && nearEnd(ctx)) {
 		c.errNote(kind, key, err)
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 	return true
+}
+
+// ended reports whether ctx has ended, or its deadline has passed (its
+// timer may not have fired yet when a call finds the deadline passed).
+func ended(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
 }
 
 // nearEnd reports whether ctx's deadline is close enough that a slot after

@@ -36,9 +36,8 @@ func (res *Result) Progress() string {
 		strings.Join(tp, ", "), v.Figures.Local, countText(v.Figures.Refused), v.Figures.ArrivalOver, status)
 }
 
-// WriteReport writes a run's details: with verbose, the timeline and every
-// violation; else the first few violations of each kind. Each violation
-// comes with what happened around it.
+// WriteReport writes every violation of a run, each with what happened
+// around it, and with verbose the timeline and the figures first.
 func (res *Result) WriteReport(w io.Writer, verbose bool) {
 	r := index(res)
 	if verbose {
@@ -67,21 +66,18 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
 			f.Calls, f.Local, f.Switches, countText(f.Refused), f.ArrivalOver, f.Unjudged, f.MostEarly, f.NotExact)
 	}
-	shown := map[string]int{}
+	var last []string
 	for _, v := range res.Verdict.Violations {
-		shown[v.Kind]++
-		if !verbose && shown[v.Kind] > 3 {
+		fmt.Fprintf(w, "  VIOLATION %s at %s: %s %s\n", v.Kind, r.rel(v.At), v.Key, v.Msg)
+		around := r.around(v.At)
+		if slices.Equal(around, last) {
+			fmt.Fprintf(w, "      around: the same\n")
 			continue
 		}
-		fmt.Fprintf(w, "  VIOLATION %s at %s: %s %s\n", v.Kind, r.rel(v.At), v.Key, v.Msg)
-		for _, line := range r.around(v.At) {
+		for _, line := range around {
 			fmt.Fprintf(w, "      around: %s\n", line)
 		}
-	}
-	for kind, n := range shown {
-		if !verbose && n > 3 {
-			fmt.Fprintf(w, "  ... %d more %s violations (-v shows all)\n", n-3, kind)
-		}
+		last = around
 	}
 }
 

@@ -52,8 +52,14 @@ func run(args []string) int {
 	if *judge != "" {
 		return rejudge(*judge, *verbose)
 	}
+	seedSet := false
+	fs.Visit(func(f *flag.Flag) { seedSet = seedSet || f.Name == "seed" })
+	if seedSet && *seed == 0 {
+		fmt.Fprintln(os.Stderr, "pacercombo: -seed 0: seeds start at 1")
+		return 2
+	}
 	list := []uint64{*seed}
-	if *seed == 0 {
+	if !seedSet {
 		if *seeds < 1 {
 			fmt.Fprintf(os.Stderr, "pacercombo: -seeds %d: want at least 1\n", *seeds)
 			return 2
