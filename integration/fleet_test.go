@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/integration/combo"
 	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -37,9 +38,11 @@ type childSpec struct {
 // childEnv carries a child's childSpec (see package internal/fleet).
 const childEnv = "PACER_FLEET_CHILD"
 
-// TestMain runs the child side when childEnv holds a childSpec, and removes
-// the examples the tests built.
+// TestMain runs the child side when childEnv holds a childSpec (or when
+// TestCombination re-ran the binary, see combo.Main), and removes the
+// examples the tests built.
 func TestMain(m *testing.M) {
+	combo.Main()
 	var spec childSpec
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
 		if err == nil {

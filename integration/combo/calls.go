@@ -1,0 +1,307 @@
+package combo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// The calls a goroutine draws, and their weights per key.
+var callMix = map[string][]struct {
+	kind   string
+	weight int
+}{
+	KeySliding: {{"wait", 20}, {"reserve", 40}, {"try", 30}, {"cancel", 10}},
+	KeyPolicy:  {{"waitp", 15}, {"reservep", 45}, {"tryp", 30}, {"cancelp", 10}},
+	KeyHot:     {{"reserve", 80}, {"wait", 10}, {"try", 10}},
+}
+
+// caller is one goroutine calling one key.
+type caller struct {
+	c   *child
+	key keyDef
+	rng *rand.Rand
+}
+
+func (c *child) caller(key string, g int) *caller {
+	return &caller{c: c, key: keyDefs[key], rng: c.rng(g)}
+}
+
+// loop makes calls until ctx ends.
+func (cl *caller) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		cl.one(ctx, cl.draw())
+	}
+}
+
+func (cl *caller) draw() string {
+	mix := callMix[cl.key.name]
+	total := 0
+	for _, m := range mix {
+		total += m.weight
+	}
+	x := cl.rng.IntN(total)
+	for _, m := range mix {
+		if x < m.weight {
+			return m.kind
+		}
+		x -= m.weight
+	}
+	return mix[0].kind
+}
+
+// one makes one call of kind, and tries it again with a fresh reservation
+// after each 429 (the key paused first), up to maxAttempts.
+func (cl *caller) one(ctx context.Context, kind string) {
+	est := float64(minTokens + cl.rng.IntN(maxTokens-minTokens+1))
+	for attempt := range maxAttempts {
+		if ctx.Err() != nil {
+			return
+		}
+		retry := cl.attempt(ctx, kind, attempt, est)
+		if retry <= 0 {
+			return
+		}
+		cl.c.count("429")
+		cl.pause(ctx, retry)
+	}
+}
+
+// attempt makes one attempt and returns the provider's Retry-After if it
+// answered 429, else 0.
+func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est float64) time.Duration {
+	c, key := cl.c, cl.key
+	call := Call{ID: fmt.Sprintf("%s-%d", c.spec.ID, c.seq.Add(1)), Key: key.name, Child: c.spec.ID, Kind: kind, Attempt: attempt}
+	if key.single {
+		call.Cost = map[string]float64{reserve.PermitsUnit: 1}
+	} else {
+		call.Cost = map[string]float64{unitRequests: 1, unitTokens: est}
+	}
+	cost := reserve.Cost(call.Cost)
+	c.count(kind)
+	call.Grant = time.Now().UnixNano()
+	var (
+		r   *reserve.Reservation
+		err error
+	)
+	switch kind {
+	case "wait", "waitp":
+		if key.single {
+			err = c.l.Wait(ctx, key.name, key.limit)
+		} else {
+			err = c.l.WaitPolicy(ctx, key.name, key.pol, cost)
+		}
+		if c.failed(ctx, kind, key.name, err) {
+			return 0
+		}
+		fire := time.Now()
+		// A Wait tells no slot: it lies between the call and MaxEarly
+		// after its return.
+		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
+		return cl.send(ctx, call, nil)
+	case "reserve", "cancel", "reservep", "cancelp":
+		if key.single {
+			r, err = c.l.Reserve(ctx, key.name, key.limit, 1)
+		} else {
+			r, err = c.l.ReservePolicy(ctx, key.name, key.pol, cost)
+		}
+	case "try", "tryp":
+		maxWait := time.Duration(cl.rng.IntN(600)) * time.Millisecond
+		if key.single {
+			r, err = c.l.TryReserve(ctx, key.name, key.limit, 1, maxWait)
+		} else {
+			r, err = c.l.TryReservePolicy(ctx, key.name, key.pol, cost, maxWait)
+		}
+		if _, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
+			c.count(kind + "-refused")
+			sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
+			return 0
+		}
+	}
+	if c.failed(ctx, kind, key.name, err) {
+		return 0
+	}
+	if kind == "cancel" || kind == "cancelp" {
+		// Give it back before the slot, some time after the grant.
+		sleepCtx(ctx, time.Duration(cl.rng.Float64()*0.8*float64(r.Delay())))
+		cl.cancel(r)
+		return 0
+	}
+	err = r.Sleep(ctx)
+	if c.failed(ctx, kind, key.name, err) {
+		return 0
+	}
+	fire := time.Now()
+	call.Slot, call.Exact = grantedSlot(r)
+	call.Lo, call.Hi = call.Slot, call.Slot
+	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
+	call.Settle = !key.single
+	return cl.send(ctx, call, r)
+}
+
+// send makes the call to the provider; r, if a policy reservation, is then
+// settled to the tokens the provider reports.
+func (cl *caller) send(ctx context.Context, call Call, r *reserve.Reservation) time.Duration {
+	c := cl.c
+	body, _ := json.Marshal(call)
+	req, err := http.NewRequestWithContext(c.after, http.MethodPost, c.spec.Provider+"/call", bytes.NewReader(body))
+	if err != nil {
+		c.errNote("provider", call.Key, err)
+		return 0
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.errNote("provider", call.Key, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	var rep Reply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		c.errNote("provider", call.Key, fmt.Errorf("%s: %w", resp.Status, err))
+		return 0
+	}
+	if rep.Status == http.StatusTooManyRequests {
+		return max(time.Duration(rep.Retry), time.Millisecond)
+	}
+	if r != nil && call.Settle {
+		c.bg.Go(func() { cl.settle(call.ID, r, rep.Actual) })
+	}
+	return 0
+}
+
+// settle settles r to actual tokens. A settle that cannot reach Redis may
+// be made again (Reservation.Settle's doc): it is, until it works or the
+// run is over.
+func (cl *caller) settle(id string, r *reserve.Reservation, actual float64) {
+	c := cl.c
+	start := time.Now().UnixNano()
+	for {
+		err := r.Settle(c.after, reserve.Cost{unitTokens: actual})
+		switch {
+		case err == nil:
+			c.note(Note{Type: noteSettle, Key: cl.key.name, ID: id, At: start, End: time.Now().UnixNano()})
+			return
+		case errors.Is(err, reserve.ErrUnavailable) && !ended(c.after):
+			c.count("settle-retry")
+			sleepCtx(c.after, 100*time.Millisecond)
+		case ended(c.after):
+			c.count("unsettled")
+			return
+		default:
+			c.errNote("settle", cl.key.name, err)
+			return
+		}
+	}
+}
+
+// cancel cancels r, again while Redis cannot be reached (Cancel's doc).
+func (cl *caller) cancel(r *reserve.Reservation) {
+	c := cl.c
+	for {
+		err := r.Cancel(c.after)
+		switch {
+		case err == nil:
+			c.count("canceled")
+			return
+		case errors.Is(err, reserve.ErrUnavailable) && !ended(c.after):
+			c.count("cancel-retry")
+			sleepCtx(c.after, 100*time.Millisecond)
+		case ended(c.after):
+			return
+		default:
+			c.errNote("cancel", cl.key.name, err)
+			return
+		}
+	}
+}
+
+// pause tells the limiter the provider's 429: no slot on the key for d.
+func (cl *caller) pause(ctx context.Context, d time.Duration) {
+	c, key := cl.c, cl.key
+	if ctx.Err() != nil {
+		return
+	}
+	start := time.Now()
+	var err error
+	if key.single {
+		err = c.l.Pause(c.after, key.name, key.limit, d)
+	} else {
+		err = c.l.PausePolicy(c.after, key.name, key.pol, d)
+	}
+	n := Note{Type: notePause, Key: key.name, At: start.UnixNano(), End: time.Now().UnixNano(), D: int64(d)}
+	if err != nil {
+		n.Err = err.Error()
+		if !ended(c.after) {
+			c.errNote("pause", key.name, err)
+		}
+	}
+	c.note(n)
+}
+
+// failed reports whether err ends the call, and notes err unless the run's
+// end explains it: its context ended, or a slot would have come after it.
+func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
+	if err == nil {
+		return false
+	}
+	_, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
+	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	if !(ctxErr && ended(ctx)) && !(tooLong && nearEnd(ctx)) {
+		c.errNote(kind, key, err)
+		sleepCtx(ctx, 10*time.Millisecond)
+	}
+	return true
+}
+
+// ended reports whether ctx has ended, or its deadline has passed (its
+// timer may not have fired yet when a call finds the deadline passed).
+func ended(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
+}
+
+// nearEnd reports whether ctx's deadline is close enough that a slot after
+// it is what a queue of a few seconds gives.
+func nearEnd(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < 5*time.Second
+}
+
+// grantedSlot returns the slot r was granted: for a reservation from
+// Redis, the slot on Redis's clock, which the package exports only to its
+// own tests (reserve.ServerSlot), read from the unexported field; for one
+// of the local fallback, its slot on this process's clock (Time). exact is
+// false when the server's slot could not be read and Time (the slot placed
+// on the local clock, up to a round trip late) stands in for it.
+func grantedSlot(r *reserve.Reservation) (ns int64, exact bool) {
+	if r.Local() {
+		return r.Time().UnixNano(), true
+	}
+	// Sleep has returned: nothing changes r any more, so reading it
+	// without its lock races with nothing.
+	f := reflect.ValueOf(r).Elem().FieldByName("slotNS")
+	if !f.IsValid() || f.Kind() != reflect.Int64 || f.Int() == 0 {
+		return r.Time().UnixNano(), false
+	}
+	return f.Int(), true
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

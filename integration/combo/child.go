@@ -1,0 +1,196 @@
+package combo
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// ChildSpec tells a fleet process where everything is.
+type ChildSpec struct {
+	ID       string // "1", or "1b" for the process started again in slot 1
+	Seed     uint64
+	Redis    string // host:port
+	Prefix   string // the run's KeyPrefix
+	Provider string // the provider's base URL
+}
+
+// The fleet's demand, per process: goroutines that call the Sliding key and
+// the policy key one call after the other (several times what the limits
+// allow, so there is always a queue), and bursts of hotBurst calls on the
+// hot key, enough callers queued at once for a lease.
+const (
+	slidingGoroutines = 4
+	policyGoroutines  = 4
+	hotBurst          = 12
+	maxAttempts       = 3 // a call refused with 429 is tried again this often
+)
+
+// child is one fleet process.
+type child struct {
+	spec  ChildSpec
+	l     *reserve.Limiter
+	http  *http.Client
+	out   *noteWriter
+	seq   atomic.Int64
+	bg    sync.WaitGroup // settles retried after the call returned
+	after context.Context
+
+	mu     sync.Mutex
+	counts map[string]int64
+}
+
+func (c *child) count(name string) {
+	c.mu.Lock()
+	c.counts[name]++
+	c.mu.Unlock()
+}
+
+// childMain is a fleet process: it builds its limiter as the README's quick
+// start does, says it is ready, waits for "go <start> <end>" on stdin (Unix
+// ns), calls the keys from start to end and prints its counts.
+func childMain(spec ChildSpec) error {
+	out := &noteWriter{}
+	stderr := slog.NewTextHandler(os.Stderr, nil)
+	// go-redis's own dial errors (several per failed call) at Debug, off.
+	redis.SetLogger(reserve.RedisLogger(slog.New(stderr)))
+
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Redis})
+	defer rdb.Close()
+	l, err := reserve.New(rdb, reserve.Options{
+		KeyPrefix: spec.Prefix,
+		Logger:    slog.New(&switchLog{next: stderr, out: out, child: spec.ID}),
+		// A process started again while Redis is down has never reached
+		// it: it paces on its share of a fleet of this size until it does.
+		FleetSize: procs,
+	})
+	if err != nil {
+		return err
+	}
+	out.print(Note{Type: noteReady, Child: spec.ID})
+
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the start: %w", err)
+	}
+	var start, end int64
+	if _, err := fmt.Sscanf(line, "go %d %d", &start, &end); err != nil {
+		return fmt.Errorf("reading the start %q: %w", line, err)
+	}
+	time.Sleep(time.Until(time.Unix(0, start)))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, end))
+	defer cancel()
+	// Settles and pauses may finish a little after the end.
+	after, cancelAfter := context.WithDeadline(context.Background(), time.Unix(0, end).Add(2*time.Second))
+	defer cancelAfter()
+
+	c := &child{spec: spec, l: l, out: out, after: after, counts: map[string]int64{},
+		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	var wg sync.WaitGroup
+	for g := range slidingGoroutines {
+		wg.Go(func() { c.caller(KeySliding, g).loop(ctx) })
+	}
+	for g := range policyGoroutines {
+		wg.Go(func() { c.caller(KeyPolicy, slidingGoroutines+g).loop(ctx) })
+	}
+	wg.Go(func() { c.hot(ctx) })
+	wg.Wait()
+	c.bg.Wait()
+	c.mu.Lock()
+	out.print(Note{Type: noteDone, Child: spec.ID, Counts: c.counts})
+	c.mu.Unlock()
+	return l.Close()
+}
+
+// hot runs bursts of hotBurst concurrent calls on the hot key.
+func (c *child) hot(ctx context.Context) {
+	rng := c.rng(1000)
+	n := 0
+	for {
+		t := time.NewTimer(time.Duration(250+rng.IntN(350)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for range hotBurst {
+			n++
+			cl := c.caller(KeyHot, 1000+n)
+			wg.Go(func() { cl.one(ctx, cl.draw()) })
+		}
+		wg.Wait()
+	}
+}
+
+// rng returns a generator for the goroutine g of this process, drawn from
+// the seed, the process and g.
+func (c *child) rng(g int) *rand.Rand {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", c.spec.ID, g)
+	return rand.New(rand.NewPCG(c.spec.Seed, h.Sum64()))
+}
+
+func (c *child) note(n Note) {
+	n.Child = c.spec.ID
+	c.out.print(n)
+}
+
+// errNote reports an error from the limiter.
+func (c *child) errNote(op, key string, err error) {
+	c.count("err")
+	c.note(Note{Type: noteErr, Key: key, Op: op, At: time.Now().UnixNano(), Err: strings.ReplaceAll(err.Error(), "\n", " ")})
+}
+
+// switchLog is the limiter's Logger: it prints a switch note for every
+// switch between Redis and local pacing (the limiter logs each once, when
+// it happens) and passes every record on to next.
+type switchLog struct {
+	next  slog.Handler
+	out   *noteWriter
+	child string
+}
+
+func (s *switchLog) Enabled(ctx context.Context, l slog.Level) bool { return s.next.Enabled(ctx, l) }
+
+func (s *switchLog) Handle(ctx context.Context, r slog.Record) error {
+	switch {
+	case strings.HasPrefix(r.Message, "pacer: redis unavailable, "): // not "... at start": New's first failure
+		s.out.print(Note{Type: noteSwitch, Child: s.child, At: r.Time.UnixNano(), To: "local"})
+	case strings.HasPrefix(r.Message, "pacer: redis answers again"):
+		s.out.print(Note{Type: noteSwitch, Child: s.child, At: r.Time.UnixNano(), To: "redis"})
+	}
+	return s.next.Handle(ctx, r)
+}
+
+func (s *switchLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &switchLog{next: s.next.WithAttrs(as), out: s.out, child: s.child}
+}
+
+func (s *switchLog) WithGroup(name string) slog.Handler {
+	return &switchLog{next: s.next.WithGroup(name), out: s.out, child: s.child}
+}
+
+// sortedCounts returns counts' names in order, for printing.
+func sortedCounts(counts map[string]int64) []string {
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,73 @@
+package combo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redisproc"
+	"github.com/redis/go-redis/v9"
+)
+
+// injector breaks the run's redis-server and mends it. Its faults never
+// overlap (Generate places them one after the other).
+type injector struct {
+	srv *redisproc.Server
+	rdb *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
+}
+
+func newInjector(srv *redisproc.Server) *injector {
+	return &injector{srv: srv, rdb: redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
+	})}
+}
+
+func (in *injector) close() { _ = in.rdb.Close() }
+
+// inject starts fault k, which is to last d.
+func (in *injector) inject(k Kind, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	switch k {
+	case FaultRestart:
+		in.srv.Stop()
+		return nil
+	case FaultFreeze:
+		return in.srv.Freeze()
+	case FaultOOM:
+		// Every write is refused: a script that writes fails with OOM.
+		if err := in.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			return err
+		}
+		return in.rdb.ConfigSet(ctx, "maxmemory", "1").Err()
+	case FaultCPause:
+		// CLIENT PAUSE <ms> ALL: every client's commands wait, ours too;
+		// it ends by itself after d.
+		return in.rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+	}
+	return fmt.Errorf("inject: %q is not a Redis fault", k)
+}
+
+// heal ends fault k and returns once Redis answers again.
+func (in *injector) heal(k Kind) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch k {
+	case FaultRestart:
+		return in.srv.Restart() // empty: no state, no scripts, no heartbeats
+	case FaultFreeze:
+		return in.srv.Thaw()
+	case FaultOOM:
+		return in.rdb.ConfigSet(ctx, "maxmemory", "0").Err()
+	case FaultCPause:
+		// It has ended by itself; wait until commands are served again.
+		for {
+			err := in.rdb.Ping(ctx).Err()
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("heal: %q is not a Redis fault", k)
+}

@@ -1,0 +1,92 @@
+package combo
+
+import (
+	"math"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// The keys every scenario paces. Their true limits are the provider's and
+// do not change during a run; the fleet's code passes exactly these, and an
+// operator may store one at or below them.
+const (
+	KeySliding = "sliding.example" // Sliding(31, 1s): 30/s, burst 1
+	KeyPolicy  = "policy.example"  // rps, a 2 s window and tokens
+	KeyHot     = "hot.example"     // fast enough to lease
+)
+
+// Keys lists the keys in a fixed order (reports, draws).
+var Keys = []string{KeySliding, KeyPolicy, KeyHot}
+
+var (
+	slidingLimit = reserve.Sliding(31, time.Second)
+	hotLimit     = reserve.Limit{Rate: 5000, Burst: 1} // a lease spans 5 slots at 1 ms
+	policyLimit  = reserve.Policy{
+		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
+		{Name: "win", Unit: unitRequests, Window: reserve.PerWindow(36, 2*time.Second)},
+		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
+	}
+)
+
+const (
+	unitRequests = "requests"
+	unitTokens   = "tokens"
+
+	// A policy call's estimate is drawn from [minTokens, maxTokens]; the
+	// provider reports an actual within [estimate/2, estimate*1.3], never
+	// more than the tokens band's burst.
+	minTokens = 40
+	maxTokens = 200
+)
+
+// keyDef is one key as the fleet, the provider and the verdict see it.
+type keyDef struct {
+	name   string
+	single bool          // paced by a Limit (Reserve, Wait...); else by pol
+	limit  reserve.Limit // when single
+	pol    reserve.Policy
+	// throughput: the fleet's demand stays well above the limit, so the
+	// verdict judges how much of it was used.
+	throughput bool
+}
+
+var keyDefs = map[string]keyDef{
+	KeySliding: {name: KeySliding, single: true, limit: slidingLimit, pol: slidingLimit.Policy(), throughput: true},
+	KeyPolicy:  {name: KeyPolicy, pol: policyLimit, throughput: true},
+	KeyHot:     {name: KeyHot, single: true, limit: hotLimit, pol: hotLimit.Policy()},
+}
+
+// band is one band of a policy, as the provider enforces it and the verdict
+// judges it.
+type band struct {
+	name, unit string
+	bucket     bool
+	rate       float64 // bucket: units per second
+	burst      float64 // bucket
+	n          float64 // window: units per window
+	length     time.Duration
+}
+
+// bandsOf flattens pol.
+func bandsOf(pol reserve.Policy) []band {
+	out := make([]band, 0, len(pol))
+	for _, b := range pol {
+		unit := b.Unit
+		if unit == "" {
+			unit = b.Name
+		}
+		if b.Window.N > 0 {
+			out = append(out, band{name: b.Name, unit: unit, n: b.Window.N, length: b.Window.Length})
+			continue
+		}
+		out = append(out, band{name: b.Name, unit: unit, bucket: true, rate: b.Limit.Rate, burst: float64(b.Limit.Burst)})
+	}
+	return out
+}
+
+// windowIndex is the index of the window of length l holding t (Unix ns),
+// windows aligned to the Unix epoch as PerWindow's are.
+func windowIndex(t int64, l time.Duration) int64 {
+	return int64(math.Floor(float64(t) / float64(l)))
+}

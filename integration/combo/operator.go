@@ -1,0 +1,101 @@
+package combo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// Action is one step the runner took, as it happened: an operator's action,
+// a provider's pause it asked for, or a fault (At its injection, End once
+// mended).
+type Action struct {
+	Kind   Kind
+	Key    string
+	Child  string // FaultKill: the process killed; Started: the one started again
+	At     int64  // Unix ns, when the action began
+	End    int64  // Unix ns, when it returned (a fault: when it was mended)
+	For    time.Duration
+	Stored reserve.Policy
+	Err    string
+	// Expected is true when Err is what the action may meet in the run
+	// (Redis down, a key it restarted empty does not know, nothing to
+	// unset or resume); other errors are violations.
+	Expected bool
+}
+
+// operator plays the operator's actions and asks for the provider's pauses.
+type operator struct {
+	rdb      *redis.Client
+	admin    *reserve.Admin
+	provider string
+	http     *http.Client
+	seed     uint64
+}
+
+func newOperator(addr, prefix, provider string, seed uint64) (*operator, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	admin, err := reserve.NewAdmin(rdb, reserve.AdminOptions{KeyPrefix: prefix})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return &operator{rdb: rdb, admin: admin, provider: provider, seed: seed, http: &http.Client{Timeout: 5 * time.Second}}, nil
+}
+
+func (o *operator) close() { _ = o.rdb.Close() }
+
+// do plays e and returns what happened.
+func (o *operator) do(e Event) Action {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	a := Action{Kind: e.Kind, Key: e.Key, For: e.For, Stored: e.Stored, At: time.Now().UnixNano()}
+	who, why := "combo", fmt.Sprintf("seed %d", o.seed)
+	var err error
+	switch e.Kind {
+	case OpSet, OpShadow:
+		_, err = o.admin.SetLimit(ctx, e.Key, e.Stored, e.Kind == OpShadow, who, why)
+	case OpUnset:
+		_, err = o.admin.UnsetLimit(ctx, e.Key, who, why)
+	case OpPause:
+		err = o.admin.Pause(ctx, e.Key, e.For, who, why)
+	case OpResume:
+		err = o.admin.Resume(ctx, e.Key, who, why)
+	case ProviderPause:
+		err = o.announce(ctx, e.Key, e.For)
+	default:
+		err = fmt.Errorf("operator: %q is not an action", e.Kind)
+	}
+	a.End = time.Now().UnixNano()
+	if err != nil {
+		a.Err = err.Error()
+		a.Expected = errors.Is(err, reserve.ErrUnavailable) || errors.Is(err, reserve.ErrUnknownKey) ||
+			errors.Is(err, reserve.ErrNotStored) || errors.Is(err, reserve.ErrNotPaused) ||
+			errors.Is(err, context.DeadlineExceeded)
+	}
+	return a
+}
+
+// announce tells the provider to answer the next call on key with a 429
+// and Retry-After d.
+func (o *operator) announce(ctx context.Context, key string, d time.Duration) error {
+	url := fmt.Sprintf("%s/announce?key=%s&d=%d", o.provider, key, d.Nanoseconds())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := o.http.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("announce: %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+package combo
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The pause check: no call's slot lies inside a pause its process was told
+// of. A pause is made by a fleet process that got a 429 with Retry-After d
+// (Limiter.Pause, called at start and returned at ret: no slot before
+// start + d at least), or by the operator (Admin.Pause). A slot in
+// [ret + pauseLead, start + d) is inside it; an operator's Resume ends
+// every pause of the key at the moment it was asked for.
+//
+// Who must honour it:
+//   - the process that made it, always: it knows, whichever engine made it;
+//   - every other process, when the pause reached Redis (made on Redis with
+//     no fault in force), while the process is on Redis (it reads the key
+//     before each slot) and Redis has not been restarted empty since (the
+//     pause is gone). A process pacing locally cannot learn it.
+//
+// Calls inside a pause that their process could not learn are counted in
+// Figures.Unjudged.
+
+// pauseSpan is one pause as the verdict sees it.
+type pauseSpan struct {
+	key        string
+	maker      string // the child that made it; "" for the operator
+	start, ret int64  // the call's start and return (Unix ns)
+	end        int64  // start + d, or when a Resume was asked for
+	onRedis    bool   // it reached Redis
+	what       string
+}
+
+// pauses returns key's pauses.
+func (r *run) pauseSpans(key string) []pauseSpan {
+	var out []pauseSpan
+	for _, n := range r.res.Notes {
+		if n.Type != notePause || n.Key != key || n.Err != "" {
+			continue
+		}
+		// A Pause that met a fault may have been made on the local engine
+		// only, even before the process switched (a single failed call).
+		onRedis := !r.localDuring(n.Child, n.At, n.End) && !r.faultDuring(n.At-int64(300*time.Millisecond), n.End+int64(50*time.Millisecond))
+		out = append(out, pauseSpan{key: key, maker: n.Child, start: n.At, ret: n.End, end: n.At + n.D, onRedis: onRedis,
+			what: fmt.Sprintf("child %s's pause of %v (a 429)", n.Child, time.Duration(n.D).Round(time.Millisecond))})
+	}
+	for _, a := range r.res.Actions {
+		if a.Kind == OpPause && a.Key == key && a.Err == "" {
+			out = append(out, pauseSpan{key: key, start: a.At, ret: a.End, end: a.At + int64(a.For), onRedis: true,
+				what: fmt.Sprintf("the operator's pause of %v", a.For.Round(time.Millisecond))})
+		}
+	}
+	for _, a := range r.res.Actions {
+		if a.Kind != OpResume || a.Key != key {
+			continue
+		}
+		for i := range out {
+			// A resume that may have run after the pause ends it.
+			if out[i].start < a.End && a.At < out[i].end {
+				out[i].end = a.At
+			}
+		}
+	}
+	return out
+}
+
+// pauses judges key's calls against its pauses; it returns the violations
+// (one per call, naming the pause it lies deepest in) and how many calls
+// inside a pause were not judged.
+func (r *run) pauses(key string) ([]Violation, int) {
+	spans := r.pauseSpans(key)
+	var out []Violation
+	unjudged := 0
+	lead := int64(pauseLead)
+	for i := range r.calls[key] {
+		c := &r.calls[key][i]
+		var worst *pauseSpan
+		inside := false
+		for j := range spans {
+			p := &spans[j]
+			if c.Lo < p.ret+lead || c.Hi >= p.end {
+				continue
+			}
+			inside = true
+			if r.mustHonour(*p, c) && (worst == nil || c.Lo-p.ret > c.Lo-worst.ret) {
+				worst = p
+			}
+		}
+		switch {
+		case worst != nil:
+			out = append(out, Violation{Kind: VPause, Key: key, At: c.Lo, Msg: fmt.Sprintf(
+				"call %s (%s, %s, child %s) %s is %s into %s, made [%s, %s], in force until %s%s",
+				c.ID, c.Kind, origin(*c), c.Child, r.slotText(c), ms(c.Lo-worst.ret), worst.what,
+				r.rel(worst.start), r.rel(worst.ret), r.rel(worst.end), r.modeText(c))})
+		case inside:
+			unjudged++
+		}
+	}
+	return out, unjudged
+}
+
+// mustHonour reports whether c's process could have known pause p when it
+// checked c's slot.
+func (r *run) mustHonour(p pauseSpan, c *Call) bool {
+	if c.Child == p.maker {
+		return true
+	}
+	if !p.onRedis || r.restartBetween(p.start, c.Hi) {
+		return false
+	}
+	check := c.Lo - int64(pauseLead)
+	return !r.localDuring(c.Child, check, c.Hi) && !r.faultDuring(check, c.Hi)
+}
+
+func (r *run) slotText(c *Call) string {
+	if c.Lo != c.Hi {
+		return fmt.Sprintf("with its slot in [%s, %s]", r.rel(c.Lo), r.rel(c.Hi))
+	}
+	return "with its slot at " + r.rel(c.Lo)
+}
+
+// modeText says how c's process paced around its slot.
+func (r *run) modeText(c *Call) string {
+	var sw []string
+	for _, n := range r.modes[c.Child] {
+		if n.At < c.Lo+int64(2*time.Second) && n.At > c.Lo-int64(5*time.Second) {
+			sw = append(sw, fmt.Sprintf("%s at %s", n.To, r.rel(n.At)))
+		}
+	}
+	if len(sw) == 0 {
+		return ""
+	}
+	return "; child " + c.Child + " switched " + strings.Join(slices.Compact(sw), ", ")
+}

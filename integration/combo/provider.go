@@ -1,0 +1,225 @@
+package combo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The provider: an HTTP API in a process of its own that enforces each
+// key's true limit on the calls' arrival, answers 429 with Retry-After
+// beyond it, announces pauses when the runner tells it to, and records
+// every call. It is the oracle's eyes: the verdict judges its records.
+//
+//	POST /call      a Call (JSON); the reply is a Reply, status 200 or 429
+//	POST /announce  ?key=K&d=NS: the next call on K gets a 429 with
+//	                Retry-After d, and the key is refused until then
+//	GET  /records   every Call so far, as the provider filled them in
+
+// Arrival tolerances: the provider judges arrivals, which come a few ms
+// after the slots on a loaded machine, so it lets a bucket run this far
+// ahead and a window take this many more units before it refuses. The
+// verdict judges the slots, exactly.
+const (
+	arrivalJitter = 25 * time.Millisecond
+	windowSlack   = 2
+)
+
+type provider struct {
+	mu      sync.Mutex
+	keys    map[string]*providerKey
+	records []Call
+}
+
+type providerKey struct {
+	bands    []band
+	tat      []float64       // bucket bands: theoretical arrival time, Unix ns
+	used     map[int]float64 // window bands: units in the current window, by band
+	windows  map[int]int64   // window bands: that window's index
+	announce time.Duration   // a pause to announce to the next call
+	paused   int64           // refused until (Unix ns)
+}
+
+func newProvider() *provider {
+	p := &provider{keys: map[string]*providerKey{}}
+	for name, def := range keyDefs {
+		pk := &providerKey{bands: bandsOf(def.pol), used: map[int]float64{}, windows: map[int]int64{}}
+		pk.tat = make([]float64, len(pk.bands))
+		p.keys[name] = pk
+	}
+	return p
+}
+
+// providerMain runs the provider until the process is killed: it prints
+// "addr <host:port>" and serves.
+func providerMain() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	p := newProvider()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /call", p.handleCall)
+	mux.HandleFunc("POST /announce", p.handleAnnounce)
+	mux.HandleFunc("GET /records", p.handleRecords)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Printf("addr %s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
+	var c Call
+	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rep, ok := p.call(&c, time.Now().UnixNano())
+	if !ok {
+		http.Error(w, "unknown key "+strconv.Quote(c.Key), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if rep.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(time.Duration(rep.Retry).Seconds()))))
+	}
+	w.WriteHeader(rep.Status)
+	_ = json.NewEncoder(w).Encode(rep)
+}
+
+// call judges c, arrived at now, and records it.
+func (p *provider) call(c *Call, now int64) (Reply, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pk := p.keys[c.Key]
+	if pk == nil {
+		return Reply{}, false
+	}
+	rep := Reply{Status: http.StatusOK, Arrive: now}
+	actual := c.Cost[unitTokens]
+	if c.Settle {
+		actual = actualTokens(c.ID, actual)
+	}
+	cost := func(unit string) float64 {
+		if unit == unitTokens {
+			return actual
+		}
+		return c.Cost[unit]
+	}
+	switch {
+	case pk.announce > 0:
+		rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, int64(pk.announce), "announced"
+		pk.paused, pk.announce = now+int64(pk.announce), 0
+	case now < pk.paused:
+		rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, pk.paused-now, "pause"
+	default:
+		if wait := pk.admit(now, cost); wait > 0 {
+			rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, wait, "limit"
+		}
+	}
+	if rep.Status == http.StatusOK && c.Cost[unitTokens] > 0 {
+		rep.Actual = actual
+	}
+	c.Arrive, c.Status, c.Actual, c.Retry, c.Why = rep.Arrive, rep.Status, rep.Actual, rep.Retry, rep.Why
+	p.records = append(p.records, *c)
+	return rep, true
+}
+
+// admit takes the call's cost at now if every band allows it (with the
+// arrival tolerances), else returns how long until it would have.
+func (pk *providerKey) admit(now int64, cost func(unit string) float64) int64 {
+	var wait int64
+	for i, b := range pk.bands {
+		u := cost(b.unit)
+		if b.bucket {
+			tat := max(pk.tat[i], float64(now)) + u/b.rate*1e9
+			limit := float64(now) + b.burst/b.rate*1e9 + float64(arrivalJitter)
+			if tat > limit {
+				wait = max(wait, int64(tat-limit)+1)
+			}
+			continue
+		}
+		idx := windowIndex(now, b.length)
+		used := pk.used[i]
+		if pk.windows[i] != idx {
+			used = 0
+		}
+		if used+u > b.n+windowSlack {
+			wait = max(wait, (idx+1)*int64(b.length)-now)
+		}
+	}
+	if wait > 0 {
+		return wait
+	}
+	for i, b := range pk.bands {
+		u := cost(b.unit)
+		if b.bucket {
+			pk.tat[i] = max(pk.tat[i], float64(now)) + u/b.rate*1e9
+			continue
+		}
+		idx := windowIndex(now, b.length)
+		if pk.windows[i] != idx {
+			pk.windows[i], pk.used[i] = idx, 0
+		}
+		pk.used[i] += u
+	}
+	return 0
+}
+
+// actualTokens is what a call estimated at est used, drawn from its ID (the
+// provider's own draw, the same on a replay): mostly less than the
+// estimate, sometimes up to 30% more, never over the band's burst.
+func actualTokens(id string, est float64) float64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	x := float64(h.Sum64()%10000) / 10000
+	var f float64
+	if x < 0.7 {
+		f = 0.5 + x/0.7*0.5 // [0.5, 1)
+	} else {
+		f = 1 + (x-0.7)/0.3*0.3 // [1, 1.3)
+	}
+	return math.Min(math.Round(est*f), float64(policyLimit[2].Limit.Burst))
+}
+
+func (p *provider) handleAnnounce(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	d, err := strconv.ParseInt(r.URL.Query().Get("d"), 10, 64)
+	p.mu.Lock()
+	pk := p.keys[key]
+	if pk != nil && err == nil && d > 0 {
+		pk.announce = time.Duration(d)
+	}
+	p.mu.Unlock()
+	if pk == nil || err != nil || d <= 0 {
+		http.Error(w, "want ?key=<known key>&d=<ns>", http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (p *provider) handleRecords(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	recs := append([]Call(nil), p.records...)
+	p.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(recs)
+}

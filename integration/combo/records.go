@@ -1,0 +1,91 @@
+package combo
+
+import (
+	"encoding/json"
+	"os"
+	"sync"
+)
+
+// Call is one call a fleet process made to the provider: what the child
+// sent, and what the provider made of it. All times are Unix ns on the one
+// host's clock (Redis's TIME reads the same clock).
+type Call struct {
+	ID      string `json:"id"`
+	Key     string `json:"k"`
+	Child   string `json:"c"`
+	Kind    string `json:"kind"`
+	Attempt int    `json:"a,omitempty"` // retries of this call after a 429
+
+	// The slot: for a reservation, Slot (Exact: the slot Redis granted,
+	// on its clock; else the one the local fallback granted, or r.Time()
+	// when the server's slot could not be read), and Placed, r.Time().
+	// A Wait gives no reservation: its slot lies somewhere in [Lo, Hi].
+	Slot   int64 `json:"slot,omitempty"`
+	Exact  bool  `json:"exact,omitempty"`
+	Placed int64 `json:"placed,omitempty"`
+	Lo     int64 `json:"lo"`
+	Hi     int64 `json:"hi"`
+	Grant  int64 `json:"grant"` // when the reservation was asked for
+	Fire   int64 `json:"fire"`  // when Sleep (or Wait) returned
+	Local  bool  `json:"local,omitempty"`
+
+	Cost   map[string]float64 `json:"cost"`             // reserved
+	Settle bool               `json:"settle,omitempty"` // settled to the actual after the reply
+
+	// Filled in by the provider.
+	Arrive int64   `json:"arrive"`
+	Status int     `json:"status"`
+	Actual float64 `json:"actual,omitempty"` // tokens used (policy key, status 200)
+	Retry  int64   `json:"retry,omitempty"`  // a 429's Retry-After, ns
+	Why    string  `json:"why,omitempty"`    // a 429's reason: limit, pause, announced
+}
+
+// Reply is the provider's answer to a Call.
+type Reply struct {
+	Status int     `json:"status"`
+	Actual float64 `json:"actual,omitempty"`
+	Retry  int64   `json:"retry,omitempty"`
+	Arrive int64   `json:"arrive"`
+	Why    string  `json:"why,omitempty"`
+}
+
+// Note is a line a fleet process prints on stdout: what the provider does
+// not see. Type says which fields are set.
+type Note struct {
+	Type   string           `json:"t"` // see the note* constants
+	Child  string           `json:"c,omitempty"`
+	Key    string           `json:"k,omitempty"`
+	ID     string           `json:"id,omitempty"` // the call a pause or settle belongs to
+	At     int64            `json:"at,omitempty"` // when it started (Unix ns)
+	End    int64            `json:"end,omitempty"`
+	D      int64            `json:"d,omitempty"` // a pause's length, ns
+	Op     string           `json:"op,omitempty"`
+	Err    string           `json:"err,omitempty"`
+	To     string           `json:"to,omitempty"` // a switch: "local" or "redis"
+	Counts map[string]int64 `json:"n,omitempty"`
+}
+
+const (
+	noteReady  = "ready"  // the limiter is built: waiting for the start
+	noteSwitch = "switch" // the limiter switched to local pacing or back
+	notePause  = "pause"  // a 429 made the child pause the key
+	noteSettle = "settle" // a reservation settled to the provider's actual
+	noteErr    = "err"    // an error from the limiter
+	noteDone   = "done"   // the child's counts, last
+)
+
+// noteWriter prints notes on stdout, one write per line, so that a process
+// killed by SIGKILL loses none it printed.
+type noteWriter struct {
+	mu sync.Mutex
+}
+
+func (w *noteWriter) print(n Note) {
+	b, err := json.Marshal(n)
+	if err != nil {
+		panic(err) // a Note always marshals
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = os.Stdout.Write(append(b, '\n'))
+}

@@ -1,0 +1,232 @@
+package combo
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ReplayCommand is the command that replays seed, from the repository's
+// root.
+func ReplayCommand(seed uint64) string {
+	return fmt.Sprintf("go run ./integration/cmd/pacercombo -seed %d -v", seed)
+}
+
+// Progress is one line about a run: seed, events, calls, violations,
+// duration, and the throughput figures.
+func (res *Result) Progress() string {
+	v := res.Verdict
+	calls := len(res.Calls)
+	var tp []string
+	for _, key := range Keys {
+		if f, ok := v.Figures.Throughput[key]; ok {
+			tp = append(tp, fmt.Sprintf("%s %.2f", key, f))
+		} else if keyDefs[key].throughput {
+			tp = append(tp, key+" n/a")
+		}
+	}
+	status := "ok"
+	if v.Failed() {
+		status = "FAIL " + countText(v.Count())
+	}
+	return fmt.Sprintf("seed %d: %d events, %d calls, %d violations, %.1fs (throughput %s; %d local, 429s %s, arrival-over %d) %s",
+		res.Scenario.Seed, len(res.Scenario.Events), calls, len(v.Violations), res.Duration.Seconds(),
+		strings.Join(tp, ", "), v.Figures.Local, countText(v.Figures.Refused), v.Figures.ArrivalOver, status)
+}
+
+// WriteReport writes every violation of a run, each with what happened
+// around it, and with verbose the timeline and the figures first.
+func (res *Result) WriteReport(w io.Writer, verbose bool) {
+	r := index(res)
+	if verbose {
+		fmt.Fprintf(w, "seed %d: prefix %s, %d fleet processes, %v\n", res.Scenario.Seed, res.Prefix, res.Scenario.Procs, res.Scenario.Length)
+		for _, e := range res.Scenario.Events {
+			fmt.Fprintf(w, "  planned %s\n", e)
+		}
+		for _, a := range res.Actions {
+			fmt.Fprintf(w, "  done    %s\n", describeAction(res.Start, a))
+		}
+		for _, n := range res.Notes {
+			if n.Type == noteDone {
+				var parts []string
+				for _, k := range sortedCounts(n.Counts) {
+					parts = append(parts, fmt.Sprintf("%s=%d", k, n.Counts[k]))
+				}
+				fmt.Fprintf(w, "  child %s: %s\n", n.Child, strings.Join(parts, " "))
+			}
+		}
+		f := res.Verdict.Figures
+		for _, k := range Keys {
+			if u := f.Used[k]; u != "" {
+				fmt.Fprintf(w, "  throughput %s: %s\n", k, u)
+			}
+		}
+		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
+			f.Calls, f.Local, f.Switches, countText(f.Refused), f.ArrivalOver, f.Unjudged, f.MostEarly, f.NotExact)
+	}
+	var last []string
+	for _, v := range res.Verdict.Violations {
+		fmt.Fprintf(w, "  VIOLATION %s at %s: %s %s\n", v.Kind, r.rel(v.At), v.Key, v.Msg)
+		around := r.around(v.At)
+		if slices.Equal(around, last) {
+			fmt.Fprintf(w, "      around: the same\n")
+			continue
+		}
+		for _, line := range around {
+			fmt.Fprintf(w, "      around: %s\n", line)
+		}
+		last = around
+	}
+}
+
+// around lists the actions and switches within 1.5 s of t.
+func (r *run) around(t int64) []string {
+	near := int64(1500 * time.Millisecond)
+	var out []string
+	for _, a := range r.res.Actions {
+		if a.At <= t+near && t-near <= max(a.End, a.At) {
+			out = append(out, describeAction(r.res.Start, a))
+		}
+	}
+	var sw []string
+	for _, n := range r.res.Notes {
+		if n.Type == noteSwitch && n.At >= t-near && n.At <= t+near {
+			sw = append(sw, fmt.Sprintf("%s→%s@%s", n.Child, n.To, r.rel(n.At)))
+		}
+	}
+	if len(sw) > 0 {
+		out = append(out, "switches "+strings.Join(sw, " "))
+	}
+	return out
+}
+
+// describeAction formats an action relative to start.
+func describeAction(start time.Time, a Action) string {
+	rel := func(t int64) string { return fmt.Sprintf("%.3fs", time.Duration(t-start.UnixNano()).Seconds()) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", rel(a.At), a.Kind)
+	if a.Key != "" {
+		fmt.Fprintf(&b, " %s", a.Key)
+	}
+	if a.Child != "" {
+		fmt.Fprintf(&b, " child %s", a.Child)
+	}
+	if a.For > 0 {
+		fmt.Fprintf(&b, " for %v", a.For.Round(time.Millisecond))
+	}
+	if a.Stored != nil {
+		fmt.Fprintf(&b, " to %s", a.Stored)
+	}
+	fmt.Fprintf(&b, " (until %s)", rel(a.End))
+	if a.Err != "" {
+		exp := ""
+		if a.Expected {
+			exp = " (expected)"
+		}
+		fmt.Fprintf(&b, ": %s%s", a.Err, exp)
+	}
+	return b.String()
+}
+
+func (r *runner) describe(a Action) string { return describeAction(r.res.Start, a) }
+
+// countText formats counts as "a=1 b=2", sorted by name.
+func countText(n map[string]int) string {
+	keys := make([]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Summary sums up many runs.
+type Summary struct {
+	Seeds      int
+	Events     map[Kind]int
+	Calls      int
+	Violations map[string]int
+	Failing    []uint64 // seeds that broke a promise
+	Broken     []string // seeds that could not be run, with the reason
+	Fractions  map[string][]float64
+}
+
+// Add counts res.
+func (s *Summary) Add(res *Result) {
+	if s.Events == nil {
+		s.Events, s.Violations, s.Fractions = map[Kind]int{}, map[string]int{}, map[string][]float64{}
+	}
+	s.Seeds++
+	for _, e := range res.Scenario.Events {
+		s.Events[e.Kind]++
+	}
+	s.Calls += len(res.Calls)
+	for k, n := range res.Verdict.Count() {
+		s.Violations[k] += n
+	}
+	if res.Verdict.Failed() {
+		s.Failing = append(s.Failing, res.Scenario.Seed)
+	}
+	for k, f := range res.Verdict.Figures.Throughput {
+		s.Fractions[k] = append(s.Fractions[k], f)
+	}
+}
+
+// AddBroken counts a seed whose run could not be made.
+func (s *Summary) AddBroken(seed uint64, err error) {
+	s.Seeds++
+	s.Broken = append(s.Broken, fmt.Sprintf("seed %d: %v", seed, err))
+}
+
+// Write prints the summary.
+func (s *Summary) Write(w io.Writer) {
+	fmt.Fprintf(w, "\n%d seeds, %d calls\n", s.Seeds, s.Calls)
+	var ev []string
+	for _, k := range Kinds {
+		if s.Events[k] > 0 {
+			ev = append(ev, fmt.Sprintf("%s=%d", k, s.Events[k]))
+		}
+	}
+	fmt.Fprintf(w, "events: %s\n", strings.Join(ev, " "))
+	var vi []string
+	for _, k := range VKinds {
+		if s.Violations[k] > 0 {
+			vi = append(vi, fmt.Sprintf("%s=%d", k, s.Violations[k]))
+		}
+	}
+	if len(vi) == 0 {
+		vi = []string{"none"}
+	}
+	fmt.Fprintf(w, "violations: %s\n", strings.Join(vi, " "))
+	for _, k := range Keys {
+		if fs := s.Fractions[k]; len(fs) > 0 {
+			fmt.Fprintf(w, "throughput %s: min %.2f, mean %.2f over %d seeds\n", k, slices.Min(fs), mean(fs), len(fs))
+		}
+	}
+	for _, b := range s.Broken {
+		fmt.Fprintf(w, "could not run %s\n", b)
+	}
+	if len(s.Failing) > 0 {
+		fmt.Fprintf(w, "%d failing seeds:\n", len(s.Failing))
+		for _, seed := range s.Failing {
+			fmt.Fprintf(w, "  %s\n", ReplayCommand(seed))
+		}
+	}
+}
+
+func mean(fs []float64) float64 {
+	t := 0.0
+	for _, f := range fs {
+		t += f
+	}
+	return t / float64(len(fs))
+}

@@ -1,0 +1,302 @@
+package combo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redisproc"
+)
+
+// Config says how to run one seed.
+type Config struct {
+	Seed uint64
+	// Args are the arguments the fleet processes and the provider (this
+	// binary, re-run) get: "-test.run=^$" for a test binary.
+	Args []string
+	// Log, if set, gets the timeline as it plays.
+	Log io.Writer
+}
+
+// Result is one seed's run and its verdict.
+type Result struct {
+	Scenario Scenario
+	Prefix   string
+	Start    time.Time // the fleet's start: At 0 of the scenario
+	End      time.Time
+	Actions  []Action
+	Calls    []Call            // as the provider recorded them, in arrival order
+	Notes    []Note            // every fleet process's notes
+	Exits    map[string]string // fleet processes that failed, but for those the runner killed
+	Duration time.Duration     // of the whole run, set-up and verdict included
+	Verdict  Verdict
+}
+
+// Run runs seed's scenario: a throwaway redis-server, the provider, the
+// fleet, the timeline, and the verdict. Everything it started is stopped
+// when it returns, also on error. An error means the run could not be
+// made (a process would not start), not that the seed failed: see
+// Result.Verdict for that.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	began := time.Now()
+	sc := Generate(cfg.Seed)
+	res := &Result{Scenario: sc, Prefix: randomPrefix(), Exits: map[string]string{}}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", args...)
+		}
+	}
+
+	srv, err := redisproc.Start(redisproc.Spec{})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // kills every process still running
+	prov, url, err := startProvider(ctx, cfg.Args)
+	if err != nil {
+		return nil, err
+	}
+	defer prov.kill()
+
+	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url}
+	defer r.killAll()
+	for i := range sc.Procs {
+		if _, err := r.startChild(i, 0); err != nil {
+			return nil, err
+		}
+	}
+	res.Start = time.Now().Add(300 * time.Millisecond)
+	res.End = res.Start.Add(sc.Length)
+	for _, p := range r.live() {
+		if err := p.start(res.Start, res.End); err != nil {
+			return nil, fmt.Errorf("child %s: %w", p.id, err)
+		}
+	}
+	in := newInjector(srv)
+	defer in.close()
+	op, err := newOperator(srv.Addr(), res.Prefix, url, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	defer op.close()
+
+	r.play(in, op)
+	if err := ctx.Err(); err != nil {
+		return nil, err // interrupted: the deferred calls stop everything
+	}
+	r.waitChildren(res.End.Add(20 * time.Second))
+	calls, err := records(url)
+	if err != nil {
+		return nil, err
+	}
+	res.Calls = calls
+	prov.kill()
+	r.collect()
+	res.Verdict = Judge(res)
+	res.Duration = time.Since(began)
+	return res, nil
+}
+
+// runner is the state of one Run.
+type runner struct {
+	cfg     Config
+	sc      Scenario
+	res     *Result
+	logf    func(string, ...any)
+	ctx     context.Context
+	srvAddr string
+	url     string
+
+	mu    sync.Mutex
+	slots []*proc // the fleet's process in each slot now
+	all   []*proc // every fleet process started
+	acts  []Action
+}
+
+func (r *runner) startChild(slot, gen int) (*proc, error) {
+	id := strconv.Itoa(slot + 1)
+	if gen > 0 {
+		id += string(rune('a' + gen))
+	}
+	p, err := startChild(r.ctx, ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url}, r.cfg.Args)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.slots) <= slot {
+		r.slots = append(r.slots, nil)
+	}
+	r.slots[slot] = p
+	r.all = append(r.all, p)
+	return p, nil
+}
+
+func (r *runner) live() []*proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.slots)
+}
+
+func (r *runner) record(a Action) {
+	r.mu.Lock()
+	r.acts = append(r.acts, a)
+	r.mu.Unlock()
+	r.logf("  %s", r.describe(a))
+}
+
+// step is one thing the timeline does at At.
+type step struct {
+	at time.Duration
+	do func()
+}
+
+// play plays the scenario's timeline until the run's end.
+func (r *runner) play(in *injector, op *operator) {
+	var steps []step
+	var wg sync.WaitGroup
+	for _, e := range r.sc.Events {
+		switch {
+		case e.Kind.IsRedisFault():
+			var a *Action
+			steps = append(steps, step{e.At, func() {
+				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
+				if err := in.inject(e.Kind, e.For); err != nil {
+					a.Err = err.Error()
+				}
+			}}, step{e.At + e.For, func() {
+				if err := in.heal(e.Kind); err != nil {
+					a.Err = strings.TrimSpace(a.Err + " heal: " + err.Error())
+				}
+				a.End = time.Now().UnixNano()
+				r.record(*a)
+			}})
+		case e.Kind == FaultKill:
+			var a *Action
+			steps = append(steps, step{e.At, func() {
+				p := r.live()[e.Child]
+				a = &Action{Kind: e.Kind, For: e.For, Child: p.id, At: time.Now().UnixNano()}
+				p.killed = true
+				p.kill()
+			}}, step{e.At + e.For, func() {
+				wg.Go(func() {
+					p, err := r.startChild(e.Child, 1)
+					if err == nil {
+						err = p.start(time.Now(), r.res.End)
+					}
+					if err != nil {
+						a.Err = err.Error()
+					}
+					a.End = time.Now().UnixNano()
+					r.record(*a)
+				})
+			}})
+		default:
+			steps = append(steps, step{e.At, func() { wg.Go(func() { r.record(op.do(e)) }) }})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	for _, s := range steps {
+		if !sleepUntil(r.ctx, r.res.Start.Add(s.at)) {
+			break
+		}
+		s.do()
+	}
+	sleepUntil(r.ctx, r.res.End)
+	wg.Wait()
+	r.mu.Lock()
+	r.res.Actions = slices.Clone(r.acts)
+	r.mu.Unlock()
+	slices.SortStableFunc(r.res.Actions, func(a, b Action) int { return int(a.At - b.At) })
+}
+
+// waitChildren waits until every fleet process has exited, and kills those
+// still running at deadline.
+func (r *runner) waitChildren(deadline time.Time) {
+	for _, p := range r.live() {
+		select {
+		case <-p.done:
+		case <-time.After(time.Until(deadline)):
+			r.res.Exits[p.id] = "still running 20 s after the end: killed"
+			p.killed = true
+			p.kill()
+		}
+	}
+}
+
+// killAll kills every fleet process still running.
+func (r *runner) killAll() {
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range all {
+		p.kill()
+	}
+}
+
+// collect reads every fleet process's notes and exit status.
+func (r *runner) collect() {
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range all {
+		c := p.child()
+		err := c.Wait()
+		for _, line := range c.Lines() {
+			var n Note
+			if json.Unmarshal([]byte(line), &n) == nil && n.Type != "" {
+				r.res.Notes = append(r.res.Notes, n)
+			}
+		}
+		if err != nil && !p.killed {
+			r.res.Exits[p.id] = fmt.Sprintf("%v\n%s", err, tail(c.Stderr(), 20))
+		}
+	}
+}
+
+// records fetches the provider's records.
+func records(url string) ([]Call, error) {
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(url + "/records")
+	if err != nil {
+		return nil, fmt.Errorf("provider records: %w", err)
+	}
+	defer resp.Body.Close()
+	var calls []Call
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		return nil, fmt.Errorf("provider records: %w", err)
+	}
+	return calls, nil
+}
+
+func randomPrefix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "combo:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// sleepUntil sleeps until t, or until ctx ends (false).
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	sleepCtx(ctx, time.Until(t))
+	return ctx.Err() == nil
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,202 @@
+package combo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// Kind is what an event of a scenario does.
+type Kind string
+
+// The kinds of events. Faults last Event.For; the operator's and the
+// provider's pauses last Event.For too.
+const (
+	OpSet         Kind = "set"          // Admin.SetLimit, enforced
+	OpShadow      Kind = "set-shadow"   // Admin.SetLimit in shadow mode
+	OpUnset       Kind = "unset"        // Admin.UnsetLimit
+	OpPause       Kind = "pause"        // Admin.Pause for For
+	OpResume      Kind = "resume"       // Admin.Resume
+	ProviderPause Kind = "provider-429" // the provider's 429 with Retry-After For to the next call
+	FaultRestart  Kind = "restart-empty"
+	FaultFreeze   Kind = "freeze"
+	FaultOOM      Kind = "oom"
+	FaultCPause   Kind = "client-pause"
+	FaultKill     Kind = "kill"
+)
+
+// Kinds lists every kind, for summaries.
+var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, ProviderPause,
+	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill}
+
+// IsFault reports whether k breaks Redis or a fleet process.
+func (k Kind) IsFault() bool {
+	switch k {
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill:
+		return true
+	}
+	return false
+}
+
+// IsRedisFault reports whether k breaks Redis.
+func (k Kind) IsRedisFault() bool { return k.IsFault() && k != FaultKill }
+
+// Event is one step of a scenario, At after the run's start.
+type Event struct {
+	At     time.Duration
+	Kind   Kind
+	Key    string         // operator actions and provider pauses
+	For    time.Duration  // faults, pauses
+	Child  int            // FaultKill: the fleet slot whose process is killed
+	Stored reserve.Policy // OpSet, OpShadow: the limit stored
+}
+
+func (e Event) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6.2fs %-13s", e.At.Seconds(), e.Kind)
+	if e.Key != "" {
+		fmt.Fprintf(&b, " %s", e.Key)
+	}
+	if e.Kind == FaultKill {
+		fmt.Fprintf(&b, " child %d", e.Child+1) // the process's ID
+	}
+	if e.For > 0 {
+		fmt.Fprintf(&b, " for %v", e.For.Round(time.Millisecond))
+	}
+	if e.Stored != nil {
+		fmt.Fprintf(&b, " to %s", e.Stored)
+	}
+	return b.String()
+}
+
+// Scenario is one seed's timeline.
+type Scenario struct {
+	Seed   uint64
+	Length time.Duration // of the fleet's run
+	Procs  int           // fleet processes
+	Events []Event       // sorted by At
+}
+
+// Scenario shape: the fleet runs Length; nothing happens in the warm-up
+// (every process learns the fleet from two heartbeats), and every fault
+// is over settle before the end, so that the recovery is in the run.
+const (
+	defaultLength = 16 * time.Second
+	warmup        = 2500 * time.Millisecond
+	settle        = 3500 * time.Millisecond
+	procs         = 3
+)
+
+// Generate draws seed's scenario. The same seed always gives the same one.
+func Generate(seed uint64) Scenario {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	sc := Scenario{Seed: seed, Length: defaultLength, Procs: procs}
+	last := sc.Length - settle // every fault ends by then
+	between := func(a, b time.Duration) time.Duration { return a + time.Duration(rng.Int64N(int64(b-a)+1)) }
+
+	// Redis faults, one at a time, 1-4 s each.
+	nFaults := pick(rng, []int{0, 1, 2, 3}, []int{10, 35, 40, 15})
+	redisKinds := []Kind{FaultRestart, FaultFreeze, FaultOOM, FaultCPause}
+	var spans [][2]time.Duration
+	for range nFaults {
+		for range 20 { // a few tries to find room
+			d := between(time.Second, 4*time.Second)
+			at := between(warmup, last-d)
+			if overlaps(spans, at-800*time.Millisecond, at+d+800*time.Millisecond) {
+				continue
+			}
+			spans = append(spans, [2]time.Duration{at, at + d})
+			sc.Events = append(sc.Events, Event{At: at, Kind: redisKinds[rng.IntN(len(redisKinds))], For: d})
+			break
+		}
+	}
+	// A fleet process killed and started again, independently of Redis.
+	if rng.Float64() < 0.45 {
+		d := between(time.Second, 4*time.Second)
+		sc.Events = append(sc.Events, Event{At: between(warmup, last-d), Kind: FaultKill, For: d, Child: rng.IntN(procs)})
+	}
+	// The operator.
+	for range 2 + rng.IntN(5) {
+		at := between(warmup, sc.Length-time.Second)
+		key := Keys[pick(rng, []int{0, 1, 2}, []int{45, 45, 10})]
+		switch k := []Kind{OpSet, OpShadow, OpUnset, OpPause}[pick(rng, []int{0, 1, 2, 3}, []int{30, 20, 20, 30})]; k {
+		case OpSet, OpShadow:
+			sc.Events = append(sc.Events, Event{At: at, Kind: k, Key: key, Stored: drawStored(rng, key)})
+		case OpUnset:
+			sc.Events = append(sc.Events, Event{At: at, Kind: k, Key: key})
+		case OpPause:
+			d := between(300*time.Millisecond, 1500*time.Millisecond)
+			sc.Events = append(sc.Events, Event{At: at, Kind: k, Key: key, For: d})
+			if rng.Float64() < 0.4 { // resumed before its end
+				sc.Events = append(sc.Events, Event{At: at + between(100*time.Millisecond, d-100*time.Millisecond), Kind: OpResume, Key: key})
+			}
+		}
+	}
+	// The provider's own pauses.
+	for range 1 + rng.IntN(3) {
+		key := Keys[pick(rng, []int{0, 1, 2}, []int{40, 40, 20})]
+		sc.Events = append(sc.Events, Event{At: between(warmup, sc.Length-time.Second), Kind: ProviderPause, Key: key,
+			For: between(200*time.Millisecond, 1500*time.Millisecond)})
+	}
+	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
+	return sc
+}
+
+// drawStored draws a limit for key at or below its true limit, naming the
+// same bands (for a policy, a non-empty subset of them).
+func drawStored(rng *rand.Rand, key string) reserve.Policy {
+	frac := func() float64 { return 0.4 + 0.6*rng.Float64() }
+	def := keyDefs[key]
+	if def.single {
+		return reserve.Limit{Rate: def.limit.Rate * frac(), Burst: 1}.Policy()
+	}
+	var out reserve.Policy
+	for len(out) == 0 {
+		for _, b := range def.pol {
+			if rng.Float64() < 0.5 {
+				continue
+			}
+			switch {
+			case b.Window.N > 0:
+				b.Window.N = max(1, float64(int(b.Window.N*frac())))
+			case b.Unit == unitTokens:
+				// The burst must take the largest estimate, or a call
+				// could not be reserved under it at all.
+				b.Limit = reserve.Limit{Rate: b.Limit.Rate * frac(), Burst: maxTokens + rng.IntN(b.Limit.Burst-maxTokens+1)}
+			default:
+				b.Limit = reserve.Limit{Rate: b.Limit.Rate * frac(), Burst: 1 + rng.IntN(b.Limit.Burst)}
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func overlaps(spans [][2]time.Duration, a, b time.Duration) bool {
+	for _, s := range spans {
+		if a < s[1] && s[0] < b {
+			return true
+		}
+	}
+	return false
+}
+
+// pick returns one of vals, drawn with the given weights.
+func pick(rng *rand.Rand, vals, weights []int) int {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	x := rng.IntN(total)
+	for i, w := range weights {
+		if x < w {
+			return vals[i]
+		}
+		x -= w
+	}
+	return vals[len(vals)-1]
+}

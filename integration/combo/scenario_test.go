@@ -1,0 +1,70 @@
+package combo
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestGenerate(t *testing.T) {
+	if !reflect.DeepEqual(Generate(7), Generate(7)) {
+		t.Fatal("Generate(7) differs between two calls: a seed must replay")
+	}
+	if reflect.DeepEqual(Generate(7).Events, Generate(8).Events) {
+		t.Error("Generate(7) and Generate(8) drew the same events")
+	}
+	seen := map[Kind]int{}
+	for seed := uint64(1); seed <= 300; seed++ {
+		sc := Generate(seed)
+		var faultEnd time.Duration
+		for i, e := range sc.Events {
+			seen[e.Kind]++
+			if i > 0 && e.At < sc.Events[i-1].At {
+				t.Fatalf("seed %d: events out of order at %d: %v", seed, i, sc.Events)
+			}
+			if e.At < warmup || e.At > sc.Length {
+				t.Errorf("seed %d: %v outside the run (warm-up %v, length %v)", seed, e, warmup, sc.Length)
+			}
+			if e.Kind.IsFault() && (e.At+e.For > sc.Length-settle || e.For < time.Second || e.For > 4*time.Second) {
+				t.Errorf("seed %d: %v: a fault lasts 1-4 s and ends %v before the end", seed, e, settle)
+			}
+			if e.Kind.IsRedisFault() {
+				if e.At < faultEnd {
+					t.Errorf("seed %d: %v overlaps the Redis fault before it", seed, e)
+				}
+				faultEnd = e.At + e.For
+			}
+			if e.Stored != nil {
+				checkStored(t, seed, e)
+			}
+		}
+	}
+	for _, k := range Kinds {
+		if seen[k] == 0 {
+			t.Errorf("300 seeds never drew %q", k)
+		}
+	}
+}
+
+// checkStored checks that a stored limit is at or below the key's true
+// limit, band by band, and names only bands the key has.
+func checkStored(t *testing.T, seed uint64, e Event) {
+	t.Helper()
+	truth := map[string]band{}
+	for _, b := range bandsOf(keyDefs[e.Key].pol) {
+		truth[b.name] = b
+	}
+	for _, b := range bandsOf(e.Stored) {
+		tb, ok := truth[b.name]
+		switch {
+		case !ok || tb.unit != b.unit || tb.bucket != b.bucket:
+			t.Errorf("seed %d: %v: band %q is not one of the key's", seed, e, b.name)
+		case b.bucket && (b.rate > tb.rate || b.burst > tb.burst):
+			t.Errorf("seed %d: %v: band %q above the true %g/s burst %g", seed, e, b.name, tb.rate, tb.burst)
+		case !b.bucket && (b.n > tb.n || b.length != tb.length):
+			t.Errorf("seed %d: %v: band %q above the true %g per %v", seed, e, b.name, tb.n, tb.length)
+		case b.unit == unitTokens && b.burst < maxTokens:
+			t.Errorf("seed %d: %v: a tokens burst under the largest estimate", seed, e)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package combo
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The throughput check: on a key whose demand stays well above its limit,
+// the fleet must use at least minFraction of what the limit allowed. It is
+// judged outside the pauses (and pauseRecovery after them) and outside
+// Redis faults (and faultRecovery after them), from the warm-up to the end,
+// against the limit in force: the true limit, or an enforced stored limit
+// below it (from the moment it was asked for until the next change was
+// done). A key's fraction is its busiest band's: the band that binds is
+// used fully, the others less. A call counts what its band spent on it:
+// its cost reserved, or the actual if it was more.
+
+// minJudged is the least time outside pauses and faults worth judging.
+const minJudged = 3 * time.Second
+
+// throughput returns key's fraction, NaN if there was too little time to
+// judge, and a violation if it is below minFraction.
+func (r *run) throughput(key string) (float64, string, *Violation) {
+	segs := r.judgedTime(key)
+	var total int64
+	for _, s := range segs {
+		total += s[1] - s[0]
+	}
+	if total < int64(minJudged) {
+		return math.NaN(), fmt.Sprintf("not judged: %.1fs outside pauses and faults", time.Duration(total).Seconds()), nil
+	}
+	best, bestBand := 0.0, ""
+	var detail []string
+	for _, b := range bandsOf(keyDefs[key].pol) {
+		allowed := r.allowed(key, b, segs)
+		used := 0.0
+		for _, it := range r.items(key, b, false) {
+			if inSegs(segs, it.hi) {
+				// What the band spent: a settle that lowers the
+				// estimate gives back only what the queue has not built
+				// on, which under this demand is nothing.
+				used += max(it.units, it.call.Cost[b.unit])
+			}
+		}
+		f := used / allowed
+		detail = append(detail, fmt.Sprintf("%s %.0f of %.0f %s", b.name, used, allowed, b.unit))
+		if f > best {
+			best, bestBand = f, b.name
+		}
+	}
+	var seen []string
+	for _, s := range segs {
+		seen = append(seen, fmt.Sprintf("[%s, %s]", r.rel(s[0]), r.rel(s[1])))
+	}
+	used := strings.Join(detail, ", ") + " in " + strings.Join(seen, " ")
+	if best >= minFraction {
+		return best, used, nil
+	}
+	return best, used, &Violation{Kind: VThroughput, Key: key, At: segs[0][0], Msg: fmt.Sprintf(
+		"used %.2f of what the limit allowed (want >= %.2f; busiest band %s) over %.1fs outside pauses and faults: %s",
+		best, minFraction, bestBand, time.Duration(total).Seconds(), used)}
+}
+
+// judgedTime returns the intervals of the run judged for key's throughput,
+// sorted and disjoint.
+func (r *run) judgedTime(key string) [][2]int64 {
+	from := r.res.Start.Add(warmup).UnixNano()
+	to := r.res.End.Add(-500 * time.Millisecond).UnixNano()
+	var cut [][2]int64
+	for _, p := range r.pauseSpans(key) {
+		cut = append(cut, [2]int64{p.start, p.end + int64(pauseRecovery)})
+	}
+	for _, f := range r.faults {
+		cut = append(cut, [2]int64{f.At, f.End + int64(faultRecovery)})
+	}
+	slices.SortFunc(cut, func(a, b [2]int64) int { return cmpInt(a[0], b[0]) })
+	var out [][2]int64
+	at := from
+	for _, c := range cut {
+		if c[0] > at {
+			out = append(out, [2]int64{at, min(c[0], to)})
+		}
+		at = max(at, c[1])
+		if at >= to {
+			break
+		}
+	}
+	if at < to {
+		out = append(out, [2]int64{at, to})
+	}
+	return slices.DeleteFunc(out, func(s [2]int64) bool { return s[1] <= s[0] })
+}
+
+// allowed integrates band b's rate in force over segs.
+func (r *run) allowed(key string, b band, segs [][2]int64) float64 {
+	trueRate := b.rate
+	if !b.bucket {
+		trueRate = b.n / b.length.Seconds()
+	}
+	// Each enforced stored limit naming b may be in force from when it was
+	// asked for until the next change on the key (or a restart) was done,
+	// and its queue drains after that: the slots granted under it keep
+	// their places (at most one per caller, a window ahead).
+	type lowered struct {
+		from, to int64
+		rate     float64
+	}
+	var lows []lowered
+	var changes []Action
+	for _, a := range r.res.Actions {
+		if a.Key == key && (a.Kind == OpSet || a.Kind == OpShadow || a.Kind == OpUnset) || a.Kind == FaultRestart {
+			changes = append(changes, a)
+		}
+	}
+	for i, a := range changes {
+		if a.Kind != OpSet || a.Key != key {
+			continue
+		}
+		to := r.res.End.UnixNano()
+		if i+1 < len(changes) {
+			to = changes[i+1].End
+		}
+		for _, sb := range bandsOf(a.Stored) {
+			if sb.name != b.name {
+				continue
+			}
+			rate := sb.rate
+			if !sb.bucket {
+				rate = sb.n / sb.length.Seconds()
+			}
+			drain := float64(procs*(slidingGoroutines+policyGoroutines))/rate*1e9 + float64(sb.length)
+			lows = append(lows, lowered{a.At, to + int64(drain), rate})
+		}
+	}
+	total := 0.0
+	for _, s := range segs {
+		points := []int64{s[0], s[1]}
+		for _, l := range lows {
+			for _, t := range []int64{l.from, l.to} {
+				if t > s[0] && t < s[1] {
+					points = append(points, t)
+				}
+			}
+		}
+		slices.Sort(points)
+		for i := 0; i+1 < len(points); i++ {
+			mid := (points[i] + points[i+1]) / 2
+			rate := trueRate
+			for _, l := range lows {
+				if l.from <= mid && mid < l.to {
+					rate = min(rate, l.rate)
+				}
+			}
+			total += rate * float64(points[i+1]-points[i]) / 1e9
+		}
+	}
+	return total
+}
+
+func inSegs(segs [][2]int64, t int64) bool {
+	for _, s := range segs {
+		if t >= s[0] && t < s[1] {
+			return true
+		}
+	}
+	return false
+}

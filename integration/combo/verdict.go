@@ -1,0 +1,273 @@
+package combo
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// The kinds of violations.
+const (
+	VWindow     = "window"     // an interval over a band's limit, on the slots
+	VPause      = "pause"      // a call whose slot lies inside a pause it was told of
+	VThroughput = "throughput" // less than minFraction of what the limit allowed
+	VError      = "error"      // an error from the limiter, or a process that failed
+	VEarly      = "early"      // a call fired more than MaxEarly before its slot
+	VHarness    = "harness"    // the runner could not do what the scenario says
+)
+
+// VKinds lists the kinds of violations in report order.
+var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness}
+
+// Violation is one breach of a promise, At (Unix ns) in the run.
+type Violation struct {
+	Kind string
+	Key  string
+	At   int64
+	Msg  string
+}
+
+// Verdict is what Judge found.
+type Verdict struct {
+	Violations []Violation
+	Figures    Figures
+}
+
+// Failed reports whether the run broke any promise.
+func (v Verdict) Failed() bool { return len(v.Violations) > 0 }
+
+// Count returns the violations of each kind.
+func (v Verdict) Count() map[string]int {
+	n := map[string]int{}
+	for _, x := range v.Violations {
+		n[x.Kind]++
+	}
+	return n
+}
+
+// Figures are what the verdict measured but does not judge.
+type Figures struct {
+	Calls      map[string]int     // calls the provider saw, per key
+	Local      int                // calls on slots the local fallback granted
+	Refused    map[string]int     // the provider's 429s by reason: limit, pause, announced
+	Throughput map[string]float64 // per judged key: the fraction of the limit used (absent: too little time to judge)
+	Used       map[string]string  // per judged key: each band's units used and allowed, or why not judged
+	// ArrivalOver counts the intervals over a band's limit judged on the
+	// calls' arrival at the provider, with arrivalEps of jitter allowed.
+	ArrivalOver int
+	// Unjudged counts calls inside a pause that their process could not
+	// have learned (it paced locally, or Redis lost the pause).
+	Unjudged  int
+	Switches  int // to local pacing, all processes
+	NotExact  int // reservations whose server slot could not be read (Time stood in)
+	MostEarly time.Duration
+}
+
+// The verdict's tolerances.
+const (
+	// slotEps is how far apart the slots of Redis (its TIME, in µs) and of
+	// the local fallback (this host's clock) may be placed for the same
+	// instant: the window bound is burst + rate × (T + slotEps).
+	slotEps = 200 * time.Microsecond
+	// arrivalEps is the jitter allowed when the same bound is judged on
+	// arrivals, reported and not judged.
+	arrivalEps = 20 * time.Millisecond
+	// pauseLead: a sleeper checks for pauses PreciseWake (2 ms) before its
+	// slot, through a read shared for 500 µs; a slot within pauseLead of
+	// the pause's making may have been checked before it.
+	pauseLead = 10 * time.Millisecond
+	// minFraction of what the limit allowed must be used where the demand
+	// is above it (outside pauses, and faults and faultRecovery after them).
+	minFraction   = 0.4
+	faultRecovery = 2 * time.Second
+	pauseRecovery = 200 * time.Millisecond
+)
+
+// run is a Result indexed for judging.
+type run struct {
+	res      *Result
+	calls    map[string][]Call // by key, fired (every status)
+	settles  map[string]Note   // settle notes by call ID
+	modes    map[string][]Note // switch notes by child, in time order
+	faults   []Action          // Redis faults, mended
+	restarts []int64           // when Redis was stopped to come back empty
+	procs    map[string]int    // child ID -> index, for bitmasks
+}
+
+// Judge judges a run.
+func Judge(res *Result) Verdict {
+	r := index(res)
+	var v Verdict
+	v.Figures = Figures{Calls: map[string]int{}, Refused: map[string]int{}, Throughput: map[string]float64{}, Used: map[string]string{}}
+	for _, c := range res.Calls {
+		v.Figures.Calls[c.Key]++
+		if c.Local && c.Kind != "wait" && c.Kind != "waitp" {
+			v.Figures.Local++
+		}
+		if c.Why != "" {
+			v.Figures.Refused[c.Key+"/"+c.Why]++
+		}
+		if !c.Exact && c.Slot != 0 {
+			v.Figures.NotExact++
+		}
+	}
+	for _, n := range res.Notes {
+		if n.Type == noteSwitch && n.To == "local" {
+			v.Figures.Switches++
+		}
+	}
+	for _, key := range Keys {
+		def := keyDefs[key]
+		for _, b := range bandsOf(def.pol) {
+			v.Violations = append(v.Violations, r.windows(key, b)...)
+			v.Figures.ArrivalOver += r.arrivalOver(key, b)
+		}
+		pv, unjudged := r.pauses(key)
+		v.Violations = append(v.Violations, pv...)
+		v.Figures.Unjudged += unjudged
+		if def.throughput {
+			f, used, viol := r.throughput(key)
+			if !math.IsNaN(f) {
+				v.Figures.Throughput[key] = f
+			}
+			v.Figures.Used[key] = used
+			if viol != nil {
+				v.Violations = append(v.Violations, *viol)
+			}
+		}
+	}
+	v.Violations = append(v.Violations, r.errors()...)
+	early, most := r.early()
+	v.Violations = append(v.Violations, early...)
+	v.Figures.MostEarly = most
+	slices.SortStableFunc(v.Violations, func(a, b Violation) int { return int(a.At - b.At) })
+	return v
+}
+
+func index(res *Result) *run {
+	r := &run{res: res, calls: map[string][]Call{}, settles: map[string]Note{}, modes: map[string][]Note{}, procs: map[string]int{}}
+	for _, c := range res.Calls {
+		r.calls[c.Key] = append(r.calls[c.Key], c)
+		if _, ok := r.procs[c.Child]; !ok {
+			r.procs[c.Child] = len(r.procs)
+		}
+	}
+	for _, n := range res.Notes {
+		switch n.Type {
+		case noteSettle:
+			r.settles[n.ID] = n
+		case noteSwitch:
+			r.modes[n.Child] = append(r.modes[n.Child], n)
+		}
+	}
+	for _, m := range r.modes {
+		sort.SliceStable(m, func(i, j int) bool { return m[i].At < m[j].At })
+	}
+	for _, a := range res.Actions {
+		if a.Kind.IsRedisFault() {
+			r.faults = append(r.faults, a)
+			if a.Kind == FaultRestart {
+				r.restarts = append(r.restarts, a.At)
+			}
+		}
+	}
+	return r
+}
+
+// localDuring reports whether child paced locally at any time in [a, b].
+func (r *run) localDuring(child string, a, b int64) bool {
+	local := false // on Redis from its start
+	for _, n := range r.modes[child] {
+		if n.At > b {
+			break
+		}
+		if n.At <= a {
+			local = n.To == "local" // its mode at a
+		} else if n.To == "local" {
+			return true
+		}
+	}
+	return local
+}
+
+// faultDuring reports whether a Redis fault was in force at any time in
+// [a, b].
+func (r *run) faultDuring(a, b int64) bool {
+	for _, f := range r.faults {
+		if f.At <= b && a <= f.End {
+			return true
+		}
+	}
+	return false
+}
+
+// restartBetween reports whether Redis was restarted empty in (a, b].
+func (r *run) restartBetween(a, b int64) bool {
+	for _, t := range r.restarts {
+		if a < t && t <= b {
+			return true
+		}
+	}
+	return false
+}
+
+// errors turns the processes' error notes, their failed exits and the
+// runner's unexpected failures into violations.
+func (r *run) errors() []Violation {
+	var out []Violation
+	for _, n := range r.res.Notes {
+		if n.Type == noteErr {
+			out = append(out, Violation{Kind: VError, Key: n.Key, At: n.At, Msg: fmt.Sprintf("child %s %s: %s", n.Child, n.Op, n.Err)})
+		}
+	}
+	for id, e := range r.res.Exits {
+		out = append(out, Violation{Kind: VError, At: r.res.End.UnixNano(), Msg: fmt.Sprintf("child %s exited: %s", id, e)})
+	}
+	for _, a := range r.res.Actions {
+		switch {
+		case a.Err == "" || a.Expected || (!a.Kind.IsFault() && r.faultDuring(a.At, a.End)):
+			// What the operator meets while Redis is broken.
+		case a.Kind.IsFault():
+			out = append(out, Violation{Kind: VHarness, At: a.At, Msg: fmt.Sprintf("%s: %s", a.Kind, a.Err)})
+		default:
+			out = append(out, Violation{Kind: VError, Key: a.Key, At: a.At, Msg: fmt.Sprintf("operator %s: %s", a.Kind, a.Err)})
+		}
+	}
+	return out
+}
+
+// early finds calls that fired more than MaxEarly before their slot.
+func (r *run) early() ([]Violation, time.Duration) {
+	var out []Violation
+	var most time.Duration
+	for _, c := range r.res.Calls {
+		if c.Slot == 0 || !c.Exact {
+			continue
+		}
+		e := time.Duration(c.Slot - c.Fire)
+		most = max(most, e)
+		if e > reserve.MaxEarly {
+			out = append(out, Violation{Kind: VEarly, Key: c.Key, At: c.Fire,
+				Msg: fmt.Sprintf("call %s (%s, %s) fired %v before its slot", c.ID, c.Kind, origin(c), e)})
+		}
+	}
+	return out, most
+}
+
+// origin says where a call's slot came from.
+func origin(c Call) string {
+	switch {
+	case c.Kind == "wait" || c.Kind == "waitp":
+		return "wait"
+	case c.Local:
+		return "local"
+	}
+	return "redis"
+}
+
+// ms formats a duration in ms with one decimal.
+func ms(ns int64) string { return fmt.Sprintf("%.1fms", float64(ns)/1e6) }

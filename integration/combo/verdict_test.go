@@ -1,0 +1,245 @@
+package combo
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// The verdict on made-up runs: each case builds the records a run would
+// leave and checks what Judge makes of them. No timing is involved.
+
+// start is a run's start on a 2 s window boundary, so that window
+// indexes are easy to read.
+var start = time.Unix(1_000_000, 0)
+
+func at(d time.Duration) int64 { return start.Add(d).UnixNano() }
+
+func ms2(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+
+// slotCall is a reservation's call on key by child, its slot at d.
+func slotCall(key, child string, d time.Duration, local bool) Call {
+	t := at(d)
+	c := Call{ID: fmt.Sprintf("%s-%d", child, t), Key: key, Child: child, Kind: "reserve", Slot: t, Exact: true,
+		Placed: t, Lo: t, Hi: t, Grant: t - int64(100*time.Millisecond), Fire: t, Local: local, Arrive: t, Status: 200,
+		Cost: map[string]float64{reserve.PermitsUnit: 1}}
+	if key == KeyPolicy {
+		c.Kind, c.Cost = "reservep", map[string]float64{unitRequests: 1, unitTokens: 100}
+		c.Settle, c.Actual = true, 100
+	}
+	return c
+}
+
+// paced returns n calls on KeySliding from child, 1/30 s apart from d.
+func paced(child string, d time.Duration, n int, every time.Duration, local bool) []Call {
+	var out []Call
+	for i := range n {
+		out = append(out, slotCall(KeySliding, child, d+time.Duration(i)*every, local))
+	}
+	return out
+}
+
+func judged(calls []Call, notes []Note, actions []Action) Verdict {
+	res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+		Calls: calls, Notes: notes, Actions: actions}
+	return Judge(res)
+}
+
+// kinds returns the violations of kind, excluding throughput (the made-up
+// runs are short).
+func kinds(v Verdict, kind string) []Violation {
+	var out []Violation
+	for _, x := range v.Violations {
+		if x.Kind == kind {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func TestWindowBucket(t *testing.T) {
+	spacing := time.Second / 30
+	for _, tc := range []struct {
+		name  string
+		calls []Call
+		want  int
+	}{
+		{"on the rate", paced("1", time.Second, 60, spacing, false), 0},
+		{"two processes interleaved on the rate", append(paced("1", time.Second, 30, 2*spacing, false), paced("2", time.Second+spacing, 30, 2*spacing, false)...), 0},
+		{"one slot 1 ms too early", append(paced("1", time.Second, 30, spacing, false), slotCall(KeySliding, "2", time.Second+ms2(1), false)), 1},
+		{"slots within slotEps of the rate", []Call{slotCall(KeySliding, "1", time.Second, false), slotCall(KeySliding, "2", time.Second+spacing-slotEps/2, false)}, 0},
+		{"three Redis slots at once", []Call{slotCall(KeySliding, "1", time.Second, false), slotCall(KeySliding, "2", time.Second, false), slotCall(KeySliding, "3", time.Second, false)}, 1},
+		// Three processes pacing locally at a third of the rate each,
+		// in phase: one local burst each is allowed.
+		{"three local buckets in phase", append(append(paced("1", time.Second, 10, 3*spacing, true), paced("2", time.Second, 10, 3*spacing, true)...), paced("3", time.Second, 10, 3*spacing, true)...), 0},
+		{"one local bucket at the whole rate beside Redis", append(paced("1", time.Second, 30, spacing, false), paced("2", time.Second+spacing/2, 30, spacing, true)...), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged(tc.calls, nil, nil)
+			if got := kinds(v, VWindow); len(got) != tc.want {
+				t.Errorf("window violations = %d, want %d: %v", len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestWindowWait(t *testing.T) {
+	// A Wait's slot is anywhere in [Lo, Hi]: it counts only in intervals
+	// that hold the whole range.
+	calls := paced("1", time.Second, 30, time.Second/30, false)
+	w := slotCall(KeySliding, "2", time.Second, false)
+	w.Kind, w.Slot, w.Exact, w.Lo, w.Hi = "wait", 0, false, at(900*time.Millisecond), at(1100*time.Millisecond)
+	if got := kinds(judged(append(calls, w), nil, nil), VWindow); len(got) != 0 {
+		t.Errorf("a Wait spanning 200 ms counted in a short interval: %v", got)
+	}
+	w.Lo, w.Hi = at(time.Second+ms2(1)), at(time.Second+ms2(2))
+	if got := kinds(judged(append(calls, w), nil, nil), VWindow); len(got) != 1 {
+		t.Errorf("a Wait known to lie between two slots 33 ms apart: %d violations, want 1", len(got))
+	}
+}
+
+func TestWindowBand(t *testing.T) {
+	// win: 36 per 2 s window. Spread over the window, clear of the other
+	// bands (rps 20/s, burst 2).
+	var calls []Call
+	for i := range 36 {
+		calls = append(calls, slotCall(KeyPolicy, fmt.Sprint(i%3+1), time.Duration(i)*55*time.Millisecond, false))
+	}
+	if got := kinds(judged(calls, nil, nil), VWindow); len(got) != 0 {
+		t.Fatalf("36 in a window of 36: %v", got)
+	}
+	calls = append(calls, slotCall(KeyPolicy, "1", 1990*time.Millisecond, false))
+	got := kinds(judged(calls, nil, nil), VWindow)
+	if len(got) != 1 || !strings.Contains(got[0].Msg, "band win") {
+		t.Errorf("37 in a window of 36: %v, want one violation of band win", got)
+	}
+}
+
+func TestWindowRaises(t *testing.T) {
+	// tokens: 2400/s, burst 480. Two calls of 240 at once fill the burst;
+	// a raise of the first to 300 is allowed only while it was settled
+	// after the second was granted.
+	var calls []Call
+	for i := range 2 {
+		c := slotCall(KeyPolicy, fmt.Sprint(i+1), time.Second, false)
+		c.Cost[unitTokens], c.Actual = 240, 240
+		c.Grant += int64(i) * int64(time.Millisecond)
+		calls = append(calls, c)
+	}
+	calls[0].Actual = 300
+	for _, tc := range []struct {
+		name    string
+		settled int64
+		want    int
+	}{
+		{"settled after the second's grant", calls[1].Grant + 1, 0},
+		{"never settled", 0, 0},
+		{"settled before the second was granted", calls[1].Grant - 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var notes []Note
+			if tc.settled != 0 {
+				notes = append(notes, Note{Type: noteSettle, ID: calls[0].ID, Key: KeyPolicy, At: tc.settled - 1, End: tc.settled})
+			}
+			if got := kinds(judged(calls, notes, nil), VWindow); len(got) != tc.want {
+				t.Errorf("window violations = %d, want %d: %v", len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestPauses(t *testing.T) {
+	// Child 1 pauses the key for 1 s at 2 s; a call at 2.5 s is inside.
+	pause := Note{Type: notePause, Child: "1", Key: KeySliding, At: at(2 * time.Second), End: at(2*time.Second + ms2(1)), D: int64(time.Second)}
+	local := func(child string, from, to time.Duration) []Note {
+		return []Note{{Type: noteSwitch, Child: child, At: at(from), To: "local"}, {Type: noteSwitch, Child: child, At: at(to), To: "redis"}}
+	}
+	for _, tc := range []struct {
+		name     string
+		call     Call
+		notes    []Note
+		actions  []Action
+		want     int
+		unjudged int
+	}{
+		{"the maker's call", slotCall(KeySliding, "1", 2500*time.Millisecond, false), nil, nil, 1, 0},
+		{"another process on Redis", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil, nil, 1, 0},
+		{"before the pause's lead", slotCall(KeySliding, "2", 2*time.Second+ms2(5), false), nil, nil, 0, 0},
+		{"after the pause", slotCall(KeySliding, "2", 3*time.Second+ms2(1), false), nil, nil, 0, 0},
+		{"another process pacing locally", slotCall(KeySliding, "2", 2500*time.Millisecond, true), local("2", time.Second, 4*time.Second), nil, 0, 1},
+		{"the maker pacing locally", slotCall(KeySliding, "1", 2500*time.Millisecond, true), local("1", time.Second, 4*time.Second), nil, 1, 0},
+		{"a local slot of a process back on Redis", slotCall(KeySliding, "2", 2500*time.Millisecond, true), local("2", time.Second, 2400*time.Millisecond), nil, 1, 0},
+		{"made while the maker paced locally", slotCall(KeySliding, "2", 2500*time.Millisecond, false), local("1", time.Second, 4*time.Second), nil, 0, 1},
+		{"Redis restarted empty since", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil,
+			[]Action{{Kind: FaultRestart, At: at(2200 * time.Millisecond), End: at(2300 * time.Millisecond)}}, 0, 1},
+		{"resumed before the slot", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil,
+			[]Action{{Kind: OpResume, Key: KeySliding, At: at(2400 * time.Millisecond), End: at(2401 * time.Millisecond)}}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged([]Call{tc.call}, append(tc.notes, pause), tc.actions)
+			if got := kinds(v, VPause); len(got) != tc.want || v.Figures.Unjudged != tc.unjudged {
+				t.Errorf("pause violations = %d (unjudged %d), want %d (%d): %v", len(got), v.Figures.Unjudged, tc.want, tc.unjudged, got)
+			}
+		})
+	}
+	// The operator's pause binds every process on Redis.
+	op := Action{Kind: OpPause, Key: KeySliding, For: time.Second, At: at(2 * time.Second), End: at(2*time.Second + ms2(1))}
+	v := judged([]Call{slotCall(KeySliding, "3", 2500*time.Millisecond, false)}, nil, []Action{op})
+	if got := kinds(v, VPause); len(got) != 1 {
+		t.Errorf("a call inside the operator's pause: %d violations, want 1", len(got))
+	}
+}
+
+func TestThroughput(t *testing.T) {
+	// Sliding: 30/s judged from the warm-up (2.5 s) to 15.5 s: 390 allowed.
+	full := paced("1", warmup, 390, time.Second/30, false)
+	for _, tc := range []struct {
+		name    string
+		calls   []Call
+		actions []Action
+		want    bool // a violation
+	}{
+		{"all of it", full, nil, false},
+		{"a third of it", paced("1", warmup, 130, time.Second/10, false), nil, true},
+		// Stored at 10/s from the warm-up on: a third is all of it.
+		{"a third under a stored limit of a third", paced("1", warmup, 130, time.Second/10, false),
+			[]Action{{Kind: OpSet, Key: KeySliding, At: at(0), End: at(0), Stored: reserve.Limit{Rate: 10, Burst: 1}.Policy()}}, false},
+		// A fault from 3 s to 12 s leaves too little time to judge.
+		{"mostly faults", nil, []Action{{Kind: FaultFreeze, At: at(3 * time.Second), End: at(12 * time.Second)}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged(tc.calls, nil, tc.actions)
+			var got []Violation
+			for _, x := range kinds(v, VThroughput) {
+				if x.Key == KeySliding {
+					got = append(got, x)
+				}
+			}
+			if (len(got) > 0) != tc.want {
+				t.Errorf("throughput violations %v (fraction %v), want a violation: %v", got, v.Figures.Throughput[KeySliding], tc.want)
+			}
+		})
+	}
+}
+
+func TestEarlyAndErrors(t *testing.T) {
+	c := slotCall(KeySliding, "1", time.Second, false)
+	c.Fire = c.Slot - int64(reserve.MaxEarly) - 1
+	ok := slotCall(KeySliding, "1", 2*time.Second, false)
+	ok.Fire = ok.Slot - int64(reserve.MaxEarly)
+	notes := []Note{{Type: noteErr, Child: "1", Key: KeySliding, Op: "reserve", At: at(time.Second), Err: "boom"}}
+	actions := []Action{
+		{Kind: OpUnset, Key: KeySliding, At: at(time.Second), End: at(time.Second), Err: "not stored", Expected: true},
+		{Kind: OpSet, Key: KeySliding, At: at(time.Second), End: at(time.Second), Err: "bad policy"},
+	}
+	v := judged([]Call{c, ok}, notes, actions)
+	if got := kinds(v, VEarly); len(got) != 1 {
+		t.Errorf("early violations %v, want one (the call fired MaxEarly + 1 ns early)", got)
+	}
+	if got := kinds(v, VError); len(got) != 2 {
+		t.Errorf("error violations %v, want two (the child's error, the operator's unexpected one)", got)
+	}
+}

@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pacer-go/pacer/integration/combo"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// comboSeeds is TestCombination's budget: seeds 1 to comboSeeds, each a
+// scenario of about 17 s, the whole test under 3 minutes with -race on a
+// 2-core machine. PACER_COMBO_SEEDS=N runs seeds 1 to N instead, and
+// PACER_COMBO_SEED=S only seed S.
+const comboSeeds = 8
+
+// TestCombination runs the combination runner (package integration/combo)
+// on a fixed budget of seeds: each seed's scenario mixes calls of every
+// kind on three keys, the operator, the provider's 429s and faults of
+// Redis and of the fleet's processes, and is judged by what the provider
+// saw. A failing seed names the command that replays it.
+func TestCombination(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		// redistest's rule: no Redis is a skip, or a failure under CI.
+		if ci := os.Getenv("CI"); ci != "" {
+			t.Fatalf("redis-server is not on PATH: %v (CI=%q is set, so this is a failure, not a skip)", err, ci)
+		}
+		t.Skipf("redis-server is not on PATH: %v", err)
+	}
+	// go-redis's own dial errors while the scenarios stop Redis, at Debug:
+	// off.
+	redis.SetLogger(reserve.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	seeds, err := comboSeedList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			res, err := combo.Run(t.Context(), combo.Config{Seed: seed, Args: []string{"-test.run=^$"}})
+			if err != nil {
+				t.Fatalf("seed %d could not run: %v", seed, err)
+			}
+			t.Log(res.Progress())
+			if res.Verdict.Failed() {
+				var b strings.Builder
+				res.WriteReport(&b, false)
+				t.Errorf("seed %d failed: %s\n%s\nreplay: %s", seed, countText(res.Verdict.Count()), b.String(), combo.ReplayCommand(seed))
+			}
+		})
+	}
+}
+
+// comboSeedList returns the seeds to run: PACER_COMBO_SEED, else 1 to
+// PACER_COMBO_SEEDS, else 1 to comboSeeds.
+func comboSeedList() ([]uint64, error) {
+	if s := os.Getenv("PACER_COMBO_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || seed == 0 {
+			return nil, fmt.Errorf("PACER_COMBO_SEED=%q: want a seed >= 1", s)
+		}
+		return []uint64{seed}, nil
+	}
+	n := comboSeeds
+	if s := os.Getenv("PACER_COMBO_SEEDS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("PACER_COMBO_SEEDS=%q: want a number >= 1", s)
+		}
+		n = v
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i + 1)
+	}
+	return seeds, nil
+}
+
+func countText(n map[string]int) string {
+	var parts []string
+	for _, k := range combo.VKinds {
+		if n[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
+		}
+	}
+	return strings.Join(parts, " ")
+}
