@@ -216,6 +216,14 @@ local function read_bands(list, i, by_name, zero)
         if eff < 0 then
           eff = 0
         end
+        -- Never more than the share of the whole bucket's fill: callers
+        -- whose shares differ (their views of the fleet do, for a
+        -- heartbeat) read one state, and each charges its units at its
+        -- share's spacing, so every caller keeps to the whole bucket on
+        -- the same time axis.
+        if eff > b * rate_share then
+          eff = b * rate_share
+        end
       end
       out[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
     elseif kind == 'w' then

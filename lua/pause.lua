@@ -10,8 +10,10 @@
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
 -- ARGV[opi]  d_us, the pause, integer µs > 0
--- Reply      now_us, now_ns (see reserve.lua), and integer ns from now until
---            the pause in force ends
+-- Reply      now_us, now_ns (see reserve.lua), integer ns from now until
+--            the pause in force ends, and the number of the last
+--            reservation granted (a resume recorded with a later number
+--            ended this pause)
 -- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG.
 
 local d = tonumber(ARGV[opi])
@@ -59,4 +61,4 @@ end
 -- earlier): move it as far as they moved.
 expiry = expiry + grown
 save()
-return {now_us, now_ns, ns(pause)}
+return {now_us, now_ns, ns(pause), seq}

@@ -64,9 +64,9 @@ for i = 1, #extra do
     free(extra[i])
   end
 end
-if shift > 0 then
-  mark_s = {string.format('%d:%d', mark_p.q, seq), string.format('%d', d_ns)}
-end
+-- The resume's record, also when nothing moved (d 0): a Limiter that made
+-- the pause learns from it that the pause was ended, not lost.
+mark_s = {string.format('%d:%d', mark_p and mark_p.q or seq, seq), string.format('%d', d_ns)}
 pause, pause_at, mark_p = 0, nil, nil
 save()
 return {now_us, now_ns, ns(was), d_ns}

@@ -198,6 +198,7 @@ func (l *Limiter) pauseLocal(key string, s *spec, d time.Duration) error {
 		return l.engineError("pause", key, err)
 	}
 	l.pauses.learn(key, c.Now+end)
+	l.pauses.mine(key, c.Now+end, -1, s)
 	return nil
 }
 

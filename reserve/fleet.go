@@ -42,6 +42,7 @@ type fleetView struct {
 	n, rank    int
 	held       []int
 	remembered int       // n when this Limiter last lost Redis
+	rankBefore int       // its rank then
 	backAt     time.Time // when it came back
 }
 
@@ -97,6 +98,11 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n, rank := f.n, f.rank
+	if !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.remembered > n {
+		// Back from an outage, Redis (restarted empty) does not list the
+		// whole fleet yet: keep the share this Limiter had in it.
+		n, rank = f.remembered, f.rankBefore
+	}
 	if !f.learned {
 		if f.hint < 1 {
 			return engine.Share{}, false
@@ -115,8 +121,8 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.learned {
-		f.remembered = max(f.remembered, f.n)
+	if f.learned && f.n >= f.remembered {
+		f.remembered, f.rankBefore = f.n, f.rank
 	}
 }
 

@@ -80,11 +80,13 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	}
 	// The pause is known here at once: sleepers and leases honour it
 	// without waiting for their next read.
-	if reply, ok := res.([]any); ok && len(reply) == 3 {
-		if base, err := l.replyBaseAt(sent, l.clock.Now(), reply); err == nil {
-			if end, ok := reply[2].(int64); ok && end > 0 {
-				l.pauses.learn(key, base.serverNS+end)
-			}
+	if reply, ok := res.([]any); ok && len(reply) == 4 {
+		base, err := l.replyBaseAt(sent, l.clock.Now(), reply)
+		end, ok1 := reply[2].(int64)
+		seq, ok2 := reply[3].(int64)
+		if err == nil && ok1 && ok2 && end > 0 {
+			l.pauses.learn(key, base.serverNS+end)
+			l.pauses.mine(key, base.serverNS+end, seq, s)
 		}
 	}
 	return nil

@@ -447,3 +447,32 @@ func TestRefusalsRemembered(t *testing.T) {
 	assert.True(t, tooLong.Deadline)
 	assert.Contains(t, err.Error(), "left before the context's deadline")
 }
+
+// TestOwnPauseSurvivesRestart: a Limiter keeps the pauses it made (a
+// provider's 429) until they end: when Redis is restarted empty and forgets
+// one, its sleepers still honour it, and it tells Redis again, so that the
+// fleet honours it too (the combination runner saw a call fire into a pause
+// its own process had made, Redis having lost it).
+func TestOwnPauseSurvivesRestart(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet, ProbeInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	paused := time.Now()
+	require.NoError(t, l.Pause(ctx, "api", lim, 800*time.Millisecond))
+	s.Stop(t)
+	s.Restart(t) // empty: the pause is gone from Redis
+	var r *reserve.Reservation
+	require.Eventually(t, func() bool {
+		r, err = l.Reserve(ctx, "api", lim, 1)
+		return err == nil && !r.Local()
+	}, 30*time.Second, 10*time.Millisecond, "no reservation on the restarted Redis: %v", err)
+	require.NoError(t, r.Sleep(ctx))
+	woke := time.Now()
+	assert.False(t, woke.Before(paused.Add(800*time.Millisecond)), "woke %v after the pause, inside its 800 ms", woke.Sub(paused))
+	st, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	assert.NotRegexp(t, `^\d+ \d+ \d+ 0 `, st, "the pause was told to Redis again")
+}

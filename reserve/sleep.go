@@ -155,11 +155,13 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	slotNS, seq, local := r.slotNS, r.seq, r.localID != ""
 	r.mu.Unlock()
 	end := l.localPauseEnd(r.key)
+	redisEnd := int64(-1) // not read
+	var resumed resumeShift
 	if !local || !l.isDegraded() {
 		pr, err := l.pauses.read(ctx, l, r.key)
 		switch {
 		case err == nil:
-			end = max(end, pr.endNS)
+			end, redisEnd, resumed = max(end, pr.endNS), pr.endNS, pr.shift
 			if !local && pr.shift.applies(seq) {
 				r.shiftBy(pr.shift)
 				slotNS -= pr.shift.d
@@ -173,6 +175,19 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 			// Redis cannot tell: the local fallback's pause stands.
 		default:
 			return false, err
+		}
+	}
+	nowNS, _ := l.serverNow()
+	if own, s, again := l.pauses.ownEnd(r.key, redisEnd, nowNS, resumed); own > 0 {
+		end = max(end, own)
+		if again {
+			// Redis lost a pause this Limiter made (restarted empty): the
+			// provider's word still holds; tell the fleet again.
+			go func() {
+				ctx, cancel := context.WithTimeout(l.loopCtx, l.opts.CallTimeout)
+				defer cancel()
+				_ = l.pauseRedis(ctx, r.key, s, time.Duration(own-nowNS))
+			}()
 		}
 	}
 	return end > slotNS, nil
@@ -193,10 +208,66 @@ func (r *Reservation) shiftBy(s resumeShift) {
 // checkShare is how old a pause read may be and still answer a sleeper.
 const checkShare = 500 * time.Microsecond
 
-// pauseChecks shares the reads of keys' pauses among sleepers.
+// pauseChecks shares the reads of keys' pauses among sleepers, and keeps
+// the pauses this Limiter made until they end: a Redis restarted empty
+// forgets them, and the provider's 429 that asked for one still holds.
 type pauseChecks struct {
-	mu sync.Mutex
-	m  map[string]*pauseRead
+	mu  sync.Mutex
+	m   map[string]*pauseRead
+	own map[string]*ownPause
+}
+
+// ownPause is a pause this Limiter made.
+type ownPause struct {
+	endNS      int64 // server clock, Unix ns
+	seq        int64 // the key's last reservation number when it was made; -1: made locally
+	spec       *spec
+	reasserted bool // sent to Redis again after Redis forgot it
+}
+
+// mine records a pause this Limiter made on key, ending at endNS, when the
+// key's last reservation was number seq (-1: on the local fallback).
+func (p *pauseChecks) mine(key string, endNS, seq int64, s *spec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.own == nil {
+		p.own = make(map[string]*ownPause)
+	}
+	if o := p.own[key]; o != nil && o.endNS > endNS {
+		return
+	}
+	p.own[key] = &ownPause{endNS: endNS, seq: seq, spec: s}
+	if len(p.own) > 1024 {
+		now := time.Now().UnixNano() // the server's clock, near enough to drop the ended
+		for k, o := range p.own {
+			if o.endNS < now-int64(time.Minute) {
+				delete(p.own, k)
+			}
+		}
+	}
+}
+
+// ownEnd returns the end of this Limiter's own pause on key (0: none), and
+// whether Redis should be told it again: it showed an earlier end and no
+// resume since the pause (it lost the pause: restarted empty), and it has
+// not been told yet. resumed is the state's resume record.
+func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS int64, resumed resumeShift) (int64, *spec, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.own[key]
+	if o == nil || o.endNS <= nowNS {
+		return 0, nil, false
+	}
+	if resumed.r > 0 && resumed.r >= o.seq {
+		// An operator resumed the key after this pause.
+		delete(p.own, key)
+		return 0, nil, false
+	}
+	again := redisEnd >= 0 && redisEnd < o.endNS-int64(time.Millisecond) && !o.reasserted
+	if again {
+		o.reasserted = true
+	}
+	return o.endNS, o.spec, again
 }
 
 type pauseRead struct {
@@ -212,6 +283,8 @@ type pauseRead struct {
 type resumeShift struct{ q, r, d int64 }
 
 func (s resumeShift) applies(seq int64) bool { return s.d > 0 && seq > s.q && seq <= s.r }
+
+// resumeShift's r is 0 when the state has no resume record.
 
 // read returns key's pause and resume shift as the state shows them. One
 // read serves every sleeper of the Limiter that asks within checkShare of

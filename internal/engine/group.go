@@ -208,6 +208,9 @@ func (g *Group) readBands(bands []Band) ([]*band, error) {
 				if eff < 0 {
 					eff = 0
 				}
+				if eff > b.Burst*g.rateShare {
+					eff = b.Burst * g.rateShare
+				}
 			}
 			x.burst, x.eff, x.fill, x.z, x.e = b.Burst, eff, eff*x.upp, -eff*x.upp, -eff*x.upp
 		} else {

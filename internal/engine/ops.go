@@ -281,9 +281,11 @@ func (g *Group) Resume() (was, moved int64) {
 			free(x)
 		}
 	}
-	if shift > 0 {
-		g.markS = &[2]string{strconv.FormatInt(g.markP.q, 10) + ":" + strconv.FormatInt(g.seq, 10), strconv.FormatInt(dNS, 10)}
+	q := g.seq
+	if g.markP != nil {
+		q = g.markP.q
 	}
+	g.markS = &[2]string{strconv.FormatInt(q, 10) + ":" + strconv.FormatInt(g.seq, 10), strconv.FormatInt(dNS, 10)}
 	g.pause, g.pauseAt, g.markP = 0, nil, nil
 	return ns(w), dNS
 }

@@ -144,3 +144,47 @@ func TestShareRate(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedShares: callers on Redis whose views of the fleet differ (for a
+// heartbeat, one counts a member held that another counts live) reserve on
+// one state at different shares; together they never pass the whole
+// limit, burst + rate*T over every interval. The combination runner found
+// it: a caller at half the rate, then one at the whole, on a Limit{20, 2}
+// got 3 slots within 25 ms (2.5 allowed), since each read the bucket's
+// balance at its own rate.
+func TestMixedShares(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 21))
+	for range 200 {
+		rate, burst := float64(1+r.IntN(100)), float64(1+r.IntN(8))
+		bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: rate, Burst: burst}}
+		s := NewStore()
+		now := int64(1795400000_000_000_000)
+		var slots []int64
+		for range 60 {
+			share := Share{}
+			if r.IntN(2) == 0 {
+				n := 2 + r.IntN(4)
+				held := r.Perm(n)[:1+r.IntN(n-1)]
+				slices.Sort(held)
+				share = Share{N: n, Held: held}
+			}
+			g, _, _, err := s.Reserve(Call{Key: "k", Now: now, Share: share, Units: []string{"permits"}, Bands: bands}, nil, []Request{{MaxWaitUS: -1, Cost: []float64{1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots = append(slots, now+g[0].WaitNS)
+			if r.IntN(3) == 0 {
+				now += r.Int64N(2e9)
+			}
+		}
+		slices.Sort(slots)
+		for i := range slots {
+			for j := i; j < len(slots); j++ {
+				T := float64(slots[j]-slots[i]) / 1e9
+				if n := float64(j - i + 1); n > burst+rate*T+1e-6 {
+					t.Fatalf("rate %v burst %v: %v units within %.6f s, want at most %.6f", rate, burst, n, T, burst+rate*T)
+				}
+			}
+		}
+	}
+}
