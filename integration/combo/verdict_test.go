@@ -72,9 +72,11 @@ func TestWindowBucket(t *testing.T) {
 		{"one slot 1 ms too early", append(paced("1", time.Second, 30, spacing, false), slotCall(KeySliding, "2", time.Second+ms2(1), false)), 1},
 		{"slots within slotEps of the rate", []Call{slotCall(KeySliding, "1", time.Second, false), slotCall(KeySliding, "2", time.Second+spacing-slotEps/2, false)}, 0},
 		{"three Redis slots at once", []Call{slotCall(KeySliding, "1", time.Second, false), slotCall(KeySliding, "2", time.Second, false), slotCall(KeySliding, "3", time.Second, false)}, 1},
-		// Three processes pacing locally at a third of the rate each,
-		// in phase: one local burst each is allowed.
-		{"three local buckets in phase", append(append(paced("1", time.Second, 10, 3*spacing, true), paced("2", time.Second, 10, 3*spacing, true)...), paced("3", time.Second, 10, 3*spacing, true)...), 0},
+		// Three processes pacing locally at a third of the rate each: in
+		// phase they break the limit (the local shares must interleave);
+		// on their lattice, one spacing apart, they keep it.
+		{"three local buckets in phase", append(append(paced("1", time.Second, 10, 3*spacing, true), paced("2", time.Second, 10, 3*spacing, true)...), paced("3", time.Second, 10, 3*spacing, true)...), 1},
+		{"three local buckets on their lattice", append(append(paced("1", time.Second, 10, 3*spacing, true), paced("2", time.Second+spacing, 10, 3*spacing, true)...), paced("3", time.Second+2*spacing, 10, 3*spacing, true)...), 0},
 		{"one local bucket at the whole rate beside Redis", append(paced("1", time.Second, 30, spacing, false), paced("2", time.Second+spacing/2, 30, spacing, true)...), 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,15 +16,13 @@ import (
 // interval that starts and ends at a slot.
 //
 // A bucket band (rate r, burst b) allows b + r × (T + slotEps) in an
-// interval of length T, plus two allowances the design documents:
-//
-//   - raises run ahead: a settle that raises a cost is paid by the
-//     reservations granted after it, so the interval may hold the raises of
-//     its calls settled after the last of them was granted (Settle's doc);
-//   - the local fallback paces each process on its own bucket of the
-//     process's share, burst max(1, b/n): without Redis the processes
-//     cannot agree on the phase of their slots, so each process with local
-//     slots in the interval adds its local burst.
+// interval of length T, plus one allowance the design documents: raises run
+// ahead. A settle that raises a cost is paid by the reservations granted
+// after it, so the interval may hold the raises of its calls settled after
+// the last of them was granted (Settle's doc). Slots the local fallback
+// granted get no allowance: the processes' local shares add up to the limit
+// (bursts split by rank, a lattice of slots shared out by rank when the
+// burst is under the fleet's size).
 //
 // A window band allows N per window, plus the same raises.
 //
@@ -73,9 +71,10 @@ func (r *run) items(key string, b band, arrival bool) []item {
 	return out
 }
 
-// localBurst is a process's local burst for band b: its share of a fleet
-// of at least procs processes.
-func localBurst(b band) float64 { return max(1, math.Floor(b.burst/procs)) }
+// localBurst is what each process with local slots in an interval adds to
+// a bucket band's bound: nothing (see the top of the file). The verdict
+// still names those processes, to tell a local breach from one on Redis.
+func localBurst(band) float64 { return 0 }
 
 // excess is one interval over a band's limit.
 type excess struct {
