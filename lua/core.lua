@@ -225,7 +225,7 @@ local function read_bands(list, i, by_name, zero)
           eff = b * rate_share
         end
       end
-      out[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
+      out[n] = {name = name, unit = unit, bucket = true, rate = a, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
     elseif kind == 'w' then
       local len, origin = string.match(b or '', '^(%d+):(%d+)$')
       len, origin = tonumber(len), tonumber(origin)
@@ -362,6 +362,45 @@ if has_cfg == 1 or not raw then
 end
 local nbands = #bands
 
+-- The lattice: while some members are held (they pace locally, each on
+-- its own lattice: see ARGV[3] and internal/engine), the group's slots on
+-- the slowest bucket band whose burst is under n lie on the fleet's
+-- lattice too, at the instants of the ranks not held, so that the group
+-- and the held members never fire at one instant: every instant (j*n + k)
+-- * u of the server's clock, u = ceil(1e9 / rate) ns, belongs to rank k.
+-- The period n*u must stay under 2^40 ns for the arithmetic to be exact
+-- (rates of a few per hour and up); slower bands get no lattice.
+local lattice = nil
+if held then
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and b.burst < fleet_n and (not lattice or b.rate < lattice.rate) then
+      local u = math.ceil(1000000000 / b.rate)
+      if u * fleet_n <= 1099511627776 then
+        lattice = {band = b, rate = b.rate, u = u, period = u * fleet_n}
+      end
+    end
+  end
+  if lattice then
+    local P = lattice.period
+    local m1 = now_us % P -- exact: both integers under 2^53; normalized below
+    if m1 < 0 then
+      m1 = m1 + P
+    elseif m1 >= P then
+      m1 = m1 - P
+    end
+    local ph = (m1 * 1000 + now_ns) % P
+    if ph >= P then
+      ph = ph - P
+    end
+    lattice.phase = ph
+    lattice.held = {}
+    for j = 1, #held do
+      lattice.held[held[j]] = true
+    end
+  end
+end
+
 -- Each band's stored state, relative to now. Records are matched by name:
 -- one written under another policy (a stored limit set or removed) keeps
 -- the state of the bands both policies have, and the others are kept in
@@ -494,6 +533,22 @@ local function tell(q)
   return math.floor((q + now_frac) * 1000 + 0.5) - now_ns
 end
 
+-- snap returns q (µs relative to now, on the grid) moved up to the
+-- lattice's next instant of a rank not held.
+local function snap(q)
+  local l = lattice
+  local w = math.floor((q + now_frac) * 1000 + 0.5) - now_ns -- tell(q)
+  local pos = (l.phase + w) % l.period
+  local idx = math.ceil(pos / l.u)
+  if idx * l.u < pos then
+    idx = idx + 1
+  end
+  while l.held[idx % fleet_n] do
+    idx = idx + 1
+  end
+  return (w + idx * l.u - pos) / 1000
+end
+
 -- earliest returns the earliest slot at or after s (µs relative to now) at
 -- which every band can take cost (indexed by unit), on the ns grid; the
 -- window each window band would use; and the exact time the slot was
@@ -540,6 +595,14 @@ local function earliest(s, cost)
           idx = idx or {}
           idx[i] = w
         end
+      end
+    end
+    if not moved and lattice and (cost[lattice.band.unit] or 0) > 0 then
+      local t = snap(q)
+      if t > q then
+        s, q, moved = t, grid(t), true
+      else
+        s = q -- charged at the slot itself
       end
     end
     if not moved then

@@ -299,11 +299,12 @@ func (l *Limiter) addPending(p pendingAdjust) {
 	f.pending = append(f.pending, p)
 }
 
-// handBack runs when Redis answers again: every key the Store holds, and
-// every handback a failed call left, goes to Redis as a floor (one call per
-// key, with no reservation), a pause made locally goes with it, and the
-// adjustments Redis has not seen are made. Keys whose call fails stay for
-// their next call.
+// handBack runs when Redis answers again: every key the Store holds, every
+// handback a failed call left, and every key with a slot Redis granted this
+// Limiter still ahead (a Redis restarted empty has forgotten it) goes to
+// Redis as a floor (one call per key, with no reservation), a pause made
+// locally goes with it, and the adjustments Redis has not seen are made.
+// Keys whose call fails stay for their next call.
 func (l *Limiter) handBack(ctx context.Context) {
 	f := l.local
 	f.mu.Lock()
@@ -313,6 +314,13 @@ func (l *Limiter) handBack(ctx context.Context) {
 	}
 	for k := range f.hand {
 		keys[k] = f.specs[k]
+	}
+	nowNS, _ := l.serverNow()
+	ahead := l.horizons.ahead(nowNS)
+	for k, s := range ahead {
+		if keys[k] == nil {
+			keys[k] = s
+		}
 	}
 	pending := f.pending
 	f.pending = nil
@@ -325,6 +333,9 @@ func (l *Limiter) handBack(ctx context.Context) {
 			continue
 		}
 		h, ok := l.takeFloor(k)
+		if ah := l.horizons.get(k); ah > 0 {
+			h, ok = h.Merge(engine.Handback{LastSlot: ah}), true
+		}
 		if !ok {
 			continue
 		}

@@ -479,16 +479,21 @@ func (l *Limiter) leave(ctx context.Context) error {
 // used.
 type horizons struct {
 	mu sync.Mutex
-	at map[string]int64
+	at map[string]horizon
 }
 
-func (h *horizons) note(key string, slotNS int64) {
+type horizon struct {
+	slotNS int64
+	spec   *spec // the policy of the reservation
+}
+
+func (h *horizons) note(key string, slotNS int64, s *spec) {
 	h.mu.Lock()
 	if h.at == nil {
-		h.at = make(map[string]int64)
+		h.at = make(map[string]horizon)
 	}
-	if slotNS > h.at[key] {
-		h.at[key] = slotNS
+	if slotNS > h.at[key].slotNS {
+		h.at[key] = horizon{slotNS, s}
 	}
 	h.mu.Unlock()
 }
@@ -496,15 +501,29 @@ func (h *horizons) note(key string, slotNS int64) {
 func (h *horizons) get(key string) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.at[key]
+	return h.at[key].slotNS
+}
+
+// ahead returns the keys whose latest slot lies after nowNS, and their
+// policies.
+func (h *horizons) ahead(nowNS int64) map[string]*spec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]*spec)
+	for k, v := range h.at {
+		if v.slotNS > nowNS {
+			out[k] = v.spec
+		}
+	}
+	return out
 }
 
 // sweep forgets slots that have passed.
 func (h *horizons) sweep(nowNS int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, at := range h.at {
-		if at <= nowNS {
+	for k, v := range h.at {
+		if v.slotNS <= nowNS {
 			delete(h.at, k)
 		}
 	}

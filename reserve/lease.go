@@ -340,7 +340,7 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 	}
 	t.m[k] = ls
 	t.granted.Add(int64(ls.k))
-	l.horizons.note(k.key, ls.last)
+	l.horizons.note(k.key, ls.last, s)
 	return ls, nil
 }
 

@@ -339,7 +339,7 @@ func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base re
 		slotNS:  base.serverNS + waitNS,
 		seq:     seq,
 	}
-	l.horizons.note(key, r.slotNS)
+	l.horizons.note(key, r.slotNS, s)
 	return r
 }
 

@@ -2,64 +2,85 @@ package engine
 
 import "math"
 
-// A lattice places a member's slots on the server's clock so that the
-// fleet's members, each pacing locally on its share, add up to the limit
-// exactly (see core.lua's ARGV[3]). Without it, n members whose buckets hold
-// a burst of one each could all fire at the same instant: n calls where the
-// limit's burst allows fewer. The fleet's spacing u = 1/rate is shared out
-// by rank, member k taking the instants (j*n + k)*u, so that two members
-// never share an instant and in any interval of length T the members' slots
-// hold at most burst + rate*T (each member's bucket, of burst B_k = 1 + its
-// share of burst - 1, gives at most B_k - 1 more than its lattice points).
+// A lattice places slots on the server's clock so that the fleet's members,
+// some pacing locally each on its own share and the others on Redis as a
+// group, add up to the limit exactly (see core.lua's ARGV[3]). Without it, n
+// members whose buckets hold a burst of one each could all fire at the same
+// instant: n calls where the limit's burst allows fewer. The fleet's spacing
+// u = ceil(1e9/rate) ns is shared out by rank: the instants (j*n + k)*u
+// belong to rank k. A member takes its own rank's instants; a group on Redis
+// takes those of the ranks not held. Two of them never share an instant,
+// and in any interval of length T all of them together fire at most
+// rate*T + 1 times, within burst + rate*T.
 //
-// Only a bucket band whose burst is under the fleet's size needs one; with
-// several such bands, the slowest gets it (a slot is one instant) and the
-// others may pass their limit by the members' fencepost, n - burst units in
-// the worst alignment. Slots are placed on the server's clock as this
-// process estimates it: an error in that estimate under half of u keeps the
-// bound.
+// Only a bucket band whose burst is under the fleet's size needs one (a
+// larger burst is split by rank, a part of at least one each); with several
+// such bands, the slowest gets it (a slot is one instant) and the others
+// may pass their limit by the members' fencepost, n - burst units in the
+// worst alignment. Slots are placed on the server's clock as each process
+// estimates it: an error in that estimate under half of u keeps the bound.
+// The period n*u stays under 2^40 ns (rates of a few per hour and up) for
+// the arithmetic to be exact in the scripts' doubles; slower bands get no
+// lattice.
 type lattice struct {
-	band  *band
-	step  int64 // n*u, in ns
-	phase int64 // k*u
+	band   *band
+	u      int64 // ns
+	period int64 // n*u
+	phase  int64 // now's position in the period
+	n      int
+	takes  func(k int) bool // whether rank k's instants are this caller's
 }
 
-// maxStep bounds a lattice's step, so that the arithmetic stays in int64.
-const maxStep = int64(1) << 50
+// maxPeriod bounds a lattice's period (core.lua's 1099511627776).
+const maxPeriod = int64(1) << 40
 
-// newLattice returns the lattice of a member's slots, nil if it needs none.
-// The band it places gets the lattice's spacing as its own (step/1000 µs
-// per unit), so that its schedule keeps to the lattice.
+// newLattice returns the lattice of a share's slots, nil if it needs none:
+// a member's (its own rank's instants) or a group's (the ranks not held).
 func (g *Group) newLattice() *lattice {
-	if !g.share.IsMember || g.share.N < 2 {
+	s := g.share
+	if s.Whole() {
 		return nil
 	}
 	var slow *band
 	for _, b := range g.bands {
-		if b.bucket && b.burst < float64(g.share.N) && (slow == nil || b.rate < slow.rate) {
+		if b.bucket && b.burst < float64(s.N) && (slow == nil || b.rate < slow.rate) {
 			slow = b
 		}
 	}
 	if slow == nil {
 		return nil
 	}
-	u := math.Ceil(1e9 / slow.rate)
-	if u*float64(g.share.N) > float64(maxStep) {
+	u := int64(math.Ceil(1e9 / slow.rate))
+	if u*int64(s.N) > maxPeriod {
 		return nil
 	}
-	l := &lattice{band: slow, step: int64(u) * int64(g.share.N), phase: int64(u) * int64(g.share.Member)}
-	slow.upp = float64(l.step) / 1000
-	slow.fill = slow.eff * slow.upp
-	slow.z, slow.e = -slow.fill, -slow.fill
+	l := &lattice{band: slow, u: u, period: u * int64(s.N), n: s.N}
+	if s.IsMember {
+		l.takes = func(k int) bool { return k == s.Member }
+	} else {
+		held := make(map[int]bool, len(s.Held))
+		for _, k := range s.Held {
+			held[k] = true
+		}
+		l.takes = func(k int) bool { return !held[k] }
+	}
+	m1 := g.nowUS % l.period
+	if m1 < 0 {
+		m1 += l.period
+	}
+	l.phase = (m1*1000 + g.nowNS) % l.period
 	return l
 }
 
-// up returns the first instant of the lattice at or after t (Unix ns).
-func (l *lattice) up(t int64) int64 {
-	d := t - l.phase
-	j := d / l.step
-	if d%l.step > 0 {
-		j++ // (Go truncates toward zero: for d < 0, j is already the ceiling)
+// snap is core.lua's snap: q (µs relative to now, on the grid) moved up to
+// the lattice's next instant of a rank the caller takes.
+func (g *Group) snap(q float64) float64 {
+	l := g.lattice
+	w := g.tell(q)
+	pos := (l.phase + w) % l.period
+	idx := (pos + l.u - 1) / l.u
+	for !l.takes(int(idx % int64(l.n))) {
+		idx++
 	}
-	return j*l.step + l.phase
+	return float64(w+idx*l.u-pos) / 1000
 }

@@ -188,3 +188,60 @@ func TestMixedShares(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupAndMembersAddUp: while some members pace locally (held), each on
+// its own share, the others reserve on Redis as a group that leaves them
+// their shares; group and members together never pass the limit. The
+// combination runner found the group's slots beside a member's: on a burst
+// of 1, the group's slots fell at any phase, and the members' on their
+// lattice; now the group takes the lattice's instants of the ranks not held.
+func TestGroupAndMembersAddUp(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 21))
+	for range 100 {
+		n := 2 + r.IntN(5)
+		held := r.Perm(n)[:1+r.IntN(n-1)]
+		slices.Sort(held)
+		rate, burst := float64(1+r.IntN(300)), float64(1+r.IntN(2*n))
+		bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: rate, Burst: burst}}
+		start := int64(1795400000_000_000_000) + r.Int64N(1e9)
+		// Who asks next: the group (index n) or a held member.
+		stores := map[int]*Store{n: NewStore()}
+		next := map[int]int64{n: start}
+		for _, k := range held {
+			stores[k] = NewStore()
+			next[k] = start + r.Int64N(1e8)
+		}
+		var slots []int64
+		for len(slots) < 300 {
+			who := n
+			for k, at := range next {
+				if at < next[who] || (at == next[who] && k < who) {
+					who = k
+				}
+			}
+			share := Share{N: n, Held: held}
+			if who < n {
+				share = Share{N: n, Member: who, IsMember: true}
+			}
+			g, _, _, err := stores[who].Reserve(Call{Key: "k", Now: next[who], Share: share, Units: []string{"permits"}, Bands: bands}, nil, []Request{{MaxWaitUS: -1, Cost: []float64{1}}})
+			if err != nil || g[0].Seq <= 0 {
+				t.Fatalf("%+v %v", g, err)
+			}
+			slot := next[who] + g[0].WaitNS
+			slots = append(slots, slot)
+			next[who] = max(next[who], slot)
+			if r.IntN(6) == 0 {
+				next[who] += r.Int64N(1e9)
+			}
+		}
+		slices.Sort(slots)
+		for i := range slots {
+			for j := i; j < len(slots); j++ {
+				T := float64(slots[j]-slots[i]) / 1e9
+				if k := float64(j - i + 1); k > burst+rate*T+1e-6 {
+					t.Fatalf("n %d held %v rate %v burst %v: %v units within %.6f s, want at most %.6f", n, held, rate, burst, k, T, burst+rate*T)
+				}
+			}
+		}
+	}
+}

@@ -70,12 +70,9 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 			idx[i] = w
 		}
 		if !moved && g.lattice != nil && costOf(cost, g.lattice.band.unit) > 0 {
-			// A member's slots lie on its lattice (see lattice).
-			if up := g.lattice.up(g.abs(q)); up > g.abs(q) {
-				t := float64(up-g.nowUS*1000)/1000 - g.nowFrac
+			if t := g.snap(q); t > q {
 				s, q, moved = t, g.grid(t), true
-			}
-			if !moved {
+			} else {
 				s = q // charged at the slot itself
 			}
 		}
@@ -85,9 +82,6 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 	}
 	return q, idx, s, true
 }
-
-// abs returns q (µs relative to now, on the grid) in Unix ns.
-func (g *Group) abs(q float64) int64 { return g.nowUS*1000 + g.nowNS + g.tell(q) }
 
 func costOf(cost []float64, unit int) float64 {
 	if unit < 0 || unit >= len(cost) {
