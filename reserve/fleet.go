@@ -68,11 +68,17 @@ func (f *fleetView) redisShare() engine.Share {
 	}
 	n, held := f.n, f.held
 	if !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.remembered > n {
-		held = slices.Clone(held)
-		for k := n; k < f.remembered; k++ {
-			held = append(held, k)
+		// Redis (restarted empty) lost the fleet: the ranks it gives now
+		// are not the ones the members pacing locally still use. Until
+		// they are back, take the share of this Limiter's own rank before
+		// the outage, as it would locally, so that nobody shares an
+		// instant.
+		n, held = f.remembered, make([]int, 0, f.remembered-1)
+		for k := range f.remembered {
+			if k != f.rankBefore {
+				held = append(held, k)
+			}
 		}
-		n = f.remembered
 	}
 	if len(held) == 0 || len(held) >= n {
 		return engine.Share{}
