@@ -13,8 +13,14 @@
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
--- KEYS[4]  the fleet's ids, a sorted set with every score 0: a member's rank
---          is its place in id order (ZRANK), the same for every Limiter
+-- KEYS[4]  the members' ranks, a sorted set: member = Limiter id, score =
+--          its rank. A Limiter takes a rank at its first heartbeat (the one
+--          it asks for, its rank before Redis lost the fleet, if free, else
+--          the smallest free) and keeps it while it lives, so that a member
+--          joining or leaving changes no other member's rank. n, the fleet's
+--          size as the shares count it, is the highest rank + 1 (a free rank
+--          below it is a hole: its lattice instants go to the members on
+--          Redis, to nobody while everybody paces locally).
 -- KEYS[5]  suspects checked: a hash id -> Unix ms of the last check that
 --          found it still connected (see ARGV[2] "check")
 -- KEYS[6]  see KEYS[3]
@@ -34,11 +40,12 @@
 --          caller checks whether its process still holds a connection
 --          (CLIENT LIST), at most once per suspect_ms each
 -- ARGV[7]  keep_ms: how long a reported policy is kept after its report
--- ARGV[8...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
+-- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
+-- ARGV[9...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects}: live
---          includes this Limiter; n = live + held; held_ranks the ranks of
---          the held members; suspects, pairs of a Limiter id and its
+--          includes this Limiter; live + held is the number of members, n
+--          the highest rank + 1; held_ranks the ranks of the held members; suspects, pairs of a Limiter id and its
 --          presence connection's client id, to check (CLIENT LIST ID). Another Limiter
 --          heard from within live_ms whose mode is "local" counts as held:
 --          it reaches the fleet's set but not its keys (a Redis Cluster
@@ -78,21 +85,36 @@ if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 o
     or suspect_ms <= 0 or keep_ms <= 0 or (mode ~= 'redis' and mode ~= 'local') then
   return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
 end
+forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
 redis.call('ZADD', KEYS[1], now_ms, id)
-redis.call('ZADD', KEYS[4], 0, id)
+if not redis.call('ZSCORE', KEYS[4], id) then
+  local want = tonumber(ARGV[8])
+  if not (want and want >= 0 and want == math.floor(want) and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
+    -- The smallest free rank.
+    local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+    local taken = {}
+    for i = 2, #used, 2 do
+      taken[tonumber(used[i])] = true
+    end
+    want = 0
+    while taken[want] do
+      want = want + 1
+    end
+  end
+  redis.call('ZADD', KEYS[4], want, id)
+end
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
 redis.call('HDEL', KEYS[5], id)
-forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end
-if #ARGV > 7 then
+if #ARGV > 8 then
   local zs = {}
-  for i = 8, #ARGV - 1, 2 do
+  for i = 9, #ARGV - 1, 2 do
     zs[#zs + 1] = string.match(ARGV[i + 1], '^(%d+)') or now_ms
     zs[#zs + 1] = ARGV[i]
   end
-  redis.call('HSET', KEYS[3], unpack(ARGV, 8))
+  redis.call('HSET', KEYS[3], unpack(ARGV, 9))
   redis.call('ZADD', KEYS[6], unpack(zs))
 end
 -- Reports not renewed within keep_ms go (their Limiters stopped using the
@@ -114,9 +136,9 @@ if live > 1 then
     local m = modes[i]
     if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
       live = live - 1
-      local r = redis.call('ZRANK', KEYS[4], heard[i])
+      local r = redis.call('ZSCORE', KEYS[4], heard[i])
       if r then
-        held_ranks[#held_ranks + 1] = r
+        held_ranks[#held_ranks + 1] = tonumber(r)
       end
     end
   end
@@ -124,9 +146,9 @@ end
 local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
 for i = 1, #silent do
   -- (An earlier version's member has no rank: it is counted, not ranked.)
-  local r = redis.call('ZRANK', KEYS[4], silent[i])
+  local r = redis.call('ZSCORE', KEYS[4], silent[i])
   if r then
-    held_ranks[#held_ranks + 1] = r
+    held_ranks[#held_ranks + 1] = tonumber(r)
   end
 end
 local suspects = {}
@@ -142,5 +164,7 @@ if #quiet > 0 then
     end
   end
 end
-local n = redis.call('ZCARD', KEYS[1])
-return {now_ms, live, n - live, redis.call('ZRANK', KEYS[4], id), n, held_ranks, suspects}
+local members = redis.call('ZCARD', KEYS[1])
+local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+local n = tonumber(top[2]) + 1
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects}

@@ -21,7 +21,7 @@ var aclRules = []string{
 	"+evalsha", "+eval", "+script|load", "+get", "+ping", "+config|get",
 	// called by the scripts
 	"+time", "+set", "+del", "+pttl", "+pexpire",
-	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+zrank", "+zscore", "+hset", "+hmget", "+hdel",
+	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+zrange", "+zscore", "+hset", "+hmget", "+hdel",
 }
 
 // aclBackend is a throwaway redis-server on which the Limiters log in as a

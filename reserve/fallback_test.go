@@ -544,7 +544,7 @@ func TestFleetCountsLocalMembersHeld(t *testing.T) {
 			case <-stop:
 				return
 			case <-tick.C:
-				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, a.FleetKeys(), "other", mode.Load(), time.Now().UnixMilli(), 60_000, 60_000, 60_000, 60_000).Err()
+				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, a.FleetKeys(), "other", mode.Load(), time.Now().UnixMilli(), 60_000, 60_000, 60_000, 60_000, "").Err()
 			}
 		}
 	}()

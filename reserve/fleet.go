@@ -123,6 +123,20 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true}, true
 }
 
+// wantRank is the rank a heartbeat asks for: the one this Limiter had
+// (Redis restarted empty gives it back if free), "" before it had one.
+func (f *fleetView) wantRank() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.remembered > 0:
+		return strconv.Itoa(f.rankBefore)
+	case f.learned:
+		return strconv.Itoa(f.rank)
+	}
+	return ""
+}
+
 // leaving records the fleet as known when this Limiter loses Redis.
 func (f *fleetView) leaving() {
 	f.mu.Lock()
@@ -372,7 +386,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
-		strconv.FormatInt(reportKeep.Milliseconds(), 10)}
+		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank()}
 	args = append(args, l.reports.due(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
@@ -400,16 +414,19 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	slices.Sort(held)
 	held = slices.Compact(held)
 	l.fleet.update(int(n), int(rank), held)
-	if len(suspects) > 0 {
-		l.checkSuspects(ctx, node, suspects)
+	if len(suspects) > 0 && l.checkSuspects(ctx, node, suspects) {
+		// Members removed: learn the fleet without them at once.
+		return l.heartbeat(ctx)
 	}
 	return nil
 }
 
 // suspectAfter is how long a member may be silent before the fleet checks
-// whether its process still holds a connection: a little over one missed
-// heartbeat.
-func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval * 5 / 4 }
+// whether its process still holds a connection: a little over one
+// heartbeat (they come every interval ± 10%), well before it would count
+// as held (two intervals), so that a process that exited is removed before
+// anyone keeps its share back.
+func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval * 11 / 10 }
 
 // checkSuspects looks for each suspect's presence connection (by client
 // id, and its name) in CLIENT LIST: a member whose connection is gone has
@@ -417,7 +434,7 @@ func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval
 // connected is stalled or cut off from Redis and stays held (up to
 // SilentHold). suspects are pairs of a Limiter id and a client id. A Redis
 // that refuses CLIENT LIST (an ACL without it) leaves them held.
-func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, suspects []any) {
+func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, suspects []any) (removed bool) {
 	var ids []int64
 	cid := map[string]int64{}
 	for i := 0; i+1 < len(suspects); i += 2 {
@@ -430,13 +447,13 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 		ids = append(ids, c)
 	}
 	if len(ids) == 0 {
-		return
+		return false
 	}
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return clientListIDs(ctx, node, ids...)
 	}, nil)
 	if err != nil {
-		return
+		return false
 	}
 	connected := map[string]bool{}
 	for line := range strings.SplitSeq(res.(string), "\n") {
@@ -465,9 +482,10 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 		l.opts.Logger.Info("pacer: fleet members exited without Close (their connection is gone): their shares go back to the fleet",
 			"members", gone, "limiter", l.id)
 	}
-	_, _ = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	_, err = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
 	}, nil)
+	return err == nil && len(gone) > 0
 }
 
 // leave removes this Limiter from the heartbeat set (Close).

@@ -67,7 +67,7 @@ func TestPoliciesPruned(t *testing.T) {
 	now := time.Now().UnixMilli()
 	run := func(args ...any) {
 		t.Helper()
-		base := []any{"me", "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 500}
+		base := []any{"me", "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 500, ""}
 		if err := hb.Run(ctx, s.Client, keys, append(base, args...)...).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -80,5 +80,50 @@ func TestPoliciesPruned(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != "fresh" {
 		t.Fatalf("policies kept %v, want [fresh] (keep_ms 500, old reported 10 s ago)", got)
+	}
+}
+
+// TestStableRanks: a member keeps its rank while it lives, whoever joins or
+// leaves: a rank by id order shifted every member after one that joined or
+// left, and members whose views differed for a heartbeat could pace
+// locally on one rank's lattice instants (the combination runner saw it
+// around a process killed and started again). A newcomer takes the
+// smallest free rank, or the one it asks for (its own, after Redis lost
+// the fleet).
+func TestStableRanks(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	k := redistest.Prefix(t) + "{limiters}"
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	hb := redis.NewScript(lua.Heartbeat)
+	beat := func(id, want string) (rank, n int64) {
+		t.Helper()
+		res, err := hb.Run(ctx, s.Client, keys, id, "redis", fmt.Sprint(time.Now().UnixMilli(), " 0"), 60_000, 60_000, 60_000, 60_000, want).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[3].(int64), res[4].(int64)
+	}
+	for i, id := range []string{"m", "c", "x"} { // not in id order
+		if r, _ := beat(id, ""); r != int64(i) {
+			t.Fatalf("%s joined with rank %d, want %d", id, r, i)
+		}
+	}
+	if r, n := beat("a", ""); r != 3 || n != 4 {
+		t.Fatalf("a joined with rank %d of %d, want 3 of 4 (no other rank moves)", r, n)
+	}
+	if err := hb.Run(ctx, s.Client, keys, "m", "check", "c", "").Err(); err != nil { // c exited
+		t.Fatal(err)
+	}
+	for id, want := range map[string]int64{"m": 0, "x": 2, "a": 3} {
+		if r, n := beat(id, ""); r != want || n != 4 {
+			t.Errorf("%s has rank %d of %d after c left, want %d of 4", id, r, n, want)
+		}
+	}
+	if r, _ := beat("b", ""); r != 1 {
+		t.Errorf("b took rank %d, want the free 1", r)
+	}
+	if r, _ := beat("z", "0"); r != 4 {
+		t.Errorf("z asked for 0 (taken) and got %d, want the smallest free, 4", r)
 	}
 }

@@ -140,17 +140,22 @@ func (l *Limiter) loop() {
 				// Tell the fleet at once: until it hears "redis", the
 				// others count this Limiter as pacing locally (held).
 				_ = l.heartbeat(l.loopCtx)
-				timer.Reset(l.opts.HeartbeatInterval)
+				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			case degraded:
 				timer.Reset(jitter(l.opts.ProbeInterval))
 			default:
-				timer.Reset(l.opts.HeartbeatInterval)
+				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			}
 			l.sweepLocal()
 			nowNS, _ := l.serverNow()
 			l.horizons.sweep(nowNS)
 		}
 	}
+}
+
+// jitter10 returns d ± 10%: the fleet's heartbeats do not stay in step.
+func jitter10(d time.Duration) time.Duration {
+	return d*9/10 + rand.N(d/5+1)
 }
 
 // jitter returns d ± 25%.

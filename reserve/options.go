@@ -93,7 +93,7 @@ type Options struct {
 	// Redis take only their own shares meanwhile. A Limiter whose process
 	// exited without Close (killed, crashed) is not held: its heartbeat
 	// connection (named pacer-<id>) is gone from CLIENT LIST, and the first
-	// member to see that, about 1.25 heartbeats after its last one,
+	// member to see that, about 1.1 heartbeats after its last one,
 	// removes it; its share comes back to the others at their next
 	// heartbeat. (A Redis user without CLIENT SETNAME or CLIENT LIST, see
 	// docs/security.md, falls back to SilentHold.) After SilentHold a

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/pacer-go/pacer/reserve"
@@ -254,11 +255,26 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 	}
 	_, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
 	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	if errors.Is(err, reserve.ErrUnavailable) && documentedUnavailable(err) {
+		// What the library promises for a process that has never reached
+		// Redis (it does not know its share), or a cost above its share of
+		// a window band while others pace locally: a refusal, counted.
+		c.count("unavailable")
+		sleepCtx(ctx, 50*time.Millisecond)
+		return true
+	}
 	if !(ctxErr && ended(ctx)) && !(tooLong && nearEnd(ctx)) {
 		c.errNote(kind, key, err)
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 	return true
+}
+
+// documentedUnavailable reports whether err is one of the refusals
+// reserve documents for local pacing (see Options.FleetSize).
+func documentedUnavailable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Redis has never answered this Limiter") || strings.Contains(s, "share of a window band is below the cost")
 }
 
 // ended reports whether ctx has ended, or its deadline has passed (its

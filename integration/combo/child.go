@@ -73,9 +73,9 @@ func childMain(spec ChildSpec) error {
 	l, err := reserve.New(rdb, reserve.Options{
 		KeyPrefix: spec.Prefix,
 		Logger:    slog.New(&switchLog{next: stderr, out: out, child: spec.ID}),
-		// A process started again while Redis is down has never reached
-		// it: it paces on its share of a fleet of this size until it does.
-		FleetSize: procs,
+		// No FleetSize: a process started again while Redis is down has
+		// never reached it, does not know its rank in the fleet, and
+		// refuses with ErrUnavailable until it does (the default).
 	})
 	if err != nil {
 		return err
