@@ -99,7 +99,7 @@ func defaults(quick bool) config {
 		c.MemKeys = 1000
 		c.MemRate = 2 // keys live 2.5 s
 		c.EvictRun = 2 * time.Second
-		c.CrashRun = 1500 * time.Millisecond
+		c.CrashRun = time.Second
 	}
 	return c
 }

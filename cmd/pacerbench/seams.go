@@ -62,7 +62,7 @@ func seamsSizes(quick bool) seamsConfig {
 	if quick {
 		return seamsConfig{
 			Procs: 2, Goroutines: 8, Rate: 500, Runs: 3, CloseRun: time.Second,
-			OutProcs: 2, OutGoroutines: 8, OutRate: 200, Normal: time.Second, Fault: time.Second, After: 2 * time.Second,
+			OutProcs: 2, OutGoroutines: 8, OutRate: 200, Normal: time.Second, Fault: time.Second, After: 1500 * time.Millisecond,
 			WinGoroutines: 16, WinN: 30, WinLen: time.Second, Windows: 2,
 		}
 	}
