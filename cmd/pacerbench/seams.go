@@ -257,7 +257,11 @@ func (b *bench) seamsExits(ctx context.Context, sc seamsConfig, killed bool, pro
 			x.Gap = r.start.Sub(runs[i-1].end)
 			x.Gone, x.BeatMin, x.BeatMax = gone(polls, runs[i-1].end)
 		}
-		progress("seams       %-10s %.1f/s, first 3 s %.1f/s, 1 s buckets %v, previous members gone after %v", x.Name, x.Rate, x.First3, x.Buckets, x.Gone)
+		gone := ""
+		if x.Gone >= 0 {
+			gone = fmt.Sprintf(", the previous processes gone %v after its end", x.Gone.Round(time.Millisecond))
+		}
+		progress("seams       %-10s %.1f/s, first 3 s %.1f/s, 1 s buckets %v%s", x.Name, x.Rate, x.First3, x.Buckets, gone)
 		out[i] = x
 	}
 	return out, nil
