@@ -16,9 +16,13 @@
 // fleet of processes (this program re-run as children) sharing one key at
 // 500/s, burst 1 (what the provider would see, and what Redis spends per
 // call), and again beside a CPU hog per CPU (pacer, and x/time/rate as the
-// reference); Redis memory per idle key, and its expiry; and pacer's callers
+// reference); Redis memory per idle key, and its expiry; pacer's callers
 // while Redis runs out of memory, under an evicting policy and under
-// noeviction.
+// noeviction; and the seams phase (seams.go), where pacer's features meet
+// faults: a fleet's rate after its processes are killed without Close, a
+// fleet through Redis stopped and restarted empty and through Redis frozen,
+// and a window band's calls and Sleep's moves per window, on an idle and
+// a busy machine.
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
@@ -63,8 +67,9 @@ type config struct {
 	MemKeys    int           // keys created in the memory phase
 	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
 	EvictRun   time.Duration // each run of the eviction phase
+	CrashRun   time.Duration // each crash run of the seams phase
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script); "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script, lease, seams); "" for all
 	Command    string        // how the program was run, for the report
 }
 
@@ -84,6 +89,7 @@ func defaults(quick bool) config {
 		// 100,000 of them takes, so none has expired when memory is read.
 		MemRate:  0.05,
 		EvictRun: 6 * time.Second,
+		CrashRun: 10 * time.Second,
 	}
 	if quick {
 		c.Quick = true
@@ -93,6 +99,7 @@ func defaults(quick bool) config {
 		c.MemKeys = 1000
 		c.MemRate = 2 // keys live 2.5 s
 		c.EvictRun = 2 * time.Second
+		c.CrashRun = time.Second
 	}
 	return c
 }
@@ -102,6 +109,9 @@ func main() {
 		os.Exit(code)
 	}
 	if code, ok := runAsLeaseChild(); ok {
+		os.Exit(code)
+	}
+	if code, ok := runAsSeamsChild(); ok {
 		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
@@ -122,7 +132,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -132,8 +142,9 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.MemKeys, "keys", full.MemKeys, "keys created in the memory phase")
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
+	fs.DurationVar(&c.CrashRun, "crash-run", full.CrashRun, "length of each crash run of the seams phase (where the kill falls between two heartbeats follows from it)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease, seams)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -144,12 +155,13 @@ func parseFlags(args []string) (config, error) {
 		// -quick changes the defaults: of the flags not given.
 		q := defaults(true)
 		use := map[string]func(){
-			"phase":    func() { c.Phase = q.Phase },
-			"fleet":    func() { c.Fleet = q.Fleet },
-			"procs":    func() { c.Procs = q.Procs },
-			"keys":     func() { c.MemKeys = q.MemKeys },
-			"mem-rate": func() { c.MemRate = q.MemRate },
-			"eviction": func() { c.EvictRun = q.EvictRun },
+			"phase":     func() { c.Phase = q.Phase },
+			"fleet":     func() { c.Fleet = q.Fleet },
+			"procs":     func() { c.Procs = q.Procs },
+			"keys":      func() { c.MemKeys = q.MemKeys },
+			"mem-rate":  func() { c.MemRate = q.MemRate },
+			"eviction":  func() { c.EvictRun = q.EvictRun },
+			"crash-run": func() { c.CrashRun = q.CrashRun },
 		}
 		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
 		for _, set := range use {
@@ -171,8 +183,8 @@ func parseFlags(args []string) (config, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0:
-		return fmt.Errorf("pacerbench: -phase, -fleet and -eviction must be positive")
+	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0:
+		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction and -crash-run must be positive")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1:
 		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
@@ -187,7 +199,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "seams"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -294,6 +306,7 @@ type results struct {
 	Eviction   []eviction
 	Script     []scriptRow
 	ScriptNote string
+	Seams      *seamsResults // the seams phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -428,6 +441,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("seams") {
+		if res.Seams, err = b.runSeams(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -436,6 +454,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	res.Env.finish()
 
 	tables := res.tables() + res.scriptTable() + leases.String()
+	if res.Seams != nil {
+		tables += res.Seams.tables()
+	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
 		if err := os.WriteFile(c.Out, []byte(res.document(tables)), 0o644); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,9 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	if code, ok := runAsLeaseChild(); ok {
+		os.Exit(code)
+	}
+	if code, ok := runAsSeamsChild(); ok {
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
@@ -165,6 +169,8 @@ func TestQuick(t *testing.T) {
 		t.Errorf("memory, pacer: PTTL %v right after the write, want just under %v", m.PTTL, m.DesignTTL)
 	}
 
+	checkSeams(t, res.Seams, stdout.String())
+
 	// Out of memory: under volatile-lru New warns and the bucket is
 	// evicted; under noeviction pacer paces locally, and no caller fails.
 	for _, policy := range evictPolicies {
@@ -178,6 +184,68 @@ func TestQuick(t *testing.T) {
 			t.Errorf("eviction, %s: New warned %q, %d keys evicted; want a warning and evictions", policy, e.Warned, e.Evicted)
 		case policy == "noeviction" && (e.Warned != "" || e.Evicted != 0 || e.Refused == 0 || e.Local == 0):
 			t.Errorf("eviction, %s: %+v; want no warning, no evictions, writes refused and reservations granted locally", policy, e)
+		}
+	}
+}
+
+// checkSeams checks the seams phase of a quick run: its tables and rows,
+// and what does not depend on timing: no window holds more than its N,
+// and no sleeper moved for a pause nobody made.
+func checkSeams(t *testing.T, s *seamsResults, stdout string) {
+	t.Helper()
+	if s == nil {
+		t.Fatal("no seams results")
+	}
+	sc := s.Cfg
+	for _, title := range []string{"### Seams: exits without Close", "### Seams: recovery after an outage", "### Seams: exact windows and phantom pauses"} {
+		if !strings.Contains(stdout, title) {
+			t.Errorf("no table %q", title)
+		}
+	}
+	var names []string
+	for i := range 2 {
+		names = append(names, fmt.Sprintf("graceful %d", i+1))
+	}
+	for i := range sc.Runs {
+		names = append(names, fmt.Sprintf("crash %d", i+1))
+	}
+	if len(s.Exits) != len(names) {
+		t.Errorf("exits: %d runs, want %d", len(s.Exits), len(names))
+	}
+	for _, name := range names {
+		if !strings.Contains(stdout, "| "+name+" |") {
+			t.Errorf("exits: no row for %q", name)
+		}
+	}
+	if len(s.Outages) != 2 {
+		t.Errorf("outage: %d runs, want 2", len(s.Outages))
+	}
+	for _, fault := range []string{faultStop, faultFreeze} {
+		if !strings.Contains(stdout, "| "+fault+" |") {
+			t.Errorf("outage: no row for %q", fault)
+		}
+	}
+	if len(s.Windows) != 2 {
+		t.Fatalf("windows: %d runs, want 2", len(s.Windows))
+	}
+	for _, w := range s.Windows {
+		if len(w.Calls) != sc.Windows {
+			t.Errorf("windows, %d hogs: %d windows, want %d", w.Hogs, len(w.Calls), sc.Windows)
+		}
+		for i, n := range w.Calls {
+			if float64(n) > sc.WinN {
+				t.Errorf("windows, %d hogs: window %d held %d calls, want at most %v", w.Hogs, i+1, n, sc.WinN)
+			}
+			if w.Pause[i] != 0 {
+				t.Errorf("windows, %d hogs: window %d: %d moves for a pause, want 0 (nobody paused)", w.Hogs, i+1, w.Pause[i])
+			}
+		}
+		machine := "idle"
+		if w.Hogs > 0 {
+			machine = fmt.Sprintf("%d CPU hogs", w.Hogs)
+		}
+		if !strings.Contains(stdout, "| "+machine+" | all |") {
+			t.Errorf("windows: no total row for %q", machine)
 		}
 	}
 }

@@ -167,6 +167,9 @@ func (r *results) tables() string {
 	}
 	var b strings.Builder
 	for _, t := range ts {
+		if len(t.rows) == 0 {
+			continue // a phase this run did not run (-phases)
+		}
 		b.WriteString(t.markdown())
 	}
 	return b.String()
