@@ -60,6 +60,10 @@ type pendingAdjust struct {
 	actual  []float64 // nil: cancel
 }
 
+// maxAssumedQueue bounds the queue a Limiter assumes the others kept (see
+// prepare).
+const maxAssumedQueue = 10 * time.Second
+
 const (
 	maxSeeds   = 100_000
 	seedAge    = 10 * time.Minute
@@ -130,6 +134,14 @@ func (l *Limiter) prepare(c engine.Call, s *spec) {
 	sd := f.seeds[c.Key]
 	f.store.Seed(c.Key, sd.state, sd.stored, sd.stored != "")
 	h := engine.Handback{LastSlot: l.horizons.get(c.Key)}.Merge(f.hand[c.Key]).Merge(f.inflight[c.Key])
+	// The others went on reserving after the state this Limiter last saw
+	// (its reply's), and it cannot see those slots: assume the queue it saw
+	// stayed as long (the fleet's demand went on), and start after it. A
+	// queue that drained costs at most its length; one that grew may still
+	// overlap its first slots.
+	if q := min(engine.Queue(sd.state), int64(maxAssumedQueue)); q > 0 {
+		h = h.Merge(engine.Handback{LastSlot: c.Now + q})
+	}
 	if h.LastSlot > c.Now || len(h.Windows) > 0 {
 		f.store.Absorb(c, h)
 	}

@@ -34,16 +34,18 @@ import (
 // keeps back the shares of the fleet it knew before the outage that the
 // heartbeats do not show yet.
 type fleetView struct {
-	mu         sync.Mutex
-	id         string
-	hint       int // Options.FleetSize
-	remember   time.Duration
-	learned    bool
-	n, rank    int
-	held       []int
-	remembered int       // n when this Limiter last lost Redis
-	rankBefore int       // its rank then
-	backAt     time.Time // when it came back
+	mu                sync.Mutex
+	id                string
+	hint              int // Options.FleetSize
+	remember          time.Duration
+	learned           bool
+	n, rank           int
+	held              []int
+	members           int       // the members (live and held) Redis lists
+	remembered        int       // n when this Limiter last lost Redis
+	rememberedMembers int       // and the members then
+	rankBefore        int       // its rank then
+	backAt            time.Time // when it came back
 }
 
 // size returns the fleet size: the number learned (known true), or
@@ -67,7 +69,7 @@ func (f *fleetView) redisShare() engine.Share {
 		return engine.Share{}
 	}
 	n, held := f.n, f.held
-	if !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.remembered > n {
+	if f.missing() {
 		// Redis (restarted empty) lost the fleet: the ranks it gives now
 		// are not the ones the members pacing locally still use. Until
 		// they are back, take the share of this Limiter's own rank before
@@ -104,7 +106,7 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n, rank := f.n, f.rank
-	if !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.remembered > n {
+	if f.missing() {
 		// Back from an outage, Redis (restarted empty) does not list the
 		// whole fleet yet: keep the share this Limiter had in it.
 		n, rank = f.remembered, f.rankBefore
@@ -137,12 +139,20 @@ func (f *fleetView) wantRank() string {
 	return ""
 }
 
+// missing reports whether, back from an outage of its own, this Limiter
+// sees fewer members than it knew before it: Redis (restarted empty) lost
+// them, and those not back yet may still pace locally on their ranks. f.mu
+// is held.
+func (f *fleetView) missing() bool {
+	return !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.rememberedMembers > f.members
+}
+
 // leaving records the fleet as known when this Limiter loses Redis.
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.learned && f.n >= f.remembered {
-		f.remembered, f.rankBefore = f.n, f.rank
+	if f.learned && f.members >= f.rememberedMembers {
+		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
 }
 
@@ -154,13 +164,13 @@ func (f *fleetView) recovered() {
 	f.backAt = time.Now()
 }
 
-func (f *fleetView) update(n, rank int, held []int) {
+func (f *fleetView) update(n, rank, members int, held []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learned = true
-	f.n, f.rank, f.held = n, rank, held
+	f.n, f.rank, f.members, f.held = n, rank, members, held
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
-		f.backAt, f.remembered = time.Time{}, 0
+		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}
 }
 
@@ -413,7 +423,9 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	}
 	slices.Sort(held)
 	held = slices.Compact(held)
-	l.fleet.update(int(n), int(rank), held)
+	liveN, _ := r[1].(int64)
+	heldN, _ := r[2].(int64)
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), held)
 	if len(suspects) > 0 && l.checkSuspects(ctx, node, suspects) {
 		// Members removed: learn the fleet without them at once.
 		return l.heartbeat(ctx)

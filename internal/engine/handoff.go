@@ -196,6 +196,38 @@ func PauseEnd(state string) int64 {
 	return tv*1000 + int64(math.Ceil(pv))
 }
 
+// Queue returns how far ahead of its write a state's buckets were queued:
+// the latest zero time z of a bucket record, ns after the state's write
+// time; 0 if none was ahead.
+func Queue(state string) int64 {
+	var rest string
+	v1 := false
+	if m := format2Re.FindStringSubmatch(state); m != nil {
+		rest = m[5]
+	} else if m := format1Re.FindStringSubmatch(state); m != nil {
+		rest, v1 = m[7], true
+	}
+	f := strings.Fields(rest)
+	var zs []string
+	if len(f) == 2 {
+		zs = append(zs, f[0]) // a Limit's record, without its name
+	}
+	for i := 0; len(f) != 2 && i+3 <= len(f); i += 3 {
+		x := f[i+1]
+		if strings.HasPrefix(f[i], "~") || strings.HasPrefix(x, "w") || (v1 && !strings.Contains(x, ".")) {
+			continue
+		}
+		zs = append(zs, x)
+	}
+	q := 0.0
+	for _, z := range zs {
+		if v, err := strconv.ParseFloat(z, 64); err == nil && v > q {
+			q = v
+		}
+	}
+	return int64(q)
+}
+
 // windowUse is a window record: the latest window and its units.
 type windowUse struct{ w, u float64 }
 

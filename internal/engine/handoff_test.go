@@ -29,3 +29,21 @@ func TestPauseEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestQueue(t *testing.T) {
+	for _, tt := range []struct {
+		state string
+		want  int64
+	}{
+		{"1795436253625771 2100 7 0 -999999722 278", 0},                                    // a Limit, not queued
+		{"1795436253625771 2100 7 0 250000000 250000000", 250_000_000},                     // a Limit queued 250 ms
+		{"1795436253625771 2100 7 c0 rps 5.5 1 day w12 3 tokens 900000000 2", 900_000_000}, // the latest bucket
+		{"1795436253625771 2100 7 0 day w99999999999 3", 0},                                // windows are not queues
+		{"1 1795436253625771 2100000 7 0.000 0 rps 1000.000 1.000 day 12 3", 1000},         // format 1
+		{"keep", 0},
+	} {
+		if got := Queue(tt.state); got != tt.want {
+			t.Errorf("Queue(%q) = %d, want %d", tt.state, got, tt.want)
+		}
+	}
+}
