@@ -7,9 +7,10 @@
 -- KEYS[1]  the fleet, a sorted set: member = Limiter id, score = Unix ms of
 --          its last heartbeat (Redis server time)
 -- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>
---          <cid>" (mode "redis" or "local": how it paces; since_ms: Unix
---          ms, the Limiter's clock, when that mode began; cid the client id
---          of its presence connection, named "pacer-<id>", 0 if none)
+--          <cid> <n>" (mode "redis" or "local": how it paces; since_ms:
+--          Unix ms, the Limiter's clock, when that mode began; cid the
+--          client id of its presence connection, named "pacer-<id>", 0 if
+--          none; n the fleet's size its local share counts, 0 if none)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -30,8 +31,8 @@
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
 --          suspect_ms); reply {now_ms}
--- ARGV[3]  since_ms (integer), then " <cid>" (see KEYS[2]; only a Limiter
---          with a presence connection can be a suspect)
+-- ARGV[3]  since_ms (integer), then " <cid> <n>" (see KEYS[2]; only a
+--          Limiter with a presence connection can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
@@ -43,9 +44,11 @@
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
 -- ARGV[9...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
--- Reply    {now_ms, live, held, rank, n, held_ranks, suspects}: live
---          includes this Limiter; live + held is the number of members, n
---          the highest rank + 1; held_ranks the ranks of the held members; suspects, pairs of a Limiter id and its
+-- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n}:
+--          live includes this Limiter; live + held is the number of
+--          members, n the highest rank + 1; held_ranks the ranks of the held
+--          members; held_n the largest n the held members count (their
+--          lattice: the members on Redis keep to it while they are held); suspects, pairs of a Limiter id and its
 --          presence connection's client id, to check (CLIENT LIST ID). Another Limiter
 --          heard from within live_ms whose mode is "local" counts as held:
 --          it reaches the fleet's set but not its keys (a Redis Cluster
@@ -129,6 +132,13 @@ redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
 
 local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
 local held_ranks = {}
+local held_n = 0
+local function note_n(detail)
+  local hn = detail and tonumber(string.match(detail, '^%S+ %S+ %d+ (%d+)'))
+  if hn and hn > held_n then
+    held_n = hn
+  end
+end
 local live = #heard
 if live > 1 then
   local modes = redis.call('HMGET', KEYS[2], unpack(heard))
@@ -136,6 +146,7 @@ if live > 1 then
     local m = modes[i]
     if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
       live = live - 1
+      note_n(m)
       local r = redis.call('ZSCORE', KEYS[4], heard[i])
       if r then
         held_ranks[#held_ranks + 1] = tonumber(r)
@@ -144,6 +155,12 @@ if live > 1 then
   end
 end
 local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
+if #silent > 0 then
+  local ds = redis.call('HMGET', KEYS[2], unpack(silent))
+  for i = 1, #silent do
+    note_n(ds[i])
+  end
+end
 for i = 1, #silent do
   -- (An earlier version's member has no rank: it is counted, not ranked.)
   local r = redis.call('ZSCORE', KEYS[4], silent[i])
@@ -157,7 +174,7 @@ if #quiet > 0 then
   local checked = redis.call('HMGET', KEYS[5], unpack(quiet))
   local details = redis.call('HMGET', KEYS[2], unpack(quiet))
   for i = 1, #quiet do
-    local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)$')
+    local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)')
     if cid and cid ~= '0' and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
       suspects[#suspects + 1] = quiet[i]
       suspects[#suspects + 1] = cid
@@ -167,4 +184,4 @@ end
 local members = redis.call('ZCARD', KEYS[1])
 local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 local n = tonumber(top[2]) + 1
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects}
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n}

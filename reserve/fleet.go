@@ -42,6 +42,7 @@ type fleetView struct {
 	n, rank           int
 	held              []int
 	members           int       // the members (live and held) Redis lists
+	heldN             int       // the largest fleet size the held members' local shares count
 	remembered        int       // n when this Limiter last lost Redis
 	rememberedMembers int       // and the members then
 	rankBefore        int       // its rank then
@@ -81,6 +82,14 @@ func (f *fleetView) redisShare() engine.Share {
 				held = append(held, k)
 			}
 		}
+	}
+	if len(held) > 0 && f.heldN > 1 && f.heldN != n && !f.missing() {
+		// The held members pace on the lattice of the fleet they knew
+		// (a member joined or left since): keep to theirs, so that nobody
+		// shares an instant. A member whose rank is beyond it takes part
+		// in the group's instants.
+		n = f.heldN
+		held = slices.DeleteFunc(slices.Clone(held), func(k int) bool { return k >= n })
 	}
 	if len(held) == 0 || len(held) >= n {
 		return engine.Share{}
@@ -164,11 +173,11 @@ func (f *fleetView) recovered() {
 	f.backAt = time.Now()
 }
 
-func (f *fleetView) update(n, rank, members int, held []int) {
+func (f *fleetView) update(n, rank, members, heldN int, held []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learned = true
-	f.n, f.rank, f.members, f.held = n, rank, members, held
+	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}
@@ -391,7 +400,8 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	if mode == "redis" {
 		node, cid = l.present(ctx)
 	}
-	flag := " " + strconv.FormatInt(cid, 10)
+	ls, _ := l.fleet.localShare()
+	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(max(ls.N, 0))
 	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
@@ -405,7 +415,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return err
 	}
 	r, ok := res.([]any)
-	if !ok || len(r) != 7 {
+	if !ok || len(r) != 8 {
 		return nil
 	}
 	n, ok1 := r[4].(int64)
@@ -425,7 +435,8 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	held = slices.Compact(held)
 	liveN, _ := r[1].(int64)
 	heldN, _ := r[2].(int64)
-	l.fleet.update(int(n), int(rank), int(liveN+heldN), held)
+	latticeN, _ := r[7].(int64)
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), held)
 	if len(suspects) > 0 && l.checkSuspects(ctx, node, suspects) {
 		// Members removed: learn the fleet without them at once.
 		return l.heartbeat(ctx)

@@ -98,6 +98,9 @@ func (l *Limiter) failed(key string, err error) {
 // once, so that no Limiter reserves on Redis before this one's local slots.
 func (l *Limiter) recovered(ctx context.Context) {
 	h := &l.health
+	// The share after an outage first: calls go to Redis as soon as the
+	// Limiter is no longer degraded.
+	l.fleet.recovered()
 	h.mu.Lock()
 	if !h.degraded {
 		h.mu.Unlock()
@@ -108,7 +111,6 @@ func (l *Limiter) recovered(ctx context.Context) {
 	down := time.Since(h.since)
 	h.since = time.Now()
 	h.mu.Unlock()
-	l.fleet.recovered()
 	l.handBack(ctx)
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
