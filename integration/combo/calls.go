@@ -136,11 +136,13 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		cl.cancel(r)
 		return 0
 	}
+	call.First = r.Time().UnixNano()
 	err = r.Sleep(ctx)
 	if c.failed(ctx, kind, key.name, err) {
 		return 0
 	}
 	fire := time.Now()
+	call.Seq = seqOf(r)
 	call.Slot, call.Exact = grantedSlot(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
 	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
@@ -298,16 +300,27 @@ func nearEnd(ctx context.Context) bool {
 // false when the server's slot could not be read and Time (the slot placed
 // on the local clock, up to a round trip late) stands in for it.
 func grantedSlot(r *reserve.Reservation) (ns int64, exact bool) {
-	if r.Local() {
-		return r.Time().UnixNano(), true
-	}
 	// Sleep has returned: nothing changes r any more, so reading it
-	// without its lock races with nothing.
+	// without its lock races with nothing. A local reservation's slot is
+	// on the server's clock as its process estimates it: the clock the
+	// fleet's lattice of local slots is on.
 	f := reflect.ValueOf(r).Elem().FieldByName("slotNS")
 	if !f.IsValid() || f.Kind() != reflect.Int64 || f.Int() == 0 {
-		return r.Time().UnixNano(), false
+		return r.Time().UnixNano(), r.Local()
 	}
 	return f.Int(), true
+}
+
+// seqOf returns r's number on its key (0 for a local one), read from the
+// unexported field, for the dump: two slots at one instant with numbers
+// from one state cannot be, and tell a bug of the state from one of the
+// shares.
+func seqOf(r *reserve.Reservation) int64 {
+	f := reflect.ValueOf(r).Elem().FieldByName("seq")
+	if !f.IsValid() || f.Kind() != reflect.Int64 {
+		return 0
+	}
+	return f.Int()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -25,8 +25,10 @@ type Call struct {
 	Placed int64 `json:"placed,omitempty"`
 	Lo     int64 `json:"lo"`
 	Hi     int64 `json:"hi"`
-	Grant  int64 `json:"grant"` // when the reservation was asked for
-	Fire   int64 `json:"fire"`  // when Sleep (or Wait) returned
+	Grant  int64 `json:"grant"`           // when the reservation was asked for
+	First  int64 `json:"first,omitempty"` // the slot the reservation got first (Sleep may move it)
+	Seq    int64 `json:"seq,omitempty"`   // its number on the key (0: local)
+	Fire   int64 `json:"fire"`            // when Sleep (or Wait) returned
 	Local  bool  `json:"local,omitempty"`
 
 	Cost   map[string]float64 `json:"cost"`             // reserved
