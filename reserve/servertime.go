@@ -44,17 +44,33 @@ type clockSync struct {
 	local   time.Time     // and the latest local time it can have been
 	rtt     time.Duration // the anchor's round trip: the estimate is late by at most that
 	taken   time.Time     // when the anchor was taken
+
+	// best is the anchor of the shortest round trip within bestAge: the
+	// local fallback's clock (server), which the fleet's members must read
+	// alike, whatever the last calls' round trips were (a reply after a
+	// stall bounds the offset only within its whole stall).
+	best struct {
+		ok      bool
+		serverS int64
+		local   time.Time
+		rtt     time.Duration
+	}
 }
+
+// bestAge is how long the best anchor is kept against anchors with longer
+// round trips: two hosts' clocks drift apart by a few ppm, microseconds a
+// minute.
+const bestAge = time.Minute
 
 // server returns local, a time on the local clock, on the server's clock
 // (Unix ns) as the estimate places it; without an estimate, local itself.
 func (c *clockSync) server(local time.Time) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ok {
+	if !c.best.ok {
 		return local.UnixNano()
 	}
-	return c.serverS + int64(local.Sub(c.local))
+	return c.best.serverS + int64(local.Sub(c.best.local))
 }
 
 // place returns the local time of serverNS, an instant read from the
@@ -70,6 +86,13 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 	if !c.ok || est.Before(send) || est.After(recv) || rtt <= c.rtt || recv.Sub(c.taken) > anchorAge {
 		c.ok, c.serverS, c.local, c.rtt, c.taken = true, serverNS, recv, rtt, recv
 		est = recv
+	}
+	// The best anchor: the shortest round trip, unless this call's bounds
+	// exclude it (a clock stepped, a failover) or it is old.
+	b := &c.best
+	bestEst := b.local.Add(time.Duration(serverNS - b.serverS))
+	if !b.ok || rtt <= b.rtt || bestEst.Before(send) || bestEst.After(recv) || recv.Sub(b.local) > bestAge {
+		b.ok, b.serverS, b.local, b.rtt = true, serverNS, recv, rtt
 	}
 	c.mu.Unlock()
 	if lo := recv.Add(-MaxEarly); est.Before(lo) {
