@@ -53,6 +53,13 @@ var Admin string
 //go:embed adaptive.lua
 var Adaptive string
 
+// Restore puts back a key's stored limit that Redis lost, as a Limiter
+// last saw it, when nothing else of the key is left. It does not use
+// core.lua. See restore.lua.
+//
+//go:embed restore.lua
+var Restore string
+
 // Heartbeat records a Limiter as live and counts the fleet. It does not use
 // core.lua. See heartbeat.lua.
 //

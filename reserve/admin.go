@@ -78,7 +78,7 @@ func (a *Admin) policiesKey() string { return a.prefix + "{limiters}:policies" }
 // A Change is one entry of a key's history.
 type Change struct {
 	At     time.Time `json:"at"`
-	Op     string    `json:"op"` // "set", "unset", "pause 30s", "resume"
+	Op     string    `json:"op"` // "set", "unset", "pause 30s", "resume", "restore" (a Limiter put back a limit Redis lost)
 	Who    string    `json:"who"`
 	Reason string    `json:"reason"`
 	// Before and After are the stored limit before and after the change,

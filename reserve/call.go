@@ -44,7 +44,7 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
-	probe := op == "heartbeat" || op == "probe"
+	probe := op == "heartbeat" || op == "probe" || ctx.Value(recoveryKey{}) != nil
 	if !probe && l.isDegraded() {
 		return nil, fmt.Errorf("reserve: %s %q: %w (pacing locally until a probe finds it again)", op, key, l.unavailableErr())
 	}

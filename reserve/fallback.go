@@ -10,8 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pacer-go/pacer/internal/engine"
+	"github.com/pacer-go/pacer/lua"
 )
+
+// historyKeep is how many entries a key's history keeps when a Limiter
+// writes one (Admin's default).
+const historyKeep = 50
 
 // The local fallback: while Redis is unavailable, a Limiter paces each key
 // with the same engine as Redis's scripts (internal/engine), on a Store of
@@ -338,7 +345,18 @@ func (l *Limiter) handBack(ctx context.Context) {
 	f.pending = nil
 	dropped := f.dropped
 	f.dropped = 0
+	stored := map[string]string{}
+	for k, sd := range f.seeds {
+		if sd.stored != "" {
+			stored[k] = sd.stored
+		}
+	}
 	f.mu.Unlock()
+	// The stored limits first: a Redis restarted empty lost them, and the
+	// members still pacing locally pace by them (their lattice is theirs).
+	for _, k := range slicesSorted(stored) {
+		l.restoreStored(ctx, k, stored[k])
+	}
 	for _, k := range slicesSorted(keys) {
 		s := keys[k]
 		if s == nil {
@@ -367,6 +385,22 @@ func (l *Limiter) handBack(ctx context.Context) {
 	if dropped > 0 {
 		l.opts.Logger.Warn("pacer: cancels and settles made while Redis was unavailable were too many to keep; some were not applied",
 			"dropped", dropped, "limiter", l.id)
+	}
+}
+
+var restoreScript = redis.NewScript(lua.Restore)
+
+// restoreStored puts back key's stored limit, as this Limiter last saw it,
+// if Redis lost it with everything else of the key (see restore.lua).
+func (l *Limiter) restoreStored(ctx context.Context, key, stored string) {
+	k := l.RedisKey(key)
+	res, err := l.run(ctx, "restore", key, func(ctx context.Context) (any, error) {
+		return restoreScript.Run(ctx, l.rdb, []string{k, k + ":limit", k + ":history"},
+			stored, "pacer "+l.id, historyKeep).Int()
+	}, nil)
+	if err == nil && res == 1 {
+		l.opts.Logger.Warn("pacer: redis had lost a key's stored limit (restarted empty?); put it back as this Limiter last saw it",
+			"key", key, "stored", stored, "limiter", l.id)
 	}
 }
 

@@ -47,6 +47,28 @@ type fleetView struct {
 	rememberedMembers int       // and the members then
 	rankBefore        int       // its rank then
 	backAt            time.Time // when it came back
+
+	// A Limiter that started while Redis was unavailable has never learned
+	// the fleet. When it first reaches Redis, a Redis restarted empty lists
+	// only the members back already; the others, still pacing locally,
+	// probe within ProbeInterval (+25%). So it learns the fleet only from a
+	// heartbeat at least join after its first one that succeeded, and stays
+	// off Redis until then: otherwise it would take the whole of each key
+	// on Redis while they still paced on their shares.
+	born      bool          // started while Redis was unavailable; not yet joined
+	join      time.Duration // Options.ProbeInterval × 1.5
+	joinUntil time.Time     // the first heartbeat that succeeded plus join
+}
+
+// joining returns how long this Limiter, started while Redis was
+// unavailable, still waits before it learns the fleet (0: it has).
+func (f *fleetView) joining() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.born || f.joinUntil.IsZero() {
+		return 0
+	}
+	return max(time.Until(f.joinUntil), 0)
 }
 
 // size returns the fleet size: the number learned (known true), or
@@ -176,6 +198,16 @@ func (f *fleetView) recovered() {
 func (f *fleetView) update(n, rank, members, heldN int, held []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.born {
+		now := time.Now()
+		if f.joinUntil.IsZero() {
+			f.joinUntil = now.Add(f.join)
+		}
+		if now.Before(f.joinUntil) {
+			return
+		}
+		f.born = false
+	}
 	f.learned = true
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {

@@ -63,16 +63,27 @@ func (l *Limiter) failed(key string, err error) {
 		h.lastKey = key
 	}
 	switching := !h.degraded && h.failures >= l.opts.FailAfter
-	if switching {
-		h.degraded = true
-		h.since = time.Now()
-		h.outage = h.since
-	}
 	failures := h.failures
 	h.mu.Unlock()
-	if !switching {
+	if switching {
+		l.degrade(failures, err)
+	}
+}
+
+// degrade switches the Limiter to local pacing and wakes the loop, which
+// probes Redis until it answers.
+func (l *Limiter) degrade(failures int, err error) {
+	h := &l.health
+	h.mu.Lock()
+	if h.degraded {
+		h.mu.Unlock()
 		return
 	}
+	h.degraded = true
+	h.since = time.Now()
+	h.outage = h.since
+	h.lastErr = err
+	h.mu.Unlock()
 	l.fleet.leaving()
 	select {
 	case h.wake <- struct{}{}:
@@ -98,24 +109,29 @@ func (l *Limiter) failed(key string, err error) {
 // once, so that no Limiter reserves on Redis before this one's local slots.
 func (l *Limiter) recovered(ctx context.Context) {
 	h := &l.health
-	// The share after an outage first: calls go to Redis as soon as the
-	// Limiter is no longer degraded.
-	l.fleet.recovered()
-	h.mu.Lock()
-	if !h.degraded {
-		h.mu.Unlock()
+	if !l.isDegraded() {
 		return
 	}
+	// The share after an outage first: calls go to Redis as soon as the
+	// Limiter is no longer degraded. Then the handback, while calls still
+	// go to the local fallback: none of this Limiter's calls reaches Redis
+	// before its local slots, its pauses and its stored limits have.
+	l.fleet.recovered()
+	l.handBack(context.WithValue(ctx, recoveryKey{}, true))
+	h.mu.Lock()
 	h.degraded = false
 	h.failures = 0
 	down := time.Since(h.since)
 	h.since = time.Now()
 	h.mu.Unlock()
-	l.handBack(ctx)
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
 		"degraded_for", down.Round(time.Millisecond), "limiter", l.id)
 }
+
+// recoveryKey marks the context of the handback at recovery: its calls go
+// to Redis while the Limiter is still degraded.
+type recoveryKey struct{}
 
 // loop runs in the background from New until Close: a heartbeat every
 // HeartbeatInterval while Redis is up, a probe every ProbeInterval (jittered)
@@ -135,6 +151,12 @@ func (l *Limiter) loop() {
 			err := l.heartbeat(l.loopCtx)
 			if degraded && err == nil {
 				err = l.probeKey(l.loopCtx)
+			}
+			if wait := l.fleet.joining(); degraded && err == nil && wait > 0 {
+				// Started while Redis was down: learn the fleet once the
+				// members pacing locally could have probed too.
+				timer.Reset(wait + time.Millisecond)
+				continue
 			}
 			switch {
 			case degraded && err == nil:

@@ -114,6 +114,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	// After an outage, the members Redis does not show yet are kept back
 	// until they could have heartbeated again (a probe, then a heartbeat).
 	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
+	l.fleet.join = opts.ProbeInterval * 3 / 2
 	if l.clock == nil {
 		l.clock = systemClockValue
 		l.serverTime = true
@@ -137,8 +138,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, fmt.Errorf("reserve: new: %w", err)
 	} else if err == nil {
 		l.checkEviction(l.loopCtx)
-	} else {
+	} else if errors.Is(err, ErrUnavailable) {
+		// It does not know the fleet: it stays off Redis until it has
+		// learned it (fleetView.born), pacing locally on FleetSize's share
+		// or refusing meanwhile.
 		opts.Logger.Warn("pacer: redis unavailable at start", "err", err, "limiter", l.id)
+		l.fleet.born = true
+		l.degrade(1, err)
 	}
 	go l.loop()
 	return l, nil

@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // Tests for the seams: where two features meet (issue 21's findings). Each
@@ -475,4 +477,106 @@ func TestOwnPauseSurvivesRestart(t *testing.T) {
 	st, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
 	require.NoError(t, err)
 	assert.NotRegexp(t, `^\d+ \d+ \d+ 0 `, st, "the pause was told to Redis again")
+}
+
+// TestBornInOutage: a Limiter started while Redis is down has never learned
+// the fleet. When Redis comes back restarted empty, it lists only the
+// members that have probed it already; the others still pace locally on
+// their shares. So the newcomer stays off Redis until the members pacing
+// locally could have probed too, and its first view counts them (before,
+// it reserved on Redis at once, on the whole of each key, while a paced
+// locally on its own share: the combination runner saw the two overlap).
+func TestBornInOutage(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	a, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 50 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	s.Stop(t)
+	r, err := a.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	require.True(t, r.Local(), "a paces locally")
+
+	bc := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer bc.Close()
+	b, err := reserve.New(bc, reserve.Options{KeyPrefix: prefix, ProbeInterval: time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	require.True(t, b.Degraded(), "a Limiter that could not reach Redis at start is off Redis")
+	_, err = b.Reserve(ctx, "api", lim, 1)
+	require.ErrorIs(t, err, reserve.ErrUnavailable, "without FleetSize it does not know its share")
+
+	s.Restart(t)
+	for {
+		r, err := b.Reserve(ctx, "api", lim, 1)
+		if err == nil {
+			require.False(t, r.Local())
+			break
+		}
+		require.ErrorIs(t, err, reserve.ErrUnavailable)
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Equal(t, 2, b.FleetSize(), "b's first slot on Redis was taken without knowing a")
+}
+
+// TestRestoreStoredLimit: a Redis restarted empty loses the stored limits.
+// A Limiter back from the outage puts back those it last saw (the members
+// still pacing locally pace by them; before, Redis went back to the code's
+// limit, 100/s here instead of the operator's 2/s), and says so in the
+// history. An operator's unset is never undone: a key with a history is
+// left alone.
+func TestRestoreStoredLimit(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	l, err := reserve.New(s.NewClient(t), reserve.Options{KeyPrefix: prefix, Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	admin := func() *reserve.Admin {
+		a, err := reserve.NewAdmin(s.NewClient(t), reserve.AdminOptions{KeyPrefix: prefix})
+		require.NoError(t, err)
+		return a
+	}
+	code := reserve.Limit{Rate: 100, Burst: 1}
+	stored := reserve.Limit{Rate: 2, Burst: 1}.Policy()
+	for _, key := range []string{"api", "unset"} {
+		_, err = admin().SetLimit(ctx, key, stored, false, "ops", "the provider lowered us")
+		require.NoError(t, err)
+		_, err := l.Reserve(ctx, key, code, 1)
+		require.NoError(t, err)
+	}
+	s.Stop(t)
+	_, err = l.Reserve(ctx, "api", code, 1)
+	require.NoError(t, err)
+	require.True(t, l.Degraded())
+	s.Restart(t)
+	// "unset" was unset while l was away, and its state expired: its history
+	// says so.
+	_, err = admin().SetLimit(ctx, "unset", stored, false, "ops", "again")
+	require.NoError(t, err)
+	_, err = admin().UnsetLimit(ctx, "unset", "ops", "the provider is back to normal")
+	require.NoError(t, err)
+	backOnRedis(t, l)
+
+	a := admin()
+	hist, err := a.History(ctx, "api")
+	require.NoError(t, err)
+	require.NotEmpty(t, hist, "no history of the restore")
+	assert.Equal(t, "restore", hist[0].Op)
+	var last time.Time
+	for i := range 3 {
+		r, err := l.Reserve(ctx, "api", code, 1)
+		require.NoError(t, err)
+		require.False(t, r.Local())
+		if i > 0 {
+			assert.Equal(t, 500*time.Millisecond, r.Time().Sub(last), "reservation %d: the stored 2/s, put back", i)
+		}
+		last = r.Time()
+	}
+	hist, err = a.History(ctx, "unset")
+	require.NoError(t, err)
+	assert.Equal(t, "unset", hist[0].Op, "the operator's unset was undone")
 }
