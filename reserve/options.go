@@ -73,6 +73,9 @@ type Options struct {
 
 	// RequireRedis makes New fail, with an error matching ErrUnavailable
 	// and wrapping the cause, when Redis cannot be reached at start.
+	// Without it, such a Limiter starts off Redis (FleetSize) and learns
+	// the fleet from a heartbeat 1.5 ProbeInterval after its first probe
+	// that succeeded, once the members pacing locally could be back too.
 	RequireRedis bool
 
 	// ProbeInterval is the mean time between checks of Redis while the
