@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,6 +132,17 @@ func (r *Reservation) move(ctx context.Context) error {
 	amounts := r.amounts
 	r.mu.Unlock()
 	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, maxWait)
+	if l.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		r.mu.Lock()
+		from, seq := r.slotNS, r.seq
+		r.mu.Unlock()
+		to, toSeq := int64(0), int64(0)
+		if n != nil {
+			to, toSeq = n.slotNS, n.seq
+		}
+		l.opts.Logger.Debug("pacer: a sleeper moved to a fresh slot", "key", r.key, "from_ns", from, "seq", seq,
+			"to_ns", to, "to_seq", toSeq, "local", n != nil && n.localID != "", "err", err, "limiter", l.id)
+	}
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
@@ -162,9 +174,10 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 		switch {
 		case err == nil:
 			end, redisEnd, resumed = max(end, pr.endNS), pr.endNS, pr.shift
-			if !local && pr.shift.applies(seq) {
-				r.shiftBy(pr.shift)
+			if !local && pr.shift.applies(seq) && r.shiftBy(pr.shift) {
 				slotNS -= pr.shift.d
+				l.opts.Logger.Debug("pacer: a resume moved a sleeper earlier", "key", r.key, "seq", seq,
+					"to_ns", slotNS, "d_ns", pr.shift.d, "resume", fmt.Sprintf("%d:%d", pr.shift.q, pr.shift.r), "limiter", l.id)
 			}
 			r.mu.Lock()
 			if r.pauseEnd > 0 && pr.endNS < r.pauseEnd {
@@ -193,16 +206,18 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	return end > slotNS, nil
 }
 
-// shiftBy moves r earlier by a resume's shift, once.
-func (r *Reservation) shiftBy(s resumeShift) {
+// shiftBy moves r earlier by a resume's shift, once: it reports whether it
+// did.
+func (r *Reservation) shiftBy(s resumeShift) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.shifted >= s.r {
-		return
+		return false
 	}
 	r.shifted = s.r
 	r.at = r.at.Add(-time.Duration(s.d))
 	r.slotNS -= s.d
+	return true
 }
 
 // checkShare is how old a pause read may be and still answer a sleeper.

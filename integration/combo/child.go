@@ -165,9 +165,37 @@ type switchLog struct {
 	child string
 }
 
-func (s *switchLog) Enabled(ctx context.Context, l slog.Level) bool { return s.next.Enabled(ctx, l) }
+// Enabled lets the limiter's Debug records of moves through (Handle keeps
+// them from next).
+func (s *switchLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelDebug || s.next.Enabled(ctx, l)
+}
 
 func (s *switchLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelInfo {
+		op := ""
+		switch r.Message {
+		case "pacer: a sleeper moved to a fresh slot":
+			op = "moved"
+		case "pacer: a resume moved a sleeper earlier":
+			op = "shifted"
+		}
+		if op != "" {
+			n := Note{Type: noteMove, Child: s.child, At: r.Time.UnixNano(), Op: op, Attrs: map[string]string{}}
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "key" {
+					n.Key = a.Value.String()
+				} else if a.Key != "limiter" {
+					n.Attrs[a.Key] = a.Value.String()
+				}
+				return true
+			})
+			s.out.print(n)
+		}
+		if !s.next.Enabled(ctx, r.Level) {
+			return nil
+		}
+	}
 	switch {
 	case strings.HasPrefix(r.Message, "pacer: redis unavailable, "): // not "... at start": New's first failure
 		s.out.print(Note{Type: noteSwitch, Child: s.child, At: r.Time.UnixNano(), To: "local"})

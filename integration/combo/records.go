@@ -65,6 +65,9 @@ type Note struct {
 	Err    string           `json:"err,omitempty"`
 	To     string           `json:"to,omitempty"` // a switch: "local" or "redis"
 	Counts map[string]int64 `json:"n,omitempty"`
+	// Attrs: a move's or a shift's attributes, as the limiter logged them
+	// (from_ns, seq, to_ns, to_seq, local, d_ns, resume).
+	Attrs map[string]string `json:"a,omitempty"`
 }
 
 const (
@@ -73,6 +76,7 @@ const (
 	notePause  = "pause"  // a 429 made the child pause the key
 	noteSettle = "settle" // a reservation settled to the provider's actual
 	noteErr    = "err"    // an error from the limiter
+	noteMove   = "move"   // a sleeper moved to a fresh slot, or a resume moved it earlier (Op: which)
 	noteDone   = "done"   // the child's counts, last
 )
 
