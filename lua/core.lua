@@ -80,7 +80,8 @@
 --            N_k(w) = floor(F/n) + ((k + w) mod n < F mod n), F = floor(N).
 --          The group takes the rest: rate * (n - #held) / n, a burst of b
 --          less the held members' B_k (at least 0), and in window w, N less
---          their N_k(w).
+--          their N_k(w); on the lattice's band (see below) it takes one
+--          slot per instant of the ranks not held.
 -- ARGV[4]  the cost units' names, space-separated, in the order requests
 --          give their costs
 -- ARGV[5]  k, the number of bands (0 only for pause.lua and resume.lua,
@@ -382,6 +383,15 @@ if held then
     end
   end
   if lattice then
+    -- The lattice keeps the group to its share: one slot per instant of
+    -- the ranks not held, which are u apart at the closest. So its bucket
+    -- spaces slots at the whole rate, one at a time (a burst of 1: no two
+    -- slots at one instant): at the share's rate a group of 2 ranks of 3
+    -- could never take two instants u apart, and got half its share.
+    local lb = lattice.band
+    lb.upp = 1000000 / lb.rate
+    lb.eff, lb.fill = 1, lb.upp
+    lb.z, lb.e = -lb.fill, -lb.fill
     local P = lattice.period
     local m1 = now_us % P -- exact: both integers under 2^53; normalized below
     if m1 < 0 then
@@ -565,9 +575,12 @@ local function earliest(s, cost)
       local c = cost[b.unit] or 0
       if c > 0 then
         if b.bucket then
+          -- Moved only when the grid moves: t may lie a hair above its own
+          -- ns (float noise), which grid(t) does not pass.
           local t = b.z + c * b.upp
-          if t > q then
-            s, q, moved = t, grid(t), true
+          local gt = grid(t)
+          if gt > q then
+            s, q, moved = t, gt, true
           end
         else
           local w = b.cur + math.floor((b.rem + q) / b.len)
@@ -589,8 +602,9 @@ local function earliest(s, cost)
             end
           end
           local ws = (w - b.cur) * b.len - b.rem
-          if ws > q then
-            s, q, moved = ws, grid(ws), true
+          local gws = grid(ws)
+          if gws > q then
+            s, q, moved = ws, gws, true
           end
           idx = idx or {}
           idx[i] = w
@@ -599,8 +613,9 @@ local function earliest(s, cost)
     end
     if not moved and lattice and (cost[lattice.band.unit] or 0) > 0 then
       local t = snap(q)
-      if t > q then
-        s, q, moved = t, grid(t), true
+      local gt = grid(t)
+      if gt > q then
+        s, q, moved = t, gt, true
       else
         s = q -- charged at the slot itself
       end

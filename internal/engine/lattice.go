@@ -58,6 +58,15 @@ func (g *Group) newLattice() *lattice {
 	if s.IsMember {
 		l.takes = func(k int) bool { return k == s.Member }
 	} else {
+		// The lattice keeps the group to its share: one slot per instant of
+		// the ranks not held, which are u apart at the closest. So its
+		// bucket spaces slots at the whole rate, one at a time (a burst of
+		// 1: no two slots at one instant): at the share's rate a group of 2
+		// ranks of 3 could never take two instants u apart, and got half
+		// its share.
+		slow.upp = 1e6 / slow.rate
+		slow.eff, slow.fill = 1, slow.upp
+		slow.z, slow.e = -slow.fill, -slow.fill
 		held := make(map[int]bool, len(s.Held))
 		for _, k := range s.Held {
 			held[k] = true

@@ -37,7 +37,9 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 				continue
 			}
 			if b.bucket {
-				if t := b.z + c*b.upp; t > q {
+				// Moved only when the grid moves: t may lie a hair above its
+				// own ns (float noise), which grid(t) does not pass.
+				if t := b.z + c*b.upp; g.grid(t) > q {
 					s, q, moved = t, g.grid(t), true
 				}
 				continue
@@ -61,7 +63,7 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 					return 0, nil, 0, false
 				}
 			}
-			if ws := (w-b.cur)*b.length - b.rem; ws > q {
+			if ws := (w-b.cur)*b.length - b.rem; g.grid(ws) > q {
 				s, q, moved = ws, g.grid(ws), true
 			}
 			if idx == nil {
@@ -70,7 +72,7 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 			idx[i] = w
 		}
 		if !moved && g.lattice != nil && costOf(cost, g.lattice.band.unit) > 0 {
-			if t := g.snap(q); t > q {
+			if t := g.snap(q); g.grid(t) > q {
 				s, q, moved = t, g.grid(t), true
 			} else {
 				s = q // charged at the slot itself
