@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,8 @@ type fleetView struct {
 	born      bool          // started while Redis was unavailable; not yet joined
 	join      time.Duration // Options.ProbeInterval × 1.5
 	joinUntil time.Time     // the first heartbeat that succeeded plus join
+
+	lastView string // the view last logged (logView)
 }
 
 // joining returns how long this Limiter, started while Redis was
@@ -178,13 +181,18 @@ func (f *fleetView) missing() bool {
 	return !f.backAt.IsZero() && time.Since(f.backAt) < f.remember && f.rememberedMembers > f.members
 }
 
-// leaving records the fleet as known when this Limiter loses Redis.
+// leaving records the fleet as known when this Limiter loses Redis: as
+// Redis last listed it, unless members of the fleet remembered from an
+// outage just before are still missing (then that one's is kept). The time
+// after that earlier outage ends: its shares are kept back until this
+// Limiter is back (recovered), and for remember from then.
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.learned && f.members >= f.rememberedMembers {
+	if f.learned && !f.missing() {
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
+	f.backAt = time.Time{}
 }
 
 // recovered starts the time during which shares the heartbeat does not
@@ -469,11 +477,34 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	heldN, _ := r[2].(int64)
 	latticeN, _ := r[7].(int64)
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), held)
+	l.logView(ctx, mode)
 	if len(suspects) > 0 && l.checkSuspects(ctx, node, suspects) {
 		// Members removed: learn the fleet without them at once.
 		return l.heartbeat(ctx)
 	}
 	return nil
+}
+
+// logView logs the fleet's view at Debug when it changed: the shares this
+// Limiter takes on Redis and locally.
+func (l *Limiter) logView(ctx context.Context, mode string) {
+	if !l.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	f := &l.fleet
+	ls, _ := f.localShare()
+	f.mu.Lock()
+	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v",
+		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing())
+	f.mu.Unlock()
+	view += fmt.Sprintf(" redis=%q local=%d/%d", f.redisShare().Arg(), ls.Member, ls.N)
+	f.mu.Lock()
+	changed := view != f.lastView
+	f.lastView = view
+	f.mu.Unlock()
+	if changed {
+		l.opts.Logger.Debug("pacer: fleet view", "view", view, "limiter", l.id)
+	}
 }
 
 // suspectAfter is how long a member may be silent before the fleet checks

@@ -85,6 +85,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	h.lastErr = err
 	h.mu.Unlock()
 	l.fleet.leaving()
+	l.logView(l.loopCtx, "leaving")
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -117,6 +118,7 @@ func (l *Limiter) recovered(ctx context.Context) {
 	// go to the local fallback: none of this Limiter's calls reaches Redis
 	// before its local slots, its pauses and its stored limits have.
 	l.fleet.recovered()
+	l.logView(ctx, "back")
 	l.handBack(context.WithValue(ctx, recoveryKey{}, true))
 	h.mu.Lock()
 	h.degraded = false

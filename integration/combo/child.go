@@ -179,6 +179,8 @@ func (s *switchLog) Handle(ctx context.Context, r slog.Record) error {
 			op = "moved"
 		case "pacer: a resume moved a sleeper earlier":
 			op = "shifted"
+		case "pacer: fleet view":
+			op = "fleet"
 		}
 		if op != "" {
 			n := Note{Type: noteMove, Child: s.child, At: r.Time.UnixNano(), Op: op, Attrs: map[string]string{}}

@@ -76,7 +76,7 @@ const (
 	notePause  = "pause"  // a 429 made the child pause the key
 	noteSettle = "settle" // a reservation settled to the provider's actual
 	noteErr    = "err"    // an error from the limiter
-	noteMove   = "move"   // a sleeper moved to a fresh slot, or a resume moved it earlier (Op: which)
+	noteMove   = "move"   // a sleeper moved, a resume moved it earlier, or the fleet view changed (Op: which)
 	noteDone   = "done"   // the child's counts, last
 )
 

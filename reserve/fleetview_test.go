@@ -1,0 +1,37 @@
+package reserve
+
+import (
+	"testing"
+	"time"
+)
+
+// TestOutageSoonAfterOutage: a Limiter back from one outage loses Redis
+// again within the few heartbeats it keeps back the members Redis had not
+// listed yet, and the first heartbeat after the second outage comes later
+// than that. Redis (restarted empty) lists only this Limiter: it must still
+// take only its own rank's share of the fleet it knew, since the others may
+// be pacing locally on theirs. Before, that heartbeat found the first
+// recovery's time over and forgot the fleet remembered when the second
+// outage began: this Limiter took the whole of each key on Redis (the
+// combination runner, seed 13: three members' slots at one instant).
+func TestOutageSoonAfterOutage(t *testing.T) {
+	f := &fleetView{remember: 300 * time.Millisecond}
+	f.update(3, 1, 3, 0, nil)
+	f.leaving() // the first outage
+	f.recovered()
+	f.update(3, 1, 3, 0, nil)
+	f.backAt = time.Now().Add(-100 * time.Millisecond)
+	f.leaving()            // the second, 100 ms after the first ended
+	time.Sleep(f.remember) // the first heartbeat that answers comes later
+	// Redis restarted empty: this Limiter alone, at the rank it asked for.
+	f.update(2, 1, 1, 0, nil)
+	f.recovered()
+	f.update(2, 1, 1, 0, nil)
+	if got := f.redisShare().Arg(); got != "3 0 2" {
+		t.Fatalf("back from the second outage, the share on Redis is %q; want rank 1's of 3 (\"3 0 2\")", got)
+	}
+	ls, _ := f.localShare()
+	if ls.N != 3 || ls.Member != 1 {
+		t.Fatalf("the local share is rank %d of %d; want 1 of 3", ls.Member, ls.N)
+	}
+}
