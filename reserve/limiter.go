@@ -145,6 +145,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		opts.Logger.Warn("pacer: redis unavailable at start", "err", err, "limiter", l.id)
 		l.fleet.born = true
 		l.degrade(1, err)
+	} else {
+		// Redis answered, with an error (a denied command, a key of another
+		// type): the heartbeats go on, and the log says why they fail.
+		opts.Logger.Warn("pacer: the first heartbeat failed", "err", err, "limiter", l.id)
 	}
 	go l.loop()
 	return l, nil
