@@ -708,6 +708,10 @@ local function bucket_text(z, e)
   return string.format(' ' .. f1 .. ' ' .. f2, v1, v2)
 end
 
+-- need_at_least: an expiry (µs relative to now) the next save sets at
+-- least, whatever the bands need (pause.lua: records not in force moved).
+local need_at_least = nil
+
 -- save writes the state back (format 2), and returns it. The expiry is set
 -- only when it must move later, one to two seconds past what the state
 -- needs: until every bucket is full and every window used is over, and the
@@ -758,6 +762,9 @@ local function save()
     end
   end
   need = need + 1000000
+  if need_at_least and need_at_least > need then
+    need = need_at_least
+  end
   -- The pause in force, or one that has ended (kept: see pause_at), or 0.
   local fp, p = '%d', 0
   if pause > 0 then

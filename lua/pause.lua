@@ -58,7 +58,10 @@ for i = 1, #extra do
   end
 end
 -- The expiry as set covered the records not in force (it never moves
--- earlier): move it as far as they moved.
-expiry = expiry + grown
+-- earlier): it moves as far as they moved, set anew (not kept: the key's
+-- time to live is what was set, not this).
+if grown > 0 then
+  need_at_least = expiry + grown
+end
 save()
 return {now_us, now_ns, ns(pause), seq}

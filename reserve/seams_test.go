@@ -580,3 +580,30 @@ func TestRestoreStoredLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "unset", hist[0].Op, "the operator's unset was undone")
 }
+
+// TestOperatorPauseKeepsKey: an operator's pause (Admin.Pause, made with no
+// policy: the key's bucket is a record not in force) moves the bucket to
+// the pause's end, and the key lives until the bucket is full again. Before,
+// the script computed the later expiry but kept the key's time to live as
+// it was: the key expired with its pause before the pause ended, and the
+// fleet's queue with it (the combination runner: the queue's sleepers moved
+// behind the pause, then new calls were given their slots again).
+func TestOperatorPauseKeepsKey(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	require.NoError(t, err)
+	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1}, 1)
+	require.NoError(t, err)
+	ttl, err := s.Client.PTTL(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	require.Less(t, ttl, 5*time.Second, "the key's time to live before the pause")
+	require.NoError(t, a.Pause(ctx, "api", 10*time.Second, "ops", "the provider is down"))
+	ttl, err = s.Client.PTTL(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 10*time.Second, "the key expires before its pause ends")
+}

@@ -30,12 +30,15 @@ type Group struct {
 	hasRaw  bool
 	format1 bool
 	expiry  float64
-	seq     int64
-	pause   float64  // no slot before it (clamped at 0)
-	pauseAt *float64 // the stored pause, when the key was paused
-	hasCfg  bool
-	stored  string // the stored limit's text, "" if none
-	lattice *lattice
+	// needAtLeast is an expiry (µs from now) the next Save sets at least
+	// (core.lua's need_at_least).
+	needAtLeast float64
+	seq         int64
+	pause       float64  // no slot before it (clamped at 0)
+	pauseAt     *float64 // the stored pause, when the key was paused
+	hasCfg      bool
+	stored      string // the stored limit's text, "" if none
+	lattice     *lattice
 }
 
 type markP struct {

@@ -226,7 +226,9 @@ func (g *Group) Pause(dUS int64) int64 {
 			x.z = g.pause
 		}
 	}
-	g.expiry += grown
+	if grown > 0 {
+		g.needAtLeast = g.expiry + grown
+	}
 	return ns(g.pause)
 }
 

@@ -207,6 +207,9 @@ func (g *Group) Save() (string, Expiry) {
 		}
 	}
 	need += 1000000
+	if g.needAtLeast > need {
+		need = g.needAtLeast
+	}
 	pv, pWhole := 0.0, true
 	switch {
 	case g.pause > 0:
