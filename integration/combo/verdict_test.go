@@ -173,6 +173,10 @@ func TestPauses(t *testing.T) {
 		{"after the pause", slotCall(KeySliding, "2", 3*time.Second+ms2(1), false), nil, nil, 0, 0},
 		{"another process pacing locally", slotCall(KeySliding, "2", 2500*time.Millisecond, true), local("2", time.Second, 4*time.Second), nil, 0, 1},
 		{"the maker pacing locally", slotCall(KeySliding, "1", 2500*time.Millisecond, true), local("1", time.Second, 4*time.Second), nil, 1, 0},
+		// The pause ends at 3 s on the process's clock; its local slots are
+		// on its estimate of the server's.
+		{"a local slot at the pause's end, within slotEps", slotCall(KeySliding, "1", 3*time.Second-100*time.Microsecond, true), local("1", time.Second, 4*time.Second), nil, 0, 0},
+		{"a local slot 1 ms before the pause's end", slotCall(KeySliding, "1", 3*time.Second-time.Millisecond, true), local("1", time.Second, 4*time.Second), nil, 1, 0},
 		{"a local slot of a process back on Redis", slotCall(KeySliding, "2", 2500*time.Millisecond, true), local("2", time.Second, 2400*time.Millisecond), nil, 1, 0},
 		{"made while the maker paced locally", slotCall(KeySliding, "2", 2500*time.Millisecond, false), local("1", time.Second, 4*time.Second), nil, 0, 1},
 		{"Redis restarted empty since", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil,
