@@ -14,6 +14,8 @@
 --              latest with u units if w is later (first come, first served:
 --              nothing is granted into a window before the latest), nothing
 --              if w is earlier. Windows of one band come in ascending order.
+--              With a pause in force, now + h also counts as granted before
+--              it ("~p"), so a resume moves nothing onto the local slots.
 -- ARGV[opi+1]  m, the number of requests (integer >= 1; 0 with a floor:
 --              the floor alone)
 -- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
@@ -69,6 +71,11 @@ if floor ~= '' then
     if b.bucket and b.z < h then
       b.z = h
     end
+  end
+  -- The local slots were granted before any resume: one moves the
+  -- reservations granted during the pause to after them, not onto them.
+  if mark_p and mark_p.e < h then
+    mark_p.e = h
   end
   for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
     w, u = tonumber(w), tonumber(u)

@@ -3,6 +3,8 @@ package reserve_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -606,4 +608,57 @@ func TestOperatorPauseKeepsKey(t *testing.T) {
 	ttl, err = s.Client.PTTL(ctx, l.RedisKey("api")).Result()
 	require.NoError(t, err)
 	assert.Greater(t, ttl, 10*time.Second, "the key expires before its pause ends")
+}
+
+// TestResumeAfterHandback: slots the local fallback granted during an
+// outage reach Redis (the handback) while an operator's pause is in force;
+// a resume then moves the reservations granted during the pause earlier,
+// but never onto or before those local slots. Before, the resume counted
+// only the slots Redis had granted before the pause: the first reservation
+// moved landed on the process's own last local slot (the combination
+// runner, seed 5: two calls of one process at one instant).
+func TestResumeAfterHandback(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 20 * time.Millisecond,
+		CallTimeout: 200 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	require.NoError(t, err)
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+
+	p.Disable(t)
+	var last time.Time
+	for range 5 {
+		r, err := l.Reserve(ctx, "api", lim, 1)
+		require.NoError(t, err)
+		require.True(t, r.Local())
+		last = r.Time()
+	}
+	require.NoError(t, a.Pause(ctx, "api", 10*time.Second, "ops", "the provider is down"))
+	p.Enable(t)
+	backOnRedis(t, l)
+	r, err := l.Reserve(ctx, "api", lim, 1)
+	require.NoError(t, err)
+	require.False(t, r.Local())
+	require.NoError(t, a.Resume(ctx, "api", "ops", "the provider is back"))
+
+	state, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	var q, rr int64
+	var d time.Duration
+	i := strings.Index(state, " ~s ")
+	require.GreaterOrEqual(t, i, 0, "no resume record in %q", state)
+	_, err = fmt.Sscanf(state[i+4:], "%d:%d %d", &q, &rr, &d)
+	require.NoError(t, err)
+	moved := r.Time().Add(-d)
+	assert.GreaterOrEqual(t, moved.Sub(last), 100*time.Millisecond,
+		"the resume moved a reservation to %v, within 100 ms of the last local slot %v", moved, last)
 }

@@ -79,6 +79,12 @@ func (g *Group) Reserve(floor *Floor, reqs []Request) (grants []Grant, wrote boo
 				b.z = h
 			}
 		}
+		// The local slots were granted before any resume: one moves the
+		// reservations granted during the pause to after them, not onto
+		// them.
+		if g.markP != nil && g.markP.e < h {
+			g.markP.e = h
+		}
 		for _, w := range floor.Windows {
 			wf := float64(w.W)
 			for _, b := range g.bands {
