@@ -63,6 +63,17 @@ type fleetView struct {
 	lastView string // the view last logged (logView)
 }
 
+// joinFailed starts the join wait again: a heartbeat failed before this
+// Limiter, started while Redis was unavailable, learned the fleet (Redis
+// may have lost it again meanwhile).
+func (f *fleetView) joinFailed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.born {
+		f.joinUntil = time.Time{}
+	}
+}
+
 // joining returns how long this Limiter, started while Redis was
 // unavailable, still waits before it learns the fleet (0: it has).
 func (f *fleetView) joining() time.Duration {

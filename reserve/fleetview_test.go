@@ -35,3 +35,27 @@ func TestOutageSoonAfterOutage(t *testing.T) {
 		t.Fatalf("the local share is rank %d of %d; want 1 of 3", ls.Member, ls.N)
 	}
 }
+
+// TestJoinWaitStartsAgain: a Limiter started while Redis was down waits
+// after its first heartbeat that succeeds before it learns the fleet; when
+// Redis fails again meanwhile (restarted empty), the wait starts again from
+// the next heartbeat that succeeds. Before, the wait ran on through the
+// second outage, and the Limiter learned a fleet of one from its first
+// heartbeat after it, while the others still paced locally (combination
+// runner, seed 2).
+func TestJoinWaitStartsAgain(t *testing.T) {
+	f := &fleetView{born: true, join: 50 * time.Millisecond}
+	f.update(3, 2, 3, 0, nil) // the first heartbeat that succeeds
+	if f.joining() == 0 {
+		t.Fatal("no join wait")
+	}
+	f.joinFailed() // Redis fails again
+	time.Sleep(f.join)
+	f.update(1, 2, 1, 0, nil) // back, restarted empty: alone
+	if _, known := f.size(); known {
+		t.Fatal("learned the fleet from its first heartbeat after the second outage")
+	}
+	if f.joining() == 0 {
+		t.Fatal("the join wait did not start again")
+	}
+}

@@ -154,6 +154,9 @@ func (l *Limiter) loop() {
 			if degraded && err == nil {
 				err = l.probeKey(l.loopCtx)
 			}
+			if degraded && err != nil {
+				l.fleet.joinFailed()
+			}
 			if wait := l.fleet.joining(); degraded && err == nil && wait > 0 {
 				// Started while Redis was down: learn the fleet once the
 				// members pacing locally could have probed too.
