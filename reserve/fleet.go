@@ -200,7 +200,13 @@ func (f *fleetView) missing() bool {
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.learned && !f.missing() {
+	switch {
+	case !f.learned:
+	case f.missing():
+		// Redis still lacks members of the earlier outage's fleet: pace
+		// locally on this Limiter's share of that fleet, as on Redis.
+		f.n, f.rank = f.remembered, f.rankBefore
+	default:
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
 	f.backAt = time.Time{}

@@ -59,3 +59,25 @@ func TestJoinWaitStartsAgain(t *testing.T) {
 		t.Fatal("the join wait did not start again")
 	}
 }
+
+// TestOutageWhileMembersMissing: back from an outage on a Redis restarted
+// empty, a Limiter takes its own rank's share of the fleet it knew while
+// members are missing; when Redis fails again before they are back, it
+// paces locally on that same share, not on the smaller fleet Redis listed
+// (before, a fleet of 2 of 3: its local slots fell on the lattice instants
+// of the third member's rank, combination runner seed 29).
+func TestOutageWhileMembersMissing(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(3, 0, 3, 0, nil)
+	f.leaving()
+	f.update(2, 0, 2, 0, nil) // restarted empty: two of three back
+	f.recovered()
+	if got := f.redisShare().Arg(); got != "3 1 2" {
+		t.Fatalf("on Redis with a member missing: share %q, want rank 0's of 3", got)
+	}
+	f.leaving() // Redis fails again
+	ls, _ := f.localShare()
+	if ls.N != 3 || ls.Member != 0 {
+		t.Fatalf("pacing locally: rank %d of %d, want 0 of 3", ls.Member, ls.N)
+	}
+}
