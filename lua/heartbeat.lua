@@ -7,10 +7,12 @@
 -- KEYS[1]  the fleet, a sorted set: member = Limiter id, score = Unix ms of
 --          its last heartbeat (Redis server time)
 -- KEYS[2]  the fleet's details, a hash: Limiter id -> "<mode> <since_ms>
---          <cid> <n>" (mode "redis" or "local": how it paces; since_ms:
---          Unix ms, the Limiter's clock, when that mode began; cid the
---          client id of its presence connection, named "pacer-<id>", 0 if
---          none; n the fleet's size its local share counts, 0 if none)
+--          <cid> <n>[ <run>]" (mode "redis" or "local": how it paces;
+--          since_ms: Unix ms, the Limiter's clock, when that mode began; cid
+--          the client id of its presence connection, named "pacer-<id>", 0
+--          if none; n the fleet's size its local share counts, 0 if none;
+--          run the run id of the server that gave cid, absent if none or
+--          written by an earlier version)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -31,8 +33,8 @@
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
 --          suspect_ms); reply {now_ms}
--- ARGV[3]  since_ms (integer), then " <cid> <n>" (see KEYS[2]; only a
---          Limiter with a presence connection can be a suspect)
+-- ARGV[3]  since_ms (integer), then " <cid> <n>[ <run>]" (see KEYS[2];
+--          only a Limiter with a presence connection can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
 -- ARGV[5]  hold_ms: a Limiter silent longer than live_ms but heard from
 --          within hold_ms is counted as held (it may be pacing locally);
@@ -48,8 +50,11 @@
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
---          lattice: the members on Redis keep to it while they are held); suspects, pairs of a Limiter id and its
---          presence connection's client id, to check (CLIENT LIST ID). Another Limiter
+--          lattice: the members on Redis keep to it while they are held);
+--          suspects, triples of a Limiter id, its presence connection's
+--          client id and the run id of the server that gave it ("" if not
+--          known), to check (CLIENT LIST ID) if the caller is connected to
+--          that server. Another Limiter
 --          heard from within live_ms whose mode is "local" counts as held:
 --          it reaches the fleet's set but not its keys (a Redis Cluster
 --          with the key's shard failing over) and paces locally on its
@@ -178,6 +183,7 @@ if #quiet > 0 then
     if cid and cid ~= '0' and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
       suspects[#suspects + 1] = quiet[i]
       suspects[#suspects + 1] = cid
+      suspects[#suspects + 1] = string.match(details[i], '^%S+ %S+ %d+ %d+ (%S+)') or ''
     end
   end
 end

@@ -129,3 +129,31 @@ func TestAdminACL(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, fleet, 1)
 }
+
+// TestExitWithoutCloseACL: with the permissions docs/security.md adds for
+// it (client|setname, client|id, client|list, info), a Limiter killed
+// without Close gives its share back as soon as the fleet finds its
+// connection gone, not after SilentHold (10 min here).
+func TestExitWithoutCloseACL(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	args := []any{"ACL", "SETUSER", "pacer"}
+	for _, r := range append(aclRules, "+client|setname", "+client|id", "+client|list", "+info") {
+		args = append(args, r)
+	}
+	require.NoError(t, s.Client.Do(ctx, args...).Err())
+	opts := *s.Client.Options()
+	opts.Username, opts.Password = "pacer", "pacer-secret"
+	user := redis.NewClient(&opts)
+	t.Cleanup(func() { user.Close() })
+	lopts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(user, lopts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(user, lopts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	b.Kill()
+	require.Eventually(t, func() bool { return a.FleetSize() == 1 }, 30*time.Second, 5*time.Millisecond,
+		"a still counts b (size %d)", a.FleetSize())
+}

@@ -65,3 +65,6 @@ func (l *Limiter) Kill() {
 		l.closed.Store(true)
 	})
 }
+
+// ID exposes the Limiter's id in the fleet, for tests.
+func (l *Limiter) ID() string { return l.id }

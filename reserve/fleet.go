@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -269,18 +270,27 @@ func clientName(id string) string { return "pacer-" + id }
 // to name it and list it (an ACL without client|setname, client|id and
 // client|list), the Limiter is never a suspect: when it goes silent, the
 // fleet holds its share for SilentHold.
+//
+// A client id means something only on the server that gave it: the
+// heartbeat reports the server's run id with it, and a member checks only
+// the suspects whose connection was opened on the server it is connected to
+// itself. After a failover (a Cluster's replica promoted, a Sentinel's) or a
+// restart, the new server has none of the old connections: a member silent
+// since then may be alive and cut off, so it stays held until it is heard
+// from again or SilentHold passes.
 type presence struct {
 	mu   sync.Mutex
 	conn *redis.Conn
 	node redis.UniversalClient // the client conn comes from (a Cluster's node for the fleet's keys)
 	cid  int64                 // its client id; 0: none
+	run  string                // the run id of the server conn is open on
 	deny bool                  // refused by the ACL: not tried again
 }
 
 // present makes sure the presence connection is open, and returns the
-// client to check suspects on and its client id (0: none). It runs before
-// each heartbeat while Redis answers.
-func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64) {
+// client to check suspects on, its client id (0: none) and the run id of
+// its server. It runs before each heartbeat while Redis answers.
+func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64, string) {
 	p := &l.presence
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -290,12 +300,12 @@ func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64) {
 		list, err := clientListIDs(ctx, p.node, p.cid)
 		switch {
 		case err == nil && strings.Contains(list, "name="+clientName(l.id)):
-			return p.node, p.cid
+			return p.node, p.cid, p.run
 		case err != nil && !strings.HasPrefix(err.Error(), "NOPERM"):
-			return p.node, p.cid // Redis does not answer: keep it, the network may
+			return p.node, p.cid, p.run // Redis does not answer: keep it, the network may
 		}
 		_ = p.conn.Close()
-		p.conn, p.cid = nil, 0
+		p.conn, p.cid, p.run = nil, 0, ""
 	}
 	var node *redis.Client
 	switch c := l.rdb.(type) {
@@ -304,17 +314,20 @@ func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64) {
 	case *redis.ClusterClient:
 		n, err := c.MasterForKey(ctx, l.fleetKeys()[0])
 		if err != nil {
-			return l.rdb, 0
+			return l.rdb, 0, ""
 		}
 		node = n
 	default:
-		return l.rdb, 0
+		return l.rdb, 0, ""
 	}
 	if p.deny {
-		return node, 0
+		return node, 0, ""
 	}
 	conn := node.Conn()
-	var cid int64
+	var (
+		cid int64
+		run string
+	)
 	err := conn.ClientSetName(ctx, clientName(l.id)).Err()
 	if err == nil {
 		cid, err = conn.ClientID(ctx).Result()
@@ -322,17 +335,35 @@ func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64) {
 	if err == nil {
 		_, err = clientListIDs(ctx, node, cid)
 	}
+	if err == nil {
+		run, err = runID(ctx, conn)
+	}
 	switch {
 	case err == nil:
-		p.conn, p.node, p.cid = conn, node, cid
-		return node, cid
+		p.conn, p.node, p.cid, p.run = conn, node, cid, run
+		return node, cid, run
 	case strings.HasPrefix(err.Error(), "NOPERM"):
 		p.deny = true
-		l.opts.Logger.Info("pacer: the Redis user may not name and list connections (CLIENT SETNAME, ID, LIST): a process that exits without Close keeps its share held for Options.SilentHold",
+		l.opts.Logger.Info("pacer: the Redis user may not name and list connections (CLIENT SETNAME, ID, LIST, INFO server): a process that exits without Close keeps its share held for Options.SilentHold",
 			"limiter", l.id, "err", err)
 	}
 	_ = conn.Close()
-	return node, 0
+	return node, 0, ""
+}
+
+// runID is the run id of the server conn is open on (INFO server): it
+// changes when the server restarts, and differs between a master and its
+// replicas.
+func runID(ctx context.Context, conn *redis.Conn) (string, error) {
+	info, err := conn.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	_, rest, _ := strings.Cut(info, "run_id:")
+	if f := strings.Fields(rest); len(f) > 0 {
+		return f[0], nil
+	}
+	return "", errors.New("pacer: INFO server names no run_id")
 }
 
 // clientListIDs is CLIENT LIST ID id...: the lines of the connections
@@ -352,7 +383,7 @@ func (l *Limiter) absent() {
 	defer p.mu.Unlock()
 	if p.conn != nil {
 		_ = p.conn.Close()
-		p.conn, p.cid = nil, 0
+		p.conn, p.cid, p.run = nil, 0, ""
 	}
 }
 
@@ -453,12 +484,19 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	}
 	// The presence connection first: the heartbeat says whether it is
 	// named (a named member can be found to have exited).
-	node, cid := redis.UniversalClient(l.rdb), int64(0)
+	var (
+		node redis.UniversalClient
+		cid  int64
+		run  string
+	)
 	if mode == "redis" {
-		node, cid = l.present(ctx)
+		node, cid, run = l.present(ctx)
 	}
 	ls, _ := l.fleet.localShare()
 	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(max(ls.N, 0))
+	if cid != 0 {
+		flag += " " + run
+	}
 	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
@@ -495,7 +533,9 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	latticeN, _ := r[7].(int64)
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), held)
 	l.logView(ctx, mode)
-	if len(suspects) > 0 && l.checkSuspects(ctx, node, suspects) {
+	// Only a member connected to the fleet's server itself checks (not one
+	// pacing locally: its client may reach another node, or none).
+	if len(suspects) > 0 && cid != 0 && l.checkSuspects(ctx, node, run, suspects) {
 		// Members removed: learn the fleet without them at once.
 		return l.heartbeat(ctx)
 	}
@@ -535,15 +575,18 @@ func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval
 // id, and its name) in CLIENT LIST: a member whose connection is gone has
 // exited (killed, crashed), and is removed from the fleet at once; one still
 // connected is stalled or cut off from Redis and stays held (up to
-// SilentHold). suspects are pairs of a Limiter id and a client id. A Redis
-// that refuses CLIENT LIST (an ACL without it) leaves them held.
-func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, suspects []any) (removed bool) {
+// SilentHold). suspects are triples of a Limiter id, a client id and the
+// run id of the server that gave it: only those opened on node's server,
+// run, are checked (see presence). A Redis that refuses CLIENT LIST (an ACL
+// without it) leaves them held.
+func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, run string, suspects []any) (removed bool) {
 	var ids []int64
 	cid := map[string]int64{}
-	for i := 0; i+1 < len(suspects); i += 2 {
+	for i := 0; i+2 < len(suspects); i += 3 {
 		id, _ := suspects[i].(string)
 		c, err := strconv.ParseInt(fmt.Sprint(suspects[i+1]), 10, 64)
-		if id == "" || id == l.id || err != nil {
+		on, _ := suspects[i+2].(string)
+		if id == "" || id == l.id || err != nil || run == "" || on != run {
 			continue
 		}
 		cid[id] = c
