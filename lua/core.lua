@@ -226,7 +226,7 @@ local function read_bands(list, i, by_name, zero)
           eff = b * rate_share
         end
       end
-      out[n] = {name = name, unit = unit, bucket = true, rate = a, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
+      out[n] = {name = name, unit = unit, bucket = true, rate = a, lat = a, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
     elseif kind == 'w' then
       local len, origin = string.match(b or '', '^(%d+):(%d+)$')
       len, origin = tonumber(len), tonumber(origin)
@@ -314,7 +314,8 @@ end
 
 -- A stored limit in force replaces the caller's bands of the same names and
 -- adds its others: the caller's policy is the default when nothing is
--- stored.
+-- stored. A bucket that replaces a bucket keeps the caller's lattice rate
+-- (see the lattice below).
 local cfg_mode, shadow_bands, stored_text = nil, nil, ''
 local function merge(into, from)
   local at = {}
@@ -324,6 +325,9 @@ local function merge(into, from)
   for j = 1, #from do
     local i = at[from[j].name]
     if i then
+      if from[j].bucket and into[i].bucket then
+        from[j].lat = into[i].lat
+      end
       into[i] = from[j]
     else
       into[#into + 1] = from[j]
@@ -370,15 +374,20 @@ local nbands = #bands
 -- and the held members never fire at one instant: every instant (j*n + k)
 -- * u of the server's clock, u = ceil(1e9 / rate) ns, belongs to rank k.
 -- The period n*u must stay under 2^40 ns for the arithmetic to be exact
--- (rates of a few per hour and up); slower bands get no lattice.
+-- (rates of a few per hour and up); slower bands get no lattice. The rate
+-- is the caller's (the code's: b.lat), even when a stored limit sets
+-- another: members pace by the stored limit they last learned, and one set
+-- just before Redis failed, or during the outage, is known to some and not
+-- to others; each thins its own instants of the one lattice to the rate it
+-- paces by, where lattices of different rates would cross.
 local lattice = nil
 if held then
   for i = 1, nbands do
     local b = bands[i]
-    if b.bucket and b.burst < fleet_n and (not lattice or b.rate < lattice.rate) then
-      local u = math.ceil(1000000000 / b.rate)
+    if b.bucket and b.burst < fleet_n and (not lattice or b.lat < lattice.rate) then
+      local u = math.ceil(1000000000 / b.lat)
       if u * fleet_n <= 1099511627776 then
-        lattice = {band = b, rate = b.rate, u = u, period = u * fleet_n}
+        lattice = {band = b, rate = b.lat, u = u, period = u * fleet_n}
       end
     end
   end
@@ -388,8 +397,14 @@ if held then
     -- spaces slots at the whole rate, one at a time (a burst of 1: no two
     -- slots at one instant): at the share's rate a group of 2 ranks of 3
     -- could never take two instants u apart, and got half its share.
+    -- Under a stored rate below the lattice's, the lattice alone would give
+    -- the group more than its share of the stored rate: its bucket keeps
+    -- the share's spacing instead, still one at a time
+    -- (internal/engine/lattice.go).
     local lb = lattice.band
-    lb.upp = 1000000 / lb.rate
+    if lb.rate >= lb.lat then
+      lb.upp = 1000000 / lb.rate
+    end
     lb.eff, lb.fill = 1, lb.upp
     lb.z, lb.e = -lb.fill, -lb.fill
     local P = lattice.period

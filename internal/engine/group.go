@@ -54,6 +54,7 @@ type band struct {
 	rec    bool
 	// bucket
 	rate, upp, burst, eff, fill, z, e float64
+	lat                               float64 // the rate of its lattice (see lattice.go)
 	// window
 	n, length, rem, cur, w, u float64
 	member                    int // member mode: this member's rank; -1 otherwise
@@ -192,7 +193,7 @@ func (g *Group) readBands(bands []Band) ([]*band, error) {
 		if b.Name == "" || b.Name[0] == '~' {
 			return nil, argError("bad band name")
 		}
-		x := &band{name: b.Name, unit: b.Unit, bucket: b.Bucket, rate: b.Rate, member: -1}
+		x := &band{name: b.Name, unit: b.Unit, bucket: b.Bucket, rate: b.Rate, lat: b.Rate, member: -1}
 		if b.Bucket {
 			if !(b.Rate > 0) || math.IsInf(b.Rate, 0) || !(b.Burst >= 1) {
 				return nil, argError("bad bucket %s", b.Name)
@@ -240,7 +241,8 @@ func (g *Group) readBands(bands []Band) ([]*band, error) {
 }
 
 // merge is core.lua's merge: from's bands replace into's of the same names,
-// the others are added.
+// the others are added. A bucket that replaces a bucket keeps its lattice
+// rate (the caller's: see lattice.go).
 func merge(into, from []*band) []*band {
 	at := make(map[string]int, len(into))
 	for i, b := range into {
@@ -248,6 +250,9 @@ func merge(into, from []*band) []*band {
 	}
 	for _, b := range from {
 		if i, ok := at[b.name]; ok {
+			if b.bucket && into[i].bucket {
+				b.lat = into[i].lat
+			}
 			into[i] = b
 		} else {
 			into = append(into, b)

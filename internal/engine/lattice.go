@@ -13,6 +13,15 @@ import "math"
 // and in any interval of length T all of them together fire at most
 // rate*T + 1 times, within burst + rate*T.
 //
+// The lattice's rate is the caller's (the code's) for the band, even when a
+// stored limit sets another: members pace by the stored limit they last
+// learned, and one set just before Redis failed, or during the outage, is
+// known to some and not to others (the group on Redis knows it at once).
+// Each takes its own instants of the one lattice and thins them to the
+// rate it paces by (its bucket); lattices of different rates would cross,
+// and two members fire within a few ms on a burst of one. A stored limit
+// above the code's is kept to the code's lattice while members are held.
+//
 // Only a bucket band whose burst is under the fleet's size needs one (a
 // larger burst is split by rank, a part of at least one each); with several
 // such bands, the slowest gets it (a slot is one instant) and the others
@@ -43,14 +52,14 @@ func (g *Group) newLattice() *lattice {
 	}
 	var slow *band
 	for _, b := range g.bands {
-		if b.bucket && b.burst < float64(s.N) && (slow == nil || b.rate < slow.rate) {
+		if b.bucket && b.burst < float64(s.N) && (slow == nil || b.lat < slow.lat) {
 			slow = b
 		}
 	}
 	if slow == nil {
 		return nil
 	}
-	u := int64(math.Ceil(1e9 / slow.rate))
+	u := int64(math.Ceil(1e9 / slow.lat))
 	if u*int64(s.N) > maxPeriod {
 		return nil
 	}
@@ -63,8 +72,18 @@ func (g *Group) newLattice() *lattice {
 		// bucket spaces slots at the whole rate, one at a time (a burst of
 		// 1: no two slots at one instant): at the share's rate a group of 2
 		// ranks of 3 could never take two instants u apart, and got half
-		// its share.
-		slow.upp = 1e6 / slow.rate
+		// its share. Under a stored rate below the lattice's, the lattice
+		// alone would give the group more than its share of the stored
+		// rate: its bucket keeps the share's spacing instead, still one at
+		// a time (a larger burst would reach back before another caller's
+		// slot on the same state: a caller whose view of the fleet differs
+		// for a heartbeat takes the whole rate). The group then stays within
+		// its share but cannot use runs of its instants: it gets 60% of its
+		// share with 1 rank of 3 held, while a stored limit below the
+		// code's is in force.
+		if slow.rate >= slow.lat {
+			slow.upp = 1e6 / slow.rate
+		}
 		slow.eff, slow.fill = 1, slow.upp
 		slow.z, slow.e = -slow.fill, -slow.fill
 		held := make(map[int]bool, len(s.Held))

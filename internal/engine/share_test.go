@@ -152,13 +152,19 @@ func TestShareRate(t *testing.T) {
 // limit, burst + rate*T over every interval. The combination runner found
 // it: a caller at half the rate, then one at the whole, on a Limit{20, 2}
 // got 3 slots within 25 ms (2.5 allowed), since each read the bucket's
-// balance at its own rate.
+// balance at its own rate. Also under a stored limit below the code's.
 func TestMixedShares(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 21))
 	for range 200 {
 		rate, burst := float64(1+r.IntN(100)), float64(1+r.IntN(8))
 		bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: rate, Burst: burst}}
 		s := NewStore()
+		if r.IntN(2) == 0 {
+			// A stored limit below the code's: the group's lattice is the
+			// code's, its bucket the stored rate's (see lattice.go).
+			rate *= 0.5 + 0.49*r.Float64()
+			s.SetStored("k", storedText("enforce", []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: rate, Burst: burst}}, []string{"permits"}))
+		}
 		now := int64(1795400000_000_000_000)
 		var slots []int64
 		for range 60 {
@@ -299,6 +305,49 @@ func TestGroupSlotsOnLattice(t *testing.T) {
 				}
 			}
 			now += r.Int64N(2e8)
+		}
+	}
+}
+
+// TestLatticeAcrossStoredLimits: members that pace one key by different
+// rates, because some learned a stored limit the others did not (it was
+// set just before Redis failed, or during the outage, while the group on
+// Redis already paces by it), still never fire at one instant: the lattice
+// is the code's, whatever the stored limit, and each member or group
+// thins its own instants to the rate it paces by. Before, each took the
+// lattice of the rate it knew, and the lattices crossed: two calls 2.8 ms
+// apart on a burst of 1 at 30/s (pacercombo seeds 59 and 62).
+func TestLatticeAcrossStoredLimits(t *testing.T) {
+	code := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: 30, Burst: 1}}
+	units := []string{"permits"}
+	u := int64(33333334) // the code's lattice spacing, ns
+	for _, storedRate := range []float64{18.09, 25, 29.9, 45} {
+		stored := storedText("enforce", []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: storedRate, Burst: 1}}, units)
+		for knows := range 1 << 4 { // which of the members and the group know the stored limit
+			start := int64(1795400000_000_000_000) + int64(knows)*7_777_777
+			shares := []Share{{N: 4, IsMember: true, Member: 0}, {N: 4, IsMember: true, Member: 1}, {N: 4, IsMember: true, Member: 2}, {N: 4, Held: []int{0, 1, 2}}}
+			var slots []int64
+			for i, sh := range shares {
+				s := NewStore()
+				if knows&(1<<i) != 0 {
+					s.Seed("k", "", stored, true)
+				}
+				now := start
+				for range 40 {
+					g, _, _, err := s.Reserve(Call{Key: "k", Now: now, Share: sh, Units: units, Bands: code}, nil, []Request{{MaxWaitUS: -1, Cost: []float64{1}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					slots = append(slots, now+g[0].WaitNS)
+					now += 20_000_000
+				}
+			}
+			slices.Sort(slots)
+			for i := 1; i < len(slots); i++ {
+				if d := slots[i] - slots[i-1]; d < u {
+					t.Fatalf("stored %v/s known by %04b: slots %d and %d only %v ns apart (the code's spacing %d)", storedRate, knows, slots[i-1]-start, slots[i]-start, d, u)
+				}
+			}
 		}
 	}
 }
