@@ -78,9 +78,9 @@ func (g *Group) newLattice() *lattice {
 		// a time (a larger burst would reach back before another caller's
 		// slot on the same state: a caller whose view of the fleet differs
 		// for a heartbeat takes the whole rate). The group then stays within
-		// its share but cannot use runs of its instants: it gets 60% of its
-		// share with 1 rank of 3 held, while a stored limit below the
-		// code's is in force.
+		// its share but cannot use runs of its instants: with 1 rank of 3
+		// held and 25/s stored under the code's 30/s, it gets 60% of its
+		// share while the member is held.
 		if slow.rate >= slow.lat {
 			slow.upp = 1e6 / slow.rate
 		}
