@@ -53,6 +53,13 @@ type Share struct {
 	// Redis never runs one.
 	Member   int
 	IsMember bool
+	// Also, with IsMember, is another fleet size (0: none) the member's
+	// share keeps within too: right after the fleet changed, members may
+	// pace on either size (each learns of the change at its next
+	// heartbeat), so a member that knows both takes the smaller of its
+	// shares in the two (its burst, its window quotas, its rate) and only
+	// the instants of its rank on both lattices. Member must be under Also.
+	Also int
 }
 
 // Whole reports whether s is the whole limit.

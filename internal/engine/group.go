@@ -77,10 +77,10 @@ func Load(nowUS, nowNS int64, serverTime bool, share Share, units []string, band
 	g := &Group{nowUS: nowUS, nowNS: nowNS, nowFrac: float64(nowNS) / 1000, share: share, rateShare: 1, unitNames: units}
 	if !share.Whole() {
 		if share.IsMember {
-			if share.Member < 0 || share.Member >= share.N {
+			if share.Member < 0 || share.Member >= share.N || (share.Also > 1 && share.Member >= share.Also) {
 				return nil, argError("bad share")
 			}
-			g.rateShare = 1 / float64(share.N)
+			g.rateShare = 1 / float64(max(share.N, share.Also))
 		} else {
 			for _, k := range share.Held {
 				if k < 0 || k >= share.N {
@@ -204,6 +204,9 @@ func (g *Group) readBands(bands []Band) ([]*band, error) {
 			case g.share.Whole():
 			case g.share.IsMember:
 				eff = memberBurst(b.Burst, g.share.N, g.share.Member)
+				if g.share.Also > 1 {
+					eff = min(eff, memberBurst(b.Burst, g.share.Also, g.share.Member))
+				}
 				x.member = g.share.Member
 			default:
 				for _, k := range g.share.Held {
@@ -388,7 +391,11 @@ func (g *Group) cap(b *band, w float64) float64 {
 	case g.share.Whole():
 		return b.n
 	case g.share.IsMember:
-		return memberN(b.n, g.share.N, g.share.Member, w)
+		c := memberN(b.n, g.share.N, g.share.Member, w)
+		if g.share.Also > 1 {
+			c = min(c, memberN(b.n, g.share.Also, g.share.Member, w))
+		}
+		return c
 	}
 	c := b.n
 	for _, k := range g.share.Held {

@@ -36,8 +36,7 @@ type lattice struct {
 	u      int64 // ns
 	period int64 // n*u
 	phase  int64 // now's position in the period
-	n      int
-	takes  func(k int) bool // whether rank k's instants are this caller's
+	takes  func(idx int64) bool // whether the instant idx*u is this caller's
 }
 
 // maxPeriod bounds a lattice's period (core.lua's 1099511627776).
@@ -50,9 +49,13 @@ func (g *Group) newLattice() *lattice {
 	if s.Whole() {
 		return nil
 	}
+	also := 0 // a member's other fleet size (Share.Also)
+	if s.IsMember && s.Also > 1 {
+		also = s.Also
+	}
 	var slow *band
 	for _, b := range g.bands {
-		if b.bucket && b.burst < float64(s.N) && (slow == nil || b.lat < slow.lat) {
+		if b.bucket && b.burst < float64(max(s.N, also)) && (slow == nil || b.lat < slow.lat) {
 			slow = b
 		}
 	}
@@ -60,12 +63,23 @@ func (g *Group) newLattice() *lattice {
 		return nil
 	}
 	u := int64(math.Ceil(1e9 / slow.lat))
-	if u*int64(s.N) > maxPeriod {
+	// The period: the fleet's size, or, for a member between two, the
+	// least common multiple of those whose lattices it keeps to.
+	n, m := int64(1), int64(1)
+	if slow.burst < float64(s.N) {
+		n = int64(s.N)
+	}
+	if also > 0 && slow.burst < float64(also) {
+		m = int64(also)
+	}
+	period := n * m / gcd(n, m)
+	if u*period > maxPeriod {
 		return nil
 	}
-	l := &lattice{band: slow, u: u, period: u * int64(s.N), n: s.N}
+	l := &lattice{band: slow, u: u, period: u * period}
 	if s.IsMember {
-		l.takes = func(k int) bool { return k == s.Member }
+		k := int64(s.Member)
+		l.takes = func(idx int64) bool { return idx%n == k%n && idx%m == k%m }
 	} else {
 		// The lattice keeps the group to its share: one slot per instant of
 		// the ranks not held, which are u apart at the closest. So its
@@ -90,7 +104,7 @@ func (g *Group) newLattice() *lattice {
 		for _, k := range s.Held {
 			held[k] = true
 		}
-		l.takes = func(k int) bool { return !held[k] }
+		l.takes = func(idx int64) bool { return !held[int(idx%int64(s.N))] }
 	}
 	m1 := g.nowUS % l.period
 	if m1 < 0 {
@@ -107,8 +121,15 @@ func (g *Group) snap(q float64) float64 {
 	w := g.tell(q)
 	pos := (l.phase + w) % l.period
 	idx := (pos + l.u - 1) / l.u
-	for !l.takes(int(idx % int64(l.n))) {
+	for !l.takes(idx) {
 		idx++
 	}
 	return float64(w+idx*l.u-pos) / 1000
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }

@@ -78,6 +78,17 @@ func TestMemberSharesAddUp(t *testing.T) {
 // (Unix ns), sorted.
 func runMembers(t *testing.T, r *rand.Rand, n int, bands []Band, units []string, total int) []int64 {
 	t.Helper()
+	shares := make([]Share, n)
+	for k := range shares {
+		shares[k] = Share{N: n, Member: k, IsMember: true}
+	}
+	return runShares(t, r, shares, bands, units, total)
+}
+
+// runShares is runMembers with a share of its own for each member.
+func runShares(t *testing.T, r *rand.Rand, shares []Share, bands []Band, units []string, total int) []int64 {
+	t.Helper()
+	n := len(shares)
 	start := int64(1795400000_000_000_000) + r.Int64N(1e9)
 	stores := make([]*Store, n)
 	next := make([]int64, n)
@@ -93,7 +104,7 @@ func runMembers(t *testing.T, r *rand.Rand, n int, bands []Band, units []string,
 				k = i
 			}
 		}
-		c := Call{Key: "k", Now: next[k], Share: Share{N: n, Member: k, IsMember: true}, Units: units, Bands: bands}
+		c := Call{Key: "k", Now: next[k], Share: shares[k], Units: units, Bands: bands}
 		g, _, _, err := stores[k].Reserve(c, nil, []Request{{MaxWaitUS: -1, Cost: []float64{1}}})
 		if err != nil || g[0].Seq <= 0 {
 			t.Fatalf("member %d: %+v, %v", k, g, err)
@@ -346,6 +357,68 @@ func TestLatticeAcrossStoredLimits(t *testing.T) {
 			for i := 1; i < len(slots); i++ {
 				if d := slots[i] - slots[i-1]; d < u {
 					t.Fatalf("stored %v/s known by %04b: slots %d and %d only %v ns apart (the code's spacing %d)", storedRate, knows, slots[i-1]-start, slots[i]-start, d, u)
+				}
+			}
+		}
+	}
+}
+
+// TestMembersAcrossFleetChange: right after the fleet grew from n1 to n2
+// members (or shrank), a member that has not heard of it yet paces on n1,
+// one that has and whose view has settled on n2, and one between the two
+// keeps within both (Share.Also). Those between and those on either size
+// never pass the limit together: over every interval, burst + rate*T on a
+// bucket band, N in each window of a window band. (A member on n1 alone
+// and one on n2 alone never pace at once: the first has not heard from
+// Redis for longer than the second has known.) Without Also, a member on
+// a lattice of 2 and one on a lattice of 3 fired at one instant
+// (pacercombo seed 15), and bursts of 1 + 2 came at once on a burst of 2
+// (seed 2).
+func TestMembersAcrossFleetChange(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 21))
+	type view struct{ n1, n2 int }
+	for _, v := range []view{{2, 3}, {3, 2}, {2, 4}, {4, 3}, {3, 5}} {
+		lo := min(v.n1, v.n2)
+		// Mixes: the old size's members (ranks under both) on n1 or between;
+		// then the new size's on n2 or between.
+		mixes := [][]Share{}
+		for _, alone := range []int{v.n1, v.n2} {
+			for between := range 1 << lo {
+				var mix []Share
+				for k := range alone {
+					sh := Share{N: alone, Member: k, IsMember: true}
+					if k < lo && between&(1<<k) != 0 {
+						sh = Share{N: v.n2, Member: k, IsMember: true, Also: v.n1}
+					}
+					mix = append(mix, sh)
+				}
+				mixes = append(mixes, mix)
+			}
+		}
+		for _, c := range []struct{ rate, burst float64 }{{30, 1}, {20, 2}, {100, 3}, {50, 7}} {
+			for i, mix := range mixes {
+				bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: c.rate, Burst: c.burst}}
+				slots := runShares(t, r, mix, bands, []string{"permits"}, 200)
+				for a := range slots {
+					for b := a; b < len(slots); b++ {
+						T := float64(slots[b]-slots[a]) / 1e9
+						if n := float64(b - a + 1); n > c.burst+c.rate*T+1e-6 {
+							t.Fatalf("%d→%d mix %d %+v, rate %v burst %v: %v units within %.6f s, want at most %.6f", v.n1, v.n2, i, mix, c.rate, c.burst, n, T, c.burst+c.rate*T)
+						}
+					}
+				}
+			}
+		}
+		for i, mix := range mixes {
+			bands := []Band{{Name: "win", Unit: 0, N: 7, LenUS: 200_000, OriginUS: 123}}
+			slots := runShares(t, r, mix, bands, []string{"requests"}, 120)
+			per := map[int64]int{}
+			for _, s := range slots {
+				per[(s/1000-123)/200_000]++
+			}
+			for w, k := range per {
+				if k > 7 {
+					t.Fatalf("%d→%d mix %d %+v: window %d holds %d units, want at most 7", v.n1, v.n2, i, mix, w, k)
 				}
 			}
 		}
