@@ -33,9 +33,9 @@ import "math"
 // lattice.
 type lattice struct {
 	band   *band
-	u      int64 // ns
-	period int64 // n*u
-	phase  int64 // now's position in the period
+	u      int64                // ns
+	period int64                // n*u
+	phase  int64                // now's position in the period
 	takes  func(idx int64) bool // whether the instant idx*u is this caller's
 }
 
