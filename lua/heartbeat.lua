@@ -12,7 +12,9 @@
 --          the client id of its presence connection, named "pacer-<id>", 0
 --          if none; n the fleet's size its local share counts, 0 if none;
 --          run the run id of the server that gave cid, absent if none or
---          written by an earlier version)
+--          written by an earlier version); and one field of its own, "~n":
+--          "<n> <since_ms> <before>", the fleet's size n as of since_ms
+--          (server time), when a heartbeat first saw it, and the size before it
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -46,7 +48,8 @@
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
 -- ARGV[9...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
--- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n}:
+-- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
+--          before}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -58,7 +61,11 @@
 --          heard from within live_ms whose mode is "local" counts as held:
 --          it reaches the fleet's set but not its keys (a Redis Cluster
 --          with the key's shard failing over) and paces locally on its
---          share, which the others must leave it.
+--          share, which the others must leave it. before is the fleet's
+--          size before its latest change if that change is younger than
+--          2 * suspect_ms (every member hears of it within about one
+--          interval, suspect_ms), else 0: until then members may pace
+--          locally on either size (reserve's fleet.go, engine.Share.Also).
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -190,4 +197,23 @@ end
 local members = redis.call('ZCARD', KEYS[1])
 local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 local n = tonumber(top[2]) + 1
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n}
+-- The fleet's size as of when: a change younger than 2 * suspect_ms
+-- reports the size before it.
+local before = 0
+local rec = redis.call('HMGET', KEYS[2], '~n')[1]
+local rn, rsince, rbefore = nil, nil, nil
+if rec then
+  rn, rsince, rbefore = string.match(rec, '^(%d+) (%d+) (%d+)$')
+  rn, rsince, rbefore = tonumber(rn), tonumber(rsince), tonumber(rbefore)
+end
+if not rn then
+  redis.call('HSET', KEYS[2], '~n', n .. ' ' .. string.format('%d', now_ms) .. ' ' .. n)
+elseif rn ~= n then
+  -- (Two changes within the window: the size just before this one. A
+  -- member that heard of neither is rarer than one that heard of one.)
+  redis.call('HSET', KEYS[2], '~n', n .. ' ' .. string.format('%d', now_ms) .. ' ' .. rn)
+  before = rn
+elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
+  before = rbefore
+end
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before}

@@ -50,6 +50,15 @@ type fleetView struct {
 	rankBefore        int       // its rank then
 	backAt            time.Time // when it came back
 
+	// A change of the fleet's size reaches each member at its next
+	// heartbeat: for a while after it, members may pace locally on the
+	// size before or after. before is the size before the latest change
+	// while that change is that young (heartbeat.lua; 0: none); also is
+	// the one this Limiter's local share keeps within too (Share.Also),
+	// set when it loses Redis. A member whose rank is beyond it (it joined
+	// just now: others may not know it) has no local share then.
+	before, also int
+
 	// A Limiter that started while Redis was unavailable has never learned
 	// the fleet. When it first reaches Redis, a Redis restarted empty lists
 	// only the members back already; the others, still pacing locally,
@@ -152,10 +161,16 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n, rank := f.n, f.rank
+	also := 0
 	if f.missing() {
 		// Back from an outage, Redis (restarted empty) does not list the
 		// whole fleet yet: keep the share this Limiter had in it.
 		n, rank = f.remembered, f.rankBefore
+	} else if f.also > 0 {
+		if rank >= f.also {
+			return engine.Share{}, false
+		}
+		also = f.also
 	}
 	if !f.learned {
 		if f.hint < 1 {
@@ -166,9 +181,17 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 		n, rank = f.hint, int(h.Sum32()%uint32(f.hint))
 	}
 	if n <= 1 {
-		return engine.Share{}, true
+		return engine.Share{}, true // alone: the others left (a held member counts)
 	}
-	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true}, true
+	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
+}
+
+// newcomer reports whether this Limiter has no local share because it
+// joined the fleet just before it lost Redis (see before).
+func (f *fleetView) newcomer() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.also > 0 && f.learned && !f.missing() && f.rank >= f.also
 }
 
 // wantRank is the rank a heartbeat asks for: the one this Limiter had
@@ -209,6 +232,10 @@ func (f *fleetView) leaving() {
 		f.n, f.rank = f.remembered, f.rankBefore
 	default:
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
+		if f.before > 0 && f.before != f.n {
+			// The fleet changed just now: some may not know it yet.
+			f.also = f.before
+		}
 	}
 	f.backAt = time.Time{}
 }
@@ -221,7 +248,7 @@ func (f *fleetView) recovered() {
 	f.backAt = time.Now()
 }
 
-func (f *fleetView) update(n, rank, members, heldN int, held []int) {
+func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.born {
@@ -236,6 +263,7 @@ func (f *fleetView) update(n, rank, members, heldN int, held []int) {
 	}
 	f.learned = true
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
+	f.before, f.also = before, 0
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}
@@ -510,7 +538,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return err
 	}
 	r, ok := res.([]any)
-	if !ok || len(r) != 8 {
+	if !ok || len(r) != 9 {
 		return nil
 	}
 	n, ok1 := r[4].(int64)
@@ -531,7 +559,8 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	liveN, _ := r[1].(int64)
 	heldN, _ := r[2].(int64)
 	latticeN, _ := r[7].(int64)
-	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), held)
+	before, _ := r[8].(int64)
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
 	l.logView(ctx, mode)
 	// Only a member connected to the fleet's server itself checks (not one
 	// pacing locally: its client may reach another node, or none).
@@ -551,8 +580,8 @@ func (l *Limiter) logView(ctx context.Context, mode string) {
 	f := &l.fleet
 	ls, _ := f.localShare()
 	f.mu.Lock()
-	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v",
-		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing())
+	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v before=%d also=%d",
+		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.also)
 	f.mu.Unlock()
 	view += fmt.Sprintf(" redis=%q local=%d/%d", f.redisShare().Arg(), ls.Member, ls.N)
 	f.mu.Lock()

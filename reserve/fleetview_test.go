@@ -1,8 +1,11 @@
 package reserve
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
 )
 
 // TestOutageSoonAfterOutage: a Limiter back from one outage loses Redis
@@ -16,17 +19,17 @@ import (
 // combination runner, seed 13: three members' slots at one instant).
 func TestOutageSoonAfterOutage(t *testing.T) {
 	f := &fleetView{remember: 300 * time.Millisecond}
-	f.update(3, 1, 3, 0, nil)
+	f.update(3, 1, 3, 0, 0, nil)
 	f.leaving() // the first outage
 	f.recovered()
-	f.update(3, 1, 3, 0, nil)
+	f.update(3, 1, 3, 0, 0, nil)
 	f.backAt = time.Now().Add(-100 * time.Millisecond)
 	f.leaving()            // the second, 100 ms after the first ended
 	time.Sleep(f.remember) // the first heartbeat that answers comes later
 	// Redis restarted empty: this Limiter alone, at the rank it asked for.
-	f.update(2, 1, 1, 0, nil)
+	f.update(2, 1, 1, 0, 0, nil)
 	f.recovered()
-	f.update(2, 1, 1, 0, nil)
+	f.update(2, 1, 1, 0, 0, nil)
 	if got := f.redisShare().Arg(); got != "3 0 2" {
 		t.Fatalf("back from the second outage, the share on Redis is %q; want rank 1's of 3 (\"3 0 2\")", got)
 	}
@@ -45,13 +48,13 @@ func TestOutageSoonAfterOutage(t *testing.T) {
 // runner, seed 2).
 func TestJoinWaitStartsAgain(t *testing.T) {
 	f := &fleetView{born: true, join: 50 * time.Millisecond}
-	f.update(3, 2, 3, 0, nil) // the first heartbeat that succeeds
+	f.update(3, 2, 3, 0, 0, nil) // the first heartbeat that succeeds
 	if f.joining() == 0 {
 		t.Fatal("no join wait")
 	}
 	f.joinFailed() // Redis fails again
 	time.Sleep(f.join)
-	f.update(1, 2, 1, 0, nil) // back, restarted empty: alone
+	f.update(1, 2, 1, 0, 0, nil) // back, restarted empty: alone
 	if _, known := f.size(); known {
 		t.Fatal("learned the fleet from its first heartbeat after the second outage")
 	}
@@ -68,9 +71,9 @@ func TestJoinWaitStartsAgain(t *testing.T) {
 // of the third member's rank, combination runner seed 29).
 func TestOutageWhileMembersMissing(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 0, 3, 0, nil)
+	f.update(3, 0, 3, 0, 0, nil)
 	f.leaving()
-	f.update(2, 0, 2, 0, nil) // restarted empty: two of three back
+	f.update(2, 0, 2, 0, 0, nil) // restarted empty: two of three back
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 1 2" {
 		t.Fatalf("on Redis with a member missing: share %q, want rank 0's of 3", got)
@@ -79,5 +82,84 @@ func TestOutageWhileMembersMissing(t *testing.T) {
 	ls, _ := f.localShare()
 	if ls.N != 3 || ls.Member != 0 {
 		t.Fatalf("pacing locally: rank %d of %d, want 0 of 3", ls.Member, ls.N)
+	}
+}
+
+// TestHeartbeatFleetChange: the heartbeat reports the fleet's size before
+// its latest change while that change is younger than two suspect
+// intervals, so that a member losing Redis then keeps to both sizes.
+func TestHeartbeatFleetChange(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	k := redistest.Prefix(t) + "{limiters}"
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	beat := func(id string, suspectMS int) (n, before int64) {
+		t.Helper()
+		r, err := heartbeatScript.Run(ctx, s.Client, keys, id, "redis", "0 0 0", 60000, 60000, suspectMS, 60000, "").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r[4].(int64), r[8].(int64)
+	}
+	check := func(what string, n, before, wantN, wantBefore int64) {
+		t.Helper()
+		if n != wantN || before != wantBefore {
+			t.Fatalf("%s: n %d, before %d; want %d, %d", what, n, before, wantN, wantBefore)
+		}
+	}
+	n, b := beat("a", 60000)
+	check("a alone", n, b, 1, 0)
+	n, b = beat("b", 60000)
+	check("b joins", n, b, 2, 1)
+	n, b = beat("a", 60000)
+	check("a hears of b", n, b, 2, 1)
+	time.Sleep(5 * time.Millisecond)
+	n, b = beat("a", 1)
+	check("the change settled", n, b, 2, 0)
+	n, b = beat("c", 60000)
+	check("c joins", n, b, 3, 2)
+	if _, err := heartbeatScript.Run(ctx, s.Client, keys, "c", "leave").Result(); err != nil {
+		t.Fatal(err)
+	}
+	n, b = beat("b", 60000)
+	check("c left at once", n, b, 2, 3)
+}
+
+// TestOutageRightAfterFleetChange: a member that loses Redis while the
+// fleet's latest change is young keeps its local share within both sizes
+// (engine.Share.Also); one that joined in that change has none, and says
+// why. Before, a member that had heard of a third member paced on a lattice
+// of 3 while one that had not paced on a lattice of 2, and both fired at one
+// instant (combination runner, seeds 2 and 15).
+func TestOutageRightAfterFleetChange(t *testing.T) {
+	f := &fleetView{}
+	f.update(3, 1, 3, 0, 2, nil) // rank 1 of 3, the fleet was 2 just now
+	f.leaving()
+	ls, ok := f.localShare()
+	if !ok || ls.N != 3 || ls.Member != 1 || ls.Also != 2 {
+		t.Fatalf("local share %+v (ok %v); want rank 1 of 3, also within 2", ls, ok)
+	}
+	f.update(3, 1, 3, 0, 0, nil) // back: the change settled
+	if ls, _ := f.localShare(); ls.Also != 0 {
+		t.Fatalf("back on Redis the local share keeps %d", ls.Also)
+	}
+	f.update(2, 1, 2, 0, 3, nil) // rank 1 of 2, the fleet was 3 just now
+	f.leaving()
+	if ls, _ := f.localShare(); ls.N != 2 || ls.Also != 3 {
+		t.Fatalf("after a member left: %+v, want 2 also within 3", ls)
+	}
+	for _, c := range []struct{ n, rank, before int }{{3, 2, 2}, {2, 1, 1}} {
+		g := &fleetView{}
+		g.update(c.n, c.rank, c.n, 0, c.before, nil) // the newcomer
+		g.leaving()
+		if _, ok := g.localShare(); ok || !g.newcomer() {
+			t.Fatalf("a member that joined just now (rank %d of %d, %d before) paces locally", c.rank, c.n, c.before)
+		}
+	}
+	g := &fleetView{}
+	g.update(2, 0, 2, 0, 1, nil) // was alone just now
+	g.leaving()
+	if ls, ok := g.localShare(); !ok || ls.N != 2 || ls.Member != 0 {
+		t.Fatalf("the member that was alone: %+v (ok %v), want rank 0 of 2", ls, ok)
 	}
 }
