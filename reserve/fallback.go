@@ -120,7 +120,7 @@ func (l *Limiter) serverNow() (int64, time.Time) {
 func (l *Limiter) localCall(key string, s *spec) (engine.Call, time.Time, error) {
 	share, ok := l.fleet.localShare()
 	if !ok && l.fleet.newcomer() {
-		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet just before Redis failed, and the others may not know of it yet: it has no share to pace on until Redis answers", key, l.unavailableErr())
+		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until Redis answers", key, l.unavailableErr())
 	}
 	if !ok {
 		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())

@@ -516,7 +516,7 @@ func TestOutageFirstBack(t *testing.T) {
 			continue // a call that reached Redis before a noticed
 		}
 		require.ErrorIs(t, err, reserve.ErrUnavailable)
-		require.Contains(t, err.Error(), "joined the fleet just before Redis failed")
+		require.Contains(t, err.Error(), "joined the fleet after members that may pace locally without it")
 	}
 	assert.Equal(t, 2, a.FleetSize())
 	pa.Enable(t)

@@ -53,11 +53,9 @@ type fleetView struct {
 	// A change of the fleet's size reaches each member at its next
 	// heartbeat: for a while after it, members may pace locally on the
 	// size before or after. before is the size before the latest change
-	// while that change is that young (heartbeat.lua; 0: none); also is
-	// the one this Limiter's local share keeps within too (Share.Also),
-	// set when it loses Redis. A member whose rank is beyond it (it joined
-	// just now: others may not know it) has no local share then.
-	before, also int
+	// while that change is that young (heartbeat.lua; 0: none). See
+	// alsoN.
+	before int
 
 	// A Limiter that started while Redis was unavailable has never learned
 	// the fleet. When it first reaches Redis, a Redis restarted empty lists
@@ -161,16 +159,13 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n, rank := f.n, f.rank
-	also := 0
+	also := f.alsoN()
 	if f.missing() {
 		// Back from an outage, Redis (restarted empty) does not list the
 		// whole fleet yet: keep the share this Limiter had in it.
 		n, rank = f.remembered, f.rankBefore
-	} else if f.also > 0 {
-		if rank >= f.also {
-			return engine.Share{}, false
-		}
-		also = f.also
+	} else if also > 0 && rank >= also {
+		return engine.Share{}, false
 	}
 	if !f.learned {
 		if f.hint < 1 {
@@ -186,12 +181,33 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
 }
 
+// alsoN returns the other fleet size this Limiter's local share keeps
+// within too (engine.Share.Also; 0: none): the one the held members pace
+// on, when it differs (they lost Redis before the fleet changed, and pace
+// as they knew it); else the size before a change young enough that
+// another member may not have heard of it. A member whose rank is beyond
+// it joined after them: they pace as if it were not there, and it has no
+// local share. f.mu is held.
+func (f *fleetView) alsoN() int {
+	switch {
+	case !f.learned || f.missing():
+		return 0
+	case len(f.held) > 0 && f.heldN > 0 && f.heldN != f.n:
+		return f.heldN
+	case f.before > 0 && f.before != f.n:
+		return f.before
+	}
+	return 0
+}
+
 // newcomer reports whether this Limiter has no local share because it
-// joined the fleet just before it lost Redis (see before).
+// joined the fleet after members that may pace locally without it (see
+// alsoN).
 func (f *fleetView) newcomer() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.also > 0 && f.learned && !f.missing() && f.rank >= f.also
+	a := f.alsoN()
+	return a > 0 && f.rank >= a
 }
 
 // wantRank is the rank a heartbeat asks for: the one this Limiter had
@@ -232,10 +248,6 @@ func (f *fleetView) leaving() {
 		f.n, f.rank = f.remembered, f.rankBefore
 	default:
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
-		if f.before > 0 && f.before != f.n {
-			// The fleet changed just now: some may not know it yet.
-			f.also = f.before
-		}
 	}
 	f.backAt = time.Time{}
 }
@@ -263,7 +275,7 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 	}
 	f.learned = true
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
-	f.before, f.also = before, 0
+	f.before = before
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}
@@ -581,7 +593,7 @@ func (l *Limiter) logView(ctx context.Context, mode string) {
 	ls, _ := f.localShare()
 	f.mu.Lock()
 	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v before=%d also=%d",
-		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.also)
+		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.alsoN())
 	f.mu.Unlock()
 	view += fmt.Sprintf(" redis=%q local=%d/%d", f.redisShare().Arg(), ls.Member, ls.N)
 	f.mu.Lock()

@@ -156,6 +156,15 @@ func TestOutageRightAfterFleetChange(t *testing.T) {
 			t.Fatalf("a member that joined just now (rank %d of %d, %d before) paces locally", c.rank, c.n, c.before)
 		}
 	}
+	h := &fleetView{}
+	h.update(4, 0, 3, 3, 0, []int{1}) // rank 1 paces locally on a fleet of 3 it knew
+	if ls, ok := h.localShare(); !ok || ls.N != 4 || ls.Also != 3 {
+		t.Fatalf("beside a member pacing on 3: %+v (ok %v), want 4 also within 3", ls, ok)
+	}
+	h.update(4, 3, 3, 3, 0, []int{1}) // the member that joined after it
+	if _, ok := h.localShare(); ok || !h.newcomer() {
+		t.Fatal("a member that joined after a held member paces locally")
+	}
 	g := &fleetView{}
 	g.update(2, 0, 2, 0, 1, nil) // was alone just now
 	g.leaving()

@@ -242,7 +242,9 @@ func (cl *caller) pause(ctx context.Context, d time.Duration) {
 	n := Note{Type: notePause, Key: key.name, At: start.UnixNano(), End: time.Now().UnixNano(), D: int64(d)}
 	if err != nil {
 		n.Err = err.Error()
-		if !ended(c.after) {
+		// (A process with no local share refuses the pause as it refuses
+		// its calls: it sends none until Redis answers.)
+		if !ended(c.after) && !(errors.Is(err, reserve.ErrUnavailable) && documentedUnavailable(err)) {
 			c.errNote("pause", key.name, err)
 		}
 	}
@@ -259,8 +261,9 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 	if errors.Is(err, reserve.ErrUnavailable) && documentedUnavailable(err) {
 		// What the library promises for a process that has never reached
-		// Redis (it does not know its share), or a cost above its share of
-		// a window band while others pace locally: a refusal, counted.
+		// Redis (it does not know its share), one that joined after members
+		// that pace locally without it, or a cost above its share of a
+		// window band while others pace locally: a refusal, counted.
 		c.count("unavailable")
 		sleepCtx(ctx, 50*time.Millisecond)
 		return true
@@ -276,7 +279,8 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 // reserve documents for local pacing (see Options.FleetSize).
 func documentedUnavailable(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "Redis has never answered this Limiter") || strings.Contains(s, "share of a window band is below the cost")
+	return strings.Contains(s, "Redis has never answered this Limiter") || strings.Contains(s, "share of a window band is below the cost") ||
+		strings.Contains(s, "joined the fleet")
 }
 
 // ended reports whether ctx has ended, or its deadline has passed (its
