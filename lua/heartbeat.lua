@@ -49,7 +49,7 @@
 -- ARGV[9...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
---          before}:
+--          before, ranks}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -66,6 +66,7 @@
 --          2 * suspect_ms (every member hears of it within about one
 --          interval, suspect_ms), else 0: until then members may pace
 --          locally on either size (reserve's fleet.go, engine.Share.Also).
+--          ranks are the ranks taken, by members live or held.
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -216,4 +217,9 @@ elseif rn ~= n then
 elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
   before = rbefore
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before}
+local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local ranks = {}
+for i = 2, #ranked, 2 do
+  ranks[#ranks + 1] = tonumber(ranked[i])
+end
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks}

@@ -56,6 +56,8 @@ type fleetView struct {
 	// while that change is that young (heartbeat.lua; 0: none). See
 	// alsoN.
 	before int
+	// ranks are the ranks taken in Redis's fleet (live or held members).
+	ranks []int
 
 	// A Limiter that started while Redis was unavailable has never learned
 	// the fleet. When it first reaches Redis, a Redis restarted empty lists
@@ -115,14 +117,18 @@ func (f *fleetView) redisShare() engine.Share {
 	}
 	n, held := f.n, f.held
 	if f.missing() {
-		// Redis (restarted empty) lost the fleet: the ranks it gives now
-		// are not the ones the members pacing locally still use. Until
-		// they are back, take the share of this Limiter's own rank before
-		// the outage, as it would locally, so that nobody shares an
-		// instant.
+		// Redis (restarted empty) lost the fleet: members not back yet
+		// may still pace locally on their ranks of the fleet this Limiter
+		// knew. Until they are back, leave them those ranks' shares:
+		// every rank of that fleet but this Limiter's own and those of
+		// the members back on Redis (they asked for their old ranks), so
+		// that nobody shares an instant. (Before, each member back left
+		// all the others', and two back on one key took a third of it
+		// together: each charged its calls at a third's spacing on one
+		// state.)
 		n, held = f.remembered, make([]int, 0, f.remembered-1)
 		for k := range f.remembered {
-			if k != f.rankBefore {
+			if k != f.rankBefore && (!slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
 				held = append(held, k)
 			}
 		}
@@ -279,6 +285,13 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}
+}
+
+// taken records the ranks Redis's fleet has taken (see redisShare).
+func (f *fleetView) taken(ranks []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ranks = ranks
 }
 
 // shareArg is redisShare as the scripts take it.
@@ -550,7 +563,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return err
 	}
 	r, ok := res.([]any)
-	if !ok || len(r) != 9 {
+	if !ok || len(r) != 10 {
 		return nil
 	}
 	n, ok1 := r[4].(int64)
@@ -572,7 +585,16 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	heldN, _ := r[2].(int64)
 	latticeN, _ := r[7].(int64)
 	before, _ := r[8].(int64)
+	var ranks []int
+	if rs, ok := r[9].([]any); ok {
+		for _, x := range rs {
+			if k, ok := x.(int64); ok {
+				ranks = append(ranks, int(k))
+			}
+		}
+	}
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
+	l.fleet.taken(ranks)
 	l.logView(ctx, mode)
 	// Only a member connected to the fleet's server itself checks (not one
 	// pacing locally: its client may reach another node, or none).

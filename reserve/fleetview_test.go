@@ -172,3 +172,31 @@ func TestOutageRightAfterFleetChange(t *testing.T) {
 		t.Fatalf("the member that was alone: %+v (ok %v), want rank 0 of 2", ls, ok)
 	}
 }
+
+// TestBackTogether: two members back on a Redis restarted empty, while the
+// third is not, each leave only the missing one's share, so that together
+// they take two thirds of a key. Before, each left all the others' shares
+// and charged its calls at a third's spacing on the one state: a third
+// together, and a queue seconds long when they were whole again
+// (combination runner seed 100: 0.36 of the limit used).
+func TestBackTogether(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(3, 2, 3, 0, 0, nil)
+	f.leaving()
+	f.update(3, 2, 1, 0, 0, nil) // back first, at its old rank 2
+	f.taken([]int{2})
+	f.recovered()
+	if got := f.redisShare().Arg(); got != "3 0 1" {
+		t.Fatalf("alone back: share %q, want rank 2's of 3 (\"3 0 1\")", got)
+	}
+	f.update(3, 2, 2, 0, 0, nil) // rank 1 back too
+	f.taken([]int{1, 2})
+	if got := f.redisShare().Arg(); got != "3 0" {
+		t.Fatalf("two back: share %q, want ranks 1 and 2's (\"3 0\")", got)
+	}
+	f.update(3, 2, 3, 0, 0, []int{0}) // rank 0 heard from, pacing locally (held)
+	f.taken([]int{0, 1, 2})
+	if got := f.redisShare().Arg(); got != "3 0" {
+		t.Fatalf("rank 0 held: share %q, want \"3 0\"", got)
+	}
+}
