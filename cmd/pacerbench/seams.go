@@ -186,7 +186,7 @@ func (s *seamsResults) tables() string {
 	}
 	ex.notes = append(ex.notes,
 		"What it shows: how soon a fleet whose processes crashed gets the whole rate back. A killed process skips Close, so nothing gives its "+
-			"share back: the fleet must find out. At a survivor's heartbeat (HeartbeatInterval, 1 s), a member silent for over 1.25 heartbeats whose "+
+			"share back: the fleet must find out. At a survivor's heartbeat (HeartbeatInterval, 1 s), a member silent for over 1.1 heartbeats whose "+
 			"connection is gone from CLIENT LIST is removed, and one silent for over 2 is held (its share left to it); the others take a removed "+
 			"member's share back at their next heartbeat. A process killed well after its last heartbeat is removed about 1 s after the kill, "+
 			"before anyone holds it, and the new fleet keeps the whole rate. One killed just after a heartbeat (\"their last heartbeats\": "+
