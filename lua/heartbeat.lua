@@ -16,7 +16,7 @@
 --          "<n> <since_ms> <before>", the fleet's size n as of since_ms
 --          (server time), when a heartbeat first saw it, and the size before it
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
---          ARGV[8...]), with KEYS[6] the same keys scored by that time, so
+--          ARGV[10...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
 -- KEYS[4]  the members' ranks, a sorted set: member = Limiter id, score =
 --          its rank. A Limiter takes a rank at its first heartbeat (the one
@@ -46,7 +46,15 @@
 --          (CLIENT LIST), at most once per suspect_ms each
 -- ARGV[7]  keep_ms: how long a reported policy is kept after its report
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
--- ARGV[9...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
+-- ARGV[9]  the heartbeat's deadline, Unix ms on the server's clock as the
+--          caller estimates it ("" or absent: none): one that runs later
+--          is refused (PACER_STALE) and changes nothing. Its caller has
+--          given up on it already; a Redis that stalled (frozen, a long
+--          fork) runs the commands queued meanwhile when it resumes, and
+--          a heartbeat sent before its Limiter lost Redis would make it
+--          look live and on Redis while it paces locally (combination
+--          runner, seed 72).
+-- ARGV[10...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
 --          before, ranks}:
@@ -96,6 +104,10 @@ if mode == 'check' then
   end
   return {now_ms}
 end
+local deadline = tonumber(ARGV[9] or '')
+if deadline and now_ms > deadline then
+  return redis.error_reply('PACER_STALE the heartbeat ran after its deadline')
+end
 local live_ms, hold_ms, suspect_ms, keep_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 or hold_ms < live_ms
     or suspect_ms <= 0 or keep_ms <= 0 or (mode ~= 'redis' and mode ~= 'local') then
@@ -124,13 +136,13 @@ redis.call('HDEL', KEYS[5], id)
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end
-if #ARGV > 8 then
+if #ARGV > 9 then
   local zs = {}
-  for i = 9, #ARGV - 1, 2 do
+  for i = 10, #ARGV - 1, 2 do
     zs[#zs + 1] = string.match(ARGV[i + 1], '^(%d+)') or now_ms
     zs[#zs + 1] = ARGV[i]
   end
-  redis.call('HSET', KEYS[3], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[3], unpack(ARGV, 10))
   redis.call('ZADD', KEYS[6], unpack(zs))
 end
 -- Reports not renewed within keep_ms go (their Limiters stopped using the

@@ -142,10 +142,11 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 // unavailableCodes are the error replies of a Redis that is there but
 // cannot serve now (loading, failing over, read-only replica, busy script,
 // or at its maxmemory with noeviction: OOM refuses the script's write, so
-// nothing was granted).
+// nothing was granted), or that ran a heartbeat after its deadline
+// (PACER_STALE: it stalled; the heartbeat changed nothing).
 var unavailableCodes = map[string]bool{
 	"LOADING": true, "READONLY": true, "CLUSTERDOWN": true, "MASTERDOWN": true,
-	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true, "OOM": true,
+	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true, "OOM": true, "PACER_STALE": true,
 }
 
 // errorCode returns the first word of a Redis error reply; ok is false for

@@ -246,12 +246,21 @@ func (f *fleetView) missing() bool {
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch {
+	switch a := f.alsoN(); {
 	case !f.learned:
 	case f.missing():
 		// Redis still lacks members of the earlier outage's fleet: pace
 		// locally on this Limiter's share of that fleet, as on Redis.
 		f.n, f.rank = f.remembered, f.rankBefore
+	case a > 0 && f.rank >= a:
+		// It joined after members that may pace locally without it: it
+		// has no share of their fleet. When Redis answers again, it waits
+		// as one started while Redis was down does (born), until they
+		// could be back, and takes nothing from Redis meanwhile: as a
+		// member of the fleet it remembers it would take instants of a
+		// lattice they do not pace on (combination runner, seed 71).
+		f.born, f.joinUntil = true, time.Time{}
+		f.remembered, f.rememberedMembers = 0, 0
 	default:
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
@@ -554,9 +563,14 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
-		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank()}
+		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
 	args = append(args, l.reports.due(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		// A deadline per try: a heartbeat Redis runs after its caller gave
+		// up changes nothing (heartbeat.lua's ARGV[9]).
+		if d, ok := l.heartbeatDeadline(); ok {
+			args[8] = strconv.FormatInt(d, 10)
+		}
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 	}, nil)
 	if err != nil {
@@ -603,6 +617,21 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return l.heartbeat(ctx)
 	}
 	return nil
+}
+
+// heartbeatDeadline returns the deadline of a heartbeat sent now, Unix ms
+// on the server's clock: when this Limiter gives up on it (CallTimeout),
+// plus the estimate's error. ok is false without an estimate of the
+// server's clock (a Clock set, or no round trip yet).
+func (l *Limiter) heartbeatDeadline() (int64, bool) {
+	if !l.serverTime {
+		return 0, false
+	}
+	ns, rtt, ok := l.sync.bestServer(l.clock.Now())
+	if !ok {
+		return 0, false
+	}
+	return (ns + int64(l.opts.CallTimeout+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
 }
 
 // logView logs the fleet's view at Debug when it changed: the shares this

@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +199,61 @@ func TestBackTogether(t *testing.T) {
 	f.taken([]int{0, 1, 2})
 	if got := f.redisShare().Arg(); got != "3 0" {
 		t.Fatalf("rank 0 held: share %q, want \"3 0\"", got)
+	}
+}
+
+// TestNewcomerWaitsToJoin: a member that joined just before Redis failed
+// (others may pace locally without it) waits, when Redis answers again, as
+// one started while Redis was down does: it learns the fleet only after the
+// join wait (it stays off Redis meanwhile: the health loop keeps a Limiter
+// that is joining degraded), and refuses locally. Before, it came back as a
+// member of the fleet it remembered (a lattice of 3) while the others still
+// paced locally on 2: a call of each at one instant (combination runner,
+// seed 71).
+func TestNewcomerWaitsToJoin(t *testing.T) {
+	f := &fleetView{join: 50 * time.Millisecond, remember: time.Minute}
+	f.update(3, 2, 3, 0, 2, nil) // rank 2 of 3, the fleet was 2 just now
+	f.leaving()
+	if !f.born {
+		t.Fatal("the newcomer does not wait to join")
+	}
+	f.update(3, 2, 1, 0, 0, nil) // Redis restarted empty: back alone
+	if f.joining() == 0 {
+		t.Fatal("no join wait")
+	}
+	if _, ok := f.localShare(); ok || !f.newcomer() {
+		t.Fatal("the newcomer paces locally while it waits")
+	}
+	time.Sleep(f.join)
+	f.update(2, 0, 2, 0, 0, nil)
+	if f.born || f.joining() != 0 {
+		t.Fatal("did not join after the wait")
+	}
+}
+
+// TestHeartbeatStale: a heartbeat Redis runs after its deadline (it stalled:
+// frozen, a long fork, and ran the commands queued meanwhile when it
+// resumed) is refused and changes nothing: its Limiter has given up on it,
+// and may be pacing locally by then. Before, a heartbeat sent before a
+// freeze ran after it in mode "redis", and the others took that member's
+// share while it still paced locally (combination runner, seed 72).
+func TestHeartbeatStale(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	k := redistest.Prefix(t) + "{limiters}"
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	now := time.Now().UnixMilli()
+	err := heartbeatScript.Run(ctx, s.Client, keys, "a", "redis", "0 0 0", 60000, 60000, 60000, 60000, "", now-10_000).Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "PACER_STALE") {
+		t.Fatalf("a heartbeat past its deadline: %v, want PACER_STALE", err)
+	}
+	if n, _ := s.Client.Exists(ctx, k, k+":info", k+":ids").Result(); n != 0 {
+		t.Fatalf("the stale heartbeat wrote %d keys", n)
+	}
+	if err := heartbeatScript.Run(ctx, s.Client, keys, "a", "redis", "0 0 0", 60000, 60000, 60000, 60000, "", now+60_000).Err(); err != nil {
+		t.Fatalf("a heartbeat within its deadline: %v", err)
+	}
+	if _, err := s.Client.ZScore(ctx, k, "a").Result(); err != nil {
+		t.Fatalf("the heartbeat within its deadline was not recorded: %v", err)
 	}
 }

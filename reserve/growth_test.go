@@ -67,7 +67,7 @@ func TestPoliciesPruned(t *testing.T) {
 	now := time.Now().UnixMilli()
 	run := func(args ...any) {
 		t.Helper()
-		base := []any{"me", "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 500, ""}
+		base := []any{"me", "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 500, "", ""}
 		if err := hb.Run(ctx, s.Client, keys, append(base, args...)...).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -73,6 +73,17 @@ func (c *clockSync) server(local time.Time) int64 {
 	return c.best.serverS + int64(local.Sub(c.best.local))
 }
 
+// bestServer is server with the best anchor's round trip (the estimate's
+// error bound); ok is false without one.
+func (c *clockSync) bestServer(local time.Time) (ns int64, rtt time.Duration, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.best.ok {
+		return 0, 0, false
+	}
+	return c.best.serverS + int64(local.Sub(c.best.local)), c.best.rtt, true
+}
+
 // place returns the local time of serverNS, an instant read from the
 // server's clock by a script on a call sent at send whose reply arrived at
 // recv (both on the local clock), and takes the call into the estimate.
