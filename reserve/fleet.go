@@ -539,7 +539,8 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	// locally on its share: it counts as held (the shares of the Limiters
 	// on Redis leave room for it) until it is heard from again. Without
 	// this, the first Limiter back would take the whole rate from Redis
-	// while the others still paced locally.
+	// while the others still paced locally. A Limiter just started counts
+	// from its start (New sets outage).
 	live := 2 * l.opts.HeartbeatInterval
 	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -717,4 +718,26 @@ func TestSuspectOnAnotherServer(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.Client.ZScore(ctx, fleet, "here").Err() == redis.Nil
 	}, 30*time.Second, 5*time.Millisecond, "a member whose connection this server had and lost has exited")
+}
+
+// TestNewMemberHoldsSilentOnes: a Limiter just started counts as held a
+// member not heard from since it started, though that member's last
+// heartbeat (mode "redis") is younger than two intervals: it may have lost
+// Redis just after it, and pace locally on its share. Before, a process
+// started again after a kill, just as an outage ended, took the whole rate
+// while the others still paced locally (combination runner, seed 136: 8
+// calls in 250 ms of 7).
+func TestNewMemberHoldsSilentOnes(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	k := prefix + "{limiters}"
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	// Another member's last heartbeat, on Redis, just now.
+	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 2000, 60_000, 1100, 60_000, "").Err())
+	a, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Second})
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	require.Equal(t, 2, a.FleetSize())
+	assert.Equal(t, 0.5, a.Share(), "a new member takes the whole rate beside a member it has not heard from")
 }
