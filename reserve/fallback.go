@@ -116,11 +116,17 @@ func (l *Limiter) serverNow() (int64, time.Time) {
 	return l.sync.server(now), now
 }
 
+// noShareErr is the refusal of a Limiter that joined the fleet after
+// members that pace locally without it (fleetView.alsoN, shut).
+func (l *Limiter) noShareErr(key string) error {
+	return fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until they are back on Redis", key, l.unavailableErr())
+}
+
 // localCall returns the engine call for key paced by s, now.
 func (l *Limiter) localCall(key string, s *spec) (engine.Call, time.Time, error) {
 	share, ok := l.fleet.localShare()
 	if !ok && l.fleet.newcomer() {
-		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until Redis answers", key, l.unavailableErr())
+		return engine.Call{}, time.Time{}, l.noShareErr(key)
 	}
 	if !ok {
 		return engine.Call{}, time.Time{}, fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())

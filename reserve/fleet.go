@@ -110,10 +110,25 @@ func (f *fleetView) size() (n int, known bool) {
 // on Redis take: the whole, less the shares of the held members, and of the
 // members remembered from before an outage that Redis does not show yet.
 func (f *fleetView) redisShare() engine.Share {
+	s, _ := f.redisShareOK()
+	return s
+}
+
+// shut reports whether this Limiter may take nothing on Redis now: the
+// held members pace on a fleet without it, every rank of which is held
+// (it joined after they lost Redis). Its calls are refused until one of
+// them is back (see alsoN).
+func (f *fleetView) shut() bool {
+	_, ok := f.redisShareOK()
+	return !ok
+}
+
+// redisShareOK is redisShare; ok is false when nothing is left (shut).
+func (f *fleetView) redisShareOK() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.learned || f.n < 1 {
-		return engine.Share{}
+		return engine.Share{}, true
 	}
 	n, held := f.n, f.held
 	if f.missing() {
@@ -140,11 +155,15 @@ func (f *fleetView) redisShare() engine.Share {
 		// in the group's instants.
 		n = f.heldN
 		held = slices.DeleteFunc(slices.Clone(held), func(k int) bool { return k >= n })
+		if len(held) >= n {
+			// Every rank of their fleet is held: none is this Limiter's.
+			return engine.Share{}, false
+		}
 	}
 	if len(held) == 0 || len(held) >= n {
-		return engine.Share{}
+		return engine.Share{}, true
 	}
-	return engine.Share{N: n, Held: held}
+	return engine.Share{N: n, Held: held}, true
 }
 
 // rateShare is the part of each key's rate this Limiter's calls on Redis

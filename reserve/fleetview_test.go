@@ -257,3 +257,21 @@ func TestHeartbeatStale(t *testing.T) {
 		t.Fatalf("the heartbeat within its deadline was not recorded: %v", err)
 	}
 }
+
+// TestShutBesideHeldFleet: a member that joined after the others lost
+// Redis (they pace locally on a fleet of 3 without it, every rank of which
+// is held) takes nothing on Redis until one of them is back. Before, its
+// share came out whole: with every rank of their lattice held, the group
+// had none left, and the empty share read as the whole (combination
+// runner, seed 151: 26 calls in 627 ms of 19.8).
+func TestShutBesideHeldFleet(t *testing.T) {
+	f := &fleetView{}
+	f.update(4, 3, 4, 3, 3, []int{0, 1, 2})
+	if !f.shut() {
+		t.Fatalf("the newcomer beside a held fleet of 3 may take %q on Redis", f.redisShare().Arg())
+	}
+	f.update(4, 3, 4, 3, 3, []int{0, 2}) // rank 1 is back
+	if f.shut() || f.redisShare().Arg() != "3 0 2" {
+		t.Fatalf("with rank 1 back: shut %v, share %q; want rank 1's instants of 3 (\"3 0 2\")", f.shut(), f.redisShare().Arg())
+	}
+}

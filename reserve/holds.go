@@ -182,6 +182,9 @@ func (h *Holds) claim(ctx context.Context, op, id string, req Request, maxWait t
 	if maxWait < 0 {
 		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
 	}
+	if l.fleet.shut() {
+		return nil, l.noShareErr(req.Key)
+	}
 	keep := "0"
 	if mayKeep {
 		keep = "1"
@@ -291,6 +294,9 @@ func (h *Holds) Hold(ctx context.Context, reqs []HoldRequest) ([]*Grant, error) 
 		}
 		if r.ID == "" {
 			return nil, fmt.Errorf("reserve: hold request %d: %w", i, ErrEmptyID)
+		}
+		if l.fleet.shut() {
+			return nil, l.noShareErr(r.Key)
 		}
 		k := [2]string{r.Key, s.sig}
 		g := groups[k]

@@ -304,6 +304,9 @@ func (l *Limiter) leaseBatch(ctx context.Context, k batchKey, s *spec, reqs []*r
 // newLease runs lease.lua for size slots on k and installs the lease; nil
 // without error when the key is not leasable.
 func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (*lease, error) {
+	if l.fleet.shut() {
+		return nil, l.noShareErr(k.key)
+	}
 	now := l.clock.Now()
 	args := l.args(now, s, 2)
 	args = append(args, strconv.Itoa(size), "1")

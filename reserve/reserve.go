@@ -133,6 +133,13 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 	if l.isDegraded() && !l.opts.FailClosed {
 		return l.reserveAllLocal(key, s, reqs)
 	}
+	if l.fleet.shut() {
+		err := l.noShareErr(key)
+		for i := range out {
+			out[i].err = err
+		}
+		return out
+	}
 	l.reports.note(key, s)
 	now := l.clock.Now()
 	// What the local fallback granted that Redis has not seen goes first,

@@ -735,6 +735,7 @@ func TestNewMemberHoldsSilentOnes(t *testing.T) {
 	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
 	// Another member's last heartbeat, on Redis, just now.
 	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 2000, 60_000, 1100, 60_000, "").Err())
+	time.Sleep(20 * time.Millisecond) // heard before a started, not in the same ms
 	a, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Second})
 	require.NoError(t, err)
 	closeLimiter(t, a)
