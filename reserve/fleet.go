@@ -558,11 +558,19 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	// locally on its share: it counts as held (the shares of the Limiters
 	// on Redis leave room for it) until it is heard from again. Without
 	// this, the first Limiter back would take the whole rate from Redis
-	// while the others still paced locally. A Limiter just started counts
-	// from its start (New sets outage).
+	// while the others still paced locally. A Limiter just started has
+	// heard from nobody yet: a member not heard from within a heartbeat
+	// (suspectAfter: they come every interval ± 10%) counts as held too,
+	// since it may have lost Redis and pace locally; a process started
+	// again as an outage ended otherwise took the whole rate on the
+	// strength of heartbeats the others sent before it (combination
+	// runner, seed 136).
 	live := 2 * l.opts.HeartbeatInterval
 	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
+	}
+	if d := time.Since(l.started); d < live {
+		live = min(live, max(d, l.suspectAfter()))
 	}
 	// The presence connection first: the heartbeat says whether it is
 	// named (a named member can be found to have exited).

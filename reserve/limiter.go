@@ -52,6 +52,7 @@ type Limiter struct {
 	health    health
 	fleet     fleetView
 	presence  presence  // a named connection kept open while the Limiter lives (fleet.go)
+	started   time.Time // when New made it (see heartbeat)
 	local     *fallback // the local fallback (fallback.go)
 	horizons  horizons
 	refusals  refusals
@@ -110,13 +111,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	l.health.wake = make(chan struct{}, 1)
 	l.health.since = time.Now()
-	// A Limiter just started has heard from nobody: as after an outage,
-	// a member not heard from since counts as held (see heartbeat). A
-	// process that starts as an outage ends (started again after a kill)
-	// would otherwise take the whole rate on the strength of heartbeats
-	// the others sent before they lost Redis, while they pace locally
-	// (combination runner, seed 136).
-	l.health.outage = l.health.since
+	l.started = l.health.since
 	l.fleet.id, l.fleet.hint = l.id, opts.FleetSize
 	// After an outage, the members Redis does not show yet are kept back
 	// until they could have heartbeated again (a probe, then a heartbeat).
