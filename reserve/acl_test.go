@@ -2,6 +2,7 @@ package reserve_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,17 +29,22 @@ var aclRules = []string{
 // user with only aclRules.
 func aclBackend(t *testing.T) backend {
 	s := redistest.NewProcess(t)
-	ctx := context.Background()
+	return backend{client: s.Client, user: aclUser(t, s, aclRules...), elapse: time.Sleep}
+}
+
+// aclUser sets up user "pacer" on s with rules, and returns a client
+// logged in as it.
+func aclUser(t *testing.T, s *redistest.Server, rules ...string) *redis.Client {
 	args := []any{"ACL", "SETUSER", "pacer"}
-	for _, r := range aclRules {
+	for _, r := range rules {
 		args = append(args, r)
 	}
-	require.NoError(t, s.Client.Do(ctx, args...).Err())
+	require.NoError(t, s.Client.Do(context.Background(), args...).Err())
 	opts := *s.Client.Options()
 	opts.Username, opts.Password = "pacer", "pacer-secret"
 	user := redis.NewClient(&opts)
 	t.Cleanup(func() { user.Close() })
-	return backend{client: s.Client, user: user, elapse: time.Sleep}
+	return user
 }
 
 // TestContractACL runs the contract suite with the Limiters logged in as a
@@ -136,16 +142,7 @@ func TestAdminACL(t *testing.T) {
 // connection gone, not after SilentHold (10 min here).
 func TestExitWithoutCloseACL(t *testing.T) {
 	s := redistest.NewProcess(t)
-	ctx := context.Background()
-	args := []any{"ACL", "SETUSER", "pacer"}
-	for _, r := range append(aclRules, "+client|setname", "+client|id", "+client|list", "+info") {
-		args = append(args, r)
-	}
-	require.NoError(t, s.Client.Do(ctx, args...).Err())
-	opts := *s.Client.Options()
-	opts.Username, opts.Password = "pacer", "pacer-secret"
-	user := redis.NewClient(&opts)
-	t.Cleanup(func() { user.Close() })
+	user := aclUser(t, s, append(slices.Clone(aclRules), "+client|setname", "+client|id", "+client|list", "+info")...)
 	lopts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
 	a, err := reserve.New(user, lopts)
 	require.NoError(t, err)
