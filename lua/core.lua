@@ -45,7 +45,11 @@
 --          can): "~p q E", the pause in force was made after reservation q,
 --          when the latest slot granted was E (ns relative to t, as z);
 --          "~s q:r d", a resume moved the reservations numbered q+1 to r
---          earlier by d ns (resume.lua).
+--          earlier by d ns (resume.lua); "~l u n", written with "~p", the
+--          slots granted during the pause lie on the lattice of spacing u
+--          ns and n ranks (below), "~l 0 0" on lattices of several, so a
+--          resume moves them by whole periods n*u, onto the same ranks'
+--          instants, or not at all.
 --          Format 1, written by earlier versions and still read (a fleet
 --          mid-deploy): "1 t x s p c" then "name z e" / "name w u" records,
 --          x in ns relative to t, c 1 when a stored limit may exist, z and
@@ -429,8 +433,9 @@ end
 -- Each band's stored state, relative to now. Records are matched by name:
 -- one written under another policy (a stored limit set or removed) keeps
 -- the state of the bands both policies have, and the others are kept in
--- extra, as they are. The reserved records (~p, ~s) go to mark_p, mark_s.
-local extra, mark_p, mark_s = {}, nil, nil
+-- extra, as they are. The reserved records (~p, ~l, ~s) go to mark_p,
+-- mark_l, mark_s.
+local extra, mark_p, mark_l, mark_s = {}, nil, nil, nil
 -- load_records reads band records ("name x y" each, see KEYS[1]) from
 -- text into the bands of list, times relative to now by base; records of
 -- no band in list go to ext (if given). A record whose kind (bucket or
@@ -487,6 +492,8 @@ local function load_records(text, list, at, ext, v1)
     if string.byte(name, 1) == 126 then -- '~'
       if ext and name == '~p' then
         mark_p = {q = tonumber(x), e = tonumber(y) / 1000 + at}
+      elseif ext and name == '~l' then
+        mark_l = {u = tonumber(x), n = tonumber(y)}
       elseif ext and name == '~s' then
         mark_s = {x, y}
       end
@@ -648,6 +655,13 @@ end
 -- event is the slot.
 local function take(q, cost, idx, s)
   s = s or q
+  if lattice and mark_p and pause > 0 and (cost[lattice.band.unit] or 0) > 0 then
+    if not mark_l then
+      mark_l = {u = lattice.u, n = fleet_n}
+    elseif mark_l.u ~= lattice.u or mark_l.n ~= fleet_n then
+      mark_l = {u = 0, n = 0}
+    end
+  end
   for i = 1, nbands do
     local b = bands[i]
     local c = cost[b.unit] or 0
@@ -771,6 +785,9 @@ local function save()
     if mark_p then
       local f, v = numfmt((mark_p.e + now_frac) * 1000)
       text = text .. string.format(' ~p %d ' .. f, mark_p.q, v)
+      if mark_l then
+        text = text .. string.format(' ~l %d %d', mark_l.u, mark_l.n)
+      end
     end
     if mark_s then
       text = text .. ' ~s ' .. mark_s[1] .. ' ' .. mark_s[2]

@@ -35,7 +35,7 @@ if d > pause then
         last = extra[i].e
       end
     end
-    mark_p = {q = seq, e = last}
+    mark_p, mark_l = {q = seq, e = last}, nil
   end
   pause = d
   pause_at = d

@@ -6,7 +6,9 @@
 -- ("~s q:r d", see core.lua) and uses its slot d earlier. d is the time
 -- left in the pause, less any part of it still covered by slots granted
 -- before the pause; when a window band's queue reaches past the window the
--- pause ends in, d keeps every slot in its window (or is 0). Without a
+-- pause ends in, d keeps every slot in its window (or is 0); when they
+-- lie on a lattice (members held: core.lua's "~l"), d is a whole number of
+-- its periods, so that they stay on their ranks' instants. Without a
 -- record of the pause ("~p": a pause made by an earlier version, or by a
 -- process pacing locally), the buckets are empty now, or at the last slot
 -- granted if that is later.
@@ -40,6 +42,16 @@ if was > 0 and mark_p then
   end
 end
 local d_ns = ns(shift)
+if mark_p and mark_l then
+  -- Slots granted on a lattice move by whole periods, onto the instants of
+  -- the same ranks; on lattices of several, not at all.
+  local period = mark_l.u * mark_l.n
+  if period > 0 then
+    d_ns = d_ns - d_ns % period
+  else
+    d_ns = 0
+  end
+end
 shift = d_ns / 1000 -- a whole ns: sleepers move by exactly what they read
 local function free(b)
   if shift > 0 then
@@ -67,6 +79,6 @@ end
 -- The resume's record, also when nothing moved (d 0): a Limiter that made
 -- the pause learns from it that the pause was ended, not lost.
 mark_s = {string.format('%d:%d', mark_p and mark_p.q or seq, seq), string.format('%d', d_ns)}
-pause, pause_at, mark_p = 0, nil, nil
+pause, pause_at, mark_p, mark_l = 0, nil, nil, nil
 save()
 return {now_us, now_ns, ns(was), d_ns}

@@ -23,6 +23,7 @@ type Group struct {
 	bands     []*band
 	extra     []*band // records of bands not in force
 	markP     *markP
+	markL     *markL // the lattice of the slots granted during the pause ("~l")
 	markS     *[2]string
 	unitNames []string // the caller's cost units, in order
 
@@ -45,6 +46,11 @@ type markP struct {
 	q int64
 	e float64
 }
+
+// markL is core.lua's "~l u n": the slots granted during the pause in force
+// lie on the lattice of spacing u ns and n ranks (0 0: on lattices of
+// several).
+type markL struct{ u, n int64 }
 
 // band is one band's state, core.lua's band table.
 type band struct {
@@ -317,6 +323,8 @@ func (g *Group) loadRecords(text string, at float64) {
 			switch name {
 			case "~p":
 				g.markP = &markP{q: int64(xv), e: yv/1000 + at}
+			case "~l":
+				g.markL = &markL{int64(xv), int64(yv)}
 			case "~s":
 				g.markS = &[2]string{x, y}
 			}

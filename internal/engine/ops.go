@@ -211,7 +211,7 @@ func (g *Group) Pause(dUS int64) int64 {
 					last = x.e
 				}
 			}
-			g.markP = &markP{q: g.seq, e: last}
+			g.markP, g.markL = &markP{q: g.seq, e: last}, nil
 		}
 		g.pause = d
 		pa := d
@@ -265,6 +265,15 @@ func (g *Group) Resume() (was, moved int64) {
 		}
 	}
 	dNS := ns(shift)
+	if l := g.markL; l != nil && g.markP != nil {
+		// Slots granted on a lattice move by whole periods, onto the
+		// instants of the same ranks; on lattices of several, not at all.
+		if p := l.u * l.n; p > 0 {
+			dNS -= dNS % p
+		} else {
+			dNS = 0
+		}
+	}
 	shift = float64(dNS) / 1000
 	free := func(b *band) {
 		switch {
@@ -294,7 +303,7 @@ func (g *Group) Resume() (was, moved int64) {
 		q = g.markP.q
 	}
 	g.markS = &[2]string{strconv.FormatInt(q, 10) + ":" + strconv.FormatInt(g.seq, 10), strconv.FormatInt(dNS, 10)}
-	g.pause, g.pauseAt, g.markP = 0, nil, nil
+	g.pause, g.pauseAt, g.markP, g.markL = 0, nil, nil, nil
 	return ns(w), dNS
 }
 

@@ -424,3 +424,88 @@ func TestMembersAcrossFleetChange(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeKeepsLattice: a resume moves the reservations granted during
+// the pause earlier by a whole number of the lattice's periods when they
+// were granted on one, so they stay on the instants of the ranks not held,
+// and a held member pacing locally on its own never fires beside one. The
+// combination runner's seed 195: a resume moved them by the pause's unused
+// part, and two calls came 16 ms apart on a burst of 1 at 30/s. A resume
+// moves nothing when they were granted on lattices of two periods.
+func TestResumeKeepsLattice(t *testing.T) {
+	bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: 30, Burst: 1}}
+	units := []string{"permits"}
+	u := int64(33333334) // the lattice's spacing, ns
+	one := []Request{{MaxWaitUS: -1, Cost: []float64{1}}}
+	for _, c := range []struct {
+		name   string
+		shares []Share // the group's share at each reservation during the pause, in turn
+		resume int64   // ns after the pause began
+		moves  bool
+	}{
+		{"one lattice", []Share{{N: 3, Held: []int{0}}}, 700_123_456, true},
+		{"one lattice, resumed late", []Share{{N: 3, Held: []int{0}}}, 1_950_000_001, false},
+		{"two lattices", []Share{{N: 3, Held: []int{0}}, {N: 4, Held: []int{0}}}, 700_123_456, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			start := int64(1795400000_000_000_000) + 123_456_789
+			group := NewStore()
+			call := func(now int64, sh Share) Call {
+				return Call{Key: "k", Now: now, Share: sh, Units: units, Bands: bands}
+			}
+			if _, err := group.Pause(call(start, c.shares[0]), 2_000_000); err != nil {
+				t.Fatal(err)
+			}
+			var slots []int64 // the group's, as they stand after the resume
+			seqs := 0
+			for i := range 12 {
+				now := start + int64(i)*10_000_000
+				g, _, _, err := group.Reserve(call(now, c.shares[i%len(c.shares)]), nil, one)
+				if err != nil || g[0].Seq <= 0 {
+					t.Fatalf("reserve: %+v, %v", g, err)
+				}
+				slots = append(slots, now+g[0].WaitNS)
+				seqs++
+			}
+			at := start + c.resume
+			_, moved, err := group.Resume(call(at, c.shares[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if moved%(3*u) != 0 || (moved > 0) != c.moves {
+				t.Fatalf("moved %d ns: want a whole number of periods (%d ns), more than 0: %v", moved, 3*u, c.moves)
+			}
+			if len(c.shares) > 1 {
+				return // the fleet changed size: members pace on both (TestMembersAcrossFleetChange)
+			}
+			for i := range slots {
+				slots[i] -= moved
+			}
+			for now := at; len(slots) < 40; now += 5_000_000 {
+				g, _, _, err := group.Reserve(call(now, c.shares[0]), nil, one)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slots = append(slots, now+g[0].WaitNS)
+				now = max(now, now+g[0].WaitNS)
+			}
+			// Rank 0, held, pacing locally from the pause's start.
+			member := NewStore()
+			last := slots[len(slots)-1]
+			for now := start; now < last; {
+				g, _, _, err := member.Reserve(Call{Key: "k", Now: now, Share: Share{N: 3, Member: 0, IsMember: true}, Units: units, Bands: bands}, nil, one)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slots = append(slots, now+g[0].WaitNS)
+				now += g[0].WaitNS + 1
+			}
+			slices.Sort(slots)
+			for i := 1; i < len(slots); i++ {
+				if d := slots[i] - slots[i-1]; d < u {
+					t.Fatalf("slots %d and %d (ns after the pause began) only %d ns apart: want at least %d", slots[i-1]-start, slots[i]-start, d, u)
+				}
+			}
+		})
+	}
+}

@@ -94,6 +94,14 @@ func costOf(cost []float64, unit int) float64 {
 
 // take is core.lua's take.
 func (g *Group) take(q float64, cost []float64, idx []float64, s float64) {
+	if l := g.lattice; l != nil && g.markP != nil && g.pause > 0 && costOf(cost, l.band.unit) > 0 {
+		m := markL{l.u, l.period / l.u}
+		if g.markL == nil {
+			g.markL = &m
+		} else if *g.markL != m {
+			g.markL = &markL{}
+		}
+	}
 	for i, b := range g.bands {
 		c := costOf(cost, b.unit)
 		if c <= 0 {
@@ -201,6 +209,9 @@ func (g *Group) Save() (string, Expiry) {
 			text.WriteString(strconv.FormatInt(g.markP.q, 10))
 			text.WriteByte(' ')
 			text.WriteString(numfmt((g.markP.e + g.nowFrac) * 1000))
+			if g.markL != nil {
+				text.WriteString(" ~l " + strconv.FormatInt(g.markL.u, 10) + " " + strconv.FormatInt(g.markL.n, 10))
+			}
 		}
 		if g.markS != nil {
 			text.WriteString(" ~s " + g.markS[0] + " " + g.markS[1])
