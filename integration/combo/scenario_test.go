@@ -25,8 +25,19 @@ func TestGenerate(t *testing.T) {
 			if e.At < warmup || e.At > sc.Length {
 				t.Errorf("seed %d: %v outside the run (warm-up %v, length %v)", seed, e, warmup, sc.Length)
 			}
-			if e.Kind.IsFault() && (e.At+e.For > sc.Length-settle || e.For < time.Second || e.For > 4*time.Second) {
+			longest := 4 * time.Second
+			if e.Kind == FaultKill {
+				longest += restartBefore + restartGap // moved clear of a restart
+			}
+			if e.Kind.IsFault() && (e.At+e.For > sc.Length-settle || e.For < time.Second || e.For > longest) {
 				t.Errorf("seed %d: %v: a fault lasts 1-4 s and ends %v before the end", seed, e, settle)
+			}
+			if e.Kind == FaultKill {
+				for _, r := range sc.Events {
+					if end := r.At + r.For; r.Kind == FaultRestart && e.At+e.For > end-restartBefore && e.At+e.For < end+restartGap {
+						t.Errorf("seed %d: %v starts its process again within %v of the restart %v", seed, e, restartGap, r)
+					}
+				}
 			}
 			if e.Kind.IsRedisFault() {
 				if e.At < faultEnd {
