@@ -68,3 +68,6 @@ func (l *Limiter) Kill() {
 
 // ID exposes the Limiter's id in the fleet, for tests.
 func (l *Limiter) ID() string { return l.id }
+
+// Beat runs one heartbeat now, as the loop does, for tests.
+func (l *Limiter) Beat(ctx context.Context) error { return l.heartbeat(ctx) }

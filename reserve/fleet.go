@@ -70,6 +70,14 @@ type fleetView struct {
 	join      time.Duration // Options.ProbeInterval × 1.5
 	joinUntil time.Time     // the first heartbeat that succeeded plus join
 
+	// A Limiter pacing locally keeps the share it left with (leaving)
+	// until it is back on Redis (back), whatever its probes' heartbeats
+	// say of the fleet meanwhile: the others pace on their shares of the
+	// fleet they left, not of the one Redis lists now.
+	away        bool
+	awayShare   engine.Share
+	awayShareOK bool
+
 	lastView string // the view last logged (logView)
 }
 
@@ -183,6 +191,15 @@ func (f *fleetView) rateShare() float64 {
 func (f *fleetView) localShare() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.away {
+		return f.awayShare, f.awayShareOK
+	}
+	return f.ownShare()
+}
+
+// ownShare is localShare from the fleet as this Limiter knows it now. f.mu
+// is held.
+func (f *fleetView) ownShare() (engine.Share, bool) {
 	n, rank := f.n, f.rank
 	also := f.alsoN()
 	if f.missing() {
@@ -284,6 +301,16 @@ func (f *fleetView) leaving() {
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
 	f.backAt = time.Time{}
+	f.away = true
+	f.awayShare, f.awayShareOK = f.ownShare()
+}
+
+// back ends the outage's local share (see leaving): the Limiter's calls go
+// to Redis again, its handback done.
+func (f *fleetView) back() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.away = false
 }
 
 // recovered starts the time during which shares the heartbeat does not
@@ -553,7 +580,8 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	}
 	l.health.mu.Unlock()
 	// A Limiter is live if heard from within two intervals. But right after
-	// an outage of this Limiter's own, one that has not been heard from
+	// an outage of this Limiter's own (it paced locally, or its heartbeat
+	// failed), one that has not been heard from
 	// since the outage began most likely lost Redis too and may still pace
 	// locally on its share: it counts as held (the shares of the Limiters
 	// on Redis leave room for it) until it is heard from again. Without
@@ -602,6 +630,19 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 	}, nil)
 	if err != nil {
+		if mode == "redis" {
+			// Redis failed this Limiter's heartbeat, though not (yet) its
+			// calls: it failed the others' too, most likely, and some may
+			// pace locally now. An outage of its own, for the rule above
+			// (combination runner, seed 55: a member whose calls a lease
+			// served through an out-of-memory Redis took the whole rate at
+			// its end beside a member still pacing locally).
+			l.health.mu.Lock()
+			if !l.health.degraded {
+				l.health.outage = time.Now()
+			}
+			l.health.mu.Unlock()
+		}
 		return err
 	}
 	r, ok := res.([]any)

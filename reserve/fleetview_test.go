@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,8 @@ func TestOutageRightAfterFleetChange(t *testing.T) {
 		t.Fatalf("local share %+v (ok %v); want rank 1 of 3, also within 2", ls, ok)
 	}
 	f.update(3, 1, 3, 0, 0, nil) // back: the change settled
+	f.recovered()
+	f.back()
 	if ls, _ := f.localShare(); ls.Also != 0 {
 		t.Fatalf("back on Redis the local share keeps %d", ls.Also)
 	}
@@ -273,5 +276,34 @@ func TestShutBesideHeldFleet(t *testing.T) {
 	f.update(4, 3, 4, 3, 3, []int{0, 2}) // rank 1 is back
 	if f.shut() || f.redisShare().Arg() != "3 0 2" {
 		t.Fatalf("with rank 1 back: shut %v, share %q; want rank 1's instants of 3 (\"3 0 2\")", f.shut(), f.redisShare().Arg())
+	}
+}
+
+// TestLocalShareKeptUntilBack: a Limiter pacing locally keeps the share it
+// left with until it is back on Redis, whatever a heartbeat (its probe)
+// says of the fleet meanwhile: the others pace on their shares of the fleet
+// they left, not of the one Redis lists now. Before, the probe that found
+// Redis restarted empty (2 members listed of 3) moved its local share to
+// rank 0 of 2 for the moment until it was back, and a call it granted then
+// fell on an instant of a member's lattice of 3 (combination runner, seed
+// 26: two calls at one instant on a burst of 1).
+func TestLocalShareKeptUntilBack(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(3, 0, 3, 0, 0, nil)
+	f.leaving()
+	want, _ := f.localShare()
+	f.update(2, 0, 2, 0, 0, nil) // the probe: Redis restarted empty
+	if got, ok := f.localShare(); !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("pacing locally after the probe: share %+v (ok %v), want %+v as it left", got, ok, want)
+	}
+	f.recovered()
+	if got, _ := f.localShare(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("handing back: share %+v, want %+v as it left", got, want)
+	}
+	f.back()
+	f.update(2, 0, 2, 0, 0, nil)
+	f.taken([]int{0, 1})
+	if got, _ := f.localShare(); got.N != 3 || got.Member != 0 {
+		t.Fatalf("back, the third member missing: share %+v, want rank 0 of the 3 remembered", got)
 	}
 }

@@ -16,7 +16,7 @@ type health struct {
 	failures int
 	degraded bool
 	since    time.Time     // when the current mode began
-	outage   time.Time     // when the last switch to local pacing happened; zero if none
+	outage   time.Time     // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
 	lastKey  string        // the key of the last failed call, probed with the heartbeat
 	lastErr  error         // the last failure: what the logs and ErrUnavailable name
 	wake     chan struct{} // tells the loop to start probing
@@ -126,6 +126,7 @@ func (l *Limiter) recovered(ctx context.Context) {
 	down := time.Since(h.since)
 	h.since = time.Now()
 	h.mu.Unlock()
+	l.fleet.back()
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
 		"degraded_for", down.Round(time.Millisecond), "limiter", l.id)

@@ -743,3 +743,41 @@ func TestNewMemberHoldsSilentOnes(t *testing.T) {
 	require.Equal(t, 2, a.FleetSize())
 	assert.Equal(t, 0.5, a.Share(), "a new member takes the whole rate beside a member it has not heard from")
 }
+
+// TestHeartbeatFailureHoldsSilentOnes: a Limiter whose heartbeat failed,
+// though its calls did not (it never paced locally), counts as held, once
+// its heartbeats succeed again, the members not heard from since: Redis
+// failed them too, most likely, and they may pace locally on their shares,
+// though their last heartbeats are younger than two intervals. Before, a
+// member whose calls were all served by a lease through an out-of-memory
+// Redis took the whole rate at its end beside a member still pacing
+// locally (combination runner, seed 55: 4 calls in 67 ms of 3).
+func TestHeartbeatFailureHoldsSilentOnes(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	k := prefix + "{limiters}"
+	// Hour-long intervals: the loop stays out of the way, and the test
+	// runs the heartbeats.
+	a, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour})
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	// Another member, on Redis, last heard from an hour ago: within a
+	// heartbeat (+10%), so live even to a Limiter just started.
+	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
+	require.NoError(t, s.Client.ZAdd(ctx, k, redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "other"}).Err())
+	require.NoError(t, a.Beat(ctx))
+	require.Equal(t, 2, a.FleetSize())
+	require.Equal(t, 1.0, a.Share(), "the other member is live")
+
+	// The fleet's set of another type for a moment: a's heartbeat fails.
+	require.NoError(t, s.Client.Rename(ctx, k, k+":saved").Err())
+	require.NoError(t, s.Client.Set(ctx, k, "x", 0).Err())
+	require.Error(t, a.Beat(ctx))
+	require.NoError(t, s.Client.Rename(ctx, k+":saved", k).Err())
+	require.False(t, a.Degraded())
+
+	require.NoError(t, a.Beat(ctx))
+	assert.Equal(t, 0.5, a.Share(), "after its heartbeat failed, a takes the whole rate beside a member not heard from since")
+}
