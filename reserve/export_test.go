@@ -42,6 +42,10 @@ func (l *Limiter) Queued(key string, lim Limit) int {
 // Client exposes the client the Limiter talks through, for tests.
 func (l *Limiter) Client() any { return l.rdb }
 
+// FleetKeysOf exposes the fleet's keys for a key prefix (heartbeat.lua's
+// KEYS), for tests.
+func FleetKeysOf(prefix string) []string { return fleetKeysOf(prefix) }
+
 // FleetKeys exposes the heartbeat set and the fleet's details, for tests.
 func (l *Limiter) FleetKeys() []string { return l.fleetKeys() }
 

@@ -122,16 +122,11 @@ func (f *fleetView) redisShare() engine.Share {
 	return s
 }
 
-// shut reports whether this Limiter may take nothing on Redis now: the
-// held members pace on a fleet without it, every rank of which is held
-// (it joined after they lost Redis). Its calls are refused until one of
-// them is back (see alsoN).
-func (f *fleetView) shut() bool {
-	_, ok := f.redisShareOK()
-	return !ok
-}
-
-// redisShareOK is redisShare; ok is false when nothing is left (shut).
+// redisShareOK is redisShare; ok is false when this Limiter may take
+// nothing on Redis now (shut): the held members pace on a fleet without it,
+// every rank of which is held (it joined after they lost Redis). Its calls
+// that would take slots are refused until one of them is back (see alsoN,
+// Limiter.grantArgs).
 func (f *fleetView) redisShareOK() (engine.Share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -349,16 +344,24 @@ func (f *fleetView) taken(ranks []int) {
 	f.ranks = ranks
 }
 
-// shareArg is redisShare as the scripts take it.
-func (l *Limiter) shareArg() string { return l.fleet.redisShare().Arg() }
+// shareArg is redisShare as the scripts take it; ok is false when this
+// Limiter may take nothing on Redis now (shut). One reading serves both: a
+// view that changed between two would send a call that takes the whole.
+func (l *Limiter) shareArg() (arg string, ok bool) {
+	s, ok := l.fleet.redisShareOK()
+	return s.Arg(), ok
+}
 
 var heartbeatScript = redis.NewScript(lua.Heartbeat)
 
 // fleetKeys are the heartbeat set, the fleet's details, the policies
 // reported, the ids in order, the suspects checked and the reports' times,
 // in one hash tag.
-func (l *Limiter) fleetKeys() []string {
-	k := l.opts.KeyPrefix + "{limiters}"
+func (l *Limiter) fleetKeys() []string { return fleetKeysOf(l.opts.KeyPrefix) }
+
+// fleetKeysOf is fleetKeys for the key prefix prefix.
+func fleetKeysOf(prefix string) []string {
+	k := prefix + "{limiters}"
 	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
 }
 

@@ -62,7 +62,7 @@ func TestPoliciesPruned(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	k := prefix + "{limiters}"
-	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	keys := fleetKeysOf(prefix)
 	hb := redis.NewScript(lua.Heartbeat)
 	now := time.Now().UnixMilli()
 	run := func(args ...any) {
@@ -93,8 +93,7 @@ func TestPoliciesPruned(t *testing.T) {
 func TestStableRanks(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	k := redistest.Prefix(t) + "{limiters}"
-	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	keys := fleetKeysOf(redistest.Prefix(t))
 	hb := redis.NewScript(lua.Heartbeat)
 	beat := func(id, want string) (rank, n int64) {
 		t.Helper()

@@ -182,15 +182,15 @@ func (h *Holds) claim(ctx context.Context, op, id string, req Request, maxWait t
 	if maxWait < 0 {
 		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
 	}
-	if l.fleet.shut() {
-		return nil, l.noShareErr(req.Key)
-	}
 	keep := "0"
 	if mayKeep {
 		keep = "1"
 	}
 	now := l.clock.Now()
-	args := l.args(now, s, 4+len(amounts))
+	args, err := l.grantArgs(req.Key, now, s, 4+len(amounts))
+	if err != nil {
+		return nil, err
+	}
 	args = append(args, strconv.FormatInt(maxWait.Microseconds(), 10), keep,
 		strconv.FormatInt(h.staleAfter(s, amounts).Microseconds(), 10), strconv.FormatInt(h.opts.Early.Microseconds(), 10))
 	for _, a := range amounts {
@@ -295,9 +295,6 @@ func (h *Holds) Hold(ctx context.Context, reqs []HoldRequest) ([]*Grant, error) 
 		if r.ID == "" {
 			return nil, fmt.Errorf("reserve: hold request %d: %w", i, ErrEmptyID)
 		}
-		if l.fleet.shut() {
-			return nil, l.noShareErr(r.Key)
-		}
 		k := [2]string{r.Key, s.sig}
 		g := groups[k]
 		if g == nil {
@@ -316,7 +313,11 @@ func (h *Holds) Hold(ctx context.Context, reqs []HoldRequest) ([]*Grant, error) 
 	for _, g := range order {
 		for start := 0; start < len(g.idx); start += MaxHoldBatch {
 			end := min(start+MaxHoldBatch, len(g.idx))
-			calls = append(calls, h.holdCall(now, g.key, g.spec, reqs, g.idx[start:end], g.amounts[start:end]))
+			c, err := h.holdCall(now, g.key, g.spec, reqs, g.idx[start:end], g.amounts[start:end])
+			if err != nil {
+				return nil, err
+			}
+			calls = append(calls, c)
 		}
 	}
 	_, err := l.run(ctx, "hold", order[0].key, func(ctx context.Context) (any, error) {
@@ -349,13 +350,16 @@ type holdCall struct {
 	cmd  *redis.Cmd
 }
 
-func (h *Holds) holdCall(now time.Time, key string, s *spec, reqs []HoldRequest, idx []int, amounts [][]float64) *holdCall {
+func (h *Holds) holdCall(now time.Time, key string, s *spec, reqs []HoldRequest, idx []int, amounts [][]float64) (*holdCall, error) {
 	l := h.l
 	stale := time.Duration(0)
 	for _, a := range amounts {
 		stale = max(stale, h.staleAfter(s, a))
 	}
-	args := l.args(now, s, 3+len(idx)*len(s.units))
+	args, err := l.grantArgs(key, now, s, 3+len(idx)*len(s.units))
+	if err != nil {
+		return nil, err
+	}
 	args = append(args, strconv.FormatInt(stale.Microseconds(), 10), strconv.FormatInt(h.opts.NotBefore.Microseconds(), 10), strconv.Itoa(len(idx)))
 	suffixes := make([]string, len(idx))
 	for j, i := range idx {
@@ -364,7 +368,7 @@ func (h *Holds) holdCall(now time.Time, key string, s *spec, reqs []HoldRequest,
 			args = append(args, formatFloat(a))
 		}
 	}
-	return &holdCall{key: key, spec: s, idx: idx, keys: l.keys(key, suffixes...), args: args}
+	return &holdCall{key: key, spec: s, idx: idx, keys: l.keys(key, suffixes...), args: args}, nil
 }
 
 // runPipelined sends the calls of script as EVALSHA in one pipeline. Calls

@@ -304,11 +304,11 @@ func (l *Limiter) leaseBatch(ctx context.Context, k batchKey, s *spec, reqs []*r
 // newLease runs lease.lua for size slots on k and installs the lease; nil
 // without error when the key is not leasable.
 func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (*lease, error) {
-	if l.fleet.shut() {
-		return nil, l.noShareErr(k.key)
-	}
 	now := l.clock.Now()
-	args := l.args(now, s, 2)
+	args, err := l.grantArgs(k.key, now, s, 2)
+	if err != nil {
+		return nil, err
+	}
 	args = append(args, strconv.Itoa(size), "1")
 	keys := l.keys(k.key)
 	res, err := l.run(ctx, "lease", k.key, func(ctx context.Context) (any, error) {

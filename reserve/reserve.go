@@ -133,19 +133,18 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 	if l.isDegraded() && !l.opts.FailClosed {
 		return l.reserveAllLocal(key, s, reqs)
 	}
-	if l.fleet.shut() {
-		err := l.noShareErr(key)
+	now := l.clock.Now()
+	args, err := l.grantArgs(key, now, s, 3+len(reqs)*(1+len(s.units)))
+	if err != nil {
 		for i := range out {
 			out[i].err = err
 		}
 		return out
 	}
 	l.reports.note(key, s)
-	now := l.clock.Now()
 	// What the local fallback granted that Redis has not seen goes first,
 	// exactly once: taken now, given back if the call fails.
 	hb, hasFloor := l.takeFloor(key)
-	args := l.args(now, s, 3+len(reqs)*(1+len(s.units)))
 	if hasFloor {
 		nowNS, _ := l.serverNow()
 		args = append(args, hb.Floor(nowNS).Arg())
@@ -244,15 +243,30 @@ func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, f *engine.
 }
 
 // args returns the scripts' ARGV up to the operation's own arguments (see
-// core.lua), with room for extra more.
+// core.lua), with room for extra more, for a script that grants no slot.
 func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
+	share, _ := l.shareArg()
+	return l.argsWith(now, s, extra, share)
+}
+
+// grantArgs is args for a script that grants slots on key; it fails with
+// noShareErr when this Limiter may take nothing on Redis now (shut).
+func (l *Limiter) grantArgs(key string, now time.Time, s *spec, extra int) ([]any, error) {
+	share, ok := l.shareArg()
+	if !ok {
+		return nil, l.noShareErr(key)
+	}
+	return l.argsWith(now, s, extra, share), nil
+}
+
+func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string) []any {
 	args := make([]any, 0, 4+len(s.args)+extra)
 	if l.serverTime {
 		args = append(args, "", "0")
 	} else {
 		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
 	}
-	args = append(args, l.shareArg(), s.unitsArg)
+	args = append(args, share, s.unitsArg)
 	return append(args, s.args...)
 }
 

@@ -732,7 +732,7 @@ func TestNewMemberHoldsSilentOnes(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	k := prefix + "{limiters}"
-	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	keys := reserve.FleetKeysOf(prefix)
 	// Another member's last heartbeat, on Redis, 1.5 s ago: within two
 	// intervals, more than one.
 	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 2000, 60_000, 1100, 60_000, "").Err())
@@ -764,7 +764,7 @@ func TestHeartbeatFailureHoldsSilentOnes(t *testing.T) {
 	closeLimiter(t, a)
 	// Another member, on Redis, last heard from an hour ago: within a
 	// heartbeat (+10%), so live even to a Limiter just started.
-	keys := []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	keys := reserve.FleetKeysOf(prefix)
 	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
 	require.NoError(t, s.Client.ZAdd(ctx, k, redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "other"}).Err())
 	require.NoError(t, a.Beat(ctx))
