@@ -574,8 +574,23 @@ func (r *reports) due(now time.Time) []any {
 }
 
 // heartbeat records this Limiter as live, with its mode, and learns the
-// fleet. While degraded it is the probe.
+// fleet. While degraded it is the probe. It runs again at once (twice at
+// most) when the reply changed what the next one says: members were found
+// to have exited, or this Limiter's local share changed, whose size the
+// others keep to if it loses Redis (combination runner, seed 25: reported
+// a heartbeat late, the others held it on a lattice of another size).
 func (l *Limiter) heartbeat(ctx context.Context) error {
+	for range 2 {
+		again, err := l.heartbeatOnce(ctx)
+		if err != nil || !again {
+			return err
+		}
+	}
+	_, err := l.heartbeatOnce(ctx)
+	return err
+}
+
+func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	l.health.mu.Lock()
 	mode, since, outage := "redis", l.health.since, l.health.outage
 	if l.health.degraded {
@@ -646,18 +661,18 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 			}
 			l.health.mu.Unlock()
 		}
-		return err
+		return false, err
 	}
 	r, ok := res.([]any)
 	if !ok || len(r) != 10 {
-		return nil
+		return false, nil
 	}
 	n, ok1 := r[4].(int64)
 	rank, ok2 := r[3].(int64)
 	heldList, ok3 := r[5].([]any)
 	suspects, ok4 := r[6].([]any)
 	if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 {
-		return nil
+		return false, nil
 	}
 	held := make([]int, 0, len(heldList))
 	for _, h := range heldList {
@@ -686,9 +701,10 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	// pacing locally: its client may reach another node, or none).
 	if len(suspects) > 0 && cid != 0 && l.checkSuspects(ctx, node, run, suspects) {
 		// Members removed: learn the fleet without them at once.
-		return l.heartbeat(ctx)
+		return true, nil
 	}
-	return nil
+	now, _ := l.fleet.localShare()
+	return now.N != ls.N, nil
 }
 
 // heartbeatDeadline returns the deadline of a heartbeat sent now, Unix ms

@@ -781,3 +781,37 @@ func TestHeartbeatFailureHoldsSilentOnes(t *testing.T) {
 	require.NoError(t, a.Beat(ctx))
 	assert.Equal(t, 0.5, a.Share(), "after its heartbeat failed, a takes the whole rate beside a member not heard from since")
 }
+
+// TestHeartbeatReportsShareAsLearned: the fleet's size a member reports
+// (its detail's n: the lattice it paces on if it loses Redis, which the
+// others keep to while it is held) is that of the share its heartbeat's
+// reply gave it, not the one before. Before, a member that joined as the
+// fleet grew (no local share yet) reported 0 at the heartbeat that gave it
+// rank 2 of 3; Redis ran out of memory before the next, it paced locally on
+// a lattice of 3, and the others, holding it, took a lattice of 4 beside
+// it: two calls at one instant (combination runner, seed 25).
+func TestHeartbeatReportsShareAsLearned(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	keys := reserve.FleetKeysOf(prefix)
+	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	n := func() string {
+		d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
+		require.NoError(t, err)
+		f := strings.Fields(d)
+		require.GreaterOrEqual(t, len(f), 4, "detail %q", d)
+		return f[3]
+	}
+	require.Equal(t, "0", n(), "b joined as the fleet grew: no local share yet")
+	// The change is old now: b's next heartbeat gives it rank 1 of 2.
+	require.NoError(t, s.Client.HSet(ctx, keys[1], "~n", fmt.Sprint("2 ", time.Now().Add(-10*time.Hour).UnixMilli(), " 1")).Err())
+	require.NoError(t, b.Beat(ctx))
+	assert.Equal(t, "2", n(), "b reports the share it had before the heartbeat, not the one it paces on now")
+}
