@@ -580,14 +580,12 @@ func (r *reports) due(now time.Time) []any {
 // others keep to if it loses Redis (combination runner, seed 25: reported
 // a heartbeat late, the others held it on a lattice of another size).
 func (l *Limiter) heartbeat(ctx context.Context) error {
-	for range 2 {
+	for i := 0; ; i++ {
 		again, err := l.heartbeatOnce(ctx)
-		if err != nil || !again {
+		if err != nil || !again || i == 2 {
 			return err
 		}
 	}
-	_, err := l.heartbeatOnce(ctx)
-	return err
 }
 
 func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
@@ -599,12 +597,12 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	l.health.mu.Unlock()
 	// A Limiter is live if heard from within two intervals. But right after
 	// an outage of this Limiter's own (it paced locally, or its heartbeat
-	// failed), one that has not been heard from
-	// since the outage began most likely lost Redis too and may still pace
-	// locally on its share: it counts as held (the shares of the Limiters
-	// on Redis leave room for it) until it is heard from again. Without
-	// this, the first Limiter back would take the whole rate from Redis
-	// while the others still paced locally. A Limiter just started has
+	// failed), one that has not been heard from since the outage began
+	// most likely lost Redis too and may still pace locally on its share:
+	// it counts as held (the shares of the Limiters on Redis leave room
+	// for it) until it is heard from again. Without this, the first
+	// Limiter back would take the whole rate from Redis while the others
+	// still paced locally. A Limiter just started has
 	// heard from nobody yet: a member not heard from within a heartbeat
 	// (suspectAfter: they come every interval ± 10%) counts as held too,
 	// since it may have lost Redis and pace locally; a process started
