@@ -21,9 +21,12 @@ if not d or d <= 0 then
   return redis.error_reply('PACER_ARG pause must be positive')
 end
 if d > pause then
-  if pause <= 0 then
-    -- A new pause: the latest slot granted so far (buckets' last events),
-    -- or now if later.
+  -- A new pause, or a longer one over a pause during which reservations
+  -- were granted (they lie between its end and the longer one's, and a
+  -- resume must not move them with those granted after: by as much, they
+  -- would fall before the slots granted before the pause): the latest slot
+  -- granted so far (buckets' last events), or now if later.
+  if pause <= 0 or (mark_p and seq > mark_p.q) then
     local last = 0
     for i = 1, nbands do
       if bands[i].bucket and bands[i].e > last then

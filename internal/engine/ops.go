@@ -199,7 +199,9 @@ func (g *Group) Adjust(id string, slotUS, slotNS int64, reserved, actual []float
 func (g *Group) Pause(dUS int64) int64 {
 	d := float64(dUS)
 	if d > g.pause {
-		if g.pause <= 0 {
+		// A new pause, or a longer one over a pause during which
+		// reservations were granted (see pause.lua).
+		if g.pause <= 0 || (g.markP != nil && g.seq > g.markP.q) {
 			last := 0.0
 			for _, b := range g.bands {
 				if b.bucket && b.e > last {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -507,5 +508,68 @@ func TestResumeKeepsLattice(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResumeAfterLongerPause: a pause made longer while in force (a 429,
+// then the operator's longer pause) and then resumed moves only the
+// reservations granted after it was made longer: those granted before lie
+// between its first end and its last, and moved by as much they would fall
+// before the slots granted before the pause. The combination runner's seed
+// 110: two calls 4.8 ms apart on a burst of 1 at 30/s.
+func TestResumeAfterLongerPause(t *testing.T) {
+	bands := []Band{{Name: "permits", Unit: 0, Bucket: true, Rate: 30, Burst: 1}}
+	one := []Request{{MaxWaitUS: -1, Cost: []float64{1}}}
+	u := int64(33333333) // the spacing, ns (a hair under 1/30 s)
+	st := NewStore()
+	start := int64(1795400000_000_000_000) + 987_654_321
+	call := func(now int64) Call {
+		return Call{Key: "k", Now: now, Units: []string{"permits"}, Bands: bands}
+	}
+	slots := map[int64]int64{} // seq -> slot, ns
+	reserve := func(now int64) {
+		t.Helper()
+		g, _, _, err := st.Reserve(call(now), nil, one)
+		if err != nil || g[0].Seq <= 0 {
+			t.Fatalf("reserve: %+v, %v", g, err)
+		}
+		slots[g[0].Seq] = now + g[0].WaitNS
+	}
+	for i := range 10 { // a queue into the pause
+		reserve(start + int64(i)*1_000_000)
+	}
+	if _, err := st.Pause(call(start+20_000_000), 500_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 { // granted during the first pause: after its end
+		reserve(start + 30_000_000 + int64(i)*1_000_000)
+	}
+	if _, err := st.Pause(call(start+40_000_000), 700_000); err != nil { // longer
+		t.Fatal(err)
+	}
+	for i := range 4 { // after the longer pause's end
+		reserve(start + 50_000_000 + int64(i)*1_000_000)
+	}
+	_, moved, err := st.Resume(call(start + 100_000_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, _, _ := st.Get("k", start+100_000_000)
+	var from, to int64
+	if _, err := fmt.Sscanf(state[strings.Index(state, "~s ")+3:], "%d:%d", &from, &to); err != nil {
+		t.Fatalf("no resume record in %q", state)
+	}
+	var all []int64
+	for seq, s := range slots {
+		if seq > from && seq <= to {
+			s -= moved
+		}
+		all = append(all, s)
+	}
+	slices.Sort(all)
+	for i := 1; i < len(all); i++ {
+		if d := all[i] - all[i-1]; d < u {
+			t.Fatalf("slots %d and %d ns after the start only %d ns apart (moved %d ns, reservations %d to %d): want at least %d", all[i-1]-start, all[i]-start, d, moved, from+1, to, u)
+		}
 	}
 }
