@@ -83,12 +83,16 @@ for i = 1, nbands do
       -- grid, each up to 1 ns after its exact time, so unless they are the
       -- same slot their distance is counted 1 ns longer: a cancel never
       -- gives back more than its exact share (it would otherwise, by up to
-      -- 1 ns of rate each time, and many cancels add up).
+      -- 1 ns of rate each time, and many cancels add up). The units built
+      -- on are counted at the whole rate's spacing, whatever this caller's
+      -- share: a later reservation of a caller at the whole rate builds on
+      -- more than one at a share's longer spacing, and counted at that one
+      -- a cancel gave back time the whole-rate caller then took again.
       local gap = b.e - slot
       if gap >= same_us then
         gap = gap + 0.001
       end
-      local back = c - gap / b.upp
+      local back = c - gap * b.rate / 1000000
       if back > -d then
         back = -d
       end

@@ -168,7 +168,7 @@ func (g *Group) Adjust(id string, slotUS, slotNS int64, reserved, actual []float
 			if gap >= sameUS {
 				gap += 0.001
 			}
-			back := c - gap/b.upp
+			back := c - gap*b.rate/1e6 // at the whole rate's spacing (adjust.lua)
 			if back > -d {
 				back = -d
 			}
