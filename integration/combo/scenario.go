@@ -196,24 +196,31 @@ const (
 // restart's gap (later, or earlier if that would pass last), and false if it
 // cannot be.
 func clearOfRestarts(kill Event, events []Event, last time.Duration) (Event, bool) {
-	for _, e := range events {
-		if e.Kind != FaultRestart {
-			continue
+	for range len(events) + 1 { // a move may land in another restart's gap
+		moved := false
+		for _, e := range events {
+			if e.Kind != FaultRestart {
+				continue
+			}
+			end, back := e.At+e.For, kill.At+kill.For
+			if back <= end-restartBefore || back >= end+restartGap {
+				continue
+			}
+			switch {
+			case end+restartGap <= last:
+				kill.For = end + restartGap - kill.At
+			case end-restartBefore-kill.At >= time.Second:
+				kill.For = end - restartBefore - kill.At
+			default:
+				return kill, false
+			}
+			moved = true
 		}
-		end, back := e.At+e.For, kill.At+kill.For
-		if back <= end-restartBefore || back >= end+restartGap {
-			continue
-		}
-		switch {
-		case end+restartGap <= last:
-			kill.For = end + restartGap - kill.At
-		case end-restartBefore-kill.At >= time.Second:
-			kill.For = end - restartBefore - kill.At
-		default:
-			return kill, false
+		if !moved {
+			return kill, true
 		}
 	}
-	return kill, true
+	return kill, false
 }
 
 func overlaps(spans [][2]time.Duration, a, b time.Duration) bool {

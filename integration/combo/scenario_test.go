@@ -14,7 +14,7 @@ func TestGenerate(t *testing.T) {
 		t.Error("Generate(7) and Generate(8) drew the same events")
 	}
 	seen := map[Kind]int{}
-	for seed := uint64(1); seed <= 300; seed++ {
+	for seed := uint64(1); seed <= 2000; seed++ {
 		sc := Generate(seed)
 		var faultEnd time.Duration
 		for i, e := range sc.Events {
@@ -52,7 +52,7 @@ func TestGenerate(t *testing.T) {
 	}
 	for _, k := range Kinds {
 		if seen[k] == 0 {
-			t.Errorf("300 seeds never drew %q", k)
+			t.Errorf("2000 seeds never drew %q", k)
 		}
 	}
 }
