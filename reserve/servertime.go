@@ -65,12 +65,10 @@ const bestAge = time.Minute
 // server returns local, a time on the local clock, on the server's clock
 // (Unix ns) as the estimate places it; without an estimate, local itself.
 func (c *clockSync) server(local time.Time) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.best.ok {
-		return local.UnixNano()
+	if ns, _, ok := c.bestServer(local); ok {
+		return ns
 	}
-	return c.best.serverS + int64(local.Sub(c.best.local))
+	return local.UnixNano()
 }
 
 // bestServer is server with the best anchor's round trip (the estimate's
