@@ -117,7 +117,7 @@ func (l *Limiter) serverNow() (int64, time.Time) {
 }
 
 // noShareErr is the refusal of a Limiter that joined the fleet after
-// members that pace locally without it (fleetView.alsoN, shut).
+// members that pace locally without it (fleetView.alsoN, redisShareOK).
 func (l *Limiter) noShareErr(key string) error {
 	return fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until they are back on Redis", key, l.unavailableErr())
 }
