@@ -253,9 +253,9 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 		err error
 	)
 	if maxWait >= 0 {
-		r, err = t.lim.TryReservePolicy(ctx, rt.Key, rt.Policy, rt.Cost, maxWait)
+		r, err = t.lim.TryReserveN(ctx, reserve.Request{Key: rt.Key, Policy: rt.Policy, Cost: rt.Cost}, maxWait)
 	} else {
-		r, err = t.lim.ReservePolicy(ctx, rt.Key, rt.Policy, rt.Cost)
+		r, err = t.lim.ReserveN(ctx, reserve.Request{Key: rt.Key, Policy: rt.Policy, Cost: rt.Cost})
 	}
 	if err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func (t *Transport) follow(ctx context.Context, rt *Route, r *reserve.Reservatio
 }
 
 func (t *Transport) pause(ctx context.Context, rt Route, d time.Duration) {
-	if err := t.lim.PausePolicy(context.WithoutCancel(ctx), rt.Key, rt.Policy, d); err != nil {
+	if err := t.lim.Pause(context.WithoutCancel(ctx), rt.Key, d); err != nil {
 		t.opts.Logger.Warn("pacehttp: could not pause the key", "key", rt.Key, "pause", d, "err", err)
 	}
 }

@@ -120,7 +120,7 @@ func TestRetryAfter429(t *testing.T) {
 	// The other process calls once the first got its 429 and paused the key.
 	host := strings.TrimPrefix(srv.URL, "http://")
 	require.Eventually(t, func() bool {
-		snap, err := ls[1].Peek(context.Background(), host, fast, 1)
+		snap, err := ls[1].Peek(context.Background(), reserve.Single(host, fast, 1))
 		return err == nil && snap.Paused > 0
 	}, 5*time.Second, time.Millisecond, "the key was never paused")
 	resp, err := b.Get(srv.URL + "/other")
@@ -219,7 +219,7 @@ func TestDeadline(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	t0 := time.Now()
-	before, err := ls[0].Peek(context.Background(), host, slow, 1)
+	before, err := ls[0].Peek(context.Background(), reserve.Single(host, slow, 1))
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -233,11 +233,11 @@ func TestDeadline(t *testing.T) {
 	require.ErrorAs(t, err, &tooLong, "a slot 2 s away, a deadline 200 ms away")
 	assert.EqualValues(t, 1, body.closed.Load(), "the body was closed")
 	assert.Equal(t, header, req.Header, "the request was modified")
-	after, err := ls[0].Peek(context.Background(), host, slow, 1)
+	after, err := ls[0].Peek(context.Background(), reserve.Single(host, slow, 1))
 	require.NoError(t, err)
 	refill := 0.5*time.Since(t0).Seconds() + 1e-6
-	assert.GreaterOrEqual(t, after.Tokens, before.Tokens-1e-6, "a refusal reserved nothing")
-	assert.LessOrEqual(t, after.Tokens, before.Tokens+refill, "the balance only refilled")
+	assert.GreaterOrEqual(t, after.Bands[0].Value, before.Bands[0].Value-1e-6, "a refusal reserved nothing")
+	assert.LessOrEqual(t, after.Bands[0].Value, before.Bands[0].Value+refill, "the balance only refilled")
 	arrived, _ := srv.requests()
 	assert.Len(t, arrived, 1)
 
@@ -247,9 +247,9 @@ func TestDeadline(t *testing.T) {
 	req, _ = http.NewRequestWithContext(ctx2, http.MethodGet, srv.URL, nil)
 	_, err = c.Do(req)
 	require.ErrorIs(t, err, context.Canceled)
-	snap, err := ls[0].Peek(context.Background(), host, slow, 1)
+	snap, err := ls[0].Peek(context.Background(), reserve.Single(host, slow, 1))
 	require.NoError(t, err)
-	assert.Greater(t, snap.Tokens, -0.5, "the cancelled request's permit went back")
+	assert.Greater(t, snap.Bands[0].Value, -0.5, "the cancelled request's permit went back")
 }
 
 // TestClientTimeout: under http.Client's Timeout the transport refuses a
@@ -280,7 +280,7 @@ func TestExhausted(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	snap, err := ls[1].Peek(context.Background(), strings.TrimPrefix(srv.URL, "http://"), fast, 1)
+	snap, err := ls[1].Peek(context.Background(), reserve.Single(strings.TrimPrefix(srv.URL, "http://"), fast, 1))
 	require.NoError(t, err)
 	assert.Greater(t, snap.Paused, 500*time.Millisecond, "the other process sees the pause")
 }
@@ -308,7 +308,7 @@ func TestSettle(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, "done", string(b), "the body reaches the caller")
-	snap, err := ls[0].PeekPolicy(context.Background(), "llm", pol, reserve.Cost{"tokens": 1})
+	snap, err := ls[0].Peek(context.Background(), reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 1}})
 	require.NoError(t, err)
 	assert.InDelta(t, 300, snap.Bands[0].Value, 2, "1000 - 700 settled")
 }

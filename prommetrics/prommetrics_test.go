@@ -33,10 +33,10 @@ func TestMetricsOnRedis(t *testing.T) {
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1000, Burst: 5}
 	for range 3 {
-		_, err := l.Reserve(ctx, "a.example/x", lim, 2)
+		_, err := l.ReserveN(ctx, reserve.Single("a.example/x", lim, 2))
 		require.NoError(t, err)
 	}
-	require.NoError(t, l.Pause(ctx, "a.example/y", lim, time.Second))
+	require.NoError(t, l.Pause(ctx, "a.example/y", time.Second))
 
 	assert.Equal(t, 3.0, testutil.ToFloat64(m.ReservationsFor("redis", "a.example")))
 	assert.Equal(t, 6.0, testutil.ToFloat64(m.UnitsFor("redis", "a.example", reserve.PermitsUnit)))
@@ -67,7 +67,7 @@ func TestMetricsFallback(t *testing.T) {
 	for range 5 {
 		// Reserve, not Wait: a sleeper that wakes late on a loaded machine
 		// takes a second slot, and the count below is exact.
-		_, err := l.Reserve(context.Background(), "k", reserve.Limit{Rate: 1e6, Burst: 1}, 1)
+		_, err := l.Reserve(context.Background(), "k", reserve.Limit{Rate: 1e6, Burst: 1})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.FallbackActive()))

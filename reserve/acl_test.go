@@ -107,7 +107,7 @@ func TestAdminACL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, l.FleetSize(), "the heartbeat learned the fleet under the ACL")
 	code := reserve.Limit{Rate: 10, Burst: 1}
-	_, err = l.Reserve(ctx, "api", code, 1)
+	_, err = l.Reserve(ctx, "api", code)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		st, err := a.Status(ctx, "api")
@@ -115,7 +115,7 @@ func TestAdminACL(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the heartbeat reports the code's policy")
 	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 5, Burst: 1}.Policy(), true, "ops", "try")
 	require.NoError(t, err)
-	_, err = l.Reserve(ctx, "api", code, 1) // counted in shadow, as the Limiters' user
+	_, err = l.Reserve(ctx, "api", code) // counted in shadow, as the Limiters' user
 	require.NoError(t, err)
 	require.NoError(t, a.Pause(ctx, "api", time.Minute, "ops", "incident"))
 	require.NoError(t, a.Resume(ctx, "api", "ops", "over"))

@@ -24,7 +24,7 @@ func TestStoredLimit(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, Logger: quiet, FailClosed: true})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix, History: 2})
@@ -35,7 +35,7 @@ func TestStoredLimit(t *testing.T) {
 		t.Helper()
 		var out []time.Duration
 		for range n {
-			r, err := l.Reserve(ctx, "api", code, 1)
+			r, err := l.Reserve(ctx, "api", code)
 			require.NoError(t, err)
 			out = append(out, r.Time().Sub(clk.Now()))
 		}
@@ -84,7 +84,7 @@ func TestShadowLimit(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, Logger: quiet, FailClosed: true})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
@@ -94,7 +94,7 @@ func TestShadowLimit(t *testing.T) {
 	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 1, Burst: 1}.Policy(), true, "ops", "try 1/s")
 	require.NoError(t, err)
 	for range 5 {
-		r, err := l.Reserve(ctx, "api", code, 1)
+		r, err := l.Reserve(ctx, "api", code)
 		require.NoError(t, err)
 		assert.Zero(t, r.Delay(), "shadow mode delays nobody")
 	}
@@ -115,7 +115,7 @@ func TestShadowLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Client.Del(ctx, l.RedisKey("api")+":shadow").Err())
 	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("api")+":shadow", "f", "v").Err())
-	_, err = l.Reserve(ctx, "api", code, 1)
+	_, err = l.Reserve(ctx, "api", code)
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
 	_, err = a.Status(ctx, "api")
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
@@ -150,7 +150,7 @@ func TestAdminStatus(t *testing.T) {
 
 	code := reserve.Limit{Rate: 10, Burst: 1}
 	for range 11 { // the last slot 1 s away, 10 queued behind the first
-		_, err := l.Reserve(ctx, "api{1}", code, 1)
+		_, err := l.Reserve(ctx, "api{1}", code)
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
@@ -177,7 +177,7 @@ func TestAdminStatus(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, st.Paused)
 	// Resumed: the bucket is empty at the last slot granted, not after the hour.
-	r, err := l.Reserve(ctx, "api{1}", code, 1)
+	r, err := l.Reserve(ctx, "api{1}", code)
 	require.NoError(t, err)
 	assert.Less(t, r.Delay(), 2*time.Second)
 	h, err := a.History(ctx, "api{1}")
@@ -187,7 +187,7 @@ func TestAdminStatus(t *testing.T) {
 	assert.Equal(t, "pause 1h0m0s", h[1].Op)
 	assert.Equal(t, "incident", h[1].Reason)
 
-	_, err = l.Reserve(ctx, "other", code, 1)
+	_, err = l.Reserve(ctx, "other", code)
 	require.NoError(t, err)
 	keys, err := a.Keys(ctx, "api*")
 	require.NoError(t, err)
@@ -246,7 +246,7 @@ func TestAdminBadInput(t *testing.T) {
 
 func TestPolicyString(t *testing.T) {
 	pol := reserve.Policy{
-		{Name: "requests", Window: reserve.PerWindow(500, time.Minute)},
+		{Name: "requests", Window: reserve.Window{N: 500, Length: time.Minute}},
 		{Name: "tokens", Limit: reserve.Limit{Rate: 500, Burst: 30000}},
 		{Name: "huge", Unit: "points", Limit: reserve.Limit{Rate: 1e300, Burst: 1}},
 	}

@@ -62,7 +62,7 @@ func benchReserve(b *testing.B, s *redistest.Server, l *reserve.Limiter, name st
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						key := names[next.Add(1)%uint64(keys)]
-						if _, err := l.Reserve(ctx, key, lim, 1); err != nil {
+						if _, err := l.Reserve(ctx, key, lim); err != nil {
 							b.Error(err)
 							return
 						}
@@ -76,7 +76,7 @@ func benchReserve(b *testing.B, s *redistest.Server, l *reserve.Limiter, name st
 				i := 0
 				for b.Loop() {
 					i++
-					if _, err := l.Reserve(ctx, names[i%keys], lim, 1); err != nil {
+					if _, err := l.Reserve(ctx, names[i%keys], lim); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -17,7 +17,7 @@ import (
 func TestAdjustScriptIdempotent(t *testing.T) {
 	s := redistest.New(t)
 	clk := fakeclock.New(time.Date(2026, 11, 22, 1, 2, 3, 456789123, time.UTC))
-	l, err := New(s.Client, Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second})
+	l, err := New(s.Client, Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestAdjustScriptIdempotent(t *testing.T) {
 	lim := Limit{Rate: 10, Burst: 5}
 	var rs []*Reservation
 	for range 8 {
-		r, err := l.Reserve(ctx, "k", lim, 1)
+		r, err := l.Reserve(ctx, "k", lim)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestAdjustScriptIdempotent(t *testing.T) {
 		}, nil); err != nil {
 			t.Fatal(err)
 		}
-		st, err := l.Peek(ctx, "k", lim, 1)
+		st, err := l.Peek(ctx, Single("k", lim, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,20 +54,20 @@ func TestAdjustScriptIdempotent(t *testing.T) {
 	// The last one, then the one before it: both restore a permit once.
 	for _, r := range []*Reservation{rs[7], rs[6]} {
 		first := adjustOnce(r, "cancel")
-		if again := adjustOnce(r, "cancel"); again.Tokens != first.Tokens {
-			t.Fatalf("cancel of reservation %d run twice: balance %v, then %v", r.seq, first.Tokens, again.Tokens)
+		if again := adjustOnce(r, "cancel"); again.Bands[0].Value != first.Bands[0].Value {
+			t.Fatalf("cancel of reservation %d run twice: balance %v, then %v", r.seq, first.Bands[0].Value, again.Bands[0].Value)
 		}
 	}
 	// A settle at a larger cost, twice: charged once.
 	first := adjustOnce(rs[5], "settle", 3)
-	if again := adjustOnce(rs[5], "settle", 3); again.Tokens != first.Tokens {
-		t.Fatalf("settle run twice: balance %v, then %v", first.Tokens, again.Tokens)
+	if again := adjustOnce(rs[5], "settle", 3); again.Bands[0].Value != first.Bands[0].Value {
+		t.Fatalf("settle run twice: balance %v, then %v", first.Bands[0].Value, again.Bands[0].Value)
 	}
-	st, err := l.Peek(ctx, "k", lim, 1)
+	st, err := l.Peek(ctx, Single("k", lim, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Tokens != -3 {
-		t.Errorf("balance = %v, want -3 (8 reserved from 5, 2 canceled, one settled at 3)", st.Tokens)
+	if st.Bands[0].Value != -3 {
+		t.Errorf("balance = %v, want -3 (8 reserved from 5, 2 canceled, one settled at 3)", st.Bands[0].Value)
 	}
 }

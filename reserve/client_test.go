@@ -55,7 +55,7 @@ func TestNewTunesTheQuickStartClient(t *testing.T) {
 		require.NotSame(t, user, l.Client())
 		require.Equal(t, 3, user.Options().MaxRetries, "the user's client is left as it was")
 		require.False(t, user.Options().ContextTimeoutEnabled)
-		_, err = l.Reserve(context.Background(), "k", reserve.Limit{Rate: 1, Burst: 1}, 1)
+		_, err = l.Reserve(context.Background(), "k", reserve.Limit{Rate: 1, Burst: 1})
 		require.NoError(t, err)
 		require.NoError(t, l.Close())
 		require.NoError(t, user.Ping(context.Background()).Err(), "Close closes pacer's clone, not the user's client")

@@ -116,7 +116,7 @@ func gated(t *testing.T, c redis.UniversalClient) (*reserve.Limiter, *gate, *fak
 	g := &gate{}
 	c.AddHook(g)
 	clk := fakeclock.New(epoch)
-	l, err := reserve.New(c, reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t),
+	l, err := reserve.New(c, reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t),
 		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
@@ -156,9 +156,9 @@ func testCoalesceOrder(t *testing.T, c redis.UniversalClient) {
 		go func() {
 			var o outcome
 			if cl.maxWait < 0 {
-				o.r, o.err = l.Reserve(ctx, "o", lim, cl.n)
+				o.r, o.err = l.ReserveN(ctx, reserve.Single("o", lim, cl.n))
 			} else {
-				o.r, o.err = l.TryReserve(ctx, "o", lim, cl.n, cl.maxWait)
+				o.r, o.err = l.TryReserveN(ctx, reserve.Single("o", lim, cl.n), cl.maxWait)
 			}
 			out[i] <- o
 		}()
@@ -185,20 +185,20 @@ func testCoalesceOrder(t *testing.T, c redis.UniversalClient) {
 		}
 		require.NoError(t, o.err, "call %d", i)
 		assert.Equal(t, w, o.r.DelayFrom(clk.Now()), "call %d", i)
-		assert.Equal(t, calls[i].n, o.r.N(), "call %d", i)
+		assert.Equal(t, reserve.Permits(calls[i].n), o.r.Cost(), "call %d", i)
 	}
 	assert.EqualValues(t, 2, g.scripts.Load(), "script calls: one for the first caller, one for the six queued")
 	assert.Equal(t, 0, l.Queued("o", lim))
 
 	// 9 permits taken from 3; a reservation from a batch cancels like any
 	// other: the last one gives its 2 permits back.
-	st, err := l.Peek(ctx, "o", lim, 1)
+	st, err := l.Peek(ctx, reserve.Single("o", lim, 1))
 	require.NoError(t, err)
-	assert.InDelta(t, -6, st.Tokens, 1e-9)
+	assert.InDelta(t, -6, st.Bands[0].Value, 1e-9)
 	require.NoError(t, got[6].r.Cancel(ctx))
-	st, err = l.Peek(ctx, "o", lim, 1)
+	st, err = l.Peek(ctx, reserve.Single("o", lim, 1))
 	require.NoError(t, err)
-	assert.InDelta(t, -4, st.Tokens, 1e-9)
+	assert.InDelta(t, -4, st.Bands[0].Value, 1e-9)
 }
 
 // testCoalesceMany: 100 callers queued behind one call are served by one
@@ -213,7 +213,7 @@ func testCoalesceMany(t *testing.T, c redis.UniversalClient) {
 	res := make(chan outcome, n)
 	for i := range n {
 		go func() {
-			r, err := l.Reserve(ctx, "m", lim, 1)
+			r, err := l.Reserve(ctx, "m", lim)
 			res <- outcome{r, err}
 		}()
 		if i == 0 {
@@ -245,14 +245,14 @@ func testCoalesceLeaveQueue(t *testing.T, c redis.UniversalClient) {
 	defer release()
 	first := make(chan error, 1)
 	go func() {
-		_, err := l.Reserve(ctx, "q", lim, 1)
+		_, err := l.Reserve(ctx, "q", lim)
 		first <- err
 	}()
 	<-entered
 	cctx, cancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() {
-		_, err := l.Reserve(cctx, "q", lim, 2)
+		_, err := l.ReserveN(cctx, reserve.Single("q", lim, 2))
 		left <- err
 	}()
 	waitQueued(t, l, "q", lim, 1)
@@ -262,9 +262,9 @@ func testCoalesceLeaveQueue(t *testing.T, c redis.UniversalClient) {
 	assert.Equal(t, 0, l.Queued("q", lim))
 	release()
 	require.NoError(t, <-first)
-	st, err := l.Peek(ctx, "q", lim, 1)
+	st, err := l.Peek(ctx, reserve.Single("q", lim, 1))
 	require.NoError(t, err)
-	assert.InDelta(t, 4, st.Tokens, 1e-9, "only the first caller's permit is taken")
+	assert.InDelta(t, 4, st.Bands[0].Value, 1e-9, "only the first caller's permit is taken")
 	assert.EqualValues(t, 2, g.scripts.Load(), "script calls: the first reserve and the peek")
 }
 
@@ -278,14 +278,14 @@ func testCoalesceLeaveInFlight(t *testing.T, c redis.UniversalClient) {
 	entered, release := g.arm()
 	first := make(chan error, 1)
 	go func() {
-		_, err := l.Reserve(ctx, "f", lim, 1)
+		_, err := l.Reserve(ctx, "f", lim)
 		first <- err
 	}()
 	<-entered
 	cctx, cancel := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() {
-		_, err := l.Reserve(cctx, "f", lim, 2)
+		_, err := l.ReserveN(cctx, reserve.Single("f", lim, 2))
 		left <- err
 	}()
 	waitQueued(t, l, "f", lim, 1)
@@ -298,8 +298,8 @@ func testCoalesceLeaveInFlight(t *testing.T, c redis.UniversalClient) {
 	require.ErrorIs(t, <-left, context.Canceled)
 	release2()
 	require.Eventually(t, func() bool {
-		st, err := l.Peek(ctx, "f", lim, 1)
-		return err == nil && st.Tokens > 3.999 && st.Tokens < 4.001
+		st, err := l.Peek(ctx, reserve.Single("f", lim, 1))
+		return err == nil && st.Bands[0].Value > 3.999 && st.Bands[0].Value < 4.001
 	}, 10*time.Second, time.Millisecond, "the abandoned grant of 2 permits was not given back")
 }
 
@@ -322,7 +322,7 @@ func TestCoalesceDisabled(t *testing.T) {
 	c := coalesceBackends(t)["Redis"](t)
 	g := &gate{}
 	c.AddHook(g)
-	l, err := reserve.New(c, reserve.Options{Clock: fakeclock.New(epoch), KeyPrefix: redistest.Prefix(t),
+	l, err := reserve.New(c, reserve.Options{Clock: fakeclock.New(epoch), ClientTime: true, KeyPrefix: redistest.Prefix(t),
 		FailClosed: true, CallTimeout: 10 * time.Second, DisableCoalescing: true, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
@@ -330,10 +330,16 @@ func TestCoalesceDisabled(t *testing.T) {
 	entered, release := g.arm()
 	defer release()
 	var wg sync.WaitGroup
-	wg.Go(func() { _, err := l.Reserve(context.Background(), "d", lim, 1); assert.NoError(t, err) })
+	wg.Go(func() {
+		_, err := l.Reserve(context.Background(), "d", lim)
+		assert.NoError(t, err)
+	})
 	<-entered
 	for range 3 {
-		wg.Go(func() { _, err := l.Reserve(context.Background(), "d", lim, 1); assert.NoError(t, err) })
+		wg.Go(func() {
+			_, err := l.Reserve(context.Background(), "d", lim)
+			assert.NoError(t, err)
+		})
 	}
 	// The three others are not held back by the first.
 	require.Eventually(t, func() bool { return g.scripts.Load() == 3 }, 10*time.Second, time.Millisecond)

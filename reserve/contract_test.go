@@ -80,6 +80,7 @@ func runContract(t *testing.T, b backend) {
 		{"WaitSleepsUntilSlot", testWaitSleepsUntilSlot},
 		{"CancelDuringSleep", testCancelDuringSleep},
 		{"TryReserve", testTryReserve},
+		{"Allow", testAllow},
 		{"CancelTwice", testCancelTwice},
 		{"Pause", testPause},
 		{"Peek", testPeek},
@@ -118,7 +119,7 @@ func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	// The contract is Redis's: FailClosed, so that a slow call on a loaded
 	// test machine fails the test instead of being paced locally, and a
 	// CallTimeout far above any scheduling hiccup.
-	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t),
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: clk != nil, KeyPrefix: redistest.Prefix(t),
 		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
@@ -182,9 +183,53 @@ func TestNew(t *testing.T) {
 }
 
 func TestEvery(t *testing.T) {
-	assert.Equal(t, 10.0, reserve.Every(100*time.Millisecond))
-	assert.Equal(t, 0.5, reserve.Every(2*time.Second))
-	assert.ErrorIs(t, reserve.Limit{Rate: reserve.Every(0), Burst: 1}.Validate(), reserve.ErrInvalidRate)
+	assert.Equal(t, reserve.Limit{Rate: 10, Burst: 1}, reserve.Every(100*time.Millisecond))
+	assert.Equal(t, reserve.Limit{Rate: 0.5, Burst: 1}, reserve.Every(2*time.Second))
+	assert.ErrorIs(t, reserve.Every(0).Validate(), reserve.ErrInvalidRate)
+	assert.ErrorIs(t, reserve.Every(-time.Second).Validate(), reserve.ErrInvalidRate)
+}
+
+// TestSliding: Sliding builds the smoothest Limit for n in any window w, and
+// refuses at once what it cannot build.
+func TestSliding(t *testing.T) {
+	lim, err := reserve.Sliding(10, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.Limit{Rate: 9, Burst: 1}, lim)
+	for _, tc := range []struct {
+		n int
+		w time.Duration
+	}{{1, time.Second}, {0, time.Second}, {-5, time.Second}, {10, 0}, {10, -time.Second}, {1 << 40, time.Second}} {
+		lim, err := reserve.Sliding(tc.n, tc.w)
+		assert.ErrorIs(t, err, reserve.ErrInvalidRate, "Sliding(%d, %v)", tc.n, tc.w)
+		assert.Equal(t, reserve.Limit{}, lim, "Sliding(%d, %v)", tc.n, tc.w)
+	}
+}
+
+// TestRequestForms: a Request of n permits of one Limit written by hand
+// paces exactly as Single's (which takes the cached path), and a fractional
+// number of permits takes the policy path.
+func TestRequestForms(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l, err := reserve.New(s.Client, reserve.Options{Clock: clk, ClientTime: clk != nil, KeyPrefix: redistest.Prefix(t),
+		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 10, Burst: 3}
+	byHand := reserve.Request{Key: "b", Policy: reserve.Policy{{Name: reserve.PermitsUnit, Limit: lim}}, Cost: reserve.Cost{reserve.PermitsUnit: 2}}
+	for i := range 4 {
+		a, err := l.ReserveN(ctx, reserve.Single("a", lim, 2))
+		require.NoError(t, err)
+		b, err := l.ReserveN(ctx, byHand)
+		require.NoError(t, err)
+		assert.Equal(t, a.Time(), b.Time(), "reservation %d: Single and a Request by hand differ", i)
+		assert.Equal(t, a.Cost(), b.Cost())
+	}
+	half := reserve.Request{Key: "c", Policy: lim.Policy(), Cost: reserve.Cost{reserve.PermitsUnit: 0.5}}
+	r, err := l.ReserveN(ctx, half)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.Cost{reserve.PermitsUnit: 0.5}, r.Cost())
 }
 
 func testBadInput(t *testing.T, b backend) {
@@ -194,7 +239,7 @@ func testBadInput(t *testing.T, b backend) {
 	valid := reserve.Limit{Rate: 10, Burst: 5}
 	// A bucket with state, which no bad call may change.
 	for range 7 {
-		_, err := l.Reserve(ctx, "k", valid, 1)
+		_, err := l.Reserve(ctx, "k", valid)
 		require.NoError(t, err)
 	}
 	before := snapshot(t, b, l, "k")
@@ -220,23 +265,31 @@ func testBadInput(t *testing.T, b backend) {
 		{"n over burst", "k", valid, 6, reserve.ErrExceedsBurst},
 	}
 	for _, tc := range cases {
-		_, err := l.Reserve(ctx, tc.key, tc.lim, tc.n)
+		_, err := l.ReserveN(ctx, reserve.Single(tc.key, tc.lim, tc.n))
 		assert.ErrorIs(t, err, tc.want, "%s: Reserve(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
-		_, err = l.TryReserve(ctx, tc.key, tc.lim, tc.n, time.Hour)
-		assert.ErrorIs(t, err, tc.want, "%s: TryReserve(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
-		err = l.WaitN(ctx, tc.key, tc.lim, tc.n)
+		_, err = l.TryReserveN(ctx, reserve.Single(tc.key, tc.lim, tc.n), time.Hour)
+		assert.ErrorIs(t, err, tc.want, "%s: TryReserveN(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		err = l.WaitN(ctx, reserve.Single(tc.key, tc.lim, tc.n))
 		assert.ErrorIs(t, err, tc.want, "%s: WaitN(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
-		_, err = l.Peek(ctx, tc.key, tc.lim, tc.n)
+		_, err = l.Peek(ctx, reserve.Single(tc.key, tc.lim, tc.n))
 		assert.ErrorIs(t, err, tc.want, "%s: Peek(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		ok, err := l.AllowN(ctx, reserve.Single(tc.key, tc.lim, tc.n))
+		assert.ErrorIs(t, err, tc.want, "%s: AllowN(%q, %+v, %d)", tc.name, tc.key, tc.lim, tc.n)
+		assert.False(t, ok, "%s: AllowN(%q, %+v, %d) allowed", tc.name, tc.key, tc.lim, tc.n)
 		if tc.n == 1 {
-			err = l.Pause(ctx, tc.key, tc.lim, time.Second)
-			assert.ErrorIs(t, err, tc.want, "%s: Pause(%q, %+v)", tc.name, tc.key, tc.lim)
+			_, err = l.Reserve(ctx, tc.key, tc.lim)
+			assert.ErrorIs(t, err, tc.want, "%s: Reserve(%q, %+v)", tc.name, tc.key, tc.lim)
+			err = l.Wait(ctx, tc.key, tc.lim)
+			assert.ErrorIs(t, err, tc.want, "%s: Wait(%q, %+v)", tc.name, tc.key, tc.lim)
+			_, err = l.Allow(ctx, tc.key, tc.lim)
+			assert.ErrorIs(t, err, tc.want, "%s: Allow(%q, %+v)", tc.name, tc.key, tc.lim)
 		}
 	}
+	assert.ErrorIs(t, l.Pause(ctx, "", time.Second), reserve.ErrEmptyKey, "Pause of the empty key")
 	for _, d := range []time.Duration{0, -time.Second} {
-		assert.ErrorIs(t, l.Pause(ctx, "k", valid, d), reserve.ErrInvalidDuration, "Pause(%v)", d)
+		assert.ErrorIs(t, l.Pause(ctx, "k", d), reserve.ErrInvalidDuration, "Pause(%v)", d)
 	}
-	_, err := l.TryReserve(ctx, "k", valid, 1, -time.Nanosecond)
+	_, err := l.TryReserveN(ctx, reserve.Single("k", valid, 1), -time.Nanosecond)
 	assert.ErrorIs(t, err, reserve.ErrInvalidDuration)
 
 	assert.Equal(t, before, snapshot(t, b, l, "k"), "state changed by bad input")
@@ -249,20 +302,20 @@ func testWrongType(t *testing.T, b backend) {
 	lim := reserve.Limit{Rate: 10, Burst: 2}
 
 	// A reservation made before something else took the key's name.
-	r, err := l.Reserve(ctx, "s", lim, 1)
+	r, err := l.Reserve(ctx, "s", lim)
 	require.NoError(t, err)
 	require.NoError(t, b.client.Set(ctx, l.RedisKey("s"), "keep", 0).Err())
 	require.NoError(t, b.client.RPush(ctx, l.RedisKey("list"), "a", "b").Err())
 
 	for _, key := range []string{"s", "list"} {
-		_, err := l.Reserve(ctx, key, lim, 1)
+		_, err := l.Reserve(ctx, key, lim)
 		assert.ErrorIs(t, err, reserve.ErrWrongType, "Reserve(%q)", key)
-		_, err = l.TryReserve(ctx, key, lim, 1, 0)
-		assert.ErrorIs(t, err, reserve.ErrWrongType, "TryReserve(%q)", key)
+		_, err = l.TryReserveN(ctx, reserve.Single(key, lim, 1), 0)
+		assert.ErrorIs(t, err, reserve.ErrWrongType, "TryReserveN(%q)", key)
 		assert.ErrorIs(t, l.Wait(ctx, key, lim), reserve.ErrWrongType, "Wait(%q)", key)
-		_, err = l.Peek(ctx, key, lim, 1)
+		_, err = l.Peek(ctx, reserve.Single(key, lim, 1))
 		assert.ErrorIs(t, err, reserve.ErrWrongType, "Peek(%q)", key)
-		assert.ErrorIs(t, l.Pause(ctx, key, lim, time.Second), reserve.ErrWrongType, "Pause(%q)", key)
+		assert.ErrorIs(t, l.Pause(ctx, key, time.Second), reserve.ErrWrongType, "Pause(%q)", key)
 	}
 	assert.ErrorIs(t, r.Cancel(ctx), reserve.ErrWrongType, "Cancel")
 
@@ -280,20 +333,20 @@ func testCanceledContext(t *testing.T, b backend) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	_, err := l.Reserve(ctx, "c", lim, 1)
+	_, err := l.Reserve(ctx, "c", lim)
 	assert.ErrorIs(t, err, context.Canceled)
-	_, err = l.TryReserve(ctx, "c", lim, 1, time.Second)
+	_, err = l.TryReserveN(ctx, reserve.Single("c", lim, 1), time.Second)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, l.Wait(ctx, "c", lim), context.Canceled)
-	_, err = l.Peek(ctx, "c", lim, 1)
+	_, err = l.Peek(ctx, reserve.Single("c", lim, 1))
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.ErrorIs(t, l.Pause(ctx, "c", lim, time.Second), context.Canceled)
+	assert.ErrorIs(t, l.Pause(ctx, "c", time.Second), context.Canceled)
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "c"))
 
 	// A canceled context cannot cancel a reservation either. (A fake clock,
 	// so that the slot has not passed when Cancel runs.)
 	l = newLimiter(t, b, fakeclock.New(epoch))
-	r, err := l.Reserve(context.Background(), "c", lim, 1)
+	r, err := l.Reserve(context.Background(), "c", lim)
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "c")
 	assert.ErrorIs(t, r.Cancel(ctx), context.Canceled)
@@ -306,7 +359,7 @@ func testCanceledContext(t *testing.T, b backend) {
 func testDeadlineTooNear(t *testing.T, b backend) {
 	l := newLimiter(t, b, nil)
 	lim := reserve.Limit{Rate: 1, Burst: 1}
-	_, err := l.Reserve(context.Background(), "d", lim, 1) // the bucket is now empty
+	_, err := l.Reserve(context.Background(), "d", lim) // the bucket is now empty
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "d")
 
@@ -348,7 +401,7 @@ func testWaitSleepsUntilSlot(t *testing.T, b backend) {
 func testCancelDuringSleep(t *testing.T, b backend) {
 	l := newLimiter(t, b, nil)
 	lim := reserve.Limit{Rate: 2, Burst: 1}
-	_, err := l.Reserve(context.Background(), "cs", lim, 1)
+	_, err := l.Reserve(context.Background(), "cs", lim)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -359,9 +412,9 @@ func testCancelDuringSleep(t *testing.T, b backend) {
 
 	// Without the cancel the balance would be about -1 + 0.1 (one queued
 	// permit); with it the queued permit is back.
-	st, err := l.Peek(context.Background(), "cs", lim, 1)
+	st, err := l.Peek(context.Background(), reserve.Single("cs", lim, 1))
 	require.NoError(t, err)
-	assert.Greater(t, st.Tokens, -0.5, "the permits of the canceled Wait were not given back")
+	assert.Greater(t, st.Bands[0].Value, -0.5, "the permits of the canceled Wait were not given back")
 }
 
 func testTryReserve(t *testing.T, b backend) {
@@ -370,25 +423,55 @@ func testTryReserve(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 4, Burst: 2}
 	for i := range 2 {
-		r, err := l.TryReserve(ctx, "t", lim, 1, 0)
-		require.NoError(t, err, "TryReserve #%d with tokens", i)
+		r, err := l.TryReserveN(ctx, reserve.Single("t", lim, 1), 0)
+		require.NoError(t, err, "TryReserveN #%d with tokens", i)
 		assert.Equal(t, time.Duration(0), r.DelayFrom(clk.Now()))
 	}
 	before := snapshot(t, b, l, "t")
-	_, err := l.TryReserve(ctx, "t", lim, 2, 499*time.Millisecond)
+	_, err := l.TryReserveN(ctx, reserve.Single("t", lim, 2), 499*time.Millisecond)
 	var tooLong *reserve.WaitTooLongError
 	require.ErrorAs(t, err, &tooLong)
 	assert.Equal(t, 500*time.Millisecond, tooLong.Wait)
 	assert.Equal(t, 499*time.Millisecond, tooLong.MaxWait)
-	assert.Equal(t, before, snapshot(t, b, l, "t"), "a refused TryReserve changed the bucket")
+	assert.Equal(t, before, snapshot(t, b, l, "t"), "a refused TryReserveN changed the bucket")
 
-	r, err := l.TryReserve(ctx, "t", lim, 2, 500*time.Millisecond)
+	r, err := l.TryReserveN(ctx, reserve.Single("t", lim, 2), 500*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, 500*time.Millisecond, r.DelayFrom(clk.Now()))
 	assert.Equal(t, clk.Now().Add(500*time.Millisecond), r.Time())
-	assert.Equal(t, 2, r.N())
+	assert.Equal(t, reserve.Permits(2), r.Cost())
 	assert.Equal(t, "t", r.Key())
 	assert.Equal(t, reserve.Permits(2), r.Cost())
+}
+
+// testAllow: Allow takes a permit only if it is free now, and a refusal
+// changes nothing.
+func testAllow(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	lim := reserve.Limit{Rate: 4, Burst: 2}
+	for i := range 2 {
+		ok, err := l.Allow(ctx, "a", lim)
+		require.NoError(t, err)
+		assert.True(t, ok, "Allow #%d with permits in the bucket", i)
+	}
+	before := snapshot(t, b, l, "a")
+	ok, err := l.Allow(ctx, "a", lim)
+	require.NoError(t, err)
+	assert.False(t, ok, "Allow on an empty bucket")
+	assert.Equal(t, before, snapshot(t, b, l, "a"), "a refused Allow changed the bucket")
+	clk.Advance(250 * time.Millisecond)
+	ok, err = l.AllowN(ctx, reserve.Single("a", lim, 1))
+	require.NoError(t, err)
+	assert.True(t, ok, "AllowN once a permit has refilled")
+
+	// A pause refuses every Allow until it ends.
+	require.NoError(t, l.Pause(ctx, "a", time.Second))
+	clk.Advance(500 * time.Millisecond)
+	ok, err = l.Allow(ctx, "a", lim)
+	require.NoError(t, err)
+	assert.False(t, ok, "Allow inside a pause")
 }
 
 func testCancelTwice(t *testing.T, b backend) {
@@ -396,18 +479,18 @@ func testCancelTwice(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
-	_, err := l.Reserve(ctx, "x", lim, 1)
+	_, err := l.Reserve(ctx, "x", lim)
 	require.NoError(t, err)
-	r2, err := l.Reserve(ctx, "x", lim, 1)
+	r2, err := l.Reserve(ctx, "x", lim)
 	require.NoError(t, err)
 	require.NoError(t, r2.Cancel(ctx))
 	after := snapshot(t, b, l, "x")
 	clk.Advance(10 * time.Millisecond)
 	require.NoError(t, r2.Cancel(ctx))
 	assert.Equal(t, after, snapshot(t, b, l, "x"), "a second Cancel changed the bucket")
-	st, err := l.Peek(ctx, "x", lim, 1)
+	st, err := l.Peek(ctx, reserve.Single("x", lim, 1))
 	require.NoError(t, err)
-	assert.InDelta(t, 0.1, st.Tokens, 1e-9, "balance after one permit used, one canceled, 10 ms")
+	assert.InDelta(t, 0.1, st.Bands[0].Value, 1e-9, "balance after one permit used, one canceled, 10 ms")
 }
 
 func testPause(t *testing.T, b backend) {
@@ -416,42 +499,42 @@ func testPause(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 10, Burst: 5}
 
-	require.NoError(t, l.Pause(ctx, "p", lim, 2*time.Second))
-	st, err := l.Peek(ctx, "p", lim, 1)
+	require.NoError(t, l.Pause(ctx, "p", 2*time.Second))
+	st, err := l.Peek(ctx, reserve.Single("p", lim, 1))
 	require.NoError(t, err)
 	assert.Equal(t, 2100*time.Millisecond, st.Wait, "first slot after a pause on a full bucket")
-	assert.InDelta(t, -20, st.Tokens, 1e-9)
+	assert.InDelta(t, -20, st.Bands[0].Value, 1e-9)
 
 	// A shorter pause changes nothing.
 	before := snapshot(t, b, l, "p")
-	require.NoError(t, l.Pause(ctx, "p", lim, time.Second))
+	require.NoError(t, l.Pause(ctx, "p", time.Second))
 	delete(before, "pause")
 	after := snapshot(t, b, l, "p")
 	delete(after, "pause")
 	assert.Equal(t, before, after)
 
-	r, err := l.Reserve(ctx, "p", lim, 1)
+	r, err := l.Reserve(ctx, "p", lim)
 	require.NoError(t, err)
 	assert.Equal(t, 2100*time.Millisecond, r.DelayFrom(clk.Now()))
 
 	// The pause ends with an empty bucket: at its end the balance is zero
 	// (less the permit just reserved), not the burst.
 	clk.Advance(2 * time.Second)
-	st, err = l.Peek(ctx, "p", lim, 1)
+	st, err = l.Peek(ctx, reserve.Single("p", lim, 1))
 	require.NoError(t, err)
-	assert.InDelta(t, -1, st.Tokens, 1e-9)
+	assert.InDelta(t, -1, st.Bands[0].Value, 1e-9)
 
 	// Cancel never eats into a pause.
 	clk2 := fakeclock.New(epoch)
 	l2 := newLimiter(t, b, clk2)
 	lim2 := reserve.Limit{Rate: 10, Burst: 1}
-	_, err = l2.Reserve(ctx, "q", lim2, 1)
+	_, err = l2.Reserve(ctx, "q", lim2)
 	require.NoError(t, err)
-	r2, err := l2.Reserve(ctx, "q", lim2, 1) // slot at +100 ms
+	r2, err := l2.Reserve(ctx, "q", lim2) // slot at +100 ms
 	require.NoError(t, err)
-	require.NoError(t, l2.Pause(ctx, "q", lim2, time.Second))
+	require.NoError(t, l2.Pause(ctx, "q", time.Second))
 	require.NoError(t, r2.Cancel(ctx))
-	st, err = l2.Peek(ctx, "q", lim2, 1)
+	st, err = l2.Peek(ctx, reserve.Single("q", lim2, 1))
 	require.NoError(t, err)
 	assert.Equal(t, 1100*time.Millisecond, st.Wait, "Cancel shortened a pause")
 
@@ -467,32 +550,32 @@ func testPeek(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 4, Burst: 3}
 
-	st, err := l.Peek(ctx, "pk", lim, 2)
+	st, err := l.Peek(ctx, reserve.Single("pk", lim, 2))
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(0), st.Wait, "Peek of a new key: wait")
-	assert.Equal(t, 3.0, st.Tokens, "Peek of a new key: tokens")
+	assert.Equal(t, 3.0, st.Bands[0].Value, "Peek of a new key: tokens")
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "pk"), "Peek created the key")
 
 	for range 4 {
-		_, err := l.Reserve(ctx, "pk", lim, 1)
+		_, err := l.Reserve(ctx, "pk", lim)
 		require.NoError(t, err)
 	}
 	before := snapshot(t, b, l, "pk")
 	ttl := b.client.PTTL(ctx, l.RedisKey("pk")).Val()
 	for range 3 {
-		st, err = l.Peek(ctx, "pk", lim, 3)
+		st, err = l.Peek(ctx, reserve.Single("pk", lim, 3))
 		require.NoError(t, err)
 		assert.Equal(t, time.Second, st.Wait)
-		assert.Equal(t, -1.0, st.Tokens)
+		assert.Equal(t, -1.0, st.Bands[0].Value)
 	}
 	assert.Equal(t, before, snapshot(t, b, l, "pk"), "Peek changed the bucket")
 	assert.LessOrEqual(t, b.client.PTTL(ctx, l.RedisKey("pk")).Val(), ttl, "Peek extended the key's life")
 
 	// What Peek predicts is what Reserve gives.
 	clk.Advance(123456789 * time.Nanosecond)
-	st, err = l.Peek(ctx, "pk", lim, 2)
+	st, err = l.Peek(ctx, reserve.Single("pk", lim, 2))
 	require.NoError(t, err)
-	r, err := l.Reserve(ctx, "pk", lim, 2)
+	r, err := l.ReserveN(ctx, reserve.Single("pk", lim, 2))
 	require.NoError(t, err)
 	assert.Equal(t, st.Wait, r.DelayFrom(clk.Now()))
 }
@@ -503,7 +586,7 @@ func testExpiry(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	lim := reserve.Limit{Rate: 20, Burst: 2}
 	for range 3 {
-		_, err := l.Reserve(ctx, "e", lim, 1)
+		_, err := l.Reserve(ctx, "e", lim)
 		require.NoError(t, err)
 	}
 	// The balance is -1: back at zero in 50 ms, full (2) in 150 ms. The key
@@ -516,17 +599,17 @@ func testExpiry(t *testing.T, b backend) {
 
 	// Once the bucket is full, the key and its absence read the same.
 	clk.Advance(150 * time.Millisecond)
-	full, err := l.Peek(ctx, "e", lim, 1)
+	full, err := l.Peek(ctx, reserve.Single("e", lim, 1))
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(0), full.Wait)
-	assert.Equal(t, 2.0, full.Tokens)
+	assert.Equal(t, 2.0, full.Bands[0].Value)
 	b.elapse(ttl + 50*time.Millisecond)
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "e"), "key did not expire")
-	gone, err := l.Peek(ctx, "e", lim, 1)
+	gone, err := l.Peek(ctx, reserve.Single("e", lim, 1))
 	require.NoError(t, err)
 	assert.Equal(t, full.Wait, gone.Wait)
-	assert.Equal(t, full.Tokens, gone.Tokens)
-	r, err := l.Reserve(ctx, "e", lim, 2)
+	assert.Equal(t, full.Bands[0].Value, gone.Bands[0].Value)
+	r, err := l.ReserveN(ctx, reserve.Single("e", lim, 2))
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(0), r.DelayFrom(clk.Now()))
 }
@@ -562,7 +645,7 @@ func reserveConcurrently(t *testing.T, l *reserve.Limiter, clk reserve.Clock, ke
 	for range goroutines {
 		wg.Go(func() {
 			for range each {
-				r, err := l.Reserve(context.Background(), key, lim, 1)
+				r, err := l.Reserve(context.Background(), key, lim)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -595,13 +678,13 @@ func TestRedisDown(t *testing.T) {
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1, Burst: 1}
 
-	_, err = l.Reserve(ctx, "k", lim, 1)
+	_, err = l.Reserve(ctx, "k", lim)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `reserve: reserve "k": `)
 	assert.ErrorContains(t, l.Wait(ctx, "k", lim), `reserve: wait "k": `)
-	_, err = l.Peek(ctx, "k", lim, 1)
+	_, err = l.Peek(ctx, reserve.Single("k", lim, 1))
 	assert.ErrorContains(t, err, `reserve: peek "k": `)
-	assert.ErrorContains(t, l.Pause(ctx, "k", lim, time.Second), `reserve: pause "k": `)
+	assert.ErrorContains(t, l.Pause(ctx, "k", time.Second), `reserve: pause "k": `)
 }
 
 // testQueueTooLong: a queue over 30 years long is refused with
@@ -612,7 +695,7 @@ func testQueueTooLong(t *testing.T, b backend) {
 	yearly := reserve.Limit{Rate: 1 / (365 * 24 * time.Hour).Seconds(), Burst: 1}
 	for i := range 40 {
 		before := snapshot(t, b, l, "q")
-		_, err := l.Reserve(ctx, "q", yearly, 1)
+		_, err := l.Reserve(ctx, "q", yearly)
 		if err != nil {
 			require.ErrorIs(t, err, reserve.ErrQueueTooLong)
 			assert.Equal(t, 31, i, "refused after %d reservations of a year each", i)
@@ -631,7 +714,7 @@ func testServerClockStepsBack(t *testing.T, b backend) {
 	ctx := context.Background()
 	l := newLimiter(t, b, nil)
 	lim := reserve.Limit{Rate: 10, Burst: 10}
-	_, err := l.Reserve(ctx, "step", lim, 1)
+	_, err := l.Reserve(ctx, "step", lim)
 	require.NoError(t, err)
 	rk := l.RedisKey("step")
 	state, err := b.client.Get(ctx, rk).Result()
@@ -646,11 +729,11 @@ func testServerClockStepsBack(t *testing.T, b backend) {
 	f[ti] = strconv.FormatInt(tUS+60_000_000, 10) // every other time is relative to it
 	require.NoError(t, b.client.Set(ctx, rk, strings.Join(f, " "), time.Minute).Err())
 
-	st, err := l.Peek(ctx, "step", lim, 1)
+	st, err := l.Peek(ctx, reserve.Single("step", lim, 1))
 	require.NoError(t, err)
 	assert.Equal(t, time.Duration(0), st.Wait, "the clock step became a wait")
-	assert.InDelta(t, 9, st.Tokens, 0.5)
-	r, err := l.Reserve(ctx, "step", lim, 9)
+	assert.InDelta(t, 9, st.Bands[0].Value, 0.5)
+	r, err := l.ReserveN(ctx, reserve.Single("step", lim, 9))
 	require.NoError(t, err)
 	assert.Less(t, r.Delay(), 100*time.Millisecond)
 }

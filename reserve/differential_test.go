@@ -168,12 +168,12 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 			}
 		}
 		checkTokens := func(step int, now time.Time) {
-			st, err := l.Peek(ctx, "diff", lim, 1)
+			st, err := l.Peek(ctx, reserve.Single("diff", lim, 1))
 			require.NoError(t, err)
 			tol := lim.Rate*1e-6 + 1e-9
 			keep(func(br branch) string {
-				if exact := br.m.tokensAt(now); math.Abs(st.Tokens-exact) > tol {
-					return fmt.Sprintf("trial %d step %d %+v: Peek tokens = %v, exact model %v", trial, step, lim, st.Tokens, exact)
+				if exact := br.m.tokensAt(now); math.Abs(st.Bands[0].Value-exact) > tol {
+					return fmt.Sprintf("trial %d step %d %+v: Peek tokens = %v, exact model %v", trial, step, lim, st.Bands[0].Value, exact)
 				}
 				return ""
 			})
@@ -182,8 +182,8 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				theirs := ref.TokensAt(now)
 				if math.Abs(theirs-exact) > tol {
 					leave(step, "tokens")
-				} else if math.Abs(st.Tokens-theirs) > tol {
-					t.Fatalf("trial %d step %d %+v: Peek tokens = %v, x/time/rate %v", trial, step, lim, st.Tokens, theirs)
+				} else if math.Abs(st.Bands[0].Value-theirs) > tol {
+					t.Fatalf("trial %d step %d %+v: Peek tokens = %v, x/time/rate %v", trial, step, lim, st.Bands[0].Value, theirs)
 				}
 			}
 		}
@@ -248,7 +248,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 			if rng.IntN(2) == 0 {
 				n = 1
 			}
-			ours, err := l.Reserve(ctx, "diff", lim, n)
+			ours, err := l.ReserveN(ctx, reserve.Single("diff", lim, n))
 			require.NoError(t, err)
 			theirs := ref.ReserveN(now, n)
 			require.True(t, theirs.OK())
@@ -334,7 +334,7 @@ func testProperties(t *testing.T, b backend) {
 				continue
 			}
 			n := 1 + rng.IntN(lim.Burst)
-			r, err := l.Reserve(ctx, "prop", lim, n)
+			r, err := l.ReserveN(ctx, reserve.Single("prop", lim, n))
 			require.NoError(t, err)
 			if !withCancel && len(slots) > 0 && r.Time().Before(slots[len(slots)-1].at) {
 				t.Fatalf("trial %d step %d %+v: slot %v before the previous reservation's %v",

@@ -33,7 +33,7 @@
 //
 // A Policy is the limits every call on a key must satisfy at once (requests
 // and tokens per minute, an hourly quota), each a Band charging one unit of
-// the call's Cost. Limiter.ReservePolicy reserves one slot, the earliest
+// the call's Cost. Limiter.ReserveN reserves one slot, the earliest
 // every band allows, on all bands in one atomic step; Reservation.Settle
 // replaces the estimated cost with the actual one once the call has told
 // it. A single Limit is the one-band case.
@@ -44,7 +44,7 @@
 //     second"): Sliding(N, W), burst 1 and rate (N-1)/W, so that
 //     burst + rate × W = N.
 //   - N per minute, hour or day, reset on the minute, hour or day (GitHub's
-//     5,000 an hour): a Window band, PerWindow(N, time.Hour), exact; set its
+//     5,000 an hour): a Window band, Window{N: N, Length: time.Hour}, exact; set its
 //     Origin to the provider's reset time when its windows start elsewhere.
 //   - N per minute, replenished continuously (OpenAI's and Anthropic's
 //     requests and tokens per minute: a bucket that holds a minute's

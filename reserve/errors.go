@@ -23,36 +23,39 @@ var (
 	ErrInvalidOptions  = errors.New("reserve: invalid options")
 )
 
-// ErrWrongType is returned when a Redis key pacer uses for a key holds a
-// value of another type or format (something else uses the name). The value
-// is left as it is.
-var ErrWrongType = errors.New("reserve: redis key holds a value of another type")
+// Errors of calls that reached no verdict. Match them with errors.Is.
+var (
+	// ErrWrongType is returned when a Redis key pacer uses for a key holds
+	// a value of another type or format (something else uses the name).
+	// The value is left as it is.
+	ErrWrongType = errors.New("reserve: redis key holds a value of another type")
 
-// ErrUnavailable is matched by the errors of calls that could not reach
-// Redis (refused, reset, timed out, a node loading or failing over), and of
-// every call while a Limiter paces locally but may not: with
-// Options.FailClosed, or before it has ever reached Redis and learned the
-// fleet's size (see Options.FleetSize). The error also wraps the cause when
-// there is one, such as the dial error.
-var ErrUnavailable = errors.New("reserve: redis unavailable")
+	// ErrUnavailable is matched by the errors of calls that could not reach
+	// Redis (refused, reset, timed out, a node loading or failing over), and
+	// of every call while a Limiter paces locally but may not: with
+	// Options.FailClosed, or before it has ever reached Redis and learned
+	// the fleet's size (see Options.FleetSize). The error also wraps the
+	// cause when there is one, such as the dial error.
+	ErrUnavailable = errors.New("reserve: redis unavailable")
 
-// ErrQueueTooLong is returned when a reservation would wait more than 30
-// years: the key's queue (or a pause) is absurdly long, and the times would
-// leave the range the scripts keep exact. Nothing is reserved.
-var ErrQueueTooLong = errors.New("reserve: the queue on this key is over 30 years long")
+	// ErrQueueTooLong is returned when a reservation would wait more than
+	// 30 years: the key's queue (or a pause) is absurdly long, and the times
+	// would leave the range the scripts keep exact. Nothing is reserved.
+	ErrQueueTooLong = errors.New("reserve: the queue on this key is over 30 years long")
 
-// ErrClosed is returned by every call on a Limiter after Close.
-var ErrClosed = errors.New("reserve: limiter closed")
+	// ErrClosed is returned by every call on a Limiter after Close.
+	ErrClosed = errors.New("reserve: limiter closed")
 
-// ErrStoredLimit is returned when the limit an operator stored for a key
-// (cmd/pacer set) cannot be read, or cannot take the call's cost.
-var ErrStoredLimit = errors.New("reserve: the key's stored limit")
+	// ErrStoredLimit is returned when the limit an operator stored for a
+	// key (cmd/pacer set) cannot be read, or cannot take the call's cost.
+	ErrStoredLimit = errors.New("reserve: the key's stored limit")
 
-// ErrDone is returned by Reservation.Cancel and Settle on a reservation
-// that was already settled, and by Settle on one already canceled.
-var ErrDone = errors.New("reserve: reservation already canceled or settled")
+	// ErrDone is returned by Reservation.Cancel and Settle on a reservation
+	// that was already settled, and by Settle on one already canceled.
+	ErrDone = errors.New("reserve: reservation already canceled or settled")
+)
 
-// WaitTooLongError is returned by TryReserve (and, wrapped, by Wait and
+// WaitTooLongError is returned by TryReserveN (and, wrapped, by Wait and
 // WaitN when the context's deadline is too near) when the reservation would
 // have to wait longer than allowed. Nothing was reserved.
 type WaitTooLongError struct {

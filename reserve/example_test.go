@@ -25,7 +25,10 @@ func Example() {
 	defer limiter.Close()
 	// The provider allows 10 calls in any second: a burst of 1 and 9/s
 	// keep every second at 10 or fewer (Burst + Rate*T).
-	api := reserve.Sliding(10, time.Second)
+	api, err := reserve.Sliding(10, time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	ctx := context.Background()
 	for _, url := range []string{"https://api.example.com/a", "https://api.example.com/b"} {
@@ -62,7 +65,7 @@ func ExampleLimiter_Reserve() {
 	api := reserve.Limit{Rate: 2, Burst: 2}
 	ctx := context.Background()
 	for i := range 4 {
-		r, err := limiter.Reserve(ctx, "api.example.com", api, 1)
+		r, err := limiter.Reserve(ctx, "api.example.com", api)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -76,8 +79,8 @@ func ExampleLimiter_Reserve() {
 	// job 3 runs in 1s
 }
 
-// TryReserve takes permits only when they come soon enough.
-func ExampleLimiter_TryReserve() {
+// TryReserveN takes permits only when they come soon enough.
+func ExampleLimiter_TryReserveN() {
 	rdb, stop := embeddedRedis()
 	defer stop()
 	limiter, err := reserve.New(rdb, reserve.Options{})
@@ -88,7 +91,7 @@ func ExampleLimiter_TryReserve() {
 	api := reserve.Limit{Rate: 1, Burst: 1}
 	ctx := context.Background()
 	for range 2 {
-		_, err := limiter.TryReserve(ctx, "api.example.com", api, 1, 100*time.Millisecond)
+		_, err := limiter.TryReserveN(ctx, reserve.Single("api.example.com", api, 1), 100*time.Millisecond)
 		var tooLong *reserve.WaitTooLongError
 		switch {
 		case errors.As(err, &tooLong):
@@ -104,6 +107,31 @@ func ExampleLimiter_TryReserve() {
 	// busy, retry in about 1s
 }
 
+// Allow takes a permit only if it is free now: a caller that drops or
+// defers the call instead of waiting.
+func ExampleLimiter_Allow() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	api := reserve.Limit{Rate: 1, Burst: 2}
+	ctx := context.Background()
+	for i := range 3 {
+		ok, err := limiter.Allow(ctx, "api.example.com", api)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("call %d allowed: %v\n", i, ok)
+	}
+	// Output:
+	// call 0 allowed: true
+	// call 1 allowed: true
+	// call 2 allowed: false
+}
+
 // When the provider answers 429 Too Many Requests with Retry-After, one
 // worker pauses the key and every worker of the fleet waits.
 func ExampleLimiter_Pause() {
@@ -116,10 +144,10 @@ func ExampleLimiter_Pause() {
 	defer limiter.Close()
 	api := reserve.Limit{Rate: 10, Burst: 5}
 	ctx := context.Background()
-	if err := limiter.Pause(ctx, "api.example.com", api, 30*time.Second); err != nil {
+	if err := limiter.Pause(ctx, "api.example.com", 30*time.Second); err != nil {
 		log.Fatal(err)
 	}
-	st, err := limiter.Peek(ctx, "api.example.com", api, 1)
+	st, err := limiter.Peek(ctx, reserve.Single("api.example.com", api, 1))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -133,21 +161,22 @@ func ExampleLimiter_Pause() {
 // An LLM API allows 500 requests and 30,000 tokens per minute. Each call
 // reserves a request and its estimated tokens in one slot, on both limits at
 // once, and settles the tokens the response reports.
-func ExampleLimiter_ReservePolicy() {
+func ExampleLimiter_ReserveN() {
 	rdb, stop := embeddedRedis()
 	defer stop()
+	// README:begin
 	limiter, err := reserve.New(rdb, reserve.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer limiter.Close()
 	llm := reserve.Policy{
-		{Name: "requests", Window: reserve.PerWindow(500, time.Minute)},
-		{Name: "tokens", Window: reserve.PerWindow(30_000, time.Minute)},
+		{Name: "requests", Window: reserve.Window{N: 500, Length: time.Minute}},
+		{Name: "tokens", Window: reserve.Window{N: 30_000, Length: time.Minute}},
 	}
 
 	ctx := context.Background()
-	r, err := limiter.ReservePolicy(ctx, "api.openai.com", llm, reserve.Cost{"requests": 1, "tokens": 2_000})
+	r, err := limiter.ReserveN(ctx, reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 2_000}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -158,7 +187,7 @@ func ExampleLimiter_ReservePolicy() {
 	if err := r.Settle(ctx, reserve.Cost{"tokens": used}); err != nil {
 		log.Fatal(err)
 	}
-	snap, err := limiter.PeekPolicy(ctx, "api.openai.com", llm, reserve.Cost{"requests": 1, "tokens": 1})
+	snap, err := limiter.Peek(ctx, reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 1}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -170,10 +170,10 @@ func TestFallbackRedisDown(t *testing.T) {
 	// call reaches for Redis.
 	assert.LessOrEqual(t, s.calls["heartbeat"]+s.calls["reserve"], 3) // FailAfter's default
 
-	_, err = l.Peek(ctx, "down", lim, 1)
+	_, err = l.Peek(ctx, reserve.Single("down", lim, 1))
 	assert.NoError(t, err)
-	assert.NoError(t, l.Pause(ctx, "down", lim, time.Second))
-	st, err := l.Peek(ctx, "down", lim, 1)
+	assert.NoError(t, l.Pause(ctx, "down", time.Second))
+	st, err := l.Peek(ctx, reserve.Single("down", lim, 1))
 	require.NoError(t, err)
 	assert.Greater(t, st.Wait, 900*time.Millisecond, "a local pause holds the key")
 }
@@ -193,18 +193,18 @@ func TestFailClosed(t *testing.T) {
 		err := l.Wait(ctx, "fc", lim)
 		require.ErrorIs(t, err, reserve.ErrUnavailable)
 	}
-	_, err = l.Reserve(ctx, "fc", lim, 1)
+	_, err = l.Reserve(ctx, "fc", lim)
 	require.ErrorIs(t, err, reserve.ErrUnavailable)
-	_, err = l.Peek(ctx, "fc", lim, 1)
+	_, err = l.Peek(ctx, reserve.Single("fc", lim, 1))
 	require.ErrorIs(t, err, reserve.ErrUnavailable)
-	require.ErrorIs(t, l.Pause(ctx, "fc", lim, time.Second), reserve.ErrUnavailable)
+	require.ErrorIs(t, l.Pause(ctx, "fc", time.Second), reserve.ErrUnavailable)
 	assert.Equal(t, 0, rec.snapshot().local, "fail-closed paced locally")
 
 	// Before the switch, the error wraps the cause: the dial error.
 	l2, err := reserve.New(c, reserve.Options{FailClosed: true, Logger: quiet, HeartbeatInterval: time.Hour, FailAfter: 100})
 	require.NoError(t, err)
 	closeLimiter(t, l2)
-	_, err = l2.Reserve(ctx, "fc", lim, 1)
+	_, err = l2.Reserve(ctx, "fc", lim)
 	require.ErrorIs(t, err, reserve.ErrUnavailable)
 	var opErr *net.OpError
 	assert.ErrorAs(t, err, &opErr, "the cause: %v", err)
@@ -242,7 +242,7 @@ func TestNeverReached(t *testing.T) {
 	closeLimiter(t, l3)
 	var slots []time.Time
 	for range 3 {
-		r, err := l3.Reserve(ctx, "k", lim, 1)
+		r, err := l3.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		assert.True(t, r.Local())
 		slots = append(slots, r.Time())
@@ -265,7 +265,7 @@ func TestShortDeadlinesCountFailures(t *testing.T) {
 	short := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		defer cancel()
-		_, err := l.Reserve(ctx, "hung", lim, 1)
+		_, err := l.Reserve(ctx, "hung", lim)
 		return err
 	}
 	require.Eventually(t, func() bool {
@@ -295,7 +295,7 @@ func TestCallTimeout(t *testing.T) {
 	l2, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: time.Second, Logger: quiet, HeartbeatInterval: time.Hour})
 	require.NoError(t, err)
 	closeLimiter(t, l2)
-	_, err = l2.Reserve(ctx, "hung", reserve.Limit{Rate: 100, Burst: 1}, 1)
+	_, err = l2.Reserve(ctx, "hung", reserve.Limit{Rate: 100, Burst: 1})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -388,7 +388,7 @@ func TestWaitDeadlineRoundTrip(t *testing.T) {
 	closeLimiter(t, l)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 2, Burst: 1}
-	_, err = l.Reserve(ctx, "rt", lim, 1) // the next slot is 500 ms away
+	_, err = l.Reserve(ctx, "rt", lim) // the next slot is 500 ms away
 	require.NoError(t, err)
 	p.AddLatency(t, 100*time.Millisecond) // every reply now arrives 100 ms late
 
@@ -401,9 +401,9 @@ func TestWaitDeadlineRoundTrip(t *testing.T) {
 	require.ErrorAs(t, err, &tooLong)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	p.Clear(t)
-	st, err := l.Peek(ctx, "rt", lim, 1)
+	st, err := l.Peek(ctx, reserve.Single("rt", lim, 1))
 	require.NoError(t, err)
-	assert.Greater(t, st.Tokens, -0.9, "the slot was not given back")
+	assert.Greater(t, st.Bands[0].Value, -0.9, "the slot was not given back")
 }
 
 // tunedClient returns a client to s set up as pacer needs it (no retries,
@@ -436,7 +436,7 @@ func TestMemoryFull(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, closed)
 	lim := reserve.Limit{Rate: 1000, Burst: 10}
-	_, err = l.Reserve(ctx, "full", lim, 1) // learns the fleet; the key exists
+	_, err = l.Reserve(ctx, "full", lim) // learns the fleet; the key exists
 	require.NoError(t, err)
 	before, err := s.Client.Get(ctx, l.RedisKey("full")).Result()
 	require.NoError(t, err)
@@ -446,12 +446,12 @@ func TestMemoryFull(t *testing.T) {
 	require.ErrorContains(t, s.Client.Set(ctx, "probe", "x", 0).Err(), "OOM", "the server is not full")
 
 	for range 5 {
-		r, err := l.Reserve(ctx, "full", lim, 1)
+		r, err := l.Reserve(ctx, "full", lim)
 		require.NoError(t, err, "a full Redis failed the caller")
 		assert.True(t, r.Local(), "granted on a Redis that refuses writes")
 	}
 	assert.True(t, l.Degraded(), "%+v", rec.snapshot())
-	_, err = closed.Reserve(ctx, "full", lim, 1)
+	_, err = closed.Reserve(ctx, "full", lim)
 	require.ErrorIs(t, err, reserve.ErrUnavailable)
 	assert.ErrorContains(t, err, "OOM")
 	after, err := s.Client.Get(ctx, l.RedisKey("full")).Result()
@@ -461,7 +461,7 @@ func TestMemoryFull(t *testing.T) {
 	// Room again: the next probe finds it, and reservations go to Redis.
 	require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "0").Err())
 	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 10*time.Millisecond)
-	r, err := l.Reserve(ctx, "full", lim, 1)
+	r, err := l.Reserve(ctx, "full", lim)
 	require.NoError(t, err)
 	assert.False(t, r.Local())
 }
@@ -496,7 +496,7 @@ func TestOutageFirstBack(t *testing.T) {
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 100, Burst: 1}
 	for _, l := range []*reserve.Limiter{a, b} {
-		r, err := l.Reserve(ctx, "first-back", lim, 1)
+		r, err := l.Reserve(ctx, "first-back", lim)
 		require.NoError(t, err)
 		require.False(t, r.Local())
 	}
@@ -504,14 +504,14 @@ func TestOutageFirstBack(t *testing.T) {
 	pa.Disable(t)
 	pb.Disable(t)
 	for !b.Degraded() {
-		r, err := b.Reserve(ctx, "first-back", lim, 1)
+		r, err := b.Reserve(ctx, "first-back", lim)
 		require.NoError(t, err)
 		require.True(t, r.Local())
 	}
 	// a joined just before the outage (b never heard of it: b paces on
 	// the whole), so a has no local share: it refuses, and says why.
 	for !a.Degraded() {
-		_, err := a.Reserve(ctx, "first-back", lim, 1)
+		_, err := a.Reserve(ctx, "first-back", lim)
 		if err == nil {
 			continue // a call that reached Redis before a noticed
 		}

@@ -155,7 +155,7 @@ func testClaimRedeem(t *testing.T, b backend) {
 			ctx := context.Background()
 			h := holds(t, l, reserve.HoldOptions{StaleAfter: tt.stale})
 			p := permits("api")
-			_, err := l.Reserve(ctx, "api", claimAPI, 2) // empty the bucket
+			_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2)) // empty the bucket
 			require.NoError(t, err)
 			g, err := h.Claim(ctx, "task", p, 0)
 			require.NoError(t, err)
@@ -196,7 +196,7 @@ func testTryClaimRefuses(t *testing.T, b backend) {
 	ctx := context.Background()
 	h := holds(t, l, reserve.HoldOptions{})
 	p := permits("api")
-	_, err := l.Reserve(ctx, "api", claimAPI, 2)
+	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "api")
 	_, err = h.TryClaim(ctx, "fresh", p, 50*time.Millisecond)
@@ -240,12 +240,12 @@ func testClaimLikeReserve(t *testing.T, b backend) {
 	lim := reserve.Limit{Rate: 7, Burst: 3}
 	for i := range 20 {
 		n := 1 + i%3
-		r, err := l.Reserve(ctx, "a", lim, n)
+		r, err := l.ReserveN(ctx, reserve.Single("a", lim, n))
 		require.NoError(t, err)
 		g, err := h.Claim(ctx, fmt.Sprint(i), reserve.Single("b", lim, n), time.Hour)
 		require.NoError(t, err)
 		assert.Equal(t, r.Time(), g.Reservation.Time(), "step %d: Claim slot vs Reserve", i)
-		assert.Equal(t, n, g.Reservation.N())
+		assert.Equal(t, reserve.Permits(n), g.Reservation.Cost())
 		clk.Advance(time.Duration(i%4) * 130 * time.Millisecond)
 	}
 }
@@ -260,9 +260,9 @@ func testClaimCancel(t *testing.T, b backend) {
 	require.NoError(t, err)
 	require.NoError(t, c2.Reservation.Cancel(ctx))
 	require.NoError(t, c.Reservation.Cancel(ctx))
-	st, err := l.Peek(ctx, "api", claimAPI, 1)
+	st, err := l.Peek(ctx, reserve.Single("api", claimAPI, 1))
 	require.NoError(t, err)
-	assert.Equal(t, 2.0, st.Tokens, "tokens after canceling both claims")
+	assert.Equal(t, 2.0, st.Bands[0].Value, "tokens after canceling both claims")
 }
 
 // testCancelKept: canceling a kept slot drops its hold, so the holder cannot
@@ -272,7 +272,7 @@ func testCancelKept(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
 	h := holds(t, l, reserve.HoldOptions{StaleAfter: time.Hour})
-	_, err := l.Reserve(ctx, "api", claimAPI, 2)
+	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
 	g, err := h.Claim(ctx, "t", permits("api"), 0)
 	require.NoError(t, err)
@@ -293,12 +293,12 @@ func testHoldInPause(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
 	h := holds(t, l, reserve.HoldOptions{StaleAfter: time.Hour})
-	_, err := l.Reserve(ctx, "api", claimAPI, 2)
+	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
 	g, err := h.Claim(ctx, "t", permits("api"), 0) // kept for +100 ms
 	require.NoError(t, err)
 	require.True(t, g.Kept)
-	require.NoError(t, l.Pause(ctx, "api", claimAPI, time.Second))
+	require.NoError(t, l.Pause(ctx, "api", time.Second))
 	clk.Advance(100 * time.Millisecond)
 	c, err := h.Claim(ctx, "t", permits("api"), time.Hour)
 	require.NoError(t, err)
@@ -308,7 +308,7 @@ func testHoldInPause(t *testing.T, b backend) {
 	// Hold replaces such a hold too, and keeps one outside the pause.
 	gs, err := h.Hold(ctx, []reserve.HoldRequest{{ID: "x", Request: permits("api")}})
 	require.NoError(t, err)
-	require.NoError(t, l.Pause(ctx, "api", claimAPI, 5*time.Second))
+	require.NoError(t, l.Pause(ctx, "api", 5*time.Second))
 	again, err := h.Hold(ctx, []reserve.HoldRequest{{ID: "x", Request: permits("api")}})
 	require.NoError(t, err)
 	assert.Equal(t, reserve.Paused, again[0].Origin)
@@ -383,7 +383,7 @@ func testClaimEarly(t *testing.T, b backend) {
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1, Burst: 1}
 	p := reserve.Single("api", lim, 1)
-	_, err := l.Reserve(ctx, "api", lim, 1)
+	_, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	early := holds(t, l, reserve.HoldOptions{Early: 1500 * time.Millisecond})
 	g, err := early.Claim(ctx, "t", p, 100*time.Millisecond)

@@ -53,7 +53,7 @@ func leaseChild(s childSpec) error {
 				mu.Unlock()
 			}()
 			for time.Now().Before(end) {
-				r, err := l.Reserve(context.Background(), "shared", lim, 1)
+				r, err := l.Reserve(context.Background(), "shared", lim)
 				if err != nil {
 					mu.Lock()
 					firstErr = cmpOr(firstErr, err)

@@ -18,7 +18,7 @@ import (
 // leaseLimiter is a Limiter on c with the clock clk (nil: server time).
 func leaseLimiter(t *testing.T, c redis.UniversalClient, clk reserve.Clock, opts reserve.Options) *reserve.Limiter {
 	t.Helper()
-	opts.Clock = clk
+	opts.Clock, opts.ClientTime = clk, clk != nil
 	if opts.KeyPrefix == "" {
 		opts.KeyPrefix = redistest.Prefix(t)
 	}
@@ -49,7 +49,7 @@ func reserveSlots(t *testing.T, l *reserve.Limiter, key string, lim reserve.Limi
 	t.Helper()
 	out := make([]int64, k)
 	for i := range out {
-		r, err := l.Reserve(context.Background(), key, lim, 1)
+		r, err := l.Reserve(context.Background(), key, lim)
 		require.NoError(t, err)
 		s, ok := reserve.ServerSlot(r)
 		require.True(t, ok)
@@ -84,7 +84,7 @@ func TestLeaseExact(t *testing.T) {
 			}},
 		{"after a pause 1M/s burst 10", reserve.Limit{Rate: 1e6, Burst: 10}, 400,
 			func(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string, lim reserve.Limit) {
-				require.NoError(t, l.Pause(context.Background(), key, lim, 10*time.Millisecond+333))
+				require.NoError(t, l.Pause(context.Background(), key, 10*time.Millisecond+333))
 			}},
 		{"refilled past the burst 2M/s burst 7", reserve.Limit{Rate: 2e6, Burst: 7}, 100,
 			func(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string, lim reserve.Limit) {
@@ -183,7 +183,7 @@ func TestLeaseHandOut(t *testing.T) {
 		require.True(t, ok)
 		calls := g.scripts.Load()
 		for i := range slots {
-			r, err := l.Reserve(ctx, "k", lim, 1)
+			r, err := l.Reserve(ctx, "k", lim)
 			require.NoError(t, err)
 			slot, ok := reserve.ServerSlot(r)
 			require.True(t, ok)
@@ -207,14 +207,14 @@ func TestLeaseHandOut(t *testing.T) {
 		// Slot i is at epoch + i µs; the allowance is 1 ms: 50 have passed
 		// by more.
 		clk.Advance(time.Millisecond + 50*time.Microsecond)
-		r, err := l.Reserve(ctx, "k", lim, 1)
+		r, err := l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		slot, _ := reserve.ServerSlot(r)
 		require.Equal(t, slots[50], slot)
 		granted, handed, lapsed, held := l.LeaseCounts()
 		require.Equal(t, [4]int64{100, 1, 50, 49}, [4]int64{granted, handed, lapsed, held})
 		clk.Advance(time.Second)
-		r, err = l.Reserve(ctx, "k", lim, 1)
+		r, err = l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		slot, _ = reserve.ServerSlot(r)
 		require.Equal(t, clk.Now().UnixNano(), slot, "after the lease lapsed, Redis's slot (a full bucket: now)")
@@ -225,16 +225,16 @@ func TestLeaseHandOut(t *testing.T) {
 	t.Run("max wait", func(t *testing.T) {
 		clk := fakeclock.New(epoch)
 		l := leaseLimiter(t, c, clk, reserve.Options{})
-		require.NoError(t, l.Pause(ctx, "k", lim, 5*time.Millisecond))
+		require.NoError(t, l.Pause(ctx, "k", 5*time.Millisecond))
 		slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 10, true)
 		require.NoError(t, err)
 		require.True(t, ok)
 		calls := g.scripts.Load()
-		_, err = l.TryReserve(ctx, "k", lim, 1, time.Millisecond)
+		_, err = l.TryReserveN(ctx, reserve.Single("k", lim, 1), time.Millisecond)
 		var tooLong *reserve.WaitTooLongError
 		require.ErrorAs(t, err, &tooLong)
 		require.Equal(t, time.Duration(slots[0]-epoch.UnixNano()), tooLong.Wait)
-		r, err := l.TryReserve(ctx, "k", lim, 1, 10*time.Millisecond)
+		r, err := l.TryReserveN(ctx, reserve.Single("k", lim, 1), 10*time.Millisecond)
 		require.NoError(t, err)
 		slot, _ := reserve.ServerSlot(r)
 		require.Equal(t, slots[0], slot, "the slot refused to a caller was kept")
@@ -249,7 +249,7 @@ func TestLeaseHandOut(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		calls := g.scripts.Load()
-		r, err := l.Reserve(ctx, "k", lim2, 2) // n = 2 does not lease
+		r, err := l.ReserveN(ctx, reserve.Single("k", lim2, 2)) // n = 2 does not lease
 		require.NoError(t, err)
 		require.Equal(t, calls+1, g.scripts.Load())
 		slot, _ := reserve.ServerSlot(r)
@@ -263,7 +263,7 @@ func TestLeaseLoneCaller(t *testing.T) {
 	l := leaseLimiter(t, s.NewClient(t), nil, reserve.Options{})
 	lim := reserve.Limit{Rate: 1e8, Burst: 1000}
 	for range 300 {
-		_, err := l.Reserve(t.Context(), "k", lim, 1)
+		_, err := l.Reserve(t.Context(), "k", lim)
 		require.NoError(t, err)
 	}
 	granted, _, _, _ := l.LeaseCounts()
@@ -292,7 +292,7 @@ func TestLeaseSize(t *testing.T) {
 	require.NoError(t, err)
 	clk.Advance(100 * time.Microsecond)
 	for range 100 {
-		_, err := l.Reserve(ctx, "k", lim, 1)
+		_, err := l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 	}
 	require.Equal(t, 500, l.LeaseSize("k", lim, 16), "after 100 slots in 100 µs")
@@ -302,11 +302,11 @@ func TestLeaseSize(t *testing.T) {
 	require.NoError(t, err)
 	clk.Advance(250 * time.Microsecond)
 	for range 30 {
-		_, err := l.Reserve(ctx, "k", lim, 1)
+		_, err := l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 	}
 	clk.Advance(1750 * time.Microsecond)
-	_, err = l.Reserve(ctx, "k", lim, 1) // finds the rest lapsed
+	_, err = l.Reserve(ctx, "k", lim) // finds the rest lapsed
 	require.NoError(t, err)
 	require.Equal(t, 16, l.LeaseSize("k", lim, 16), "after 30 in 2 ms (7), at least the batch")
 	require.Equal(t, 7, l.LeaseSize("k", lim, 4), "after 30 in 2 ms")
@@ -344,10 +344,10 @@ func TestLeaseCancel(t *testing.T) {
 	require.True(t, ok)
 	var leased, units []*reserve.Reservation
 	for range 10 {
-		r, err := l.Reserve(ctx, "lease", lim, 1)
+		r, err := l.Reserve(ctx, "lease", lim)
 		require.NoError(t, err)
 		leased = append(leased, r)
-		r, err = l.Reserve(ctx, "units", lim, 1)
+		r, err = l.Reserve(ctx, "units", lim)
 		require.NoError(t, err)
 		units = append(units, r)
 	}
@@ -383,7 +383,7 @@ func TestLeaseClose(t *testing.T) {
 	for range 64 {
 		wg.Go(func() {
 			for range 200 {
-				if _, err := l.Reserve(context.Background(), "k", lim, 1); err != nil {
+				if _, err := l.Reserve(context.Background(), "k", lim); err != nil {
 					return
 				}
 			}
@@ -395,7 +395,7 @@ func TestLeaseClose(t *testing.T) {
 	_, _, _, held := l.LeaseCounts()
 	require.Positive(t, held)
 	require.NoError(t, l.Close())
-	_, err = l.Reserve(t.Context(), "held", lim, 1)
+	_, err = l.Reserve(t.Context(), "held", lim)
 	require.ErrorIs(t, err, reserve.ErrClosed)
 	require.Eventually(t, func() bool { return countGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
 		"goroutines: %d before New, %d after Close", before, countGoroutines())
@@ -417,12 +417,12 @@ func TestLeasePause(t *testing.T) {
 	lim := reserve.Limit{Rate: 1e6, Burst: 1}
 	// A first pause puts the lease's slots in the future, for Sleep to
 	// check the pause before them.
-	require.NoError(t, other.Pause(ctx, "k", lim, 300*time.Millisecond))
+	require.NoError(t, other.Pause(ctx, "k", 300*time.Millisecond))
 	slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 100, true)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, other.Pause(ctx, "k", lim, 600*time.Millisecond))
-	r, err := l.Reserve(ctx, "k", lim, 1)
+	require.NoError(t, other.Pause(ctx, "k", 600*time.Millisecond))
+	r, err := l.Reserve(ctx, "k", lim)
 	require.NoError(t, err)
 	slot, _ := reserve.ServerSlot(r)
 	require.Equal(t, slots[0], slot)
@@ -452,14 +452,14 @@ func TestLeaseRedisDown(t *testing.T) {
 	s.Stop(t)
 	var last *reserve.Reservation
 	for i := range slots {
-		r, err := l.Reserve(ctx, "k", lim, 1)
+		r, err := l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		slot, ok := reserve.ServerSlot(r)
 		require.True(t, ok, "hand-out %d: a local grant", i)
 		require.Equal(t, slots[i], slot)
 		last = r
 	}
-	r, err := l.Reserve(ctx, "k", lim, 1)
+	r, err := l.Reserve(ctx, "k", lim)
 	require.NoError(t, err)
 	require.True(t, r.Local(), "Redis is down: the local fallback")
 	require.False(t, r.Time().Before(last.Time()), "the local fallback's slot %v is before the lease's last %v", r.Time(), last.Time())

@@ -23,27 +23,33 @@ type Limit struct {
 	Burst int     // units, >= 1
 }
 
-// Every returns the rate of one unit per interval, for use as Limit.Rate:
-// Limit{Rate: reserve.Every(100 * time.Millisecond), Burst: 1}.
-// A zero or negative interval gives an invalid rate.
-func Every(interval time.Duration) float64 {
+// Every returns the Limit of one unit per interval, burst 1, as
+// x/time/rate's Every gives its rate: Every(100 * time.Millisecond) is
+// Limit{Rate: 10, Burst: 1}. Set Burst on the result for more. A zero or
+// negative interval gives a Limit with rate 0, which every call refuses
+// (ErrInvalidRate; see Validate).
+func Every(interval time.Duration) Limit {
 	if interval <= 0 {
-		return 0
+		return Limit{Burst: 1}
 	}
-	return float64(time.Second) / float64(interval)
+	return Limit{Rate: float64(time.Second) / float64(interval), Burst: 1}
 }
 
 // Sliding returns the smoothest Limit that never lets more than n calls into
 // any window of length w, as a provider counting a sliding window (or a
 // strict per-second limit) enforces: Burst 1 and Rate (n-1)/w, so that
-// Burst + Rate*w = n. n must be at least 2 (Validate reports the rate
-// otherwise). For windows the provider aligns (a quota that resets every
-// hour on the hour), a Window band is exact and uses all n.
-func Sliding(n int, w time.Duration) Limit {
-	if w <= 0 {
-		return Limit{Burst: 1}
+// Burst + Rate*w = n. n must be at least 2 and w positive; the result is
+// checked (Validate). For windows the provider aligns (a quota that resets
+// every hour on the hour), a Window band is exact and uses all n.
+func Sliding(n int, w time.Duration) (Limit, error) {
+	if n < 2 || w <= 0 {
+		return Limit{}, fmt.Errorf("%w: Sliding(%d, %v): want n >= 2 calls in a window w > 0", ErrInvalidRate, n, w)
 	}
-	return Limit{Rate: float64(n-1) / w.Seconds(), Burst: 1}
+	lim := Limit{Rate: float64(n-1) / w.Seconds(), Burst: 1}
+	if err := lim.Validate(); err != nil {
+		return Limit{}, fmt.Errorf("reserve: Sliding(%d, %v): %w", n, w, err)
+	}
+	return lim, nil
 }
 
 // maxFill is the longest time an empty bucket may take to fill. It keeps every

@@ -25,16 +25,17 @@ import (
 // requests, spaced 1/Rate apart.
 //
 // Most callers want Wait, which reserves and sleeps until the slot. Reserve
-// returns the slot without sleeping (to reschedule a job instead), TryReserve
-// reserves only if the wait is short enough, Pause stops a key fleet-wide
-// (a provider's 429), and Peek reads a key without changing it. The Policy
-// variants (ReservePolicy, WaitPolicy, ...) take several limits at once and
+// returns the slot without sleeping (to reschedule a job instead), Allow
+// takes a permit only if it is free now, Pause stops a key fleet-wide (a
+// provider's 429), and Peek reads a key without changing it. The methods
+// ending in N (ReserveN, TryReserveN, WaitN, AllowN) and Peek take a
+// Request: n permits of a Limit (Single), or a Policy of several limits and
 // a Cost per unit, which Reservation.Settle corrects after the call.
 //
 // Time is Redis server time, so the processes' clocks may disagree; durations
 // are exact to the ns, rounded up, and a slot is placed on the local clock by
-// an estimate of the server clock's offset, never more than MaxEarly early. When Redis is
-// slow or gone, a Limiter paces each key locally on its share of the rate
+// an estimate of the server clock's offset, never more than MaxEarly early.
+// When Redis is slow or gone, a Limiter paces each key locally on its share of the rate
 // and comes back to Redis by itself (see Options). A Limiter is safe for
 // concurrent use; all processes that share a Redis and a KeyPrefix share
 // the keys. It is created with New; the zero value is not usable.
@@ -119,8 +120,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	l.fleet.join = opts.ProbeInterval * 3 / 2
 	if l.clock == nil {
 		l.clock = systemClockValue
-		l.serverTime = true
 	}
+	l.serverTime = !opts.ClientTime
 	l.local = newFallback()
 	l.coalescer.queues = make(map[batchKey]*queue)
 	if cc, ok := c.(*redis.ClusterClient); ok {

@@ -27,14 +27,20 @@ const (
 
 // Options configure a Limiter. The zero value is ready to use.
 type Options struct {
-	// Clock is the time source. Default (nil): Redis server time (TIME inside
-	// each script) for the buckets, so the clocks of the processes sharing a
-	// key may disagree by minutes without effect, and the local clock for
-	// sleeping. With a Clock set, its Now is passed to the scripts instead:
-	// for deterministic tests, or to use client time on purpose. All processes
-	// sharing a key should then agree on the time, and the Clock should run at
-	// real speed: Redis expires idle keys on its own clock.
+	// Clock is the local time source: for sleeping, and for placing the
+	// slots Redis grants on the local clock. Default (nil): time.Now. A test
+	// may set a fake one; the buckets still run on Redis server time unless
+	// ClientTime is set.
 	Clock Clock
+
+	// ClientTime passes the Clock's Now to the scripts as the buckets' time
+	// instead of Redis server time (TIME inside each script): for
+	// deterministic tests, or to use client time on purpose. All processes
+	// sharing a key must then agree on the time, and the Clock must run at
+	// real speed: Redis expires idle keys on its own clock. Default false:
+	// server time, so the clocks of the processes sharing a key may
+	// disagree by minutes without effect.
+	ClientTime bool
 
 	// KeyPrefix is put in front of every Redis key. Default "pacer:". A key
 	// k is stored under KeyPrefix + "{" + k + "}" (braces in k escaped), a

@@ -17,34 +17,18 @@ var (
 	peekScript  = redis.NewScript(lua.Peek)
 )
 
-// Pause grants no slot on key before d from now, fleet-wide: use it when the
-// provider answers 429 with Retry-After d. The bucket is empty when the pause
-// ends, so callers resume at lim.Rate instead of all at once. Reservations
-// already granted keep their slots, but their Sleep (and Wait) take a slot
-// after the pause instead of spending the cost inside it. A pause shorter
-// than one already in force changes nothing.
-func (l *Limiter) Pause(ctx context.Context, key string, lim Limit, d time.Duration) error {
+// Pause grants no slot on key before d from now, fleet-wide: use it when
+// the provider answers 429 with Retry-After d. A pause belongs to the key:
+// whatever policies its callers pass, every band stops, and every bucket is
+// empty when the pause ends, so callers resume at the rate instead of all at
+// once. Reservations already granted keep their slots, but their Sleep (and
+// Wait) take a slot after the pause instead of spending the cost inside it.
+// A pause shorter than one already in force changes nothing.
+func (l *Limiter) Pause(ctx context.Context, key string, d time.Duration) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	s, err := l.specOf(lim)
-	if err != nil {
-		return err
-	}
-	return l.pause(ctx, key, s, d)
-}
-
-// PausePolicy is Pause for a key paced by a policy: every band stops, and
-// every bucket is empty when the pause ends.
-func (l *Limiter) PausePolicy(ctx context.Context, key string, pol Policy, d time.Duration) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	s, err := pol.compile()
-	if err != nil {
-		return err
-	}
-	return l.pause(ctx, key, s, d)
+	return l.pause(ctx, key, keyOnly, d)
 }
 
 func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duration) error {
@@ -101,9 +85,6 @@ type Snapshot struct {
 	Wait time.Duration
 	// Paused is the time left in a pause (zero if none).
 	Paused time.Duration
-	// Tokens is the first band's Value: for a single Limit, the bucket's
-	// balance (at most the burst, negative while reservations are queued).
-	Tokens float64
 	// Bands are the policy's bands in force, in order. With a limit stored
 	// for the key (cmd/pacer set), they are that limit's.
 	Bands []BandSnapshot
@@ -114,7 +95,8 @@ type Snapshot struct {
 // A BandSnapshot is one band as Peek reads it.
 type BandSnapshot struct {
 	Name string
-	// Value is a bucket's balance, or the units reserved in a window band's
+	// Value is a bucket's balance (at most its burst, negative while
+	// reservations are queued), or the units reserved in a window band's
 	// latest window.
 	Value float64
 	// Wait is how long this band alone would make the cost wait.
@@ -124,24 +106,14 @@ type BandSnapshot struct {
 	WindowEnd time.Time
 }
 
-// Peek reads key without changing it: the wait n permits would have now,
-// the pause, and the balance.
-func (l *Limiter) Peek(ctx context.Context, key string, lim Limit, n int) (Snapshot, error) {
-	s, amounts, err := l.single(key, lim, n)
+// Peek reads req's key without changing it: the wait req's cost would have
+// now, the pause, and each band's balance or window use.
+func (l *Limiter) Peek(ctx context.Context, req Request) (Snapshot, error) {
+	s, amounts, err := l.check(req)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return l.peek(ctx, key, s, amounts)
-}
-
-// PeekPolicy reads key, paced by pol, without changing it: the wait cost
-// would have now, the pause, and each band's balance or window use.
-func (l *Limiter) PeekPolicy(ctx context.Context, key string, pol Policy, cost Cost) (Snapshot, error) {
-	s, amounts, err := l.policy(key, pol, cost)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	return l.peek(ctx, key, s, amounts)
+	return l.peek(ctx, req.Key, s, amounts)
 }
 
 func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float64) (Snapshot, error) {
@@ -195,9 +167,6 @@ func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local
 			bs.WindowEnd = at.Add(time.Duration(b.EndNS))
 		}
 		snap.Bands = append(snap.Bands, bs)
-	}
-	if len(snap.Bands) > 0 {
-		snap.Tokens = snap.Bands[0].Value
 	}
 	return snap
 }

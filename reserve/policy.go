@@ -18,8 +18,7 @@ import (
 // band allows it, reserved on all bands in one atomic step.
 //
 // A single Limit is the one-band case: Limit.Policy returns it, and
-// Limiter.Reserve, TryReserve and Wait are ReservePolicy, TryReservePolicy
-// and WaitPolicy with that policy and Permits(n).
+// Single(key, lim, n) is the Request of that policy and Permits(n).
 type Policy []Band
 
 // A Band is one limit of a Policy: a token bucket (Limit) or a fixed-window
@@ -54,10 +53,6 @@ type Window struct {
 	Origin time.Time
 }
 
-// PerWindow returns the quota of n units in each aligned window of length
-// d: Band{Window: PerWindow(5000, time.Hour)}.
-func PerWindow(n float64, d time.Duration) Window { return Window{N: n, Length: d} }
-
 // A Cost is what one call charges, per unit: Cost{"requests": 1, "tokens":
 // 1200}. A reservation must give an amount for every unit its policy's bands
 // charge (0 to charge nothing); Settle may give only the units whose actual
@@ -72,6 +67,10 @@ func Permits(n int) Cost { return Cost{PermitsUnit: float64(n)} }
 
 // Policy returns l as a one-band policy, charging PermitsUnit.
 func (l Limit) Policy() Policy { return Policy{{Name: PermitsUnit, Limit: l}} }
+
+// keyOnly is the spec of a call that names no policy (Pause): the scripts
+// and the engine then work on the key's records alone (k = 0).
+var keyOnly = &spec{units: []string{PermitsUnit}, unitsArg: PermitsUnit, args: []any{"0"}, sig: "0"}
 
 // spec is a Policy checked and compiled for the scripts and the local
 // fallback. It is immutable and shared.

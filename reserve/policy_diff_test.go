@@ -154,7 +154,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) {
 				}
 			} else {
 				cost := randomCost(rng, pol)
-				ours, err := l.ReservePolicy(ctx, "diff", pol, cost)
+				ours, err := l.ReserveN(ctx, reserve.Request{Key: "diff", Policy: pol, Cost: cost})
 				require.NoError(t, err, where)
 				theirs, wait := model.reserve(now, cost, -1)
 				reservations++
@@ -165,7 +165,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) {
 						t.Logf("band %d model %v", i, model.value(i, now))
 					}
 					t.Logf("state %q", raw)
-					t.Fatalf("%s: ReservePolicy(%v) delay = %v, model %.1fns", where, cost, ours.DelayFrom(now), wait)
+					t.Fatalf("%s: ReserveN(%v) delay = %v, model %.1fns", where, cost, ours.DelayFrom(now), wait)
 				}
 				if debugDiff {
 					t.Logf("%s: now %v reserve %v -> %v", where, now.Sub(epoch), cost, ours.DelayFrom(now))
@@ -184,7 +184,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) {
 				for u := range first {
 					first[u] = 1e-9
 				}
-				st, err := l.PeekPolicy(ctx, "diff", pol, first)
+				st, err := l.Peek(ctx, reserve.Request{Key: "diff", Policy: pol, Cost: first})
 				require.NoError(t, err, where)
 				require.Len(t, st.Bands, len(pol), where)
 				for i, band := range pol {

@@ -103,7 +103,7 @@ func testPolicyProperties(t *testing.T, b backend) {
 				continue
 			}
 			cost := randomCost(rng, pol)
-			r, err := l.ReservePolicy(ctx, "props", pol, cost)
+			r, err := l.ReserveN(ctx, reserve.Request{Key: "props", Policy: pol, Cost: cost})
 			require.NoError(t, err, where)
 			calls = append(calls, &propCall{r: r, slot: r.Time(), reserved: cost, actual: cost, granted: op, settled: math.MaxInt})
 		}

@@ -17,7 +17,7 @@ import (
 var llm = reserve.Policy{
 	{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 5, Burst: 2}},
 	{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 6000}},
-	{Name: "rpm", Unit: "requests", Window: reserve.PerWindow(100, time.Minute)},
+	{Name: "rpm", Unit: "requests", Window: reserve.Window{N: 100, Length: time.Minute}},
 }
 
 func call(tokens float64) reserve.Cost { return reserve.Cost{"requests": 1, "tokens": tokens} }
@@ -25,7 +25,7 @@ func call(tokens float64) reserve.Cost { return reserve.Cost{"requests": 1, "tok
 func testPolicyBadInput(t *testing.T, b backend) {
 	ctx := context.Background()
 	l := newLimiter(t, b, fakeclock.New(epoch))
-	_, err := l.ReservePolicy(ctx, "k", llm, call(100))
+	_, err := l.ReserveN(ctx, reserve.Request{Key: "k", Policy: llm, Cost: call(100)})
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "k")
 	bucket := reserve.Limit{Rate: 1, Burst: 1}
@@ -40,7 +40,7 @@ func testPolicyBadInput(t *testing.T, b backend) {
 		{"empty policy", "k", nil, call(1), reserve.ErrInvalidPolicy},
 		{"two bands of one name", "k", reserve.Policy{{Name: "a", Limit: bucket}, {Name: "a", Limit: bucket}}, reserve.Cost{"a": 1}, reserve.ErrInvalidPolicy},
 		{"no kind", "k", reserve.Policy{{Name: "a"}}, reserve.Cost{"a": 1}, reserve.ErrInvalidPolicy},
-		{"both kinds", "k", reserve.Policy{{Name: "a", Limit: bucket, Window: reserve.PerWindow(1, time.Second)}}, reserve.Cost{"a": 1}, reserve.ErrInvalidPolicy},
+		{"both kinds", "k", reserve.Policy{{Name: "a", Limit: bucket, Window: reserve.Window{N: 1, Length: time.Second}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidPolicy},
 		{"bad name", "k", reserve.Policy{{Name: "a b", Limit: bucket}}, reserve.Cost{"a b": 1}, reserve.ErrInvalidPolicy},
 		{"zero rate", "k", reserve.Policy{{Name: "a", Limit: reserve.Limit{Burst: 1}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidRate},
 		{"negative rate", "k", reserve.Policy{{Name: "a", Limit: reserve.Limit{Rate: -1, Burst: 1}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidRate},
@@ -49,8 +49,8 @@ func testPolicyBadInput(t *testing.T, b backend) {
 		{"zero burst", "k", reserve.Policy{{Name: "a", Limit: reserve.Limit{Rate: 1}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidBurst},
 		{"zero window", "k", reserve.Policy{{Name: "a", Window: reserve.Window{N: 1}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidWindow},
 		{"negative window", "k", reserve.Policy{{Name: "a", Window: reserve.Window{N: 1, Length: -time.Second}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidWindow},
-		{"N below 1", "k", reserve.Policy{{Name: "a", Window: reserve.PerWindow(0.5, time.Second)}}, reserve.Cost{"a": 0.1}, reserve.ErrInvalidWindow},
-		{"NaN N", "k", reserve.Policy{{Name: "a", Window: reserve.PerWindow(math.NaN(), time.Second)}}, reserve.Cost{"a": 1}, reserve.ErrInvalidWindow},
+		{"N below 1", "k", reserve.Policy{{Name: "a", Window: reserve.Window{N: 0.5, Length: time.Second}}}, reserve.Cost{"a": 0.1}, reserve.ErrInvalidWindow},
+		{"NaN N", "k", reserve.Policy{{Name: "a", Window: reserve.Window{N: math.NaN(), Length: time.Second}}}, reserve.Cost{"a": 1}, reserve.ErrInvalidWindow},
 		{"unknown unit", "k", llm, reserve.Cost{"requests": 1, "tokens": 1, "points": 1}, reserve.ErrInvalidCost},
 		{"missing unit", "k", llm, reserve.Cost{"requests": 1}, reserve.ErrInvalidCost},
 		{"negative amount", "k", llm, call(-1), reserve.ErrInvalidCost},
@@ -58,16 +58,16 @@ func testPolicyBadInput(t *testing.T, b backend) {
 		{"infinite amount", "k", llm, call(math.Inf(1)), reserve.ErrInvalidCost},
 		{"nothing charged", "k", llm, reserve.Cost{"requests": 0, "tokens": 0}, reserve.ErrInvalidCost},
 		{"above a burst", "k", llm, call(6001), reserve.ErrExceedsBurst},
-		{"above a window's N", "k", reserve.Policy{{Name: "a", Window: reserve.PerWindow(5, time.Second)}}, reserve.Cost{"a": 6}, reserve.ErrExceedsBurst},
+		{"above a window's N", "k", reserve.Policy{{Name: "a", Window: reserve.Window{N: 5, Length: time.Second}}}, reserve.Cost{"a": 6}, reserve.ErrExceedsBurst},
 	}
 	for _, tc := range tests {
-		_, err := l.ReservePolicy(ctx, tc.key, tc.pol, tc.cost)
-		assert.ErrorIs(t, err, tc.want, "%s: ReservePolicy", tc.name)
-		_, err = l.TryReservePolicy(ctx, tc.key, tc.pol, tc.cost, time.Hour)
-		assert.ErrorIs(t, err, tc.want, "%s: TryReservePolicy", tc.name)
-		assert.ErrorIs(t, l.WaitPolicy(ctx, tc.key, tc.pol, tc.cost), tc.want, "%s: WaitPolicy", tc.name)
-		_, err = l.PeekPolicy(ctx, tc.key, tc.pol, tc.cost)
-		assert.ErrorIs(t, err, tc.want, "%s: PeekPolicy", tc.name)
+		_, err := l.ReserveN(ctx, reserve.Request{Key: tc.key, Policy: tc.pol, Cost: tc.cost})
+		assert.ErrorIs(t, err, tc.want, "%s: ReserveN", tc.name)
+		_, err = l.TryReserveN(ctx, reserve.Request{Key: tc.key, Policy: tc.pol, Cost: tc.cost}, time.Hour)
+		assert.ErrorIs(t, err, tc.want, "%s: TryReserveN", tc.name)
+		assert.ErrorIs(t, l.WaitN(ctx, reserve.Request{Key: tc.key, Policy: tc.pol, Cost: tc.cost}), tc.want, "%s: WaitN", tc.name)
+		_, err = l.Peek(ctx, reserve.Request{Key: tc.key, Policy: tc.pol, Cost: tc.cost})
+		assert.ErrorIs(t, err, tc.want, "%s: Peek", tc.name)
 	}
 	assert.Equal(t, before, snapshot(t, b, l, "k"), "bad input changed the key")
 }
@@ -83,20 +83,20 @@ func testPolicyOneSlot(t *testing.T, b backend) {
 	// every 30 s.
 	var delays []time.Duration
 	for range 3 {
-		r, err := l.ReservePolicy(ctx, "k", llm, call(3000))
+		r, err := l.ReserveN(ctx, reserve.Request{Key: "k", Policy: llm, Cost: call(3000)})
 		require.NoError(t, err)
 		delays = append(delays, r.DelayFrom(clk.Now()))
 	}
 	assert.Equal(t, []time.Duration{0, 0, 30 * time.Second}, delays, "tokens hold the third call")
 	before := snapshot(t, b, l, "k")
-	_, err := l.TryReservePolicy(ctx, "k", llm, call(100), 10*time.Second)
+	_, err := l.TryReserveN(ctx, reserve.Request{Key: "k", Policy: llm, Cost: call(100)}, 10*time.Second)
 	var tooLong *reserve.WaitTooLongError
 	require.ErrorAs(t, err, &tooLong)
 	assert.Equal(t, 31*time.Second, tooLong.Wait, "a small call waits behind the queue of tokens")
 	assert.Equal(t, before, snapshot(t, b, l, "k"), "a refused policy reservation changed a band")
 
 	// Peek shows each band.
-	st, err := l.PeekPolicy(ctx, "k", llm, call(100))
+	st, err := l.Peek(ctx, reserve.Request{Key: "k", Policy: llm, Cost: call(100)})
 	require.NoError(t, err)
 	assert.Equal(t, 31*time.Second, st.Wait)
 	require.Len(t, st.Bands, 3)
@@ -120,10 +120,10 @@ func testWindowQuota(t *testing.T, b backend) {
 	start := time.Date(2026, 11, 22, 1, 2, 50, 0, time.UTC) // 10 s before a whole minute
 	clk := fakeclock.New(start)
 	l := newLimiter(t, b, clk)
-	pol := reserve.Policy{{Name: "q", Window: reserve.PerWindow(3, time.Minute)}}
+	pol := reserve.Policy{{Name: "q", Window: reserve.Window{N: 3, Length: time.Minute}}}
 	var slots []time.Time
 	for range 7 {
-		r, err := l.ReservePolicy(ctx, "w", pol, reserve.Cost{"q": 1})
+		r, err := l.ReserveN(ctx, reserve.Request{Key: "w", Policy: pol, Cost: reserve.Cost{"q": 1}})
 		require.NoError(t, err)
 		slots = append(slots, r.Time())
 	}
@@ -132,9 +132,9 @@ func testWindowQuota(t *testing.T, b backend) {
 	assert.Equal(t, want, slots)
 	// A window with an origin of its own: windows of 10 s starting at :05.
 	pol2 := reserve.Policy{{Name: "q", Window: reserve.Window{N: 1, Length: 10 * time.Second, Origin: start.Add(-45 * time.Second)}}}
-	r1, err := l.ReservePolicy(ctx, "w2", pol2, reserve.Cost{"q": 1})
+	r1, err := l.ReserveN(ctx, reserve.Request{Key: "w2", Policy: pol2, Cost: reserve.Cost{"q": 1}})
 	require.NoError(t, err)
-	r2, err := l.ReservePolicy(ctx, "w2", pol2, reserve.Cost{"q": 1})
+	r2, err := l.ReserveN(ctx, reserve.Request{Key: "w2", Policy: pol2, Cost: reserve.Cost{"q": 1}})
 	require.NoError(t, err)
 	assert.Equal(t, start, r1.Time())
 	assert.Equal(t, start.Add(5*time.Second), r2.Time(), "the next window starts at :55")
@@ -150,38 +150,38 @@ func testSettle(t *testing.T, b backend) {
 	pol := reserve.Policy{{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 1000}}}
 	tok := func(n float64) reserve.Cost { return reserve.Cost{"tokens": n} }
 
-	r, err := l.ReservePolicy(ctx, "s", pol, tok(500))
+	r, err := l.ReserveN(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(500)})
 	require.NoError(t, err)
 	require.NoError(t, r.Settle(ctx, tok(800)), "settle higher")
-	st, err := l.PeekPolicy(ctx, "s", pol, tok(1))
+	st, err := l.Peek(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(1)})
 	require.NoError(t, err)
-	assert.InDelta(t, 200, st.Tokens, 1e-6, "1,000 - 800 actually used")
+	assert.InDelta(t, 200, st.Bands[0].Value, 1e-6, "1,000 - 800 actually used")
 	assert.Equal(t, tok(800), r.Cost())
 	assert.ErrorIs(t, r.Settle(ctx, tok(100)), reserve.ErrDone, "a second Settle")
 	assert.ErrorIs(t, r.Cancel(ctx), reserve.ErrDone, "Cancel after Settle")
 
 	// Less, after the slot: the unused part comes back.
-	r2, err := l.ReservePolicy(ctx, "s", pol, tok(200))
+	r2, err := l.ReserveN(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(200)})
 	require.NoError(t, err)
 	clk.Advance(time.Second) // +100 tokens
 	require.NoError(t, r2.Settle(ctx, tok(50)))
-	st, err = l.PeekPolicy(ctx, "s", pol, tok(1))
+	st, err = l.Peek(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(1)})
 	require.NoError(t, err)
-	assert.InDelta(t, 250, st.Tokens, 1e-6, "200 - 50 + 100 refilled")
+	assert.InDelta(t, 250, st.Bands[0].Value, 1e-6, "200 - 50 + 100 refilled")
 
 	// Less, with a later reservation built on it: only what it did not
 	// build on comes back.
-	r3, err := l.ReservePolicy(ctx, "s", pol, tok(250)) // balance 0
+	r3, err := l.ReserveN(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(250)}) // balance 0
 	require.NoError(t, err)
-	_, err = l.ReservePolicy(ctx, "s", pol, tok(100)) // queued behind it: -100
+	_, err = l.ReserveN(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(100)}) // queued behind it: -100
 	require.NoError(t, err)
 	require.NoError(t, r3.Settle(ctx, tok(0)))
-	st, err = l.PeekPolicy(ctx, "s", pol, tok(1))
+	st, err = l.Peek(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(1)})
 	require.NoError(t, err)
-	assert.InDelta(t, 50, st.Tokens, 1e-6, "-100, and of the 250 reserved 100 were built on after: 150 back")
+	assert.InDelta(t, 50, st.Bands[0].Value, 1e-6, "-100, and of the 250 reserved 100 were built on after: 150 back")
 
 	// Bad settles change nothing.
-	r4, err := l.ReservePolicy(ctx, "s", pol, tok(10))
+	r4, err := l.ReserveN(ctx, reserve.Request{Key: "s", Policy: pol, Cost: tok(10)})
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "s")
 	assert.ErrorIs(t, r4.Settle(ctx, reserve.Cost{"points": 1}), reserve.ErrInvalidCost)

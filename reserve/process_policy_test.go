@@ -28,7 +28,7 @@ import (
 var testPolicy = reserve.Policy{
 	{Name: "requests", Limit: reserve.Limit{Rate: 100, Burst: 1}},
 	{Name: "tokens", Limit: reserve.Limit{Rate: 10_000, Burst: 500}},
-	{Name: "tokens-250ms", Unit: "tokens", Window: reserve.PerWindow(2_500, 250*time.Millisecond)},
+	{Name: "tokens-250ms", Unit: "tokens", Window: reserve.Window{N: 2_500, Length: 250 * time.Millisecond}},
 }
 
 // policyChild reserves testPolicy from many goroutines until the end and
@@ -65,7 +65,7 @@ func policyChild(s childSpec) error {
 					return
 				}
 				reserved := []int{10, 250}[rng.IntN(2)]
-				r, err := l.TryReservePolicy(ctx, "shared", testPolicy, reserve.Cost{"requests": 1, "tokens": float64(reserved)}, maxWait)
+				r, err := l.TryReserveN(ctx, reserve.Request{Key: "shared", Policy: testPolicy, Cost: reserve.Cost{"requests": 1, "tokens": float64(reserved)}}, maxWait)
 				if err != nil {
 					var tooLong *reserve.WaitTooLongError
 					if !errors.As(err, &tooLong) && !errors.Is(err, context.DeadlineExceeded) {

@@ -84,9 +84,9 @@ func childMain(s childSpec) error {
 			for {
 				maxWait := time.Until(end)
 				if maxWait <= 0 {
-					return // the run is over (TryReserve refuses a maxWait <= 0)
+					return // the run is over (TryReserveN refuses a maxWait <= 0)
 				}
-				r, err := l.TryReserve(ctx, "shared", lim, 1, maxWait)
+				r, err := l.TryReserveN(ctx, reserve.Single("shared", lim, 1), maxWait)
 				if err != nil {
 					var tooLong *reserve.WaitTooLongError
 					if !errors.As(err, &tooLong) && !errors.Is(err, context.DeadlineExceeded) {

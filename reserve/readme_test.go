@@ -7,9 +7,9 @@ import (
 )
 
 // TestReadmeQuickStart keeps README.md's quick start the body of Example,
-// and its policy example the body of ExampleLimiter_ReservePolicy, both of
+// and its policy example the body of ExampleLimiter_ReserveN, both of
 // which compile (and run, with their output checked).
 func TestReadmeQuickStart(t *testing.T) {
 	readmetest.ShowsExamples(t, "../README.md", "example_test.go")
-	readmetest.Shows(t, "../README.md", "example_test.go", "ExampleLimiter_ReservePolicy")
+	readmetest.Shows(t, "../README.md", "example_test.go", "ExampleLimiter_ReserveN")
 }

@@ -11,7 +11,7 @@ import (
 // last said a refused request would have had: a request with a maximum
 // wait that ends before it is refused here, without a Redis call. A caller
 // looping on a queue longer than its deadline (Wait with a context that
-// ends too soon, TryReserve) otherwise costs a script call per try: 86k
+// ends too soon, TryReserveN) otherwise costs a script call per try: 86k
 // calls in 2.6 s were measured (issue 21, finding 17). The earliest slot
 // only moves later as others reserve; it moves earlier only through
 // cancels, settles that give back, resumes and raised limits, so an entry

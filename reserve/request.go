@@ -1,8 +1,9 @@
 package reserve
 
 // A Request is what one use of a key costs: the key, the policy it is paced
-// by, and the cost. It is the carrier the job queue integrations (packages
-// worker and scheduler) and Holds pass around.
+// by, and the cost. Limiter's methods ending in N take one; Single builds
+// the common case, n permits of one Limit. It is also the carrier the
+// packages built on reserve pass around (hold, worker, scheduler).
 type Request struct {
 	Key    string
 	Policy Policy
@@ -12,6 +13,24 @@ type Request struct {
 // Single returns the Request of n permits on key, paced at lim.
 func Single(key string, lim Limit, n int) Request {
 	return Request{Key: key, Policy: lim.Policy(), Cost: Permits(n)}
+}
+
+// single reports whether req is n permits of one Limit, as Single builds
+// it: one bucket band named and charging PermitsUnit, and a whole number
+// of permits as the only cost.
+func (req Request) single() (Limit, int, bool) {
+	if len(req.Policy) != 1 || len(req.Cost) != 1 {
+		return Limit{}, 0, false
+	}
+	b := req.Policy[0]
+	if b.Name != PermitsUnit || (b.Unit != "" && b.Unit != PermitsUnit) || b.Window != (Window{}) {
+		return Limit{}, 0, false
+	}
+	n, ok := req.Cost[PermitsUnit]
+	if !ok || n != float64(int(n)) {
+		return Limit{}, 0, false
+	}
+	return b.Limit, int(n), true
 }
 
 // check compiles req.

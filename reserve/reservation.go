@@ -59,14 +59,6 @@ func (r *Reservation) Cost() Cost {
 	return r.spec.cost(r.amounts)
 }
 
-// N returns the permits of a single-Limit reservation (the amount of its
-// first unit).
-func (r *Reservation) N() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return int(r.amounts[0])
-}
-
 // Time returns the slot: the time, on the Limiter's clock, from which the
 // cost may be spent. With Redis server time (no Options.Clock) it is the
 // local time the reply arrived plus the wait Redis computed, so it is never

@@ -26,7 +26,7 @@ import (
 // on the same unit.
 var hourly = reserve.Policy{
 	{Name: reserve.PermitsUnit, Limit: reserve.Limit{Rate: 100, Burst: 10}},
-	{Name: "hourly", Unit: reserve.PermitsUnit, Window: reserve.PerWindow(5, time.Hour)},
+	{Name: "hourly", Unit: reserve.PermitsUnit, Window: reserve.Window{N: 5, Length: time.Hour}},
 }
 
 // fillHour takes the hour's 5 units on key and checks that a sixth call
@@ -35,7 +35,7 @@ func fillHour(t *testing.T, l *reserve.Limiter, key string) {
 	t.Helper()
 	ctx := context.Background()
 	for i := range 5 {
-		_, err := l.TryReservePolicy(ctx, key, hourly, reserve.Permits(1), time.Minute)
+		_, err := l.TryReserveN(ctx, reserve.Request{Key: key, Policy: hourly, Cost: reserve.Permits(1)}, time.Minute)
 		require.NoError(t, err, "call %d of the hour's 5", i+1)
 	}
 	requireHourFull(t, l, key, "after the hour's 5")
@@ -45,7 +45,7 @@ func fillHour(t *testing.T, l *reserve.Limiter, key string) {
 // hour's 5 are used.
 func requireHourFull(t *testing.T, l *reserve.Limiter, key, when string) {
 	t.Helper()
-	_, err := l.TryReservePolicy(context.Background(), key, hourly, reserve.Permits(1), time.Minute)
+	_, err := l.TryReserveN(context.Background(), reserve.Request{Key: key, Policy: hourly, Cost: reserve.Permits(1)}, time.Minute)
 	var tooLong *reserve.WaitTooLongError
 	require.True(t, errors.As(err, &tooLong), "%s: a call within the hour got %v, want a *WaitTooLongError (the hour holds 5)", when, err)
 }
@@ -60,7 +60,7 @@ func TestStoredLimitKeepsOtherBands(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, Logger: quiet, FailClosed: true})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
@@ -82,12 +82,12 @@ func TestPauseKeepsOtherBands(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, Logger: quiet, FailClosed: true})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 
 	fillHour(t, l, "api")
-	require.NoError(t, l.Pause(ctx, "api", reserve.Limit{Rate: 100, Burst: 10}, time.Second))
+	require.NoError(t, l.Pause(ctx, "api", time.Second))
 	clk.Advance(2 * time.Second)
 	requireHourFull(t, l, "api", "after a pause made with a policy lacking the hourly band")
 }
@@ -125,7 +125,7 @@ func TestOutageWindows(t *testing.T) {
 	ctx := context.Background()
 	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start)
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	origin := start.Add(-700 * time.Millisecond) // windows [9:59:59.3, 10:00:01.3), ...
@@ -134,7 +134,7 @@ func TestOutageWindows(t *testing.T) {
 	take := func(n int, local bool) {
 		t.Helper()
 		for i := range n {
-			r, err := l.ReservePolicy(ctx, "api", pol, reserve.Cost{"quota": 1})
+			r, err := l.ReserveN(ctx, reserve.Request{Key: "api", Policy: pol, Cost: reserve.Cost{"quota": 1}})
 			require.NoError(t, err)
 			require.Equal(t, local, r.Local(), "reservation %d: granted locally", i)
 			windows[int64(r.Time().Sub(origin)/(2*time.Second))]++
@@ -159,7 +159,7 @@ func TestOutageStoredLimit(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
@@ -172,7 +172,7 @@ func TestOutageStoredLimit(t *testing.T) {
 		if i == 3 {
 			outage(t, s)
 		}
-		r, err := l.Reserve(ctx, "api", code, 1)
+		r, err := l.Reserve(ctx, "api", code)
 		require.NoError(t, err)
 		require.Equal(t, i >= 3, r.Local(), "reservation %d granted locally", i)
 		if i > 0 {
@@ -190,22 +190,22 @@ func TestOutageSettle(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 100}}}
 	balance := func() float64 {
 		t.Helper()
-		snap, err := l.PeekPolicy(ctx, "llm", pol, reserve.Cost{"tokens": 1})
+		snap, err := l.Peek(ctx, reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 1}})
 		require.NoError(t, err)
 		require.False(t, snap.Local)
 		return snap.Bands[0].Value
 	}
-	r, err := l.ReservePolicy(ctx, "llm", pol, reserve.Cost{"tokens": 10})
+	r, err := l.ReserveN(ctx, reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 10}})
 	require.NoError(t, err)
 	require.False(t, r.Local())
 	heal := outage(t, s)
-	local, err := l.ReservePolicy(ctx, "llm", pol, reserve.Cost{"tokens": 10})
+	local, err := l.ReserveN(ctx, reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 10}})
 	require.NoError(t, err)
 	require.True(t, local.Local())
 	require.NoError(t, r.Settle(ctx, reserve.Cost{"tokens": 50}), "a settle while Redis is unavailable")
@@ -229,17 +229,17 @@ func TestOutagePause(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 5, Burst: 1}
-	_, err = l.Reserve(ctx, "api", lim, 1)
+	_, err = l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
-	r, err := l.Reserve(ctx, "api", lim, 1) // 200 ms ahead
+	r, err := l.Reserve(ctx, "api", lim) // 200 ms ahead
 	require.NoError(t, err)
 	require.False(t, r.Local())
 	outage(t, s)
-	_, err = l.Reserve(ctx, "other", lim, 1) // the failure that makes l pace locally
+	_, err = l.Reserve(ctx, "other", lim) // the failure that makes l pace locally
 	require.NoError(t, err)
 	require.True(t, l.Degraded())
 	paused := time.Now()
-	require.NoError(t, l.Pause(ctx, "api", lim, 600*time.Millisecond))
+	require.NoError(t, l.Pause(ctx, "api", 600*time.Millisecond))
 	require.NoError(t, r.Sleep(ctx))
 	woke := time.Now()
 	assert.False(t, woke.Before(paused.Add(600*time.Millisecond)), "woke %v after the pause began, inside its 600 ms", woke.Sub(paused))
@@ -259,8 +259,8 @@ func TestPauseDropsLease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	before := time.Now()
-	require.NoError(t, l.Pause(ctx, "hot", lim, time.Second))
-	r, err := l.Reserve(ctx, "hot", lim, 1)
+	require.NoError(t, l.Pause(ctx, "hot", time.Second))
+	r, err := l.Reserve(ctx, "hot", lim)
 	require.NoError(t, err)
 	assert.False(t, r.Time().Before(before.Add(time.Second)), "a slot %v after the pause began, inside its 1 s", r.Time().Sub(before))
 }
@@ -276,11 +276,11 @@ func TestSharedPauseReadOwnContext(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 1000, Burst: 2}
-	_, err = l.Reserve(ctx, "api", lim, 2) // empty the bucket
+	_, err = l.ReserveN(ctx, reserve.Single("api", lim, 2)) // empty the bucket
 	require.NoError(t, err)
-	first, err := l.Reserve(ctx, "api", lim, 1) // slots 1 and 2 ms ahead
+	first, err := l.Reserve(ctx, "api", lim) // slots 1 and 2 ms ahead
 	require.NoError(t, err)
-	second, err := l.Reserve(ctx, "api", lim, 1)
+	second, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	// Redis stalls reads for 300 ms: the sleepers' pause check waits.
 	require.NoError(t, s.Client.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err())
@@ -366,7 +366,7 @@ func TestStoredLimitBounds(t *testing.T) {
 		_, err := a.SetLimit(ctx, "api", c.lim.Policy(), false, "ops", "")
 		assert.ErrorIs(t, err, c.want, "SetLimit(%+v)", c.lim)
 	}
-	_, err = a.SetLimit(ctx, "api", reserve.Policy{{Name: "day", Window: reserve.PerWindow(1e16, time.Hour)}}, false, "ops", "")
+	_, err = a.SetLimit(ctx, "api", reserve.Policy{{Name: "day", Window: reserve.Window{N: 1e16, Length: time.Hour}}}, false, "ops", "")
 	assert.ErrorIs(t, err, reserve.ErrInvalidWindow)
 	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 1e9, Burst: 1 << 30}.Policy(), false, "ops", "the bounds themselves")
 	require.NoError(t, err)
@@ -392,10 +392,10 @@ func TestResumeFreesAtOnce(t *testing.T) {
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
 	require.NoError(t, err)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
-	_, err = l.Reserve(ctx, "api", lim, 1) // the key exists, its bucket empty
+	_, err = l.Reserve(ctx, "api", lim) // the key exists, its bucket empty
 	require.NoError(t, err)
 	require.NoError(t, a.Pause(ctx, "api", 6*time.Second, "ops", "maintenance"))
-	queued, err := l.Reserve(ctx, "api", lim, 1)
+	queued, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	require.Greater(t, queued.Delay(), 5*time.Second, "granted after the pause")
 	time.Sleep(200 * time.Millisecond)
@@ -406,7 +406,7 @@ func TestResumeFreesAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, paused)
 	assert.Less(t, queued.Time().Sub(resumed), time.Second, "the queued slot moved up to just after the resume")
-	next, err := l.Reserve(ctx, "api", lim, 1)
+	next, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	assert.Less(t, next.Time().Sub(resumed), 2*time.Second, "a new call comes right after the queue, not after the old one")
 	a1, _ := reserve.ServerSlot(queued)
@@ -424,24 +424,24 @@ func TestRefusalsRemembered(t *testing.T) {
 	ctx := context.Background()
 	rec := newRecorder()
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, Metrics: rec, Logger: quiet})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, Metrics: rec, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 1, Burst: 1}
 	for range 5 {
-		_, err := l.Reserve(ctx, "api", lim, 1) // a queue of 4 s
+		_, err := l.Reserve(ctx, "api", lim) // a queue of 4 s
 		require.NoError(t, err)
 	}
 	before := rec.snapshot().calls["reserve"]
 	for range 1000 {
-		_, err := l.TryReserve(ctx, "api", lim, 1, time.Second)
+		_, err := l.TryReserveN(ctx, reserve.Single("api", lim, 1), time.Second)
 		var tooLong *reserve.WaitTooLongError
 		require.True(t, errors.As(err, &tooLong), "got %v", err)
 		require.Equal(t, 5*time.Second, tooLong.Wait)
 	}
 	assert.Equal(t, 1, rec.snapshot().calls["reserve"]-before, "script calls for 1,000 refused tries within 100 ms")
 	clk.Advance(200 * time.Millisecond) // Redis is asked again
-	_, err = l.TryReserve(ctx, "api", lim, 1, time.Second)
+	_, err = l.TryReserveN(ctx, reserve.Single("api", lim, 1), time.Second)
 	require.Error(t, err)
 	assert.Equal(t, 2, rec.snapshot().calls["reserve"]-before)
 
@@ -467,12 +467,12 @@ func TestOwnPauseSurvivesRestart(t *testing.T) {
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 100, Burst: 1}
 	paused := time.Now()
-	require.NoError(t, l.Pause(ctx, "api", lim, 800*time.Millisecond))
+	require.NoError(t, l.Pause(ctx, "api", 800*time.Millisecond))
 	s.Stop(t)
 	s.Restart(t) // empty: the pause is gone from Redis
 	var r *reserve.Reservation
 	require.Eventually(t, func() bool {
-		r, err = l.Reserve(ctx, "api", lim, 1)
+		r, err = l.Reserve(ctx, "api", lim)
 		return err == nil && !r.Local()
 	}, 30*time.Second, 10*time.Millisecond, "no reservation on the restarted Redis: %v", err)
 	require.NoError(t, r.Sleep(ctx))
@@ -499,7 +499,7 @@ func TestBornInOutage(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, a)
 	s.Stop(t)
-	r, err := a.Reserve(ctx, "api", lim, 1)
+	r, err := a.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	require.True(t, r.Local(), "a paces locally")
 
@@ -509,12 +509,12 @@ func TestBornInOutage(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, b)
 	require.True(t, b.Degraded(), "a Limiter that could not reach Redis at start is off Redis")
-	_, err = b.Reserve(ctx, "api", lim, 1)
+	_, err = b.Reserve(ctx, "api", lim)
 	require.ErrorIs(t, err, reserve.ErrUnavailable, "without FleetSize it does not know its share")
 
 	s.Restart(t)
 	for {
-		r, err := b.Reserve(ctx, "api", lim, 1)
+		r, err := b.Reserve(ctx, "api", lim)
 		if err == nil {
 			require.False(t, r.Local())
 			break
@@ -536,7 +536,7 @@ func TestRestoreStoredLimit(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.NewClient(t), reserve.Options{KeyPrefix: prefix, Clock: clk, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	l, err := reserve.New(s.NewClient(t), reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	admin := func() *reserve.Admin {
@@ -549,11 +549,11 @@ func TestRestoreStoredLimit(t *testing.T) {
 	for _, key := range []string{"api", "unset"} {
 		_, err = admin().SetLimit(ctx, key, stored, false, "ops", "the provider lowered us")
 		require.NoError(t, err)
-		_, err := l.Reserve(ctx, key, code, 1)
+		_, err := l.Reserve(ctx, key, code)
 		require.NoError(t, err)
 	}
 	s.Stop(t)
-	_, err = l.Reserve(ctx, "api", code, 1)
+	_, err = l.Reserve(ctx, "api", code)
 	require.NoError(t, err)
 	require.True(t, l.Degraded())
 	s.Restart(t)
@@ -572,7 +572,7 @@ func TestRestoreStoredLimit(t *testing.T) {
 	assert.Equal(t, "restore", hist[0].Op)
 	var last time.Time
 	for i := range 3 {
-		r, err := l.Reserve(ctx, "api", code, 1)
+		r, err := l.Reserve(ctx, "api", code)
 		require.NoError(t, err)
 		require.False(t, r.Local())
 		if i > 0 {
@@ -601,7 +601,7 @@ func TestOperatorPauseKeepsKey(t *testing.T) {
 	closeLimiter(t, l)
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
 	require.NoError(t, err)
-	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1}, 1)
+	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
 	require.NoError(t, err)
 	ttl, err := s.Client.PTTL(ctx, l.RedisKey("api")).Result()
 	require.NoError(t, err)
@@ -633,13 +633,13 @@ func TestResumeAfterHandback(t *testing.T) {
 	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
 	require.NoError(t, err)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
-	_, err = l.Reserve(ctx, "api", lim, 1)
+	_, err = l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 
 	p.Disable(t)
 	var last time.Time
 	for range 5 {
-		r, err := l.Reserve(ctx, "api", lim, 1)
+		r, err := l.Reserve(ctx, "api", lim)
 		require.NoError(t, err)
 		require.True(t, r.Local())
 		last = r.Time()
@@ -647,7 +647,7 @@ func TestResumeAfterHandback(t *testing.T) {
 	require.NoError(t, a.Pause(ctx, "api", 10*time.Second, "ops", "the provider is down"))
 	p.Enable(t)
 	backOnRedis(t, l)
-	r, err := l.Reserve(ctx, "api", lim, 1)
+	r, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
 	require.False(t, r.Local())
 	require.NoError(t, a.Resume(ctx, "api", "ops", "the provider is back"))

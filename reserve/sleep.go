@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Stage 4 of a call's way (see wait.go): sleeping and redeeming.
+
 // Sleep sleeps until the slot and returns when the cost may be spent, on
 // Go's timer and then, for the last Options.PreciseWake, on a precise timer
 // of the operating system (tens of µs after the slot on Linux, where Go's
@@ -26,7 +28,7 @@ import (
 // takes the first slot after the pause instead and sleeps on. A sleeper
 // whose slot lies after a pause reads the key every few hundred
 // milliseconds meanwhile: when an operator resumes the key
-// (Admin.Resume), the slot moves earlier, as the resume moved the
+// (cmd/pacer resume), the slot moves earlier, as the resume moved the
 // schedule. Nor does Sleep return much later than the slot: a sleeper that
 // wakes more than Options.MaxLateness after it (a stalled process) takes a
 // fresh slot, once, rather than fire together with callers that are on

@@ -27,12 +27,12 @@ func testSleepIntoPause(t *testing.T, b backend) {
 	}
 	sleeper, other := newL(rec), newL(nil)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
-	_, err := sleeper.Reserve(ctx, "p", lim, 1)
+	_, err := sleeper.Reserve(ctx, "p", lim)
 	require.NoError(t, err)
-	r, err := sleeper.Reserve(ctx, "p", lim, 1) // about 100 ms away
+	r, err := sleeper.Reserve(ctx, "p", lim) // about 100 ms away
 	require.NoError(t, err)
 	slot := r.Time()
-	require.NoError(t, other.Pause(ctx, "p", lim, 300*time.Millisecond))
+	require.NoError(t, other.Pause(ctx, "p", 300*time.Millisecond))
 	paused := time.Now().Add(300 * time.Millisecond)
 	require.NoError(t, r.Sleep(ctx))
 	assert.False(t, time.Now().Before(paused), "Sleep returned inside the pause")
@@ -40,7 +40,7 @@ func testSleepIntoPause(t *testing.T, b backend) {
 	assert.Contains(t, rec.snapshot().moved, reserve.MovedPause)
 
 	// Wait too: a slot granted before the pause is not used inside it.
-	_, err = sleeper.Reserve(ctx, "p", lim, 1)
+	_, err = sleeper.Reserve(ctx, "p", lim)
 	require.NoError(t, err)
 	done := make(chan time.Time, 1)
 	go func() {
@@ -48,7 +48,7 @@ func testSleepIntoPause(t *testing.T, b backend) {
 		done <- time.Now()
 	}()
 	time.Sleep(20 * time.Millisecond) // the Wait holds its slot, ~200 ms away
-	require.NoError(t, other.Pause(ctx, "p", lim, 500*time.Millisecond))
+	require.NoError(t, other.Pause(ctx, "p", 500*time.Millisecond))
 	paused = time.Now().Add(500 * time.Millisecond)
 	assert.False(t, (<-done).Before(paused), "Wait returned inside a pause made while it slept")
 }
@@ -60,20 +60,20 @@ func testSleepLate(t *testing.T, b backend) {
 	ctx := context.Background()
 	clk := fakeclock.New(epoch)
 	rec := newRecorder()
-	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
-	_, err = l.Reserve(ctx, "late", lim, 1)
+	_, err = l.Reserve(ctx, "late", lim)
 	require.NoError(t, err)
-	r, err := l.Reserve(ctx, "late", lim, 1) // at +10 ms
+	r, err := l.Reserve(ctx, "late", lim) // at +10 ms
 	require.NoError(t, err)
 	first := r.Time()
 	clk.Advance(14 * time.Millisecond) // 4 ms late: within MaxLateness
 	require.NoError(t, r.Sleep(ctx))
 	assert.Equal(t, first, r.Time(), "4 ms late: the slot is used")
 
-	r2, err := l.Reserve(ctx, "late", lim, 1) // at +20 ms
+	r2, err := l.Reserve(ctx, "late", lim) // at +20 ms
 	require.NoError(t, err)
 	second := r2.Time()
 	clk.Advance(16 * time.Millisecond) // now +30: 10 ms late

@@ -61,16 +61,16 @@ func TestTLS(t *testing.T) {
 	// even on a loaded machine (at 1,000/s a 3.9 ms stall between the two
 	// calls let the bucket refill, and the test failed).
 	lim := reserve.Limit{Rate: 1, Burst: 1}
-	r1, err := l.Reserve(ctx, "tls", lim, 1)
+	r1, err := l.Reserve(ctx, "tls", lim)
 	require.NoError(t, err)
-	r2, err := l.Reserve(ctx, "tls", lim, 1)
+	r2, err := l.Reserve(ctx, "tls", lim)
 	require.NoError(t, err)
 	require.False(t, r1.Local() || r2.Local(), "granted by Redis")
 	s1, _ := reserve.ServerSlot(r1)
 	s2, _ := reserve.ServerSlot(r2)
 	require.Equal(t, int64(time.Second), s2-s1, "the slots Redis granted, 1/rate apart")
-	require.NoError(t, l.Pause(ctx, "tls", lim, 50*time.Millisecond))
-	st, err := l.Peek(ctx, "tls", lim, 1)
+	require.NoError(t, l.Pause(ctx, "tls", 50*time.Millisecond))
+	st, err := l.Peek(ctx, reserve.Single("tls", lim, 1))
 	require.NoError(t, err)
 	require.Positive(t, st.Paused, "paused")
 	require.NoError(t, l.Wait(ctx, "tls", lim))

@@ -7,37 +7,48 @@ import (
 	"time"
 )
 
-// Wait is WaitN(ctx, key, lim, 1).
+// The way of a call, top-down (docs/design.md, "The way of a call"). Wait,
+// and every method that reserves, passes four stages once each, in this
+// order, each in its file:
+//
+//  1. forming a batch (batch.go, lease.go): concurrent callers on one key
+//     share one Redis call, and a hot key's callers take leased slots;
+//  2. running it (run.go): one script call on Redis, or the local engine
+//     while Redis is unavailable (fallback.go);
+//  3. placing the slots on the local clock (place.go): the reply's waits,
+//     counted on the server's clock, become Reservations;
+//  4. sleeping and redeeming (sleep.go): Wait sleeps to the slot, moved by
+//     a pause or a resume, and a caller that woke too late takes a fresh
+//     slot.
+//
+// Before the first stage, reserve.go checks the input and refuses a maximum
+// wait it already knows to be too short (refusals.go).
+
+// Wait is WaitN(ctx, Single(key, lim, 1)): what most callers want.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
-	return l.WaitN(ctx, key, lim, 1)
+	s, amounts, err := l.single(key, lim, 1)
+	if err != nil {
+		return err
+	}
+	return l.wait(ctx, key, s, amounts)
 }
 
-// WaitN reserves n permits on key and sleeps until their slot (see
-// Reservation.Sleep: it never returns into a pause, nor long after the slot).
+// WaitN reserves req's cost (see ReserveN) and sleeps until its slot (see
+// Reservation.Sleep: it never returns into a pause, nor long after the
+// slot). Use ReserveN and the reservation's Settle instead when the actual
+// cost is known only after the call.
 //
 // If ctx has a deadline, WaitN waits no later than it: when the slot would
 // come after the deadline, it reserves nothing and fails at once with an
 // error wrapping a *WaitTooLongError. If ctx ends while WaitN sleeps, the
-// reservation is canceled (its permits go back, see Reservation.Cancel) and
+// reservation is canceled (its cost goes back, see Reservation.Cancel) and
 // ctx.Err() is returned.
-func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int) error {
-	s, amounts, err := l.single(key, lim, n)
+func (l *Limiter) WaitN(ctx context.Context, req Request) error {
+	s, amounts, err := l.check(req)
 	if err != nil {
 		return err
 	}
-	return l.wait(ctx, key, s, amounts)
-}
-
-// WaitPolicy is WaitN for a policy: it reserves cost on key (see
-// ReservePolicy) and sleeps until the slot. Use the reservation's Settle
-// through ReservePolicy instead when the actual cost is known only after the
-// call.
-func (l *Limiter) WaitPolicy(ctx context.Context, key string, pol Policy, cost Cost) error {
-	s, amounts, err := l.policy(key, pol, cost)
-	if err != nil {
-		return err
-	}
-	return l.wait(ctx, key, s, amounts)
+	return l.wait(ctx, req.Key, s, amounts)
 }
 
 func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64) error {

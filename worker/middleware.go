@@ -150,7 +150,7 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	}
 	key := tk.req.Key
 	if tk.id == "" {
-		r, err := p.l.TryReservePolicy(ctx, key, tk.req.Policy, tk.req.Cost, maxWait)
+		r, err := p.l.TryReserveN(ctx, reserve.Request{Key: key, Policy: tk.req.Policy, Cost: tk.req.Cost}, maxWait)
 		if err != nil {
 			return nil, 0, fmt.Errorf("worker: reserve on %q: %w", key, err)
 		}
@@ -175,14 +175,14 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	return g.Reservation, maxWait, nil
 }
 
-// local paces tk while Redis is unavailable: TryReservePolicy then uses the
+// local paces tk while Redis is unavailable: TryReserveN then uses the
 // Limiter's local fallback (at the key's share of the fleet), so tasks go on
 // at a safe rate instead of failing and burning retries. No slot can be kept
 // for the task: a longer wait reschedules it to about when the local slot
 // would have been. With reserve.Options.FailClosed (or a Limiter that never
 // reached Redis), the error is returned, and asynq retries the task.
 func (p *Pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
-	r, err := p.l.TryReservePolicy(ctx, tk.req.Key, tk.req.Policy, tk.req.Cost, maxWait)
+	r, err := p.l.TryReserveN(ctx, reserve.Request{Key: tk.req.Key, Policy: tk.req.Policy, Cost: tk.req.Cost}, maxWait)
 	var tooLong *reserve.WaitTooLongError
 	if tk.reschedule && errors.As(err, &tooLong) {
 		return nil, &RateLimitedError{

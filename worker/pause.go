@@ -38,7 +38,7 @@ func Pause(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("worker: pause: %w: %v", reserve.ErrInvalidDuration, d)
 	}
 	p, key := tk.p, tk.req.Key
-	if err := p.l.PausePolicy(ctx, key, tk.req.Policy, d); err != nil {
+	if err := p.l.Pause(ctx, key, d); err != nil {
 		return fmt.Errorf("worker: pause %q: %w", key, err)
 	}
 	now := p.clock.Now()

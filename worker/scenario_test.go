@@ -157,7 +157,7 @@ func TestDeadline(t *testing.T) {
 		ctx := context.Background()
 		// Queue 3 s of slots: the task's 2 s timeout allows a 1 s sleep.
 		for range 60 {
-			_, err := f.lim.Reserve(ctx, "call", api, 1)
+			_, err := f.lim.Reserve(ctx, "call", api)
 			require.NoError(t, err)
 		}
 		before, err := f.env.Redis.Client.Get(ctx, f.lim.RedisKey("call")).Result()

@@ -194,7 +194,7 @@ func (f *fixture) limiter() *reserve.Limiter {
 func (f *fixture) reserve(l *reserve.Limiter, key string, lim reserve.Limit, n int) {
 	f.t.Helper()
 	for range n {
-		if _, err := l.Reserve(context.Background(), key, lim, 1); err != nil {
+		if _, err := l.Reserve(context.Background(), key, lim); err != nil {
 			f.t.Fatalf("Reserve(%q, %v) = %v", key, lim, err)
 		}
 	}

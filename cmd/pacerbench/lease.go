@@ -275,7 +275,7 @@ func leaseChild(j leaseJob) error {
 				if j.Wait {
 					err = l.Wait(ctx, j.Key, leaseLimit)
 				} else {
-					_, err = l.Reserve(ctx, j.Key, leaseLimit, 1)
+					_, err = l.Reserve(ctx, j.Key, leaseLimit)
 				}
 				if err != nil {
 					if !endOfRun(ctx, err) {
@@ -324,7 +324,7 @@ func (b *bench) leaseLone(ctx context.Context, d time.Duration) ([]latency, erro
 			return nil, err
 		}
 		for range 100 {
-			if _, err := l.Reserve(ctx, "lone", leaseLimit, 1); err != nil {
+			if _, err := l.Reserve(ctx, "lone", leaseLimit); err != nil {
 				l.Close()
 				return nil, err
 			}
@@ -337,7 +337,7 @@ func (b *bench) leaseLone(ctx context.Context, d time.Duration) ([]latency, erro
 		end := time.Now().Add(d / rounds)
 		for time.Now().Before(end) {
 			t0 := time.Now()
-			if _, err := l.Reserve(ctx, "lone", leaseLimit, 1); err != nil {
+			if _, err := l.Reserve(ctx, "lone", leaseLimit); err != nil {
 				l.Close()
 				return nil, err
 			}

@@ -131,8 +131,8 @@ func variants() []variant {
 	for i, pv := range pacerVariants {
 		take, wait := "`Limiter.Reserve(ctx, key, lim, 1)`", "`Limiter.Wait(ctx, key, lim)`: reserve a slot, sleep until it"
 		if pv.policy {
-			take = "`Limiter.ReservePolicy(ctx, key, pol, cost)` (pol: lim on requests, a tokens bucket that never binds, a daily quota)"
-			wait = "`Limiter.WaitPolicy(ctx, key, pol, cost)`"
+			take = "`Limiter.ReserveN(ctx, reserve.Request{Key: key, Policy: pol, Cost: cost})` (pol: lim on requests, a tokens bucket that never binds, a daily quota)"
+			wait = "`Limiter.WaitN(ctx, reserve.Request{Key: key, Policy: pol, Cost: cost})`"
 		}
 		vs = append(vs, variant{
 			Name:      pv.name,
@@ -255,16 +255,16 @@ type pacerLimiter struct {
 func (p *pacerLimiter) take(ctx context.Context, key string) (bool, error) {
 	var err error
 	if p.pol != nil {
-		_, err = p.l.ReservePolicy(ctx, key, p.pol, threeBandsCost)
+		_, err = p.l.ReserveN(ctx, reserve.Request{Key: key, Policy: p.pol, Cost: threeBandsCost})
 	} else {
-		_, err = p.l.Reserve(ctx, key, p.lim, 1)
+		_, err = p.l.Reserve(ctx, key, p.lim)
 	}
 	return err == nil, err
 }
 
 func (p *pacerLimiter) wait(ctx context.Context, key string) error {
 	if p.pol != nil {
-		return p.l.WaitPolicy(ctx, key, p.pol, threeBandsCost)
+		return p.l.WaitN(ctx, reserve.Request{Key: key, Policy: p.pol, Cost: threeBandsCost})
 	}
 	return p.l.Wait(ctx, key, p.lim)
 }
@@ -277,7 +277,7 @@ func threeBands(lim reserve.Limit) reserve.Policy {
 	return reserve.Policy{
 		{Name: "requests", Limit: lim},
 		{Name: "tokens", Limit: reserve.Limit{Rate: lim.Rate * 1000, Burst: lim.Burst * 1000}},
-		{Name: "daily", Unit: "requests", Window: reserve.PerWindow(1e12, 24*time.Hour)},
+		{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1e12, Length: 24 * time.Hour}},
 	}
 }
 

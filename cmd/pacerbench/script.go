@@ -219,7 +219,7 @@ func (b *bench) captureArgs(ctx context.Context, key string, pol reserve.Policy,
 	if pol == nil {
 		pol = reserve.Limit{Rate: hotLimit.Rate, Burst: hotLimit.Burst}.Policy()
 	}
-	if _, err := l.ReservePolicy(ctx, key, pol, cost); err != nil {
+	if _, err := l.ReserveN(ctx, reserve.Request{Key: key, Policy: pol, Cost: cost}); err != nil {
 		return nil, fmt.Errorf("pacerbench: script: %w", err)
 	}
 	cap.mu.Lock()

@@ -245,9 +245,9 @@ func (s *seamsResults) tables() string {
 
 	win := table{
 		title: "Seams: exact windows and phantom pauses",
-		intro: fmt.Sprintf("%d goroutines in one process call `WaitPolicy` on one key whose policy is one window band, "+
-			"`reserve.Policy{{Name: \"w\", Window: reserve.PerWindow(%s, %v)}}`, cost `reserve.Cost{\"w\": 1}`, quick-start client and `Options{}` as above, "+
-			"for %d windows from a window's start; then again with one CPU hog per CPU beside it. Calls are counted in the window in which `WaitPolicy` returned; "+
+		intro: fmt.Sprintf("%d goroutines in one process call `WaitN` on one key whose policy is one window band, "+
+			"`reserve.Policy{{Name: \"w\", Window: reserve.Window{N: %s, Length: %v}}}`, cost `reserve.Cost{\"w\": 1}`, quick-start client and `Options{}` as above, "+
+			"for %d windows from a window's start; then again with one CPU hog per CPU beside it. Calls are counted in the window in which `WaitN` returned; "+
 			"moves are `Metrics.Moved`'s, by reason: `pause` (a pause came to cover the slot) and `late` (the sleeper woke more than MaxLateness after its slot, "+
 			"and took a fresh slot).",
 			sc.WinGoroutines, trim(sc.WinN), sc.WinLen, sc.Windows),

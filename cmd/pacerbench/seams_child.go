@@ -27,7 +27,7 @@ const seamsChildEnv = "PACERBENCH_SEAMS_CHILD"
 const (
 	callWait    = "wait"    // Limiter.Wait on Limit{Rate, Burst}
 	callReserve = "reserve" // Limiter.Reserve, then Reservation.Sleep: Local tells where the slot came from
-	callWindow  = "window"  // Limiter.WaitPolicy on one window band of WindowN per Window
+	callWindow  = "window"  // Limiter.WaitN on one window band of WindowN per Window
 )
 
 // seamsJob is what a seams child is told.
@@ -50,7 +50,7 @@ type seamsJob struct {
 
 // windowPolicy is the window measurement's policy: n per w, one band.
 func windowPolicy(n float64, w time.Duration) reserve.Policy {
-	return reserve.Policy{{Name: "w", Window: reserve.PerWindow(n, w)}}
+	return reserve.Policy{{Name: "w", Window: reserve.Window{N: n, Length: w}}}
 }
 
 // seamsOut writes a seams child's lines, each in one write: a pipe takes
@@ -167,7 +167,7 @@ func seamsChild(j seamsJob) error {
 	call := func(ctx context.Context, key string, lim reserve.Limit, pol reserve.Policy) (grant, error) {
 		switch j.Call {
 		case callReserve:
-			r, err := l.Reserve(ctx, key, lim, 1)
+			r, err := l.Reserve(ctx, key, lim)
 			if err != nil {
 				return grant{}, err
 			}
@@ -175,7 +175,7 @@ func seamsChild(j seamsJob) error {
 			err = r.Sleep(ctx)
 			return grant{at, r.Time(), r.Local()}, err
 		case callWindow:
-			return grant{}, l.WaitPolicy(ctx, key, pol, cost)
+			return grant{}, l.WaitN(ctx, reserve.Request{Key: key, Policy: pol, Cost: cost})
 		default:
 			return grant{}, l.Wait(ctx, key, lim)
 		}

@@ -393,7 +393,7 @@ func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.P
 	lo, hi := float64(c.Tokens)/5, float64(9*c.Tokens)/5
 	actual := math.Round(lo + rng.Float64()*(hi-lo))
 	est := actual * (1 + c.Error*(2*rng.Float64()-1))
-	r, err := limiter.ReservePolicy(ctx, host, pol, reserve.Cost{"requests": 1, "tokens": c.reserved(est)})
+	r, err := limiter.ReserveN(ctx, reserve.Request{Key: host, Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": c.reserved(est)}})
 	if err != nil {
 		return err
 	}
@@ -427,7 +427,7 @@ func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.P
 		if err := r.Cancel(ctx); err != nil {
 			return err
 		}
-		return limiter.PausePolicy(ctx, host, pol, time.Duration(max(ms, 1))*time.Millisecond)
+		return limiter.Pause(ctx, host, time.Duration(max(ms, 1))*time.Millisecond)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("llm: provider answered %s: %s", resp.Status, body)

@@ -98,7 +98,7 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		if key.single {
 			err = c.l.Wait(ctx, key.name, key.limit)
 		} else {
-			err = c.l.WaitPolicy(ctx, key.name, key.pol, cost)
+			err = c.l.WaitN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
 		}
 		if c.failed(ctx, kind, key.name, err) {
 			return 0
@@ -110,16 +110,16 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		return cl.send(ctx, call, nil)
 	case "reserve", "cancel", "reservep", "cancelp":
 		if key.single {
-			r, err = c.l.Reserve(ctx, key.name, key.limit, 1)
+			r, err = c.l.Reserve(ctx, key.name, key.limit)
 		} else {
-			r, err = c.l.ReservePolicy(ctx, key.name, key.pol, cost)
+			r, err = c.l.ReserveN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
 		}
 	case "try", "tryp":
 		maxWait := time.Duration(cl.rng.IntN(600)) * time.Millisecond
 		if key.single {
-			r, err = c.l.TryReserve(ctx, key.name, key.limit, 1, maxWait)
+			r, err = c.l.TryReserveN(ctx, reserve.Single(key.name, key.limit, 1), maxWait)
 		} else {
-			r, err = c.l.TryReservePolicy(ctx, key.name, key.pol, cost, maxWait)
+			r, err = c.l.TryReserveN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost}, maxWait)
 		}
 		if _, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
 			c.count(kind + "-refused")
@@ -235,9 +235,9 @@ func (cl *caller) pause(ctx context.Context, d time.Duration) {
 	start := time.Now()
 	var err error
 	if key.single {
-		err = c.l.Pause(c.after, key.name, key.limit, d)
+		err = c.l.Pause(c.after, key.name, d)
 	} else {
-		err = c.l.PausePolicy(c.after, key.name, key.pol, d)
+		err = c.l.Pause(c.after, key.name, d)
 	}
 	n := Note{Type: notePause, Key: key.name, At: start.UnixNano(), End: time.Now().UnixNano(), D: int64(d)}
 	if err != nil {

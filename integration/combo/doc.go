@@ -11,7 +11,7 @@
 // SIGKILLed and started again). Run plays it against:
 //
 //   - a fleet of child processes (Child), each built as the README's quick
-//     start builds its client, calling Wait, Reserve, TryReserve and their
+//     start builds its client, calling Wait, Reserve, TryReserveN and their
 //     policy variants from many goroutines on three keys (keys.go): a
 //     Sliding limit, a policy of a bucket, a window and a tokens bucket with
 //     costs settled to what the provider reports, and a hot key that leases;

@@ -20,11 +20,11 @@ const (
 var Keys = []string{KeySliding, KeyPolicy, KeyHot}
 
 var (
-	slidingLimit = reserve.Sliding(31, time.Second)
+	slidingLimit = must(reserve.Sliding(31, time.Second))
 	hotLimit     = reserve.Limit{Rate: 5000, Burst: 1} // a lease spans 5 slots at 1 ms
 	policyLimit  = reserve.Policy{
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
-		{Name: "win", Unit: unitRequests, Window: reserve.PerWindow(36, 2*time.Second)},
+		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 36, Length: 2 * time.Second}},
 		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
 	}
 )
@@ -86,7 +86,16 @@ func bandsOf(pol reserve.Policy) []band {
 }
 
 // windowIndex is the index of the window of length l holding t (Unix ns),
-// windows aligned to the Unix epoch as PerWindow's are.
+// windows aligned to the Unix epoch as a Window's zero Origin gives.
 func windowIndex(t int64, l time.Duration) int64 {
 	return int64(math.Floor(float64(t) / float64(l)))
+}
+
+// must returns lim, panicking on err: for the runner's fixed limits, known
+// valid.
+func must(lim reserve.Limit, err error) reserve.Limit {
+	if err != nil {
+		panic(err)
+	}
+	return lim
 }

@@ -21,17 +21,35 @@ func ShowsExamples(t testing.TB, readme string, files ...string) {
 }
 
 // Shows fails t unless the file readme holds, as a ```go block, the body of
-// the example function name in file.
+// the example function name in file, or the part of it between the lines
+// "// README:begin" and "// README:end" when it has them (the setup the
+// README shows elsewhere, such as a test's embedded Redis, stays out).
 func Shows(t testing.TB, readme, file, name string) {
 	t.Helper()
 	text, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := FuncBody(t, file, name)
+	body := Shown(FuncBody(t, file, name))
 	if !strings.Contains(string(text), "```go\n"+body+"\n```") {
 		t.Errorf("%s does not show the body of %s in %s:\n%s", readme, name, file, body)
 	}
+}
+
+// Shown returns the part of body between the lines "// README:begin" and
+// "// README:end" (to the end without the latter), or all of body without
+// the former.
+func Shown(body string) string {
+	const begin, end = "// README:begin\n", "// README:end"
+	i := strings.Index(body, begin)
+	if i < 0 {
+		return body
+	}
+	part := body[i+len(begin):]
+	if j := strings.Index(part, end); j >= 0 {
+		part = part[:j]
+	}
+	return strings.TrimRight(part, "\t\n")
 }
 
 // ExampleBody returns the source between the braces of func Example in file.

@@ -1,9 +1,18 @@
 package reserve
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/engine"
 )
+
+// Stage 3 of a call's way (see wait.go): placing the slots on the local
+// clock. A script's reply gives each slot as a wait from the instant the
+// script ran, on the server's clock; the Limiter places that instant on its
+// own clock (clockSync) and builds each Reservation there.
 
 // MaxEarly caps how early, on the local clock, a Limiter on Redis server
 // time may place a slot: never more than MaxEarly before the reply's
@@ -108,4 +117,102 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 		est = lo
 	}
 	return est
+}
+
+// parseReserve fills out from reserve.lua's reply to a call sent at sent
+// whose reply arrived at recv.
+func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
+	op := reqs[0].op
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 4+2*len(reqs) {
+		return replyError(op, key, res)
+	}
+	state, _ := reply[len(reply)-2].(string)
+	stored, _ := reply[len(reply)-1].(string)
+	l.local.noteState(key, state, stored)
+	pe := engine.PauseEnd(state)
+	base, err := l.replyBaseAt(sent, recv, reply)
+	if err != nil {
+		return replyError(op, key, res)
+	}
+	for i, req := range reqs {
+		waitNS, ok1 := reply[2+2*i].(int64)
+		seq, ok2 := reply[3+2*i].(int64)
+		if !ok1 || !ok2 {
+			return replyError(op, key, res)
+		}
+		switch {
+		case seq == -1:
+			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)}
+		case seq == -2:
+			out[i] = result{nil, l.shareError(key)}
+		case seq == 0:
+			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
+			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local)
+		default:
+			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
+			if pe > base.serverNS && pe <= r.slotNS {
+				r.pauseEnd = pe // granted after a pause in force: Sleep looks for a resume
+			}
+			l.opts.Metrics.Reserved(key, s.units, req.amounts, time.Duration(max(waitNS, 0)), false)
+			out[i] = result{r: r}
+		}
+	}
+	return nil
+}
+
+// replyBase reads the now_us, now_ns that begin every granting script's
+// reply; now is when the call was sent, on the Limiter's clock, and the
+// reply has just arrived.
+func (l *Limiter) replyBase(now time.Time, reply []any) (replyTime, error) {
+	return l.replyBaseAt(now, l.clock.Now(), reply)
+}
+
+// replyBaseAt is replyBase for a call sent at sent whose reply arrived at
+// recv. With a client clock, sent is the now the script was given.
+func (l *Limiter) replyBaseAt(sent, recv time.Time, reply []any) (replyTime, error) {
+	us, ok1 := reply[0].(int64)
+	ns, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return replyTime{}, errors.New("bad reply time")
+	}
+	b := replyTime{serverNS: us*1000 + ns, local: sent}
+	if l.serverTime {
+		// The script measured waits from its own TIME: place that instant
+		// on the local clock (see MaxEarly).
+		b.local = l.sync.place(b.serverNS, sent, recv)
+	}
+	return b, nil
+}
+
+// replyTime is when a script ran: on the server's clock (Unix ns), and on
+// the Limiter's clock the instant waits are counted from.
+type replyTime struct {
+	serverNS int64
+	local    time.Time
+}
+
+// at returns the local time of a slot the script granted, given in Unix ns
+// on the server's clock (the script's clock).
+func (b replyTime) at(slotNS int64) time.Time {
+	return b.local.Add(time.Duration(slotNS - b.serverNS))
+}
+
+// newReservation builds a Redis reservation waitNS after base.
+func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base replyTime, waitNS, seq int64) *Reservation {
+	r := &Reservation{
+		lim:     l,
+		key:     key,
+		spec:    s,
+		amounts: amounts,
+		at:      base.at(base.serverNS + waitNS),
+		slotNS:  base.serverNS + waitNS,
+		seq:     seq,
+	}
+	l.horizons.note(key, r.slotNS, s)
+	return r
+}
+
+func replyError(op, key string, res any) error {
+	return fmt.Errorf("reserve: %s %q: unexpected reply %#v", op, key, res)
 }

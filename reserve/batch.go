@@ -7,13 +7,18 @@ import (
 	"time"
 )
 
+// Stage 1 of a call's way (see wait.go): forming a batch. A lone caller
+// makes its call at once; callers that come while a call for the key is in
+// flight queue for the next one, and a key whose queue is long leases a run
+// of slots (lease.go) that later callers take without a call each.
+
 // MaxBatch is the most requests one Redis call reserves for when concurrent
 // callers share it (see Options.DisableCoalescing). Longer queues take
 // several calls, one after the other; a call of this size keeps Redis busy
 // for about a millisecond.
 const MaxBatch = 256
 
-// A request is one caller's Reserve, TryReserve or Wait waiting for its turn
+// A request is one caller's ReserveN, TryReserveN or WaitN waiting for its turn
 // in a batch.
 type request struct {
 	op      string
