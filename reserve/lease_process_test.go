@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -116,13 +115,7 @@ func TestLeaseAcrossProcesses(t *testing.T) {
 		burst      = 1
 		run        = 1500 * time.Millisecond
 	)
-	prefix := redistest.Prefix(t)
-	start := time.Now().Add(time.Second)
-	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Procs: procs, Args: []string{"-test.run=^$"},
-		Spec: childSpec{Redis: s.URL, Prefix: prefix, Rate: rate, Burst: burst, Goroutines: goroutines,
-			Start: start.UnixNano(), End: start.Add(run).UnixNano(), Lease: true}})
-	require.NoError(t, err)
-	_ = f.Wait()
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: burst, Goroutines: goroutines, Lease: true}, run, nil)
 
 	var (
 		slots, seqs              []int64
@@ -130,20 +123,13 @@ func TestLeaseAcrossProcesses(t *testing.T) {
 		last                     int64
 		perChild, leasedPerChild [procs]int64
 	)
-	for _, c := range f.Children() {
-		i := c.Index
-		if err := c.Wait(); err != nil {
-			t.Fatalf("child %d: %v\n%s", i, err, c.Stderr())
-		}
-		lines := c.Lines()
-		require.NotEmpty(t, lines, "child %d", i)
+	for i, lines := range out.Lines {
 		var g, h, lp, held, seq int64
 		_, err := fmt.Sscanf(lines[len(lines)-1], "leases %d %d %d %d %d", &g, &h, &lp, &held, &seq)
 		require.NoError(t, err, "child %d: last line %q", i, lines[len(lines)-1])
 		for _, line := range lines[:len(lines)-1] {
 			var slot, seq int64
-			_, err := fmt.Sscan(line, &slot, &seq)
-			require.NoError(t, err, "child %d: line %q", i, line)
+			scanLine(t, i, line, &slot, &seq)
 			slots = append(slots, slot)
 			seqs = append(seqs, seq)
 		}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/require"
@@ -126,12 +125,7 @@ func policyChild(s childSpec) error {
 func TestPolicyAcrossProcesses(t *testing.T) {
 	s := redistest.New(t)
 	const procs, goroutines, run = 2, 8, 3 * time.Second
-	start := time.Now().Add(time.Second)
-	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Procs: procs, Args: []string{"-test.run=^$"},
-		Spec: childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Goroutines: goroutines, Policy: true,
-			Start: start.UnixNano(), End: start.Add(run).UnixNano()}})
-	require.NoError(t, err)
-	_ = f.Wait()
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Goroutines: goroutines, Policy: true}, run, nil)
 
 	type call struct {
 		slot   int64
@@ -139,21 +133,13 @@ func TestPolicyAcrossProcesses(t *testing.T) {
 	}
 	var calls []call
 	var perChild [procs]int
-	for _, c := range f.Children() {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("child %d: %v\n%s", c.Index, err, c.Stderr())
-		}
-		for _, line := range c.Lines() {
+	for i, lines := range out.Lines {
+		for _, line := range lines {
 			var k call
-			if _, err := fmt.Sscan(line, &k.slot, &k.tokens); err != nil {
-				t.Fatalf("child %d: bad line %q", c.Index, line)
-			}
+			scanLine(t, i, line, &k.slot, &k.tokens)
 			calls = append(calls, k)
 		}
-		perChild[c.Index] = len(c.Lines())
-	}
-	for i, n := range perChild {
-		require.NotZero(t, n, "child %d made no calls", i)
+		perChild[i] = len(lines)
 	}
 	slices.SortFunc(calls, func(a, b call) int { return int(a.slot - b.slot) })
 	slots := make([]int64, len(calls))

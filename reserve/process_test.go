@@ -11,47 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
-
-// childEnv carries a child's childSpec (see package internal/fleet).
-const childEnv = "PACER_CHILD"
-
-// childSpec is what each child of TestServerTimeAcrossProcesses does.
-type childSpec struct {
-	Redis, Prefix string
-	Rate          float64
-	Burst         int
-	Goroutines    int
-	Start, End    int64 // Unix ns
-	Policy        bool  // reserve testPolicy and settle (policyChild)
-	Lease         bool  // reserve single permits on a hot key (leaseChild)
-}
-
-// The child side of TestServerTimeAcrossProcesses: the test binary re-run
-// with childEnv set runs childMain instead of the tests.
-func TestMain(m *testing.M) {
-	var spec childSpec
-	if ok, err := fleet.Spec(childEnv, &spec); ok {
-		if err == nil && spec.Policy {
-			err = policyChild(spec)
-		} else if err == nil && spec.Lease {
-			err = leaseChild(spec)
-		} else if err == nil {
-			err = childMain(spec)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // childMain reserves and sleeps (what Wait does) from many goroutines on one
 // key, from the start time until the end time, and prints for each call the
@@ -127,33 +90,6 @@ func childMain(s childSpec) error {
 	return firstErr
 }
 
-// childLimiter is a child's Limiter on s's Redis, returned once s.Start has
-// come, with the run's end; done closes the Limiter and its client. Its
-// CallTimeout is 10 s: the process tests judge the slots Redis grants, and
-// on a loaded machine (CI beside other jobs) a call can take longer than
-// the default 250 ms, which would switch the child to the local fallback.
-func childLimiter(s childSpec) (l *reserve.Limiter, end time.Time, done func(), err error) {
-	opts, err := redis.ParseURL(s.Redis)
-	if err != nil {
-		return nil, end, nil, err
-	}
-	rdb := redis.NewClient(opts)
-	l, err = reserve.New(rdb, reserve.Options{KeyPrefix: s.Prefix, CallTimeout: 10 * time.Second})
-	if err != nil {
-		rdb.Close()
-		return nil, end, nil, err
-	}
-	time.Sleep(time.Until(time.Unix(0, s.Start)))
-	return l, time.Unix(0, s.End), func() { l.Close(); rdb.Close() }, nil
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
 // TestServerTimeAcrossProcesses runs two OS processes of 16 goroutines each,
 // reserving and sleeping on one key at 500/s with burst 1, using Redis
 // server time.
@@ -180,12 +116,7 @@ func TestServerTimeAcrossProcesses(t *testing.T) {
 		burst      = 1
 		run        = 4 * time.Second
 	)
-	start := time.Now().Add(time.Second) // time for the children to start
-	end := start.Add(run)
-	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Procs: procs, Args: []string{"-test.run=^$"},
-		Spec: childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: burst, Goroutines: goroutines,
-			Start: start.UnixNano(), End: end.UnixNano()}})
-	require.NoError(t, err)
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: burst, Goroutines: goroutines}, run, nil)
 
 	var (
 		slots, wakes []int64
@@ -193,21 +124,10 @@ func TestServerTimeAcrossProcesses(t *testing.T) {
 		early        int           // wake-ups before the slot on the server's clock
 		mostEarly    time.Duration // the earliest of them
 	)
-	_ = f.Wait() // each child's error is reported below
-children:
-	for _, c := range f.Children() {
-		i := c.Index
-		if err := c.Wait(); err != nil {
-			t.Errorf("child %d: %v\n%s", i, err, c.Stderr())
-			continue
-		}
-		var gotSlots, gotWakes []int64
-		for _, line := range c.Lines() {
+	for i, lines := range out.Lines {
+		for _, line := range lines {
 			var slot, woke, late int64
-			if _, err := fmt.Sscan(line, &slot, &woke, &late); err != nil {
-				t.Errorf("child %d: bad line %q", i, line)
-				continue children
-			}
+			scanLine(t, i, line, &slot, &woke, &late)
 			if late < 0 {
 				t.Errorf("child %d woke %v before its slot's local time (server slot %d)", i, time.Duration(-late), slot)
 			}
@@ -218,18 +138,10 @@ children:
 					t.Errorf("child %d woke %v before its server slot %d, more than MaxEarly", i, time.Duration(slot-woke), slot)
 				}
 			}
-			gotSlots = append(gotSlots, slot)
-			gotWakes = append(gotWakes, woke)
+			slots = append(slots, slot)
+			wakes = append(wakes, woke)
 		}
-		slots = append(slots, gotSlots...)
-		wakes = append(wakes, gotWakes...)
-		perChild[i] = len(gotSlots)
-	}
-	if t.Failed() {
-		return
-	}
-	for i, n := range perChild {
-		require.NotZero(t, n, "child %d made no calls", i)
+		perChild[i] = len(lines)
 	}
 	slices.Sort(slots)
 	for i := 1; i < len(slots); i++ {
