@@ -8,9 +8,15 @@
 // the reservation, and a limit the provider does not publish is learned by
 // the fleet (reserve.Adaptive).
 //
-//	client := &http.Client{Transport: pacehttp.New(limiter, pacehttp.Options{
-//		Limit: reserve.Sliding(10, time.Second), // each host: at most 10 calls in any second
-//	})}
+//	host, err := reserve.Sliding(10, time.Second) // each host: at most 10 calls in any second
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	transport, err := pacehttp.New(limiter, pacehttp.Options{Limit: host})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	client := &http.Client{Transport: transport}
 package pacehttp
 
 import (

@@ -11,10 +11,19 @@
 //
 // # Setting up the server
 //
-// Two lines: Config sets up asynq.Config, Middleware paces the handlers.
+// Config sets up asynq.Config, and New's Middleware paces the handlers (the
+// package's Example has the whole server):
 //
-//	srv := asynq.NewServer(redisOpt, worker.Config(asynq.Config{Concurrency: 10}))
-//	mux.Use(worker.Middleware(limiter, worker.Options{Pace: worker.PerType(limits)}))
+//	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"},
+//		worker.Config(asynq.Config{Concurrency: 50}))
+//	pacer, err := worker.New(limiter, worker.Options{
+//		Pace: worker.PerType(map[string]reserve.Limit{"crawl": {Rate: 20, Burst: 5}}),
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	mux := asynq.NewServeMux()
+//	mux.Use(pacer.Middleware)
 //
 // Config makes a rate-limit reschedule neither a failure (IsFailure: no retry
 // is counted) nor an error to report (ErrorHandler), reschedules it to its

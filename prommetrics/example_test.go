@@ -1,0 +1,58 @@
+package prommetrics_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/pacer-go/pacer/internal/launcher"
+	"github.com/pacer-go/pacer/prommetrics"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Limiter's measurements, on Prometheus's default registry (served by
+// promhttp.Handler in a real program).
+func Example() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	m := prommetrics.New(prometheus.DefaultRegisterer, prommetrics.Options{})
+	limiter, err := reserve.New(rdb, reserve.Options{Metrics: m})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+
+	ctx := context.Background()
+	for range 3 {
+		if err := limiter.Wait(ctx, "api.example.com", reserve.Limit{Rate: 100, Burst: 3}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "pacer_reservations_total" {
+			for _, c := range f.GetMetric() {
+				fmt.Printf("%s{mode=%q} %g\n", f.GetName(), c.GetLabel()[0].GetValue(), c.GetCounter().GetValue())
+			}
+		}
+	}
+	// Output:
+	// pacer_reservations_total{mode="redis"} 3
+}
+
+// embeddedRedis starts an embedded Redis (miniredis, in a child process that
+// internal/launcher runs) so the example runs anywhere. Use a real Redis in
+// production.
+func embeddedRedis() (*redis.Client, func()) {
+	mr, err := launcher.Start(context.Background(), "miniredis")
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.First})
+	return rdb, func() { rdb.Close(); mr.Close() }
+}
