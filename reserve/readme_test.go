@@ -11,5 +11,5 @@ import (
 // which compile (and run, with their output checked).
 func TestReadmeQuickStart(t *testing.T) {
 	readmetest.ShowsExamples(t, "../README.md", "example_test.go")
-	readmetest.Shows(t, "../README.md", "example_test.go", "ExampleLimiter_ReserveN")
+	readmetest.ShowsPart(t, "../README.md", "example_test.go", "ExampleLimiter_ReserveN")
 }

@@ -24,6 +24,7 @@ func Example() {
 	}
 	defer limiter.Close()
 
+	// README:begin
 	// worker.Config: rate-limit reschedules are not failures, not errors.
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"},
 		worker.Config(asynq.Config{Concurrency: 50}))
@@ -35,6 +36,7 @@ func Example() {
 	}
 	mux := asynq.NewServeMux()
 	mux.Use(pacer.Middleware)
+	// README:end
 	mux.HandleFunc("crawl", func(ctx context.Context, t *asynq.Task) error {
 		// The middleware has slept until this task's slot, or rescheduled it.
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(t.Payload()), nil)

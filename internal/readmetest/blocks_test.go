@@ -60,12 +60,13 @@ func TestEveryGoBlockIsAnExample(t *testing.T) {
 	}
 }
 
-// normalize trims each line and drops blank ones, so that a block matches
-// an Example's lines whatever their indentation.
+// normalize trims each line and drops blank ones and README:begin and
+// README:end marks (see ShowsPart), so that a block matches an Example's
+// lines whatever their indentation.
 func normalize(s string) string {
 	var out []string
 	for _, line := range strings.Split(s, "\n") {
-		if line = strings.TrimSpace(line); line != "" {
+		if line = strings.TrimSpace(line); line != "" && line != "// README:begin" && line != "// README:end" {
 			out = append(out, line)
 		}
 	}

@@ -21,16 +21,37 @@ func ShowsExamples(t testing.TB, readme string, files ...string) {
 }
 
 // Shows fails t unless the file readme holds, as a ```go block, the body of
-// the example function name in file, or the part of it between the lines
-// "// README:begin" and "// README:end" when it has them (the setup the
-// README shows elsewhere, such as a test's embedded Redis, stays out).
+// the example function name in file.
 func Shows(t testing.TB, readme, file, name string) {
+	t.Helper()
+	shows(t, readme, file, name, unmarked(FuncBody(t, file, name)))
+}
+
+// unmarked returns body without its README:begin and README:end lines.
+func unmarked(body string) string {
+	var keep []string
+	for _, line := range strings.Split(body, "\n") {
+		if t := strings.TrimSpace(line); t != "// README:begin" && t != "// README:end" {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// ShowsPart is Shows for the part of the body between the lines
+// "// README:begin" and "// README:end" (the setup the README shows
+// elsewhere, such as a test's embedded Redis, stays out).
+func ShowsPart(t testing.TB, readme, file, name string) {
+	t.Helper()
+	shows(t, readme, file, name, Shown(FuncBody(t, file, name)))
+}
+
+func shows(t testing.TB, readme, file, name, body string) {
 	t.Helper()
 	text, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := Shown(FuncBody(t, file, name))
 	if !strings.Contains(string(text), "```go\n"+body+"\n```") {
 		t.Errorf("%s does not show the body of %s in %s:\n%s", readme, name, file, body)
 	}
