@@ -47,7 +47,7 @@ var lease string
 //go:embed admin.lua
 var Admin string
 
-// Adaptive reads or cuts a key's learned rate (reserve.Adaptive). It does
+// Adaptive reads or cuts a key's learned rate (package adaptive). It does
 // not use core.lua. See adaptive.lua.
 //
 //go:embed adaptive.lua

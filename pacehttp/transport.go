@@ -6,7 +6,7 @@
 // a quota reported exhausted pauses the key until it refills, before any
 // 429 comes. A cost known only from the response (tokens, points) settles
 // the reservation, and a limit the provider does not publish is learned by
-// the fleet (reserve.Adaptive).
+// the fleet (package adaptive).
 //
 //	host, err := reserve.Sliding(10, time.Second) // each host: at most 10 calls in any second
 //	if err != nil {
@@ -27,8 +27,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -55,10 +57,10 @@ type Options struct {
 	Route func(*http.Request) (Route, error)
 
 	// Adaptive, if set, learns each key's rate from the provider's 429s
-	// instead of Limit (see reserve.Adaptive): every 429 episode cuts the
+	// instead of Limit (see package adaptive): every 429 episode cuts the
 	// fleet's rate once, and the rate climbs back while none comes. With
 	// Route set, Adaptive replaces the Route's policy by a single bucket.
-	Adaptive *reserve.Adaptive
+	Adaptive *adaptive.Config
 
 	// Settle, if set, reads a successful response and returns the call's
 	// actual cost (tokens used, points), which settles its reservation
@@ -92,8 +94,41 @@ type Options struct {
 // Transport is an http.RoundTripper that paces requests on a
 // reserve.Limiter. It is safe for concurrent use.
 type Transport struct {
-	lim  *reserve.Limiter
-	opts Options
+	lim   *reserve.Limiter
+	opts  Options
+	rates rateCache // with Options.Adaptive: each key's learned rate
+}
+
+// maxRates bounds the adaptive rates a Transport keeps: a crawler's hosts
+// come and go (issue 21, finding 18). Past it the cache starts afresh; a key
+// dropped reads the fleet's rate from Redis again as before, and only its
+// fallback while Redis cannot be reached (the last rate read) starts again
+// from Adaptive.Start.
+const maxRates = 10_000
+
+// rateCache keeps one adaptive.Rate per key.
+type rateCache struct {
+	mu sync.Mutex
+	m  map[string]*adaptive.Rate
+}
+
+// rate returns key's adaptive rate, made on first use.
+func (t *Transport) rate(key string) (*adaptive.Rate, error) {
+	c := &t.rates
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.m[key]; r != nil {
+		return r, nil
+	}
+	r, err := adaptive.New(t.lim, key, *t.opts.Adaptive)
+	if err != nil {
+		return nil, fmt.Errorf("pacehttp: %w", err)
+	}
+	if c.m == nil || len(c.m) >= maxRates {
+		c.m = make(map[string]*adaptive.Rate)
+	}
+	c.m[key] = r
+	return r, nil
 }
 
 // ErrNoLimit is returned by New when Options gives no way to pace.
@@ -113,8 +148,8 @@ func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
 		}
 	}
 	if opts.Adaptive != nil {
-		if err := validAdaptive(*opts.Adaptive); err != nil {
-			return nil, err
+		if err := opts.Adaptive.Validate(); err != nil {
+			return nil, fmt.Errorf("pacehttp: Adaptive: %w", err)
 		}
 	}
 	if opts.Base == nil {
@@ -198,7 +233,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = r.Cancel(detached)
 		t.pause(ctx, rt, wait)
 		if t.opts.Adaptive != nil {
-			if _, _, err := t.lim.CutAdaptive(detached, rt.Key, *t.opts.Adaptive, rt.Policy[0].Limit.Rate); err != nil {
+			rate, err := t.rate(rt.Key)
+			if err == nil {
+				_, _, err = rate.Cut(detached, rt.Policy[0].Limit.Rate)
+			}
+			if err != nil {
 				t.opts.Logger.Warn("pacehttp: could not cut the adaptive rate", "key", rt.Key, "err", err)
 			}
 		}
@@ -211,7 +250,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		send = next
 		if t.opts.Adaptive != nil {
 			// The retry is another call, at the rate after the cut.
-			lim, err := t.lim.AdaptiveLimit(ctx, rt.Key, *t.opts.Adaptive)
+			lim, err := t.adaptiveLimit(ctx, rt.Key)
 			if err != nil {
 				closeBody(send)
 				return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -219,6 +258,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			rt.Policy = lim.Policy()
 		}
 	}
+}
+
+// adaptiveLimit returns key's learned Limit, counting one call of demand.
+func (t *Transport) adaptiveLimit(ctx context.Context, key string) (reserve.Limit, error) {
+	rate, err := t.rate(key)
+	if err != nil {
+		return reserve.Limit{}, err
+	}
+	return rate.Limit(ctx)
 }
 
 // route returns req's Route, with the adaptive rate if set.
@@ -236,7 +284,7 @@ func (t *Transport) route(req *http.Request) (Route, error) {
 		return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), reserve.ErrEmptyKey)
 	}
 	if t.opts.Adaptive != nil {
-		lim, err := t.lim.AdaptiveLimit(req.Context(), rt.Key, *t.opts.Adaptive)
+		lim, err := t.adaptiveLimit(req.Context(), rt.Key)
 		if err != nil {
 			return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
@@ -279,7 +327,11 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 // slot.
 func (t *Transport) follow(ctx context.Context, rt *Route, r *reserve.Reservation) (*reserve.Reservation, error) {
 	for range 2 {
-		lim, err := t.lim.PeekAdaptive(ctx, rt.Key, *t.opts.Adaptive)
+		rate, err := t.rate(rt.Key)
+		if err != nil {
+			return r, nil
+		}
+		lim, err := rate.Peek(ctx)
 		if err != nil || lim.Rate >= rt.Policy[0].Limit.Rate*0.9 {
 			return r, nil
 		}
@@ -351,13 +403,4 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
-}
-
-func validAdaptive(a reserve.Adaptive) error {
-	// The Limiter validates fully on each use; the zero value and obvious
-	// mistakes are refused here, at construction.
-	if !(a.Min > 0 && a.Start >= a.Min && a.Max >= a.Start) {
-		return fmt.Errorf("pacehttp: Adaptive: %w: Start %v, Min %v, Max %v (want 0 < Min <= Start <= Max)", reserve.ErrInvalidRate, a.Start, a.Min, a.Max)
-	}
-	return nil
 }

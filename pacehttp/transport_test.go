@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
@@ -321,7 +322,7 @@ func TestBadOptions(t *testing.T) {
 	assert.ErrorIs(t, err, pacehttp.ErrNoLimit)
 	_, err = pacehttp.New(ls[0], pacehttp.Options{Limit: reserve.Limit{Rate: -1, Burst: 1}})
 	assert.ErrorIs(t, err, reserve.ErrInvalidRate)
-	_, err = pacehttp.New(ls[0], pacehttp.Options{Adaptive: &reserve.Adaptive{Start: 10}})
+	_, err = pacehttp.New(ls[0], pacehttp.Options{Adaptive: &adaptive.Config{Start: 10}})
 	assert.ErrorIs(t, err, reserve.ErrInvalidRate)
 	_, err = pacehttp.New(nil, pacehttp.Options{Limit: fast})
 	assert.Error(t, err)
@@ -341,7 +342,7 @@ func TestBadOptions(t *testing.T) {
 func TestAdaptiveAcrossProcesses(t *testing.T) {
 	ls := fleet(t, 2)
 	srv := newServer(t, tooMany("1"), tooMany("1"))
-	a := reserve.Adaptive{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	a := adaptive.Config{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a, MaxRetries: -1})}
@@ -355,7 +356,9 @@ func TestAdaptiveAcrossProcesses(t *testing.T) {
 	wg.Wait()
 	host := strings.TrimPrefix(srv.URL, "http://")
 	for i, l := range ls {
-		lim, err := l.AdaptiveLimit(context.Background(), host, a)
+		rate, err := adaptive.New(l, host, a)
+		require.NoError(t, err)
+		lim, err := rate.Limit(context.Background())
 		require.NoError(t, err)
 		assert.InDelta(t, 80, lim.Rate, 0.01, "process %d: one cut of 0.8 from 100, however many 429s", i)
 	}

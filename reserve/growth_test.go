@@ -15,19 +15,6 @@ import (
 // what the fleet keeps in Redis for operators, stays bounded however many
 // keys come and go.
 
-func TestAdaptiveRatesBounded(t *testing.T) {
-	var a adaptiveRates
-	for i := range 3 * maxAdaptiveKeys {
-		a.remember(fmt.Sprint("host-", i), 10)
-	}
-	if n := len(a.rates); n > maxAdaptiveKeys {
-		t.Fatalf("%d rates remembered, want at most %d", n, maxAdaptiveKeys)
-	}
-	if a.rates[fmt.Sprint("host-", 3*maxAdaptiveKeys-1)] != 10 {
-		t.Fatal("the latest key's rate was forgotten")
-	}
-}
-
 // TestReportsBounded: past maxReports keys, the least recently used go and
 // new keys are still reported (before, a Limiter stopped reporting new keys
 // at 10,000, and pacer status and pause then called them unknown).

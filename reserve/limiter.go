@@ -61,8 +61,7 @@ type Limiter struct {
 	specs     sync.Map // Limit -> *spec, the compiled one-band policies
 	nspecs    atomic.Int64
 	pauses    pauseChecks
-	adaptive  adaptiveRates // the last learned rate per key (AdaptiveLimit)
-	reports   reports       // the policies the code passes, for operators
+	reports   reports // the policies the code passes, for operators
 
 	closed     atomic.Bool
 	closeOnce  sync.Once

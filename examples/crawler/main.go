@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/examples/internal/chart"
 	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/internal/provider"
@@ -54,7 +55,7 @@ type config struct {
 	Plot          string // an SVG chart of the calls per 100 ms, or ""
 
 	// Adaptive hides the provider's limit: the fleet learns it
-	// (reserve.Adaptive), from Start calls/s per host.
+	// (package adaptive), from Start calls/s per host.
 	Adaptive bool
 	Start    float64
 	ChangeAt time.Duration // the provider's limit becomes ChangeTo after this (0: never)
@@ -93,7 +94,7 @@ func main() {
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
-	flag.BoolVar(&c.Adaptive, "adaptive", false, "hide the provider's limit: the fleet learns each host's rate from the 429s (reserve.Adaptive)")
+	flag.BoolVar(&c.Adaptive, "adaptive", false, "hide the provider's limit: the fleet learns each host's rate from the 429s (package adaptive)")
 	flag.Float64Var(&c.Start, "start", 5, "with -adaptive: the rate per host the fleet starts from")
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
 	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
@@ -149,9 +150,23 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 			return summary{}, err
 		}
 		defer watcher.Close()
-		adaptive := adaptiveFor(c)
+		var (
+			ratesMu sync.Mutex
+			rates   = map[string]*adaptive.Rate{}
+		)
 		learned = func(host string) float64 {
-			lim, err := watcher.PeekAdaptive(ctx, host, adaptive)
+			ratesMu.Lock()
+			rate := rates[host]
+			if rate == nil {
+				var err error
+				if rate, err = adaptive.New(watcher, host, adaptiveFor(c)); err != nil {
+					ratesMu.Unlock()
+					return math.NaN()
+				}
+				rates[host] = rate
+			}
+			ratesMu.Unlock()
+			lim, err := rate.Peek(ctx)
 			if err != nil {
 				return math.NaN()
 			}
@@ -369,10 +384,10 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 
 // progress prints calls, 429s and each host's rate over the last interval,
 // every c.Progress, until stopped.
-// adaptiveFor is the crawler's reserve.Adaptive: from -start, between 1
+// adaptiveFor is the crawler's adaptive.Config: from -start, between 1
 // and 1,000 calls/s per host, the defaults otherwise.
-func adaptiveFor(c config) reserve.Adaptive {
-	return reserve.Adaptive{Start: c.Start, Min: 1, Max: 1000}
+func adaptiveFor(c config) adaptive.Config {
+	return adaptive.Config{Start: c.Start, Min: 1, Max: 1000}
 }
 
 func progress(out io.Writer, p *provider.Server, c config, start time.Time, learned func(string) float64) (stop func()) {

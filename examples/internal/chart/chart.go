@@ -56,7 +56,7 @@ type Series struct {
 	Rate, Quota float64
 
 	// Learned, if set, is the rate pacer learned for this host over the
-	// run (reserve.Adaptive), drawn /10 instead of the flat limit line.
+	// run (package adaptive), drawn /10 instead of the flat limit line.
 	Learned []Sample
 }
 

@@ -1,12 +1,15 @@
-package reserve_test
+package adaptive_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -38,11 +41,11 @@ func TestAdaptive(t *testing.T) {
 		closeLimiter(t, l)
 		ls = append(ls, l)
 	}
-	a := reserve.Adaptive{Start: 100, Min: 10, Max: 1000, Double: time.Hour, Recover: time.Hour, Episode: time.Minute}
+	a := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: time.Hour, Recover: time.Hour, Episode: time.Minute}
 	slowStart := func(since time.Time) float64 { return math.Pow(2, time.Since(since).Hours()) }
 
 	begin := time.Now()
-	lim, err := ls[0].AdaptiveLimit(ctx, "api", a)
+	lim, err := rate(t, ls[0], "api", a).Limit(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, lim.Burst, "default burst")
 	rateWithin(t, lim.Rate, 100, 100*slowStart(begin), "first read")
@@ -53,13 +56,13 @@ func TestAdaptive(t *testing.T) {
 		cuts int
 		wg   sync.WaitGroup
 	)
-	before, err := ls[1].AdaptiveLimit(ctx, "api", a)
+	before, err := rate(t, ls[1], "api", a).Limit(ctx)
 	require.NoError(t, err)
 	at := time.Now()
 	for _, l := range ls {
 		for range 10 {
 			wg.Go(func() {
-				_, cut, err := l.CutAdaptive(ctx, "api", a, 0)
+				_, cut, err := rate(t, l, "api", a).Cut(ctx, 0)
 				assert.NoError(t, err)
 				if cut {
 					mu.Lock()
@@ -71,7 +74,7 @@ func TestAdaptive(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 1, cuts, "30 reports within one episode cut the rate once")
-	after, err := ls[2].AdaptiveLimit(ctx, "api", a)
+	after, err := rate(t, ls[2], "api", a).Limit(ctx)
 	require.NoError(t, err)
 	// The cut took the rate at its moment (before.Rate plus slow start's
 	// growth since) times 0.8; CUBIC's curve then climbs from there, at
@@ -82,45 +85,46 @@ func TestAdaptive(t *testing.T) {
 	// With short episodes, each report cuts, down to Min and no lower.
 	a0 := a
 	a0.Episode = -1
-	_, _, err = ls[0].CutAdaptive(ctx, "floor", a0, 0)
+	_, err = adaptive.New(ls[0], "floor", a0)
 	assert.ErrorIs(t, err, reserve.ErrInvalidOptions)
 	a0.Episode = time.Millisecond
-	rate := a0.Start
+	floor := rate(t, ls[0], "floor", a0)
+	got := a0.Start
 	for range 30 {
 		time.Sleep(2 * time.Millisecond) // past the episode
-		lim, cut, err := ls[0].CutAdaptive(ctx, "floor", a0, 0)
+		lim, cut, err := floor.Cut(ctx, 0)
 		require.NoError(t, err)
 		require.True(t, cut)
-		rate = lim.Rate
-		require.GreaterOrEqual(t, rate, a0.Min)
+		got = lim.Rate
+		require.GreaterOrEqual(t, got, a0.Min)
 	}
-	assert.InDelta(t, a0.Min, rate, 1e-6, "30 cuts of 0.8 from 100 end at Min")
+	assert.InDelta(t, a0.Min, got, 1e-6, "30 cuts of 0.8 from 100 end at Min")
 
 	// Slow start stops at Max.
-	fast := reserve.Adaptive{Start: 100, Min: 10, Max: 1000, Double: time.Millisecond}
-	_, err = ls[0].AdaptiveLimit(ctx, "ceiling", fast)
+	fast := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: time.Millisecond}
+	_, err = rate(t, ls[0], "ceiling", fast).Limit(ctx)
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
-	lim, err = ls[0].AdaptiveLimit(ctx, "ceiling", fast)
+	lim, err = rate(t, ls[0], "ceiling", fast).Limit(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1000.0, lim.Rate)
 
 	// After a cut at 100, CUBIC's probing beyond 100 (fast here: Recover is
 	// 1 ms) is held to twice the calls of the last whole second: reads
 	// count as calls.
-	probe := reserve.Adaptive{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour}
-	_, cut, err := ls[0].CutAdaptive(ctx, "probe", probe, 0)
+	probe := adaptive.Config{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour}
+	_, cut, err := rate(t, ls[0], "probe", probe).Cut(ctx, 0)
 	require.NoError(t, err)
 	require.True(t, cut)
 	demand := func(calls int) float64 {
 		t.Helper()
 		nextSecond()
 		for range calls {
-			_, err := ls[0].AdaptiveLimit(ctx, "probe", probe)
+			_, err := rate(t, ls[0], "probe", probe).Limit(ctx)
 			require.NoError(t, err)
 		}
 		nextSecond()
-		lim, err := ls[0].PeekAdaptive(ctx, "probe", probe)
+		lim, err := rate(t, ls[0], "probe", probe).Peek(ctx)
 		require.NoError(t, err)
 		return lim.Rate
 	}
@@ -131,12 +135,12 @@ func TestAdaptive(t *testing.T) {
 
 	// A call refused after it waited was sent at the rate it was reserved
 	// at: the cut starts from that rate when it is the lower.
-	slow := reserve.Adaptive{Start: 100, Min: 10, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
-	lim, cut, err = ls[0].CutAdaptive(ctx, "paced", slow, 50)
+	slow := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	lim, cut, err = rate(t, ls[0], "paced", slow).Cut(ctx, 50)
 	require.NoError(t, err)
 	require.True(t, cut)
 	assert.InDelta(t, 40, lim.Rate, 1e-3, "0.8 x the rate the call was paced at")
-	lim, cut, err = ls[0].CutAdaptive(ctx, "paced-above", slow, 500)
+	lim, cut, err = rate(t, ls[0], "paced-above", slow).Cut(ctx, 500)
 	require.NoError(t, err)
 	require.True(t, cut)
 	assert.InDelta(t, 80, lim.Rate, 1e-3, "0.8 x the rate now, the lower")
@@ -149,42 +153,43 @@ func nextSecond() {
 	time.Sleep(now.Truncate(time.Second).Add(time.Second + 20*time.Millisecond).Sub(now))
 }
 
-// TestAdaptiveBadInput: bad settings, an empty key and a key of another
-// type are refused with a matchable error, and nothing is written (nor by
-// PeekAdaptive).
+// TestAdaptiveBadInput: bad settings and an empty key are refused by New
+// with a matchable error, a key of another type by every call, and nothing
+// is written (nor by Peek).
 func TestAdaptiveBadInput(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	good := reserve.Adaptive{Start: 10, Min: 1, Max: 100}
+	good := adaptive.Config{Start: 10, Min: 1, Max: 100}
 	for name, tt := range map[string]struct {
-		a    reserve.Adaptive
+		a    adaptive.Config
 		want error
 	}{
-		"min zero":       {reserve.Adaptive{Start: 10, Max: 100}, reserve.ErrInvalidRate},
-		"start below":    {reserve.Adaptive{Start: 1, Min: 2, Max: 100}, reserve.ErrInvalidRate},
-		"max below":      {reserve.Adaptive{Start: 10, Min: 1, Max: 5}, reserve.ErrInvalidRate},
-		"NaN":            {reserve.Adaptive{Start: math.NaN(), Min: 1, Max: 100}, reserve.ErrInvalidRate},
-		"infinite":       {reserve.Adaptive{Start: 10, Min: 1, Max: math.Inf(1)}, reserve.ErrInvalidRate},
-		"decrease 1":     {reserve.Adaptive{Start: 10, Min: 1, Max: 100, Decrease: 1}, reserve.ErrInvalidRate},
-		"recover 1 µs":   {reserve.Adaptive{Start: 10, Min: 1, Max: 100, Recover: time.Microsecond}, reserve.ErrInvalidOptions},
-		"burst negative": {reserve.Adaptive{Start: 10, Min: 1, Max: 100, Burst: -1}, reserve.ErrInvalidBurst},
-		"double 1 µs":    {reserve.Adaptive{Start: 10, Min: 1, Max: 100, Double: time.Microsecond}, reserve.ErrInvalidOptions},
+		"min zero":       {adaptive.Config{Start: 10, Max: 100}, reserve.ErrInvalidRate},
+		"start below":    {adaptive.Config{Start: 1, Min: 2, Max: 100}, reserve.ErrInvalidRate},
+		"max below":      {adaptive.Config{Start: 10, Min: 1, Max: 5}, reserve.ErrInvalidRate},
+		"NaN":            {adaptive.Config{Start: math.NaN(), Min: 1, Max: 100}, reserve.ErrInvalidRate},
+		"infinite":       {adaptive.Config{Start: 10, Min: 1, Max: math.Inf(1)}, reserve.ErrInvalidRate},
+		"decrease 1":     {adaptive.Config{Start: 10, Min: 1, Max: 100, Decrease: 1}, reserve.ErrInvalidRate},
+		"recover 1 µs":   {adaptive.Config{Start: 10, Min: 1, Max: 100, Recover: time.Microsecond}, reserve.ErrInvalidOptions},
+		"burst negative": {adaptive.Config{Start: 10, Min: 1, Max: 100, Burst: -1}, reserve.ErrInvalidBurst},
+		"double 1 µs":    {adaptive.Config{Start: 10, Min: 1, Max: 100, Double: time.Microsecond}, reserve.ErrInvalidOptions},
 	} {
-		_, err := l.AdaptiveLimit(ctx, "k", tt.a)
+		r, err := adaptive.New(l, "k", tt.a)
 		assert.ErrorIs(t, err, tt.want, name)
-		_, _, err = l.CutAdaptive(ctx, "k", tt.a, 0)
-		assert.ErrorIs(t, err, tt.want, name)
+		assert.Nil(t, r, name)
 	}
 	for _, paced := range []float64{-1, math.NaN(), math.Inf(1)} {
-		_, _, err = l.CutAdaptive(ctx, "k", good, paced)
+		_, _, err = rate(t, l, "k", good).Cut(ctx, paced)
 		assert.ErrorIs(t, err, reserve.ErrInvalidRate, "paced %v", paced)
 	}
-	_, err = l.AdaptiveLimit(ctx, "", good)
+	_, err = adaptive.New(l, "", good)
 	assert.ErrorIs(t, err, reserve.ErrEmptyKey)
-	peek, err := l.PeekAdaptive(ctx, "k", good)
+	_, err = adaptive.New(nil, "k", good)
+	assert.ErrorIs(t, err, reserve.ErrInvalidOptions)
+	peek, err := rate(t, l, "k", good).Peek(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, reserve.Limit{Rate: 10, Burst: 1}, peek, "a key never read: Start")
 	n, err := s.Client.Exists(ctx, l.RedisKey("k")+":rate").Result()
@@ -192,17 +197,17 @@ func TestAdaptiveBadInput(t *testing.T) {
 	assert.Zero(t, n, "bad input (or a peek) wrote the record")
 
 	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("h")+":rate", "f", "v").Err())
-	_, err = l.AdaptiveLimit(ctx, "h", good)
+	_, err = rate(t, l, "h", good).Limit(ctx)
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
-	_, _, err = l.CutAdaptive(ctx, "h", good, 0)
+	_, _, err = rate(t, l, "h", good).Cut(ctx, 0)
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
 	typ, err := s.Client.Type(ctx, l.RedisKey("h")+":rate").Result()
 	require.NoError(t, err)
 	assert.Equal(t, "hash", typ, "the key of another type was changed")
 }
 
-// TestAdaptiveRedisDown: without Redis, AdaptiveLimit gives the last rate
-// it read and CutAdaptive cuts nothing, without an error (the reservation
+// TestAdaptiveRedisDown: without Redis, Limit gives the last rate the Rate
+// read (Start if none) and Cut cuts nothing, without an error (the reservation
 // made with the rate is paced locally).
 func TestAdaptiveRedisDown(t *testing.T) {
 	p := redistest.NewProcess(t)
@@ -210,19 +215,38 @@ func TestAdaptiveRedisDown(t *testing.T) {
 	l, err := reserve.New(redis.NewClient(&redis.Options{Addr: p.Addr}), reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet, FailAfter: 1})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a := reserve.Adaptive{Start: 40, Min: 1, Max: 100, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
-	_, _, err = l.CutAdaptive(ctx, "k", a, 0)
+	a := adaptive.Config{Start: 40, Min: 1, Max: 100, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	r := rate(t, l, "k", a)
+	_, _, err = r.Cut(ctx, 0)
 	require.NoError(t, err)
-	want, err := l.AdaptiveLimit(ctx, "k", a)
+	want, err := r.Limit(ctx)
 	require.NoError(t, err)
 	assert.InDelta(t, 32, want.Rate, 1e-3)
 
 	p.Stop(t)
-	got, err := l.AdaptiveLimit(ctx, "k", a)
+	got, err := r.Limit(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, want, got, "the last rate read")
-	got, cut, err := l.CutAdaptive(ctx, "k", a, 0)
+	fresh, err := rate(t, l, "k", a).Limit(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.Limit{Rate: a.Start, Burst: 1}, fresh, "a Rate that never read: Start")
+	got, cut, err := r.Cut(ctx, 0)
 	require.NoError(t, err)
 	assert.False(t, cut)
 	assert.Equal(t, want, got)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// rate returns the Rate of key on l, learned as c says.
+func rate(t *testing.T, l *reserve.Limiter, key string, c adaptive.Config) *adaptive.Rate {
+	t.Helper()
+	r, err := adaptive.New(l, key, c)
+	require.NoError(t, err)
+	return r
+}
+
+// closeLimiter closes l when t ends.
+func closeLimiter(t *testing.T, l *reserve.Limiter) {
+	t.Cleanup(func() { _ = l.Close() })
 }

@@ -1,0 +1,222 @@
+// Package adaptive learns a rate for a key whose limit the provider does not
+// publish, and keeps it in Redis for the whole fleet: a Rate is a handle
+// bound to one key of a reserve.Limiter, whose Limit is the one to pace the
+// key's calls at now.
+//
+// The rate starts at Config.Start and doubles every Config.Double until the
+// provider first refuses a call (slow start, as TCP's). Each episode of
+// refusals (429s) then cuts it to Decrease times its rate w at that moment,
+// and it follows CUBIC's curve back: fast at first, level near w around
+// Recover after the cut, then probing beyond w, slowly and then faster,
+// until the next episode. A cut below the previous w (the limit fell) aims
+// lower still (CUBIC's fast convergence). The rate stays within [Min, Max].
+// Its probing beyond w stays within twice the calls the fleet made on the
+// key in the last whole second: a key called less often than its rate
+// allows tells nothing about the limit above that, so its rate does not
+// grow there unseen, to hit the provider at once when the demand comes back
+// (RFC 7661's rule for an application-limited flow).
+//
+// An episode is counted once, by the first process to report it (Rate.Cut):
+// reports within Episode of a cut come from calls sent before it and change
+// nothing. Every process reads the shared rate before each reservation
+// (Rate.Limit), so the fleet follows a cut on its next call.
+//
+// CUBIC rather than AIMD: every episode costs the provider's pause (its
+// Retry-After) on top of the refused calls, so episodes must be rare; a
+// linear climb either returns to the limit slowly or overshoots it often,
+// while CUBIC's curve is back near the limit within a few seconds and then
+// stays there. One controller serves the whole fleet (the state is in
+// Redis), so the fleet's processes do not compete as TCP flows do.
+//
+// Package pacehttp uses it for Options.Adaptive: a host's 429s cut its rate.
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is how a key's rate is learned. Start, Min and Max are required;
+// every other field has a default.
+type Config struct {
+	Start, Min, Max float64 // units per second; 0 < Min <= Start <= Max
+	// Burst is the bucket's burst at every rate. Default 1.
+	Burst int
+	// Double is slow start's doubling time. Default 2 s.
+	Double time.Duration
+	// Decrease multiplies the rate on a cut, in (0, 1). Default 0.8.
+	Decrease float64
+	// Recover is how long after a cut the rate is back at what it was cut
+	// from (CUBIC's K). Default 10 s: 90% of it is back 2 s after a cut.
+	Recover time.Duration
+	// Episode is how long after a cut further refusals count as the same
+	// episode. Default 2 s: longer than a refused call's round trip and a
+	// provider's usual 1 s Retry-After.
+	Episode time.Duration
+	// Forget is how long the learned rate is kept after its last cut; then
+	// the fleet starts again from Start. Default 24 h.
+	Forget time.Duration
+}
+
+// Validate reports whether c is usable, with an error matching
+// reserve.ErrInvalidRate, ErrInvalidBurst or ErrInvalidOptions.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+func (a Config) withDefaults() (Config, error) {
+	bad := func(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
+	if bad(a.Start) || bad(a.Min) || bad(a.Max) || a.Min <= 0 || a.Start < a.Min || a.Max < a.Start {
+		return a, fmt.Errorf("%w: adaptive: Start %v, Min %v, Max %v (want 0 < Min <= Start <= Max, finite)", reserve.ErrInvalidRate, a.Start, a.Min, a.Max)
+	}
+	if a.Burst == 0 {
+		a.Burst = 1
+	}
+	if a.Recover == 0 {
+		a.Recover = 10 * time.Second
+	}
+	if a.Double == 0 {
+		a.Double = 2 * time.Second
+	}
+	if a.Decrease == 0 {
+		a.Decrease = 0.8
+	}
+	if a.Episode == 0 {
+		a.Episode = 2 * time.Second
+	}
+	if a.Forget == 0 {
+		a.Forget = 24 * time.Hour
+	}
+	switch {
+	case a.Burst < 1:
+		return a, fmt.Errorf("%w: adaptive: Burst %d", reserve.ErrInvalidBurst, a.Burst)
+	case !(a.Decrease > 0 && a.Decrease < 1):
+		return a, fmt.Errorf("%w: adaptive: Decrease %v (want 0 < Decrease < 1)", reserve.ErrInvalidRate, a.Decrease)
+	case a.Episode < 0 || a.Forget < time.Millisecond || a.Double < time.Millisecond || a.Recover < time.Millisecond:
+		return a, fmt.Errorf("%w: adaptive: Episode %v, Forget %v, Double %v, Recover %v", reserve.ErrInvalidOptions, a.Episode, a.Forget, a.Double, a.Recover)
+	}
+	return a, nil
+}
+
+var script = redis.NewScript(lua.Adaptive)
+
+// A Rate is the fleet's learned rate for one key, read and cut through a
+// Limiter. It is safe for concurrent use; create one per key with New and
+// keep it (it remembers the last rate it read, which it gives while Redis
+// cannot be reached).
+type Rate struct {
+	l    *reserve.Limiter
+	key  string
+	cfg  Config
+	args []any // the script's arguments after the operation, fixed by cfg
+
+	mu   sync.Mutex
+	last float64 // the last rate read; 0: none yet
+}
+
+// New returns the Rate of key on l, learned as c says. It checks c and the
+// key, and fails at once with an error matching reserve.ErrInvalidRate,
+// ErrInvalidBurst or ErrInvalidOptions (c), or reserve.ErrEmptyKey. It does
+// not call Redis.
+func New(l *reserve.Limiter, key string, c Config) (*Rate, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: adaptive: nil Limiter", reserve.ErrInvalidOptions)
+	}
+	if key == "" {
+		return nil, fmt.Errorf("adaptive: %w", reserve.ErrEmptyKey)
+	}
+	c, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	return &Rate{l: l, key: key, cfg: c, args: []any{f(c.Start), f(c.Min), f(c.Max), c.Recover.Milliseconds(), f(c.Decrease),
+		c.Episode.Milliseconds(), c.Forget.Milliseconds(), c.Double.Milliseconds()}}, nil
+}
+
+// Key returns the key the rate is learned for.
+func (r *Rate) Key() string { return r.key }
+
+// Limit returns the Limit the key is paced at now: the fleet's learned rate,
+// read from Redis, with Config.Burst. Call it once per call made on the
+// key: each call counts one call of the fleet's demand. While Redis cannot
+// be reached it returns the last rate it read (or Config.Start) and no
+// error: the reservation made with it is paced locally anyway, at the
+// fleet's share (unless the Limiter fails closed).
+func (r *Rate) Limit(ctx context.Context) (reserve.Limit, error) {
+	lim, _, err := r.adapt(ctx, "read", 0)
+	return lim, err
+}
+
+// Peek returns the Limit the key is paced at now, as Limit does, but counts
+// no call of demand and writes nothing: for a caller that counted its call
+// already, or a dashboard.
+func (r *Rate) Peek(ctx context.Context) (reserve.Limit, error) {
+	lim, _, err := r.adapt(ctx, "peek", 0)
+	return lim, err
+}
+
+// Cut reports a refusal (a 429) on the key: the first report of an episode
+// cuts the fleet's rate to Config.Decrease times the lower of the rate now
+// and paced, and returns cut true; later reports within Config.Episode
+// change nothing. paced is the rate the refused call was reserved at (0 if
+// unknown): a call that waited for its slot was sent at that rate, and in
+// slow start the rate may have doubled since. It returns the rate in force
+// after the report. While Redis cannot be reached nothing is cut: the fleet
+// paces locally at its share of the last rate, and the provider's pause
+// (reserve.Limiter.Pause) does the rest.
+func (r *Rate) Cut(ctx context.Context, paced float64) (lim reserve.Limit, cut bool, err error) {
+	if math.IsNaN(paced) || math.IsInf(paced, 0) || paced < 0 {
+		return reserve.Limit{}, false, fmt.Errorf("%w: adaptive cut paced at %v (want >= 0)", reserve.ErrInvalidRate, paced)
+	}
+	return r.adapt(ctx, "cut", paced)
+}
+
+func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Limit, bool, error) {
+	args := append([]any{op}, r.args...)
+	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64))
+	keys := []string{r.l.RedisKey(r.key) + ":rate"}
+	res, err := hook.Run(r.l, ctx, "adaptive", r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+		return script.Run(ctx, rdb, keys, args...).Result()
+	})
+	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(r.l) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return reserve.Limit{Rate: cmpOr(r.last, r.cfg.Start), Burst: r.cfg.Burst}, false, nil
+	}
+	if err != nil {
+		return reserve.Limit{}, false, err
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 3 {
+		return reserve.Limit{}, false, fmt.Errorf("adaptive: %q: unexpected reply %v", r.key, res)
+	}
+	s, _ := reply[0].(string)
+	rate, perr := strconv.ParseFloat(s, 64)
+	cut, _ := reply[1].(int64)
+	if perr != nil || rate <= 0 {
+		return reserve.Limit{}, false, fmt.Errorf("adaptive: %q: unexpected rate %v", r.key, reply[0])
+	}
+	r.mu.Lock()
+	r.last = rate
+	r.mu.Unlock()
+	return reserve.Limit{Rate: rate, Burst: r.cfg.Burst}, cut == 1, nil
+}
+
+func cmpOr(a, b float64) float64 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
