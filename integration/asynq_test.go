@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/hold"
 	"github.com/pacer-go/pacer/internal/asynqtest"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
@@ -36,9 +37,9 @@ func TestScheduledThenRedeemed(t *testing.T) {
 	r.start(t, 2, 80) // Rate * (Lead + 1 s) = 150 handlers may sleep at once
 	// Load the scripts (a fresh Redis has none), so the batch below shows
 	// the steady state.
-	holds, err := r.lim.Holds(reserve.HoldOptions{})
+	holds, err := hold.New(r.lim, hold.Options{})
 	require.NoError(t, err)
-	_, err = holds.Hold(context.Background(), []reserve.HoldRequest{{ID: "warm-up", Request: reserve.Single("warm-up", api, 1)}})
+	_, err = holds.Hold(context.Background(), []hold.Request{{ID: "warm-up", Request: reserve.Single("warm-up", api, 1)}})
 	require.NoError(t, err)
 	r.count.reset()
 

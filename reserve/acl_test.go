@@ -12,47 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// aclRules is the smallest Redis ACL pacer works with (docs/security.md):
-// its keys (here the tests' prefix; pacer's default is pacer:*), the
-// scripts, GET (Sleep's pause check), CONFIG GET (the eviction check, which
-// is skipped when denied), and the commands the scripts call. ACL checks
-// every command a script runs too.
-var aclRules = []string{
-	"on", ">pacer-secret", "resetkeys", "~pacertest:*", "resetchannels", "-@all",
-	"+evalsha", "+eval", "+script|load", "+get", "+ping", "+config|get",
-	// called by the scripts
-	"+time", "+set", "+del", "+pttl", "+pexpire",
-	"+zadd", "+zrem", "+zcard", "+zcount", "+zrangebyscore", "+zremrangebyscore", "+zrange", "+zscore", "+hset", "+hmget", "+hdel",
-}
-
 // aclBackend is a throwaway redis-server on which the Limiters log in as a
-// user with only aclRules.
+// user with only redistest.ACLRules.
 func aclBackend(t *testing.T) backend {
 	s := redistest.NewProcess(t)
-	return backend{client: s.Client, user: aclUser(t, s, aclRules...), elapse: time.Sleep}
-}
-
-// aclUser sets up user "pacer" on s with rules, and returns a client
-// logged in as it.
-func aclUser(t *testing.T, s *redistest.Server, rules ...string) *redis.Client {
-	args := []any{"ACL", "SETUSER", "pacer"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	require.NoError(t, s.Client.Do(context.Background(), args...).Err())
-	opts := *s.Client.Options()
-	opts.Username, opts.Password = "pacer", "pacer-secret"
-	user := redis.NewClient(&opts)
-	t.Cleanup(func() { user.Close() })
-	return user
+	return backend{client: s.Client, user: redistest.ACLUser(t, s, redistest.ACLRules...), elapse: time.Sleep}
 }
 
 // TestContractACL runs the contract suite with the Limiters logged in as a
-// user holding only aclRules.
+// user holding only redistest.ACLRules.
 func TestContractACL(t *testing.T) { runContract(t, aclBackend(t)) }
-
-// TestClaimACL runs the holds' suite (asynq's slots) as that user.
-func TestClaimACL(t *testing.T) { runClaim(t, aclBackend(t)) }
 
 // TestACLDenied: a user missing a command pacer needs gets a clear error
 // naming it (the script error Redis gives), and pacer does not hide it behind local
@@ -61,7 +30,7 @@ func TestACLDenied(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
 	var args []any
-	for _, r := range aclRules {
+	for _, r := range redistest.ACLRules {
 		if r != "+zadd" { // the heartbeat's first write
 			args = append(args, r)
 		}
@@ -80,7 +49,7 @@ func TestACLDenied(t *testing.T) {
 	require.NotErrorIs(t, err, reserve.ErrUnavailable, "a denied command is not an outage")
 }
 
-// TestAdminACL: an operator's user with aclRules and the commands
+// TestAdminACL: an operator's user with redistest.ACLRules and the commands
 // docs/security.md adds for it runs every Admin operation, on a key a
 // Limiter (the Limiters' user) paces.
 func TestAdminACL(t *testing.T) {
@@ -88,7 +57,7 @@ func TestAdminACL(t *testing.T) {
 	ctx := context.Background()
 	login := func(name string, extra ...string) *redis.Client {
 		args := []any{"ACL", "SETUSER", name}
-		for _, r := range append(append([]string{}, aclRules...), extra...) {
+		for _, r := range append(append([]string{}, redistest.ACLRules...), extra...) {
 			args = append(args, r)
 		}
 		require.NoError(t, s.Client.Do(ctx, args...).Err())
@@ -142,7 +111,7 @@ func TestAdminACL(t *testing.T) {
 // connection gone, not after SilentHold (10 min here).
 func TestExitWithoutCloseACL(t *testing.T) {
 	s := redistest.NewProcess(t)
-	user := aclUser(t, s, append(slices.Clone(aclRules), "+client|setname", "+client|id", "+client|list", "+info")...)
+	user := redistest.ACLUser(t, s, append(slices.Clone(redistest.ACLRules), "+client|setname", "+client|id", "+client|list", "+info")...)
 	lopts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
 	a, err := reserve.New(user, lopts)
 	require.NoError(t, err)

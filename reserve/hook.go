@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/redis/go-redis/v9"
@@ -15,4 +16,22 @@ func init() {
 		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.rdb) }, nil)
 	}
 	hook.FailClosed = func(l any) bool { return l.(*Limiter).opts.FailClosed }
+	hook.Claim = func(l any, ctx context.Context, id string, req any, maxWait, staleAfter, early time.Duration, mayKeep bool) (any, bool, int, error) {
+		g, err := l.(*Limiter).claimHeld(ctx, id, req.(Request), maxWait, staleAfter, early, mayKeep)
+		if err != nil {
+			return nil, false, 0, err
+		}
+		return g.r, g.kept, g.source, nil
+	}
+	hook.Hold = func(l any, ctx context.Context, ids []string, reqs any, staleAfter, notBefore time.Duration) ([]any, []int, error) {
+		gs, err := l.(*Limiter).holdHeld(ctx, ids, reqs.([]Request), staleAfter, notBefore)
+		if err != nil {
+			return nil, nil, err
+		}
+		rs, sources := make([]any, len(gs)), make([]int, len(gs))
+		for i, g := range gs {
+			rs[i], sources[i] = g.r, g.source
+		}
+		return rs, sources, nil
+	}
 }

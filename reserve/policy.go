@@ -313,7 +313,7 @@ func (s *spec) spacing(amounts []float64) time.Duration {
 const minLateness = time.Millisecond
 
 // lateness is the default of Options.MaxLateness and
-// HoldOptions.StaleAfter for amounts: half the slot spacing of the fastest
+// hold.Options.StaleAfter for amounts: half the slot spacing of the fastest
 // bucket charged, at least minLateness; negative when no bucket is charged.
 func (s *spec) lateness(amounts []float64) time.Duration {
 	sp := s.spacing(amounts)

@@ -32,7 +32,7 @@ type Reservation struct {
 	slotNS  int64     // the slot on Redis's clock (Unix ns; estimated when local); with seq, its identity
 	seq     int64     // the reservation's number on its key; 0 when local
 	localID string    // set when the local fallback granted it: its id on the key
-	holdID  string    // the slot was kept for this holder (Holds): Cancel drops the hold
+	holdID  string    // the slot was kept for this holder (package hold): Cancel drops the hold
 	// pauseEnd is the end of a pause in force when the slot was granted
 	// after it (server clock, Unix ns; 0: none): Sleep looks for a resume.
 	pauseEnd int64

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/hold"
 	"github.com/pacer-go/pacer/internal/lead"
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -44,7 +45,7 @@ type Options struct {
 // safe for concurrent use.
 type Enqueuer struct {
 	client *asynq.Client
-	holds  *reserve.Holds
+	holds  *hold.Book
 	clock  reserve.Clock
 	opts   Options
 }
@@ -61,7 +62,7 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 		return nil, fmt.Errorf("%w: Pace is nil", ErrInvalidOptions)
 	}
 	opts.Lead = lead.Resolve(opts.Lead)
-	holds, err := l.Holds(reserve.HoldOptions{NotBefore: opts.Lead})
+	holds, err := hold.New(l, hold.Options{NotBefore: opts.Lead})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -77,7 +78,7 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 // enqueued as they are.
 //
 // Reserving the slots of the whole batch costs one Redis round trip (see
-// reserve.Holds.Hold); asynq then enqueues the tasks one by one, since it
+// hold.Book.Hold); asynq then enqueues the tasks one by one, since it
 // has no batch enqueue. No slot is earlier than Lead from now.
 //
 // It returns the TaskInfo of each task, in order. If some tasks could not be
@@ -93,7 +94,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 		}
 	}
 	var (
-		reqs  []reserve.HoldRequest
+		reqs  []hold.Request
 		paced = make([]int, len(tasks)) // index into reqs, or -1
 		batch = newBatchID()
 	)
@@ -107,9 +108,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 			continue
 		}
 		paced[i] = len(reqs)
-		reqs = append(reqs, reserve.HoldRequest{ID: taskID(batch, len(reqs)), Request: p})
+		reqs = append(reqs, hold.Request{ID: taskID(batch, len(reqs)), Request: p})
 	}
-	var grants []*reserve.Grant
+	var grants []*hold.Grant
 	if len(reqs) > 0 {
 		var err error
 		grants, err = e.holds.Hold(ctx, reqs)

@@ -52,8 +52,8 @@
 // # Slots kept for tasks
 //
 // A slot kept for a task lives in Redis beside the key's bucket (see
-// reserve.Holds). When the task comes back early it sleeps the remainder; a
-// little late (up to reserve.HoldOptions.StaleAfter: by default half the
+// package hold). When the task comes back early it sleeps the remainder; a
+// little late (up to hold.Options.StaleAfter: by default half the
 // slot spacing) it runs at once; later than that the slot is dropped and a
 // fresh one taken, so a backlog left by workers that were down drains at the
 // rate, never as a burst. A slot nobody comes back for (the task was

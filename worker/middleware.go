@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/pacer-go/pacer/hold"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -20,7 +21,7 @@ const secondRounding = time.Second
 // concurrent use.
 type Pacer struct {
 	l     *reserve.Limiter
-	holds *reserve.Holds
+	holds *hold.Book
 	opts  Options // with defaults
 	clock reserve.Clock
 }
@@ -35,7 +36,7 @@ func New(l *reserve.Limiter, opts Options) (*Pacer, error) {
 	if err != nil {
 		return nil, err
 	}
-	holds, err := l.Holds(reserve.HoldOptions{})
+	holds, err := hold.New(l, hold.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
@@ -62,7 +63,7 @@ func New(l *reserve.Limiter, opts Options) (*Pacer, error) {
 //     finish before its deadline.
 //
 // A kept slot that comes back a little late (at most half a slot, see
-// reserve.HoldOptions.StaleAfter) is used at once; a later one, or one a
+// hold.Options.StaleAfter) is used at once; a later one, or one a
 // pause now covers, is dropped and a fresh slot taken, so a backlog drains
 // at the rate rather than as a burst. A slot nobody comes back for expires.
 //
@@ -143,7 +144,7 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 		// (asynq rounds the retry time down to the second): it sleeps the
 		// rest rather than leaving again.
 		var err error
-		holds, err = p.l.Holds(reserve.HoldOptions{Early: min(p.opts.Lead+secondRounding, limit)})
+		holds, err = hold.New(p.l, hold.Options{Early: min(p.opts.Lead+secondRounding, limit)})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -66,7 +66,7 @@ type Options struct {
 	// time a worker takes to pick it up (up to 1.5 TaskCheckInterval when
 	// idle): Lead must cover those two. A task that comes back late runs at
 	// once, or takes a fresh slot when it is more than half a slot late
-	// (see reserve.HoldOptions.StaleAfter), so late tasks never fire
+	// (see hold.Options.StaleAfter), so late tasks never fire
 	// together. A longer Lead means more handlers asleep: about Rate * (Lead
 	// + 0.5 s) per key, up to Rate * (Lead + 1 s), and the servers need that
 	// many workers free. Default (0): DefaultLead, 500 ms, which fits the

@@ -1,4 +1,4 @@
-package reserve_test
+package hold_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/hold"
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -17,6 +18,10 @@ import (
 func TestClaimRedis(t *testing.T)     { runClaim(t, redisBackend(t)) }
 func TestClaimCluster(t *testing.T)   { runClaim(t, clusterBackend(t)) }
 func TestClaimMiniredis(t *testing.T) { runClaim(t, miniredisBackend(t)) }
+
+// TestClaimACL runs the suite with the Limiters logged in as a user holding
+// only the permissions docs/security.md lists.
+func TestClaimACL(t *testing.T) { runClaim(t, aclBackend(t)) }
 
 func runClaim(t *testing.T, b backend) {
 	tests := []struct {
@@ -50,10 +55,10 @@ var claimAPI = reserve.Limit{Rate: 10, Burst: 2}
 
 func permits(key string) reserve.Request { return reserve.Single(key, claimAPI, 1) }
 
-// holds returns l's Holds with opts.
-func holds(t *testing.T, l *reserve.Limiter, opts reserve.HoldOptions) *reserve.Holds {
+// holds returns a Book on l with opts.
+func holds(t *testing.T, l *reserve.Limiter, opts hold.Options) *hold.Book {
 	t.Helper()
-	h, err := l.Holds(opts)
+	h, err := hold.New(l, opts)
 	require.NoError(t, err)
 	return h
 }
@@ -70,7 +75,7 @@ func testClaimBadInput(t *testing.T, b backend) {
 		maxWait time.Duration
 		want    error
 	}{
-		{"", permits("k"), time.Second, reserve.ErrEmptyID},
+		{"", permits("k"), time.Second, hold.ErrEmptyID},
 		{"t1", permits(""), time.Second, reserve.ErrEmptyKey},
 		{"t1", reserve.Single("k", claimAPI, 3), time.Second, reserve.ErrExceedsBurst},
 		{"t1", reserve.Single("k", claimAPI, -1), time.Second, reserve.ErrInvalidCost},
@@ -80,17 +85,17 @@ func testClaimBadInput(t *testing.T, b backend) {
 		{"t1", reserve.Request{Key: "k", Policy: claimAPI.Policy(), Cost: reserve.Cost{"tokens": 1}}, time.Second, reserve.ErrInvalidCost},
 		{"t1", permits("k"), -time.Second, reserve.ErrInvalidDuration},
 	}
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	for _, tt := range tests {
 		_, err := h.Claim(ctx, tt.id, tt.req, tt.maxWait)
 		assert.ErrorIs(t, err, tt.want, "Claim(%q, %+v, %v)", tt.id, tt.req, tt.maxWait)
 		if tt.maxWait >= 0 { // Hold has no maxWait
-			_, err = h.Hold(ctx, []reserve.HoldRequest{{ID: tt.id, Request: tt.req}})
+			_, err = h.Hold(ctx, []hold.Request{{ID: tt.id, Request: tt.req}})
 			assert.ErrorIs(t, err, tt.want, "Hold(%q, %+v)", tt.id, tt.req)
 		}
 	}
-	for _, o := range []reserve.HoldOptions{{StaleAfter: -1}, {Early: -1}, {NotBefore: -1}} {
-		_, err := l.Holds(o)
+	for _, o := range []hold.Options{{StaleAfter: -1}, {Early: -1}, {NotBefore: -1}} {
+		_, err := hold.New(l, o)
 		assert.ErrorIs(t, err, reserve.ErrInvalidDuration, "Holds(%+v)", o)
 	}
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "k"), "bad input wrote to Redis")
@@ -102,9 +107,9 @@ func testClaimHandOverOrHold(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	p := permits("api")
-	kept := map[string]*reserve.Grant{}
+	kept := map[string]*hold.Grant{}
 	for i := range 6 {
 		id := fmt.Sprint("t", i)
 		g, err := h.Claim(ctx, id, p, 150*time.Millisecond)
@@ -112,7 +117,7 @@ func testClaimHandOverOrHold(t *testing.T, b backend) {
 		want := time.Duration(max(0, i-1)) * 100 * time.Millisecond
 		assert.Equal(t, want, g.Reservation.Delay(), "Claim %s delay", id)
 		assert.Equal(t, want > 150*time.Millisecond, g.Kept, "Claim %s kept", id)
-		assert.Equal(t, reserve.Fresh, g.Origin, "Claim %s origin", id)
+		assert.Equal(t, hold.Fresh, g.Source, "Claim %s origin", id)
 		exists, err := b.client.Exists(ctx, held(l, "api", id)).Result()
 		require.NoError(t, err)
 		assert.Equal(t, g.Kept, exists == 1, "hold key of %s exists", id)
@@ -125,7 +130,7 @@ func testClaimHandOverOrHold(t *testing.T, b backend) {
 	for id, g := range kept {
 		again, err := h.Claim(ctx, id, p, 150*time.Millisecond)
 		require.NoError(t, err)
-		assert.True(t, again.Kept && again.Origin == reserve.Redeemed, "second Claim(%s) = %+v, want kept, from the hold", id, again)
+		assert.True(t, again.Kept && again.Source == hold.Redeemed, "second Claim(%s) = %+v, want kept, from the hold", id, again)
 		assert.Equal(t, g.Reservation.Time(), again.Reservation.Time(), "second Claim(%s) slot", id)
 	}
 	assert.Equal(t, before, snapshot(t, b, l, "api"), "claiming a kept slot again reserved more")
@@ -153,7 +158,7 @@ func testClaimRedeem(t *testing.T, b backend) {
 			clk := fakeclock.New(epoch)
 			l := newLimiter(t, b, clk)
 			ctx := context.Background()
-			h := holds(t, l, reserve.HoldOptions{StaleAfter: tt.stale})
+			h := holds(t, l, hold.Options{StaleAfter: tt.stale})
 			p := permits("api")
 			_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2)) // empty the bucket
 			require.NoError(t, err)
@@ -168,11 +173,11 @@ func testClaimRedeem(t *testing.T, b backend) {
 			c, err := h.Claim(ctx, "task", p, 100*time.Millisecond)
 			require.NoError(t, err)
 			assert.False(t, c.Kept, "Claim kept")
-			want := reserve.Redeemed
+			want := hold.Redeemed
 			if tt.wantStale {
-				want = reserve.Stale
+				want = hold.Stale
 			}
-			assert.Equal(t, want, c.Origin, "Claim origin")
+			assert.Equal(t, want, c.Source, "Claim origin")
 			assert.InDelta(t, tt.wantDelay, c.Reservation.Delay(), float64(time.Microsecond), "Claim delay")
 			if !tt.wantStale {
 				// The kept slot, even when it lies in the past.
@@ -194,7 +199,7 @@ func testTryClaimRefuses(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	p := permits("api")
 	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
@@ -212,18 +217,18 @@ func testTryClaimRefuses(t *testing.T, b backend) {
 	assert.Equal(t, 100*time.Millisecond, tooLong.Wait)
 	c, err := h.TryClaim(ctx, "kept", p, time.Second)
 	require.NoError(t, err, "the hold must survive a refused TryClaim")
-	assert.Equal(t, reserve.Redeemed, c.Origin)
+	assert.Equal(t, hold.Redeemed, c.Source)
 	assert.Equal(t, g.Reservation.Time(), c.Reservation.Time())
 }
 
 func testClaimWrongType(t *testing.T, b backend) {
 	l := newLimiter(t, b, fakeclock.New(epoch))
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	require.NoError(t, b.client.RPush(ctx, held(l, "api", "t"), "x").Err())
 	_, err := h.Claim(ctx, "t", permits("api"), time.Second)
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
-	_, err = h.Hold(ctx, []reserve.HoldRequest{{ID: "ok", Request: permits("api")}, {ID: "t", Request: permits("api")}})
+	_, err = h.Hold(ctx, []hold.Request{{ID: "ok", Request: permits("api")}, {ID: "t", Request: permits("api")}})
 	assert.ErrorIs(t, err, reserve.ErrWrongType)
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "api"), "a failed claim or hold wrote to the bucket")
 	n, err := b.client.Exists(ctx, held(l, "api", "ok")).Result()
@@ -236,7 +241,7 @@ func testClaimLikeReserve(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	lim := reserve.Limit{Rate: 7, Burst: 3}
 	for i := range 20 {
 		n := 1 + i%3
@@ -253,7 +258,7 @@ func testClaimLikeReserve(t *testing.T, b backend) {
 func testClaimCancel(t *testing.T, b backend) {
 	l := newLimiter(t, b, fakeclock.New(epoch))
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
+	h := holds(t, l, hold.Options{})
 	c, err := h.Claim(ctx, "t", permits("api"), time.Second)
 	require.NoError(t, err)
 	c2, err := h.Claim(ctx, "u", permits("api"), time.Second)
@@ -271,7 +276,7 @@ func testCancelKept(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{StaleAfter: time.Hour})
+	h := holds(t, l, hold.Options{StaleAfter: time.Hour})
 	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
 	g, err := h.Claim(ctx, "t", permits("api"), 0)
@@ -283,7 +288,7 @@ func testCancelKept(t *testing.T, b backend) {
 	assert.Zero(t, n, "the hold outlived the cancel of its slot")
 	c, err := h.Claim(ctx, "t", permits("api"), time.Hour)
 	require.NoError(t, err)
-	assert.Equal(t, reserve.Fresh, c.Origin, "after a cancel the holder takes a fresh slot")
+	assert.Equal(t, hold.Fresh, c.Source, "after a cancel the holder takes a fresh slot")
 }
 
 // testHoldInPause: a kept slot that a pause made after it now covers is
@@ -292,7 +297,7 @@ func testHoldInPause(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{StaleAfter: time.Hour})
+	h := holds(t, l, hold.Options{StaleAfter: time.Hour})
 	_, err := l.ReserveN(ctx, reserve.Single("api", claimAPI, 2))
 	require.NoError(t, err)
 	g, err := h.Claim(ctx, "t", permits("api"), 0) // kept for +100 ms
@@ -302,16 +307,16 @@ func testHoldInPause(t *testing.T, b backend) {
 	clk.Advance(100 * time.Millisecond)
 	c, err := h.Claim(ctx, "t", permits("api"), time.Hour)
 	require.NoError(t, err)
-	assert.Equal(t, reserve.Paused, c.Origin, "a kept slot inside a pause must be dropped")
+	assert.Equal(t, hold.Paused, c.Source, "a kept slot inside a pause must be dropped")
 	assert.False(t, c.Reservation.Time().Before(epoch.Add(time.Second)), "slot %v inside the pause", c.Reservation.Time())
 
 	// Hold replaces such a hold too, and keeps one outside the pause.
-	gs, err := h.Hold(ctx, []reserve.HoldRequest{{ID: "x", Request: permits("api")}})
+	gs, err := h.Hold(ctx, []hold.Request{{ID: "x", Request: permits("api")}})
 	require.NoError(t, err)
 	require.NoError(t, l.Pause(ctx, "api", 5*time.Second))
-	again, err := h.Hold(ctx, []reserve.HoldRequest{{ID: "x", Request: permits("api")}})
+	again, err := h.Hold(ctx, []hold.Request{{ID: "x", Request: permits("api")}})
 	require.NoError(t, err)
-	assert.Equal(t, reserve.Paused, again[0].Origin)
+	assert.Equal(t, hold.Paused, again[0].Source)
 	assert.True(t, again[0].Reservation.Time().After(gs[0].Reservation.Time()))
 }
 
@@ -322,16 +327,16 @@ func testHoldBatch(t *testing.T, b backend) {
 	l := newLimiter(t, b, clk)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 100, Burst: 5}
-	const m = 2*reserve.MaxHoldBatch + 7
-	var reqs []reserve.HoldRequest
+	const m = 2*hold.MaxBatch + 7
+	var reqs []hold.Request
 	for i := range m {
 		key := "a"
 		if i%10 == 9 {
 			key = "b"
 		}
-		reqs = append(reqs, reserve.HoldRequest{ID: fmt.Sprint("task-", i), Request: reserve.Single(key, lim, 1)})
+		reqs = append(reqs, hold.Request{ID: fmt.Sprint("task-", i), Request: reserve.Single(key, lim, 1)})
 	}
-	h := holds(t, l, reserve.HoldOptions{StaleAfter: time.Hour})
+	h := holds(t, l, hold.Options{StaleAfter: time.Hour})
 	grants, err := h.Hold(ctx, reqs)
 	require.NoError(t, err)
 
@@ -349,7 +354,7 @@ func testHoldBatch(t *testing.T, b backend) {
 	for i := range reqs {
 		g, err := h.Claim(ctx, reqs[i].ID, reqs[i].Request, time.Hour)
 		require.NoError(t, err)
-		require.True(t, g.Origin == reserve.Redeemed && !g.Kept, "Claim(%s) = %+v, want handed over from the hold", reqs[i].ID, g)
+		require.True(t, g.Source == hold.Redeemed && !g.Kept, "Claim(%s) = %+v, want handed over from the hold", reqs[i].ID, g)
 		require.Equal(t, grants[i].Reservation.Time(), g.Reservation.Time(), "Claim(%s) slot", reqs[i].ID)
 	}
 	assert.Equal(t, bucketA, snapshot(t, b, l, "a"), "redeeming reserved again on a")
@@ -360,15 +365,15 @@ func testHoldBatch(t *testing.T, b backend) {
 func testHoldRepeat(t *testing.T, b backend) {
 	l := newLimiter(t, b, fakeclock.New(epoch))
 	ctx := context.Background()
-	h := holds(t, l, reserve.HoldOptions{})
-	reqs := []reserve.HoldRequest{{ID: "x", Request: permits("api")}, {ID: "y", Request: permits("api")}, {ID: "z", Request: permits("api")}}
+	h := holds(t, l, hold.Options{})
+	reqs := []hold.Request{{ID: "x", Request: permits("api")}, {ID: "y", Request: permits("api")}, {ID: "z", Request: permits("api")}}
 	first, err := h.Hold(ctx, reqs)
 	require.NoError(t, err)
 	before := snapshot(t, b, l, "api")
 	again, err := h.Hold(ctx, reqs)
 	require.NoError(t, err)
 	for i := range reqs {
-		assert.Equal(t, reserve.Redeemed, again[i].Origin, "second Hold(%s) origin", reqs[i].ID)
+		assert.Equal(t, hold.Redeemed, again[i].Source, "second Hold(%s) origin", reqs[i].ID)
 		assert.Equal(t, first[i].Reservation.Time(), again[i].Reservation.Time(), "second Hold(%s) slot", reqs[i].ID)
 	}
 	assert.Equal(t, before, snapshot(t, b, l, "api"), "repeating Hold reserved again")
@@ -385,16 +390,16 @@ func testClaimEarly(t *testing.T, b backend) {
 	p := reserve.Single("api", lim, 1)
 	_, err := l.Reserve(ctx, "api", lim)
 	require.NoError(t, err)
-	early := holds(t, l, reserve.HoldOptions{Early: 1500 * time.Millisecond})
+	early := holds(t, l, hold.Options{Early: 1500 * time.Millisecond})
 	g, err := early.Claim(ctx, "t", p, 100*time.Millisecond)
 	require.NoError(t, err)
 	assert.True(t, g.Kept, "a fresh slot 1 s away with maxWait 100 ms and Early 1.5 s must be kept")
-	g, err = holds(t, l, reserve.HoldOptions{Early: 500 * time.Millisecond}).Claim(ctx, "t", p, 100*time.Millisecond)
+	g, err = holds(t, l, hold.Options{Early: 500 * time.Millisecond}).Claim(ctx, "t", p, 100*time.Millisecond)
 	require.NoError(t, err)
-	assert.True(t, g.Kept && g.Origin == reserve.Redeemed, "a kept slot 1 s away, Early 500 ms: kept")
+	assert.True(t, g.Kept && g.Source == hold.Redeemed, "a kept slot 1 s away, Early 500 ms: kept")
 	g, err = early.Claim(ctx, "t", p, 100*time.Millisecond)
 	require.NoError(t, err)
-	assert.True(t, !g.Kept && g.Origin == reserve.Redeemed, "a kept slot 1 s away, Early 1.5 s: handed over")
+	assert.True(t, !g.Kept && g.Source == hold.Redeemed, "a kept slot 1 s away, Early 1.5 s: handed over")
 	assert.Equal(t, time.Second, g.Reservation.Delay().Round(time.Millisecond))
 }
 
@@ -406,7 +411,7 @@ func testHoldExpires(t *testing.T, b backend) {
 	closeLimiter(t, l)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 10, Burst: 1}
-	gs, err := holds(t, l, reserve.HoldOptions{StaleAfter: 200 * time.Millisecond}).Hold(ctx, []reserve.HoldRequest{
+	gs, err := holds(t, l, hold.Options{StaleAfter: 200 * time.Millisecond}).Hold(ctx, []hold.Request{
 		{ID: "a", Request: reserve.Single("api", lim, 1)},
 		{ID: "b", Request: reserve.Single("api", lim, 1)},
 	})
@@ -436,11 +441,11 @@ func TestHoldRoundTrips(t *testing.T) {
 	closeLimiter(t, l)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 100, Burst: 5}
-	h := holds(t, l, reserve.HoldOptions{})
-	batch := func(prefix string) []reserve.HoldRequest {
-		var reqs []reserve.HoldRequest
-		for i := range 3*reserve.MaxHoldBatch + 1 {
-			reqs = append(reqs, reserve.HoldRequest{ID: fmt.Sprint(prefix, i), Request: reserve.Single(fmt.Sprint("k", i%3), lim, 1)})
+	h := holds(t, l, hold.Options{})
+	batch := func(prefix string) []hold.Request {
+		var reqs []hold.Request
+		for i := range 3*hold.MaxBatch + 1 {
+			reqs = append(reqs, hold.Request{ID: fmt.Sprint(prefix, i), Request: reserve.Single(fmt.Sprint("k", i%3), lim, 1)})
 		}
 		return reqs
 	}
@@ -449,7 +454,7 @@ func TestHoldRoundTrips(t *testing.T) {
 	trips.Store(0)
 	_, err = h.Hold(ctx, batch("a"))
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), trips.Load(), "round trips for a batch of %d, script loaded", 3*reserve.MaxHoldBatch+1)
+	assert.Equal(t, int64(1), trips.Load(), "round trips for a batch of %d, script loaded", 3*hold.MaxBatch+1)
 
 	require.NoError(t, c.ScriptFlush(ctx).Err())
 	trips.Store(0)
