@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -71,8 +72,8 @@ func TestAdminACL(t *testing.T) {
 	l, err := reserve.New(login("pacer"), reserve.Options{KeyPrefix: prefix, Logger: quiet, FailClosed: true, HeartbeatInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(login("operator", "+type", "+lpush", "+ltrim", "+lrange", "+scan", "+hget", "+hkeys", "+zrange", "+hgetall"),
-		reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(login("operator", "+type", "+lpush", "+ltrim", "+lrange", "+scan", "+hget", "+hkeys", "+zrange", "+hgetall"),
+		admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	require.Equal(t, 1, l.FleetSize(), "the heartbeat learned the fleet under the ACL")
 	code := reserve.Limit{Rate: 10, Burst: 1}

@@ -2,13 +2,10 @@ package reserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/pacer-go/pacer/internal/layout"
 )
 
 // timeoutError is the error of a Redis call that took longer than
@@ -71,7 +68,7 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 
 // mapError maps an error from Redis and records it for health tracking.
 func (l *Limiter) mapError(op, key string, err error) error {
-	if code, ok := errorCode(err); ok {
+	if code, ok := layout.ErrorCode(err); ok {
 		if unavailableCodes[code] {
 			l.failed(key, err)
 			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
@@ -147,23 +144,4 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 var unavailableCodes = map[string]bool{
 	"LOADING": true, "READONLY": true, "CLUSTERDOWN": true, "MASTERDOWN": true,
 	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true, "OOM": true, "PACER_STALE": true,
-}
-
-// errorCode returns the first word of a Redis error reply; ok is false for
-// other errors (connections refused or reset, timeouts, a closed pool).
-func errorCode(err error) (string, bool) {
-	var reply redis.Error
-	if !errors.As(err, &reply) || isNetError(err) {
-		return "", false
-	}
-	msg := reply.Error()
-	if i := strings.IndexByte(msg, ' '); i > 0 {
-		msg = msg[:i]
-	}
-	return msg, true
-}
-
-func isNetError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed)
 }

@@ -65,7 +65,7 @@
 //
 // # Limits changed without a deploy
 //
-// An operator may store a key's limit in Redis (Admin.SetLimit, or
+// An operator may store a key's limit in Redis (admin.Client.SetLimit, or
 // cmd/pacer set): every Limiter of the fleet reserves under it from its next
 // reservation on, read by the script atomically with the key's state, with
 // no client cache to expire. A stored limit replaces the bands of the
@@ -74,11 +74,11 @@
 // Slots already granted keep their places: a raised limit applies to the
 // slots granted after the change (those already queued drain at the old
 // rate first), a lowered one once the queue granted before it has drained. In shadow mode the stored limit is only counted:
-// the code's limit is enforced and Admin.Status tells how many calls the
+// the code's limit is enforced and admin.Client.Status tells how many calls the
 // stored one would have delayed, and by how much. Every change is kept in
 // the key's history (who, when, why, before and after). Limiters report
 // their code's policies and their mode (on Redis, or pacing locally) with
-// their heartbeat, so Admin.Status and Admin.Fleet can show them.
+// their heartbeat, so admin.Client.Status and admin.Client.Fleet can show them.
 //
 // Use it when several processes (job workers, crawlers, batch pipelines) share
 // one third-party quota. Within a single process, golang.org/x/time/rate

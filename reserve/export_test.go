@@ -1,6 +1,10 @@
 package reserve
 
-import "context"
+import (
+	"context"
+
+	"github.com/pacer-go/pacer/internal/layout"
+)
 
 // ServerSlot returns the slot Redis granted r, in Unix ns on the server's
 // clock, for tests that judge the schedule itself rather than when callers
@@ -44,7 +48,7 @@ func (l *Limiter) Client() any { return l.rdb }
 
 // FleetKeysOf exposes the fleet's keys for a key prefix (heartbeat.lua's
 // KEYS), for tests.
-func FleetKeysOf(prefix string) []string { return fleetKeysOf(prefix) }
+func FleetKeysOf(prefix string) []string { return layout.FleetKeys(prefix) }
 
 // FleetKeys exposes the heartbeat set and the fleet's details, for tests.
 func (l *Limiter) FleetKeys() []string { return l.fleetKeys() }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -93,7 +94,7 @@ func TestOutageWhileMembersMissing(t *testing.T) {
 func TestHeartbeatFleetChange(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	keys := fleetKeysOf(redistest.Prefix(t))
+	keys := layout.FleetKeys(redistest.Prefix(t))
 	beat := func(id string, suspectMS int) (n, before int64) {
 		t.Helper()
 		r, err := heartbeatScript.Run(ctx, s.Client, keys, id, "redis", "0 0 0", 60000, 60000, suspectMS, 60000, "").Slice()
@@ -242,7 +243,7 @@ func TestNewcomerWaitsToJoin(t *testing.T) {
 func TestHeartbeatStale(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	keys := fleetKeysOf(redistest.Prefix(t))
+	keys := layout.FleetKeys(redistest.Prefix(t))
 	k := keys[0]
 	now := time.Now().UnixMilli()
 	err := heartbeatScript.Run(ctx, s.Client, keys, "a", "redis", "0 0 0", 60000, 60000, 60000, 60000, "", now-10_000).Err()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ func TestPoliciesPruned(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	k := prefix + "{limiters}"
-	keys := fleetKeysOf(prefix)
+	keys := layout.FleetKeys(prefix)
 	hb := redis.NewScript(lua.Heartbeat)
 	now := time.Now().UnixMilli()
 	run := func(args ...any) {
@@ -80,7 +81,7 @@ func TestPoliciesPruned(t *testing.T) {
 func TestStableRanks(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	keys := fleetKeysOf(redistest.Prefix(t))
+	keys := layout.FleetKeys(redistest.Prefix(t))
 	hb := redis.NewScript(lua.Heartbeat)
 	beat := func(id, want string) (rank, n int64) {
 		t.Helper()

@@ -1,6 +1,10 @@
 package reserve
 
-import "context"
+import (
+	"context"
+
+	"github.com/pacer-go/pacer/internal/layout"
+)
 
 // LeaseSlots leases k one-permit slots of lim on key in one lease.lua call
 // and returns each slot (Unix ns on the script's clock) and its number, for
@@ -58,6 +62,6 @@ func SeqOf(r *Reservation) int64 {
 // StateSeq reads the number of the last reservation granted from a key's
 // state string (either format), for tests.
 func StateSeq(state string) (int64, error) {
-	st, err := parseState(state)
-	return st.seq, err
+	st, err := layout.ParseState(state)
+	return st.Seq, err
 }

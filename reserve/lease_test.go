@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -131,7 +132,7 @@ func TestLeaseNotLeasable(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	l := leaseLimiter(t, c, nil, reserve.Options{KeyPrefix: prefix})
 	lim := reserve.Limit{Rate: 1e6, Burst: 1}
-	a, err := reserve.NewAdmin(c, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(c, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	for _, shadow := range []bool{false, true} {
 		key := "stored-" + strconv.FormatBool(shadow)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/layout"
 )
 
 // Limit is a token bucket: on average Rate units per second, with at most
@@ -54,7 +56,7 @@ func Sliding(n int, w time.Duration) (Limit, error) {
 
 // maxFill is the longest time an empty bucket may take to fill. It keeps every
 // duration the scripts compute far inside a double's exact range.
-const maxFill = 10 * 365 * 24 * time.Hour
+const maxFill = layout.MaxFill
 
 // maxRate and maxBurst bound a Limit: slots lie on a ns grid, so a rate
 // over one unit per ns means nothing, and a burst over 2^30 would not fit

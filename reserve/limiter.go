@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -194,19 +194,7 @@ func newID() string {
 // RedisKey returns the Redis key that holds key's state. Braces and '%' in
 // key are escaped (%7B, %7D, %25), so that every Redis key of key shares one
 // Cluster hash tag and no two keys share a Redis key.
-func (l *Limiter) RedisKey(key string) string { return redisKey(l.opts.KeyPrefix, key) }
-
-// redisKey is the Redis key of key's state under prefix (Limiter and Admin).
-func redisKey(prefix, key string) string { return prefix + "{" + escapeKey(key) + "}" }
-
-var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
-func escapeKey(key string) string {
-	if !strings.ContainsAny(key, "%{}") {
-		return key
-	}
-	return keyEscaper.Replace(key)
-}
+func (l *Limiter) RedisKey(key string) string { return layout.Key(l.opts.KeyPrefix, key) }
 
 // keys returns the Redis keys every script on key starts with: its state
 // and its stored limit.

@@ -2,6 +2,7 @@ package reserve_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -190,4 +191,33 @@ func testSettle(t *testing.T, b backend) {
 	assert.Equal(t, before, snapshot(t, b, l, "s"))
 	require.NoError(t, r4.Cancel(ctx))
 	assert.ErrorIs(t, r4.Settle(ctx, tok(5)), reserve.ErrDone, "Settle after Cancel")
+}
+
+// TestPolicyText: a Policy goes through encoding/json (MarshalText,
+// UnmarshalText) and back unchanged, in the form the scripts read; bad
+// text is refused and leaves the Policy as it was.
+func TestPolicyText(t *testing.T) {
+	pol := reserve.Policy{
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 2.5, Burst: 5}},
+		{Name: "daily", Unit: "requests", Window: reserve.Window{N: 5000, Length: 24 * time.Hour}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 500, Burst: 30_000}},
+	}
+	require.NoError(t, pol.Validate())
+	text, err := pol.MarshalText()
+	require.NoError(t, err)
+	assert.Equal(t, "3 rps requests b 2.5 5 daily requests w 5000 86400000000:0 tokens tokens b 500 30000", string(text))
+	data, err := json.Marshal(map[string]reserve.Policy{"api": pol})
+	require.NoError(t, err)
+	var back map[string]reserve.Policy
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, pol.String(), back["api"].String())
+
+	_, err = reserve.Policy{{Name: "a"}}.MarshalText()
+	assert.ErrorIs(t, err, reserve.ErrInvalidPolicy)
+	assert.ErrorIs(t, reserve.Policy{{Name: "a", Limit: reserve.Limit{Rate: -1, Burst: 1}}}.Validate(), reserve.ErrInvalidRate)
+	kept := back["api"]
+	for _, bad := range []string{"", "2 a a b 1 1", "1 a a x 1 1", "1 a a b 0 1", "1 a a w 5 nope"} {
+		assert.ErrorIs(t, kept.UnmarshalText([]byte(bad)), reserve.ErrInvalidPolicy, "UnmarshalText(%q)", bad)
+		assert.Equal(t, pol.String(), kept.String(), "UnmarshalText(%q) changed the Policy", bad)
+	}
 }

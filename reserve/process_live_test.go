@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -44,7 +45,7 @@ func TestLiveChangeAcrossProcesses(t *testing.T) {
 			Start: start.UnixNano(), End: end.UnixNano()}})
 	require.NoError(t, err)
 
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	type change struct {
 		lim    reserve.Limit

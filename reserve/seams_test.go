@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
@@ -63,7 +64,7 @@ func TestStoredLimitKeepsOtherBands(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 
 	fillHour(t, l, "api")
@@ -162,7 +163,7 @@ func TestOutageStoredLimit(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	code := reserve.Limit{Rate: 100, Burst: 1}
 	_, err = a.SetLimit(ctx, "api", reserve.Limit{Rate: 2, Burst: 1}.Policy(), false, "ops", "the provider lowered us")
@@ -353,7 +354,7 @@ func TestExitWithoutClose(t *testing.T) {
 func TestStoredLimitBounds(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: redistest.Prefix(t)})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: redistest.Prefix(t)})
 	require.NoError(t, err)
 	for _, c := range []struct {
 		lim  reserve.Limit
@@ -389,7 +390,7 @@ func TestResumeFreesAtOnce(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
 	_, err = l.Reserve(ctx, "api", lim) // the key exists, its bucket empty
@@ -539,15 +540,15 @@ func TestRestoreStoredLimit(t *testing.T) {
 	l, err := reserve.New(s.NewClient(t), reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	admin := func() *reserve.Admin {
-		a, err := reserve.NewAdmin(s.NewClient(t), reserve.AdminOptions{KeyPrefix: prefix})
+	newAdmin := func() *admin.Client {
+		a, err := admin.New(s.NewClient(t), admin.Options{KeyPrefix: prefix})
 		require.NoError(t, err)
 		return a
 	}
 	code := reserve.Limit{Rate: 100, Burst: 1}
 	stored := reserve.Limit{Rate: 2, Burst: 1}.Policy()
 	for _, key := range []string{"api", "unset"} {
-		_, err = admin().SetLimit(ctx, key, stored, false, "ops", "the provider lowered us")
+		_, err = newAdmin().SetLimit(ctx, key, stored, false, "ops", "the provider lowered us")
 		require.NoError(t, err)
 		_, err := l.Reserve(ctx, key, code)
 		require.NoError(t, err)
@@ -559,13 +560,13 @@ func TestRestoreStoredLimit(t *testing.T) {
 	s.Restart(t)
 	// "unset" was unset while l was away, and its state expired: its history
 	// says so.
-	_, err = admin().SetLimit(ctx, "unset", stored, false, "ops", "again")
+	_, err = newAdmin().SetLimit(ctx, "unset", stored, false, "ops", "again")
 	require.NoError(t, err)
-	_, err = admin().UnsetLimit(ctx, "unset", "ops", "the provider is back to normal")
+	_, err = newAdmin().UnsetLimit(ctx, "unset", "ops", "the provider is back to normal")
 	require.NoError(t, err)
 	backOnRedis(t, l)
 
-	a := admin()
+	a := newAdmin()
 	hist, err := a.History(ctx, "api")
 	require.NoError(t, err)
 	require.NotEmpty(t, hist, "no history of the restore")
@@ -585,7 +586,7 @@ func TestRestoreStoredLimit(t *testing.T) {
 	assert.Equal(t, "unset", hist[0].Op, "the operator's unset was undone")
 }
 
-// TestOperatorPauseKeepsKey: an operator's pause (Admin.Pause, made with no
+// TestOperatorPauseKeepsKey: an operator's pause (admin.Client.Pause, made with no
 // policy: the key's bucket is a record not in force) moves the bucket to
 // the pause's end, and the key lives until the bucket is full again. Before,
 // the script computed the later expiry but kept the key's time to live as
@@ -599,7 +600,7 @@ func TestOperatorPauseKeepsKey(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
 	require.NoError(t, err)
@@ -630,7 +631,7 @@ func TestResumeAfterHandback(t *testing.T) {
 		CallTimeout: 200 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
 	_, err = l.Reserve(ctx, "api", lim)

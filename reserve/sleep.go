@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/engine"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -375,7 +376,7 @@ func (l *Limiter) readPause(ctx context.Context, key string) (int64, resumeShift
 	if state == "" {
 		return 0, resumeShift{}, nil
 	}
-	if _, err := parseState(state); err != nil {
+	if _, err := layout.ParseState(state); err != nil {
 		return 0, resumeShift{}, fmt.Errorf("reserve: %w: %w", ErrWrongType, err)
 	}
 	return engine.PauseEnd(state), shiftOf(state), nil

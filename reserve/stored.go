@@ -8,11 +8,43 @@ import (
 	"time"
 )
 
-// The text form of a policy that the scripts read from a key's stored limit
-// (core.lua, KEYS[2]) and that Limiters report for their keys (the fleet's
-// policies hash): "<k> <name> <unit> <kind> <a> <b>" for each of k bands,
-// kind "b" (a bucket: a = rate, b = burst) or "w" (a window: a = N, b =
-// "<length µs>:<origin mod length, µs>").
+// The text form of a policy (Policy.MarshalText) that the scripts read from
+// a key's stored limit (core.lua, KEYS[2]) and that Limiters report for
+// their keys (the fleet's policies hash): "<k>" then, for each of k bands,
+// " <name> <unit> <kind> <a> <b>", kind "b" (a bucket: a = rate, b = burst)
+// or "w" (a window: a = N, b = "<length µs>:<origin mod length, µs>").
+
+// Validate reports whether p is usable, with an error matching
+// ErrInvalidPolicy, or for a bucket band ErrInvalidRate, ErrInvalidBurst or
+// ErrInvalidLimit, or for a window band ErrInvalidWindow.
+func (p Policy) Validate() error {
+	_, err := p.compile()
+	return err
+}
+
+// MarshalText encodes p in the text form the scripts read and cmd/pacer
+// stores ("1 permits permits b 10 5" is Limit{Rate: 10, Burst: 5}), so that a
+// Policy can live in a JSON or YAML configuration. p must be valid
+// (Validate). A window's Origin is kept modulo its Length, in whole µs.
+func (p Policy) MarshalText() ([]byte, error) {
+	s, err := p.compile()
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s.storedText()), nil
+}
+
+// UnmarshalText decodes MarshalText's form into p, checked (an error
+// matching ErrInvalidPolicy or the band's own). p is left as it was on an
+// error.
+func (p *Policy) UnmarshalText(text []byte) error {
+	pol, err := parseStoredText(string(text))
+	if err != nil {
+		return err
+	}
+	*p = pol
+	return nil
+}
 
 // storedText returns s in the stored text form.
 func (s *spec) storedText() string {
@@ -32,11 +64,11 @@ func (s *spec) storedText() string {
 func parseStoredText(text string) (Policy, error) {
 	f := strings.Fields(text)
 	if len(f) < 1 {
-		return nil, fmt.Errorf("%w: empty", ErrStoredLimit)
+		return nil, fmt.Errorf("%w: empty", ErrInvalidPolicy)
 	}
 	k, err := strconv.Atoi(f[0])
 	if err != nil || k < 1 || len(f) != 1+5*k {
-		return nil, fmt.Errorf("%w: %q: want k then k bands of 5 fields", ErrStoredLimit, text)
+		return nil, fmt.Errorf("%w: %q: want k then k bands of 5 fields", ErrInvalidPolicy, text)
 	}
 	pol := make(Policy, 0, k)
 	for i := range k {
@@ -44,13 +76,13 @@ func parseStoredText(text string) (Policy, error) {
 		band := Band{Name: r[0], Unit: r[1]}
 		a, err := strconv.ParseFloat(r[3], 64)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: band %s: %v", ErrStoredLimit, text, r[0], err)
+			return nil, fmt.Errorf("%w: %q: band %s: %v", ErrInvalidPolicy, text, r[0], err)
 		}
 		switch r[2] {
 		case "b":
 			burst, err := strconv.ParseFloat(r[4], 64)
 			if err != nil || burst != math.Trunc(burst) || burst > math.MaxInt32 {
-				return nil, fmt.Errorf("%w: %q: band %s: burst %q", ErrStoredLimit, text, r[0], r[4])
+				return nil, fmt.Errorf("%w: %q: band %s: burst %q", ErrInvalidPolicy, text, r[0], r[4])
 			}
 			band.Limit = Limit{Rate: a, Burst: int(burst)}
 		case "w":
@@ -58,19 +90,19 @@ func parseStoredText(text string) (Policy, error) {
 			length, err1 := strconv.ParseInt(l, 10, 64)
 			origin, err2 := strconv.ParseInt(o, 10, 64)
 			if !ok || err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("%w: %q: band %s: window %q", ErrStoredLimit, text, r[0], r[4])
+				return nil, fmt.Errorf("%w: %q: band %s: window %q", ErrInvalidPolicy, text, r[0], r[4])
 			}
 			band.Window = Window{N: a, Length: time.Duration(length) * time.Microsecond}
 			if origin != 0 {
 				band.Window.Origin = time.UnixMicro(origin)
 			}
 		default:
-			return nil, fmt.Errorf("%w: %q: band %s: kind %q", ErrStoredLimit, text, r[0], r[2])
+			return nil, fmt.Errorf("%w: %q: band %s: kind %q", ErrInvalidPolicy, text, r[0], r[2])
 		}
 		pol = append(pol, band)
 	}
 	if _, err := pol.compile(); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrStoredLimit, text, err)
+		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidPolicy, text, err)
 	}
 	return pol, nil
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -102,7 +103,7 @@ func (c *cli) set(ctx context.Context, args []string) error {
 	defer c.close()
 
 	_, err = c.admin.Status(ctx, key)
-	unknown := errors.Is(err, reserve.ErrUnknownKey)
+	unknown := errors.Is(err, admin.ErrUnknownKey)
 	if err != nil && !unknown {
 		return c.keyError("set", key, err)
 	}
@@ -143,7 +144,7 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	defer c.close()
 
 	ch, err := c.admin.UnsetLimit(ctx, key, cf.who, cf.reason)
-	if errors.Is(err, reserve.ErrNotStored) {
+	if errors.Is(err, admin.ErrNotStored) {
 		return fmt.Errorf("unset: key %q has no stored limit under prefix %q: nothing changed", clean(key), clean(c.prefix))
 	}
 	if err != nil {

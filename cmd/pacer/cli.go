@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +21,7 @@ type cli struct {
 	flagsInit      bool
 
 	rdb   *redis.Client
-	admin *reserve.Admin
+	admin *admin.Client
 	addr  string // the Redis address, for messages (never the password)
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -71,7 +72,7 @@ func (c *cli) connect(ctx context.Context) error {
 	opts.PoolSize = 4
 	redis.SetLogger(quietLogger{}) // errors are reported, one line each
 	rdb := redis.NewClient(opts)
-	admin, err := reserve.NewAdmin(rdb, reserve.AdminOptions{KeyPrefix: c.prefix})
+	ac, err := admin.New(rdb, admin.Options{KeyPrefix: c.prefix})
 	if err != nil {
 		_ = rdb.Close()
 		return usagef("-prefix %q: %v", c.prefix, err)
@@ -82,7 +83,7 @@ func (c *cli) connect(ctx context.Context) error {
 		_ = rdb.Close()
 		return fmt.Errorf("cannot reach Redis at %s: %v", opts.Addr, err)
 	}
-	c.rdb, c.admin, c.addr = rdb, admin, opts.Addr
+	c.rdb, c.admin, c.addr = rdb, ac, opts.Addr
 	return nil
 }
 
@@ -95,7 +96,7 @@ func (c *cli) close() {
 // keyError says what went wrong with key in words an operator can act on.
 func (c *cli) keyError(op, key string, err error) error {
 	switch {
-	case errors.Is(err, reserve.ErrUnknownKey):
+	case errors.Is(err, admin.ErrUnknownKey):
 		return fmt.Errorf("%s: unknown key %q: no state, no stored limit and no live Limiter reports it under prefix %q", op, key, c.prefix)
 	case errors.Is(err, reserve.ErrWrongType):
 		return fmt.Errorf("%s: key %q is not pacer's: Redis key %q (or one beside it) holds a value of another type or format", op, key, c.redisKey(key))

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/admin"
 )
 
 func (c *cli) history(ctx context.Context, args []string) error {
@@ -38,7 +38,7 @@ func (c *cli) history(ctx context.Context, args []string) error {
 	}
 	if *asJSON {
 		if h == nil {
-			h = []reserve.Change{}
+			h = []admin.Change{}
 		}
 		return writeJSON(c.stdout, h)
 	}
@@ -56,7 +56,7 @@ func (c *cli) history(ctx context.Context, args []string) error {
 
 // changeText says what a change did: the stored limit before and after
 // for set and unset, the op alone for a pause or a resume.
-func changeText(ch reserve.Change) string {
+func changeText(ch admin.Change) string {
 	if ch.Op == "set" || ch.Op == "unset" {
 		return fmt.Sprintf("%s: %s -> %s", ch.Op, orNone(ch.Before), orNone(ch.After))
 	}

@@ -10,7 +10,7 @@
 //	pacer watch 'api.*'
 //
 // Run "pacer help" for every command and flag; docs/ops.md shows sample
-// screens. It is built on reserve.Admin.
+// screens. It is built on admin.Client.
 package main
 
 import (

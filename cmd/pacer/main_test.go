@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/reserve"
@@ -101,7 +102,7 @@ type fixture struct {
 	t      *testing.T
 	srv    *redistest.Server
 	prefix string
-	admin  *reserve.Admin
+	admin  *admin.Client
 	env    []string // the child's environment: no REDIS_URL unless added
 }
 
@@ -109,11 +110,11 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	srv := redistest.New(t)
 	prefix := redistest.Prefix(t)
-	admin, err := reserve.NewAdmin(srv.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	ac, err := admin.New(srv.Client, admin.Options{KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, srv: srv, prefix: prefix, admin: admin, env: childEnv()}
+	f := &fixture{t: t, srv: srv, prefix: prefix, admin: ac, env: childEnv()}
 	// The slow limits below keep keys for hours: remove them (a shared
 	// REDIS_URL server is never flushed).
 	t.Cleanup(func() {

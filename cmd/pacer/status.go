@@ -9,29 +9,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 )
 
 // keyView is one key as status and watch show it: reserve's KeyStatus and
 // what the command adds.
 type keyView struct {
-	reserve.KeyStatus
+	admin.KeyStatus
 	// Admissions is the reservations granted per second between two
 	// samples; nil when not known (not sampled, or the key's state was
 	// created or expired between the samples).
 	Admissions *float64 `json:"admissions_per_s"`
 }
 
-func newKeyView(st reserve.KeyStatus) keyView { return keyView{KeyStatus: st} }
+func newKeyView(st admin.KeyStatus) keyView { return keyView{KeyStatus: st} }
 
 // hasState says whether Redis held the key's state (its buckets) at the
 // read.
-func hasState(st reserve.KeyStatus) bool { return st.HasState }
+func hasState(st admin.KeyStatus) bool { return st.HasState }
 
 // admissions is the growth of Reservations from a to b, per second of
 // Redis's clock; false when it cannot be told: the state was created or
 // expired (and perhaps created again) in between.
-func admissions(a, b reserve.KeyStatus) (float64, bool) {
+func admissions(a, b admin.KeyStatus) (float64, bool) {
 	dt := b.Now.Sub(a.Now).Seconds()
 	switch {
 	case hasState(a) != hasState(b), b.Reservations < a.Reservations, dt <= 0:
@@ -61,13 +62,13 @@ func (c *cli) keys(ctx context.Context, pattern string) ([]string, error) {
 // statuses reads each key. A key that a pattern listed but that is gone
 // by now is left out; one named on its own is an error. Keys that fail
 // are left out and their errors returned.
-func (c *cli) statuses(ctx context.Context, op string, keys []string, exact bool) ([]reserve.KeyStatus, []error) {
-	var out []reserve.KeyStatus
+func (c *cli) statuses(ctx context.Context, op string, keys []string, exact bool) ([]admin.KeyStatus, []error) {
+	var out []admin.KeyStatus
 	var errs []error
 	for _, k := range keys {
 		st, err := c.admin.Status(ctx, k)
 		switch {
-		case errors.Is(err, reserve.ErrUnknownKey) && !exact:
+		case errors.Is(err, admin.ErrUnknownKey) && !exact:
 		case err != nil:
 			errs = append(errs, c.keyError(op, k, err))
 		default:
@@ -81,11 +82,11 @@ func (c *cli) statuses(ctx context.Context, op string, keys []string, exact bool
 }
 
 type statusJSON struct {
-	Now    time.Time        `json:"now"` // Redis's clock
-	Prefix string           `json:"prefix"`
-	Sample time.Duration    `json:"sample_ns"`
-	Keys   []keyView        `json:"keys"`
-	Fleet  []reserve.Member `json:"fleet"`
+	Now    time.Time      `json:"now"` // Redis's clock
+	Prefix string         `json:"prefix"`
+	Sample time.Duration  `json:"sample_ns"`
+	Keys   []keyView      `json:"keys"`
+	Fleet  []admin.Member `json:"fleet"`
 }
 
 func (c *cli) status(ctx context.Context, args []string) error {
@@ -137,7 +138,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 			// A key gone by the second read (expired, nothing stored or
 			// reported) is shown as first read, with admissions n/a.
 			v := newKeyView(st)
-			if i := slices.IndexFunc(second, func(b reserve.KeyStatus) bool { return b.Key == st.Key }); i >= 0 {
+			if i := slices.IndexFunc(second, func(b admin.KeyStatus) bool { return b.Key == st.Key }); i >= 0 {
 				v = newKeyView(second[i])
 				if r, ok := admissions(st, second[i]); ok {
 					v.Admissions = &r
@@ -178,7 +179,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *cli) printStatus(w io.Writer, pattern string, sample time.Duration, views []keyView, fleet []reserve.Member, now time.Time) error {
+func (c *cli) printStatus(w io.Writer, pattern string, sample time.Duration, views []keyView, fleet []admin.Member, now time.Time) error {
 	var b strings.Builder
 	if len(views) == 0 {
 		p := pattern
@@ -257,7 +258,7 @@ func unitOf(pol reserve.Policy, name string) string {
 }
 
 // bandText is one band's queue.
-func bandText(b reserve.BandStatus, unit string) string {
+func bandText(b admin.BandStatus, unit string) string {
 	name := clean(b.Name)
 	if !b.Bucket {
 		if b.N != b.N { // NaN: the policy in force does not name the band
@@ -276,7 +277,7 @@ func bandText(b reserve.BandStatus, unit string) string {
 }
 
 // writeFleet writes the fleet's block.
-func writeFleet(b *strings.Builder, fleet []reserve.Member, now time.Time) {
+func writeFleet(b *strings.Builder, fleet []admin.Member, now time.Time) {
 	local := 0
 	for _, m := range fleet {
 		if m.Mode == "local" {

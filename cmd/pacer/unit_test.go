@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/admin"
 )
 
 func TestAdmissions(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	state := func(at time.Duration, n int64) reserve.KeyStatus {
-		return reserve.KeyStatus{Now: t0.Add(at), Reservations: n, HasState: true, Bands: []reserve.BandStatus{{Name: "permits", Bucket: true}}}
+	state := func(at time.Duration, n int64) admin.KeyStatus {
+		return admin.KeyStatus{Now: t0.Add(at), Reservations: n, HasState: true, Bands: []admin.BandStatus{{Name: "permits", Bucket: true}}}
 	}
-	none := func(at time.Duration) reserve.KeyStatus { return reserve.KeyStatus{Now: t0.Add(at)} }
+	none := func(at time.Duration) admin.KeyStatus { return admin.KeyStatus{Now: t0.Add(at)} }
 	tests := []struct {
 		name string
-		a, b reserve.KeyStatus
+		a, b admin.KeyStatus
 		want float64
 		ok   bool
 	}{

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 	"golang.org/x/term"
 )
@@ -31,18 +32,18 @@ const (
 
 // watchKey is what watch remembers of a key between frames.
 type watchKey struct {
-	last  reserve.KeyStatus
+	last  admin.KeyStatus
 	trail trail
 	seen  time.Time // the last frame that listed it
 }
 
 // A frame is one refresh of watch.
 type frame struct {
-	Now    time.Time        `json:"now"` // Redis's clock
-	Prefix string           `json:"prefix"`
-	Keys   []keyView        `json:"keys"`
-	Fleet  []reserve.Member `json:"fleet"`
-	Errors []string         `json:"errors,omitempty"`
+	Now    time.Time      `json:"now"` // Redis's clock
+	Prefix string         `json:"prefix"`
+	Keys   []keyView      `json:"keys"`
+	Fleet  []admin.Member `json:"fleet"`
+	Errors []string       `json:"errors,omitempty"`
 
 	trails map[string]trail
 }
@@ -145,7 +146,7 @@ func (c *cli) size() (int, int, bool) {
 // readFrame reads the keys pattern names and the fleet, and notes each
 // key's admissions and queue in keys.
 func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*watchKey) frame {
-	f := frame{Prefix: c.prefix, Keys: []keyView{}, Fleet: []reserve.Member{}, trails: map[string]trail{}}
+	f := frame{Prefix: c.prefix, Keys: []keyView{}, Fleet: []admin.Member{}, trails: map[string]trail{}}
 	if now, err := c.rdb.Time(ctx).Result(); err == nil {
 		f.Now = now.UTC()
 	} else {
@@ -159,7 +160,7 @@ func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*wa
 	}
 	for _, name := range names {
 		st, err := c.admin.Status(ctx, name)
-		if errors.Is(err, reserve.ErrUnknownKey) && isPattern(pattern) {
+		if errors.Is(err, admin.ErrUnknownKey) && isPattern(pattern) {
 			continue // gone since it was listed
 		}
 		if err != nil {
@@ -200,7 +201,7 @@ func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*wa
 }
 
 // queueOf is the time to a key's last slot granted, over its buckets.
-func queueOf(st reserve.KeyStatus) time.Duration {
+func queueOf(st admin.KeyStatus) time.Duration {
 	var q time.Duration
 	for _, b := range st.Bands {
 		if b.Bucket {
@@ -270,7 +271,7 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 }
 
 // fleetLine sums the fleet up on one line.
-func fleetLine(fleet []reserve.Member, now time.Time) string {
+func fleetLine(fleet []admin.Member, now time.Time) string {
 	if len(fleet) == 0 {
 		return "fleet: no Limiter heard from\n"
 	}

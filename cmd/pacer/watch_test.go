@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -168,7 +169,7 @@ func TestWatchJSON(t *testing.T) {
 				Reservations int64    `json:"reservations"`
 				Admissions   *float64 `json:"admissions_per_s"`
 			} `json:"keys"`
-			Fleet []reserve.Member `json:"fleet"`
+			Fleet []admin.Member `json:"fleet"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &fr); err != nil {
 			t.Fatalf("line %d: %v: %s", n+1, err, sc.Text())

@@ -112,7 +112,7 @@ func (b *bench) runMemory(ctx context.Context, v variant) (memory, error) {
 	}
 	deadline := created.Add(r.DesignTTL + 10*time.Second)
 	for {
-		// The keys' states only: the fleet's policies hash (reserve.Admin's
+		// The keys' states only: the fleet's policies hash (admin.Client's
 		// report of the code's limits) lives as long as the fleet's heartbeats.
 		left, err := b.count(ctx)
 		if err != nil {

@@ -161,7 +161,7 @@ func (s *seamsResults) tables() string {
 			"A series is runs one right after the other on one key prefix: at each run's end its processes are SIGKILLed "+
 			"(crash: no Close) or return from Wait and Close (graceful), the next run's %d fresh processes are started at once, "+
 			"and their run begins once they are ready (\"start\": how long after the previous run's end). "+
-			"`Admin.Fleet`, read every 50 ms, tells how long before the previous run's end its processes had last heartbeated (the most recent and the oldest), "+
+			"`admin.Client.Fleet`, read every 50 ms, tells how long before the previous run's end its processes had last heartbeated (the most recent and the oldest), "+
 			"and how long after that end it first listed none of them (\"members gone\"). "+
 			"Calls are counted by the time `Wait` returned, in the run's whole seconds; the limit allows %s in any 1 s.",
 			sc.Procs, sc.Goroutines, thousands(sc.Rate), sc.Procs, trim(sc.Rate+1)),

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pacer-go/pacer/reserve"
+	"github.com/pacer-go/pacer/admin"
 )
 
 // exitRun is one run of the exits measurement.
@@ -44,11 +44,11 @@ func (b *bench) seamsExits(ctx context.Context, sc seamsConfig, killed bool, pro
 	if killed {
 		name, prefix, n, d, after = "crash", "seams-crash:", sc.Runs, sc.Run, "SIGKILL"
 	}
-	admin, err := reserve.NewAdmin(b.admin, reserve.AdminOptions{KeyPrefix: prefix})
+	ac, err := admin.New(b.admin, admin.Options{KeyPrefix: prefix})
 	if err != nil {
 		return nil, err
 	}
-	watch := watchFleet(ctx, admin)
+	watch := watchFleet(ctx, ac)
 	defer watch.stop()
 	job := seamsJob{RedisURL: b.url, KeyPrefix: prefix, Key: "api", Call: callWait, Rate: sc.Rate, Burst: 1, Goroutines: sc.Goroutines, Killed: killed}
 
@@ -163,7 +163,7 @@ func between(sorted []int64, a, b time.Time) []int64 {
 	return sorted[i:max(i, j)]
 }
 
-// fleetPoll is the fleet's members as Admin.Fleet listed them, at a time.
+// fleetPoll is the fleet's members as admin.Client.Fleet listed them, at a time.
 type fleetPoll struct {
 	At    time.Time            // when the reply came
 	Heard map[string]time.Time // each member's last heartbeat, by id
@@ -177,14 +177,14 @@ type fleetWatch struct {
 	polls []fleetPoll
 }
 
-func watchFleet(ctx context.Context, admin *reserve.Admin) *fleetWatch {
+func watchFleet(ctx context.Context, ac *admin.Client) *fleetWatch {
 	w := &fleetWatch{quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if ms, err := admin.Fleet(ctx); err == nil {
+			if ms, err := ac.Fleet(ctx); err == nil {
 				p := fleetPoll{At: time.Now(), Heard: map[string]time.Time{}}
 				for _, m := range ms {
 					p.Heard[m.ID] = m.Heard

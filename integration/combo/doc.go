@@ -4,7 +4,7 @@
 // once, and judges the run by what an independent provider saw.
 //
 // A scenario (Generate) is a timeline drawn from math/rand/v2's PCG seeded
-// by the seed: operator actions (reserve.Admin's SetLimit enforced or in
+// by the seed: operator actions (admin.Client's SetLimit enforced or in
 // shadow, UnsetLimit, Pause, Resume), the provider's own pauses (a 429 with
 // Retry-After to the next call), and faults (Redis stopped and restarted
 // empty, frozen with SIGSTOP, out of memory, CLIENT PAUSE, a fleet process

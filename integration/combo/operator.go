@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +33,7 @@ type Action struct {
 // operator plays the operator's actions and asks for the provider's pauses.
 type operator struct {
 	rdb      *redis.Client
-	admin    *reserve.Admin
+	admin    *admin.Client
 	provider string
 	http     *http.Client
 	seed     uint64
@@ -40,12 +41,12 @@ type operator struct {
 
 func newOperator(addr, prefix, provider string, seed uint64) (*operator, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	admin, err := reserve.NewAdmin(rdb, reserve.AdminOptions{KeyPrefix: prefix})
+	ac, err := admin.New(rdb, admin.Options{KeyPrefix: prefix})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err
 	}
-	return &operator{rdb: rdb, admin: admin, provider: provider, seed: seed, http: &http.Client{Timeout: 5 * time.Second}}, nil
+	return &operator{rdb: rdb, admin: ac, provider: provider, seed: seed, http: &http.Client{Timeout: 5 * time.Second}}, nil
 }
 
 func (o *operator) close() { _ = o.rdb.Close() }
@@ -74,8 +75,8 @@ func (o *operator) do(e Event) Action {
 	a.End = time.Now().UnixNano()
 	if err != nil {
 		a.Err = err.Error()
-		a.Expected = errors.Is(err, reserve.ErrUnavailable) || errors.Is(err, reserve.ErrUnknownKey) ||
-			errors.Is(err, reserve.ErrNotStored) || errors.Is(err, reserve.ErrNotPaused) ||
+		a.Expected = errors.Is(err, reserve.ErrUnavailable) || errors.Is(err, admin.ErrUnknownKey) ||
+			errors.Is(err, admin.ErrNotStored) || errors.Is(err, admin.ErrNotPaused) ||
 			errors.Is(err, context.DeadlineExceeded)
 	}
 	return a

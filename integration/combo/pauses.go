@@ -10,7 +10,7 @@ import (
 // The pause check: no call's slot lies inside a pause its process was told
 // of. A pause is made by a fleet process that got a 429 with Retry-After d
 // (Limiter.Pause, called at start and returned at ret: no slot before
-// start + d at least), or by the operator (Admin.Pause). A slot in
+// start + d at least), or by the operator (admin.Client.Pause). A slot in
 // [ret + pauseLead, start + d) is inside it; an operator's Resume ends
 // every pause of the key at the moment it was asked for.
 //

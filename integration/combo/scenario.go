@@ -16,11 +16,11 @@ type Kind string
 // The kinds of events. Faults last Event.For; the operator's and the
 // provider's pauses last Event.For too.
 const (
-	OpSet         Kind = "set"          // Admin.SetLimit, enforced
-	OpShadow      Kind = "set-shadow"   // Admin.SetLimit in shadow mode
-	OpUnset       Kind = "unset"        // Admin.UnsetLimit
-	OpPause       Kind = "pause"        // Admin.Pause for For
-	OpResume      Kind = "resume"       // Admin.Resume
+	OpSet         Kind = "set"          // admin.Client.SetLimit, enforced
+	OpShadow      Kind = "set-shadow"   // admin.Client.SetLimit in shadow mode
+	OpUnset       Kind = "unset"        // admin.Client.UnsetLimit
+	OpPause       Kind = "pause"        // admin.Client.Pause for For
+	OpResume      Kind = "resume"       // admin.Client.Resume
 	ProviderPause Kind = "provider-429" // the provider's 429 with Retry-After For to the next call
 	FaultRestart  Kind = "restart-empty"
 	FaultFreeze   Kind = "freeze"

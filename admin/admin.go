@@ -1,4 +1,4 @@
-package reserve
+package admin
 
 import (
 	"cmp"
@@ -12,68 +12,66 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
 
-// An Admin reads and changes what a fleet's Limiters share in Redis, for
+// A Client reads and changes what a fleet's Limiters share in Redis, for
 // an operator (cmd/pacer): each key's state, its stored limit, its pause,
 // its history, and the fleet's Limiters. It is not a Limiter: it reserves
-// nothing and does not count as one of the fleet.
+// nothing and does not count as one of the fleet. It is safe for concurrent
+// use.
 //
 // A stored limit replaces, for every Limiter of the fleet on their next
 // reservation, the limit their code passes for the key (which stays the
 // default when nothing is stored). In shadow mode it is not enforced:
 // each reservation is also reserved on the stored limit's own schedule,
 // and the figures say what it would have done.
-type Admin struct {
+type Client struct {
 	rdb    redis.UniversalClient
 	prefix string
 	keep   int
 }
 
-// AdminOptions configure an Admin.
-type AdminOptions struct {
+// Options configure an Admin.
+type Options struct {
 	// KeyPrefix is the fleet's Options.KeyPrefix. Default "pacer:".
 	KeyPrefix string
 	// History is how many changes each key's history keeps. Default 50.
 	History int
 }
 
-// ErrNotStored is returned by Admin.UnsetLimit for a key with no stored
+// ErrNotStored is returned by Client.UnsetLimit for a key with no stored
 // limit.
-var ErrNotStored = errors.New("reserve: no limit is stored for the key")
+var ErrNotStored = errors.New("admin: no limit is stored for the key")
 
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
 // stored limit and no policy reported by a Limiter.
-var ErrUnknownKey = errors.New("reserve: unknown key")
+var ErrUnknownKey = errors.New("admin: unknown key")
 
-var (
-	adminScript  = redis.NewScript(lua.Admin)
-	resumeScript = redis.NewScript(lua.Resume)
-)
-
-// NewAdmin returns an Admin on rdb (used as given).
-func NewAdmin(rdb redis.UniversalClient, opts AdminOptions) (*Admin, error) {
+// New returns a Client on rdb (used as given).
+func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil client", reserve.ErrInvalidOptions)
 	}
-	opts.KeyPrefix = cmp.Or(opts.KeyPrefix, DefaultKeyPrefix)
+	opts.KeyPrefix = cmp.Or(opts.KeyPrefix, reserve.DefaultKeyPrefix)
 	if strings.ContainsAny(opts.KeyPrefix, "{}") {
-		return nil, fmt.Errorf("%w: KeyPrefix %q has a brace", ErrInvalidOptions, opts.KeyPrefix)
+		return nil, fmt.Errorf("%w: KeyPrefix %q has a brace", reserve.ErrInvalidOptions, opts.KeyPrefix)
 	}
 	if opts.History == 0 {
 		opts.History = 50
 	}
 	if opts.History < 1 {
-		return nil, fmt.Errorf("%w: History %d (want at least 1)", ErrInvalidOptions, opts.History)
+		return nil, fmt.Errorf("%w: History %d (want at least 1)", reserve.ErrInvalidOptions, opts.History)
 	}
-	return &Admin{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History}, nil
+	return &Client{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History}, nil
 }
 
-func (a *Admin) redisKey(key string) string { return redisKey(a.prefix, key) }
+func (a *Client) redisKey(key string) string { return layout.Key(a.prefix, key) }
 
-func (a *Admin) policiesKey() string { return a.prefix + "{limiters}:policies" }
+func (a *Client) policiesKey() string { return layout.Policies(a.prefix) }
 
 // A Change is one entry of a key's history.
 type Change struct {
@@ -91,31 +89,33 @@ type Change struct {
 // SetLimit stores pol as key's limit, enforced by every Limiter of the
 // fleet from its next reservation on, or with shadow true only counted
 // (see Admin). who and reason go to the key's history. Its bands charge
-// the units the callers' costs give ("permits" for a Limit): a policy
+// the units the callers' costs give ("permits" for a reserve.Limit): a policy
 // sharing no unit with the one the fleet's code reports for key is
-// refused (ErrInvalidPolicy), since it would limit nothing.
-func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow bool, who, reason string) (Change, error) {
+// refused (reserve.ErrInvalidPolicy), since it would limit nothing.
+func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, shadow bool, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
 	}
-	s, err := pol.compile()
+	text, err := pol.MarshalText()
 	if err != nil {
 		return Change{}, err
 	}
 	// Every Limiter reads the limit back: store only what reads back.
-	if _, err := parseStoredText(s.storedText()); err != nil {
+	var back reserve.Policy
+	if err := back.UnmarshalText(text); err != nil {
 		return Change{}, err
 	}
 	// A stored limit charges the units the callers' costs give: one that
 	// shares none with the policy the fleet's code reports would limit
 	// nothing (a "permits" limit on a key paced by requests and tokens).
 	if rep, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); err == nil {
-		_, text, _ := strings.Cut(rep, " ")
-		if code, err := parseStoredText(text); err == nil {
-			cs, _ := code.compile()
-			if !slices.ContainsFunc(s.units, func(u string) bool { return cs.unitIndex(u) >= 0 }) {
+		_, reported, _ := strings.Cut(rep, " ")
+		var code reserve.Policy
+		if err := code.UnmarshalText([]byte(reported)); err == nil {
+			ours, theirs := units(pol), units(code)
+			if !slices.ContainsFunc(ours, func(u string) bool { return slices.Contains(theirs, u) }) {
 				return Change{}, fmt.Errorf("%w: the fleet's code charges %s on %q, a limit on %s would limit nothing",
-					ErrInvalidPolicy, strings.Join(cs.units, ", "), key, strings.Join(s.units, ", "))
+					reserve.ErrInvalidPolicy, strings.Join(theirs, ", "), key, strings.Join(ours, ", "))
 			}
 		}
 	}
@@ -123,19 +123,19 @@ func (a *Admin) SetLimit(ctx context.Context, key string, pol Policy, shadow boo
 	if shadow {
 		mode = "shadow"
 	}
-	return a.admin(ctx, key, "set", mode+" "+s.storedText(), who, reason)
+	return a.admin(ctx, key, "set", mode+" "+string(text), who, reason)
 }
 
 // UnsetLimit removes key's stored limit: the fleet's Limiters go back to
 // the limits their code passes. ErrNotStored if none is stored.
-func (a *Admin) UnsetLimit(ctx context.Context, key, who, reason string) (Change, error) {
+func (a *Client) UnsetLimit(ctx context.Context, key, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
 	}
 	return a.admin(ctx, key, "unset", "", who, reason)
 }
 
-func (a *Admin) admin(ctx context.Context, key, op, value, who, reason string) (Change, error) {
+func (a *Client) admin(ctx context.Context, key, op, value, who, reason string) (Change, error) {
 	k := a.redisKey(key)
 	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history"},
 		op, value, who, reason, a.keep).Text()
@@ -146,16 +146,16 @@ func (a *Admin) admin(ctx context.Context, key, op, value, who, reason string) (
 }
 
 func adminError(op, key string, err error) error {
-	code, ok := errorCode(err)
+	code, ok := layout.ErrorCode(err)
 	switch {
 	case !ok:
-		return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
+		return fmt.Errorf("admin: %s %q: %w: %w", op, key, reserve.ErrUnavailable, err)
 	case code == "PACER_NOTSTORED":
-		return fmt.Errorf("reserve: %s %q: %w", op, key, ErrNotStored)
+		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotStored)
 	case scriptCodes[code] != nil:
-		return fmt.Errorf("reserve: %s %q: %w: %w", op, key, scriptCodes[code], err)
+		return fmt.Errorf("admin: %s %q: %w: %w", op, key, scriptCodes[code], err)
 	}
-	return fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	return fmt.Errorf("admin: %s %q: %w", op, key, err)
 }
 
 func parseChange(text string) (Change, error) {
@@ -168,7 +168,7 @@ func parseChange(text string) (Change, error) {
 		After  string `json:"after"`
 	}
 	if err := json.Unmarshal([]byte(text), &e); err != nil {
-		return Change{}, fmt.Errorf("reserve: a history entry %q: %w", text, err)
+		return Change{}, fmt.Errorf("admin: a history entry %q: %w", text, err)
 	}
 	return Change{At: time.UnixMilli(e.AtMS).UTC(), Op: e.Op, Who: e.Who, Reason: e.Reason,
 		Before: storedForPeople(e.Before), After: storedForPeople(e.After)}, nil
@@ -190,17 +190,20 @@ func storedForPeople(v string) string {
 	return pol.String()
 }
 
-func parseStored(v string) (Policy, bool, error) {
+func parseStored(v string) (reserve.Policy, bool, error) {
 	mode, text, _ := strings.Cut(v, " ")
 	if mode != "enforce" && mode != "shadow" {
-		return nil, false, fmt.Errorf("%w: %q: unknown mode", ErrStoredLimit, v)
+		return nil, false, fmt.Errorf("%w: %q: unknown mode", reserve.ErrStoredLimit, v)
 	}
-	pol, err := parseStoredText(text)
-	return pol, mode == "shadow", err
+	var pol reserve.Policy
+	if err := pol.UnmarshalText([]byte(text)); err != nil {
+		return nil, false, fmt.Errorf("%w: %w", reserve.ErrStoredLimit, err)
+	}
+	return pol, mode == "shadow", nil
 }
 
 // History returns key's changes, newest first.
-func (a *Admin) History(ctx context.Context, key string) ([]Change, error) {
+func (a *Client) History(ctx context.Context, key string) ([]Change, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -225,9 +228,9 @@ func (a *Admin) History(ctx context.Context, key string) ([]Change, error) {
 // stops and every bucket is empty when the pause ends. ErrUnknownKey when
 // Redis knows nothing of the key (no state, no stored limit, no policy
 // reported: a typo, most likely).
-func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
-	if d <= 0 || d > maxFill {
-		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
+func (a *Client) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
+	if d <= 0 || d > layout.MaxFill {
+		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", reserve.ErrInvalidDuration, d, layout.MaxFill)
 	}
 	st, err := a.Status(ctx, key)
 	if err != nil {
@@ -239,7 +242,7 @@ func (a *Admin) Pause(ctx context.Context, key string, d time.Duration, who, rea
 // runCore runs a script built on core.lua (pause.lua, resume.lua) on the
 // key st reads, on its records alone (no policy: k = 0), as the server's
 // clock and the whole share, then records note in the key's history.
-func (a *Admin) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
+func (a *Client) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
 	k := a.redisKey(st.Key)
 	args := append([]any{"", 0, "1", "permits", "0"}, extra...)
 	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
@@ -249,9 +252,9 @@ func (a *Admin) runCore(ctx context.Context, op, note string, script *redis.Scri
 	return err
 }
 
-// ErrNotPaused is returned by Admin.Resume for a key with no pause in
+// ErrNotPaused is returned by Client.Resume for a key with no pause in
 // force.
-var ErrNotPaused = errors.New("reserve: the key is not paused")
+var ErrNotPaused = errors.New("admin: the key is not paused")
 
 // Resume ends key's pause now and frees the key at once: the reservations
 // granted while the pause was in force move earlier, as if it had ended
@@ -260,13 +263,13 @@ var ErrNotPaused = errors.New("reserve: the key is not paused")
 // a window band's queue reaches past the window the pause ends in. It
 // records the resume in the history. ErrNotPaused if no pause is in force
 // (nothing is written); ErrUnknownKey as for Pause.
-func (a *Admin) Resume(ctx context.Context, key, who, reason string) error {
+func (a *Client) Resume(ctx context.Context, key, who, reason string) error {
 	st, err := a.Status(ctx, key)
 	if err != nil {
 		return err
 	}
 	if st.Paused <= 0 {
-		return fmt.Errorf("reserve: resume %q: %w", key, ErrNotPaused)
+		return fmt.Errorf("admin: resume %q: %w", key, ErrNotPaused)
 	}
 	return a.runCore(ctx, "resume", "resume", resumeScript, st, who, reason)
 }
@@ -280,16 +283,16 @@ type KeyStatus struct {
 	// "stored" (an operator's, enforced), "code" (the limit the fleet's
 	// code passes, as a Limiter last reported it, at Reported) or "unknown"
 	// (Policy nil: nothing stored, nothing reported).
-	Policy   Policy    `json:"-"`
-	Limit    string    `json:"limit"` // Policy.String()
-	Source   string    `json:"source"`
-	Reported time.Time `json:"reported,omitzero"`
+	Policy   reserve.Policy `json:"-"`
+	Limit    string         `json:"limit"` // Policy.String()
+	Source   string         `json:"source"`
+	Reported time.Time      `json:"reported,omitzero"`
 
 	// Stored is the stored limit, if any (StoredLimit: its String, "" for
 	// none); Shadow says it is in shadow mode.
-	Stored      Policy `json:"-"`
-	StoredLimit string `json:"stored"`
-	Shadow      bool   `json:"shadow"`
+	Stored      reserve.Policy `json:"-"`
+	StoredLimit string         `json:"stored"`
+	Shadow      bool           `json:"shadow"`
 
 	// HasState says whether Redis held the key's state (its schedule) at
 	// the read; without it the key is idle: every bucket full, no pause.
@@ -358,7 +361,7 @@ type ShadowFigures struct {
 }
 
 // Status reads key: ErrUnknownKey if Redis knows nothing of it.
-func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
+func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if err := checkKey(key); err != nil {
 		return KeyStatus{}, err
 	}
@@ -402,11 +405,12 @@ func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
 		return st, err
 	}
 	if !hasState && !hasStored && !hasReport {
-		return st, fmt.Errorf("reserve: status %q: %w", key, ErrUnknownKey)
+		return st, fmt.Errorf("admin: status %q: %w", key, ErrUnknownKey)
 	}
 	if hasReport {
 		ms, text, _ := strings.Cut(reportText, " ")
-		if pol, err := parseStoredText(text); err == nil {
+		var pol reserve.Policy
+		if err := pol.UnmarshalText([]byte(text)); err == nil {
 			st.Policy, st.Source = pol, "code"
 			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
 				st.Reported = time.UnixMilli(n).UTC()
@@ -429,7 +433,7 @@ func (a *Admin) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if hasState {
 		st.HasState = true
 		if err := st.readState(stateText); err != nil {
-			return st, fmt.Errorf("reserve: status %q: %w: %w", key, ErrWrongType, err)
+			return st, fmt.Errorf("admin: status %q: %w: %w", key, reserve.ErrWrongType, err)
 		}
 	}
 	if st.Shadow {
@@ -458,34 +462,34 @@ func stateFields(text string, head int) ([]string, [][3]string, error) {
 // readState fills st from the state text (core.lua, KEYS[1], either
 // format).
 func (st *KeyStatus) readState(text string) error {
-	ks, err := parseState(text)
+	ks, err := layout.ParseState(text)
 	if err != nil {
 		return err
 	}
-	st.Reservations = ks.seq
-	at := time.UnixMicro(ks.t) // the base of the times, in ns relative to it
+	st.Reservations = ks.Seq
+	at := time.UnixMicro(ks.T) // the base of the times, in ns relative to it
 	rel := func(ns float64) time.Duration { return at.Add(time.Duration(ns)).Sub(st.Now) }
-	if d := rel(ks.pauseNS); d > 0 {
+	if d := rel(ks.PauseNS); d > 0 {
 		st.Paused = d
 	}
-	st.Bands = st.bands(ks.records, rel)
+	st.Bands = st.bands(ks.Records, rel)
 	return nil
 }
 
 // bands reads band records with the policy in force where it names them.
-func (st *KeyStatus) bands(recs []stateRecord, rel func(float64) time.Duration) []BandStatus {
+func (st *KeyStatus) bands(recs []layout.Record, rel func(float64) time.Duration) []BandStatus {
 	out := make([]BandStatus, 0, len(recs))
 	for _, r := range recs {
-		var band *Band
-		if i := slices.IndexFunc(st.Policy, func(b Band) bool { return b.Name == r.name }); i >= 0 {
+		var band *reserve.Band
+		if i := slices.IndexFunc(st.Policy, func(b reserve.Band) bool { return b.Name == r.Name }); i >= 0 {
 			band = &st.Policy[i]
 		}
-		x, y, isBucket := r.x, r.y, r.bucket
-		b := BandStatus{Name: r.name, Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
+		x, y, isBucket := r.X, r.Y, r.Bucket
+		b := BandStatus{Name: r.Name, Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
 		if isBucket {
 			z := rel(x)
 			b.LastSlot = rel(y)
-			if band != nil && band.Limit != (Limit{}) {
+			if band != nil && band.Limit != (reserve.Limit{}) {
 				b.Balance = math.Min(float64(band.Limit.Burst), -z.Seconds()*band.Limit.Rate)
 				// A pause leaves the bucket empty at its end: only what
 				// is reserved beyond that waits in a queue.
@@ -493,7 +497,7 @@ func (st *KeyStatus) bands(recs []stateRecord, rel func(float64) time.Duration) 
 			}
 		} else {
 			b.Used = y
-			if band != nil && band.Window != (Window{}) {
+			if band != nil && band.Window != (reserve.Window{}) {
 				w := band.Window
 				b.N = w.N
 				origin := w.Origin
@@ -539,12 +543,12 @@ func (st *KeyStatus) readShadow(text string) {
 // the key as the fleet passes it, braces included; "" or "*" for all),
 // sorted: those with a state, a stored limit or a policy reported by a
 // Limiter.
-func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
+func (a *Client) Keys(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
 	}
 	// Keys are stored escaped (RedisKey): so is the pattern's text.
-	pattern = escapeKey(pattern)
+	pattern = layout.Escape(pattern)
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, a.prefix+"{"+pattern+"}*", 1000).Iterator()
@@ -559,7 +563,7 @@ func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
 			if name == "limiters" || (suffix != "" && suffix != ":limit") {
 				continue
 			}
-			seen[unescapeKey(name)] = true
+			seen[layout.Unescape(name)] = true
 		}
 		return it.Err()
 	}
@@ -577,7 +581,7 @@ func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
 		return nil, adminError("keys", pattern, err)
 	}
 	for _, k := range reported {
-		if ok, _ := globMatch(pattern, escapeKey(k)); ok {
+		if ok, _ := globMatch(pattern, layout.Escape(k)); ok {
 			seen[k] = true
 		}
 	}
@@ -587,15 +591,6 @@ func (a *Admin) Keys(ctx context.Context, pattern string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-var keyUnescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
-
-func unescapeKey(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	return keyUnescaper.Replace(s)
 }
 
 // globMatch matches s against a Redis glob pattern: '*', '?', '[...]' and
@@ -664,7 +659,7 @@ type Member struct {
 
 // Fleet returns the Limiters heard from within the fleet's SilentHold, the
 // most recently heard first.
-func (a *Admin) Fleet(ctx context.Context) ([]Member, error) {
+func (a *Client) Fleet(ctx context.Context) ([]Member, error) {
 	k := a.prefix + "{limiters}"
 	pipe := a.rdb.Pipeline()
 	zs := pipe.ZRangeWithScores(ctx, k, 0, -1)
@@ -687,4 +682,39 @@ func (a *Admin) Fleet(ctx context.Context) ([]Member, error) {
 	}
 	slices.SortFunc(out, func(x, y Member) int { return y.Heard.Compare(x.Heard) })
 	return out, nil
+}
+
+var (
+	adminScript  = redis.NewScript(lua.Admin)
+	pauseScript  = redis.NewScript(lua.Pause)
+	resumeScript = redis.NewScript(lua.Resume)
+)
+
+// scriptCodes maps the scripts' error codes to reserve's sentinels, as a
+// Limiter does.
+var scriptCodes = map[string]error{
+	"PACER_WRONGTYPE": reserve.ErrWrongType,
+	"PACER_EXCEEDS":   reserve.ErrStoredLimit,
+	"PACER_CONFIG":    reserve.ErrStoredLimit,
+	"WRONGTYPE":       reserve.ErrWrongType, // a command Redis refused itself
+}
+
+// checkKey reports an empty key.
+func checkKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("admin: %w", reserve.ErrEmptyKey)
+	}
+	return nil
+}
+
+// units returns the units pol's bands charge, in order, once each (a
+// band's Unit, or its Name: see reserve.Band).
+func units(pol reserve.Policy) []string {
+	var out []string
+	for _, b := range pol {
+		if u := cmp.Or(b.Unit, b.Name); !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
 }

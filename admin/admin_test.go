@@ -1,12 +1,15 @@
-package reserve_test
+package admin_test
 
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -27,7 +30,7 @@ func TestStoredLimit(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix, History: 2})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix, History: 2})
 	require.NoError(t, err)
 
 	code := reserve.Limit{Rate: 10, Burst: 1}
@@ -63,7 +66,7 @@ func TestStoredLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{320 * ms}, slots(1), "the code's 10/s again")
 	_, err = a.UnsetLimit(ctx, "api", "ops", "twice")
-	assert.ErrorIs(t, err, reserve.ErrNotStored)
+	assert.ErrorIs(t, err, admin.ErrNotStored)
 
 	h, err := a.History(ctx, "api")
 	require.NoError(t, err)
@@ -87,7 +90,7 @@ func TestShadowLimit(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 
 	code := reserve.Limit{Rate: 1000, Burst: 10}
@@ -141,12 +144,12 @@ func TestAdminStatus(t *testing.T) {
 	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 
 	_, err = a.Status(ctx, "nobody")
-	assert.ErrorIs(t, err, reserve.ErrUnknownKey)
-	assert.ErrorIs(t, a.Pause(ctx, "nobody", time.Second, "ops", ""), reserve.ErrUnknownKey)
+	assert.ErrorIs(t, err, admin.ErrUnknownKey)
+	assert.ErrorIs(t, a.Pause(ctx, "nobody", time.Second, "ops", ""), admin.ErrUnknownKey)
 
 	code := reserve.Limit{Rate: 10, Burst: 1}
 	for range 11 { // the last slot 1 s away, 10 queued behind the first
@@ -172,7 +175,7 @@ func TestAdminStatus(t *testing.T) {
 	assert.Greater(t, st.Paused, 59*time.Minute)
 	assert.LessOrEqual(t, st.Bands[0].Queued, 11.0, "the pause's hour is not a queue of 36,000 permits")
 	require.NoError(t, a.Resume(ctx, "api{1}", "ops", "over"))
-	assert.ErrorIs(t, a.Resume(ctx, "api{1}", "ops", "twice"), reserve.ErrNotPaused)
+	assert.ErrorIs(t, a.Resume(ctx, "api{1}", "ops", "twice"), admin.ErrNotPaused)
 	st, err = a.Status(ctx, "api{1}")
 	require.NoError(t, err)
 	assert.Zero(t, st.Paused)
@@ -219,9 +222,9 @@ func TestAdminBadInput(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	a, err := reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: prefix})
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
-	_, err = reserve.NewAdmin(s.Client, reserve.AdminOptions{KeyPrefix: "x{"})
+	_, err = admin.New(s.Client, admin.Options{KeyPrefix: "x{"})
 	assert.ErrorIs(t, err, reserve.ErrInvalidOptions)
 
 	_, err = a.SetLimit(ctx, "k", reserve.Limit{Rate: 0, Burst: 1}.Policy(), false, "", "")
@@ -251,4 +254,10 @@ func TestPolicyString(t *testing.T) {
 		{Name: "huge", Unit: "points", Limit: reserve.Limit{Rate: 1e300, Burst: 1}},
 	}
 	assert.Equal(t, "requests: 500 per 1m0s; tokens: 500/s, burst 30000; huge: 1e+300/s, burst 1 (points)", pol.String())
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func closeLimiter(t *testing.T, l *reserve.Limiter) {
+	t.Cleanup(func() { _ = l.Close() })
 }

@@ -1,0 +1,82 @@
+// Package layout is the Redis protocol pacer speaks, shared by package
+// reserve (the Limiter) and package admin (the operator's view): where a
+// key's records live, how its state string reads, and the scripts' error
+// codes. The scripts themselves are in package lua, and lua/core.lua's
+// header documents the state format.
+package layout
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxFill is the longest time an empty bucket may take to fill, and the
+// longest pause: it keeps every duration the scripts compute far inside a
+// double's exact range.
+const MaxFill = 10 * 365 * 24 * time.Hour
+
+// Key is the Redis key of key's state under prefix: prefix + "{" + key +
+// "}", braces and '%' in key escaped (%7B, %7D, %25), so that every Redis
+// key of key shares one Cluster hash tag and no two keys share a Redis key.
+// A key's other records are this plus a suffix (":limit", ":shadow",
+// ":history", ":rate", ":h:<holder>").
+func Key(prefix, key string) string { return prefix + "{" + Escape(key) + "}" }
+
+var (
+	escaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	unescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
+)
+
+// Escape escapes a key as Key does.
+func Escape(key string) string {
+	if !strings.ContainsAny(key, "%{}") {
+		return key
+	}
+	return escaper.Replace(key)
+}
+
+// Unescape undoes Escape.
+func Unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return unescaper.Replace(s)
+}
+
+// FleetKeys are the fleet's records under prefix, in one hash tag: the
+// heartbeat set, the members' details, the policies the fleet's code
+// reports for its keys, the ids in order, the suspects checked and the
+// reports' times.
+func FleetKeys(prefix string) []string {
+	k := prefix + "{limiters}"
+	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+}
+
+// Policies is the hash of the policies the fleet's code reports, by key
+// (FleetKeys' third).
+func Policies(prefix string) string { return prefix + "{limiters}:policies" }
+
+// ErrorCode returns the first word of a Redis error reply (a script's
+// PACER_* code, or Redis's own: LOADING, OOM, ...); ok is false for other
+// errors (connections refused or reset, timeouts, a closed pool).
+func ErrorCode(err error) (code string, ok bool) {
+	var reply redis.Error
+	if !errors.As(err, &reply) || isNetError(err) {
+		return "", false
+	}
+	msg := reply.Error()
+	if i := strings.IndexByte(msg, ' '); i > 0 {
+		msg = msg[:i]
+	}
+	return msg, true
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed)
+}

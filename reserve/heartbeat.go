@@ -1,0 +1,345 @@
+package reserve
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+var heartbeatScript = redis.NewScript(lua.Heartbeat)
+
+// fleetKeys are the heartbeat set, the fleet's details, the policies
+// reported, the ids in order, the suspects checked and the reports' times,
+// in one hash tag.
+func (l *Limiter) fleetKeys() []string { return layout.FleetKeys(l.opts.KeyPrefix) }
+
+// reports are the policies this Limiter's code passes, per key, for the
+// heartbeat to report to operators (admin.Client.Status shows them as the limit
+// in force when none is stored). Each is reported when first used or
+// changed, and again every reportEvery while in use; the fleet's hash drops
+// a report not renewed within reportKeep. At most maxReports keys are
+// tracked (the least recently used go first), reportBatch reported per
+// heartbeat.
+type reports struct {
+	mu sync.Mutex
+	m  map[string]*report
+}
+
+type report struct {
+	s    *spec
+	sent time.Time
+	used time.Time
+}
+
+const (
+	maxReports  = 10_000
+	reportBatch = 500
+	reportEvery = time.Minute
+	reportKeep  = 3 * reportEvery
+)
+
+func (r *reports) note(key string, s *spec) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.m[key]; ok {
+		if e.s != s && e.s.sig != s.sig {
+			e.s, e.sent = s, time.Time{}
+		}
+		e.used = now
+		return
+	}
+	if r.m == nil {
+		r.m = make(map[string]*report)
+	}
+	if len(r.m) >= maxReports {
+		// Make room: the least recently used tenth goes.
+		used := make([]time.Time, 0, len(r.m))
+		for _, e := range r.m {
+			used = append(used, e.used)
+		}
+		slices.SortFunc(used, func(a, b time.Time) int { return a.Compare(b) })
+		cut := used[len(used)/10]
+		for k, e := range r.m {
+			if !e.used.After(cut) {
+				delete(r.m, k)
+			}
+		}
+	}
+	r.m[key] = &report{s: s, used: now}
+}
+
+// due returns the heartbeat's arguments for the reports due now (key,
+// "<ms> <policy>" pairs): those of keys used since their last report and
+// not reported within reportEvery, and marks them sent.
+func (r *reports) due(now time.Time) []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []any
+	for key, e := range r.m {
+		if len(out) >= 2*reportBatch {
+			break
+		}
+		if now.Sub(e.sent) >= reportEvery && e.used.After(e.sent) {
+			out = append(out, key, strconv.FormatInt(now.UnixMilli(), 10)+" "+e.s.storedText())
+			e.sent = now
+		}
+	}
+	return out
+}
+
+// heartbeat records this Limiter as live, with its mode, and learns the
+// fleet. While degraded it is the probe. It runs again at once (twice at
+// most) when the reply changed what the next one says: members were found
+// to have exited, or this Limiter's local share changed, whose size the
+// others keep to if it loses Redis (combination runner, seed 25: reported
+// a heartbeat late, the others held it on a lattice of another size).
+func (l *Limiter) heartbeat(ctx context.Context) error {
+	for i := 0; ; i++ {
+		again, err := l.heartbeatOnce(ctx)
+		if err != nil || !again || i == 2 {
+			return err
+		}
+	}
+}
+
+func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
+	l.health.mu.Lock()
+	mode, since, outage := "redis", l.health.since, l.health.outage
+	if l.health.degraded {
+		mode = "local"
+	}
+	l.health.mu.Unlock()
+	// A Limiter is live if heard from within two intervals. But right after
+	// an outage of this Limiter's own (it paced locally, or its heartbeat
+	// failed), one that has not been heard from since the outage began
+	// most likely lost Redis too and may still pace locally on its share:
+	// it counts as held (the shares of the Limiters on Redis leave room
+	// for it) until it is heard from again. Without this, the first
+	// Limiter back would take the whole rate from Redis while the others
+	// still paced locally. A Limiter just started has
+	// heard from nobody yet: a member not heard from within a heartbeat
+	// (suspectAfter: they come every interval ± 10%) counts as held too,
+	// since it may have lost Redis and pace locally; a process started
+	// again as an outage ended otherwise took the whole rate on the
+	// strength of heartbeats the others sent before it (combination
+	// runner, seed 136).
+	live := 2 * l.opts.HeartbeatInterval
+	if !outage.IsZero() {
+		live = min(live, max(time.Since(outage), time.Millisecond))
+	}
+	if d := time.Since(l.started); d < live {
+		live = min(live, max(d, l.suspectAfter()))
+	}
+	// The presence connection first: the heartbeat says whether it is
+	// named (a named member can be found to have exited).
+	var (
+		node redis.UniversalClient
+		cid  int64
+		run  string
+	)
+	if mode == "redis" {
+		node, cid, run = l.present(ctx)
+	}
+	ls, _ := l.fleet.localShare()
+	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(max(ls.N, 0))
+	if cid != 0 {
+		flag += " " + run
+	}
+	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
+		strconv.FormatInt(live.Milliseconds(), 10),
+		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
+		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
+		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
+	args = append(args, l.reports.due(time.Now())...)
+	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		// A deadline per try: a heartbeat Redis runs after its caller gave
+		// up changes nothing (heartbeat.lua's ARGV[9]).
+		if d, ok := l.heartbeatDeadline(); ok {
+			args[8] = strconv.FormatInt(d, 10)
+		}
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
+	}, nil)
+	if err != nil {
+		if mode == "redis" {
+			// Redis failed this Limiter's heartbeat, though not (yet) its
+			// calls: it failed the others' too, most likely, and some may
+			// pace locally now. An outage of its own, for the rule above
+			// (combination runner, seed 55: a member whose calls a lease
+			// served through an out-of-memory Redis took the whole rate at
+			// its end beside a member still pacing locally).
+			l.health.mu.Lock()
+			if !l.health.degraded {
+				l.health.outage = time.Now()
+			}
+			l.health.mu.Unlock()
+		}
+		return false, err
+	}
+	r, ok := res.([]any)
+	if !ok || len(r) != 10 {
+		return false, nil
+	}
+	n, ok1 := r[4].(int64)
+	rank, ok2 := r[3].(int64)
+	heldList, ok3 := r[5].([]any)
+	suspects, ok4 := r[6].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 {
+		return false, nil
+	}
+	held := make([]int, 0, len(heldList))
+	for _, h := range heldList {
+		if k, ok := h.(int64); ok && k >= 0 && k < n {
+			held = append(held, int(k))
+		}
+	}
+	slices.Sort(held)
+	held = slices.Compact(held)
+	liveN, _ := r[1].(int64)
+	heldN, _ := r[2].(int64)
+	latticeN, _ := r[7].(int64)
+	before, _ := r[8].(int64)
+	var ranks []int
+	if rs, ok := r[9].([]any); ok {
+		for _, x := range rs {
+			if k, ok := x.(int64); ok {
+				ranks = append(ranks, int(k))
+			}
+		}
+	}
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
+	l.fleet.taken(ranks)
+	l.logView(ctx, mode)
+	// Only a member connected to the fleet's server itself checks (not one
+	// pacing locally: its client may reach another node, or none).
+	if len(suspects) > 0 && cid != 0 && l.checkSuspects(ctx, node, run, suspects) {
+		// Members removed: learn the fleet without them at once.
+		return true, nil
+	}
+	now, _ := l.fleet.localShare()
+	return now.N != ls.N, nil
+}
+
+// heartbeatDeadline returns the deadline of a heartbeat sent now, Unix ms
+// on the server's clock: when this Limiter gives up on it (CallTimeout),
+// plus the estimate's error. ok is false without an estimate of the
+// server's clock (a Clock set, or no round trip yet).
+func (l *Limiter) heartbeatDeadline() (int64, bool) {
+	if !l.serverTime {
+		return 0, false
+	}
+	ns, rtt, ok := l.sync.bestServer(l.clock.Now())
+	if !ok {
+		return 0, false
+	}
+	return (ns + int64(l.opts.CallTimeout+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
+}
+
+// logView logs the fleet's view at Debug when it changed: the shares this
+// Limiter takes on Redis and locally.
+func (l *Limiter) logView(ctx context.Context, mode string) {
+	if !l.opts.Logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	f := &l.fleet
+	ls, _ := f.localShare()
+	f.mu.Lock()
+	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v before=%d also=%d",
+		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.alsoN())
+	f.mu.Unlock()
+	view += fmt.Sprintf(" redis=%q local=%d/%d", f.redisShare().Arg(), ls.Member, ls.N)
+	f.mu.Lock()
+	changed := view != f.lastView
+	f.lastView = view
+	f.mu.Unlock()
+	if changed {
+		l.opts.Logger.Debug("pacer: fleet view", "view", view, "limiter", l.id)
+	}
+}
+
+// suspectAfter is how long a member may be silent before the fleet checks
+// whether its process still holds a connection: a little over one
+// heartbeat (they come every interval ± 10%), well before it would count
+// as held (two intervals), so that a process that exited is removed before
+// anyone keeps its share back.
+func (l *Limiter) suspectAfter() time.Duration { return l.opts.HeartbeatInterval * 11 / 10 }
+
+// checkSuspects looks for each suspect's presence connection (by client
+// id, and its name) in CLIENT LIST: a member whose connection is gone has
+// exited (killed, crashed), and is removed from the fleet at once; one still
+// connected is stalled or cut off from Redis and stays held (up to
+// SilentHold). suspects are triples of a Limiter id, a client id and the
+// run id of the server that gave it: only those opened on node's server,
+// run, are checked (see presence). A Redis that refuses CLIENT LIST (an ACL
+// without it) leaves them held.
+func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient, run string, suspects []any) (removed bool) {
+	var ids []int64
+	cid := map[string]int64{}
+	for i := 0; i+2 < len(suspects); i += 3 {
+		id, _ := suspects[i].(string)
+		c, err := strconv.ParseInt(fmt.Sprint(suspects[i+1]), 10, 64)
+		on, _ := suspects[i+2].(string)
+		if id == "" || id == l.id || err != nil || run == "" || on != run {
+			continue
+		}
+		cid[id] = c
+		ids = append(ids, c)
+	}
+	if len(ids) == 0 {
+		return false
+	}
+	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		return clientListIDs(ctx, node, ids...)
+	}, nil)
+	if err != nil {
+		return false
+	}
+	connected := map[string]bool{}
+	for line := range strings.SplitSeq(res.(string), "\n") {
+		var name, id string
+		for field := range strings.FieldsSeq(line) {
+			if v, ok := strings.CutPrefix(field, "name=pacer-"); ok {
+				name = v
+			} else if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
+			}
+		}
+		if name != "" && id == strconv.FormatInt(cid[name], 10) {
+			connected[name] = true
+		}
+	}
+	var gone, alive []string
+	for id := range cid {
+		if connected[id] {
+			alive = append(alive, id)
+		} else {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	if len(gone) > 0 {
+		l.opts.Logger.Info("pacer: fleet members exited without Close (their connection is gone): their shares go back to the fleet",
+			"members", gone, "limiter", l.id)
+	}
+	_, err = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
+	}, nil)
+	return err == nil && len(gone) > 0
+}
+
+// leave removes this Limiter from the heartbeat set (Close).
+func (l *Limiter) leave(ctx context.Context) error {
+	_, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave").Result()
+	}, nil)
+	return err
+}
