@@ -73,12 +73,21 @@
 // every band keeps its queue and its windows across a set and an unset.
 // Slots already granted keep their places: a raised limit applies to the
 // slots granted after the change (those already queued drain at the old
-// rate first), a lowered one once the queue granted before it has drained. In shadow mode the stored limit is only counted:
-// the code's limit is enforced and admin.Client.Status tells how many calls the
-// stored one would have delayed, and by how much. Every change is kept in
-// the key's history (who, when, why, before and after). Limiters report
-// their code's policies and their mode (on Redis, or pacing locally) with
-// their heartbeat, so admin.Client.Status and admin.Client.Fleet can show them.
+// rate first), a lowered one once the queue granted before it has drained.
+// In shadow mode the stored limit is only counted: the code's limit is
+// enforced and admin.Client.Status tells how many calls the stored one
+// would have delayed, and by how much. Every change is kept in the key's
+// history (who, when, why, before and after). Limiters report their code's
+// policies and their mode (on Redis, or pacing locally) with their
+// heartbeat, so admin.Client.Status and Fleet can show them.
+//
+// # Packages built on reserve
+//
+// Package admin is the operator's view and controls (cmd/pacer is built on
+// it); package hold keeps slots for a job queue's jobs (packages worker and
+// scheduler, for asynq, share it); package adaptive learns a rate the
+// provider does not publish (package pacehttp uses it). They reach the
+// Limiter's path to Redis through it, and add nothing to its API.
 //
 // Use it when several processes (job workers, crawlers, batch pipelines) share
 // one third-party quota. Within a single process, golang.org/x/time/rate

@@ -35,33 +35,38 @@ import (
 // Time is Redis server time, so the processes' clocks may disagree; durations
 // are exact to the ns, rounded up, and a slot is placed on the local clock by
 // an estimate of the server clock's offset, never more than MaxEarly early.
-// When Redis is slow or gone, a Limiter paces each key locally on its share of the rate
-// and comes back to Redis by itself (see Options). A Limiter is safe for
-// concurrent use; all processes that share a Redis and a KeyPrefix share
-// the keys. It is created with New; the zero value is not usable.
+// When Redis is slow or gone, a Limiter paces each key locally on its share
+// of the rate and comes back to Redis by itself (see Options). A Limiter is
+// safe for concurrent use; all processes that share a Redis and a KeyPrefix
+// share the keys. It is created with New; the zero value is not usable.
 type Limiter struct {
+	opts  Options
+	clock Clock
+	id    string // this Limiter in the fleet's heartbeat set
+
+	// A call's way, stage by stage (see wait.go).
+	specs     sync.Map     // checking: Limit -> *spec, the compiled one-band policies
+	nspecs    atomic.Int64 // how many specs holds
+	refusals  refusals     // checking: maximum waits known too short (refusals.go)
+	coalescer coalescer    // 1, forming a batch: queues and leases (batch.go, lease.go)
+	local     *fallback    // 2, running it while Redis is unavailable (fallback.go)
+	horizons  horizons     // 2: the latest slot Redis granted, per key, where a local schedule starts (horizons.go)
+	sync      clockSync    // 3, placing slots: the server's clock against the local one, with serverTime (place.go)
+	pauses    pauseChecks  // 4, sleeping: the keys' pauses read and made (sleep.go)
+	sleeper   wake.Sleeper // 4: the precise timer
+
+	// The path to Redis (call.go) and its health.
 	rdb        redis.UniversalClient
 	ownsClient bool // rdb was made by New (see tunedClient): Close closes it
-	opts       Options
-	clock      Clock
 	serverTime bool
-	sync       clockSync // the server's clock against the local one, with serverTime
-	reload     func()    // asks a Cluster client to reload its slot map
-	id         string    // this Limiter in the fleet's heartbeat set
-	sleeper    wake.Sleeper
+	reload     func() // asks a Cluster client to reload its slot map
+	health     health // (health.go)
 
-	health    health
-	fleet     fleetView
-	presence  presence  // a named connection kept open while the Limiter lives (fleet.go)
-	started   time.Time // when New made it (see heartbeat)
-	local     *fallback // the local fallback (fallback.go)
-	horizons  horizons
-	refusals  refusals
-	coalescer coalescer
-	specs     sync.Map // Limit -> *spec, the compiled one-band policies
-	nspecs    atomic.Int64
-	pauses    pauseChecks
-	reports   reports // the policies the code passes, for operators
+	// The fleet: heartbeats, shares and what is reported to operators.
+	fleet    fleetView // (fleet.go)
+	presence presence  // a named connection kept open while the Limiter lives (presence.go)
+	started  time.Time // when New made it (see heartbeat)
+	reports  reports   // the policies the code passes, for operators (heartbeat.go)
 
 	closed     atomic.Bool
 	closeOnce  sync.Once

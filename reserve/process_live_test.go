@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
-	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/require"
@@ -37,14 +36,7 @@ func TestLiveChangeAcrossProcesses(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	const procs, goroutines = 3, 8
 	code := reserve.Limit{Rate: 50, Burst: 5}
-	start := time.Now().Add(time.Second)
 	const phase = 2 * time.Second
-	end := start.Add(5 * phase) // the shadow phase is twice as long: its first second drains the 20/s queue
-	f, err := fleet.Start(t.Context(), fleet.Options{Env: childEnv, Procs: procs, Args: []string{"-test.run=^$"},
-		Spec: childSpec{Redis: s.URL, Prefix: prefix, Rate: code.Rate, Burst: code.Burst, Goroutines: goroutines,
-			Start: start.UnixNano(), End: end.UnixNano()}})
-	require.NoError(t, err)
-
 	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	type change struct {
@@ -53,23 +45,23 @@ func TestLiveChangeAcrossProcesses(t *testing.T) {
 		at     time.Time // Redis's clock, ms
 	}
 	changes := []change{{lim: reserve.Limit{Rate: 100, Burst: 5}}, {lim: reserve.Limit{Rate: 20, Burst: 2}}, {lim: reserve.Limit{Rate: 10, Burst: 1}, shadow: true}}
-	for i := range changes {
-		time.Sleep(time.Until(start.Add(time.Duration(i+1) * phase)))
-		ch, err := a.SetLimit(ctx, "shared", changes[i].lim.Policy(), changes[i].shadow, "test", fmt.Sprint("phase ", i+1))
-		require.NoError(t, err)
-		changes[i].at = ch.At
-	}
-	_ = f.Wait()
-	var slots []int64
-	for _, c := range f.Children() {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("child %d: %v\n%s", c.Index, err, c.Stderr())
-		}
-		for _, line := range c.Lines() {
-			var slot, woke int64
-			if _, err := fmt.Sscan(line, &slot, &woke); err != nil {
-				t.Fatalf("child %d: bad line %q", c.Index, line)
+	// The shadow phase is twice as long: its first second drains the 20/s
+	// queue.
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: prefix, Rate: code.Rate, Burst: code.Burst, Goroutines: goroutines}, 5*phase,
+		func(start, _ time.Time) {
+			for i := range changes {
+				time.Sleep(time.Until(start.Add(time.Duration(i+1) * phase)))
+				ch, err := a.SetLimit(ctx, "shared", changes[i].lim.Policy(), changes[i].shadow, "test", fmt.Sprint("phase ", i+1))
+				require.NoError(t, err)
+				changes[i].at = ch.At
 			}
+		})
+	start, end := out.Start, out.End
+	var slots []int64
+	for i, lines := range out.Lines {
+		for _, line := range lines {
+			var slot, woke int64
+			scanLine(t, i, line, &slot, &woke)
 			slots = append(slots, slot)
 		}
 	}

@@ -20,8 +20,8 @@ var callMix = map[string][]struct {
 	kind   string
 	weight int
 }{
-	KeySliding: {{"wait", 20}, {"reserve", 40}, {"try", 30}, {"cancel", 10}},
-	KeyPolicy:  {{"waitp", 15}, {"reservep", 45}, {"tryp", 30}, {"cancelp", 10}},
+	KeySliding: {{"wait", 20}, {"reserve", 35}, {"try", 25}, {"allow", 10}, {"cancel", 10}},
+	KeyPolicy:  {{"waitp", 15}, {"reservep", 40}, {"tryp", 25}, {"allowp", 10}, {"cancelp", 10}},
 	KeyHot:     {{"reserve", 80}, {"wait", 10}, {"try", 10}},
 }
 
@@ -106,6 +106,27 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		fire := time.Now()
 		// A Wait tells no slot: it lies between the call and MaxEarly
 		// after its return.
+		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
+		return cl.send(ctx, call, nil)
+	case "allow", "allowp":
+		var ok bool
+		if key.single {
+			ok, err = c.l.Allow(ctx, key.name, key.limit)
+		} else {
+			ok, err = c.l.AllowN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
+		}
+		if c.failed(ctx, kind, key.name, err) {
+			return 0
+		}
+		if !ok {
+			c.count(kind + "-refused")
+			sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
+			return 0
+		}
+		// An Allow tells no slot either: it was free when the script ran,
+		// between the call and MaxEarly after its return. Its cost is
+		// not settled (there is no Reservation to settle).
+		fire := time.Now()
 		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
 		return cl.send(ctx, call, nil)
 	case "reserve", "cancel", "reservep", "cancelp":
