@@ -96,6 +96,9 @@ func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, s
 	if err := checkKey(key); err != nil {
 		return Change{}, err
 	}
+	if err := pol.Validate(); err != nil {
+		return Change{}, err
+	}
 	text, err := pol.MarshalText()
 	if err != nil {
 		return Change{}, err
@@ -111,7 +114,7 @@ func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, s
 	if rep, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); err == nil {
 		_, reported, _ := strings.Cut(rep, " ")
 		var code reserve.Policy
-		if err := code.UnmarshalText([]byte(reported)); err == nil {
+		if err := code.UnmarshalText([]byte(reported)); err == nil && len(code) > 0 {
 			ours, theirs := units(pol), units(code)
 			if !slices.ContainsFunc(ours, func(u string) bool { return slices.Contains(theirs, u) }) {
 				return Change{}, fmt.Errorf("%w: the fleet's code charges %s on %q, a limit on %s would limit nothing",
@@ -198,6 +201,9 @@ func parseStored(v string) (reserve.Policy, bool, error) {
 	var pol reserve.Policy
 	if err := pol.UnmarshalText([]byte(text)); err != nil {
 		return nil, false, fmt.Errorf("%w: %w", reserve.ErrStoredLimit, err)
+	}
+	if len(pol) == 0 {
+		return nil, false, fmt.Errorf("%w: %q: no bands", reserve.ErrStoredLimit, v)
 	}
 	return pol, mode == "shadow", nil
 }
@@ -410,7 +416,7 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if hasReport {
 		ms, text, _ := strings.Cut(reportText, " ")
 		var pol reserve.Policy
-		if err := pol.UnmarshalText([]byte(text)); err == nil {
+		if err := pol.UnmarshalText([]byte(text)); err == nil && len(pol) > 0 {
 			st.Policy, st.Source = pol, "code"
 			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
 				st.Reported = time.UnixMilli(n).UTC()

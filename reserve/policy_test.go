@@ -216,8 +216,19 @@ func TestPolicyText(t *testing.T) {
 	assert.ErrorIs(t, err, reserve.ErrInvalidPolicy)
 	assert.ErrorIs(t, reserve.Policy{{Name: "a", Limit: reserve.Limit{Rate: -1, Burst: 1}}}.Validate(), reserve.ErrInvalidRate)
 	kept := back["api"]
-	for _, bad := range []string{"", "2 a a b 1 1", "1 a a x 1 1", "1 a a b 0 1", "1 a a w 5 nope"} {
+	for _, bad := range []string{"2 a a b 1 1", "1 a a x 1 1", "1 a a b 0 1", "1 a a w 5 nope", "0"} {
 		assert.ErrorIs(t, kept.UnmarshalText([]byte(bad)), reserve.ErrInvalidPolicy, "UnmarshalText(%q)", bad)
 		assert.Equal(t, pol.String(), kept.String(), "UnmarshalText(%q) changed the Policy", bad)
 	}
+
+	// No policy (nil) goes through JSON as "" and back as nil: a struct
+	// holding an unset Policy still encodes (the combination runner's
+	// dump failed on one).
+	type holder struct{ P reserve.Policy }
+	data, err = json.Marshal(holder{})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"P": ""}`, string(data))
+	got := holder{P: pol}
+	require.NoError(t, json.Unmarshal(data, &got))
+	assert.Nil(t, got.P)
 }

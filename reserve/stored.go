@@ -25,8 +25,12 @@ func (p Policy) Validate() error {
 // MarshalText encodes p in the text form the scripts read and cmd/pacer
 // stores ("1 permits permits b 10 5" is Limit{Rate: 10, Burst: 5}), so that a
 // Policy can live in a JSON or YAML configuration. p must be valid
-// (Validate). A window's Origin is kept modulo its Length, in whole µs.
+// (Validate), or empty: no policy is "". A window's Origin is kept modulo
+// its Length, in whole µs.
 func (p Policy) MarshalText() ([]byte, error) {
+	if len(p) == 0 {
+		return []byte{}, nil
+	}
 	s, err := p.compile()
 	if err != nil {
 		return nil, err
@@ -35,9 +39,13 @@ func (p Policy) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText decodes MarshalText's form into p, checked (an error
-// matching ErrInvalidPolicy or the band's own). p is left as it was on an
-// error.
+// matching ErrInvalidPolicy or the band's own); "" is no policy (nil). p is
+// left as it was on an error.
 func (p *Policy) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*p = nil
+		return nil
+	}
 	pol, err := parseStoredText(string(text))
 	if err != nil {
 		return err

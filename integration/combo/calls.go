@@ -22,7 +22,7 @@ var callMix = map[string][]struct {
 }{
 	KeySliding: {{"wait", 20}, {"reserve", 35}, {"try", 25}, {"allow", 10}, {"cancel", 10}},
 	KeyPolicy:  {{"waitp", 15}, {"reservep", 40}, {"tryp", 25}, {"allowp", 10}, {"cancelp", 10}},
-	KeyHot:     {{"reserve", 80}, {"wait", 10}, {"try", 10}},
+	KeyHot:     {{"reserve", 70}, {"wait", 10}, {"try", 10}, {"allow", 10}},
 }
 
 // caller is one goroutine calling one key.
