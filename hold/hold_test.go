@@ -96,7 +96,7 @@ func testClaimBadInput(t *testing.T, b backend) {
 	}
 	for _, o := range []hold.Options{{StaleAfter: -1}, {Early: -1}, {NotBefore: -1}} {
 		_, err := hold.New(l, o)
-		assert.ErrorIs(t, err, reserve.ErrInvalidDuration, "Holds(%+v)", o)
+		assert.ErrorIs(t, err, reserve.ErrInvalidDuration, "hold.New(%+v)", o)
 	}
 	assert.Equal(t, map[string]string{"type": "none"}, snapshot(t, b, l, "k"), "bad input wrote to Redis")
 }
@@ -380,7 +380,7 @@ func testHoldRepeat(t *testing.T, b backend) {
 }
 
 // testClaimEarly: a kept slot further than maxWait is handed over when it
-// is within HoldOptions.Early, and kept otherwise; Early does not apply to
+// is within hold.Options.Early, and kept otherwise; Early does not apply to
 // fresh slots.
 func testClaimEarly(t *testing.T, b backend) {
 	clk := fakeclock.New(epoch)
