@@ -218,11 +218,6 @@ func (b bandSpec) originMod() int64 {
 	return m
 }
 
-// fill is how long an empty bucket band takes to fill.
-func (b bandSpec) fill() time.Duration {
-	return time.Duration(b.burst / b.rate * float64(time.Second))
-}
-
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // costs checks c against s and returns its amounts in s's unit order. Every
@@ -345,13 +340,3 @@ func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
-
-// unitsOf lists c's units, sorted, for error messages.
-func unitsOf(c Cost) []string {
-	out := make([]string, 0, len(c))
-	for u := range c {
-		out = append(out, u)
-	}
-	sort.Strings(out)
-	return out
-}

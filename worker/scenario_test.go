@@ -335,3 +335,44 @@ func middleware(t *testing.T, l *reserve.Limiter, opts worker.Options) asynq.Mid
 	require.NoError(t, err)
 	return p.Middleware
 }
+
+// TestSettle: a paced handler's Settle replaces its reservation's estimated
+// cost with the actual one, fleet-wide; an unpaced task's fails with
+// ErrNotPaced.
+func TestSettle(t *testing.T) {
+	env := asynqtest.New(t)
+	l, err := reserve.New(env.Redis.Client, testOptions(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	pol := reserve.Policy{
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 100, Burst: 10}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 1, Burst: 1000}},
+	}
+	req := reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": 500}}
+	opts := worker.Options{Pace: func(t *asynq.Task) (reserve.Request, bool) { return req, t.Type() == "call" }}
+	ran := make(chan error, 2)
+	env.Start(t, worker.Config(asynq.Config{Concurrency: 1, ShutdownTimeout: time.Second}),
+		middleware(t, l, opts)(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			ran <- worker.Settle(ctx, reserve.Cost{"tokens": 100})
+			return nil
+		})))
+	for _, typ := range []string{"call", "other"} {
+		_, err = env.Client(t).Enqueue(asynq.NewTask(typ, nil), asynq.Queue(env.Queue))
+		require.NoError(t, err)
+		select {
+		case err := <-ran:
+			if typ == "call" {
+				require.NoError(t, err, "Settle in a paced task")
+			} else {
+				assert.ErrorIs(t, err, worker.ErrNotPaced, "Settle in an unpaced task")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s task did not run", typ)
+		}
+	}
+	snap, err := l.Peek(context.Background(), reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": 1}})
+	require.NoError(t, err)
+	// 1000 tokens less the 100 settled (the 500 reserved would leave 500),
+	// plus what refilled since at 1/s.
+	assert.InDelta(t, 900, snap.Bands[1].Value, 15, "the tokens band after Settle")
+}

@@ -73,12 +73,6 @@ func Shown(body string) string {
 	return strings.TrimRight(part, "\t\n")
 }
 
-// ExampleBody returns the source between the braces of func Example in file.
-func ExampleBody(t testing.TB, file string) string {
-	t.Helper()
-	return FuncBody(t, file, "Example")
-}
-
 // FuncBody returns the source between the braces of func name in file.
 func FuncBody(t testing.TB, file, name string) string {
 	t.Helper()
