@@ -36,7 +36,7 @@ const sourceRedeemed = 1
 // hold.Book.Claim): the slot kept for it, or a fresh one, handed over when
 // at most maxWait away; else kept for id when mayKeep (refused otherwise).
 // A kept slot more than staleAfter in the past (0: the default, see
-// staleAfter) or inside a later pause is dropped for a fresh one; one
+// staleAfterFor) or inside a later pause is dropped for a fresh one; one
 // within early is handed over whatever maxWait says.
 func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait, staleAfter, early time.Duration, mayKeep bool) (heldGrant, error) {
 	s, amounts, err := req.check()
