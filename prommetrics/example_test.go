@@ -26,9 +26,14 @@ func Example() {
 
 	ctx := context.Background()
 	for range 3 {
-		if err := limiter.Wait(ctx, "api.example.com", reserve.Limit{Rate: 100, Burst: 3}); err != nil {
+		// Reserve, not Wait: a Wait that wakes late takes a fresh slot, a
+		// reservation more, and this output must not depend on the
+		// machine's load.
+		r, err := limiter.Reserve(ctx, "api.example.com", reserve.Limit{Rate: 100, Burst: 3})
+		if err != nil {
 			log.Fatal(err)
 		}
+		_ = r.Delay()
 	}
 	families, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
