@@ -870,3 +870,7 @@ local function fits(cost)
   end
   return true
 end
+
+-- fair is the turn of a tenant in a lane, set by fair.lua in the fair
+-- script, nil in every other.
+local fair = nil

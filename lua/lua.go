@@ -20,6 +20,9 @@ var reserve string
 //go:embed fast.lua
 var fast string
 
+//go:embed fair.lua
+var fair string
+
 //go:embed adjust.lua
 var adjust string
 
@@ -71,6 +74,11 @@ var (
 	// without writing if its wait would exceed its maximum. See reserve.lua;
 	// fast.lua serves its common case (a Limit) before core.lua runs.
 	Reserve = fast + core + reserve
+
+	// Fair is Reserve for one tenant's requests in one lane: it books a
+	// request only in the tenant's turn and within the booking horizon, and
+	// defers it otherwise. See fair.lua.
+	Fair = core + fair + reserve
 
 	// Adjust cancels a reservation or settles it at its actual cost. See
 	// adjust.lua.

@@ -34,7 +34,9 @@
 --                         the queue would be over 30 years long
 --                         (reserve.ErrQueueTooLong); -2 when refused because
 --                         a window band can never take the cost at the share
---                         (its N_k below the cost in every window)
+--                         (its N_k below the cost in every window); -3,
+--                         in the fair script only (fair.lua), deferred:
+--                         nothing booked, wait_ns being when to ask again
 -- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:
 --              it could never be granted), PACER_WRONGTYPE, PACER_CONFIG.
 --
@@ -124,15 +126,46 @@ for r = 1, m do
     return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
   end
   i = i + width
-  local s, idx, exact = earliest(pause, cost)
+  local turn, retry = true, 0
+  if fair then
+    if fair.stopped then
+      turn, retry = false, fair.stopped
+    else
+      local h
+      turn, h = fair.gate(cost)
+      if not turn then
+        retry = h
+      elseif max_wait < 0 or h < max_wait then
+        max_wait = h -- the booking horizon, or the caller's maximum if shorter
+      end
+    end
+  end
+  local s, idx, exact = nil, nil, nil
+  if turn then
+    s, idx, exact = earliest(pause, cost)
+  end
   local w = s and tell(s)
-  if not s then
+  if not turn then
+    -- fair.lua: not this tenant's turn; neither it nor the rest of the
+    -- batch is booked.
+    fair.stopped = retry
+    out[2 * r + 1], out[2 * r + 2] = math.ceil(retry * 1000), -3
+  elseif not s then
     out[2 * r + 1], out[2 * r + 2] = 0, -2
   elseif s > max_queue_us then
     out[2 * r + 1], out[2 * r + 2] = 0, -1
   elseif max_wait >= 0 and w > max_wait * 1000 then
-    out[2 * r + 1], out[2 * r + 2] = w, 0
+    if fair then
+      -- Beyond the booking horizon: ask again when the slot is within it.
+      fair.stopped = math.max(w / 1000 - max_wait, 1)
+      out[2 * r + 1], out[2 * r + 2] = math.ceil(fair.stopped * 1000), -3
+    else
+      out[2 * r + 1], out[2 * r + 2] = w, 0
+    end
   else
+    if fair then
+      fair.booked()
+    end
     take(s, cost, idx, exact)
     seq = seq + 1
     granted = true
@@ -142,6 +175,12 @@ for r = 1, m do
       shadow_costs[#shadow_costs + 1] = cost
     end
   end
+end
+if fair then
+  if fair.stopped then
+    fair.defer(fair.stopped)
+  end
+  fair.finish()
 end
 local state = raw or ''
 if granted or floor ~= '' then

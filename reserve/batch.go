@@ -25,7 +25,10 @@ type request struct {
 	amounts []float64     // the cost, in its spec's unit order
 	maxWait time.Duration // < 0: no maximum
 	since   time.Time     // when the request queued, on the Limiter's clock; zero if it did not
-	done    chan result   // receives exactly one result; buffered
+	// deadline is a fair request's (fair.go): it is refused when its turn
+	// cannot come by then; zero: none. Its maxWait is not sent.
+	deadline time.Time
+	done     chan result // receives exactly one result; buffered
 
 	abandoned bool // the caller left; a granted reservation is canceled (guarded by coalescer.mu)
 	sent      bool // the result is in done (guarded by coalescer.mu)

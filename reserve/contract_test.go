@@ -99,6 +99,7 @@ func runContract(t *testing.T, b backend) {
 		{"PolicyProperties", testPolicyProperties},
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
+		{"Fair", testFair},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis
 	// (FastForward) expires every key on the server, not just its own.

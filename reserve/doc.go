@@ -81,6 +81,20 @@
 // policies and their mode (on Redis, or pacing locally) with their
 // heartbeat, so admin.Client.Status and Fleet can show them.
 //
+// # Fair share and lanes
+//
+// Many tenants may share one quota. A Request that names a Tenant, or a
+// Lane other than Normal, is fair: the tenants waiting on a key share its
+// capacity by Weight, an Urgent request goes before Normal ones and those
+// before Batch ones (Options.MinShare keeps a lower lane from starving),
+// and a tenant alone gets the whole rate. A fair request is booked only in
+// its turn, and at most one slot interval ahead (Options.FairHorizon), so
+// that a newcomer waits at most about two slot intervals behind any
+// backlog. It waits longer than it would first come, first served, and is
+// never refused for it; the limits themselves are kept exactly as for any
+// call. The rule and its guarantees are in docs/design.md, "Fair share and
+// lanes".
+//
 // # Packages built on reserve
 //
 // Package admin is the operator's view and controls (cmd/pacer is built on

@@ -21,6 +21,7 @@ var (
 	ErrInvalidDuration = errors.New("reserve: duration must be positive")
 	ErrInvalidPrefix   = errors.New("reserve: key prefix must not contain '{' or '}'")
 	ErrInvalidOptions  = errors.New("reserve: invalid options")
+	ErrInvalidFairness = errors.New("reserve: invalid tenant, lane or weight")
 )
 
 // Errors of calls that reached no verdict. Match them with errors.Is.

@@ -198,3 +198,40 @@ func ExampleLimiter_ReserveN() {
 	// requests: 1 used this minute
 	// tokens: 1200 used this minute
 }
+
+// Fair share: one provider quota for many customers. A request names its
+// tenant (and weight) and its lane; a backlog of one tenant, or of the Batch
+// lane, no longer holds the others' calls behind it.
+func ExampleRequest_fair() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	ctx := context.Background()
+	// README:begin
+	api := reserve.Limit{Rate: 50, Burst: 1}
+	// A customer's backfill: the Batch lane, weight 1.
+	backfill := reserve.Request{Key: "api.example.com", Policy: api.Policy(), Cost: reserve.Permits(1),
+		Tenant: "acme", Lane: reserve.Batch}
+	for range 100 {
+		go func() {
+			if err := limiter.WaitN(ctx, backfill); err == nil {
+				// call the API for the backfill
+			}
+		}()
+	}
+	// A live user's call: the Urgent lane, booked before the backfill's.
+	live := reserve.Request{Key: "api.example.com", Policy: api.Policy(), Cost: reserve.Permits(1),
+		Tenant: "globex", Lane: reserve.Urgent, Weight: 2}
+	r, err := limiter.ReserveN(ctx, live)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// README:end
+	// A fair request is booked at most one slot interval (20 ms) ahead.
+	fmt.Println(r.Delay() <= 20*time.Millisecond)
+	// Output: true
+}

@@ -2,6 +2,8 @@ package reserve
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
 )
@@ -79,3 +81,32 @@ func (l *Limiter) ID() string { return l.id }
 
 // Beat runs one heartbeat now, as the loop does, for tests.
 func (l *Limiter) Beat(ctx context.Context) error { return l.heartbeat(ctx) }
+
+// FairAsk is one call of a fair queue's pump (fair.go) for n requests of
+// req, the whole queue when last: the slots booked, in Unix ns on the
+// scripts' clock, and when the rest was deferred, when to ask again (zero
+// when none was).
+func FairAsk(ctx context.Context, l *Limiter, req Request, n int, last bool) (slots []int64, retry time.Time, err error) {
+	s, amounts, f, err := l.check(req)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if f == nil {
+		f = &fairness{weight: 1}
+	}
+	reqs := make([]*request, n)
+	for i := range reqs {
+		reqs[i] = &request{op: "reserve", amounts: amounts, maxWait: -1, done: make(chan result, 1)}
+	}
+	for _, res := range l.fairBatch(ctx, fairKey{req.Key, s.sig, *f}, s, reqs, last) {
+		var d *errDeferred
+		switch {
+		case errors.As(res.err, &d):
+			return slots, d.retry, nil
+		case res.err != nil:
+			return slots, time.Time{}, res.err
+		}
+		slots = append(slots, res.r.slotNS)
+	}
+	return slots, time.Time{}, nil
+}

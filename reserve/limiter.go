@@ -49,6 +49,7 @@ type Limiter struct {
 	nspecs    atomic.Int64 // how many specs holds
 	refusals  refusals     // checking: maximum waits known too short (refusals.go)
 	coalescer coalescer    // 1, forming a batch: queues and leases (batch.go, lease.go)
+	fair      fairQueues   // 1: fair requests' queues, each with its pump (fair.go)
 	local     *fallback    // 2, running it while Redis is unavailable (fallback.go)
 	horizons  horizons     // 2: the latest slot Redis granted, per key, where a local schedule starts (horizons.go)
 	sync      clockSync    // 3, placing slots: the server's clock against the local one, with serverTime (place.go)

@@ -23,10 +23,12 @@ const (
 	defaultPreciseWake       = wake.DefaultMargin
 	defaultLeaseSpan         = time.Millisecond
 	defaultLeaseQueue        = 8
+	defaultFairHorizon       = 2 * time.Millisecond
 )
 
 // Options configure a Limiter. The zero value is ready to use.
 type Options struct {
+
 	// Clock is the local time source: for sleeping, and for placing the
 	// slots Redis grants on the local clock. Default (nil): time.Now. A test
 	// may set a fake one; the buckets still run on Redis server time unless
@@ -164,6 +166,20 @@ type Options struct {
 	// Logger logs every switch between Redis and local pacing, and what
 	// New found out about the Redis server. Default slog.Default().
 	Logger *slog.Logger
+
+	// FairHorizon is the least booking horizon of a fair request (one that
+	// names a Tenant or a Lane) in the Urgent and Normal lanes: how far
+	// ahead of now its slot may lie when it is booked. A request's horizon
+	// is its own duration (one slot interval) or FairHorizon, whichever is
+	// longer. A longer horizon costs fewer Redis calls at high rates and
+	// makes other tenants wait longer behind a flood. Default 2 ms.
+	FairHorizon time.Duration
+
+	// MinShare gives a lower lane (Normal or Batch) the least share of a
+	// key it is booked while a higher lane waits, in [0, 1): 0.1 lets a
+	// Batch backlog take one request's duration in ten even under a
+	// steady Urgent flood. Default: none, strict priority.
+	MinShare map[Lane]float64
 }
 
 // withDefaults validates o and fills in the defaults.
@@ -220,6 +236,20 @@ func (o Options) withDefaults() (Options, error) {
 		o.LeaseQueue = defaultLeaseQueue
 	case o.LeaseQueue < 2:
 		return o, fmt.Errorf("%w: LeaseQueue must be at least 2 (got %d)", ErrInvalidOptions, o.LeaseQueue)
+	}
+	switch {
+	case o.FairHorizon < 0:
+		return o, fmt.Errorf("%w: Options.FairHorizon %v", ErrInvalidDuration, o.FairHorizon)
+	case o.FairHorizon == 0:
+		o.FairHorizon = defaultFairHorizon
+	}
+	for lane, m := range o.MinShare {
+		if lane != Normal && lane != Batch {
+			return o, fmt.Errorf("%w: MinShare for lane %v (only Normal and Batch have one)", ErrInvalidOptions, lane)
+		}
+		if !(m >= 0 && m < 1) {
+			return o, fmt.Errorf("%w: MinShare[%v] %v is not in [0, 1)", ErrInvalidOptions, lane, m)
+		}
 	}
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}

@@ -109,7 +109,7 @@ type BandSnapshot struct {
 // Peek reads req's key without changing it: the wait req's cost would have
 // now, the pause, and each band's balance or window use.
 func (l *Limiter) Peek(ctx context.Context, req Request) (Snapshot, error) {
-	s, amounts, err := l.check(req)
+	s, amounts, _, err := l.check(req)
 	if err != nil {
 		return Snapshot{}, err
 	}

@@ -146,6 +146,8 @@ func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs [
 			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)}
 		case seq == -2:
 			out[i] = result{nil, l.shareError(key)}
+		case seq == -3:
+			out[i] = result{nil, &errDeferred{retry: base.at(base.serverNS + waitNS)}}
 		case seq == 0:
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
 			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local)

@@ -4,10 +4,30 @@ package reserve
 // by, and the cost. Limiter's methods ending in N take one; Single builds
 // the common case, n permits of one Limit. It is also the carrier the
 // packages built on reserve pass around (hold, worker, scheduler).
+//
+// A Request that names a Tenant or a Lane other than Normal is fair (see
+// "Fair share and lanes" in the package doc): the key's capacity is shared
+// among the tenants waiting in a lane by their weights, and a higher lane
+// goes first. A fair request waits for its turn; it is never refused for
+// it.
 type Request struct {
 	Key    string
 	Policy Policy
 	Cost   Cost
+
+	// Tenant is who the call is made for: the key's capacity is shared
+	// among the tenants waiting, by Weight. Any string; "" is a tenant too
+	// (the lane's default one).
+	Tenant string
+
+	// Lane is the call's priority: Urgent before Normal before Batch.
+	// Default Normal.
+	Lane Lane
+
+	// Weight is the tenant's weight in its lane, > 0: a tenant of weight 2
+	// gets twice the share of one of weight 1 while both wait. Default (0):
+	// 1. Every request of a tenant should give the same weight.
+	Weight float64
 }
 
 // Single returns the Request of n permits on key, paced at lim.

@@ -26,6 +26,7 @@ type Reservation struct {
 	key     string
 	spec    *spec
 	amounts []float64 // the cost reserved, in spec's unit order
+	fair    *fairness // a fair request's tenant and lane: a move books in its turn too
 
 	mu      sync.Mutex
 	at      time.Time // the slot, on the Limiter's clock

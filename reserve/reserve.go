@@ -18,7 +18,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 	if err != nil {
 		return nil, err
 	}
-	return l.reserve(ctx, "reserve", key, s, amounts, -1)
+	return l.reserve(ctx, "reserve", key, s, amounts, nil, -1)
 }
 
 // ReserveN reserves req's cost on its key and returns the reservation,
@@ -29,28 +29,34 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 // queue over 30 years long (ErrQueueTooLong). Every unit the policy charges
 // must be in req.Cost (0 to charge nothing), and no amount may exceed the
 // burst or N of a band charging it.
+//
+// A fair request (one naming a Tenant or a Lane) is booked in its turn:
+// ReserveN returns once it is, within the booking horizon of now (see
+// Options.FairHorizon), so its Delay is short and its wait was spent
+// before.
 func (l *Limiter) ReserveN(ctx context.Context, req Request) (*Reservation, error) {
-	s, amounts, err := l.check(req)
+	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return nil, err
 	}
-	return l.reserve(ctx, "reserve", req.Key, s, amounts, -1)
+	return l.reserve(ctx, "reserve", req.Key, s, amounts, f, -1)
 }
 
 // TryReserveN is ReserveN, except that when the wait would be longer than
 // maxWait it reserves nothing, on any band, and returns a
 // *WaitTooLongError carrying the wait that would have been needed (Guava's
 // tryAcquire(permits, timeout)). maxWait 0 takes the cost only if it is
-// available now (see AllowN).
+// available now (see AllowN). A fair request is refused when its turn
+// cannot come within maxWait, having waited for it as ReserveN does.
 func (l *Limiter) TryReserveN(ctx context.Context, req Request, maxWait time.Duration) (*Reservation, error) {
-	s, amounts, err := l.check(req)
+	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return nil, err
 	}
 	if maxWait < 0 {
 		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
 	}
-	return l.reserve(ctx, "reserve", req.Key, s, amounts, maxWait)
+	return l.reserve(ctx, "reserve", req.Key, s, amounts, f, maxWait)
 }
 
 // Allow is AllowN(ctx, Single(key, lim, 1)).
@@ -59,7 +65,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return l.allow(ctx, key, s, amounts)
+	return l.allow(ctx, key, s, amounts, nil)
 }
 
 // AllowN takes req's cost if it is available now and reports whether it
@@ -68,15 +74,15 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (bool, error
 // Reservation. The error is for bad input and an unreachable Redis
 // (FailClosed), never for a refusal.
 func (l *Limiter) AllowN(ctx context.Context, req Request) (bool, error) {
-	s, amounts, err := l.check(req)
+	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return false, err
 	}
-	return l.allow(ctx, req.Key, s, amounts)
+	return l.allow(ctx, req.Key, s, amounts, f)
 }
 
-func (l *Limiter) allow(ctx context.Context, key string, s *spec, amounts []float64) (bool, error) {
-	_, err := l.reserve(ctx, "allow", key, s, amounts, 0)
+func (l *Limiter) allow(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) (bool, error) {
+	_, err := l.reserve(ctx, "allow", key, s, amounts, f, 0)
 	var tooLong *WaitTooLongError
 	if errors.As(err, &tooLong) {
 		return false, nil
@@ -104,21 +110,37 @@ func (l *Limiter) single(key string, lim Limit, n int) (*spec, []float64, error)
 
 // check checks and compiles req; a Request of a single Limit (Single) takes
 // single's path, whose compiled Limits are cached.
-func (l *Limiter) check(req Request) (*spec, []float64, error) {
-	if lim, n, ok := req.single(); ok {
-		return l.single(req.Key, lim, n)
+func (l *Limiter) check(req Request) (*spec, []float64, *fairness, error) {
+	f, err := req.fairness()
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return req.check()
+	var s *spec
+	var amounts []float64
+	if lim, n, ok := req.single(); ok {
+		s, amounts, err = l.single(req.Key, lim, n)
+	} else {
+		s, amounts, err = req.check()
+	}
+	return s, amounts, f, err
 }
 
 // reserve reserves amounts on key, through the coalescer unless it is
-// disabled; maxWait < 0 means no maximum.
-func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, maxWait time.Duration) (*Reservation, error) {
+// disabled, or in its turn when f is not nil (fair.go); maxWait < 0 means
+// no maximum.
+func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
+	}
+	if f != nil {
+		r, err := l.reserveFair(ctx, op, key, s, amounts, f, maxWait)
+		if r != nil {
+			r.fair = f
+		}
+		return r, err
 	}
 	if maxWait >= 0 {
 		if wait, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {

@@ -19,12 +19,22 @@ import (
 // for each. When Redis is unavailable and the Limiter may pace locally,
 // each request is served by the local fallback instead.
 func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []*request) []result {
-	out := make([]result, len(reqs))
 	if l.isDegraded() && !l.opts.FailClosed {
 		return l.reserveAllLocal(key, s, reqs)
 	}
+	out := l.grantBatch(ctx, key, s, reqs, nil)
+	if len(out) > 0 && out[0].err != nil && errors.Is(out[0].err, ErrUnavailable) && !l.opts.FailClosed {
+		return l.reserveAllLocal(key, s, reqs)
+	}
+	return out
+}
+
+// grantBatch runs reserve.lua for reqs, all on key, or with fairArgs the
+// fair script (fair.go), and returns a result for each.
+func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) []result {
+	out := make([]result, len(reqs))
 	now := l.clock.Now()
-	args, err := l.grantArgs(key, now, s, 3+len(reqs)*(1+len(s.units)))
+	args, err := l.grantArgs(key, now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)))
 	if err != nil {
 		for i := range out {
 			out[i].err = err
@@ -32,6 +42,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		return out
 	}
 	l.reports.note(key, s)
+	args = append(args, fairArgs...)
 	// What the local fallback granted that Redis has not seen goes first,
 	// exactly once: taken now, given back if the call fails.
 	hb, hasFloor := l.takeFloor(key)
@@ -57,7 +68,10 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 			args = append(args, formatFloat(a))
 		}
 	}
-	keys := l.keys(key, ":shadow")
+	keys, script := l.keys(key, ":shadow"), reserveScript
+	if fairArgs != nil {
+		keys, script = l.keys(key, fairKeys...), fairScript
+	}
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
 	// script counts from now.
@@ -66,7 +80,7 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		if l.serverTime {
 			sent = l.clock.Now()
 		}
-		res, err := reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+		res, err := script.Run(ctx, l.rdb, keys, args...).Result()
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
@@ -85,9 +99,6 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 		// again, and its windows' units counted twice, which costs
 		// capacity, never adds any.
 		l.floorDone(key, hb, err == nil)
-	}
-	if err != nil && errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.reserveAllLocal(key, s, reqs)
 	}
 	if err == nil {
 		err = l.parseReserve(sent, recv, key, s, reqs, res, out)

@@ -134,7 +134,7 @@ func (r *Reservation) move(ctx context.Context) error {
 	r.mu.Lock()
 	amounts := r.amounts
 	r.mu.Unlock()
-	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, maxWait)
+	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, r.fair, maxWait)
 	if l.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		r.mu.Lock()
 		from, seq := r.slotNS, r.seq

@@ -30,7 +30,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 	if err != nil {
 		return err
 	}
-	return l.wait(ctx, key, s, amounts)
+	return l.wait(ctx, key, s, amounts, nil)
 }
 
 // WaitN reserves req's cost (see ReserveN) and sleeps until its slot (see
@@ -43,15 +43,19 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 // error wrapping a *WaitTooLongError. If ctx ends while WaitN sleeps, the
 // reservation is canceled (its cost goes back, see Reservation.Cancel) and
 // ctx.Err() is returned.
+//
+// A fair request (one naming a Tenant or a Lane) waits for its turn, then
+// for its slot; with a deadline it fails once its turn cannot come before
+// the deadline.
 func (l *Limiter) WaitN(ctx context.Context, req Request) error {
-	s, amounts, err := l.check(req)
+	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return err
 	}
-	return l.wait(ctx, req.Key, s, amounts)
+	return l.wait(ctx, req.Key, s, amounts, f)
 }
 
-func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64) error {
+func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
@@ -67,7 +71,7 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 			return fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
 	}
-	r, err := l.reserve(ctx, "wait", key, s, amounts, maxWait)
+	r, err := l.reserve(ctx, "wait", key, s, amounts, f, maxWait)
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {

@@ -1,0 +1,244 @@
+-- fair.lua: the turn of a tenant in a lane (docs/design.md, "Fair share
+-- and lanes"). lua.go puts it between core.lua and reserve.lua to make the
+-- fair script: reserve.lua then books a request only when it is the
+-- tenant's turn and the slot lies within the booking horizon, and
+-- otherwise defers it (seq -3), booking nothing.
+--
+-- A batch is one tenant's requests in one lane, in the order they queued.
+-- The rule:
+--   horizon  a request is booked only if its slot is at most H from now:
+--            H = max(d, hmin) in the Urgent and Normal lanes and 0 in the
+--            Batch lane (booked only when due), d being the request's
+--            duration: its cost on the band it takes longest to refill
+--            or renew (cost / rate, or cost * window length / N), at the
+--            whole rate;
+--   priority a lane is booked only while no tenant of a higher lane is
+--            waiting, except that with a minimum share m a blocked lane
+--            is booked one request per d / m;
+--   turn     within a lane, stride scheduling on virtual time: tenant t's
+--            pass P_t advances by d / w_t on each request booked; a request
+--            is booked only if its start max(P_t, V) is not after the least
+--            start of the other tenants waiting in the lane. V, the lane's
+--            virtual time, moves on by d / (w_t * the number waiting) per
+--            request booked, never past a waiting tenant's start.
+-- A deferred tenant is waiting until it books again, or until its
+-- waiting lapses (grace after the retry it was told); the first request
+-- deferred defers the rest of the batch. Tenants whose pass V has passed
+-- are forgotten (their pass reads as V), as are the least of more than
+-- max_tenants, and every fair key expires after idle_us without a call.
+--
+-- KEYS[4]      a hash: "v<l>" lane l's virtual time (µs), "e<l>" when
+--              lane l may next use its minimum share (Unix µs), "u<l>:<t>"
+--              until when tenant t is waiting in lane l (Unix µs)
+-- KEYS[5..7]   per lane (Urgent, Normal, Batch), a zset of the waiting
+--              tenants by start (µs of virtual time)
+-- KEYS[8..10]  per lane, a zset of the tenants by pass, those not yet
+--              forgotten
+-- ARGV[opi]    "<lane> <weight> <hmin_us> <minshare> <last> <grace_us>":
+--              lane 1 (Urgent), 2 (Normal) or 3 (Batch); weight > 0;
+--              hmin_us >= 0; 0 <= minshare < 1; last 1 when the batch holds
+--              every request the tenant has queued in this process
+-- ARGV[opi+1]  the tenant (any string, "" included)
+-- then reserve.lua's own arguments. Its reply is unchanged but for seq -3:
+-- deferred, with wait_ns the time from now after which to ask again.
+
+local idle_us = 10000000
+local max_tenants = 10000
+
+do
+  local spec, tenant = ARGV[opi], ARGV[opi + 1]
+  local lane, weight, hmin, minshare, last, grace = string.match(spec or '',
+    '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+)$')
+  lane, weight, hmin, minshare, grace = tonumber(lane), tonumber(weight), tonumber(hmin), tonumber(minshare), tonumber(grace)
+  if not lane or not tenant or not weight or weight <= 0 or weight == math.huge or weight ~= weight
+      or not hmin or hmin < 0 or hmin == math.huge or not minshare or minshare < 0 or minshare >= 1
+      or not grace or grace < 0 or grace == math.huge then
+    return redis.error_reply('PACER_ARG bad fair arguments')
+  end
+  opi = opi + 2
+
+  local h = KEYS[4]
+  local wkey, pkey = KEYS[4 + lane], KEYS[7 + lane]
+  -- Every key this call reads or writes is read first, so that one of
+  -- another type refuses the call before anything is written.
+  local lv = redis.pcall('HMGET', h, 'v' .. lane, 'e' .. lane)
+  local ps = redis.pcall('ZSCORE', pkey, tenant)
+  if lv.err or (type(ps) == 'table' and ps.err) then
+    return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+  end
+  for l = 1, lane do
+    if type(redis.pcall('ZCARD', KEYS[4 + l])) == 'table' then
+      return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+    end
+  end
+  local now = now_us + now_frac -- Unix µs
+  local ufield = 'u' .. lane .. ':' .. tenant
+  local v = tonumber(lv[1]) or 0
+  local pass = tonumber(ps) or v
+  local entitled_at = tonumber(lv[2]) or 0
+
+  -- least_waiting returns the least start of a tenant other than tenant
+  -- waiting in lane l, or nil; waiting that lapsed is dropped on the way.
+  local function least_waiting(l, skip)
+    local key = KEYS[4 + l]
+    for _ = 1, 16 do
+      local first = redis.call('ZRANGE', key, 0, 1, 'WITHSCORES')
+      if #first == 0 then
+        return nil
+      end
+      local found = nil
+      for j = 1, #first, 2 do
+        local who = first[j]
+        local till = tonumber(redis.call('HMGET', h, 'u' .. l .. ':' .. who)[1])
+        if not till or till < now then
+          redis.call('ZREM', key, who)
+          redis.call('HDEL', h, 'u' .. l .. ':' .. who)
+          found = false
+          break
+        end
+        if who ~= skip then
+          found = tonumber(first[j + 1])
+          break
+        end
+      end
+      if found ~= false then
+        return found
+      end
+    end
+    return nil
+  end
+
+  local function duration(cost)
+    local d = 0
+    for i = 1, nbands do
+      local b = bands[i]
+      local c = cost[b.unit] or 0
+      local x
+      if b.bucket then
+        x = c * 1000000 / b.rate
+      else
+        x = c * b.len / b.n
+      end
+      if x > d then
+        d = x
+      end
+    end
+    return d
+  end
+
+  local deferred = false
+  local by_share = false
+  fair = {}
+
+  -- gate returns, for a request of cost: true and the most it may wait
+  -- (µs), or false and how long to wait before asking again (µs).
+  function fair.gate(cost)
+    local d = duration(cost)
+    local horizon = 0
+    if lane < 3 then
+      horizon = math.max(d, hmin)
+    end
+    local retry = math.max(d, hmin, 1)
+    by_share = false
+    for l = 1, lane - 1 do
+      if least_waiting(l, nil) then
+        if minshare > 0 and entitled_at <= now then
+          by_share = true
+          horizon = math.max(d, hmin)
+          break
+        end
+        return false, retry
+      end
+    end
+    -- A lower lane whose minimum share is due goes first.
+    for l = lane + 1, 3 do
+      local e = tonumber(redis.call('HMGET', h, 'e' .. l)[1])
+      if e and e <= now and least_waiting(l, nil) then
+        return false, retry
+      end
+    end
+    local start = math.max(pass, v)
+    local m = least_waiting(lane, tenant)
+    if m and start > m + 1e-6 then
+      return false, retry
+    end
+    fair.d, fair.start, fair.m = d, start, m
+    return true, horizon
+  end
+
+  -- booked records the request gate admitted as booked.
+  function fair.booked()
+    pass = fair.start + fair.d / weight
+    -- V moves on by the request's duration over the waiting tenants'
+    -- number (so that tenants that book once and leave are forgotten), but
+    -- never past a waiting tenant's start, nor this one's pass.
+    local target = v + fair.d / (weight * math.max(redis.call('ZCARD', wkey), 1))
+    if fair.m and fair.m < target then
+      target = fair.m
+    end
+    if fair.start < target then
+      target = fair.start -- see finish
+    end
+    if target > v then
+      v = target
+    end
+    if by_share then
+      -- A request's credit every d / m, kept up to one period late (the
+      -- lane asks again within a slot interval of being told).
+      local period = fair.d / minshare
+      entitled_at = math.max(entitled_at, now - period) + period
+    end
+  end
+
+  -- defer records the tenant as waiting, to ask again after retry µs.
+  function fair.defer(retry)
+    deferred = retry
+  end
+
+  -- finish writes the lane's and the tenant's state.
+  function fair.finish()
+    local waiting = deferred or last ~= '1'
+    if not waiting then
+      -- V moves past the start of a tenant that is still waiting only
+      -- when it leaves, so that a newcomer starts before a waiting one's
+      -- next request, and a tenant that booked and left is forgotten.
+      local target = pass
+      local m = least_waiting(lane, tenant)
+      if m and m < target then
+        target = m
+      end
+      if target > v then
+        v = target
+      end
+    end
+    redis.call('HSET', h, 'v' .. lane, string.format('%.17g', v))
+    if minshare > 0 then
+      redis.call('HSET', h, 'e' .. lane, string.format('%.17g', entitled_at))
+    else
+      redis.call('HDEL', h, 'e' .. lane)
+    end
+    if pass > v then
+      redis.call('ZADD', pkey, string.format('%.17g', pass), tenant)
+    else
+      redis.call('ZREM', pkey, tenant)
+    end
+    redis.call('ZREMRANGEBYSCORE', pkey, '-inf', string.format('%.17g', v))
+    -- At most max_tenants passes: the least are dropped (they read as V).
+    local over = redis.call('ZCARD', pkey) - max_tenants
+    if over > 0 then
+      redis.call('ZREM', pkey, unpack(redis.call('ZRANGE', pkey, 0, math.min(over, 1000) - 1)))
+    end
+    if waiting then
+      local till = now + (deferred or 0) + grace
+      redis.call('ZADD', wkey, string.format('%.17g', math.max(pass, v)), tenant)
+      redis.call('HSET', h, ufield, string.format('%.17g', till))
+    else
+      redis.call('ZREM', wkey, tenant)
+      redis.call('HDEL', h, ufield)
+    end
+    local ttl = math.floor(idle_us / 1000 + (deferred or 0) / 1000 + grace / 1000) + 1
+    for k = 4, 10 do
+      redis.call('PEXPIRE', KEYS[k], ttl)
+    end
+  end
+end

@@ -1,0 +1,483 @@
+package reserve_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The fair rule (lua/fair.lua) judged on its slots: a simulation drives the
+// fair script on a real Redis with a client clock, as the tenants' pumps
+// would (each asks for its queue's head, and asks again when told), with
+// a fixed round trip per call, and the tests check exact properties of the
+// slots booked: the limit, the weighted shares, a newcomer's wait and the
+// lanes' order.
+
+// simTenant is one tenant's queue in one process.
+type simTenant struct {
+	name    string
+	lane    reserve.Lane
+	weight  float64
+	arrive  time.Duration // when its backlog queues, from the start
+	backlog int
+
+	next time.Time // when its pump asks next
+}
+
+// simGrant is a slot booked: for whom, when asked, and the slot.
+type simGrant struct {
+	tenant string
+	lane   reserve.Lane
+	asked  time.Time
+	slot   time.Time
+}
+
+// simRTT is the time each call takes in the simulation.
+const simRTT = 50 * time.Microsecond
+
+// simulate runs tenants' pumps against l on key with policy pol until every
+// backlog is booked; ties between pumps asking at one instant are broken by
+// seed. It returns the grants in the order they were booked.
+func simulate(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string, pol reserve.Policy, cost reserve.Cost, seed uint64, tenants ...*simTenant) []simGrant {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	start := clk.Now()
+	for _, tn := range tenants {
+		tn.next = start.Add(tn.arrive)
+	}
+	var out []simGrant
+	for range 200000 {
+		var ready []*simTenant
+		var at time.Time
+		for _, tn := range tenants {
+			if tn.backlog == 0 {
+				continue
+			}
+			switch {
+			case len(ready) == 0 || tn.next.Before(at):
+				ready, at = []*simTenant{tn}, tn.next
+			case tn.next.Equal(at):
+				ready = append(ready, tn)
+			}
+		}
+		if len(ready) == 0 {
+			return out
+		}
+		tn := ready[rng.IntN(len(ready))]
+		if at.After(clk.Now()) {
+			clk.Set(at)
+		}
+		asked := clk.Now()
+		n := min(tn.backlog, 16)
+		req := reserve.Request{Key: key, Policy: pol, Cost: cost, Tenant: tn.name, Lane: tn.lane, Weight: tn.weight}
+		slots, retry, err := reserve.FairAsk(context.Background(), l, req, n, n == tn.backlog)
+		require.NoError(t, err)
+		for _, s := range slots {
+			out = append(out, simGrant{tn.name, tn.lane, asked, time.Unix(0, s)})
+		}
+		tn.backlog -= len(slots)
+		clk.Advance(simRTT)
+		tn.next = clk.Now()
+		if !retry.IsZero() {
+			require.Empty(t, slots[min(len(slots), n):])
+			tn.next = retry
+		}
+	}
+	t.Fatal("the simulation did not end")
+	return nil
+}
+
+// fairLimiter is a Limiter on a client clock, for simulate.
+func fairLimiter(t *testing.T, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock, *redistest.Server) {
+	t.Helper()
+	s := redistest.New(t)
+	clk := fakeclock.New(epoch)
+	opts.Clock, opts.ClientTime = clk, true
+	opts.KeyPrefix, opts.FailClosed, opts.CallTimeout, opts.Logger = redistest.Prefix(t), true, 10*time.Second, quiet
+	l, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l, clk, s
+}
+
+// checkFairBucket asserts that the slots keep to a bucket of rate and burst:
+// no span [a, b] holds more than burst + rate*(b-a) of them.
+func checkFairBucket(t *testing.T, grants []simGrant, rate float64, burst int) {
+	t.Helper()
+	slots := make([]time.Time, len(grants))
+	for i, g := range grants {
+		slots[i] = g.slot
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range slots {
+		for j := i + burst; j < len(slots) && j < i+burst+50; j++ {
+			allowed := float64(burst) + rate*slots[j].Sub(slots[i]).Seconds() + 1e-6
+			require.LessOrEqualf(t, float64(j-i+1), allowed, "slots %d..%d (%v to %v) over the limit", i, j, slots[i], slots[j])
+		}
+	}
+}
+
+func TestFairLoneTenantKeepsTheSchedule(t *testing.T) {
+	l, clk, _ := fairLimiter(t, reserve.Options{})
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+		&simTenant{name: "a", backlog: 200})
+	require.Len(t, grants, 200)
+	for i, g := range grants {
+		// x/time/rate's schedule: a slot every 10 ms from the first.
+		require.Equal(t, grants[0].slot.Add(time.Duration(i)*10*time.Millisecond), g.slot, "slot %d", i)
+	}
+}
+
+func TestFairNewcomerWaitsTwoSlotsAtMost(t *testing.T) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(8) {
+		l, clk, _ := fairLimiter(t, reserve.Options{})
+		arrive := 500*time.Millisecond + time.Duration(seed)*1300*time.Microsecond
+		start := clk.Now()
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "flood", backlog: 1000},
+			&simTenant{name: "light", arrive: arrive, backlog: 1})
+		checkFairBucket(t, grants, 100, 1)
+		i := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "light" })
+		// Two slot intervals, plus the round trips of its two asks.
+		wait := grants[i].slot.Sub(start.Add(arrive))
+		require.LessOrEqualf(t, wait, 20*time.Millisecond+2*simRTT, "seed %d: the light tenant waited %v behind 1,000 of the flood's", seed, wait)
+	}
+}
+
+func TestFairWeightedShares(t *testing.T) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(4) {
+		l, clk, _ := fairLimiter(t, reserve.Options{})
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "a", weight: 2, backlog: 400},
+			&simTenant{name: "b", backlog: 400},
+			&simTenant{name: "c", arrive: time.Second, backlog: 200})
+		checkFairBucket(t, grants, 100, 1)
+		// While all of them wait, every prefix of the grants since c's first
+		// keeps each tenant's count over its weight within 2 of the others'.
+		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "c" })
+		count := map[string]float64{}
+		weight := map[string]float64{"a": 2, "b": 1, "c": 1}
+		backlog := map[string]int{"a": 400, "b": 400, "c": 200}
+		for _, g := range grants[:first] {
+			backlog[g.tenant]--
+		}
+		for i, g := range grants[first:] {
+			count[g.tenant]++
+			backlog[g.tenant]--
+			if backlog["a"] == 0 || backlog["b"] == 0 || backlog["c"] == 0 {
+				break
+			}
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for name, w := range weight {
+				lo, hi = min(lo, count[name]/w), max(hi, count[name]/w)
+			}
+			require.LessOrEqualf(t, hi-lo, 2.0, "seed %d, grant %d since c came: counts %v", seed, i, count)
+		}
+		require.Greater(t, count["c"], 50.0, "c took part")
+	}
+}
+
+func TestFairUrgentGoesFirst(t *testing.T) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(8) {
+		l, clk, _ := fairLimiter(t, reserve.Options{})
+		start := clk.Now()
+		arrive := time.Second + time.Duration(seed)*3100*time.Microsecond
+		// Behind the Batch lane alone, the urgent lane waits one slot
+		// interval at most: the Batch lane books only slots that are due.
+		// Behind the Normal lane too, two, as a newcomer in its lane.
+		normal, bound := 0, 10*time.Millisecond+simRTT
+		if seed%2 == 1 {
+			normal, bound = 200, 20*time.Millisecond+2*simRTT
+		}
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "bulk", lane: reserve.Batch, backlog: 500 - normal},
+			&simTenant{name: "flood", lane: reserve.Normal, backlog: normal},
+			&simTenant{name: "live", lane: reserve.Urgent, arrive: arrive, backlog: 20})
+		checkFairBucket(t, grants, 100, 1)
+		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "live" })
+		last := first
+		for i, g := range grants {
+			if g.tenant == "live" {
+				last = i
+			}
+		}
+		wait := grants[first].slot.Sub(start.Add(arrive))
+		require.LessOrEqualf(t, wait, bound, "seed %d: the urgent lane waited %v behind the lower lanes", seed, wait)
+		for _, g := range grants[first : last+1] {
+			require.Equalf(t, "live", g.tenant, "seed %d: a lower lane was booked while the urgent lane waited", seed)
+		}
+		// Normal before Batch, but for the one Batch slot booked before
+		// Normal's first ask.
+		for _, g := range grants[1:] {
+			if g.tenant == "bulk" {
+				require.Zerof(t, countTenant(grants[slices.Index(grants, g):], "flood"), "seed %d: the batch lane was booked while the normal lane waited", seed)
+				break
+			}
+		}
+		// The lower lanes take what the higher ones leave: no gap but the
+		// hand-overs' round trips.
+		end := grants[len(grants)-1].slot
+		require.LessOrEqual(t, end.Sub(grants[0].slot), 519*10*time.Millisecond+20*time.Millisecond)
+	}
+}
+
+func countTenant(grants []simGrant, tenant string) int {
+	n := 0
+	for _, g := range grants {
+		if g.tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+func TestFairMinShare(t *testing.T) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	l, clk, _ := fairLimiter(t, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.2}})
+	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+		&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
+		&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
+	checkFairBucket(t, grants, 100, 1)
+	// In every 50 slots while both wait, the batch lane has at least 9
+	// (a fifth, less one at the edges).
+	for i := 0; i+50 <= len(grants); i++ {
+		if grants[i+49].tenant == "bulk" && !slices.ContainsFunc(grants[i+50:], func(g simGrant) bool { return g.tenant == "bulk" }) {
+			break
+		}
+		n := 0
+		for _, g := range grants[i : i+50] {
+			if g.tenant == "bulk" {
+				n++
+			}
+		}
+		require.GreaterOrEqualf(t, n, 9, "grants %d..%d: the batch lane had %d of 50", i, i+49, n)
+	}
+}
+
+func TestFairPolicyKeepsEveryBand(t *testing.T) {
+	pol := reserve.Policy{
+		{Name: "requests", Limit: reserve.Limit{Rate: 50, Burst: 5}},
+		{Name: "tokens", Unit: "tokens", Window: reserve.Window{N: 600, Length: time.Second}},
+	}
+	cost := reserve.Cost{"requests": 1, "tokens": 30}
+	l, clk, _ := fairLimiter(t, reserve.Options{})
+	grants := simulate(t, l, clk, "k", pol, cost, 1,
+		&simTenant{name: "a", backlog: 100},
+		&simTenant{name: "b", backlog: 100},
+		&simTenant{name: "c", lane: reserve.Urgent, arrive: 2 * time.Second, backlog: 10})
+	require.Len(t, grants, 210)
+	checkFairBucket(t, grants, 50, 5)
+	perWindow := map[int64]int{}
+	for _, g := range grants {
+		perWindow[g.slot.UnixNano()/int64(time.Second)] += 30
+	}
+	for w, u := range perWindow {
+		require.LessOrEqualf(t, u, 600, "window %d holds %d tokens", w, u)
+	}
+	// The window binds (20 requests a second): a and b split it.
+	na := 0
+	for _, g := range grants[:100] {
+		if g.tenant == "a" {
+			na++
+		}
+	}
+	require.InDelta(t, 50, na, 6, "a's part of the first 100 grants")
+}
+
+func TestFairBadInput(t *testing.T) {
+	l, _, s := fairLimiter(t, reserve.Options{})
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	for _, req := range []reserve.Request{
+		{Tenant: "t", Lane: 2},
+		{Tenant: "t", Lane: -2},
+		{Tenant: "t", Weight: -1},
+		{Tenant: "t", Weight: math.NaN()},
+		{Tenant: "t", Weight: math.Inf(1)},
+		{Tenant: "t", Weight: 1e9},
+		{Tenant: strings.Repeat("x", 257)},
+	} {
+		req.Key, req.Policy, req.Cost = "bad", lim.Policy(), reserve.Permits(1)
+		_, err := l.ReserveN(ctx, req)
+		require.ErrorIs(t, err, reserve.ErrInvalidFairness, "%+v", req)
+		require.ErrorIs(t, l.WaitN(ctx, req), reserve.ErrInvalidFairness)
+	}
+	keys, err := s.Client.Keys(ctx, redistest.Prefix(t)+"{bad}*").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "bad input wrote to Redis")
+	_, err = reserve.New(s.Client, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Urgent: 0.1}})
+	require.ErrorIs(t, err, reserve.ErrInvalidOptions)
+	_, err = reserve.New(s.Client, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 1}})
+	require.ErrorIs(t, err, reserve.ErrInvalidOptions)
+	_, err = reserve.New(s.Client, reserve.Options{FairHorizon: -time.Second})
+	require.ErrorIs(t, err, reserve.ErrInvalidDuration)
+}
+
+func TestFairWrongType(t *testing.T) {
+	l, _, s := fairLimiter(t, reserve.Options{})
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 10, Burst: 1}
+	for _, suffix := range []string{":fair", ":fw:n", ":fp:n", ":fw:u"} {
+		key := "wt" + suffix
+		planted := l.RedisKey(key) + suffix
+		require.NoError(t, s.Client.Set(ctx, planted, "x", 0).Err())
+		req := reserve.Single(key, lim, 1)
+		req.Tenant = "t"
+		_, err := l.ReserveN(ctx, req)
+		require.ErrorIs(t, err, reserve.ErrWrongType, suffix)
+		n, err := s.Client.Exists(ctx, l.RedisKey(key)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s: the key's state was written", suffix)
+		v, err := s.Client.Get(ctx, planted).Result()
+		require.NoError(t, err)
+		require.Equal(t, "x", v)
+	}
+}
+
+func TestFairForgetsTenants(t *testing.T) {
+	l, clk, s := fairLimiter(t, reserve.Options{FairHorizon: 20 * time.Millisecond})
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	ctx := context.Background()
+	// Beside a tenant that keeps waiting, 2,000 tenants book 8 requests
+	// each, one after the other, and leave: ahead of the steady one, which
+	// books 4 between two of them and then passes them.
+	ask := func(tenant string, n int, last bool) {
+		req := reserve.Single("many", lim, 1)
+		req.Tenant = tenant
+		for n > 0 {
+			slots, retry, err := reserve.FairAsk(ctx, l, req, n, last)
+			require.NoError(t, err)
+			n -= len(slots)
+			if n > 0 {
+				clk.Set(retry)
+			}
+		}
+	}
+	for i := range 2000 {
+		ask("steady", 4, false)
+		ask("t"+strconv.Itoa(i), 8, true)
+	}
+	passes, err := s.Client.ZCard(ctx, l.RedisKey("many")+":fp:n").Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, passes, int64(3), "passes kept for tenants that left")
+	waiting, err := s.Client.ZCard(ctx, l.RedisKey("many")+":fw:n").Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, waiting, int64(1), "only the steady tenant waits")
+	ttl, err := s.Client.PTTL(ctx, l.RedisKey("many")+":fair").Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Duration(0))
+	require.LessOrEqual(t, ttl, 11*time.Second)
+}
+
+// testFair runs fair requests through the Limiter's pumps on every kind of
+// Redis (the contract suite): the fair script's keys share the key's hash
+// tag (Cluster), its commands are the ACL's, and gopher-lua runs it
+// (miniredis). Exact checks only: every request granted, the slots apart by
+// the limit's spacing; Allow and TryReserveN keep their maximum.
+func testFair(t *testing.T, b backend) {
+	l := newLimiter(t, b, nil)
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 200, Burst: 1}
+	var mu sync.Mutex
+	var slots []int64
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := reserve.Single("fair", lim, 1)
+			req.Tenant = "a"
+			if i%4 == 0 {
+				req.Tenant, req.Weight = "b", 2
+			}
+			if i == 7 {
+				req.Lane = reserve.Urgent
+			}
+			r, err := l.ReserveN(ctx, req)
+			if !assert.NoError(t, err) {
+				return
+			}
+			ns, ok := reserve.ServerSlot(r)
+			assert.True(t, ok)
+			mu.Lock()
+			slots = append(slots, ns)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	require.Len(t, slots, 40)
+	slices.Sort(slots)
+	for i := 1; i < len(slots); i++ {
+		require.GreaterOrEqual(t, slots[i]-slots[i-1], int64(5*time.Millisecond)-1, "slots %d and %d", i-1, i)
+	}
+
+	slow := reserve.Limit{Rate: 1, Burst: 1}
+	req := reserve.Single("fair-allow", slow, 1)
+	req.Tenant = "a"
+	ok, err := l.AllowN(ctx, req)
+	require.NoError(t, err)
+	require.True(t, ok, "a fresh key's first permit")
+	ok, err = l.AllowN(ctx, req)
+	require.NoError(t, err)
+	require.False(t, ok, "the next permit is a second away")
+	_, err = l.TryReserveN(ctx, req, 100*time.Millisecond)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+}
+
+func TestFairClose(t *testing.T) {
+	before := countGoroutines()
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	// One permit every 10 s: the first is booked now, the second within
+	// its horizon (10 s ahead), the others wait in the pump.
+	lim := reserve.Limit{Rate: 0.1, Burst: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 6)
+	for range 6 {
+		go func() {
+			req := reserve.Single("closing", lim, 1)
+			req.Tenant = "a"
+			errs <- l.WaitN(ctx, req)
+		}()
+	}
+	require.Eventually(t, func() bool {
+		n, _ := s.Client.Exists(context.Background(), l.RedisKey("closing")+":fw:n").Result()
+		return n == 1
+	}, 10*time.Second, time.Millisecond, "the pump was deferred")
+	require.NoError(t, l.Close())
+	closed, other := 0, 0
+	for range 6 {
+		select {
+		case err := <-errs:
+			if errors.Is(err, reserve.ErrClosed) {
+				closed++
+			} else {
+				other++
+			}
+		case <-time.After(time.Second):
+			cancel() // the one booked 10 s ahead sleeps on; end it
+		}
+	}
+	require.GreaterOrEqual(t, closed, 4, "the waiting requests end with ErrClosed")
+	require.Eventually(t, func() bool { return countGoroutines() <= before }, 10*time.Second, 10*time.Millisecond, "a pump outlived Close")
+}
