@@ -107,11 +107,14 @@ for i = 1, nbands do
         end
         b.z = z
         -- A cancel of the last reservation moves the last event back to
-        -- the one before it, as long as that has not passed ("last" and
-        -- "passed" to within half a ns: slots lie on a ns grid, and a last
-        -- event moved back is computed, off the grid by float noise).
-        if op == 'cancel' and math.abs(b.e - slot) < same_us then
-          local prev = slot - c * b.upp
+        -- the one before it, as long as that has not passed. The last event
+        -- is kept exact, and the slot told is it rounded up to the ns grid
+        -- (core.lua's grid): the reservation is the last if its slot lies
+        -- within a ns after the last event (and half a ns of float noise
+        -- either side). The one before is counted from the exact time.
+        local off = slot - b.e
+        if op == 'cancel' and off > -same_us and off < 0.001 + same_us then
+          local prev = b.e - c * b.upp
           if prev >= -same_us then
             b.e = math.max(prev, 0)
           end

@@ -94,6 +94,11 @@ var policyRegressionSeeds = []struct {
 	// A window band holding 18.267 units gave back 0.267 and kept
 	// 18.000000000000004: a reservation of 3 then went a window late.
 	{2146, "window units summed in floats"},
+	// The cancel of the last reservation left the last event where it was
+	// when its slot, rounded up to the ns grid, lay more than half a ns
+	// after it: a later settle then gave back nothing (CI, issue 23's
+	// first run).
+	{1795520207405888569, "the last event kept exact, its slot on the grid"},
 }
 
 func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) {

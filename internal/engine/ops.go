@@ -182,8 +182,10 @@ func (g *Group) Adjust(id string, slotUS, slotNS int64, reserved, actual []float
 					z = g.pause
 				}
 				b.z = z
-				if actual == nil && math.Abs(b.e-slot) < sameUS {
-					if prev := slot - c*b.upp; prev >= -sameUS {
+				// The last reservation's cancel: see adjust.lua (its slot
+				// is the last event rounded up to the ns grid).
+				if off := slot - b.e; actual == nil && off > -sameUS && off < 0.001+sameUS {
+					if prev := b.e - c*b.upp; prev >= -sameUS {
 						b.e = math.Max(prev, 0)
 					}
 				}
