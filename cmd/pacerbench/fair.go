@@ -309,7 +309,8 @@ func (b *bench) runFair(ctx context.Context, progress func(string, ...any)) (*fa
 		for _, x := range mix {
 			for range x.n / scale {
 				i++
-				wg.Go(func() { fr.wait(ctx, i, fair, x.tenant, x.lane, x.weight) })
+				m := i
+				wg.Go(func() { fr.wait(ctx, m, fair, x.tenant, x.lane, x.weight) })
 			}
 		}
 		wg.Wait()

@@ -106,6 +106,17 @@ func TestQuick(t *testing.T) {
 		}
 	}
 
+	// The fair phase: every experiment ran and counted calls (its figures
+	// are timing, judged by the full run's reader, not here).
+	if fr := res.Fair; fr == nil {
+		t.Error("no fair phase")
+	} else if fr.LoneFair <= 0 || fr.LoneFIFO <= 0 || len(fr.Shares) != 3 || len(fr.Newcomer) == 0 || fr.NewcomerFIFO <= 0 ||
+		len(fr.Urgent) == 0 || fr.DrainFair <= 0 || fr.DrainFIFO <= 0 || fr.Busiest1s <= 0 {
+		t.Errorf("fair phase: %+v; want every experiment's figures", fr)
+	} else if !strings.Contains(stdout.String(), "### Fair share and lanes") {
+		t.Error("no fair table")
+	}
+
 	// The script phase: every case measured, figures from both drivers
 	// when redis-benchmark is there.
 	if len(res.Script) != len(scriptBatches)+4 {
