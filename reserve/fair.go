@@ -248,7 +248,7 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 // the horizon, in this process's order.
 func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*request, last bool) []result {
 	if l.isDegraded() && !l.opts.FailClosed {
-		return l.fairLocal(fk, s, reqs)
+		return l.fairLocal(fk, s, reqs, last)
 	}
 	lastArg := "0"
 	if last {
@@ -261,7 +261,7 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 	}
 	out := l.grantBatch(ctx, fk.key, s, reqs, fairArgs)
 	if len(out) > 0 && out[0].err != nil && errors.Is(out[0].err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.fairLocal(fk, s, reqs)
+		return l.fairLocal(fk, s, reqs, last)
 	}
 	return out
 }
@@ -269,41 +269,48 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 // fairKeys are the fair script's KEYS after the first three (see fair.lua).
 var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b"}
 
-// fairLocal books reqs on the local fallback within their horizon, in
-// order; the first beyond it, and every one after, is deferred. Tenants and
-// lanes are not weighed against one another locally: each queue asks in
-// turn.
-func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request) []result {
+// fairLocal books reqs on the local fallback, by the fair rule among this
+// process's fair queues on the key (fairlocal.go), in order; the first not
+// booked, and every one after, is deferred.
+func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request, last bool) []result {
 	out := make([]result, len(reqs))
+	l.turns.mu.Lock()
+	defer l.turns.mu.Unlock()
+	now := l.clock.Now()
+	t := l.turns.begin(fk, now, l.opts.FairHorizon, l.opts.MinShare[fk.lane])
 	var deferred *errDeferred
 	for i, req := range reqs {
 		if deferred != nil {
 			out[i].err = deferred
 			continue
 		}
-		h := l.horizon(fk.lane, s, req.amounts)
-		if !req.deadline.IsZero() {
-			h = max(min(h, req.deadline.Sub(l.clock.Now())), 0)
-		}
-		r, err := l.reserveLocal(fk.key, s, req.amounts, h)
-		var tooLong *WaitTooLongError
-		if errors.As(err, &tooLong) {
-			deferred = &errDeferred{retry: l.clock.Now().Add(max(tooLong.Wait-h, time.Microsecond))}
+		ok, h := t.gate(float64(s.duration(req.amounts)) / 1e3)
+		if !ok {
+			t.deferred, t.retry = true, h
+			deferred = &errDeferred{retry: now.Add(time.Duration(h * 1e3))}
 			out[i].err = deferred
 			continue
 		}
+		maxWait := time.Duration(h * 1e3)
+		if !req.deadline.IsZero() {
+			maxWait = max(min(maxWait, req.deadline.Sub(l.clock.Now())), 0)
+		}
+		r, err := l.reserveLocal(fk.key, s, req.amounts, maxWait)
+		var tooLong *WaitTooLongError
+		if errors.As(err, &tooLong) {
+			wait := max(tooLong.Wait-maxWait, time.Microsecond)
+			t.deferred, t.retry = true, float64(wait)/1e3
+			deferred = &errDeferred{retry: l.clock.Now().Add(wait)}
+			out[i].err = deferred
+			continue
+		}
+		if err == nil {
+			t.booked()
+		}
 		out[i] = result{r, err}
 	}
+	t.finish(last)
 	return out
-}
-
-// horizon is how far ahead a request of amounts in lane may be booked (see
-// fair.lua).
-func (l *Limiter) horizon(lane Lane, s *spec, amounts []float64) time.Duration {
-	if lane == Batch {
-		return 0
-	}
-	return max(s.duration(amounts), l.opts.FairHorizon)
 }
 
 // duration is how long a request of amounts takes on the band that takes

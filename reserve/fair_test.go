@@ -15,6 +15,7 @@ import (
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -113,6 +114,34 @@ func fairLimiter(t *testing.T, opts reserve.Options) (*reserve.Limiter, *fakeclo
 	return l, clk, s
 }
 
+// localFairLimiter is fairLimiter with no Redis: a fleet of one pacing
+// locally, the fair rule kept by the local fallback (fairlocal.go).
+func localFairLimiter(t *testing.T, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New(epoch)
+	c := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
+	t.Cleanup(func() { c.Close() })
+	opts.Clock, opts.ClientTime, opts.FleetSize, opts.Logger = clk, true, 1, quiet
+	opts.HeartbeatInterval, opts.ProbeInterval = time.Hour, time.Hour
+	l, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l, clk
+}
+
+// fairBackends are the two ways the rule runs: the fair script on Redis,
+// and the local fallback.
+var fairBackends = []struct {
+	name string
+	new  func(*testing.T, reserve.Options) (*reserve.Limiter, *fakeclock.Clock)
+}{
+	{"redis", func(t *testing.T, o reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
+		l, clk, _ := fairLimiter(t, o)
+		return l, clk
+	}},
+	{"local", localFairLimiter},
+}
+
 // checkFairBucket asserts that the slots keep to a bucket of rate and burst:
 // no span [a, b] holds more than burst + rate*(b-a) of them.
 func checkFairBucket(t *testing.T, grants []simGrant, rate float64, burst int) {
@@ -131,110 +160,126 @@ func checkFairBucket(t *testing.T, grants []simGrant, rate float64, burst int) {
 }
 
 func TestFairLoneTenantKeepsTheSchedule(t *testing.T) {
-	l, clk, _ := fairLimiter(t, reserve.Options{})
-	lim := reserve.Limit{Rate: 100, Burst: 1}
-	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
-		&simTenant{name: "a", backlog: 200})
-	require.Len(t, grants, 200)
-	for i, g := range grants {
-		// x/time/rate's schedule: a slot every 10 ms from the first.
-		require.Equal(t, grants[0].slot.Add(time.Duration(i)*10*time.Millisecond), g.slot, "slot %d", i)
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			l, clk := be.new(t, reserve.Options{})
+			lim := reserve.Limit{Rate: 100, Burst: 1}
+			grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+				&simTenant{name: "a", backlog: 200})
+			require.Len(t, grants, 200)
+			for i, g := range grants {
+				// x/time/rate's schedule: a slot every 10 ms from the first.
+				require.Equal(t, grants[0].slot.Add(time.Duration(i)*10*time.Millisecond), g.slot, "slot %d", i)
+			}
+		})
 	}
 }
 
 func TestFairNewcomerWaitsTwoSlotsAtMost(t *testing.T) {
-	lim := reserve.Limit{Rate: 100, Burst: 1}
-	for seed := range uint64(8) {
-		l, clk, _ := fairLimiter(t, reserve.Options{})
-		arrive := 500*time.Millisecond + time.Duration(seed)*1300*time.Microsecond
-		start := clk.Now()
-		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-			&simTenant{name: "flood", backlog: 1000},
-			&simTenant{name: "light", arrive: arrive, backlog: 1})
-		checkFairBucket(t, grants, 100, 1)
-		i := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "light" })
-		// Two slot intervals, plus the round trips of its two asks.
-		wait := grants[i].slot.Sub(start.Add(arrive))
-		require.LessOrEqualf(t, wait, 20*time.Millisecond+2*simRTT, "seed %d: the light tenant waited %v behind 1,000 of the flood's", seed, wait)
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			lim := reserve.Limit{Rate: 100, Burst: 1}
+			for seed := range uint64(8) {
+				l, clk := be.new(t, reserve.Options{})
+				arrive := 500*time.Millisecond + time.Duration(seed)*1300*time.Microsecond
+				start := clk.Now()
+				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+					&simTenant{name: "flood", backlog: 1000},
+					&simTenant{name: "light", arrive: arrive, backlog: 1})
+				checkFairBucket(t, grants, 100, 1)
+				i := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "light" })
+				// Two slot intervals, plus the round trips of its two asks.
+				wait := grants[i].slot.Sub(start.Add(arrive))
+				require.LessOrEqualf(t, wait, 20*time.Millisecond+2*simRTT, "seed %d: the light tenant waited %v behind 1,000 of the flood's", seed, wait)
+			}
+		})
 	}
 }
 
 func TestFairWeightedShares(t *testing.T) {
-	lim := reserve.Limit{Rate: 100, Burst: 1}
-	for seed := range uint64(4) {
-		l, clk, _ := fairLimiter(t, reserve.Options{})
-		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-			&simTenant{name: "a", weight: 2, backlog: 400},
-			&simTenant{name: "b", backlog: 400},
-			&simTenant{name: "c", arrive: time.Second, backlog: 200})
-		checkFairBucket(t, grants, 100, 1)
-		// While all of them wait, every prefix of the grants since c's first
-		// keeps each tenant's count over its weight within 2 of the others'.
-		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "c" })
-		count := map[string]float64{}
-		weight := map[string]float64{"a": 2, "b": 1, "c": 1}
-		backlog := map[string]int{"a": 400, "b": 400, "c": 200}
-		for _, g := range grants[:first] {
-			backlog[g.tenant]--
-		}
-		for i, g := range grants[first:] {
-			count[g.tenant]++
-			backlog[g.tenant]--
-			if backlog["a"] == 0 || backlog["b"] == 0 || backlog["c"] == 0 {
-				break
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			lim := reserve.Limit{Rate: 100, Burst: 1}
+			for seed := range uint64(4) {
+				l, clk := be.new(t, reserve.Options{})
+				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+					&simTenant{name: "a", weight: 2, backlog: 400},
+					&simTenant{name: "b", backlog: 400},
+					&simTenant{name: "c", arrive: time.Second, backlog: 200})
+				checkFairBucket(t, grants, 100, 1)
+				// While all of them wait, every prefix of the grants since c's first
+				// keeps each tenant's count over its weight within 2 of the others'.
+				first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "c" })
+				count := map[string]float64{}
+				weight := map[string]float64{"a": 2, "b": 1, "c": 1}
+				backlog := map[string]int{"a": 400, "b": 400, "c": 200}
+				for _, g := range grants[:first] {
+					backlog[g.tenant]--
+				}
+				for i, g := range grants[first:] {
+					count[g.tenant]++
+					backlog[g.tenant]--
+					if backlog["a"] == 0 || backlog["b"] == 0 || backlog["c"] == 0 {
+						break
+					}
+					lo, hi := math.Inf(1), math.Inf(-1)
+					for name, w := range weight {
+						lo, hi = min(lo, count[name]/w), max(hi, count[name]/w)
+					}
+					require.LessOrEqualf(t, hi-lo, 2.0, "seed %d, grant %d since c came: counts %v", seed, i, count)
+				}
+				require.Greater(t, count["c"], 50.0, "c took part")
 			}
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for name, w := range weight {
-				lo, hi = min(lo, count[name]/w), max(hi, count[name]/w)
-			}
-			require.LessOrEqualf(t, hi-lo, 2.0, "seed %d, grant %d since c came: counts %v", seed, i, count)
-		}
-		require.Greater(t, count["c"], 50.0, "c took part")
+		})
 	}
 }
 
 func TestFairUrgentGoesFirst(t *testing.T) {
-	lim := reserve.Limit{Rate: 100, Burst: 1}
-	for seed := range uint64(8) {
-		l, clk, _ := fairLimiter(t, reserve.Options{})
-		start := clk.Now()
-		arrive := time.Second + time.Duration(seed)*3100*time.Microsecond
-		// Behind the Batch lane alone, the urgent lane waits one slot
-		// interval at most: the Batch lane books only slots that are due.
-		// Behind the Normal lane too, two, as a newcomer in its lane.
-		normal, bound := 0, 10*time.Millisecond+simRTT
-		if seed%2 == 1 {
-			normal, bound = 200, 20*time.Millisecond+2*simRTT
-		}
-		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-			&simTenant{name: "bulk", lane: reserve.Batch, backlog: 500 - normal},
-			&simTenant{name: "flood", lane: reserve.Normal, backlog: normal},
-			&simTenant{name: "live", lane: reserve.Urgent, arrive: arrive, backlog: 20})
-		checkFairBucket(t, grants, 100, 1)
-		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "live" })
-		last := first
-		for i, g := range grants {
-			if g.tenant == "live" {
-				last = i
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			lim := reserve.Limit{Rate: 100, Burst: 1}
+			for seed := range uint64(8) {
+				l, clk := be.new(t, reserve.Options{})
+				start := clk.Now()
+				arrive := time.Second + time.Duration(seed)*3100*time.Microsecond
+				// Behind the Batch lane alone, the urgent lane waits one slot
+				// interval at most: the Batch lane books only slots that are due.
+				// Behind the Normal lane too, two, as a newcomer in its lane.
+				normal, bound := 0, 10*time.Millisecond+simRTT
+				if seed%2 == 1 {
+					normal, bound = 200, 20*time.Millisecond+2*simRTT
+				}
+				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+					&simTenant{name: "bulk", lane: reserve.Batch, backlog: 500 - normal},
+					&simTenant{name: "flood", lane: reserve.Normal, backlog: normal},
+					&simTenant{name: "live", lane: reserve.Urgent, arrive: arrive, backlog: 20})
+				checkFairBucket(t, grants, 100, 1)
+				first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "live" })
+				last := first
+				for i, g := range grants {
+					if g.tenant == "live" {
+						last = i
+					}
+				}
+				wait := grants[first].slot.Sub(start.Add(arrive))
+				require.LessOrEqualf(t, wait, bound, "seed %d: the urgent lane waited %v behind the lower lanes", seed, wait)
+				for _, g := range grants[first : last+1] {
+					require.Equalf(t, "live", g.tenant, "seed %d: a lower lane was booked while the urgent lane waited", seed)
+				}
+				// Normal before Batch, but for the one Batch slot booked before
+				// Normal's first ask.
+				for _, g := range grants[1:] {
+					if g.tenant == "bulk" {
+						require.Zerof(t, countTenant(grants[slices.Index(grants, g):], "flood"), "seed %d: the batch lane was booked while the normal lane waited", seed)
+						break
+					}
+				}
+				// The lower lanes take what the higher ones leave: no gap but the
+				// hand-overs' round trips.
+				end := grants[len(grants)-1].slot
+				require.LessOrEqual(t, end.Sub(grants[0].slot), 519*10*time.Millisecond+20*time.Millisecond)
 			}
-		}
-		wait := grants[first].slot.Sub(start.Add(arrive))
-		require.LessOrEqualf(t, wait, bound, "seed %d: the urgent lane waited %v behind the lower lanes", seed, wait)
-		for _, g := range grants[first : last+1] {
-			require.Equalf(t, "live", g.tenant, "seed %d: a lower lane was booked while the urgent lane waited", seed)
-		}
-		// Normal before Batch, but for the one Batch slot booked before
-		// Normal's first ask.
-		for _, g := range grants[1:] {
-			if g.tenant == "bulk" {
-				require.Zerof(t, countTenant(grants[slices.Index(grants, g):], "flood"), "seed %d: the batch lane was booked while the normal lane waited", seed)
-				break
-			}
-		}
-		// The lower lanes take what the higher ones leave: no gap but the
-		// hand-overs' round trips.
-		end := grants[len(grants)-1].slot
-		require.LessOrEqual(t, end.Sub(grants[0].slot), 519*10*time.Millisecond+20*time.Millisecond)
+		})
 	}
 }
 
@@ -249,56 +294,64 @@ func countTenant(grants []simGrant, tenant string) int {
 }
 
 func TestFairMinShare(t *testing.T) {
-	lim := reserve.Limit{Rate: 100, Burst: 1}
-	l, clk, _ := fairLimiter(t, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.2}})
-	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
-		&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
-		&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
-	checkFairBucket(t, grants, 100, 1)
-	// In every 50 slots while both wait, the batch lane has at least 9
-	// (a fifth, less one at the edges).
-	for i := 0; i+50 <= len(grants); i++ {
-		if grants[i+49].tenant == "bulk" && !slices.ContainsFunc(grants[i+50:], func(g simGrant) bool { return g.tenant == "bulk" }) {
-			break
-		}
-		n := 0
-		for _, g := range grants[i : i+50] {
-			if g.tenant == "bulk" {
-				n++
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			lim := reserve.Limit{Rate: 100, Burst: 1}
+			l, clk := be.new(t, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.2}})
+			grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+				&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
+				&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
+			checkFairBucket(t, grants, 100, 1)
+			// In every 50 slots while both wait, the batch lane has at least 9
+			// (a fifth, less one at the edges).
+			for i := 0; i+50 <= len(grants); i++ {
+				if grants[i+49].tenant == "bulk" && !slices.ContainsFunc(grants[i+50:], func(g simGrant) bool { return g.tenant == "bulk" }) {
+					break
+				}
+				n := 0
+				for _, g := range grants[i : i+50] {
+					if g.tenant == "bulk" {
+						n++
+					}
+				}
+				require.GreaterOrEqualf(t, n, 9, "grants %d..%d: the batch lane had %d of 50", i, i+49, n)
 			}
-		}
-		require.GreaterOrEqualf(t, n, 9, "grants %d..%d: the batch lane had %d of 50", i, i+49, n)
+		})
 	}
 }
 
 func TestFairPolicyKeepsEveryBand(t *testing.T) {
-	pol := reserve.Policy{
-		{Name: "requests", Limit: reserve.Limit{Rate: 50, Burst: 5}},
-		{Name: "tokens", Unit: "tokens", Window: reserve.Window{N: 600, Length: time.Second}},
+	for _, be := range fairBackends {
+		t.Run(be.name, func(t *testing.T) {
+			pol := reserve.Policy{
+				{Name: "requests", Limit: reserve.Limit{Rate: 50, Burst: 5}},
+				{Name: "tokens", Unit: "tokens", Window: reserve.Window{N: 600, Length: time.Second}},
+			}
+			cost := reserve.Cost{"requests": 1, "tokens": 30}
+			l, clk := be.new(t, reserve.Options{})
+			grants := simulate(t, l, clk, "k", pol, cost, 1,
+				&simTenant{name: "a", backlog: 100},
+				&simTenant{name: "b", backlog: 100},
+				&simTenant{name: "c", lane: reserve.Urgent, arrive: 2 * time.Second, backlog: 10})
+			require.Len(t, grants, 210)
+			checkFairBucket(t, grants, 50, 5)
+			perWindow := map[int64]int{}
+			for _, g := range grants {
+				perWindow[g.slot.UnixNano()/int64(time.Second)] += 30
+			}
+			for w, u := range perWindow {
+				require.LessOrEqualf(t, u, 600, "window %d holds %d tokens", w, u)
+			}
+			// The window binds (20 requests a second): a and b split it.
+			na := 0
+			for _, g := range grants[:100] {
+				if g.tenant == "a" {
+					na++
+				}
+			}
+			require.InDelta(t, 50, na, 6, "a's part of the first 100 grants")
+		})
 	}
-	cost := reserve.Cost{"requests": 1, "tokens": 30}
-	l, clk, _ := fairLimiter(t, reserve.Options{})
-	grants := simulate(t, l, clk, "k", pol, cost, 1,
-		&simTenant{name: "a", backlog: 100},
-		&simTenant{name: "b", backlog: 100},
-		&simTenant{name: "c", lane: reserve.Urgent, arrive: 2 * time.Second, backlog: 10})
-	require.Len(t, grants, 210)
-	checkFairBucket(t, grants, 50, 5)
-	perWindow := map[int64]int{}
-	for _, g := range grants {
-		perWindow[g.slot.UnixNano()/int64(time.Second)] += 30
-	}
-	for w, u := range perWindow {
-		require.LessOrEqualf(t, u, 600, "window %d holds %d tokens", w, u)
-	}
-	// The window binds (20 requests a second): a and b split it.
-	na := 0
-	for _, g := range grants[:100] {
-		if g.tenant == "a" {
-			na++
-		}
-	}
-	require.InDelta(t, 50, na, 6, "a's part of the first 100 grants")
 }
 
 func TestFairBadInput(t *testing.T) {
@@ -428,7 +481,9 @@ func testFair(t *testing.T, b backend) {
 		require.GreaterOrEqual(t, slots[i]-slots[i-1], int64(5*time.Millisecond)-1, "slots %d and %d", i-1, i)
 	}
 
-	slow := reserve.Limit{Rate: 1, Burst: 1}
+	// One permit in 100 s: the second is far beyond any maximum, however
+	// slow the machine.
+	slow := reserve.Limit{Rate: 0.01, Burst: 1}
 	req := reserve.Single("fair-allow", slow, 1)
 	req.Tenant = "a"
 	ok, err := l.AllowN(ctx, req)
@@ -436,7 +491,7 @@ func testFair(t *testing.T, b backend) {
 	require.True(t, ok, "a fresh key's first permit")
 	ok, err = l.AllowN(ctx, req)
 	require.NoError(t, err)
-	require.False(t, ok, "the next permit is a second away")
+	require.False(t, ok, "the next permit is 100 s away")
 	_, err = l.TryReserveN(ctx, req, 100*time.Millisecond)
 	var tooLong *reserve.WaitTooLongError
 	require.ErrorAs(t, err, &tooLong)

@@ -51,6 +51,7 @@ type Limiter struct {
 	coalescer coalescer    // 1, forming a batch: queues and leases (batch.go, lease.go)
 	fair      fairQueues   // 1: fair requests' queues, each with its pump (fair.go)
 	local     *fallback    // 2, running it while Redis is unavailable (fallback.go)
+	turns     localTurns   // 2: fair requests' turns while Redis is unavailable (fairlocal.go)
 	horizons  horizons     // 2: the latest slot Redis granted, per key, where a local schedule starts (horizons.go)
 	sync      clockSync    // 3, placing slots: the server's clock against the local one, with serverTime (place.go)
 	pauses    pauseChecks  // 4, sleeping: the keys' pauses read and made (sleep.go)
