@@ -1,6 +1,9 @@
 package prommetrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Accessors for tests.
 
@@ -24,3 +27,16 @@ func (m *Metrics) PausesFor(key string) prometheus.Counter {
 func (m *Metrics) FallbackActive() prometheus.Gauge { return m.fallback }
 
 func (m *Metrics) SwitchesTo(to string) prometheus.Counter { return m.switches.WithLabelValues(to) }
+
+func (m *Metrics) DeferredFor(lane, tenant string) prometheus.Counter {
+	return m.deferred.WithLabelValues(lane, tenant)
+}
+
+// TurnCount is how many turns the histogram of lane and tenant observed.
+func (m *Metrics) TurnCount(lane, tenant string) uint64 {
+	var d dto.Metric
+	if err := m.turn.WithLabelValues(lane, tenant).(prometheus.Histogram).Write(&d); err != nil {
+		panic(err)
+	}
+	return d.GetHistogram().GetSampleCount()
+}

@@ -17,11 +17,15 @@
 //	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
 //	pauses_total                       counter   Pause calls (a provider's 429)
 //	evictable                          gauge     1 when the Redis server's maxmemory-policy may evict pacer's keys
+//	fair_turn_seconds{lane}            histogram fair requests' wait for their turn, before they were booked
+//	fair_deferred_total{lane}          counter   times a fair queue was told to ask again
 //
 // Keys are not labels by default: a crawler has millions. Options.KeyLabel
 // maps a key to a label value (for instance its host, or "other"), and adds
 // a "key" label to reservations_total, units_total, wait_seconds and
-// pauses_total.
+// pauses_total. Tenants are not labels by default either: Options.TenantLabel
+// adds a "tenant" label to the fair metrics, lane being "urgent", "normal"
+// or "batch".
 package prommetrics
 
 import (
@@ -38,6 +42,11 @@ type Options struct {
 	// KeyLabel, if set, maps a key to the value of a "key" label. Keep the
 	// number of distinct values small. Default nil: no key label.
 	KeyLabel func(key string) string
+	// TenantLabel, if set, maps a fair request's tenant to the value of a
+	// "tenant" label on the fair metrics (reserve.FairMetrics): name the
+	// few tenants to watch and map the rest to one value ("other"). Default
+	// nil: the fair metrics are per lane only.
+	TenantLabel func(tenant string) string
 }
 
 // Metrics implements reserve.Metrics with Prometheus collectors.
@@ -53,9 +62,16 @@ type Metrics struct {
 	fallback     prometheus.Gauge
 	switches     *prometheus.CounterVec
 	pauses       *prometheus.CounterVec
+
+	tenantLabel func(string) string
+	turn        *prometheus.HistogramVec
+	deferred    *prometheus.CounterVec
 }
 
-var _ reserve.Metrics = (*Metrics)(nil)
+var (
+	_ reserve.Metrics     = (*Metrics)(nil)
+	_ reserve.FairMetrics = (*Metrics)(nil)
+)
 
 // WaitBuckets are the buckets of wait_seconds: from 1 ms to 30 minutes, for
 // waits from a free slot to a long queue behind a provider's pause.
@@ -98,10 +114,37 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "pauses_total",
 			Help: "Keys paused (a provider's 429)."}, perKey),
 	}
+	perLane := []string{"lane"}
+	if opts.TenantLabel != nil {
+		perLane = []string{"lane", "tenant"}
+	}
+	m.tenantLabel = opts.TenantLabel
+	m.turn = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "fair_turn_seconds",
+		Help: "Time fair requests waited for their turn before they were booked, by lane.", Buckets: WaitBuckets}, perLane)
+	m.deferred = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fair_deferred_total",
+		Help: "Times a fair queue was told to ask again (not its turn, or beyond the booking horizon), by lane."}, perLane)
 	if reg != nil {
-		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses)
+		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
+			m.turn, m.deferred)
 	}
 	return m
+}
+
+func (m *Metrics) laneLabels(tenant string, lane reserve.Lane) []string {
+	if m.tenantLabel == nil {
+		return []string{lane.String()}
+	}
+	return []string{lane.String(), m.tenantLabel(tenant)}
+}
+
+// Turn implements reserve.FairMetrics.
+func (m *Metrics) Turn(_, tenant string, lane reserve.Lane, turn time.Duration) {
+	m.turn.WithLabelValues(m.laneLabels(tenant, lane)...).Observe(turn.Seconds())
+}
+
+// Deferred implements reserve.FairMetrics.
+func (m *Metrics) Deferred(_, tenant string, lane reserve.Lane) {
+	m.deferred.WithLabelValues(m.laneLabels(tenant, lane)...).Inc()
 }
 
 func (m *Metrics) labels(mode, key string) []string {

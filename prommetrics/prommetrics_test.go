@@ -77,3 +77,43 @@ func TestMetricsFallback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, problems)
 }
+
+// TestFairMetrics: fair requests' turns and deferrals, per lane, and per
+// tenant for the tenants TenantLabel names. Exact counts: three requests of
+// "acme" at 1/s, burst 1: the first booked at once, the second within its
+// horizon (one slot interval, 1 s), the third deferred until then.
+func TestFairMetrics(t *testing.T) {
+	s := redistest.New(t)
+	reg := prometheus.NewPedanticRegistry()
+	m := prommetrics.New(reg, prommetrics.Options{TenantLabel: func(tn string) string {
+		if tn == "acme" {
+			return tn
+		}
+		return "other"
+	}})
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Metrics: m, Logger: quiet})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	req := reserve.Single("fair", reserve.Limit{Rate: 1, Burst: 1}, 1)
+	req.Tenant, req.Lane = "acme", reserve.Urgent
+	for range 2 {
+		_, err := l.ReserveN(ctx, req)
+		require.NoError(t, err)
+	}
+	// The third waits for its turn: give up on it once it was deferred.
+	tctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := l.ReserveN(tctx, req); done <- err }()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.DeferredFor("urgent", "acme")) >= 1 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+
+	n, err := testutil.GatherAndCount(reg, "pacer_fair_turn_seconds")
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one series: urgent, acme")
+	assert.Equal(t, uint64(2), m.TurnCount("urgent", "acme"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}

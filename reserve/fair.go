@@ -117,11 +117,11 @@ func (e *errDeferred) Error() string { return "reserve: deferred to " + e.retry.
 // pump and waits until it is booked, ctx ends, or (maxWait >= 0) its turn
 // cannot come within maxWait.
 func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
-	req := &request{op: op, amounts: amounts, maxWait: -1, done: make(chan result, 1)}
+	// since: when it queued, for its turn's wait, and with a maxWait for
+	// the time left of it: the script books within the horizon or that,
+	// whichever is shorter (see grantBatch).
+	req := &request{op: op, amounts: amounts, maxWait: -1, since: l.clock.Now(), done: make(chan result, 1)}
 	if maxWait >= 0 {
-		// The script books within the horizon or the time left of maxWait,
-		// whichever is shorter (see grantBatch).
-		req.since = l.clock.Now()
 		req.deadline = req.since.Add(maxWait)
 		req.maxWait = maxWait
 	}
@@ -184,6 +184,7 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 
 		var orphans []*Reservation
 		var retry time.Time
+		fm, _ := l.opts.Metrics.(FairMetrics)
 		qs.mu.Lock()
 		done := 0
 		for i, req := range batch {
@@ -191,9 +192,15 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 			var d *errDeferred
 			if errors.As(res.err, &d) {
 				retry = d.retry
+				if fm != nil {
+					fm.Deferred(fk.key, fk.tenant, fk.lane)
+				}
 				break
 			}
 			done++
+			if fm != nil && res.r != nil {
+				fm.Turn(fk.key, fk.tenant, fk.lane, max(l.clock.Now().Sub(req.since), 0))
+			}
 			if req.abandoned {
 				if res.r != nil {
 					orphans = append(orphans, res.r)

@@ -33,6 +33,21 @@ type Metrics interface {
 	Evictable(policy string)
 }
 
+// FairMetrics, when the Options.Metrics also implements it, receives the
+// figures of fair requests (see Request.Tenant). The tenant is passed as
+// given: like keys, an implementation should label only the few it is told
+// to.
+type FairMetrics interface {
+	// Turn is called when a fair request is booked: for tenant in lane on
+	// key, after waiting turn in its queue (0 when booked at once; its
+	// wait for the slot itself is Reserved's).
+	Turn(key, tenant string, lane Lane, turn time.Duration)
+	// Deferred is called when a fair queue's head was not booked, and
+	// its pump will ask again: it was not the tenant's turn, or its slot
+	// lay beyond the booking horizon.
+	Deferred(key, tenant string, lane Lane)
+}
+
 // Values of Metrics.Moved's why.
 const (
 	MovedPause = "pause"
