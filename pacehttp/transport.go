@@ -36,11 +36,22 @@ import (
 
 // A Route is how one request is paced: the key it reserves on (requests
 // with the same key share a limit across the fleet), the policy and the
-// cost.
+// cost, and for fair share the tenant it is made for, its weight and its
+// lane (see reserve.Request: a backlog of one tenant, or of the Batch
+// lane, does not hold the others' requests behind it).
 type Route struct {
 	Key    string
 	Policy reserve.Policy
 	Cost   reserve.Cost
+
+	Tenant string
+	Lane   reserve.Lane
+	Weight float64
+}
+
+// request is rt as a reserve.Request.
+func (rt Route) request() reserve.Request {
+	return reserve.Request{Key: rt.Key, Policy: rt.Policy, Cost: rt.Cost, Tenant: rt.Tenant, Lane: rt.Lane, Weight: rt.Weight}
 }
 
 // Options configure a Transport. Limit (or Route, or Adaptive) is required.
@@ -307,9 +318,9 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 		err error
 	)
 	if maxWait >= 0 {
-		r, err = t.lim.TryReserveN(ctx, reserve.Request{Key: rt.Key, Policy: rt.Policy, Cost: rt.Cost}, maxWait)
+		r, err = t.lim.TryReserveN(ctx, rt.request(), maxWait)
 	} else {
-		r, err = t.lim.ReserveN(ctx, reserve.Request{Key: rt.Key, Policy: rt.Policy, Cost: rt.Cost})
+		r, err = t.lim.ReserveN(ctx, rt.request())
 	}
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -365,3 +366,47 @@ func TestAdaptiveAcrossProcesses(t *testing.T) {
 }
 
 func fmtSscan(s string, v *float64) (int, error) { return fmt.Sscan(s, v) }
+
+// TestRouteTenants: a Route's tenant and lane make requests fair. Two
+// processes flood a host for one tenant; a request for another tenant,
+// sent once the flood queues, reaches the provider before most of it (it
+// waits about two slot intervals, the flood 2.5 s), and every request is
+// sent.
+func TestRouteTenants(t *testing.T) {
+	ls := fleet(t, 2)
+	srv := newServer(t)
+	lim := reserve.Limit{Rate: 20, Burst: 1}
+	route := func(req *http.Request) (pacehttp.Route, error) {
+		return pacehttp.Route{Key: req.Host, Policy: lim.Policy(), Cost: reserve.Permits(1), Tenant: req.Header.Get("X-Tenant")}, nil
+	}
+	var clients []*http.Client
+	for _, l := range ls {
+		clients = append(clients, &http.Client{Transport: transport(t, l, pacehttp.Options{Route: route})})
+	}
+	send := func(c *http.Client, tenant string) error {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(tenant))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { assert.NoError(t, send(clients[i%2], "flood")) })
+	}
+	require.Eventually(t, func() bool { arrived, _ := srv.requests(); return len(arrived) >= 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, send(clients[0], "light"))
+	wg.Wait()
+	_, bodies := srv.requests()
+	require.Len(t, bodies, 51)
+	// First come, first served, it would come last; in its turn, third or
+	// so (the bound leaves room for a loaded machine: 1.25 s late).
+	i := slices.Index(bodies, "light")
+	require.Less(t, i, 26, "the light tenant's request came %d-th, behind the flood", i+1)
+}
