@@ -86,8 +86,12 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	} else {
 		call.Cost = map[string]float64{unitRequests: 1, unitTokens: est}
 	}
-	cost := reserve.Cost(call.Cost)
+	req := cl.request(&call)
+	short := key.single && req.Tenant == "" && req.Lane == reserve.Normal // the short forms
 	c.count(kind)
+	if req.Tenant != "" {
+		c.count(kind + "-fair")
+	}
 	call.Grant = time.Now().UnixNano()
 	var (
 		r   *reserve.Reservation
@@ -95,10 +99,10 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	)
 	switch kind {
 	case "wait", "waitp":
-		if key.single {
+		if short {
 			err = c.l.Wait(ctx, key.name, key.limit)
 		} else {
-			err = c.l.WaitN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
+			err = c.l.WaitN(ctx, req)
 		}
 		if c.failed(ctx, kind, key.name, err) {
 			return 0
@@ -110,10 +114,10 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		return cl.send(ctx, call, nil)
 	case "allow", "allowp":
 		var ok bool
-		if key.single {
+		if short {
 			ok, err = c.l.Allow(ctx, key.name, key.limit)
 		} else {
-			ok, err = c.l.AllowN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
+			ok, err = c.l.AllowN(ctx, req)
 		}
 		if c.failed(ctx, kind, key.name, err) {
 			return 0
@@ -130,18 +134,14 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
 		return cl.send(ctx, call, nil)
 	case "reserve", "cancel", "reservep", "cancelp":
-		if key.single {
+		if short {
 			r, err = c.l.Reserve(ctx, key.name, key.limit)
 		} else {
-			r, err = c.l.ReserveN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost})
+			r, err = c.l.ReserveN(ctx, req)
 		}
 	case "try", "tryp":
 		maxWait := time.Duration(cl.rng.IntN(600)) * time.Millisecond
-		if key.single {
-			r, err = c.l.TryReserveN(ctx, reserve.Single(key.name, key.limit, 1), maxWait)
-		} else {
-			r, err = c.l.TryReserveN(ctx, reserve.Request{Key: key.name, Policy: key.pol, Cost: cost}, maxWait)
-		}
+		r, err = c.l.TryReserveN(ctx, req, maxWait)
 		if _, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
 			c.count(kind + "-refused")
 			sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
@@ -169,6 +169,32 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 	call.Settle = !key.single
 	return cl.send(ctx, call, r)
+}
+
+// The tenants of fair calls, and their weights.
+var fairTenants = []struct {
+	name   string
+	weight float64
+}{{"t0", 1}, {"t1", 1}, {"t2", 2}}
+
+// request returns call's Request. On the sliding and policy keys, three
+// calls in ten are fair: a tenant and a lane (Urgent 1 in 10, Batch 2 in
+// 10) drawn, recorded in call.
+func (cl *caller) request(call *Call) reserve.Request {
+	key := cl.key
+	req := reserve.Request{Key: key.name, Policy: key.pol, Cost: reserve.Cost(call.Cost)}
+	if key.throughput && cl.rng.IntN(10) < 3 {
+		tn := fairTenants[cl.rng.IntN(len(fairTenants))]
+		req.Tenant, req.Weight = tn.name, tn.weight
+		switch x := cl.rng.IntN(10); {
+		case x == 0:
+			req.Lane = reserve.Urgent
+		case x < 3:
+			req.Lane = reserve.Batch
+		}
+		call.Tenant, call.Lane = req.Tenant, int(req.Lane)
+	}
+	return req
 }
 
 // send makes the call to the provider; r, if a policy reservation, is then

@@ -15,6 +15,8 @@
 //     policy variants from many goroutines on three keys (keys.go): a
 //     Sliding limit, a policy of a bucket, a window and a tokens bucket with
 //     costs settled to what the provider reports, and a hot key that leases;
+//     three in ten of the first two keys' calls are fair (a tenant of three,
+//     weights 1, 1 and 2, and a lane: Urgent, Normal or Batch);
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
 //     and records every call with the slot the caller's reservation gave it.

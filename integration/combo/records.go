@@ -15,6 +15,8 @@ type Call struct {
 	Child   string `json:"c"`
 	Kind    string `json:"kind"`
 	Attempt int    `json:"a,omitempty"` // retries of this call after a 429
+	Tenant  string `json:"t,omitempty"` // a fair call's tenant
+	Lane    int    `json:"l,omitempty"` // and lane (reserve.Lane)
 
 	// The slot: for a reservation, Slot (Exact: the slot Redis granted,
 	// on its clock; else the one the local fallback granted, or r.Time()
