@@ -10,9 +10,21 @@
 //	go run ./examples/llm -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
 //	go run ./examples/llm -plot llm.svg            # and a chart of both bands
 //	go run ./examples/llm -reserve estimate        # reserve the estimate itself
+//	go run ./examples/llm -tenants fair -plot t.svg  # one quota, many customers
 //
 // The provider's quotas are the flags (-rpm, -tpm); pacer's policy is
 // derived from them (see policyFor).
+//
+// With -tenants, each process's workers call for customers of one SaaS on
+// its one LLM quota: worker 0 for a live user (the Urgent lane; a call,
+// then a pause of up to 2 s), workers 1 and 2 for two light customers (a
+// pause of up to 6 s: with the defaults, each asks for about an eighth of
+// the quota), and the others for a customer whose backfill floods the key
+// (no pause: it takes whatever the others leave). -tenants
+// fair names the tenant and lane on each call (reserve.Request.Tenant,
+// Lane); -tenants fifo makes the same calls without, first come first
+// served, as the reference. The summary gives each tenant's calls, share
+// of the tokens and wait for its slot; -plot draws each tenant's requests.
 package main
 
 import (
@@ -30,6 +42,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +73,7 @@ type config struct {
 	Progress time.Duration
 	Plot     string
 	Seed     uint64
+	Tenants  string // "", "fair" or "fifo"
 }
 
 // childEnv carries a child process's job (see fleet).
@@ -79,6 +93,17 @@ type tally struct {
 	Calls, Refused int     // 200s and 429s
 	Settled        float64 // tokens settled: the responses' usage
 	Canceled       int     // reservations given back (slot after the end, or a 429)
+	Unavailable    int     // reservations that failed with ErrUnavailable, tried again
+
+	Tenants map[string]*tenantTally `json:",omitempty"` // with -tenants
+}
+
+// tenantTally is one tenant's calls (with -tenants).
+type tenantTally struct {
+	Calls  int
+	Tokens float64
+	Waits  []float64 // ms from asking for the slot to the call
+	Times  []int64   // when each call was made, Unix ns
 }
 
 func (t *tally) add(o tally) {
@@ -86,7 +111,41 @@ func (t *tally) add(o tally) {
 	t.Refused += o.Refused
 	t.Settled += o.Settled
 	t.Canceled += o.Canceled
+	t.Unavailable += o.Unavailable
+	for name, o := range o.Tenants {
+		t.tenant(name).add(o)
+	}
 }
+
+func (t *tally) tenant(name string) *tenantTally {
+	if t.Tenants == nil {
+		t.Tenants = map[string]*tenantTally{}
+	}
+	if t.Tenants[name] == nil {
+		t.Tenants[name] = &tenantTally{}
+	}
+	return t.Tenants[name]
+}
+
+func (t *tenantTally) add(o *tenantTally) {
+	t.Calls += o.Calls
+	t.Tokens += o.Tokens
+	t.Waits = append(t.Waits, o.Waits...)
+	t.Times = append(t.Times, o.Times...)
+}
+
+// A role is what a worker calls for, with -tenants (see roleOf).
+type role struct {
+	tenant string
+	lane   reserve.Lane
+	think  time.Duration // after each call, a pause of up to this long
+}
+
+// roles are the tenants, in the summary's order.
+var roles = []role{{"live", reserve.Urgent, 2 * time.Second}, {"light-a", reserve.Normal, 6 * time.Second}, {"light-b", reserve.Normal, 6 * time.Second}, {"backfill", reserve.Normal, 0}}
+
+// roleOf is worker w's role.
+func roleOf(w int) role { return roles[min(w, len(roles)-1)] }
 
 // summary is the run as the provider saw it.
 type summary struct {
@@ -96,12 +155,33 @@ type summary struct {
 	RequestsPerMin  float64 // likewise
 	TPM, RPM        int
 	Settled         float64 // tokens the workers settled
+	Unavailable     int     // reservations tried again because Redis could not be reached
 	Duration        time.Duration
+
+	Tenants []tenantSummary // with -tenants
+}
+
+// tenantSummary is one tenant's part of the run.
+type tenantSummary struct {
+	Tenant       string
+	Lane         reserve.Lane
+	Calls        int
+	TokenShare   float64 // of the tokens the provider accepted
+	WaitP50, P99 time.Duration
+	WaitMax      time.Duration
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("summary calls=%d rejected=%d tokens=%d tokens_per_min=%.0f tpm=%d of_tpm=%.1f%% requests_per_min=%.0f rpm=%d settled=%.0f duration=%.1f",
+	out := fmt.Sprintf("summary calls=%d rejected=%d tokens=%d tokens_per_min=%.0f tpm=%d of_tpm=%.1f%% requests_per_min=%.0f rpm=%d settled=%.0f duration=%.1f",
 		s.Calls, s.Rejected, s.Tokens, s.TokensPerMin, s.TPM, 100*s.TokensPerMin/float64(s.TPM), s.RequestsPerMin, s.RPM, s.Settled, s.Duration.Seconds())
+	if s.Unavailable > 0 {
+		out += fmt.Sprintf(" unavailable=%d", s.Unavailable)
+	}
+	for _, t := range s.Tenants {
+		out += fmt.Sprintf("\ntenant %-8s lane=%-6s calls=%d tokens=%.1f%% wait_p50=%v wait_p99=%v wait_max=%v",
+			t.Tenant, t.Lane, t.Calls, 100*t.TokenShare, t.WaitP50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.WaitMax.Round(time.Millisecond))
+	}
+	return out
 }
 
 func main() {
@@ -120,6 +200,7 @@ func main() {
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of both bands (requests and tokens per 100 ms) to this SVG file")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the simulated costs and estimates")
+	flag.StringVar(&c.Tenants, "tenants", "", "fair or fifo: call for a live user, two light customers and a backfill (see the package doc)")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(os.Stdout); err != nil {
 			log.Fatal(err)
@@ -152,6 +233,10 @@ func (c config) validate() error {
 		return errors.New("llm: -procs and -workers must be at least 1")
 	case c.Duration <= 0 || c.Latency < 0 || c.Progress < 0:
 		return errors.New("llm: -duration must be positive, -latency and -progress not negative")
+	case c.Tenants != "" && c.Tenants != "fair" && c.Tenants != "fifo":
+		return fmt.Errorf("llm: -tenants %q: want fair or fifo", c.Tenants)
+	case c.Tenants != "" && c.Workers < len(roles):
+		return fmt.Errorf("llm: -tenants needs at least %d -workers per process", len(roles))
 	}
 	pol := policyFor(c.RPM, c.TPM)
 	if most := c.reserved(float64(9*c.Tokens/5) * (1 + c.Error)); most > float64(pol[1].Limit.Burst) {
@@ -225,9 +310,12 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	st := p.Stats(host)
 	s := summary{Calls: st.Calls + st.Rejected, Rejected: st.Rejected, Tokens: st.Tokens, TPM: c.TPM, RPM: c.RPM,
-		Settled: t.Settled, Duration: time.Since(start)}
+		Settled: t.Settled, Unavailable: t.Unavailable, Duration: time.Since(start)}
 	uses, rejected := p.Uses(host)
 	s.RequestsPerMin, s.TokensPerMin = steady(uses, c.Duration/3)
+	if c.Tenants != "" {
+		return s, tenantsReport(c, &s, t, start, out)
+	}
 	if c.Plot != "" {
 		calls, tokens := make([]time.Time, len(uses)), make([]float64, len(uses))
 		for i, u := range uses {
@@ -244,6 +332,46 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		fmt.Fprintf(out, "wrote the chart of both bands to %s\n", c.Plot)
 	}
 	return s, nil
+}
+
+// tenantsReport fills s.Tenants from t and writes c.Plot: each tenant's
+// requests per 100 ms.
+func tenantsReport(c config, s *summary, t tally, start time.Time, out io.Writer) error {
+	var series []chart.Series
+	for _, r := range roles {
+		tt := t.Tenants[r.tenant]
+		if tt == nil {
+			tt = &tenantTally{}
+		}
+		ts := tenantSummary{Tenant: r.tenant, Lane: r.lane, Calls: tt.Calls}
+		if s.Tokens > 0 {
+			ts.TokenShare = tt.Tokens / float64(s.Tokens)
+		}
+		slices.Sort(tt.Waits)
+		if n := len(tt.Waits); n > 0 {
+			at := func(q float64) time.Duration {
+				return time.Duration(tt.Waits[min(max(int(q*float64(n)+0.5)-1, 0), n-1)] * float64(time.Millisecond))
+			}
+			ts.WaitP50, ts.P99, ts.WaitMax = at(0.5), at(0.99), at(1)
+		}
+		s.Tenants = append(s.Tenants, ts)
+		calls := make([]time.Time, len(tt.Times))
+		for i, ns := range tt.Times {
+			calls[i] = time.Unix(0, ns)
+		}
+		slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
+		series = append(series, chart.Series{Name: r.tenant + " (" + r.lane.String() + ")", Calls: calls, Unit: "requests"})
+	}
+	if c.Plot == "" {
+		return nil
+	}
+	pol := policyFor(c.RPM, c.TPM)
+	title := fmt.Sprintf("llm -tenants %s: %d processes x %d workers, one quota; each tenant's requests", c.Tenants, c.Procs, c.Workers)
+	if err := chart.WriteFile(c.Plot, chart.Chart{Title: title, Start: start, Rate: pol[0].Limit.Rate, Series: series}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote the chart of each tenant's requests to %s\n", c.Plot)
+	return nil
 }
 
 // steady returns the requests and tokens per minute of the calls accepted
@@ -368,8 +496,13 @@ func work(ctx context.Context, c config, providerURL string, rdb redis.Universal
 				total.add(t)
 				mu.Unlock()
 			}()
+			var rl *role
+			if c.Tenants != "" {
+				r := roleOf(w)
+				rl = &r
+			}
 			for fail.Load() == nil {
-				if err := call(ctx, c, limiter, pol, client, providerURL, rng, end, &t); err != nil {
+				if err := call(ctx, c, limiter, pol, client, providerURL, rng, end, rl, &t); err != nil {
 					if !errors.Is(err, errEnd) {
 						fail.CompareAndSwap(nil, &err)
 					}
@@ -389,11 +522,30 @@ func work(ctx context.Context, c config, providerURL string, rdb redis.Universal
 var errEnd = errors.New("the run is over")
 
 // call makes one call: it returns errEnd once a slot would come after end.
-func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.Policy, client *http.Client, providerURL string, rng *rand.Rand, end time.Time, t *tally) error {
+// With a role (-tenants), the call is for its tenant: fair (with -tenants
+// fair) and counted apart.
+func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.Policy, client *http.Client, providerURL string, rng *rand.Rand, end time.Time, rl *role, t *tally) error {
 	lo, hi := float64(c.Tokens)/5, float64(9*c.Tokens)/5
 	actual := math.Round(lo + rng.Float64()*(hi-lo))
 	est := actual * (1 + c.Error*(2*rng.Float64()-1))
-	r, err := limiter.ReserveN(ctx, reserve.Request{Key: host, Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": c.reserved(est)}})
+	req := reserve.Request{Key: host, Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": c.reserved(est)}}
+	if rl != nil && c.Tenants == "fair" {
+		req.Tenant, req.Lane = rl.tenant, rl.lane
+	}
+	asked := time.Now()
+	r, err := limiter.ReserveN(ctx, req)
+	if errors.Is(err, reserve.ErrUnavailable) {
+		// Redis could not be reached and this process has no share to
+		// pace on alone (it joined after others fell back): nothing was
+		// reserved, so try again shortly.
+		t.Unavailable++
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+			return nil
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -407,9 +559,10 @@ func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.P
 	if err := r.Sleep(ctx); err != nil {
 		return err
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"tokens": %.0f}`, actual)))
-	req.Host = host
-	resp, err := client.Do(req)
+	sent := time.Now()
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"tokens": %.0f}`, actual)))
+	hreq.Host = host
+	resp, err := client.Do(hreq)
 	if err != nil {
 		return err
 	}
@@ -445,6 +598,19 @@ func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.P
 	}
 	t.Calls++
 	t.Settled += usage.Usage.TotalTokens
+	if rl != nil {
+		tt := t.tenant(rl.tenant)
+		tt.Calls++
+		tt.Tokens += usage.Usage.TotalTokens
+		tt.Waits = append(tt.Waits, float64(sent.Sub(asked))/float64(time.Millisecond))
+		tt.Times = append(tt.Times, sent.UnixNano())
+		if rl.think > 0 {
+			select {
+			case <-time.After(time.Duration(rng.Int64N(int64(rl.think)))):
+			case <-ctx.Done():
+			}
+		}
+	}
 	return nil
 }
 

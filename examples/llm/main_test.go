@@ -94,22 +94,66 @@ func TestReserveModes(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	ok := short("", "low", 1)
 	for name, mut := range map[string]func(*config){
-		"rpm 0":           func(c *config) { c.RPM = 0 },
-		"tpm below 60":    func(c *config) { c.TPM = 59 },
-		"tokens 0":        func(c *config) { c.Tokens = 0 },
-		"error 1":         func(c *config) { c.Error = 1 },
-		"error negative":  func(c *config) { c.Error = -0.1 },
-		"reserve unknown": func(c *config) { c.Reserve = "mean" },
-		"procs 0":         func(c *config) { c.Procs = 0 },
-		"workers 0":       func(c *config) { c.Workers = 0 },
-		"duration 0":      func(c *config) { c.Duration = 0 },
-		"call over burst": func(c *config) { c.Tokens = 5000 },
-		"redis bad":       func(c *config) { c.RedisURL = "ftp://x" },
+		"rpm 0":             func(c *config) { c.RPM = 0 },
+		"tpm below 60":      func(c *config) { c.TPM = 59 },
+		"tokens 0":          func(c *config) { c.Tokens = 0 },
+		"error 1":           func(c *config) { c.Error = 1 },
+		"error negative":    func(c *config) { c.Error = -0.1 },
+		"reserve unknown":   func(c *config) { c.Reserve = "mean" },
+		"procs 0":           func(c *config) { c.Procs = 0 },
+		"workers 0":         func(c *config) { c.Workers = 0 },
+		"duration 0":        func(c *config) { c.Duration = 0 },
+		"call over burst":   func(c *config) { c.Tokens = 5000 },
+		"redis bad":         func(c *config) { c.RedisURL = "ftp://x" },
+		"tenants unknown":   func(c *config) { c.Tenants = "weighted" },
+		"tenants 3 workers": func(c *config) { c.Tenants, c.Workers = "fair", 3 },
 	} {
 		c := ok
 		mut(&c)
 		if _, err := run(context.Background(), c, io.Discard); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// TestTenants: -tenants fair and fifo, a fleet of 2 processes on the
+// embedded Redis: every tenant's calls are made and counted, the provider
+// refuses none, and the tenants' tokens add up to what it charged; -plot
+// draws each tenant.
+func TestTenants(t *testing.T) {
+	for _, mode := range []string{"fair", "fifo"} {
+		t.Run(mode, func(t *testing.T) {
+			c := short("", "low", 2)
+			c.Workers, c.Tenants = 6, mode
+			c.Plot = filepath.Join(t.TempDir(), "tenants.svg")
+			var out bytes.Buffer
+			s, err := run(context.Background(), c, &out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, &out)
+			}
+			check(t, s)
+			if len(s.Tenants) != len(roles) {
+				t.Fatalf("%d tenants in the summary, want %d", len(s.Tenants), len(roles))
+			}
+			share := 0.0
+			for _, tn := range s.Tenants {
+				if tn.Calls == 0 {
+					t.Errorf("tenant %s made no call", tn.Tenant)
+				}
+				share += tn.TokenShare
+			}
+			if share < 0.999999 || share > 1.000001 {
+				t.Errorf("the tenants' token shares add up to %v", share)
+			}
+			svg, err := os.ReadFile(c.Plot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range roles {
+				if !bytes.Contains(svg, []byte(">"+r.tenant+" (")) {
+					t.Errorf("-plot has no panel for %s", r.tenant)
+				}
+			}
+		})
 	}
 }
