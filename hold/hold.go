@@ -14,6 +14,10 @@ import (
 // ErrEmptyID is returned when a holder ID is empty. Nothing is reserved.
 var ErrEmptyID = errors.New("hold: empty holder ID")
 
+// errFair refuses a fair request (reserve.Request.Fair): its slot is booked
+// only in its tenant's turn, so it cannot be kept ahead for a holder.
+var errFair = fmt.Errorf("%w: hold: a fair request (Tenant, Lane or Weight) is booked only in its turn and cannot be held; reserve it with the Limiter when it runs", reserve.ErrInvalidFairness)
+
 // MaxBatch is the most holders one script call of Book.Hold reserves for,
 // so that no single script keeps Redis busy for long (a call of this size
 // runs in about a millisecond). Hold sends larger batches as several calls
@@ -146,6 +150,9 @@ func (b *Book) claim(ctx context.Context, id string, req reserve.Request, maxWai
 	if id == "" {
 		return nil, ErrEmptyID
 	}
+	if req.Fair() {
+		return nil, errFair
+	}
 	r, kept, source, err := hook.Claim(b.l, ctx, id, req, maxWait, b.opts.StaleAfter, b.opts.Early, mayKeep)
 	if err != nil {
 		return nil, err
@@ -182,6 +189,9 @@ func (b *Book) Hold(ctx context.Context, reqs []Request) ([]*Grant, error) {
 	for i, r := range reqs {
 		if r.ID == "" {
 			return nil, fmt.Errorf("hold: request %d: %w", i, ErrEmptyID)
+		}
+		if r.Fair() {
+			return nil, fmt.Errorf("hold: request %d: %w", i, errFair)
 		}
 		ids[i], rreqs[i] = r.ID, r.Request
 	}

@@ -63,6 +63,14 @@ func holds(t *testing.T, l *reserve.Limiter, opts hold.Options) *hold.Book {
 	return h
 }
 
+// fairPermits is permits("k") made fair: for tenant, in lane. A fair
+// request is booked only in its turn and cannot be held.
+func fairPermits(key, tenant string, lane reserve.Lane) reserve.Request {
+	req := permits(key)
+	req.Tenant, req.Lane = tenant, lane
+	return req
+}
+
 // held is a hold's Redis key.
 func held(l *reserve.Limiter, key, id string) string { return l.RedisKey(key) + ":h:" + id }
 
@@ -84,6 +92,8 @@ func testClaimBadInput(t *testing.T, b backend) {
 		{"t1", reserve.Single("k", reserve.Limit{Rate: -1, Burst: 1}, 1), time.Second, reserve.ErrInvalidRate},
 		{"t1", reserve.Request{Key: "k", Policy: claimAPI.Policy(), Cost: reserve.Cost{"tokens": 1}}, time.Second, reserve.ErrInvalidCost},
 		{"t1", permits("k"), -time.Second, reserve.ErrInvalidDuration},
+		{"t1", fairPermits("k", "acme", reserve.Normal), time.Second, reserve.ErrInvalidFairness},
+		{"t1", fairPermits("k", "", reserve.Urgent), time.Second, reserve.ErrInvalidFairness},
 	}
 	h := holds(t, l, hold.Options{})
 	for _, tt := range tests {

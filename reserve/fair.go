@@ -66,7 +66,7 @@ type fairness struct {
 // fairness returns req's tenant, lane and weight, or nil when req is not
 // fair.
 func (req Request) fairness() (*fairness, error) {
-	if req.Tenant == "" && req.Lane == Normal && req.Weight == 0 {
+	if !req.Fair() {
 		return nil, nil
 	}
 	if req.Lane < Batch || req.Lane > Urgent {

@@ -5,11 +5,11 @@ package reserve
 // the common case, n permits of one Limit. It is also the carrier the
 // packages built on reserve pass around (hold, worker, scheduler).
 //
-// A Request that names a Tenant or a Lane other than Normal is fair (see
-// "Fair share and lanes" in the package doc): the key's capacity is shared
-// among the tenants waiting in a lane by their weights, and a higher lane
-// goes first. A fair request waits for its turn; it is never refused for
-// it.
+// A Request that names a Tenant, a Lane other than Normal or a Weight is
+// fair (see Fair, and "Fair share and lanes" in the package doc): the key's
+// capacity is shared among the tenants waiting in a lane by their weights,
+// and a higher lane goes first. A fair request waits for its turn; it is
+// never refused for it.
 type Request struct {
 	Key    string
 	Policy Policy
@@ -28,6 +28,13 @@ type Request struct {
 	// gets twice the share of one of weight 1 while both wait. Default (0):
 	// 1. Every request of a tenant should give the same weight.
 	Weight float64
+}
+
+// Fair reports whether req is fair: it names a Tenant, a Lane other than
+// Normal or a Weight. A fair request is booked only in its turn, never
+// ahead of it, so it cannot be held (package hold refuses it).
+func (req Request) Fair() bool {
+	return req.Tenant != "" || req.Lane != Normal || req.Weight != 0
 }
 
 // Single returns the Request of n permits on key, paced at lim.

@@ -75,7 +75,10 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 // was created with; IDs sort in slot order) and is enqueued with asynq.ProcessAt Lead before its
 // slot. The slot's time is on the Limiter's clock: local time, unless
 // reserve.Options.Clock says otherwise. Tasks that are not paced are
-// enqueued as they are.
+// enqueued as they are, and so are fair ones (reserve.Request.Fair): a fair
+// task's slot is booked only in its tenant's turn, when a worker runs it
+// (see package worker), so that a tenant's large batch holds no slots ahead
+// of the others' tasks.
 //
 // Reserving the slots of the whole batch costs one Redis round trip (see
 // hold.Book.Hold); asynq then enqueues the tasks one by one, since it
@@ -103,7 +106,9 @@ func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asy
 			return nil, fmt.Errorf("scheduler: task %d is nil", i)
 		}
 		p, ok := e.opts.Pace(t)
-		if !ok {
+		if !ok || p.Fair() {
+			// Not paced, or fair: booked only in its tenant's turn, when it
+			// runs (by the worker's Middleware), never ahead.
 			paced[i] = -1
 			continue
 		}

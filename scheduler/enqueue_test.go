@@ -143,3 +143,37 @@ func TestEnqueue(t *testing.T) {
 	last := infos[len(infos)-2].NextProcessAt // the last one is unpaced
 	t.Logf("54 paced tasks due over %v", last.Sub(infos[0].NextProcessAt).Round(10*time.Millisecond))
 }
+
+// TestEnqueueFair: a fair task (its Request names a tenant) is booked only
+// in its tenant's turn, when it runs: Enqueue holds no slot for it and
+// enqueues it due at once, beside a plain task that holds its slot.
+func TestEnqueueFair(t *testing.T) {
+	env := asynqtest.New(t)
+	l, err := reserve.New(env.Redis.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	fair := func(t *asynq.Task) (reserve.Request, bool) {
+		req, ok := pace(t)
+		if ok && string(t.Payload()) == "acme" {
+			req.Tenant = "acme"
+		}
+		return req, ok
+	}
+	e, err := scheduler.NewEnqueuer(env.Client(t), l, scheduler.Options{Pace: fair})
+	require.NoError(t, err)
+	ctx := context.Background()
+	tasks := []*asynq.Task{asynq.NewTask("call", []byte("acme")), asynq.NewTask("call", nil), asynq.NewTask("call", []byte("acme"))}
+	infos, err := e.Enqueue(ctx, tasks, asynq.Queue(env.Queue))
+	require.NoError(t, err)
+	for i, info := range infos {
+		require.NotNil(t, info, "task %d", i)
+		n, err := env.Redis.Client.Exists(ctx, l.RedisKey("call")+":h:"+info.ID).Result()
+		require.NoError(t, err)
+		if i == 1 {
+			assert.Equal(t, int64(1), n, "the plain task has no hold")
+			continue
+		}
+		assert.Zero(t, n, "fair task %d has a hold", i)
+		assert.Equal(t, asynq.TaskStatePending, info.State, "fair task %d", i)
+	}
+}

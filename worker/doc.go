@@ -57,8 +57,20 @@
 // slot spacing) it runs at once; later than that the slot is dropped and a
 // fresh one taken, so a backlog left by workers that were down drains at the
 // rate, never as a burst. A slot nobody comes back for (the task was
-// deleted) expires StaleAfter after its time. Package scheduler keeps slots the same way for tasks it enqueues, and
-// the middleware redeems them.
+// deleted) expires StaleAfter after its time. Package scheduler keeps slots
+// the same way for tasks it enqueues, and the middleware redeems them.
+//
+// # Tenants and lanes
+//
+// A task whose Pace returns a fair reserve.Request (a Tenant, a Lane or a
+// Weight: reserve.Request.Fair) shares its key with the other tenants by
+// weight, and a higher lane goes first. No slot is kept ahead for it: it is
+// booked only in its tenant's turn, so a tenant's backlog of 10,000 tasks
+// holds no slots that another tenant's task could use. A turn further than
+// MaxSleep away reschedules the task to about when it comes, and it asks
+// again then; package scheduler enqueues fair tasks due at once for the
+// same reason. A rescheduled task rejoins its tenant's queue when it comes
+// back: asynq brings the tasks due in one second back in ID order.
 //
 // See the package examples.
 package worker

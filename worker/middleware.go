@@ -151,11 +151,16 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	}
 	key := tk.req.Key
 	if tk.id == "" {
-		r, err := p.l.TryReserveN(ctx, reserve.Request{Key: key, Policy: tk.req.Policy, Cost: tk.req.Cost}, maxWait)
+		r, err := p.l.TryReserveN(ctx, tk.req, maxWait)
 		if err != nil {
 			return nil, 0, fmt.Errorf("worker: reserve on %q: %w", key, err)
 		}
 		return r, maxWait, nil
+	}
+	if tk.req.Fair() {
+		// Booked only in its tenant's turn: nothing is kept ahead for it.
+		r, err := p.unheld(ctx, tk, maxWait)
+		return r, maxWait, err
 	}
 	claim := holds.TryClaim
 	if tk.reschedule {
@@ -164,7 +169,7 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	g, err := claim(ctx, tk.id, tk.req, maxWait)
 	switch {
 	case errors.Is(err, reserve.ErrUnavailable):
-		r, err := p.local(ctx, tk, maxWait)
+		r, err := p.unheld(ctx, tk, maxWait)
 		return r, maxWait, err
 	case err != nil && !tk.reschedule && errors.As(err, new(*reserve.WaitTooLongError)):
 		return nil, 0, fmt.Errorf("worker: task %s has no retries left and its slot on %q comes after half the time left before its deadline: %w", tk.id, key, err)
@@ -176,14 +181,19 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	return g.Reservation, maxWait, nil
 }
 
-// local paces tk while Redis is unavailable: TryReserveN then uses the
-// Limiter's local fallback (at the key's share of the fleet), so tasks go on
-// at a safe rate instead of failing and burning retries. No slot can be kept
-// for the task: a longer wait reschedules it to about when the local slot
-// would have been. With reserve.Options.FailClosed (or a Limiter that never
-// reached Redis), the error is returned, and asynq retries the task.
-func (p *Pacer) local(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
-	r, err := p.l.TryReserveN(ctx, reserve.Request{Key: tk.req.Key, Policy: tk.req.Policy, Cost: tk.req.Cost}, maxWait)
+// unheld paces tk with no slot kept for it: a slot (or, for a fair task,
+// its turn) further than maxWait away reschedules the task to about then,
+// and it asks again when it comes back. It serves two cases:
+//   - a fair task (reserve.Request.Fair): it is booked only in its
+//     tenant's turn, never ahead, so that a tenant's backlog holds no slots
+//     the others' tasks could use;
+//   - Redis unavailable: TryReserveN then uses the Limiter's local fallback
+//     (at the key's share of the fleet), so tasks go on at a safe rate
+//     instead of failing and burning retries. With
+//     reserve.Options.FailClosed (or a Limiter that never reached Redis),
+//     the error is returned, and asynq retries the task.
+func (p *Pacer) unheld(ctx context.Context, tk *task, maxWait time.Duration) (*reserve.Reservation, error) {
+	r, err := p.l.TryReserveN(ctx, tk.req, maxWait)
 	var tooLong *reserve.WaitTooLongError
 	if tk.reschedule && errors.As(err, &tooLong) {
 		return nil, &RateLimitedError{

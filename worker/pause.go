@@ -42,8 +42,9 @@ func Pause(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("worker: pause %q: %w", key, err)
 	}
 	now := p.clock.Now()
-	if tk.id == "" {
-		// No ID to keep a slot for: the middleware reserves a fresh one.
+	if tk.id == "" || tk.req.Fair() {
+		// No ID to keep a slot for, or a fair task (booked only in its
+		// turn): the middleware reserves a fresh one.
 		return &RateLimitedError{Key: key, Slot: now.Add(d), RetryIn: d, Paused: true}
 	}
 	g, err := p.holds.Claim(ctx, tk.id, tk.req, 0)

@@ -15,7 +15,7 @@ import (
 // without counting a retry, and keeps it out of the error handler.
 type RateLimitedError struct {
 	Key     string        // the key the task is paced on
-	Slot    time.Time     // the slot kept for the task, on Options.Clock
+	Slot    time.Time     // the slot kept for the task, on Options.Clock; for a fair task, or while Redis is unavailable, nothing is kept: when its turn or slot is expected
 	RetryIn time.Duration // when asynq should run the task again: Options.Lead before Slot
 	Paused  bool          // the key was paused (the provider answered 429)
 }
