@@ -98,6 +98,9 @@ type fairQueue struct {
 	spec     *spec
 	waiting  []*request
 	inflight int
+	// retry: while the pump sleeps, when it asks again (the head's turn
+	// comes no sooner, nor that of any request behind it); zero otherwise.
+	retry time.Time
 }
 
 // fairQueues are the Limiter's fair queues, each with its pump while it
@@ -136,6 +139,12 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 		q = &fairQueue{spec: s}
 		qs.m[fk] = q
 		go l.pump(fk, q)
+	}
+	if !q.retry.IsZero() && !req.deadline.IsZero() && q.retry.After(req.deadline) {
+		// The pump sleeps until after this request's maximum wait: its
+		// turn, behind the queue's head, cannot come by then.
+		qs.mu.Unlock()
+		return nil, &WaitTooLongError{Wait: q.retry.Sub(req.since), MaxWait: maxWait}
 	}
 	q.waiting = append(q.waiting, req)
 	qs.mu.Unlock()
@@ -227,14 +236,23 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 		}
 		clear(q.waiting[len(rest):])
 		q.waiting = rest
+		if len(rest) > 0 {
+			q.retry = retry
+		}
 		qs.mu.Unlock()
 		for _, r := range orphans {
 			r.cancelDetached()
 		}
-		if retry.IsZero() {
+		if retry.IsZero() || len(rest) == 0 {
+			// Ask again at once, or (nothing left) end: a request that
+			// comes later asks for itself, and is told its turn.
 			continue
 		}
-		if err := l.sleeper.Coarse(l.loopCtx, l.localDeadline(retry)); err != nil {
+		err := l.sleeper.Coarse(l.loopCtx, l.localDeadline(retry))
+		qs.mu.Lock()
+		q.retry = time.Time{}
+		qs.mu.Unlock()
+		if err != nil {
 			qs.mu.Lock()
 			for _, req := range q.waiting {
 				req.sent = true

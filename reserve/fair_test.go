@@ -536,3 +536,34 @@ func TestFairClose(t *testing.T) {
 	require.GreaterOrEqual(t, closed, 4, "the waiting requests end with ErrClosed")
 	require.Eventually(t, func() bool { return countGoroutines() <= before }, 10*time.Second, 10*time.Millisecond, "a pump outlived Close")
 }
+
+// TestFairSleepingPump: a request queued behind a pump that sleeps until
+// its next turn (here 100 s away) is refused at once when that turn comes
+// after its maximum wait, rather than when the pump wakes: TryReserveN and
+// AllowN keep their maximum even when the queue they join is asleep. (The
+// bound on the test's context is 50 s: the bug waited 100 s.)
+func TestFairSleepingPump(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	req := reserve.Single("sleepy", reserve.Limit{Rate: 0.01, Burst: 1}, 1)
+	req.Tenant = "a"
+	ok, err := l.AllowN(ctx, req)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = l.AllowN(ctx, req) // defers the pump 100 s
+	require.NoError(t, err)
+	require.False(t, ok)
+	for range 3 {
+		_, err = l.TryReserveN(ctx, req, 100*time.Millisecond)
+		var tooLong *reserve.WaitTooLongError
+		require.ErrorAs(t, err, &tooLong)
+		require.Greater(t, tooLong.Wait, 10*time.Second, "the turn's wait")
+		ok, err = l.AllowN(ctx, req)
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+}
