@@ -44,8 +44,8 @@ type Options struct {
 }
 
 // ErrNotStored is returned by Client.UnsetLimit for a key with no stored
-// limit.
-var ErrNotStored = errors.New("admin: no limit is stored for the key")
+// limit, and by Client.UnsetWeight for a tenant with no stored weight.
+var ErrNotStored = errors.New("admin: nothing stored to remove")
 
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
 // stored limit and no policy reported by a Limiter.
@@ -76,12 +76,13 @@ func (a *Client) policiesKey() string { return layout.Policies(a.prefix) }
 // A Change is one entry of a key's history.
 type Change struct {
 	At     time.Time `json:"at"`
-	Op     string    `json:"op"` // "set", "unset", "pause 30s", "resume", "restore" (a Limiter put back a limit Redis lost)
+	Op     string    `json:"op"`               // "set", "unset", "pause 30s", "resume", "restore" (a Limiter put back a limit Redis lost), "weight"
+	Tenant string    `json:"tenant,omitempty"` // a weight's tenant
 	Who    string    `json:"who"`
 	Reason string    `json:"reason"`
 	// Before and After are the stored limit before and after the change,
 	// as Policy.String gives it with "(shadow)" after a limit in shadow
-	// mode; "" for none.
+	// mode, or for a weight the tenant's stored weight; "" for none.
 	Before string `json:"before"`
 	After  string `json:"after"`
 }
@@ -138,10 +139,53 @@ func (a *Client) UnsetLimit(ctx context.Context, key, who, reason string) (Chang
 	return a.admin(ctx, key, "unset", "", who, reason)
 }
 
+// SetWeight stores weight as tenant's weight on key, in every lane: the
+// fair requests of the tenant (reserve.Request.Tenant) are weighed by it
+// instead of the Weight their code gives, from each Limiter's next call
+// on. weight must lie in [1e-6, 1e6] (reserve.ErrInvalidFairness). who
+// and reason go to the key's history. While Redis is unavailable, the
+// Limiters' local fallback weighs by the code's Weight.
+func (a *Client) SetWeight(ctx context.Context, key, tenant string, weight float64, who, reason string) (Change, error) {
+	if err := checkKey(key); err != nil {
+		return Change{}, err
+	}
+	if !(weight >= 1e-6 && weight <= 1e6) {
+		return Change{}, fmt.Errorf("%w: weight %v (in [1e-6, 1e6])", reserve.ErrInvalidFairness, weight)
+	}
+	if err := checkTenant(tenant); err != nil {
+		return Change{}, err
+	}
+	return a.run(ctx, key, "weight", strconv.FormatFloat(weight, 'g', -1, 64), who, reason, tenant)
+}
+
+// UnsetWeight removes tenant's stored weight on key: its requests are
+// weighed by their code's Weight again. ErrNotStored if none is stored.
+func (a *Client) UnsetWeight(ctx context.Context, key, tenant, who, reason string) (Change, error) {
+	if err := checkKey(key); err != nil {
+		return Change{}, err
+	}
+	if err := checkTenant(tenant); err != nil {
+		return Change{}, err
+	}
+	return a.run(ctx, key, "weight", "", who, reason, tenant)
+}
+
+// checkTenant refuses a tenant no Limiter would accept (over 256 bytes).
+func checkTenant(tenant string) error {
+	if len(tenant) > 256 {
+		return fmt.Errorf("%w: tenant of %d bytes (at most 256)", reserve.ErrInvalidFairness, len(tenant))
+	}
+	return nil
+}
+
 func (a *Client) admin(ctx context.Context, key, op, value, who, reason string) (Change, error) {
+	return a.run(ctx, key, op, value, who, reason, "")
+}
+
+func (a *Client) run(ctx context.Context, key, op, value, who, reason, tenant string) (Change, error) {
 	k := a.redisKey(key)
-	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history"},
-		op, value, who, reason, a.keep).Text()
+	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"},
+		op, value, who, reason, a.keep, tenant).Text()
 	if err != nil {
 		return Change{}, adminError(op, key, err)
 	}
@@ -165,6 +209,7 @@ func parseChange(text string) (Change, error) {
 	var e struct {
 		AtMS   int64  `json:"at_ms"`
 		Op     string `json:"op"`
+		Tenant string `json:"tenant"`
 		Who    string `json:"who"`
 		Reason string `json:"reason"`
 		Before string `json:"before"`
@@ -173,8 +218,12 @@ func parseChange(text string) (Change, error) {
 	if err := json.Unmarshal([]byte(text), &e); err != nil {
 		return Change{}, fmt.Errorf("admin: a history entry %q: %w", text, err)
 	}
-	return Change{At: time.UnixMilli(e.AtMS).UTC(), Op: e.Op, Who: e.Who, Reason: e.Reason,
-		Before: storedForPeople(e.Before), After: storedForPeople(e.After)}, nil
+	c := Change{At: time.UnixMilli(e.AtMS).UTC(), Op: e.Op, Tenant: e.Tenant, Who: e.Who, Reason: e.Reason,
+		Before: e.Before, After: e.After}
+	if c.Op != "weight" {
+		c.Before, c.After = storedForPeople(e.Before), storedForPeople(e.After)
+	}
+	return c, nil
 }
 
 // storedForPeople turns a stored limit ("<mode> <text>") into Policy.String
@@ -313,6 +362,33 @@ type KeyStatus struct {
 	// ShadowFigures, with a stored limit in shadow mode, count what it
 	// would have done.
 	ShadowFigures *ShadowFigures `json:"shadow_figures,omitempty"`
+
+	// Tenants are the fair requests' tenants Redis holds for the key (see
+	// reserve.Request.Tenant): in each lane, those waiting for their turn
+	// and those that booked ahead of the lane's virtual time, at most
+	// MaxTenants per lane, the next to book first. Weights are the
+	// weights stored by SetWeight, by tenant.
+	Tenants []TenantStatus     `json:"tenants,omitempty"`
+	Weights map[string]float64 `json:"weights,omitempty"`
+}
+
+// MaxTenants is the most tenants per lane Status reads.
+const MaxTenants = 100
+
+// A TenantStatus is one tenant of a key's fair requests in one lane.
+type TenantStatus struct {
+	Tenant string `json:"tenant"`
+	Lane   string `json:"lane"` // "urgent", "normal" or "batch"
+	// Waiting: deferred and not booked since (its process asks again when
+	// told); it stops waiting when booked, or when it has not asked
+	// again in time.
+	Waiting bool `json:"waiting"`
+	// Behind is how far the tenant's next start lies after the lane's
+	// virtual time, in the virtual time of the rule (a slot interval per
+	// request over the weight): among the waiting tenants the least goes
+	// next, and a tenant that booked more than its share lies further
+	// behind.
+	Behind time.Duration `json:"behind_ns"`
 }
 
 // A BandStatus is one band of a key's state.
@@ -448,7 +524,84 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 			st.readShadow(shadowText)
 		}
 	}
+	if err := a.readTenants(ctx, k, &st); err != nil {
+		return st, adminError("status", key, err)
+	}
 	return st, nil
+}
+
+// fairLanes are the lanes as fair.lua numbers them (1, 2, 3), with the
+// suffix of their keys.
+var fairLanes = []struct{ name, suffix string }{{"urgent", "u"}, {"normal", "n"}, {"batch", "b"}}
+
+// readTenants reads the fair keys of k (lua/fair.lua) into st.Tenants and
+// the stored weights into st.Weights.
+func (a *Client) readTenants(ctx context.Context, k string, st *KeyStatus) error {
+	pipe := a.rdb.Pipeline()
+	lanes := pipe.HGetAll(ctx, k+":fair")
+	weights := pipe.HGetAll(ctx, k+":weights")
+	var waiting, passes []*redis.ZSliceCmd
+	for _, l := range fairLanes {
+		waiting = append(waiting, pipe.ZRangeWithScores(ctx, k+":fw:"+l.suffix, 0, MaxTenants-1))
+		passes = append(passes, pipe.ZRangeWithScores(ctx, k+":fp:"+l.suffix, 0, MaxTenants-1))
+	}
+	_, _ = pipe.Exec(ctx)
+	h, err := lanes.Result()
+	if err != nil {
+		return err
+	}
+	w, err := weights.Result()
+	if err != nil {
+		return err
+	}
+	for t, v := range w {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%w: tenant %q's stored weight %q", reserve.ErrStoredLimit, t, v)
+		}
+		if st.Weights == nil {
+			st.Weights = map[string]float64{}
+		}
+		st.Weights[t] = f
+	}
+	nowUS := float64(st.Now.UnixNano()) / 1e3
+	for i, l := range fairLanes {
+		lane := strconv.Itoa(i + 1)
+		vt, _ := strconv.ParseFloat(h["v"+lane], 64)
+		seen := map[string]bool{}
+		var ts []TenantStatus
+		add := func(zs []redis.Z, wait bool) {
+			for _, z := range zs {
+				t, _ := z.Member.(string)
+				if seen[t] {
+					continue
+				}
+				if wait {
+					// Waiting that lapsed is dropped by the next fair call.
+					till, err := strconv.ParseFloat(h["u"+lane+":"+t], 64)
+					if err != nil || till < nowUS {
+						continue
+					}
+				}
+				seen[t] = true
+				ts = append(ts, TenantStatus{Tenant: t, Lane: l.name, Waiting: wait,
+					Behind: time.Duration(max(z.Score-vt, 0) * 1e3)})
+			}
+		}
+		zw, err := waiting[i].Result()
+		if err != nil {
+			return err
+		}
+		zp, err := passes[i].Result()
+		if err != nil {
+			return err
+		}
+		add(zw, true)
+		add(zp, false)
+		slices.SortStableFunc(ts, func(x, y TenantStatus) int { return cmp.Compare(x.Behind, y.Behind) })
+		st.Tenants = append(st.Tenants, ts[:min(len(ts), MaxTenants)]...)
+	}
+	return nil
 }
 
 // stateFields splits a shadow record ("1 t calls delayed sum max" then

@@ -8,21 +8,28 @@
 -- KEYS[3]  the shadow figures (reserve.lua's KEYS[3]): deleted, so that a
 --          new limit's figures start from zero
 -- KEYS[4]  the history, a list of JSON objects, newest first
--- ARGV[1]  "set", "unset" or "note" (record ARGV[2] as the op, a pause or
---          a resume made by another script, changing nothing)
+-- KEYS[5]  the stored weights (fair.lua's KEYS[11]): a hash, tenant to
+--          weight
+-- ARGV[1]  "set", "unset", "note" (record ARGV[2] as the op, a pause or
+--          a resume made by another script, changing nothing) or "weight"
+--          (store ARGV[2] as tenant ARGV[6]'s weight; "" removes it)
 -- ARGV[2]  set: the new stored limit (checked by the caller); unset: "";
---          note: the op to record
+--          note: the op to record; weight: the weight (checked by the
+--          caller) or ""
 -- ARGV[3]  who, ARGV[4] why (free text)
 -- ARGV[5]  how many history entries to keep (integer >= 1)
+-- ARGV[6]  weight: the tenant (any string, "" included)
 -- Reply    the history entry written (JSON): {"at_ms", "op", "who",
---          "reason", "before", "after"}; before and after are stored limits
---          or "" for none
+--          "reason", "before", "after"} and for a weight "tenant"; before
+--          and after are stored limits, or the tenant's stored weights, or
+--          "" for none
 -- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_NOTSTORED (unset with nothing
 --          stored: nothing changes)
 
 local op, value, keep = ARGV[1], ARGV[2], tonumber(ARGV[5])
-if (op ~= 'set' and op ~= 'unset' and op ~= 'note') or (op ~= 'unset' and value == '') or not keep or keep < 1 then
-  return redis.error_reply('PACER_ARG want set VALUE or unset, who, why, keep >= 1')
+if (op ~= 'set' and op ~= 'unset' and op ~= 'note' and op ~= 'weight') or ((op == 'set' or op == 'note') and value == '')
+    or not keep or keep < 1 or (op == 'weight' and not ARGV[6]) then
+  return redis.error_reply('PACER_ARG want set VALUE, unset, note OP or weight W TENANT, who, why, keep >= 1')
 end
 local state = redis.pcall('GET', KEYS[1])
 if type(state) == 'table' then
@@ -47,6 +54,29 @@ if state and not string.match(state, '^%d%d+ %d+ %d+ c?%-?[%d.]+') and not strin
 end
 if op == 'unset' and not before then
   return redis.error_reply('PACER_NOTSTORED no limit is stored for this key')
+end
+if op == 'weight' then
+  local w = redis.pcall('HMGET', KEYS[5], ARGV[6])
+  if w.err then
+    return redis.error_reply('PACER_WRONGTYPE the stored weights key holds another type')
+  end
+  local was = w[1] or ''
+  if value == '' then
+    if was == '' then
+      return redis.error_reply('PACER_NOTSTORED no weight is stored for this tenant')
+    end
+    redis.call('HDEL', KEYS[5], ARGV[6])
+  else
+    redis.call('HSET', KEYS[5], ARGV[6], value)
+  end
+  local t = redis.call('TIME')
+  local entry = cjson.encode({
+    at_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+    op = op, tenant = ARGV[6], who = ARGV[3], reason = ARGV[4], before = was, after = value
+  })
+  redis.call('LPUSH', KEYS[4], entry)
+  redis.call('LTRIM', KEYS[4], 0, keep - 1)
+  return entry
 end
 
 local after = before or ''

@@ -34,6 +34,9 @@
 --              tenants by start (µs of virtual time)
 -- KEYS[8..10]  per lane, a zset of the tenants by pass, those not yet
 --              forgotten
+-- KEYS[11]     the stored weights (cmd/pacer weight; admin.lua), a hash:
+--              tenant to weight, in every lane. A stored weight replaces
+--              the caller's. Never written here, and it does not expire.
 -- ARGV[opi]    "<lane> <weight> <hmin_us> <minshare> <last> <grace_us>":
 --              lane 1 (Urgent), 2 (Normal) or 3 (Batch); weight > 0;
 --              hmin_us >= 0; 0 <= minshare < 1; last 1 when the batch holds
@@ -69,6 +72,16 @@ do
   for l = 1, lane do
     if type(redis.pcall('ZCARD', KEYS[4 + l])) == 'table' then
       return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+    end
+  end
+  local sw = redis.pcall('HMGET', KEYS[11], tenant)
+  if sw.err then
+    return redis.error_reply('PACER_WRONGTYPE the stored weights key holds another type')
+  end
+  if sw[1] then
+    weight = tonumber(sw[1])
+    if not weight or not (weight >= 1e-6 and weight <= 1e6) then
+      return redis.error_reply('PACER_CONFIG a stored weight is not a number in [1e-6, 1e6]')
     end
   end
   local now = now_us + now_frac -- Unix µs

@@ -48,7 +48,8 @@ var (
 	ErrClosed = errors.New("reserve: limiter closed")
 
 	// ErrStoredLimit is returned when the limit an operator stored for a
-	// key (cmd/pacer set) cannot be read, or cannot take the call's cost.
+	// key (cmd/pacer set) cannot be read, or cannot take the call's cost,
+	// or a tenant's stored weight (cmd/pacer weight) cannot be read.
 	ErrStoredLimit = errors.New("reserve: the key's stored limit")
 
 	// ErrDone is returned by Reservation.Cancel and Settle on a reservation

@@ -292,7 +292,7 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 }
 
 // fairKeys are the fair script's KEYS after the first three (see fair.lua).
-var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b"}
+var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights"}
 
 // fairLocal books reqs on the local fallback, by the fair rule among this
 // process's fair queues on the key (fairlocal.go), in order; the first not

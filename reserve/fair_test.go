@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -535,6 +536,93 @@ func TestFairClose(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, closed, 4, "the waiting requests end with ErrClosed")
 	require.Eventually(t, func() bool { return countGoroutines() <= before }, 10*time.Second, 10*time.Millisecond, "a pump outlived Close")
+}
+
+// TestFairStoredWeight: a weight the operator stores for a tenant
+// (admin.SetWeight, cmd/pacer weight) replaces the one its code gives, in
+// the shares (exact, as TestFairWeightedShares); Status shows the stored
+// weights and the tenants waiting; bad weights and tenants change nothing;
+// a stored weights key of another type, or a weight that is not a number,
+// fails fair calls with ErrWrongType and ErrStoredLimit.
+func TestFairStoredWeight(t *testing.T) {
+	l, clk, s := fairLimiter(t, reserve.Options{})
+	ctx := context.Background()
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: strings.TrimSuffix(l.RedisKey("k"), "{k}")})
+	require.NoError(t, err)
+	for _, w := range []float64{0, -1, math.NaN(), math.Inf(1), 1e7} {
+		_, err := a.SetWeight(ctx, "k", "a", w, "ops", "bad")
+		require.ErrorIs(t, err, reserve.ErrInvalidFairness, "weight %v", w)
+	}
+	_, err = a.SetWeight(ctx, "k", strings.Repeat("x", 257), 2, "ops", "bad")
+	require.ErrorIs(t, err, reserve.ErrInvalidFairness)
+	_, err = a.SetWeight(ctx, "", "a", 2, "ops", "bad")
+	require.ErrorIs(t, err, reserve.ErrEmptyKey)
+	_, err = a.UnsetWeight(ctx, "k", "a", "ops", "none yet")
+	require.ErrorIs(t, err, admin.ErrNotStored)
+	n, err := s.Client.Exists(ctx, l.RedisKey("k")+":weights", l.RedisKey("k")+":history").Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "bad input wrote to Redis")
+
+	c, err := a.SetWeight(ctx, "k", "a", 3, "ops", "a pays more")
+	require.NoError(t, err)
+	require.Equal(t, admin.Change{At: c.At, Op: "weight", Tenant: "a", Who: "ops", Reason: "a pays more", After: "3"}, c)
+
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+		&simTenant{name: "a", backlog: 400}, &simTenant{name: "b", backlog: 400})
+	checkFairBucket(t, grants, 100, 1)
+	count := map[string]float64{}
+	for i, g := range grants {
+		count[g.tenant]++
+		if count["a"] == 400 || count["b"] == 400 {
+			break
+		}
+		require.LessOrEqualf(t, math.Abs(count["a"]/3-count["b"]), 2.0, "grant %d: counts %v", i, count)
+	}
+	require.Greater(t, count["b"], 50.0)
+
+	// Two tenants waiting on a key of one permit a second: Status (on
+	// Redis's clock, so the client clock moves to now) shows them, and the
+	// stored weight.
+	clk.Set(time.Now())
+	_, err = a.SetWeight(ctx, "slow", "a", 3, "ops", "a pays more")
+	require.NoError(t, err)
+	for _, tenant := range []string{"a", "b"} {
+		req := reserve.Single("slow", reserve.Limit{Rate: 1, Burst: 1}, 1)
+		req.Tenant = tenant
+		_, _, err := reserve.FairAsk(ctx, l, req, 8, false)
+		require.NoError(t, err)
+	}
+	st, err := a.Status(ctx, "slow")
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"a": 3}, st.Weights)
+	var names []string
+	for _, ts := range st.Tenants {
+		require.Equal(t, "normal", ts.Lane)
+		require.True(t, ts.Waiting, "%+v", ts)
+		names = append(names, ts.Tenant)
+	}
+	slices.Sort(names)
+	require.Equal(t, []string{"a", "b"}, names)
+	hist, err := a.History(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "weight", hist[0].Op)
+
+	c, err = a.UnsetWeight(ctx, "k", "a", "ops", "back to code")
+	require.NoError(t, err)
+	require.Equal(t, "3", c.Before)
+	require.Equal(t, "", c.After)
+
+	req := reserve.Single("k", lim, 1)
+	req.Tenant = "a"
+	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("k")+":weights", "a", "heavy").Err())
+	_, _, err = reserve.FairAsk(ctx, l, req, 1, true)
+	require.ErrorIs(t, err, reserve.ErrStoredLimit)
+	require.NoError(t, s.Client.Set(ctx, l.RedisKey("k")+":weights", "x", 0).Err())
+	_, _, err = reserve.FairAsk(ctx, l, req, 1, true)
+	require.ErrorIs(t, err, reserve.ErrWrongType)
+	_, err = a.SetWeight(ctx, "k", "a", 2, "ops", "over a string")
+	require.ErrorIs(t, err, reserve.ErrWrongType)
 }
 
 // TestFairSleepingPump: a request queued behind a pump that sleeps until

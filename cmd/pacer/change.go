@@ -234,3 +234,67 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now\n", clean(key), clean(cf.who), human(st.Paused))
 	return nil
 }
+
+func (c *cli) weight(ctx context.Context, args []string) error {
+	fs := c.flagSet("weight")
+	unset := fs.Bool("unset", false, "remove TENANT's stored weight: its requests are weighed by their code's Weight again")
+	var cf changeFlags
+	cf.register(fs)
+	pos, err := c.parse(fs, "weight", args)
+	if err != nil {
+		return err
+	}
+	names := []string{"KEY", "TENANT", "WEIGHT"}
+	if *unset {
+		names = names[:2]
+	}
+	if err := positionals("weight", pos, 0, names...); err != nil {
+		return err
+	}
+	var w float64
+	if !*unset {
+		w, err = strconv.ParseFloat(strings.TrimSpace(pos[2]), 64)
+		if err != nil || !(w >= 1e-6 && w <= 1e6) {
+			return usagef("weight: WEIGHT %q: want a number from 1e-6 to 1e6 (a tenant of weight 2 gets twice the share of one of weight 1)", pos[2])
+		}
+	}
+	if len(pos[1]) > 256 {
+		return usagef("weight: TENANT of %d bytes: at most 256", len(pos[1]))
+	}
+	if err := cf.check("weight"); err != nil {
+		return err
+	}
+	key, tenant := pos[0], pos[1]
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	if *unset {
+		ch, err := c.admin.UnsetWeight(ctx, key, tenant, cf.who, cf.reason)
+		if errors.Is(err, admin.ErrNotStored) {
+			return fmt.Errorf("weight: tenant %q has no stored weight on key %q under prefix %q: nothing changed", clean(tenant), clean(key), clean(c.prefix))
+		}
+		if err != nil {
+			return c.keyError("weight", key, err)
+		}
+		fmt.Fprintf(c.stdout, "%s: tenant %s's stored weight removed by %s: %s -> none; its requests are weighed by their code's Weight again\n",
+			clean(key), clean(tenant), clean(ch.Who), ch.Before)
+		return nil
+	}
+	_, err = c.admin.Status(ctx, key)
+	unknown := errors.Is(err, admin.ErrUnknownKey)
+	if err != nil && !unknown {
+		return c.keyError("weight", key, err)
+	}
+	ch, err := c.admin.SetWeight(ctx, key, tenant, w, cf.who, cf.reason)
+	if err != nil {
+		return c.keyError("weight", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: tenant %s's weight set by %s: %s -> %s, in every lane; every Limiter weighs its fair requests by it from their next call\n",
+		clean(key), clean(tenant), clean(ch.Who), orNone(ch.Before), ch.After)
+	if unknown {
+		fmt.Fprintf(c.stderr, "pacer: note: no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix\n", clean(key), clean(c.prefix))
+	}
+	return nil
+}

@@ -50,6 +50,8 @@ func init() {
 		{"pause", "KEY DURATION --reason TEXT [--who NAME]",
 			"grant no slot on KEY for DURATION, fleet-wide (as a 429 with Retry-After would)", (*cli).pause},
 		{"resume", "KEY --reason TEXT [--who NAME]", "end KEY's pause now", (*cli).resume},
+		{"weight", "KEY TENANT WEIGHT --reason TEXT [--who NAME] | KEY TENANT --unset --reason TEXT",
+			"store TENANT's weight on KEY for fair requests, in every lane (or remove it, with --unset)", (*cli).weight},
 		{"help", "[COMMAND]", "this help, or a command's", (*cli).help},
 	}
 }

@@ -86,6 +86,14 @@ func TestEndToEnd(t *testing.T) {
 	step("status", "api", sample)
 	step("unset", "api", "--reason", "back to the code's", "--who", "ops")
 	step("status", "api", sample)
+	step("weight", "api", "acme", "3", "--reason", "acme pays for three", "--who", "ops")
+	st, err = f.admin.Status(ctx, "api")
+	if err != nil || st.Weights["acme"] != 3 {
+		t.Errorf("after weight: Status(api) = %+v, %v; want acme's weight 3", st, err)
+	}
+	step("status", "api", sample)
+	stepJSON("status", "api", "--json", sample)
+	step("weight", "api", "acme", "--unset", "--reason", "back to the code's weight", "--who", "ops")
 	step("history", "api")
 	stepJSON("history", "api", "--json")
 	step("history", "other")
@@ -98,10 +106,10 @@ func TestEndToEnd(t *testing.T) {
 	text.add(args, r, n.text)
 
 	h, err := f.admin.History(ctx, "api")
-	if err != nil || len(h) != 5 {
-		t.Fatalf("History(api) = %d changes, %v; want 5", len(h), err)
+	if err != nil || len(h) != 7 {
+		t.Fatalf("History(api) = %d changes, %v; want 7", len(h), err)
 	}
-	for i, want := range []string{"unset", "resume", "pause 1m30s", "set", "set"} {
+	for i, want := range []string{"weight", "weight", "unset", "resume", "pause 1m30s", "set", "set"} {
 		if h[i].Op != want || h[i].Who != "ops" {
 			t.Errorf("History(api)[%d] = %+v; want op %q by ops", i, h[i], want)
 		}

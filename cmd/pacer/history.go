@@ -55,10 +55,14 @@ func (c *cli) history(ctx context.Context, args []string) error {
 }
 
 // changeText says what a change did: the stored limit before and after
-// for set and unset, the op alone for a pause or a resume.
+// for set and unset, a tenant's stored weight for weight, the op alone for
+// a pause or a resume.
 func changeText(ch admin.Change) string {
-	if ch.Op == "set" || ch.Op == "unset" {
+	switch ch.Op {
+	case "set", "unset":
 		return fmt.Sprintf("%s: %s -> %s", ch.Op, orNone(ch.Before), orNone(ch.After))
+	case "weight":
+		return fmt.Sprintf("weight of tenant %q: %s -> %s", ch.Tenant, orNone(ch.Before), orNone(ch.After))
 	}
 	return ch.Op
 }

@@ -245,6 +245,36 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 		line("shadow", "%d calls, %d would have waited: mean wait %v, max wait %v; its queue %v",
 			f.Calls, f.Delayed, human(f.MeanWait), human(f.MaxWait), human(max(0, f.Queue)))
 	}
+	writeTenants(line, v.KeyStatus)
+}
+
+// writeTenants writes a key's fair tenants, the next to book first in each
+// lane, and the stored weights; nothing for a key with neither.
+func writeTenants(line func(label, format string, args ...any), st admin.KeyStatus) {
+	label := "tenants"
+	for _, ts := range st.Tenants {
+		state := "booked ahead"
+		if ts.Waiting {
+			state = "waiting for its turn"
+		}
+		weight := ""
+		if w, ok := st.Weights[ts.Tenant]; ok {
+			weight = fmt.Sprintf(", stored weight %g", w)
+		}
+		line(label, "%-6s %q %s, %v behind the lane's front%s", ts.Lane, clean(ts.Tenant), state, human(ts.Behind), weight)
+		label = ""
+	}
+	var stored []string
+	for t := range st.Weights {
+		stored = append(stored, t)
+	}
+	slices.Sort(stored)
+	for _, t := range stored {
+		if !slices.ContainsFunc(st.Tenants, func(ts admin.TenantStatus) bool { return ts.Tenant == t }) {
+			line(label, "%q idle, stored weight %g", clean(t), st.Weights[t])
+			label = ""
+		}
+	}
 }
 
 // unitOf is the unit band name charges in pol (its name if unknown).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"slices"
@@ -151,5 +152,37 @@ func TestFit(t *testing.T) {
 	got := fit(text, 0, 4)
 	if lines := strings.Split(strings.TrimSuffix(got, "\r\n"), "\r\n"); len(lines) != 3 || !strings.HasPrefix(lines[2], "... 3 more lines") {
 		t.Errorf("fit(height 4) = %q; want 2 lines and a note of the 3 more, the last row left free", got)
+	}
+}
+
+// TestWriteTenants: a key's fair tenants, each lane's next first, then the
+// idle tenants with a stored weight, by name.
+func TestWriteTenants(t *testing.T) {
+	st := admin.KeyStatus{
+		Tenants: []admin.TenantStatus{
+			{Tenant: "live", Lane: "urgent", Waiting: true},
+			{Tenant: "acme", Lane: "normal", Waiting: true, Behind: 20 * time.Millisecond},
+			{Tenant: "globex", Lane: "normal", Behind: 1500 * time.Millisecond},
+		},
+		Weights: map[string]float64{"acme": 2, "zeta": 0.5, "initech": 3},
+	}
+	var b strings.Builder
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(&b, "  %-11s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	writeTenants(line, st)
+	want := `  tenants     urgent "live" waiting for its turn, 0s behind the lane's front
+              normal "acme" waiting for its turn, 20ms behind the lane's front, stored weight 2
+              normal "globex" booked ahead, 1.5s behind the lane's front
+              "initech" idle, stored weight 3
+              "zeta" idle, stored weight 0.5
+`
+	if b.String() != want {
+		t.Errorf("writeTenants:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	writeTenants(line, admin.KeyStatus{})
+	if b.String() != "" {
+		t.Errorf("writeTenants of a key with no tenants: %q, want nothing", b.String())
 	}
 }
