@@ -143,8 +143,9 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 	if !q.retry.IsZero() && !req.deadline.IsZero() && q.retry.After(req.deadline) {
 		// The pump sleeps until after this request's maximum wait: its
 		// turn, behind the queue's head, cannot come by then.
+		wait := q.retry.Sub(req.since)
 		qs.mu.Unlock()
-		return nil, &WaitTooLongError{Wait: q.retry.Sub(req.since), MaxWait: maxWait}
+		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
 	}
 	q.waiting = append(q.waiting, req)
 	qs.mu.Unlock()

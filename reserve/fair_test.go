@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -654,4 +655,37 @@ func TestFairSleepingPump(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok)
 	}
+}
+
+// TestFairSleepingPumpRace: requests refused at once by a sleeping pump
+// (AllowN) while the pump wakes and sleeps again for the WaitN callers of
+// the same queue; under -race, the refusal reads the pump's state under
+// its lock (the combination runner found it read after).
+func TestFairSleepingPumpRace(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req := reserve.Single("racy", reserve.Limit{Rate: 200, Burst: 1}, 1)
+	req.Tenant = "a"
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = l.WaitN(ctx, req)
+			}
+		})
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if ok, err := l.AllowN(ctx, req); err == nil && !ok {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Positive(t, refused.Load(), "no AllowN was refused")
 }
