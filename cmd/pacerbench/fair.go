@@ -37,6 +37,11 @@ type fairResults struct {
 	DrainFIFO, DrainFair time.Duration
 
 	Busiest1s int // the most calls returned in any 1 s, over every run
+
+	// Across processes, through a Redis outage (fair_procs.go).
+	ProcsCfg   fairProcsConfig
+	Procs      []fairProcsRun
+	ProcsSteal time.Duration
 }
 
 // fairShare is one backlogged tenant's part of the 10 s windows.
@@ -325,6 +330,21 @@ func (b *bench) runFair(ctx context.Context, progress func(string, ...any)) (*fa
 		progress("fair        drain %d calls (fair %v): %v", i, fair, took)
 	}
 	res.Steal = stealSince(cpu)
+
+	// Across processes, through an outage (fair_procs.go).
+	res.ProcsCfg = fairProcsCfg(b.cfg.Quick)
+	cpu = readMachineCPU()
+	for _, fair := range []bool{false, true} {
+		r, err := runFairProcs(ctx, res.ProcsCfg, fair)
+		if err != nil {
+			return nil, err
+		}
+		res.Procs = append(res.Procs, r)
+		for _, p := range r.Phases {
+			progress("fair        %d processes (fair %v), %-10s %.1f/s, light %.1f/s, %d light waits", res.ProcsCfg.Procs, fair, p.Name, p.Rate, p.LightRate, len(p.Light))
+		}
+	}
+	res.ProcsSteal = stealSince(cpu)
 	return res, nil
 }
 
@@ -365,5 +385,21 @@ func (r *fairResults) tables() string {
 	t.rows = append(t.rows, []string{"a mixed backlog drains within 1.05 x FIFO",
 		fmt.Sprintf("%s (%.3f x)", dur(r.DrainFair), r.DrainFair.Seconds()/r.DrainFIFO.Seconds()), dur(r.DrainFIFO)})
 	t.rows = append(t.rows, []string{"never over the limit", fmt.Sprintf("busiest 1 s of every run: %d calls (limit %s + burst 1)", r.Busiest1s, thousands(r.Rate)), "–"})
-	return t.markdown()
+	out := t.markdown()
+	if len(r.Procs) > 0 {
+		c := r.ProcsCfg
+		p := table{
+			title: "Fair share across processes, through a Redis outage",
+			intro: fmt.Sprintf("%d processes, each a Limiter on the README's quick-start client, share one key at %s/s, burst 1. "+
+				"In each, one goroutine calls `WaitN` for tenant \"light\" and pauses %s after each call (it asks for about %.0f/s "+
+				"in all, well under its share), and %d goroutines flood the key for tenant \"flood\". Redis (a redis-server of the run's own) "+
+				"is stopped after %s and restarted empty %s later; the processes pace locally meanwhile, each at its share. "+
+				"A light call's wait runs from the call to `WaitN`'s return. FIFO: the same calls without tenants. Steal: %s.",
+				c.Procs, thousands(c.Rate), dur(c.Think), float64(c.Procs)/c.Think.Seconds(), c.Flooders, dur(c.Normal), dur(c.Fault), dur(r.ProcsSteal)),
+			header: []string{"run", "phase", "the key's rate", "light's rate", "light's waits"},
+			rows:   fairProcsRows(r.Procs),
+		}
+		out += "\n" + p.markdown()
+	}
+	return out
 }

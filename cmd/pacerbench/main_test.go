@@ -115,6 +115,23 @@ func TestQuick(t *testing.T) {
 		t.Errorf("fair phase: %+v; want every experiment's figures", fr)
 	} else if !strings.Contains(stdout.String(), "### Fair share and lanes") {
 		t.Error("no fair table")
+	} else if len(fr.Procs) != 2 || !strings.Contains(stdout.String(), "### Fair share across processes, through a Redis outage") {
+		t.Errorf("fair across processes: %d runs; want fair and FIFO, and their table", len(fr.Procs))
+	} else {
+		for _, r := range fr.Procs {
+			if len(r.Phases) != 3 || r.Busiest == 0 {
+				t.Errorf("fair across processes (fair %v): %+v; want 3 phases and calls", r.Fair, r)
+				continue
+			}
+			for _, p := range r.Phases {
+				// Exact: calls were made in every phase, the outage's
+				// included (the processes pace locally), and the light
+				// tenant called in each.
+				if p.Rate <= 0 || len(p.Light) == 0 {
+					t.Errorf("fair across processes (fair %v), %s: rate %v, %d light calls", r.Fair, p.Name, p.Rate, len(p.Light))
+				}
+			}
+		}
 	}
 
 	// The script phase: every case measured, figures from both drivers

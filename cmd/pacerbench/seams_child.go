@@ -27,6 +27,11 @@ const seamsChildEnv = "PACERBENCH_SEAMS_CHILD"
 const (
 	callWait    = "wait"    // Limiter.Wait on Limit{Rate, Burst}
 	callReserve = "reserve" // Limiter.Reserve, then Reservation.Sleep: Local tells where the slot came from
+	// callTenants: WaitN, goroutine 0 for tenant "light" (a pause of
+	// seamsJob.Think after each call), the others for "flood"; with
+	// seamsJob.Fair the requests name their tenant, else they are plain
+	// (first come, first served). Granted is when the call was made.
+	callTenants = "tenants"
 	callWindow  = "window"  // Limiter.WaitN on one window band of WindowN per Window
 )
 
@@ -41,6 +46,8 @@ type seamsJob struct {
 	WindowN    float64
 	Window     time.Duration
 	Goroutines int
+	Fair       bool          // callTenants: name the tenant
+	Think      time.Duration // callTenants: the light tenant's pause after each call
 	// Killed: the parent SIGKILLs the child at the run's end, so it calls
 	// on past the end, never returns and never closes its Limiter.
 	// Otherwise its calls stop at the end, it closes the Limiter and
@@ -58,10 +65,12 @@ func windowPolicy(n float64, w time.Duration) reserve.Policy {
 // only whole lines, and nothing waits in a buffer. The lines:
 //
 //	ready                         (readyToStart)
-//	c <returned> <granted> <slot> <0|1>
+//	c <returned> <granted> <slot> <0|1> [tenant]
 //	                              a call: when it returned; when Reserve returned
-//	                              and the slot it slept until (0 for the Waits);
-//	                              whether the slot was granted locally
+//	                              (callTenants: when the call was made) and the
+//	                              slot it slept until (0 for the Waits); whether
+//	                              the slot was granted locally; callTenants: the
+//	                              tenant
 //	m <ns> <why>                  Metrics.Moved
 //	f <ns> <0|1>                  Metrics.Fallback: 1 to local pacing, 0 back on Redis
 //	e <ns> <error>                a call failed
@@ -163,9 +172,21 @@ func seamsChild(j seamsJob) error {
 	type grant struct {
 		at, slot time.Time
 		local    bool
+		tenant   string
 	}
-	call := func(ctx context.Context, key string, lim reserve.Limit, pol reserve.Policy) (grant, error) {
+	call := func(ctx context.Context, key string, lim reserve.Limit, pol reserve.Policy, g int) (grant, error) {
 		switch j.Call {
+		case callTenants:
+			tenant := "flood"
+			if g == 0 {
+				tenant = "light"
+			}
+			req := reserve.Single(key, lim, 1)
+			if j.Fair {
+				req.Tenant = tenant
+			}
+			at := time.Now()
+			return grant{at: at, tenant: tenant}, l.WaitN(ctx, req)
 		case callReserve:
 			r, err := l.Reserve(ctx, key, lim)
 			if err != nil {
@@ -173,7 +194,7 @@ func seamsChild(j seamsJob) error {
 			}
 			at := time.Now()
 			err = r.Sleep(ctx)
-			return grant{at, r.Time(), r.Local()}, err
+			return grant{at: at, slot: r.Time(), local: r.Local()}, err
 		case callWindow:
 			return grant{}, l.WaitN(ctx, reserve.Request{Key: key, Policy: pol, Cost: cost})
 		default:
@@ -188,7 +209,7 @@ func seamsChild(j seamsJob) error {
 	var wg sync.WaitGroup
 	for i := range j.Goroutines {
 		wg.Go(func() {
-			_, errs[i] = call(context.Background(), warm, reserve.Limit{Rate: 1e6, Burst: 1000}, windowPolicy(1e6, j.Window))
+			_, errs[i] = call(context.Background(), warm, reserve.Limit{Rate: 1e6, Burst: 1000}, windowPolicy(1e6, j.Window), i)
 		})
 	}
 	wg.Wait()
@@ -207,10 +228,10 @@ func seamsChild(j seamsJob) error {
 		ctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
-	for range j.Goroutines {
+	for i := range j.Goroutines {
 		wg.Go(func() {
 			for {
-				g, err := call(ctx, j.Key, lim, pol)
+				g, err := call(ctx, j.Key, lim, pol, i)
 				t1 := time.Now()
 				if err != nil {
 					if !j.Killed && endOfRun(ctx, err) {
@@ -223,7 +244,17 @@ func seamsChild(j seamsJob) error {
 				if !j.Killed && !t1.Before(end) {
 					return
 				}
-				out.line('c', t1.UnixNano(), strconv.FormatInt(unixNano(g.at), 10), strconv.FormatInt(unixNano(g.slot), 10), boolDigit(g.local))
+				fields := []string{strconv.FormatInt(unixNano(g.at), 10), strconv.FormatInt(unixNano(g.slot), 10), boolDigit(g.local)}
+				if g.tenant != "" {
+					fields = append(fields, g.tenant)
+				}
+				out.line('c', t1.UnixNano(), fields...)
+				if g.tenant == "light" && j.Think > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(j.Think):
+					}
+				}
 			}
 		})
 	}
@@ -247,6 +278,7 @@ type seamsCall struct {
 	Granted int64 // when Reserve returned (0 for the Waits)
 	Slot    int64 // Reservation.Time after Sleep (0 for the Waits)
 	Local   bool
+	Tenant  string // callTenants
 }
 
 // seamsEvent is a move or a switch.
@@ -292,7 +324,7 @@ func readSeamsChild(lines []string, killed bool, out *seamsOutput) error {
 		switch f[0] {
 		case "c":
 			g := strings.Fields(rest)
-			if len(g) != 3 || (g[2] != "0" && g[2] != "1") {
+			if (len(g) != 3 && len(g) != 4) || (g[2] != "0" && g[2] != "1") {
 				return fmt.Errorf("bad line %q", line)
 			}
 			granted, err1 := strconv.ParseInt(g[0], 10, 64)
@@ -300,7 +332,11 @@ func readSeamsChild(lines []string, killed bool, out *seamsOutput) error {
 			if err1 != nil || err2 != nil {
 				return fmt.Errorf("bad line %q", line)
 			}
-			out.Calls = append(out.Calls, seamsCall{At: at, Granted: granted, Slot: slot, Local: g[2] == "1"})
+			c := seamsCall{At: at, Granted: granted, Slot: slot, Local: g[2] == "1"}
+			if len(g) == 4 {
+				c.Tenant = g[3]
+			}
+			out.Calls = append(out.Calls, c)
 		case "m":
 			out.Moves = append(out.Moves, seamsEvent{at, rest})
 		case "f":
