@@ -32,7 +32,7 @@ const (
 	// seamsJob.Fair the requests name their tenant, else they are plain
 	// (first come, first served). Granted is when the call was made.
 	callTenants = "tenants"
-	callWindow  = "window"  // Limiter.WaitN on one window band of WindowN per Window
+	callWindow  = "window" // Limiter.WaitN on one window band of WindowN per Window
 )
 
 // seamsJob is what a seams child is told.
