@@ -632,10 +632,7 @@ func TestFairStoredWeight(t *testing.T) {
 // AllowN keep their maximum even when the queue they join is asleep. (The
 // bound on the test's context is 50 s: the bug waited 100 s.)
 func TestFairSleepingPump(t *testing.T) {
-	s := redistest.New(t)
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := newLimiter(t, redisBackend(t), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	req := reserve.Single("sleepy", reserve.Limit{Rate: 0.01, Burst: 1}, 1)
@@ -662,10 +659,7 @@ func TestFairSleepingPump(t *testing.T) {
 // the same queue; under -race, the refusal reads the pump's state under
 // its lock (the combination runner found it read after).
 func TestFairSleepingPumpRace(t *testing.T) {
-	s := redistest.New(t)
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := newLimiter(t, redisBackend(t), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	req := reserve.Single("racy", reserve.Limit{Rate: 200, Burst: 1}, 1)
