@@ -170,10 +170,11 @@ func (a *Client) UnsetWeight(ctx context.Context, key, tenant, who, reason strin
 	return a.run(ctx, key, "weight", "", who, reason, tenant)
 }
 
-// checkTenant refuses a tenant no Limiter would accept (over 256 bytes).
+// checkTenant refuses a tenant no Limiter would accept (over
+// layout.MaxTenant bytes).
 func checkTenant(tenant string) error {
-	if len(tenant) > 256 {
-		return fmt.Errorf("%w: tenant of %d bytes (at most 256)", reserve.ErrInvalidFairness, len(tenant))
+	if len(tenant) > layout.MaxTenant {
+		return fmt.Errorf("%w: tenant of %d bytes (at most %d)", reserve.ErrInvalidFairness, len(tenant), layout.MaxTenant)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,8 +49,8 @@ func (ln Lane) String() string {
 // index is the lane's number in the fair script: 1 (Urgent) to 3 (Batch).
 func (ln Lane) index() int { return 2 - int(ln) }
 
-// maxTenant bounds a tenant's length: it is a field name in Redis.
-const maxTenant = 256
+// maxTenant bounds a tenant's length (internal/layout).
+const maxTenant = layout.MaxTenant
 
 // fairGrace is how long after the time it was told to ask again a tenant
 // counts as waiting when it does not: a process that stopped or died holds

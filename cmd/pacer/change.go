@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -258,8 +259,8 @@ func (c *cli) weight(ctx context.Context, args []string) error {
 			return usagef("weight: WEIGHT %q: want a number from 1e-6 to 1e6 (a tenant of weight 2 gets twice the share of one of weight 1)", pos[2])
 		}
 	}
-	if len(pos[1]) > 256 {
-		return usagef("weight: TENANT of %d bytes: at most 256", len(pos[1]))
+	if len(pos[1]) > layout.MaxTenant {
+		return usagef("weight: TENANT of %d bytes: at most %d", len(pos[1]), layout.MaxTenant)
 	}
 	if err := cf.check("weight"); err != nil {
 		return err

@@ -20,6 +20,11 @@ import (
 // double's exact range.
 const MaxFill = 10 * 365 * 24 * time.Hour
 
+// MaxTenant bounds a fair request's tenant, in bytes: it is a field name and
+// a zset member in Redis (lua/fair.lua, the stored weights). reserve, admin
+// and cmd/pacer refuse a longer one.
+const MaxTenant = 256
+
 // Key is the Redis key of key's state under prefix: prefix + "{" + key +
 // "}", braces and '%' in key escaped (%7B, %7D, %25), so that every Redis
 // key of key shares one Cluster hash tag and no two keys share a Redis key.
