@@ -21,8 +21,8 @@ import (
 // first 30 (in its turn, about two slots after it arrives; the bound leaves
 // 3 s for a loaded machine), every task is done, none archived, and no
 // second of calls holds more than the limit allows. The same tasks paced
-// first come, first served (no tenant) put the light task last: the flood
-// holds the 60 slots before it.
+// first come, first served (no tenant) put the light task after the flood:
+// it holds the 60 slots before it.
 func TestTenants(t *testing.T) {
 	lim := reserve.Limit{Rate: 10, Burst: 1}
 	for _, fair := range []bool{true, false} {
@@ -56,7 +56,10 @@ func TestTenants(t *testing.T) {
 			if fair {
 				assert.Less(t, at, 30, "the light tenant's task waited behind the flood")
 			} else {
-				assert.Equal(t, len(calls)-1, at, "first come, first served: the light task comes last")
+				// Its slot is after the flood's 60; calls are recorded
+				// when the handlers run, so neighbours may swap by a
+				// late wake-up, never by 15 slots (1.5 s).
+				assert.GreaterOrEqual(t, at, 45, "first come, first served: the light task comes after the flood")
 			}
 		})
 	}
