@@ -6,7 +6,12 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/redis/go-redis/v9"
 )
+
+// UseFairScript makes l run src as its fair script (lua.Fair), before its
+// first call: the mutation tests run the fair rule's tests on mutants.
+func UseFairScript(l *Limiter, src string) { l.fair.script = redis.NewScript(src) }
 
 // ServerSlot returns the slot Redis granted r, in Unix ns on the server's
 // clock, for tests that judge the schedule itself rather than when callers

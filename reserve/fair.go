@@ -109,6 +109,10 @@ type fairQueue struct {
 type fairQueues struct {
 	mu sync.Mutex
 	m  map[fairKey]*fairQueue
+	// script is the fair script when not fairScript: a mutant of it, set
+	// by the tests that check the fair rule's tests fail on it
+	// (export_test.go).
+	script *redis.Script
 }
 
 // errDeferred is a fair request's result when it was not booked: it is to

@@ -54,7 +54,7 @@ const simRTT = 50 * time.Microsecond
 // simulate runs tenants' pumps against l on key with policy pol until every
 // backlog is booked; ties between pumps asking at one instant are broken by
 // seed. It returns the grants in the order they were booked.
-func simulate(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string, pol reserve.Policy, cost reserve.Cost, seed uint64, tenants ...*simTenant) []simGrant {
+func simulate(t testing.TB, l *reserve.Limiter, clk *fakeclock.Clock, key string, pol reserve.Policy, cost reserve.Cost, seed uint64, tenants ...*simTenant) []simGrant {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	start := clk.Now()
@@ -62,7 +62,7 @@ func simulate(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string
 		tn.next = start.Add(tn.arrive)
 	}
 	var out []simGrant
-	for range 200000 {
+	for range 50000 {
 		var ready []*simTenant
 		var at time.Time
 		for _, tn := range tenants {
@@ -107,13 +107,20 @@ func simulate(t *testing.T, l *reserve.Limiter, clk *fakeclock.Clock, key string
 func fairLimiter(t *testing.T, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock, *redistest.Server) {
 	t.Helper()
 	s := redistest.New(t)
+	l, clk := fairLimiterOn(t, s, opts)
+	return l, clk, s
+}
+
+// fairLimiterOn is fairLimiter on s, under a prefix of its own.
+func fairLimiterOn(t *testing.T, s *redistest.Server, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
+	t.Helper()
 	clk := fakeclock.New(epoch)
 	opts.Clock, opts.ClientTime = clk, true
 	opts.KeyPrefix, opts.FailClosed, opts.CallTimeout, opts.Logger = redistest.Prefix(t), true, 10*time.Second, quiet
 	l, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	return l, clk, s
+	return l, clk
 }
 
 // localFairLimiter is fairLimiter with no Redis: a fleet of one pacing
@@ -146,7 +153,7 @@ var fairBackends = []struct {
 
 // checkFairBucket asserts that the slots keep to a bucket of rate and burst:
 // no span [a, b] holds more than burst + rate*(b-a) of them.
-func checkFairBucket(t *testing.T, grants []simGrant, rate float64, burst int) {
+func checkFairBucket(t testing.TB, grants []simGrant, rate float64, burst int) {
 	t.Helper()
 	slots := make([]time.Time, len(grants))
 	for i, g := range grants {
@@ -161,127 +168,137 @@ func checkFairBucket(t *testing.T, grants []simGrant, rate float64, burst int) {
 	}
 }
 
-func TestFairLoneTenantKeepsTheSchedule(t *testing.T) {
+// newFairLimiter makes a Limiter of one of fairBackends, or with a mutant
+// of the fair script (TestFairMutants).
+type newFairLimiter func(reserve.Options) (*reserve.Limiter, *fakeclock.Clock)
+
+// A fairProp is a property of the fair rule on its slots: its test runs it
+// on both backends, and TestFairMutants on the fair script's mutants, each
+// of which one property at least must find.
+type fairProp func(t testing.TB, newL newFairLimiter)
+
+// runFairProp runs prop on each of fairBackends.
+func runFairProp(t *testing.T, prop fairProp) {
 	for _, be := range fairBackends {
 		t.Run(be.name, func(t *testing.T) {
-			l, clk := be.new(t, reserve.Options{})
-			lim := reserve.Limit{Rate: 100, Burst: 1}
-			grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
-				&simTenant{name: "a", backlog: 200})
-			require.Len(t, grants, 200)
-			for i, g := range grants {
-				// x/time/rate's schedule: a slot every 10 ms from the first.
-				require.Equal(t, grants[0].slot.Add(time.Duration(i)*10*time.Millisecond), g.slot, "slot %d", i)
-			}
+			prop(t, func(o reserve.Options) (*reserve.Limiter, *fakeclock.Clock) { return be.new(t, o) })
 		})
 	}
 }
 
-func TestFairNewcomerWaitsTwoSlotsAtMost(t *testing.T) {
-	for _, be := range fairBackends {
-		t.Run(be.name, func(t *testing.T) {
-			lim := reserve.Limit{Rate: 100, Burst: 1}
-			for seed := range uint64(8) {
-				l, clk := be.new(t, reserve.Options{})
-				arrive := 500*time.Millisecond + time.Duration(seed)*1300*time.Microsecond
-				start := clk.Now()
-				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-					&simTenant{name: "flood", backlog: 1000},
-					&simTenant{name: "light", arrive: arrive, backlog: 1})
-				checkFairBucket(t, grants, 100, 1)
-				i := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "light" })
-				// Two slot intervals, plus the round trips of its two asks.
-				wait := grants[i].slot.Sub(start.Add(arrive))
-				require.LessOrEqualf(t, wait, 20*time.Millisecond+2*simRTT, "seed %d: the light tenant waited %v behind 1,000 of the flood's", seed, wait)
-			}
-		})
+func TestFairLoneTenantKeepsTheSchedule(t *testing.T) { runFairProp(t, fairLoneTenant) }
+
+func fairLoneTenant(t testing.TB, newL newFairLimiter) {
+	l, clk := newL(reserve.Options{})
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+		&simTenant{name: "a", backlog: 200})
+	require.Len(t, grants, 200)
+	for i, g := range grants {
+		// x/time/rate's schedule: a slot every 10 ms from the first.
+		require.Equal(t, grants[0].slot.Add(time.Duration(i)*10*time.Millisecond), g.slot, "slot %d", i)
 	}
 }
 
-func TestFairWeightedShares(t *testing.T) {
-	for _, be := range fairBackends {
-		t.Run(be.name, func(t *testing.T) {
-			lim := reserve.Limit{Rate: 100, Burst: 1}
-			for seed := range uint64(4) {
-				l, clk := be.new(t, reserve.Options{})
-				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-					&simTenant{name: "a", weight: 2, backlog: 400},
-					&simTenant{name: "b", backlog: 400},
-					&simTenant{name: "c", arrive: time.Second, backlog: 200})
-				checkFairBucket(t, grants, 100, 1)
-				// While all of them wait, every prefix of the grants since c's first
-				// keeps each tenant's count over its weight within 2 of the others'.
-				first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "c" })
-				count := map[string]float64{}
-				weight := map[string]float64{"a": 2, "b": 1, "c": 1}
-				backlog := map[string]int{"a": 400, "b": 400, "c": 200}
-				for _, g := range grants[:first] {
-					backlog[g.tenant]--
-				}
-				for i, g := range grants[first:] {
-					count[g.tenant]++
-					backlog[g.tenant]--
-					if backlog["a"] == 0 || backlog["b"] == 0 || backlog["c"] == 0 {
-						break
-					}
-					lo, hi := math.Inf(1), math.Inf(-1)
-					for name, w := range weight {
-						lo, hi = min(lo, count[name]/w), max(hi, count[name]/w)
-					}
-					require.LessOrEqualf(t, hi-lo, 2.0, "seed %d, grant %d since c came: counts %v", seed, i, count)
-				}
-				require.Greater(t, count["c"], 50.0, "c took part")
-			}
-		})
+func TestFairNewcomerWaitsTwoSlotsAtMost(t *testing.T) { runFairProp(t, fairNewcomer) }
+
+func fairNewcomer(t testing.TB, newL newFairLimiter) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(8) {
+		l, clk := newL(reserve.Options{})
+		arrive := 500*time.Millisecond + time.Duration(seed)*1300*time.Microsecond
+		start := clk.Now()
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "flood", backlog: 1000},
+			&simTenant{name: "light", arrive: arrive, backlog: 1})
+		checkFairBucket(t, grants, 100, 1)
+		i := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "light" })
+		// Two slot intervals, plus the round trips of its two asks.
+		wait := grants[i].slot.Sub(start.Add(arrive))
+		require.LessOrEqualf(t, wait, 20*time.Millisecond+2*simRTT, "seed %d: the light tenant waited %v behind 1,000 of the flood's", seed, wait)
 	}
 }
 
-func TestFairUrgentGoesFirst(t *testing.T) {
-	for _, be := range fairBackends {
-		t.Run(be.name, func(t *testing.T) {
-			lim := reserve.Limit{Rate: 100, Burst: 1}
-			for seed := range uint64(8) {
-				l, clk := be.new(t, reserve.Options{})
-				start := clk.Now()
-				arrive := time.Second + time.Duration(seed)*3100*time.Microsecond
-				// Behind the Batch lane alone, the urgent lane waits one slot
-				// interval at most: the Batch lane books only slots that are due.
-				// Behind the Normal lane too, two, as a newcomer in its lane.
-				normal, bound := 0, 10*time.Millisecond+simRTT
-				if seed%2 == 1 {
-					normal, bound = 200, 20*time.Millisecond+2*simRTT
-				}
-				grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
-					&simTenant{name: "bulk", lane: reserve.Batch, backlog: 500 - normal},
-					&simTenant{name: "flood", lane: reserve.Normal, backlog: normal},
-					&simTenant{name: "live", lane: reserve.Urgent, arrive: arrive, backlog: 20})
-				checkFairBucket(t, grants, 100, 1)
-				first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "live" })
-				last := first
-				for i, g := range grants {
-					if g.tenant == "live" {
-						last = i
-					}
-				}
-				wait := grants[first].slot.Sub(start.Add(arrive))
-				require.LessOrEqualf(t, wait, bound, "seed %d: the urgent lane waited %v behind the lower lanes", seed, wait)
-				for _, g := range grants[first : last+1] {
-					require.Equalf(t, "live", g.tenant, "seed %d: a lower lane was booked while the urgent lane waited", seed)
-				}
-				// Normal before Batch, but for the one Batch slot booked before
-				// Normal's first ask.
-				for _, g := range grants[1:] {
-					if g.tenant == "bulk" {
-						require.Zerof(t, countTenant(grants[slices.Index(grants, g):], "flood"), "seed %d: the batch lane was booked while the normal lane waited", seed)
-						break
-					}
-				}
-				// The lower lanes take what the higher ones leave: no gap but the
-				// hand-overs' round trips.
-				end := grants[len(grants)-1].slot
-				require.LessOrEqual(t, end.Sub(grants[0].slot), 519*10*time.Millisecond+20*time.Millisecond)
+func TestFairWeightedShares(t *testing.T) { runFairProp(t, fairWeightedShares) }
+
+func fairWeightedShares(t testing.TB, newL newFairLimiter) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(4) {
+		l, clk := newL(reserve.Options{})
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "a", weight: 2, backlog: 400},
+			&simTenant{name: "b", backlog: 400},
+			&simTenant{name: "c", arrive: time.Second, backlog: 200})
+		checkFairBucket(t, grants, 100, 1)
+		// While all of them wait, every prefix of the grants since c's first
+		// keeps each tenant's count over its weight within 2 of the others'.
+		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "c" })
+		count := map[string]float64{}
+		weight := map[string]float64{"a": 2, "b": 1, "c": 1}
+		backlog := map[string]int{"a": 400, "b": 400, "c": 200}
+		for _, g := range grants[:first] {
+			backlog[g.tenant]--
+		}
+		for i, g := range grants[first:] {
+			count[g.tenant]++
+			backlog[g.tenant]--
+			if backlog["a"] == 0 || backlog["b"] == 0 || backlog["c"] == 0 {
+				break
 			}
-		})
+			lo, hi := math.Inf(1), math.Inf(-1)
+			for name, w := range weight {
+				lo, hi = min(lo, count[name]/w), max(hi, count[name]/w)
+			}
+			require.LessOrEqualf(t, hi-lo, 2.0, "seed %d, grant %d since c came: counts %v", seed, i, count)
+		}
+		require.Greater(t, count["c"], 50.0, "c took part")
+	}
+}
+
+func TestFairUrgentGoesFirst(t *testing.T) { runFairProp(t, fairUrgentFirst) }
+
+func fairUrgentFirst(t testing.TB, newL newFairLimiter) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	for seed := range uint64(8) {
+		l, clk := newL(reserve.Options{})
+		start := clk.Now()
+		arrive := time.Second + time.Duration(seed)*3100*time.Microsecond
+		// Behind the Batch lane alone, the urgent lane waits one slot
+		// interval at most: the Batch lane books only slots that are due.
+		// Behind the Normal lane too, two, as a newcomer in its lane.
+		normal, bound := 0, 10*time.Millisecond+simRTT
+		if seed%2 == 1 {
+			normal, bound = 200, 20*time.Millisecond+2*simRTT
+		}
+		grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), seed,
+			&simTenant{name: "bulk", lane: reserve.Batch, backlog: 500 - normal},
+			&simTenant{name: "flood", lane: reserve.Normal, backlog: normal},
+			&simTenant{name: "live", lane: reserve.Urgent, arrive: arrive, backlog: 20})
+		checkFairBucket(t, grants, 100, 1)
+		first := slices.IndexFunc(grants, func(g simGrant) bool { return g.tenant == "live" })
+		last := first
+		for i, g := range grants {
+			if g.tenant == "live" {
+				last = i
+			}
+		}
+		wait := grants[first].slot.Sub(start.Add(arrive))
+		require.LessOrEqualf(t, wait, bound, "seed %d: the urgent lane waited %v behind the lower lanes", seed, wait)
+		for _, g := range grants[first : last+1] {
+			require.Equalf(t, "live", g.tenant, "seed %d: a lower lane was booked while the urgent lane waited", seed)
+		}
+		// Normal before Batch, but for the one Batch slot booked before
+		// Normal's first ask.
+		for _, g := range grants[1:] {
+			if g.tenant == "bulk" {
+				require.Zerof(t, countTenant(grants[slices.Index(grants, g):], "flood"), "seed %d: the batch lane was booked while the normal lane waited", seed)
+				break
+			}
+		}
+		// The lower lanes take what the higher ones leave: no gap but the
+		// hand-overs' round trips.
+		end := grants[len(grants)-1].slot
+		require.LessOrEqual(t, end.Sub(grants[0].slot), 519*10*time.Millisecond+20*time.Millisecond)
 	}
 }
 
@@ -295,65 +312,61 @@ func countTenant(grants []simGrant, tenant string) int {
 	return n
 }
 
-func TestFairMinShare(t *testing.T) {
-	for _, be := range fairBackends {
-		t.Run(be.name, func(t *testing.T) {
-			lim := reserve.Limit{Rate: 100, Burst: 1}
-			l, clk := be.new(t, reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.2}})
-			grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
-				&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
-				&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
-			checkFairBucket(t, grants, 100, 1)
-			// In every 50 slots while both wait, the batch lane has at least 9
-			// (a fifth, less one at the edges).
-			for i := 0; i+50 <= len(grants); i++ {
-				if grants[i+49].tenant == "bulk" && !slices.ContainsFunc(grants[i+50:], func(g simGrant) bool { return g.tenant == "bulk" }) {
-					break
-				}
-				n := 0
-				for _, g := range grants[i : i+50] {
-					if g.tenant == "bulk" {
-						n++
-					}
-				}
-				require.GreaterOrEqualf(t, n, 9, "grants %d..%d: the batch lane had %d of 50", i, i+49, n)
+func TestFairMinShare(t *testing.T) { runFairProp(t, fairMinShare) }
+
+func fairMinShare(t testing.TB, newL newFairLimiter) {
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	l, clk := newL(reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.2}})
+	grants := simulate(t, l, clk, "k", lim.Policy(), reserve.Permits(1), 1,
+		&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
+		&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
+	checkFairBucket(t, grants, 100, 1)
+	// In every 50 slots while both wait, the batch lane has at least 9
+	// (a fifth, less one at the edges).
+	for i := 0; i+50 <= len(grants); i++ {
+		if grants[i+49].tenant == "bulk" && !slices.ContainsFunc(grants[i+50:], func(g simGrant) bool { return g.tenant == "bulk" }) {
+			break
+		}
+		n := 0
+		for _, g := range grants[i : i+50] {
+			if g.tenant == "bulk" {
+				n++
 			}
-		})
+		}
+		require.GreaterOrEqualf(t, n, 9, "grants %d..%d: the batch lane had %d of 50", i, i+49, n)
 	}
 }
 
-func TestFairPolicyKeepsEveryBand(t *testing.T) {
-	for _, be := range fairBackends {
-		t.Run(be.name, func(t *testing.T) {
-			pol := reserve.Policy{
-				{Name: "requests", Limit: reserve.Limit{Rate: 50, Burst: 5}},
-				{Name: "tokens", Unit: "tokens", Window: reserve.Window{N: 600, Length: time.Second}},
-			}
-			cost := reserve.Cost{"requests": 1, "tokens": 30}
-			l, clk := be.new(t, reserve.Options{})
-			grants := simulate(t, l, clk, "k", pol, cost, 1,
-				&simTenant{name: "a", backlog: 100},
-				&simTenant{name: "b", backlog: 100},
-				&simTenant{name: "c", lane: reserve.Urgent, arrive: 2 * time.Second, backlog: 10})
-			require.Len(t, grants, 210)
-			checkFairBucket(t, grants, 50, 5)
-			perWindow := map[int64]int{}
-			for _, g := range grants {
-				perWindow[g.slot.UnixNano()/int64(time.Second)] += 30
-			}
-			for w, u := range perWindow {
-				require.LessOrEqualf(t, u, 600, "window %d holds %d tokens", w, u)
-			}
-			// The window binds (20 requests a second): a and b split it.
-			na := 0
-			for _, g := range grants[:100] {
-				if g.tenant == "a" {
-					na++
-				}
-			}
-			require.InDelta(t, 50, na, 6, "a's part of the first 100 grants")
-		})
+func TestFairPolicyKeepsEveryBand(t *testing.T) { runFairProp(t, fairPolicyBands) }
+
+func fairPolicyBands(t testing.TB, newL newFairLimiter) {
+	pol := reserve.Policy{
+		{Name: "requests", Limit: reserve.Limit{Rate: 50, Burst: 5}},
+		{Name: "tokens", Unit: "tokens", Window: reserve.Window{N: 600, Length: time.Second}},
 	}
+	cost := reserve.Cost{"requests": 1, "tokens": 30}
+	l, clk := newL(reserve.Options{})
+	grants := simulate(t, l, clk, "k", pol, cost, 1,
+		&simTenant{name: "a", backlog: 100},
+		&simTenant{name: "b", backlog: 100},
+		&simTenant{name: "c", lane: reserve.Urgent, arrive: 2 * time.Second, backlog: 10})
+	require.Len(t, grants, 210)
+	checkFairBucket(t, grants, 50, 5)
+	perWindow := map[int64]int{}
+	for _, g := range grants {
+		perWindow[g.slot.UnixNano()/int64(time.Second)] += 30
+	}
+	for w, u := range perWindow {
+		require.LessOrEqualf(t, u, 600, "window %d holds %d tokens", w, u)
+	}
+	// The window binds (20 requests a second): a and b split it.
+	na := 0
+	for _, g := range grants[:100] {
+		if g.tenant == "a" {
+			na++
+		}
+	}
+	require.InDelta(t, 50, na, 6, "a's part of the first 100 grants")
 }
 
 func TestFairBadInput(t *testing.T) {
@@ -407,7 +420,16 @@ func TestFairWrongType(t *testing.T) {
 }
 
 func TestFairForgetsTenants(t *testing.T) {
-	l, clk, s := fairLimiter(t, reserve.Options{FairHorizon: 20 * time.Millisecond})
+	fairForgets(t, func(o reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
+		l, clk, _ := fairLimiter(t, o)
+		return l, clk
+	})
+}
+
+// fairForgets is a fairProp on Redis only: it reads the fair keys.
+func fairForgets(t testing.TB, newL newFairLimiter) {
+	l, clk := newL(reserve.Options{FairHorizon: 20 * time.Millisecond})
+	rdb := l.Client().(redis.UniversalClient)
 	lim := reserve.Limit{Rate: 1000, Burst: 1}
 	ctx := context.Background()
 	// Beside a tenant that keeps waiting, 2,000 tenants book 8 requests
@@ -429,13 +451,13 @@ func TestFairForgetsTenants(t *testing.T) {
 		ask("steady", 4, false)
 		ask("t"+strconv.Itoa(i), 8, true)
 	}
-	passes, err := s.Client.ZCard(ctx, l.RedisKey("many")+":fp:n").Result()
+	passes, err := rdb.ZCard(ctx, l.RedisKey("many")+":fp:n").Result()
 	require.NoError(t, err)
 	require.LessOrEqual(t, passes, int64(3), "passes kept for tenants that left")
-	waiting, err := s.Client.ZCard(ctx, l.RedisKey("many")+":fw:n").Result()
+	waiting, err := rdb.ZCard(ctx, l.RedisKey("many")+":fw:n").Result()
 	require.NoError(t, err)
 	require.LessOrEqual(t, waiting, int64(1), "only the steady tenant waits")
-	ttl, err := s.Client.PTTL(ctx, l.RedisKey("many")+":fair").Result()
+	ttl, err := rdb.PTTL(ctx, l.RedisKey("many")+":fair").Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0))
 	require.LessOrEqual(t, ttl, 11*time.Second)

@@ -71,6 +71,9 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	keys, script := l.keys(key, ":shadow"), reserveScript
 	if fairArgs != nil {
 		keys, script = l.keys(key, fairKeys...), fairScript
+		if l.fair.script != nil {
+			script = l.fair.script
+		}
 	}
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
