@@ -24,11 +24,12 @@ type childSpec struct {
 	Start, End    int64 // Unix ns
 	Policy        bool  // reserve testPolicy and settle (policyChild)
 	Lease         bool  // reserve single permits on a hot key (leaseChild)
+	Fair          bool  // reserve for tenants in lanes (fairChild)
 }
 
 // The child side of the process tests: the test binary re-run with
-// childEnv set runs childMain, policyChild or leaseChild instead of the
-// tests.
+// childEnv set runs childMain, policyChild, leaseChild or fairChild instead
+// of the tests.
 func TestMain(m *testing.M) {
 	var spec childSpec
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
@@ -36,6 +37,8 @@ func TestMain(m *testing.M) {
 			err = policyChild(spec)
 		} else if err == nil && spec.Lease {
 			err = leaseChild(spec)
+		} else if err == nil && spec.Fair {
+			err = fairChild(spec)
 		} else if err == nil {
 			err = childMain(spec)
 		}

@@ -1,0 +1,143 @@
+package reserve_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/require"
+)
+
+// fairTenants are what each child of TestFairAcrossProcesses calls for:
+// per process, goroutines of each tenant reserving and sleeping in turn.
+var fairTenants = []struct {
+	name       string
+	lane       reserve.Lane
+	weight     float64
+	goroutines int
+}{
+	{"a", reserve.Normal, 1, 12},
+	{"b", reserve.Normal, 3, 4},
+	{"bulk", reserve.Batch, 1, 4},
+}
+
+// fairChild is a child of TestFairAcrossProcesses: it prints "tenant slot"
+// for each reservation, the slot in Unix ns on the server's clock.
+func fairChild(s childSpec) error {
+	l, end, done, err := childLimiter(s)
+	if err != nil {
+		return err
+	}
+	defer done()
+	lim := reserve.Limit{Rate: s.Rate, Burst: s.Burst}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		lines    []string
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for _, tn := range fairTenants {
+		for range tn.goroutines {
+			wg.Go(func() {
+				req := reserve.Single("fair", lim, 1)
+				req.Tenant, req.Lane, req.Weight = tn.name, tn.lane, tn.weight
+				for {
+					r, err := l.ReserveN(ctx, req)
+					if err == nil {
+						slot, ok := reserve.ServerSlot(r)
+						if !ok {
+							err = errors.New("a reservation of the local fallback (Redis failed?)")
+						} else {
+							mu.Lock()
+							lines = append(lines, fmt.Sprint(tn.name, " ", slot))
+							mu.Unlock()
+							err = r.Sleep(ctx)
+						}
+					}
+					if err != nil {
+						var tooLong *reserve.WaitTooLongError
+						if ctx.Err() == nil && !errors.As(err, &tooLong) {
+							mu.Lock()
+							firstErr = cmpOr(firstErr, err)
+							mu.Unlock()
+						}
+						if ctx.Err() != nil {
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	w := bufio.NewWriter(os.Stdout)
+	for _, ln := range lines {
+		fmt.Fprintln(w, ln)
+	}
+	return cmpOr(w.Flush(), firstErr)
+}
+
+// TestFairAcrossProcesses: four OS processes each call for the same three
+// tenants on one key at 200/s, burst 1: "a" (weight 1, 12 goroutines per
+// process), "b" (weight 3, 4 goroutines) and "bulk" (the Batch lane, 4).
+// Exact: the slots of all of them keep the bucket. The shares are decided
+// in Redis, where each tenant waits whichever of its processes asks, so
+// they hold on a loaded machine; the test asserts them with room: while a
+// and b both wait, b books 2.4 to 3.6 times a's slots (first come, first
+// served would give about 1/3, weights ignored 1), and the Batch lane at
+// most 5% of them (it is booked only while no Normal tenant waits).
+func TestFairAcrossProcesses(t *testing.T) {
+	s := redistest.New(t)
+	const (
+		procs = 4
+		rate  = 200
+		run   = 4 * time.Second
+	)
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: 1, Fair: true}, run, nil)
+	type grant struct {
+		tenant string
+		slot   int64
+	}
+	var grants []grant
+	for i, lines := range out.Lines {
+		for _, line := range lines {
+			var g grant
+			scanLine(t, i, line, &g.tenant, &g.slot)
+			grants = append(grants, g)
+		}
+	}
+	slices.SortFunc(grants, func(x, y grant) int { return int(x.slot - y.slot) })
+	slots := make([]int64, len(grants))
+	for i, g := range grants {
+		slots[i] = g.slot
+	}
+	excess := worstExcess(slots, rate, 1)
+	require.LessOrEqual(t, excess, rate*1e-6, "the slots of the three tenants break the window invariant")
+
+	// The middle of the run: from 1 s after the start to 0.5 s before the end.
+	from, to := out.Start.Add(time.Second).UnixNano(), out.End.Add(-500*time.Millisecond).UnixNano()
+	count := map[string]int{}
+	for _, g := range grants {
+		if g.slot >= from && g.slot < to {
+			count[g.tenant]++
+		}
+	}
+	total := count["a"] + count["b"] + count["bulk"]
+	t.Logf("%d slots, worst excess over burst+rate*T %.4f; in the middle 2.5 s: a %d, b %d (b/a %.2f, weights 1 and 3), bulk %d of %d",
+		len(grants), excess, count["a"], count["b"], float64(count["b"])/float64(max(count["a"], 1)), count["bulk"], total)
+	require.Greater(t, count["a"], 0, "tenant a booked nothing in the middle of the run")
+	ratio := float64(count["b"]) / float64(count["a"])
+	require.GreaterOrEqual(t, ratio, 2.4, "b (weight 3) booked too few beside a (weight 1)")
+	require.LessOrEqual(t, ratio, 3.6, "b (weight 3) booked too many beside a (weight 1)")
+	require.LessOrEqual(t, float64(count["bulk"]), 0.05*float64(total), "the Batch lane was booked beside a waiting Normal lane")
+}
