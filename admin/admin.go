@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -390,6 +391,15 @@ type TenantStatus struct {
 	// next, and a tenant that booked more than its share lies further
 	// behind.
 	Behind time.Duration `json:"behind_ns"`
+	// Queued is how many of the tenant's requests the fleet's processes
+	// hold in this lane, not yet booked, as of each one's last call for
+	// it; Oldest, how long the first of them has waited (the longest of
+	// the processes', to now).
+	Queued int           `json:"queued"`
+	Oldest time.Duration `json:"oldest_ns"`
+	// Share is the tenant's part of the lane's bookings lately: of the
+	// slot time booked, decayed by e every 10 s.
+	Share float64 `json:"share"`
 }
 
 // A BandStatus is one band of a key's state.
@@ -599,10 +609,58 @@ func (a *Client) readTenants(ctx context.Context, k string, st *KeyStatus) error
 		}
 		add(zw, true)
 		add(zp, false)
+		ts = addFigures(ts, h, lane, l.name, nowUS)
 		slices.SortStableFunc(ts, func(x, y TenantStatus) int { return cmp.Compare(x.Behind, y.Behind) })
 		st.Tenants = append(st.Tenants, ts[:min(len(ts), MaxTenants)]...)
 	}
 	return nil
+}
+
+// addFigures fills the figures of lane's tenants (Queued, Oldest, Share)
+// from the fair hash h (lua/fair.lua), adding the tenants it holds figures
+// of and ts does not (by name), and returns ts.
+func addFigures(ts []TenantStatus, h map[string]string, lane, name string, nowUS float64) []TenantStatus {
+	decayed := func(rec string) float64 {
+		var sum, at float64
+		if _, err := fmt.Sscan(rec, &sum, &at); err != nil {
+			return 0
+		}
+		return sum * math.Exp(-max(nowUS-at, 0)/10e6)
+	}
+	total := decayed(h["b"+lane])
+	figs := map[string]*TenantStatus{}
+	of := func(t string) *TenantStatus {
+		if figs[t] == nil {
+			figs[t] = &TenantStatus{Tenant: t, Lane: name}
+		}
+		return figs[t]
+	}
+	for f, v := range h {
+		switch {
+		case strings.HasPrefix(f, "b"+lane+" ") && total > 0:
+			of(f[len(lane)+2:]).Share = decayed(v) / total
+		case strings.HasPrefix(f, "q"+lane+" "):
+			id, t, ok := strings.Cut(f[len(lane)+2:], " ")
+			var n int
+			var since float64
+			if _, err := fmt.Sscan(v, &n, &since); !ok || id == "" || err != nil {
+				continue
+			}
+			st := of(t)
+			st.Queued += n
+			st.Oldest = max(st.Oldest, time.Duration(max(nowUS-since, 0)*1e3))
+		}
+	}
+	for i := range ts {
+		if f := figs[ts[i].Tenant]; f != nil {
+			ts[i].Queued, ts[i].Oldest, ts[i].Share = f.Queued, f.Oldest, f.Share
+			delete(figs, ts[i].Tenant)
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(figs)) {
+		ts = append(ts, *figs[t])
+	}
+	return ts
 }
 
 // stateFields splits a shadow record ("1 t calls delayed sum max" then

@@ -37,11 +37,22 @@
 -- KEYS[11]     the stored weights (cmd/pacer weight; admin.lua), a hash:
 --              tenant to weight, in every lane. A stored weight replaces
 --              the caller's. Never written here, and it does not expire.
--- ARGV[opi]    "<lane> <weight> <hmin_us> <minshare> <last> <grace_us>":
---              lane 1 (Urgent), 2 (Normal) or 3 (Batch); weight > 0;
---              hmin_us >= 0; 0 <= minshare < 1; last 1 when the batch holds
---              every request the tenant has queued in this process
+-- KEYS[12]     the figures' expiry, a zset: the fields of KEYS[4] that
+--              hold figures (below) by when they lapse (Unix µs); each call
+--              removes a few that have
+-- ARGV[opi]    "<lane> <weight> <hmin_us> <minshare> <last> <grace_us>
+--              <queued> <age_us> <id>": lane 1 (Urgent), 2 (Normal) or 3
+--              (Batch); weight > 0; hmin_us >= 0; 0 <= minshare < 1; last 1
+--              when the batch holds every request the tenant has queued in
+--              this process; queued, how many it has queued there (the
+--              batch included), age_us how long the first of them has
+--              waited, and id the Limiter's (no spaces), for the figures
 -- ARGV[opi+1]  the tenant (any string, "" included)
+-- The figures an operator reads (admin.Status), in KEYS[4]: "b<l>" and
+-- "b<l> <tenant>", "<sum> <at>": the lane's and the tenant's booked
+-- durations (µs), decayed by e every 10 s, as of at (Unix µs); and "q<l>
+-- <id> <tenant>", "<queued> <since>": a process's requests of the tenant
+-- not booked after its last call, the first queued since (Unix µs).
 -- then reserve.lua's own arguments. Its reply is unchanged but for seq -3:
 -- deferred, with wait_ns the time from now after which to ask again.
 
@@ -50,12 +61,13 @@ local max_tenants = 10000
 
 do
   local spec, tenant = ARGV[opi], ARGV[opi + 1]
-  local lane, weight, hmin, minshare, last, grace = string.match(spec or '',
-    '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+)$')
+  local lane, weight, hmin, minshare, last, grace, queued, age, id = string.match(spec or '',
+    '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+) (%d+) (%d+) (%S+)$')
   lane, weight, hmin, minshare, grace = tonumber(lane), tonumber(weight), tonumber(hmin), tonumber(minshare), tonumber(grace)
+  queued, age = tonumber(queued), tonumber(age)
   if not lane or not tenant or not weight or weight <= 0 or weight == math.huge or weight ~= weight
       or not hmin or hmin < 0 or hmin == math.huge or not minshare or minshare < 0 or minshare >= 1
-      or not grace or grace < 0 or grace == math.huge then
+      or not grace or grace < 0 or grace == math.huge or not queued or not age or not id then
     return redis.error_reply('PACER_ARG bad fair arguments')
   end
   opi = opi + 2
@@ -67,6 +79,9 @@ do
   local lv = redis.pcall('HMGET', h, 'v' .. lane, 'e' .. lane)
   local ps = redis.pcall('ZSCORE', pkey, tenant)
   if lv.err or (type(ps) == 'table' and ps.err) then
+    return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+  end
+  if type(redis.pcall('ZCARD', KEYS[12])) == 'table' then
     return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
   end
   for l = 1, lane do
@@ -141,6 +156,7 @@ do
 
   local deferred = false
   local by_share = false
+  local nbooked, booked_d = 0, 0 -- the figures
   fair = {}
 
   -- gate returns, for a request of cost: true and the most it may wait
@@ -181,6 +197,7 @@ do
 
   -- booked records the request gate admitted as booked.
   function fair.booked()
+    nbooked, booked_d = nbooked + 1, booked_d + fair.d
     pass = fair.start + fair.d / weight
     -- V moves on by the request's duration over the waiting tenants'
     -- number (so that tenants that book once and leave are forgotten), but
@@ -249,9 +266,37 @@ do
       redis.call('ZREM', wkey, tenant)
       redis.call('HDEL', h, ufield)
     end
+    -- The figures: shares decay by e every tau, and lapse after 3 tau; a
+    -- process's queue lapses as its waiting does.
+    local tau, fx = 10000000, KEYS[12]
+    local function add_booked(field)
+      local sum, at = string.match(redis.call('HMGET', h, field)[1] or '', '^(%S+) (%S+)$')
+      sum, at = tonumber(sum) or 0, tonumber(at) or now
+      sum = sum * math.exp(-math.max(now - at, 0) / tau) + booked_d
+      redis.call('HSET', h, field, string.format('%.17g %.17g', sum, now))
+      redis.call('ZADD', fx, string.format('%.17g', now + 3 * tau), field)
+    end
+    if booked_d > 0 then
+      add_booked('b' .. lane)
+      add_booked('b' .. lane .. ' ' .. tenant)
+    end
+    local qfield = 'q' .. lane .. ' ' .. id .. ' ' .. tenant
+    if queued > nbooked then
+      redis.call('HSET', h, qfield, string.format('%d %.17g', queued - nbooked, now - age))
+      redis.call('ZADD', fx, string.format('%.17g', now + (deferred or 0) + grace), qfield)
+    else
+      redis.call('HDEL', h, qfield)
+      redis.call('ZREM', fx, qfield)
+    end
+    local lapsed = redis.call('ZRANGEBYSCORE', fx, '-inf', string.format('%.17g', now), 'LIMIT', 0, 16)
+    if #lapsed > 0 then
+      redis.call('HDEL', h, unpack(lapsed))
+      redis.call('ZREM', fx, unpack(lapsed))
+    end
     local ttl = math.floor(idle_us / 1000 + (deferred or 0) / 1000 + grace / 1000) + 1
     for k = 4, 10 do
       redis.call('PEXPIRE', KEYS[k], ttl)
     end
+    redis.call('PEXPIRE', fx, ttl)
   end
 end

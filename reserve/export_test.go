@@ -103,7 +103,7 @@ func FairAsk(ctx context.Context, l *Limiter, req Request, n int, last bool) (sl
 	for i := range reqs {
 		reqs[i] = &request{op: "reserve", amounts: amounts, maxWait: -1, done: make(chan result, 1)}
 	}
-	for _, res := range l.fairBatch(ctx, fairKey{req.Key, s.sig, *f}, s, reqs, last) {
+	for _, res := range l.fairBatch(ctx, fairKey{req.Key, s.sig, *f}, s, reqs, n, last) {
 		var d *errDeferred
 		switch {
 		case errors.As(res.err, &d):

@@ -192,10 +192,11 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 		n := min(len(q.waiting), MaxBatch)
 		q.inflight = n
 		batch := append([]*request(nil), q.waiting[:n]...)
-		last := n == len(q.waiting)
+		queued := len(q.waiting)
+		last := n == queued
 		qs.mu.Unlock()
 
-		results := l.fairBatch(l.loopCtx, fk, q.spec, batch, last)
+		results := l.fairBatch(l.loopCtx, fk, q.spec, batch, queued, last)
 
 		var orphans []*Reservation
 		var retry time.Time
@@ -274,10 +275,10 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 
 // fairBatch runs the fair script for reqs, fk's queue's head, and returns a
 // result for each: a reservation, an error, or errDeferred for the first
-// one not booked and every one after it. last says reqs are the whole
-// queue. While Redis is unavailable, the local fallback books them within
-// the horizon, in this process's order.
-func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*request, last bool) []result {
+// one not booked and every one after it. queued is the queue's length, and
+// last says reqs are the whole queue. While Redis is unavailable, the local
+// fallback books them within the horizon, in this process's order.
+func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*request, queued int, last bool) []result {
 	if l.isDegraded() && !l.opts.FailClosed {
 		return l.fairLocal(fk, s, reqs, last)
 	}
@@ -285,9 +286,15 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 	if last {
 		lastArg = "1"
 	}
+	// The head's age and the queue's length are figures for operators
+	// (admin.Status), not part of the rule.
+	var age time.Duration
+	if since := reqs[0].since; !since.IsZero() {
+		age = max(l.clock.Now().Sub(since), 0)
+	}
 	fairArgs := []any{
-		fmt.Sprintf("%d %s %d %s %s %d", fk.lane.index(), formatFloat(fk.weight), l.opts.FairHorizon.Microseconds(),
-			formatFloat(l.opts.MinShare[fk.lane]), lastArg, fairGrace.Microseconds()),
+		fmt.Sprintf("%d %s %d %s %s %d %d %d %s", fk.lane.index(), formatFloat(fk.weight), l.opts.FairHorizon.Microseconds(),
+			formatFloat(l.opts.MinShare[fk.lane]), lastArg, fairGrace.Microseconds(), queued, age.Microseconds(), l.id),
 		fk.tenant,
 	}
 	out := l.grantBatch(ctx, fk.key, s, reqs, fairArgs)
@@ -298,7 +305,7 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 }
 
 // fairKeys are the fair script's KEYS after the first three (see fair.lua).
-var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights"}
+var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights", ":fx"}
 
 // fairLocal books reqs on the local fallback, by the fair rule among this
 // process's fair queues on the key (fairlocal.go), in order; the first not

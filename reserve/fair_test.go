@@ -610,11 +610,13 @@ func TestFairStoredWeight(t *testing.T) {
 	clk.Set(time.Now())
 	_, err = a.SetWeight(ctx, "slow", "a", 3, "ops", "a pays more")
 	require.NoError(t, err)
+	booked := map[string]int{}
 	for _, tenant := range []string{"a", "b"} {
 		req := reserve.Single("slow", reserve.Limit{Rate: 1, Burst: 1}, 1)
 		req.Tenant = tenant
-		_, _, err := reserve.FairAsk(ctx, l, req, 8, false)
+		slots, _, err := reserve.FairAsk(ctx, l, req, 8, false)
 		require.NoError(t, err)
+		booked[tenant] = len(slots)
 	}
 	st, err := a.Status(ctx, "slow")
 	require.NoError(t, err)
@@ -623,6 +625,9 @@ func TestFairStoredWeight(t *testing.T) {
 	for _, ts := range st.Tenants {
 		require.Equal(t, "normal", ts.Lane)
 		require.True(t, ts.Waiting, "%+v", ts)
+		// Each queued 8 in its process: what was not booked is queued.
+		require.Equal(t, 8-booked[ts.Tenant], ts.Queued, "%+v", ts)
+		require.InDelta(t, float64(booked[ts.Tenant])/float64(booked["a"]+booked["b"]), ts.Share, 0.01, "%+v", ts)
 		names = append(names, ts.Tenant)
 	}
 	slices.Sort(names)
@@ -704,4 +709,57 @@ func TestFairSleepingPumpRace(t *testing.T) {
 	}
 	wg.Wait()
 	require.Positive(t, refused.Load(), "no AllowN was refused")
+}
+
+// TestFairFigures: what Status shows of a key's tenants (lua/fair.lua's
+// figures) adds up the processes' queues, each as of its last call, gives
+// each tenant its part of the lane's bookings, and forgets the queue of a
+// process that stops asking once its waiting lapses.
+func TestFairFigures(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	newL := func() *reserve.Limiter {
+		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		return l
+	}
+	l1, l2 := newL(), newL()
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	// The Batch lane books a slot only when it is due: at 1/s, one now and
+	// the rest deferred, by a second at most.
+	ask := func(l *reserve.Limiter, tenant string, n int) int {
+		req := reserve.Single("slow", reserve.Limit{Rate: 1, Burst: 1}, 1)
+		req.Tenant, req.Lane = tenant, reserve.Batch
+		slots, _, err := reserve.FairAsk(ctx, l, req, n, true)
+		require.NoError(t, err)
+		return len(slots)
+	}
+	figures := func() map[string]admin.TenantStatus {
+		st, err := a.Status(ctx, "slow")
+		require.NoError(t, err)
+		out := map[string]admin.TenantStatus{}
+		for _, ts := range st.Tenants {
+			require.Equal(t, "batch", ts.Lane)
+			out[ts.Tenant] = ts
+		}
+		return out
+	}
+
+	a1, a2, b2 := ask(l1, "a", 5), ask(l2, "a", 3), ask(l2, "b", 2)
+	got := figures()
+	require.Equal(t, 8-a1-a2, got["a"].Queued, "a's queue in both processes: %+v", got["a"])
+	require.Equal(t, 2-b2, got["b"].Queued, "%+v", got["b"])
+	require.InDelta(t, float64(a1+a2)/float64(a1+a2+b2), got["a"].Share, 0.01, "a's part of the lane's bookings")
+	require.GreaterOrEqual(t, got["a"].Oldest, time.Duration(0))
+
+	// l2 stops asking; after its waiting lapses (at most 1 s told, 100 ms
+	// of grace), l1's next call drops l2's figures: a's queue is l1's alone.
+	time.Sleep(1200 * time.Millisecond)
+	a1 += ask(l1, "a", 5-a1)
+	got = figures()
+	require.Equal(t, 5-a1, got["a"].Queued, "a's queue once l2's lapsed: %+v", got["a"])
+	require.Zero(t, got["b"].Queued, "b's queue once l2's lapsed: %+v", got["b"])
 }

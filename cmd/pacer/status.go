@@ -249,19 +249,30 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 }
 
 // writeTenants writes a key's fair tenants, the next to book first in each
-// lane, and the stored weights; nothing for a key with neither.
+// lane, with their queues and shares, and the stored weights; nothing for a
+// key with neither.
 func writeTenants(line func(label, format string, args ...any), st admin.KeyStatus) {
 	label := "tenants"
 	for _, ts := range st.Tenants {
-		state := "booked ahead"
-		if ts.Waiting {
+		state := "not waiting"
+		switch {
+		case ts.Waiting:
 			state = "waiting for its turn"
+		case ts.Behind > 0:
+			state = "booked ahead"
+		}
+		figures := ""
+		if ts.Queued > 0 {
+			figures += fmt.Sprintf(", %d queued (the oldest for %v)", ts.Queued, human(ts.Oldest))
+		}
+		if ts.Share > 0 {
+			figures += fmt.Sprintf(", %.0f%% of the lane lately", 100*ts.Share)
 		}
 		weight := ""
 		if w, ok := st.Weights[ts.Tenant]; ok {
 			weight = fmt.Sprintf(", stored weight %g", w)
 		}
-		line(label, "%-6s %q %s, %v behind the lane's front%s", ts.Lane, clean(ts.Tenant), state, human(ts.Behind), weight)
+		line(label, "%-6s %q %s%s, %v behind the lane's front%s", ts.Lane, clean(ts.Tenant), state, figures, human(ts.Behind), weight)
 		label = ""
 	}
 	var stored []string

@@ -155,14 +155,16 @@ func TestFit(t *testing.T) {
 	}
 }
 
-// TestWriteTenants: a key's fair tenants, each lane's next first, then the
-// idle tenants with a stored weight, by name.
+// TestWriteTenants: a key's fair tenants, each lane's next first, with
+// their queues and shares, then the idle tenants with a stored weight, by
+// name.
 func TestWriteTenants(t *testing.T) {
 	st := admin.KeyStatus{
 		Tenants: []admin.TenantStatus{
 			{Tenant: "live", Lane: "urgent", Waiting: true},
-			{Tenant: "acme", Lane: "normal", Waiting: true, Behind: 20 * time.Millisecond},
-			{Tenant: "globex", Lane: "normal", Behind: 1500 * time.Millisecond},
+			{Tenant: "acme", Lane: "normal", Waiting: true, Behind: 20 * time.Millisecond, Queued: 12, Oldest: 1200 * time.Millisecond, Share: 0.4},
+			{Tenant: "globex", Lane: "normal", Behind: 1500 * time.Millisecond, Share: 0.6},
+			{Tenant: "hooli", Lane: "normal", Share: 0.004},
 		},
 		Weights: map[string]float64{"acme": 2, "zeta": 0.5, "initech": 3},
 	}
@@ -172,8 +174,9 @@ func TestWriteTenants(t *testing.T) {
 	}
 	writeTenants(line, st)
 	want := `  tenants     urgent "live" waiting for its turn, 0s behind the lane's front
-              normal "acme" waiting for its turn, 20ms behind the lane's front, stored weight 2
-              normal "globex" booked ahead, 1.5s behind the lane's front
+              normal "acme" waiting for its turn, 12 queued (the oldest for 1.2s), 40% of the lane lately, 20ms behind the lane's front, stored weight 2
+              normal "globex" booked ahead, 60% of the lane lately, 1.5s behind the lane's front
+              normal "hooli" not waiting, 0% of the lane lately, 0s behind the lane's front
               "initech" idle, stored weight 3
               "zeta" idle, stored weight 0.5
 `
