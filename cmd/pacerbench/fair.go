@@ -31,8 +31,9 @@ type fairResults struct {
 	NewcomerFIFO time.Duration   // a light call's wait behind the flood, first come first served
 	Newcomer     []time.Duration // its waits, fair, sorted
 
-	Urgent    []time.Duration // the urgent lane's waits beside the Batch backlog, sorted
-	BatchRate float64         // the Batch lane's admissions per second meanwhile
+	Urgent     []time.Duration // the urgent lane's waits beside the Batch backlog, sorted
+	UrgentSlot []time.Duration // the same calls' slots, from the call, sorted: the wait the rule gave
+	BatchRate  float64         // the Batch lane's admissions per second meanwhile
 
 	DrainFIFO, DrainFair time.Duration
 
@@ -106,6 +107,29 @@ func (fr *fairRun) wait(ctx context.Context, m int, fair bool, tenant string, la
 	fr.calls[tenant] = append(fr.calls[tenant], now)
 	fr.mu.Unlock()
 	return now.Sub(start), nil
+}
+
+// reserveSleep is one call for tenant in lane on member m by ReserveN and
+// Sleep, as WaitN makes it: it records when it returned, and returns how
+// long it waited and how far from the call its slot lay (the wait the fair
+// rule gave, without the wake-up's lateness).
+func (fr *fairRun) reserveSleep(ctx context.Context, m int, tenant string, lane reserve.Lane) (wait, slot time.Duration, err error) {
+	req := reserve.Single(fr.key, fr.lim, 1)
+	req.Tenant, req.Lane = tenant, lane
+	start := time.Now()
+	r, err := fr.members[m%len(fr.members)].ReserveN(ctx, req)
+	if err != nil {
+		return 0, 0, err
+	}
+	slot = max(r.Time().Sub(start), 0)
+	if err := r.Sleep(ctx); err != nil {
+		return 0, 0, err
+	}
+	now := time.Now()
+	fr.mu.Lock()
+	fr.calls[tenant] = append(fr.calls[tenant], now)
+	fr.mu.Unlock()
+	return now.Sub(start), slot, nil
 }
 
 // flood runs goroutines per member calling for tenant until ctx ends.
@@ -270,16 +294,16 @@ func (b *bench) runFair(ctx context.Context, progress func(string, ...any)) (*fa
 		}
 		time.Sleep(time.Second)
 		start := time.Now()
-		var waits []time.Duration
+		var waits, slots []time.Duration
 		for i := 0; time.Since(start) < span; i++ {
 			time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
-			w, err := fr.wait(ctx, i, true, "live", reserve.Urgent, 1)
+			w, slot, err := fr.reserveSleep(ctx, i, "live", reserve.Urgent)
 			if err != nil {
 				cancel()
 				fr.close()
 				return nil, err
 			}
-			waits = append(waits, w)
+			waits, slots = append(waits, w), append(slots, slot)
 		}
 		end := time.Now()
 		cancel()
@@ -287,9 +311,11 @@ func (b *bench) runFair(ctx context.Context, progress func(string, ...any)) (*fa
 		fr.close()
 		note(fr)
 		slices.Sort(waits)
-		res.Urgent = waits
+		slices.Sort(slots)
+		res.Urgent, res.UrgentSlot = waits, slots
 		res.BatchRate = float64(fr.count("bulk", start, end)) / end.Sub(start).Seconds()
-		progress("fair        urgent beside 10,000 Batch: p50 %v p99 %v max %v; Batch %.1f/s", pct(waits, 0.5), pct(waits, 0.99), waits[len(waits)-1], res.BatchRate)
+		progress("fair        urgent beside 10,000 Batch: returned p50 %v p99 %v max %v; slot p50 %v p99 %v max %v; Batch %.1f/s",
+			pct(waits, 0.5), pct(waits, 0.99), waits[len(waits)-1], pct(slots, 0.5), pct(slots, 0.99), slots[len(slots)-1], res.BatchRate)
 	}
 
 	// A mixed backlog drained: fair against plain.
@@ -381,7 +407,9 @@ func (r *fairResults) tables() string {
 	t.rows = append(t.rows, []string{fmt.Sprintf("a light call behind 1,000: at most 2 slot intervals + a round trip (%s)", dur(2*slot)),
 		fmt.Sprintf("%d calls: p50 %s, max %s", len(r.Newcomer), dur(pct(r.Newcomer, 0.5)), dur(r.Newcomer[len(r.Newcomer)-1])), dur(r.NewcomerFIFO)})
 	t.rows = append(t.rows, []string{fmt.Sprintf("urgent beside 10,000 Batch: p99 at most 1 slot interval (%s); Batch takes the rest", dur(slot)),
-		fmt.Sprintf("%d calls: p50 %s, p99 %s, max %s; Batch %.1f/s", len(r.Urgent), dur(pct(r.Urgent, 0.5)), dur(pct(r.Urgent, 0.99)), dur(r.Urgent[len(r.Urgent)-1]), r.BatchRate), "–"})
+		fmt.Sprintf("%d calls: slot p50 %s, p99 %s, max %s; returned p50 %s, p99 %s, max %s; Batch %.1f/s", len(r.Urgent),
+			dur(pct(r.UrgentSlot, 0.5)), dur(pct(r.UrgentSlot, 0.99)), dur(r.UrgentSlot[len(r.UrgentSlot)-1]),
+			dur(pct(r.Urgent, 0.5)), dur(pct(r.Urgent, 0.99)), dur(r.Urgent[len(r.Urgent)-1]), r.BatchRate), "–"})
 	t.rows = append(t.rows, []string{"a mixed backlog drains within 1.05 x FIFO",
 		fmt.Sprintf("%s (%.3f x)", dur(r.DrainFair), r.DrainFair.Seconds()/r.DrainFIFO.Seconds()), dur(r.DrainFIFO)})
 	t.rows = append(t.rows, []string{"never over the limit", fmt.Sprintf("busiest 1 s of every run: %d calls (limit %s + burst 1)", r.Busiest1s, thousands(r.Rate)), "–"})
