@@ -23,7 +23,9 @@
 --            request booked, never past a waiting tenant's start.
 -- A deferred tenant is waiting until it books again, or until its
 -- waiting lapses (grace after the retry it was told); the first request
--- deferred defers the rest of the batch. Tenants whose pass V has passed
+-- deferred defers the rest of the batch. A batch whose requests are all
+-- deferred past their callers' maximum waits (AllowN, TryReserveN), with
+-- nothing queued behind it, leaves the tenant not waiting. Tenants whose pass V has passed
 -- are forgotten (their pass reads as V), as are the least of more than
 -- max_tenants, and every fair key expires after idle_us without a call.
 --
@@ -220,6 +222,16 @@ do
     end
   end
 
+  -- outlives notes a request deferred by retry µs whose caller waits at
+  -- most max_wait µs (-1: no maximum): the tenant waits on only if one of
+  -- them outlives its retry (an AllowN refused holds nobody back).
+  local kept = false
+  function fair.outlives(max_wait, retry)
+    if max_wait < 0 or retry <= max_wait then
+      kept = true
+    end
+  end
+
   -- defer records the tenant as waiting, to ask again after retry µs.
   function fair.defer(retry)
     deferred = retry
@@ -227,7 +239,7 @@ do
 
   -- finish writes the lane's and the tenant's state.
   function fair.finish()
-    local waiting = deferred or last ~= '1'
+    local waiting = (deferred and kept) or last ~= '1'
     if not waiting then
       -- V moves past the start of a tenant that is still waiting only
       -- when it leaves, so that a newcomer starts before a waiting one's

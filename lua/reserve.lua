@@ -122,6 +122,7 @@ for r = 1, m do
   if not max_wait or not cost then
     return redis.error_reply('PACER_ARG bad max_wait_us or cost')
   end
+  local caller_max = max_wait
   if not fits(cost) then
     return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
   end
@@ -149,6 +150,7 @@ for r = 1, m do
     -- fair.lua: not this tenant's turn; neither it nor the rest of the
     -- batch is booked.
     fair.stopped = retry
+    fair.outlives(caller_max, retry)
     out[2 * r + 1], out[2 * r + 2] = math.ceil(retry * 1000), -3
   elseif not s then
     out[2 * r + 1], out[2 * r + 2] = 0, -2
@@ -158,6 +160,7 @@ for r = 1, m do
     if fair then
       -- Beyond the booking horizon: ask again when the slot is within it.
       fair.stopped = math.max(w / 1000 - max_wait, 1)
+      fair.outlives(caller_max, fair.stopped)
       out[2 * r + 1], out[2 * r + 2] = math.ceil(fair.stopped * 1000), -3
     else
       out[2 * r + 1], out[2 * r + 2] = w, 0

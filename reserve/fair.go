@@ -320,6 +320,7 @@ func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request, last bool) []r
 	for i, req := range reqs {
 		if deferred != nil {
 			out[i].err = deferred
+			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
 			continue
 		}
 		ok, h := t.gate(float64(s.duration(req.amounts)) / 1e3)
@@ -327,6 +328,7 @@ func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request, last bool) []r
 			t.deferred, t.retry = true, h
 			deferred = &errDeferred{retry: now.Add(time.Duration(h * 1e3))}
 			out[i].err = deferred
+			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
 			continue
 		}
 		maxWait := time.Duration(h * 1e3)
@@ -340,6 +342,7 @@ func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request, last bool) []r
 			t.deferred, t.retry = true, float64(wait)/1e3
 			deferred = &errDeferred{retry: l.clock.Now().Add(wait)}
 			out[i].err = deferred
+			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
 			continue
 		}
 		if err == nil {

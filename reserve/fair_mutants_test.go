@@ -36,6 +36,8 @@ var fairMutants = []struct {
 		"    if target > v then\n      v = target\n    end\n    if by_share then", "    if by_share then"},
 	{"no minimum share",
 		"if minshare > 0 and entitled_at <= now then", "if false then"},
+	{"a refused AllowN keeps its tenant waiting",
+		"local waiting = (deferred and kept) or last ~= '1'", "local waiting = deferred or last ~= '1'"},
 	{"a lower lane's due minimum share does not go first",
 		"if e and e <= now and least_waiting(l, nil) then", "if false then"},
 }
@@ -47,6 +49,7 @@ var fairPropsByCost = []struct {
 	prop fairProp
 }{
 	{"lone tenant", fairLoneTenant},
+	{"refused AllowN", fairRefusedAllow},
 	{"policy bands", fairPolicyBands},
 	{"min share", fairMinShare},
 	{"urgent first", fairUrgentFirst},

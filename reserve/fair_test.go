@@ -763,3 +763,32 @@ func TestFairFigures(t *testing.T) {
 	require.Equal(t, 5-a1, got["a"].Queued, "a's queue once l2's lapsed: %+v", got["a"])
 	require.Zero(t, got["b"].Queued, "b's queue once l2's lapsed: %+v", got["b"])
 }
+
+// TestFairRefusedAllowHoldsNobody: an AllowN refused (its turn or its slot
+// further than now) leaves its tenant not waiting, so it holds no other
+// tenant back: here a books its next slot once it is within its horizon,
+// where it was deferred until b's waiting lapsed.
+func TestFairRefusedAllowHoldsNobody(t *testing.T) { runFairProp(t, fairRefusedAllow) }
+
+func fairRefusedAllow(t testing.TB, newL newFairLimiter) {
+	l, clk := newL(reserve.Options{})
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	req := func(tenant string) reserve.Request {
+		r := reserve.Single("k", lim, 1)
+		r.Tenant = tenant
+		return r
+	}
+	// a books two slots (now and in 1 s, its horizon) and waits with
+	// a third queued: its next start is ahead of the lane's.
+	slots, _, err := reserve.FairAsk(ctx, l, req("a"), 3, false)
+	require.NoError(t, err)
+	require.Len(t, slots, 2)
+	ok, err := l.AllowN(ctx, req("b"))
+	require.NoError(t, err)
+	require.False(t, ok, "b's slot is 2 s away")
+	clk.Advance(time.Second)
+	slots, _, err = reserve.FairAsk(ctx, l, req("a"), 1, true)
+	require.NoError(t, err)
+	require.Len(t, slots, 1, "a's third slot, 1 s away: b, refused, holds it back")
+}

@@ -44,6 +44,7 @@ type turn struct {
 	weight, hmin, minshare  float64
 	d, start, m             float64
 	hasM, byShare, deferred bool
+	kept                    bool // a deferred request outlives its retry (fair.lua's outlives)
 	retry                   float64
 }
 
@@ -155,7 +156,7 @@ func (t *turn) finish(last bool) {
 	if !ok {
 		pass = ln.v
 	}
-	waiting := t.deferred || !last
+	waiting := (t.deferred && t.kept) || !last
 	if !waiting {
 		target := pass
 		if m, ok := t.leastWaiting(t.lane, t.tenant); ok && m < target {

@@ -67,6 +67,15 @@ func (o *operator) do(e Event) Action {
 		err = o.admin.Pause(ctx, e.Key, e.For, who, why)
 	case OpResume:
 		err = o.admin.Resume(ctx, e.Key, who, why)
+	case OpWeight:
+		if e.Weight > 0 {
+			_, err = o.admin.SetWeight(ctx, e.Key, e.Tenant, e.Weight, who, why)
+		} else {
+			_, err = o.admin.UnsetWeight(ctx, e.Key, e.Tenant, who, why)
+		}
+		if err == nil || errors.Is(err, admin.ErrNotStored) {
+			err = cmpOr(o.checkTenants(ctx, e.Key), err)
+		}
 	case ProviderPause:
 		err = o.announce(ctx, e.Key, e.For)
 	default:
@@ -80,6 +89,36 @@ func (o *operator) do(e Event) Action {
 			errors.Is(err, context.DeadlineExceeded)
 	}
 	return a
+}
+
+// checkTenants reads key's Status and checks its tenants' figures: every
+// queue and wait at least 0, every share in [0, 1], a lane's shares adding
+// up to 1 at most.
+func (o *operator) checkTenants(ctx context.Context, key string) error {
+	st, err := o.admin.Status(ctx, key)
+	if err != nil {
+		return err
+	}
+	sum := map[string]float64{}
+	for _, ts := range st.Tenants {
+		if ts.Queued < 0 || ts.Oldest < 0 || ts.Behind < 0 || !(ts.Share >= 0 && ts.Share <= 1+1e-9) {
+			return fmt.Errorf("status of %s: tenant %q's figures out of range: %+v", key, ts.Tenant, ts)
+		}
+		sum[ts.Lane] += ts.Share
+	}
+	for lane, s := range sum {
+		if s > 1+1e-6 {
+			return fmt.Errorf("status of %s: the %s lane's shares add up to %v", key, lane, s)
+		}
+	}
+	return nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // announce tells the provider to answer the next call on key with a 429

@@ -27,10 +27,11 @@ const (
 	FaultOOM      Kind = "oom"
 	FaultCPause   Kind = "client-pause"
 	FaultKill     Kind = "kill"
+	OpWeight      Kind = "weight" // admin.Client.SetWeight (UnsetWeight for Weight 0), then Status's tenant figures checked
 )
 
 // Kinds lists every kind, for summaries.
-var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, ProviderPause,
+var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, ProviderPause,
 	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill}
 
 // IsFault reports whether k breaks Redis or a fleet process.
@@ -53,6 +54,8 @@ type Event struct {
 	For    time.Duration  // faults, pauses
 	Child  int            // FaultKill: the fleet slot whose process is killed
 	Stored reserve.Policy // OpSet, OpShadow: the limit stored
+	Tenant string         // OpWeight: the tenant
+	Weight float64        // OpWeight: its weight stored, 0 to remove it
 }
 
 func (e Event) String() string {
@@ -69,6 +72,9 @@ func (e Event) String() string {
 	}
 	if e.Stored != nil {
 		fmt.Fprintf(&b, " to %s", e.Stored)
+	}
+	if e.Kind == OpWeight {
+		fmt.Fprintf(&b, " tenant %s to %g", e.Tenant, e.Weight)
 	}
 	return b.String()
 }
@@ -146,8 +152,25 @@ func Generate(seed uint64) Scenario {
 		sc.Events = append(sc.Events, Event{At: between(warmup, sc.Length-time.Second), Kind: ProviderPause, Key: key,
 			For: between(200*time.Millisecond, 1500*time.Millisecond)})
 	}
+	// The operator's stored weights for the fair calls' tenants, drawn from
+	// a stream of their own so that the rest of a seed's timeline is as it
+	// was before they joined.
+	wrng := rand.New(rand.NewPCG(seed, 0x77e16b7))
+	for range 1 + wrng.IntN(3) {
+		tn := fairTenants[wrng.IntN(len(fairTenants))]
+		e := Event{At: between2(wrng, warmup, sc.Length-time.Second), Kind: OpWeight, Key: Keys[wrng.IntN(2)], Tenant: tn.name}
+		if wrng.Float64() < 0.7 {
+			e.Weight = []float64{0.5, 1, 3, 8}[wrng.IntN(4)]
+		}
+		sc.Events = append(sc.Events, e)
+	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
+}
+
+// between2 draws a duration in [a, b] from rng.
+func between2(rng *rand.Rand, a, b time.Duration) time.Duration {
+	return a + time.Duration(rng.Int64N(int64(b-a)+1))
 }
 
 // drawStored draws a limit for key at or below its true limit, naming the
