@@ -25,9 +25,10 @@
 -- waiting lapses (grace after the retry it was told); the first request
 -- deferred defers the rest of the batch. A batch whose requests are all
 -- deferred past their callers' maximum waits (AllowN, TryReserveN), with
--- nothing queued behind it, leaves the tenant not waiting. Tenants whose pass V has passed
--- are forgotten (their pass reads as V), as are the least of more than
--- max_tenants, and every fair key expires after idle_us without a call.
+-- nothing queued behind it, leaves the tenant not waiting. Tenants whose
+-- pass V has passed are forgotten (their pass reads as V), as are the
+-- least of more than max_tenants, and every fair key expires after
+-- idle_us without a call.
 --
 -- KEYS[4]      a hash: "v<l>" lane l's virtual time (µs), "e<l>" when
 --              lane l may next use its minimum share (Unix µs), "u<l>:<t>"
