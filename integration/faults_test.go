@@ -246,8 +246,11 @@ func TestFaultPartialPartition(t *testing.T) {
 	// window straddling them counts fewer, never more).
 	busiest, at := cut.busiest(time.Second)
 	if float64(busiest) > windowBound {
-		t.Errorf("busiest 1 s outside the %v after the cut: %d calls at %v after the start, want at most %.0f",
-			settle, busiest, at.Sub(start).Round(time.Millisecond), windowBound)
+		t.Errorf("busiest 1 s outside the %v after the cut: %d calls at %v after the start, want at most %.0f (cut at %v, healed at %v); %s",
+			settle, busiest, at.Sub(start).Round(time.Millisecond), windowBound, cutAt.Sub(start), healAt.Sub(start), run.window(at, time.Second, start))
+		for i, e := range run.stderr {
+			t.Logf("child %d's log:\n%s", i, e)
+		}
 	}
 	// How long the fleet took to come down to the rate: the first 1 s
 	// window after the cut from which on every window holds the bound.

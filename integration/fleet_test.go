@@ -151,7 +151,10 @@ func childMain(s childSpec) error {
 }
 
 // call is one Wait that returned nil.
-type call struct{ start, end int64 }
+type call struct {
+	start, end int64
+	child      int
+}
 
 type switchEvent struct {
 	at    int64
@@ -205,7 +208,7 @@ func parseChild(child int, lines []string) (calls []call, switches []switchEvent
 		switch f[0] {
 		case "call":
 			b, _ := strconv.ParseInt(f[2], 10, 64)
-			calls = append(calls, call{a, b})
+			calls = append(calls, call{a, b, child})
 		case "switch":
 			switches = append(switches, switchEvent{a, child, f[2]})
 		case "err":
@@ -213,6 +216,36 @@ func parseChild(child int, lines []string) (calls []call, switches []switchEvent
 		}
 	}
 	return calls, switches, errs
+}
+
+// window describes the calls that ended in [from, from+w): per child, and
+// per 100 ms, with the switches of mode around it, for a failure's message.
+func (r fleetRun) window(from time.Time, w time.Duration, start time.Time) string {
+	var b strings.Builder
+	perChild := map[int]int{}
+	buckets := make([]map[int]int, (w+99*time.Millisecond)/(100*time.Millisecond))
+	for _, c := range r.calls {
+		if c.end < from.UnixNano() || c.end >= from.Add(w).UnixNano() {
+			continue
+		}
+		perChild[c.child]++
+		i := int((c.end - from.UnixNano()) / int64(100*time.Millisecond))
+		if buckets[i] == nil {
+			buckets[i] = map[int]int{}
+		}
+		buckets[i][c.child]++
+	}
+	fmt.Fprintf(&b, "calls by child in the %v from %v: %v; per 100 ms:", w, from.Sub(start).Round(time.Millisecond), perChild)
+	for _, m := range buckets {
+		fmt.Fprintf(&b, " %v", m)
+	}
+	b.WriteString("; switches:")
+	for _, sw := range r.switches {
+		if at := time.Unix(0, sw.at); at.After(from.Add(-3*time.Second)) && at.Before(from.Add(w+time.Second)) {
+			fmt.Fprintf(&b, " child %d to %s at %v", sw.child, sw.to, at.Sub(start).Round(time.Millisecond))
+		}
+	}
+	return b.String()
 }
 
 // countIn returns the calls that ended in [from, to).

@@ -27,14 +27,16 @@
 --          below it is a hole: its lattice instants go to the members on
 --          Redis, to nobody while everybody paces locally).
 -- KEYS[5]  suspects checked: a hash id -> Unix ms of the last check that
---          found it still connected (see ARGV[2] "check")
+--          found it still connected, or minus the Unix ms of the first
+--          check that found it gone after one had found it connected (see
+--          ARGV[2] "check")
 -- KEYS[6]  see KEYS[3]
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); or "check": ARGV[3] is a space-separated list of
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
---          suspect_ms); reply {now_ms}
+--          suspect_ms); reply {now_ms, the ids forgotten...} (see below)
 -- ARGV[3]  since_ms (integer), then " <cid> <n>[ <run>]" (see KEYS[2];
 --          only a Limiter with a presence connection can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
@@ -92,9 +94,23 @@ if mode == 'leave' then
   return {now_ms}
 end
 if mode == 'check' then
+  -- A member found without its connection is forgotten, unless an earlier
+  -- check found it connected while it was silent: then it was alive and
+  -- cut off from Redis, and a connection that closes now most likely
+  -- closed as the network healed (a reset, a proxy's), while the member
+  -- still paces locally until its next probe. It stays held one check
+  -- more, 2 * suspect_ms later (the value "-<now_ms>"), and is forgotten
+  -- if still gone and silent then. Reply {now_ms, forgotten ids...}.
   local gone, alive = {}, {}
+  local out = {now_ms}
   for x in string.gmatch(ARGV[3] or '', '%S+') do
-    gone[#gone + 1] = x
+    local c = tonumber(redis.call('HMGET', KEYS[5], x)[1])
+    if c and c > 0 and redis.call('ZSCORE', KEYS[1], x) then
+      redis.call('HSET', KEYS[5], x, -now_ms)
+    else
+      gone[#gone + 1] = x
+      out[#out + 1] = x
+    end
   end
   forget(gone)
   for x in string.gmatch(ARGV[4] or '', '%S+') do
@@ -102,7 +118,7 @@ if mode == 'check' then
       redis.call('HSET', KEYS[5], x, now_ms)
     end
   end
-  return {now_ms}
+  return out
 end
 local deadline = tonumber(ARGV[9] or '')
 if deadline and now_ms > deadline then
@@ -200,7 +216,8 @@ if #quiet > 0 then
   local details = redis.call('HMGET', KEYS[2], unpack(quiet))
   for i = 1, #quiet do
     local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)')
-    if cid and cid ~= '0' and (not checked[i] or tonumber(checked[i]) < now_ms - suspect_ms) then
+    local c = tonumber(checked[i])
+    if cid and cid ~= '0' and (not c or (c > 0 and c < now_ms - suspect_ms) or (c <= 0 and -c < now_ms - 2 * suspect_ms)) then
       suspects[#suspects + 1] = quiet[i]
       suspects[#suspects + 1] = cid
       suspects[#suspects + 1] = string.match(details[i], '^%S+ %S+ %d+ %d+ (%S+)') or ''

@@ -81,6 +81,25 @@ func (l *Limiter) Kill() {
 	})
 }
 
+// Cut makes l look to the fleet like a process cut off from Redis: its
+// loop stops (no more heartbeats) but its connections stay open. end
+// releases its presence connection and closes its client if it owns it.
+// Close does nothing after Cut.
+func (l *Limiter) Cut() (end func()) {
+	l.closeOnce.Do(func() {
+		l.loopCancel()
+		close(l.stop)
+		<-l.done
+		l.closed.Store(true)
+	})
+	return func() {
+		l.absent()
+		if l.ownsClient {
+			_ = l.rdb.Close()
+		}
+	}
+}
+
 // ID exposes the Limiter's id in the fleet, for tests.
 func (l *Limiter) ID() string { return l.id }
 

@@ -326,14 +326,31 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 		}
 	}
 	slices.Sort(gone)
-	if len(gone) > 0 {
-		l.opts.Logger.Info("pacer: fleet members exited without Close (their connection is gone): their shares go back to the fleet",
-			"members", gone, "limiter", l.id)
-	}
-	_, err = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	res, err = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
 	}, nil)
-	return err == nil && len(gone) > 0
+	if err != nil {
+		return false
+	}
+	// The script forgets those gone but a member cut off from Redis whose
+	// connection closed only now (heartbeat.lua): it stays held a while.
+	var forgotten []string
+	if reply, ok := res.([]any); ok && len(reply) > 1 {
+		for _, x := range reply[1:] {
+			if id, ok := x.(string); ok {
+				forgotten = append(forgotten, id)
+			}
+		}
+	}
+	if len(forgotten) > 0 {
+		l.opts.Logger.Info("pacer: fleet members exited without Close (their connection is gone): their shares go back to the fleet",
+			"members", forgotten, "limiter", l.id)
+	}
+	if held := len(gone) - len(forgotten); held > 0 {
+		l.opts.Logger.Debug("pacer: fleet members cut off from Redis lost their connection: held a while longer, they may still pace locally",
+			"members", held, "limiter", l.id)
+	}
+	return len(forgotten) > 0
 }
 
 // leave removes this Limiter from the heartbeat set (Close).

@@ -106,7 +106,9 @@ type Options struct {
 	// connection (named pacer-<id>) is gone from CLIENT LIST, and the first
 	// member to see that, about 1.1 heartbeats after its last one,
 	// removes it; its share comes back to the others at their next
-	// heartbeat. (A Redis user without CLIENT SETNAME or CLIENT LIST, see
+	// heartbeat. (One found connected while silent, then gone, is held
+	// 2.2 heartbeats more: a network that heals may reset the connection
+	// of a process still pacing locally.) (A Redis user without CLIENT SETNAME or CLIENT LIST, see
 	// docs/security.md, falls back to SilentHold.) After SilentHold a
 	// silent Limiter counts as gone. Default 1 min (at least three
 	// heartbeats).

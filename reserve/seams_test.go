@@ -347,6 +347,63 @@ func TestExitWithoutClose(t *testing.T) {
 	t.Logf("the fleet took b's share back %v after it was killed (heartbeat interval 100 ms)", time.Since(killed).Round(time.Millisecond))
 }
 
+// TestCutOffConnectionResetHeld: a member silent but still connected (cut
+// off from Redis, pacing locally) whose connection then closes, as a
+// partition that heals may reset it, is held one check more before it is
+// forgotten: it still paces locally until its next probe finds Redis, and
+// the fleet taking its share back at once put the fleet over the limit
+// for most of a second (integration's TestFaultPartialPartition, 230 and
+// 244 calls in 1 s at the heal, bound 221). A member gone at its first
+// check (a process that exited) is still forgotten at once
+// (TestExitWithoutClose).
+func TestCutOffConnectionResetHeld(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	end := b.Cut()
+	t.Cleanup(end)
+	keys := a.FleetKeys()
+	// As a healing network resets it: Redis closes b's named connection.
+	drop := func() {
+		d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
+		require.NoError(t, err)
+		f := strings.Fields(d)
+		require.GreaterOrEqual(t, len(f), 3, "b's details %q", d)
+		require.NoError(t, s.Client.ClientKillByFilter(ctx, "ID", f[2]).Err())
+	}
+	// A check finds b silent and still connected.
+	require.Eventually(t, func() bool {
+		v, err := s.Client.HGet(ctx, keys[4], b.ID()).Int64()
+		return err == nil && v > 0
+	}, 30*time.Second, 5*time.Millisecond, "no check found b connected while silent")
+	drop()
+	held := false
+	require.Eventually(t, func() bool {
+		// The mark and the membership in one transaction: a later check
+		// removes both.
+		var mark *redis.StringCmd
+		var member *redis.FloatCmd
+		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
+			return nil
+		})
+		if v, err2 := mark.Int64(); err2 == nil && v < 0 {
+			require.NoError(t, member.Err(), "b was forgotten as its connection was first found gone")
+			held = true
+		} else if err != nil && !errors.Is(err, redis.Nil) {
+			require.NoError(t, err)
+		}
+		return a.FleetSize() == 1
+	}, 30*time.Second, time.Millisecond, "b is never forgotten")
+	require.True(t, held, "b was forgotten without being held a check more")
+}
+
 // TestStoredLimitBounds (finding 16): SetLimit refuses what no Limiter could
 // read back or use (before, a burst of 3e9 was stored and every later
 // status, set and pause on the key failed; a rate of 1e300 was stored and
