@@ -77,6 +77,10 @@ const shownValueLen = 100
 //     RateLimit with r=0 is an exhausted quota that refills in t seconds
 //     (r and t non-negative Integers, t optional). A malformed field is
 //     ignored whole, as the draft requires. RateLimit-Policy is only checked.
+//   - The draft's -07 and earlier, as express-rate-limit sends them: a
+//     single RateLimit Dictionary "limit=50, remaining=0, reset=3"
+//     (remaining 0 is exhausted, refilling in reset seconds), and
+//     RateLimit-Policy as quotas "50;w=5" (only checked).
 //   - The older drafts' RateLimit-Limit (only checked), RateLimit-Remaining
 //     and RateLimit-Reset (delta-seconds).
 //
@@ -114,7 +118,7 @@ func ParseAdvice(h http.Header, status int, now time.Time, maxWait time.Duration
 	}
 	gh := r.quota("x-ratelimit-remaining", "x-ratelimit-reset", parseDelayOrUnix)
 	r.structured("ratelimit-policy", checkPolicy)
-	r.structured("ratelimit", r.serviceLimits)
+	r.rateLimit()
 	r.structured("ratelimit-limit", checkLimits)
 	r.quota("ratelimit-remaining", "ratelimit-reset", parseDelayOrUnix)
 
@@ -155,8 +159,17 @@ func (r *reader) bad(name, v string, err error) {
 	if len(v) > shownValueLen {
 		v = v[:shownValueLen] + "..."
 	}
-	r.errs = append(r.errs, fmt.Errorf("%w: %s %q: %v", ErrBadHeader, name, v, err))
+	r.errs = append(r.errs, &headerError{name, fmt.Errorf("%w: %s %q: %v", ErrBadHeader, name, v, err)})
 }
+
+// headerError is an error of ParseAdvice, with the header it names.
+type headerError struct {
+	name string
+	err  error
+}
+
+func (e *headerError) Error() string { return e.err.Error() }
+func (e *headerError) Unwrap() error { return e.err }
 
 // value returns the first line of the header name, without surrounding
 // spaces and tabs, and whether the header is present.
@@ -254,6 +267,70 @@ func (r *reader) structured(name string, check func([]sfItem) error) {
 	}
 }
 
+// rateLimit reads the RateLimit field: a List of the draft's service
+// limits (-09 and later), or else the Dictionary of the drafts before
+// (-07: "limit=50, remaining=0, reset=3", what express-rate-limit sends
+// with draft-7).
+func (r *reader) rateLimit() {
+	vs := r.h.Values("ratelimit")
+	if len(vs) == 0 {
+		return
+	}
+	lines := make([]string, 0, len(vs))
+	for _, v := range vs {
+		if v = strings.Trim(v, " \t"); v != "" {
+			lines = append(lines, v)
+		}
+	}
+	v := strings.Join(lines, ", ")
+	items, err := parseList(v)
+	if err == nil {
+		err = r.serviceLimits(items)
+	} else if dict, derr := parseDict(v); derr == nil {
+		if _, ok := dict["remaining"]; ok {
+			err = r.draft7(dict)
+		}
+	}
+	if err != nil {
+		r.bad("ratelimit", v, err)
+	}
+}
+
+// draft7 checks the members of an older draft's RateLimit Dictionary
+// (limit, remaining and reset, non-negative Integers; reset in seconds,
+// optional) and records remaining=0 as an exhausted quota.
+func (r *reader) draft7(dict map[string]sfItem) error {
+	num := func(key string) (int64, bool, error) {
+		it, ok := dict[key]
+		if !ok {
+			return 0, false, nil
+		}
+		if it.value.kind != sfInteger || it.value.num < 0 {
+			return 0, false, fmt.Errorf("%s is not a non-negative integer", key)
+		}
+		return it.value.num, true, nil
+	}
+	if _, _, err := num("limit"); err != nil {
+		return err
+	}
+	rem, _, err := num("remaining")
+	if err != nil {
+		return err
+	}
+	reset, known, err := num("reset")
+	if err != nil {
+		return err
+	}
+	if rem == 0 {
+		if known {
+			r.exhaust(mulSat(time.Duration(reset), time.Second), "ratelimit")
+		} else {
+			r.exhaust(0, "")
+		}
+	}
+	return nil
+}
+
 // serviceLimits checks the Items of a RateLimit field (the draft's service
 // limits: a policy name, r remaining, t seconds), and records each Item with
 // r=0 as an exhausted quota, once all of them are known to be good.
@@ -298,10 +375,21 @@ func (r *reader) serviceLimits(items []sfItem) error {
 }
 
 // checkPolicy checks the Items of a RateLimit-Policy field: a policy name
-// each, with q a non-negative integer and w, when present, a positive one.
-// Nothing of the policies goes into Advice.
+// each, with q a non-negative integer and w, when present, a positive one;
+// or, in the drafts before -08, a quota each, a non-negative integer with
+// w, when present, a positive one ("50;w=5", "10, 50;w=60"). Nothing of
+// the policies goes into Advice.
 func checkPolicy(items []sfItem) error {
 	for i, it := range items {
+		if it.value.kind == sfInteger {
+			if it.value.num < 0 {
+				return fmt.Errorf("item %d: the quota is negative", i+1)
+			}
+			if w, ok := it.param("w"); ok && (w.kind != sfInteger || w.num <= 0) {
+				return fmt.Errorf("item %d: w is not a positive integer", i+1)
+			}
+			continue
+		}
 		if err := checkName(it); err != nil {
 			return fmt.Errorf("item %d: %w", i+1, err)
 		}

@@ -3,7 +3,7 @@ package pacehttp
 import "fmt"
 
 // A parser for the Lists of Items that RateLimit, RateLimit-Policy and
-// RateLimit-Limit are: Structured Field Values, RFC 9651 (formerly 8941),
+// RateLimit-Limit are (and the Dictionary the older drafts' RateLimit is): Structured Field Values, RFC 9651 (formerly 8941),
 // section 4.2.1. It follows the RFC's algorithm and its limits (15 digits
 // for an Integer, 12.3 for a Decimal) and refuses what it does not know:
 // Inner Lists, and the Dates and Display Strings RFC 9651 added, which
@@ -85,6 +85,50 @@ func parseList(s string) ([]sfItem, error) {
 	return items, nil
 }
 
+// parseDict parses s as a Dictionary whose members are Items (RFC 9651,
+// section 4.2.2; Inner Lists are refused): the single RateLimit field of
+// the IETF draft's -07 and earlier, "limit=50, remaining=0, reset=3". A
+// key alone is Boolean true; a key repeated keeps its last value.
+func parseDict(s string) (map[string]sfItem, error) {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return nil, fmt.Errorf("byte %d is not ASCII", i+1)
+		}
+	}
+	p := sfParser{s: s}
+	p.skipSP()
+	out := map[string]sfItem{}
+	for !p.done() {
+		key, err := p.key()
+		if err != nil {
+			return nil, err
+		}
+		it := sfItem{value: sfBare{kind: sfBoolean, num: 1}}
+		if !p.done() && p.s[p.i] == '=' {
+			p.i++
+			if it, err = p.item(); err != nil {
+				return nil, err
+			}
+		} else if err := p.params(&it); err != nil {
+			return nil, err
+		}
+		out[key] = it
+		p.skipOWS()
+		if p.done() {
+			break
+		}
+		if p.s[p.i] != ',' {
+			return nil, p.errorf("expected ',' after a member")
+		}
+		p.i++
+		p.skipOWS()
+		if p.done() {
+			return nil, p.errorf("nothing after ','")
+		}
+	}
+	return out, nil
+}
+
 type sfParser struct {
 	s string
 	i int
@@ -119,18 +163,23 @@ func (p *sfParser) item() (sfItem, error) {
 		return sfItem{}, err
 	}
 	it := sfItem{value: v}
+	return it, p.params(&it)
+}
+
+// params parses the Parameters after an Item's bare item into it.
+func (p *sfParser) params(it *sfItem) error {
 	for !p.done() && p.s[p.i] == ';' {
 		p.i++
 		p.skipSP()
 		key, err := p.key()
 		if err != nil {
-			return sfItem{}, err
+			return err
 		}
 		v := sfBare{kind: sfBoolean, num: 1}
 		if !p.done() && p.s[p.i] == '=' {
 			p.i++
 			if v, err = p.bare(); err != nil {
-				return sfItem{}, err
+				return err
 			}
 		}
 		replaced := false
@@ -143,7 +192,7 @@ func (p *sfParser) item() (sfItem, error) {
 			it.params = append(it.params, sfParam{key, v})
 		}
 	}
-	return it, nil
+	return nil
 }
 
 func (p *sfParser) key() (string, error) {

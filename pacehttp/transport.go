@@ -97,7 +97,8 @@ type Options struct {
 	// Default 1 s.
 	DefaultWait time.Duration
 
-	// Logger receives capped waits, malformed headers and failed settles.
+	// Logger receives capped waits, malformed headers (once a minute per
+	// key and header) and failed settles.
 	// Default slog.Default().
 	Logger *slog.Logger
 }
@@ -105,9 +106,37 @@ type Options struct {
 // Transport is an http.RoundTripper that paces requests on a
 // reserve.Limiter. It is safe for concurrent use.
 type Transport struct {
-	lim   *reserve.Limiter
-	opts  Options
-	rates rateCache // with Options.Adaptive: each key's learned rate
+	lim    *reserve.Limiter
+	opts   Options
+	rates  rateCache // with Options.Adaptive: each key's learned rate
+	warned warnings  // malformed headers logged, per key and header
+}
+
+// warnEvery is how often a malformed header is logged per key and header
+// name: a provider that sends one on every response would bury the rest.
+const warnEvery = time.Minute
+
+// warnings remembers when a malformed header was last logged, per key and
+// header name (at most maxRates entries; past it they start afresh).
+type warnings struct {
+	mu sync.Mutex
+	m  map[[2]string]time.Time
+}
+
+// due reports whether header name on key is to be logged at now, and
+// records it if so.
+func (w *warnings) due(key, name string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := [2]string{key, name}
+	if last, ok := w.m[k]; ok && now.Sub(last) < warnEvery {
+		return false
+	}
+	if w.m == nil || len(w.m) >= maxRates {
+		w.m = map[[2]string]time.Time{}
+	}
+	w.m[k] = now
+	return true
 }
 
 // maxRates bounds the adaptive rates a Transport keeps: a crawler's hosts
@@ -209,9 +238,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// spent.
 			return nil, err
 		}
-		adv, bad := ParseAdvice(resp.Header, resp.StatusCode, time.Now(), t.opts.MaxWait)
+		now := time.Now()
+		adv, bad := ParseAdvice(resp.Header, resp.StatusCode, now, t.opts.MaxWait)
 		for _, e := range bad {
-			t.opts.Logger.Warn("pacehttp: ignored a malformed rate-limit header", "key", rt.Key, "err", e)
+			var he *headerError
+			if errors.As(e, &he) && !t.warned.due(rt.Key, he.name, now) {
+				continue
+			}
+			t.opts.Logger.Warn("pacehttp: ignored a malformed rate-limit header (logged once a minute per key and header)", "key", rt.Key, "err", e)
 		}
 		if adv.Capped {
 			t.opts.Logger.Warn("pacehttp: the provider asked for a longer wait than MaxWait; waiting MaxWait",

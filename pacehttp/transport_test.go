@@ -19,6 +19,7 @@ import (
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/assert"
@@ -409,4 +410,35 @@ func TestRouteTenants(t *testing.T) {
 	// so (the bound leaves room for a loaded machine: 1.25 s late).
 	i := slices.Index(bodies, "light")
 	require.Less(t, i, 26, "the light tenant's request came %d-th, behind the flood", i+1)
+}
+
+// TestMalformedHeaderWarnedOnce: a provider that sends a header pacehttp
+// cannot read on every response gets one warning a minute per key and
+// header, not one per response (a fleet logged about 630 in 25 s), and each
+// header its own.
+func TestMalformedHeaderWarnedOnce(t *testing.T) {
+	ls := fleet(t, 1)
+	var answers []func(http.ResponseWriter)
+	for range 20 {
+		answers = append(answers, func(w http.ResponseWriter) {
+			w.Header().Set("RateLimit-Policy", `"burst";w=60`) // no q
+			io.WriteString(w, "ok")
+		})
+	}
+	answers = append(answers, func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "soon")
+		io.WriteString(w, "ok")
+	})
+	srv := newServer(t, answers...)
+	var logs syncbuf.Buffer
+	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})}
+	for range 21 {
+		resp, err := c.Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	out := logs.String()
+	assert.Equal(t, 1, strings.Count(out, "ratelimit-policy"), "warnings of the policy header:\n%s", out)
+	assert.Equal(t, 1, strings.Count(out, "retry-after"), "warnings of the retry-after header:\n%s", out)
 }
