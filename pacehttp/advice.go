@@ -66,11 +66,13 @@ const shownValueLen = 100
 //   - Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
 //     output-tokens}-remaining with -reset as an RFC 3339 time.
 //   - GitHub: x-ratelimit-remaining with x-ratelimit-reset as a Unix time.
-//     A 403 or 429 without a readable Retry-After or retry-after-ms, that
-//     carries x-github-request-id or an x-ratelimit-remaining other than 0,
-//     is GitHub's secondary rate limit: Wait is one minute, Source
-//     "github-secondary". The headers cannot tell it from a 403 for another
-//     reason (no permission) that carries the same headers.
+//     A 429 without a readable Retry-After or retry-after-ms, that carries
+//     x-github-request-id or an x-ratelimit-remaining other than 0, is
+//     GitHub's secondary rate limit: Wait is one minute, Source
+//     "github-secondary". A 403 is not: its headers cannot tell the
+//     secondary limit from a 403 for another reason (no permission), which
+//     carries the same headers; the Transport reads the body for GitHub's
+//     message ("secondary rate limit").
 //   - The IETF draft (draft-ietf-httpapi-ratelimit-headers-09 to -11):
 //     RateLimit-Policy and RateLimit, Lists of Structured Fields (RFC 9651)
 //     whose Items carry the policy's name and parameters; an Item of
@@ -122,8 +124,9 @@ func ParseAdvice(h http.Header, status int, now time.Time, maxWait time.Duration
 	r.structured("ratelimit-limit", checkLimits)
 	r.quota("ratelimit-remaining", "ratelimit-reset", parseDelayOrUnix)
 
-	// GitHub's secondary rate limit.
-	if (status == http.StatusForbidden || status == http.StatusTooManyRequests) && !raOK && !msOK &&
+	// GitHub's secondary rate limit, on a 429 (a 403 is one only when its
+	// body says so: see secondaryLimit).
+	if status == http.StatusTooManyRequests && !raOK && !msOK &&
 		gh != remainingZero && (gh != remainingAbsent || len(h.Values("x-github-request-id")) > 0) {
 		a.Wait, a.Source = githubSecondaryWait, "github-secondary"
 	}

@@ -183,9 +183,16 @@ func adviceCases() []adviceCase {
 		{name: "github reset past", status: 403, headers: []string{
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(-time.Minute)},
 			want: Advice{Exhausted: true, ResetSource: "x-ratelimit-reset"}},
-		{name: "github secondary, 403", status: 403, headers: []string{
+		{name: "github secondary, 429", status: 429, headers: []string{
 			"x-ratelimit-remaining", "4990", "x-ratelimit-reset", unixTime(time.Hour)},
 			want: Advice{Wait: time.Minute, Source: "github-secondary"}},
+		// A 403 is a rate limit by its headers only with Retry-After or an
+		// exhausted quota: "Resource not accessible by integration" carries
+		// the same headers (the Transport reads the body for the secondary
+		// limit's message).
+		{name: "github 403 with quota left is not a rate limit", status: 403, headers: []string{
+			"x-ratelimit-remaining", "4990", "x-ratelimit-reset", unixTime(time.Hour), "x-github-request-id", "CAFE:1234"}},
+		{name: "github 403 with request id only", status: 403, headers: []string{"x-github-request-id", "CAFE:1234"}},
 		{name: "github secondary, 429 with request id only", status: 429, headers: []string{"x-github-request-id", "CAFE:1234"},
 			want: Advice{Wait: time.Minute, Source: "github-secondary"}},
 		{name: "github secondary, retry-after wins", status: 403, headers: []string{
@@ -193,12 +200,12 @@ func adviceCases() []adviceCase {
 			want: Advice{Wait: 30 * time.Second, Source: "retry-after"}},
 		{name: "github secondary, retry-after 0 wins", status: 403, headers: []string{
 			"retry-after", "0", "x-ratelimit-remaining", "4990"}},
-		{name: "github secondary, bad retry-after", status: 403, headers: []string{
+		{name: "github secondary, bad retry-after", status: 429, headers: []string{
 			"retry-after", "soon", "x-ratelimit-remaining", "4990"},
 			want: Advice{Wait: time.Minute, Source: "github-secondary"}, errs: []string{"retry-after"}},
-		{name: "github secondary, bad remaining", status: 403, headers: []string{"x-ratelimit-remaining", "many"},
+		{name: "github secondary, bad remaining", status: 429, headers: []string{"x-ratelimit-remaining", "many"},
 			want: Advice{Wait: time.Minute, Source: "github-secondary"}, errs: []string{"x-ratelimit-remaining"}},
-		{name: "github secondary, capped", status: 403, maxWait: 30 * time.Second, headers: []string{
+		{name: "github secondary, capped", status: 429, maxWait: 30 * time.Second, headers: []string{
 			"x-ratelimit-remaining", "4990"},
 			want: Advice{Wait: 30 * time.Second, Source: "github-secondary", Capped: true, Asked: time.Minute}},
 		{name: "github 200 is never secondary", headers: []string{"x-ratelimit-remaining", "4990", "x-github-request-id", "CAFE:1234"}},

@@ -20,6 +20,7 @@
 package pacehttp
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -251,9 +252,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.opts.Logger.Warn("pacehttp: the provider asked for a longer wait than MaxWait; waiting MaxWait",
 				"key", rt.Key, "asked", adv.Asked, "max_wait", t.opts.MaxWait)
 		}
+		if resp.StatusCode == http.StatusForbidden && adv.Wait == 0 && !adv.Exhausted && secondaryLimit(resp) {
+			adv.Wait, adv.Source = min(githubSecondaryWait, t.opts.MaxWait), "github-secondary"
+		}
+		// A refusal: a 429; a 503 or 403 that asks for a wait (Retry-After,
+		// GitHub's secondary limit) or says a quota is exhausted until a
+		// reset. Any other 403 is the provider's answer, passed through.
 		limited := resp.StatusCode == http.StatusTooManyRequests ||
-			(resp.StatusCode == http.StatusServiceUnavailable && adv.Wait > 0) ||
-			adv.Source == "github-secondary"
+			((resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusForbidden) && adv.Wait > 0) ||
+			(resp.StatusCode == http.StatusForbidden && adv.Exhausted && adv.ResetSource != "")
 		if !limited {
 			if adv.Exhausted && adv.Reset > 0 {
 				// Nothing left until the reset: stop the fleet before a 429.
@@ -303,6 +310,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			rt.Policy = lim.Policy()
 		}
 	}
+}
+
+// secondaryLimit reports whether the start of resp's body (4 KiB) carries
+// GitHub's message for its secondary rate limit ("You have exceeded a
+// secondary rate limit"), and leaves the body whole for the caller.
+func secondaryLimit(resp *http.Response) bool {
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return bytes.Contains(bytes.ToLower(head), []byte("secondary rate limit"))
 }
 
 // adaptiveLimit returns key's learned Limit, counting one call of demand.

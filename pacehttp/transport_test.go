@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,4 +442,83 @@ func TestMalformedHeaderWarnedOnce(t *testing.T) {
 	out := logs.String()
 	assert.Equal(t, 1, strings.Count(out, "ratelimit-policy"), "warnings of the policy header:\n%s", out)
 	assert.Equal(t, 1, strings.Count(out, "retry-after"), "warnings of the retry-after header:\n%s", out)
+}
+
+// TestForbidden: a 403 is a rate limit only on the signals providers
+// document. GitHub's "Resource not accessible by integration" carries its
+// rate-limit headers with quota left and a request id: it passes through
+// untouched, at once, and pauses nobody (before, it paused the host
+// fleet-wide for a minute). A 403 whose body carries GitHub's secondary
+// limit message pauses the key a minute and keeps the body for the
+// caller. A 403 with the quota exhausted until a reset (GitHub's primary
+// limit) is retried after the reset, as a 429 would be.
+func TestForbidden(t *testing.T) {
+	ghHeaders := func(w http.ResponseWriter, remaining string, reset time.Duration) {
+		w.Header().Set("x-ratelimit-remaining", remaining)
+		w.Header().Set("x-ratelimit-reset", strconv.FormatInt(time.Now().Add(reset).Unix(), 10))
+		w.Header().Set("x-github-request-id", "CAFE:1234")
+	}
+	get := func(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		require.NoError(t, err)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	paused := func(t *testing.T, l *reserve.Limiter, srv *server) time.Duration {
+		snap, err := l.Peek(context.Background(), reserve.Single(strings.TrimPrefix(srv.URL, "http://"), fast, 1))
+		require.NoError(t, err)
+		return snap.Paused
+	}
+
+	t.Run("not a rate limit", func(t *testing.T) {
+		ls := fleet(t, 2)
+		srv := newServer(t, func(w http.ResponseWriter) {
+			ghHeaders(w, "4999", time.Hour)
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"message":"Resource not accessible by integration"}`)
+		})
+		c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
+		resp, body := get(t, c, srv.URL)
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+		assert.Contains(t, body, "Resource not accessible")
+		assert.Zero(t, paused(t, ls[1], srv), "a 403 for a missing permission paused the key")
+		resp, _ = get(t, c, srv.URL)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		arrived, _ := srv.requests()
+		assert.Len(t, arrived, 2, "the 403 was sent again")
+	})
+	t.Run("secondary limit", func(t *testing.T) {
+		ls := fleet(t, 2)
+		srv := newServer(t, func(w http.ResponseWriter) {
+			ghHeaders(w, "4990", time.Hour)
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}`)
+		})
+		c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
+		resp, body := get(t, c, srv.URL) // the retry would come after the context's end
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+		assert.Contains(t, body, "secondary rate limit", "the caller reads the whole body")
+		assert.Greater(t, paused(t, ls[1], srv), 50*time.Second, "GitHub asks for a minute")
+	})
+	t.Run("primary limit", func(t *testing.T) {
+		ls := fleet(t, 1)
+		srv := newServer(t, func(w http.ResponseWriter) {
+			ghHeaders(w, "0", time.Second)
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `{"message":"API rate limit exceeded"}`)
+		})
+		c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
+		resp, _ := get(t, c, srv.URL)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "sent again after the reset")
+		arrived, _ := srv.requests()
+		require.Len(t, arrived, 2)
+		// The reset is a whole Unix second: at least a few ms away.
+		assert.Greater(t, arrived[1].Sub(arrived[0]), time.Duration(0))
+	})
 }
