@@ -10,11 +10,12 @@
 // Recover after the cut, then probing beyond w, slowly and then faster,
 // until the next episode. A cut below the previous w (the limit fell) aims
 // lower still (CUBIC's fast convergence). The rate stays within [Min, Max].
-// Its probing beyond w stays within twice the calls the fleet made on the
-// key in the last whole second: a key called less often than its rate
-// allows tells nothing about the limit above that, so its rate does not
-// grow there unseen, to hit the provider at once when the demand comes back
-// (RFC 7661's rule for an application-limited flow).
+// Its growth beyond Start in slow start, and its probing beyond w after a
+// cut, stay within twice the calls the fleet made on the key in the last
+// whole second: a key called less often than its rate allows tells nothing
+// about the limit above that, so its rate does not grow there unseen, to
+// hit the provider at once when the demand comes back (RFC 7661's rule for
+// an application-limited flow).
 //
 // An episode is counted once, by the first process to report it (Rate.Cut):
 // reports within Episode of a cut come from calls sent before it and change
@@ -63,8 +64,9 @@ type Config struct {
 	// episode. Default 2 s: longer than a refused call's round trip and a
 	// provider's usual 1 s Retry-After.
 	Episode time.Duration
-	// Forget is how long the learned rate is kept after its last cut; then
-	// the fleet starts again from Start. Default 24 h.
+	// Forget is how long the learned rate is kept after the key's last call
+	// (a read by Limit, or a cut); then the fleet starts again from Start.
+	// Default 24 h.
 	Forget time.Duration
 }
 

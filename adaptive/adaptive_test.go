@@ -100,14 +100,26 @@ func TestAdaptive(t *testing.T) {
 	}
 	assert.InDelta(t, a0.Min, got, 1e-6, "30 cuts of 0.8 from 100 end at Min")
 
-	// Slow start stops at Max.
-	fast := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: time.Millisecond}
-	_, err = rate(t, ls[0], "ceiling", fast).Limit(ctx)
-	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond)
-	lim, err = rate(t, ls[0], "ceiling", fast).Limit(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1000.0, lim.Rate)
+	// Slow start (fast here: Double is 1 ms) is held to twice the calls of
+	// the last whole second, from the first read: a key read once and
+	// idle since stays at Start (before, it was at Max after 20 ms), and
+	// with demand it stops at Max.
+	fast := adaptive.Config{Start: 5, Min: 1, Max: 1000, Double: time.Millisecond}
+	slowDemand := func(key string, calls int) float64 {
+		t.Helper()
+		nextSecond()
+		for range calls {
+			_, err := rate(t, ls[0], key, fast).Limit(ctx)
+			require.NoError(t, err)
+		}
+		nextSecond()
+		lim, err := rate(t, ls[0], key, fast).Peek(ctx)
+		require.NoError(t, err)
+		return lim.Rate
+	}
+	assert.Equal(t, 5.0, slowDemand("idle", 1), "one read, then idle: Start")
+	assert.Equal(t, 60.0, slowDemand("some", 30), "30 calls: 2 x 30")
+	assert.Equal(t, 1000.0, slowDemand("ceiling", 800), "800 calls: Max")
 
 	// After a cut at 100, CUBIC's probing beyond 100 (fast here: Recover is
 	// 1 ms) is held to twice the calls of the last whole second: reads
@@ -144,6 +156,29 @@ func TestAdaptive(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, cut)
 	assert.InDelta(t, 80, lim.Rate, 1e-3, "0.8 x the rate now, the lower")
+}
+
+// TestAdaptiveForgetAfterLastCall: the learned rate is forgotten Forget
+// after the key's last call, not after its first read: each read keeps it.
+func TestAdaptiveForgetAfterLastCall(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	c := adaptive.Config{Start: 10, Min: 1, Max: 100, Forget: time.Hour}
+	r := rate(t, l, "kept", c)
+	_, err = r.Limit(ctx)
+	require.NoError(t, err)
+	first, err := s.Client.PTTL(ctx, l.RedisKey("kept")+":rate").Result()
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second)
+	_, err = r.Limit(ctx)
+	require.NoError(t, err)
+	second, err := s.Client.PTTL(ctx, l.RedisKey("kept")+":rate").Result()
+	require.NoError(t, err)
+	// Renewed: about first again (before: first less the 3 s).
+	assert.Greater(t, second, first-1500*time.Millisecond, "the second read, 3 s later, did not renew the record's life")
 }
 
 // nextSecond sleeps to just after the next whole second (Redis counts the

@@ -8,8 +8,9 @@
 -- climbs back fast, levels off near wmax around t = K (`recover` ms), and
 -- probes beyond it slowly, then faster. A cut below the last wmax (the limit
 -- fell) takes wmax = w * (1 + decrease) / 2 (CUBIC's fast convergence).
--- The curve is computed on read. Its probing beyond wmax is also held to
--- twice the demand (RFC 7661's rule for an application-limited flow): a key
+-- The curve is computed on read. Its growth beyond wmax (beyond start in
+-- slow start) is also held to twice the demand (RFC 7661's rule for an
+-- application-limited flow): a key
 -- the fleet calls less often than its rate allows learns nothing about the
 -- limit above that, so its rate must not grow there unseen and then hit the
 -- provider in one step when the demand comes back. Each read counts one
@@ -29,7 +30,7 @@
 -- ARGV[5]  recover: K, ms (integer > 0)
 -- ARGV[6]  decrease (0 < decrease < 1)
 -- ARGV[7]  episode, ms (integer >= 0)
--- ARGV[8]  how long the record outlives its last cut, ms (integer > 0)
+-- ARGV[8]  how long the record outlives its last read or cut, ms (integer > 0)
 -- ARGV[9]  double: slow start's doubling time, ms (integer > 0)
 -- ARGV[10] paced: the rate the refused call was reserved at (decimal >= 0;
 --          0: unknown). A cut starts from the lower of it and the rate now:
@@ -89,7 +90,8 @@ else
   local x = (t - recover) / recover
   rate = wmax + (wmax - r0) * x * x * x
 end
-if cuts > 0 and rate > wmax then
+if rate > wmax then
+  -- Beyond wmax (Start, in slow start) the rate is held to twice the demand.
   rate = math.min(rate, math.max(wmax, 2 * prev))
 end
 if rate > max then
@@ -121,6 +123,6 @@ elseif not raw and op == 'read' then
   redis.call('SET', KEYS[1], string.format('%.17g %.17g %d 0 0 %d %d %d', r0, wmax, now, win, cnt, prev), 'PX', keep)
 elseif op == 'read' then
   redis.call('SET', KEYS[1], string.format('%.17g %.17g %d %d %d %d %d %d', r0, wmax, cut_at, ends, cuts, win, cnt, prev),
-    'KEEPTTL')
+    'PX', keep)
 end
 return {string.format('%.17g', rate), cut, cuts}
