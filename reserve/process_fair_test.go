@@ -16,17 +16,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fairTenants are what each child of TestFairAcrossProcesses calls for:
-// per process, goroutines of each tenant reserving and sleeping in turn.
-var fairTenants = []struct {
+// fairTenant is what a child of TestFairAcrossProcesses calls for: per
+// process, goroutines of a tenant reserving and sleeping in turn.
+type fairTenant struct {
 	name       string
 	lane       reserve.Lane
 	weight     float64
 	goroutines int
-}{
-	{"a", reserve.Normal, 1, 12},
-	{"b", reserve.Normal, 3, 4},
-	{"bulk", reserve.Batch, 1, 4},
+}
+
+// fairSets are the tenant sets of TestFairAcrossProcesses's runs.
+var fairSets = [][]fairTenant{
+	// Weights, and the Batch lane beside the Normal one.
+	{{"a", reserve.Normal, 1, 12}, {"b", reserve.Normal, 3, 4}, {"bulk", reserve.Batch, 1, 4}},
+	// The Urgent lane beside the Normal one, each booking ahead.
+	{{"live", reserve.Urgent, 1, 4}, {"a", reserve.Normal, 1, 12}},
 }
 
 // fairChild is a child of TestFairAcrossProcesses: it prints "tenant slot"
@@ -46,7 +50,7 @@ func fairChild(s childSpec) error {
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	for _, tn := range fairTenants {
+	for _, tn := range fairSets[s.FairSet] {
 		for range tn.goroutines {
 			wg.Go(func() {
 				req := reserve.Single("fair", lim, 1)
@@ -98,33 +102,60 @@ func fairChild(s childSpec) error {
 // most 5% of them (it is booked only while no Normal tenant waits).
 func TestFairAcrossProcesses(t *testing.T) {
 	s := redistest.New(t)
+	grants, count := fairRun(t, s, 0)
+	total := count["a"] + count["b"] + count["bulk"]
+	t.Logf("%d slots; in the middle 2.5 s: a %d, b %d (b/a %.2f, weights 1 and 3), bulk %d of %d",
+		len(grants), count["a"], count["b"], float64(count["b"])/float64(max(count["a"], 1)), count["bulk"], total)
+	require.Greater(t, count["a"], 0, "tenant a booked nothing in the middle of the run")
+	ratio := float64(count["b"]) / float64(count["a"])
+	require.GreaterOrEqual(t, ratio, 2.4, "b (weight 3) booked too few beside a (weight 1)")
+	require.LessOrEqual(t, ratio, 3.6, "b (weight 3) booked too many beside a (weight 1)")
+	require.LessOrEqual(t, float64(count["bulk"]), 0.05*float64(total), "the Batch lane was booked beside a waiting Normal lane")
+
+	// The Urgent lane, always waiting, beside a Normal tenant that books
+	// ahead too: the Normal one gets at most 5% of the slots (all but
+	// none with the priority rule removed: about half).
+	_, count = fairRun(t, s, 1)
+	t.Logf("urgent beside normal, in the middle 2.5 s: live %d, a %d", count["live"], count["a"])
+	require.Greater(t, count["live"], 0)
+	require.LessOrEqual(t, float64(count["a"]), 0.05*float64(count["live"]+count["a"]), "the Normal lane was booked beside a waiting Urgent lane")
+}
+
+// fairGrant is one slot of a fair run: its tenant, and the slot in Unix ns
+// on the server's clock.
+type fairGrant struct {
+	tenant string
+	slot   int64
+}
+
+// fairRun runs 4 children calling for fairSets[set] on one key at 200/s,
+// burst 1, for 4 s; it checks the window invariant on every slot and
+// returns the slots, sorted, and each tenant's count in the middle of the
+// run (from 1 s after the start to 0.5 s before the end).
+func fairRun(t *testing.T, s *redistest.Server, set int) ([]fairGrant, map[string]int) {
+	t.Helper()
 	const (
 		procs = 4
 		rate  = 200
 		run   = 4 * time.Second
 	)
-	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: 1, Fair: true}, run, nil)
-	type grant struct {
-		tenant string
-		slot   int64
-	}
-	var grants []grant
+	out := runProcesses(t, procs, childSpec{Redis: s.URL, Prefix: redistest.Prefix(t), Rate: rate, Burst: 1, Fair: true, FairSet: set}, run, nil)
+	var grants []fairGrant
 	for i, lines := range out.Lines {
 		for _, line := range lines {
-			var g grant
+			var g fairGrant
 			scanLine(t, i, line, &g.tenant, &g.slot)
 			grants = append(grants, g)
 		}
 	}
-	slices.SortFunc(grants, func(x, y grant) int { return int(x.slot - y.slot) })
+	slices.SortFunc(grants, func(x, y fairGrant) int { return int(x.slot - y.slot) })
 	slots := make([]int64, len(grants))
 	for i, g := range grants {
 		slots[i] = g.slot
 	}
 	excess := worstExcess(slots, rate, 1)
-	require.LessOrEqual(t, excess, rate*1e-6, "the slots of the three tenants break the window invariant")
+	require.LessOrEqual(t, excess, rate*1e-6, "the slots of the tenants break the window invariant")
 
-	// The middle of the run: from 1 s after the start to 0.5 s before the end.
 	from, to := out.Start.Add(time.Second).UnixNano(), out.End.Add(-500*time.Millisecond).UnixNano()
 	count := map[string]int{}
 	for _, g := range grants {
@@ -132,12 +163,5 @@ func TestFairAcrossProcesses(t *testing.T) {
 			count[g.tenant]++
 		}
 	}
-	total := count["a"] + count["b"] + count["bulk"]
-	t.Logf("%d slots, worst excess over burst+rate*T %.4f; in the middle 2.5 s: a %d, b %d (b/a %.2f, weights 1 and 3), bulk %d of %d",
-		len(grants), excess, count["a"], count["b"], float64(count["b"])/float64(max(count["a"], 1)), count["bulk"], total)
-	require.Greater(t, count["a"], 0, "tenant a booked nothing in the middle of the run")
-	ratio := float64(count["b"]) / float64(count["a"])
-	require.GreaterOrEqual(t, ratio, 2.4, "b (weight 3) booked too few beside a (weight 1)")
-	require.LessOrEqual(t, ratio, 3.6, "b (weight 3) booked too many beside a (weight 1)")
-	require.LessOrEqual(t, float64(count["bulk"]), 0.05*float64(total), "the Batch lane was booked beside a waiting Normal lane")
+	return grants, count
 }

@@ -25,6 +25,7 @@ type childSpec struct {
 	Policy        bool  // reserve testPolicy and settle (policyChild)
 	Lease         bool  // reserve single permits on a hot key (leaseChild)
 	Fair          bool  // reserve for tenants in lanes (fairChild)
+	FairSet       int   // which of fairSets the fair child calls for
 }
 
 // The child side of the process tests: the test binary re-run with
