@@ -56,6 +56,13 @@ var Admin string
 //go:embed adaptive.lua
 var Adaptive string
 
+// Quota keeps the fleet's count of a provider's quota of calls (package
+// pacehttp): it spreads the calls left over the time to the reset. It does
+// not use core.lua. See quota.lua.
+//
+//go:embed quota.lua
+var Quota string
+
 // Restore puts back a key's stored limit that Redis lost, as a Limiter
 // last saw it, when nothing else of the key is left. It does not use
 // core.lua. See restore.lua.

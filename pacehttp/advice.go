@@ -1,6 +1,7 @@
 package pacehttp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,6 +34,30 @@ type Advice struct {
 	// Asked is then the longest value the provider asked for, before the cut.
 	Capped bool
 	Asked  time.Duration
+
+	// Calls is the quota of calls the response reports, if any (Source is
+	// "" when none does, or when no header says when it refills): the
+	// calls left after this one, and when the quota refills. Transport
+	// spreads them over that time (see Options.IgnoreCounts).
+	Calls Quota
+}
+
+// Quota is a quota of calls as a response reports it.
+type Quota struct {
+	// Remaining is how many calls are left, after the one answered.
+	Remaining int64
+	// Limit is the quota's size, 0 when the response does not say.
+	Limit int64
+	// Reset is how long until the quota refills (not cut to maxWait).
+	Reset time.Duration
+	// Refill is true for a quota that refills continuously (OpenAI's and
+	// Anthropic's, whose reset is the time until it is full again), with
+	// Limit known; false for a fixed window, whose whole quota comes back
+	// at Reset (GitHub's and the IETF drafts').
+	Refill bool
+	// Source names the header the count came from ("x-ratelimit-remaining",
+	// "ratelimit", ...).
+	Source string
 }
 
 // ErrBadHeader is wrapped by every error ParseAdvice reports.
@@ -113,16 +138,23 @@ func ParseAdvice(h http.Header, status int, now time.Time, maxWait time.Duration
 
 	// Quotas, in a fixed order: on equal resets the first one read names
 	// ResetSource.
-	r.quota("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", parseGoDuration)
-	r.quota("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", parseGoDuration)
+	r.quota("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests", parseGoDuration, refillCalls, "x-ratelimit-limit-requests")
+	r.quota("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens", parseGoDuration, notCalls, "")
 	for _, q := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
-		r.quota("anthropic-ratelimit-"+q+"-remaining", "anthropic-ratelimit-"+q+"-reset", parseRFC3339)
+		kind, limit := notCalls, ""
+		if q == "requests" {
+			kind, limit = refillCalls, "anthropic-ratelimit-requests-limit"
+		}
+		r.quota("anthropic-ratelimit-"+q+"-remaining", "anthropic-ratelimit-"+q+"-reset", parseRFC3339, kind, limit)
 	}
-	gh := r.quota("x-ratelimit-remaining", "x-ratelimit-reset", parseDelayOrUnix)
-	r.structured("ratelimit-policy", checkPolicy)
+	gh := r.quota("x-ratelimit-remaining", "x-ratelimit-reset", parseDelayOrUnix, windowCalls, "x-ratelimit-limit")
+	r.structured("ratelimit-policy", r.policies)
 	r.rateLimit()
-	r.structured("ratelimit-limit", checkLimits)
-	r.quota("ratelimit-remaining", "ratelimit-reset", parseDelayOrUnix)
+	r.structured("ratelimit-limit", r.limits)
+	r.quota("ratelimit-remaining", "ratelimit-reset", parseDelayOrUnix, windowCalls, "")
+	if r.calls.Source == "ratelimit-remaining" && r.calls.Limit == 0 {
+		r.calls.Limit = r.limit
+	}
 
 	// GitHub's secondary rate limit, on a 429 (a 403 is one only when its
 	// body says so: see secondaryLimit).
@@ -135,6 +167,7 @@ func ParseAdvice(h http.Header, status int, now time.Time, maxWait time.Duration
 	}
 
 	a.Exhausted, a.Reset, a.ResetSource = r.exhausted, r.reset, r.resetSource
+	a.Calls = r.calls
 	if maxWait > 0 {
 		if a.Wait > maxWait {
 			a.Capped, a.Asked, a.Wait = true, a.Wait, maxWait
@@ -155,6 +188,29 @@ type reader struct {
 	exhausted   bool
 	reset       time.Duration
 	resetSource string
+
+	calls  Quota
+	units  map[string]string // RateLimit-Policy: the unit of each policy not counted in requests
+	quotas map[string]int64  // RateLimit-Policy: each named policy's quota (q)
+	limit  int64             // RateLimit-Limit: its first item, the limit
+}
+
+// callsKind is whether a quota counts calls, and how it refills.
+type callsKind int
+
+const (
+	notCalls    callsKind = iota // tokens, or another unit
+	windowCalls                  // calls, all back at the reset
+	refillCalls                  // calls, refilled continuously until full at the reset
+)
+
+// count records a quota of calls read from source; of several, the one
+// with the fewest calls left counts (on a tie, the one that refills last).
+func (r *reader) count(q Quota) {
+	c := r.calls
+	if c.Source == "" || q.Remaining < c.Remaining || q.Remaining == c.Remaining && q.Reset > c.Reset {
+		r.calls = q
+	}
 }
 
 // bad reports the header name with value v as unusable, for the reason err.
@@ -219,28 +275,49 @@ const (
 )
 
 // quota reads a pair of headers: a remaining count and its reset, parsed by
-// parseReset. Both are checked when present; the reset is used only when
-// the count is 0.
-func (r *reader) quota(remName, resetName string, parseReset func(string, time.Time) (time.Duration, error)) remaining {
+// parseReset. Both are checked when present; the reset is used as the
+// quota's refill when the count is 0. A quota of calls (kind) is recorded
+// for Advice.Calls, with its limit read from the header limitName if set.
+// A refilling quota of calls whose limit is known, exhausted, refills its
+// next call in reset/limit: it is paused that long, not until it is full.
+func (r *reader) quota(remName, resetName string, parseReset func(string, time.Time) (time.Duration, error), kind callsKind, limitName string) remaining {
 	rem := remainingAbsent
+	var left int64
 	if v, ok := r.value(remName); ok {
-		switch zero, err := parseCount(v); {
+		switch n, err := parseCount(v); {
 		case err != nil:
 			r.bad(remName, v, err)
 			rem = remainingBad
-		case zero:
+		case n == 0:
 			rem = remainingZero
 		default:
-			rem = remainingSome
+			rem, left = remainingSome, n
 		}
 	}
 	reset, resetOK := r.duration(resetName, parseReset)
+	var limit int64
+	if limitName != "" {
+		if v, ok := r.value(limitName); ok {
+			n, err := parseCount(v)
+			if err != nil {
+				r.bad(limitName, v, err)
+			}
+			limit = n
+		}
+	}
+	refill := kind == refillCalls && limit > 0
 	if rem == remainingZero {
-		if resetOK {
+		switch {
+		case resetOK && refill:
+			r.exhaust(reset/time.Duration(limit), resetName)
+		case resetOK:
 			r.exhaust(reset, resetName)
-		} else {
+		default:
 			r.exhaust(0, "")
 		}
+	}
+	if kind != notCalls && resetOK && (rem == remainingZero || rem == remainingSome) {
+		r.count(Quota{Remaining: left, Limit: limit, Reset: reset, Refill: refill, Source: remName})
 	}
 	return rem
 }
@@ -313,7 +390,8 @@ func (r *reader) draft7(dict map[string]sfItem) error {
 		}
 		return it.value.num, true, nil
 	}
-	if _, _, err := num("limit"); err != nil {
+	limit, _, err := num("limit")
+	if err != nil {
 		return err
 	}
 	rem, _, err := num("remaining")
@@ -331,6 +409,9 @@ func (r *reader) draft7(dict map[string]sfItem) error {
 			r.exhaust(0, "")
 		}
 	}
+	if known {
+		r.count(Quota{Remaining: rem, Limit: limit, Reset: mulSat(time.Duration(reset), time.Second), Source: "ratelimit"})
+	}
 	return nil
 }
 
@@ -340,8 +421,11 @@ func (r *reader) draft7(dict map[string]sfItem) error {
 func (r *reader) serviceLimits(items []sfItem) error {
 	type limit struct {
 		zero  bool
+		left  int64
+		quota int64 // its policy's, 0 if not known
 		reset time.Duration
 		known bool
+		calls bool
 	}
 	limits := make([]limit, 0, len(items))
 	for i, it := range items {
@@ -355,7 +439,7 @@ func (r *reader) serviceLimits(items []sfItem) error {
 		if rem.kind != sfInteger || rem.num < 0 {
 			return fmt.Errorf("item %d: r is not a non-negative integer", i+1)
 		}
-		l := limit{zero: rem.num == 0}
+		l := limit{zero: rem.num == 0, left: rem.num, calls: r.units[policyName(it)] == "", quota: r.quotas[policyName(it)]}
 		if t, ok := it.param("t"); ok {
 			if t.kind != sfInteger || t.num < 0 {
 				return fmt.Errorf("item %d: t is not a non-negative integer", i+1)
@@ -365,6 +449,9 @@ func (r *reader) serviceLimits(items []sfItem) error {
 		limits = append(limits, l)
 	}
 	for _, l := range limits {
+		if l.known && l.calls {
+			r.count(Quota{Remaining: l.left, Limit: l.quota, Reset: l.reset, Source: "ratelimit"})
+		}
 		if !l.zero {
 			continue
 		}
@@ -372,6 +459,38 @@ func (r *reader) serviceLimits(items []sfItem) error {
 			r.exhaust(l.reset, "ratelimit")
 		} else {
 			r.exhaust(0, "")
+		}
+	}
+	return nil
+}
+
+// policyName returns the name an Item of RateLimit or RateLimit-Policy
+// gives its policy.
+func policyName(it sfItem) string { return it.value.str }
+
+// policies checks a RateLimit-Policy field's Items (checkPolicy) and
+// records the unit of each named policy whose quota is not counted in
+// requests (its qu parameter), so that RateLimit's counts of other units
+// (content-bytes, concurrent-requests) are not taken for calls.
+func (r *reader) policies(items []sfItem) error {
+	if err := checkPolicy(items); err != nil {
+		return err
+	}
+	for _, it := range items {
+		if it.value.kind != sfString && it.value.kind != sfToken {
+			continue
+		}
+		if q, ok := it.param("q"); ok {
+			if r.quotas == nil {
+				r.quotas = map[string]int64{}
+			}
+			r.quotas[policyName(it)] = q.num
+		}
+		if qu, ok := it.param("qu"); ok && qu.str != "requests" {
+			if r.units == nil {
+				r.units = map[string]string{}
+			}
+			r.units[policyName(it)] = cmp.Or(qu.str, "?")
 		}
 	}
 	return nil
@@ -418,14 +537,17 @@ func checkName(it sfItem) error {
 	return nil
 }
 
-// checkLimits checks the Items of an older draft's RateLimit-Limit field:
+// limits checks the Items of an older draft's RateLimit-Limit field:
 // non-negative integers (the first is the limit; the others, with
-// parameters such as w, describe policies).
-func checkLimits(items []sfItem) error {
+// parameters such as w, describe policies), and records the limit.
+func (r *reader) limits(items []sfItem) error {
 	for i, it := range items {
 		if it.value.kind != sfInteger || it.value.num < 0 {
 			return fmt.Errorf("item %d is not a non-negative integer", i+1)
 		}
+	}
+	if len(items) > 0 {
+		r.limit = items[0].value.num
 	}
 	return nil
 }

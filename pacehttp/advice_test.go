@@ -104,24 +104,51 @@ func adviceCases() []adviceCase {
 		// OpenAI.
 		{name: "openai quota left", headers: []string{
 			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
-			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"}},
+			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"},
+			want: Advice{Calls: Quota{Remaining: 59, Limit: 60, Reset: time.Second, Refill: true, Source: "x-ratelimit-remaining-requests"}}},
 		{name: "openai requests exhausted", headers: []string{
 			"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1s",
 			"x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"},
-			want: Advice{Exhausted: true, Reset: time.Second, ResetSource: "x-ratelimit-reset-requests"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: time.Second, Source: "x-ratelimit-remaining-requests"}, Exhausted: true, Reset: time.Second, ResetSource: "x-ratelimit-reset-requests"}},
 		{name: "openai both exhausted, longest reset", maxWait: 2 * time.Hour, headers: []string{
 			"x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "12ms",
 			"x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "1h2m3.5s"},
-			want: Advice{Exhausted: true, Reset: time.Hour + 2*time.Minute + 3500*time.Millisecond, ResetSource: "x-ratelimit-reset-tokens"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 12 * time.Millisecond, Source: "x-ratelimit-remaining-requests"}, Exhausted: true, Reset: time.Hour + 2*time.Minute + 3500*time.Millisecond, ResetSource: "x-ratelimit-reset-tokens"}},
 		{name: "openai exhausted, reset capped", headers: []string{
 			"x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "1h2m3.5s"},
 			want: Advice{Exhausted: true, Reset: testMaxWait, ResetSource: "x-ratelimit-reset-tokens",
 				Capped: true, Asked: time.Hour + 2*time.Minute + 3500*time.Millisecond}},
+		{name: "openai requests exhausted, limit known: one call's refill", headers: []string{
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "59s"},
+			want: Advice{Exhausted: true, Reset: 59 * time.Second / 60, ResetSource: "x-ratelimit-reset-requests",
+				Calls: Quota{Remaining: 0, Limit: 60, Reset: 59 * time.Second, Refill: true, Source: "x-ratelimit-remaining-requests"}}},
+		{name: "openai tokens exhausted, limit known: until full", headers: []string{
+			"x-ratelimit-limit-tokens", "90000", "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "20s"},
+			want: Advice{Exhausted: true, Reset: 20 * time.Second, ResetSource: "x-ratelimit-reset-tokens"}},
+		{name: "openai bad limit", headers: []string{
+			"x-ratelimit-limit-requests", "sixty", "x-ratelimit-remaining-requests", "5", "x-ratelimit-reset-requests", "2s"},
+			want: Advice{Calls: Quota{Remaining: 5, Reset: 2 * time.Second, Source: "x-ratelimit-remaining-requests"}},
+			errs: []string{"x-ratelimit-limit-requests"}},
+		{name: "openai count without a reset is no quota", headers: []string{
+			"x-ratelimit-remaining-requests", "5"}},
+		{name: "fractional count", headers: []string{
+			"x-ratelimit-remaining", "7.9", "x-ratelimit-reset", "3"},
+			want: Advice{Calls: Quota{Remaining: 7, Reset: 3 * time.Second, Source: "x-ratelimit-remaining"}}},
+		{name: "the fewest calls left counts", headers: []string{
+			"x-ratelimit-remaining", "30", "x-ratelimit-reset", "60", "RateLimit-Remaining", "4", "RateLimit-Reset", "2"},
+			want: Advice{Calls: Quota{Remaining: 4, Reset: 2 * time.Second, Source: "ratelimit-remaining"}}},
+		{name: "ietf count of another unit is not calls", headers: []string{
+			"RateLimit-Policy", `"bytes";q=1000;qu="content-bytes";w=10, "calls";q=50;w=10`,
+			"RateLimit", `"bytes";r=3;t=9, "calls";r=20;t=9`},
+			want: Advice{Calls: Quota{Remaining: 20, Limit: 50, Reset: 9 * time.Second, Source: "ratelimit"}}},
+		{name: "ietf policy of requests counts", headers: []string{
+			"RateLimit-Policy", `"calls";q=50;qu="requests";w=10`, "RateLimit", `"calls";r=2;t=4`},
+			want: Advice{Calls: Quota{Remaining: 2, Limit: 50, Reset: 4 * time.Second, Source: "ratelimit"}}},
 		{name: "openai 429", status: 429, headers: []string{
 			"retry-after", "1", "retry-after-ms", "480",
 			"x-ratelimit-remaining-requests", "12", "x-ratelimit-reset-requests", "0.5s",
 			"x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "480ms"},
-			want: Advice{Wait: 480 * time.Millisecond, Source: "retry-after-ms",
+			want: Advice{Calls: Quota{Remaining: 12, Reset: 500 * time.Millisecond, Source: "x-ratelimit-remaining-requests"}, Wait: 480 * time.Millisecond, Source: "retry-after-ms",
 				Exhausted: true, Reset: 480 * time.Millisecond, ResetSource: "x-ratelimit-reset-tokens"}},
 		{name: "openai exhausted, no reset header", headers: []string{"x-ratelimit-remaining-requests", "0"},
 			want: Advice{Exhausted: true}},
@@ -144,18 +171,19 @@ func adviceCases() []adviceCase {
 		{name: "anthropic quota left", headers: []string{
 			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "49",
 			"anthropic-ratelimit-requests-reset", rfc3339(time.Second),
-			"anthropic-ratelimit-tokens-remaining", "39000", "anthropic-ratelimit-tokens-reset", rfc3339(2 * time.Second)}},
+			"anthropic-ratelimit-tokens-remaining", "39000", "anthropic-ratelimit-tokens-reset", rfc3339(2 * time.Second)},
+			want: Advice{Calls: Quota{Remaining: 49, Limit: 50, Reset: time.Second, Refill: true, Source: "anthropic-ratelimit-requests-remaining"}}},
 		{name: "anthropic tokens exhausted", headers: []string{
 			"anthropic-ratelimit-requests-remaining", "49", "anthropic-ratelimit-requests-reset", rfc3339(time.Second),
 			"anthropic-ratelimit-tokens-remaining", "0", "anthropic-ratelimit-tokens-reset", rfc3339(45 * time.Second)},
-			want: Advice{Exhausted: true, Reset: 45 * time.Second, ResetSource: "anthropic-ratelimit-tokens-reset"}},
+			want: Advice{Calls: Quota{Remaining: 49, Reset: time.Second, Source: "anthropic-ratelimit-requests-remaining"}, Exhausted: true, Reset: 45 * time.Second, ResetSource: "anthropic-ratelimit-tokens-reset"}},
 		{name: "anthropic input and output exhausted", headers: []string{
 			"anthropic-ratelimit-input-tokens-remaining", "0", "anthropic-ratelimit-input-tokens-reset", rfc3339(20 * time.Second),
 			"anthropic-ratelimit-output-tokens-remaining", "0", "anthropic-ratelimit-output-tokens-reset", "2025-03-14T13:00:50+01:00"},
 			want: Advice{Exhausted: true, Reset: 50 * time.Second, ResetSource: "anthropic-ratelimit-output-tokens-reset"}},
 		{name: "anthropic fractional seconds", headers: []string{
 			"anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", "2025-03-14T12:00:00.250Z"},
-			want: Advice{Exhausted: true, Reset: 250 * time.Millisecond, ResetSource: "anthropic-ratelimit-requests-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 250 * time.Millisecond, Source: "anthropic-ratelimit-requests-remaining"}, Exhausted: true, Reset: 250 * time.Millisecond, ResetSource: "anthropic-ratelimit-requests-reset"}},
 		{name: "anthropic reset past", headers: []string{
 			"anthropic-ratelimit-tokens-remaining", "0", "anthropic-ratelimit-tokens-reset", rfc3339(-time.Minute)},
 			want: Advice{Exhausted: true, ResetSource: "anthropic-ratelimit-tokens-reset"}},
@@ -173,25 +201,27 @@ func adviceCases() []adviceCase {
 		// GitHub.
 		{name: "github quota left", headers: []string{
 			"x-ratelimit-limit", "5000", "x-ratelimit-remaining", "4999", "x-ratelimit-reset", unixTime(time.Hour),
-			"x-github-request-id", "CAFE:1234"}},
+			"x-github-request-id", "CAFE:1234"},
+			want: Advice{Calls: Quota{Remaining: 4999, Limit: 5000, Reset: time.Hour, Source: "x-ratelimit-remaining"}}},
 		{name: "github primary limit, 403 is not secondary", status: 403, headers: []string{
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(15 * time.Minute), "x-github-request-id", "CAFE:1234"},
-			want: Advice{Exhausted: true, Reset: 15 * time.Minute, ResetSource: "x-ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 900 * time.Second, Source: "x-ratelimit-remaining"}, Exhausted: true, Reset: 15 * time.Minute, ResetSource: "x-ratelimit-reset"}},
 		{name: "github primary limit, 429", status: 429, headers: []string{
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(15 * time.Minute)},
-			want: Advice{Exhausted: true, Reset: 15 * time.Minute, ResetSource: "x-ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 900 * time.Second, Source: "x-ratelimit-remaining"}, Exhausted: true, Reset: 15 * time.Minute, ResetSource: "x-ratelimit-reset"}},
 		{name: "github reset past", status: 403, headers: []string{
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(-time.Minute)},
-			want: Advice{Exhausted: true, ResetSource: "x-ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Source: "x-ratelimit-remaining"}, Exhausted: true, ResetSource: "x-ratelimit-reset"}},
 		{name: "github secondary, 429", status: 429, headers: []string{
 			"x-ratelimit-remaining", "4990", "x-ratelimit-reset", unixTime(time.Hour)},
-			want: Advice{Wait: time.Minute, Source: "github-secondary"}},
+			want: Advice{Calls: Quota{Remaining: 4990, Reset: time.Hour, Source: "x-ratelimit-remaining"}, Wait: time.Minute, Source: "github-secondary"}},
 		// A 403 is a rate limit by its headers only with Retry-After or an
 		// exhausted quota: "Resource not accessible by integration" carries
 		// the same headers (the Transport reads the body for the secondary
 		// limit's message).
 		{name: "github 403 with quota left is not a rate limit", status: 403, headers: []string{
-			"x-ratelimit-remaining", "4990", "x-ratelimit-reset", unixTime(time.Hour), "x-github-request-id", "CAFE:1234"}},
+			"x-ratelimit-remaining", "4990", "x-ratelimit-reset", unixTime(time.Hour), "x-github-request-id", "CAFE:1234"},
+			want: Advice{Calls: Quota{Remaining: 4990, Reset: time.Hour, Source: "x-ratelimit-remaining"}}},
 		{name: "github 403 with request id only", status: 403, headers: []string{"x-github-request-id", "CAFE:1234"}},
 		{name: "github secondary, 429 with request id only", status: 429, headers: []string{"x-github-request-id", "CAFE:1234"},
 			want: Advice{Wait: time.Minute, Source: "github-secondary"}},
@@ -218,33 +248,34 @@ func adviceCases() []adviceCase {
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", httpDate(time.Minute)},
 			want: Advice{Exhausted: true}, errs: []string{"x-ratelimit-reset"}},
 		{name: "x-ratelimit-reset as a delay", headers: []string{"x-ratelimit-remaining", "0", "x-ratelimit-reset", "30"},
-			want: Advice{Exhausted: true, Reset: 30 * time.Second, ResetSource: "x-ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 30 * time.Second, Source: "x-ratelimit-remaining"}, Exhausted: true, Reset: 30 * time.Second, ResetSource: "x-ratelimit-reset"}},
 		{name: "x-ratelimit-reset as a Unix time with a fraction", headers: []string{
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(time.Minute) + ".25"},
-			want: Advice{Exhausted: true, Reset: time.Minute + 250*time.Millisecond, ResetSource: "x-ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 60250 * time.Millisecond, Source: "x-ratelimit-remaining"}, Exhausted: true, Reset: time.Minute + 250*time.Millisecond, ResetSource: "x-ratelimit-reset"}},
 
 		// IETF draft, structured fields.
 		{name: "ietf quota left", headers: []string{
 			"RateLimit-Policy", `"burst";q=100;w=60,"daily";q=1000;w=86400`,
-			"RateLimit", `"burst";r=50;t=30, "daily";r=999;t=86000`}},
+			"RateLimit", `"burst";r=50;t=30, "daily";r=999;t=86000`},
+			want: Advice{Calls: Quota{Remaining: 50, Limit: 100, Reset: 30 * time.Second, Source: "ratelimit"}}},
 		{name: "ietf one of two exhausted", headers: []string{
 			"RateLimit-Policy", `"burst";q=100;w=60,"daily";q=1000;w=86400`,
 			"RateLimit", `"burst";r=0;t=30, "daily";r=500;t=3600`},
-			want: Advice{Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Limit: 100, Reset: 30 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"}},
 		{name: "ietf several exhausted, tokens and parameters", headers: []string{
 			"RateLimit", `"a";r=0;t=30, b;r=0;t=90;pk=:dHJpYWwxMjEzMjM=:, "c";r=5;t=1;acme-x="y";acme-on`},
-			want: Advice{Exhausted: true, Reset: 90 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 90 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 90 * time.Second, ResetSource: "ratelimit"}},
 		{name: "ietf field on two lines", headers: []string{
 			"RateLimit", `"a";r=0;t=10`, "RateLimit", `"b";r=0;t=20`},
-			want: Advice{Exhausted: true, Reset: 20 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 20 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 20 * time.Second, ResetSource: "ratelimit"}},
 		{name: "ietf exhausted without t", headers: []string{"RateLimit", `"default";r=0;pk=:QXBwLTk5OQ==:`},
 			want: Advice{Exhausted: true}},
 		{name: "ietf whitespace", headers: []string{"RateLimit", "\"a\";r=1;t=1 ,\t\"b\";  r=0;t=5"},
-			want: Advice{Exhausted: true, Reset: 5 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 5 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 5 * time.Second, ResetSource: "ratelimit"}},
 		{name: "ietf repeated parameter, last wins", headers: []string{"RateLimit", `"a";r=0;t=5;t=7`},
-			want: Advice{Exhausted: true, Reset: 7 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 7 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 7 * time.Second, ResetSource: "ratelimit"}},
 		{name: "ietf t beyond the cap", headers: []string{"RateLimit", `"daily";r=0;t=86400`},
-			want: Advice{Exhausted: true, Reset: testMaxWait, ResetSource: "ratelimit", Capped: true, Asked: 24 * time.Hour}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 24 * time.Hour, Source: "ratelimit"}, Exhausted: true, Reset: testMaxWait, ResetSource: "ratelimit", Capped: true, Asked: 24 * time.Hour}},
 		{name: "ietf malformed: trailing comma", headers: []string{"RateLimit", `"default";r=0;t=30,`},
 			errs: []string{"ratelimit"}},
 		{name: "ietf malformed: negative t", headers: []string{"RateLimit", `"default";r=0;t=-5`},
@@ -266,12 +297,13 @@ func adviceCases() []adviceCase {
 		// IETF draft -07 and earlier: one RateLimit Dictionary, quotas in
 		// RateLimit-Policy (express-rate-limit's draft-7).
 		{name: "draft-07 exhausted", headers: []string{"RateLimit", `limit=100, remaining=0, reset=30`, "RateLimit-Policy", "100;w=60"},
-			want: Advice{Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"}},
-		{name: "draft-07 quota left", headers: []string{"RateLimit", `limit=50, remaining=7, reset=3`, "RateLimit-Policy", "50;w=5"}},
+			want: Advice{Calls: Quota{Remaining: 0, Limit: 100, Reset: 30 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"}},
+		{name: "draft-07 quota left", headers: []string{"RateLimit", `limit=50, remaining=7, reset=3`, "RateLimit-Policy", "50;w=5"},
+			want: Advice{Calls: Quota{Remaining: 7, Limit: 50, Reset: 3 * time.Second, Source: "ratelimit"}}},
 		{name: "draft-07 exhausted without reset", headers: []string{"RateLimit", `limit=50, remaining=0`},
 			want: Advice{Exhausted: true}},
 		{name: "draft-07 members in any order", headers: []string{"RateLimit", `reset=4,remaining=0 , limit=9`},
-			want: Advice{Exhausted: true, Reset: 4 * time.Second, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Limit: 9, Reset: 4 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 4 * time.Second, ResetSource: "ratelimit"}},
 		{name: "draft-07 policies", headers: []string{"RateLimit-Policy", "10, 10;w=1, 50;w=60;comment=\"sliding window\""}},
 		{name: "draft-07 malformed: negative remaining", headers: []string{"RateLimit", `limit=100, remaining=-1, reset=30`},
 			errs: []string{"ratelimit"}},
@@ -288,7 +320,7 @@ func adviceCases() []adviceCase {
 			errs: []string{"ratelimit"}},
 		{name: "ietf malformed policy, limits still read", headers: []string{
 			"RateLimit-Policy", `"burst";q=`, "RateLimit", `"burst";r=0;t=30`},
-			want: Advice{Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 30 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit"},
 			errs: []string{"ratelimit-policy"}},
 		{name: "ietf policy without q", headers: []string{"RateLimit-Policy", `"burst";w=60`},
 			errs: []string{"ratelimit-policy"}},
@@ -297,13 +329,14 @@ func adviceCases() []adviceCase {
 
 		// IETF draft, older separate fields.
 		{name: "old draft quota left", headers: []string{
-			"RateLimit-Limit", "100", "RateLimit-Remaining", "42", "RateLimit-Reset", "30"}},
+			"RateLimit-Limit", "100", "RateLimit-Remaining", "42", "RateLimit-Reset", "30"},
+			want: Advice{Calls: Quota{Remaining: 42, Limit: 100, Reset: 30 * time.Second, Source: "ratelimit-remaining"}}},
 		{name: "old draft exhausted", headers: []string{
 			"RateLimit-Limit", "10, 10;w=1, 50;w=60", "RateLimit-Remaining", "0", "RateLimit-Reset", "30"},
-			want: Advice{Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Limit: 10, Reset: 30 * time.Second, Source: "ratelimit-remaining"}, Exhausted: true, Reset: 30 * time.Second, ResetSource: "ratelimit-reset"}},
 		{name: "old draft reset as a Unix time (GitLab)", headers: []string{
 			"RateLimit-Remaining", "0", "RateLimit-Reset", unixTime(time.Minute)},
-			want: Advice{Exhausted: true, Reset: time.Minute, ResetSource: "ratelimit-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 60 * time.Second, Source: "ratelimit-remaining"}, Exhausted: true, Reset: time.Minute, ResetSource: "ratelimit-reset"}},
 		{name: "old draft bad values", headers: []string{
 			"RateLimit-Limit", "ten", "RateLimit-Remaining", "-1", "RateLimit-Reset", "x"},
 			errs: []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}},
@@ -314,17 +347,17 @@ func adviceCases() []adviceCase {
 			"anthropic-ratelimit-requests-remaining", "0", "anthropic-ratelimit-requests-reset", rfc3339(40 * time.Second),
 			"x-ratelimit-remaining", "0", "x-ratelimit-reset", unixTime(10 * time.Second),
 			"RateLimit", `"a";r=0;t=35`, "RateLimit-Remaining", "0", "RateLimit-Reset", "5"},
-			want: Advice{Exhausted: true, Reset: 40 * time.Second, ResetSource: "anthropic-ratelimit-requests-reset"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 40 * time.Second, Source: "anthropic-ratelimit-requests-remaining"}, Exhausted: true, Reset: 40 * time.Second, ResetSource: "anthropic-ratelimit-requests-reset"}},
 		{name: "equal resets, the first read names the source", headers: []string{
 			"RateLimit", `"a";r=0;t=20`, "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "20s"},
-			want: Advice{Exhausted: true, Reset: 20 * time.Second, ResetSource: "x-ratelimit-reset-tokens"}},
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 20 * time.Second, Source: "ratelimit"}, Exhausted: true, Reset: 20 * time.Second, ResetSource: "x-ratelimit-reset-tokens"}},
 		{name: "wait and reset both capped", status: 429, headers: []string{
 			"Retry-After", "7200", "RateLimit", `"daily";r=0;t=86400`},
-			want: Advice{Wait: testMaxWait, Source: "retry-after",
+			want: Advice{Calls: Quota{Remaining: 0, Reset: 24 * time.Hour, Source: "ratelimit"}, Wait: testMaxWait, Source: "retry-after",
 				Exhausted: true, Reset: testMaxWait, ResetSource: "ratelimit", Capped: true, Asked: 24 * time.Hour}},
 		{name: "an exhausted quota with a known reset beats an unknown one", headers: []string{
 			"x-ratelimit-remaining-requests", "0", "RateLimit", `"a";r=0;t=0`},
-			want: Advice{Exhausted: true, ResetSource: "ratelimit"}},
+			want: Advice{Calls: Quota{Remaining: 0, Source: "ratelimit"}, Exhausted: true, ResetSource: "ratelimit"}},
 	}
 }
 
@@ -593,6 +626,9 @@ func FuzzParseAdvice(f *testing.F) {
 		}
 		if a.ResetSource == "" && a.Reset != 0 {
 			t.Fatalf("ParseAdvice(%q) = %+v: a reset without its source", raw, a)
+		}
+		if c := a.Calls; c.Remaining < 0 || c.Limit < 0 || c.Reset < 0 || c.Source == "" && c != (Quota{}) || c.Refill && c.Limit == 0 {
+			t.Fatalf("ParseAdvice(%q) = %+v: a bad count of calls", raw, a)
 		}
 		for _, err := range errs {
 			if !errors.Is(err, ErrBadHeader) {

@@ -98,6 +98,19 @@ type Options struct {
 	// Default 1 s.
 	DefaultWait time.Duration
 
+	// IgnoreCounts turns off pacing by the provider's counts. By default,
+	// once a key's answers report a quota of calls (Advice.Calls: GitHub's
+	// x-ratelimit-remaining, the IETF drafts' RateLimit fields, OpenAI's
+	// and Anthropic's request counts), the fleet keeps that count in Redis:
+	// the calls left, less those in flight, spread evenly over the time to
+	// the reset, a tenth of them at once; when none are left, calls wait for
+	// the reset, and the first one after it goes alone, to learn the new
+	// window. A quota that refills continuously (OpenAI, Anthropic) is
+	// paced at its refill rate instead. This costs two more Redis calls per
+	// request on such a key. The count is of calls: a quota of tokens still
+	// only pauses the key when it is exhausted.
+	IgnoreCounts bool
+
 	// Logger receives capped waits, malformed headers (once a minute per
 	// key and header) and failed settles.
 	// Default slog.Default().
@@ -107,10 +120,11 @@ type Options struct {
 // Transport is an http.RoundTripper that paces requests on a
 // reserve.Limiter. It is safe for concurrent use.
 type Transport struct {
-	lim    *reserve.Limiter
-	opts   Options
-	rates  rateCache // with Options.Adaptive: each key's learned rate
-	warned warnings  // malformed headers logged, per key and header
+	lim     *reserve.Limiter
+	opts    Options
+	rates   rateCache // with Options.Adaptive: each key's learned rate
+	warned  warnings  // malformed headers logged, per key and header
+	counted counted   // keys whose answers report a quota of calls
 }
 
 // warnEvery is how often a malformed header is logged per key and header
@@ -229,18 +243,32 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && t.opts.Adaptive != nil {
 			r, err = t.follow(ctx, &rt, r)
 		}
+		var take int64
+		if err == nil && t.takes(rt.Key) {
+			if take, err = t.take(ctx, rt.Key); err != nil {
+				_ = r.Cancel(context.WithoutCancel(ctx))
+			}
+		}
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
+		sent := time.Now()
 		resp, err := t.opts.Base.RoundTrip(send)
 		if err != nil {
 			// The request may have reached the provider: the slot stays
-			// spent.
+			// spent, and the call taken from the count stays in flight
+			// until it lapses.
 			return nil, err
 		}
 		now := time.Now()
 		adv, bad := ParseAdvice(resp.Header, resp.StatusCode, now, t.opts.MaxWait)
+		if !t.opts.IgnoreCounts && (take > 0 || adv.Calls.Source != "") {
+			if adv.Calls.Source != "" {
+				t.counted.set(rt.Key, true)
+			}
+			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent))
+		}
 		for _, e := range bad {
 			var he *headerError
 			if errors.As(e, &he) && !t.warned.due(rt.Key, he.name, now) {
@@ -262,7 +290,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			((resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusForbidden) && adv.Wait > 0) ||
 			(resp.StatusCode == http.StatusForbidden && adv.Exhausted && adv.ResetSource != "")
 		if !limited {
-			if adv.Exhausted && adv.Reset > 0 {
+			if adv.Exhausted && adv.Reset > 0 && !t.countCovers(rt.Key, adv) {
 				// Nothing left until the reset: stop the fleet before a 429.
 				t.pause(ctx, rt, adv.Reset)
 			}
@@ -310,6 +338,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			rt.Policy = lim.Policy()
 		}
 	}
+}
+
+// takes reports whether a call on key takes from the fleet's count of its
+// calls: it is counted, or not known to be uncounted yet.
+func (t *Transport) takes(key string) bool {
+	if t.opts.IgnoreCounts {
+		return false
+	}
+	counted, known := t.counted.get(key)
+	return counted || !known
+}
+
+// countCovers reports whether the fleet's count of key's calls paces what
+// adv says is exhausted: the count of calls is 0 and no other quota
+// refills later. The count then holds the calls until the window's end (or
+// a refilling bucket's next call) and a pause would add nothing but a
+// reset rounded up.
+func (t *Transport) countCovers(key string, adv Advice) bool {
+	c := adv.Calls
+	return !t.opts.IgnoreCounts && c.Source != "" && c.Remaining == 0 && adv.Reset <= c.Reset && t.counted.has(key)
 }
 
 // secondaryLimit reports whether the start of resp's body (4 KiB) carries

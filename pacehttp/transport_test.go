@@ -270,23 +270,41 @@ func TestClientTimeout(t *testing.T) {
 	require.ErrorAs(t, err, &tooLong)
 }
 
-// TestExhausted: a success that says the quota is used up pauses the key
-// until its reset, for every process, before any 429.
+// TestExhausted: a success that says the quota is used up holds every
+// process's calls until its reset, before any 429: by the fleet's count of
+// the calls (the other process's next call waits for the window's end), or,
+// with the counts ignored, by a pause of the key.
 func TestExhausted(t *testing.T) {
-	ls := fleet(t, 2)
-	srv := newServer(t, func(w http.ResponseWriter) {
-		w.Header().Set("x-ratelimit-remaining-requests", "0")
-		w.Header().Set("x-ratelimit-reset-requests", "1s")
-		io.WriteString(w, "last one")
-	})
-	a := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast})}
-	resp, err := a.Get(srv.URL)
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	snap, err := ls[1].Peek(context.Background(), reserve.Single(strings.TrimPrefix(srv.URL, "http://"), fast, 1))
-	require.NoError(t, err)
-	assert.Greater(t, snap.Paused, 500*time.Millisecond, "the other process sees the pause")
+	for _, ignore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("IgnoreCounts=%v", ignore), func(t *testing.T) {
+			ls := fleet(t, 2)
+			srv := newServer(t, func(w http.ResponseWriter) {
+				w.Header().Set("x-ratelimit-remaining-requests", "0")
+				w.Header().Set("x-ratelimit-reset-requests", "1s")
+				io.WriteString(w, "last one")
+			})
+			a := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast, IgnoreCounts: ignore})}
+			resp, err := a.Get(srv.URL)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			if ignore {
+				snap, err := ls[1].Peek(context.Background(), reserve.Single(strings.TrimPrefix(srv.URL, "http://"), fast, 1))
+				require.NoError(t, err)
+				assert.Greater(t, snap.Paused, 500*time.Millisecond, "the other process sees the pause")
+				return
+			}
+			b := &http.Client{Transport: transport(t, ls[1], pacehttp.Options{Limit: fast})}
+			resp, err = b.Get(srv.URL)
+			require.NoError(t, err)
+			resp.Body.Close()
+			arrived, _ := srv.requests()
+			require.Len(t, arrived, 2)
+			// The reset is 1 s from the first answer, read after it:
+			// the second call cannot arrive sooner.
+			assert.GreaterOrEqual(t, arrived[1].Sub(arrived[0]), 999*time.Millisecond, "the other process's call was not held")
+		})
+	}
 }
 
 // TestSettle: the Settle hook's cost settles each call's reservation.

@@ -123,17 +123,25 @@ func durationSyntax(s string) bool {
 	return true
 }
 
-// parseCount reads a remaining count, a non-negative decimal, and reports
-// whether it is 0.
-func parseCount(v string) (zero bool, err error) {
+// parseCount reads a count, a non-negative decimal, and returns its whole
+// part (math.MaxInt64 for one too long).
+func parseCount(v string) (int64, error) {
 	if strings.HasPrefix(v, "-") {
-		return false, errNegative
+		return 0, errNegative
 	}
-	whole, frac, ok := splitDecimal(v)
+	whole, _, ok := splitDecimal(v)
 	if !ok {
-		return false, errNumber
+		return 0, errNumber
 	}
-	return strings.Trim(whole+frac, "0") == "", nil
+	var n int64
+	for i := 0; i < len(whole); i++ {
+		d := int64(whole[i] - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return math.MaxInt64, nil
+		}
+		n = n*10 + d
+	}
+	return n, nil
 }
 
 // parseDecimal reads a non-negative decimal number of units: digits, then

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pacer-go/pacer/internal/provider"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +104,20 @@ func TestQuick(t *testing.T) {
 		}
 		if !strings.Contains(stdout.String(), "| "+v.Name+" |") {
 			t.Errorf("no row for %q in the tables", v.Name)
+		}
+	}
+
+	// The counts phase: every provider was called, in each mode, and the
+	// table shows them (the figures are the full run's).
+	if cr := res.Counts; cr == nil {
+		t.Error("no counts phase")
+	} else if len(cr.Runs) != 2*(2*len(provider.WindowDialects)+1) || !strings.Contains(stdout.String(), "### The provider's counts (pacehttp)") {
+		t.Errorf("counts phase: %d runs; want each dialect at each latency and the bucket, counted and ignored, and their table", len(cr.Runs))
+	} else {
+		for _, r := range cr.Runs {
+			if r.Stats.Used == 0 && r.Rate == 0 {
+				t.Errorf("counts phase: %s (latency %v, ignored %v): no call accepted", r.Dialect, r.Latency, r.Ignored)
+			}
 		}
 	}
 

@@ -1,0 +1,267 @@
+-- quota.lua: the fleet's count of a provider's quota of calls (package
+-- pacehttp). It does not use core.lua.
+--
+-- A provider that reports its quota (x-ratelimit-remaining and its reset,
+-- RateLimit: ..., ...) says, in each answer, how many calls are left. The
+-- calls the fleet took since then, not answered yet, are not in that count:
+-- what the fleet may still send is the count less the calls in flight. Each
+-- call takes one (`take`) before it is sent, and reports its answer
+-- (`answer`), or that it was not sent (`drop`).
+--
+-- Two kinds of quota:
+--   - a fixed window (GitHub, the IETF drafts): the calls left are spread
+--     evenly over the time until the window ends at the earliest, the
+--     first tenth of them at once, so that the window's last call is sent
+--     before its end. When nothing is left, callers wait for the end at the
+--     latest. After it, one call
+--     (the probe) goes first, alone, and its answer tells the new window:
+--     a provider's reset rounded to a second may end the window early or
+--     late, and only its answer says which.
+--   - a refilling bucket (OpenAI, Anthropic: the reset is when it is full
+--     again): the calls left now, then the refill rate, (limit - left) /
+--     reset, in order, each call waiting for its own.
+-- Each call counted is one less to take, when it is taken. With a window's
+-- quota known (its limit), the calls left are the quota less the window's
+-- takes and less what others spent, which every answer bounds from below:
+-- the calls the provider counted beyond all the takes so far. Without it,
+-- an answer can only lower the count (to the calls it says are left, less
+-- those in flight), never raise it: an answer read late may not count a
+-- call that came after it and was answered first, and a call counted but
+-- not answered yet is taken off twice. So the fleet may use a little less
+-- than the quota, never more. A new window, or a bucket's first count, sets
+-- it.
+-- An answer that counts nothing after a window ended means the provider
+-- stopped counting: the key goes unpaced.
+--
+-- KEYS[1]  the count, a hash:
+--            s  takes so far (each take's number)
+--            w  the first take of the current window (its probe)
+--            e  fixed window: its end, Unix ms (0: none known), at the
+--               latest: the earliest end an answer gave
+--            o  fixed window: its end at the earliest (an answer's end less
+--               its uncertainty: a reset in whole seconds, rounded up, may
+--               be up to a second late)
+--            b  calls left to take: before e, or at time t (bucket)
+--            n  fixed window: where the spread stands, Unix ms
+--            p  a probe is out until then, Unix ms (0: none)
+--            r  the calls' round trip, ms (moving average)
+--            l, f, t  bucket: its limit, its refill per ms (0: a fixed
+--                     window), and when b was its level, Unix ms
+--            x  fixed window of a known quota: the calls others spent in it,
+--               at the least (see below)
+--            d  fixed window: its takes dropped (not sent)
+-- KEYS[2]  the takes in flight, a sorted set: member the take's number,
+--          score when it lapses unanswered (Unix ms)
+-- ARGV[1]  "take", "answer" or "drop"
+-- ARGV[2]  keep: how long the keys outlive the window's end and the last
+--          call, ms (integer > 0)
+-- take:    ARGV[3] lapse: how long after its slot a take unanswered stops
+--          counting as in flight, ms (integer > 0)
+--          Reply {wait ms (integer >= 0), take number, known}: sleep wait
+--          and send; with number 0, nothing was taken: take again after
+--          wait; with known 0 (and wait 0), no count is known: send, and
+--          take no more until an answer counts.
+-- answer:  ARGV[3] the take answered (0: a call not taken), ARGV[4] the
+--          calls left (-1: the answer counts nothing), ARGV[5] reset ms,
+--          ARGV[6] limit (0: unknown), ARGV[7] 1 for a refilling bucket,
+--          ARGV[8] the call's round trip, ms, ARGV[9] how much earlier the
+--          reset may be than it says, ms
+-- drop:    ARGV[3] the take not sent
+-- Reply of answer and drop: 1
+-- Errors   PACER_ARG, PACER_WRONGTYPE
+
+local op = ARGV[1]
+local keep = tonumber(ARGV[2])
+if (op ~= 'take' and op ~= 'answer' and op ~= 'drop') or not keep or keep <= 0 then
+  return redis.error_reply('PACER_ARG bad quota arguments')
+end
+
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
+
+local raw = redis.pcall('HMGET', KEYS[1], 'o', 's', 'w', 'e', 'b', 'n', 'p', 'r', 'l', 'f', 't', 'x', 'd')
+if raw.err then
+  return redis.error_reply('PACER_WRONGTYPE the quota key holds another type')
+end
+local zt = redis.pcall('TYPE', KEYS[2])
+zt = zt.ok or zt
+if zt ~= 'zset' and zt ~= 'none' then
+  return redis.error_reply('PACER_WRONGTYPE the quota key holds another type')
+end
+local o = tonumber(raw[1]) or 0
+local s = tonumber(raw[2]) or 0
+local w = tonumber(raw[3]) or 0
+local e = tonumber(raw[4]) or 0
+local b = tonumber(raw[5]) or 0
+local n = tonumber(raw[6]) or 0
+local p = tonumber(raw[7]) or 0
+local r = tonumber(raw[8]) or 0
+local l = tonumber(raw[9]) or 0
+local f = tonumber(raw[10]) or 0
+local t = tonumber(raw[11]) or 0
+local x = tonumber(raw[12]) or 0
+local d = tonumber(raw[13]) or 0
+
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+
+local function save()
+  redis.call('HSET', KEYS[1], 'o', string.format('%.3f', o), 's', s, 'w', w, 'e', string.format('%.3f', e), 'b', string.format('%.17g', b),
+    'n', string.format('%.3f', n), 'p', string.format('%.3f', p), 'r', string.format('%.3f', r), 'l', l,
+    'f', string.format('%.17g', f), 't', string.format('%.3f', t), 'x', x, 'd', d)
+  local ttl = math.floor(math.max(keep, e - now + keep))
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+end
+
+if op == 'take' then
+  local lapse = tonumber(ARGV[3])
+  if not lapse or lapse <= 0 then
+    return redis.error_reply('PACER_ARG bad quota lapse')
+  end
+  lapse = math.max(lapse, 4 * r)
+  if e == 0 and f == 0 then
+    return {0, 0, 0} -- no count known: nothing to take
+  end
+  local wait = 0
+  if f > 0 then
+    -- A refilling bucket: this call's turn is when its unit has refilled.
+    local level = math.min(l, b + f * (now - t))
+    level = level - 1
+    b = level
+    t = now
+    if level < 0 then
+      wait = -level / f
+    end
+  elseif e > now then
+    if b < 1 then
+      return {math.ceil(e - now), 0, 1}
+    end
+    -- Spread what is left over the time left, a tenth of it at once.
+    local base = math.max(n, now)
+    local gap = math.max(0, o - base) / b
+    local k = math.max(1, math.ceil(b / 10))
+    local slot = math.max(now, base - (k - 1) * gap)
+    n = base + gap
+    b = b - 1
+    wait = slot - now
+  elseif e > 0 then
+    -- The window ended: one probe, then the new window its answer tells.
+    if p > now then
+      return {math.ceil(math.min(p - now, math.max(5, r / 4))), 0, 1}
+    end
+    p = now + math.max(250, 4 * r)
+    w = s + 1
+    b = 0
+    n = now
+  end
+  s = s + 1
+  redis.call('ZADD', KEYS[2], now + wait + lapse, s)
+  save()
+  return {math.ceil(wait), s, 1}
+end
+
+local id = tonumber(ARGV[3])
+if not id or id < 0 or id ~= math.floor(id) then
+  return redis.error_reply('PACER_ARG bad quota take number')
+end
+if id > 0 then
+  redis.call('ZREM', KEYS[2], id)
+end
+
+if op == 'drop' then
+  if p > 0 and id == w then
+    p = 0 -- the probe was not sent: the next take probes
+  end
+  if f == 0 and e > 0 and id >= w then
+    d = d + 1
+    b = b + 1
+  end
+  save()
+  return 1
+end
+
+local left, reset, limit, refill, rtt = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+local unc = tonumber(ARGV[9])
+if not left or not reset or not limit or not rtt or not unc or reset < 0 or limit < 0 or rtt < 0 or unc < 0
+    or (refill ~= '0' and refill ~= '1') then
+  return redis.error_reply('PACER_ARG bad quota answer')
+end
+if rtt > 0 then
+  if r == 0 then
+    r = rtt
+  else
+    r = 0.8 * r + 0.2 * rtt
+  end
+end
+if f == 0 and id > 0 and id < w then
+  save() -- an answer from before the window: it counts nothing of it
+  return 1
+end
+if p > 0 then
+  p = 0 -- the probe's answer (or a later one): the window is known
+end
+if left < 0 then
+  if f == 0 and e <= now then
+    e = 0 -- no count after the window: the provider stopped counting
+  end
+  save()
+  return 1
+end
+
+local inflight = redis.call('ZCARD', KEYS[2])
+local avail = left - inflight
+if refill == '1' and limit > 0 and reset > 0 and left < limit then
+  -- A refilling bucket: left now, full again in reset.
+  if f > 0 then
+    b = math.min(math.min(l, b + f * (now - t)), avail)
+  else
+    b = avail
+  end
+  f = (limit - left) / reset
+  l = limit
+  t = now
+  e = 0
+elseif refill == '1' then
+  -- A full bucket: no refill to read. At the rate known, its level; with
+  -- none known yet, nothing to pace by.
+  if f > 0 then
+    l = math.max(l, limit)
+    b = math.min(math.min(l, b + f * (now - t)), avail)
+    t = now
+  else
+    e = 0
+  end
+else
+  f = 0
+  if e <= now then
+    -- A new window.
+    e = now + reset
+    o = e - unc
+    n = now
+    x = 0
+    d = 0
+    if id > 0 then
+      w = math.max(w, id)
+    else
+      w = s + 1
+    end
+    b = avail
+  else
+    e = math.min(e, now + reset)
+    o = math.min(e, math.max(o, now + reset - unc))
+    b = math.min(b, avail)
+  end
+  if limit > 0 then
+    -- The quota known, the calls left are the quota less the window's
+    -- takes (all of them: counted by the provider or about to be) and what
+    -- others spent. Those are at least what the provider counted beyond
+    -- every take so far. This needs no answer to be read in order.
+    local taken = s - w + 1 - d
+    x = math.max(x, limit - left - taken)
+    b = limit - taken - x
+  end
+end
+save()
+return 1

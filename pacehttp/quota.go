@@ -1,0 +1,179 @@
+package pacehttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// The provider's counts (Options.IgnoreCounts): once a key's answers have
+// reported a quota of calls (Advice.Calls), every call on it takes one from
+// the fleet's count in Redis before it is sent, and reports its answer.
+// lua/quota.lua keeps the count: the calls the provider said were left,
+// less those in flight, spread over the time to the reset (or paced at
+// the refill rate of a bucket that refills continuously).
+
+var quotaScript = redis.NewScript(lua.Quota)
+
+const (
+	// quotaKeep is how long a key's count outlives its window and its last
+	// call.
+	quotaKeep = 10 * time.Minute
+	// quotaLapse is how long after its slot a call never answered (its
+	// process died) stops counting as in flight; the script makes it at
+	// least four round trips.
+	quotaLapse = 10 * time.Second
+)
+
+// counted remembers, per key, whether the fleet keeps a count of its calls:
+// true once an answer of this process reported one, or a take found one
+// kept by another process; false when a take found none (this process
+// takes no more on the key until one of its answers reports a count).
+// Absent: not known yet, the next call takes. At most maxRates keys; past
+// it they start afresh.
+type counted struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+// get returns whether key is counted, and whether that is known.
+func (c *counted) get(key string) (counted, known bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counted, known = c.m[key]
+	return counted, known
+}
+
+func (c *counted) set(key string, counted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.m[key]; ok && v == counted {
+		return
+	}
+	if c.m == nil || len(c.m) >= maxRates {
+		c.m = map[string]bool{}
+	}
+	c.m[key] = counted
+}
+
+// has reports whether key is counted.
+func (c *counted) has(key string) bool {
+	v, _ := c.get(key)
+	return v
+}
+
+// quotaKeys returns the Redis keys of key's count.
+func (t *Transport) quotaKeys(key string) []string {
+	k := t.lim.RedisKey(key) + ":quota"
+	return []string{k, k + ":flight"}
+}
+
+// runQuota runs the quota script on key.
+func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any, error) {
+	keys := t.quotaKeys(key)
+	return hook.Run(t.lim, ctx, "quota", key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+		return quotaScript.Run(ctx, rdb, keys, args...).Result()
+	})
+}
+
+// take takes one call from key's count and sleeps until its turn, no later
+// than ctx's deadline. It returns the take's number, for answer or drop;
+// 0 when nothing was taken: no count is kept for key (it is then recorded
+// as not counted), or Redis cannot be reached (the call goes on, as the
+// reservation does, paced locally).
+func (t *Transport) take(ctx context.Context, key string) (int64, error) {
+	for {
+		res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
+		if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("provider's count: %w", err)
+		}
+		reply, ok := res.([]any)
+		if !ok || len(reply) != 3 {
+			return 0, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
+		}
+		ms, _ := reply[0].(int64)
+		id, _ := reply[1].(int64)
+		known, _ := reply[2].(int64)
+		t.counted.set(key, known == 1)
+		if known == 0 {
+			return 0, nil
+		}
+		wait := time.Duration(ms) * time.Millisecond
+		if d, ok := ctx.Deadline(); ok {
+			if left := time.Until(d); wait > left {
+				if id > 0 {
+					t.drop(ctx, key, id)
+				}
+				return 0, &reserve.WaitTooLongError{Wait: wait, MaxWait: max(left, 0), Deadline: true}
+			}
+		}
+		if wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				if id > 0 {
+					t.drop(ctx, key, id)
+				}
+				return 0, ctx.Err()
+			case <-timer.C:
+			}
+		}
+		if id > 0 {
+			return id, nil
+		}
+	}
+}
+
+// drop reports that take id on key was not sent.
+func (t *Transport) drop(ctx context.Context, key string, id int64) {
+	if _, err := t.runQuota(context.WithoutCancel(ctx), key, "drop", quotaKeep.Milliseconds(), id); err != nil && !errors.Is(err, reserve.ErrUnavailable) {
+		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
+	}
+}
+
+// answer reports the answer to take id on key (0: a call taken before the
+// key was counted): the quota of calls it reports, if any, and the call's
+// round trip.
+func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration) {
+	left, refill := int64(-1), "0"
+	if q.Source != "" {
+		left = q.Remaining
+	}
+	reset := q.Reset
+	// A reset in whole seconds is taken as rounded up (express-rate-limit,
+	// the IETF drafts' examples): the window may end up to a second
+	// earlier. One from a Unix time (GitHub) is exact to the millisecond.
+	unc := time.Millisecond
+	if reset%time.Second == 0 {
+		unc = time.Second
+	}
+	if q.Refill {
+		refill = "1"
+		// The refill rate is read as (limit - left) / reset: a reset
+		// rounded to a whole second (OpenAI's "1s", "6m0s") may be up to
+		// half a second short, and the rate too high; take the longest
+		// reset it may stand for.
+		if reset >= time.Second && reset%time.Second == 0 {
+			reset += time.Second / 2
+		}
+	}
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+	}
+	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, refill, ms(rtt), ms(unc))
+	if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
+		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
+	}
+}

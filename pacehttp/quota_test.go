@@ -1,0 +1,269 @@
+package pacehttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// The fleet's count of a provider's calls (lua/quota.lua), driven through
+// the script's operations. The script reads the time itself; the windows
+// and refills here are long (minutes) so that a bound on a wait holds
+// however slow each call is on a loaded machine.
+
+func quotaTransport(t *testing.T) (*Transport, *redistest.Server) {
+	t.Helper()
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	tr, err := New(l, Options{Limit: reserve.Limit{Rate: 1000, Burst: 1}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, s
+}
+
+// takeOnce runs one take: the wait, the take's number, whether a count is
+// known.
+func takeOnce(t *testing.T, tr *Transport, key string) (time.Duration, int64, bool) {
+	t.Helper()
+	res, err := tr.runQuota(context.Background(), key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.([]any)
+	return time.Duration(r[0].(int64)) * time.Millisecond, r[1].(int64), r[2].(int64) == 1
+}
+
+// window answers take id with left calls until a fixed window's end reset
+// away, exact to the millisecond.
+func window(tr *Transport, key string, id, left int64, reset time.Duration) {
+	tr.answer(context.Background(), key, id, Quota{Remaining: left, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+}
+
+func TestQuotaSpread(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	if _, id, known := takeOnce(t, tr, "k"); id != 0 || known {
+		t.Fatalf("a key with no count: take gave number %d, known %v; want nothing taken", id, known)
+	}
+	window(tr, "k", 0, 20, 200*time.Second)
+	var last time.Duration
+	for i := range 20 {
+		wait, id, known := takeOnce(t, tr, "k")
+		if id != int64(i+1) || !known {
+			t.Fatalf("take %d: number %d, known %v", i+1, id, known)
+		}
+		if i < 2 && wait != 0 {
+			t.Fatalf("take %d waits %v: the first tenth goes at once", i+1, wait)
+		}
+		if wait >= 200*time.Second {
+			t.Fatalf("take %d waits %v: after the window's end", i+1, wait)
+		}
+		if i >= 2 && wait <= last {
+			t.Fatalf("take %d waits %v, after one that waits %v: not in order", i+1, wait, last)
+		}
+		last = wait
+	}
+	if last < 150*time.Second {
+		t.Fatalf("the last of 20 calls over 200 s waits %v: not spread", last)
+	}
+	wait, id, _ := takeOnce(t, tr, "k")
+	if id != 0 || wait <= last {
+		t.Fatalf("the 21st take: number %d, wait %v; want none taken, and a wait for the window's end", id, wait)
+	}
+}
+
+// TestQuotaInFlight: the calls an answer leaves are those it says, less the
+// calls taken and not answered; a later answer can lower that, never raise
+// it.
+func TestQuotaInFlight(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	window(tr, "k", 0, 100, time.Minute)
+	for range 5 {
+		takeOnce(t, tr, "k")
+	}
+	// Take 3 is answered: 10 left, and takes 1, 2, 4, 5 in flight.
+	window(tr, "k", 3, 10, time.Minute)
+	got := 0
+	for {
+		_, id, _ := takeOnce(t, tr, "k")
+		if id == 0 {
+			break
+		}
+		got++
+	}
+	if got != 6 {
+		t.Fatalf("%d calls taken after an answer of 10 left with 4 in flight, want 6", got)
+	}
+	// An answer that says more are left (read late, or a refusal not
+	// counted) does not raise the count.
+	window(tr, "k", 1, 50, time.Minute)
+	if _, id, _ := takeOnce(t, tr, "k"); id != 0 {
+		t.Fatalf("a take after an answer that would raise the count got number %d", id)
+	}
+}
+
+// TestQuotaProbe: after the window's end one call goes alone; its answer
+// opens the next window; a probe not sent lets the next take probe; an
+// answer with no count after the end stops the counting.
+func TestQuotaProbe(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	window(tr, "k", 0, 0, 30*time.Millisecond)
+	wait, id, _ := takeOnce(t, tr, "k")
+	if id != 0 || wait <= 0 {
+		t.Fatalf("a take with nothing left: number %d, wait %v; want a wait for the end", id, wait)
+	}
+	time.Sleep(wait + time.Millisecond)
+	_, probe, _ := takeOnce(t, tr, "k")
+	if probe == 0 {
+		t.Fatal("no probe after the window's end")
+	}
+	if _, id, _ := takeOnce(t, tr, "k"); id != 0 {
+		t.Fatalf("a second call took number %d while the probe is out", id)
+	}
+	tr.drop(context.Background(), "k", probe)
+	_, probe, _ = takeOnce(t, tr, "k")
+	if probe == 0 {
+		t.Fatal("no new probe after the first was dropped")
+	}
+	window(tr, "k", probe, 3, time.Minute)
+	for i := range 3 {
+		if _, id, _ := takeOnce(t, tr, "k"); id == 0 {
+			t.Fatalf("take %d of the 3 the new window has: none", i+1)
+		}
+	}
+	if _, id, _ := takeOnce(t, tr, "k"); id != 0 {
+		t.Fatalf("a 4th take in a window of 3 got number %d", id)
+	}
+
+	// The provider stops counting.
+	window(tr, "j", 0, 0, 30*time.Millisecond)
+	time.Sleep(40 * time.Millisecond)
+	_, probe, _ = takeOnce(t, tr, "j")
+	tr.answer(context.Background(), "j", probe, Quota{}, time.Millisecond)
+	if _, id, known := takeOnce(t, tr, "j"); id != 0 || known {
+		t.Fatalf("after an answer with no count: take number %d, known %v; want no count", id, known)
+	}
+}
+
+// TestQuotaRefill: a refilling bucket paces each call at its refill rate,
+// in order, instead of holding them all until it is full.
+func TestQuotaRefill(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	// Empty, full again in 599.5 s: one call every 100 s (the reset, in
+	// whole seconds, is read as up to half a second longer).
+	tr.answer(context.Background(), "k", 0, Quota{Remaining: 0, Limit: 6, Reset: 599 * time.Second, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
+	var waits []time.Duration
+	for range 3 {
+		wait, id, _ := takeOnce(t, tr, "k")
+		if id == 0 {
+			t.Fatal("a refilling bucket refused a take")
+		}
+		waits = append(waits, wait)
+	}
+	for i, w := range waits {
+		want := time.Duration(i+1) * 100 * time.Second
+		if w < want-10*time.Second || w > want {
+			t.Fatalf("take %d waits %v, want about %v (%v)", i+1, w, want, waits)
+		}
+	}
+}
+
+func TestQuotaBadInput(t *testing.T) {
+	tr, s := quotaTransport(t)
+	ctx := context.Background()
+	if err := s.Client.Set(ctx, tr.quotaKeys("str")[0], "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.runQuota(ctx, "str", "take", 1000, 1000); !errors.Is(err, reserve.ErrWrongType) {
+		t.Fatalf("take on a key holding a string: %v, want ErrWrongType", err)
+	}
+	if err := s.Client.Set(ctx, tr.quotaKeys("fl")[1], "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.runQuota(ctx, "fl", "take", 1000, 1000); !errors.Is(err, reserve.ErrWrongType) {
+		t.Fatalf("take with its flight key holding a string: %v, want ErrWrongType", err)
+	}
+	for _, args := range [][]any{
+		{"nope", 1000},
+		{"take", 0, 1000},
+		{"take", 1000, -1},
+		{"answer", 1000, 1, "x", 1, 0, "0", 1, 1},
+		{"answer", 1000, 1, 5, -1, 0, "0", 1, 1},
+		{"answer", 1000, 1, 5, 1, 0, "2", 1, 1},
+		{"drop", 1000, 1.5},
+	} {
+		if _, err := tr.runQuota(ctx, "k", args...); err == nil {
+			t.Errorf("quota %v: no error", args)
+		}
+	}
+	if n, err := s.Client.Exists(ctx, tr.quotaKeys("k")...).Result(); err != nil || n != 0 {
+		t.Fatalf("bad arguments wrote %d keys (%v)", n, err)
+	}
+}
+
+// TestQuotaKnownLimit: with the window's quota known, the calls left are the
+// quota less the window's takes and less what others spent (the calls the
+// provider counted beyond the takes), whatever order the answers come in;
+// a take not sent is given back.
+func TestQuotaKnownLimit(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	answer := func(id, left int64) {
+		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+	}
+	// The window opens on an answer of a call made before any take: 9 left
+	// of 10.
+	answer(0, 9)
+	var ids []int64
+	for range 4 {
+		_, id, _ := takeOnce(t, tr, "k")
+		ids = append(ids, id)
+	}
+	// Answers in any order: take 4 counted first (5 left: ours 1 to 4 and
+	// the first call), take 1 late (8 left). Neither lowers or raises what
+	// is left: 10 - 1 - 4 = 5.
+	answer(ids[3], 5)
+	answer(ids[0], 8)
+	tr.drop(context.Background(), "k", ids[1]) // never sent: given back
+	got := 0
+	for {
+		_, id, _ := takeOnce(t, tr, "k")
+		if id == 0 {
+			break
+		}
+		got++
+	}
+	if got != 6 {
+		t.Fatalf("%d calls taken, want 6 (10 less the first call and 3 takes sent)", got)
+	}
+	// Others spend: on a new key, the first call (9 left), two takes, and
+	// an answer that says 4 are left: the provider counted 6, ours are 3,
+	// others spent 3. 10 - 3 - 3 = 4 are left.
+	answerF := func(id, left int64) {
+		tr.answer(context.Background(), "f", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+	}
+	answerF(0, 9)
+	_, first, _ := takeOnce(t, tr, "f")
+	takeOnce(t, tr, "f")
+	answerF(first, 4)
+	got = 0
+	for {
+		_, id, _ := takeOnce(t, tr, "f")
+		if id == 0 {
+			break
+		}
+		got++
+	}
+	if got != 4 {
+		t.Fatalf("%d calls taken after others spent 3, want 4", got)
+	}
+}
