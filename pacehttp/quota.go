@@ -151,7 +151,9 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	if q.Source != "" {
 		left = q.Remaining
 	}
-	reset := q.Reset
+	// A reset beyond MaxWait is cut to it, as a wait the provider asks for
+	// is: no call sleeps longer for a count.
+	reset := min(q.Reset, t.opts.MaxWait)
 	// A reset in whole seconds is taken as rounded up (express-rate-limit,
 	// the IETF drafts' examples): the window may end up to a second
 	// earlier. One from a Unix time (GitHub) is exact to the millisecond.
