@@ -23,7 +23,7 @@ const comboSeeds = 5
 
 // TestCombination runs the combination runner (package integration/combo)
 // on a fixed budget of seeds: each seed's scenario mixes calls of every
-// kind on three keys, the operator, the provider's 429s and faults of
+// kind on four keys (one through pacehttp), the operator, the provider's 429s and faults of
 // Redis and of the fleet's processes, and is judged by what the provider
 // saw. A failing seed names the command that replays it.
 func TestCombination(t *testing.T) {

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,7 +25,15 @@ var callMix = map[string][]struct {
 	KeySliding: {{"wait", 20}, {"reserve", 35}, {"try", 25}, {"allow", 10}, {"cancel", 10}},
 	KeyPolicy:  {{"waitp", 15}, {"reservep", 40}, {"tryp", 25}, {"allowp", 10}, {"cancelp", 10}},
 	KeyHot:     {{"reserve", 70}, {"wait", 10}, {"try", 10}, {"allow", 10}},
+	KeyHTTP:    {{kindHTTP, 100}},
 }
+
+// kindHTTP is a call through pacehttp's Transport; fireHeader carries the
+// time it was sent (its slot lies between the call and then).
+const (
+	kindHTTP   = "http"
+	fireHeader = "X-Combo-Fire"
+)
 
 // caller is one goroutine calling one key.
 type caller struct {
@@ -81,10 +91,18 @@ func (cl *caller) one(ctx context.Context, kind string) {
 func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est float64) time.Duration {
 	c, key := cl.c, cl.key
 	call := Call{ID: fmt.Sprintf("%s-%d", c.spec.ID, c.seq.Add(1)), Key: key.name, Child: c.spec.ID, Kind: kind, Attempt: attempt}
-	if key.single {
+	switch {
+	case key.single:
 		call.Cost = map[string]float64{reserve.PermitsUnit: 1}
-	} else {
+	case key.fleet != nil:
+		call.Cost = map[string]float64{unitRequests: 1}
+	default:
 		call.Cost = map[string]float64{unitRequests: 1, unitTokens: est}
+	}
+	if kind == kindHTTP {
+		c.count(kind)
+		call.Grant = time.Now().UnixNano()
+		return cl.sendHTTP(ctx, call)
 	}
 	req := cl.request(&call)
 	short := key.single && req.Tenant == "" && req.Lane == reserve.Normal // the short forms
@@ -225,6 +243,58 @@ func (cl *caller) send(ctx context.Context, call Call, r *reserve.Reservation) t
 		c.bg.Go(func() { cl.settle(call.ID, r, rep.Actual) })
 	}
 	return 0
+}
+
+// sendHTTP makes the call through the child's pacehttp Transport, which
+// reserves its slot, keeps the provider's count and pauses the key on a
+// 429 (it retries nothing: one does, as for the other keys).
+func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
+	c := cl.c
+	call.Lo = call.Grant
+	body, _ := json.Marshal(call)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.spec.Provider+"/call", bytes.NewReader(body))
+	if err != nil {
+		c.errNote("provider", call.Key, err)
+		return 0
+	}
+	resp, err := c.paced.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) && strings.HasPrefix(ue.Err.Error(), "pacehttp:") {
+			if _, ok := errors.AsType[*reserve.WaitTooLongError](ue.Err); ok {
+				// Near the end: a slot, or the count's next call, after
+				// the deadline. As a refused TryReserveN, try later.
+				c.count(call.Kind + "-refused")
+				sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
+			}
+			c.failed(ctx, call.Kind, call.Key, ue.Err)
+			return 0
+		}
+		if !ended(ctx) {
+			c.errNote("provider", call.Key, err)
+		}
+		return 0
+	}
+	defer resp.Body.Close()
+	var rep Reply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		c.errNote("provider", call.Key, fmt.Errorf("%s: %w", resp.Status, err))
+		return 0
+	}
+	if rep.Status == http.StatusTooManyRequests {
+		return max(time.Duration(rep.Retry), time.Millisecond)
+	}
+	return 0
+}
+
+// stampFire sends each request through base with the time it is sent in
+// fireHeader (on a clone: a RoundTripper must not change its request).
+type stampFire struct{ base http.RoundTripper }
+
+func (s stampFire) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	r.Header.Set(fireHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
+	return s.base.RoundTrip(r)
 }
 
 // settle settles r to actual tokens. A settle that cannot reach Redis may

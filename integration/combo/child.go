@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,7 @@ const (
 	slidingGoroutines = 4
 	policyGoroutines  = 4
 	hotBurst          = 12
+	httpGoroutines    = 3
 	maxAttempts       = 3 // a call refused with 429 is tried again this often
 )
 
@@ -44,6 +46,7 @@ type child struct {
 	spec  ChildSpec
 	l     *reserve.Limiter
 	http  *http.Client
+	paced *http.Client // KeyHTTP's calls, through pacehttp
 	out   *noteWriter
 	seq   atomic.Int64
 	bg    sync.WaitGroup // settles retried after the call returned
@@ -99,7 +102,22 @@ func childMain(spec ChildSpec) error {
 
 	c := &child{spec: spec, l: l, out: out, after: after, counts: map[string]int64{},
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	tr, err := pacehttp.New(l, pacehttp.Options{
+		Base: stampFire{c.http.Transport},
+		Route: func(*http.Request) (pacehttp.Route, error) {
+			return pacehttp.Route{Key: KeyHTTP, Policy: httpFleet, Cost: reserve.Cost{unitRequests: 1}}, nil
+		},
+		MaxRetries: -1,
+		Logger:     slog.New(stderr),
+	})
+	if err != nil {
+		return err
+	}
+	c.paced = &http.Client{Transport: tr}
 	var wg sync.WaitGroup
+	for g := range httpGoroutines {
+		wg.Go(func() { c.caller(KeyHTTP, 2000+g).loop(ctx) })
+	}
 	for g := range slidingGoroutines {
 		wg.Go(func() { c.caller(KeySliding, g).loop(ctx) })
 	}

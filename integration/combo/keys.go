@@ -14,15 +14,26 @@ const (
 	KeySliding = "sliding.example" // Sliding(31, 1s): 30/s, burst 1
 	KeyPolicy  = "policy.example"  // rps, a 2 s window and tokens
 	KeyHot     = "hot.example"     // fast enough to lease
+	// KeyHTTP is called through pacehttp: its true limit has a window the
+	// fleet is not told of, which the provider reports in its answers
+	// (GitHub's x-ratelimit-* headers), and pacehttp keeps the count of.
+	KeyHTTP = "http.example"
 )
 
 // Keys lists the keys in a fixed order (reports, draws).
-var Keys = []string{KeySliding, KeyPolicy, KeyHot}
+var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP}
 
 var (
 	slidingLimit = must(reserve.Sliding(31, time.Second))
 	hotLimit     = reserve.Limit{Rate: 5000, Burst: 1} // a lease spans 5 slots at 1 ms
-	policyLimit  = reserve.Policy{
+	// httpLimit is KeyHTTP's true limit; the fleet passes only its rps band
+	// (httpFleet), and learns the window from the provider's counts.
+	httpLimit = reserve.Policy{
+		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 30, Burst: 3}},
+		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 24, Length: 2 * time.Second}},
+	}
+	httpFleet   = httpLimit[:1]
+	policyLimit = reserve.Policy{
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
 		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 36, Length: 2 * time.Second}},
 		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
@@ -43,9 +54,12 @@ const (
 // keyDef is one key as the fleet, the provider and the verdict see it.
 type keyDef struct {
 	name   string
-	single bool          // paced by a Limit (Reserve, Wait...); else by pol
-	limit  reserve.Limit // when single
-	pol    reserve.Policy
+	single bool           // paced by a Limit (Reserve, Wait...); else by pol
+	limit  reserve.Limit  // when single
+	pol    reserve.Policy // the true limit, which the provider enforces
+	// fleet, if set, is the part of pol the fleet passes (KeyHTTP); the
+	// verdict judges the slots on it, and the rest on the provider's view.
+	fleet reserve.Policy
 	// throughput: the fleet's demand stays well above the limit, so the
 	// verdict judges how much of it was used.
 	throughput bool
@@ -55,6 +69,16 @@ var keyDefs = map[string]keyDef{
 	KeySliding: {name: KeySliding, single: true, limit: slidingLimit, pol: slidingLimit.Policy(), throughput: true},
 	KeyPolicy:  {name: KeyPolicy, pol: policyLimit, throughput: true},
 	KeyHot:     {name: KeyHot, single: true, limit: hotLimit, pol: hotLimit.Policy()},
+	KeyHTTP:    {name: KeyHTTP, pol: httpLimit, fleet: httpFleet, throughput: true},
+}
+
+// fleetPol is the policy the fleet passes for def: what the verdict judges
+// on the slots.
+func (def keyDef) fleetPol() reserve.Policy {
+	if def.fleet != nil {
+		return def.fleet
+	}
+	return def.pol
 }
 
 // band is one band of a policy, as the provider enforces it and the verdict

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pacer-go/pacer/reserve"
 )
 
 // The provider: an HTTP API in a process of its own that enforces each
@@ -33,6 +35,8 @@ import (
 const (
 	arrivalJitter = 25 * time.Millisecond
 	windowSlack   = 2
+	// httpLatency is KeyHTTP's round trip.
+	httpLatency = 100 * time.Millisecond
 )
 
 type provider struct {
@@ -92,10 +96,29 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if c.Kind == kindHTTP {
+		// Sent through pacehttp: its slot lies between the call and the
+		// send, which the child's transport stamps (as a Wait's). Its
+		// round trip is httpLatency, half before it is counted: the calls
+		// on their way when a count comes back are more than the
+		// provider's slack, so only a fleet that keeps count of them
+		// stays within the window.
+		fire, _ := strconv.ParseInt(r.Header.Get(fireHeader), 10, 64)
+		c.Fire, c.Hi = fire, fire+int64(reserve.MaxEarly)
+		time.Sleep(httpLatency / 2)
+		defer time.Sleep(httpLatency / 2)
+	}
 	rep, ok := p.call(&c, time.Now().UnixNano())
 	if !ok {
 		http.Error(w, "unknown key "+strconv.Quote(c.Key), http.StatusBadRequest)
 		return
+	}
+	if rep.count != nil {
+		// GitHub's dialect: the window's quota, what is left of it, and
+		// its end in Unix seconds.
+		w.Header().Set("X-RateLimit-Limit", strconv.FormatFloat(rep.count.n, 'f', -1, 64))
+		w.Header().Set("X-RateLimit-Remaining", strconv.FormatFloat(max(0, rep.count.left), 'f', -1, 64))
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(rep.count.end/int64(time.Second), 10))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if rep.Status == http.StatusTooManyRequests {
@@ -131,9 +154,12 @@ func (p *provider) call(c *Call, now int64) (Reply, bool) {
 	case now < pk.paused:
 		rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, pk.paused-now, "pause"
 	default:
-		if wait := pk.admit(now, cost); wait > 0 {
-			rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, wait, "limit"
+		if wait, band := pk.admit(now, cost); wait > 0 {
+			rep.Status, rep.Retry, rep.Why, c.Band = http.StatusTooManyRequests, wait, "limit", band
 		}
+	}
+	if c.Key == KeyHTTP {
+		rep.count = pk.count(now)
 	}
 	if rep.Status == http.StatusOK && c.Cost[unitTokens] > 0 {
 		rep.Actual = actual
@@ -143,17 +169,43 @@ func (p *provider) call(c *Call, now int64) (Reply, bool) {
 	return rep, true
 }
 
+// windowCount is what the provider reports of a key's window band.
+type windowCount struct {
+	n, left float64
+	end     int64 // Unix ns
+}
+
+// count returns what is left at now of pk's window band "win".
+func (pk *providerKey) count(now int64) *windowCount {
+	for i, b := range pk.bands {
+		if b.bucket || b.name != "win" {
+			continue
+		}
+		idx := windowIndex(now, b.length)
+		used := pk.used[i]
+		if pk.windows[i] != idx {
+			used = 0
+		}
+		return &windowCount{n: b.n, left: b.n - used, end: (idx + 1) * int64(b.length)}
+	}
+	return nil
+}
+
 // admit takes the call's cost at now if every band allows it (with the
-// arrival tolerances), else returns how long until it would have.
-func (pk *providerKey) admit(now int64, cost func(unit string) float64) int64 {
-	var wait int64
+// arrival tolerances), else returns how long until it would have, and the
+// band that refused it (the last one, if several).
+func (pk *providerKey) admit(now int64, cost func(unit string) float64) (int64, string) {
+	var (
+		wait  int64
+		which string
+	)
 	for i, b := range pk.bands {
 		u := cost(b.unit)
 		if b.bucket {
 			tat := max(pk.tat[i], float64(now)) + u/b.rate*1e9
 			limit := float64(now) + b.burst/b.rate*1e9 + float64(arrivalJitter)
 			if tat > limit {
-				wait = max(wait, int64(tat-limit)+1)
+				wait, which = max(wait, int64(tat-limit)+1), b.name
 			}
 			continue
 		}
@@ -163,11 +215,11 @@ func (pk *providerKey) admit(now int64, cost func(unit string) float64) int64 {
 			used = 0
 		}
 		if used+u > b.n+windowSlack {
-			wait = max(wait, (idx+1)*int64(b.length)-now)
+			wait, which = max(wait, (idx+1)*int64(b.length)-now), b.name
 		}
 	}
 	if wait > 0 {
-		return wait
+		return wait, which
 	}
 	for i, b := range pk.bands {
 		u := cost(b.unit)
@@ -181,7 +233,7 @@ func (pk *providerKey) admit(now int64, cost func(unit string) float64) int64 {
 		}
 		pk.used[i] += u
 	}
-	return 0
+	return 0, ""
 }
 
 // actualTokens is what a call estimated at est used, drawn from its ID (the

@@ -42,6 +42,7 @@ type Call struct {
 	Actual float64 `json:"actual,omitempty"` // tokens used (policy key, status 200)
 	Retry  int64   `json:"retry,omitempty"`  // a 429's Retry-After, ns
 	Why    string  `json:"why,omitempty"`    // a 429's reason: limit, pause, announced
+	Band   string  `json:"band,omitempty"`   // the band that refused, for limit
 }
 
 // Reply is the provider's answer to a Call.
@@ -51,6 +52,8 @@ type Reply struct {
 	Retry  int64   `json:"retry,omitempty"`
 	Arrive int64   `json:"arrive"`
 	Why    string  `json:"why,omitempty"`
+
+	count *windowCount // KeyHTTP: its window's count, sent in headers
 }
 
 // Note is a line a fleet process prints on stdout: what the provider does

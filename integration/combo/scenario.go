@@ -164,6 +164,17 @@ func Generate(seed uint64) Scenario {
 		}
 		sc.Events = append(sc.Events, e)
 	}
+	// KeyHTTP's pauses, the provider's and the operator's, from a stream of
+	// their own too (its calls joined after the others).
+	hrng := rand.New(rand.NewPCG(seed, 0x4774))
+	for range 1 + hrng.IntN(2) {
+		sc.Events = append(sc.Events, Event{At: between2(hrng, warmup, sc.Length-time.Second), Kind: ProviderPause, Key: KeyHTTP,
+			For: between2(hrng, 200*time.Millisecond, 1500*time.Millisecond)})
+	}
+	if hrng.Float64() < 0.5 {
+		sc.Events = append(sc.Events, Event{At: between2(hrng, warmup, sc.Length-time.Second), Kind: OpPause, Key: KeyHTTP,
+			For: between2(hrng, 300*time.Millisecond, 1500*time.Millisecond)})
+	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }

@@ -122,10 +122,11 @@ func Judge(res *Result) Verdict {
 	}
 	for _, key := range Keys {
 		def := keyDefs[key]
-		for _, b := range bandsOf(def.pol) {
+		for _, b := range bandsOf(def.fleetPol()) {
 			v.Violations = append(v.Violations, r.windows(key, b)...)
 			v.Figures.ArrivalOver += r.arrivalOver(key, b)
 		}
+		v.Violations = append(v.Violations, r.unpublished(key)...)
 		pv, unjudged := r.pauses(key)
 		v.Violations = append(v.Violations, pv...)
 		v.Figures.Unjudged += unjudged
@@ -213,6 +214,33 @@ func (r *run) restartBetween(a, b int64) bool {
 		}
 	}
 	return false
+}
+
+// unpublished judges the bands of key's true limit that the fleet is not
+// told of (KeyHTTP's window, which pacehttp learns from the provider's
+// counts) on the provider's view: no call refused over such a band, after
+// the warm-up (the first answers bring the first count) and outside Redis
+// faults and faultRecovery after them (the count is kept in Redis: without
+// it the fleet paces by what it was told, and a restart loses it).
+func (r *run) unpublished(key string) []Violation {
+	def := keyDefs[key]
+	if def.fleet == nil {
+		return nil
+	}
+	told := map[string]bool{}
+	for _, b := range def.fleet {
+		told[b.Name] = true
+	}
+	from := r.res.Start.Add(warmup).UnixNano()
+	var out []Violation
+	for _, c := range r.calls[key] {
+		if c.Why != "limit" || told[c.Band] || c.Arrive < from || r.faultDuring(c.Arrive-int64(faultRecovery), c.Arrive) {
+			continue
+		}
+		out = append(out, Violation{Kind: VWindow, Key: key, At: c.Arrive, Msg: fmt.Sprintf(
+			"the provider refused call %s (child %s) over band %s, which the fleet learns from its counts only", c.ID, c.Child, c.Band)})
+	}
+	return out
 }
 
 // errors turns the processes' error notes, their failed exits and the
