@@ -98,23 +98,31 @@ const shownValueLen = 100
 //     secondary limit from a 403 for another reason (no permission), which
 //     carries the same headers; the Transport reads the body for GitHub's
 //     message ("secondary rate limit").
-//   - The IETF draft (draft-ietf-httpapi-ratelimit-headers-09 to -11):
+//   - The IETF draft (draft-ietf-httpapi-ratelimit-headers-08 to -11):
 //     RateLimit-Policy and RateLimit, Lists of Structured Fields (RFC 9651)
 //     whose Items carry the policy's name and parameters; an Item of
 //     RateLimit with r=0 is an exhausted quota that refills in t seconds
 //     (r and t non-negative Integers, t optional). A malformed field is
-//     ignored whole, as the draft requires. RateLimit-Policy is only checked.
+//     ignored whole, as the draft requires. RateLimit-Policy gives each
+//     named policy's quota (q, for Calls.Limit) and unit (qu).
 //   - The draft's -07 and earlier, as express-rate-limit sends them: a
 //     single RateLimit Dictionary "limit=50, remaining=0, reset=3"
 //     (remaining 0 is exhausted, refilling in reset seconds), and
-//     RateLimit-Policy as quotas "50;w=5" (only checked).
-//   - The older drafts' RateLimit-Limit (only checked), RateLimit-Remaining
-//     and RateLimit-Reset (delta-seconds).
+//     RateLimit-Policy as quotas "50;w=5" (only checked; the Dictionary's
+//     limit gives Calls.Limit).
+//   - The older drafts' RateLimit-Limit (its first Item gives Calls.Limit),
+//     RateLimit-Remaining and RateLimit-Reset (delta-seconds).
 //
 // Remaining counts are non-negative decimals; 0 means exhausted, anything
-// above not. A reset header is checked whenever it is present but used only
-// when its quota is exhausted. A number of seconds in x-ratelimit-reset or
-// RateLimit-Reset below 10^9 (31.7 years) is read as a delay, and one at or
+// above not. A reset header is checked whenever it is present; it gives
+// Reset when its quota is exhausted (for OpenAI's and Anthropic's quotas of
+// requests, with their limit sent, the time one request takes to refill:
+// reset / limit), and Calls for a quota of calls: OpenAI's and Anthropic's
+// requests, GitHub's x-ratelimit-remaining, the drafts' RateLimit (an Item
+// whose policy's qu is not "requests" excepted) and RateLimit-Remaining;
+// of several, the one with the fewest calls left. A number of seconds in
+// x-ratelimit-reset or RateLimit-Reset below 10^9 (31.7 years) is read as
+// a delay, and one at or
 // above it as a Unix time, so that GitHub's Unix times and the delays other
 // providers send under the same names both read right.
 //
@@ -348,7 +356,7 @@ func (r *reader) structured(name string, check func([]sfItem) error) {
 }
 
 // rateLimit reads the RateLimit field: a List of the draft's service
-// limits (-09 and later), or else the Dictionary of the drafts before
+// limits (-08 and later), or else the Dictionary of the drafts before
 // (-07: "limit=50, remaining=0, reset=3", what express-rate-limit sends
 // with draft-7).
 func (r *reader) rateLimit() {

@@ -2,8 +2,10 @@
 // fleet: Transport is an http.RoundTripper that reserves each request's slot
 // on a reserve.Limiter before sending it, and acts on what the provider
 // answers, in whatever dialect it speaks (ParseAdvice): a 429 pauses the key
-// fleet-wide for as long as the provider asked and the request is retried,
-// a quota reported exhausted pauses the key until it refills, before any
+// fleet-wide for as long as the provider asked and the request is retried;
+// the calls a quota has left are spread over the time until it refills,
+// so that none is refused at its end (Options.IgnoreCounts), and any other
+// quota reported exhausted pauses the key until it refills, before any
 // 429 comes. A cost known only from the response (tokens, points) settles
 // the reservation, and a limit the provider does not publish is learned by
 // the fleet (package adaptive).

@@ -275,7 +275,11 @@ func (r *countsResults) tables() string {
 	})
 	for _, k := range order {
 		c := cells[k]
-		t.rows = append(t.rows, []string{k.dialect, dur(k.latency), c[0], c[1]})
+		latency := "–"
+		if !strings.Contains(k.dialect, "refilling") {
+			latency = fmt.Sprintf("%d ms", k.latency.Milliseconds())
+		}
+		t.rows = append(t.rows, []string{k.dialect, latency, c[0], c[1]})
 	}
 	return t.markdown()
 }
