@@ -2,9 +2,12 @@ package adaptive_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +44,7 @@ func TestAdaptive(t *testing.T) {
 		closeLimiter(t, l)
 		ls = append(ls, l)
 	}
-	a := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: time.Hour, Recover: time.Hour, Episode: time.Minute}
+	a := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: time.Hour, Recover: time.Hour, Episode: time.Minute, Steps: -1}
 	slowStart := func(since time.Time) float64 { return math.Pow(2, time.Since(since).Hours()) }
 
 	begin := time.Now()
@@ -104,7 +107,7 @@ func TestAdaptive(t *testing.T) {
 	// the last whole second, from the first read: a key read once and
 	// idle since stays at Start (before, it was at Max after 20 ms), and
 	// with demand it stops at Max.
-	fast := adaptive.Config{Start: 5, Min: 1, Max: 1000, Double: time.Millisecond}
+	fast := adaptive.Config{Start: 5, Min: 1, Max: 1000, Double: time.Millisecond, Steps: -1}
 	slowDemand := func(key string, calls int) float64 {
 		t.Helper()
 		nextSecond()
@@ -124,7 +127,7 @@ func TestAdaptive(t *testing.T) {
 	// After a cut at 100, CUBIC's probing beyond 100 (fast here: Recover is
 	// 1 ms) is held to twice the calls of the last whole second: reads
 	// count as calls.
-	probe := adaptive.Config{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour}
+	probe := adaptive.Config{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour, Steps: -1}
 	_, cut, err := rate(t, ls[0], "probe", probe).Cut(ctx, 0)
 	require.NoError(t, err)
 	require.True(t, cut)
@@ -147,7 +150,7 @@ func TestAdaptive(t *testing.T) {
 
 	// A call refused after it waited was sent at the rate it was reserved
 	// at: the cut starts from that rate when it is the lower.
-	slow := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	slow := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute, Steps: -1}
 	lim, cut, err = rate(t, ls[0], "paced", slow).Cut(ctx, 50)
 	require.NoError(t, err)
 	require.True(t, cut)
@@ -250,7 +253,7 @@ func TestAdaptiveRedisDown(t *testing.T) {
 	l, err := reserve.New(redis.NewClient(&redis.Options{Addr: p.Addr}), reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet, FailAfter: 1})
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	a := adaptive.Config{Start: 40, Min: 1, Max: 100, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	a := adaptive.Config{Start: 40, Min: 1, Max: 100, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute, Steps: -1}
 	r := rate(t, l, "k", a)
 	_, _, err = r.Cut(ctx, 0)
 	require.NoError(t, err)
@@ -284,4 +287,102 @@ func rate(t *testing.T, l *reserve.Limiter, key string, c adaptive.Config) *adap
 // closeLimiter closes l when t ends.
 func closeLimiter(t *testing.T, l *reserve.Limiter) {
 	t.Cleanup(func() { _ = l.Close() })
+}
+
+// TestAdaptiveSteps: the rate given is on the lattice Start x 2^(k/Steps),
+// within one half step of the rate learned, and Min and Max as they are;
+// so a fleet whose learned rate moves a little keeps one Limit.
+func TestAdaptiveSteps(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	exact := adaptive.Config{Start: 100, Min: 10, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Millisecond, Steps: -1}
+	stepped := exact
+	stepped.Steps = 16
+	onLattice := func(rate float64) bool {
+		k := math.Log2(rate/100) * 16
+		return math.Abs(k-math.Round(k)) < 1e-9
+	}
+	seen := map[float64]bool{}
+	for i := range 12 {
+		key := fmt.Sprint("k", i)
+		// Cut i+1 times (each its own episode), read exactly and stepped.
+		for range i + 1 {
+			_, _, err := rate(t, l, key, exact).Cut(ctx, 0)
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond)
+		}
+		want, err := rate(t, l, key, exact).Peek(ctx)
+		require.NoError(t, err)
+		got, err := rate(t, l, key, stepped).Peek(ctx)
+		require.NoError(t, err)
+		if want.Rate > exact.Min && want.Rate < exact.Max && !onLattice(got.Rate) {
+			t.Errorf("%d cuts: rate %v is not on the lattice 100 x 2^(k/16)", i+1, got.Rate)
+		}
+		if r := got.Rate / want.Rate; r < math.Exp2(-1.0/32)-1e-12 || r > math.Exp2(1.0/32)+1e-12 {
+			t.Errorf("%d cuts: stepped %v is more than half a step from %v", i+1, got.Rate, want.Rate)
+		}
+		if got.Rate < exact.Min || got.Rate > exact.Max {
+			t.Errorf("%d cuts: stepped %v outside [Min, Max]", i+1, got.Rate)
+		}
+		seen[got.Rate] = true
+	}
+	if len(seen) < 6 {
+		t.Errorf("12 cut depths gave %d rates: the steps are too coarse", len(seen))
+	}
+	// Start and the bounds as they are.
+	got, err := rate(t, l, "fresh", stepped).Limit(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 100.0, got.Rate, "Start")
+	var last float64
+	for range 30 {
+		lim, _, err := rate(t, l, "floor", stepped).Cut(ctx, 0)
+		require.NoError(t, err)
+		last = lim.Rate
+		time.Sleep(2 * time.Millisecond)
+	}
+	assert.Equal(t, 10.0, last, "Min")
+}
+
+// TestAdaptiveRefresh: within Refresh a Rate reads Redis once (each read
+// counts demand and writes it: the record tells), and the calls it served
+// meanwhile reach Redis as demand with its next read.
+func TestAdaptiveRefresh(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	demand := func() int {
+		t.Helper()
+		raw, err := s.Client.Get(ctx, l.RedisKey("k")+":rate").Result()
+		require.NoError(t, err)
+		f := strings.Fields(raw)
+		require.Len(t, f, 8)
+		cnt, _ := strconv.Atoi(f[6])
+		prev, _ := strconv.Atoi(f[7])
+		return cnt + prev // this second's and the one before's
+	}
+	nextSecond()
+	r := rate(t, l, "k", adaptive.Config{Start: 10, Min: 1, Max: 100, Refresh: time.Hour})
+	for range 50 {
+		_, err := r.Limit(ctx)
+		require.NoError(t, err)
+		_, err = r.Peek(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, demand(), "50 Limits and 50 Peeks within Refresh: one read")
+
+	r2 := rate(t, l, "k", adaptive.Config{Start: 10, Min: 1, Max: 100, Refresh: 50 * time.Millisecond})
+	for range 10 {
+		_, err := r2.Limit(ctx) // 1 read, 9 served from it
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 2, demand(), "a second Rate's first read")
+	time.Sleep(60 * time.Millisecond)
+	_, err = r2.Limit(ctx) // stale: reads, with the 9 served since
+	require.NoError(t, err)
+	assert.Equal(t, 12, demand(), "the read after Refresh carries the calls served since")
 }

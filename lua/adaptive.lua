@@ -36,6 +36,9 @@
 --          0: unknown). A cut starts from the lower of it and the rate now:
 --          a call refused after a wait was sent at the rate of its
 --          reservation, and the rate may have grown since.
+-- ARGV[11] demand: the calls a read counts (integer >= 1; a process that
+--          reads once per refresh counts the calls it served meanwhile);
+--          absent: 1. Ignored by peek and cut.
 -- Reply    {rate as a decimal string, 1 if this call cut else 0, cuts}
 -- Errors   PACER_ARG, PACER_WRONGTYPE
 
@@ -44,8 +47,9 @@ local start, min, max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local recover, decrease = tonumber(ARGV[5]), tonumber(ARGV[6])
 local episode, keep, double = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local paced = tonumber(ARGV[10])
+local demand = tonumber(ARGV[11] or '1')
 if (op ~= 'read' and op ~= 'peek' and op ~= 'cut') or not start or not min or not max or not recover or not decrease
-    or not episode or not keep or not double or not paced or paced < 0 or double <= 0 or recover <= 0 or min <= 0
+    or not episode or not keep or not double or not paced or paced < 0 or not demand or demand < 0 or double <= 0 or recover <= 0 or min <= 0
     or start < min or max < start or decrease <= 0 or decrease >= 1 or episode < 0 or keep <= 0 then
   return redis.error_reply('PACER_ARG bad adaptive arguments')
 end
@@ -80,7 +84,7 @@ elseif sec ~= win then
   win = sec
 end
 if op == 'read' then
-  cnt = cnt + 1
+  cnt = cnt + math.max(1, math.floor(demand))
 end
 local t = math.max(0, now - cut_at)
 local rate

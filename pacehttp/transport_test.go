@@ -363,7 +363,8 @@ func TestBadOptions(t *testing.T) {
 func TestAdaptiveAcrossProcesses(t *testing.T) {
 	ls := fleet(t, 2)
 	srv := newServer(t, tooMany("1"), tooMany("1"))
-	a := adaptive.Config{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute}
+	// (The learned rate exactly, not its steps.)
+	a := adaptive.Config{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute, Steps: -1}
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a, MaxRetries: -1})}
