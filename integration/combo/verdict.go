@@ -219,9 +219,11 @@ func (r *run) restartBetween(a, b int64) bool {
 // unpublished judges the bands of key's true limit that the fleet is not
 // told of (KeyHTTP's window, which pacehttp learns from the provider's
 // counts) on the provider's view: no call refused over such a band, after
-// the warm-up (the first answers bring the first count) and outside Redis
-// faults and faultRecovery after them (the count is kept in Redis: without
-// it the fleet paces by what it was told, and a restart loses it).
+// the warm-up (the first answers bring the first count), outside Redis
+// faults and faultRecovery after them, and unless a process paced locally
+// during the band's window before the refusal. The count is kept in Redis:
+// a process that cannot reach it paces by what it was told (docs/http.md),
+// and a restart loses it.
 func (r *run) unpublished(key string) []Violation {
 	def := keyDefs[key]
 	if def.fleet == nil {
@@ -231,16 +233,31 @@ func (r *run) unpublished(key string) []Violation {
 	for _, b := range def.fleet {
 		told[b.Name] = true
 	}
+	length := map[string]int64{}
+	for _, b := range bandsOf(def.pol) {
+		length[b.name] = int64(b.length)
+	}
 	from := r.res.Start.Add(warmup).UnixNano()
 	var out []Violation
 	for _, c := range r.calls[key] {
-		if c.Why != "limit" || told[c.Band] || c.Arrive < from || r.faultDuring(c.Arrive-int64(faultRecovery), c.Arrive) {
+		if c.Why != "limit" || told[c.Band] || c.Arrive < from || r.faultDuring(c.Arrive-int64(faultRecovery), c.Arrive) ||
+			r.anyLocal(c.Arrive-length[c.Band], c.Arrive) {
 			continue
 		}
 		out = append(out, Violation{Kind: VWindow, Key: key, At: c.Arrive, Msg: fmt.Sprintf(
 			"the provider refused call %s (child %s) over band %s, which the fleet learns from its counts only", c.ID, c.Child, c.Band)})
 	}
 	return out
+}
+
+// anyLocal reports whether any process paced locally at any time in [a, b].
+func (r *run) anyLocal(a, b int64) bool {
+	for child := range r.modes {
+		if r.localDuring(child, a, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // errors turns the processes' error notes, their failed exits and the
