@@ -330,14 +330,13 @@ func (r *reader) quota(remName, resetName string, parseReset func(string, time.T
 	return rem
 }
 
-// structured reads the Structured Field List name, joined from all its
-// lines, and hands its Items to check, which returns an error when they do
-// not mean what the field requires. A field that cannot be parsed, or that
-// check refuses, is reported and ignored.
-func (r *reader) structured(name string, check func([]sfItem) error) {
+// joined returns the lines of the Structured Field name joined with commas
+// (RFC 9110, section 5.3), each trimmed of spaces and tabs and empty ones
+// dropped, and whether the field is present.
+func (r *reader) joined(name string) (string, bool) {
 	vs := r.h.Values(name)
 	if len(vs) == 0 {
-		return
+		return "", false
 	}
 	lines := make([]string, 0, len(vs))
 	for _, v := range vs {
@@ -345,7 +344,18 @@ func (r *reader) structured(name string, check func([]sfItem) error) {
 			lines = append(lines, v)
 		}
 	}
-	v := strings.Join(lines, ", ")
+	return strings.Join(lines, ", "), true
+}
+
+// structured reads the Structured Field List name, joined from all its
+// lines, and hands its Items to check, which returns an error when they do
+// not mean what the field requires. A field that cannot be parsed, or that
+// check refuses, is reported and ignored.
+func (r *reader) structured(name string, check func([]sfItem) error) {
+	v, ok := r.joined(name)
+	if !ok {
+		return
+	}
 	items, err := parseList(v)
 	if err == nil {
 		err = check(items)
@@ -360,17 +370,10 @@ func (r *reader) structured(name string, check func([]sfItem) error) {
 // (-07: "limit=50, remaining=0, reset=3", what express-rate-limit sends
 // with draft-7).
 func (r *reader) rateLimit() {
-	vs := r.h.Values("ratelimit")
-	if len(vs) == 0 {
+	v, ok := r.joined("ratelimit")
+	if !ok {
 		return
 	}
-	lines := make([]string, 0, len(vs))
-	for _, v := range vs {
-		if v = strings.Trim(v, " \t"); v != "" {
-			lines = append(lines, v)
-		}
-	}
-	v := strings.Join(lines, ", ")
 	items, err := parseList(v)
 	if err == nil {
 		err = r.serviceLimits(items)

@@ -44,6 +44,19 @@ func takeOnce(t *testing.T, tr *Transport, key string) (time.Duration, int64, bo
 	return time.Duration(r[0].(int64)) * time.Millisecond, r[1].(int64), r[2].(int64) == 1
 }
 
+// takeAll takes from key's count until a take gets nothing, and returns
+// how many got a number.
+func takeAll(t *testing.T, tr *Transport, key string) int {
+	t.Helper()
+	got := 0
+	for {
+		if _, id, _ := takeOnce(t, tr, key); id == 0 {
+			return got
+		}
+		got++
+	}
+}
+
 // window answers take id with left calls until a fixed window's end reset
 // away, exact to the millisecond.
 func window(tr *Transport, key string, id, left int64, reset time.Duration) {
@@ -93,14 +106,7 @@ func TestQuotaInFlight(t *testing.T) {
 	}
 	// Take 3 is answered: 10 left, and takes 1, 2, 4, 5 in flight.
 	window(tr, "k", 3, 10, time.Minute)
-	got := 0
-	for {
-		_, id, _ := takeOnce(t, tr, "k")
-		if id == 0 {
-			break
-		}
-		got++
-	}
+	got := takeAll(t, tr, "k")
 	if got != 6 {
 		t.Fatalf("%d calls taken after an answer of 10 left with 4 in flight, want 6", got)
 	}
@@ -234,14 +240,7 @@ func TestQuotaKnownLimit(t *testing.T) {
 	answer(ids[3], 5)
 	answer(ids[0], 8)
 	tr.drop(context.Background(), "k", ids[1]) // never sent: given back
-	got := 0
-	for {
-		_, id, _ := takeOnce(t, tr, "k")
-		if id == 0 {
-			break
-		}
-		got++
-	}
+	got := takeAll(t, tr, "k")
 	if got != 6 {
 		t.Fatalf("%d calls taken, want 6 (10 less the first call and 3 takes sent)", got)
 	}
@@ -255,14 +254,7 @@ func TestQuotaKnownLimit(t *testing.T) {
 	_, first, _ := takeOnce(t, tr, "f")
 	takeOnce(t, tr, "f")
 	answerF(first, 4)
-	got = 0
-	for {
-		_, id, _ := takeOnce(t, tr, "f")
-		if id == 0 {
-			break
-		}
-		got++
-	}
+	got = takeAll(t, tr, "f")
 	if got != 4 {
 		t.Fatalf("%d calls taken after others spent 3, want 4", got)
 	}

@@ -230,10 +230,8 @@ func (cl *caller) send(ctx context.Context, call Call, r *reserve.Reservation) t
 		c.errNote("provider", call.Key, err)
 		return 0
 	}
-	defer resp.Body.Close()
-	var rep Reply
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		c.errNote("provider", call.Key, fmt.Errorf("%s: %w", resp.Status, err))
+	rep, ok := c.reply(resp, call.Key)
+	if !ok {
 		return 0
 	}
 	if rep.Status == http.StatusTooManyRequests {
@@ -275,16 +273,23 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 		}
 		return 0
 	}
-	defer resp.Body.Close()
-	var rep Reply
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		c.errNote("provider", call.Key, fmt.Errorf("%s: %w", resp.Status, err))
-		return 0
-	}
-	if rep.Status == http.StatusTooManyRequests {
+	rep, ok := c.reply(resp, call.Key)
+	if ok && rep.Status == http.StatusTooManyRequests {
 		return max(time.Duration(rep.Retry), time.Millisecond)
 	}
 	return 0
+}
+
+// reply reads the provider's Reply from resp and closes its body; an
+// unreadable one is noted as an error.
+func (c *child) reply(resp *http.Response, key string) (Reply, bool) {
+	defer resp.Body.Close()
+	var rep Reply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		c.errNote("provider", key, fmt.Errorf("%s: %w", resp.Status, err))
+		return Reply{}, false
+	}
+	return rep, true
 }
 
 // stampFire sends each request through base with the time it is sent in
