@@ -127,6 +127,7 @@ type Transport struct {
 	rates   rateCache // with Options.Adaptive: each key's learned rate
 	warned  warnings  // malformed headers logged, per key and header
 	counted counted   // keys whose answers report a quota of calls
+	gates   gates     // with Options.Adaptive: each key's requests in turn
 }
 
 // warnEvery is how often a malformed header is logged per key and header
@@ -241,9 +242,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	send := req
 	for try := 0; ; try++ {
-		r, err := t.reserve(ctx, rt)
-		if err == nil && t.opts.Adaptive != nil {
-			r, err = t.follow(ctx, &rt, r)
+		var r *reserve.Reservation
+		if t.opts.Adaptive != nil {
+			r, err = t.reserveAdaptive(ctx, &rt, try > 0)
+		} else {
+			r, err = t.reserve(ctx, rt)
 		}
 		var take int64
 		if err == nil && t.takes(rt.Key) {
@@ -430,30 +433,6 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 	}
 	if err := r.Sleep(ctx); err != nil {
 		return nil, err
-	}
-	return r, nil
-}
-
-// follow makes a request that slept on an adaptive key follow a cut made
-// meanwhile: its slot was spaced for the rate before the cut, so it takes a
-// new one at the rate now in force (at most twice, for cuts in a row). A
-// rate that moved less than a tenth is not a cut: the request keeps its
-// slot.
-func (t *Transport) follow(ctx context.Context, rt *Route, r *reserve.Reservation) (*reserve.Reservation, error) {
-	for range 2 {
-		rate, err := t.rate(rt.Key)
-		if err != nil {
-			return r, nil
-		}
-		lim, err := rate.Peek(ctx)
-		if err != nil || lim.Rate >= rt.Policy[0].Limit.Rate*0.9 {
-			return r, nil
-		}
-		_ = r.Cancel(context.WithoutCancel(ctx))
-		rt.Policy = lim.Policy()
-		if r, err = t.reserve(ctx, *rt); err != nil {
-			return nil, err
-		}
 	}
 	return r, nil
 }

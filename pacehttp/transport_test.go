@@ -23,6 +23,7 @@ import (
 	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,6 +32,13 @@ var quiet = slog.New(slog.DiscardHandler)
 
 // fleet returns n Limiters sharing one Redis and key prefix: n processes.
 func fleet(t *testing.T, n int) []*reserve.Limiter {
+	t.Helper()
+	ls, _ := fleetOn(t, n)
+	return ls
+}
+
+// fleetOn is fleet, with the Redis client the Limiters share.
+func fleetOn(t *testing.T, n int) ([]*reserve.Limiter, redis.UniversalClient) {
 	t.Helper()
 	s := redistest.New(t)
 	prefix := redistest.Prefix(t)
@@ -41,7 +49,7 @@ func fleet(t *testing.T, n int) []*reserve.Limiter {
 		t.Cleanup(func() { l.Close() })
 		ls = append(ls, l)
 	}
-	return ls
+	return ls, s.Client
 }
 
 func transport(t *testing.T, l *reserve.Limiter, opts pacehttp.Options) *pacehttp.Transport {
