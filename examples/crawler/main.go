@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -419,15 +420,47 @@ func learning(p *provider.Server, c config, start time.Time) string {
 	st := p.Stats()
 	line := fmt.Sprintf("learning: refused %d of %d calls (%.2f%%)", st.Rejected, st.Accepted+st.Rejected,
 		100*float64(st.Rejected)/float64(max(1, st.Accepted+st.Rejected)))
-	calls := p.Calls()
+	calls, refusals := p.Calls(), p.Rejections()
 	for h := range c.Hosts {
 		host := fmt.Sprintf("h%d.example", h)
 		line += fmt.Sprintf("; %s: 90%% of %d at %s", host, c.ProviderLimit, reached(calls[host], start, 0, 0.9*float64(c.ProviderLimit)))
 		if c.ChangeAt > 0 {
-			line += fmt.Sprintf(", of %d at %s after the change", c.ChangeTo, reached(calls[host], start, c.ChangeAt, 0.9*float64(c.ChangeTo)))
+			line += fmt.Sprintf(", of %d at %s after the change, lowest 2 s after it %.1f/s",
+				c.ChangeTo, reached(calls[host], start, c.ChangeAt, 0.9*float64(c.ChangeTo)), lowest(calls[host], start.Add(c.ChangeAt), 2*time.Second))
 		}
 	}
+	if c.ChangeAt > 0 {
+		from, to := start.Add(c.ChangeAt), start.Add(c.ChangeAt+30*time.Second)
+		var ok, refused int
+		for h := range c.Hosts {
+			host := fmt.Sprintf("h%d.example", h)
+			ok += between(calls[host], from, to)
+			refused += between(refusals[host], from, to)
+		}
+		line += fmt.Sprintf("; over the 30 s after the change refused %d of %d (%.2f%%)", refused, ok+refused, 100*float64(refused)/float64(max(1, ok+refused)))
+	}
 	return line
+}
+
+// lowest returns the fewest calls per second in any span of length w from
+// begin to the last call (stepping by a tenth of a second): how far the
+// rate fell after a change.
+func lowest(calls []time.Time, begin time.Time, w time.Duration) float64 {
+	if len(calls) == 0 || calls[len(calls)-1].Sub(begin) < w {
+		return 0
+	}
+	least := math.Inf(1)
+	for t := begin; !t.Add(w).After(calls[len(calls)-1]); t = t.Add(w / 20) {
+		least = min(least, float64(between(calls, t, t.Add(w)))/w.Seconds())
+	}
+	return least
+}
+
+// between counts the sorted times in [from, to).
+func between(times []time.Time, from, to time.Time) int {
+	i, _ := slices.BinarySearchFunc(times, from, time.Time.Compare)
+	j, _ := slices.BinarySearchFunc(times, to, time.Time.Compare)
+	return j - i
 }
 
 // reached returns when, after start+from, the calls first numbered at least
