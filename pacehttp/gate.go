@@ -28,11 +28,12 @@ const (
 	gateHorizon = 200 * time.Millisecond
 	// gateLead is how much of the rate a process keeps reserved ahead:
 	// a key's turns in one process are max(1, rate x gateLead), so that
-	// a process alone on a key keeps its rate however long its Redis
-	// round trips, and many processes poll little.
+	// a process alone on a key keeps its rate while a Redis round trip
+	// takes less than gateLead, and many processes poll little.
 	gateLead = 5 * time.Millisecond
 	// gatePoll bounds how long a request whose slot lay beyond the
-	// horizon sleeps before it asks again: a rise of the rate, or a
+	// horizon sleeps before it asks again (it sleeps until the slot is
+	// half the horizon away, at most this): a rise of the rate, or a
 	// resume of a pause, is seen within it.
 	gatePoll = 500 * time.Millisecond
 )
@@ -212,9 +213,12 @@ func (t *Transport) reserveAdaptive(ctx context.Context, rt *Route, front bool) 
 				tooLong.Deadline = true
 				return nil, err
 			}
-			// Ask again when the slot comes within the horizon (sooner if
-			// the rate rises or a pause is resumed meanwhile).
-			if err := sleepCtx(ctx, min(gatePoll, max(time.Millisecond, tooLong.Wait-gateHorizon))); err != nil {
+			// Ask again when the slot is half the horizon away (sooner if
+			// the rate rises or a pause is resumed meanwhile): slots that
+			// others take meanwhile may push it beyond the horizon again,
+			// and then it sleeps at least half the horizon more, so a
+			// turn asks at most every gateHorizon/2.
+			if err := sleepCtx(ctx, min(gatePoll, max(time.Millisecond, tooLong.Wait-gateHorizon/2))); err != nil {
 				return nil, err
 			}
 			continue

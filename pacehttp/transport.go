@@ -74,6 +74,11 @@ type Options struct {
 	// instead of Limit (see package adaptive): every 429 episode cuts the
 	// fleet's rate once, and the rate climbs back while none comes. With
 	// Route set, Adaptive replaces the Route's policy by a single bucket.
+	// A key's requests wait their turn in the process and reserve only
+	// when their slot is within 200 ms, at the rate then, so that a cut or
+	// a rise reaches every request not yet sent, in order; a request whose
+	// slot cannot come before its context's deadline fails at once with a
+	// *reserve.WaitTooLongError.
 	Adaptive *adaptive.Config
 
 	// Settle, if set, reads a successful response and returns the call's
