@@ -59,12 +59,13 @@ type Config struct {
 	Burst int
 	// Double is slow start's doubling time. Default 2 s.
 	Double time.Duration
-	// Decrease multiplies the rate on a cut, in (0, 1). Default 0.7
-	// (CUBIC's, RFC 9438): a limit that fell by 40% is reached in two
-	// episodes, where 0.8 took three or four.
+	// Decrease multiplies the rate on a cut, in (0, 1). Default 0.75,
+	// measured between 0.8 (more refusals after a limit falls) and 0.7
+	// (CUBIC's, RFC 9438: less of the limit held between episodes); see
+	// docs/http.md.
 	Decrease float64
 	// Recover is how long after a cut the rate is back at what it was cut
-	// from (CUBIC's K). Default 10 s: 85% of it is back 2 s after a cut.
+	// from (CUBIC's K). Default 10 s: 87% of it is back 2 s after a cut.
 	Recover time.Duration
 	// Episode is how long after a cut further refusals count as the same
 	// episode. Default 2 s: longer than a refused call's round trip and a
@@ -112,7 +113,7 @@ func (a Config) withDefaults() (Config, error) {
 		a.Double = 2 * time.Second
 	}
 	if a.Decrease == 0 {
-		a.Decrease = 0.7
+		a.Decrease = 0.75
 	}
 	if a.Episode == 0 {
 		a.Episode = 2 * time.Second

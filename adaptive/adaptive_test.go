@@ -80,10 +80,10 @@ func TestAdaptive(t *testing.T) {
 	after, err := rate(t, ls[2], "api", a).Limit(ctx)
 	require.NoError(t, err)
 	// The cut took the rate at its moment (before.Rate plus slow start's
-	// growth since) times 0.7 (Decrease's default); CUBIC's curve then climbs from there, at
+	// growth since) times 0.75 (Decrease's default); CUBIC's curve then climbs from there, at
 	// first by 3 x (what the cut took) per Recover.
 	w := before.Rate * slowStart(at)
-	rateWithin(t, after.Rate, before.Rate*0.7, w*0.7+3*0.3*w*time.Since(at).Hours(), "after the cut")
+	rateWithin(t, after.Rate, before.Rate*0.75, w*0.75+3*0.25*w*time.Since(at).Hours(), "after the cut")
 
 	// With short episodes, each report cuts, down to Min and no lower.
 	a0 := a
@@ -101,7 +101,7 @@ func TestAdaptive(t *testing.T) {
 		got = lim.Rate
 		require.GreaterOrEqual(t, got, a0.Min)
 	}
-	assert.InDelta(t, a0.Min, got, 1e-6, "30 cuts of 0.7 from 100 end at Min")
+	assert.InDelta(t, a0.Min, got, 1e-6, "30 cuts of 0.75 from 100 end at Min")
 
 	// Slow start (fast here: Double is 1 ms) is held to twice the calls of
 	// the last whole second, from the first read: a key read once and
@@ -154,11 +154,11 @@ func TestAdaptive(t *testing.T) {
 	lim, cut, err = rate(t, ls[0], "paced", slow).Cut(ctx, 50)
 	require.NoError(t, err)
 	require.True(t, cut)
-	assert.InDelta(t, 35, lim.Rate, 1e-3, "0.7 x the rate the call was paced at")
+	assert.InDelta(t, 37.5, lim.Rate, 1e-3, "0.75 x the rate the call was paced at")
 	lim, cut, err = rate(t, ls[0], "paced-above", slow).Cut(ctx, 500)
 	require.NoError(t, err)
 	require.True(t, cut)
-	assert.InDelta(t, 70, lim.Rate, 1e-3, "0.7 x the rate now, the lower")
+	assert.InDelta(t, 75, lim.Rate, 1e-3, "0.75 x the rate now, the lower")
 }
 
 // TestAdaptiveForgetAfterLastCall: the learned rate is forgotten Forget
@@ -259,7 +259,7 @@ func TestAdaptiveRedisDown(t *testing.T) {
 	require.NoError(t, err)
 	want, err := r.Limit(ctx)
 	require.NoError(t, err)
-	assert.InDelta(t, 28, want.Rate, 1e-3, "0.7 x 40")
+	assert.InDelta(t, 30, want.Rate, 1e-3, "0.75 x 40")
 
 	p.Stop(t)
 	got, err := r.Limit(ctx)

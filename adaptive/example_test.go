@@ -45,7 +45,7 @@ func Example() {
 	fmt.Printf("cut %v: %.0f/s\n", cut, after.Rate)
 	// Output:
 	// paced at 50/s
-	// cut true: 35/s
+	// cut true: 37/s
 }
 
 // embeddedRedis starts an embedded Redis (miniredis, in a child process that

@@ -390,7 +390,7 @@ func TestAdaptiveAcrossProcesses(t *testing.T) {
 		require.NoError(t, err)
 		lim, err := rate.Limit(context.Background())
 		require.NoError(t, err)
-		assert.InDelta(t, 70, lim.Rate, 0.01, "process %d: one cut of 0.7 from 100, however many 429s", i)
+		assert.InDelta(t, 75, lim.Rate, 0.01, "process %d: one cut of 0.75 from 100, however many 429s", i)
 	}
 }
 
