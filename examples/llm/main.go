@@ -2,9 +2,12 @@
 // LLM API that enforces requests and tokens per minute as OpenAI and
 // Anthropic do (internal/provider.LLM), with one policy of two bands shared
 // through Redis. A call's tokens are known only from its response: each
-// worker estimates them (off by up to ±50%), reserves, calls, and settles
-// the actual figure. It prints progress and a summary measured on the
-// provider's side: tokens per minute against the TPM quota, and the 429s.
+// worker estimates them (off by up to ±50%) and calls through a pacehttp
+// Transport, which reserves the estimate, sends the request (a POST with an
+// Idempotency-Key, so that it may be sent again after a 429), and settles
+// the tokens the answer reports (Options.Settle). It prints progress and a
+// summary measured on the provider's side: tokens per minute against the
+// TPM quota, and the 429s.
 //
 //	go run ./examples/llm                          # embedded Redis (miniredis)
 //	go run ./examples/llm -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
@@ -29,7 +32,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,10 +45,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +57,7 @@ import (
 	"github.com/pacer-go/pacer/examples/internal/chart"
 	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
@@ -85,14 +91,13 @@ type child struct {
 	RedisURL    string
 	Prefix      string
 	Index       int
-	End         time.Time // take no slot after this
+	End         time.Time // start no call after this
 }
 
 // tally is what a process's workers did.
 type tally struct {
-	Calls, Refused int     // 200s and 429s
-	Settled        float64 // tokens settled: the responses' usage
-	Canceled       int     // reservations given back (slot after the end, or a 429)
+	Calls, Refused int     // 200s, and 429s left after the retries
+	Settled        float64 // tokens settled: the usage Options.Settle read
 	Unavailable    int     // reservations that failed with ErrUnavailable, tried again
 
 	Tenants map[string]*tenantTally `json:",omitempty"` // with -tenants
@@ -110,7 +115,6 @@ func (t *tally) add(o tally) {
 	t.Calls += o.Calls
 	t.Refused += o.Refused
 	t.Settled += o.Settled
-	t.Canceled += o.Canceled
 	t.Unavailable += o.Unavailable
 	for name, o := range o.Tenants {
 		t.tenant(name).add(o)
@@ -151,7 +155,7 @@ func roleOf(w int) role { return roles[min(w, len(roles)-1)] }
 type summary struct {
 	Calls, Rejected int
 	Tokens          int     // tokens the provider accepted
-	TokensPerMin    float64 // held after the first third of the run (steady)
+	TokensPerMin    float64 // held from the first third of the run to its end (steady)
 	RequestsPerMin  float64 // likewise
 	TPM, RPM        int
 	Settled         float64 // tokens the workers settled
@@ -312,7 +316,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	s := summary{Calls: st.Calls + st.Rejected, Rejected: st.Rejected, Tokens: st.Tokens, TPM: c.TPM, RPM: c.RPM,
 		Settled: t.Settled, Unavailable: t.Unavailable, Duration: time.Since(start)}
 	uses, rejected := p.Uses(host)
-	s.RequestsPerMin, s.TokensPerMin = steady(uses, c.Duration/3)
+	s.RequestsPerMin, s.TokensPerMin = steady(uses, c.Duration/3, end)
 	if c.Tenants != "" {
 		return s, tenantsReport(c, &s, t, start, out)
 	}
@@ -375,19 +379,21 @@ func tenantsReport(c config, s *summary, t tally, start time.Time, out io.Writer
 }
 
 // steady returns the requests and tokens per minute of the calls accepted
-// from skip after the first one to the last: the rate the fleet holds once
-// the first burst, and what the first calls used beyond their reservations,
-// are behind it.
-func steady(uses []provider.Use, skip time.Duration) (requests, tokens float64) {
+// from skip after the first one to the last one by end: the rate the fleet
+// holds once the first burst, and what the first calls used beyond their
+// reservations, are behind it, and while the workers still ask (after end
+// no call starts, and the calls queued before it drain).
+func steady(uses []provider.Use, skip time.Duration, end time.Time) (requests, tokens float64) {
 	if len(uses) == 0 {
 		return 0, 0
 	}
-	from, last := uses[0].At.Add(skip), uses[len(uses)-1].At
+	from, last := uses[0].At.Add(skip), uses[0].At
 	n, sum := 0, 0
 	for _, u := range uses {
-		if u.At.After(from) {
+		if u.At.After(from) && !u.At.After(end) {
 			n++
 			sum += u.Tokens
+			last = u.At
 		}
 	}
 	if span := last.Sub(from).Minutes(); span > 0 {
@@ -474,19 +480,47 @@ func childMain(out io.Writer) error {
 // work runs c.Workers goroutines that call the API until end: estimate,
 // reserve, sleep to the slot, call, settle the tokens the response reports.
 func work(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, index int, end time.Time, logOut io.Writer) (tally, error) {
-	limiter, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: slog.New(slog.NewTextHandler(logOut, nil))})
+	logger := slog.New(slog.NewTextHandler(logOut, nil))
+	limiter, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: logger})
 	if err != nil {
 		return tally{}, err
 	}
 	defer limiter.Close()
-	pol := policyFor(c.RPM, c.TPM)
-	client := &http.Client{Timeout: 30 * time.Second}
 	var (
 		mu    sync.Mutex
 		total tally
 		fail  atomic.Pointer[error]
 		wg    sync.WaitGroup
 	)
+	// The workers call through pacehttp: each request reserves the route
+	// its call put in its context, a 429 pauses the fleet for as long as
+	// the provider said and the request is sent again (it carries an
+	// Idempotency-Key), and the tokens the answer reports settle it.
+	transport, err := pacehttp.New(limiter, pacehttp.Options{
+		Route: func(req *http.Request) (pacehttp.Route, error) {
+			rt, ok := req.Context().Value(routeKey{}).(pacehttp.Route)
+			if !ok {
+				return pacehttp.Route{}, errors.New("llm: a request without its route")
+			}
+			return rt, nil
+		},
+		Settle: func(resp *http.Response) (reserve.Cost, error) {
+			tokens, err := usage(resp)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			total.Settled += tokens
+			mu.Unlock()
+			return reserve.Cost{"tokens": tokens}, nil
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return tally{}, err
+	}
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	pol := policyFor(c.RPM, c.TPM)
 	for w := range c.Workers {
 		rng := rand.New(rand.NewPCG(c.Seed, uint64(index*c.Workers+w)))
 		wg.Go(func() {
@@ -502,7 +536,7 @@ func work(ctx context.Context, c config, providerURL string, rdb redis.Universal
 				rl = &r
 			}
 			for fail.Load() == nil {
-				if err := call(ctx, c, limiter, pol, client, providerURL, rng, end, rl, &t); err != nil {
+				if err := call(ctx, c, pol, client, providerURL, rng, end, rl, &t); err != nil {
 					if !errors.Is(err, errEnd) {
 						fail.CompareAndSwap(nil, &err)
 					}
@@ -518,22 +552,58 @@ func work(ctx context.Context, c config, providerURL string, rdb redis.Universal
 	return total, nil
 }
 
+// routeKey is the context key of a request's pacehttp.Route.
+type routeKey struct{}
+
+// usage reads the tokens a successful answer reports, and leaves its body
+// readable.
+func usage(resp *http.Response) (float64, error) {
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	var u struct {
+		Usage struct {
+			TotalTokens *float64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &u); err != nil || u.Usage.TotalTokens == nil {
+		return 0, fmt.Errorf("llm: no usage in the provider's body %q (%v)", body, err)
+	}
+	return *u.Usage.TotalTokens, nil
+}
+
 // errEnd: the run is over.
 var errEnd = errors.New("the run is over")
 
-// call makes one call: it returns errEnd once a slot would come after end.
-// With a role (-tenants), the call is for its tenant: fair (with -tenants
-// fair) and counted apart.
-func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.Policy, client *http.Client, providerURL string, rng *rand.Rand, end time.Time, rl *role, t *tally) error {
+// call makes one call through client, paced on pol: it returns errEnd once
+// the run is over. With a role (-tenants), the call is for its tenant:
+// fair (with -tenants fair) and counted apart.
+func call(ctx context.Context, c config, pol reserve.Policy, client *http.Client, providerURL string, rng *rand.Rand, end time.Time, rl *role, t *tally) error {
+	if !time.Now().Before(end) {
+		return errEnd
+	}
 	lo, hi := float64(c.Tokens)/5, float64(9*c.Tokens)/5
 	actual := math.Round(lo + rng.Float64()*(hi-lo))
 	est := actual * (1 + c.Error*(2*rng.Float64()-1))
-	req := reserve.Request{Key: host, Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": c.reserved(est)}}
+	rt := pacehttp.Route{Key: host, Policy: pol, Cost: reserve.Cost{"requests": 1, "tokens": c.reserved(est)}}
 	if rl != nil && c.Tenants == "fair" {
-		req.Tenant, req.Lane = rl.tenant, rl.lane
+		rt.Tenant, rt.Lane = rl.tenant, rl.lane
 	}
+	var sent atomic.Int64 // when the request was written, Unix ns (the last try's)
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(time.Now().UnixNano()) }}
+	rctx := httptrace.WithClientTrace(context.WithValue(ctx, routeKey{}, rt), trace)
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"tokens": %.0f}`, actual)))
+	if err != nil {
+		return err
+	}
+	req.Host = host
+	// A POST is sent again after a 429 only when it says it may be.
+	req.Header.Set("Idempotency-Key", crand.Text())
 	asked := time.Now()
-	r, err := limiter.ReserveN(ctx, req)
+	resp, err := client.Do(req)
 	if errors.Is(err, reserve.ErrUnavailable) {
 		// Redis could not be reached and this process has no share to
 		// pace on alone (it joined after others fell back): nothing was
@@ -549,61 +619,28 @@ func call(ctx context.Context, c config, limiter *reserve.Limiter, pol reserve.P
 	if err != nil {
 		return err
 	}
-	if r.Time().After(end) {
-		t.Canceled++
-		if err := r.Cancel(ctx); err != nil {
-			return err
-		}
-		return errEnd
-	}
-	if err := r.Sleep(ctx); err != nil {
-		return err
-	}
-	sent := time.Now()
-	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(`{"tokens": %.0f}`, actual)))
-	hreq.Host = host
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
+	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusTooManyRequests {
-		// The provider charged nothing: give the slot back and pause the
-		// whole fleet for as long as it said.
+		// Refused after every retry: the fleet is paused as the provider
+		// asked; the next call waits for it.
 		t.Refused++
-		t.Canceled++
-		ms, _ := strconv.Atoi(resp.Header.Get("retry-after-ms"))
-		if err := r.Cancel(ctx); err != nil {
-			return err
-		}
-		return limiter.Pause(ctx, host, time.Duration(max(ms, 1))*time.Millisecond)
+		return nil
 	}
 	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 		return fmt.Errorf("llm: provider answered %s: %s", resp.Status, body)
 	}
-	var usage struct {
-		Usage struct {
-			TotalTokens float64 `json:"total_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(body, &usage); err != nil {
-		return fmt.Errorf("llm: provider's body %q: %w", body, err)
-	}
-	if err := r.Settle(ctx, reserve.Cost{"tokens": usage.Usage.TotalTokens}); err != nil {
+	tokens, err := usage(resp)
+	if err != nil {
 		return err
 	}
 	t.Calls++
-	t.Settled += usage.Usage.TotalTokens
 	if rl != nil {
 		tt := t.tenant(rl.tenant)
 		tt.Calls++
-		tt.Tokens += usage.Usage.TotalTokens
-		tt.Waits = append(tt.Waits, float64(sent.Sub(asked))/float64(time.Millisecond))
-		tt.Times = append(tt.Times, sent.UnixNano())
+		tt.Tokens += tokens
+		tt.Waits = append(tt.Waits, float64(sent.Load()-asked.UnixNano())/float64(time.Millisecond))
+		tt.Times = append(tt.Times, sent.Load())
 		if rl.think > 0 {
 			select {
 			case <-time.After(time.Duration(rng.Int64N(int64(rl.think)))):
