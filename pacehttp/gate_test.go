@@ -134,3 +134,50 @@ func TestAdaptiveDeadline(t *testing.T) {
 	assert.True(t, tooLong.Deadline)
 	assert.ErrorIs(t, ctx.Err(), nil, "it failed at once, not at its deadline")
 }
+
+// TestAdaptiveQueueFollowsCut (issue 24, item 1): when the learned rate is
+// cut, the requests not yet sent go at the new rate's spacing: none holds
+// a slot at the old spacing, and none that slept through the cut takes its
+// new slot behind a queue reserved at the old rate. The key's queue in
+// Redis then reaches at most the horizon plus one slot at the new rate
+// (before, the 40 requests held slots reserved at 20/s, and each that woke
+// after the cut took a fresh one 2 s behind them all: 80 s of queue).
+func TestAdaptiveQueueFollowsCut(t *testing.T) {
+	ls, rdb := fleetOn(t, 2)
+	srv := newServer(t)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	a := adaptive.Config{Start: 20, Min: 0.1, Max: 100, Double: 1000 * time.Hour, Steps: -1}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for _, l := range ls {
+		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a})}
+		for range 20 {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				resp, err := c.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errs <- err
+			})
+		}
+	}
+	require.Eventually(t, func() bool { a, _ := srv.requests(); return len(a) >= 2 }, 10*time.Second, time.Millisecond)
+	setRate(t, rdb, ls[0], host, 0.5)
+	bound := 200*time.Millisecond + 2*time.Second // the horizon, and one slot at 0.5/s
+	for range 40 {
+		require.LessOrEqual(t, queued(t, ls[0], host, 0.5), bound, "the key's queue after the cut")
+		time.Sleep(25 * time.Millisecond)
+	}
+
+	setRate(t, rdb, ls[0], host, 50)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	arrived, _ := srv.requests()
+	assert.Len(t, arrived, 40)
+}
