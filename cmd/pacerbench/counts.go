@@ -30,6 +30,7 @@ type countsRun struct {
 	Ignored bool
 	Stats   provider.WindowStats // fixed windows
 	Quota   int
+	Calls   int // every call the provider answered, accepted or refused
 
 	// The refilling bucket: calls accepted per second after the first
 	// minute's burst, and refusals.
@@ -85,7 +86,7 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 						fail(err)
 						return
 					}
-					run.Stats = p.Stats()
+					run.Stats, run.Calls = p.Stats(), len(p.Calls())
 					mu.Lock()
 					res.Runs = append(res.Runs, run)
 					mu.Unlock()
@@ -117,7 +118,7 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 			}
 			mu.Lock()
 			res.Runs = append(res.Runs, countsRun{Dialect: "openai (refilling)", Ignored: ignored,
-				Rate: float64(n) / time.Since(from).Seconds(), Refused: len(refusals)})
+				Rate: float64(n) / time.Since(from).Seconds(), Refused: len(refusals), Calls: len(uses) + len(refusals)})
 			mu.Unlock()
 		})
 	}

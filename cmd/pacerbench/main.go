@@ -69,7 +69,7 @@ type config struct {
 	EvictRun   time.Duration // each run of the eviction phase
 	CrashRun   time.Duration // each crash run of the seams phase
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts); "" for all
+	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts, adaptive); "" for all
 	Command    string        // how the program was run, for the report
 }
 
@@ -144,7 +144,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.DurationVar(&c.CrashRun, "crash-run", full.CrashRun, "length of each crash run of the seams phase (where the kill falls between two heartbeats follows from it)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts, adaptive)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -199,7 +199,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "seams", "fair", "counts"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "seams", "fair", "counts", "adaptive"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -306,9 +306,10 @@ type results struct {
 	Eviction   []eviction
 	Script     []scriptRow
 	ScriptNote string
-	Seams      *seamsResults  // the seams phase, if run
-	Fair       *fairResults   // the fair phase, if run
-	Counts     *countsResults // the counts phase, if run
+	Seams      *seamsResults    // the seams phase, if run
+	Fair       *fairResults     // the fair phase, if run
+	Counts     *countsResults   // the counts phase, if run
+	Adaptive   *adaptiveResults // the adaptive phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -458,6 +459,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("adaptive") {
+		if res.Adaptive, err = b.runAdaptive(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -474,6 +480,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Counts != nil {
 		tables += res.Counts.tables()
+	}
+	if res.Adaptive != nil && len(res.Adaptive.Runs) > 0 {
+		tables += res.Adaptive.tables()
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
