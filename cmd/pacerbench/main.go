@@ -22,7 +22,9 @@
 // faults: a fleet's rate after its processes are killed without Close, a
 // fleet through Redis stopped and restarted empty and through Redis frozen,
 // and a window band's calls and Sleep's moves per window, on an idle and
-// a busy machine.
+// a busy machine; fair share and lanes (fair.go); and pacehttp against
+// providers that report their counts (counts.go) and on a warm key with a
+// learned rate (adaptive.go).
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
