@@ -37,6 +37,38 @@ func queued(t *testing.T, l *reserve.Limiter, key string, rate float64) time.Dur
 	return time.Duration(max(0, -snap.Bands[0].Value/rate) * float64(time.Second))
 }
 
+// getAll has each Limiter's Transport, adaptive by a, GET url n times at
+// once, and returns the function that waits for them all and returns their
+// errors (those left are cancelled, and waited for, when the test ends).
+func getAll(t *testing.T, ls []*reserve.Limiter, a adaptive.Config, url string, n int) (wait func() []error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, l := range ls {
+		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a})}
+		for range n {
+			wg.Go(func() {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+				resp, err := c.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			})
+		}
+	}
+	return func() []error {
+		wg.Wait()
+		return errs
+	}
+}
+
 // TestAdaptiveQueueFollowsRate (issue 24, item 1): the requests waiting on
 // an adaptive key reserve their slots only when they come within the
 // horizon, so the fleet's queue in Redis never reaches further (at 0.1/s,
@@ -48,23 +80,7 @@ func TestAdaptiveQueueFollowsRate(t *testing.T) {
 	srv := newServer(t)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	a := adaptive.Config{Start: 0.1, Min: 0.1, Max: 100, Double: 1000 * time.Hour, Steps: -1}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for _, l := range ls {
-		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a})}
-		for range 3 {
-			wg.Go(func() {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-				resp, err := c.Do(req)
-				if err == nil {
-					resp.Body.Close()
-				}
-				errs <- err
-			})
-		}
-	}
+	wait := getAll(t, ls, a, srv.URL, 3)
 	require.Eventually(t, func() bool { a, _ := srv.requests(); return len(a) >= 1 }, 10*time.Second, 5*time.Millisecond)
 	horizon := 200 * time.Millisecond
 	for range 20 {
@@ -76,9 +92,7 @@ func TestAdaptiveQueueFollowsRate(t *testing.T) {
 	require.Len(t, arrived, 1, "one request at 0.1/s: the next slot is 10 s away")
 
 	setRate(t, rdb, ls[0], host, 50)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range wait() {
 		assert.NoError(t, err)
 	}
 	arrived, _ = srv.requests()
@@ -147,23 +161,7 @@ func TestAdaptiveQueueFollowsCut(t *testing.T) {
 	srv := newServer(t)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	a := adaptive.Config{Start: 20, Min: 0.1, Max: 100, Double: 1000 * time.Hour, Steps: -1}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 40)
-	for _, l := range ls {
-		c := &http.Client{Transport: transport(t, l, pacehttp.Options{Adaptive: &a})}
-		for range 20 {
-			wg.Go(func() {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-				resp, err := c.Do(req)
-				if err == nil {
-					resp.Body.Close()
-				}
-				errs <- err
-			})
-		}
-	}
+	wait := getAll(t, ls, a, srv.URL, 20)
 	require.Eventually(t, func() bool { a, _ := srv.requests(); return len(a) >= 2 }, 10*time.Second, time.Millisecond)
 	setRate(t, rdb, ls[0], host, 0.5)
 	bound := 200*time.Millisecond + 2*time.Second // the horizon, and one slot at 0.5/s
@@ -173,9 +171,7 @@ func TestAdaptiveQueueFollowsCut(t *testing.T) {
 	}
 
 	setRate(t, rdb, ls[0], host, 50)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range wait() {
 		assert.NoError(t, err)
 	}
 	arrived, _ := srv.requests()
