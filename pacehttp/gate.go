@@ -16,8 +16,8 @@ import (
 // is sent at the old rate into the provider's refusals. So the requests of
 // an adaptive key wait their turn in their process, in order, and each
 // reserves its slot only when that slot lies within gateHorizon of now,
-// at the rate in force then: the fleet's queue in Redis never holds more
-// than gateHorizon, and a change of rate reaches every request not yet
+// at the rate in force then: no request holds a slot more than
+// gateHorizon ahead, and a change of rate reaches every request not yet
 // sent within gateHorizon plus the rate's Refresh, in order, none losing
 // its place (issue 24, item 1).
 
