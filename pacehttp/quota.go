@@ -119,15 +119,11 @@ func (t *Transport) take(ctx context.Context, key string) (int64, error) {
 			}
 		}
 		if wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if err := sleepCtx(ctx, wait); err != nil {
 				if id > 0 {
 					t.drop(ctx, key, id)
 				}
-				return 0, ctx.Err()
-			case <-timer.C:
+				return 0, err
 			}
 		}
 		if id > 0 {
