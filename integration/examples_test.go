@@ -149,33 +149,38 @@ func TestExampleBatchProviderBelowLimit(t *testing.T) {
 	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", tasks, tasks))
 }
 
-// checkPaced asserts what a well-paced run looks like from the provider's
-// side: no 429, calls as many as pages or tasks (each done once), each host
-// no faster than the limit. The crawler and the batch share rate and burst.
+// checkPaced asserts what a paced run looks like from the provider's side,
+// as far as a busy machine cannot change it: every page or task done once
+// (each 429, if any, paused the host and was retried: calls - rejected is
+// the count), pacer's limit, and no host faster than it.
+//
+// It does not ask for zero 429s, though a quiet machine sees none (the
+// demos' figures in docs/demos.md): the provider allows rate + burst calls
+// in any second, exactly what pacer promises, so one call that reaches it
+// more than a slot (1/rate) late, because its process stalled after its
+// slot, is a 429 that no limiter could prevent. This failed CI twice beside
+// a CPU hog (1 refusal of 301 calls). That pacer's slots never exceed the
+// limit is asserted exactly, on the slots, by the combination runner and
+// reserve's tests; that a limit above the provider's draws 429s, by the
+// ProviderBelowLimit tests below.
 func checkPaced(t *testing.T, s summary, calls int) {
 	t.Helper()
 	if s.Rejected != 0 {
-		// The provider allows rate + burst calls in any second, exactly what
-		// pacer promises: a call that arrives more than one slot (1/rate)
-		// late, because a process stalled, is enough for a 429.
-		t.Errorf("rejected = %d, want 0 (too many slots, or a call more than 1/rate late)", s.Rejected)
+		t.Logf("%d of %d calls refused: a call reached the provider more than 1/rate late (a busy machine)", s.Rejected, s.Calls)
 	}
-	if s.Calls != calls {
-		t.Errorf("calls = %d, want %d", s.Calls, calls)
+	if s.Calls-s.Rejected != calls {
+		t.Errorf("calls - rejected = %d - %d = %d, want every page or task once (%d)", s.Calls, s.Rejected, s.Calls-s.Rejected, calls)
 	}
 	if s.Limit != crawlerRate {
 		t.Errorf("limit = %g, want %d", s.Limit, crawlerRate)
 	}
-	// Never faster than the limit (the burst adds at most 5% over a run this
-	// long); slower only by a stall, which a busy machine makes: the bound
-	// below is a check that the run was paced at all, not a figure (the
-	// demos print those; the batch ran at 16.7/s of 20 in a CI run beside
-	// a fuzzer on both cores).
+	// Never faster than the limit: the burst adds at most 5% over a run
+	// this long, and a stall only slows a run (but for one of the first
+	// call, which would have to be 250 ms). No lower bound: a busy machine
+	// can slow a run as much as it likes (the batch ran at 16.7/s of 20 in
+	// a CI run beside a fuzzer on both cores).
 	if s.Rate > 1.05*s.Limit {
 		t.Errorf("rate = %.2f/s per host, above the limit %g", s.Rate, s.Limit)
-	}
-	if s.Rate < 0.5*s.Limit {
-		t.Errorf("rate = %.2f/s per host, under half the limit %g", s.Rate, s.Limit)
 	}
 }
 
