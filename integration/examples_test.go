@@ -152,17 +152,21 @@ func TestExampleBatchProviderBelowLimit(t *testing.T) {
 // checkPaced asserts what a paced run looks like from the provider's side,
 // as far as a busy machine cannot change it: every page or task done once
 // (each 429, if any, paused the host and was retried: calls - rejected is
-// the count), pacer's limit, and no host faster than it.
+// the count), at pacer's limit.
 //
-// It does not ask for zero 429s, though a quiet machine sees none (the
-// demos' figures in docs/demos.md): the provider allows rate + burst calls
-// in any second, exactly what pacer promises, so one call that reaches it
-// more than a slot (1/rate) late, because its process stalled after its
-// slot, is a 429 that no limiter could prevent. This failed CI twice beside
-// a CPU hog (1 refusal of 301 calls). That pacer's slots never exceed the
-// limit is asserted exactly, on the slots, by the combination runner and
-// reserve's tests; that a limit above the provider's draws 429s, by the
-// ProviderBelowLimit tests below.
+// Not zero 429s, though a quiet machine sees none (the demos' figures in
+// docs/demos.md): the provider allows rate + burst calls in any second,
+// exactly what pacer promises, so one call that reaches it more than a slot
+// (1/rate) late, because its process stalled after its slot, is a 429 that
+// no limiter could prevent. That failed CI twice beside a CPU hog (1
+// refusal of 301 calls). Nor a bound on the rate or the refusals from the
+// provider's view: the provider keeps every host within its limit, and its
+// 429s pause the host, so even unpaced workers (-rate 1000) show 21/s and
+// 11% refused. What pacer promises is asserted exactly where the slots are
+// known: by the combination runner (one of its keys is called through
+// pacehttp's Transport) and reserve's tests; that
+// a limit above the provider's draws 429s, by the ProviderBelowLimit tests
+// below.
 func checkPaced(t *testing.T, s summary, calls int) {
 	t.Helper()
 	if s.Rejected != 0 {
@@ -173,14 +177,6 @@ func checkPaced(t *testing.T, s summary, calls int) {
 	}
 	if s.Limit != crawlerRate {
 		t.Errorf("limit = %g, want %d", s.Limit, crawlerRate)
-	}
-	// Never faster than the limit: the burst adds at most 5% over a run
-	// this long, and a stall only slows a run (but for one of the first
-	// call, which would have to be 250 ms). No lower bound: a busy machine
-	// can slow a run as much as it likes (the batch ran at 16.7/s of 20 in
-	// a CI run beside a fuzzer on both cores).
-	if s.Rate > 1.05*s.Limit {
-		t.Errorf("rate = %.2f/s per host, above the limit %g", s.Rate, s.Limit)
 	}
 }
 
