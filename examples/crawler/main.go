@@ -7,6 +7,7 @@
 //	go run ./examples/crawler -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
 //	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
 //	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
+//	go run ./examples/crawler -adaptive -retry-after-ms # and its 429s say the exact wait, not whole seconds
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. Requests go through pacehttp's Transport: it paces each host
@@ -61,6 +62,9 @@ type config struct {
 	Start    float64
 	ChangeAt time.Duration // the provider's limit becomes ChangeTo after this (0: never)
 	ChangeTo int
+	// RetryAfterMs: the provider's 429s also carry retry-after-ms, the
+	// exact wait, beside Retry-After's whole seconds.
+	RetryAfterMs bool
 }
 
 // childEnv carries a child process's job: the test binary or the crawler
@@ -99,6 +103,7 @@ func main() {
 	flag.Float64Var(&c.Start, "start", 5, "with -adaptive: the rate per host the fleet starts from")
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
 	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
+	flag.BoolVar(&c.RetryAfterMs, "retry-after-ms", false, "the provider's 429s also say retry-after-ms, the exact wait, beside Retry-After in whole seconds")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -131,7 +136,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		fmt.Fprintln(out, "crawler:", warn)
 	}
 	c.Rate, c.Burst = lim.Rate, lim.Burst
-	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
+	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit, RetryAfterMs: c.RetryAfterMs})
 	if err != nil {
 		return summary{}, err
 	}

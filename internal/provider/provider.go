@@ -32,6 +32,11 @@ type Options struct {
 	// Limit calls per second (see Leaky): a millisecond clock and one call
 	// of tolerance. Default false.
 	Leaky bool
+	// RetryAfterMs adds retry-after-ms to each 429 (as OpenAI and Azure
+	// OpenAI send it): the exact time until the call would be accepted, in
+	// milliseconds, rounded up, beside Retry-After's whole seconds.
+	// Default false.
+	RetryAfterMs bool
 }
 
 // Server is a running provider on 127.0.0.1.
@@ -108,6 +113,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if retry > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
+		if s.opts.RetryAfterMs {
+			w.Header().Set("retry-after-ms", strconv.FormatInt(int64(math.Ceil(float64(retry)/1e6)), 10))
+		}
 		http.Error(w, "429 too many requests", http.StatusTooManyRequests)
 		return
 	}

@@ -43,6 +43,9 @@ func TestStrict(t *testing.T) {
 	if r := get(t, s, "b.test"); r.StatusCode != http.StatusOK {
 		t.Errorf("other host: %d, want 200", r.StatusCode)
 	}
+	if ms := r.Header.Get("retry-after-ms"); ms != "" {
+		t.Errorf("retry-after-ms %q without RetryAfterMs", ms)
+	}
 	st := s.Stats()
 	if st.Accepted != 6 || st.Rejected != 1 || st.ByHost["a.test"].Busiest1s != 5 || st.ByClient["test"].Rejected != 1 {
 		t.Errorf("stats %+v", st)
@@ -160,5 +163,33 @@ func TestLeaky(t *testing.T) {
 	times := []time.Time{at(0), at(1), at(2), at(3), at(30)}
 	if got := LeakyRejections(times, 100); got != 2 {
 		t.Fatalf("LeakyRejections = %d, want 2 (0 and 1 pass, 2 and 3 are refused, 30 passes)", got)
+	}
+}
+
+// TestRetryAfterMs: with RetryAfterMs a 429 also says, in milliseconds,
+// when the oldest call of the window leaves it: a second after the first
+// call, so no sooner than the rest of the second since it was sent, and no
+// later than a second.
+func TestRetryAfterMs(t *testing.T) {
+	s, err := Start(Options{Limit: 2, RetryAfterMs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := time.Now()
+	for range 2 {
+		get(t, s, "a.test")
+	}
+	r := get(t, s, "a.test")
+	gone := time.Since(first)
+	if r.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third call: %d, want 429", r.StatusCode)
+	}
+	ms, err := strconv.Atoi(r.Header.Get("retry-after-ms"))
+	if d := time.Duration(ms) * time.Millisecond; err != nil || d < time.Second-gone || d > time.Second {
+		t.Errorf("retry-after-ms %q, want %v to 1s (a second after the first call, which was sent %v ago)", r.Header.Get("retry-after-ms"), time.Second-gone, gone)
+	}
+	if ra := r.Header.Get("Retry-After"); ra != "1" {
+		t.Errorf("Retry-After %q, want 1", ra)
 	}
 }
