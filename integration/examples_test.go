@@ -57,6 +57,7 @@ const exampleTimeout = 90 * time.Second
 // TestExampleCrawler is the crawler with default flags and -redis: one
 // process of 16 workers at 20 calls/s per host.
 func TestExampleCrawler(t *testing.T) {
+	t.Parallel()
 	srv := redistest.NewPreferContainer(t)
 	r := crawler.run(t, "-redis", srv.URL, "-progress", "0")
 	r.wantStderr(t, "using Redis at "+srv.Addr)
@@ -66,6 +67,7 @@ func TestExampleCrawler(t *testing.T) {
 // TestExampleCrawlerProcs is the crawler as 4 worker processes sharing the
 // per-host limit through Redis.
 func TestExampleCrawlerProcs(t *testing.T) {
+	t.Parallel()
 	srv := redistest.NewPreferContainer(t)
 	r := crawler.run(t, "-redis", srv.URL, "-procs", "4", "-progress", "0")
 	r.wantStderr(t, "using Redis at "+srv.Addr)
@@ -78,6 +80,7 @@ func TestExampleCrawlerProcs(t *testing.T) {
 // quota must draw 429s, or the checks of the other tests could not fail.
 // Every page is still fetched.
 func TestExampleCrawlerProviderBelowLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.NewPreferContainer(t)
 	const pages = 50                               // each 429 pauses its host for a second
 	limit := (crawlerRate + crawlerBurst) * 9 / 10 // 18, rounded down
@@ -96,6 +99,7 @@ func TestExampleCrawlerProviderBelowLimit(t *testing.T) {
 // TestExampleCrawlerEmbedded is the demo with no -redis: the crawler starts
 // an embedded Redis and says so.
 func TestExampleCrawlerEmbedded(t *testing.T) {
+	t.Parallel()
 	r := crawler.run(t, "-progress", "0")
 	r.wantStderr(t, "using an embedded Redis")
 	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
@@ -111,6 +115,7 @@ const (
 // TestExampleBatch is the asynq batch with -redis: 300 tasks enqueued at
 // once through the scheduler, two asynq servers with the worker middleware.
 func TestExampleBatch(t *testing.T) {
+	t.Parallel()
 	srv := redistest.NewPreferContainer(t)
 	r := batch.run(t, "-redis", srv.URL, "-progress", "0")
 	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", batchTasks, batchTasks))
@@ -123,6 +128,7 @@ func TestExampleBatch(t *testing.T) {
 // TestExampleBatchEmbedded is the batch with no -redis: asynq and pacer on
 // an embedded Redis.
 func TestExampleBatchEmbedded(t *testing.T) {
+	t.Parallel()
 	r := batch.run(t, "-progress", "0")
 	r.wantStderr(t, "using an embedded Redis")
 	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", batchTasks, batchTasks))
@@ -133,6 +139,7 @@ func TestExampleBatchEmbedded(t *testing.T) {
 // the limit pacer is told (-rate, -burst) answers 429s; each pauses the fleet, the task is rescheduled without
 // using a retry, and nothing is archived or lost.
 func TestExampleBatchProviderBelowLimit(t *testing.T) {
+	t.Parallel()
 	srv := redistest.NewPreferContainer(t)
 	const tasks = 100
 	limit := (batchRate + batchBurst) * 9 / 10
@@ -383,6 +390,7 @@ func parseSummary(stdout string, extra ...string) (summary, error) {
 
 // TestExampleSummary: parseSummary takes a good line and refuses the rest.
 func TestExampleSummary(t *testing.T) {
+	t.Parallel()
 	const good = "summary calls=300 rejected=2 rate=20.01 limit=20 busiest_1s=21 duration=5.0"
 	s, err := parseSummary("progress\n" + good + "\n")
 	want := summary{Calls: 300, Rejected: 2, Rate: 20.01, Limit: 20, Busiest1s: 21, Duration: 5 * time.Second, line: good}

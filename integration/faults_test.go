@@ -38,6 +38,7 @@ type fault struct {
 }
 
 func TestFaultRestartEmpty(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewProcess(t)
 	runFault(t, fault{
 		spec:   childSpec{Mode: "url", URL: s.URL},
@@ -47,6 +48,7 @@ func TestFaultRestartEmpty(t *testing.T) {
 }
 
 func TestFaultSIGSTOP(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewProcess(t)
 	runFault(t, fault{
 		spec:   childSpec{Mode: "url", URL: s.URL},
@@ -56,6 +58,7 @@ func TestFaultSIGSTOP(t *testing.T) {
 }
 
 func TestFaultLatency(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewProcess(t)
 	p := redistest.NewProxy(t, s.Addr)
 	runFault(t, fault{
@@ -66,6 +69,7 @@ func TestFaultLatency(t *testing.T) {
 }
 
 func TestFaultTimeout(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewProcess(t)
 	p := redistest.NewProxy(t, s.Addr)
 	runFault(t, fault{
@@ -76,6 +80,7 @@ func TestFaultTimeout(t *testing.T) {
 }
 
 func TestFaultReset(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewProcess(t)
 	p := redistest.NewProxy(t, s.Addr)
 	runFault(t, fault{
@@ -86,6 +91,7 @@ func TestFaultReset(t *testing.T) {
 }
 
 func TestFaultSentinelFailover(t *testing.T) {
+	t.Parallel()
 	s := redistest.NewSentinel(t)
 	runFault(t, fault{
 		spec:     childSpec{Mode: "sentinel", MasterName: s.MasterName, Addrs: s.SentinelAddrs},
@@ -96,6 +102,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 }
 
 func TestFaultClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.NewClusterReplicas(t, 3, 1)
 	key := "api.example.com"
 	var prefix string
@@ -204,6 +211,7 @@ func firstSwitch(run fleetRun, to string, after time.Time) time.Time {
 // from then on, every 1 s of the run holds at most windowBound, through the
 // healing too.
 func TestFaultPartialPartition(t *testing.T) {
+	t.Parallel()
 	const (
 		parts     = 3
 		heartbeat = time.Second // reserve's default HeartbeatInterval
