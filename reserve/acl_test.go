@@ -17,7 +17,7 @@ import (
 // user with only redistest.ACLRules.
 func aclBackend(t *testing.T) backend {
 	s := redistest.NewProcess(t)
-	return backend{client: s.Client, user: redistest.ACLUser(t, s, redistest.ACLRules...), elapse: time.Sleep}
+	return backend{client: s.Client, user: redistest.ACLUser(t, s, redistest.ACLRules...), elapse: time.Sleep, routed: true}
 }
 
 // TestContractACL runs the contract suite with the Limiters logged in as a

@@ -28,6 +28,12 @@ type backend struct {
 	user redis.UniversalClient
 	// elapse lets d of real time pass, as the server's key expiry sees it.
 	elapse func(d time.Duration)
+	// routed is set for a deployment that runs the scripts as a single
+	// redis-server does, with only the routing or the permissions
+	// changed (Cluster, an ACL user): the regression seeds, which replay
+	// the scripts' arithmetic, run on a single server and on miniredis
+	// (the two Lua interpreters), not again there.
+	routed bool
 }
 
 // pacer returns the client a Limiter under test talks through.
@@ -47,7 +53,7 @@ func redisBackend(t *testing.T) backend {
 // clusterBackend is a 3-master Redis Cluster.
 func clusterBackend(t *testing.T) backend {
 	c := redistest.NewCluster(t, 3)
-	return backend{client: c.Client, elapse: time.Sleep}
+	return backend{client: c.Client, elapse: time.Sleep, routed: true}
 }
 
 // miniredisBackend is the embedded default (gopher-lua, which prints and
