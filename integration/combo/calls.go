@@ -22,17 +22,30 @@ var callMix = map[string][]struct {
 	kind   string
 	weight int
 }{
-	KeySliding: {{"wait", 20}, {"reserve", 35}, {"try", 25}, {"allow", 10}, {"cancel", 10}},
-	KeyPolicy:  {{"waitp", 15}, {"reservep", 40}, {"tryp", 25}, {"allowp", 10}, {"cancelp", 10}},
-	KeyHot:     {{"reserve", 70}, {"wait", 10}, {"try", 10}, {"allow", 10}},
-	KeyHTTP:    {{kindHTTP, 100}},
+	KeySliding:  {{"wait", 20}, {"reserve", 35}, {"try", 25}, {"allow", 10}, {"cancel", 10}},
+	KeyPolicy:   {{"waitp", 15}, {"reservep", 40}, {"tryp", 25}, {"allowp", 10}, {"cancelp", 10}},
+	KeyHot:      {{"reserve", 70}, {"wait", 10}, {"try", 10}, {"allow", 10}},
+	KeyHTTP:     {{kindHTTP, 100}},
+	KeyAdaptive: {{kindAdaptive, 100}},
 }
 
-// kindHTTP is a call through pacehttp's Transport; fireHeader carries the
-// time it was sent (its slot lies between the call and then).
+// kindHTTP is a call through pacehttp's Transport, kindAdaptive one through
+// the Transport that learns its rate (Options.Adaptive); fireHeader
+// carries the time it was sent (its slot lies between the call and then).
 const (
-	kindHTTP   = "http"
-	fireHeader = "X-Combo-Fire"
+	kindHTTP     = "http"
+	kindAdaptive = "adaptive"
+	fireHeader   = "X-Combo-Fire"
+)
+
+// One adaptive call in adaptiveDeadlineOdds carries a context deadline
+// drawn from [adaptiveMinDeadline, adaptiveMaxDeadline]: pacehttp refuses
+// it at once (a *reserve.WaitTooLongError) when its slot cannot come
+// before it.
+const (
+	adaptiveDeadlineOdds = 3
+	adaptiveMinDeadline  = 100 * time.Millisecond
+	adaptiveMaxDeadline  = 3 * time.Second
 )
 
 // caller is one goroutine calling one key.
@@ -103,6 +116,11 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 		c.count(kind)
 		call.Grant = time.Now().UnixNano()
 		return cl.sendHTTP(ctx, call)
+	}
+	if kind == kindAdaptive {
+		c.count(kind)
+		call.Grant = time.Now().UnixNano()
+		return cl.sendAdaptive(ctx, call)
 	}
 	req := cl.request(&call)
 	short := key.single && req.Tenant == "" && req.Lane == reserve.Normal // the short forms
@@ -275,6 +293,87 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 	}
 	rep, ok := c.reply(resp, call.Key)
 	if ok && rep.Status == http.StatusTooManyRequests {
+		return max(time.Duration(rep.Retry), time.Millisecond)
+	}
+	return 0
+}
+
+// sendAdaptive makes the call through the child's adaptive Transport,
+// which learns the key's rate, holds the call in its process's gate until
+// its slot is near, pauses the key and cuts the rate on a 429 (it retries
+// nothing: one does, as for the other keys). One call in
+// adaptiveDeadlineOdds carries a deadline of its own. A call pacehttp
+// fails before sending it is noted (noteUnsent): the verdict checks that
+// the provider never saw it. A refusal for its deadline (a
+// *reserve.WaitTooLongError, or the deadline passing while it waited) is
+// counted, not an error.
+func (cl *caller) sendAdaptive(ctx context.Context, call Call) time.Duration {
+	c := cl.c
+	call.Lo = call.Grant
+	callCtx := ctx
+	if cl.rng.IntN(adaptiveDeadlineOdds) == 0 {
+		d := adaptiveMinDeadline + time.Duration(cl.rng.Int64N(int64(adaptiveMaxDeadline-adaptiveMinDeadline)+1))
+		call.Within = int64(d)
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	body, _ := json.Marshal(call)
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, c.spec.Provider+"/call", bytes.NewReader(body))
+	if err != nil {
+		c.errNote("provider", call.Key, err)
+		return 0
+	}
+	resp, err := c.adaptive.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) && strings.HasPrefix(ue.Err.Error(), "pacehttp:") {
+			// Failed before it was sent (RoundTrip wraps only the
+			// errors of reserving so).
+			why := "err"
+			tl, tooLong := errors.AsType[*reserve.WaitTooLongError](ue.Err)
+			switch {
+			case tooLong && tl.Deadline:
+				why = "too-long"
+			case errors.Is(ue.Err, context.DeadlineExceeded) && ended(callCtx):
+				why = "deadline"
+			case errors.Is(ue.Err, reserve.ErrUnavailable) && documentedUnavailable(ue.Err):
+				why = "unavailable"
+			}
+			c.note(Note{Type: noteUnsent, Key: call.Key, ID: call.ID, At: time.Now().UnixNano(), Op: why})
+			switch {
+			case why == "err" || why == "unavailable":
+				c.failed(ctx, call.Kind, call.Key, ue.Err)
+			case why == "too-long" && call.Within == 0:
+				// Refused for the run's end: its slot comes after it.
+				c.count(call.Kind + "-" + why)
+				sleepCtx(ctx, tl.Wait)
+			default:
+				c.count(call.Kind + "-" + why)
+				sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
+			}
+			return 0
+		}
+		if ended(callCtx) {
+			// Its deadline passed on the way: the provider may have seen
+			// it, and its answer is lost.
+			c.count(call.Kind + "-lost")
+			return 0
+		}
+		c.errNote("provider", call.Key, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	var rep Reply
+	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+		if ended(callCtx) {
+			c.count(call.Kind + "-lost")
+		} else {
+			c.errNote("provider", call.Key, fmt.Errorf("%s: %w", resp.Status, err))
+		}
+		return 0
+	}
+	if rep.Status == http.StatusTooManyRequests {
 		return max(time.Duration(rep.Retry), time.Millisecond)
 	}
 	return 0

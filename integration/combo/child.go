@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -38,7 +39,13 @@ const (
 	policyGoroutines  = 4
 	hotBurst          = 12
 	httpGoroutines    = 3
-	maxAttempts       = 3 // a call refused with 429 is tried again this often
+	// adaptiveGoroutines call KeyAdaptive one call after the other: a
+	// demand far above its true limit, as the rate must be learned from
+	// refusals.
+	adaptiveGoroutines = 3
+	maxAttempts        = 3 // a call refused with 429 is tried again this often
+	// rateEvery is how often a process samples KeyAdaptive's learned rate.
+	rateEvery = 250 * time.Millisecond
 )
 
 // child is one fleet process.
@@ -47,10 +54,12 @@ type child struct {
 	l     *reserve.Limiter
 	http  *http.Client
 	paced *http.Client // KeyHTTP's calls, through pacehttp
-	out   *noteWriter
-	seq   atomic.Int64
-	bg    sync.WaitGroup // settles retried after the call returned
-	after context.Context
+	// adaptive: KeyAdaptive's calls, through pacehttp with Options.Adaptive
+	adaptive *http.Client
+	out      *noteWriter
+	seq      atomic.Int64
+	bg       sync.WaitGroup // settles retried after the call returned
+	after    context.Context
 
 	mu     sync.Mutex
 	counts map[string]int64
@@ -114,10 +123,29 @@ func childMain(spec ChildSpec) error {
 		return err
 	}
 	c.paced = &http.Client{Transport: tr}
+	cfg := adaptiveConfig
+	atr, err := pacehttp.New(l, pacehttp.Options{
+		Base: stampFire{c.http.Transport},
+		// Adaptive replaces the Route's policy by the learned rate.
+		Route: func(*http.Request) (pacehttp.Route, error) {
+			return pacehttp.Route{Key: KeyAdaptive, Cost: reserve.Permits(1)}, nil
+		},
+		Adaptive:   &cfg,
+		MaxRetries: -1,
+		Logger:     slog.New(stderr),
+	})
+	if err != nil {
+		return err
+	}
+	c.adaptive = &http.Client{Transport: atr}
 	var wg sync.WaitGroup
 	for g := range httpGoroutines {
 		wg.Go(func() { c.caller(KeyHTTP, 2000+g).loop(ctx) })
 	}
+	for g := range adaptiveGoroutines {
+		wg.Go(func() { c.caller(KeyAdaptive, 3000+g).loop(ctx) })
+	}
+	wg.Go(func() { c.sampleRate(ctx) })
 	for g := range slidingGoroutines {
 		wg.Go(func() { c.caller(KeySliding, g).loop(ctx) })
 	}
@@ -152,6 +180,34 @@ func (c *child) hot(ctx context.Context) {
 			wg.Go(func() { cl.one(ctx, cl.draw()) })
 		}
 		wg.Wait()
+	}
+}
+
+// sampleRate notes KeyAdaptive's learned rate every rateEvery, read with
+// Peek (which counts no demand and writes nothing) through a Rate of its
+// own with the Transport's Config. While Redis cannot be reached Peek gives
+// the last rate it read (or Start).
+func (c *child) sampleRate(ctx context.Context) {
+	rate, err := adaptive.New(c.l, KeyAdaptive, adaptiveConfig)
+	if err != nil {
+		c.errNote("adaptive", KeyAdaptive, err)
+		return
+	}
+	t := time.NewTicker(rateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lim, err := rate.Peek(ctx)
+		switch {
+		case err == nil:
+			c.note(Note{Type: noteRate, Key: KeyAdaptive, At: time.Now().UnixNano(), Rate: lim.Rate})
+		case !ended(ctx):
+			c.errNote("peek", KeyAdaptive, err)
+		}
 	}
 }
 

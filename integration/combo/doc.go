@@ -12,11 +12,16 @@
 //
 //   - a fleet of child processes (Child), each built as the README's quick
 //     start builds its client, calling Wait, Reserve, TryReserveN and their
-//     policy variants from many goroutines on four keys (keys.go): a
+//     policy variants from many goroutines on five keys (keys.go): a
 //     Sliding limit, a policy of a bucket, a window and a tokens bucket with
 //     costs settled to what the provider reports, a hot key that leases,
-//     and a key called through pacehttp's Transport whose window the fleet
-//     is not told of and learns from the provider's counts;
+//     a key called through pacehttp's Transport whose window the fleet
+//     is not told of and learns from the provider's counts, and a key
+//     called through a second Transport built with Options.Adaptive, whose
+//     limit (20/s, burst 2) the fleet is told nothing of and learns a rate
+//     for (within [2, 80]/s) from the provider's 429s, a third of its calls
+//     with a deadline of their own (pacehttp refuses those whose slot
+//     cannot come before it);
 //     three in ten of the first two keys' calls are fair (a tenant of three,
 //     weights 1, 1 and 2, and a lane: Urgent, Normal or Batch);
 //   - the provider (Provider), an HTTP server in a process of its own that
@@ -24,11 +29,22 @@
 //     reports the pacehttp key's window in GitHub's x-ratelimit-* headers,
 //     and records every call with the slot the caller's reservation gave it.
 //
+// The operator stores no limit on the adaptive key: a stored limit
+// replaces the learned rate (its band, "permits", is the one the Transport
+// reserves on), and no exact bound on that key's slots could judge it
+// (learned.go). Its pauses, the operator's and the provider's, are drawn.
+//
 // Judge then checks the records (verdict.go): no interval of the run over
 // any band's limit, judged on the slots (and for a band the fleet is not
 // told of, no refusal over it, on the provider's view); no call inside a
 // pause it was told of; throughput at least an honest fraction of what the
-// limit allowed; no error; no call fired early. A failing seed replays with the same timeline:
+// limit allowed; no error; no call fired early. The adaptive key is judged
+// by its own invariants (learned.go): no request reaches the provider
+// twice, nor one pacehttp refused before sending it; every sample of the
+// learned rate lies within [Min, Max]; and outside Redis faults and pauses
+// no 2 s pass without a call the provider accepted. Its refusals and the
+// fraction of its true limit it used are reported, not judged. A failing
+// seed replays with the same timeline:
 //
 //	go run ./integration/cmd/pacercombo -seed 17 -v
 //

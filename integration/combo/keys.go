@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -18,10 +19,15 @@ const (
 	// fleet is not told of, which the provider reports in its answers
 	// (GitHub's x-ratelimit-* headers), and pacehttp keeps the count of.
 	KeyHTTP = "http.example"
+	// KeyAdaptive is called through a second pacehttp Transport, built
+	// with Options.Adaptive: the fleet is told nothing of its limit and
+	// learns a rate from the provider's 429s (package adaptive).
+	KeyAdaptive = "adaptive.example"
 )
 
-// Keys lists the keys in a fixed order (reports, draws).
-var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP}
+// Keys lists the keys in a fixed order (reports, draws). A key joins at
+// the end: the draws that pick from the first ones stay as they were.
+var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP, KeyAdaptive}
 
 var (
 	slidingLimit = must(reserve.Sliding(31, time.Second))
@@ -32,8 +38,13 @@ var (
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 30, Burst: 3}},
 		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 24, Length: 2 * time.Second}},
 	}
-	httpFleet   = httpLimit[:1]
-	policyLimit = reserve.Policy{
+	httpFleet = httpLimit[:1]
+	// adaptiveLimit is KeyAdaptive's true limit, which only the provider
+	// knows; the fleet learns a rate within [Min, Max] of adaptiveConfig
+	// (its Burst the default, 1).
+	adaptiveLimit  = reserve.Limit{Rate: 20, Burst: 2}
+	adaptiveConfig = adaptive.Config{Start: 8, Min: 2, Max: 80}
+	policyLimit    = reserve.Policy{
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
 		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 36, Length: 2 * time.Second}},
 		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
@@ -63,18 +74,26 @@ type keyDef struct {
 	// throughput: the fleet's demand stays well above the limit, so the
 	// verdict judges how much of it was used.
 	throughput bool
+	// learned: the fleet is told nothing of pol and paces at a rate it
+	// learns (KeyAdaptive); the verdict judges it by its own invariants
+	// (learned.go), not pol's windows.
+	learned bool
 }
 
 var keyDefs = map[string]keyDef{
-	KeySliding: {name: KeySliding, single: true, limit: slidingLimit, pol: slidingLimit.Policy(), throughput: true},
-	KeyPolicy:  {name: KeyPolicy, pol: policyLimit, throughput: true},
-	KeyHot:     {name: KeyHot, single: true, limit: hotLimit, pol: hotLimit.Policy()},
-	KeyHTTP:    {name: KeyHTTP, pol: httpLimit, fleet: httpFleet, throughput: true},
+	KeySliding:  {name: KeySliding, single: true, limit: slidingLimit, pol: slidingLimit.Policy(), throughput: true},
+	KeyPolicy:   {name: KeyPolicy, pol: policyLimit, throughput: true},
+	KeyHot:      {name: KeyHot, single: true, limit: hotLimit, pol: hotLimit.Policy()},
+	KeyHTTP:     {name: KeyHTTP, pol: httpLimit, fleet: httpFleet, throughput: true},
+	KeyAdaptive: {name: KeyAdaptive, single: true, limit: adaptiveLimit, pol: adaptiveLimit.Policy(), learned: true},
 }
 
 // fleetPol is the policy the fleet passes for def: what the verdict judges
-// on the slots.
+// on the slots. A learned key has none.
 func (def keyDef) fleetPol() reserve.Policy {
+	if def.learned {
+		return nil
+	}
 	if def.fleet != nil {
 		return def.fleet
 	}

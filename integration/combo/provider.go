@@ -96,15 +96,17 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if c.Kind == kindHTTP {
+	if c.Kind == kindHTTP || c.Kind == kindAdaptive {
 		// Sent through pacehttp: its slot lies between the call and the
-		// send, which the child's transport stamps (as a Wait's). Its
-		// round trip is httpLatency, half before it is counted: the calls
-		// on their way when a count comes back are more than the
-		// provider's slack, so only a fleet that keeps count of them
-		// stays within the window.
+		// send, which the child's transport stamps (as a Wait's).
 		fire, _ := strconv.ParseInt(r.Header.Get(fireHeader), 10, 64)
 		c.Fire, c.Hi = fire, fire+int64(reserve.MaxEarly)
+	}
+	if c.Kind == kindHTTP {
+		// KeyHTTP's round trip is httpLatency, half before it is
+		// counted: the calls on their way when a count comes back are
+		// more than the provider's slack, so only a fleet that keeps
+		// count of them stays within the window.
 		time.Sleep(httpLatency / 2)
 		defer time.Sleep(httpLatency / 2)
 	}

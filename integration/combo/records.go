@@ -15,6 +15,7 @@ type Call struct {
 	Child   string `json:"c"`
 	Kind    string `json:"kind"`
 	Attempt int    `json:"a,omitempty"` // retries of this call after a 429
+	Within  int64  `json:"w,omitempty"` // an adaptive call's own deadline, ns after Grant
 	Tenant  string `json:"t,omitempty"` // a fair call's tenant
 	Lane    int    `json:"l,omitempty"` // and lane (reserve.Lane)
 
@@ -73,6 +74,7 @@ type Note struct {
 	// Attrs: a move's or a shift's attributes, as the limiter logged them
 	// (from_ns, seq, to_ns, to_seq, local, d_ns, resume).
 	Attrs map[string]string `json:"a,omitempty"`
+	Rate  float64           `json:"r,omitempty"` // a rate sample: the learned rate, units/s
 }
 
 const (
@@ -83,6 +85,8 @@ const (
 	noteErr    = "err"    // an error from the limiter
 	noteMove   = "move"   // a sleeper moved, a resume moved it earlier, or the fleet view changed (Op: which)
 	noteDone   = "done"   // the child's counts, last
+	noteUnsent = "unsent" // an adaptive call pacehttp failed before sending it (ID; Op: too-long, deadline or err)
+	noteRate   = "rate"   // a sample of KeyAdaptive's learned rate (Rate), At when read
 )
 
 // noteWriter prints notes on stdout, one write per line, so that a process

@@ -27,6 +27,13 @@ func (res *Result) Progress() string {
 			tp = append(tp, key+" n/a")
 		}
 	}
+	for _, key := range Keys {
+		if l, ok := v.Figures.Learned[key]; ok {
+			// Not judged: the fraction of the true limit used in the
+			// time clear of faults and pauses, and of calls refused.
+			tp = append(tp, fmt.Sprintf("%s learned %.2f, refused %s", key, l.Fraction, l.refusedText()))
+		}
+	}
 	status := "ok"
 	if v.Failed() {
 		status = "FAIL " + countText(v.Count())
@@ -61,6 +68,13 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		for _, k := range Keys {
 			if u := f.Used[k]; u != "" {
 				fmt.Fprintf(w, "  throughput %s: %s\n", k, u)
+			}
+		}
+		for _, k := range Keys {
+			if l, ok := f.Learned[k]; ok {
+				fmt.Fprintf(w, "  learned %s: %d calls, refused %s, unsent %s; %d accepted in %.1fs clear of faults and pauses, %.2f of the true %g/s; liveness judged %.1fs (longest gap %v); rate %d samples in [%.2f, %.2f], mean %.2f\n",
+					k, l.Calls, l.refusedText(), countText(l.Unsent), l.Accepted, l.Clear.Seconds(), l.Fraction, keyDefs[k].limit.Rate,
+					l.Live.Seconds(), l.Gap.Round(time.Millisecond), l.Samples, l.RateMin, l.RateMax, l.RateMean)
 			}
 		}
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
@@ -158,12 +172,17 @@ type Summary struct {
 	Failing    []uint64 // seeds that broke a promise
 	Broken     []string // seeds that could not be run, with the reason
 	Fractions  map[string][]float64
+	// Learned: per learned key, each seed's fraction of the true limit
+	// used, and its calls and refusals at the provider.
+	Learned                      map[string][]float64
+	LearnedCalls, LearnedRefused map[string]int
 }
 
 // Add counts res.
 func (s *Summary) Add(res *Result) {
 	if s.Events == nil {
 		s.Events, s.Violations, s.Fractions = map[Kind]int{}, map[string]int{}, map[string][]float64{}
+		s.Learned, s.LearnedCalls, s.LearnedRefused = map[string][]float64{}, map[string]int{}, map[string]int{}
 	}
 	s.Seeds++
 	for _, e := range res.Scenario.Events {
@@ -178,6 +197,13 @@ func (s *Summary) Add(res *Result) {
 	}
 	for k, f := range res.Verdict.Figures.Throughput {
 		s.Fractions[k] = append(s.Fractions[k], f)
+	}
+	for k, l := range res.Verdict.Figures.Learned {
+		if l.Clear > 0 {
+			s.Learned[k] = append(s.Learned[k], l.Fraction)
+		}
+		s.LearnedCalls[k] += l.Calls
+		s.LearnedRefused[k] += l.Refused
 	}
 }
 
@@ -212,6 +238,12 @@ func (s *Summary) Write(w io.Writer) {
 			fmt.Fprintf(w, "throughput %s: min %.2f, mean %.2f over %d seeds\n", k, slices.Min(fs), mean(fs), len(fs))
 		}
 	}
+	for _, k := range Keys {
+		if fs := s.Learned[k]; len(fs) > 0 {
+			fmt.Fprintf(w, "learned %s (not judged): min %.2f, mean %.2f of the true limit used over %d seeds; the provider refused %d of %d calls\n",
+				k, slices.Min(fs), mean(fs), len(fs), s.LearnedRefused[k], s.LearnedCalls[k])
+		}
+	}
 	for _, b := range s.Broken {
 		fmt.Fprintf(w, "could not run %s\n", b)
 	}
@@ -229,4 +261,13 @@ func mean(fs []float64) float64 {
 		t += f
 	}
 	return t / float64(len(fs))
+}
+
+// refusedText formats the provider's refusals on a learned key: the
+// fraction of its calls, and how many.
+func (l Learned) refusedText() string {
+	if l.Calls == 0 {
+		return "0 of 0"
+	}
+	return fmt.Sprintf("%.2f, %d of %d", float64(l.Refused)/float64(l.Calls), l.Refused, l.Calls)
 }

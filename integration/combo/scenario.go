@@ -175,6 +175,26 @@ func Generate(seed uint64) Scenario {
 		sc.Events = append(sc.Events, Event{At: between2(hrng, warmup, sc.Length-time.Second), Kind: OpPause, Key: KeyHTTP,
 			For: between2(hrng, 300*time.Millisecond, 1500*time.Millisecond)})
 	}
+	// KeyAdaptive's pauses, the provider's and the operator's (with a
+	// resume before its end, at times), from a stream of their own as
+	// well. The operator stores no limit on it: a stored limit replaces
+	// the learned rate (the Transport reserves on the key's one band,
+	// "permits", which the stored band of that name replaces), and the
+	// verdict has no exact bound on the slots that could judge it (see
+	// learned.go).
+	arng := rand.New(rand.NewPCG(seed, 0xada9))
+	for range 1 + arng.IntN(2) {
+		sc.Events = append(sc.Events, Event{At: between2(arng, warmup, sc.Length-time.Second), Kind: ProviderPause, Key: KeyAdaptive,
+			For: between2(arng, 200*time.Millisecond, 1500*time.Millisecond)})
+	}
+	if arng.Float64() < 0.5 {
+		d := between2(arng, 300*time.Millisecond, 1500*time.Millisecond)
+		at := between2(arng, warmup, sc.Length-time.Second-d) // a resume falls within the run too
+		sc.Events = append(sc.Events, Event{At: at, Kind: OpPause, Key: KeyAdaptive, For: d})
+		if arng.Float64() < 0.4 {
+			sc.Events = append(sc.Events, Event{At: at + between2(arng, 100*time.Millisecond, d-100*time.Millisecond), Kind: OpResume, Key: KeyAdaptive})
+		}
+	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }

@@ -48,6 +48,9 @@ func TestGenerate(t *testing.T) {
 			if e.Stored != nil {
 				checkStored(t, seed, e)
 			}
+			if keyDefs[e.Key].learned && (e.Kind == OpSet || e.Kind == OpShadow || e.Kind == OpUnset) {
+				t.Errorf("seed %d: %v: no limit is stored on a learned key (a stored one replaces the learned rate)", seed, e)
+			}
 		}
 	}
 	for _, k := range Kinds {

@@ -18,10 +18,14 @@ const (
 	VError      = "error"      // an error from the limiter, or a process that failed
 	VEarly      = "early"      // a call fired more than MaxEarly before its slot
 	VHarness    = "harness"    // the runner could not do what the scenario says
+	// A learned key's (learned.go):
+	VTwice    = "twice"    // a request the provider saw twice, or one pacehttp had failed before sending it
+	VRate     = "rate"     // a learned rate outside the Config's [Min, Max]
+	VLiveness = "liveness" // a stretch clear of faults and pauses with no call accepted
 )
 
 // VKinds lists the kinds of violations in report order.
-var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness}
+var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -65,6 +69,8 @@ type Figures struct {
 	Switches  int // to local pacing, all processes
 	NotExact  int // reservations whose server slot could not be read (Time stood in)
 	MostEarly time.Duration
+	// Learned: per learned key, what learned.go measured.
+	Learned map[string]Learned
 }
 
 // The verdict's tolerances.
@@ -102,7 +108,8 @@ type run struct {
 func Judge(res *Result) Verdict {
 	r := index(res)
 	var v Verdict
-	v.Figures = Figures{Calls: map[string]int{}, Refused: map[string]int{}, Throughput: map[string]float64{}, Used: map[string]string{}}
+	v.Figures = Figures{Calls: map[string]int{}, Refused: map[string]int{}, Throughput: map[string]float64{}, Used: map[string]string{},
+		Learned: map[string]Learned{}}
 	for _, c := range res.Calls {
 		v.Figures.Calls[c.Key]++
 		if c.Local && c.Kind != "wait" && c.Kind != "waitp" {
@@ -130,6 +137,11 @@ func Judge(res *Result) Verdict {
 		pv, unjudged := r.pauses(key)
 		v.Violations = append(v.Violations, pv...)
 		v.Figures.Unjudged += unjudged
+		if def.learned {
+			lv, fig := r.learned(key)
+			v.Violations = append(v.Violations, lv...)
+			v.Figures.Learned[key] = fig
+		}
 		if def.throughput {
 			f, used, viol := r.throughput(key)
 			if !math.IsNaN(f) {

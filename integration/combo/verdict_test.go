@@ -2,6 +2,7 @@ package combo
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +248,127 @@ func TestEarlyAndErrors(t *testing.T) {
 	}
 	if got := kinds(v, VError); len(got) != 2 {
 		t.Errorf("error violations %v, want two (the child's error, the operator's unexpected one)", got)
+	}
+}
+
+// adaptiveCall is a call on KeyAdaptive through pacehttp by child, sent at
+// d (its slot in [Lo, Hi]: from 50 ms before to MaxEarly after), arrived
+// at d, answered status.
+func adaptiveCall(child string, d time.Duration, status int) Call {
+	t := at(d)
+	c := Call{ID: fmt.Sprintf("%s-%d", child, t), Key: KeyAdaptive, Child: child, Kind: kindAdaptive,
+		Grant: t - int64(50*time.Millisecond), Lo: t - int64(50*time.Millisecond), Hi: t + int64(reserve.MaxEarly), Fire: t,
+		Arrive: t, Status: status, Cost: map[string]float64{reserve.PermitsUnit: 1}}
+	if status == 429 {
+		c.Why, c.Retry = "limit", int64(30*time.Millisecond)
+	}
+	return c
+}
+
+// accepted returns calls on KeyAdaptive accepted every 250 ms in [from,
+// to), from three children in turn.
+func accepted(from, to time.Duration) []Call {
+	var out []Call
+	for i, d := 0, from; d < to; i, d = i+1, d+250*time.Millisecond {
+		out = append(out, adaptiveCall(fmt.Sprint(i%3+1), d, 200))
+	}
+	return out
+}
+
+func TestLearnedSentOnce(t *testing.T) {
+	a, b := adaptiveCall("1", 3*time.Second, 200), adaptiveCall("2", 3*time.Second, 200)
+	again := a
+	again.Arrive += int64(time.Millisecond)
+	retry := a
+	retry.Attempt, retry.Arrive = 1, retry.Arrive+int64(time.Second) // another attempt: another ID in a run, but judged by both
+	unsent := Note{Type: noteUnsent, Child: "2", Key: KeyAdaptive, ID: b.ID, Op: "too-long", At: at(2 * time.Second)}
+	for _, tc := range []struct {
+		name  string
+		calls []Call
+		notes []Note
+		want  int
+	}{
+		{"each once", []Call{a, b}, nil, 0},
+		{"an attempt after a 429", []Call{a, retry}, nil, 0},
+		{"one seen twice", []Call{a, b, again}, nil, 1},
+		{"refused before sending, never seen", []Call{a}, []Note{unsent}, 0},
+		{"refused before sending, then seen", []Call{a, b}, []Note{unsent}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged(tc.calls, tc.notes, nil), VTwice); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VTwice, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestLearnedRates(t *testing.T) {
+	sample := func(r float64) Note {
+		return Note{Type: noteRate, Child: "1", Key: KeyAdaptive, At: at(3 * time.Second), Rate: r}
+	}
+	cfg := adaptiveConfig
+	for _, tc := range []struct {
+		rate float64
+		want int
+	}{
+		{cfg.Min, 0}, {cfg.Start, 0}, {cfg.Max, 0},
+		{cfg.Min * 0.99, 1}, {cfg.Max * 1.01, 1}, {math.NaN(), 1},
+	} {
+		if got := kinds(judged(nil, []Note{sample(tc.rate)}, nil), VRate); len(got) != tc.want {
+			t.Errorf("a learned rate of %v/s: %d violations, want %d: %v", tc.rate, len(got), tc.want, got)
+		}
+	}
+}
+
+func TestLearnedLiveness(t *testing.T) {
+	// Accepted calls from the warm-up to the end but for a hole [6 s, 9 s).
+	holed := append(accepted(warmup, 6*time.Second), accepted(9*time.Second, defaultLength)...)
+	holed4 := append(accepted(warmup, 6*time.Second), accepted(10*time.Second, defaultLength)...)
+	// A 429 at 5.99 s with a Retry of 30 ms: the Transport pauses the key
+	// 1 s (Retry-After in whole seconds), then learnedRecovery.
+	refused := adaptiveCall("1", 5990*time.Millisecond, 429)
+	pauseNote := Note{Type: notePause, Child: "1", Key: KeyAdaptive, At: at(5995 * time.Millisecond), End: at(5996 * time.Millisecond),
+		D: int64(30 * time.Millisecond)}
+	opPause := Action{Kind: OpPause, Key: KeyAdaptive, For: 3 * time.Second, At: at(6 * time.Second), End: at(6*time.Second + ms2(1))}
+	resume := Action{Kind: OpResume, Key: KeyAdaptive, At: at(6500 * time.Millisecond), End: at(6500*time.Millisecond + ms2(1))}
+	fault := Action{Kind: FaultFreeze, At: at(5 * time.Second), End: at(8 * time.Second)}
+	for _, tc := range []struct {
+		name    string
+		calls   []Call
+		notes   []Note
+		actions []Action
+		want    int
+	}{
+		{"calls all along", accepted(warmup, defaultLength), nil, nil, 0},
+		{"a hole of 3 s", holed, nil, nil, 1},
+		{"a hole of 1.5 s", append(accepted(warmup, 6*time.Second), accepted(7500*time.Millisecond, defaultLength)...), nil, nil, 0},
+		// The hole is 3 s from the 429's arrival; the pause and its
+		// recovery leave 1 s of it.
+		{"a hole after a 429 the child paused for", append(holed, refused), []Note{pauseNote}, nil, 0},
+		{"a hole after a 429 whose answer was lost", append(holed, refused), nil, nil, 0},
+		// The operator pauses the key for 3 s at 6 s: with its recovery,
+		// a hole of 4 s; resumed at 6.5 s, 2.5 s of the hole are clear.
+		{"a hole in the operator's pause", holed4, nil, []Action{opPause}, 0},
+		{"a hole after a resume", holed4, nil, []Action{opPause, resume}, 1},
+		{"a hole in a fault and its recovery", holed, nil, []Action{fault}, 0},
+		{"no call at all", nil, nil, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged(tc.calls, tc.notes, tc.actions), VLiveness); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VLiveness, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestLearnedPauses(t *testing.T) {
+	// Child 1 got a 429 and paused the key for 1 s at 2 s; child 2's call,
+	// made after the pause and sent inside it, breaks it.
+	pause := Note{Type: notePause, Child: "1", Key: KeyAdaptive, At: at(2 * time.Second), End: at(2*time.Second + ms2(1)), D: int64(time.Second)}
+	inside := adaptiveCall("2", 2500*time.Millisecond, 200)
+	after := adaptiveCall("2", 3*time.Second+ms2(1), 200)
+	v := judged([]Call{inside, after}, []Note{pause}, nil)
+	if got := kinds(v, VPause); len(got) != 1 || !strings.Contains(got[0].Msg, inside.ID) {
+		t.Errorf("pause violations %v, want one, of call %s", got, inside.ID)
 	}
 }
