@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/adaptive"
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -262,6 +263,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+		if hook.Sending != nil {
+			hook.Sending(send, r)
 		}
 		sent := time.Now()
 		resp, err := t.opts.Base.RoundTrip(send)

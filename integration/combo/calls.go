@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/reserve"
@@ -36,6 +37,10 @@ const (
 	kindHTTP     = "http"
 	kindAdaptive = "adaptive"
 	fireHeader   = "X-Combo-Fire"
+	// idHeader carries the call's ID, slotHeader the slot pacehttp sent
+	// it on (see sending).
+	idHeader   = "X-Combo-ID"
+	slotHeader = "X-Combo-Slot"
 )
 
 // One adaptive call in adaptiveDeadlineOdds carries a context deadline
@@ -273,6 +278,7 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 		c.errNote("provider", call.Key, err)
 		return 0
 	}
+	req.Header.Set(idHeader, call.ID)
 	resp, err := c.paced.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -324,6 +330,7 @@ func (cl *caller) sendAdaptive(ctx context.Context, call Call) time.Duration {
 		c.errNote("provider", call.Key, err)
 		return 0
 	}
+	req.Header.Set(idHeader, call.ID)
 	resp, err := c.adaptive.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -392,13 +399,51 @@ func (c *child) reply(resp *http.Response, key string) (Reply, bool) {
 }
 
 // stampFire sends each request through base with the time it is sent in
-// fireHeader (on a clone: a RoundTripper must not change its request).
-type stampFire struct{ base http.RoundTripper }
+// fireHeader, and the slot pacehttp sent it on in slotHeader (on a clone: a
+// RoundTripper must not change its request).
+type stampFire struct {
+	base  http.RoundTripper
+	slots *sync.Map // call ID -> its slot's slotHeader, from sending
+}
 
 func (s stampFire) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
+	if v, ok := s.slots.LoadAndDelete(req.Header.Get(idHeader)); ok {
+		r.Header.Set(slotHeader, v.(string))
+	}
 	r.Header.Set(fireHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
 	return s.base.RoundTrip(r)
+}
+
+// sending is the child's hook.Sending: pacehttp is about to send req on
+// r's slot, which stampFire then sends in slotHeader ("slot exact placed
+// local seq", as a reservation's call records them), so that the verdict
+// judges the calls through pacehttp on their slots, not on the span from
+// the call to its send.
+func sending(slots *sync.Map) func(req *http.Request, r any) {
+	return func(req *http.Request, r any) {
+		res, ok := r.(*reserve.Reservation)
+		id := req.Header.Get(idHeader)
+		if !ok || id == "" {
+			return
+		}
+		slot, exact := grantedSlot(res)
+		slots.Store(id, fmt.Sprintf("%d %t %d %t %d", slot, exact, res.Time().UnixNano(), res.Local(), seqOf(res)))
+	}
+}
+
+// readSlot fills c's slot from a request's slotHeader, if it has one.
+func readSlot(c *Call, h string) bool {
+	if h == "" {
+		return false
+	}
+	var d Call
+	if n, err := fmt.Sscanf(h, "%d %t %d %t %d", &d.Slot, &d.Exact, &d.Placed, &d.Local, &d.Seq); err != nil || n != 5 || d.Slot == 0 {
+		return false
+	}
+	c.Slot, c.Exact, c.Placed, c.Local, c.Seq = d.Slot, d.Exact, d.Placed, d.Local, d.Seq
+	c.First, c.Lo, c.Hi = d.Placed, d.Slot, d.Slot
+	return true
 }
 
 // settle settles r to actual tokens. A settle that cannot reach Redis may

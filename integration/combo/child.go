@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/adaptive"
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -56,6 +57,7 @@ type child struct {
 	paced *http.Client // KeyHTTP's calls, through pacehttp
 	// adaptive: KeyAdaptive's calls, through pacehttp with Options.Adaptive
 	adaptive *http.Client
+	slots    sync.Map // call ID -> the slot pacehttp sends it on (sending)
 	out      *noteWriter
 	seq      atomic.Int64
 	bg       sync.WaitGroup // settles retried after the call returned
@@ -111,8 +113,9 @@ func childMain(spec ChildSpec) error {
 
 	c := &child{spec: spec, l: l, out: out, after: after, counts: map[string]int64{},
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	hook.Sending = sending(&c.slots) // this process's one child
 	tr, err := pacehttp.New(l, pacehttp.Options{
-		Base: stampFire{c.http.Transport},
+		Base: stampFire{c.http.Transport, &c.slots},
 		Route: func(*http.Request) (pacehttp.Route, error) {
 			return pacehttp.Route{Key: KeyHTTP, Policy: httpFleet, Cost: reserve.Cost{unitRequests: 1}}, nil
 		},
@@ -125,7 +128,7 @@ func childMain(spec ChildSpec) error {
 	c.paced = &http.Client{Transport: tr}
 	cfg := adaptiveConfig
 	atr, err := pacehttp.New(l, pacehttp.Options{
-		Base: stampFire{c.http.Transport},
+		Base: stampFire{c.http.Transport, &c.slots},
 		// Adaptive replaces the Route's policy by the learned rate.
 		Route: func(*http.Request) (pacehttp.Route, error) {
 			return pacehttp.Route{Key: KeyAdaptive, Cost: reserve.Permits(1)}, nil

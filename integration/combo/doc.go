@@ -27,7 +27,9 @@
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
 //     reports the pacehttp key's window in GitHub's x-ratelimit-* headers,
-//     and records every call with the slot the caller's reservation gave it.
+//     and records every call with the slot the caller's reservation gave it
+//     (for a call through pacehttp, the slot it was sent on, which the
+//     child's hook.Sending sees and its Base sends in a header).
 //
 // The operator stores no limit on the adaptive key: a stored limit
 // replaces the learned rate (its band, "permits", is the one the Transport

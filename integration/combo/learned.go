@@ -46,11 +46,10 @@ import (
 //     different rates have lattices that cross, their slots as close as
 //     they come.
 //
-// Nor could the windows machinery judge it here: a call through pacehttp
-// gives no reservation, only an interval [Lo, Hi] (the call, its send), and
-// overBucket opens an interval only at a known slot. And the operator stores
-// no limit on the key (scenario.go): one replaces the learned rate, with no
-// exact bound on the slots to judge it by.
+// (Its calls do bring the slots they were sent on, as KeyHTTP's do, which
+// pauses() and early() judge.) And the operator stores no limit on the key
+// (scenario.go): one replaces the learned rate, with no exact bound on the
+// slots to judge it by.
 //
 // Figures, not judged: the provider's refusals on the key, the calls
 // pacehttp refused, the calls it accepted over the time clear of faults and

@@ -98,9 +98,13 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.Kind == kindHTTP || c.Kind == kindAdaptive {
 		// Sent through pacehttp: its slot lies between the call and the
-		// send, which the child's transport stamps (as a Wait's).
+		// send, which the child's transport stamps (as a Wait's), unless
+		// the slot itself came with it.
 		fire, _ := strconv.ParseInt(r.Header.Get(fireHeader), 10, 64)
 		c.Fire, c.Hi = fire, fire+int64(reserve.MaxEarly)
+		// The slot pacehttp sent it on, which the child's hook saw
+		// (calls.go's sending): judged as a reservation's.
+		readSlot(&c, r.Header.Get(slotHeader))
 	}
 	if c.Kind == kindHTTP {
 		// KeyHTTP's round trip is httpLatency, half before it is

@@ -372,3 +372,40 @@ func TestLearnedPauses(t *testing.T) {
 		t.Errorf("pause violations %v, want one, of call %s", got, inside.ID)
 	}
 }
+
+// TestHTTPSlots: a call through pacehttp brings the slot it was sent on
+// (slotHeader, from the child's hook.Sending), and the verdict judges
+// KeyHTTP's bucket on those slots: ten calls within 10 ms exceed its 30/s,
+// burst 3. Without the slots the same calls are judged on the span from
+// each call to its send, and, as such spans open no interval, nothing is
+// found: why the slots are sent.
+func TestHTTPSlots(t *testing.T) {
+	var withSlots, spans []Call
+	for i := range 10 {
+		d := 5*time.Second + time.Duration(i)*time.Millisecond
+		c := Call{ID: fmt.Sprintf("1-%d", i), Key: KeyHTTP, Child: "1", Kind: kindHTTP, Lo: at(d - 300*time.Millisecond),
+			Grant: at(d - 300*time.Millisecond), Fire: at(d), Hi: at(d) + int64(reserve.MaxEarly), Arrive: at(d), Status: 200,
+			Cost: map[string]float64{unitRequests: 1}}
+		spans = append(spans, c)
+		h := fmt.Sprintf("%d %t %d %t %d", at(d), true, at(d), false, int64(100+i))
+		if !readSlot(&c, h) {
+			t.Fatalf("readSlot(%q) failed", h)
+		}
+		if c.Slot != at(d) || !c.Exact || c.Lo != c.Slot || c.Hi != c.Slot || c.Seq != int64(100+i) || c.Local {
+			t.Fatalf("readSlot(%q) gave %+v", h, c)
+		}
+		withSlots = append(withSlots, c)
+	}
+	if v := kinds(judged(withSlots, nil, nil), VWindow); len(v) == 0 {
+		t.Errorf("ten calls on KeyHTTP's slots within 10 ms: no window violation")
+	}
+	if v := kinds(judged(spans, nil, nil), VWindow); len(v) != 0 {
+		t.Errorf("the same calls without their slots: %d window violations, want none (spans open no interval): %v", len(v), v)
+	}
+	for _, h := range []string{"", "x", "0 true 0 false 0", "1 true 2"} {
+		var c Call
+		if readSlot(&c, h) {
+			t.Errorf("readSlot(%q) = true, want false", h)
+		}
+	}
+}

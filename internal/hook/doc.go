@@ -8,4 +8,7 @@
 // package cannot name: reserve imports it. Each hook's doc says which. A
 // hook is nil only if reserve is not linked in, which a package that imports
 // reserve cannot see.
+//
+// One hook goes the other way: Sending, which pacehttp calls and only tests
+// set, to see the slot each request is sent on.
 package hook
