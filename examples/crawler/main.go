@@ -12,7 +12,8 @@
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. Requests go through pacehttp's Transport: it paces each host
 // fleet-wide, and a 429 pauses that host for the whole fleet and is retried
-// after the pause.
+// after the pause. No host holds more than -per-host of a process's workers,
+// so a host lowered or paused leaves the others at their rate.
 // Package demo (examples/internal/demo) holds the plumbing it shares with
 // the batch example: connecting, progress, the summary line.
 package main
@@ -62,10 +63,20 @@ type config struct {
 	Start    float64
 	ChangeAt time.Duration // the provider's limit becomes ChangeTo after this (0: never)
 	ChangeTo int
+	// Prefix is the fleet's key prefix ("": a fresh one per run).
+	Prefix string
+	// PerHost caps the workers of a process busy with one host at once
+	// (0: workers / hosts, rounded up).
+	PerHost int
 	// RetryAfterMs: the provider's 429s also carry retry-after-ms, the
 	// exact wait, beside Retry-After's whole seconds.
 	RetryAfterMs bool
 }
+
+// maxSetAside is the longest a host whose next slot lies beyond the
+// client's Timeout is set aside before its pages are tried again (an
+// operator's resume, or a higher limit, shows then).
+const maxSetAside = 5 * time.Second
 
 // childEnv carries a child process's job: the test binary or the crawler
 // itself, re-run with it set, crawls its share of the pages and exits.
@@ -93,6 +104,8 @@ func main() {
 	flag.IntVar(&c.Hosts, "hosts", 3, "hosts of the site")
 	flag.IntVar(&c.Pages, "pages", 100, "pages per host")
 	flag.IntVar(&c.Workers, "workers", 16, "crawling goroutines")
+	flag.StringVar(&c.Prefix, "prefix", "", "the fleet's key prefix (default pacer:crawler:<unix ns>:, a fresh one per run)")
+	flag.IntVar(&c.PerHost, "per-host", 0, "the most workers of a process busy with one host at once, so that a slow host keeps no more (default -workers / -hosts, rounded up)")
 	flag.Float64Var(&c.Rate, "rate", 0, "pacer's rate per host, calls per second (default: -provider-limit minus -burst)")
 	flag.IntVar(&c.Burst, "burst", 0, "pacer's burst per host (default 1)")
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit per host: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
@@ -123,6 +136,9 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
 	}
+	if c.PerHost < 0 {
+		return summary{}, errors.New("crawler: -per-host must not be negative (0: -workers / -hosts)")
+	}
 	if c.ChangeAt < 0 || (c.ChangeAt > 0 && c.ChangeTo < 1) || (c.Adaptive && !(c.Start >= 1 && c.Start <= 1000)) {
 		return summary{}, errors.New("crawler: -change-at must not be negative, -change-to at least 1, -start from 1 to 1000")
 	}
@@ -147,7 +163,11 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		return summary{}, fmt.Errorf("crawler: %w", err)
 	}
 	defer r.Close()
-	prefix := fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
+	}
+	fmt.Fprintf(out, "keys under %q: watch them with\n  go run ./cmd/pacer -redis %s -prefix %s watch\n", prefix, r.URL, prefix)
 	start := time.Now()
 	var learned func(host string) float64 // the fleet's learned rate, for progress
 	if c.Adaptive {
@@ -320,11 +340,26 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	client := &http.Client{Transport: transport, Timeout: 2 * time.Minute}
 
 	// The pages, hosts interleaved; a page still refused after the
-	// transport's retries goes back in.
+	// transport's retries goes back in. No host holds more than perHost of
+	// the workers at once: a worker takes the first page whose host has
+	// room, so a host that is slow (a lower limit, a pause, a long queue)
+	// keeps perHost workers asleep on its slots, and the others go on
+	// crawling the other hosts at their rate. Without the cap every worker
+	// would end up asleep on the slowest host's queue. A host whose next
+	// slot lies beyond the client's Timeout (a pause of minutes: pacehttp
+	// fails the request at once with a *reserve.WaitTooLongError) is set
+	// aside for that wait, at most setAside at a time, its page handed back.
+	perHost := c.PerHost
+	if perHost < 1 {
+		perHost = (c.Workers + c.Hosts - 1) / c.Hosts
+	}
 	var (
-		mu    sync.Mutex
-		queue []string // "host page"
-		left  int
+		mu        sync.Mutex
+		more      = sync.NewCond(&mu) // a page or a host's room came back
+		queue     []string            // "host page"
+		left      int
+		active    = map[string]int{}       // workers on each host
+		notBefore = map[string]time.Time{} // hosts set aside
 	)
 	for i := range c.Pages {
 		if i%max(c.Procs, 1) != share {
@@ -335,51 +370,79 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 			left++
 		}
 	}
-	next := func() (string, bool) {
+	// next returns the first page whose host has room, waiting for one;
+	// false when every page is done.
+	next := func() (host, page string, ok bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if len(queue) == 0 {
-			return "", false
+		for left > 0 {
+			now := time.Now()
+			for i, job := range queue {
+				fmt.Sscan(job, &host, &page)
+				if active[host] < perHost && !now.Before(notBefore[host]) {
+					queue = slices.Delete(queue, i, i+1)
+					active[host]++
+					return host, page, true
+				}
+			}
+			more.Wait()
 		}
-		j := queue[0]
-		queue = queue[1:]
-		return j, true
+		return "", "", false
+	}
+	// done gives the host's room back; a page refused, or not sent, goes
+	// back in.
+	done := func(host, page string, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		active[host]--
+		if ok {
+			left--
+		} else {
+			queue = append(queue, host+" "+page)
+		}
+		more.Broadcast()
+	}
+	// setAside keeps the host's pages from the workers for d.
+	setAside := func(host string, d time.Duration) {
+		d = min(d, maxSetAside)
+		mu.Lock()
+		notBefore[host] = time.Now().Add(d)
+		mu.Unlock()
+		time.AfterFunc(d, func() {
+			mu.Lock()
+			more.Broadcast()
+			mu.Unlock()
+		})
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, c.Workers)
 	for w := range c.Workers {
 		wg.Go(func() {
 			for {
-				job, ok := next()
+				host, page, ok := next()
 				if !ok {
-					mu.Lock()
-					done := left == 0
-					mu.Unlock()
-					if done {
-						return
-					}
-					time.Sleep(10 * time.Millisecond) // a refused page may come back
-					continue
+					return
 				}
-				var host, page string
-				fmt.Sscan(job, &host, &page)
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, providerURL+"/page/"+page, nil)
 				req.Host = host
 				req.Header.Set("X-Client", fmt.Sprintf("proc-%d/worker-%d", share, w))
 				resp, err := client.Do(req)
+				if tooLong, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
+					setAside(host, tooLong.Wait)
+					done(host, page, false)
+					continue
+				}
 				if err != nil {
 					errs <- err
+					mu.Lock()
+					left = 0 // the others stop too
+					more.Broadcast()
+					mu.Unlock()
 					return
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				mu.Lock()
-				if resp.StatusCode == http.StatusTooManyRequests {
-					queue = append(queue, job)
-				} else {
-					left--
-				}
-				mu.Unlock()
+				done(host, page, resp.StatusCode != http.StatusTooManyRequests)
 			}
 		})
 	}

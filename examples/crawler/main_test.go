@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/internal/syncbuf"
+	"github.com/pacer-go/pacer/reserve"
 )
 
 // TestMain runs a worker process's share when the test binary is re-run as
@@ -143,5 +146,79 @@ func TestAdaptive(t *testing.T) {
 	}
 	if text := out.String(); !strings.Contains(text, "the provider's limit is now 10 per host") || !strings.Contains(text, "learning: refused") {
 		t.Errorf("the run did not report the change and the learning:\n%s", text)
+	}
+}
+
+// TestPausedHostHoldsNoWorkers: a paused host holds at most -per-host
+// workers (16 workers, 3 hosts: 6), and the other hosts' pages are all
+// fetched meanwhile; resumed, its pages are fetched too. A pause within
+// the client's Timeout (2 min) keeps those workers asleep on the host's
+// slots; with no cap every worker ends up there after about a third of the
+// others' pages (the demo before issue 25: this case fails with -per-host
+// 16). A longer one makes pacehttp fail the host's requests at once, and
+// the crawler sets the host aside (at most 5 s at a time) and hands its
+// pages back.
+func TestPausedHostHoldsNoWorkers(t *testing.T) {
+	for _, pause := range []time.Duration{90 * time.Second, time.Hour} {
+		t.Run(pause.String(), func(t *testing.T) { pausedHost(t, pause) })
+	}
+}
+
+func pausedHost(t *testing.T, pause time.Duration) {
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	c.Prefix = redistest.Prefix(t)
+	ctx := t.Context()
+	// A 429 with a Retry-After of pause, as pacehttp pauses it.
+	l, err := reserve.New(srv.Client, reserve.Options{KeyPrefix: c.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Pause(ctx, "h1.example", pause); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.New(srv.Client, admin.Options{KeyPrefix: c.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := provider.Start(provider.Options{Limit: c.ProviderLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	crawled := make(chan error, 1)
+	go func() { crawled <- crawl(ctx, c, p.URL(), srv.Client, c.Prefix, 0, io.Discard) }()
+
+	// The other hosts finish while h1 is paused. The deadline only ends a
+	// stalled test: about 2 s of pages at 20/s.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st := p.Stats()
+		h0, h1, h2 := st.ByHost["h0.example"], st.ByHost["h1.example"], st.ByHost["h2.example"]
+		if h1.Accepted+h1.Rejected != 0 {
+			t.Fatalf("h1 was called while paused: %+v", h1)
+		}
+		if h0.Accepted == c.Pages && h2.Accepted == c.Pages {
+			break
+		}
+		select {
+		case err := <-crawled:
+			t.Fatalf("the crawl ended with h1 paused and h0, h2 at %d, %d of %d pages: %v", h0.Accepted, h2.Accepted, c.Pages, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("h0 and h2 stalled at %d and %d of %d pages while h1 was paused: the workers are asleep on h1", h0.Accepted, h2.Accepted, c.Pages)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Resume(ctx, "h1.example", "test", "the host is back"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-crawled; err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Accepted != c.Hosts*c.Pages {
+		t.Errorf("accepted %d calls, want every page once (%d): %+v", st.Accepted, c.Hosts*c.Pages, st.ByHost)
 	}
 }
