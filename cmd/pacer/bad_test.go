@@ -126,7 +126,11 @@ func TestBadInput(t *testing.T) {
 		{name: "redis unreachable set", args: append([]string{"-redis", "redis://" + closed + "/0", "-prefix", f.prefix}, set("api", "1", "1")...), raw: true, code: runtime,
 			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed)},
 
-		{name: "status unknown key", args: []string{"status", "nobody"}, code: runtime, stderr: `status: unknown key "nobody": no state, no stored limit and no live Limiter reports it under prefix`},
+		{name: "status unknown key", args: []string{"status", "nobody"}, code: runtime, stderr: `status: unknown key "nobody": no state, no stored limit and no live Limiter reports it under prefix .*; this Redis holds pacer-like keys under -prefix .*"` + regexp.QuoteMeta(f.prefix) + `" \(\d+ keys\)`},
+		{name: "status no match", args: []string{"status", "zz*"}, code: runtime, stderr: `status: no key matches "zz\*" under prefix "` + regexp.QuoteMeta(f.prefix) + `"; this Redis holds pacer-like keys under -prefix .*"` + regexp.QuoteMeta(f.prefix) + `" \(\d+ keys\)`},
+		{name: "status no match json", args: []string{"status", "zz*", "--json"}, code: runtime, stderr: `status: no key matches "zz\*"`},
+		{name: "status wrong prefix", args: []string{"-redis", f.srv.URL, "-prefix", "elsewhere:", "status"}, raw: true, code: runtime,
+			stderr: `status: no key matches "\*" under prefix "elsewhere:"; this Redis holds pacer-like keys under -prefix .*"` + regexp.QuoteMeta(f.prefix) + `"`},
 		{name: "pause unknown key", args: []string{"pause", "nobody", "10s", "--reason", "x"}, code: runtime, stderr: `pause: unknown key "nobody"`},
 		{name: "resume unknown key", args: []string{"resume", "nobody", "--reason", "x"}, code: runtime, stderr: `resume: unknown key "nobody"`},
 		{name: "history unknown key", args: []string{"history", "nobody"}, code: runtime, stderr: `history: unknown key "nobody"`},

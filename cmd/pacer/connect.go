@@ -97,14 +97,24 @@ func (c *cli) close() {
 func (c *cli) keyError(op, key string, err error) error {
 	switch {
 	case errors.Is(err, admin.ErrUnknownKey):
-		return fmt.Errorf("%s: unknown key %q: no state, no stored limit and no live Limiter reports it under prefix %q", op, key, c.prefix)
+		return wrapped{fmt.Sprintf("%s: unknown key %q: no state, no stored limit and no live Limiter reports it under prefix %q", op, key, c.prefix), err}
 	case errors.Is(err, reserve.ErrWrongType):
-		return fmt.Errorf("%s: key %q is not pacer's: Redis key %q (or one beside it) holds a value of another type or format", op, key, c.redisKey(key))
+		return wrapped{fmt.Sprintf("%s: key %q is not pacer's: Redis key %q (or one beside it) holds a value of another type or format", op, key, c.redisKey(key)), err}
 	case errors.Is(err, reserve.ErrUnavailable):
 		return fmt.Errorf("%s: key %q: Redis at %s failed: %v", op, key, c.addr, err)
 	}
 	return fmt.Errorf("%s: key %q: %v", op, key, err)
 }
+
+// wrapped is an error that says msg and wraps err (which msg says in its
+// own words).
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w wrapped) Error() string { return w.msg }
+func (w wrapped) Unwrap() error { return w.err }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,8 +118,14 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		return err
 	}
 	exact := !isPattern(pattern)
+	if len(keys) == 0 && !exact {
+		return c.noMatch(ctx, fmt.Sprintf("status: no key matches %q under prefix %q", clean(cmp.Or(pattern, "*")), clean(c.prefix)))
+	}
 	first, errs := c.statuses(ctx, "status", keys, exact)
 	if exact && len(errs) > 0 {
+		if errors.Is(errs[0], admin.ErrUnknownKey) {
+			return c.noMatch(ctx, errs[0].Error())
+		}
 		return errs[0]
 	}
 	views := make([]keyView, 0, len(first))
