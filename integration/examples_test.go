@@ -102,6 +102,7 @@ func TestExampleCrawlerEmbedded(t *testing.T) {
 	t.Parallel()
 	r := crawler.run(t, "-progress", "0")
 	r.wantStderr(t, "using an embedded Redis")
+	r.wantStderr(t, "-prefix pacer:crawler:")
 	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
 }
 
@@ -131,6 +132,7 @@ func TestExampleBatchEmbedded(t *testing.T) {
 	t.Parallel()
 	r := batch.run(t, "-progress", "0")
 	r.wantStderr(t, "using an embedded Redis")
+	r.wantStderr(t, "-prefix pacer:batch:")
 	r.wantStderr(t, fmt.Sprintf("results collected for %d of %d tasks, 0 archived, 0 lost", batchTasks, batchTasks))
 	checkPaced(t, r.summary, batchTasks)
 }

@@ -138,6 +138,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		api:     p.URL(),
 		http:    &http.Client{Timeout: 10 * time.Second},
 	}
+	demo.PrintWatch(out, r, "pacer:batch:"+runID+":")
 	ropts := reserve.Options{
 		KeyPrefix: "pacer:batch:" + runID + ":",
 		Logger:    slog.New(slog.NewTextHandler(out, nil)),

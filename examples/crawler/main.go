@@ -167,7 +167,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if prefix == "" {
 		prefix = fmt.Sprintf("pacer:crawler:%d:", time.Now().UnixNano()) // a fresh site each run
 	}
-	fmt.Fprintf(out, "keys under %q: watch them with\n  go run ./cmd/pacer -redis %s -prefix %s watch\n", prefix, r.URL, prefix)
+	demo.PrintWatch(out, r, prefix)
 	start := time.Now()
 	var learned func(host string) float64 // the fleet's learned rate, for progress
 	if c.Adaptive {

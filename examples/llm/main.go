@@ -298,6 +298,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		c.RPM, c.TPM, pol[0].Limit.Rate, pol[0].Limit.Burst, pol[1].Limit.Rate, pol[1].Limit.Burst, c.Reserve)
 
 	prefix := fmt.Sprintf("pacer:llm:%d:", time.Now().UnixNano())
+	demo.PrintWatch(out, r, prefix)
 	start := time.Now()
 	end := start.Add(c.Duration)
 	stop := progress(out, p, c, start)

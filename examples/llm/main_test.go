@@ -64,6 +64,9 @@ func TestEmbedded(t *testing.T) {
 	if !strings.Contains(out.String(), "using an embedded Redis") {
 		t.Errorf("the demo did not say it uses the embedded Redis:\n%s", &out)
 	}
+	if !strings.Contains(out.String(), "-prefix pacer:llm:") {
+		t.Errorf("the demo did not print its prefix and the pacer watch line:\n%s", &out)
+	}
 	svg, err := os.ReadFile(c.Plot)
 	if err != nil {
 		t.Fatalf("-plot: %v", err)

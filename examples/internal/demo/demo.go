@@ -74,6 +74,12 @@ func Connect(redisFlag string, out io.Writer, forWhat string) (*Redis, error) {
 	return &Redis{Client: redis.NewClient(opts), Options: opts, URL: url}, nil
 }
 
+// PrintWatch prints the run's key prefix and the pacer command that watches
+// its keys (cmd/pacer, from the repository's root).
+func PrintWatch(out io.Writer, r *Redis, prefix string) {
+	fmt.Fprintf(out, "keys under %q: watch them with\n  go run ./cmd/pacer -redis %s -prefix %s watch\n", prefix, r.URL, prefix)
+}
+
 // Close closes the client, and stops the embedded Redis if there is one.
 func (r *Redis) Close() {
 	r.Client.Close()

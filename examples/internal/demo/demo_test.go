@@ -117,3 +117,14 @@ func TestPacerLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintWatch: the prefix and a pacer command line that names the
+// Redis and the prefix.
+func TestPrintWatch(t *testing.T) {
+	var b strings.Builder
+	PrintWatch(&b, &Redis{URL: "redis://127.0.0.1:6379/0"}, "pacer:x:1:")
+	want := "keys under \"pacer:x:1:\": watch them with\n  go run ./cmd/pacer -redis redis://127.0.0.1:6379/0 -prefix pacer:x:1: watch\n"
+	if b.String() != want {
+		t.Errorf("PrintWatch wrote %q, want %q", b.String(), want)
+	}
+}
