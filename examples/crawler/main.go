@@ -348,7 +348,8 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	// would end up asleep on the slowest host's queue. A host whose next
 	// slot lies beyond the client's Timeout (a pause of minutes: pacehttp
 	// fails the request at once with a *reserve.WaitTooLongError) is set
-	// aside for that wait, at most setAside at a time, its page handed back.
+	// aside for that wait (at most maxSetAside at a time), its page handed
+	// back.
 	perHost := c.PerHost
 	if perHost < 1 {
 		perHost = (c.Workers + c.Hosts - 1) / c.Hosts
