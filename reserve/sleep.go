@@ -194,7 +194,7 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 		}
 	}
 	nowNS, _ := l.serverNow()
-	if own, s, again := l.pauses.ownEnd(r.key, redisEnd, nowNS, resumed); own > 0 {
+	if own, s, again := l.pauses.ownEnd(r.key, redisEnd, nowNS, slotNS, resumed); own > 0 {
 		end = max(end, own)
 		if again {
 			// Redis lost a pause this Limiter made (restarted empty): the
@@ -265,15 +265,18 @@ func (p *pauseChecks) mine(key string, endNS, seq int64, s *spec) {
 	}
 }
 
-// ownEnd returns the end of this Limiter's own pause on key (0: none), and
-// whether Redis should be told it again: it showed an earlier end and no
-// resume since the pause (it lost the pause: restarted empty), and it has
-// not been told yet. resumed is the state's resume record.
-func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS int64, resumed resumeShift) (int64, *spec, bool) {
+// ownEnd returns the end of this Limiter's own pause on key if it ends
+// after slotNS (0: none), and whether Redis should be told it again: the
+// pause is still in force, Redis showed an earlier end and no resume since
+// the pause (it lost the pause: restarted empty), and it has not been told
+// yet. resumed is the state's resume record. A pause that has ended by now
+// still covers a slot before its end: a sleeper whose check came late (Redis
+// could not be read for a while, a stalled process) must not fire on it.
+func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS, slotNS int64, resumed resumeShift) (int64, *spec, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o := p.own[key]
-	if o == nil || o.endNS <= nowNS {
+	if o == nil || o.endNS <= slotNS {
 		return 0, nil, false
 	}
 	if resumed.r > 0 && resumed.r >= o.seq {
@@ -281,7 +284,7 @@ func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS int64, resumed resumeSh
 		delete(p.own, key)
 		return 0, nil, false
 	}
-	again := redisEnd >= 0 && redisEnd < o.endNS-int64(time.Millisecond) && !o.reasserted
+	again := o.endNS > nowNS && redisEnd >= 0 && redisEnd < o.endNS-int64(time.Millisecond) && !o.reasserted
 	if again {
 		o.reasserted = true
 	}

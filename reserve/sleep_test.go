@@ -87,3 +87,36 @@ func testSleepLate(t *testing.T, b backend) {
 	assert.True(t, r2.Time().After(second), "10 ms late: a fresh slot")
 	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
 }
+
+// TestOwnPauseAfterItEnds: a sleeper whose pause check comes after its own
+// Limiter's pause has ended, with Redis unreadable (a CLIENT PAUSE, a
+// stall), does not fire on a slot the pause covered. Seed 4 of the
+// combination runner, beside a CPU hog, found a hot-key call fired on its
+// slot 0.3 ms inside its own process's pause of 297 ms: the check, blocked
+// by CLIENT PAUSE until after the pause's end, dropped the pause as over,
+// and the reservation had already used its one late move. A fake clock
+// makes it exact; MaxLateness -1 stands for the used late move.
+func TestOwnPauseAfterItEnds(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.NewProcess(t)
+	clk := fakeclock.New(epoch)
+	l, err := reserve.New(s.Client, reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t),
+		MaxLateness: -1, CallTimeout: time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	_, err = l.Reserve(ctx, "k", lim)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "k", lim) // 1 s away
+	require.NoError(t, err)
+	slot := r.Time()
+	require.NoError(t, l.Pause(ctx, "k", 1500*time.Millisecond)) // covers the slot
+	end := clk.Now().Add(1500 * time.Millisecond)
+	s.Stop(t)                    // the check cannot read Redis
+	clk.Advance(2 * time.Second) // and comes after the pause's end
+	if err := r.Sleep(ctx); err == nil && r.Time().Before(end) {
+		t.Errorf("Sleep returned nil on slot %v, inside this Limiter's pause (until %v)", r.Time().Sub(epoch), end.Sub(epoch))
+	} else {
+		t.Logf("Sleep: %v; slot %v (was %v), the pause until %v", err, r.Time().Sub(epoch), slot.Sub(epoch), end.Sub(epoch))
+	}
+}
