@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -72,6 +73,9 @@ type config struct {
 	// exact wait, beside Retry-After's whole seconds.
 	RetryAfterMs bool
 }
+
+// job is one page to fetch: its host and its path's number.
+type job struct{ host, page string }
 
 // maxSetAside is the longest a host whose next slot lies beyond the
 // client's Timeout is set aside before its pages are tried again (an
@@ -357,7 +361,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	var (
 		mu        sync.Mutex
 		more      = sync.NewCond(&mu) // a page or a host's room came back
-		queue     []string            // "host page"
+		queue     []job               // pages to fetch
 		left      int
 		active    = map[string]int{}       // workers on each host
 		notBefore = map[string]time.Time{} // hosts set aside
@@ -367,7 +371,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 			continue
 		}
 		for h := range c.Hosts {
-			queue = append(queue, fmt.Sprintf("h%d.example %d", h, i))
+			queue = append(queue, job{fmt.Sprintf("h%d.example", h), strconv.Itoa(i)})
 			left++
 		}
 	}
@@ -378,12 +382,11 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 		defer mu.Unlock()
 		for left > 0 {
 			now := time.Now()
-			for i, job := range queue {
-				fmt.Sscan(job, &host, &page)
-				if active[host] < perHost && !now.Before(notBefore[host]) {
+			for i, j := range queue {
+				if active[j.host] < perHost && !now.Before(notBefore[j.host]) {
 					queue = slices.Delete(queue, i, i+1)
-					active[host]++
-					return host, page, true
+					active[j.host]++
+					return j.host, j.page, true
 				}
 			}
 			more.Wait()
@@ -399,7 +402,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 		if ok {
 			left--
 		} else {
-			queue = append(queue, host+" "+page)
+			queue = append(queue, job{host, page})
 		}
 		more.Broadcast()
 	}

@@ -76,22 +76,7 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, f.End + int64(faultRecovery)})
 	}
-	slices.SortFunc(cut, func(a, b [2]int64) int { return cmpInt(a[0], b[0]) })
-	var out [][2]int64
-	at := from
-	for _, c := range cut {
-		if c[0] > at {
-			out = append(out, [2]int64{at, min(c[0], to)})
-		}
-		at = max(at, c[1])
-		if at >= to {
-			break
-		}
-	}
-	if at < to {
-		out = append(out, [2]int64{at, to})
-	}
-	return slices.DeleteFunc(out, func(s [2]int64) bool { return s[1] <= s[0] })
+	return outside(from, to, cut)
 }
 
 // allowed integrates band b's rate in force over segs.
