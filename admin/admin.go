@@ -873,6 +873,10 @@ type Member struct {
 	Mode  string    `json:"mode"`  // "redis" or "local" (pacing on its share, Redis unavailable)
 	Since time.Time `json:"since"` // when that mode began (the Limiter's clock)
 	Heard time.Time `json:"heard"` // its last heartbeat (Redis's clock)
+	// Writes is the state format it writes ("1" or "2", see SetFormat),
+	// or "" for a member of a release before the setting existed: it
+	// writes format 1 and reads no other.
+	Writes string `json:"writes"`
 }
 
 // Fleet returns the Limiters heard from within the fleet's SilentHold, the
@@ -882,6 +886,7 @@ func (a *Client) Fleet(ctx context.Context) ([]Member, error) {
 	pipe := a.rdb.Pipeline()
 	zs := pipe.ZRangeWithScores(ctx, k, 0, -1)
 	info := pipe.HGetAll(ctx, k+":info")
+	writes := pipe.HGetAll(ctx, layout.WritersKey(a.prefix))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, adminError("fleet", "", err)
 	}
@@ -889,7 +894,7 @@ func (a *Client) Fleet(ctx context.Context) ([]Member, error) {
 	out := make([]Member, 0, len(zs.Val()))
 	for _, z := range zs.Val() {
 		id, _ := z.Member.(string)
-		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown"}
+		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown", Writes: writes.Val()[id]}
 		if f := strings.Fields(details[id]); len(f) >= 2 {
 			m.Mode = f[0]
 			if ms, err := strconv.ParseInt(f[1], 10, 64); err == nil {

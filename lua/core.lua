@@ -71,7 +71,10 @@
 --          when the state says one may exist or the state is absent.
 -- ARGV[1]  now: integer Unix µs, or "" to use the server's TIME
 -- ARGV[2]  the sub-microsecond part of now in ns (0..999); ignored with ""
--- ARGV[3]  share: "1", the whole limit; or "<n> <k>...": the fleet has n
+-- ARGV[3]  the state format to write, then the share: "f1 " asks for
+--          format 1 (a fleet mid-upgrade: the previous release reads only
+--          that), "f2 " or nothing for format 2; either format is read.
+--          The share: "1", the whole limit; or "<n> <k>...": the fleet has n
 --          members (Limiters), ranked 0..n-1 by id, and the ranks k (at
 --          least one, fewer than n) are held: they may pace locally on their
 --          own shares, which this caller's group leaves them (reserve's
@@ -123,12 +126,25 @@ else
   now_frac = now_ns / 1000
 end
 
+-- The state format to write (ARGV[3]'s "f1 " prefix: format 1, which the
+-- previous release reads; else format 2).
+local share_arg, write_v1 = ARGV[3], false
+if string.byte(share_arg, 1) == 102 then -- 'f'
+  local f, rest = string.match(share_arg, '^f(%d) (.+)$')
+  if f == '1' then
+    write_v1 = true
+  elseif f ~= '2' then
+    return redis.error_reply('PACER_ARG bad state format')
+  end
+  share_arg = rest
+end
+
 -- The share (ARGV[3]): fleet size n and the held ranks, or nil for the whole.
 local fleet_n, held = 1, nil
 local rate_share = 1
-if ARGV[3] ~= '1' then
+if share_arg ~= '1' then
   held = {}
-  for f in string.gmatch(ARGV[3], '%S+') do
+  for f in string.gmatch(share_arg, '%S+') do
     local v = tonumber(f)
     if not v or v < 0 or v ~= math.floor(v) then
       return redis.error_reply('PACER_ARG bad share')
@@ -741,12 +757,77 @@ end
 -- least, whatever the bands need (pause.lua: records not in force moved).
 local need_at_least = nil
 
--- save writes the state back (format 2), and returns it. The expiry is set
--- only when it must move later, one to two seconds past what the state
--- needs: until every bucket is full and every window used is over, and the
--- pause ends.
+-- v1_text returns a band record as format 1 writes it: bucket times always
+-- with three decimals, a window's index without a "w".
+local function v1_text(b)
+  if b.bucket then
+    return string.format(' %s %.3f %.3f', b.name, (b.z + now_frac) * 1000, (b.e + now_frac) * 1000)
+  end
+  return string.format(' %s %d %.17g', b.name, b.w, b.u)
+end
+
+-- save writes the state back (format 2, or 1 when ARGV[3] asks), and
+-- returns it. The expiry is set only when it must move later, one to two
+-- seconds past what the state needs: until every bucket is full and every
+-- window used is over, and the pause ends.
 local function save()
   local need, text, fz, z, fe, e = pause, '', nil, 0, nil, 0
+  if write_v1 then
+    for i = 1, nbands do
+      local b = bands[i]
+      text = text .. v1_text(b)
+      if b.bucket then
+        if b.z + b.fill > need then
+          need = b.z + b.fill
+        end
+      else
+        local over = (b.w + 1 - b.cur) * b.len - b.rem
+        if b.u > 0 and over > need then
+          need = over
+        end
+      end
+    end
+    for i = 1, #extra do
+      text = text .. v1_text(extra[i])
+    end
+    -- The reserved records: the previous release drops them (it knows no
+    -- band of their names) and this one reads them back.
+    if mark_p then
+      text = text .. string.format(' ~p %d %.3f', mark_p.q, (mark_p.e + now_frac) * 1000)
+      if mark_l then
+        text = text .. string.format(' ~l %d %d', mark_l.u, mark_l.n)
+      end
+    end
+    if mark_s then
+      text = text .. ' ~s ' .. mark_s[1] .. ' ' .. mark_s[2]
+    end
+    need = need + 1000000
+    if need_at_least and need_at_least > need then
+      need = need_at_least
+    end
+    local p = 0
+    if pause > 0 then
+      p = (pause + now_frac) * 1000
+    elseif pause_at then
+      p = (pause_at + now_frac) * 1000
+    end
+    local keep = expiry >= need
+    local x, px
+    if keep then
+      x = math.floor((expiry + now_frac) * 1000)
+    else
+      expiry = need + 1000000
+      px = math.ceil(expiry / 1000)
+      x = px * 1000000
+    end
+    local value = string.format('1 %d %d %d %.3f %d', now_us, x, seq, p, has_cfg) .. text
+    if keep then
+      redis.call('SET', KEYS[1], value, 'KEEPTTL')
+    else
+      redis.call('SET', KEYS[1], value, 'PX', px)
+    end
+    return value
+  end
   if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s then
     -- A Limit: its record without the name.
     local b = bands[1]

@@ -1,7 +1,8 @@
 -- fast.lua: reserve.lua's common case, run before core.lua (lua.go puts it
 -- in front): one bucket band named "permits" charging the only unit (a
--- Limit), share 1, no floor, a state in format 2 with no stored limit (or
--- none and no stored limit), every argument well formed. It does exactly
+-- Limit), share 1, no floor, a state with no stored limit in the format
+-- asked for (ARGV[3]: "1" format 2, "f1 1" format 1; or no state and no
+-- stored limit), every argument well formed. It does exactly
 -- what core.lua and reserve.lua do in that case, without building their
 -- tables and functions; anything else falls through to them (before
 -- anything is written), which also gives every error reply.
@@ -13,7 +14,8 @@ do
   else
     m = tonumber(m)
   end
-  if ARGV[3] == '1' and ARGV[5] == '1' and ARGV[6] == 'permits' and ARGV[7] == '1' and ARGV[8] == 'b' and ARGV[11] == ''
+  local v1 = ARGV[3] == 'f1 1'
+  if (v1 or ARGV[3] == '1') and ARGV[5] == '1' and ARGV[6] == 'permits' and ARGV[7] == '1' and ARGV[8] == 'b' and ARGV[11] == ''
       and m and m >= 1 and #ARGV == 12 + 2 * m and not string.find(ARGV[4], ' ', 1, true) then
     local rate, burst = tonumber(ARGV[9]), tonumber(ARGV[10])
     local ok = rate and rate > 0 and rate ~= math.huge and burst and burst >= 1
@@ -27,7 +29,12 @@ do
       if type(raw) ~= 'string' then
         ok = false
       else
-        local t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?[%d.]+) (%S+) (%S+)$')
+        local t, x, s, p, zs, es
+        if v1 then
+          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?[%d.]+) 0 permits (%S+) (%S+)$')
+        else
+          t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?[%d.]+) (%S+) (%S+)$')
+        end
         if t then
           upp = 1000000 / rate
           fill = burst * upp
@@ -44,7 +51,11 @@ do
           if not (server_time and t > now_us) then
             base = t - now_us - now_frac
           end
-          expiry = tonumber(x) * 1000 + base
+          if v1 then
+            expiry = tonumber(x) / 1000 + base -- ns
+          else
+            expiry = tonumber(x) * 1000 + base -- ms
+          end
           seq = tonumber(s)
           if p == '0' then
             pause = base
@@ -173,16 +184,27 @@ do
           fp = '%.3f'
         end
         local f = '%d %d %d %d %d %d'
-        if fz ~= '%d' or fe ~= '%d' or fp ~= '%d' then
+        if v1 then
+          f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
+        elseif fz ~= '%d' or fe ~= '%d' or fp ~= '%d' then
           f = '%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe
         end
         if expiry >= need then
-          local x = math.floor((expiry + now_frac) / 1000)
+          local x
+          if v1 then
+            x = math.floor((expiry + now_frac) * 1000)
+          else
+            x = math.floor((expiry + now_frac) / 1000)
+          end
           state = string.format(f, now_us, x, seq, pn, zn, en)
           redis.call('SET', KEYS[1], state, 'KEEPTTL')
         else
           local x = math.ceil((need + 1000000) / 1000)
-          state = string.format(f, now_us, x, seq, pn, zn, en)
+          local xs = x
+          if v1 then
+            xs = x * 1000000
+          end
+          state = string.format(f, now_us, xs, seq, pn, zn, en)
           redis.call('SET', KEYS[1], state, 'PX', x)
         end
       end

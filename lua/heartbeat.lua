@@ -31,6 +31,14 @@
 --          check that found it gone after one had found it connected (see
 --          ARGV[2] "check")
 -- KEYS[6]  see KEYS[3]
+-- KEYS[7]  the state format the fleet writes, a string set by the operator
+--          (cmd/pacer format): "2", or absent (or anything else) for "1",
+--          the format the previous release reads (core.lua's KEYS[1])
+-- KEYS[8]  the format each member writes, a hash: Limiter id -> the
+--          format this script told it (KEYS[7] as read), so that the
+--          operator sees when every member writes the format set, and
+--          which members are of a release that does not report (they are
+--          in KEYS[1] without a field here)
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); or "check": ARGV[3] is a space-separated list of
@@ -59,7 +67,7 @@
 -- ARGV[10...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
---          before, ranks}:
+--          before, ranks, format}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -76,7 +84,9 @@
 --          2 * suspect_ms (every member hears of it within about one
 --          interval, suspect_ms), else 0: until then members may pace
 --          locally on either size (reserve's fleet.go, engine.Share.Also).
---          ranks are the ranks taken, by members live or held.
+--          ranks are the ranks taken, by members live or held. format
+--          is the state format this Limiter writes from now on ("1" or
+--          "2": KEYS[7]).
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -87,6 +97,7 @@ local function forget(ids)
     redis.call('ZREM', KEYS[4], unpack(ids))
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('HDEL', KEYS[5], unpack(ids))
+    redis.call('HDEL', KEYS[8], unpack(ids))
   end
 end
 if mode == 'leave' then
@@ -149,7 +160,12 @@ if not redis.call('ZSCORE', KEYS[4], id) then
 end
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
 redis.call('HDEL', KEYS[5], id)
-for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5]}) do
+local format = redis.pcall('GET', KEYS[7])
+if format ~= '2' then
+  format = '1'
+end
+redis.call('HSET', KEYS[8], id, format)
+for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end
 if #ARGV > 9 then
@@ -251,4 +267,4 @@ local ranks = {}
 for i = 2, #ranked, 2 do
   ranks[#ranks + 1] = tonumber(ranked[i])
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks}
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks, format}

@@ -44,6 +44,9 @@ var resume string
 //go:embed lease.lua
 var lease string
 
+//go:embed rewrite.lua
+var rewrite string
+
 // Admin stores or removes a key's limit, or records an operator's action,
 // in the key's history. It does not use core.lua. See admin.lua.
 //
@@ -112,4 +115,8 @@ var (
 	// Lease reserves a run of consecutive one-bucket slots in one call, as
 	// many unit reservations would have. See lease.lua.
 	Lease = core + lease
+
+	// Rewrite writes a key group's state back in the format its ARGV[3]
+	// asks for, changing nothing else. See rewrite.lua.
+	Rewrite = core + rewrite
 )

@@ -186,9 +186,10 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		return false, err
 	}
 	r, ok := res.([]any)
-	if !ok || len(r) != 10 {
+	if !ok || len(r) != 11 {
 		return false, nil
 	}
+	l.format2.Store(r[10] == "2")
 	n, ok1 := r[4].(int64)
 	rank, ok2 := r[3].(int64)
 	heldList, ok3 := r[5].([]any)

@@ -69,6 +69,10 @@ type Limiter struct {
 	presence presence  // a named connection kept open while the Limiter lives (presence.go)
 	started  time.Time // when New made it (see heartbeat)
 	reports  reports   // the policies the code passes, for operators (heartbeat.go)
+	// format2 says the fleet writes state format 2: the operator's setting
+	// (cmd/pacer format), as the last heartbeat read it. Until one says so,
+	// the Limiter writes format 1, which the previous release reads.
+	format2 atomic.Bool
 
 	closed     atomic.Bool
 	closeOnce  sync.Once

@@ -170,6 +170,14 @@ func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string) []an
 	} else {
 		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
 	}
+	if !l.format2.Load() {
+		// Format 1 (core.lua's ARGV[3]).
+		if share == "1" {
+			share = "f1 1"
+		} else {
+			share = "f1 " + share
+		}
+	}
 	args = append(args, share, s.unitsArg)
 	return append(args, s.args...)
 }

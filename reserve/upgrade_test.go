@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,6 +66,15 @@ func TestUpgradeFormat1(t *testing.T) {
 		t.Run(pol.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(pol.name))))
 			old, cp, cur := prefix+"{old-"+pol.name+"}", prefix+"{copy-"+pol.name+"}", prefix+"{cur-"+pol.name+"}"
+			// v1: the current scripts asked to write format 1 (ARGV[3]
+			// "f1 1"), as a fleet mid-upgrade does; v1cp gets its state
+			// before each call, for the old scripts.
+			v1, v1cp := prefix+"{v1-"+pol.name+"}", prefix+"{v1copy-"+pol.name+"}"
+			asV1 := func(args []any) []any {
+				out := slices.Clone(args)
+				out[2] = "f1 1"
+				return out
+			}
 			keysOf := func(k string) []string { return []string{k, k + ":limit", k + ":shadow"} }
 			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			head := func() []any {
@@ -98,6 +108,13 @@ func TestUpgradeFormat1(t *testing.T) {
 					require.Equal(t, curState, after, "step %d: the refused old call changed the state", step)
 					refused++
 				}
+				if v1State, err := s.Client.Get(ctx, v1).Result(); err == nil {
+					require.True(t, strings.HasPrefix(v1State, "1 "), "step %d: the format 1 writer wrote %q", step, v1State)
+					require.NoError(t, s.Client.Copy(ctx, v1, v1cp, 0, true).Err())
+				} else {
+					require.ErrorIs(t, err, redis.Nil)
+					require.NoError(t, s.Client.Del(ctx, v1cp).Err())
+				}
 				where := fmt.Sprintf("step %d (format 1 state %q)", step, state)
 				if len(live) > 0 && rng.IntN(4) == 0 {
 					// Cancel or settle a live reservation.
@@ -115,6 +132,10 @@ func TestUpgradeFormat1(t *testing.T) {
 					c, err3 := newAdjust.Run(ctx, s.Client, keysOf(cur), args...).Result()
 					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(b, err2), "%s: %v on format 1", where, args[len(head())])
 					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(c, err3), "%s: %v on format 2", where, args[len(head())])
+					d, err4 := newAdjust.Run(ctx, s.Client, keysOf(v1), asV1(args)...).Result()
+					e, err5 := oldAdjust.Run(ctx, s.Client, keysOf(v1cp), args...).Result()
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(d, err4), "%s: %v writing format 1", where, args[len(head())])
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(e, err5), "%s: %v, old script on the format 1 writer's state", where, args[len(head())])
 					continue
 				}
 				m := 1 + rng.IntN(3)
@@ -137,6 +158,12 @@ func TestUpgradeFormat1(t *testing.T) {
 				grantsOf := func(v any) []any { r := v.([]any); return r[:len(r)-2] }
 				require.Equal(t, a, grantsOf(b), "%s: reserve on format 1", where)
 				require.Equal(t, a, grantsOf(c), "%s: reserve on format 2", where)
+				d, err4 := newReserve.Run(ctx, s.Client, keysOf(v1), asV1(args)...).Result()
+				e, err5 := oldReserve.Run(ctx, s.Client, keysOf(v1cp), args...).Result()
+				require.NoError(t, err4, where)
+				require.NoError(t, err5, where)
+				require.Equal(t, a, grantsOf(d), "%s: reserve writing format 1", where)
+				require.Equal(t, a, e, "%s: old script on the format 1 writer's state", where)
 				reply := a.([]any)
 				base := reply[0].(int64)*1000 + reply[1].(int64)
 				for r := range m {

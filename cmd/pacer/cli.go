@@ -52,6 +52,8 @@ func init() {
 		{"resume", "KEY --reason TEXT [--who NAME]", "end KEY's pause now", (*cli).resume},
 		{"weight", "KEY TENANT WEIGHT --reason TEXT [--who NAME] | KEY TENANT --unset --reason TEXT",
 			"store TENANT's weight on KEY for fair requests, in every lane (or remove it, with --unset)", (*cli).weight},
+		{"format", "[1|2 --reason TEXT [--who NAME] [--force] [--wait 2m]] [--json]",
+			"the state format the fleet writes; 2 once every process is upgraded, 1 before a rollback (rewrites the keys)", (*cli).stateFormat},
 		{"help", "[COMMAND]", "this help, or a command's", (*cli).help},
 	}
 }

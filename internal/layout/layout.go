@@ -55,12 +55,21 @@ func Unescape(s string) string {
 
 // FleetKeys are the fleet's records under prefix, in one hash tag: the
 // heartbeat set, the members' details, the policies the fleet's code
-// reports for its keys, the ids in order, the suspects checked and the
-// reports' times.
+// reports for its keys, the ids in order, the suspects checked, the
+// reports' times, the state format the fleet writes (FormatKey) and the
+// format each member writes (WritersKey).
 func FleetKeys(prefix string) []string {
 	k := prefix + "{limiters}"
-	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at"}
+	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix)}
 }
+
+// FormatKey is the state format the fleet writes, as the operator set it
+// (cmd/pacer format): "2", or absent for "1" (lua/heartbeat.lua's KEYS[7]).
+func FormatKey(prefix string) string { return prefix + "{limiters}:format" }
+
+// WritersKey is the hash of the format each member writes, by Limiter id
+// (lua/heartbeat.lua's KEYS[8]).
+func WritersKey(prefix string) string { return prefix + "{limiters}:writes" }
 
 // Policies is the hash of the policies the fleet's code reports, by key
 // (FleetKeys' third).
