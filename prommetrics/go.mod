@@ -3,7 +3,7 @@ module github.com/pacer-go/pacer/prommetrics
 go 1.26.0
 
 require (
-	github.com/pacer-go/pacer v0.0.0-00010101000000-000000000000
+	github.com/pacer-go/pacer v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
@@ -22,5 +22,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/pacer-go/pacer => ..

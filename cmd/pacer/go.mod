@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/creack/pty v1.1.24
-	github.com/pacer-go/pacer v0.0.0-00010101000000-000000000000
+	github.com/pacer-go/pacer v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/term v0.46.0
 )
@@ -14,5 +14,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/pacer-go/pacer => ../..
