@@ -12,6 +12,7 @@ import (
 
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,6 +70,30 @@ func TestWrongAddressNamesIt(t *testing.T) {
 			assert.True(t, strings.HasPrefix(msg, prefix) && strings.HasSuffix(msg, checkAdvice),
 				"New(%s) = %q, want %q...%q", tc.name, msg, prefix, checkAdvice)
 		})
+	}
+}
+
+// TestQuickStartRoutesRedisLog: the quick start's
+// redis.SetLogger(reserve.RedisLogger(logger)) brings go-redis's own line
+// about a failed dial to the slog handler, at Debug level.
+func TestQuickStartRoutesRedisLog(t *testing.T) {
+	var logged lockedBuffer
+	redis.SetLogger(reserve.RedisLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	t.Cleanup(logging.Enable) // go-redis's default logger again
+	addr := deadAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	_, err := reserve.New(c, reserve.Options{RequireRedis: true, Logger: quiet})
+	require.ErrorIs(t, err, reserve.ErrUnavailable)
+	var lines []string
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(line, "dial tcp "+addr) {
+			lines = append(lines, line)
+		}
+	}
+	require.NotEmpty(t, lines, "no go-redis line about %s reached slog: %q", addr, logged.String())
+	for _, line := range lines {
+		assert.Contains(t, line, `level=DEBUG msg="go-redis: `)
 	}
 }
 
