@@ -3,6 +3,7 @@ package reserve
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -70,6 +71,36 @@ func tunedClient(rdb redis.UniversalClient) (c redis.UniversalClient, owned bool
 	default:
 		return nil, false, fmt.Errorf("%w: unsupported client type %T: pass a *redis.Client (also from redis.NewFailoverClient), *redis.ClusterClient or *redis.Ring", ErrInvalidOptions, rdb)
 	}
+}
+
+// describeClient says where rdb points, for an error or a log line: "redis
+// at host:port", the unix socket, the Cluster's or Ring's seed addresses,
+// or that Sentinel names the master.
+func describeClient(rdb redis.UniversalClient) string {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		o := r.Options()
+		switch {
+		case o.Addr == "FailoverClient": // redis.NewFailoverClient's
+			return "redis through Sentinel (check FailoverOptions.SentinelAddrs and MasterName)"
+		case o.Network == "unix":
+			return "redis at unix socket " + o.Addr
+		}
+		return "redis at " + o.Addr
+	case *redis.ClusterClient:
+		if addrs := r.Options().Addrs; len(addrs) > 0 {
+			return "redis cluster at " + strings.Join(addrs, ", ")
+		}
+		return "redis cluster (ClusterOptions.ClusterSlots)"
+	case *redis.Ring:
+		addrs := make([]string, 0, len(r.Options().Addrs))
+		for name, addr := range r.Options().Addrs {
+			addrs = append(addrs, name+"="+addr)
+		}
+		slices.Sort(addrs)
+		return "redis ring at " + strings.Join(addrs, ", ")
+	}
+	return fmt.Sprintf("redis (%T)", rdb)
 }
 
 // checkEviction asks the server for its maxmemory-policy and warns when it

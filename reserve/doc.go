@@ -22,6 +22,19 @@
 // Every call to Redis is bounded by Options.CallTimeout. Close stops the
 // Limiter's background goroutine and gives its share back to the fleet.
 //
+// New reaches Redis once before it returns. With Options.RequireRedis (the
+// quick start in README.md, the package Example, sets it) New fails when
+// Redis does not answer, with an error that matches ErrUnavailable, names
+// the address and says what to check: a wrong address shows at start.
+// Without it New cannot tell a wrong address from an outage: it returns the
+// Limiter and logs a warning naming the address, and the Limiter paces
+// locally on Options.FleetSize's share (without FleetSize, its calls fail
+// with ErrUnavailable) until Redis answers. Leave RequireRedis off, and set
+// FleetSize, where processes must start during an outage. go-redis logs
+// each failed dial itself, to stderr; RedisLogger sends those lines to slog
+// at Debug level, below pacer's own (go-redis's logger is global to the
+// process, so pacer leaves setting it to main).
+//
 // Concurrent callers on one key in one process share Redis round trips
 // (coalescing; Options.DisableCoalescing); a key so hot that callers queue
 // leases a run of consecutive slots in one call and hands them out locally,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"math"
 	"time"
 
@@ -17,8 +18,12 @@ import (
 // 10 calls in any second, in a smooth stream. README's quick start is this
 // example.
 func Example() {
+	// go-redis logs every failed dial (dozens of lines in a short outage);
+	// this sends them to slog at Debug, below pacer's own lines.
+	redis.SetLogger(reserve.RedisLogger(slog.Default()))
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	limiter, err := reserve.New(rdb, reserve.Options{})
+	// RequireRedis: a wrong address fails here, naming it.
+	limiter, err := reserve.New(rdb, reserve.Options{RequireRedis: true})
 	if err != nil {
 		log.Fatal(err)
 	}

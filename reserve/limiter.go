@@ -99,7 +99,8 @@ type Limiter struct {
 // background goroutine (heartbeats and, while Redis is down, probes) that
 // Close stops. If Redis cannot be reached, New returns the Limiter anyway
 // (it paces as Options.FleetSize says until Redis answers), unless
-// Options.RequireRedis is set.
+// Options.RequireRedis is set: then New fails with an error that matches
+// ErrUnavailable and names the address it tried.
 func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -148,14 +149,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		if owned {
 			_ = c.Close()
 		}
-		return nil, fmt.Errorf("reserve: new: %w", err)
+		return nil, l.startError(rdb, err)
 	} else if err == nil {
 		l.checkEviction(l.loopCtx)
 	} else if errors.Is(err, ErrUnavailable) {
 		// It does not know the fleet: it stays off Redis until it has
 		// learned it (fleetView.born), pacing locally on FleetSize's share
 		// or refusing meanwhile.
-		opts.Logger.Warn("pacer: redis unavailable at start", "err", err, "limiter", l.id)
+		opts.Logger.Warn("pacer: redis unavailable at start (a wrong address? Options.RequireRedis makes New fail instead)",
+			"redis", describeClient(rdb), "err", err, "limiter", l.id)
 		l.fleet.born = true
 		l.degrade(1, err)
 	} else {
@@ -165,6 +167,20 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	go l.loop()
 	return l, nil
+}
+
+// startError is New's error when the first heartbeat failed and
+// Options.RequireRedis is set: it says where rdb points, the cause, and what
+// to check.
+func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
+	where := describeClient(rdb)
+	if errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("reserve: new: cannot reach %s: %w; check the address, that Redis is running there and that this host can reach it (Options.RequireRedis is set)",
+			where, l.unavailableErr())
+	}
+	// Redis answered, with an error: a denied command, a key of another type.
+	return fmt.Errorf("reserve: new: %s failed the first heartbeat: %w; check the Redis user's permissions (docs/security.md) and the key prefix (Options.RequireRedis is set)",
+		where, err)
 }
 
 // Close stops the Limiter's background goroutine, removes it from the

@@ -11,9 +11,11 @@ import (
 // is down) to logger at Debug level, where a handler at the default Info
 // level drops them. pacer's own log already names each outage once, with
 // its cause, when it starts and when it ends. go-redis's logger is global
-// to the process, so pacer never sets it; do so in main:
+// to the process, and go-redis cannot tell whether the program set one of
+// its own, so pacer never sets it; do so in main, as README's quick start
+// (the package Example) does:
 //
-//	redis.SetLogger(reserve.RedisLogger(logger))
+//	redis.SetLogger(reserve.RedisLogger(slog.Default()))
 //
 // A nil logger is slog.Default().
 func RedisLogger(logger *slog.Logger) interface {

@@ -140,8 +140,9 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	}
 	demo.PrintWatch(out, r, "pacer:batch:"+runID+":")
 	ropts := reserve.Options{
-		KeyPrefix: "pacer:batch:" + runID + ":",
-		Logger:    slog.New(slog.NewTextHandler(out, nil)),
+		KeyPrefix:    "pacer:batch:" + runID + ":",
+		Logger:       slog.New(slog.NewTextHandler(out, nil)),
+		RequireRedis: true, // as in README's quick start: a wrong -redis fails here
 	}
 	if r.Embedded() {
 		// The producer reserves all its tasks' slots in one script call:

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +129,20 @@ func TestBadConfig(t *testing.T) {
 		if _, err := run(context.Background(), c, io.Discard); err == nil {
 			t.Errorf("run(%+v) = nil error, want one", c)
 		}
+	}
+}
+
+// TestWrongRedis: a -redis where nothing listens fails the run before
+// any asynq server starts, naming the address.
+func TestWrongRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = run(context.Background(), config{RedisURL: addr, Tasks: 1, Servers: 1, Concurrency: 1, Rate: 20, Burst: 1, ProviderLimit: 21, Timeout: time.Minute}, io.Discard)
+	if want := "batch: -redis: cannot reach Redis at " + addr + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("run with -redis %s = %v, want an error starting %q", addr, err, want)
 	}
 }

@@ -175,7 +175,7 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	start := time.Now()
 	var learned func(host string) float64 // the fleet's learned rate, for progress
 	if c.Adaptive {
-		watcher, err := reserve.New(r.Client, reserve.Options{KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+		watcher, err := reserve.New(r.Client, reserve.Options{KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler), RequireRedis: true})
 		if err != nil {
 			return summary{}, err
 		}
@@ -322,8 +322,9 @@ func childMain() error {
 // goroutines, pacing each host on the Limiter shared through rdb.
 func crawl(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, share int, out io.Writer) error {
 	limiter, err := reserve.New(rdb, reserve.Options{
-		KeyPrefix: prefix,
-		Logger:    slog.New(slog.NewTextHandler(out, nil)),
+		KeyPrefix:    prefix,
+		Logger:       slog.New(slog.NewTextHandler(out, nil)),
+		RequireRedis: true, // as in README's quick start: a wrong -redis fails here
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,5 +221,20 @@ func pausedHost(t *testing.T, pause time.Duration) {
 	}
 	if st := p.Stats(); st.Accepted != c.Hosts*c.Pages {
 		t.Errorf("accepted %d calls, want every page once (%d): %+v", st.Accepted, c.Hosts*c.Pages, st.ByHost)
+	}
+}
+
+// TestWrongRedis: a -redis where nothing listens fails the run before
+// any worker process starts, naming the address.
+func TestWrongRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = run(context.Background(), small(addr, 21), io.Discard)
+	if want := "crawler: -redis: cannot reach Redis at " + addr + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("run with -redis %s = %v, want an error starting %q", addr, err, want)
 	}
 }

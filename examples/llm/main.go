@@ -482,7 +482,7 @@ func childMain(out io.Writer) error {
 // reserve, sleep to the slot, call, settle the tokens the response reports.
 func work(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, index int, end time.Time, logOut io.Writer) (tally, error) {
 	logger := slog.New(slog.NewTextHandler(logOut, nil))
-	limiter, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: logger})
+	limiter, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: logger, RequireRedis: true})
 	if err != nil {
 		return tally{}, err
 	}

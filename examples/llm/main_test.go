@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,5 +159,20 @@ func TestTenants(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWrongRedis: a -redis where nothing listens fails the run before
+// any worker process starts (it ran its 30 s and exited 0, each call refused), naming the address.
+func TestWrongRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = run(context.Background(), short(addr, "low", 2), io.Discard)
+	if want := "llm: -redis: cannot reach Redis at " + addr + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("run with -redis %s = %v, want an error starting %q", addr, err, want)
 	}
 }

@@ -7,6 +7,7 @@
 package demo
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -50,11 +51,12 @@ func ParseRedis(s string) (string, *redis.Options, error) {
 	return s, opts, nil
 }
 
-// Connect returns a client to the Redis -redis names (see ParseRedis), with
-// ContextTimeoutEnabled and no retries, as pacer's README recommends. With
-// -redis empty it starts an embedded Redis: miniredis, in this process, on
-// a loopback port (so the example's child processes reach it too). It says
-// which on out, ending the line with forWhat.
+// Connect returns a client to the Redis -redis names (see ParseRedis),
+// once a PING has reached it: a wrong -redis fails here, naming the
+// address, before any process, server or worker starts. With -redis empty
+// it starts an embedded Redis: miniredis, in this process, on a loopback
+// port (so the example's child processes reach it too). It says which on
+// out, ending the line with forWhat.
 func Connect(redisFlag string, out io.Writer, forWhat string) (*Redis, error) {
 	if redisFlag == "" {
 		mr := miniredis.NewMiniRedis()
@@ -71,8 +73,18 @@ func Connect(redisFlag string, out io.Writer, forWhat string) (*Redis, error) {
 	}
 	// No client tuning here: reserve.New sets what pacer needs on a clone.
 	fmt.Fprintf(out, "using Redis at %s%s\n", opts.Addr, forWhat)
-	return &Redis{Client: redis.NewClient(opts), Options: opts, URL: url}, nil
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("-redis: cannot reach Redis at %s: %w; check the address and that Redis is running there", opts.Addr, err)
+	}
+	return &Redis{Client: rdb, Options: opts, URL: url}, nil
 }
+
+// pingTimeout bounds Connect's check that -redis answers.
+const pingTimeout = 5 * time.Second
 
 // PrintWatch prints the run's key prefix and the pacer command that watches
 // its keys (cmd/pacer, from the repository's root).

@@ -2,6 +2,9 @@ package demo
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,6 +39,37 @@ func TestParseRedis(t *testing.T) {
 		if _, _, err := ParseRedis(bad); err == nil {
 			t.Errorf("ParseRedis(%q) = nil error, want one", bad)
 		}
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestConnectWrongAddress: a -redis where nothing listens fails Connect,
+// with the address, the dial error and what to check.
+func TestConnectWrongAddress(t *testing.T) {
+	addr := deadAddr(t)
+	r, err := Connect(addr, io.Discard, "")
+	if r != nil || err == nil {
+		t.Fatalf("Connect(%q) = %v, %v; want an error", addr, r, err)
+	}
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) {
+		t.Fatalf("Connect(%q) = %v, want it to wrap the dial error", addr, err)
+	}
+	want := "-redis: cannot reach Redis at " + addr + ": " + opErr.Error() + "; check the address and that Redis is running there"
+	if err.Error() != want {
+		t.Errorf("Connect(%q) = %q, want %q", addr, err, want)
 	}
 }
 
