@@ -54,6 +54,7 @@ func init() {
 			"store TENANT's weight on KEY for fair requests, in every lane (or remove it, with --unset)", (*cli).weight},
 		{"format", "[1|2 --reason TEXT [--who NAME] [--force] [--wait 2m]] [--json]",
 			"the state format the fleet writes; 2 once every process is upgraded, 1 before a rollback (rewrites the keys)", (*cli).stateFormat},
+		{"version", "", "this command's release, and the library's", (*cli).version},
 		{"help", "[COMMAND]", "this help, or a command's", (*cli).help},
 	}
 }
