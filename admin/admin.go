@@ -201,6 +201,10 @@ func adminError(op, key string, err error) error {
 		return fmt.Errorf("admin: %s %q: %w: %w", op, key, reserve.ErrUnavailable, err)
 	case code == "PACER_NOTSTORED":
 		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotStored)
+	case code == "PACER_UNKNOWN":
+		return fmt.Errorf("admin: %s %q: %w", op, key, ErrUnknownKey)
+	case code == "PACER_NOTPAUSED":
+		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotPaused)
 	case scriptCodes[code] != nil:
 		return fmt.Errorf("admin: %s %q: %w: %w", op, key, scriptCodes[code], err)
 	}
@@ -280,33 +284,47 @@ func (a *Client) History(ctx context.Context, key string) ([]Change, error) {
 }
 
 // Pause grants no slot on key before now + d, fleet-wide, as a 429 with
-// Retry-After d would (Limiter.Pause), and records it in the history. A
-// pause belongs to the key: whatever policies its callers pass, every band
-// stops and every bucket is empty when the pause ends. ErrUnknownKey when
-// Redis knows nothing of the key (no state, no stored limit, no policy
-// reported: a typo, most likely).
+// Retry-After d would (Limiter.Pause), and records it in the history, in
+// one script call: both happen or neither. A pause belongs to the key:
+// whatever policies its callers pass, every band stops and every bucket is
+// empty when the pause ends. ErrUnknownKey when Redis knows nothing of the
+// key (no state, no stored limit, no policy reported: a typo, most
+// likely); nothing is written then.
 func (a *Client) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	if d <= 0 || d > layout.MaxFill {
 		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", reserve.ErrInvalidDuration, d, layout.MaxFill)
 	}
-	st, err := a.Status(ctx, key)
-	if err != nil {
-		return err
-	}
-	return a.runCore(ctx, "pause", "pause "+d.String(), pauseScript, st, who, reason, (d + time.Microsecond - 1).Microseconds())
+	dUS := strconv.FormatInt((d + time.Microsecond - 1).Microseconds(), 10)
+	return a.runCore(ctx, "pause", key, pauseScript, who, reason, dUS, "pause "+d.String())
 }
 
-// runCore runs a script built on core.lua (pause.lua, resume.lua) on the
-// key st reads, on its records alone (no policy: k = 0), as the server's
-// clock and the whole share, then records note in the key's history.
-func (a *Client) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
-	k := a.redisKey(st.Key)
-	args := append([]any{"", 0, "1", "permits", "0"}, extra...)
-	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
-		return adminError(op, st.Key, err)
+// runCore runs a script built on core.lua and note.lua (pause.lua,
+// resume.lua) on key's records alone (no policy: k = 0), as the server's
+// clock and the whole share, with extra as the operation's arguments; the
+// script records the change in the key's history itself. The fleet's
+// reported policies live under another hash tag than the key, so whether a
+// Limiter reports key is read before; the script refuses a key with no
+// state and no stored limit when none does (ErrUnknownKey).
+func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Script, who, reason string, extra ...string) error {
+	check := "0"
+	if _, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); errors.Is(err, redis.Nil) {
+		check = "1"
+	} else if err != nil {
+		return adminError(op, key, err)
 	}
-	_, err := a.admin(ctx, st.Key, "note", note, who, reason)
-	return err
+	k := a.redisKey(key)
+	args := []any{"", "0", "1", "permits", "0"}
+	for _, e := range extra {
+		args = append(args, e)
+	}
+	args = append(args, who, reason, strconv.Itoa(a.keep), check)
+	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":history"}, args...).Err(); err != nil {
+		return adminError(op, key, err)
+	}
+	return nil
 }
 
 // ErrNotPaused is returned by Client.Resume for a key with no pause in
@@ -318,17 +336,14 @@ var ErrNotPaused = errors.New("admin: the key is not paused")
 // now (the fleet's sleepers read the move within about 250 ms; see
 // Reservation.Sleep), unless slots granted before the pause lie later, or
 // a window band's queue reaches past the window the pause ends in. It
-// records the resume in the history. ErrNotPaused if no pause is in force
-// (nothing is written); ErrUnknownKey as for Pause.
+// records the resume in the history, in the same script call.
+// ErrNotPaused if no pause is in force, ErrUnknownKey as for Pause:
+// nothing is written then.
 func (a *Client) Resume(ctx context.Context, key, who, reason string) error {
-	st, err := a.Status(ctx, key)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return err
 	}
-	if st.Paused <= 0 {
-		return fmt.Errorf("admin: resume %q: %w", key, ErrNotPaused)
-	}
-	return a.runCore(ctx, "resume", "resume", resumeScript, st, who, reason)
+	return a.runCore(ctx, "resume", key, resumeScript, who, reason)
 }
 
 // A KeyStatus is one key as Redis holds it.

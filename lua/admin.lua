@@ -1,5 +1,7 @@
 -- admin.lua: an operator stores or removes a key's limit (cmd/pacer set,
--- unset), recorded in the key's history. It does not use core.lua.
+-- unset) or a tenant's weight (cmd/pacer weight), recorded in the key's
+-- history. It does not use core.lua. (An operator's pause and resume are
+-- recorded by pause.lua and resume.lua themselves: see note.lua.)
 --
 -- KEYS[1]  the key's state (core.lua's KEYS[1], format 2 or 1); if
 --          present, its flag "a stored limit may exist" is set, so the next
@@ -10,12 +12,10 @@
 -- KEYS[4]  the history, a list of JSON objects, newest first
 -- KEYS[5]  the stored weights (fair.lua's KEYS[11]): a hash, tenant to
 --          weight
--- ARGV[1]  "set", "unset", "note" (record ARGV[2] as the op, a pause or
---          a resume made by another script, changing nothing) or "weight"
---          (store ARGV[2] as tenant ARGV[6]'s weight; "" removes it)
+-- ARGV[1]  "set", "unset" or "weight" (store ARGV[2] as tenant ARGV[6]'s
+--          weight; "" removes it)
 -- ARGV[2]  set: the new stored limit (checked by the caller); unset: "";
---          note: the op to record; weight: the weight (checked by the
---          caller) or ""
+--          weight: the weight (checked by the caller) or ""
 -- ARGV[3]  who, ARGV[4] why (free text)
 -- ARGV[5]  how many history entries to keep (integer >= 1)
 -- ARGV[6]  weight: the tenant (any string, "" included)
@@ -27,9 +27,9 @@
 --          stored: nothing changes)
 
 local op, value, keep = ARGV[1], ARGV[2], tonumber(ARGV[5])
-if (op ~= 'set' and op ~= 'unset' and op ~= 'note' and op ~= 'weight') or ((op == 'set' or op == 'note') and value == '')
+if (op ~= 'set' and op ~= 'unset' and op ~= 'weight') or (op == 'set' and value == '')
     or not keep or keep < 1 or (op == 'weight' and not ARGV[6]) then
-  return redis.error_reply('PACER_ARG want set VALUE, unset, note OP or weight W TENANT, who, why, keep >= 1')
+  return redis.error_reply('PACER_ARG want set VALUE, unset or weight W TENANT, who, why, keep >= 1')
 end
 local state = redis.pcall('GET', KEYS[1])
 if type(state) == 'table' then
@@ -79,19 +79,14 @@ if op == 'weight' then
   return entry
 end
 
-local after = before or ''
+local after = ''
 if op == 'set' then
   redis.call('SET', KEYS[2], value)
   after = value
-elseif op == 'unset' then
-  redis.call('DEL', KEYS[2])
-  after = ''
 else
-  op = value
+  redis.call('DEL', KEYS[2])
 end
-if op == 'set' or op == 'unset' then
-  redis.call('DEL', KEYS[3])
-end
+redis.call('DEL', KEYS[3])
 if state and after ~= '' then
   -- Set the flag, so the next script reads KEYS[2]. Format 2: "c" before
   -- the pause (field 4); format 1: field 6 is 1.

@@ -23,6 +23,7 @@ func TestBadInput(t *testing.T) {
 	l := f.limiter()
 	f.reserve(l, "api", reserve.Limit{Rate: 0.0001, Burst: 2}, 3)
 	f.reserve(l, "quiet", reserve.Limit{Rate: 0.0001, Burst: 1}, 1)
+	f.reserve(l, "hist", reserve.Limit{Rate: 0.0001, Burst: 1}, 1)
 	f.waitSource("api", "code")
 	f.waitSource("quiet", "code")
 	if err := l.Close(); err != nil { // no heartbeat changes Redis from now on
@@ -37,6 +38,10 @@ func TestBadInput(t *testing.T) {
 	}
 	// h: a Redis key pacer would use for key h, holding a hash.
 	if err := f.srv.Client.HSet(ctx, f.prefix+"{h}", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// hist: a key whose history holds a hash.
+	if err := f.srv.Client.HSet(ctx, f.prefix+"{hist}:history", "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,6 +142,7 @@ func TestBadInput(t *testing.T) {
 		{name: "resume unknown key", args: []string{"resume", "nobody", "--reason", "x"}, code: runtime, stderr: `resume: unknown key "nobody"`},
 		{name: "history unknown key", args: []string{"history", "nobody"}, code: runtime, stderr: `history: unknown key "nobody"`},
 		{name: "history unknown key json", args: []string{"history", "nobody", "--json"}, code: runtime, stderr: `history: unknown key "nobody"`},
+		{name: "pause history of another type", args: []string{"pause", "hist", "10s", "--reason", "x"}, code: runtime, stderr: `pause: key "hist" is not pacer's`},
 		{name: "unset nothing stored", args: []string{"unset", "nobody", "--reason", "x"}, code: runtime, stderr: `unset: key "nobody" has no stored limit under prefix .*: nothing changed`},
 		{name: "resume not paused", args: []string{"resume", "api", "--reason", "x"}, code: runtime, stderr: `resume: key "api" is not paused: nothing changed`},
 		{name: "weight unset nothing stored", args: []string{"weight", "api", "acme", "--unset", "--reason", "x"}, code: runtime, stderr: `weight: tenant "acme" has no stored weight on key "api" under prefix .*: nothing changed`},
@@ -148,7 +154,7 @@ func TestBadInput(t *testing.T) {
 		{name: "resume wrong type", args: []string{"resume", "h", "--reason", "x"}, code: runtime, stderr: `resume: key "h" is not pacer's`},
 		{name: "history wrong type", args: []string{"history", "h"}, code: runtime, stderr: `history: key "h" is not pacer's`},
 		{name: "status all with a wrong type", args: []string{"status", "-sample", "0"}, code: runtime, stdout: true,
-			stderr: `status: key "h" is not pacer's.*\npacer: status: 1 of 3 keys could not be read`},
+			stderr: `status: key "h" is not pacer's.*\npacer: status: 1 of 4 keys could not be read`},
 	}
 	before := f.snapshot()
 	if len(before) == 0 {

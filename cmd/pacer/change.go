@@ -191,10 +191,8 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 	defer c.close()
 
 	// A pause belongs to the key, whatever its policy: only a key Redis
-	// knows nothing of (a typo) is refused.
-	if _, err := c.admin.Status(ctx, key); err != nil {
-		return c.keyError("pause", key, err)
-	}
+	// knows nothing of (a typo) is refused, by Pause itself, which makes
+	// the pause and its history entry in one script call.
 	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
 		return c.keyError("pause", key, err)
 	}
@@ -222,6 +220,8 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	// The time left, for the message; Resume itself refuses a key with no
+	// pause in force (it may have ended since).
 	st, err := c.admin.Status(ctx, key)
 	if err != nil {
 		return c.keyError("resume", key, err)
@@ -229,7 +229,9 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	if st.Paused <= 0 {
 		return fmt.Errorf("resume: key %q is not paused: nothing changed", clean(key))
 	}
-	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); err != nil {
+	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); errors.Is(err, admin.ErrNotPaused) {
+		return fmt.Errorf("resume: key %q is not paused (its pause ended meanwhile): nothing changed", clean(key))
+	} else if err != nil {
 		return c.keyError("resume", key, err)
 	}
 	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now\n", clean(key), clean(cf.who), human(st.Paused))
