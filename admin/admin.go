@@ -48,6 +48,10 @@ type Options struct {
 // limit, and by Client.UnsetWeight for a tenant with no stored weight.
 var ErrNotStored = errors.New("admin: nothing stored to remove")
 
+// errChanged: the stored limit was not the one a change was computed from
+// (admin.lua's PACER_CHANGED).
+var errChanged = errors.New("admin: the stored limit changed meanwhile")
+
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
 // stored limit and no policy reported by a Limiter.
 var ErrUnknownKey = errors.New("admin: unknown key")
@@ -88,12 +92,14 @@ type Change struct {
 	After  string `json:"after"`
 }
 
-// SetLimit stores pol as key's limit, enforced by every Limiter of the
-// fleet from its next reservation on, or with shadow true only counted
-// (see Admin). who and reason go to the key's history. Its bands charge
-// the units the callers' costs give ("permits" for a reserve.Limit): a policy
-// sharing no unit with the one the fleet's code reports for key is
-// refused (reserve.ErrInvalidPolicy), since it would limit nothing.
+// SetLimit stores pol as key's whole stored limit, enforced by every
+// Limiter of the fleet from its next reservation on, or with shadow true
+// only counted (see Client). who and reason go to the key's history. Its
+// bands charge the units the callers' costs give ("permits" for a
+// reserve.Limit): a policy sharing no unit with the one the fleet's code
+// reports for key is refused (reserve.ErrInvalidPolicy), since it would
+// limit nothing. SetBands changes some bands of the stored limit and
+// keeps the others, and checks each band's name and unit.
 func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, shadow bool, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
@@ -184,10 +190,15 @@ func (a *Client) admin(ctx context.Context, key, op, value, who, reason string) 
 	return a.run(ctx, key, op, value, who, reason, "")
 }
 
-func (a *Client) run(ctx context.Context, key, op, value, who, reason, tenant string) (Change, error) {
+// run runs admin.lua; expect, if given, is its ARGV[7] (set: the stored
+// limit the key must hold).
+func (a *Client) run(ctx context.Context, key, op, value, who, reason, tenant string, expect ...string) (Change, error) {
 	k := a.redisKey(key)
-	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"},
-		op, value, who, reason, a.keep, tenant).Text()
+	args := []any{op, value, who, reason, a.keep, tenant}
+	for _, e := range expect {
+		args = append(args, e)
+	}
+	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"}, args...).Text()
 	if err != nil {
 		return Change{}, adminError(op, key, err)
 	}
@@ -205,6 +216,8 @@ func adminError(op, key string, err error) error {
 		return fmt.Errorf("admin: %s %q: %w", op, key, ErrUnknownKey)
 	case code == "PACER_NOTPAUSED":
 		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotPaused)
+	case code == "PACER_CHANGED":
+		return fmt.Errorf("admin: %s %q: %w", op, key, errChanged)
 	case scriptCodes[code] != nil:
 		return fmt.Errorf("admin: %s %q: %w: %w", op, key, scriptCodes[code], err)
 	}
@@ -352,9 +365,11 @@ type KeyStatus struct {
 	Now time.Time `json:"now"` // Redis's clock at the read
 
 	// Policy is the limit in force and Source where it comes from:
-	// "stored" (an operator's, enforced), "code" (the limit the fleet's
-	// code passes, as a Limiter last reported it, at Reported) or "unknown"
-	// (Policy nil: nothing stored, nothing reported).
+	// "stored" (an operator's, enforced: its bands in place of the code's
+	// bands of the same names, the code's others kept, as far as a
+	// Limiter reports them), "code" (the limit the fleet's code passes, as
+	// a Limiter last reported it, at Reported) or "unknown" (Policy nil:
+	// nothing stored, nothing reported).
 	Policy   reserve.Policy `json:"-"`
 	Limit    string         `json:"limit"` // Policy.String()
 	Source   string         `json:"source"`
@@ -532,7 +547,8 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 		}
 		st.Stored, st.StoredLimit, st.Shadow = pol, pol.String(), sh
 		if !sh {
-			st.Policy, st.Source = pol, "stored"
+			// Over the code's policy, as core.lua merges them.
+			st.Policy, st.Source = mergePolicy(st.Policy, pol), "stored"
 		}
 	}
 	if st.Policy != nil {

@@ -27,18 +27,7 @@ func TestPauseOneStep(t *testing.T) {
 	require.NoError(t, err)
 	c := s.Client
 	key := func(name string) string { return layout.Key(prefix, name) }
-	all := func() map[string]string {
-		t.Helper()
-		keys, err := c.Keys(ctx, prefix+"*").Result()
-		require.NoError(t, err)
-		out := map[string]string{}
-		for _, k := range keys {
-			d, err := c.Dump(ctx, k).Result()
-			require.NoError(t, err)
-			out[k] = d
-		}
-		return out
-	}
+	all := func() map[string]string { return snapshot(t, s, prefix) }
 
 	// Nothing of the key: refused, nothing written.
 	before := all()

@@ -19,12 +19,16 @@
 -- ARGV[3]  who, ARGV[4] why (free text)
 -- ARGV[5]  how many history entries to keep (integer >= 1)
 -- ARGV[6]  weight: the tenant (any string, "" included)
+-- ARGV[7]  optional, set: "=" then the stored limit the key must hold
+--          ("=" alone: none), else nothing changes (PACER_CHANGED): a
+--          change computed from the stored limit read before (admin's
+--          SetBands) is written only over that limit
 -- Reply    the history entry written (JSON): {"at_ms", "op", "who",
 --          "reason", "before", "after"} and for a weight "tenant"; before
 --          and after are stored limits, or the tenant's stored weights, or
 --          "" for none
 -- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_NOTSTORED (unset with nothing
---          stored: nothing changes)
+--          stored: nothing changes), PACER_CHANGED (see ARGV[7])
 
 local op, value, keep = ARGV[1], ARGV[2], tonumber(ARGV[5])
 if (op ~= 'set' and op ~= 'unset' and op ~= 'weight') or (op == 'set' and value == '')
@@ -54,6 +58,14 @@ if state and not string.match(state, '^%d%d+ %d+ %d+ c?%-?[%d.]+') and not strin
 end
 if op == 'unset' and not before then
   return redis.error_reply('PACER_NOTSTORED no limit is stored for this key')
+end
+if op == 'set' and ARGV[7] and ARGV[7] ~= '' then
+  if string.sub(ARGV[7], 1, 1) ~= '=' then
+    return redis.error_reply('PACER_ARG want "=" and the stored limit expected')
+  end
+  if string.sub(ARGV[7], 2) ~= (before or '') then
+    return redis.error_reply('PACER_CHANGED the stored limit is not the one expected')
+  end
 end
 if op == 'weight' then
   local w = redis.pcall('HMGET', KEYS[5], ARGV[6])

@@ -211,7 +211,12 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 	fmt.Fprintf(b, "%s\n", clean(v.Key))
 	switch v.Source {
 	case "stored":
-		line("limit", "%s (stored by an operator: see history)", clean(v.Limit))
+		if code := codeBands(v.KeyStatus); len(code) > 0 {
+			line("limit", "%s (%s stored by an operator: see history; %s the code's, reported by a Limiter %s)",
+				clean(v.Limit), clean(bandNames(v.Stored)), clean(strings.Join(code, ", ")), ago(v.Now, v.Reported))
+		} else {
+			line("limit", "%s (stored by an operator: see history)", clean(v.Limit))
+		}
 	case "code":
 		line("limit", "%s (the code's, reported by a Limiter %s)", clean(v.Limit), ago(v.Now, v.Reported))
 	default:
@@ -293,6 +298,27 @@ func writeTenants(line func(label, format string, args ...any), st admin.KeyStat
 			label = ""
 		}
 	}
+}
+
+// codeBands are the names of the bands in force that the stored limit
+// does not name: the code's, kept.
+func codeBands(st admin.KeyStatus) []string {
+	var out []string
+	for _, b := range st.Policy {
+		if !slices.ContainsFunc(st.Stored, func(s reserve.Band) bool { return s.Name == b.Name }) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+// bandNames are pol's bands' names, joined.
+func bandNames(pol reserve.Policy) string {
+	names := make([]string, len(pol))
+	for i, b := range pol {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // unitOf is the unit band name charges in pol (its name if unknown).
