@@ -385,8 +385,12 @@ type KeyStatus struct {
 	// the read; without it the key is idle: every bucket full, no pause.
 	HasState bool `json:"has_state"`
 
-	// Reservations counts the reservations granted since the key's state
-	// was created (it expires when idle).
+	// Reservations counts the slots granted since the key's state was
+	// created (it expires when idle): one per reservation, a leased slot
+	// whether it is used or not, and a reservation moved to a fresh slot
+	// (a sleeper that woke too late) once more. Not the calls the fleet
+	// sent: its growth per second is what cmd/pacer shows as slots
+	// granted per second.
 	Reservations int64         `json:"reservations"`
 	Paused       time.Duration `json:"paused_ns"` // time left in a pause
 	Bands        []BandStatus  `json:"bands"`

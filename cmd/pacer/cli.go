@@ -40,9 +40,9 @@ var commands []command
 func init() {
 	commands = []command{
 		{"status", "[pattern] [--json] [--sample 1s]",
-			"each key's limit, queue, pause and admissions, then the fleet", (*cli).status},
+			"each key's limit, queue, pause and slots granted per second (reservations, not calls sent), then the fleet", (*cli).status},
 		{"watch", "[pattern] [--json] [--interval 1s] [--count N]",
-			"a screen refreshed in place: each key's admissions and queue over the last minute", (*cli).watch},
+			"a screen refreshed in place: each key's slots granted per second and queue over the last minute", (*cli).watch},
 		{"history", "KEY [--json]", "the changes made to KEY, newest first", (*cli).history},
 		{"set", "KEY [--band NAME] (--rate R --burst B | --n N --window D [--origin T] | --file F) [--add [--unit U]] [--replace] [--shadow] --reason TEXT [--who NAME]",
 			"store bands of KEY's limit by name, the others kept, enforced by every Limiter from its next reservation (or only counted, with --shadow)", (*cli).set},

@@ -1,9 +1,9 @@
 // Command pacer is the operator's tool for a fleet paced by
 // github.com/pacer-go/pacer: it shows each key's limit, queue, pause and
-// admissions, and the fleet's Limiters (status, watch, history), and it
-// changes what the whole fleet shares in Redis (set any band of a key's
-// limit, unset, pause, resume, weight), each change recorded with who
-// made it and why.
+// slots granted per second, and the fleet's Limiters (status, watch,
+// history), and it changes what the whole fleet shares in Redis (set any
+// band of a key's limit, unset, pause, resume, weight), each change
+// recorded with who made it and why.
 //
 //	pacer -redis redis://127.0.0.1:6379/0 status
 //	pacer set api.example.com --rate 5 --burst 1 --reason "provider lowered us (ticket 123)"
