@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +94,38 @@ func TestSetBands(t *testing.T) {
 		t.Fatalf("History(llm) = %d changes, %v; want 5, none for the refused", len(h), err)
 	}
 	golden(t, "bands.golden", text.String())
+}
+
+// TestOpsBandsBlock: the transcript docs/ops.md shows under "Setting
+// bands" is lines of testdata/bands.golden (TestSetBands), and its policy
+// file is testdata/policy.txt.
+func TestOpsBandsBlock(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "ops.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "bands.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- lines of cmd/pacer/testdata/bands.golden: TestOpsBandsBlock -->\n```\n"
+	_, block, ok := strings.Cut(string(doc), marker)
+	block, _, ok2 := strings.Cut(block, "\n```\n")
+	if !ok || !ok2 || block == "" {
+		t.Fatalf("docs/ops.md has no block after %q", marker)
+	}
+	lines := strings.Split(string(want), "\n")
+	for _, l := range strings.Split(block, "\n") {
+		if !slices.Contains(lines, l) {
+			t.Errorf("docs/ops.md shows %q, which is no line of testdata/bands.golden", l)
+		}
+	}
+	file, err := os.ReadFile(filepath.Join("testdata", "policy.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	indented := "  ```\n  " + strings.ReplaceAll(strings.TrimSuffix(string(file), "\n"), "\n", "\n  ") + "\n  ```\n"
+	if !strings.Contains(string(doc), indented) {
+		t.Errorf("docs/ops.md does not show testdata/policy.txt as\n%s", indented)
+	}
 }
