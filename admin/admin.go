@@ -48,6 +48,10 @@ type Options struct {
 // limit, and by Client.UnsetWeight for a tenant with no stored weight.
 var ErrNotStored = errors.New("admin: nothing stored to remove")
 
+// errChanged: the stored limit was not the one a change was computed from
+// (admin.lua's PACER_CHANGED).
+var errChanged = errors.New("admin: the stored limit changed meanwhile")
+
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
 // stored limit and no policy reported by a Limiter.
 var ErrUnknownKey = errors.New("admin: unknown key")
@@ -88,12 +92,14 @@ type Change struct {
 	After  string `json:"after"`
 }
 
-// SetLimit stores pol as key's limit, enforced by every Limiter of the
-// fleet from its next reservation on, or with shadow true only counted
-// (see Admin). who and reason go to the key's history. Its bands charge
-// the units the callers' costs give ("permits" for a reserve.Limit): a policy
-// sharing no unit with the one the fleet's code reports for key is
-// refused (reserve.ErrInvalidPolicy), since it would limit nothing.
+// SetLimit stores pol as key's whole stored limit, enforced by every
+// Limiter of the fleet from its next reservation on, or with shadow true
+// only counted (see Client). who and reason go to the key's history. Its
+// bands charge the units the callers' costs give ("permits" for a
+// reserve.Limit): a policy sharing no unit with the one the fleet's code
+// reports for key is refused (reserve.ErrInvalidPolicy), since it would
+// limit nothing. SetBands changes some bands of the stored limit and
+// keeps the others, and checks each band's name and unit.
 func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, shadow bool, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
@@ -184,10 +190,15 @@ func (a *Client) admin(ctx context.Context, key, op, value, who, reason string) 
 	return a.run(ctx, key, op, value, who, reason, "")
 }
 
-func (a *Client) run(ctx context.Context, key, op, value, who, reason, tenant string) (Change, error) {
+// run runs admin.lua; expect, if given, is its ARGV[7] (set: the stored
+// limit the key must hold).
+func (a *Client) run(ctx context.Context, key, op, value, who, reason, tenant string, expect ...string) (Change, error) {
 	k := a.redisKey(key)
-	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"},
-		op, value, who, reason, a.keep, tenant).Text()
+	args := []any{op, value, who, reason, a.keep, tenant}
+	for _, e := range expect {
+		args = append(args, e)
+	}
+	res, err := adminScript.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"}, args...).Text()
 	if err != nil {
 		return Change{}, adminError(op, key, err)
 	}
@@ -201,6 +212,12 @@ func adminError(op, key string, err error) error {
 		return fmt.Errorf("admin: %s %q: %w: %w", op, key, reserve.ErrUnavailable, err)
 	case code == "PACER_NOTSTORED":
 		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotStored)
+	case code == "PACER_UNKNOWN":
+		return fmt.Errorf("admin: %s %q: %w", op, key, ErrUnknownKey)
+	case code == "PACER_NOTPAUSED":
+		return fmt.Errorf("admin: %s %q: %w", op, key, ErrNotPaused)
+	case code == "PACER_CHANGED":
+		return fmt.Errorf("admin: %s %q: %w", op, key, errChanged)
 	case scriptCodes[code] != nil:
 		return fmt.Errorf("admin: %s %q: %w: %w", op, key, scriptCodes[code], err)
 	}
@@ -280,33 +297,47 @@ func (a *Client) History(ctx context.Context, key string) ([]Change, error) {
 }
 
 // Pause grants no slot on key before now + d, fleet-wide, as a 429 with
-// Retry-After d would (Limiter.Pause), and records it in the history. A
-// pause belongs to the key: whatever policies its callers pass, every band
-// stops and every bucket is empty when the pause ends. ErrUnknownKey when
-// Redis knows nothing of the key (no state, no stored limit, no policy
-// reported: a typo, most likely).
+// Retry-After d would (Limiter.Pause), and records it in the history, in
+// one script call: both happen or neither. A pause belongs to the key:
+// whatever policies its callers pass, every band stops and every bucket is
+// empty when the pause ends. ErrUnknownKey when Redis knows nothing of the
+// key (no state, no stored limit, no policy reported: a typo, most
+// likely); nothing is written then.
 func (a *Client) Pause(ctx context.Context, key string, d time.Duration, who, reason string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	if d <= 0 || d > layout.MaxFill {
 		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", reserve.ErrInvalidDuration, d, layout.MaxFill)
 	}
-	st, err := a.Status(ctx, key)
-	if err != nil {
-		return err
-	}
-	return a.runCore(ctx, "pause", "pause "+d.String(), pauseScript, st, who, reason, (d + time.Microsecond - 1).Microseconds())
+	dUS := strconv.FormatInt((d + time.Microsecond - 1).Microseconds(), 10)
+	return a.runCore(ctx, "pause", key, pauseScript, who, reason, dUS, "pause "+d.String())
 }
 
-// runCore runs a script built on core.lua (pause.lua, resume.lua) on the
-// key st reads, on its records alone (no policy: k = 0), as the server's
-// clock and the whole share, then records note in the key's history.
-func (a *Client) runCore(ctx context.Context, op, note string, script *redis.Script, st KeyStatus, who, reason string, extra ...any) error {
-	k := a.redisKey(st.Key)
-	args := append([]any{"", 0, "1", "permits", "0"}, extra...)
-	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit"}, args...).Err(); err != nil {
-		return adminError(op, st.Key, err)
+// runCore runs a script built on core.lua and note.lua (pause.lua,
+// resume.lua) on key's records alone (no policy: k = 0), as the server's
+// clock and the whole share, with extra as the operation's arguments; the
+// script records the change in the key's history itself. The fleet's
+// reported policies live under another hash tag than the key, so whether a
+// Limiter reports key is read before; the script refuses a key with no
+// state and no stored limit when none does (ErrUnknownKey).
+func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Script, who, reason string, extra ...string) error {
+	check := "0"
+	if _, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); errors.Is(err, redis.Nil) {
+		check = "1"
+	} else if err != nil {
+		return adminError(op, key, err)
 	}
-	_, err := a.admin(ctx, st.Key, "note", note, who, reason)
-	return err
+	k := a.redisKey(key)
+	args := []any{"", "0", "1", "permits", "0"}
+	for _, e := range extra {
+		args = append(args, e)
+	}
+	args = append(args, who, reason, strconv.Itoa(a.keep), check)
+	if err := script.Run(ctx, a.rdb, []string{k, k + ":limit", k + ":history"}, args...).Err(); err != nil {
+		return adminError(op, key, err)
+	}
+	return nil
 }
 
 // ErrNotPaused is returned by Client.Resume for a key with no pause in
@@ -318,17 +349,14 @@ var ErrNotPaused = errors.New("admin: the key is not paused")
 // now (the fleet's sleepers read the move within about 250 ms; see
 // Reservation.Sleep), unless slots granted before the pause lie later, or
 // a window band's queue reaches past the window the pause ends in. It
-// records the resume in the history. ErrNotPaused if no pause is in force
-// (nothing is written); ErrUnknownKey as for Pause.
+// records the resume in the history, in the same script call.
+// ErrNotPaused if no pause is in force, ErrUnknownKey as for Pause:
+// nothing is written then.
 func (a *Client) Resume(ctx context.Context, key, who, reason string) error {
-	st, err := a.Status(ctx, key)
-	if err != nil {
+	if err := checkKey(key); err != nil {
 		return err
 	}
-	if st.Paused <= 0 {
-		return fmt.Errorf("admin: resume %q: %w", key, ErrNotPaused)
-	}
-	return a.runCore(ctx, "resume", "resume", resumeScript, st, who, reason)
+	return a.runCore(ctx, "resume", key, resumeScript, who, reason)
 }
 
 // A KeyStatus is one key as Redis holds it.
@@ -337,9 +365,11 @@ type KeyStatus struct {
 	Now time.Time `json:"now"` // Redis's clock at the read
 
 	// Policy is the limit in force and Source where it comes from:
-	// "stored" (an operator's, enforced), "code" (the limit the fleet's
-	// code passes, as a Limiter last reported it, at Reported) or "unknown"
-	// (Policy nil: nothing stored, nothing reported).
+	// "stored" (an operator's, enforced: its bands in place of the code's
+	// bands of the same names, the code's others kept, as far as a
+	// Limiter reports them), "code" (the limit the fleet's code passes, as
+	// a Limiter last reported it, at Reported) or "unknown" (Policy nil:
+	// nothing stored, nothing reported).
 	Policy   reserve.Policy `json:"-"`
 	Limit    string         `json:"limit"` // Policy.String()
 	Source   string         `json:"source"`
@@ -355,8 +385,12 @@ type KeyStatus struct {
 	// the read; without it the key is idle: every bucket full, no pause.
 	HasState bool `json:"has_state"`
 
-	// Reservations counts the reservations granted since the key's state
-	// was created (it expires when idle).
+	// Reservations counts the slots granted since the key's state was
+	// created (it expires when idle): one per reservation, a leased slot
+	// whether it is used or not, and a reservation moved to a fresh slot
+	// (a sleeper that woke too late) once more. Not the calls the fleet
+	// sent: its growth per second is what cmd/pacer shows as slots
+	// granted per second.
 	Reservations int64         `json:"reservations"`
 	Paused       time.Duration `json:"paused_ns"` // time left in a pause
 	Bands        []BandStatus  `json:"bands"`
@@ -517,7 +551,8 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 		}
 		st.Stored, st.StoredLimit, st.Shadow = pol, pol.String(), sh
 		if !sh {
-			st.Policy, st.Source = pol, "stored"
+			// Over the code's policy, as core.lua merges them.
+			st.Policy, st.Source = mergePolicy(st.Policy, pol), "stored"
 		}
 	}
 	if st.Policy != nil {

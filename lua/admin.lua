@@ -1,5 +1,7 @@
 -- admin.lua: an operator stores or removes a key's limit (cmd/pacer set,
--- unset), recorded in the key's history. It does not use core.lua.
+-- unset) or a tenant's weight (cmd/pacer weight), recorded in the key's
+-- history. It does not use core.lua. (An operator's pause and resume are
+-- recorded by pause.lua and resume.lua themselves: see note.lua.)
 --
 -- KEYS[1]  the key's state (core.lua's KEYS[1], format 2 or 1); if
 --          present, its flag "a stored limit may exist" is set, so the next
@@ -10,26 +12,28 @@
 -- KEYS[4]  the history, a list of JSON objects, newest first
 -- KEYS[5]  the stored weights (fair.lua's KEYS[11]): a hash, tenant to
 --          weight
--- ARGV[1]  "set", "unset", "note" (record ARGV[2] as the op, a pause or
---          a resume made by another script, changing nothing) or "weight"
---          (store ARGV[2] as tenant ARGV[6]'s weight; "" removes it)
+-- ARGV[1]  "set", "unset" or "weight" (store ARGV[2] as tenant ARGV[6]'s
+--          weight; "" removes it)
 -- ARGV[2]  set: the new stored limit (checked by the caller); unset: "";
---          note: the op to record; weight: the weight (checked by the
---          caller) or ""
+--          weight: the weight (checked by the caller) or ""
 -- ARGV[3]  who, ARGV[4] why (free text)
 -- ARGV[5]  how many history entries to keep (integer >= 1)
 -- ARGV[6]  weight: the tenant (any string, "" included)
+-- ARGV[7]  optional, set: "=" then the stored limit the key must hold
+--          ("=" alone: none), else nothing changes (PACER_CHANGED): a
+--          change computed from the stored limit read before (admin's
+--          SetBands) is written only over that limit
 -- Reply    the history entry written (JSON): {"at_ms", "op", "who",
 --          "reason", "before", "after"} and for a weight "tenant"; before
 --          and after are stored limits, or the tenant's stored weights, or
 --          "" for none
 -- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_NOTSTORED (unset with nothing
---          stored: nothing changes)
+--          stored: nothing changes), PACER_CHANGED (see ARGV[7])
 
 local op, value, keep = ARGV[1], ARGV[2], tonumber(ARGV[5])
-if (op ~= 'set' and op ~= 'unset' and op ~= 'note' and op ~= 'weight') or ((op == 'set' or op == 'note') and value == '')
+if (op ~= 'set' and op ~= 'unset' and op ~= 'weight') or (op == 'set' and value == '')
     or not keep or keep < 1 or (op == 'weight' and not ARGV[6]) then
-  return redis.error_reply('PACER_ARG want set VALUE, unset, note OP or weight W TENANT, who, why, keep >= 1')
+  return redis.error_reply('PACER_ARG want set VALUE, unset or weight W TENANT, who, why, keep >= 1')
 end
 local state = redis.pcall('GET', KEYS[1])
 if type(state) == 'table' then
@@ -55,6 +59,14 @@ end
 if op == 'unset' and not before then
   return redis.error_reply('PACER_NOTSTORED no limit is stored for this key')
 end
+if op == 'set' and ARGV[7] and ARGV[7] ~= '' then
+  if string.sub(ARGV[7], 1, 1) ~= '=' then
+    return redis.error_reply('PACER_ARG want "=" and the stored limit expected')
+  end
+  if string.sub(ARGV[7], 2) ~= (before or '') then
+    return redis.error_reply('PACER_CHANGED the stored limit is not the one expected')
+  end
+end
 if op == 'weight' then
   local w = redis.pcall('HMGET', KEYS[5], ARGV[6])
   if w.err then
@@ -79,19 +91,14 @@ if op == 'weight' then
   return entry
 end
 
-local after = before or ''
+local after = ''
 if op == 'set' then
   redis.call('SET', KEYS[2], value)
   after = value
-elseif op == 'unset' then
-  redis.call('DEL', KEYS[2])
-  after = ''
 else
-  op = value
+  redis.call('DEL', KEYS[2])
 end
-if op == 'set' or op == 'unset' then
-  redis.call('DEL', KEYS[3])
-end
+redis.call('DEL', KEYS[3])
 if state and after ~= '' then
   -- Set the flag, so the next script reads KEYS[2]. Format 2: "c" before
   -- the pause (field 4); format 1: field 6 is 1.

@@ -41,6 +41,9 @@ var hold string
 //go:embed resume.lua
 var resume string
 
+//go:embed note.lua
+var note string
+
 //go:embed lease.lua
 var lease string
 
@@ -95,8 +98,9 @@ var (
 	Adjust = core + adjust
 
 	// Pause grants no slot before now + d and leaves every bucket empty
-	// then. See pause.lua.
-	Pause = core + pause
+	// then; an operator's pause is recorded in the key's history by the
+	// same call. See pause.lua and note.lua.
+	Pause = core + note + pause
 
 	// Peek reads a key group without changing it. See peek.lua.
 	Peek = core + peek
@@ -109,8 +113,10 @@ var (
 	// hold.lua.
 	Hold = core + hold
 
-	// Resume ends a key group's pause now. See resume.lua.
-	Resume = core + resume
+	// Resume ends a key group's pause now; an operator's resume is
+	// recorded in the key's history by the same call. See resume.lua and
+	// note.lua.
+	Resume = core + note + resume
 
 	// Lease reserves a run of consecutive one-bucket slots in one call, as
 	// many unit reservations would have. See lease.lua.

@@ -9,16 +9,34 @@
 -- granted during it.
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
+-- KEYS[3]    optional: the key's history (an operator's pause,
+--            admin.Client.Pause): the pause is recorded there, by this
+--            call (note.lua)
 -- ARGV[opi]  d_us, the pause, integer µs > 0
+-- With KEYS[3]:
+-- ARGV[opi+1] the op to record ("pause 1m30s")
+-- ARGV[opi+2...] who, why, keep, check: see note.lua
 -- Reply      now_us, now_ns (see reserve.lua), integer ns from now until
 --            the pause in force ends, and the number of the last
 --            reservation granted (a resume recorded with a later number
 --            ended this pause)
--- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG.
+-- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG; with KEYS[3],
+--            PACER_UNKNOWN (see note.lua). Nothing is written on an error.
 
 local d = tonumber(ARGV[opi])
 if not d or d <= 0 then
   return redis.error_reply('PACER_ARG pause must be positive')
+end
+local noted, note_stored = #KEYS >= 3, nil
+if noted then
+  if not ARGV[opi + 1] or ARGV[opi + 1] == '' then
+    return redis.error_reply('PACER_ARG want the op to record')
+  end
+  local err
+  err, note_stored = note_check(opi + 2)
+  if err then
+    return err
+  end
 end
 if d > pause then
   -- A new pause, or a longer one over a pause during which reservations
@@ -67,4 +85,7 @@ if grown > 0 then
   need_at_least = expiry + grown
 end
 save()
+if noted then
+  note_write(opi + 2, ARGV[opi + 1], note_stored)
+end
 return {now_us, now_ns, ns(pause), seq}

@@ -14,12 +14,30 @@
 -- granted if that is later.
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua (k may be 0: the state's records).
+-- KEYS[3]    optional: the key's history (an operator's resume,
+--            admin.Client.Resume): the resume is recorded there, by this
+--            call (note.lua), and a key with no pause in force is refused
+--            (PACER_NOTPAUSED)
+-- ARGV[opi...] with KEYS[3]: who, why, keep, check (see note.lua)
 -- Reply      now_us, now_ns (see reserve.lua), integer ns from now until
 --            the pause that was in force would have ended (0: none), and d
 --            in integer ns (0: nothing moved)
--- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG.
+-- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG; with KEYS[3],
+--            PACER_UNKNOWN (see note.lua) and PACER_NOTPAUSED. Nothing is
+--            written on an error.
 
 local was = pause
+local noted, note_stored = #KEYS >= 3, nil
+if noted then
+  local err
+  err, note_stored = note_check(opi)
+  if err then
+    return err
+  end
+  if was <= 0 then
+    return redis.error_reply('PACER_NOTPAUSED no pause is in force')
+  end
+end
 local shift = 0
 if was > 0 and mark_p then
   shift = was - math.max(0, mark_p.e)
@@ -81,4 +99,7 @@ end
 mark_s = {string.format('%d:%d', mark_p and mark_p.q or seq, seq), string.format('%d', d_ns)}
 pause, pause_at, mark_p, mark_l = 0, nil, nil, nil
 save()
+if noted then
+  note_write(opi, 'resume', note_stored)
+end
 return {now_us, now_ns, ns(was), d_ns}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +25,7 @@ func TestBadInput(t *testing.T) {
 	l := f.limiter()
 	f.reserve(l, "api", reserve.Limit{Rate: 0.0001, Burst: 2}, 3)
 	f.reserve(l, "quiet", reserve.Limit{Rate: 0.0001, Burst: 1}, 1)
+	f.reserve(l, "hist", reserve.Limit{Rate: 0.0001, Burst: 1}, 1)
 	f.waitSource("api", "code")
 	f.waitSource("quiet", "code")
 	if err := l.Close(); err != nil { // no heartbeat changes Redis from now on
@@ -39,6 +42,26 @@ func TestBadInput(t *testing.T) {
 	if err := f.srv.Client.HSet(ctx, f.prefix+"{h}", "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
+	// hist: a key whose history holds a hash.
+	if err := f.srv.Client.HSet(ctx, f.prefix+"{hist}:history", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// multi: a stored limit of two bands, enforced.
+	two := reserve.Policy{{Name: "a", Limit: reserve.Limit{Rate: 1, Burst: 1}}, {Name: "b", Limit: reserve.Limit{Rate: 1, Burst: 1}}}
+	if _, err := f.admin.SetLimit(ctx, "multi", two, false, "ops", "setup"); err != nil {
+		t.Fatal(err)
+	}
+	// Policy files.
+	dir := t.TempDir()
+	file := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	badFile := file("bad.txt", "# tier 3\ntokens: 500/s, burst 2000\nrequests 500 per 1m\n")
+	emptyFile := file("empty.txt", "# nothing\n")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +75,9 @@ func TestBadInput(t *testing.T) {
 	)
 	set := func(key, rate, burst string) []string {
 		return []string{"set", key, "--rate", rate, "--burst", burst, "--reason", "x"}
+	}
+	window := func(key, n, length string) []string {
+		return []string{"set", key, "--n", n, "--window", length, "--reason", "x"}
 	}
 	tests := []struct {
 		name   string
@@ -92,6 +118,31 @@ func TestBadInput(t *testing.T) {
 		{name: "limit too slow to fill", args: set("api", "1e-9", "1000000"), code: usage, stderr: `set: --rate 1e-9 --burst 1000000: reserve: burst/rate is too long`},
 		{name: "rate too high", args: set("api", "1e300", "1"), code: usage, stderr: `set: --rate 1e300 --burst 1: reserve: rate must be positive, finite and at most 1e9/s \(got 1e\+300; at most 1e\+09\)`},
 		{name: "burst too large", args: set("api", "1e9", "3000000000"), code: usage, stderr: `set: --rate 1e9 --burst 3000000000: reserve: burst must be from 1 to 2\^30`},
+		{name: "set no limit", args: []string{"set", "api", "--reason", "x"}, code: usage, stderr: `set: give --rate and --burst \(a bucket\), --n and --window \(a window\), or --file`},
+		{name: "set bucket and window", args: append(set("api", "1", "1"), "--n", "5", "--window", "1m"), code: usage, stderr: `set: --rate and --burst make a bucket, --n and --window a window: give one of the two`},
+		{name: "set n without window", args: []string{"set", "api", "--n", "5", "--reason", "x"}, code: usage, stderr: `set: --window is required with --n`},
+		{name: "set window without n", args: []string{"set", "api", "--window", "1m", "--reason", "x"}, code: usage, stderr: `set: --n is required with --window \(permits per window, at least 1\)`},
+		{name: "set origin alone", args: []string{"set", "api", "--origin", "2026-01-01T00:00:00Z", "--reason", "x"}, code: usage, stderr: `set: --n is required with --window`},
+		{name: "set n 0", args: window("api", "0", "1m"), code: usage, stderr: `set: --n "0": want a finite number of permits per window, at least 1`},
+		{name: "set n NaN", args: window("api", "NaN", "1m"), code: usage, stderr: `set: --n "NaN": want a finite number`},
+		{name: "set n Inf", args: window("api", "Inf", "1m"), code: usage, stderr: `set: --n "Inf": want a finite number`},
+		{name: "set n too large", args: window("api", "1e16", "1m"), code: usage, stderr: `set: --n 1e16 --window 1m: reserve: a window needs N >= 1`},
+		{name: "set window 0", args: window("api", "5", "0s"), code: usage, stderr: `set: --window "0s": want a positive duration`},
+		{name: "set window negative", args: window("api", "5", "-1m"), code: usage, stderr: `set: --window "-1m": want a positive duration`},
+		{name: "set window not a duration", args: window("api", "5", "daily"), code: usage, stderr: `set: --window "daily": want a positive duration`},
+		{name: "set window too long", args: window("api", "5", "100000h"), code: usage, stderr: `set: --n 5 --window 100000h: reserve: a window needs`},
+		{name: "set bad origin", args: append(window("api", "5", "1h"), "--origin", "yesterday"), code: usage, stderr: `set: --origin "yesterday": want a time`},
+		{name: "set unit without add", args: append(set("api", "1", "1"), "--unit", "tokens"), code: usage, stderr: `set: --unit is the unit of a new band, with --add`},
+		{name: "set bad band name", args: append(set("api", "1", "1"), "--band", "a b"), code: usage, stderr: `set: --band "a b": reserve: invalid policy: band name "a b"`},
+		{name: "set reserved band name", args: append(set("api", "1", "1"), "--band", "~p"), code: usage, stderr: `set: --band "~p": reserve: invalid policy`},
+		{name: "set empty band name", args: append(set("api", "1", "1"), "--band", ""), code: usage, stderr: `set: --band "": reserve: invalid policy`},
+		{name: "set rate in the band's units", args: append(set("api", "0", "1"), "--band", "tokens"), code: usage, stderr: `set: --rate "0": want a positive, finite number of tokens per second`},
+		{name: "set file and rate", args: []string{"set", "api", "--file", badFile, "--rate", "1", "--reason", "x"}, code: usage, stderr: `set: --file gives the bands: drop --rate`},
+		{name: "set file and band", args: []string{"set", "api", "--file", badFile, "--band", "a", "--reason", "x"}, code: usage, stderr: `set: --file gives the bands: drop --band`},
+		{name: "set file missing", args: []string{"set", "api", "--file", filepath.Join(dir, "none.txt"), "--reason", "x"}, code: usage, stderr: `set: --file .*none.txt: no such file or directory`},
+		{name: "set file bad line", args: []string{"set", "api", "--file", badFile, "--reason", "x"}, code: usage, stderr: `set: --file .*bad.txt: line 3: "requests 500 per 1m": want "NAME: RATE/s, burst BURST" or "NAME: N per DURATION \[from TIME\]"`},
+		{name: "set file empty", args: []string{"set", "api", "--file", emptyFile, "--reason", "x"}, code: usage, stderr: `set: --file .*empty.txt: no band`},
+		{name: "set file empty path", args: []string{"set", "api", "--file", "", "--reason", "x"}, code: usage, stderr: `set: --file: empty path`},
 		{name: "set without reason", args: []string{"set", "api", "--rate", "1", "--burst", "1"}, code: usage, stderr: `set: --reason is required`},
 		{name: "set blank reason", args: []string{"set", "api", "--rate", "1", "--burst", "1", "--reason", "  "}, code: usage, stderr: `set: --reason is required`},
 		{name: "set blank who", args: []string{"set", "api", "--rate", "1", "--burst", "1", "--reason", "x", "--who", ""}, code: usage, stderr: `set: --who is empty`},
@@ -137,6 +188,13 @@ func TestBadInput(t *testing.T) {
 		{name: "resume unknown key", args: []string{"resume", "nobody", "--reason", "x"}, code: runtime, stderr: `resume: unknown key "nobody"`},
 		{name: "history unknown key", args: []string{"history", "nobody"}, code: runtime, stderr: `history: unknown key "nobody"`},
 		{name: "history unknown key json", args: []string{"history", "nobody", "--json"}, code: runtime, stderr: `history: unknown key "nobody"`},
+		{name: "set unknown band", args: append(set("api", "1", "1"), "--band", "tokenz"), code: runtime,
+			stderr: `set: unknown band "tokenz" on key "api" \(its bands: permits\): check the name, or add the band with --add; nothing changed`},
+		{name: "set band on a unit not charged", args: append(set("api", "1", "1"), "--band", "extra", "--add"), code: runtime,
+			stderr: `set: reserve: invalid policy: band "extra" charges extra, which the fleet's code does not charge on "api" \(it charges permits\): it would limit nothing; nothing changed`},
+		{name: "set shadow over other stored bands", args: append(set("multi", "2", "1"), "--band", "a", "--shadow"), code: runtime,
+			stderr: `set: the stored limit is in the other mode: key "multi"'s stored limit is enforced and holds b, which this change does not name: storing it in shadow mode would switch them too: set them all \(--file\), or store only the bands given \(--replace\); nothing changed`},
+		{name: "pause history of another type", args: []string{"pause", "hist", "10s", "--reason", "x"}, code: runtime, stderr: `pause: key "hist" is not pacer's`},
 		{name: "unset nothing stored", args: []string{"unset", "nobody", "--reason", "x"}, code: runtime, stderr: `unset: key "nobody" has no stored limit under prefix .*: nothing changed`},
 		{name: "resume not paused", args: []string{"resume", "api", "--reason", "x"}, code: runtime, stderr: `resume: key "api" is not paused: nothing changed`},
 		{name: "weight unset nothing stored", args: []string{"weight", "api", "acme", "--unset", "--reason", "x"}, code: runtime, stderr: `weight: tenant "acme" has no stored weight on key "api" under prefix .*: nothing changed`},
@@ -148,7 +206,7 @@ func TestBadInput(t *testing.T) {
 		{name: "resume wrong type", args: []string{"resume", "h", "--reason", "x"}, code: runtime, stderr: `resume: key "h" is not pacer's`},
 		{name: "history wrong type", args: []string{"history", "h"}, code: runtime, stderr: `history: key "h" is not pacer's`},
 		{name: "status all with a wrong type", args: []string{"status", "-sample", "0"}, code: runtime, stdout: true,
-			stderr: `status: key "h" is not pacer's.*\npacer: status: 1 of 3 keys could not be read`},
+			stderr: `status: key "h" is not pacer's.*\npacer: status: 1 of 5 keys could not be read`},
 	}
 	before := f.snapshot()
 	if len(before) == 0 {

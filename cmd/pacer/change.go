@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/user"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/layout"
-	"github.com/pacer-go/pacer/reserve"
 )
 
 // changeFlags are the flags every change takes: why, and who.
@@ -49,79 +47,6 @@ func defaultWho() string {
 	}
 	host, _ := os.Hostname()
 	return name + "@" + host
-}
-
-// parseLimit reads --rate and --burst.
-func parseLimit(cmd, rate, burst string, given map[string]bool) (reserve.Limit, error) {
-	if !given["rate"] {
-		return reserve.Limit{}, usagef("%s: --rate is required (permits per second)", cmd)
-	}
-	if !given["burst"] {
-		return reserve.Limit{}, usagef("%s: --burst is required (permits at once, at least 1)", cmd)
-	}
-	r, err := strconv.ParseFloat(strings.TrimSpace(rate), 64)
-	if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 {
-		return reserve.Limit{}, usagef("%s: --rate %q: want a positive, finite number of permits per second", cmd, rate)
-	}
-	b, err := strconv.Atoi(strings.TrimSpace(burst))
-	if err != nil || b < 1 {
-		return reserve.Limit{}, usagef("%s: --burst %q: want a whole number of permits, at least 1", cmd, burst)
-	}
-	lim := reserve.Limit{Rate: r, Burst: b}
-	if err := lim.Validate(); err != nil {
-		return reserve.Limit{}, usagef("%s: --rate %s --burst %d: %v", cmd, rate, b, err)
-	}
-	return lim, nil
-}
-
-func (c *cli) set(ctx context.Context, args []string) error {
-	fs := c.flagSet("set")
-	rate := fs.String("rate", "", "permits per second (required, > 0)")
-	burst := fs.String("burst", "", "permits at once (required, >= 1)")
-	shadow := fs.Bool("shadow", false, "shadow mode: do not enforce the limit, count what it would do (see status)")
-	var cf changeFlags
-	cf.register(fs)
-	pos, err := c.parse(fs, "set", args)
-	if err != nil {
-		return err
-	}
-	if err := positionals("set", pos, 0, "KEY"); err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	lim, err := parseLimit("set", *rate, *burst, given)
-	if err != nil {
-		return err
-	}
-	if err := cf.check("set"); err != nil {
-		return err
-	}
-	key := pos[0]
-	if err := c.connect(ctx); err != nil {
-		return err
-	}
-	defer c.close()
-
-	_, err = c.admin.Status(ctx, key)
-	unknown := errors.Is(err, admin.ErrUnknownKey)
-	if err != nil && !unknown {
-		return c.keyError("set", key, err)
-	}
-	ch, err := c.admin.SetLimit(ctx, key, lim.Policy(), *shadow, cf.who, cf.reason)
-	if err != nil {
-		return c.keyError("set", key, err)
-	}
-	effect := "every Limiter enforces it from its next reservation"
-	if *shadow {
-		effect = "shadow mode: the Limiters keep their code's limit and count what this one would do (see status)"
-	}
-	fmt.Fprintf(c.stdout, "%s: stored limit set by %s: %s -> %s; %s\n",
-		clean(key), clean(ch.Who), orNone(ch.Before), orNone(ch.After), effect)
-	if unknown {
-		fmt.Fprintf(c.stderr, "pacer: note: no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix\n", clean(key), clean(c.prefix))
-	}
-	return nil
 }
 
 func (c *cli) unset(ctx context.Context, args []string) error {
@@ -191,10 +116,8 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 	defer c.close()
 
 	// A pause belongs to the key, whatever its policy: only a key Redis
-	// knows nothing of (a typo) is refused.
-	if _, err := c.admin.Status(ctx, key); err != nil {
-		return c.keyError("pause", key, err)
-	}
+	// knows nothing of (a typo) is refused, by Pause itself, which makes
+	// the pause and its history entry in one script call.
 	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
 		return c.keyError("pause", key, err)
 	}
@@ -222,6 +145,8 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	// The time left, for the message; Resume itself refuses a key with no
+	// pause in force (it may have ended since).
 	st, err := c.admin.Status(ctx, key)
 	if err != nil {
 		return c.keyError("resume", key, err)
@@ -229,7 +154,9 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	if st.Paused <= 0 {
 		return fmt.Errorf("resume: key %q is not paused: nothing changed", clean(key))
 	}
-	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); err != nil {
+	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); errors.Is(err, admin.ErrNotPaused) {
+		return fmt.Errorf("resume: key %q is not paused (its pause ended meanwhile): nothing changed", clean(key))
+	} else if err != nil {
 		return c.keyError("resume", key, err)
 	}
 	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now\n", clean(key), clean(cf.who), human(st.Paused))

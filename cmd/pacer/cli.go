@@ -15,6 +15,7 @@ import (
 
 // cli is one run of the command: its output, and the global flags.
 type cli struct {
+	stdin          io.Reader // set --file -
 	stdout, stderr io.Writer
 	redisURL       string
 	prefix         string
@@ -39,12 +40,12 @@ var commands []command
 func init() {
 	commands = []command{
 		{"status", "[pattern] [--json] [--sample 1s]",
-			"each key's limit, queue, pause and admissions, then the fleet", (*cli).status},
+			"each key's limit, queue, pause and slots granted per second (reservations, not calls sent), then the fleet", (*cli).status},
 		{"watch", "[pattern] [--json] [--interval 1s] [--count N]",
-			"a screen refreshed in place: each key's admissions and queue over the last minute", (*cli).watch},
+			"a screen refreshed in place: each key's slots granted per second and queue over the last minute", (*cli).watch},
 		{"history", "KEY [--json]", "the changes made to KEY, newest first", (*cli).history},
-		{"set", "KEY --rate R --burst B --reason TEXT [--shadow] [--who NAME]",
-			"store KEY's limit, enforced by every Limiter from its next reservation (or only counted, with --shadow)", (*cli).set},
+		{"set", "KEY [--band NAME] (--rate R --burst B | --n N --window D [--origin T] | --file F) [--add [--unit U]] [--replace] [--shadow] --reason TEXT [--who NAME]",
+			"store bands of KEY's limit by name, the others kept, enforced by every Limiter from its next reservation (or only counted, with --shadow)", (*cli).set},
 		{"unset", "KEY --reason TEXT [--who NAME]",
 			"remove KEY's stored limit: the fleet goes back to the limit in its code", (*cli).unset},
 		{"pause", "KEY DURATION --reason TEXT [--who NAME]",

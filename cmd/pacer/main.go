@@ -1,11 +1,13 @@
 // Command pacer is the operator's tool for a fleet paced by
 // github.com/pacer-go/pacer: it shows each key's limit, queue, pause and
-// admissions, and the fleet's Limiters (status, watch, history), and it
-// changes what the whole fleet shares in Redis (set, unset, pause,
-// resume), each change recorded with who made it and why.
+// slots granted per second, and the fleet's Limiters (status, watch,
+// history), and it changes what the whole fleet shares in Redis (set any
+// band of a key's limit, unset, pause, resume, weight), each change
+// recorded with who made it and why.
 //
 //	pacer -redis redis://127.0.0.1:6379/0 status
 //	pacer set api.example.com --rate 5 --burst 1 --reason "provider lowered us (ticket 123)"
+//	pacer set api.openai.com --band tokens --rate 500 --burst 2000 --reason "tier 2"
 //	pacer pause api.example.com 10m --reason "incident"
 //	pacer watch 'api.*'
 //
@@ -21,7 +23,7 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // Exit codes.
@@ -41,8 +43,8 @@ func usagef(format string, args ...any) error {
 }
 
 // run runs the command line args and returns the exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	c := &cli{stdout: stdout, stderr: stderr}
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
 	err := c.main(args)
 	switch {
 	case err == nil:

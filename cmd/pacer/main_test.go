@@ -104,6 +104,7 @@ type fixture struct {
 	prefix string
 	admin  *admin.Client
 	env    []string // the child's environment: no REDIS_URL unless added
+	stdin  string   // the child's stdin
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -160,6 +161,7 @@ func (f *fixture) run(args ...string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = f.env
+	cmd.Stdin = strings.NewReader(f.stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

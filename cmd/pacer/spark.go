@@ -18,7 +18,7 @@ const maxSpark = 30
 // A point is one frame's reading of a key.
 type point struct {
 	at    time.Time     // Redis's clock
-	rate  float64       // admissions per second since the frame before; NaN if unknown
+	rate  float64       // slots granted per second since the frame before; NaN if unknown
 	queue time.Duration // time to the last slot granted, 0 if none ahead
 }
 

@@ -18,9 +18,11 @@ import (
 // what the command adds.
 type keyView struct {
 	admin.KeyStatus
-	// Admissions is the reservations granted per second between two
-	// samples; nil when not known (not sampled, or the key's state was
-	// created or expired between the samples).
+	// Admissions is the slots granted per second between two samples:
+	// reservations (a leased slot, used or not, and a reservation moved to
+	// a fresh slot count too), not calls sent. nil when not known (not
+	// sampled, or the key's state was created or expired between the
+	// samples). Its JSON name stays admissions_per_s for scripts.
 	Admissions *float64 `json:"admissions_per_s"`
 }
 
@@ -30,7 +32,8 @@ func newKeyView(st admin.KeyStatus) keyView { return keyView{KeyStatus: st} }
 // read.
 func hasState(st admin.KeyStatus) bool { return st.HasState }
 
-// admissions is the growth of Reservations from a to b, per second of
+// admissions (slots granted per second) is the growth of Reservations
+// from a to b, per second of
 // Redis's clock; false when it cannot be told: the state was created or
 // expired (and perhaps created again) in between.
 func admissions(a, b admin.KeyStatus) (float64, bool) {
@@ -93,7 +96,7 @@ type statusJSON struct {
 func (c *cli) status(ctx context.Context, args []string) error {
 	fs := c.flagSet("status")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	sample := fs.Duration("sample", time.Second, "how long apart the two reads that give the admissions per second are (0: read once, no admissions)")
+	sample := fs.Duration("sample", time.Second, "how long apart the two reads that give the slots granted per second are (0: read once, no such figure)")
 	pos, err := c.parse(fs, "status", args)
 	if err != nil {
 		return err
@@ -143,7 +146,7 @@ func (c *cli) status(ctx context.Context, args []string) error {
 		errs = append(errs, errs2...)
 		for _, st := range first {
 			// A key gone by the second read (expired, nothing stored or
-			// reported) is shown as first read, with admissions n/a.
+			// reported) is shown as first read, its slots granted n/a.
 			v := newKeyView(st)
 			if i := slices.IndexFunc(second, func(b admin.KeyStatus) bool { return b.Key == st.Key }); i >= 0 {
 				v = newKeyView(second[i])
@@ -211,7 +214,12 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 	fmt.Fprintf(b, "%s\n", clean(v.Key))
 	switch v.Source {
 	case "stored":
-		line("limit", "%s (stored by an operator: see history)", clean(v.Limit))
+		if code := codeBands(v.KeyStatus); len(code) > 0 {
+			line("limit", "%s (%s stored by an operator: see history; %s the code's, reported by a Limiter %s)",
+				clean(v.Limit), clean(bandNames(v.Stored)), clean(strings.Join(code, ", ")), ago(v.Now, v.Reported))
+		} else {
+			line("limit", "%s (stored by an operator: see history)", clean(v.Limit))
+		}
 	case "code":
 		line("limit", "%s (the code's, reported by a Limiter %s)", clean(v.Limit), ago(v.Now, v.Reported))
 	default:
@@ -242,11 +250,11 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 	}
 	switch {
 	case sample == 0:
-		line("admissions", "not sampled (-sample 0)")
+		line("granted", "not sampled (-sample 0)")
 	case v.Admissions == nil:
-		line("admissions", "n/a (the key's state was created or expired between the samples)")
+		line("granted", "n/a (the key's state was created or expired between the samples)")
 	default:
-		line("admissions", "%s/s (sampled over %v)", num(*v.Admissions), sample)
+		line("granted", "%s slots/s (reservations, not calls sent; sampled over %v)", num(*v.Admissions), sample)
 	}
 	if f := v.ShadowFigures; f != nil {
 		line("shadow", "%d calls, %d would have waited: mean wait %v, max wait %v; its queue %v",
@@ -293,6 +301,27 @@ func writeTenants(line func(label, format string, args ...any), st admin.KeyStat
 			label = ""
 		}
 	}
+}
+
+// codeBands are the names of the bands in force that the stored limit
+// does not name: the code's, kept.
+func codeBands(st admin.KeyStatus) []string {
+	var out []string
+	for _, b := range st.Policy {
+		if !slices.ContainsFunc(st.Stored, func(s reserve.Band) bool { return s.Name == b.Name }) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+// bandNames are pol's bands' names, joined.
+func bandNames(pol reserve.Policy) string {
+	names := make([]string, len(pol))
+	for i, b := range pol {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // unitOf is the unit band name charges in pol (its name if unknown).

@@ -144,7 +144,7 @@ func (c *cli) size() (int, int, bool) {
 }
 
 // readFrame reads the keys pattern names and the fleet, and notes each
-// key's admissions and queue in keys.
+// key's slots granted per second and queue in keys.
 func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*watchKey) frame {
 	f := frame{Prefix: c.prefix, Keys: []keyView{}, Fleet: []admin.Member{}, trails: map[string]trail{}}
 	if now, err := c.rdb.Time(ctx).Result(); err == nil {
@@ -212,7 +212,7 @@ func queueOf(st admin.KeyStatus) time.Duration {
 }
 
 // rateOf is the rate of the first bucket of the policy in force, the top
-// of the admissions' sparkline (0 if none).
+// of the sparkline of slots granted per second (0 if none).
 func rateOf(pol reserve.Policy) float64 {
 	for _, b := range pol {
 		if b.Limit != (reserve.Limit{}) {
@@ -222,7 +222,11 @@ func rateOf(pol reserve.Policy) float64 {
 	return 0
 }
 
-// renderFrame draws f: a header, one line per key, the fleet's line.
+// legend says what the columns count.
+const legend = "GRANTED/s: slots granted per second (reservations), not calls sent; QUEUE: the time to the last slot granted\n"
+
+// renderFrame draws f: a header, one line per key, the legend, the
+// fleet's line.
 func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, screen bool) string {
 	var b strings.Builder
 	p := pattern
@@ -236,7 +240,7 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 	b.WriteString("\n\n")
 	width := sparkWidth(interval)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "KEY\tADMITTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tLIMIT\n")
+	fmt.Fprintf(tw, "KEY\tGRANTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tLIMIT\n")
 	for _, v := range f.Keys {
 		t := f.trails[v.Key]
 		rates := t.buckets(f.Now, width, func(p point) float64 { return p.rate }, true)
@@ -262,7 +266,7 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 	if len(f.Keys) == 0 {
 		fmt.Fprintf(&b, "(no key matches)\n")
 	}
-	b.WriteString("\n")
+	b.WriteString("\n" + legend)
 	b.WriteString(fleetLine(f.Fleet, f.Now))
 	for _, e := range f.Errors {
 		fmt.Fprintf(&b, "error: %s\n", oneLine(e))

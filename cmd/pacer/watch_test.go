@@ -64,9 +64,9 @@ func TestWatchTerminal(t *testing.T) {
 			line = l
 		}
 	}
-	// Nothing reserves while it watches: 0 admissions, a flat sparkline.
+	// Nothing reserves while it watches: 0 slots granted, a flat sparkline.
 	if !hasSpark(line) || !strings.Contains(line, " 0.0 ") || !strings.Contains(line, "permits: 0.0001/s, burst 2 (code)") {
-		t.Errorf("the key's line is %q; want 0.0 admitted, sparklines and the limit", line)
+		t.Errorf("the key's line is %q; want 0.0 granted, sparklines and the limit", line)
 	}
 	if !strings.Contains(fr, "fleet: 1 Limiter, 1 on Redis, 0 pacing locally; last heard ") {
 		t.Errorf("frame %q has no fleet line", fr)
@@ -109,21 +109,22 @@ func TestWatchPipe(t *testing.T) {
 		t.Fatalf("watch -count 3 printed %d frames, want 3:\n%s", len(frames), r.stdout)
 	}
 	for i, fr := range frames {
-		// A header, a blank line, the table, a blank line, the fleet; then
-		// a blank line between frames.
+		// A header, a blank line, the table, a blank line, the legend, the
+		// fleet; then a blank line between frames.
 		if !strings.HasSuffix(fr, "\n\n") {
 			t.Errorf("frame %d does not end with a blank line: %q", i, fr)
 		}
 		lines := strings.Split(strings.TrimSuffix(fr, "\n\n"), "\n")
-		if len(lines) != 6 || !strings.HasPrefix(lines[2], "KEY ") || !strings.HasPrefix(lines[3], "api ") ||
-			!strings.HasPrefix(lines[5], "fleet: 1 Limiter, 1 on Redis, 0 pacing locally") {
-			t.Errorf("frame %d is\n%s\nwant a header, the table with api alone, the fleet", i, fr)
+		if len(lines) != 7 || !strings.HasPrefix(lines[2], "KEY  GRANTED/s ") || !strings.HasPrefix(lines[3], "api ") ||
+			lines[5] != strings.TrimSuffix(legend, "\n") ||
+			!strings.HasPrefix(lines[6], "fleet: 1 Limiter, 1 on Redis, 0 pacing locally") {
+			t.Errorf("frame %d is\n%s\nwant a header, the table with api alone, the legend, the fleet", i, fr)
 		}
 		if !hasSpark(lines[3]) {
 			t.Errorf("frame %d: %q has no sparkline", i, lines[3])
 		}
 		if rate := strings.Fields(lines[3])[1]; (i == 0) != (rate == "n/a") {
-			t.Errorf("frame %d: admitted %q; want n/a in the first frame only", i, rate)
+			t.Errorf("frame %d: granted %q; want n/a in the first frame only", i, rate)
 		}
 	}
 
@@ -179,7 +180,7 @@ func TestWatchJSON(t *testing.T) {
 		}
 		// Nothing reserves meanwhile: unknown in the first frame, 0 after.
 		if a := fr.Keys[0].Admissions; (n == 0) != (a == nil) || (a != nil && *a != 0) {
-			t.Errorf("line %d: admissions %v; want null, then 0", n+1, a)
+			t.Errorf("line %d: admissions_per_s %v; want null, then 0", n+1, a)
 		}
 		n++
 	}
