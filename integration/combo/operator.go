@@ -23,6 +23,7 @@ type Action struct {
 	End    int64  // Unix ns, when it returned (a fault: when it was mended)
 	For    time.Duration
 	Stored reserve.Policy
+	Format int // OpFormat
 	Err    string
 	// Expected is true when Err is what the action may meet in the run
 	// (Redis down, a key it restarted empty does not know, nothing to
@@ -55,7 +56,7 @@ func (o *operator) close() { _ = o.rdb.Close() }
 func (o *operator) do(e Event) Action {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	a := Action{Kind: e.Kind, Key: e.Key, For: e.For, Stored: e.Stored, At: time.Now().UnixNano()}
+	a := Action{Kind: e.Kind, Key: e.Key, For: e.For, Stored: e.Stored, Format: e.Format, At: time.Now().UnixNano()}
 	who, why := "combo", fmt.Sprintf("seed %d", o.seed)
 	var err error
 	switch e.Kind {
@@ -76,6 +77,12 @@ func (o *operator) do(e Event) Action {
 		if err == nil || errors.Is(err, admin.ErrNotStored) {
 			err = cmpOr(o.checkTenants(ctx, e.Key), err)
 		}
+	case OpFormat:
+		// A switch to 1 waits for every member's next heartbeat, then
+		// rewrites the keys: longer than the other actions.
+		fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = o.admin.SetFormat(fctx, e.Format, admin.FormatOptions{Who: who, Reason: why, Wait: 5 * time.Second})
+		fcancel()
 	case ProviderPause:
 		err = o.announce(ctx, e.Key, e.For)
 	default:
@@ -86,6 +93,8 @@ func (o *operator) do(e Event) Action {
 		a.Err = err.Error()
 		a.Expected = errors.Is(err, reserve.ErrUnavailable) || errors.Is(err, admin.ErrUnknownKey) ||
 			errors.Is(err, admin.ErrNotStored) || errors.Is(err, admin.ErrNotPaused) ||
+			errors.Is(err, admin.ErrMembersBehind) || // a member pacing locally, or killed, hears nothing
+
 			errors.Is(err, context.DeadlineExceeded)
 	}
 	return a

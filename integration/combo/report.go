@@ -133,6 +133,9 @@ func describeAction(start time.Time, a Action) string {
 	if a.Stored != nil {
 		fmt.Fprintf(&b, " to %s", a.Stored)
 	}
+	if a.Kind == OpFormat {
+		fmt.Fprintf(&b, " to %d", a.Format)
+	}
 	fmt.Fprintf(&b, " (until %s)", rel(a.End))
 	if a.Err != "" {
 		exp := ""

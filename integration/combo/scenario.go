@@ -28,10 +28,11 @@ const (
 	FaultCPause   Kind = "client-pause"
 	FaultKill     Kind = "kill"
 	OpWeight      Kind = "weight" // admin.Client.SetWeight (UnsetWeight for Weight 0), then Status's tenant figures checked
+	OpFormat      Kind = "format" // admin.Client.SetFormat: the state format the fleet writes (2, or back to 1 with every key rewritten)
 )
 
 // Kinds lists every kind, for summaries.
-var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, ProviderPause,
+var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, OpFormat, ProviderPause,
 	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill}
 
 // IsFault reports whether k breaks Redis or a fleet process.
@@ -56,6 +57,7 @@ type Event struct {
 	Stored reserve.Policy // OpSet, OpShadow: the limit stored
 	Tenant string         // OpWeight: the tenant
 	Weight float64        // OpWeight: its weight stored, 0 to remove it
+	Format int            // OpFormat: the state format switched to
 }
 
 func (e Event) String() string {
@@ -75,6 +77,9 @@ func (e Event) String() string {
 	}
 	if e.Kind == OpWeight {
 		fmt.Fprintf(&b, " tenant %s to %g", e.Tenant, e.Weight)
+	}
+	if e.Kind == OpFormat {
+		fmt.Fprintf(&b, " to %d", e.Format)
 	}
 	return b.String()
 }
@@ -193,6 +198,17 @@ func Generate(seed uint64) Scenario {
 		sc.Events = append(sc.Events, Event{At: at, Kind: OpPause, Key: KeyAdaptive, For: d})
 		if arng.Float64() < 0.4 {
 			sc.Events = append(sc.Events, Event{At: at + between2(arng, 100*time.Millisecond, d-100*time.Millisecond), Kind: OpResume, Key: KeyAdaptive})
+		}
+	}
+	// The state format the fleet writes: switched to 2 mid-run, and at
+	// times back to 1 (every key rewritten while the fleet runs), from a
+	// stream of its own.
+	frng := rand.New(rand.NewPCG(seed, 0xf047))
+	if frng.Float64() < 0.6 {
+		at := between2(frng, warmup, sc.Length-2*time.Second)
+		sc.Events = append(sc.Events, Event{At: at, Kind: OpFormat, Format: 2})
+		if frng.Float64() < 0.5 {
+			sc.Events = append(sc.Events, Event{At: between2(frng, at+500*time.Millisecond, sc.Length-time.Second), Kind: OpFormat, Format: 1})
 		}
 	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
