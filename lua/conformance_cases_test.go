@@ -437,6 +437,33 @@ func TestConformanceBadArguments(t *testing.T) {
 	}
 }
 
+// TestConformanceNaN: a NaN rate, burst or window N is malformed, as
+// docs/protocol.md's Errors says ("a rate ≤ 0 or infinite, a burst < 1")
+// and DESIGN.md requires ("NaN: clear errors, nothing reserved"). It
+// fails today: core.lua's read_bands checks a <= 0 and b < 1, which are
+// false for NaN (tonumber("nan") is NaN in Redis's Lua), so the call is
+// granted and writes "nan" into the state, which no format's grammar
+// allows and every later reservation reads. reserve's Go code refuses NaN
+// before it calls, so only another client can send it.
+func TestConformanceNaN(t *testing.T) {
+	c := newConn(t)
+	for i, bands := range [][]string{
+		limit("nan", "3"),
+		limit("NaN", "3"),
+		limit("10", "nan"),
+		{"1", "permits", "1", "w", "nan", "1000000:0"},
+	} {
+		k := fmt.Sprintf("nan:%d", i)
+		_, err := c.eval("RESERVE", c.reserveKeys(k), append(common(0, 0, "1", "permits", bands...), requests(1, "-1", "1")...)...)
+		if code(err) != "PACER_ARG" {
+			t.Errorf("Reserve with bands %q: %v, want PACER_ARG", bands, err)
+		}
+		if got := c.get(c.key(k, "")); got != "" {
+			t.Errorf("Reserve with bands %q wrote %q", bands, got)
+		}
+	}
+}
+
 // TestConformanceWrongType: a key of another type, or a string that is no
 // state of a format this release reads (a future format starts with a
 // non-digit), is refused by every script with PACER_WRONGTYPE and left as
