@@ -959,8 +959,11 @@ var scriptCodes = map[string]error{
 
 // checkKey reports an empty key.
 func checkKey(key string) error {
-	if key == "" {
+	switch key {
+	case "":
 		return fmt.Errorf("admin: %w", reserve.ErrEmptyKey)
+	case layout.FleetName:
+		return fmt.Errorf("admin: %w", reserve.ErrReservedKey)
 	}
 	return nil
 }

@@ -437,29 +437,50 @@ func TestConformanceBadArguments(t *testing.T) {
 	}
 }
 
-// TestConformanceNaN: a NaN rate, burst or window N is malformed, as
-// docs/protocol.md's Errors says ("a rate ≤ 0 or infinite, a burst < 1")
-// and DESIGN.md requires ("NaN: clear errors, nothing reserved"). It
-// fails today: core.lua's read_bands checks a <= 0 and b < 1, which are
-// false for NaN (tonumber("nan") is NaN in Redis's Lua), so the call is
-// granted and writes "nan" into the state, which no format's grammar
-// allows and every later reservation reads. reserve's Go code refuses NaN
-// before it calls, so only another client can send it.
+// TestConformanceNaN: NaN and infinities are malformed wherever a number
+// is, as docs/protocol.md's Errors says, and so are a fractional burst, a
+// unit index outside ARGV[4]'s units, a negative maximum wait other than
+// -1 and a pause that is not a positive whole number of µs: PACER_ARG,
+// nothing written. (NaN passed every check once: a <= 0 and b < 1 are
+// false for it, and a NaN window N granted every request. reserve's Go
+// code refuses these before it calls; another client could send them.)
 func TestConformanceNaN(t *testing.T) {
 	c := newConn(t)
-	for i, bands := range [][]string{
-		limit("nan", "3"),
-		limit("NaN", "3"),
-		limit("10", "nan"),
-		{"1", "permits", "1", "w", "nan", "1000000:0"},
+	for i, tc := range []struct {
+		bands   []string
+		maxWait string
+	}{
+		{limit("nan", "3"), "-1"},
+		{limit("NaN", "3"), "-1"},
+		{limit("10", "nan"), "-1"},
+		{limit("10", "inf"), "-1"},
+		{limit("10", "1.5"), "-1"}, // a burst is a whole number of units
+		{[]string{"1", "permits", "1", "w", "nan", "1000000:0"}, "-1"},
+		{[]string{"1", "permits", "1", "w", "inf", "1000000:0"}, "-1"},
+		{[]string{"1", "permits", "2", "b", "10", "3"}, "-1"}, // a unit index beyond ARGV[4]'s units
+		{[]string{"1", "permits", "0", "b", "10", "3"}, "-1"},
+		{limit("10", "3"), "nan"}, // a maximum wait that is not a number >= 0 (or -1)
+		{limit("10", "3"), "inf"},
+		{limit("10", "3"), "-2"},
 	} {
 		k := fmt.Sprintf("nan:%d", i)
-		_, err := c.eval("RESERVE", c.reserveKeys(k), append(common(0, 0, "1", "permits", bands...), requests(1, "-1", "1")...)...)
+		_, err := c.eval("RESERVE", c.reserveKeys(k), append(common(0, 0, "1", "permits", tc.bands...), requests(1, tc.maxWait, "1")...)...)
 		if code(err) != "PACER_ARG" {
-			t.Errorf("Reserve with bands %q: %v, want PACER_ARG", bands, err)
+			t.Errorf("Reserve with bands %q, max wait %q: %v, want PACER_ARG", tc.bands, tc.maxWait, err)
 		}
 		if got := c.get(c.key(k, "")); got != "" {
-			t.Errorf("Reserve with bands %q wrote %q", bands, got)
+			t.Errorf("Reserve with bands %q, max wait %q wrote %q", tc.bands, tc.maxWait, got)
+		}
+	}
+	// A pause is a positive whole number of µs.
+	for _, d := range []string{"nan", "inf", "0.5", "0", "-3"} {
+		k := "nanpause:" + d
+		_, err := c.eval("PAUSE", c.reserveKeys(k)[:2], append(common(0, 0, "1", "permits", limit("10", "3")...), d)...)
+		if code(err) != "PACER_ARG" {
+			t.Errorf("Pause %q: %v, want PACER_ARG", d, err)
+		}
+		if got := c.get(c.key(k, "")); got != "" {
+			t.Errorf("Pause %q wrote %q", d, got)
 		}
 	}
 }

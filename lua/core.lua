@@ -202,7 +202,7 @@ local function read_bands(list, i, by_name, zero)
   if not k or k < 0 or (k == 0 and not zero) then
     return nil, 'need at least one band'
   end
-  local out, unitnames = {}, nil
+  local out, unitnames, nunits_arg = {}, nil, nil
   for n = 1, k do
     local name, unit, kind, a, b = list[i + 1], list[i + 2], list[i + 3], tonumber(list[i + 4]), list[i + 5]
     if by_name then
@@ -219,13 +219,23 @@ local function read_bands(list, i, by_name, zero)
       unit = 1
     else
       unit = tonumber(unit)
+      if not nunits_arg then
+        nunits_arg = 0
+        for _ in string.gmatch(ARGV[4], '%S+') do
+          nunits_arg = nunits_arg + 1
+        end
+      end
+      if not unit or unit < 1 or unit > nunits_arg or unit ~= math.floor(unit) then
+        return nil, 'bad unit index for band ' .. tostring(name)
+      end
     end
     if not name or string.byte(name, 1) == 126 then -- '~': reserved
       return nil, 'bad band name'
     end
+    -- (a ~= a: NaN, which every comparison passes as false.)
     if kind == 'b' then
       b = tonumber(b)
-      if not a or a <= 0 or a == math.huge or not b or b < 1 then
+      if not a or a ~= a or a <= 0 or a == math.huge or not b or b ~= b or b < 1 or b == math.huge or b ~= math.floor(b) then
         return nil, 'bad bucket ' .. tostring(name)
       end
       local upp = 1000000 / (a * rate_share) -- µs per unit
@@ -250,7 +260,7 @@ local function read_bands(list, i, by_name, zero)
     elseif kind == 'w' then
       local len, origin = string.match(b or '', '^(%d+):(%d+)$')
       len, origin = tonumber(len), tonumber(origin)
-      if not a or a < 1 or not len or len < 1 then
+      if not a or a ~= a or a < 1 or a == math.huge or not len or len < 1 then
         return nil, 'bad window ' .. tostring(name)
       end
       -- Window indexes count from the origin. now_us - origin is an exact

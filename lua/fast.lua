@@ -18,7 +18,7 @@ do
   if (v1 or ARGV[3] == '1') and ARGV[5] == '1' and ARGV[6] == 'permits' and ARGV[7] == '1' and ARGV[8] == 'b' and ARGV[11] == ''
       and m and m >= 1 and #ARGV == 12 + 2 * m and not string.find(ARGV[4], ' ', 1, true) then
     local rate, burst = tonumber(ARGV[9]), tonumber(ARGV[10])
-    local ok = rate and rate > 0 and rate ~= math.huge and burst and burst >= 1
+    local ok = rate and rate > 0 and rate ~= math.huge and burst and burst >= 1 and burst ~= math.huge and burst == math.floor(burst)
     local raw = ok and redis.pcall('GET', KEYS[1])
     local server_time = ARGV[1] == ''
     local now_us, now_frac, now_ns = 0, 0, 0
@@ -101,7 +101,8 @@ do
     local i = 13
     while ok and i < 13 + 2 * m do
       local w, c = ARGV[i], ARGV[i + 1]
-      if w ~= '-1' and not tonumber(w) then
+      local x = w ~= '-1' and tonumber(w)
+      if w ~= '-1' and not (x and x >= 0 and x ~= math.huge) then -- (NaN fails x >= 0)
         ok = false
       elseif c ~= '1' then
         c = tonumber(c)

@@ -24,8 +24,8 @@
 --            PACER_UNKNOWN (see note.lua). Nothing is written on an error.
 
 local d = tonumber(ARGV[opi])
-if not d or d <= 0 then
-  return redis.error_reply('PACER_ARG pause must be positive')
+if not d or d ~= d or d <= 0 or d == math.huge or d ~= math.floor(d) then
+  return redis.error_reply('PACER_ARG pause must be a positive whole number of µs')
 end
 local noted, note_stored = #KEYS >= 3, nil
 if noted then

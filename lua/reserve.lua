@@ -119,7 +119,7 @@ for r = 1, m do
   else
     max_wait = tonumber(max_wait)
   end
-  if not max_wait or not cost then
+  if not max_wait or max_wait ~= max_wait or max_wait == math.huge or (max_wait < 0 and max_wait ~= -1) or not cost then
     return redis.error_reply('PACER_ARG bad max_wait_us or cost')
   end
   local caller_max = max_wait

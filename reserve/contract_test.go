@@ -259,6 +259,7 @@ func testBadInput(t *testing.T, b backend) {
 		want error
 	}{
 		{"empty key", "", valid, 1, reserve.ErrEmptyKey},
+		{"the fleet's key", "limiters", valid, 1, reserve.ErrReservedKey},
 		{"zero rate", "k", reserve.Limit{Rate: 0, Burst: 5}, 1, reserve.ErrInvalidRate},
 		{"negative rate", "k", reserve.Limit{Rate: -1, Burst: 5}, 1, reserve.ErrInvalidRate},
 		{"NaN rate", "k", reserve.Limit{Rate: math.NaN(), Burst: 5}, 1, reserve.ErrInvalidRate},
@@ -293,6 +294,7 @@ func testBadInput(t *testing.T, b backend) {
 		}
 	}
 	assert.ErrorIs(t, l.Pause(ctx, "", time.Second), reserve.ErrEmptyKey, "Pause of the empty key")
+	assert.ErrorIs(t, l.Pause(ctx, "limiters", time.Second), reserve.ErrReservedKey, "Pause of the fleet's key")
 	for _, d := range []time.Duration{0, -time.Second} {
 		assert.ErrorIs(t, l.Pause(ctx, "k", d), reserve.ErrInvalidDuration, "Pause(%v)", d)
 	}

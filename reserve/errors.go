@@ -9,15 +9,18 @@ import (
 // Errors for bad input. Each is returned before Redis is called, so a call
 // that fails with one of them has changed nothing. Match them with errors.Is.
 var (
-	ErrInvalidRate     = errors.New("reserve: rate must be positive, finite and at most 1e9/s")
-	ErrInvalidBurst    = errors.New("reserve: burst must be from 1 to 2^30")
-	ErrInvalidLimit    = errors.New("reserve: burst/rate is too long (over 10 years to fill the bucket)")
-	ErrInvalidWindow   = errors.New("reserve: a window needs N >= 1 and a length from 1µs to 10 years")
-	ErrInvalidPolicy   = errors.New("reserve: invalid policy")
-	ErrInvalidN        = errors.New("reserve: n must be at least 1")
-	ErrInvalidCost     = errors.New("reserve: invalid cost")
-	ErrExceedsBurst    = errors.New("reserve: n exceeds burst")
-	ErrEmptyKey        = errors.New("reserve: empty key")
+	ErrInvalidRate   = errors.New("reserve: rate must be positive, finite and at most 1e9/s")
+	ErrInvalidBurst  = errors.New("reserve: burst must be from 1 to 2^30")
+	ErrInvalidLimit  = errors.New("reserve: burst/rate is too long (over 10 years to fill the bucket)")
+	ErrInvalidWindow = errors.New("reserve: a window needs N >= 1 and a length from 1µs to 10 years")
+	ErrInvalidPolicy = errors.New("reserve: invalid policy")
+	ErrInvalidN      = errors.New("reserve: n must be at least 1")
+	ErrInvalidCost   = errors.New("reserve: invalid cost")
+	ErrExceedsBurst  = errors.New("reserve: n exceeds burst")
+	ErrEmptyKey      = errors.New("reserve: empty key")
+	// ErrReservedKey: the key "limiters" names the fleet's own records
+	// under the prefix (docs/protocol.md): no key may use it.
+	ErrReservedKey     = errors.New(`reserve: the key "limiters" is reserved for the fleet's records`)
 	ErrInvalidDuration = errors.New("reserve: duration must be positive")
 	ErrInvalidPrefix   = errors.New("reserve: key prefix must not contain '{' or '}'")
 	ErrInvalidOptions  = errors.New("reserve: invalid options")

@@ -259,8 +259,11 @@ func (l *Limiter) specOf(lim Limit) (*spec, error) {
 
 // checkKey reports an empty key.
 func checkKey(key string) error {
-	if key == "" {
+	switch key {
+	case "":
 		return ErrEmptyKey
+	case layout.FleetName:
+		return ErrReservedKey
 	}
 	return nil
 }

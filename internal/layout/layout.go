@@ -59,9 +59,13 @@ func Unescape(s string) string {
 // reports' times, the state format the fleet writes (FormatKey) and the
 // format each member writes (WritersKey).
 func FleetKeys(prefix string) []string {
-	k := prefix + "{limiters}"
+	k := prefix + "{" + FleetName + "}"
 	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix)}
 }
+
+// FleetName is the hash tag of the fleet's records: Key(prefix,
+// FleetName) is the heartbeat set, so no key may be named so.
+const FleetName = "limiters"
 
 // FormatKey is the state format the fleet writes, as the operator set it
 // (cmd/pacer format): "2", or absent for "1" (lua/heartbeat.lua's KEYS[7]).
