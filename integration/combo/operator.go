@@ -61,7 +61,15 @@ func (o *operator) do(e Event) Action {
 	var err error
 	switch e.Kind {
 	case OpSet, OpShadow:
-		_, err = o.admin.SetLimit(ctx, e.Key, e.Stored, e.Kind == OpShadow, who, why)
+		if e.At%2 == 0 {
+			// Half of them (by the event's time, so a seed replays the
+			// same) through SetBands, as pacer set --band --replace does:
+			// the same stored limit, by the compare-and-set and the band
+			// checks.
+			_, err = o.admin.SetBands(ctx, e.Key, e.Stored, admin.SetOptions{Shadow: e.Kind == OpShadow, Replace: true}, who, why)
+		} else {
+			_, err = o.admin.SetLimit(ctx, e.Key, e.Stored, e.Kind == OpShadow, who, why)
+		}
 	case OpUnset:
 		_, err = o.admin.UnsetLimit(ctx, e.Key, who, why)
 	case OpPause:
