@@ -328,8 +328,14 @@ func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Scri
 	} else if err != nil {
 		return adminError(op, key, err)
 	}
+	// The state is written in the format the fleet writes (SetFormat): a
+	// process of the previous release may read it.
+	share, err := a.shareArg(ctx)
+	if err != nil {
+		return adminError(op, key, err)
+	}
 	k := a.redisKey(key)
-	args := []any{"", "0", "1", "permits", "0"}
+	args := []any{"", "0", share, "permits", "0"}
 	for _, e := range extra {
 		args = append(args, e)
 	}

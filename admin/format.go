@@ -131,6 +131,20 @@ func (a *Client) formatSetting(ctx context.Context) (int, error) {
 	return 1, nil
 }
 
+// shareArg is core.lua's ARGV[3] for the operator's scripts: the whole
+// share, in the state format the fleet writes ("f1 1" until it is switched
+// to 2).
+func (a *Client) shareArg(ctx context.Context) (string, error) {
+	v, err := a.rdb.Get(ctx, layout.FormatKey(a.prefix)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", err
+	}
+	if v == "2" {
+		return "1", nil
+	}
+	return "f1 1", nil
+}
+
 // stateKeys returns every key with a state, and its format (1 or 2).
 func (a *Client) stateKeys(ctx context.Context) (map[string]int, error) {
 	names, err := a.Keys(ctx, "*")

@@ -71,6 +71,12 @@ func TestUpgradeMixedVersions(t *testing.T) {
 	step("two processes of the previous release", 2*time.Second)
 	new1 := start(curBin, "cur-1")
 	step("upgrade: one current process joins", time.Second)
+	// An operator's pause and resume while both releases run: written
+	// in format 1 too.
+	require.NoError(t, adm.Pause(ctx, "lim", 300*time.Millisecond, "upgrade_test", "a pause mid-upgrade"))
+	require.NoError(t, adm.Pause(ctx, "pol", time.Second, "upgrade_test", "a pause mid-upgrade"))
+	step("both keys paused", 200*time.Millisecond)
+	require.NoError(t, adm.Resume(ctx, "pol", "upgrade_test", "resumed"))
 	old1.stop(t)
 	step("one previous process leaves", time.Second)
 	new2 := start(curBin, "cur-2")
