@@ -38,7 +38,7 @@ if op == 'settle' then
 elseif op ~= 'cancel' then
   return redis.error_reply('PACER_ARG want cancel or settle')
 end
-if not slot_us or not slot_ns or not reserved or not actual or not string.match(rseq or '', '^%S+$') or nbands < 1 then
+if not finite(slot_us) or not finite(slot_ns) or not reserved or not actual or not string.match(rseq or '', '^%S+$') or nbands < 1 then
   return redis.error_reply('PACER_ARG bad slot, id or costs')
 end
 

@@ -45,7 +45,7 @@ end
 local max_wait, may_keep = tonumber(ARGV[opi]), ARGV[opi + 1] == '1'
 local stale, early = tonumber(ARGV[opi + 2]), tonumber(ARGV[opi + 3])
 local cost = cost_arg(opi + 4)
-if nbands < 1 or not max_wait or max_wait < 0 or not stale or stale < 0 or not early or early < 0 or not cost then
+if nbands < 1 or not finite(max_wait) or max_wait < 0 or not finite(stale) or stale < 0 or not finite(early) or early < 0 or not cost then
   return redis.error_reply('PACER_ARG want max_wait_us, keep, stale_us, early_us (>= 0) and costs')
 end
 if not fits(cost) then

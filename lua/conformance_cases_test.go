@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -470,6 +471,32 @@ func TestConformanceNaN(t *testing.T) {
 		}
 		if got := c.get(c.key(k, "")); got != "" {
 			t.Errorf("Reserve with bands %q, max wait %q wrote %q", tc.bands, tc.maxWait, got)
+		}
+	}
+	// The other scripts' numbers: NaN and infinities are malformed there
+	// too.
+	lim := common(0, 0, "1", "permits", limit("10", "3")...)
+	for _, tc := range []struct {
+		script string
+		keys   func(k string) []string
+		args   []string
+	}{
+		{"ADJUST", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":done")} }, []string{"cancel", "nan", "0", "1", "1"}},
+		{"ADJUST", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":done")} }, []string{"cancel", at(0), "inf", "1", "1"}},
+		{"CLAIM", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"nan", "1", "1000", "0", "1"}},
+		{"CLAIM", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"1000", "1", "inf", "0", "1"}},
+		{"CLAIM", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"1000", "1", "1000", "nan", "1"}},
+		{"HOLD", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"nan", "0", "1", "1"}},
+		{"HOLD", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"1000", "inf", "1", "1"}},
+		{"LEASE", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit")} }, []string{"inf", "1"}},
+	} {
+		k := fmt.Sprintf("nanop:%s:%s", tc.script, strings.Join(tc.args, ","))
+		_, err := c.eval(tc.script, tc.keys(k), append(slices.Clone(lim), tc.args...)...)
+		if code(err) != "PACER_ARG" {
+			t.Errorf("%s %q: %v, want PACER_ARG", tc.script, tc.args, err)
+		}
+		if got := c.get(c.key(k, "")); got != "" {
+			t.Errorf("%s %q wrote %q", tc.script, tc.args, got)
 		}
 	}
 	// A pause is a positive whole number of µs.

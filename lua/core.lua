@@ -115,6 +115,12 @@
 local max_queue_us = 30 * 365 * 24 * 3600 * 1000000 -- reserve.ErrQueueTooLong
 local same_us = 0.0005 -- slots lie on a ns grid: times within half a ns are one instant
 
+-- finite reports whether x is a number other than NaN and the infinities
+-- (every comparison with NaN is false: a check "x < 0" passes it).
+local function finite(x)
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+end
+
 local server_time = ARGV[1] == ''
 local now_us, now_frac, now_ns = 0, 0, 0
 if server_time then

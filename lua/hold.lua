@@ -26,7 +26,7 @@ local function slot_text(s)
 end
 
 local stale, not_before, m = tonumber(ARGV[opi]), tonumber(ARGV[opi + 1]), tonumber(ARGV[opi + 2])
-if nbands < 1 or not stale or stale < 0 or not not_before or not_before < 0 or not m or m < 1 or #KEYS ~= m + 2
+if nbands < 1 or not finite(stale) or stale < 0 or not finite(not_before) or not_before < 0 or not finite(m) or m < 1 or #KEYS ~= m + 2
     or #ARGV ~= opi + 2 + m * nunits then
   return redis.error_reply('PACER_ARG want stale_us, not_before_us, m, then one cost per unit for each of m holders')
 end

@@ -39,7 +39,7 @@
 
 local k = tonumber(ARGV[opi])
 local cost = cost_arg(opi + 1)
-if not k or k < 2 or k ~= math.floor(k) or not cost or #ARGV ~= opi + 1 or nunits ~= 1 or cost[1] <= 0 then
+if not finite(k) or k < 2 or k ~= math.floor(k) or not cost or #ARGV ~= opi + 1 or nunits ~= 1 or cost[1] <= 0 then
   return redis.error_reply('PACER_ARG want k (integer >= 2) and one cost > 0')
 end
 if not fits(cost) then
