@@ -476,6 +476,13 @@ func TestConformanceNaN(t *testing.T) {
 	// The other scripts' numbers: NaN and infinities are malformed there
 	// too.
 	lim := common(0, 0, "1", "permits", limit("10", "3")...)
+	fairKeys := func(k string) []string {
+		keys := []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":shadow")}
+		for _, s := range []string{":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights", ":fx"} {
+			keys = append(keys, c.key(k, s))
+		}
+		return keys
+	}
 	for _, tc := range []struct {
 		script string
 		keys   func(k string) []string
@@ -489,6 +496,8 @@ func TestConformanceNaN(t *testing.T) {
 		{"HOLD", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"nan", "0", "1", "1"}},
 		{"HOLD", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":h:a")} }, []string{"1000", "inf", "1", "1"}},
 		{"LEASE", func(k string) []string { return []string{c.key(k, ""), c.key(k, ":limit")} }, []string{"inf", "1"}},
+		{"FAIR", fairKeys, []string{"2 1 nan 0 1 0 1 0 w", "acme", "", "1", "-1", "1"}},
+		{"FAIR", fairKeys, []string{"2 1 0 nan 1 0 1 0 w", "acme", "", "1", "-1", "1"}},
 	} {
 		k := fmt.Sprintf("nanop:%s:%s", tc.script, strings.Join(tc.args, ","))
 		_, err := c.eval(tc.script, tc.keys(k), append(slices.Clone(lim), tc.args...)...)

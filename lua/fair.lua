@@ -69,8 +69,8 @@ do
   lane, weight, hmin, minshare, grace = tonumber(lane), tonumber(weight), tonumber(hmin), tonumber(minshare), tonumber(grace)
   queued, age = tonumber(queued), tonumber(age)
   if not lane or not tenant or not weight or weight <= 0 or weight == math.huge or weight ~= weight
-      or not hmin or hmin < 0 or hmin == math.huge or not minshare or minshare < 0 or minshare >= 1
-      or not grace or grace < 0 or grace == math.huge or not queued or not age or not id then
+      or not finite(hmin) or hmin < 0 or not finite(minshare) or minshare < 0 or minshare >= 1
+      or not finite(grace) or grace < 0 or not queued or not age or not id then
     return redis.error_reply('PACER_ARG bad fair arguments')
   end
   opi = opi + 2
