@@ -243,7 +243,10 @@ func (a *Client) SetFormat(ctx context.Context, format int, opts FormatOptions) 
 
 func (a *Client) noteFormat(ctx context.Context, ch FormatChange) error {
 	b, _ := json.Marshal(ch)
-	pipe := a.rdb.TxPipeline()
+	// A pipeline, not MULTI: the operator's ACL (docs/security.md) has
+	// LPUSH and LTRIM, not MULTI; a history one entry longer for a moment
+	// harms nothing.
+	pipe := a.rdb.Pipeline()
 	pipe.LPush(ctx, a.formatHistoryKey(), b)
 	pipe.LTrim(ctx, a.formatHistoryKey(), 0, formatHistory-1)
 	if _, err := pipe.Exec(ctx); err != nil {

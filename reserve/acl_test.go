@@ -116,6 +116,22 @@ func TestAdminACL(t *testing.T) {
 	fleet, err := a.Fleet(ctx)
 	require.NoError(t, err)
 	require.Len(t, fleet, 1)
+	// The state format: switched to 2, the Limiter follows, and back to 1
+	// with the key rewritten.
+	_, err = a.SetFormat(ctx, 2, admin.FormatOptions{Who: "ops", Reason: "upgraded"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		fleet, err := a.Fleet(ctx)
+		return err == nil && len(fleet) == 1 && fleet[0].Writes == "2"
+	}, 10*time.Second, 10*time.Millisecond, "the Limiter writes format 2")
+	_, err = l.Reserve(ctx, "api", code)
+	require.NoError(t, err)
+	_, err = a.SetFormat(ctx, 1, admin.FormatOptions{Who: "ops", Reason: "rollback"})
+	require.NoError(t, err)
+	fs, err := a.Format(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1, 0}, []int{fs.Setting, fs.Format1, fs.Format2})
+	require.Len(t, fs.History, 2)
 }
 
 // TestExitWithoutCloseACL: with the permissions docs/security.md adds for
