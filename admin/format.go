@@ -90,7 +90,7 @@ func (a *Client) Format(ctx context.Context) (FormatStatus, error) {
 	var st FormatStatus
 	setting, err := a.formatSetting(ctx)
 	if err != nil {
-		return st, err
+		return st, adminError("format", "", err)
 	}
 	st.Setting = setting
 	if st.Members, err = a.Fleet(ctx); err != nil {
@@ -120,10 +120,11 @@ func (a *Client) Format(ctx context.Context) (FormatStatus, error) {
 	return st, nil
 }
 
+// formatSetting returns the format the fleet writes: 2 once set, else 1.
 func (a *Client) formatSetting(ctx context.Context) (int, error) {
 	v, err := a.rdb.Get(ctx, layout.FormatKey(a.prefix)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, adminError("format", "", err)
+		return 0, err
 	}
 	if v == "2" {
 		return 2, nil
@@ -135,42 +136,52 @@ func (a *Client) formatSetting(ctx context.Context) (int, error) {
 // share, in the state format the fleet writes ("f1 1" until it is switched
 // to 2).
 func (a *Client) shareArg(ctx context.Context) (string, error) {
-	v, err := a.rdb.Get(ctx, layout.FormatKey(a.prefix)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", err
+	f, err := a.formatSetting(ctx)
+	if f == 2 {
+		return "1", err
 	}
-	if v == "2" {
-		return "1", nil
-	}
-	return "f1 1", nil
+	return "f1 1", err
 }
 
-// stateKeys returns every key with a state, and its format (1 or 2).
+// stateKeys returns every key with a state, and its format (1 or 2). The
+// states are read in pipelines of stateBatch GETs.
 func (a *Client) stateKeys(ctx context.Context) (map[string]int, error) {
 	names, err := a.Keys(ctx, "*")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]int{}
-	for _, name := range names {
-		v, err := a.rdb.Get(ctx, a.redisKey(name)).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
+	for len(names) > 0 {
+		batch := names[:min(len(names), stateBatch)]
+		names = names[len(batch):]
+		pipe := a.rdb.Pipeline()
+		gets := make([]*redis.StringCmd, len(batch))
+		for i, name := range batch {
+			gets[i] = pipe.Get(ctx, a.redisKey(name))
 		}
-		if err != nil {
-			if code, ok := layout.ErrorCode(err); ok && code == "WRONGTYPE" {
-				continue // not a state: Status names such a key
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		for i, name := range batch {
+			v, err := gets[i].Result()
+			if errors.Is(err, redis.Nil) {
+				continue
 			}
-			return nil, adminError("format", name, err)
-		}
-		if strings.HasPrefix(v, "1 ") {
-			out[name] = 1
-		} else {
-			out[name] = 2
+			if err != nil {
+				if code, ok := layout.ErrorCode(err); ok && code == "WRONGTYPE" {
+					continue // not a state: Status names such a key
+				}
+				return nil, adminError("format", name, err)
+			}
+			if strings.HasPrefix(v, "1 ") {
+				out[name] = 1
+			} else {
+				out[name] = 2
+			}
 		}
 	}
 	return out, nil
 }
+
+const stateBatch = 1000
 
 // SetFormat switches the state format the fleet writes to format (1 or 2).
 //
@@ -202,7 +213,7 @@ func (a *Client) SetFormat(ctx context.Context, format int, opts FormatOptions) 
 	}
 	from, err := a.formatSetting(ctx)
 	if err != nil {
-		return ch, err
+		return ch, adminError("format", "", err)
 	}
 	ch.From = from
 	members, err := a.Fleet(ctx)
