@@ -72,9 +72,24 @@ func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req
 		return res.r, res.err
 	}
 
+	gather := l.gatherFor(key, req.maxWait)
 	c.mu.Lock()
 	q, busy := c.queues[k]
-	if !busy {
+	switch {
+	case busy:
+		req.since = l.clock.Now()
+		q.pending = append(q.pending, req)
+		c.mu.Unlock()
+	case gather > 0:
+		// The key's queue is deep: this caller's slot lies far ahead
+		// anyway. Hold the call a little, so that the callers who come
+		// meanwhile share it (see gatherFor).
+		req.since = l.clock.Now()
+		q = &queue{spec: s, pending: []*request{req}}
+		c.queues[k] = q
+		c.mu.Unlock()
+		time.AfterFunc(gather, func() { l.drain(k) })
+	default:
 		// Lone caller: make the call now, with the caller's context. It
 		// never leases: a lone caller has no queue.
 		c.queues[k] = &queue{spec: s}
@@ -84,9 +99,6 @@ func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req
 		res := <-req.done
 		return res.r, res.err
 	}
-	req.since = l.clock.Now()
-	q.pending = append(q.pending, req)
-	c.mu.Unlock()
 
 	select {
 	case res := <-req.done:
@@ -111,6 +123,32 @@ func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req
 	c.mu.Unlock()
 	res := <-req.done // delivered as ctx ended: take it
 	return res.r, res.err
+}
+
+// Gathering: a caller whose slot lies far ahead anyway (the latest slot
+// Redis granted this Limiter on the key is at least gatherAhead away) holds
+// its call for up to an eighth of that, at most maxGather, so that the
+// callers who come meanwhile share one script call. A fleet that queues on
+// a key at high rates then makes a call per gathered batch instead of one
+// per caller; a lone caller, whose key has no queue, calls at once.
+const (
+	gatherAhead = 2 * time.Millisecond
+	maxGather   = 500 * time.Microsecond
+)
+
+// gatherFor returns how long a caller on key, with maxWait (< 0: none),
+// should hold its call; 0: not at all.
+func (l *Limiter) gatherFor(key string, maxWait time.Duration) time.Duration {
+	h := l.horizons.get(key)
+	if h == 0 {
+		return 0
+	}
+	now, _ := l.serverNow()
+	ahead := time.Duration(h - now)
+	if ahead < gatherAhead || (maxWait >= 0 && maxWait < ahead) {
+		return 0
+	}
+	return min(maxGather, ahead/8)
 }
 
 // handOff is called when a call for k has returned: it marks k idle, or

@@ -134,3 +134,19 @@ func FairAsk(ctx context.Context, l *Limiter, req Request, n int, last bool) (sl
 	}
 	return slots, time.Time{}, nil
 }
+
+// GatherFor exposes how long a caller on key with maxWait would hold its
+// call for others to share it (batch.go), for tests.
+func (l *Limiter) GatherFor(key string, maxWait time.Duration) time.Duration {
+	return l.gatherFor(key, maxWait)
+}
+
+// ObservePause feeds pauseChecks.observe, for tests: a reply to a call sent
+// at sent showing key's pause ending at endNS.
+func (l *Limiter) ObservePause(key string, endNS int64, sent time.Time) {
+	l.pauses.observe(key, endNS, resumeShift{}, sent)
+}
+
+// KnownPause exposes the end of key's pause as this Limiter last read or
+// observed it, for tests.
+func (l *Limiter) KnownPause(key string) int64 { return l.pauses.known(key) }
