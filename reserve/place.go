@@ -120,8 +120,8 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 }
 
 // parseReserve fills out from reserve.lua's reply to a call sent at sent
-// whose reply arrived at recv.
-func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
+// whose reply arrived at recv (sentReal: sent on the system clock).
+func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
 	op := reqs[0].op
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 4+2*len(reqs) {
@@ -131,6 +131,7 @@ func (l *Limiter) parseReserve(sent, recv time.Time, key string, s *spec, reqs [
 	stored, _ := reply[len(reply)-1].(string)
 	l.local.noteState(key, state, stored)
 	pe := engine.PauseEnd(state)
+	l.pauses.observe(key, pe, shiftOf(state), sentReal)
 	base, err := l.replyBaseAt(sent, recv, reply)
 	if err != nil {
 		return replyError(op, key, res)

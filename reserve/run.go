@@ -79,17 +79,19 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// close to the call as can be (see MaxEarly); with a client clock, the
 	// script counts from now.
 	sent, recv := now, now
+	var sentReal time.Time // for the pause reads a reply stands for (pauseChecks.observe)
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		if l.serverTime {
 			sent = l.clock.Now()
 		}
+		sentReal = time.Now()
 		res, err := script.Run(ctx, l.rdb, keys, args...).Result()
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		orphans := make([]result, len(reqs))
-		if l.parseReserve(sent, recv, key, s, reqs, res, orphans) == nil {
+		if l.parseReserve(sent, recv, sentReal, key, s, reqs, res, orphans) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -104,7 +106,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		l.floorDone(key, hb, err == nil)
 	}
 	if err == nil {
-		err = l.parseReserve(sent, recv, key, s, reqs, res, out)
+		err = l.parseReserve(sent, recv, sentReal, key, s, reqs, res, out)
 	}
 	if err != nil {
 		for i := range out {

@@ -293,6 +293,7 @@ func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS, slotNS int64, resumed 
 
 type pauseRead struct {
 	done  chan struct{}
+	sent  time.Time // when the read was sent
 	at    time.Time // when the read finished
 	endNS int64     // the pause's end, Unix ns on the server's clock; 0: none
 	shift resumeShift
@@ -319,7 +320,7 @@ func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (*pauseR
 	pr := p.m[key]
 	fresh := pr != nil && (pr.at.IsZero() || time.Since(pr.at) <= checkShare)
 	if !fresh {
-		pr = &pauseRead{done: make(chan struct{})}
+		pr = &pauseRead{done: make(chan struct{}), sent: time.Now()}
 		p.m[key] = pr
 		p.mu.Unlock()
 		go func() {
@@ -345,6 +346,27 @@ func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (*pauseR
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// observe takes a reservation's reply as a read of key's pause: the state
+// the script left shows the pause's end (endNS; 0: none) and the resume
+// shift, as a GET would have, so sleepers that check within checkShare of
+// it make no GET of their own. sent is when the call was sent (system
+// clock). Only a reply to a call sent after the last read's answer arrived
+// replaces it: a reply that may have run before that read would hide a
+// pause the read showed.
+func (p *pauseChecks) observe(key string, endNS int64, shift resumeShift, sent time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[string]*pauseRead)
+	}
+	if pr := p.m[key]; pr != nil && (pr.at.IsZero() || sent.Before(pr.at)) {
+		return
+	}
+	done := make(chan struct{})
+	close(done)
+	p.m[key] = &pauseRead{done: done, sent: sent, at: time.Now(), endNS: endNS, shift: shift}
 }
 
 // learn records a pause this Limiter made (or read) on key: it ends at
