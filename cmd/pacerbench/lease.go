@@ -17,6 +17,7 @@ import (
 
 	fleetproc "github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 )
 
@@ -47,6 +48,13 @@ type leaseJob struct {
 	Goroutines int
 	LeaseSpan  time.Duration // reserve.Options.LeaseSpan; -1: no leases
 	Wait       bool          // admissions are Waits returning nil; else Reserves
+	// Rate and Burst are the key's limit; 0: leaseLimit.
+	Rate  float64
+	Burst int
+	// QuickStart: the client and Options exactly as README's quick start
+	// builds them (redis.NewClient(&redis.Options{Addr: addr}),
+	// reserve.Options{RequireRedis: true}) instead of the tuned client.
+	QuickStart bool
 }
 
 // leaseEnd is a lease child's last line.
@@ -54,6 +62,7 @@ type leaseEnd struct {
 	Admissions int64
 	CPU        time.Duration
 	Fallbacks  int64
+	Moved      int64 // sleepers that took a fresh slot (late, or paused over)
 }
 
 // leaseRun is one fleet run of the lease phase.
@@ -66,6 +75,7 @@ type leaseRun struct {
 	Granted     int64 // the key's last number: slots Redis granted
 	ClientCPU   time.Duration
 	Fallbacks   int64
+	Moved       int64
 	RedisCalls  int64
 	RedisCPUUse float64 // µs per admission
 }
@@ -140,18 +150,25 @@ func onOff(b bool) string {
 
 // leaseFleet runs c.Procs lease children for d, leases on or off.
 func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) (leaseRun, error) {
-	c := b.cfg
-	if err := b.flush(ctx); err != nil {
-		return leaseRun{}, err
-	}
 	span := time.Duration(-1)
 	if on {
 		span = 0 // the default
 	}
+	return b.jobFleet(ctx, leaseJob{Goroutines: leaseGoroutines, LeaseSpan: span, Wait: wait}, d)
+}
+
+// jobFleet runs c.Procs lease children on j (its RedisURL and Key filled
+// in here) for d, and sums what they report.
+func (b *bench) jobFleet(ctx context.Context, j leaseJob, d time.Duration) (leaseRun, error) {
+	c := b.cfg
+	if err := b.flush(ctx); err != nil {
+		return leaseRun{}, err
+	}
+	j.RedisURL, j.Key = b.url, "hot"
+	on, wait := j.LeaseSpan >= 0, j.Wait
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: leaseChildEnv, Procs: c.Procs, Stdin: true,
-		Spec: leaseJob{RedisURL: b.url, Key: "hot", Goroutines: leaseGoroutines, LeaseSpan: span, Wait: wait}})
+	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: leaseChildEnv, Procs: c.Procs, Stdin: true, Spec: j})
 	if err != nil {
 		return leaseRun{}, err
 	}
@@ -198,6 +215,7 @@ func (b *bench) leaseFleet(ctx context.Context, on, wait bool, d time.Duration) 
 		r.Admissions += e.Admissions
 		r.ClientCPU += e.CPU
 		r.Fallbacks += e.Fallbacks
+		r.Moved += e.Moved
 	}
 	for name, st := range u.Stats {
 		if name == "evalsha" || name == "eval" || name == "get" {
@@ -234,23 +252,40 @@ func runAsLeaseChild() (code int, isChild bool) {
 // start and end times from stdin, then j.Goroutines goroutines calling
 // Wait (or Reserve) on the key until the end; its last line "end <leaseEnd as JSON>".
 func leaseChild(j leaseJob) error {
-	rdb, err := newClient(j.RedisURL, j.Goroutines, nil)
-	if err != nil {
+	lim := leaseLimit
+	if j.Rate > 0 {
+		lim = reserve.Limit{Rate: j.Rate, Burst: j.Burst}
+	}
+	var rdb *redis.Client
+	var err error
+	if j.QuickStart {
+		u, perr := redis.ParseURL(j.RedisURL)
+		if perr != nil {
+			return perr
+		}
+		rdb = redis.NewClient(&redis.Options{Addr: u.Addr, DB: u.DB})
+	} else if rdb, err = newClient(j.RedisURL, j.Goroutines, nil); err != nil {
 		return err
 	}
 	defer rdb.Close()
 	counts := &pacerCounts{}
-	l, err := reserve.New(rdb, reserve.Options{LeaseSpan: j.LeaseSpan, Metrics: counts})
+	opts := reserve.Options{LeaseSpan: j.LeaseSpan, Metrics: counts}
+	if j.QuickStart {
+		opts = reserve.Options{RequireRedis: true, Metrics: counts}
+	}
+	l, err := reserve.New(rdb, opts)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
-		return err
+	if !j.QuickStart {
+		if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
+			return err
+		}
 	}
 	warm := "warmup:" + strconv.Itoa(os.Getpid())
 	for range 10 {
-		if err := l.Wait(context.Background(), warm, leaseLimit); err != nil {
+		if err := l.Wait(context.Background(), warm, lim); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -273,9 +308,9 @@ func leaseChild(j leaseJob) error {
 			for {
 				var err error
 				if j.Wait {
-					err = l.Wait(ctx, j.Key, leaseLimit)
+					err = l.Wait(ctx, j.Key, lim)
 				} else {
-					_, err = l.Reserve(ctx, j.Key, leaseLimit)
+					_, err = l.Reserve(ctx, j.Key, lim)
 				}
 				if err != nil {
 					if !endOfRun(ctx, err) {
@@ -297,7 +332,7 @@ func leaseChild(j leaseJob) error {
 	if err := firstErr(errs); err != nil {
 		return err
 	}
-	js, err := json.Marshal(leaseEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: counts.fallbacks.Load()})
+	js, err := json.Marshal(leaseEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: counts.fallbacks.Load(), Moved: counts.moved.Load()})
 	if err != nil {
 		return err
 	}

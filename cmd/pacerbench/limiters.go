@@ -297,6 +297,7 @@ func (p *pacerLimiter) close() error {
 type pacerCounts struct {
 	fallbacks atomic.Int64
 	local     atomic.Int64
+	moved     atomic.Int64
 	evictable atomic.Pointer[string] // the policy New warned about
 }
 
@@ -316,7 +317,7 @@ func (c *pacerCounts) Reserved(_ string, _ []string, _ []float64, _ time.Duratio
 }
 func (c *pacerCounts) RedisCall(string, time.Duration, error) {}
 func (c *pacerCounts) Paused(string, time.Duration)           {}
-func (c *pacerCounts) Moved(string, string)                   {}
+func (c *pacerCounts) Moved(string, string)                   { c.moved.Add(1) }
 func (c *pacerCounts) Evictable(policy string)                { c.evictable.Store(&policy) }
 func (c *pacerCounts) Fallback(active bool) {
 	if active {

@@ -201,7 +201,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "seams", "fair", "counts", "adaptive"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "fair", "counts", "adaptive"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -443,6 +443,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	var leases strings.Builder // lease.go's table, after the others
 	if c.runs("lease") {
 		if err := b.runLease(ctx, &leases, progress); err != nil {
+			return nil, err
+		}
+	}
+	if c.runs("waitrate") {
+		if err := b.runWaitRate(ctx, &leases, progress); err != nil {
 			return nil, err
 		}
 	}

@@ -57,6 +57,11 @@ func TestQuick(t *testing.T) {
 	if !strings.Contains(string(doc), c.Command) {
 		t.Errorf("%s does not give the command %q", out, c.Command)
 	}
+	for _, table := range []string{"### Hot key with leases", "### Wait at high rates"} {
+		if !strings.Contains(string(doc), table) {
+			t.Errorf("%s has no table %q", out, table)
+		}
+	}
 
 	for _, v := range variants() {
 		if !v.FleetOnly {

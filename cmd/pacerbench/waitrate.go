@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The waitrate phase: a fleet whose demand exceeds the limit must get the
+// limit. c.Procs processes of leaseGoroutines goroutines each loop
+// {Wait} on one key, burst 1, at each of waitRates, for c.Phase; a Wait
+// returning nil is an admission. It prints, per rate, admissions per second
+// as a share of the rate, the sleepers that took a fresh slot (woke too
+// late, Metrics.Moved), and the slots the key granted that nobody used
+// (the key's last number less the admissions), for pacer with the tuned
+// client and with the client exactly as README's quick start builds it;
+// and golang.org/x/time/rate with as many goroutines in one process at the
+// same limit, the machine's floor. Steal time over the phase ends it.
+
+// waitRates are the limits of the waitrate phase (burst 1).
+var waitRates = []float64{50_000, 200_000}
+
+// waitRow is one row of the waitrate table.
+type waitRow struct {
+	Rate    float64
+	Variant string
+	Run     leaseRun // Admissions, Moved, Granted, CPU
+	Floor   bool     // x/time/rate in one process: Run.Admissions, Seconds only
+}
+
+func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(string, ...any)) error {
+	c := b.cfg
+	steal0 := readMachineCPU()
+	var rows []waitRow
+	for _, r := range waitRates {
+		for _, v := range []struct {
+			name  string
+			quick bool
+		}{{"pacer", false}, {"pacer, quick-start client", true}} {
+			run, err := b.jobFleet(ctx, leaseJob{Goroutines: leaseGoroutines, Wait: true, Rate: r, Burst: 1, QuickStart: v.quick}, c.Phase)
+			if err != nil {
+				return fmt.Errorf("waitrate %s at %.0f/s: %w", v.name, r, err)
+			}
+			progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%), %d moved, %d granted unused",
+				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions)
+			rows = append(rows, waitRow{Rate: r, Variant: v.name, Run: run})
+		}
+		n, secs := waitFloor(c.Procs*leaseGoroutines, r, c.Phase)
+		progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%)", "x/time/rate, one process", r, float64(n)/secs, 100*float64(n)/secs/r)
+		rows = append(rows, waitRow{Rate: r, Variant: "x/time/rate, one process (the floor)", Floor: true, Run: leaseRun{Admissions: n, Seconds: secs}})
+	}
+	steal1 := readMachineCPU()
+	fmt.Fprintf(w, "\n### Wait at high rates (burst 1; %d processes x %d goroutines, %v per run)\n\n", c.Procs, leaseGoroutines, c.Phase)
+	fmt.Fprintln(w, "| rate /s | limiter | admissions/s | share of the rate | moved to a fresh slot | slots granted unused | client CPU µs per admission |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		if r.Floor {
+			fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | – | – | – |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate)
+			continue
+		}
+		fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | %d | %d | %.2f |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate,
+			r.Run.Moved, r.Run.Granted-r.Run.Admissions, float64(r.Run.ClientCPU.Microseconds())/float64(max(r.Run.Admissions, 1)))
+	}
+	if steal0.ok && steal1.ok {
+		steal := time.Duration((steal1.steal - steal0.steal) / ticksPerSecond * float64(time.Second))
+		fmt.Fprintf(w, "\nSteal time over the phase (/proc/stat): %v of %v CPUs.\n", steal.Round(time.Millisecond), runtime.NumCPU())
+	} else {
+		fmt.Fprintln(w, "\nSteal time over the phase: unknown.")
+	}
+	return nil
+}
+
+// waitFloor is golang.org/x/time/rate at r/s, burst 1, in this process, g
+// goroutines Waiting for d: admissions and the seconds they took.
+func waitFloor(g int, r float64, d time.Duration) (int64, float64) {
+	lim := rate.NewLimiter(rate.Limit(r), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range g {
+		wg.Go(func() {
+			k := int64(0)
+			for lim.Wait(ctx) == nil {
+				k++
+			}
+			n.Add(k)
+		})
+	}
+	wg.Wait()
+	return n.Load(), time.Since(start).Seconds()
+}
