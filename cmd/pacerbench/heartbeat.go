@@ -21,13 +21,13 @@ import (
 // Options.HeartbeatInterval (1 s by default; reserve/heartbeat.go,
 // lua/heartbeat.lua) and keeps a connection of its own open (its
 // presence). The phase measures Redis with no Limiter for 2 x c.Phase (its
-// own background work, the baseline), then with c.Heartbeats/10 and
-// c.Heartbeats idle Limiters in this process, each on a client of its own
+// own background work, the baseline), then with c.Heartbeats/10, 3/10 and
+// all of c.Heartbeats idle Limiters in this process, each on a client of its own
 // as README's quick start builds it (a process of a fleet has one), for as
 // long, and prints per Limiter and second: Redis CPU above the baseline,
 // the commands Redis ran and their µs, and what the fleet's keys and the
-// Limiters' connections hold in Redis. Two fleet sizes show whether a
-// heartbeat costs more in a larger fleet.
+// Limiters' connections hold in Redis. Three fleet sizes show how a
+// heartbeat's cost grows with the fleet.
 
 // heartbeatEvery is reserve.Options.HeartbeatInterval's default.
 const heartbeatEvery = time.Second
@@ -42,6 +42,7 @@ type heartbeatRun struct {
 	ClientCPU time.Duration      // this process's, over the run
 	MemGrowth int64              // used_memory's growth: the fleet's keys and the connections
 	Conns     int64              // connected_clients' growth
+	Fallbacks int64              // switches to local pacing: Redis too slow for a heartbeat
 }
 
 // heartbeatResults is the heartbeat phase.
@@ -67,7 +68,7 @@ func (b *bench) runHeartbeat(ctx context.Context, progress func(string, ...any))
 		return nil, err
 	}
 	res := &heartbeatResults{Idle: u.CPU / d.Seconds()}
-	for _, n := range []int{c.Heartbeats / 10, c.Heartbeats} {
+	for _, n := range []int{c.Heartbeats / 10, 3 * c.Heartbeats / 10, c.Heartbeats} {
 		r, err := b.heartbeatRun(ctx, n, d, res.Idle)
 		if err != nil {
 			return nil, err
@@ -127,7 +128,10 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			rdbs[i] = redis.NewClient(&redis.Options{Addr: u.Addr, DB: u.DB})
-			lims[i], errs[i] = reserve.New(rdbs[i], reserve.Options{RequireRedis: true, Logger: b.log, Metrics: m})
+			// Not RequireRedis: on a busy machine a large fleet's first
+			// heartbeats may take longer than CallTimeout; the row then
+			// counts the switches to local pacing instead of failing.
+			lims[i], errs[i] = reserve.New(rdbs[i], reserve.Options{Logger: b.log, Metrics: m})
 		})
 	}
 	wg.Wait()
@@ -159,9 +163,7 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 	r := heartbeatRun{Limiters: n, Seconds: d.Seconds(), RedisCPU: end.CPU - idle*d.Seconds(), Ops: ops,
 		ClientCPU: cpu, MemGrowth: mem1 - mem0, Conns: conns1 - conns0, Stats: maps.Clone(end.Stats)}
 	maps.DeleteFunc(r.Stats, func(name string, _ cmdStat) bool { return benchCommands[name] })
-	if f := m.fallbacks.Load(); f > 0 {
-		return heartbeatRun{}, fmt.Errorf("heartbeat: %d idle Limiters switched to local pacing %d times", n, f)
-	}
+	r.Fallbacks = m.fallbacks.Load()
 	return r, nil
 }
 
@@ -180,8 +182,8 @@ func (hr *heartbeatResults) table() string {
 	fmt.Fprintf(&b, "\n### Idle Limiters: the heartbeat's cost (each Limiter on a client of its own, heartbeat every %v)\n\n", heartbeatEvery)
 	fmt.Fprintf(&b, "Redis with no Limiter (its own background work): %.0f µs of CPU per second, taken off the rows below. "+
 		"Per Limiter and second of an idle fleet of the row's size:\n\n", hr.Idle*1e6)
-	b.WriteString("| Limiters | Redis CPU µs | commands Redis ran (a script's own included) | Redis µs (commandstats, EVALSHA and the rest sent) | Limiter's Redis calls, by operation | client CPU µs | Redis bytes per Limiter (its connections included) | connections per Limiter |\n")
-	b.WriteString("|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	b.WriteString("| Limiters | Redis CPU µs | commands Redis ran (a script's own included) | Redis µs (commandstats, EVALSHA and the rest sent) | Limiter's Redis calls, by operation | client CPU µs | Redis bytes per Limiter (its connections included) | connections per Limiter | fallbacks |\n")
+	b.WriteString("|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, r := range hr.Runs {
 		per := float64(r.Limiters) * r.Seconds
 		var usec float64
@@ -194,9 +196,9 @@ func (hr *heartbeatResults) table() string {
 		for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
 			ops = append(ops, fmt.Sprintf("%s %.3f", op, float64(r.Ops[op])/per))
 		}
-		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.2f | %s | %.2f | %.0f | %.2f |\n", r.Limiters, r.RedisCPU*1e6/per, float64(r.calls())/per,
+		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.2f | %s | %.2f | %.0f | %.2f | %d |\n", r.Limiters, r.RedisCPU*1e6/per, float64(r.calls())/per,
 			usec/per, strings.Join(ops, ", "), float64(r.ClientCPU.Microseconds())/per,
-			float64(r.MemGrowth)/float64(r.Limiters), float64(r.Conns)/float64(r.Limiters))
+			float64(r.MemGrowth)/float64(r.Limiters), float64(r.Conns)/float64(r.Limiters), r.Fallbacks)
 	}
 	b.WriteString("\nCommands Redis ran per Limiter and second, by name (the largest run):\n\n")
 	last := hr.Runs[len(hr.Runs)-1]

@@ -371,8 +371,8 @@ func checkCold(t *testing.T, res *results, stdout string) {
 			t.Error("no cold table")
 		}
 	}
-	if hr := res.Heartbeat; hr == nil || len(hr.Runs) != 2 {
-		t.Errorf("heartbeat phase: %+v; want 2 runs", hr)
+	if hr := res.Heartbeat; hr == nil || len(hr.Runs) != 3 {
+		t.Errorf("heartbeat phase: %+v; want 3 runs", hr)
 	} else {
 		for _, r := range hr.Runs {
 			if r.Ops["heartbeat"] == 0 || r.Stats["evalsha"].Calls == 0 || r.Conns <= 0 {
