@@ -60,6 +60,8 @@ type coldRun struct {
 	Fallbacks   int64
 	LiveKeys    int64 // DBSIZE's growth, at three quarters of the run
 	SampleBytes int64 // MEMORY USAGE of one key, the same
+	FleetBytes  int64 // MEMORY USAGE of the fleet's records ({limiters}), the same
+	Reported    int64 // the keys whose policies they hold (HLEN), the same
 	EndKeys     int64 // DBSIZE once the fleet's processes have exited
 	EndBytes    int64 // used_memory's fall when they are flushed
 	Steal       time.Duration
@@ -223,6 +225,21 @@ func (b *bench) coldSample(ctx context.Context, name string, db0 int64, r *coldR
 		return err
 	}
 	r.LiveKeys = db1 - db0
+	if name != coldGCRA {
+		// The fleet's records: the heartbeats, and the policies each
+		// Limiter reports for the keys it uses (admin status shows them),
+		// a field per key, kept for minutes after its last report.
+		for _, k := range layout.FleetKeys(reserve.DefaultKeyPrefix) {
+			n, err := b.admin.MemoryUsage(ctx, k, 0).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("pacerbench: MEMORY USAGE %s: %w", k, err)
+			}
+			r.FleetBytes += n
+		}
+		if r.Reported, err = b.admin.HLen(ctx, layout.Policies(reserve.DefaultKeyPrefix)).Result(); err != nil {
+			return fmt.Errorf("pacerbench: HLEN: %w", err)
+		}
+	}
 	// A redis_rate key lives until its bucket is full again, a second
 	// after its last call: the first of the keys found.
 	for n := range min(b.cfg.ColdKeys, 100) {

@@ -34,16 +34,21 @@ func (cr *coldResults) tables(c config) string {
 		fmt.Fprintf(&b, "| %s | %.0f | %.1f%% | %.2f | %.2f | %.3f | %.2f | %d | %s |\n", r.Variant, r.perSecond(), 100*r.perSecond()/allowed,
 			r.Redis.CPUUsec, r.Redis.Usec, r.Redis.Trips, float64(r.ClientCPU.Microseconds())/n, r.Fallbacks, steal)
 	}
-	b.WriteString("\nWhat the keys hold in Redis: live keys (DBSIZE against the run's start) and MEMORY USAGE of one key at three quarters of each run; " +
+	b.WriteString("\nWhat the keys hold in Redis: live keys (DBSIZE against the run's start), MEMORY USAGE of one key, and for pacer of the fleet's records " +
+		"(`{limiters}`: the heartbeats, and the policy each Limiter reports for each key it uses, a hash field and a sorted-set member per key) at three quarters of each run; " +
 		"then, once the processes have exited, the keys left (a redis_rate key lives a second after its last call, a pacer key 2 s more) " +
 		"and INFO used_memory's fall when they are flushed, per key:\n\n")
-	b.WriteString("| limiter | live keys | MEMORY USAGE of a key | keys left | used_memory per key left |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString("| limiter | live keys | MEMORY USAGE of a key | fleet records | keys reported in them | keys left | used_memory per key left |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range cr.Runs {
 		per := "n/a"
 		if r.EndKeys > 0 {
 			per = fmt.Sprintf("%.0f B", float64(r.EndBytes)/float64(r.EndKeys))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d B | %d | %s |\n", r.Variant, r.LiveKeys, r.SampleBytes, r.EndKeys, per)
+		fleet, reported := "–", "–"
+		if r.Variant != coldGCRA {
+			fleet, reported = fmt.Sprintf("%d B", r.FleetBytes), fmt.Sprint(r.Reported)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d B | %s | %s | %d | %s |\n", r.Variant, r.LiveKeys, r.SampleBytes, fleet, reported, r.EndKeys, per)
 	}
 	b.WriteString("\nWhere Redis's time goes (INFO commandstats: every command, a script's own commands counted again on their own):\n\n")
 	b.WriteString("| limiter | command | calls per admission | µs per call | µs per admission |\n|---|---|---:|---:|---:|\n")

@@ -360,8 +360,8 @@ func checkCold(t *testing.T, res *results, stdout string) {
 			if r.Admissions == 0 || r.Redis.CPUUsec <= 0 || r.Redis.Usec <= 0 || r.Redis.Trips < 1 || r.ClientCPU <= 0 || r.SampleBytes <= 0 || r.LiveKeys <= 0 {
 				t.Errorf("cold, %s: %+v; want admissions, Redis and client figures, live keys and their size", r.Variant, r)
 			}
-			if r.Variant != coldGCRA && (r.Ops["check"] == 0 || r.Ops["wait"] == 0) {
-				t.Errorf("cold, %s: Redis calls by operation %v; want waits and pause checks", r.Variant, r.Ops)
+			if r.Variant != coldGCRA && (r.Ops["check"] == 0 || r.Ops["wait"] == 0 || r.FleetBytes <= 0 || r.Reported <= 0) {
+				t.Errorf("cold, %s: Redis calls by operation %v, fleet records %d B for %d keys; want waits, pause checks and records", r.Variant, r.Ops, r.FleetBytes, r.Reported)
 			}
 			if !strings.Contains(stdout, "| "+r.Variant+" |") {
 				t.Errorf("cold: no row for %q", r.Variant)
