@@ -18,13 +18,18 @@
 // call), and again beside a CPU hog per CPU (pacer, and x/time/rate as the
 // reference); Redis memory per idle key, and its expiry; pacer's callers
 // while Redis runs out of memory, under an evicting policy and under
-// noeviction; and the seams phase (seams.go), where pacer's features meet
+// noeviction; a hot key leased (lease.go), and Wait at 50,000 and
+// 200,000/s, burst 1, against x/time/rate (waitrate.go); and the seams
+// phase (seams.go), where pacer's features meet
 // faults: a fleet's rate after its processes are killed without Close, a
 // fleet through Redis stopped and restarted empty and through Redis frozen,
 // and a window band's calls and Sleep's moves per window, on an idle and
 // a busy machine; fair share and lanes (fair.go); and pacehttp against
 // providers that report their counts (counts.go) and on a warm key with a
-// learned rate (adaptive.go).
+// learned rate (adaptive.go); many cold keys, the crawler's shape, against
+// redis_rate (cold.go); what idle Limiters' heartbeats cost Redis
+// (heartbeat.go); and how keys spread over a Cluster's shards, computed
+// (shards.go).
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
@@ -70,8 +75,11 @@ type config struct {
 	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
 	EvictRun   time.Duration // each run of the eviction phase
 	CrashRun   time.Duration // each crash run of the seams phase
+	ColdKeys   int           // keys of the cold phase, at 1/s each
+	ColdRun    time.Duration // each run of the cold phase
+	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts, adaptive); "" for all
+	Phases     string        // comma-separated phases (see phases); "" for all
 	Command    string        // how the program was run, for the report
 }
 
@@ -92,6 +100,11 @@ func defaults(quick bool) config {
 		MemRate:  0.05,
 		EvictRun: 6 * time.Second,
 		CrashRun: 10 * time.Second,
+		ColdKeys: 10_000,
+		ColdRun:  10 * time.Second,
+		// 1,000 idle Limiters took more than a Redis core on this
+		// program's 2-CPU machine, and their heartbeats timed out.
+		Heartbeats: 500,
 	}
 	if quick {
 		c.Quick = true
@@ -102,6 +115,9 @@ func defaults(quick bool) config {
 		c.MemRate = 2 // keys live 2.5 s
 		c.EvictRun = 2 * time.Second
 		c.CrashRun = time.Second
+		c.ColdKeys = 1000
+		c.ColdRun = 2 * time.Second
+		c.Heartbeats = 50
 	}
 	return c
 }
@@ -114,6 +130,9 @@ func main() {
 		os.Exit(code)
 	}
 	if code, ok := runAsSeamsChild(); ok {
+		os.Exit(code)
+	}
+	if code, ok := runAsColdChild(); ok {
 		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
@@ -134,7 +153,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s, 50 idle Limiters")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -145,8 +164,11 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.MemRate, "mem-rate", full.MemRate, "the memory phase's rate per key (burst 1); a key lives 1/rate + 2 s")
 	fs.DurationVar(&c.EvictRun, "eviction", full.EvictRun, "length of each run of the eviction phase (the memory runs out halfway)")
 	fs.DurationVar(&c.CrashRun, "crash-run", full.CrashRun, "length of each crash run of the seams phase (where the kill falls between two heartbeats follows from it)")
+	fs.IntVar(&c.ColdKeys, "cold-keys", full.ColdKeys, "keys of the cold phase, at 1/s each (burst 1)")
+	fs.DurationVar(&c.ColdRun, "cold", full.ColdRun, "length of each run of the cold phase")
+	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
-	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: hot, lone, fleet, busy, memory, eviction, script, lease, seams, fair, counts, adaptive)")
+	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -157,13 +179,16 @@ func parseFlags(args []string) (config, error) {
 		// -quick changes the defaults: of the flags not given.
 		q := defaults(true)
 		use := map[string]func(){
-			"phase":     func() { c.Phase = q.Phase },
-			"fleet":     func() { c.Fleet = q.Fleet },
-			"procs":     func() { c.Procs = q.Procs },
-			"keys":      func() { c.MemKeys = q.MemKeys },
-			"mem-rate":  func() { c.MemRate = q.MemRate },
-			"eviction":  func() { c.EvictRun = q.EvictRun },
-			"crash-run": func() { c.CrashRun = q.CrashRun },
+			"phase":      func() { c.Phase = q.Phase },
+			"fleet":      func() { c.Fleet = q.Fleet },
+			"procs":      func() { c.Procs = q.Procs },
+			"keys":       func() { c.MemKeys = q.MemKeys },
+			"mem-rate":   func() { c.MemRate = q.MemRate },
+			"eviction":   func() { c.EvictRun = q.EvictRun },
+			"crash-run":  func() { c.CrashRun = q.CrashRun },
+			"cold-keys":  func() { c.ColdKeys = q.ColdKeys },
+			"cold":       func() { c.ColdRun = q.ColdRun },
+			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
 		}
 		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
 		for _, set := range use {
@@ -185,10 +210,10 @@ func parseFlags(args []string) (config, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0:
-		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction and -crash-run must be positive")
-	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1:
-		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1")
+	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0:
+		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run and -cold must be positive")
+	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10:
+		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
 		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
 	}
@@ -201,7 +226,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "fair", "counts", "adaptive"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "fair", "counts", "adaptive", "cold", "heartbeat", "shards"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -312,6 +337,9 @@ type results struct {
 	Fair       *fairResults     // the fair phase, if run
 	Counts     *countsResults   // the counts phase, if run
 	Adaptive   *adaptiveResults // the adaptive phase, if run
+	Cold       *coldResults     // the cold phase, if run
+	Heartbeat  *heartbeatResults
+	Shards     []shardSpread
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -471,6 +499,19 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("cold") {
+		if res.Cold, err = b.runCold(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
+	if c.runs("heartbeat") {
+		if res.Heartbeat, err = b.runHeartbeat(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
+	if c.runs("shards") {
+		res.Shards = shardSpreads()
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -490,6 +531,15 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Adaptive != nil && len(res.Adaptive.Runs) > 0 {
 		tables += res.Adaptive.tables()
+	}
+	if res.Cold != nil {
+		tables += res.Cold.tables(c)
+	}
+	if res.Heartbeat != nil {
+		tables += res.Heartbeat.table()
+	}
+	if res.Shards != nil {
+		tables += shardsTable(res.Shards)
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {

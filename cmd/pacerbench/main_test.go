@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if code, ok := runAsSeamsChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsColdChild(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -234,6 +237,7 @@ func TestQuick(t *testing.T) {
 	}
 
 	checkSeams(t, res.Seams, stdout.String())
+	checkCold(t, res, stdout.String())
 
 	// Out of memory: under volatile-lru New warns and the bucket is
 	// evicted; under noeviction pacer paces locally, and no caller fails.
@@ -346,5 +350,54 @@ func TestPartialRunWritesNoDocument(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-phases", "warp"}); err == nil {
 		t.Error("-phases warp: no error")
+	}
+}
+
+// checkCold checks the cold, heartbeat and shards phases of a quick run:
+// every row is there and counted something (their figures are the full
+// run's to read, not a test's to bound).
+func checkCold(t *testing.T, res *results, stdout string) {
+	t.Helper()
+	if cr := res.Cold; cr == nil || len(cr.Runs) != len(coldVariants) {
+		t.Errorf("cold phase: %+v; want a run per limiter of %q", cr, coldVariants)
+	} else {
+		for _, r := range cr.Runs {
+			if r.Admissions == 0 || r.Redis.CPUUsec <= 0 || r.Redis.Usec <= 0 || r.Redis.Trips < 1 || r.ClientCPU <= 0 || r.SampleBytes <= 0 || r.LiveKeys <= 0 {
+				t.Errorf("cold, %s: %+v; want admissions, Redis and client figures, live keys and their size", r.Variant, r)
+			}
+			if r.Variant != coldGCRA && (r.Ops["check"] == 0 || r.Ops["wait"] == 0 || r.FleetBytes <= 0 || r.Reported <= 0) {
+				t.Errorf("cold, %s: Redis calls by operation %v, fleet records %d B for %d keys; want waits, pause checks and records", r.Variant, r.Ops, r.FleetBytes, r.Reported)
+			}
+			if !strings.Contains(stdout, "| "+r.Variant+" |") {
+				t.Errorf("cold: no row for %q", r.Variant)
+			}
+		}
+		if !strings.Contains(stdout, "### Many cold keys") {
+			t.Error("no cold table")
+		}
+	}
+	if hr := res.Heartbeat; hr == nil || len(hr.Runs) != 3 {
+		t.Errorf("heartbeat phase: %+v; want 3 runs", hr)
+	} else {
+		for _, r := range hr.Runs {
+			if r.Ops["heartbeat"] == 0 || r.Stats["evalsha"].Calls == 0 || r.Conns <= 0 {
+				t.Errorf("heartbeat, %d Limiters: %+v; want heartbeats, EVALSHAs and connections", r.Limiters, r)
+			}
+		}
+		if !strings.Contains(stdout, "### Idle Limiters: the heartbeat's cost") {
+			t.Error("no heartbeat table")
+		}
+	}
+	if len(res.Shards) != 2 {
+		t.Errorf("shards phase: %d spreads, want 3 and 6 shards", len(res.Shards))
+	}
+	for _, s := range res.Shards {
+		n := 0
+		for _, k := range s.Counts {
+			n += k
+		}
+		if n != shardKeys || len(s.Counts) != s.Shards {
+			t.Errorf("shards, %d: %d keys on %d shards, want %d on %d", s.Shards, n, len(s.Counts), shardKeys, s.Shards)
+		}
 	}
 }

@@ -218,6 +218,7 @@ func (r *results) document(tables string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
 	b.WriteString("Written by `cmd/pacerbench`; every figure below comes from the run described here. Rerun the command to measure your machine.\n\n")
+	b.WriteString("What the figures mean for a deployment's Redis (cores, memory, Cluster shards): [docs/sizing.md](docs/sizing.md).\n\n")
 	fmt.Fprintf(&b, "```\n%s\n```\n\n", e.Command)
 	fmt.Fprintf(&b, "- date: %s\n", e.Date.Format(time.RFC3339))
 	cpu := fmt.Sprintf("%d CPUs", e.CPUs)

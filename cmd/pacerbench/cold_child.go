@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	fleetproc "github.com/pacer-go/pacer/internal/fleet"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// coldChildEnv carries a cold child's job (see package internal/fleet).
+const coldChildEnv = "PACERBENCH_COLD_CHILD"
+
+// coldJob is what each process of the cold phase is told; its share of
+// the keys follows from its index (fleetproc.Index).
+type coldJob struct {
+	Variant  string // one of coldVariants
+	RedisURL string
+	Keys     int // the fleet's keys, "cold:0" ... "cold:<Keys-1>"
+	Procs    int
+	Chunk    int // keys per goroutine
+}
+
+// coldEnd is a cold child's last line.
+type coldEnd struct {
+	Admissions int64
+	CPU        time.Duration    // user + system over the run
+	Fallbacks  int64            // pacer's switches to local pacing
+	Ops        map[string]int64 // pacer's Redis calls by operation (Metrics.RedisCall)
+	Sent       sent             // what the counted client sent (redis_rate, tuned pacer)
+}
+
+// coldMetrics is pacerCounts, also counting pacer's Redis calls by
+// operation ("reserve", "check", "heartbeat", ...): the same figures
+// whatever client pacer talks through.
+type coldMetrics struct {
+	*pacerCounts
+	mu  sync.Mutex
+	ops map[string]int64
+}
+
+func (m *coldMetrics) RedisCall(op string, _ time.Duration, _ error) {
+	m.mu.Lock()
+	m.ops[op]++
+	m.mu.Unlock()
+}
+
+// take returns the calls counted since the last take.
+func (m *coldMetrics) take() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ops := m.ops
+	m.ops = map[string]int64{}
+	return ops
+}
+
+// runAsColdChild runs this process as one process of the cold phase, if it
+// is one, and returns its exit code and true.
+func runAsColdChild() (code int, isChild bool) {
+	return runChild(coldChildEnv, "pacerbench cold child", coldChild)
+}
+
+// openCold opens j's limiter on the keys' limit: pacer on the client
+// README's quick start builds, or on newClient's; or redis_rate on
+// newClient's. count counts what newClient's client sends.
+func openCold(j coldJob, goroutines int, count *counter, m *coldMetrics) (limiter, func(), error) {
+	lim := reserve.Limit{Rate: coldLimit.Rate, Burst: coldLimit.Burst}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if j.Variant == coldQuickStart {
+		u, err := redis.ParseURL(j.RedisURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		// As README's quick start: go-redis's defaults, which New copies
+		// into a client of its own set up as pacer needs.
+		rdb := redis.NewClient(&redis.Options{Addr: u.Addr})
+		l, err := reserve.New(rdb, reserve.Options{RequireRedis: true, Logger: log, Metrics: m})
+		if err != nil {
+			rdb.Close()
+			return nil, nil, err
+		}
+		p := &pacerLimiter{l: l, own: rdb, lim: lim}
+		return p, func() {}, nil
+	}
+	rdb, err := newClient(j.RedisURL, goroutines, count)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := dial(context.Background(), rdb, goroutines); err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	done := func() { rdb.Close() }
+	if j.Variant == coldGCRA {
+		return &redisRate{l: redis_rate.NewLimiter(rdb), lim: gcraLimit(coldLimit)}, done, nil
+	}
+	l, err := reserve.New(rdb, reserve.Options{RequireRedis: true, Logger: log, Metrics: m})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return &pacerLimiter{l: l, lim: lim}, done, nil
+}
+
+// coldChild is one process of the cold phase: its share of the keys in
+// chunks of j.Chunk, a goroutine per chunk looping over its keys with a
+// wait on each (so each key is called at its limit, 1/s), from the start to
+// the end read from stdin; its last line "end <coldEnd as JSON>".
+func coldChild(j coldJob) error {
+	i := fleetproc.Index()
+	if i < 0 || i >= j.Procs {
+		return fmt.Errorf("fleet index %d of %d", i, j.Procs)
+	}
+	first, last := i*j.Keys/j.Procs, (i+1)*j.Keys/j.Procs
+	var chunks [][]string
+	for k := first; k < last; k += j.Chunk {
+		var keys []string
+		for n := k; n < min(k+j.Chunk, last); n++ {
+			keys = append(keys, coldKey(n))
+		}
+		chunks = append(chunks, keys)
+	}
+	count := newCounter()
+	m := &coldMetrics{pacerCounts: &pacerCounts{}, ops: map[string]int64{}}
+	l, done, err := openCold(j, len(chunks), count, m)
+	if err != nil {
+		return err
+	}
+	defer done()
+	defer l.close()
+	// Warm up on keys of this process's own: connections, scripts.
+	warm := "warmup:" + strconv.Itoa(os.Getpid()) + ":"
+	errs := make([]error, len(chunks))
+	var wg sync.WaitGroup
+	for g := range chunks {
+		wg.Go(func() { errs[g] = l.wait(context.Background(), warm+strconv.Itoa(g)) })
+	}
+	wg.Wait()
+	if err := firstErr(errs); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	end, err := readyToStart()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	count.take()
+	m.take()
+	cpu0 := cpuTime()
+	var admissions atomic.Int64
+	for g, keys := range chunks {
+		wg.Go(func() {
+			n := int64(0)
+			defer func() { admissions.Add(n) }()
+			for {
+				for _, key := range keys {
+					if err := l.wait(ctx, key); err != nil {
+						if !endOfRun(ctx, err) {
+							errs[g] = err
+						}
+						return
+					}
+					if !time.Now().Before(end) {
+						return
+					}
+					n++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Counted: what the run cost, up to its end, not Close's leave.
+	last2 := coldEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: m.fallbacks.Load(), Ops: m.take(), Sent: count.take()}
+	if err := firstErr(errs); err != nil {
+		return err
+	}
+	if err := l.close(); err != nil {
+		return err
+	}
+	js, err := json.Marshal(last2)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("end %s\n", js)
+	return nil
+}
+
+// coldKey is the n-th key of the cold phase.
+func coldKey(n int) string { return "cold:" + strconv.Itoa(n) }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// tables returns the cold phase's tables, in Markdown.
+func (cr *coldResults) tables(c config) string {
+	if len(cr.Runs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	allowed := float64(cr.Keys) * coldLimit.Rate
+	fmt.Fprintf(&b, "\n### Many cold keys (%d keys at %g/s each, burst %d; %d processes, a goroutine per %d keys; %v per run)\n\n",
+		cr.Keys, coldLimit.Rate, coldLimit.Burst, c.Procs, coldChunk, c.ColdRun)
+	fmt.Fprintf(&b, "Each goroutine waits on its keys in turn, over and over: every key is called at its limit, and the keys allow %.0f admissions/s. "+
+		"`%s` builds its client as README's quick start does (`redis.NewClient(&redis.Options{Addr: addr})`, `reserve.Options{RequireRedis: true}`); "+
+		"`%s` runs on this program's tuned client (`ContextTimeoutEnabled`, `MaxRetries: -1`, a connection per goroutine); "+
+		"`%s` loops Allow, and if refused sleeps RetryAfter and tries again. Redis CPU is INFO cpu over the run; "+
+		"Redis µs counts the commands the clients sent (a script's own commands inside it); calls are the limiter's round trips.\n\n",
+		allowed, coldQuickStart, coldTuned, coldGCRA)
+	b.WriteString("| limiter | admissions/s | of the keys' limit | Redis CPU µs per admission | Redis µs per admission (commandstats) | Redis calls per admission | client CPU µs per admission | fallbacks | steal |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range cr.Runs {
+		n := float64(max(r.Admissions, 1))
+		steal := "unknown"
+		if r.Steal >= 0 {
+			steal = r.Steal.Round(10 * time.Millisecond).String()
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.1f%% | %.2f | %.2f | %.3f | %.2f | %d | %s |\n", r.Variant, r.perSecond(), 100*r.perSecond()/allowed,
+			r.Redis.CPUUsec, r.Redis.Usec, r.Redis.Trips, float64(r.ClientCPU.Microseconds())/n, r.Fallbacks, steal)
+	}
+	b.WriteString("\nWhat the keys hold in Redis: live keys (DBSIZE against the run's start), MEMORY USAGE of one key, and for pacer of the fleet's records " +
+		"(`{limiters}`: the heartbeats, and the policy each Limiter reports for each key it uses, a hash field and a sorted-set member per key) at three quarters of each run; " +
+		"then, once the processes have exited, the keys left (a redis_rate key lives a second after its last call, a pacer key 2 s more) " +
+		"and INFO used_memory's fall when they are flushed, per key:\n\n")
+	b.WriteString("| limiter | live keys | MEMORY USAGE of a key | fleet records | keys reported in them | keys left | used_memory per key left |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range cr.Runs {
+		per := "n/a"
+		if r.EndKeys > 0 {
+			per = fmt.Sprintf("%.0f B", float64(r.EndBytes)/float64(r.EndKeys))
+		}
+		fleet, reported := "–", "–"
+		if r.Variant != coldGCRA {
+			fleet, reported = fmt.Sprintf("%d B", r.FleetBytes), fmt.Sprint(r.Reported)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d B | %s | %s | %d | %s |\n", r.Variant, r.LiveKeys, r.SampleBytes, fleet, reported, r.EndKeys, per)
+	}
+	b.WriteString("\nWhere Redis's time goes (INFO commandstats: every command, a script's own commands counted again on their own):\n\n")
+	b.WriteString("| limiter | command | calls per admission | µs per call | µs per admission |\n|---|---|---:|---:|---:|\n")
+	for _, r := range cr.Runs {
+		n := float64(max(r.Admissions, 1))
+		for _, name := range slices.Sorted(maps.Keys(r.Stats)) {
+			st := r.Stats[name]
+			if st.Calls == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.4f | %.2f | %.2f |\n", r.Variant, name, float64(st.Calls)/n, float64(st.Usec)/float64(st.Calls), float64(st.Usec)/n)
+		}
+	}
+	for _, r := range cr.Runs {
+		if len(r.Ops) == 0 {
+			continue
+		}
+		n := float64(max(r.Admissions, 1))
+		var parts []string
+		for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
+			parts = append(parts, fmt.Sprintf("%s %.4f", op, float64(r.Ops[op])/n))
+		}
+		fmt.Fprintf(&b, "\n`%s`: its Redis calls per admission, by operation (Metrics.RedisCall): %s.\n", r.Variant, strings.Join(parts, ", "))
+	}
+	return b.String()
+}
