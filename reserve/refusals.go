@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,7 @@ import (
 type refusals struct {
 	mu sync.Mutex
 	m  map[string]refusal
+	n  atomic.Int64 // len(m): a Limiter with none remembered skips the key's formatting
 }
 
 type refusal struct {
@@ -53,20 +55,25 @@ func (r *refusals) note(key string, s *spec, amounts []float64, earliest, now ti
 		r.m = make(map[string]refusal)
 	}
 	r.m[refusalKey(key, s, amounts)] = refusal{earliest, now}
+	r.n.Store(int64(len(r.m)))
 }
 
 // check returns the wait a request with maxWait (>= 0) would have, and true,
 // when it is sure to be refused at now.
 func (r *refusals) check(key string, s *spec, amounts []float64, maxWait time.Duration, now time.Time) (time.Duration, bool) {
+	if r.n.Load() == 0 {
+		return 0, false
+	}
+	k := refusalKey(key, s, amounts)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := refusalKey(key, s, amounts)
 	e, ok := r.m[k]
 	if !ok {
 		return 0, false
 	}
 	if now.Sub(e.at) > refusalTTL || now.Before(e.at) {
 		delete(r.m, k)
+		r.n.Store(int64(len(r.m)))
 		return 0, false
 	}
 	wait := e.earliest.Sub(now)
@@ -83,4 +90,5 @@ func (r *refusals) forget(key string) {
 			delete(r.m, k)
 		}
 	}
+	r.n.Store(int64(len(r.m)))
 }

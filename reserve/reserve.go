@@ -142,7 +142,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 		}
 		return r, err
 	}
-	if maxWait >= 0 {
+	if maxWait >= 0 && l.refusals.n.Load() > 0 {
 		if wait, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {
 			return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
 		}

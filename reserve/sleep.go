@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/engine"
@@ -47,7 +48,7 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 		at := r.Time()
 		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
-		if poll := l.clock.Now().Add(resumePoll); r.afterPause() && poll.Before(check) {
+		if poll := l.clock.Now().Add(resumePoll); poll.Before(check) && r.afterPause() {
 			// A slot after a pause: look for a resume meanwhile.
 			if err := l.sleeper.Coarse(ctx, l.localDeadline(poll)); err != nil {
 				r.cancelDetached()
@@ -193,6 +194,9 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 			return false, err
 		}
 	}
+	if !l.pauses.anyOwn.Load() {
+		return end > slotNS, nil
+	}
 	nowNS, _ := l.serverNow()
 	if own, s, again := l.pauses.ownEnd(r.key, redisEnd, nowNS, slotNS, resumed); own > 0 {
 		end = max(end, own)
@@ -230,9 +234,10 @@ const checkShare = 500 * time.Microsecond
 // the pauses this Limiter made until they end: a Redis restarted empty
 // forgets them, and the provider's 429 that asked for one still holds.
 type pauseChecks struct {
-	mu  sync.Mutex
-	m   map[string]*pauseRead
-	own map[string]*ownPause
+	mu     sync.Mutex
+	m      map[string]*pauseRead
+	own    map[string]*ownPause
+	anyOwn atomic.Bool // own has been written: sleepers without it skip ownEnd
 }
 
 // ownPause is a pause this Limiter made.
@@ -255,6 +260,7 @@ func (p *pauseChecks) mine(key string, endNS, seq int64, s *spec) {
 		return
 	}
 	p.own[key] = &ownPause{endNS: endNS, seq: seq, spec: s}
+	p.anyOwn.Store(true)
 	if len(p.own) > 1024 {
 		now := time.Now().UnixNano() // the server's clock, near enough to drop the ended
 		for k, o := range p.own {

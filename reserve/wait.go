@@ -84,7 +84,12 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 		// The script measured the wait from when it ran; the slot counts
 		// from the reply. If the round trip pushed it past the deadline,
 		// give the slot back now, while it is still in the future.
-		if wait := r.Delay(); time.Now().Add(wait).After(deadline) {
+		now := time.Now()
+		wait := r.DelayFrom(now) // the system clock: one reading
+		if l.clock != systemClockValue {
+			wait = r.Delay()
+		}
+		if now.Add(wait).After(deadline) {
 			r.cancelDetached()
 			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
 				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline), Deadline: true})
