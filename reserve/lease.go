@@ -44,7 +44,10 @@ import (
 // Hand-out: slots go out in order. A slot that has passed by more than the
 // lateness allowance (Options.MaxLateness if positive, else the default,
 // at least 1 ms) is not handed out but lapses, like a sleeper that woke too
-// late; so does a slot that a pause this Limiter has read covers. A
+// late; so does a slot that a pause this Limiter has read covers. When the
+// next slot has fallen that far behind (demand below the lease's rate), the
+// hand-out skips to slots passed by at most half the allowance, so that the
+// caller's own lateness check a moment later keeps the slot. A
 // caller's maximum wait is checked against its leased slot as against one
 // from Redis.
 //
@@ -137,10 +140,19 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	now := l.clock.Now()
 	// The earliest slot that may still go out, on the server's clock: not
 	// passed by more than the allowance, not inside a pause read since.
-	oldest := max(ls.base.serverNS+int64(now.Sub(ls.base.local)-ls.allow), l.pauses.known(k.key))
+	nowNS := ls.base.serverNS + int64(now.Sub(ls.base.local))
+	paused := l.pauses.known(k.key)
+	oldest := max(nowNS-int64(ls.allow), paused)
 	if ls.slotNS(ls.next) < oldest {
+		// Demand is below the lease's rate, and its next slot has fallen
+		// behind: skip to slots passed by at most half the allowance, so
+		// that the caller's own lateness check (Sleep's, against the same
+		// allowance, a moment later) does not move it to a fresh slot.
+		// Skipping only to the allowance's edge handed out slots about to
+		// pass it, and Sleep moved one Wait in thirteen.
+		fresh := max(nowNS-int64(ls.allow/2), paused)
 		rest := ls.k - ls.next
-		skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= oldest })
+		skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= fresh })
 		ls.next += skip
 		ls.lapsed += skip
 		t.lapsed.Add(int64(skip))

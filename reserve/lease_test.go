@@ -202,25 +202,32 @@ func TestLeaseHandOut(t *testing.T) {
 	t.Run("lapse", func(t *testing.T) {
 		clk := fakeclock.New(epoch)
 		l := leaseLimiter(t, c, clk, reserve.Options{})
-		slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 100, true)
+		slots, _, ok, err := l.LeaseSlots(ctx, "k", lim, 2000, true)
 		require.NoError(t, err)
 		require.True(t, ok)
 		// Slot i is at epoch + i µs; the allowance is 1 ms: 50 have passed
-		// by more.
+		// by more. The hand-out skips to the first slot passed by at most
+		// half the allowance (550), so that Sleep's check against the
+		// allowance, a moment later, does not move it.
 		clk.Advance(time.Millisecond + 50*time.Microsecond)
 		r, err := l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		slot, _ := reserve.ServerSlot(r)
-		require.Equal(t, slots[50], slot)
+		require.Equal(t, slots[550], slot)
 		granted, handed, lapsed, held := l.LeaseCounts()
-		require.Equal(t, [4]int64{100, 1, 50, 49}, [4]int64{granted, handed, lapsed, held})
+		require.Equal(t, [4]int64{2000, 1, 550, 1449}, [4]int64{granted, handed, lapsed, held})
+		// Slots not passed by more than the allowance go out in order.
+		r, err = l.Reserve(ctx, "k", lim)
+		require.NoError(t, err)
+		slot, _ = reserve.ServerSlot(r)
+		require.Equal(t, slots[551], slot)
 		clk.Advance(time.Second)
 		r, err = l.Reserve(ctx, "k", lim)
 		require.NoError(t, err)
 		slot, _ = reserve.ServerSlot(r)
 		require.Equal(t, clk.Now().UnixNano(), slot, "after the lease lapsed, Redis's slot (a full bucket: now)")
 		granted, handed, lapsed, held = l.LeaseCounts()
-		require.Equal(t, [4]int64{100, 1, 99, 0}, [4]int64{granted, handed, lapsed, held})
+		require.Equal(t, [4]int64{2000, 2, 1998, 0}, [4]int64{granted, handed, lapsed, held})
 	})
 
 	t.Run("max wait", func(t *testing.T) {

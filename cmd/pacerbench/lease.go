@@ -112,11 +112,11 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 
 	fmt.Fprintf(w, "\n### Hot key with leases (limit %.0f/s, burst %d; %d processes x %d goroutines, %v per run)\n\n",
 		leaseLimit.Rate, leaseLimit.Burst, c.Procs, leaseGoroutines, c.Phase)
-	fmt.Fprintln(w, "| leases | call | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | client CPU µs per admission | fallbacks |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| leases | call | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | Waits moved to a fresh slot | client CPU µs per admission | fallbacks |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.4f | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), r.perSecond(), r.RedisCPUUse,
-			float64(r.RedisCalls)/float64(max(r.Admissions, 1)), r.Granted-r.Admissions,
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.4f | %d | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), r.perSecond(), r.RedisCPUUse,
+			float64(r.RedisCalls)/float64(max(r.Admissions, 1)), r.Granted-r.Admissions, r.Moved,
 			float64(r.ClientCPU.Microseconds())/float64(max(r.Admissions, 1)), r.Fallbacks)
 	}
 	fmt.Fprintf(w, "\nx/time/rate in one process, %d goroutines (the machine's floor): %.0f admissions/s\n", c.Procs*leaseGoroutines, floor)
