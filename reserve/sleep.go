@@ -299,7 +299,6 @@ func (p *pauseChecks) ownEnd(key string, redisEnd, nowNS, slotNS int64, resumed 
 
 type pauseRead struct {
 	done  chan struct{}
-	sent  time.Time // when the read was sent
 	at    time.Time // when the read finished
 	endNS int64     // the pause's end, Unix ns on the server's clock; 0: none
 	shift resumeShift
@@ -326,7 +325,7 @@ func (p *pauseChecks) read(ctx context.Context, l *Limiter, key string) (*pauseR
 	pr := p.m[key]
 	fresh := pr != nil && (pr.at.IsZero() || time.Since(pr.at) <= checkShare)
 	if !fresh {
-		pr = &pauseRead{done: make(chan struct{}), sent: time.Now()}
+		pr = &pauseRead{done: make(chan struct{})}
 		p.m[key] = pr
 		p.mu.Unlock()
 		go func() {
@@ -372,7 +371,7 @@ func (p *pauseChecks) observe(key string, endNS int64, shift resumeShift, sent t
 	}
 	done := make(chan struct{})
 	close(done)
-	p.m[key] = &pauseRead{done: done, sent: sent, at: time.Now(), endNS: endNS, shift: shift}
+	p.m[key] = &pauseRead{done: done, at: time.Now(), endNS: endNS, shift: shift}
 }
 
 // learn records a pause this Limiter made (or read) on key: it ends at
