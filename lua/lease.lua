@@ -35,6 +35,9 @@
 --                         i-th slot is now_us*1000 + ceil(x - (k-i)*step),
 --                         ignoring float noise under 1e-3 ns (core.lua's
 --                         grid), never before the first
+--                state    the key's state as written ("" when k is 0):
+--                         its pause and resume records stand for the pause
+--                         check a sleeper would otherwise read
 -- Errors       PACER_ARG, PACER_EXCEEDS, PACER_WRONGTYPE, PACER_CONFIG.
 
 local k = tonumber(ARGV[opi])
@@ -50,12 +53,12 @@ if type(stored) == 'table' then
   return redis.error_reply('PACER_WRONGTYPE the stored limit key holds another type')
 end
 if nbands ~= 1 or not bands[1].bucket or stored then
-  return {now_us, now_ns, 0, 1, 0, 0, '0', '0'}
+  return {now_us, now_ns, 0, 1, 0, 0, '0', '0', ''}
 end
 
 local q1, idx1, s1 = earliest(pause, cost)
 if not q1 or q1 > max_queue_us then
-  return {now_us, now_ns, 0, 2, 0, 0, '0', '0'}
+  return {now_us, now_ns, 0, 2, 0, 0, '0', '0', ''}
 end
 local first = tell(q1)
 local bulk = {}
@@ -65,6 +68,6 @@ local qk, idxk, sk = earliest(pause, cost)
 take(qk, cost, idxk, sk)
 local seq0 = seq + 1
 seq = seq + k
-save()
+local state = save()
 return {now_us, now_ns, k, seq0, first, tell(qk),
-  string.format('%.17g', (sk + now_frac) * 1000), string.format('%.17g', bands[1].upp * cost[1] * 1000)}
+  string.format('%.17g', (sk + now_frac) * 1000), string.format('%.17g', bands[1].upp * cost[1] * 1000), state}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -323,13 +324,15 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 	}
 	args = append(args, strconv.Itoa(size), "1")
 	keys := l.keys(k.key)
+	var sentReal time.Time // for the pause read the reply stands for
 	res, err := l.run(ctx, "lease", k.key, func(ctx context.Context) (any, error) {
+		sentReal = time.Now()
 		return leaseScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	ls, err := l.parseLease(now, k.key, s, res)
+	ls, err := l.parseLease(now, sentReal, k.key, s, res)
 	if err != nil {
 		return nil, err
 	}
@@ -359,11 +362,17 @@ func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (
 	return ls, nil
 }
 
-// parseLease reads lease.lua's reply; nil when the key is not leasable.
-func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*lease, error) {
+// parseLease reads lease.lua's reply to a call sent at now (sentReal on
+// the system clock); nil when the key is not leasable. The state it carries
+// stands for a sleeper's pause read (pauseChecks.observe), as a
+// reservation's reply does.
+func (l *Limiter) parseLease(now, sentReal time.Time, key string, s *spec, res any) (*lease, error) {
 	reply, ok := res.([]any)
-	if !ok || len(reply) != 8 {
+	if !ok || len(reply) != 9 {
 		return nil, replyError("lease", key, res)
+	}
+	if state, _ := reply[8].(string); state != "" {
+		l.pauses.observe(key, engine.PauseEnd(state), shiftOf(state), sentReal)
 	}
 	base, err := l.replyBase(now, reply)
 	if err != nil {

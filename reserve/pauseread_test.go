@@ -45,4 +45,14 @@ func TestReplyIsPauseRead(t *testing.T) {
 	assert.Equal(t, end, l.KnownPause("p"), "an older reply replaced a newer read")
 	l.ObservePause("p", 0, time.Now().Add(time.Millisecond))
 	assert.Zero(t, l.KnownPause("p"), "a newer reply did not replace an older read")
+
+	// A lease's reply carries the state too.
+	hot := reserve.Limit{Rate: 1e6, Burst: 1}
+	require.NoError(t, other.Pause(ctx, "h", time.Minute))
+	slots, _, ok, err := l.LeaseSlots(ctx, "h", hot, 10, false)
+	require.NoError(t, err)
+	require.True(t, ok, "not leasable")
+	end = l.KnownPause("h")
+	assert.Greater(t, end, time.Now().Add(50*time.Second).UnixNano(), "pause end known from the lease's reply")
+	assert.GreaterOrEqual(t, slots[0], end, "a leased slot inside the pause")
 }
