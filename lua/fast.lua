@@ -8,19 +8,21 @@
 -- anything is written), which also gives every error reply.
 -- KEYS and ARGV: see core.lua and reserve.lua.
 do
-  local m = ARGV[12]
+  local argv = ARGV
+  local m = argv[12]
   if m == '1' then
     m = 1
   else
     m = tonumber(m)
   end
-  local v1 = ARGV[3] == 'f1 1'
-  if (v1 or ARGV[3] == '1') and ARGV[5] == '1' and ARGV[6] == 'permits' and ARGV[7] == '1' and ARGV[8] == 'b' and ARGV[11] == ''
-      and m and m >= 1 and #ARGV == 12 + 2 * m and not string.find(ARGV[4], ' ', 1, true) then
-    local rate, burst = tonumber(ARGV[9]), tonumber(ARGV[10])
-    local ok = rate and rate > 0 and rate ~= math.huge and burst and burst >= 1 and burst ~= math.huge and burst == math.floor(burst)
+  local v1 = argv[3] == 'f1 1'
+  if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and argv[11] == ''
+      and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
+    local floor, ceil, huge = math.floor, math.ceil, math.huge
+    local rate, burst = tonumber(argv[9]), tonumber(argv[10])
+    local ok = rate and rate > 0 and rate ~= huge and burst and burst >= 1 and burst ~= huge and burst == floor(burst)
     local raw = ok and redis.pcall('GET', KEYS[1])
-    local server_time = ARGV[1] == ''
+    local server_time = argv[1] == ''
     local now_us, now_frac, now_ns = 0, 0, 0
     local upp, fill = 0, 0
     local base, expiry, seq, pause, z, e = 0, 0, 0, 0, 0, 0
@@ -29,11 +31,13 @@ do
       if type(raw) ~= 'string' then
         ok = false
       else
+        -- Every number the patterns take is one Lua reads (x + 0, cheaper
+        -- than tonumber); a state they do not take goes to core.lua.
         local t, x, s, p, zs, es
         if v1 then
-          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?[%d.]+) 0 permits (%S+) (%S+)$')
+          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0 permits (%-?%d+%.?%d*) (%-?%d+%.?%d*)$')
         else
-          t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?[%d.]+) (%S+) (%S+)$')
+          t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*) (%-?%d+%.?%d*) (%-?%d+%.?%d*)$')
         end
         if t then
           upp = 1000000 / rate
@@ -42,35 +46,35 @@ do
             local tm = redis.call('TIME')
             now_us = tm[1] * 1000000 + tm[2]
           else
-            now_us = tonumber(ARGV[1])
-            now_ns = tonumber(ARGV[2])
+            now_us = tonumber(argv[1])
+            now_ns = tonumber(argv[2])
             now_frac = now_ns / 1000
           end
-          t = tonumber(t)
+          t = t + 0
           base = -now_frac
           if not (server_time and t > now_us) then
             base = t - now_us - now_frac
           end
           if v1 then
-            expiry = tonumber(x) / 1000 + base -- ns
+            expiry = (x + 0) / 1000 + base -- ns
           else
-            expiry = tonumber(x) * 1000 + base -- ms
+            expiry = (x + 0) * 1000 + base -- ms
           end
-          seq = tonumber(s)
-          if p == '0' then
+          seq = s + 0
+          if p == '0' or p == '0.000' then
             pause = base
           else
-            local v = tonumber(p)
+            local v = p + 0
             pause = v / 1000 + base
             if v >= 1000 or v < 0 then
               pause_at = pause
             end
           end
-          z = (zs == '0' and 0 or tonumber(zs) / 1000) + base
+          z = (zs == '0' and 0 or (zs + 0) / 1000) + base
           if not (z > -fill) then
             z = -fill
           end
-          e = (es == '0' and 0 or tonumber(es) / 1000) + base
+          e = (es == '0' and 0 or (es + 0) / 1000) + base
           if pause < 0 then
             pause = 0
           end
@@ -89,8 +93,8 @@ do
           local tm = redis.call('TIME')
           now_us = tm[1] * 1000000 + tm[2]
         else
-          now_us = tonumber(ARGV[1])
-          now_ns = tonumber(ARGV[2])
+          now_us = tonumber(argv[1])
+          now_ns = tonumber(argv[2])
           now_frac = now_ns / 1000
         end
         base = -now_frac
@@ -100,24 +104,31 @@ do
     -- The requests' arguments, checked before anything is decided.
     local i = 13
     while ok and i < 13 + 2 * m do
-      local w, c = ARGV[i], ARGV[i + 1]
-      local x = w ~= '-1' and tonumber(w)
-      if w ~= '-1' and not (x and x >= 0 and x ~= math.huge) then -- (NaN fails x >= 0)
-        ok = false
-      elseif c ~= '1' then
+      local w, c = argv[i], argv[i + 1]
+      if w ~= '-1' then
+        local x = tonumber(w)
+        if not (x and x >= 0 and x ~= huge) then -- (NaN fails x >= 0)
+          ok = false
+        end
+      end
+      if ok and c ~= '1' then
         c = tonumber(c)
-        ok = c and c >= 0 and c == c and c ~= math.huge and c <= burst + 1e-9
+        ok = c and c >= 0 and c == c and c ~= huge and c <= burst + 1e-9
       end
       i = i + 2
     end
     if ok then
-      local out = {now_us, now_ns}
+      local out = nil
+      if m > 1 then
+        out = {now_us, now_ns}
+      end
+      local w1, s1 = 0, 0 -- the reply of a single request
       local granted = false
       -- grid and tell as in core.lua.
       local x0 = (pause + now_frac) * 1000
-      local q0 = math.ceil(x0 - 1e-3 - math.abs(x0) * 4e-16) / 1000 - now_frac
+      local q0 = ceil(x0 - 1e-3 - (x0 < 0 and -x0 or x0) * 4e-16) / 1000 - now_frac
       for r = 1, m do
-        local w, c = ARGV[11 + 2 * r], ARGV[12 + 2 * r]
+        local w, c = argv[11 + 2 * r], argv[12 + 2 * r]
         if c == '1' then
           c = 1
         else
@@ -128,14 +139,14 @@ do
           local t = z + c * upp
           if t > q then
             local x = (t + now_frac) * 1000
-            s, q = t, math.ceil(x - 1e-3 - math.abs(x) * 4e-16) / 1000 - now_frac
+            s, q = t, ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
           end
         end
-        local wait = math.floor((q + now_frac) * 1000 + 0.5) - now_ns
+        local wait = floor((q + now_frac) * 1000 + 0.5) - now_ns
         if q > 30 * 365 * 24 * 3600 * 1000000 then
-          out[2 * r + 1], out[2 * r + 2] = 0, -1
+          w1, s1 = 0, -1
         elseif w ~= '-1' and tonumber(w) >= 0 and wait > tonumber(w) * 1000 then
-          out[2 * r + 1], out[2 * r + 2] = wait, 0
+          w1, s1 = wait, 0
         else
           if c > 0 then
             if z < s - fill then
@@ -148,7 +159,10 @@ do
           end
           seq = seq + 1
           granted = true
-          out[2 * r + 1], out[2 * r + 2] = wait, seq
+          w1, s1 = wait, seq
+        end
+        if out then
+          out[2 * r + 1], out[2 * r + 2] = w1, s1
         end
       end
       local state = raw or ''
@@ -159,48 +173,57 @@ do
           need = z + fill
         end
         need = need + 1000000
-        local fz, fe, fp = '%d', '%d', '%d'
         local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, 0
         if pause > 0 then
           pn = (pause + now_frac) * 1000
         elseif pause_at then
           pn = (pause_at + now_frac) * 1000
         end
-        local r = math.floor(zn + 0.5)
+        -- A time within half a thousandth of a whole ns is that ns.
+        local whole = true
+        local r = floor(zn + 0.5)
         if zn - r < 0.0005 and r - zn < 0.0005 then
           zn = r
         else
-          fz = '%.3f'
+          whole = false
         end
-        r = math.floor(en + 0.5)
+        local fz = whole
+        r = floor(en + 0.5)
         if en - r < 0.0005 and r - en < 0.0005 then
           en = r
         else
-          fe = '%.3f'
+          whole = false
         end
-        r = math.floor(pn + 0.5)
+        local fe = en == r
+        r = floor(pn + 0.5)
         if pn - r < 0.0005 and r - pn < 0.0005 then
           pn = r
         else
-          fp = '%.3f'
+          whole = false
         end
         local f = '%d %d %d %d %d %d'
         if v1 then
-          f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
-        elseif fz ~= '%d' or fe ~= '%d' or fp ~= '%d' then
-          f = '%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe
+          -- Format 1 prints them with three decimals: a whole ns (not -0,
+          -- which floor(x + 0.5) never gives) is its integer and ".000".
+          if whole and zn < 1e15 and zn > -1e15 and en < 1e15 and en > -1e15 and pn < 1e15 and pn > -1e15 then
+            f = '1 %d %d %d %d.000 0 permits %d.000 %d.000'
+          else
+            f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
+          end
+        elseif not whole then
+          f = '%d %d %d ' .. (pn == r and '%d' or '%.3f') .. ' ' .. (fz and '%d' or '%.3f') .. ' ' .. (fe and '%d' or '%.3f')
         end
         if expiry >= need then
           local x
           if v1 then
-            x = math.floor((expiry + now_frac) * 1000)
+            x = floor((expiry + now_frac) * 1000)
           else
-            x = math.floor((expiry + now_frac) / 1000)
+            x = floor((expiry + now_frac) / 1000)
           end
           state = string.format(f, now_us, x, seq, pn, zn, en)
           redis.call('SET', KEYS[1], state, 'KEEPTTL')
         else
-          local x = math.ceil((need + 1000000) / 1000)
+          local x = ceil((need + 1000000) / 1000)
           local xs = x
           if v1 then
             xs = x * 1000000
@@ -209,9 +232,11 @@ do
           redis.call('SET', KEYS[1], state, 'PX', x)
         end
       end
-      out[#out + 1] = state
-      out[#out + 1] = ''
-      return out
+      if out then
+        out[2 * m + 3], out[2 * m + 4] = state, ''
+        return out
+      end
+      return {now_us, now_ns, w1, s1, state, ''}
     end
   end
 end
