@@ -7,6 +7,11 @@
 -- tables and functions; anything else falls through to them (before
 -- anything is written), which also gives every error reply.
 -- KEYS and ARGV: see core.lua and reserve.lua.
+--
+-- The second block below is the same for a policy (any number of bucket
+-- and window bands, on any units) under the same conditions, whose state
+-- holds exactly its bands' records, in its order, and nothing else.
+local fast_limit = false -- the first block's case: the second is not tried
 do
   local argv = ARGV
   local m = argv[12]
@@ -18,6 +23,7 @@ do
   local v1 = argv[3] == 'f1 1'
   if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and argv[11] == ''
       and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
+    fast_limit = true
     local floor, ceil, huge = math.floor, math.ceil, math.huge
     local rate, burst = tonumber(argv[9]), tonumber(argv[10])
     local ok = rate and rate > 0 and rate ~= huge and burst and burst >= 1 and burst ~= huge and burst == floor(burst)
@@ -35,7 +41,9 @@ do
         -- than tonumber); a state they do not take goes to core.lua.
         local t, x, s, p, zs, es
         if v1 then
-          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0 permits (%-?%d+%.?%d*) (%-?%d+%.?%d*)$')
+          -- (A bucket's times have decimals in format 1: without, the
+          -- record is a window's of the same name, which core.lua drops.)
+          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0 permits (%-?%d+%.%d+) (%-?%d+%.?%d*)$')
         else
           t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*) (%-?%d+%.?%d*) (%-?%d+%.?%d*)$')
         end
@@ -237,6 +245,411 @@ do
         return out
       end
       return {now_us, now_ns, w1, s1, state, ''}
+    end
+  end
+end
+
+if not fast_limit then
+  local argv = ARGV
+  local share = argv[3]
+  local v1 = share == 'f1 1'
+  local k = argv[5]
+  if k == '1' then
+    k = 1
+  else
+    k = tonumber(k)
+  end
+  local floor, ceil, huge = math.floor, math.ceil, math.huge
+  local units = argv[4]
+  local opi = k and 6 + 5 * k
+  local m = opi and argv[opi + 1]
+  if m == '1' then
+    m = 1
+  elseif m then
+    m = tonumber(m)
+  end
+  -- The units: names with single spaces between them (core.lua counts the
+  -- spaces for the costs and the names for the bands' units).
+  local nunits = nil
+  if units == 'permits' or string.find(units, '^%S+$') then
+    nunits = 1
+  elseif string.find(units, '^%S+ %S+$') then
+    nunits = 2
+  elseif units ~= '' and not string.find(units, '^ ') and not string.find(units, ' $') and not string.find(units, '  ', 1, true)
+      and not string.find(units, '[\t\n\v\f\r]') then
+    local _, n = string.gsub(units, ' ', ' ')
+    nunits = n + 1
+  end
+  if (v1 or share == '1') and k and k >= 1 and k <= 16 and k == floor(k) and nunits and m and m >= 1 and m == floor(m)
+      and argv[opi] == '' and #argv == opi + 1 + m * (1 + nunits) then
+    local now_us, now_frac, now_ns = 0, 0, 0
+    if argv[1] == '' then
+      local tm = redis.call('TIME')
+      now_us = tm[1] * 1000000 + tm[2]
+    else
+      now_us = tonumber(argv[1])
+      now_ns = tonumber(argv[2])
+      now_frac = now_ns / 1000
+    end
+    -- The bands, as core.lua's read_bands reads them at the whole share.
+    local bands, ok = {}, now_us and now_ns and true
+    local i = 6
+    for n = 1, k do
+      if not ok then
+        break
+      end
+      local name, unit, kind, a, b = argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 3]), argv[i + 4]
+      if unit == '1' then
+        unit = 1
+      else
+        unit = tonumber(unit)
+      end
+      if not unit or unit < 1 or unit > nunits or unit ~= floor(unit) or string.byte(name, 1) == 126 or not a or a ~= a or a == huge then
+        ok = false
+      elseif kind == 'b' then
+        b = tonumber(b)
+        if a <= 0 or not b or b ~= b or b < 1 or b == huge or b ~= floor(b) then
+          ok = false
+        else
+          local upp = 1000000 / (a * 1)
+          bands[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, fill = b * upp, z = -b * upp, e = -b * upp}
+        end
+      elseif kind == 'w' then
+        local len, origin = string.match(b, '^(%d+):(%d+)$')
+        len, origin = tonumber(len), tonumber(origin)
+        if a < 1 or not len or len < 1 then
+          ok = false
+        else
+          local q = now_us - origin
+          local cur = floor(q / len)
+          local rem = q - cur * len
+          if rem < 0 then
+            cur, rem = cur - 1, rem + len
+          elseif rem >= len then
+            cur, rem = cur + 1, rem - len
+          end
+          bands[n] = {name = name, unit = unit, bucket = false, n = a, burst = a, len = len, rem = rem + now_frac, cur = cur, w = cur, u = 0}
+        end
+      else
+        ok = false
+      end
+      for j = 1, n - 1 do
+        if ok and bands[j].name == name then
+          ok = false -- one name twice: core.lua's matching of records
+        end
+      end
+      i = i + 5
+    end
+    -- The requests' arguments, checked (and each cost fitting every band)
+    -- before anything is decided: anything else is core.lua's error.
+    local costs, waits = {}, {}
+    i = opi + 2
+    for r = 1, m do
+      if not ok then
+        break
+      end
+      local w = argv[i]
+      if w == '-1' then
+        w = -1
+      else
+        w = tonumber(w)
+      end
+      if not w or w ~= w or w == huge or (w < 0 and w ~= -1) then
+        ok = false
+      end
+      local cost = {}
+      for u = 1, nunits do
+        local c = argv[i + u]
+        if c == '1' then
+          cost[u] = 1
+        else
+          c = tonumber(c)
+          if not c or c < 0 or c ~= c or c == huge then
+            ok = false
+          end
+          cost[u] = c
+        end
+      end
+      for j = 1, k do
+        local b = bands[j]
+        if ok and (cost[b.unit] or 0) > b.burst + 1e-9 then
+          ok = false
+        end
+      end
+      waits[r], costs[r] = w, cost
+      i = i + 1 + nunits
+    end
+    local raw = ok and redis.pcall('GET', KEYS[1])
+    local base, expiry, seq, pause = -now_frac, 0, 0, 0
+    local pause_at = nil
+    if raw then
+      if type(raw) ~= 'string' then
+        ok = false
+      else
+        local t, x, s, p, rest
+        if v1 then
+          t, x, s, p, rest = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0( .*)$')
+        else
+          t, x, s, p, rest = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*)( .*)$')
+        end
+        if t then
+          t = t + 0
+          if not (argv[1] == '' and t > now_us) then
+            base = t - now_us - now_frac
+          end
+          if v1 then
+            expiry = (x + 0) / 1000 + base
+          else
+            expiry = (x + 0) * 1000 + base
+          end
+          seq = s + 0
+          if p == '0' or p == '0.000' then
+            pause = base
+          else
+            local v = p + 0
+            pause = v / 1000 + base
+            if v >= 1000 or v < 0 then
+              pause_at = pause
+            end
+          end
+          -- Exactly the bands' records, in their order.
+          local at = 1
+          for j = 1, k do
+            local b = bands[j]
+            local name, xs, ys, nxt = string.match(rest, '^ (%S+) (%S+) (%S+)()', at)
+            if name ~= b.name then
+              ok = false
+              break
+            end
+            at = nxt
+            if b.bucket then
+              local zz, ee = tonumber(xs), tonumber(ys)
+              if not zz or not ee or (v1 and not string.find(xs, '.', 1, true)) or (not v1 and string.byte(xs, 1) == 119) then
+                ok = false
+                break
+              end
+              zz = zz / 1000 + base
+              if zz > -b.fill then
+                b.z = zz
+              end
+              b.e = ee / 1000 + base
+            else
+              if not v1 then
+                if string.byte(xs, 1) ~= 119 then -- 'w'
+                  ok = false
+                  break
+                end
+                xs = string.sub(xs, 2)
+              elseif string.find(xs, '.', 1, true) then
+                ok = false
+                break
+              end
+              local w, u = tonumber(xs), tonumber(ys)
+              if not w or not u then
+                ok = false
+                break
+              end
+              if w >= b.cur then
+                if (w + 1 - b.cur) * b.len - b.rem <= expiry + 1000000 then
+                  b.w, b.u = w, u
+                elseif u > 0 then
+                  b.u = b.n
+                end
+              end
+            end
+          end
+          if at ~= #rest + 1 then
+            ok = false
+          end
+        else
+          ok = false
+        end
+      end
+    elseif ok then
+      -- No state: the caller's policy holds unless a limit is stored.
+      if redis.pcall('GET', KEYS[2]) then
+        ok = false
+      end
+    end
+    if ok and not v1 and k == 1 and bands[1].bucket and bands[1].name == 'permits' then
+      ok = false -- format 2 writes a Limit's record without its name: core.lua
+    end
+    if ok then
+      if pause < 0 then
+        pause = 0
+      end
+      -- grid, tell, earliest and take as in core.lua, at the whole share.
+      local function grid(v)
+        local x = (v + now_frac) * 1000
+        return ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
+      end
+      local out = {now_us, now_ns}
+      local granted = false
+      for r = 1, m do
+        local cost, max_wait = costs[r], waits[r]
+        -- earliest(pause, cost)
+        local s, idx, never = pause, nil, false
+        local q = grid(s)
+        for _ = 1, 8 do
+          local moved = false
+          for j = 1, k do
+            local b = bands[j]
+            local c = cost[b.unit] or 0
+            if c > 0 then
+              if b.bucket then
+                local t = b.z + c * b.upp
+                local gt = grid(t)
+                if gt > q then
+                  s, q, moved = t, gt, true
+                end
+              else
+                local w = b.cur + floor((b.rem + q) / b.len)
+                if w < b.w then
+                  w = b.w
+                end
+                local tries = 0
+                while (w == b.w and b.u or 0) + c > b.n * (1 + 1e-9) do
+                  w = w + 1
+                  tries = tries + 1
+                  if tries > 1 then
+                    never = true
+                    break
+                  end
+                end
+                if never then
+                  break
+                end
+                local ws = (w - b.cur) * b.len - b.rem
+                local gws = grid(ws)
+                if gws > q then
+                  s, q, moved = ws, gws, true
+                end
+                idx = idx or {}
+                idx[j] = w
+              end
+            end
+          end
+          if never or not moved then
+            break
+          end
+        end
+        local wait = not never and floor((q + now_frac) * 1000 + 0.5) - now_ns
+        if never then
+          out[2 * r + 1], out[2 * r + 2] = 0, -2
+        elseif q > 30 * 365 * 24 * 3600 * 1000000 then
+          out[2 * r + 1], out[2 * r + 2] = 0, -1
+        elseif max_wait >= 0 and wait > max_wait * 1000 then
+          out[2 * r + 1], out[2 * r + 2] = wait, 0
+        else
+          -- take(q, cost, idx, s)
+          for j = 1, k do
+            local b = bands[j]
+            local c = cost[b.unit] or 0
+            if c > 0 then
+              if b.bucket then
+                local f = b.fill
+                if f < c * b.upp then
+                  f = c * b.upp
+                end
+                local z = b.z
+                if z < s - f then
+                  z = s - f
+                end
+                b.z = z + c * b.upp
+                if q > b.e then
+                  b.e = q
+                end
+              else
+                if idx[j] > b.w then
+                  b.w, b.u = idx[j], 0
+                end
+                b.u = b.u + c
+              end
+            end
+          end
+          seq = seq + 1
+          granted = true
+          out[2 * r + 1], out[2 * r + 2] = wait, seq
+        end
+      end
+      local state = raw or ''
+      if granted then
+        -- save, as in core.lua: one format of every field.
+        local need = pause
+        local f, vals = {}, {}
+        local nf = 0
+        for j = 1, k do
+          local b = bands[j]
+          if b.bucket then
+            if b.z + b.fill > need then
+              need = b.z + b.fill
+            end
+            local zn, en = (b.z + now_frac) * 1000, (b.e + now_frac) * 1000
+            local fz, fe = ' %.3f', ' %.3f'
+            if not v1 then
+              local rz, re = floor(zn + 0.5), floor(en + 0.5)
+              if zn - rz < 0.0005 and rz - zn < 0.0005 then
+                fz, zn = ' %d', rz
+              end
+              if en - re < 0.0005 and re - en < 0.0005 then
+                fe, en = ' %d', re
+              end
+            end
+            f[j] = ' %s' .. fz .. fe
+            vals[nf + 1], vals[nf + 2], vals[nf + 3] = b.name, zn, en
+          else
+            local over = (b.w + 1 - b.cur) * b.len - b.rem
+            if b.u > 0 and over > need then
+              need = over
+            end
+            f[j] = v1 and ' %s %d %.17g' or ' %s w%d %.17g'
+            vals[nf + 1], vals[nf + 2], vals[nf + 3] = b.name, b.w, b.u
+          end
+          nf = nf + 3
+        end
+        need = need + 1000000
+        local fp, p = '%d', 0
+        if pause > 0 then
+          p = (pause + now_frac) * 1000
+        elseif pause_at then
+          p = (pause_at + now_frac) * 1000
+        end
+        if v1 then
+          fp = '%.3f'
+        else
+          local r = floor(p + 0.5)
+          if p - r < 0.0005 and r - p < 0.0005 then
+            p = r
+          else
+            fp = '%.3f'
+          end
+        end
+        local keep = expiry >= need
+        local x, px
+        if keep then
+          if v1 then
+            x = floor((expiry + now_frac) * 1000)
+          else
+            x = floor((expiry + now_frac) / 1000)
+          end
+        else
+          expiry = need + 1000000
+          px = ceil(expiry / 1000)
+          x = v1 and px * 1000000 or px
+        end
+        if v1 then
+          state = string.format('1 %d %d %d ' .. fp .. ' 0' .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, nf))
+        else
+          state = string.format('%d %d %d ' .. fp .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, nf))
+        end
+        if keep then
+          redis.call('SET', KEYS[1], state, 'KEEPTTL')
+        else
+          redis.call('SET', KEYS[1], state, 'PX', px)
+        end
+      end
+      out[2 * m + 3], out[2 * m + 4] = state, ''
+      return out
     end
   end
 end

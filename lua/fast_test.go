@@ -82,25 +82,53 @@ func TestFastPathSameAsCore(t *testing.T) {
 	// state written on the client's (core.lua's rule for a server clock
 	// that steps back would tell the two calls apart).
 	now := time.Now().UnixMicro() - 3600_000_000
+	// The policy: a Limit, or several bands of buckets and windows on one
+	// to three units (fast.lua's second block).
 	rate, burst := "3", "2"
+	units, bands := "permits", []string{"permits", "1", "b", rate, burst}
+	format := "1"
+	draw := func() {
+		format = pick("1", "f1 1")
+		rate = pick("0.5", "3", "7", "100", "12345.6", "1000000", "1e6", "0.001")
+		burst = pick("1", "2", "3", "4", "10", "1000")
+		if r.IntN(2) == 0 {
+			units, bands = "permits", []string{"permits", "1", "b", rate, burst}
+			return
+		}
+		units = pick("permits", "requests tokens", "requests tokens", "a b c")
+		nunits := len(strings.Fields(units))
+		bands = nil
+		for i := range 1 + r.IntN(3) {
+			name := pick("rps", "tps", "daily", "permits", "x%y") + strconv.Itoa(i)
+			if r.IntN(8) == 0 {
+				name = "permits"
+			}
+			unit := strconv.Itoa(1 + r.IntN(nunits))
+			if r.IntN(2) == 0 {
+				bands = append(bands, name, unit, "b", pick("0.5", "3", "100", "12345.6", "1e6"), pick("1", "2", "5", "1000", "6000"))
+			} else {
+				bands = append(bands, name, unit, "w", pick("1", "3", "10", "2.5", "1e12"), pick("1000000:0", "3000000:250000", "86400000000:0", "60000000:17"))
+			}
+		}
+	}
 	answered, failed := 0, 0
+	draw()
 	for step := range 4000 {
 		// Now and then, the policy changes, or the key is paused, given a
 		// stored limit (falls through), emptied or spoilt.
 		spoilt := false
 		switch r.IntN(40) {
-		case 0:
-			rate = pick("0.5", "3", "7", "100", "12345.6", "1000000", "1e6", "0.001")
-			burst = pick("1", "2", "3", "4", "10", "1000")
+		case 0, 5:
+			draw()
 		case 1:
 			a := []any{strconv.FormatInt(now, 10), "0", pick("1", "f1 1"), "permits", "0", strconv.Itoa(1 + r.IntN(3_000_000))}
 			if x, y := run(pauseScript, fastKeys[:2], a), run(pauseScript, slowKeys[:2], a); x != y {
 				t.Fatalf("step %d: Pause %v: %s, and on the other key %s", step, a, x, y)
 			}
-		case 2:
-			op, v := pick("set", "unset"), "enforce 1 permits permits b 0.5 3"
-			if op == "unset" {
-				v = ""
+		case 2, 6, 7, 8:
+			op, v := "set", pick("enforce 1 permits permits b 0.5 3", "enforce 1 rps0 requests b 2 5", "shadow 1 tps1 tokens b 1000 6000")
+			if step%4 != 0 {
+				op, v = "unset", ""
 			}
 			for _, k := range [][]string{fastKeys, slowKeys} {
 				ak := []string{k[0], k[1], k[2], k[0] + ":history", k[0] + ":weights"}
@@ -123,25 +151,39 @@ func TestFastPathSameAsCore(t *testing.T) {
 		if r.IntN(10) == 0 {
 			m = []int{0, 4, 7}[r.IntN(3)]
 		}
-		args := []any{strconv.FormatInt(now, 10), nowNS, pick("1", "f1 1", "f1 1", "f2 1", "3 1"), "permits", "1", "permits", "1", "b", rate, burst, pick("", "", "", "", "", "", "", "", "", "250000"), strconv.Itoa(m)}
-		if r.IntN(30) == 0 { // malformed or not a Limit: falls through
-			i := 4 + r.IntN(7)
-			args[i] = pick("", "0", "-1", "nan", "inf", "2", "w", "x y", "1.5", "permits tokens")
+		args := []any{strconv.FormatInt(now, 10), nowNS, format, units, strconv.Itoa(len(bands) / 5)}
+		for _, b := range bands {
+			args = append(args, b)
+		}
+		args = append(args, pick("", "", "", "", "", "", "", "", "", "250000"), strconv.Itoa(m))
+		if r.IntN(10) == 0 { // the other format, a format prefix, a share
+			args[2] = pick("1", "f1 1", "f2 1", "3 1")
+		}
+		if r.IntN(30) == 0 { // malformed, or another shape: falls through
+			i := 3 + r.IntN(len(args)-3)
+			args[i] = pick("", "0", "-1", "nan", "inf", "2", "w", "b", "x y", "1.5", "permits tokens", " permits", "a  b", "~p", "5:0", "1000000:x")
 		}
 		for range m {
 			w := pick("-1", "-1", "-1", strconv.Itoa(r.IntN(2_000_000)), "0")
-			c := pick("1", "1", "1", "1", "1", "0", "0.5", "0.25", "1.5", "2", "3.7")
 			if r.IntN(50) == 0 {
-				w = pick("-2", "nan", "1.5", "inf", "x")
+				w = pick("-2", "nan", "1.5", "inf", "x", "-1.0")
 			}
-			if r.IntN(50) == 0 {
-				c = pick("-1", "nan", "inf", "11", "1001", "")
+			args = append(args, w)
+			for range len(strings.Fields(units)) {
+				c := pick("1", "1", "1", "1", "1", "0", "0.5", "0.25")
+				if r.IntN(10) == 0 { // above some bursts and Ns
+					c = pick("1.5", "2", "3.7", "500")
+				}
+				if r.IntN(50) == 0 {
+					c = pick("-1", "nan", "inf", "11", "1001", "", "-0")
+				}
+				args = append(args, c)
 			}
-			args = append(args, w, c)
 		}
 		if r.IntN(60) == 0 {
 			args = append(args, "1")
 		}
+		_ = units
 		// With the server's clock the fast key goes first, and the slow one
 		// replays its now on the client's: the same call.
 		server := r.IntN(5) == 0
