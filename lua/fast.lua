@@ -280,7 +280,9 @@ if not fast_limit then
     local _, n = string.gsub(units, ' ', ' ')
     nunits = n + 1
   end
-  if (v1 or share == '1') and k and k >= 1 and k <= 16 and k == floor(k) and nunits and m and m >= 1 and m == floor(m)
+  -- (At most 9 bands: the state's pattern has 4 + 3k captures, of 32.
+  -- x % 1 ~= 0: x is not a whole number, NaN included, without a call.)
+  if (v1 or share == '1') and k and k >= 1 and k <= 9 and k % 1 == 0 and nunits and m and m >= 1 and m % 1 == 0
       and argv[opi] == '' and #argv == opi + 1 + m * (1 + nunits) then
     local now_us, now_frac, now_ns = 0, 0, 0
     if argv[1] == '' then
@@ -291,7 +293,9 @@ if not fast_limit then
       now_ns = tonumber(argv[2])
       now_frac = now_ns / 1000
     end
-    -- The bands, as core.lua's read_bands reads them at the whole share.
+    -- The bands, as core.lua's read_bands reads them at the whole share,
+    -- each a list: a bucket {name, unit, true, upp, burst, fill, z, e}, a
+    -- window {name, unit, false, n, n, len, rem, cur, w, u}.
     local bands, ok = {}, now_us and now_ns and true
     local i = 6
     for n = 1, k do
@@ -304,15 +308,15 @@ if not fast_limit then
       else
         unit = tonumber(unit)
       end
-      if not unit or unit < 1 or unit > nunits or unit ~= floor(unit) or string.byte(name, 1) == 126 or not a or a ~= a or a == huge then
+      if not unit or unit < 1 or unit > nunits or unit % 1 ~= 0 or string.byte(name, 1) == 126 or not a or a ~= a or a == huge then
         ok = false
       elseif kind == 'b' then
         b = tonumber(b)
-        if a <= 0 or not b or b ~= b or b < 1 or b == huge or b ~= floor(b) then
+        if a <= 0 or not b or b ~= b or b < 1 or b == huge or b % 1 ~= 0 then
           ok = false
         else
           local upp = 1000000 / (a * 1)
-          bands[n] = {name = name, unit = unit, bucket = true, upp = upp, burst = b, fill = b * upp, z = -b * upp, e = -b * upp}
+          bands[n] = {name, unit, true, upp, b, b * upp, -b * upp, -b * upp}
         end
       elseif kind == 'w' then
         local len, origin = string.match(b, '^(%d+):(%d+)$')
@@ -328,13 +332,13 @@ if not fast_limit then
           elseif rem >= len then
             cur, rem = cur + 1, rem - len
           end
-          bands[n] = {name = name, unit = unit, bucket = false, n = a, burst = a, len = len, rem = rem + now_frac, cur = cur, w = cur, u = 0}
+          bands[n] = {name, unit, false, a, a, len, rem + now_frac, cur, cur, 0}
         end
       else
         ok = false
       end
       for j = 1, n - 1 do
-        if ok and bands[j].name == name then
+        if ok and bands[j][1] == name then
           ok = false -- one name twice: core.lua's matching of records
         end
       end
@@ -372,7 +376,7 @@ if not fast_limit then
       end
       for j = 1, k do
         local b = bands[j]
-        if ok and (cost[b.unit] or 0) > b.burst + 1e-9 then
+        if ok and (cost[b[2]] or 0) > b[5] + 1e-9 then
           ok = false
         end
       end
@@ -386,12 +390,23 @@ if not fast_limit then
       if type(raw) ~= 'string' then
         ok = false
       else
-        local t, x, s, p, rest
-        if v1 then
-          t, x, s, p, rest = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0( .*)$')
+        -- The header and exactly the bands' records, in their order, in
+        -- one match.
+        local pat
+        if k == 3 then
+          pat = ' (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
+        elseif k == 2 then
+          pat = ' (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
         else
-          t, x, s, p, rest = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*)( .*)$')
+          pat = string.rep(' (%S+) (%S+) (%S+)', k) .. '$'
         end
+        if v1 then
+          pat = '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0' .. pat
+        else
+          pat = '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*)' .. pat
+        end
+        local f = {string.match(raw, pat)}
+        local t, x, s, p = f[1], f[2], f[3], f[4]
         if t then
           t = t + 0
           if not (argv[1] == '' and t > now_us) then
@@ -412,27 +427,24 @@ if not fast_limit then
               pause_at = pause
             end
           end
-          -- Exactly the bands' records, in their order.
-          local at = 1
           for j = 1, k do
             local b = bands[j]
-            local name, xs, ys, nxt = string.match(rest, '^ (%S+) (%S+) (%S+)()', at)
-            if name ~= b.name then
+            local xs, ys = f[3 * j + 3], f[3 * j + 4]
+            if f[3 * j + 2] ~= b[1] then
               ok = false
               break
             end
-            at = nxt
-            if b.bucket then
+            if b[3] then
               local zz, ee = tonumber(xs), tonumber(ys)
               if not zz or not ee or (v1 and not string.find(xs, '.', 1, true)) or (not v1 and string.byte(xs, 1) == 119) then
                 ok = false
                 break
               end
               zz = zz / 1000 + base
-              if zz > -b.fill then
-                b.z = zz
+              if zz > -b[6] then
+                b[7] = zz
               end
-              b.e = ee / 1000 + base
+              b[8] = ee / 1000 + base
             else
               if not v1 then
                 if string.byte(xs, 1) ~= 119 then -- 'w'
@@ -449,17 +461,14 @@ if not fast_limit then
                 ok = false
                 break
               end
-              if w >= b.cur then
-                if (w + 1 - b.cur) * b.len - b.rem <= expiry + 1000000 then
-                  b.w, b.u = w, u
+              if w >= b[8] then
+                if (w + 1 - b[8]) * b[6] - b[7] <= expiry + 1000000 then
+                  b[9], b[10] = w, u
                 elseif u > 0 then
-                  b.u = b.n
+                  b[10] = b[4]
                 end
               end
             end
-          end
-          if at ~= #rest + 1 then
-            ok = false
           end
         else
           ok = false
@@ -471,44 +480,42 @@ if not fast_limit then
         ok = false
       end
     end
-    if ok and not v1 and k == 1 and bands[1].bucket and bands[1].name == 'permits' then
+    if ok and not v1 and k == 1 and bands[1][3] and bands[1][1] == 'permits' then
       ok = false -- format 2 writes a Limit's record without its name: core.lua
     end
     if ok then
       if pause < 0 then
         pause = 0
       end
-      -- grid, tell, earliest and take as in core.lua, at the whole share.
-      local function grid(v)
-        local x = (v + now_frac) * 1000
-        return ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
-      end
+      -- earliest, tell and take as in core.lua, at the whole share (grid
+      -- written out).
       local out = {now_us, now_ns}
       local granted = false
       for r = 1, m do
         local cost, max_wait = costs[r], waits[r]
-        -- earliest(pause, cost)
         local s, idx, never = pause, nil, false
-        local q = grid(s)
+        local q = (s + now_frac) * 1000
+        q = ceil(q - 1e-3 - (q < 0 and -q or q) * 4e-16) / 1000 - now_frac
         for _ = 1, 8 do
           local moved = false
           for j = 1, k do
             local b = bands[j]
-            local c = cost[b.unit] or 0
+            local c = cost[b[2]] or 0
             if c > 0 then
-              if b.bucket then
-                local t = b.z + c * b.upp
-                local gt = grid(t)
+              if b[3] then
+                local t = b[7] + c * b[4]
+                local gt = (t + now_frac) * 1000
+                gt = ceil(gt - 1e-3 - (gt < 0 and -gt or gt) * 4e-16) / 1000 - now_frac
                 if gt > q then
                   s, q, moved = t, gt, true
                 end
               else
-                local w = b.cur + floor((b.rem + q) / b.len)
-                if w < b.w then
-                  w = b.w
+                local w = b[8] + floor((b[7] + q) / b[6])
+                if w < b[9] then
+                  w = b[9]
                 end
                 local tries = 0
-                while (w == b.w and b.u or 0) + c > b.n * (1 + 1e-9) do
+                while (w == b[9] and b[10] or 0) + c > b[4] * (1 + 1e-9) do
                   w = w + 1
                   tries = tries + 1
                   if tries > 1 then
@@ -519,8 +526,9 @@ if not fast_limit then
                 if never then
                   break
                 end
-                local ws = (w - b.cur) * b.len - b.rem
-                local gws = grid(ws)
+                local ws = (w - b[8]) * b[6] - b[7]
+                local gws = (ws + now_frac) * 1000
+                gws = ceil(gws - 1e-3 - (gws < 0 and -gws or gws) * 4e-16) / 1000 - now_frac
                 if gws > q then
                   s, q, moved = ws, gws, true
                 end
@@ -541,29 +549,28 @@ if not fast_limit then
         elseif max_wait >= 0 and wait > max_wait * 1000 then
           out[2 * r + 1], out[2 * r + 2] = wait, 0
         else
-          -- take(q, cost, idx, s)
           for j = 1, k do
             local b = bands[j]
-            local c = cost[b.unit] or 0
+            local c = cost[b[2]] or 0
             if c > 0 then
-              if b.bucket then
-                local f = b.fill
-                if f < c * b.upp then
-                  f = c * b.upp
+              if b[3] then
+                local f = b[6]
+                if f < c * b[4] then
+                  f = c * b[4]
                 end
-                local z = b.z
+                local z = b[7]
                 if z < s - f then
                   z = s - f
                 end
-                b.z = z + c * b.upp
-                if q > b.e then
-                  b.e = q
+                b[7] = z + c * b[4]
+                if q > b[8] then
+                  b[8] = q
                 end
               else
-                if idx[j] > b.w then
-                  b.w, b.u = idx[j], 0
+                if idx[j] > b[9] then
+                  b[9], b[10] = idx[j], 0
                 end
-                b.u = b.u + c
+                b[10] = b[10] + c
               end
             end
           end
@@ -577,14 +584,14 @@ if not fast_limit then
         -- save, as in core.lua: one format of every field.
         local need = pause
         local f, vals = {}, {}
-        local nf = 0
         for j = 1, k do
           local b = bands[j]
-          if b.bucket then
-            if b.z + b.fill > need then
-              need = b.z + b.fill
+          local nf = 3 * j
+          if b[3] then
+            if b[7] + b[6] > need then
+              need = b[7] + b[6]
             end
-            local zn, en = (b.z + now_frac) * 1000, (b.e + now_frac) * 1000
+            local zn, en = (b[7] + now_frac) * 1000, (b[8] + now_frac) * 1000
             local fz, fe = ' %.3f', ' %.3f'
             if not v1 then
               local rz, re = floor(zn + 0.5), floor(en + 0.5)
@@ -596,16 +603,15 @@ if not fast_limit then
               end
             end
             f[j] = ' %s' .. fz .. fe
-            vals[nf + 1], vals[nf + 2], vals[nf + 3] = b.name, zn, en
+            vals[nf - 2], vals[nf - 1], vals[nf] = b[1], zn, en
           else
-            local over = (b.w + 1 - b.cur) * b.len - b.rem
-            if b.u > 0 and over > need then
+            local over = (b[9] + 1 - b[8]) * b[6] - b[7]
+            if b[10] > 0 and over > need then
               need = over
             end
             f[j] = v1 and ' %s %d %.17g' or ' %s w%d %.17g'
-            vals[nf + 1], vals[nf + 2], vals[nf + 3] = b.name, b.w, b.u
+            vals[nf - 2], vals[nf - 1], vals[nf] = b[1], b[9], b[10]
           end
-          nf = nf + 3
         end
         need = need + 1000000
         local fp, p = '%d', 0
@@ -615,7 +621,10 @@ if not fast_limit then
           p = (pause_at + now_frac) * 1000
         end
         if v1 then
-          fp = '%.3f'
+          if p ~= 0 or pause > 0 or pause_at then
+            fp = '%.3f'
+          end
+          fp = '1 %d %d %d ' .. (fp == '%d' and '%d.000' or fp) .. ' 0'
         else
           local r = floor(p + 0.5)
           if p - r < 0.0005 and r - p < 0.0005 then
@@ -623,6 +632,7 @@ if not fast_limit then
           else
             fp = '%.3f'
           end
+          fp = '%d %d %d ' .. fp
         end
         local keep = expiry >= need
         local x, px
@@ -637,10 +647,11 @@ if not fast_limit then
           px = ceil(expiry / 1000)
           x = v1 and px * 1000000 or px
         end
-        if v1 then
-          state = string.format('1 %d %d %d ' .. fp .. ' 0' .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, nf))
+        if k <= 3 then
+          state = string.format(fp .. f[1] .. (f[2] or '') .. (f[3] or ''), now_us, x, seq, p,
+            vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9])
         else
-          state = string.format('%d %d %d ' .. fp .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, nf))
+          state = string.format(fp .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, 3 * k))
         end
         if keep then
           redis.call('SET', KEYS[1], state, 'KEEPTTL')
