@@ -5,12 +5,16 @@
 -- stored limit), every argument well formed. It does exactly
 -- what core.lua and reserve.lua do in that case, without building their
 -- tables and functions; anything else falls through to them (before
--- anything is written), which also gives every error reply.
+-- anything is written), which also gives every error reply. One byte
+-- differs, as it always has: in format 1, a time within half a thousandth
+-- of a ns below zero is written "0.000" here and "-0.000" by core.lua (both
+-- read as 0). TestFastPathSameAsCore holds the rest to core.lua's bytes.
 -- KEYS and ARGV: see core.lua and reserve.lua.
 --
--- The second block below is the same for a policy (any number of bucket
--- and window bands, on any units) under the same conditions, whose state
--- holds exactly its bands' records, in its order, and nothing else.
+-- The second block below is the same for a policy (up to 9 bucket and
+-- window bands, on any units) under the same conditions, whose state holds
+-- exactly its bands' records, in its order, and nothing else; it has no
+-- such difference. (At most 32 captures: 4 + 3 * 9.)
 local fast_limit = false -- the first block's case: the second is not tried
 do
   local argv = ARGV
@@ -280,8 +284,7 @@ if not fast_limit then
     local _, n = string.gsub(units, ' ', ' ')
     nunits = n + 1
   end
-  -- (At most 9 bands: the state's pattern has 4 + 3k captures, of 32.
-  -- x % 1 ~= 0: x is not a whole number, NaN included, without a call.)
+  -- (x % 1 ~= 0: x is not a whole number, NaN included, without a call.)
   if (v1 or share == '1') and k and k >= 1 and k <= 9 and k % 1 == 0 and nunits and m and m >= 1 and m % 1 == 0
       and argv[opi] == '' and #argv == opi + 1 + m * (1 + nunits) then
     local now_us, now_frac, now_ns = 0, 0, 0
