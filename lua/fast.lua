@@ -5,22 +5,34 @@
 -- stored limit), every argument well formed. It does exactly
 -- what core.lua and reserve.lua do in that case, without building their
 -- tables and functions; anything else falls through to them (before
--- anything is written), which also gives every error reply.
+-- anything is written), which also gives every error reply. One byte
+-- differs, as it always has: in format 1, a time within half a thousandth
+-- of a ns below zero is written "0.000" here and "-0.000" by core.lua (both
+-- read as 0). TestFastPathSameAsCore holds the rest to core.lua's bytes.
 -- KEYS and ARGV: see core.lua and reserve.lua.
+--
+-- The second block below is the same for a policy (up to 9 bucket and
+-- window bands, on any units) under the same conditions, whose state holds
+-- exactly its bands' records, in its order, and nothing else; it has no
+-- such difference. (At most 32 captures: 4 + 3 * 9.)
+local fast_limit = false -- the first block's case: the second is not tried
 do
-  local m = ARGV[12]
+  local argv = ARGV
+  local m = argv[12]
   if m == '1' then
     m = 1
   else
     m = tonumber(m)
   end
-  local v1 = ARGV[3] == 'f1 1'
-  if (v1 or ARGV[3] == '1') and ARGV[5] == '1' and ARGV[6] == 'permits' and ARGV[7] == '1' and ARGV[8] == 'b' and ARGV[11] == ''
-      and m and m >= 1 and #ARGV == 12 + 2 * m and not string.find(ARGV[4], ' ', 1, true) then
-    local rate, burst = tonumber(ARGV[9]), tonumber(ARGV[10])
-    local ok = rate and rate > 0 and rate ~= math.huge and burst and burst >= 1 and burst ~= math.huge and burst == math.floor(burst)
+  local v1 = argv[3] == 'f1 1'
+  if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and argv[11] == ''
+      and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
+    fast_limit = true
+    local floor, ceil, huge = math.floor, math.ceil, math.huge
+    local rate, burst = tonumber(argv[9]), tonumber(argv[10])
+    local ok = rate and rate > 0 and rate ~= huge and burst and burst >= 1 and burst ~= huge and burst == floor(burst)
     local raw = ok and redis.pcall('GET', KEYS[1])
-    local server_time = ARGV[1] == ''
+    local server_time = argv[1] == ''
     local now_us, now_frac, now_ns = 0, 0, 0
     local upp, fill = 0, 0
     local base, expiry, seq, pause, z, e = 0, 0, 0, 0, 0, 0
@@ -29,11 +41,15 @@ do
       if type(raw) ~= 'string' then
         ok = false
       else
+        -- Every number the patterns take is one Lua reads (x + 0, cheaper
+        -- than tonumber); a state they do not take goes to core.lua.
         local t, x, s, p, zs, es
         if v1 then
-          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?[%d.]+) 0 permits (%S+) (%S+)$')
+          -- (A bucket's times have decimals in format 1: without, the
+          -- record is a window's of the same name, which core.lua drops.)
+          t, x, s, p, zs, es = string.match(raw, '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0 permits (%-?%d+%.%d+) (%-?%d+%.?%d*)$')
         else
-          t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?[%d.]+) (%S+) (%S+)$')
+          t, x, s, p, zs, es = string.match(raw, '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*) (%-?%d+%.?%d*) (%-?%d+%.?%d*)$')
         end
         if t then
           upp = 1000000 / rate
@@ -42,35 +58,35 @@ do
             local tm = redis.call('TIME')
             now_us = tm[1] * 1000000 + tm[2]
           else
-            now_us = tonumber(ARGV[1])
-            now_ns = tonumber(ARGV[2])
+            now_us = tonumber(argv[1])
+            now_ns = tonumber(argv[2])
             now_frac = now_ns / 1000
           end
-          t = tonumber(t)
+          t = t + 0
           base = -now_frac
           if not (server_time and t > now_us) then
             base = t - now_us - now_frac
           end
           if v1 then
-            expiry = tonumber(x) / 1000 + base -- ns
+            expiry = (x + 0) / 1000 + base -- ns
           else
-            expiry = tonumber(x) * 1000 + base -- ms
+            expiry = (x + 0) * 1000 + base -- ms
           end
-          seq = tonumber(s)
-          if p == '0' then
+          seq = s + 0
+          if p == '0' or p == '0.000' then
             pause = base
           else
-            local v = tonumber(p)
+            local v = p + 0
             pause = v / 1000 + base
             if v >= 1000 or v < 0 then
               pause_at = pause
             end
           end
-          z = (zs == '0' and 0 or tonumber(zs) / 1000) + base
+          z = (zs == '0' and 0 or (zs + 0) / 1000) + base
           if not (z > -fill) then
             z = -fill
           end
-          e = (es == '0' and 0 or tonumber(es) / 1000) + base
+          e = (es == '0' and 0 or (es + 0) / 1000) + base
           if pause < 0 then
             pause = 0
           end
@@ -89,8 +105,8 @@ do
           local tm = redis.call('TIME')
           now_us = tm[1] * 1000000 + tm[2]
         else
-          now_us = tonumber(ARGV[1])
-          now_ns = tonumber(ARGV[2])
+          now_us = tonumber(argv[1])
+          now_ns = tonumber(argv[2])
           now_frac = now_ns / 1000
         end
         base = -now_frac
@@ -100,24 +116,31 @@ do
     -- The requests' arguments, checked before anything is decided.
     local i = 13
     while ok and i < 13 + 2 * m do
-      local w, c = ARGV[i], ARGV[i + 1]
-      local x = w ~= '-1' and tonumber(w)
-      if w ~= '-1' and not (x and x >= 0 and x ~= math.huge) then -- (NaN fails x >= 0)
-        ok = false
-      elseif c ~= '1' then
+      local w, c = argv[i], argv[i + 1]
+      if w ~= '-1' then
+        local x = tonumber(w)
+        if not (x and x >= 0 and x ~= huge) then -- (NaN fails x >= 0)
+          ok = false
+        end
+      end
+      if ok and c ~= '1' then
         c = tonumber(c)
-        ok = c and c >= 0 and c == c and c ~= math.huge and c <= burst + 1e-9
+        ok = c and c >= 0 and c == c and c ~= huge and c <= burst + 1e-9
       end
       i = i + 2
     end
     if ok then
-      local out = {now_us, now_ns}
+      local out = nil
+      if m > 1 then
+        out = {now_us, now_ns}
+      end
+      local w1, s1 = 0, 0 -- the reply of a single request
       local granted = false
       -- grid and tell as in core.lua.
       local x0 = (pause + now_frac) * 1000
-      local q0 = math.ceil(x0 - 1e-3 - math.abs(x0) * 4e-16) / 1000 - now_frac
+      local q0 = ceil(x0 - 1e-3 - (x0 < 0 and -x0 or x0) * 4e-16) / 1000 - now_frac
       for r = 1, m do
-        local w, c = ARGV[11 + 2 * r], ARGV[12 + 2 * r]
+        local w, c = argv[11 + 2 * r], argv[12 + 2 * r]
         if c == '1' then
           c = 1
         else
@@ -128,14 +151,14 @@ do
           local t = z + c * upp
           if t > q then
             local x = (t + now_frac) * 1000
-            s, q = t, math.ceil(x - 1e-3 - math.abs(x) * 4e-16) / 1000 - now_frac
+            s, q = t, ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
           end
         end
-        local wait = math.floor((q + now_frac) * 1000 + 0.5) - now_ns
+        local wait = floor((q + now_frac) * 1000 + 0.5) - now_ns
         if q > 30 * 365 * 24 * 3600 * 1000000 then
-          out[2 * r + 1], out[2 * r + 2] = 0, -1
+          w1, s1 = 0, -1
         elseif w ~= '-1' and tonumber(w) >= 0 and wait > tonumber(w) * 1000 then
-          out[2 * r + 1], out[2 * r + 2] = wait, 0
+          w1, s1 = wait, 0
         else
           if c > 0 then
             if z < s - fill then
@@ -148,7 +171,10 @@ do
           end
           seq = seq + 1
           granted = true
-          out[2 * r + 1], out[2 * r + 2] = wait, seq
+          w1, s1 = wait, seq
+        end
+        if out then
+          out[2 * r + 1], out[2 * r + 2] = w1, s1
         end
       end
       local state = raw or ''
@@ -159,48 +185,57 @@ do
           need = z + fill
         end
         need = need + 1000000
-        local fz, fe, fp = '%d', '%d', '%d'
         local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, 0
         if pause > 0 then
           pn = (pause + now_frac) * 1000
         elseif pause_at then
           pn = (pause_at + now_frac) * 1000
         end
-        local r = math.floor(zn + 0.5)
+        -- A time within half a thousandth of a whole ns is that ns.
+        local whole = true
+        local r = floor(zn + 0.5)
         if zn - r < 0.0005 and r - zn < 0.0005 then
           zn = r
         else
-          fz = '%.3f'
+          whole = false
         end
-        r = math.floor(en + 0.5)
+        local fz = whole
+        r = floor(en + 0.5)
         if en - r < 0.0005 and r - en < 0.0005 then
           en = r
         else
-          fe = '%.3f'
+          whole = false
         end
-        r = math.floor(pn + 0.5)
+        local fe = en == r
+        r = floor(pn + 0.5)
         if pn - r < 0.0005 and r - pn < 0.0005 then
           pn = r
         else
-          fp = '%.3f'
+          whole = false
         end
         local f = '%d %d %d %d %d %d'
         if v1 then
-          f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
-        elseif fz ~= '%d' or fe ~= '%d' or fp ~= '%d' then
-          f = '%d %d %d ' .. fp .. ' ' .. fz .. ' ' .. fe
+          -- Format 1 prints them with three decimals: a whole ns (not -0,
+          -- which floor(x + 0.5) never gives) is its integer and ".000".
+          if whole and zn < 1e15 and zn > -1e15 and en < 1e15 and en > -1e15 and pn < 1e15 and pn > -1e15 then
+            f = '1 %d %d %d %d.000 0 permits %d.000 %d.000'
+          else
+            f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
+          end
+        elseif not whole then
+          f = '%d %d %d ' .. (pn == r and '%d' or '%.3f') .. ' ' .. (fz and '%d' or '%.3f') .. ' ' .. (fe and '%d' or '%.3f')
         end
         if expiry >= need then
           local x
           if v1 then
-            x = math.floor((expiry + now_frac) * 1000)
+            x = floor((expiry + now_frac) * 1000)
           else
-            x = math.floor((expiry + now_frac) / 1000)
+            x = floor((expiry + now_frac) / 1000)
           end
           state = string.format(f, now_us, x, seq, pn, zn, en)
           redis.call('SET', KEYS[1], state, 'KEEPTTL')
         else
-          local x = math.ceil((need + 1000000) / 1000)
+          local x = ceil((need + 1000000) / 1000)
           local xs = x
           if v1 then
             xs = x * 1000000
@@ -209,8 +244,425 @@ do
           redis.call('SET', KEYS[1], state, 'PX', x)
         end
       end
-      out[#out + 1] = state
-      out[#out + 1] = ''
+      if out then
+        out[2 * m + 3], out[2 * m + 4] = state, ''
+        return out
+      end
+      return {now_us, now_ns, w1, s1, state, ''}
+    end
+  end
+end
+
+if not fast_limit then
+  local argv = ARGV
+  local share = argv[3]
+  local v1 = share == 'f1 1'
+  local k = argv[5]
+  if k == '1' then
+    k = 1
+  else
+    k = tonumber(k)
+  end
+  local floor, ceil, huge = math.floor, math.ceil, math.huge
+  local units = argv[4]
+  local opi = k and 6 + 5 * k
+  local m = opi and argv[opi + 1]
+  if m == '1' then
+    m = 1
+  elseif m then
+    m = tonumber(m)
+  end
+  -- The units: names with single spaces between them (core.lua counts the
+  -- spaces for the costs and the names for the bands' units).
+  local nunits = nil
+  if units == 'permits' or string.find(units, '^%S+$') then
+    nunits = 1
+  elseif string.find(units, '^%S+ %S+$') then
+    nunits = 2
+  elseif units ~= '' and not string.find(units, '^ ') and not string.find(units, ' $') and not string.find(units, '  ', 1, true)
+      and not string.find(units, '[\t\n\v\f\r]') then
+    local _, n = string.gsub(units, ' ', ' ')
+    nunits = n + 1
+  end
+  -- (x % 1 ~= 0: x is not a whole number, NaN included, without a call.)
+  if (v1 or share == '1') and k and k >= 1 and k <= 9 and k % 1 == 0 and nunits and m and m >= 1 and m % 1 == 0
+      and argv[opi] == '' and #argv == opi + 1 + m * (1 + nunits) then
+    local now_us, now_frac, now_ns = 0, 0, 0
+    if argv[1] == '' then
+      local tm = redis.call('TIME')
+      now_us = tm[1] * 1000000 + tm[2]
+    else
+      now_us = tonumber(argv[1])
+      now_ns = tonumber(argv[2])
+      now_frac = now_ns / 1000
+    end
+    -- The bands, as core.lua's read_bands reads them at the whole share,
+    -- each a list: a bucket {name, unit, true, upp, burst, fill, z, e}, a
+    -- window {name, unit, false, n, n, len, rem, cur, w, u}.
+    local bands, ok = {}, now_us and now_ns and true
+    local i = 6
+    for n = 1, k do
+      if not ok then
+        break
+      end
+      local name, unit, kind, a, b = argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 3]), argv[i + 4]
+      if unit == '1' then
+        unit = 1
+      else
+        unit = tonumber(unit)
+      end
+      if not unit or unit < 1 or unit > nunits or unit % 1 ~= 0 or string.byte(name, 1) == 126 or not a or a ~= a or a == huge then
+        ok = false
+      elseif kind == 'b' then
+        b = tonumber(b)
+        if a <= 0 or not b or b ~= b or b < 1 or b == huge or b % 1 ~= 0 then
+          ok = false
+        else
+          local upp = 1000000 / (a * 1)
+          bands[n] = {name, unit, true, upp, b, b * upp, -b * upp, -b * upp}
+        end
+      elseif kind == 'w' then
+        local len, origin = string.match(b, '^(%d+):(%d+)$')
+        len, origin = tonumber(len), tonumber(origin)
+        if a < 1 or not len or len < 1 then
+          ok = false
+        else
+          local q = now_us - origin
+          local cur = floor(q / len)
+          local rem = q - cur * len
+          if rem < 0 then
+            cur, rem = cur - 1, rem + len
+          elseif rem >= len then
+            cur, rem = cur + 1, rem - len
+          end
+          bands[n] = {name, unit, false, a, a, len, rem + now_frac, cur, cur, 0}
+        end
+      else
+        ok = false
+      end
+      for j = 1, n - 1 do
+        if ok and bands[j][1] == name then
+          ok = false -- one name twice: core.lua's matching of records
+        end
+      end
+      i = i + 5
+    end
+    -- The requests' arguments, checked (and each cost fitting every band)
+    -- before anything is decided: anything else is core.lua's error.
+    local costs, waits = {}, {}
+    i = opi + 2
+    for r = 1, m do
+      if not ok then
+        break
+      end
+      local w = argv[i]
+      if w == '-1' then
+        w = -1
+      else
+        w = tonumber(w)
+      end
+      if not w or w ~= w or w == huge or (w < 0 and w ~= -1) then
+        ok = false
+      end
+      local cost = {}
+      for u = 1, nunits do
+        local c = argv[i + u]
+        if c == '1' then
+          cost[u] = 1
+        else
+          c = tonumber(c)
+          if not c or c < 0 or c ~= c or c == huge then
+            ok = false
+          end
+          cost[u] = c
+        end
+      end
+      for j = 1, k do
+        local b = bands[j]
+        if ok and (cost[b[2]] or 0) > b[5] + 1e-9 then
+          ok = false
+        end
+      end
+      waits[r], costs[r] = w, cost
+      i = i + 1 + nunits
+    end
+    local raw = ok and redis.pcall('GET', KEYS[1])
+    local base, expiry, seq, pause = -now_frac, 0, 0, 0
+    local pause_at = nil
+    if raw then
+      if type(raw) ~= 'string' then
+        ok = false
+      else
+        -- The header and exactly the bands' records, in their order, in
+        -- one match.
+        local pat
+        if k == 3 then
+          pat = ' (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
+        elseif k == 2 then
+          pat = ' (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
+        else
+          pat = string.rep(' (%S+) (%S+) (%S+)', k) .. '$'
+        end
+        if v1 then
+          pat = '^1 (%d+) (%-?%d+) (%d+) (%-?%d+%.?%d*) 0' .. pat
+        else
+          pat = '^(%d%d+) (%d+) (%d+) (%-?%d+%.?%d*)' .. pat
+        end
+        local f = {string.match(raw, pat)}
+        local t, x, s, p = f[1], f[2], f[3], f[4]
+        if t then
+          t = t + 0
+          if not (argv[1] == '' and t > now_us) then
+            base = t - now_us - now_frac
+          end
+          if v1 then
+            expiry = (x + 0) / 1000 + base
+          else
+            expiry = (x + 0) * 1000 + base
+          end
+          seq = s + 0
+          if p == '0' or p == '0.000' then
+            pause = base
+          else
+            local v = p + 0
+            pause = v / 1000 + base
+            if v >= 1000 or v < 0 then
+              pause_at = pause
+            end
+          end
+          for j = 1, k do
+            local b = bands[j]
+            local xs, ys = f[3 * j + 3], f[3 * j + 4]
+            if f[3 * j + 2] ~= b[1] then
+              ok = false
+              break
+            end
+            if b[3] then
+              local zz, ee = tonumber(xs), tonumber(ys)
+              if not zz or not ee or (v1 and not string.find(xs, '.', 1, true)) or (not v1 and string.byte(xs, 1) == 119) then
+                ok = false
+                break
+              end
+              zz = zz / 1000 + base
+              if zz > -b[6] then
+                b[7] = zz
+              end
+              b[8] = ee / 1000 + base
+            else
+              if not v1 then
+                if string.byte(xs, 1) ~= 119 then -- 'w'
+                  ok = false
+                  break
+                end
+                xs = string.sub(xs, 2)
+              elseif string.find(xs, '.', 1, true) then
+                ok = false
+                break
+              end
+              local w, u = tonumber(xs), tonumber(ys)
+              if not w or not u then
+                ok = false
+                break
+              end
+              if w >= b[8] then
+                if (w + 1 - b[8]) * b[6] - b[7] <= expiry + 1000000 then
+                  b[9], b[10] = w, u
+                elseif u > 0 then
+                  b[10] = b[4]
+                end
+              end
+            end
+          end
+        else
+          ok = false
+        end
+      end
+    elseif ok then
+      -- No state: the caller's policy holds unless a limit is stored.
+      if redis.pcall('GET', KEYS[2]) then
+        ok = false
+      end
+    end
+    if ok and not v1 and k == 1 and bands[1][3] and bands[1][1] == 'permits' then
+      ok = false -- format 2 writes a Limit's record without its name: core.lua
+    end
+    if ok then
+      if pause < 0 then
+        pause = 0
+      end
+      -- earliest, tell and take as in core.lua, at the whole share (grid
+      -- written out).
+      local out = {now_us, now_ns}
+      local granted = false
+      for r = 1, m do
+        local cost, max_wait = costs[r], waits[r]
+        local s, idx, never = pause, nil, false
+        local q = (s + now_frac) * 1000
+        q = ceil(q - 1e-3 - (q < 0 and -q or q) * 4e-16) / 1000 - now_frac
+        for _ = 1, 8 do
+          local moved = false
+          for j = 1, k do
+            local b = bands[j]
+            local c = cost[b[2]] or 0
+            if c > 0 then
+              if b[3] then
+                local t = b[7] + c * b[4]
+                local gt = (t + now_frac) * 1000
+                gt = ceil(gt - 1e-3 - (gt < 0 and -gt or gt) * 4e-16) / 1000 - now_frac
+                if gt > q then
+                  s, q, moved = t, gt, true
+                end
+              else
+                local w = b[8] + floor((b[7] + q) / b[6])
+                if w < b[9] then
+                  w = b[9]
+                end
+                local tries = 0
+                while (w == b[9] and b[10] or 0) + c > b[4] * (1 + 1e-9) do
+                  w = w + 1
+                  tries = tries + 1
+                  if tries > 1 then
+                    never = true
+                    break
+                  end
+                end
+                if never then
+                  break
+                end
+                local ws = (w - b[8]) * b[6] - b[7]
+                local gws = (ws + now_frac) * 1000
+                gws = ceil(gws - 1e-3 - (gws < 0 and -gws or gws) * 4e-16) / 1000 - now_frac
+                if gws > q then
+                  s, q, moved = ws, gws, true
+                end
+                idx = idx or {}
+                idx[j] = w
+              end
+            end
+          end
+          if never or not moved then
+            break
+          end
+        end
+        local wait = not never and floor((q + now_frac) * 1000 + 0.5) - now_ns
+        if never then
+          out[2 * r + 1], out[2 * r + 2] = 0, -2
+        elseif q > 30 * 365 * 24 * 3600 * 1000000 then
+          out[2 * r + 1], out[2 * r + 2] = 0, -1
+        elseif max_wait >= 0 and wait > max_wait * 1000 then
+          out[2 * r + 1], out[2 * r + 2] = wait, 0
+        else
+          for j = 1, k do
+            local b = bands[j]
+            local c = cost[b[2]] or 0
+            if c > 0 then
+              if b[3] then
+                local f = b[6]
+                if f < c * b[4] then
+                  f = c * b[4]
+                end
+                local z = b[7]
+                if z < s - f then
+                  z = s - f
+                end
+                b[7] = z + c * b[4]
+                if q > b[8] then
+                  b[8] = q
+                end
+              else
+                if idx[j] > b[9] then
+                  b[9], b[10] = idx[j], 0
+                end
+                b[10] = b[10] + c
+              end
+            end
+          end
+          seq = seq + 1
+          granted = true
+          out[2 * r + 1], out[2 * r + 2] = wait, seq
+        end
+      end
+      local state = raw or ''
+      if granted then
+        -- save, as in core.lua: one format of every field.
+        local need = pause
+        local f, vals = {}, {}
+        for j = 1, k do
+          local b = bands[j]
+          local nf = 3 * j
+          if b[3] then
+            if b[7] + b[6] > need then
+              need = b[7] + b[6]
+            end
+            local zn, en = (b[7] + now_frac) * 1000, (b[8] + now_frac) * 1000
+            local fz, fe = ' %.3f', ' %.3f'
+            if not v1 then
+              local rz, re = floor(zn + 0.5), floor(en + 0.5)
+              if zn - rz < 0.0005 and rz - zn < 0.0005 then
+                fz, zn = ' %d', rz
+              end
+              if en - re < 0.0005 and re - en < 0.0005 then
+                fe, en = ' %d', re
+              end
+            end
+            f[j] = ' %s' .. fz .. fe
+            vals[nf - 2], vals[nf - 1], vals[nf] = b[1], zn, en
+          else
+            local over = (b[9] + 1 - b[8]) * b[6] - b[7]
+            if b[10] > 0 and over > need then
+              need = over
+            end
+            f[j] = v1 and ' %s %d %.17g' or ' %s w%d %.17g'
+            vals[nf - 2], vals[nf - 1], vals[nf] = b[1], b[9], b[10]
+          end
+        end
+        need = need + 1000000
+        local fp, p = '%d', 0
+        if pause > 0 then
+          p = (pause + now_frac) * 1000
+        elseif pause_at then
+          p = (pause_at + now_frac) * 1000
+        end
+        if v1 then
+          if p ~= 0 or pause > 0 or pause_at then
+            fp = '%.3f'
+          end
+          fp = '1 %d %d %d ' .. (fp == '%d' and '%d.000' or fp) .. ' 0'
+        else
+          local r = floor(p + 0.5)
+          if p - r < 0.0005 and r - p < 0.0005 then
+            p = r
+          else
+            fp = '%.3f'
+          end
+          fp = '%d %d %d ' .. fp
+        end
+        local keep = expiry >= need
+        local x, px
+        if keep then
+          if v1 then
+            x = floor((expiry + now_frac) * 1000)
+          else
+            x = floor((expiry + now_frac) / 1000)
+          end
+        else
+          expiry = need + 1000000
+          px = ceil(expiry / 1000)
+          x = v1 and px * 1000000 or px
+        end
+        if k <= 3 then
+          state = string.format(fp .. f[1] .. (f[2] or '') .. (f[3] or ''), now_us, x, seq, p,
+            vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9])
+        else
+          state = string.format(fp .. table.concat(f), now_us, x, seq, p, unpack(vals, 1, 3 * k))
+        end
+        if keep then
+          redis.call('SET', KEYS[1], state, 'KEEPTTL')
+        else
+          redis.call('SET', KEYS[1], state, 'PX', px)
+        end
+      end
+      out[2 * m + 3], out[2 * m + 4] = state, ''
       return out
     end
   end

@@ -175,8 +175,8 @@ func TestQuick(t *testing.T) {
 
 	// The script phase: every case measured, figures from both drivers
 	// when redis-benchmark is there.
-	if len(res.Script) != len(scriptBatches)+4 {
-		t.Errorf("script phase: %d rows, want %d", len(res.Script), len(scriptBatches)+4)
+	if len(res.Script) != len(scriptBatches)+5 {
+		t.Errorf("script phase: %d rows, want %d", len(res.Script), len(scriptBatches)+5)
 	}
 	for _, r := range res.Script {
 		idle := strings.HasPrefix(r.Case, "no calls")

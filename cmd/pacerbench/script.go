@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"math"
 	"os/exec"
@@ -23,6 +24,8 @@ import (
 // from one connection, first by this program (go-redis) and then by
 // redis-benchmark; each time INFO commandstats gives the µs Redis spent per
 // EVALSHA. The µs per further request in a batch is (µs(m) - µs(1)) / (m - 1).
+// A naive one-script token bucket (naive.lua) is measured in the same run,
+// the cases taking turns, and the table gives pacer's figure over its.
 
 // scriptRow is one line of the script table.
 type scriptRow struct {
@@ -39,8 +42,29 @@ type scriptRow struct {
 // scriptBatches are the m of the single-Limit cases.
 var scriptBatches = []int{1, 16, 256}
 
-// runScript measures reserve.lua for each of scriptBatches on one Limit,
-// and a single reservation on threeBands.
+// scriptRounds is how many slices each case's measurement is cut into: the
+// cases take turns, slice by slice, so that other work on the machine falls
+// on all of them alike (an A/B in one run).
+const scriptRounds = 5
+
+// naiveScript is the reference row's script: a plain token bucket (HMGET,
+// HSET, PEXPIRE, three float formats). See naive.lua.
+//
+//go:embed naive.lua
+var naiveScript string
+
+// naiveCase is the reference row's name.
+const naiveCase = "reference: a naive one-script token bucket (naive.lua)"
+
+// scriptCase is one row's call: the arguments of Do.
+type scriptCase struct {
+	name string
+	args []any
+	m    int
+}
+
+// runScript measures reserve.lua for each of scriptBatches on one Limit, a
+// single reservation on threeBands, and naive.lua's single call, in turns.
 func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([]scriptRow, string, error) {
 	single, err := b.captureArgs(ctx, "script:one", nil, reserve.Permits(1))
 	if err != nil {
@@ -50,77 +74,97 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	if err != nil {
 		return nil, "", err
 	}
+	naive := redis.NewScript(naiveScript)
+	if err := naive.Load(ctx, b.admin).Err(); err != nil {
+		return nil, "", fmt.Errorf("pacerbench: script: load naive.lua: %w", err)
+	}
 	note := ""
 	bench, lookErr := exec.LookPath("redis-benchmark")
 	if lookErr != nil {
 		note = "redis-benchmark is not in PATH: its column is left empty."
 	}
-	var rows []scriptRow
-	cases := []struct {
-		name string
-		args []any
-		m    int
-	}{}
+	var cases []scriptCase
 	for _, m := range scriptBatches {
-		cases = append(cases, struct {
-			name string
-			args []any
-			m    int
-		}{fmt.Sprintf("1 band (Limit), m = %d", m), batchArgs(single, m), m})
+		// Each case on a key of its own: m = 256 builds a queue that the
+		// others would otherwise read.
+		args := rekey(batchArgs(single, m), "{script:one}", fmt.Sprintf("{script:one:%d}", m))
+		cases = append(cases, scriptCase{fmt.Sprintf("1 band (Limit), m = %d", m), args, m})
 	}
-	cases = append(cases, struct {
-		name string
-		args []any
-		m    int
-	}{"3 bands (requests, tokens, daily), m = 1", policy, 1})
-	for _, c := range cases {
-		row := scriptRow{Case: c.name, M: c.m, BenchUsec: -1}
-		if err := b.flush(ctx); err != nil {
-			return nil, "", err
-		}
-		base, err := startUsage(ctx, b.admin)
-		if err != nil {
-			return nil, "", err
-		}
-		end := time.Now().Add(d)
-		for time.Now().Before(end) {
-			if err := b.admin.Do(ctx, c.args...).Err(); err != nil {
-				return nil, "", fmt.Errorf("pacerbench: script %s: %w", c.name, err)
-			}
-			row.Calls++
-		}
-		u, err := endUsage(ctx, b.admin, base)
-		if err != nil {
-			return nil, "", err
-		}
-		row.Usec, row.CPUUsec = perEvalsha(u), u.CPU*1e6/float64(row.Calls)
-		if lookErr == nil {
-			if err := b.flush(ctx); err != nil {
-				return nil, "", err
-			}
+	cases = append(cases, scriptCase{"3 bands (requests, tokens, daily), m = 1", policy, 1})
+	cases = append(cases, scriptCase{naiveCase, []any{"evalsha", naive.Hash(), 1, "naive:{script:naive}",
+		strconv.FormatFloat(hotLimit.Rate, 'f', -1, 64), strconv.Itoa(hotLimit.Burst), "1"}, 1})
+	if err := b.flush(ctx); err != nil {
+		return nil, "", err
+	}
+	type sums struct {
+		usec, evals, benchUsec, benchEvals, benchCalls int64
+		cpu, benchSec                                  float64
+	}
+	acc := make([]sums, len(cases))
+	rows := make([]scriptRow, len(cases))
+	for i, c := range cases {
+		rows[i] = scriptRow{Case: c.name, M: c.m, BenchUsec: -1}
+	}
+	for range scriptRounds {
+		for i, c := range cases {
 			base, err := startUsage(ctx, b.admin)
 			if err != nil {
 				return nil, "", err
 			}
-			rps, err := b.redisBenchmark(ctx, bench, row.Calls, c.args)
-			if err != nil {
-				return nil, "", err
+			var n int64
+			end := time.Now().Add(d / scriptRounds)
+			for time.Now().Before(end) {
+				if err := b.admin.Do(ctx, c.args...).Err(); err != nil {
+					return nil, "", fmt.Errorf("pacerbench: script %s: %w", c.name, err)
+				}
+				n++
 			}
 			u, err := endUsage(ctx, b.admin, base)
 			if err != nil {
 				return nil, "", err
 			}
-			row.BenchUsec, row.BenchRPS = perEvalsha(u), rps
+			st := u.Stats["evalsha"]
+			rows[i].Calls += n
+			acc[i].usec, acc[i].evals, acc[i].cpu = acc[i].usec+st.Usec, acc[i].evals+st.Calls, acc[i].cpu+u.CPU
+			if lookErr != nil {
+				continue
+			}
+			if base, err = startUsage(ctx, b.admin); err != nil {
+				return nil, "", err
+			}
+			rps, err := b.redisBenchmark(ctx, bench, n, c.args)
+			if err != nil {
+				return nil, "", err
+			}
+			if u, err = endUsage(ctx, b.admin, base); err != nil {
+				return nil, "", err
+			}
+			st = u.Stats["evalsha"]
+			acc[i].benchUsec, acc[i].benchEvals = acc[i].benchUsec+st.Usec, acc[i].benchEvals+st.Calls
+			acc[i].benchCalls += max(n, 100)
+			acc[i].benchSec += float64(max(n, 100)) / rps
 		}
-		rows = append(rows, row)
+	}
+	for i := range rows {
+		a := acc[i]
+		if a.evals > 0 {
+			rows[i].Usec = float64(a.usec) / float64(a.evals)
+		}
+		if rows[i].Calls > 0 {
+			rows[i].CPUUsec = a.cpu * 1e6 / float64(rows[i].Calls)
+		}
+		if a.benchEvals > 0 {
+			rows[i].BenchUsec = float64(a.benchUsec) / float64(a.benchEvals)
+			rows[i].BenchRPS = float64(a.benchCalls) / a.benchSec
+		}
+	}
+	if err := b.flush(ctx); err != nil {
+		return nil, "", err
 	}
 	// The fleet's pace: the m = 1 call at rate calls per second, one
 	// connection, Redis idle in between (what the fleet phase's Redis
 	// figures are made of); then nothing at all for as long, Redis's own
 	// CPU per second spread over as many calls.
-	if err := b.flush(ctx); err != nil {
-		return nil, "", err
-	}
 	paced := scriptRow{Case: fmt.Sprintf("1 band (Limit), m = 1, paced at %s/s", thousands(rate)), M: 1, BenchUsec: -1, Paced: rate}
 	base, err := startUsage(ctx, b.admin)
 	if err != nil {
@@ -189,6 +233,19 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	rows = append(rows, scriptRow{Case: fmt.Sprintf("no calls: Redis's own CPU per second / %s", thousands(rate)), BenchUsec: -1, Paced: rate,
 		Usec: math.NaN(), CPUUsec: u.CPU * 1e6 / d.Seconds() / rate})
 	return rows, note, nil
+}
+
+// rekey returns args with from replaced by to in every argument (a key's
+// hash tag).
+func rekey(args []any, from, to string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			a = strings.ReplaceAll(s, from, to)
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // perEvalsha is commandstats' µs per EVALSHA.
@@ -324,17 +381,34 @@ func (r *results) scriptTable() string {
 	t := table{
 		title: "Script: what reserve.lua costs Redis",
 		intro: fmt.Sprintf("EVALSHA of reserve.lua on one key (limit %s/s burst %s), back to back on one connection, ARGV as reserve.Limiter builds it; "+
-			"Redis µs per call from INFO commandstats, driven by this program (go-redis) for %v and by redis-benchmark for as many calls. "+
+			"Redis µs per call from INFO commandstats, driven by this program (go-redis) for %v and by redis-benchmark for as many calls, "+
+			"in %d turns: the cases and the reference (naive.lua, a plain token bucket: HMGET, HSET, PEXPIRE, three float formats, at the same limit) take turns, so that other work on the machine falls on all alike. "+
 			"µs per further request: (µs(m) - µs(1)) / (m - 1). Redis CPU: INFO cpu (user + sys) over the calls. "+
 			"The paced row makes the same call at the fleet phase's rate; the last row is Redis's CPU with no calls at all, per second, divided by that rate.",
-			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase),
+			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase, scriptRounds),
 		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
 	}
-	var one, oneBench float64
+	var one, oneBench, three, threeBench, naive, naiveBench float64
 	for _, x := range r.Script {
-		if x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "1 band") {
+		switch {
+		case x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "1 band"):
 			one, oneBench = x.Usec, x.BenchUsec
+		case x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "3 bands"):
+			three, threeBench = x.Usec, x.BenchUsec
+		case x.Case == naiveCase:
+			naive, naiveBench = x.Usec, x.BenchUsec
 		}
+	}
+	ratio := func(a, b float64) string {
+		if a <= 0 || b <= 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	if naive > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("One reservation (1 band, m = 1) over the naive script's call: %s by go-redis, %s by redis-benchmark (the goal: at most 0.75). "+
+			"3 bands over 1 band (m = 1): %s by go-redis, %s by redis-benchmark (the goal: at most 1.5).",
+			ratio(one, naive), ratio(oneBench, naiveBench), ratio(three, one), ratio(threeBench, oneBench)))
 	}
 	for _, x := range r.Script {
 		further, furtherBench := "", ""
