@@ -277,7 +277,7 @@ func TestScriptsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `([A-Za-z]+)` \\| (`[a-z]+\\.lua`(?: \\+ `[a-z]+\\.lua`)*) \\|$")
+	row := regexp.MustCompile("(?m)^\\| `([A-Za-z]+)` \\| (`[a-z_]+\\.lua`(?: \\+ `[a-z_]+\\.lua`)*) \\|$")
 	seen := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(string(text), -1) {
 		name := m[1]

@@ -1,8 +1,8 @@
 package lua
 
-// The fast path's differential test: Reserve (fast.lua in front of
+// The fast path's differential test: Reserve (fast.lua and fast_policy.lua in front of
 // core.lua and reserve.lua) against core.lua and reserve.lua alone, on the
-// same random calls on two keys of one real Redis. fast.lua promises to do
+// same random calls on two keys of one real Redis. They promise to do
 // exactly what they do where it answers, and to leave every other call to
 // them: every reply (or error) and every state written must be the same,
 // byte for byte.
@@ -83,7 +83,7 @@ func TestFastPathSameAsCore(t *testing.T) {
 	// that steps back would tell the two calls apart).
 	now := time.Now().UnixMicro() - 3600_000_000
 	// The policy: a Limit, or several bands of buckets and windows on one
-	// to three units (fast.lua's second block).
+	// to three units (fast_policy.lua).
 	rate, burst := "3", "2"
 	units, bands := "permits", []string{"permits", "1", "b", rate, burst}
 	format := "1"
