@@ -1,11 +1,11 @@
 package lua
 
-// The fast path's differential test: Reserve (fast.lua and fast_policy.lua in front of
-// core.lua and reserve.lua) against core.lua and reserve.lua alone, on the
-// same random calls on two keys of one real Redis. They promise to do
-// exactly what they do where it answers, and to leave every other call to
-// them: every reply (or error) and every state written must be the same,
-// byte for byte.
+// The fast paths' differential test: Reserve (fast.lua and fast_policy.lua
+// in front of core.lua and reserve.lua) against core.lua and reserve.lua
+// alone, on the same random calls on two keys of one real Redis. The fast
+// paths promise to do exactly what the general code does where they
+// answer, and to leave every other call to it: every reply (or error) and
+// every state written must be the same, byte for byte.
 
 import (
 	"context"
