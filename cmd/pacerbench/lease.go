@@ -394,21 +394,6 @@ func (b *bench) leaseLone(ctx context.Context, d time.Duration) ([]latency, erro
 // leaseFloor is golang.org/x/time/rate at leaseLimit in this process, g
 // goroutines Waiting for d: admissions per second.
 func leaseFloor(g int, d time.Duration) float64 {
-	lim := rate.NewLimiter(rate.Limit(leaseLimit.Rate), leaseLimit.Burst)
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range g {
-		wg.Go(func() {
-			k := int64(0)
-			for lim.Wait(ctx) == nil {
-				k++
-			}
-			n.Add(k)
-		})
-	}
-	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	n, secs := rateFloor(g, rate.NewLimiter(rate.Limit(leaseLimit.Rate), leaseLimit.Burst), d)
+	return float64(n) / secs
 }

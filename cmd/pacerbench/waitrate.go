@@ -51,7 +51,7 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions)
 			rows = append(rows, waitRow{Rate: r, Variant: v.name, Run: run})
 		}
-		n, secs := waitFloor(c.Procs*leaseGoroutines, r, c.Phase)
+		n, secs := rateFloor(c.Procs*leaseGoroutines, rate.NewLimiter(rate.Limit(r), 1), c.Phase)
 		progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%)", "x/time/rate, one process", r, float64(n)/secs, 100*float64(n)/secs/r)
 		rows = append(rows, waitRow{Rate: r, Variant: "x/time/rate, one process (the floor)", Floor: true, Run: leaseRun{Admissions: n, Seconds: secs}})
 	}
@@ -76,10 +76,9 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 	return nil
 }
 
-// waitFloor is golang.org/x/time/rate at r/s, burst 1, in this process, g
+// rateFloor is lim, a golang.org/x/time/rate Limiter, in this process, g
 // goroutines Waiting for d: admissions and the seconds they took.
-func waitFloor(g int, r float64, d time.Duration) (int64, float64) {
-	lim := rate.NewLimiter(rate.Limit(r), 1)
+func rateFloor(g int, lim *rate.Limiter, d time.Duration) (int64, float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var n atomic.Int64
