@@ -28,7 +28,9 @@ import (
 // per second (Reserves that succeed, and Waits returning nil: both are
 // run), the Redis CPU per admission (INFO cpu), the slots the key granted
 // that nobody used (the key's last number less the admissions: leased
-// slots that lapsed, and slots Sleep gave up for lateness); one caller's
+// slots that lapsed, and slots Sleep gave up for lateness), and the Waits
+// moved to a fresh slot; leased Waits once more on the client and Options
+// exactly as README's quick start builds them; one caller's
 // Reserve latency both ways; golang.org/x/time/rate in one process with as
 // many goroutines, the machine's floor; and the steal time over the phase.
 // Its table comes after the others, on stdout and in c.Out.
@@ -69,6 +71,7 @@ type leaseEnd struct {
 type leaseRun struct {
 	Leases      bool
 	Wait        bool
+	QuickStart  bool // the client and Options of README's quick start
 	Admissions  int64
 	Seconds     float64
 	RedisCPU    time.Duration
@@ -90,13 +93,22 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 	// Each way with Reserve, then with Wait, leases on and off alternating,
 	// then Reserve again: a change in the machine's load shows as a
 	// difference between the two Reserve runs of one way.
-	for _, run := range []struct{ on, wait bool }{{true, false}, {false, false}, {true, true}, {false, true}, {true, false}, {false, false}} {
-		r, err := b.leaseFleet(ctx, run.on, run.wait, c.Phase)
+	// The quick-start client's Wait (leases on: the default) comes after
+	// the tuned client's.
+	for _, run := range []struct{ on, wait, quick bool }{{true, false, false}, {false, false, false}, {true, true, false}, {true, true, true},
+		{false, true, false}, {true, false, false}, {false, false, false}} {
+		var r leaseRun
+		var err error
+		if run.quick {
+			r, err = b.jobFleet(ctx, leaseJob{Goroutines: leaseGoroutines, Wait: run.wait, QuickStart: true}, c.Phase)
+		} else {
+			r, err = b.leaseFleet(ctx, run.on, run.wait, c.Phase)
+		}
 		if err != nil {
 			return err
 		}
-		progress("lease       leases %-5v %-7s %d x %d: %10.0f admissions/s, Redis CPU %.3f µs per admission, %d granted unused",
-			run.on, callName(run.wait), c.Procs, leaseGoroutines, r.perSecond(), r.RedisCPUUse, r.Granted-r.Admissions)
+		progress("lease       leases %-5v %-7s %d x %d%s: %10.0f admissions/s, Redis CPU %.3f µs per admission, %d granted unused",
+			run.on, callName(run.wait), c.Procs, leaseGoroutines, quickName(run.quick), r.perSecond(), r.RedisCPUUse, r.Granted-r.Admissions)
 		runs = append(runs, r)
 	}
 	lone, err := b.leaseLone(ctx, c.Phase)
@@ -115,7 +127,7 @@ func (b *bench) runLease(ctx context.Context, w io.Writer, progress func(string,
 	fmt.Fprintln(w, "| leases | call | admissions/s | Redis CPU µs per admission | Redis calls per admission | slots granted unused | Waits moved to a fresh slot | client CPU µs per admission | fallbacks |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range runs {
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.3f | %.4f | %d | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), r.perSecond(), r.RedisCPUUse,
+		fmt.Fprintf(w, "| %s | %s%s | %.0f | %.3f | %.4f | %d | %d | %.2f | %d |\n", onOff(r.Leases), callName(r.Wait), quickName(r.QuickStart), r.perSecond(), r.RedisCPUUse,
 			float64(r.RedisCalls)/float64(max(r.Admissions, 1)), r.Granted-r.Admissions, r.Moved,
 			float64(r.ClientCPU.Microseconds())/float64(max(r.Admissions, 1)), r.Fallbacks)
 	}
@@ -139,6 +151,14 @@ func callName(wait bool) string {
 		return "Wait"
 	}
 	return "Reserve"
+}
+
+// quickName labels a run on the quick-start client.
+func quickName(quick bool) string {
+	if quick {
+		return ", quick-start client"
+	}
+	return ""
 }
 
 func onOff(b bool) string {
@@ -204,7 +224,7 @@ func (b *bench) jobFleet(ctx context.Context, j leaseJob, d time.Duration) (leas
 	if err != nil {
 		return leaseRun{}, err
 	}
-	r := leaseRun{Leases: on, Wait: wait, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
+	r := leaseRun{Leases: on, Wait: wait, QuickStart: j.QuickStart, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
 	for _, ch := range f.Children() {
 		lines := ch.Lines()
 		js, ok := strings.CutPrefix(lines[len(lines)-1], "end ")
