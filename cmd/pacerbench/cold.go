@@ -111,16 +111,8 @@ func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
 	if err != nil {
 		return coldRun{}, err
 	}
-	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer readyCancel()
-	for _, ch := range f.Children() {
-		line, err := ch.FirstLine(readyCtx)
-		if err == nil && line != "ready" {
-			err = fmt.Errorf("no ready line (got %q)", line)
-		}
-		if err != nil {
-			return coldRun{}, fmt.Errorf("process %d: %w: %s", ch.Index, err, ch.Stderr())
-		}
+	if err := awaitReady(ctx, f); err != nil {
+		return coldRun{}, err
 	}
 	db0, err := b.admin.DBSize(ctx).Result()
 	if err != nil {
@@ -131,12 +123,7 @@ func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
 	if err != nil {
 		return coldRun{}, err
 	}
-	start := time.Now().Add(50 * time.Millisecond)
-	end := start.Add(c.ColdRun)
-	for _, ch := range f.Children() {
-		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
-		ch.Stdin.Close()
-	}
+	start, _ := beginRun(f, c.ColdRun)
 	r := coldRun{Variant: name, Procs: c.Procs, Seconds: c.ColdRun.Seconds(), Steal: -1}
 	sampled := make(chan error, 1)
 	go func() {

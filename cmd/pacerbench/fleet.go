@@ -79,27 +79,14 @@ func (b *bench) runFleet(ctx context.Context, v variant) (fleet, error) {
 	if err != nil {
 		return fleet{}, fmt.Errorf("%s: %w", v.Name, err)
 	}
-	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer readyCancel()
-	for _, ch := range f.Children() {
-		line, err := ch.FirstLine(readyCtx)
-		if err == nil && line != "ready" {
-			err = fmt.Errorf("no ready line (got %q)", line)
-		}
-		if err != nil {
-			return fleet{}, fmt.Errorf("%s: fleet process %d: %w", v.Name, ch.Index, err)
-		}
+	if err := awaitReady(ctx, f); err != nil {
+		return fleet{}, fmt.Errorf("%s: fleet %w", v.Name, err)
 	}
 	base, err := startUsage(ctx, b.admin)
 	if err != nil {
 		return fleet{}, err
 	}
-	start := time.Now().Add(50 * time.Millisecond)
-	end := start.Add(c.Fleet)
-	for _, ch := range f.Children() {
-		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
-		ch.Stdin.Close()
-	}
+	beginRun(f, c.Fleet)
 	if err := f.Wait(); err != nil {
 		return fleet{}, fmt.Errorf("%s: fleet: %w", v.Name, err)
 	}
@@ -352,4 +339,33 @@ func readyToStart() (end time.Time, err error) {
 	}
 	time.Sleep(time.Until(time.Unix(0, startNs)))
 	return time.Unix(0, endNs), nil
+}
+
+// awaitReady waits, 30 s at most, until every child of f has said "ready"
+// (its limiter made and warmed up); the error names the first that did not.
+func awaitReady(ctx context.Context, f *fleetproc.Fleet) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, ch := range f.Children() {
+		line, err := ch.FirstLine(ctx)
+		if err == nil && line != "ready" {
+			err = fmt.Errorf("no ready line (got %q)", line)
+		}
+		if err != nil {
+			return fmt.Errorf("process %d: %w: %s", ch.Index, err, ch.Stderr())
+		}
+	}
+	return nil
+}
+
+// beginRun tells every child of f that the run starts 50 ms from now and
+// lasts d, and returns its start and end.
+func beginRun(f *fleetproc.Fleet, d time.Duration) (start, end time.Time) {
+	start = time.Now().Add(50 * time.Millisecond)
+	end = start.Add(d)
+	for _, ch := range f.Children() {
+		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
+		ch.Stdin.Close()
+	}
+	return start, end
 }

@@ -192,27 +192,14 @@ func (b *bench) jobFleet(ctx context.Context, j leaseJob, d time.Duration) (leas
 	if err != nil {
 		return leaseRun{}, err
 	}
-	readyCtx, readyCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer readyCancel()
-	for _, ch := range f.Children() {
-		line, err := ch.FirstLine(readyCtx)
-		if err == nil && line != "ready" {
-			err = fmt.Errorf("no ready line (got %q)", line)
-		}
-		if err != nil {
-			return leaseRun{}, fmt.Errorf("lease process %d: %w", ch.Index, err)
-		}
+	if err := awaitReady(ctx, f); err != nil {
+		return leaseRun{}, fmt.Errorf("lease %w", err)
 	}
 	base, err := startUsage(ctx, b.admin)
 	if err != nil {
 		return leaseRun{}, err
 	}
-	start := time.Now().Add(50 * time.Millisecond)
-	end := start.Add(d)
-	for _, ch := range f.Children() {
-		fmt.Fprintf(ch.Stdin, "%d %d\n", start.UnixNano(), end.UnixNano())
-		ch.Stdin.Close()
-	}
+	beginRun(f, d)
 	if err := f.Wait(); err != nil {
 		var errs []error
 		for _, ch := range f.Children() {

@@ -373,18 +373,10 @@ func startSeamsFleet(ctx context.Context, j seamsJob, procs int) (*seamsFleet, e
 		return nil, err
 	}
 	s := &seamsFleet{job: j, f: f, kill: kill}
-	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for _, ch := range f.Children() {
-		line, err := ch.FirstLine(readyCtx)
-		if err == nil && line != "ready" {
-			err = fmt.Errorf("no ready line (got %q)", line)
-		}
-		if err != nil {
-			kill()
-			_ = f.Wait()
-			return nil, fmt.Errorf("seams process %d: %w", ch.Index, err)
-		}
+	if err := awaitReady(ctx, f); err != nil {
+		kill()
+		_ = f.Wait()
+		return nil, fmt.Errorf("seams %w", err)
 	}
 	return s, nil
 }
