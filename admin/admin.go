@@ -401,6 +401,14 @@ type KeyStatus struct {
 	Paused       time.Duration `json:"paused_ns"` // time left in a pause
 	Bands        []BandStatus  `json:"bands"`
 
+	// Binding is what makes a call wait now: the name of the band a unit
+	// cost reserved now would wait longest for (see BandStatus.Wait), or
+	// reserve.PauseBinding for a pause in force that no band's queue
+	// outlasts; "" when a unit cost would not wait. Frees is that wait:
+	// when the binding band (or the pause) lets a unit cost through.
+	Binding string        `json:"binding"`
+	Frees   time.Duration `json:"frees_ns"`
+
 	// ShadowFigures, with a stored limit in shadow mode, count what it
 	// would have done.
 	ShadowFigures *ShadowFigures `json:"shadow_figures,omitempty"`
@@ -461,6 +469,12 @@ type BandStatus struct {
 	Used      float64       `json:"used"`
 	N         float64       `json:"n"`
 	WindowEnd time.Duration `json:"window_end_ns"`
+	// Wait is how long this band alone would make a cost of one unit
+	// reserved now wait: a bucket until it holds a unit (its queue, and a
+	// pause's emptying), a window until its end when the latest window
+	// has no unit left; 0 when the band would not delay it, or when its
+	// rate or N is unknown.
+	Wait time.Duration `json:"wait_ns"`
 }
 
 // MarshalJSON writes NaN (unknown) as null.
@@ -570,6 +584,7 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 			return st, fmt.Errorf("admin: status %q: %w: %w", key, reserve.ErrWrongType, err)
 		}
 	}
+	st.Binding, st.Frees = binding(st.Paused, st.Bands)
 	if st.Shadow {
 		st.ShadowFigures = &ShadowFigures{}
 		if hasShadow {
@@ -753,6 +768,7 @@ func (st *KeyStatus) bands(recs []layout.Record, rel func(float64) time.Duration
 				// A pause leaves the bucket empty at its end: only what
 				// is reserved beyond that waits in a queue.
 				b.Queued = math.Max(0, (z-st.Paused).Seconds()*band.Limit.Rate)
+				b.Wait = max(0, z+time.Duration(float64(time.Second)/band.Limit.Rate))
 			}
 		} else {
 			b.Used = y
@@ -764,11 +780,32 @@ func (st *KeyStatus) bands(recs []layout.Record, rel func(float64) time.Duration
 					origin = time.Unix(0, 0)
 				}
 				b.WindowEnd = origin.Add(time.Duration(int64(x)+1) * w.Length).Sub(st.Now)
+				if y+1 > w.N*(1+1e-9) {
+					b.Wait = max(0, b.WindowEnd)
+				}
 			}
 		}
 		out = append(out, b)
 	}
 	return out
+}
+
+// binding returns what binds a key with the pause and bands given (see
+// KeyStatus.Binding): the pause, unless a band's own wait outlasts it (a
+// bucket's queue beyond the pause, a full window ending after it); else
+// the band with the longest wait.
+func binding(paused time.Duration, bands []BandStatus) (string, time.Duration) {
+	name, frees := "", time.Duration(0)
+	if paused > 0 {
+		name, frees = reserve.PauseBinding, paused
+	}
+	for _, b := range bands {
+		if b.Wait <= frees || (paused > 0 && b.Bucket && !(b.Queued > 0)) {
+			continue
+		}
+		name, frees = b.Name, b.Wait
+	}
+	return name, frees
 }
 
 // readShadow fills st.ShadowFigures from the shadow text (reserve.lua,

@@ -69,13 +69,24 @@ type WaitTooLongError struct {
 	// Deadline is true when the maximum was the time left before the
 	// context's deadline (Wait, Sleep), not a maxWait argument.
 	Deadline bool
+	// Band is the binding band: the band whose queue or window made the
+	// wait, or PauseBinding when a pause did ("" when unknown: a refusal
+	// a lease or a claim made).
+	Band string
 }
 
 func (e *WaitTooLongError) Error() string {
-	if e.Deadline {
-		return fmt.Sprintf("reserve: wait %v exceeds the %v left before the context's deadline", e.Wait, e.MaxWait)
+	why := ""
+	if e.Band != "" {
+		why = " (set by band " + e.Band + ")"
+		if e.Band == PauseBinding {
+			why = " (set by a pause)"
+		}
 	}
-	return fmt.Sprintf("reserve: wait %v exceeds maximum %v", e.Wait, e.MaxWait)
+	if e.Deadline {
+		return fmt.Sprintf("reserve: wait %v%s exceeds the %v left before the context's deadline", e.Wait, why, e.MaxWait)
+	}
+	return fmt.Sprintf("reserve: wait %v%s exceeds maximum %v", e.Wait, why, e.MaxWait)
 }
 
 // scriptCodes maps the scripts' error codes (the first word of an error

@@ -189,10 +189,11 @@ func (l *Limiter) reserveLocal(key string, s *spec, amounts []float64, maxWait t
 	case g.Seq == 0:
 		return nil, &WaitTooLongError{Wait: time.Duration(g.WaitNS), MaxWait: maxWait}
 	}
-	wait := time.Duration(max(g.WaitNS, 0))
-	l.opts.Metrics.Reserved(key, s.units, amounts, wait, true)
-	return &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: local.Add(time.Duration(g.WaitNS)),
-		slotNS: c.Now + g.WaitNS, localID: "l" + l.id + "." + strconv.FormatUint(l.local.ids.Add(1), 10)}, nil
+	r := &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: local.Add(time.Duration(g.WaitNS)),
+		slotNS: c.Now + g.WaitNS, localID: "l" + l.id + "." + strconv.FormatUint(l.local.ids.Add(1), 10),
+		source: SourceLocal}
+	l.granted(r, time.Duration(g.WaitNS))
+	return r, nil
 }
 
 // shareError is the error of a request a window band can never take at
@@ -243,7 +244,7 @@ func (l *Limiter) peekLocal(key string, s *spec, amounts []float64) (Snapshot, e
 	if err != nil {
 		return Snapshot{}, l.engineError("peek", key, err)
 	}
-	return snapshotOf(local, wait, pause, bands, true), nil
+	return snapshotOf(local, wait, pause, bands, true, s.slowest(amounts)), nil
 }
 
 // adjustLocal cancels or settles a local reservation on the Store.

@@ -80,7 +80,7 @@ func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait
 		return heldGrant{}, &WaitTooLongError{Wait: g.wait, MaxWait: maxWait}
 	}
 	if g.source != sourceRedeemed {
-		l.opts.Metrics.Reserved(req.Key, s.units, amounts, g.r.Delay(), false)
+		l.granted(g.r, g.r.Delay())
 	}
 	return g, nil
 }
@@ -269,7 +269,7 @@ func (l *Limiter) parseHold(now time.Time, c *holdCall, ids []string, out []held
 		r.holdID = ids[i]
 		out[i] = heldGrant{r: r, kept: true, source: int(origin)}
 		if origin != sourceRedeemed {
-			l.opts.Metrics.Reserved(c.key, c.spec.units, got, time.Duration(max(waitNS, 0)), false)
+			l.granted(r, time.Duration(waitNS))
 		}
 	}
 	return nil

@@ -183,8 +183,9 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	}
 	t.mu.Unlock()
 	t.handed.Add(1)
-	r := &Reservation{lim: l, key: k.key, spec: s, amounts: req.amounts, at: at, slotNS: slot, seq: ls.seq0 + int64(i)}
-	l.opts.Metrics.Reserved(k.key, s.units, req.amounts, max(wait, 0), false)
+	r := &Reservation{lim: l, key: k.key, spec: s, amounts: req.amounts, at: at, slotNS: slot, seq: ls.seq0 + int64(i),
+		source: SourceLease}
+	l.granted(r, wait)
 	return result{r: r}, true
 }
 

@@ -168,6 +168,11 @@ type Options struct {
 	// adapts it to Prometheus.
 	Metrics Metrics
 
+	// Tracer follows every Wait and WaitN: its reservation, sleep, moves
+	// and end, with the binding band and the source. Default: none.
+	// Package otelpacer makes each Wait an OpenTelemetry span.
+	Tracer Tracer
+
 	// Logger logs every switch between Redis and local pacing, and what
 	// New found out about the Redis server. Default slog.Default().
 	Logger *slog.Logger

@@ -90,6 +90,12 @@ type Snapshot struct {
 	Bands []BandSnapshot
 	// Local is true when the local fallback answered (Redis unavailable).
 	Local bool
+	// Binding is what makes the cost wait: the band whose own wait is the
+	// longest, or PauseBinding when a pause in force sets Wait (every
+	// band would let the cost through the moment it ends, its buckets
+	// emptied by it aside); "" when the cost would not wait. Wait is when
+	// it frees.
+	Binding string
 }
 
 // A BandSnapshot is one band as Peek reads it.
@@ -154,13 +160,26 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		}
 		bands = append(bands, engine.BandPeek{Name: name, Value: v, WaitNS: bw, EndNS: end})
 	}
-	return snapshotOf(base.local, wait, paused, bands, false), nil
+	return snapshotOf(base.local, wait, paused, bands, false, s.slowest(amounts)), nil
 }
 
 // snapshotOf builds a Snapshot from a peek made at at (the Limiter's clock):
 // waits and ends in ns from then; a wait of -1 ns: never at this share.
-func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local bool) Snapshot {
+// spacing is the cost's spacing in its slowest bucket: the most a bucket
+// emptied by a pause adds to the pause.
+func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local bool, spacing time.Duration) Snapshot {
 	snap := Snapshot{Wait: time.Duration(wait), Paused: time.Duration(max(paused, 0)), Local: local}
+	if wait > 0 {
+		longest := int64(0)
+		for _, b := range bands {
+			if b.WaitNS > longest {
+				snap.Binding, longest = b.Name, b.WaitNS
+			}
+		}
+		if paused > 0 && longest <= paused+int64(spacing)+1 {
+			snap.Binding = PauseBinding
+		}
+	}
 	for _, b := range bands {
 		bs := BandSnapshot{Name: b.Name, Value: b.Value, Wait: time.Duration(b.WaitNS)}
 		if b.EndNS != 0 {

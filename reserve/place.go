@@ -157,7 +157,7 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 			if pe > base.serverNS && pe <= r.slotNS {
 				r.pauseEnd = pe // granted after a pause in force: Sleep looks for a resume
 			}
-			l.opts.Metrics.Reserved(key, s.units, req.amounts, time.Duration(max(waitNS, 0)), false)
+			l.granted(r, time.Duration(waitNS))
 			out[i] = result{r: r}
 		}
 	}

@@ -303,6 +303,18 @@ func (s *spec) spacing(amounts []float64) time.Duration {
 	return least
 }
 
+// slowest is the largest spacing of amounts over the bucket bands charged
+// (see spacing); zero if none is.
+func (s *spec) slowest(amounts []float64) time.Duration {
+	var most time.Duration
+	for _, b := range s.bands {
+		if b.bucket && amounts[b.unit] > 0 {
+			most = max(most, time.Duration(amounts[b.unit]/b.rate*float64(time.Second)))
+		}
+	}
+	return most
+}
+
 // minLateness is the least lateness the defaults allow: finer than this,
 // the scheduler's own jitter would make most sleepers late.
 const minLateness = time.Millisecond

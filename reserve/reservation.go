@@ -40,6 +40,8 @@ type Reservation struct {
 	shifted  int64 // the last resume that moved the slot (its "~s" r)
 	state    resState
 	moved    bool // Sleep took a fresh slot for lateness once already
+	band     string // the binding band (see Band)
+	source   Source
 }
 
 type resState int
@@ -79,6 +81,23 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 // Delay is DelayFrom the Limiter's clock's now.
 func (r *Reservation) Delay() time.Duration {
 	return r.DelayFrom(r.lim.clock.Now())
+}
+
+// Band returns the binding band: the name of the band whose queue or
+// window set the slot, PauseBinding when a pause did, or "" when the slot
+// was free at once. After a move (see Sleep) it is the fresh slot's.
+func (r *Reservation) Band() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.band
+}
+
+// Source returns what granted the slot: Redis, the local fallback or a
+// lease. After a move (see Sleep) it is the fresh slot's.
+func (r *Reservation) Source() Source {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.source
 }
 
 // Local reports whether the local fallback granted the reservation (Redis

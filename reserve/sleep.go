@@ -43,7 +43,17 @@ import (
 // ctx.Err(). A ctx that ends within the last PreciseWake is not noticed,
 // and Sleep returns at the slot.
 func (r *Reservation) Sleep(ctx context.Context) error {
+	_, err := r.sleep(ctx, nil)
+	return err
+}
+
+// sleep is Sleep, reporting to tr (nil: no Tracer); late is how long after
+// its slot it woke.
+func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Duration, err error) {
 	l := r.lim
+	if tr != nil {
+		tr.Sleeping(r, r.Delay())
+	}
 	for {
 		at := r.Time()
 		deadline := l.localDeadline(at)
@@ -52,27 +62,30 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 			// A slot after a pause: look for a resume meanwhile.
 			if err := l.sleeper.Coarse(ctx, l.localDeadline(poll)); err != nil {
 				r.cancelDetached()
-				return err
+				return 0, err
 			}
 			if _, err := l.pausedAfter(ctx, r); err != nil {
 				r.cancelDetached()
-				return err
+				return 0, err
 			}
 			continue
 		}
 		if err := l.sleeper.Coarse(ctx, check); err != nil {
 			r.cancelDetached()
-			return err
+			return 0, err
 		}
 		paused, err := l.pausedAfter(ctx, r)
 		if err != nil {
 			r.cancelDetached()
-			return err
+			return 0, err
 		}
 		if paused {
 			l.opts.Metrics.Moved(r.key, MovedPause)
 			if err := r.move(ctx); err != nil {
-				return err
+				return 0, err
+			}
+			if tr != nil {
+				tr.Moved(r, MovedPause)
 			}
 			continue
 		}
@@ -85,11 +98,14 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 			r.moved = true
 			l.opts.Metrics.Moved(r.key, MovedLate)
 			if err := r.move(ctx); err != nil {
-				return err
+				return 0, err
+			}
+			if tr != nil {
+				tr.Moved(r, MovedLate)
 			}
 			continue
 		}
-		return nil
+		return max(late, 0), nil
 	}
 }
 
@@ -157,6 +173,7 @@ func (r *Reservation) move(ctx context.Context) error {
 	// A hold redeemed was deleted by its claim; the fresh slot is nobody's.
 	r.mu.Lock()
 	r.at, r.slotNS, r.seq, r.localID, r.holdID, r.pauseEnd, r.shifted = n.at, n.slotNS, n.seq, n.localID, "", n.pauseEnd, 0
+	r.band, r.source = n.band, n.source
 	r.mu.Unlock()
 	return nil
 }

@@ -56,11 +56,24 @@ func (l *Limiter) WaitN(ctx context.Context, req Request) error {
 }
 
 func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) error {
+	if l.opts.Tracer == nil {
+		_, err := l.waitFor(ctx, key, s, amounts, f, nil)
+		return err
+	}
+	ctx, tr := l.opts.Tracer.StartWait(ctx, key)
+	late, err := l.waitFor(ctx, key, s, amounts, f, tr)
+	tr.End(err, late)
+	return err
+}
+
+// waitFor is wait, reporting to tr (nil: no Tracer); late is how long
+// after its slot it woke.
+func (l *Limiter) waitFor(ctx context.Context, key string, s *spec, amounts []float64, f *fairness, tr WaitTrace) (late time.Duration, err error) {
 	if l.closed.Load() {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	maxWait := time.Duration(-1)
 	deadline, hasDeadline := ctx.Deadline()
@@ -68,7 +81,7 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 		// A context deadline is wall-clock time, whatever Options.Clock is.
 		maxWait = time.Until(deadline)
 		if maxWait < 0 {
-			return fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
+			return 0, fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
 	}
 	r, err := l.reserve(ctx, "wait", key, s, amounts, f, maxWait)
@@ -76,9 +89,12 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
 			tooLong.Deadline = true
-			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key, err)
+			return 0, fmt.Errorf("reserve: wait %q: context deadline too near: %w", key, err)
 		}
-		return err
+		return 0, err
+	}
+	if tr != nil {
+		tr.Reserved(r)
 	}
 	if hasDeadline {
 		// The script measured the wait from when it ran; the slot counts
@@ -91,9 +107,9 @@ func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float
 		}
 		if now.Add(wait).After(deadline) {
 			r.cancelDetached()
-			return fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
-				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline), Deadline: true})
+			return 0, fmt.Errorf("reserve: wait %q: context deadline too near: %w", key,
+				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline), Deadline: true, Band: r.Band()})
 		}
 	}
-	return r.Sleep(ctx)
+	return r.sleep(ctx, tr)
 }
