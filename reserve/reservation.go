@@ -39,7 +39,7 @@ type Reservation struct {
 	pauseEnd int64
 	shifted  int64 // the last resume that moved the slot (its "~s" r)
 	state    resState
-	moved    bool // Sleep took a fresh slot for lateness once already
+	moved    bool   // Sleep took a fresh slot for lateness once already
 	band     string // the binding band (see Band)
 	source   Source
 }
