@@ -45,19 +45,24 @@
   };
 
   // A countdown: an element whose text is the time left until a deadline
-  // on performance.now()'s clock, redrawn every 100 ms between reads.
-  function countdown(deadline) {
+  // on performance.now()'s clock, redrawn every 100 ms between reads. With
+  // soon true it reads "in 1.2s", then "now".
+  function countdown(deadline, soon) {
     const span = el('span', 'countdown');
     span.dataset.until = String(deadline);
-    span.textContent = fmtDur(deadline - performance.now());
+    if (soon) span.dataset.soon = '1';
+    showLeft(span, performance.now());
     return span;
+  }
+
+  function showLeft(span, now) {
+    const left = Number(span.dataset.until) - now;
+    span.textContent = !span.dataset.soon ? fmtDur(left) : left > 0 ? 'in ' + fmtDur(left) : 'now';
   }
 
   function tick() {
     const now = performance.now();
-    for (const span of document.querySelectorAll('[data-until]')) {
-      span.textContent = fmtDur(Number(span.dataset.until) - now);
-    }
+    for (const span of document.querySelectorAll('[data-until]')) showLeft(span, now);
     if (state.frame) {
       $('#updated').textContent = 'read ' + fmtDur(now - state.at) + ' ago';
     }
@@ -296,7 +301,7 @@
     const now = Date.parse(f.now);
     const badges = [];
     if (k.binding) {
-      badges.push(badge('binding', 'binding: ' + k.binding + ' — frees in ', countdown(state.at + k.frees_ns / 1e6)));
+      badges.push(badge('binding', 'binding: ' + k.binding + ' — frees ', countdown(state.at + k.frees_ns / 1e6, true)));
     }
     if (k.paused_ns > 0) {
       const end = new Date(now + k.paused_ns / 1e6).toISOString();
