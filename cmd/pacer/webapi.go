@@ -130,16 +130,16 @@ func (s *webServer) guard(next http.Handler) http.Handler {
 
 // status answers GET /api/status with a frame.
 func (s *webServer) status(w http.ResponseWriter, r *http.Request) {
-	writeWebJSON(w, http.StatusOK, s.frame(r.Context(), false))
+	writeWebJSON(w, http.StatusOK, s.frame(r.Context()))
 }
 
 // frame reads the keys and the fleet, or gives the frame read less than
-// half an interval ago (fresh forces a read). Reads are serialized: the
-// slots granted per second are the growth between two of them.
-func (s *webServer) frame(ctx context.Context, fresh bool) webFrame {
+// half an interval ago. Reads are serialized: the slots granted per second
+// are the growth between two of them.
+func (s *webServer) frame(ctx context.Context) webFrame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.last != nil && !fresh && time.Since(s.lastAt) < s.o.interval/2 {
+	if s.last != nil && time.Since(s.lastAt) < s.o.interval/2 {
 		f := *s.last
 		f.Age = time.Since(s.lastAt)
 		return f
@@ -179,6 +179,13 @@ func (s *webServer) frame(ctx context.Context, fresh bool) webFrame {
 		s.last, s.lastAt = &f, time.Now()
 	}
 	return f
+}
+
+// invalidate makes the next frame a fresh read.
+func (s *webServer) invalidate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = nil
 }
 
 // firstBucket is the first bucket band of pol, its name and rate.
@@ -247,7 +254,7 @@ func (s *webServer) change(op string, do func(ctx context.Context, dec *json.Dec
 			return
 		}
 		res.OK = true
-		s.frame(r.Context(), true) // the next page read shows it
+		s.invalidate() // the next read shows the change
 		s.logf(false, "%s", res.Message)
 		writeWebJSON(w, http.StatusOK, res)
 	}
@@ -276,7 +283,7 @@ func decode(op string, dec *json.Decoder, v any) error {
 	return nil
 }
 
-// who is the change's who and why, checked as a command line's (a page
+// whoWhy is a change's who and why, checked as a command line's (a page
 // has no $USER@hostname to default to).
 func whoWhy(op, who, reason string) (changeFlags, error) {
 	if strings.TrimSpace(who) == "" {
