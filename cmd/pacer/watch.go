@@ -93,7 +93,7 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		f := c.readFrame(ctx, pattern, keys)
+		f := c.readFrame(ctx, "watch", pattern, keys)
 		if ctx.Err() != nil {
 			return nil // interrupted: the frame may be half read
 		}
@@ -144,8 +144,9 @@ func (c *cli) size() (int, int, bool) {
 }
 
 // readFrame reads the keys pattern names and the fleet, and notes each
-// key's slots granted per second and queue in keys.
-func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*watchKey) frame {
+// key's slots granted per second and queue in keys; op (watch, web) names
+// the command in its errors.
+func (c *cli) readFrame(ctx context.Context, op, pattern string, keys map[string]*watchKey) frame {
 	f := frame{Prefix: c.prefix, Keys: []keyView{}, Fleet: []admin.Member{}, trails: map[string]trail{}}
 	if now, err := c.rdb.Time(ctx).Result(); err == nil {
 		f.Now = now.UTC()
@@ -164,7 +165,7 @@ func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*wa
 			continue // gone since it was listed
 		}
 		if err != nil {
-			f.Errors = append(f.Errors, oneLine(c.keyError("watch", name, err).Error()))
+			f.Errors = append(f.Errors, oneLine(c.keyError(op, name, err).Error()))
 			continue
 		}
 		k := keys[name]
@@ -214,12 +215,8 @@ func queueOf(st admin.KeyStatus) time.Duration {
 // rateOf is the rate of the first bucket of the policy in force, the top
 // of the sparkline of slots granted per second (0 if none).
 func rateOf(pol reserve.Policy) float64 {
-	for _, b := range pol {
-		if b.Limit != (reserve.Limit{}) {
-			return b.Limit.Rate
-		}
-	}
-	return 0
+	_, r := firstBucket(pol)
+	return r
 }
 
 // legend says what the columns count.
