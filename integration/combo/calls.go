@@ -183,7 +183,8 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	case "try", "tryp":
 		maxWait := time.Duration(cl.rng.IntN(600)) * time.Millisecond
 		r, err = c.l.TryReserveN(ctx, req, maxWait)
-		if _, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
+		if tl, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
+			c.checkBand(kind, key, tl.Band, true)
 			c.count(kind + "-refused")
 			sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
 			return 0
@@ -192,6 +193,7 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	if c.failed(ctx, kind, key.name, err) {
 		return 0
 	}
+	c.checkBand(kind, key, r.Band(), false)
 	if kind == "cancel" || kind == "cancelp" {
 		// Give it back before the slot, some time after the grant.
 		sleepCtx(ctx, time.Duration(cl.rng.Float64()*0.8*float64(r.Delay())))
@@ -210,6 +212,28 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 	call.Settle = !key.single
 	return cl.send(ctx, call, r)
+}
+
+// checkBand checks the binding band a grant (or, refused, a refusal) of
+// key names (issue 27): one of the key's bands (the fleet's code's, or the
+// true limit's, whose names the stored limits use), the pause, or for a
+// grant none; a refusal always names what made its wait. Each band named
+// is counted ("band:<name>").
+func (c *child) checkBand(kind string, key keyDef, band string, refused bool) {
+	ok := band == reserve.PauseBinding || (band == "" && !refused)
+	for _, pol := range []reserve.Policy{key.pol, key.fleetPol()} {
+		for _, b := range pol {
+			ok = ok || band == b.Name
+		}
+	}
+	if !ok {
+		c.errNote(kind, key.name, fmt.Errorf("binding band %q (refused %v) is none of the key's bands %s, the pause or none", band, refused, key.pol))
+		return
+	}
+	if band == "" {
+		band = "none"
+	}
+	c.count("band:" + band)
 }
 
 // The tenants of fair calls, and their weights.
