@@ -1,31 +1,3 @@
-// Package prommetrics exports a reserve.Limiter's measurements to
-// Prometheus. It lives apart from package reserve so that the core does not
-// import the Prometheus client.
-//
-//	m := prommetrics.New(prometheus.DefaultRegisterer, prommetrics.Options{})
-//	limiter, err := reserve.New(rdb, reserve.Options{Metrics: m})
-//
-// Metrics (all prefixed pacer_):
-//
-//	reservations_total{mode}           counter   reservations granted; mode is "redis" or "local" (fallback)
-//	units_total{mode,unit}             counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
-//	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs) or "late" (they woke too late)
-//	wait_seconds{mode}                 histogram wait granted, buckets from 1 ms to 30 min
-//	redis_call_duration_seconds{op}    histogram every call to Redis, by operation
-//	redis_errors_total{op}             counter   calls that failed
-//	fallback_active                    gauge     1 while pacing locally (summed over Limiters)
-//	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
-//	pauses_total                       counter   Pause calls (a provider's 429)
-//	evictable                          gauge     1 when the Redis server's maxmemory-policy may evict pacer's keys
-//	fair_turn_seconds{lane}            histogram fair requests' wait for their turn, before they were booked
-//	fair_deferred_total{lane}          counter   times a fair queue was told to ask again
-//
-// Keys are not labels by default: a crawler has millions. Options.KeyLabel
-// maps a key to a label value (for instance its host, or "other"), and adds
-// a "key" label to reservations_total, units_total, wait_seconds and
-// pauses_total. Tenants are not labels by default either: Options.TenantLabel
-// adds a "tenant" label to the fair metrics, lane being "urgent", "normal"
-// or "batch".
 package prommetrics
 
 import (
