@@ -7,21 +7,40 @@ import (
 
 // Accessors for tests.
 
-func (m *Metrics) ReservationsFor(mode, key string) prometheus.Counter {
-	return m.reservations.WithLabelValues(m.labels(mode, key)...)
+// withKey appends the key label's value for key to lv, when there is one.
+func (m *Metrics) withKey(lv []string, key string) []string {
+	if m.keyLabel == nil {
+		return lv
+	}
+	return append(lv, m.keyLabel(key))
+}
+
+func (m *Metrics) ReservationsFor(mode, band, key string) prometheus.Counter {
+	return m.reservations.WithLabelValues(m.withKey([]string{mode, band}, key)...)
+}
+
+func (m *Metrics) LeasedFor(key string) prometheus.Counter {
+	return m.leased.WithLabelValues(m.withKey(nil, key)...)
 }
 
 func (m *Metrics) UnitsFor(mode, key, unit string) prometheus.Counter {
-	return m.units.WithLabelValues(append(m.labels(mode, key), unit)...)
+	return m.units.WithLabelValues(append(m.withKey([]string{mode}, key), unit)...)
+}
+
+// WaitFor is how many waits, and their sum in seconds, the histogram of
+// mode, band and key observed.
+func (m *Metrics) WaitFor(mode, band, key string) (uint64, float64) {
+	var d dto.Metric
+	if err := m.wait.WithLabelValues(m.withKey([]string{mode, band}, key)...).(prometheus.Histogram).Write(&d); err != nil {
+		panic(err)
+	}
+	return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
 }
 
 func (m *Metrics) MovedFor(why string) prometheus.Counter { return m.moved.WithLabelValues(why) }
 
 func (m *Metrics) PausesFor(key string) prometheus.Counter {
-	if m.keyLabel == nil {
-		return m.pauses.WithLabelValues()
-	}
-	return m.pauses.WithLabelValues(m.keyLabel(key))
+	return m.pauses.WithLabelValues(m.withKey(nil, key)...)
 }
 
 func (m *Metrics) FallbackActive() prometheus.Gauge { return m.fallback }

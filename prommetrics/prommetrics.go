@@ -1,31 +1,3 @@
-// Package prommetrics exports a reserve.Limiter's measurements to
-// Prometheus. It lives apart from package reserve so that the core does not
-// import the Prometheus client.
-//
-//	m := prommetrics.New(prometheus.DefaultRegisterer, prommetrics.Options{})
-//	limiter, err := reserve.New(rdb, reserve.Options{Metrics: m})
-//
-// Metrics (all prefixed pacer_):
-//
-//	reservations_total{mode}           counter   reservations granted; mode is "redis" or "local" (fallback)
-//	units_total{mode,unit}             counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
-//	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs) or "late" (they woke too late)
-//	wait_seconds{mode}                 histogram wait granted, buckets from 1 ms to 30 min
-//	redis_call_duration_seconds{op}    histogram every call to Redis, by operation
-//	redis_errors_total{op}             counter   calls that failed
-//	fallback_active                    gauge     1 while pacing locally (summed over Limiters)
-//	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
-//	pauses_total                       counter   Pause calls (a provider's 429)
-//	evictable                          gauge     1 when the Redis server's maxmemory-policy may evict pacer's keys
-//	fair_turn_seconds{lane}            histogram fair requests' wait for their turn, before they were booked
-//	fair_deferred_total{lane}          counter   times a fair queue was told to ask again
-//
-// Keys are not labels by default: a crawler has millions. Options.KeyLabel
-// maps a key to a label value (for instance its host, or "other"), and adds
-// a "key" label to reservations_total, units_total, wait_seconds and
-// pauses_total. Tenants are not labels by default either: Options.TenantLabel
-// adds a "tenant" label to the fair metrics, lane being "urgent", "normal"
-// or "batch".
 package prommetrics
 
 import (
@@ -53,6 +25,7 @@ type Options struct {
 type Metrics struct {
 	keyLabel     func(string) string
 	reservations *prometheus.CounterVec
+	leased       *prometheus.CounterVec
 	units        *prometheus.CounterVec
 	moved        *prometheus.CounterVec
 	evictable    prometheus.Gauge
@@ -69,8 +42,9 @@ type Metrics struct {
 }
 
 var (
-	_ reserve.Metrics     = (*Metrics)(nil)
-	_ reserve.FairMetrics = (*Metrics)(nil)
+	_ reserve.Metrics      = (*Metrics)(nil)
+	_ reserve.GrantMetrics = (*Metrics)(nil)
+	_ reserve.FairMetrics  = (*Metrics)(nil)
 )
 
 // WaitBuckets are the buckets of wait_seconds: from 1 ms to 30 minutes, for
@@ -83,26 +57,26 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	if ns == "" {
 		ns = "pacer"
 	}
-	per := []string{"mode"}
-	if opts.KeyLabel != nil {
-		per = []string{"mode", "key"}
-	}
 	perKey := []string{}
 	if opts.KeyLabel != nil {
 		perKey = []string{"key"}
 	}
+	perBand := append([]string{"mode", "band"}, perKey...)
+	perUnit := append(append([]string{"mode"}, perKey...), "unit")
 	m := &Metrics{
 		keyLabel: opts.KeyLabel,
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reservations_total",
-			Help: "Reservations granted, by mode (redis or local fallback)."}, per),
+			Help: "Reservations granted, by mode (redis or local fallback) and binding band (none when free at once)."}, perBand),
+		leased: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "leased_total",
+			Help: "Reservations handed out from this process's leases on hot keys (counted in reservations_total as redis too)."}, perKey),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "units_total",
-			Help: "Cost reserved, by mode and unit."}, append(append([]string(nil), per...), "unit")),
+			Help: "Cost reserved, by mode and unit."}, perUnit),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "moved_total",
 			Help: "Sleepers that took a fresh slot: a pause covered theirs, or they woke too late."}, []string{"why"}),
 		evictable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "evictable",
 			Help: "1 when the Redis server may evict pacer's keys under memory pressure."}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
-			Help: "Wait granted to reservations.", Buckets: WaitBuckets}, per),
+			Help: "Wait granted to reservations, by mode and binding band.", Buckets: WaitBuckets}, perBand),
 		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "redis_call_duration_seconds",
 			Help: "Duration of calls to Redis, by operation.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
 		callErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "redis_errors_total",
@@ -124,7 +98,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.deferred = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fair_deferred_total",
 		Help: "Times a fair queue was told to ask again (not its turn, or beyond the booking horizon), by lane."}, perLane)
 	if reg != nil {
-		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
+		reg.MustRegister(m.reservations, m.leased, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
 			m.turn, m.deferred)
 	}
 	return m
@@ -147,24 +121,75 @@ func (m *Metrics) Deferred(_, tenant string, lane reserve.Lane) {
 	m.deferred.WithLabelValues(m.laneLabels(tenant, lane)...).Inc()
 }
 
-func (m *Metrics) labels(mode, key string) []string {
-	if m.keyLabel == nil {
-		return []string{mode}
+// Values of the band label besides the bands' names.
+const (
+	bandNone  = "none"  // the slot was free at once: no band held it back
+	bandPause = "pause" // a pause set the slot (reserve.PauseBinding)
+)
+
+// bandLabel returns the band label's value for a binding band as
+// reserve.Grant.Band gives it: the band's name, "pause" for
+// reserve.PauseBinding, "none" for "".
+func bandLabel(band string) string {
+	switch band {
+	case "":
+		return bandNone
+	case reserve.PauseBinding:
+		return bandPause
 	}
-	return []string{mode, m.keyLabel(key)}
+	return band
 }
 
-// Reserved implements reserve.Metrics.
+// Granted implements reserve.GrantMetrics: a Limiter calls it in place of
+// Reserved. A slot from a lease counts as mode "redis" (Redis granted the
+// lease), and in leased_total too.
+func (m *Metrics) Granted(g reserve.Grant) {
+	mode := "redis"
+	if g.Source == reserve.SourceLocal {
+		mode = "local"
+	}
+	key := ""
+	if m.keyLabel != nil {
+		key = m.keyLabel(g.Key)
+	}
+	m.grant(mode, bandLabel(g.Band), key, g.Units, g.Amounts, g.Wait)
+	if g.Source == reserve.SourceLease {
+		if m.keyLabel == nil {
+			m.leased.WithLabelValues().Inc()
+		} else {
+			m.leased.WithLabelValues(key).Inc()
+		}
+	}
+}
+
+// Reserved implements reserve.Metrics, for callers that report grants
+// without their band (a Limiter calls Granted): band is "none".
 func (m *Metrics) Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool) {
 	mode := "redis"
 	if local {
 		mode = "local"
 	}
-	lv := m.labels(mode, key)
-	m.reservations.WithLabelValues(lv...).Inc()
-	m.wait.WithLabelValues(lv...).Observe(wait.Seconds())
+	if m.keyLabel != nil {
+		key = m.keyLabel(key)
+	}
+	m.grant(mode, bandNone, key, units, amounts, wait)
+}
+
+// grant counts one reservation: key is the key label's value, unused
+// without Options.KeyLabel.
+func (m *Metrics) grant(mode, band, key string, units []string, amounts []float64, wait time.Duration) {
+	lv := [3]string{mode, band, key}
+	n := 2
+	if m.keyLabel != nil {
+		n = 3
+	}
+	m.reservations.WithLabelValues(lv[:n]...).Inc()
+	m.wait.WithLabelValues(lv[:n]...).Observe(wait.Seconds())
+	// units_total has no band: mode, [key,] unit.
+	ul := [3]string{mode, key}
 	for i, u := range units {
-		m.units.WithLabelValues(append(lv, u)...).Add(amounts[i])
+		ul[n-1] = u
+		m.units.WithLabelValues(ul[:n]...).Add(amounts[i])
 	}
 }
 

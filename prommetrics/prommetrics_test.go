@@ -2,6 +2,7 @@ package prommetrics_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -38,7 +39,7 @@ func TestMetricsOnRedis(t *testing.T) {
 	}
 	require.NoError(t, l.Pause(ctx, "a.example/y", time.Second))
 
-	assert.Equal(t, 3.0, testutil.ToFloat64(m.ReservationsFor("redis", "a.example")))
+	assert.Equal(t, 3.0, sum(t, reg, "pacer_reservations_total", map[string]string{"mode": "redis", "key": "a.example"}), "over all bands")
 	assert.Equal(t, 6.0, testutil.ToFloat64(m.UnitsFor("redis", "a.example", reserve.PermitsUnit)))
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.PausesFor("a.example")))
 	problems, err := testutil.GatherAndLint(reg)
@@ -72,7 +73,7 @@ func TestMetricsFallback(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.FallbackActive()))
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.SwitchesTo("local")))
-	assert.Equal(t, 5.0, testutil.ToFloat64(m.ReservationsFor("local", "")))
+	assert.Equal(t, 5.0, sum(t, reg, "pacer_reservations_total", map[string]string{"mode": "local"}), "over all bands")
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
@@ -116,4 +117,104 @@ func TestFairMetrics(t *testing.T) {
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// sum adds up the values of the counters (or the sample counts of the
+// histograms) of family name whose labels include want.
+func sum(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue series
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				total += float64(h.GetSampleCount())
+			} else {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// TestGranted: each grant counts under its mode and binding band, with its
+// wait; a leased slot counts as "redis" and in leased_total; Reserved,
+// which knows no band, counts under "none".
+func TestGranted(t *testing.T) {
+	permits := []string{reserve.PermitsUnit}
+	one := []float64{1}
+	tests := []struct {
+		name       string
+		grant      reserve.Grant
+		mode, band string
+		leased     float64
+	}{
+		{"free at once", reserve.Grant{Key: "a/x", Source: reserve.SourceRedis}, "redis", "none", 0},
+		{"bound by a band", reserve.Grant{Key: "a/x", Wait: 2 * time.Second, Source: reserve.SourceRedis, Band: "day"}, "redis", "day", 0},
+		{"bound by a pause", reserve.Grant{Key: "a/x", Wait: time.Minute, Source: reserve.SourceRedis, Band: reserve.PauseBinding}, "redis", "pause", 0},
+		{"local", reserve.Grant{Key: "a/x", Wait: time.Second, Source: reserve.SourceLocal, Band: "second"}, "local", "second", 0},
+		{"leased", reserve.Grant{Key: "a/x", Wait: time.Millisecond, Source: reserve.SourceLease, Band: reserve.PermitsUnit}, "redis", reserve.PermitsUnit, 1},
+	}
+	for _, keyed := range []bool{false, true} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("keyed=%v/%s", keyed, tt.name), func(t *testing.T) {
+				reg := prometheus.NewPedanticRegistry()
+				opts := prommetrics.Options{}
+				want := map[string]string{"mode": tt.mode, "band": tt.band}
+				if keyed {
+					opts.KeyLabel = func(k string) string { return strings.SplitN(k, "/", 2)[0] }
+					want["key"] = "a"
+				}
+				m := prommetrics.New(reg, opts)
+				g := tt.grant
+				g.Units, g.Amounts = permits, one
+				m.Granted(g)
+
+				assert.Equal(t, 1.0, testutil.ToFloat64(m.ReservationsFor(tt.mode, tt.band, g.Key)), "Granted(%+v): reservations_total%v", g, want)
+				n, s := m.WaitFor(tt.mode, tt.band, g.Key)
+				assert.Equal(t, uint64(1), n, "Granted(%+v): wait_seconds%v count", g, want)
+				assert.InDelta(t, g.Wait.Seconds(), s, 1e-9, "Granted(%+v): wait_seconds%v sum", g, want)
+				assert.Equal(t, 1.0, testutil.ToFloat64(m.UnitsFor(tt.mode, g.Key, reserve.PermitsUnit)))
+				assert.Equal(t, tt.leased, testutil.ToFloat64(m.LeasedFor(g.Key)), "Granted(%+v): leased_total", g)
+				// One series each: nothing was counted under another mode or band.
+				for _, name := range []string{"pacer_reservations_total", "pacer_wait_seconds"} {
+					c, err := testutil.GatherAndCount(reg, name)
+					require.NoError(t, err)
+					assert.Equal(t, 1, c, "%s series", name)
+					assert.Equal(t, 1.0, sum(t, reg, name, want), "%s%v", name, want)
+				}
+				problems, err := testutil.GatherAndLint(reg)
+				require.NoError(t, err)
+				assert.Empty(t, problems)
+			})
+		}
+	}
+}
+
+// TestReservedNoBand: Reserved, for callers that call it directly, counts
+// under band "none".
+func TestReservedNoBand(t *testing.T) {
+	m := prommetrics.New(nil, prommetrics.Options{})
+	m.Reserved("k", []string{reserve.PermitsUnit}, []float64{3}, time.Second, false)
+	m.Reserved("k", []string{reserve.PermitsUnit}, []float64{1}, 0, true)
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.ReservationsFor("redis", "none", "k")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.ReservationsFor("local", "none", "k")))
+	assert.Equal(t, 3.0, testutil.ToFloat64(m.UnitsFor("redis", "k", reserve.PermitsUnit)))
+	n, s := m.WaitFor("redis", "none", "k")
+	assert.Equal(t, uint64(1), n)
+	assert.Equal(t, 1.0, s)
 }
