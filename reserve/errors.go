@@ -70,8 +70,9 @@ type WaitTooLongError struct {
 	// context's deadline (Wait, Sleep), not a maxWait argument.
 	Deadline bool
 	// Band is the binding band: the band whose queue or window made the
-	// wait, or PauseBinding when a pause did ("" when unknown: a refusal
-	// of package hold's claims).
+	// wait, PauseBinding when a pause did, TurnBinding when a fair
+	// request's turn did ("" when unknown: a refusal of package hold's
+	// claims).
 	Band string
 }
 
@@ -79,8 +80,11 @@ func (e *WaitTooLongError) Error() string {
 	why := ""
 	if e.Band != "" {
 		why = " (set by band " + e.Band + ")"
-		if e.Band == PauseBinding {
+		switch e.Band {
+		case PauseBinding:
 			why = " (set by a pause)"
+		case TurnBinding:
+			why = " (set by the fair queue: the other tenants' turns)"
 		}
 	}
 	if e.Deadline {

@@ -150,7 +150,7 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 		// turn, behind the queue's head, cannot come by then.
 		wait := q.retry.Sub(req.since)
 		qs.mu.Unlock()
-		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: TurnBinding}
 	}
 	q.waiting = append(q.waiting, req)
 	qs.mu.Unlock()
@@ -236,7 +236,7 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 			case !retry.IsZero() && !req.deadline.IsZero() && retry.After(req.deadline):
 				// Its turn cannot come before its maximum wait is over.
 				req.sent = true
-				req.done <- result{nil, &WaitTooLongError{Wait: retry.Sub(now), MaxWait: req.maxWait}}
+				req.done <- result{nil, &WaitTooLongError{Wait: retry.Sub(now), MaxWait: req.maxWait, Band: TurnBinding}}
 			default:
 				rest = append(rest, req)
 			}

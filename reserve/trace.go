@@ -36,6 +36,12 @@ func (s Source) String() string {
 // letters, digits, '.', '_' and '-', so no band is called that.
 const PauseBinding = "(pause)"
 
+// TurnBinding is the binding band a fair request's refusal names when its
+// turn in the fair queue (Request.Tenant, Request.Lane) cannot come within
+// its maximum wait: the other tenants' and lanes' requests ahead of it, not
+// a band, made the wait.
+const TurnBinding = "(turn)"
+
 // A Grant is one reservation granted, as GrantMetrics receives it.
 type Grant struct {
 	Key string

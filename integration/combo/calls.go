@@ -220,7 +220,7 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 // grant none; a refusal always names what made its wait. Each band named
 // is counted ("band:<name>").
 func (c *child) checkBand(kind string, key keyDef, band string, refused bool) {
-	ok := band == reserve.PauseBinding || (band == "" && !refused)
+	ok := band == reserve.PauseBinding || (band == reserve.TurnBinding && refused) || (band == "" && !refused)
 	for _, pol := range []reserve.Policy{key.pol, key.fleetPol()} {
 		for _, b := range pol {
 			ok = ok || band == b.Name
