@@ -40,6 +40,8 @@ func TestEveryGoBlockIsAnExample(t *testing.T) {
 		t.Errorf("%s shows a Go block that is in no Example function:\n%s", where, block)
 	}
 	mds, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	sub, _ := filepath.Glob(filepath.Join(root, "docs", "*", "*.md")) // docs/grafana/README.md
+	mds = append(mds, sub...)
 	mds = append(mds, filepath.Join(root, "README.md"))
 	for _, md := range mds {
 		text, err := os.ReadFile(md)
