@@ -1,0 +1,133 @@
+package otelpacer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pacer-go/pacer/reserve"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// SpanName is the name of a Wait's span.
+const SpanName = "pacer.wait"
+
+// The spans' own attributes (the metrics' pacer.key, pacer.band,
+// pacer.source and pacer.moved.reason are theirs too).
+const (
+	attrWait        = attribute.Key("pacer.wait")
+	attrSlot        = attribute.Key("pacer.slot")
+	attrSleep       = attribute.Key("pacer.sleep")
+	attrLate        = attribute.Key("pacer.late")
+	attrDeadline    = attribute.Key("pacer.deadline")
+	attrRefusedWait = attribute.Key("pacer.refused.wait")
+	attrMaxWait     = attribute.Key("pacer.max_wait")
+)
+
+// StartWait implements reserve.Tracer: it starts the Wait's span, a child
+// of the span in ctx, and returns the span's context.
+func (t *Telemetry) StartWait(ctx context.Context, key string) (context.Context, reserve.WaitTrace) {
+	ctx, span := t.tracer.Start(ctx, SpanName, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attrKey.String(key)))
+	return ctx, &waitTrace{t: t, span: span, key: key, recording: span.IsRecording()}
+}
+
+// waitTrace follows one Wait; its methods are called from one goroutine.
+type waitTrace struct {
+	t         *Telemetry
+	span      trace.Span
+	key       string
+	recording bool
+	r         *reserve.Reservation // the reservation, once granted
+	wait      time.Duration        // the waits granted: the reservation's, plus each move's
+	queued    bool                 // counted in queued_requests
+}
+
+func seconds(d time.Duration) attribute.KeyValue { return attrWait.Float64(d.Seconds()) }
+
+// grantAttrs are the attributes of a slot granted: when, the wait, why,
+// from where.
+func grantAttrs(r *reserve.Reservation, wait time.Duration, extra ...attribute.KeyValue) []attribute.KeyValue {
+	return append(extra,
+		attrSlot.String(r.Time().Format(time.RFC3339Nano)),
+		seconds(wait),
+		attrBand.String(bandValue(r.Band())),
+		attrSource.String(r.Source().String()))
+}
+
+// Reserved implements reserve.WaitTrace: the "reserved" event.
+func (w *waitTrace) Reserved(r *reserve.Reservation) {
+	d := r.Delay()
+	w.r, w.wait = r, d
+	if w.recording {
+		w.span.AddEvent("reserved", trace.WithAttributes(grantAttrs(r, d)...))
+	}
+}
+
+// Sleeping implements reserve.WaitTrace: the "slept" event, with the sleep
+// planned, and the Wait counts in queued_requests until its end.
+func (w *waitTrace) Sleeping(r *reserve.Reservation, d time.Duration) {
+	if w.r == nil {
+		w.r = r
+	}
+	if !w.queued {
+		w.queued = true
+		w.t.queued.Add(context.Background(), 1, w.t.keyOption(w.key))
+	}
+	if w.recording {
+		w.span.AddEvent("slept", trace.WithAttributes(attrSleep.Float64(d.Seconds())))
+	}
+}
+
+// Moved implements reserve.WaitTrace: the "moved" event, with the reason
+// and the fresh slot.
+func (w *waitTrace) Moved(r *reserve.Reservation, why string) {
+	d := r.Delay()
+	w.r = r
+	w.wait += d
+	if w.recording {
+		w.span.AddEvent("moved", trace.WithAttributes(grantAttrs(r, d, attrMovedReason.String(why))...))
+	}
+}
+
+// End implements reserve.WaitTrace: the "woke" event, or the error, and
+// the span's end.
+func (w *waitTrace) End(err error, late time.Duration) {
+	if w.queued {
+		w.t.queued.Add(context.Background(), -1, w.t.keyOption(w.key))
+	}
+	var tooLong *reserve.WaitTooLongError
+	refused := errors.As(err, &tooLong)
+	band := "unknown"
+	if refused {
+		if tooLong.Band != "" {
+			band = tooLong.Band
+		}
+		reason := "max_wait"
+		if tooLong.Deadline {
+			reason = "deadline"
+		}
+		w.t.refused.Add(context.Background(), 1, w.t.withKey(w.key, attrBand.String(band), attrReason.String(reason)))
+	}
+	if !w.recording {
+		w.span.End()
+		return
+	}
+	if w.r != nil {
+		w.span.SetAttributes(attrBand.String(bandValue(w.r.Band())), attrSource.String(w.r.Source().String()), seconds(w.wait))
+	}
+	switch {
+	case err == nil:
+		w.span.AddEvent("woke", trace.WithAttributes(attrLate.Float64(late.Seconds())))
+	case refused:
+		w.span.SetAttributes(attrBand.String(band), attrDeadline.Bool(tooLong.Deadline),
+			attrRefusedWait.Float64(tooLong.Wait.Seconds()), attrMaxWait.Float64(tooLong.MaxWait.Seconds()))
+		fallthrough
+	default:
+		w.span.RecordError(err)
+		w.span.SetStatus(codes.Error, err.Error())
+	}
+	w.span.End()
+}
