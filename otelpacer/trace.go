@@ -8,6 +8,7 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -40,9 +41,9 @@ type waitTrace struct {
 	span      trace.Span
 	key       string
 	recording bool
-	r         *reserve.Reservation // the reservation, once granted
-	wait      time.Duration        // the waits granted: the reservation's, plus each move's
-	queued    bool                 // counted in queued_requests
+	r         *reserve.Reservation     // the reservation, once granted
+	wait      time.Duration            // the waits granted: the reservation's, plus each move's
+	queued    metric.MeasurementOption // counted in queued_requests with these attributes (nil: not)
 }
 
 func seconds(d time.Duration) attribute.KeyValue { return attrWait.Float64(d.Seconds()) }
@@ -72,9 +73,9 @@ func (w *waitTrace) Sleeping(r *reserve.Reservation, d time.Duration) {
 	if w.r == nil {
 		w.r = r
 	}
-	if !w.queued {
-		w.queued = true
-		w.t.queued.Add(context.Background(), 1, w.t.keyOption(w.key))
+	if w.queued == nil {
+		w.queued = w.t.keyOption(w.key)
+		w.t.queued.Add(context.Background(), 1, w.queued)
 	}
 	if w.recording {
 		w.span.AddEvent("slept", trace.WithAttributes(attrSleep.Float64(d.Seconds())))
@@ -95,8 +96,8 @@ func (w *waitTrace) Moved(r *reserve.Reservation, why string) {
 // End implements reserve.WaitTrace: the "woke" event, or the error, and
 // the span's end.
 func (w *waitTrace) End(err error, late time.Duration) {
-	if w.queued {
-		w.t.queued.Add(context.Background(), -1, w.t.keyOption(w.key))
+	if w.queued != nil {
+		w.t.queued.Add(context.Background(), -1, w.queued)
 	}
 	var tooLong *reserve.WaitTooLongError
 	refused := errors.As(err, &tooLong)
