@@ -261,3 +261,72 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func closeLimiter(t *testing.T, l *reserve.Limiter) {
 	t.Cleanup(func() { _ = l.Close() })
 }
+
+// TestAdminBinding: Status names what makes a call wait now and when it
+// frees: nothing, then the day's quota (full, its window ending in a
+// day), then a pause longer than that; a key with only a queue names its
+// bucket.
+func TestAdminBinding(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+
+	pol := reserve.Policy{
+		{Name: "rps", Unit: reserve.PermitsUnit, Limit: reserve.Limit{Rate: 1, Burst: 2}},
+		{Name: "daily", Unit: reserve.PermitsUnit, Window: reserve.Window{N: 3, Length: 24 * time.Hour, Origin: time.Now()}},
+	}
+	req := reserve.Request{Key: "api", Policy: pol, Cost: reserve.Permits(1)}
+	status := func() admin.KeyStatus {
+		t.Helper()
+		st, err := a.Status(ctx, "api")
+		require.NoError(t, err)
+		return st
+	}
+	_, err = l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return status().Source == "code" }, 10*time.Second, 10*time.Millisecond,
+		"the heartbeat reports the code's policy")
+	st := status()
+	assert.Equal(t, "", st.Binding, "one of a burst of 2 used")
+	assert.Zero(t, st.Frees)
+
+	for range 2 {
+		_, err = l.ReserveN(ctx, req)
+		require.NoError(t, err)
+	}
+	st = status()
+	assert.Equal(t, "daily", st.Binding, "the day's 3 are used")
+	assert.InDelta(t, (24 * time.Hour).Seconds(), st.Frees.Seconds(), 60, "the window ends a day after its origin")
+	require.Len(t, st.Bands, 2)
+	assert.Greater(t, st.Bands[0].Wait, time.Duration(0), "the bucket has a queue too")
+	assert.Less(t, st.Bands[0].Wait, st.Frees)
+
+	require.NoError(t, a.Pause(ctx, "api", 48*time.Hour, "ops", "provider down"))
+	st = status()
+	assert.Equal(t, reserve.PauseBinding, st.Binding)
+	assert.Equal(t, st.Paused, st.Frees)
+
+	// Only a bucket: its queue binds.
+	for range 4 {
+		_, err := l.Reserve(ctx, "queue", reserve.Limit{Rate: 1, Burst: 1})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		st, err := a.Status(ctx, "queue")
+		return err == nil && st.Source == "code"
+	}, 10*time.Second, 10*time.Millisecond)
+	st, err = a.Status(ctx, "queue")
+	require.NoError(t, err)
+	assert.Equal(t, reserve.PermitsUnit, st.Binding)
+	assert.Equal(t, st.Bands[0].Wait, st.Frees)
+	assert.Greater(t, st.Frees, time.Duration(0), "3 queued behind the first at 1/s")
+
+	js, err := json.Marshal(st)
+	require.NoError(t, err)
+	assert.Contains(t, string(js), `"binding":"permits"`)
+}

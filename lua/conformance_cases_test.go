@@ -37,6 +37,7 @@ type reply struct {
 	waits, seqs  []int64
 	state        string
 	stored       string
+	bands        []string // the binding band per request: a name, "~p" or "~"
 }
 
 // reserveKeys are Reserve's KEYS ("Reserve").
@@ -46,13 +47,13 @@ func (c *conn) reserveKeys(k string) []string {
 
 // reserve runs Reserve on key k with args (the common ones, then its own)
 // and checks its reply's shape: now_us, now_ns, m pairs, the state, the
-// stored limit.
+// stored limit, the binding bands (one word per request).
 func (c *conn) reserve(k string, args ...string) reply {
 	c.t.Helper()
 	v := c.mustEval("RESERVE", c.reserveKeys(k), args...)
 	a, ok := v.([]any)
-	if !ok || len(a) < 4 || len(a)%2 != 0 {
-		c.t.Fatalf("docs/protocol.md, Reserve: reply %s: want now_us, now_ns, wait_ns and seq per request, state, stored limit", show(v))
+	if !ok || len(a) < 5 || len(a)%2 != 1 {
+		c.t.Fatalf("docs/protocol.md, Reserve: reply %s: want now_us, now_ns, wait_ns and seq per request, state, stored limit, binding bands", show(v))
 	}
 	var r reply
 	ints := func(x any) int64 {
@@ -63,15 +64,20 @@ func (c *conn) reserve(k string, args ...string) reply {
 		return n
 	}
 	r.nowUS, r.nowNS = ints(a[0]), ints(a[1])
-	for i := 2; i < len(a)-2; i += 2 {
+	for i := 2; i < len(a)-3; i += 2 {
 		r.waits = append(r.waits, ints(a[i]))
 		r.seqs = append(r.seqs, ints(a[i+1]))
 	}
-	var ok1, ok2 bool
-	r.state, ok1 = a[len(a)-2].(string)
-	r.stored, ok2 = a[len(a)-1].(string)
-	if !ok1 || !ok2 {
-		c.t.Fatalf("docs/protocol.md, Reserve: reply %s: the last two are not strings", show(v))
+	var ok1, ok2, ok3 bool
+	r.state, ok1 = a[len(a)-3].(string)
+	r.stored, ok2 = a[len(a)-2].(string)
+	bys, ok3 := a[len(a)-1].(string)
+	if !ok1 || !ok2 || !ok3 {
+		c.t.Fatalf("docs/protocol.md, Reserve: reply %s: the last three are not strings", show(v))
+	}
+	r.bands = strings.Fields(bys)
+	if len(r.bands) != len(r.waits) {
+		c.t.Fatalf("docs/protocol.md, Reserve: reply %s: %d binding bands for %d requests", show(v), len(r.bands), len(r.waits))
 	}
 	if r.state != "" {
 		c.parse(r.state)
@@ -227,11 +233,14 @@ func TestConformanceWindow(t *testing.T) {
 	if !slices.Equal(r.waits, []int64{0, 0, 500_000_000}) || !slices.Equal(r.seqs, []int64{1, 2, 3}) {
 		t.Fatalf("3 requests: waits %v seqs %v", r.waits, r.seqs)
 	}
+	if !slices.Equal(r.bands, []string{"~", "~", "rps"}) {
+		t.Errorf("3 requests: binding bands %q, want ~ ~ rps (the third waits for the rps bucket)", r.bands)
+	}
 	before := c.get(c.key("w", ""))
 	next := (t0/86_400_000_000+1)*86_400_000_000_000 - (t0*1000 + 250) // ns to the next UTC day
 	r = c.reserve("w", args(0, 1, "5000000", "1", "10")...)
-	if r.waits[0] != next || r.seqs[0] != 0 || r.state != before || c.get(c.key("w", "")) != before {
-		t.Errorf("refused: wait %d seq %d state %q; want %d, 0, unchanged %q", r.waits[0], r.seqs[0], r.state, next, before)
+	if r.waits[0] != next || r.seqs[0] != 0 || r.bands[0] != "daily" || r.state != before || c.get(c.key("w", "")) != before {
+		t.Errorf("refused: wait %d seq %d band %s state %q; want %d, 0, daily, unchanged %q", r.waits[0], r.seqs[0], r.bands[0], r.state, next, before)
 	}
 	r = c.reserve("w", args(0, 1, "-1", "1", "10")...)
 	st := c.parse(r.state)
@@ -317,8 +326,14 @@ func TestConformancePause(t *testing.T) {
 		t.Errorf("paused state: p %v, z %v; want 1500000000, 1500000000", st.pause, b.z)
 	}
 	r := c.reserve("p", append(common(1, 0, "1", "permits", lim...), requests(1, "-1", "1")...)...)
-	if r.waits[0] != 1_750_000_000-1000 || r.seqs[0] != 1 {
-		t.Errorf("after the pause: wait %d seq %d, want %d (the pause's end + 1/rate) 1", r.waits[0], r.seqs[0], 1_750_000_000-1000)
+	if r.waits[0] != 1_750_000_000-1000 || r.seqs[0] != 1 || r.bands[0] != "~p" {
+		t.Errorf("after the pause: wait %d seq %d band %s, want %d (the pause's end + 1/rate) 1 ~p", r.waits[0], r.seqs[0], r.bands[0], 1_750_000_000-1000)
+	}
+	// On a twin key, two: the first after the pause is the pause's, the
+	// second waits for the bucket (its queue lies beyond the pause).
+	c.mustEval("PAUSE", c.reserveKeys("p2")[:2], append(common(0, 0, "1", "permits", lim...), "1500000")...)
+	if r := c.reserve("p2", append(common(1, 0, "1", "permits", lim...), requests(2, "-1", "1")...)...); !slices.Equal(r.bands, []string{"~p", "permits"}) {
+		t.Errorf("two after the pause: bands %q, want ~p permits", r.bands)
 	}
 	before := c.parse(c.get(pkeys[0]))
 	v = c.mustEval("PAUSE", pkeys, append(common(2, 0, "1", "permits", lim...), "1000000")...)

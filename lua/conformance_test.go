@@ -397,8 +397,8 @@ func (c *conn) statesOf(args []any, reply any) {
 	case name == "GET" && strings.HasSuffix(fmt.Sprint(args[1]), "}") && reply != nil:
 		c.parse(reply.(string))
 	case name == "EVALSHA" && (args[1] == c.sha["RESERVE"] || args[1] == c.sha["FAIR"]):
-		if a, ok := reply.([]any); ok && len(a) >= 4 {
-			if s, _ := a[len(a)-2].(string); s != "" {
+		if a, ok := reply.([]any); ok && len(a) >= 5 {
+			if s, _ := a[len(a)-3].(string); s != "" {
 				c.parse(s)
 			}
 		}

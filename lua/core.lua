@@ -615,13 +615,20 @@ end
 
 -- earliest returns the earliest slot at or after s (µs relative to now) at
 -- which every band can take cost (indexed by unit), on the ns grid; the
--- window each window band would use; and the exact time the slot was
--- rounded up from, at which the buckets are charged (take). A band charged
--- nothing holds nobody. It returns nil when a window band can never take
--- the cost at the share (a share's N_k below the cost in every window).
+-- window each window band would use; the exact time the slot was rounded
+-- up from, at which the buckets are charged (take); and what set the slot,
+-- the binding band: its index, -1 for the pause (s being the pause, or a
+-- bucket the pause emptied and nothing queued beyond), 0 for nothing (the
+-- slot is s). A band charged nothing holds nobody. It returns nil when a
+-- window band can never take the cost at the share (a share's N_k below
+-- the cost in every window).
 local function earliest(s, cost)
   local idx = nil
   local q = grid(s)
+  local by = 0
+  if s > 0 and s == pause then
+    by = -1
+  end
   for _ = 1, 8 do
     local moved = false
     for i = 1, nbands do
@@ -635,6 +642,11 @@ local function earliest(s, cost)
           local gt = grid(t)
           if gt > q then
             s, q, moved = t, gt, true
+            if pause > 0 and b.z <= pause then
+              by = -1
+            else
+              by = i
+            end
           end
         else
           local w = b.cur + math.floor((b.rem + q) / b.len)
@@ -659,6 +671,7 @@ local function earliest(s, cost)
           local gws = grid(ws)
           if gws > q then
             s, q, moved = ws, gws, true
+            by = i
           end
           idx = idx or {}
           idx[i] = w
@@ -670,6 +683,11 @@ local function earliest(s, cost)
       local gt = grid(t)
       if gt > q then
         s, q, moved = t, gt, true
+        for j = 1, nbands do
+          if bands[j] == lattice.band then
+            by = j
+          end
+        end
       else
         s = q -- charged at the slot itself
       end
@@ -678,7 +696,7 @@ local function earliest(s, cost)
       break
     end
   end
-  return q, idx, s
+  return q, idx, s, by
 end
 
 -- take commits a reservation of cost at slot q, from earliest: each

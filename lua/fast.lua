@@ -132,6 +132,8 @@ do
         out = {now_us, now_ns}
       end
       local w1, s1 = 0, 0 -- the reply of a single request
+      local by1 = '~' -- its binding band (earliest in core.lua)
+      local bys = out and {}
       local granted = false
       -- grid and tell as in core.lua.
       local x0 = (pause + now_frac) * 1000
@@ -144,12 +146,20 @@ do
           c = tonumber(c)
         end
         local s, q = pause, q0
+        by1 = pause > 0 and '~p' or '~'
         if c > 0 then
           local t = z + c * upp
           if t > q then
             local x = (t + now_frac) * 1000
-            s, q = t, ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
+            local gt = ceil(x - 1e-3 - (x < 0 and -x or x) * 4e-16) / 1000 - now_frac
+            if gt > q then
+              by1 = (pause > 0 and z <= pause) and '~p' or 'permits'
+            end
+            s, q = t, gt
           end
+        end
+        if bys then
+          bys[r] = by1
         end
         local wait = floor((q + now_frac) * 1000 + 0.5) - now_ns
         if q > 30 * 365 * 24 * 3600 * 1000000 then
@@ -242,10 +252,10 @@ do
         end
       end
       if out then
-        out[2 * m + 3], out[2 * m + 4] = state, ''
+        out[2 * m + 3], out[2 * m + 4], out[2 * m + 5] = state, '', table.concat(bys, ' ')
         return out
       end
-      return {now_us, now_ns, w1, s1, state, ''}
+      return {now_us, now_ns, w1, s1, state, '', by1}
     end
   end
 end

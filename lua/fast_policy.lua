@@ -250,10 +250,12 @@ if not fast_limit then
       -- earliest, tell and take as in core.lua, at the whole share (grid
       -- written out).
       local out = {now_us, now_ns}
+      local bys = {} -- the binding bands (earliest's in core.lua)
       local granted = false
       for r = 1, m do
         local cost, max_wait = costs[r], waits[r]
         local s, idx, never = pause, nil, false
+        local by = pause > 0 and '~p' or '~'
         local q = (s + now_frac) * 1000
         q = ceil(q - 1e-3 - (q < 0 and -q or q) * 4e-16) / 1000 - now_frac
         for _ = 1, 8 do
@@ -268,6 +270,7 @@ if not fast_limit then
                 gt = ceil(gt - 1e-3 - (gt < 0 and -gt or gt) * 4e-16) / 1000 - now_frac
                 if gt > q then
                   s, q, moved = t, gt, true
+                  by = (pause > 0 and b[7] <= pause) and '~p' or b[1]
                 end
               else
                 local w = b[8] + floor((b[7] + q) / b[6])
@@ -291,6 +294,7 @@ if not fast_limit then
                 gws = ceil(gws - 1e-3 - (gws < 0 and -gws or gws) * 4e-16) / 1000 - now_frac
                 if gws > q then
                   s, q, moved = ws, gws, true
+                  by = b[1]
                 end
                 idx = idx or {}
                 idx[j] = w
@@ -301,6 +305,7 @@ if not fast_limit then
             break
           end
         end
+        bys[r] = never and '~' or by
         local wait = not never and floor((q + now_frac) * 1000 + 0.5) - now_ns
         if never then
           out[2 * r + 1], out[2 * r + 2] = 0, -2
@@ -419,7 +424,7 @@ if not fast_limit then
           redis.call('SET', KEYS[1], state, 'PX', px)
         end
       end
-      out[2 * m + 3], out[2 * m + 4] = state, ''
+      out[2 * m + 3], out[2 * m + 4], out[2 * m + 5] = state, '', table.concat(bys, ' ')
       return out
     end
   end

@@ -25,7 +25,13 @@
 --              in ARGV order (the layout of every script that grants slots),
 --              then the key's state as written (or as read when nothing was
 --              written; "" if none) and its stored limit ("" if none), which
---              the caller's local fallback starts from if Redis fails:
+--              the caller's local fallback starts from if Redis fails, and
+--              last the binding bands: one word per request, in ARGV order,
+--              separated by spaces, naming what set its slot (or its
+--              refused wait): a band's name (of the bands in force: a
+--              stored limit's among them), "~p" for a pause, "~" for
+--              nothing (the slot is now, or no slot was computed).
+--              The two entries per request:
 --                wait_ns  integer ns from now to the slot, rounded up; when
 --                         refused, the wait it would have needed
 --                seq      the reservation's number on the key (> 0) when
@@ -109,6 +115,7 @@ if shadow_bands then
 end
 
 local out = {now_us, now_ns}
+local bys = {} -- each request's binding band (earliest)
 local granted = false
 local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
 local i = opi + 2
@@ -141,9 +148,16 @@ for r = 1, m do
       end
     end
   end
-  local s, idx, exact = nil, nil, nil
+  local s, idx, exact, by = nil, nil, nil, 0
   if turn then
-    s, idx, exact = earliest(pause, cost)
+    s, idx, exact, by = earliest(pause, cost)
+  end
+  if not s or by == 0 then
+    bys[r] = '~'
+  elseif by < 0 then
+    bys[r] = '~p'
+  else
+    bys[r] = bands[by].name
   end
   local w = s and tell(s)
   if not turn then
@@ -232,4 +246,5 @@ if shadow_costs then
 end
 out[#out + 1] = state
 out[#out + 1] = stored_text
+out[#out + 1] = table.concat(bys, ' ')
 return out

@@ -71,7 +71,7 @@ type WaitTooLongError struct {
 	Deadline bool
 	// Band is the binding band: the band whose queue or window made the
 	// wait, or PauseBinding when a pause did ("" when unknown: a refusal
-	// a lease or a claim made).
+	// of package hold's claims).
 	Band string
 }
 

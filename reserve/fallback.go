@@ -186,12 +186,14 @@ func (l *Limiter) reserveLocal(key string, s *spec, amounts []float64, maxWait t
 		return nil, fmt.Errorf("reserve: reserve %q: %w", key, ErrQueueTooLong)
 	case g.Seq == -2:
 		return nil, l.shareError(key)
-	case g.Seq == 0:
-		return nil, &WaitTooLongError{Wait: time.Duration(g.WaitNS), MaxWait: maxWait}
+	}
+	band, _, _ := nextBinding(g.Band)
+	if g.Seq == 0 {
+		return nil, &WaitTooLongError{Wait: time.Duration(g.WaitNS), MaxWait: maxWait, Band: band}
 	}
 	r := &Reservation{lim: l, key: key, spec: s, amounts: amounts, at: local.Add(time.Duration(g.WaitNS)),
 		slotNS: c.Now + g.WaitNS, localID: "l" + l.id + "." + strconv.FormatUint(l.local.ids.Add(1), 10),
-		source: SourceLocal}
+		source: SourceLocal, band: band}
 	l.granted(r, time.Duration(g.WaitNS))
 	return r, nil
 }

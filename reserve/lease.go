@@ -174,7 +174,7 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 		}
 		if wait > mw {
 			t.mu.Unlock()
-			return result{nil, &WaitTooLongError{Wait: wait, MaxWait: req.maxWait}}, true
+			return result{nil, &WaitTooLongError{Wait: wait, MaxWait: req.maxWait, Band: s.bands[0].name}}, true
 		}
 	}
 	ls.next++
@@ -185,6 +185,10 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	t.handed.Add(1)
 	r := &Reservation{lim: l, key: k.key, spec: s, amounts: req.amounts, at: at, slotNS: slot, seq: ls.seq0 + int64(i),
 		source: SourceLease}
+	if wait > 0 {
+		// A lease's slots are its one bucket's, spaced 1/rate apart.
+		r.band = s.bands[0].name
+	}
 	l.granted(r, wait)
 	return result{r: r}, true
 }

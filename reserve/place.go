@@ -3,6 +3,7 @@ package reserve
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,11 +125,12 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
 	op := reqs[0].op
 	reply, ok := res.([]any)
-	if !ok || len(reply) != 4+2*len(reqs) {
+	if !ok || len(reply) != 5+2*len(reqs) {
 		return replyError(op, key, res)
 	}
-	state, _ := reply[len(reply)-2].(string)
-	stored, _ := reply[len(reply)-1].(string)
+	state, _ := reply[len(reply)-3].(string)
+	stored, _ := reply[len(reply)-2].(string)
+	bys, _ := reply[len(reply)-1].(string)
 	l.local.noteState(key, state, stored)
 	pe := engine.PauseEnd(state)
 	l.pauses.observe(key, pe, shiftOf(state), sentReal)
@@ -139,9 +141,11 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 	for i, req := range reqs {
 		waitNS, ok1 := reply[2+2*i].(int64)
 		seq, ok2 := reply[3+2*i].(int64)
-		if !ok1 || !ok2 {
+		band, rest, ok3 := nextBinding(bys)
+		if !ok1 || !ok2 || !ok3 {
 			return replyError(op, key, res)
 		}
+		bys = rest
 		switch {
 		case seq == -1:
 			out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", op, key, ErrQueueTooLong)}
@@ -150,10 +154,11 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 		case seq == -3:
 			out[i] = result{nil, &errDeferred{retry: base.at(base.serverNS + waitNS)}}
 		case seq == 0:
-			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait}}
-			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local)
+			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait, Band: band}}
+			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local, band)
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
+			r.band = band
 			if pe > base.serverNS && pe <= r.slotNS {
 				r.pauseEnd = pe // granted after a pause in force: Sleep looks for a resume
 			}
@@ -162,6 +167,22 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 		}
 	}
 	return nil
+}
+
+// nextBinding reads the first word of a reply's binding bands (see
+// lua/reserve.lua): the band's name, PauseBinding for "~p", "" for "~";
+// and the words after it.
+func nextBinding(words string) (band, rest string, ok bool) {
+	w, rest, _ := strings.Cut(words, " ")
+	switch w {
+	case "":
+		return "", "", false
+	case "~":
+		return "", rest, true
+	case "~p":
+		return PauseBinding, rest, true
+	}
+	return w, rest, true
 }
 
 // replyBase reads the now_us, now_ns that begin every granting script's

@@ -27,6 +27,7 @@ type refusals struct {
 type refusal struct {
 	earliest time.Time // the slot the request would have had, on the Limiter's clock
 	at       time.Time // when Redis said so
+	band     string    // the binding band of that slot
 }
 
 const (
@@ -47,37 +48,37 @@ func refusalKey(key string, s *spec, amounts []float64) string {
 }
 
 // note records that the request for amounts on key would have had its slot
-// at earliest, as Redis said at now.
-func (r *refusals) note(key string, s *spec, amounts []float64, earliest, now time.Time) {
+// at earliest, set by band, as Redis said at now.
+func (r *refusals) note(key string, s *spec, amounts []float64, earliest, now time.Time, band string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil || len(r.m) >= maxRefusals {
 		r.m = make(map[string]refusal)
 	}
-	r.m[refusalKey(key, s, amounts)] = refusal{earliest, now}
+	r.m[refusalKey(key, s, amounts)] = refusal{earliest, now, band}
 	r.n.Store(int64(len(r.m)))
 }
 
-// check returns the wait a request with maxWait (>= 0) would have, and true,
-// when it is sure to be refused at now.
-func (r *refusals) check(key string, s *spec, amounts []float64, maxWait time.Duration, now time.Time) (time.Duration, bool) {
+// check returns the wait a request with maxWait (>= 0) would have and its
+// binding band, and true, when it is sure to be refused at now.
+func (r *refusals) check(key string, s *spec, amounts []float64, maxWait time.Duration, now time.Time) (time.Duration, string, bool) {
 	if r.n.Load() == 0 {
-		return 0, false
+		return 0, "", false
 	}
 	k := refusalKey(key, s, amounts)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.m[k]
 	if !ok {
-		return 0, false
+		return 0, "", false
 	}
 	if now.Sub(e.at) > refusalTTL || now.Before(e.at) {
 		delete(r.m, k)
 		r.n.Store(int64(len(r.m)))
-		return 0, false
+		return 0, "", false
 	}
 	wait := e.earliest.Sub(now)
-	return wait, wait > maxWait
+	return wait, e.band, wait > maxWait
 }
 
 // forget drops what is remembered of key (a cancel or settle of this

@@ -85,7 +85,9 @@ func (r *Reservation) Delay() time.Duration {
 
 // Band returns the binding band: the name of the band whose queue or
 // window set the slot, PauseBinding when a pause did, or "" when the slot
-// was free at once. After a move (see Sleep) it is the fresh slot's.
+// was free at once. After a move (see Sleep) it is the fresh slot's. A
+// leased slot (Source SourceLease) names the key's bucket when it waits;
+// a slot kept by package hold names none.
 func (r *Reservation) Band() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

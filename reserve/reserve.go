@@ -143,8 +143,8 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 		return r, err
 	}
 	if maxWait >= 0 && l.refusals.n.Load() > 0 {
-		if wait, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {
-			return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait}
+		if wait, band, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {
+			return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: band}
 		}
 	}
 	req := &request{op: op, amounts: amounts, maxWait: maxWait, done: make(chan result, 1)}

@@ -153,9 +153,10 @@ func TestUpgradeFormat1(t *testing.T) {
 				require.NoError(t, err1, where)
 				require.NoError(t, err2, where)
 				require.NoError(t, err3, where)
-				// The current reply ends with the state and the stored limit:
-				// the grants before them must be the old ones.
-				grantsOf := func(v any) []any { r := v.([]any); return r[:len(r)-2] }
+				// The current reply ends with the state, the stored limit and
+				// the binding bands: the grants before them must be the old
+				// ones.
+				grantsOf := func(v any) []any { r := v.([]any); return r[:len(r)-3] }
 				require.Equal(t, a, grantsOf(b), "%s: reserve on format 1", where)
 				require.Equal(t, a, grantsOf(c), "%s: reserve on format 2", where)
 				d, err4 := newReserve.Run(ctx, s.Client, keysOf(v1), asV1(args)...).Result()

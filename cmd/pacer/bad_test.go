@@ -68,6 +68,11 @@ func TestBadInput(t *testing.T) {
 	}
 	closed := ln.Addr().String() // nobody listens there once closed
 	_ = ln.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // pacer web cannot serve there
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
 
 	const (
 		usage   = exitUsage
@@ -171,11 +176,25 @@ func TestBadInput(t *testing.T) {
 		{name: "history without key", args: []string{"history"}, code: usage, stderr: `history: missing KEY`},
 		{name: "history extra", args: []string{"history", "api", "more"}, code: usage, stderr: `history: unexpected argument "more"`},
 
+		{name: "web extra argument", args: []string{"web", "a*", "b"}, code: usage, stderr: `web: unexpected argument "b"`},
+		{name: "web unknown flag", args: []string{"web", "-port", "80"}, code: usage, stderr: `web: flag provided but not defined: -port`},
+		{name: "web bad addr", args: []string{"web", "-addr", "8080"}, code: usage, stderr: `web: -addr "8080": want host:port, such as 127.0.0.1:8080`},
+		{name: "web bad port", args: []string{"web", "-addr", "127.0.0.1:http"}, code: usage, stderr: `web: -addr "127.0.0.1:http": port "http": want a number from 0 \(a free port\) to 65535`},
+		{name: "web every interface", args: []string{"web", "-addr", ":8080"}, code: usage,
+			stderr: `web: -addr ":8080" is every interface, not a loopback address: other hosts could reach the view over plain HTTP; pass -expose to mean it \(or keep 127.0.0.1 and reach it through an SSH tunnel\)`},
+		{name: "web another host", args: []string{"web", "-addr", "10.1.2.3:8080"}, code: usage, stderr: `web: -addr "10.1.2.3:8080" is host "10.1.2.3", not a loopback address`},
+		{name: "web write without token", args: []string{"web", "-write"}, code: usage, stderr: `web: -write needs a token: set PACER_WEB_TOKEN \(or pass -token\); the page asks for it before any change`},
+		{name: "web short token", args: []string{"web", "-write", "-token", "secret"}, code: usage, stderr: `web: the token has 6 characters: want at least 16 \(openssl rand -hex 16 makes one\)`},
+		{name: "web short interval", args: []string{"web", "-interval", "10ms"}, code: usage, stderr: `web: -interval 10ms: want 100ms to 1m`},
+		{name: "web port in use", args: []string{"web", "-addr", busy.Addr().String()}, code: runtime, stderr: `web: cannot serve on ` + regexp.QuoteMeta(busy.Addr().String()) + `: .*address already in use`},
+
 		{name: "no redis", args: []string{"status"}, raw: true, code: usage, stderr: `no Redis given: pass -redis URL .* or set REDIS_URL`},
 		{name: "bad redis URL", args: []string{"-redis", "http://127.0.0.1:6379", "status"}, raw: true, code: usage, stderr: `-redis: .*scheme`},
 		{name: "bad prefix", args: []string{"-redis", f.srv.URL, "-prefix", "a{b", "status"}, raw: true, code: usage, stderr: `-prefix "a\{b": `},
 		{name: "redis unreachable", args: []string{"-redis", closed, "-prefix", f.prefix, "status"}, raw: true, code: runtime,
 			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed) + `: .*refused`},
+		{name: "redis unreachable web", args: []string{"-redis", closed, "-prefix", f.prefix, "web", "-addr", "127.0.0.1:0"}, raw: true, code: runtime,
+			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed)},
 		{name: "redis unreachable set", args: append([]string{"-redis", "redis://" + closed + "/0", "-prefix", f.prefix}, set("api", "1", "1")...), raw: true, code: runtime,
 			stderr: `cannot reach Redis at ` + regexp.QuoteMeta(closed)},
 

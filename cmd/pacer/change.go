@@ -99,12 +99,9 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 	if err := positionals("pause", pos, 0, "KEY", "DURATION"); err != nil {
 		return err
 	}
-	d, err := time.ParseDuration(pos[1])
-	switch {
-	case err != nil && durationShape.MatchString(pos[1]), err == nil && d > maxPause:
-		return usagef("pause: DURATION %q: too long (at most %v, 10 years)", pos[1], maxPause)
-	case err != nil || d <= 0:
-		return usagef("pause: DURATION %q: want a positive duration such as 90s, 10m or 1h", pos[1])
+	d, err := parsePause("pause", pos[1])
+	if err != nil {
+		return err
 	}
 	if err := cf.check("pause"); err != nil {
 		return err
@@ -115,14 +112,36 @@ func (c *cli) pause(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	msg, err := c.pauseKey(ctx, key, d, cf)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s\n", msg)
+	return nil
+}
+
+// parsePause reads a pause's DURATION: positive, at most maxPause.
+func parsePause(cmd, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil && durationShape.MatchString(s), err == nil && d > maxPause:
+		return 0, usagef("%s: DURATION %q: too long (at most %v, 10 years)", cmd, s, maxPause)
+	case err != nil || d <= 0:
+		return 0, usagef("%s: DURATION %q: want a positive duration such as 90s, 10m or 1h", cmd, s)
+	}
+	return d, nil
+}
+
+// pauseKey pauses key for d, recorded with cf's who and why: pause's
+// change, which pacer web makes too. It returns what it did.
+func (c *cli) pauseKey(ctx context.Context, key string, d time.Duration, cf changeFlags) (string, error) {
 	// A pause belongs to the key, whatever its policy: only a key Redis
 	// knows nothing of (a typo) is refused, by Pause itself, which makes
 	// the pause and its history entry in one script call.
 	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
-		return c.keyError("pause", key, err)
+		return "", c.keyError("pause", key, err)
 	}
-	fmt.Fprintf(c.stdout, "%s: paused by %s for %v, fleet-wide; \"pacer resume\" ends it sooner\n", clean(key), clean(cf.who), d)
-	return nil
+	return fmt.Sprintf("%s: paused by %s for %v, fleet-wide; \"pacer resume\" ends it sooner", clean(key), clean(cf.who), d), nil
 }
 
 func (c *cli) resume(ctx context.Context, args []string) error {
@@ -145,22 +164,32 @@ func (c *cli) resume(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	msg, err := c.resumeKey(ctx, key, cf)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "%s\n", msg)
+	return nil
+}
+
+// resumeKey ends key's pause, recorded with cf's who and why: resume's
+// change, which pacer web makes too. It returns what it did.
+func (c *cli) resumeKey(ctx context.Context, key string, cf changeFlags) (string, error) {
 	// The time left, for the message; Resume itself refuses a key with no
 	// pause in force (it may have ended since).
 	st, err := c.admin.Status(ctx, key)
 	if err != nil {
-		return c.keyError("resume", key, err)
+		return "", c.keyError("resume", key, err)
 	}
 	if st.Paused <= 0 {
-		return fmt.Errorf("resume: key %q is not paused: nothing changed", clean(key))
+		return "", wrapped{fmt.Sprintf("resume: key %q is not paused: nothing changed", clean(key)), admin.ErrNotPaused}
 	}
 	if err := c.admin.Resume(ctx, key, cf.who, cf.reason); errors.Is(err, admin.ErrNotPaused) {
-		return fmt.Errorf("resume: key %q is not paused (its pause ended meanwhile): nothing changed", clean(key))
+		return "", wrapped{fmt.Sprintf("resume: key %q is not paused (its pause ended meanwhile): nothing changed", clean(key)), err}
 	} else if err != nil {
-		return c.keyError("resume", key, err)
+		return "", c.keyError("resume", key, err)
 	}
-	fmt.Fprintf(c.stdout, "%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now\n", clean(key), clean(cf.who), human(st.Paused))
-	return nil
+	return fmt.Sprintf("%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now", clean(key), clean(cf.who), human(st.Paused)), nil
 }
 
 func (c *cli) weight(ctx context.Context, args []string) error {

@@ -43,6 +43,8 @@ func init() {
 			"each key's limit, queue, pause and slots granted per second (reservations, not calls sent), then the fleet", (*cli).status},
 		{"watch", "[pattern] [--json] [--interval 1s] [--count N]",
 			"a screen refreshed in place: each key's slots granted per second and queue over the last minute", (*cli).watch},
+		{"web", "[pattern] [--addr 127.0.0.1:8080] [--expose] [--write [--token T]] [--interval 1s]",
+			"a live view of the keys and the fleet in a browser, on 127.0.0.1; with --write and a token, set, pause and resume from it", (*cli).web},
 		{"history", "KEY [--json]", "the changes made to KEY, newest first", (*cli).history},
 		{"set", "KEY [--band NAME] (--rate R --burst B | --n N --window D [--origin T] | --file F) [--add [--unit U]] [--replace] [--shadow] --reason TEXT [--who NAME]",
 			"store bands of KEY's limit by name, the others kept, enforced by every Limiter from its next reservation (or only counted, with --shadow)", (*cli).set},

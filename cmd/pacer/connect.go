@@ -101,9 +101,9 @@ func (c *cli) keyError(op, key string, err error) error {
 	case errors.Is(err, reserve.ErrWrongType):
 		return wrapped{fmt.Sprintf("%s: key %q is not pacer's: Redis key %q (or one beside it) holds a value of another type or format", op, key, c.redisKey(key)), err}
 	case errors.Is(err, reserve.ErrUnavailable):
-		return fmt.Errorf("%s: key %q: Redis at %s failed: %v", op, key, c.addr, err)
+		return fmt.Errorf("%s: key %q: Redis at %s failed: %w", op, key, c.addr, err)
 	}
-	return fmt.Errorf("%s: key %q: %v", op, key, err)
+	return fmt.Errorf("%s: key %q: %w", op, key, err)
 }
 
 // wrapped is an error that says msg and wraps err (which msg says in its

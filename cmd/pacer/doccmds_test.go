@@ -128,6 +128,8 @@ func runPacer(t *testing.T, args []string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	// docs/ops.md exports a token before pacer web -write.
+	cmd.Env = append(childEnv(), tokenEnv+"=doc-test-token-0123456789")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()

@@ -1,15 +1,16 @@
 // Command pacer is the operator's tool for a fleet paced by
 // github.com/pacer-go/pacer: it shows each key's limit, queue, pause and
 // slots granted per second, and the fleet's Limiters (status, watch,
-// history), and it changes what the whole fleet shares in Redis (set any
-// band of a key's limit, unset, pause, resume, weight), each change
-// recorded with who made it and why.
+// history; web, a live view of them in a browser), and it changes what the
+// whole fleet shares in Redis (set any band of a key's limit, unset,
+// pause, resume, weight), each change recorded with who made it and why.
 //
 //	pacer -redis redis://127.0.0.1:6379/0 status
 //	pacer set api.example.com --rate 5 --burst 1 --reason "provider lowered us (ticket 123)"
 //	pacer set api.openai.com --band tokens --rate 500 --burst 2000 --reason "tier 2"
 //	pacer pause api.example.com 10m --reason "incident"
 //	pacer watch 'api.*'
+//	pacer web 'api.*'   # the same in a browser, on http://127.0.0.1:8080/
 //
 // Run "pacer help" for every command and flag; docs/ops.md shows sample
 // screens. It is built on admin.Client.

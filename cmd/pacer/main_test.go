@@ -129,13 +129,14 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // childEnv is the environment of the binary: this one's without
-// REDIS_URL; with -race, without the race runtime's 1 s sleep at exit.
+// REDIS_URL and PACER_WEB_TOKEN; with -race, without the race runtime's
+// 1 s sleep at exit.
 func childEnv() []string {
 	var env []string
 	gorace := "atexit_sleep_ms=0"
 	for _, e := range os.Environ() {
 		switch {
-		case strings.HasPrefix(e, "REDIS_URL="):
+		case strings.HasPrefix(e, "REDIS_URL="), strings.HasPrefix(e, tokenEnv+"="):
 		case strings.HasPrefix(e, "GORACE="):
 			gorace += " " + strings.TrimPrefix(e, "GORACE=")
 		default:

@@ -161,32 +161,50 @@ func (c *cli) set(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	lines, note, err := c.setBands(ctx, key, pol, f, cf)
+	if err != nil {
+		return err
+	}
+	for _, l := range lines {
+		fmt.Fprintf(c.stdout, "%s\n", l)
+	}
+	if note != "" {
+		fmt.Fprintf(c.stderr, "pacer: note: %s\n", note)
+	}
+	return nil
+}
+
+// setBands stores pol's bands on key, as f says (shadow, add, replace),
+// recorded with cf's who and why: set's change, after set's checks, which
+// pacer web makes too. It returns what it did, a line or two, and a note
+// when no Limiter has used or reported key yet ("" otherwise); errors say
+// that nothing changed, in words an operator can act on.
+func (c *cli) setBands(ctx context.Context, key string, pol reserve.Policy, f setFlags, cf changeFlags) (lines []string, note string, err error) {
 	_, err = c.admin.Status(ctx, key)
 	unknown := errors.Is(err, admin.ErrUnknownKey)
 	if err != nil && !unknown {
-		return c.keyError("set", key, err)
+		return nil, "", c.keyError("set", key, err)
 	}
 	opts := admin.SetOptions{Shadow: f.shadow, Add: f.add, Replace: f.replace}
 	ch, err := c.admin.SetBands(ctx, key, pol, opts, cf.who, cf.reason)
 	switch {
 	case errors.Is(err, admin.ErrUnknownBand):
-		return fmt.Errorf("set: %s: check the name, or add the band with --add; nothing changed", trimAdmin(err))
+		return nil, "", wrapped{fmt.Sprintf("set: %s: check the name, or add the band with --add; nothing changed", trimAdmin(err)), err}
 	case errors.Is(err, admin.ErrOtherMode):
-		return fmt.Errorf("set: %s: set them all (--file), or store only the bands given (--replace); nothing changed", trimAdmin(err))
+		return nil, "", wrapped{fmt.Sprintf("set: %s: set them all (--file), or store only the bands given (--replace); nothing changed", trimAdmin(err)), err}
 	case errors.Is(err, reserve.ErrInvalidPolicy):
-		return fmt.Errorf("set: %s; nothing changed", trimAdmin(err))
+		return nil, "", wrapped{fmt.Sprintf("set: %s; nothing changed", trimAdmin(err)), err}
 	case err != nil:
-		return c.keyError("set", key, err)
+		return nil, "", c.keyError("set", key, err)
 	}
 	effect := "every Limiter enforces it from its next reservation"
 	if f.shadow {
 		effect = "shadow mode: the Limiters keep their code's limit and count what this one would do (see status)"
 	}
-	fmt.Fprintf(c.stdout, "%s: stored limit set by %s: %s -> %s; %s\n",
-		clean(key), clean(ch.Who), orNone(ch.Before), orNone(ch.After), effect)
+	lines = append(lines, fmt.Sprintf("%s: stored limit set by %s: %s -> %s; %s",
+		clean(key), clean(ch.Who), orNone(ch.Before), orNone(ch.After), effect))
 	if unknown {
-		fmt.Fprintf(c.stderr, "pacer: note: no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix\n", clean(key), clean(c.prefix))
-		return nil
+		return lines, fmt.Sprintf("no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix", clean(key), clean(c.prefix)), nil
 	}
 	if !f.shadow {
 		// The code's bands the stored limit does not name stay in force.
@@ -197,11 +215,11 @@ func (c *cli) set(ctx context.Context, args []string) error {
 				kept = append(kept, st.Policy[i])
 			}
 			if len(kept) > 0 {
-				fmt.Fprintf(c.stdout, "%s: the code's other bands stay in force: %s\n", clean(key), clean(kept.String()))
+				lines = append(lines, fmt.Sprintf("%s: the code's other bands stay in force: %s", clean(key), clean(kept.String())))
 			}
 		}
 	}
-	return nil
+	return lines, "", nil
 }
 
 // trimAdmin is err's message without package admin's prefix.

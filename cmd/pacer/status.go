@@ -248,6 +248,7 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 	} else {
 		line("paused", "no")
 	}
+	line("binding", "%s", bindingText(v.KeyStatus))
 	switch {
 	case sample == 0:
 		line("granted", "not sampled (-sample 0)")
@@ -261,6 +262,29 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 			f.Calls, f.Delayed, human(f.MeanWait), human(f.MaxWait), human(max(0, f.Queue)))
 	}
 	writeTenants(line, v.KeyStatus)
+}
+
+// bindingText says what makes a call of one unit wait now, and when it
+// frees (admin.KeyStatus.Binding).
+func bindingText(st admin.KeyStatus) string {
+	switch st.Binding {
+	case "":
+		return "none (a call of one unit would not wait)"
+	case reserve.PauseBinding:
+		return fmt.Sprintf("the pause: frees in %v", human(st.Frees))
+	}
+	return fmt.Sprintf("band %s: frees in %v", clean(st.Binding), human(st.Frees))
+}
+
+// bindingShort is bindingText for watch's column.
+func bindingShort(st admin.KeyStatus) string {
+	switch st.Binding {
+	case "":
+		return "-"
+	case reserve.PauseBinding:
+		return fmt.Sprintf("pause %v", human(st.Frees))
+	}
+	return fmt.Sprintf("%s %v", clean(st.Binding), human(st.Frees))
 }
 
 // writeTenants writes a key's fair tenants, the next to book first in each

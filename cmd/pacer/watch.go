@@ -93,7 +93,7 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		f := c.readFrame(ctx, pattern, keys)
+		f := c.readFrame(ctx, "watch", pattern, keys)
 		if ctx.Err() != nil {
 			return nil // interrupted: the frame may be half read
 		}
@@ -144,8 +144,9 @@ func (c *cli) size() (int, int, bool) {
 }
 
 // readFrame reads the keys pattern names and the fleet, and notes each
-// key's slots granted per second and queue in keys.
-func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*watchKey) frame {
+// key's slots granted per second and queue in keys; op (watch, web) names
+// the command in its errors.
+func (c *cli) readFrame(ctx context.Context, op, pattern string, keys map[string]*watchKey) frame {
 	f := frame{Prefix: c.prefix, Keys: []keyView{}, Fleet: []admin.Member{}, trails: map[string]trail{}}
 	if now, err := c.rdb.Time(ctx).Result(); err == nil {
 		f.Now = now.UTC()
@@ -164,7 +165,7 @@ func (c *cli) readFrame(ctx context.Context, pattern string, keys map[string]*wa
 			continue // gone since it was listed
 		}
 		if err != nil {
-			f.Errors = append(f.Errors, oneLine(c.keyError("watch", name, err).Error()))
+			f.Errors = append(f.Errors, oneLine(c.keyError(op, name, err).Error()))
 			continue
 		}
 		k := keys[name]
@@ -214,16 +215,13 @@ func queueOf(st admin.KeyStatus) time.Duration {
 // rateOf is the rate of the first bucket of the policy in force, the top
 // of the sparkline of slots granted per second (0 if none).
 func rateOf(pol reserve.Policy) float64 {
-	for _, b := range pol {
-		if b.Limit != (reserve.Limit{}) {
-			return b.Limit.Rate
-		}
-	}
-	return 0
+	_, r := firstBucket(pol)
+	return r
 }
 
 // legend says what the columns count.
-const legend = "GRANTED/s: slots granted per second (reservations), not calls sent; QUEUE: the time to the last slot granted\n"
+const legend = "GRANTED/s: slots granted per second (reservations), not calls sent; QUEUE: the time to the last slot granted; " +
+	"BINDING: what a call of one unit waits for now (a band, or the pause), and when it frees\n"
 
 // renderFrame draws f: a header, one line per key, the legend, the
 // fleet's line.
@@ -240,7 +238,7 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 	b.WriteString("\n\n")
 	width := sparkWidth(interval)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "KEY\tGRANTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tLIMIT\n")
+	fmt.Fprintf(tw, "KEY\tGRANTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tBINDING\tLIMIT\n")
 	for _, v := range f.Keys {
 		t := f.trails[v.Key]
 		rates := t.buckets(f.Now, width, func(p point) float64 { return p.rate }, true)
@@ -259,8 +257,8 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 		if v.Paused > 0 {
 			limit = fmt.Sprintf("PAUSED %v; %s", human(v.Paused), limit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", tabless(v.Key), rate, sparkline(rates, rateOf(v.Policy)),
-			human(queueOf(v.KeyStatus)), sparkline(queues, 0), limit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", tabless(v.Key), rate, sparkline(rates, rateOf(v.Policy)),
+			human(queueOf(v.KeyStatus)), sparkline(queues, 0), tabless(bindingShort(v.KeyStatus)), limit)
 	}
 	_ = tw.Flush()
 	if len(f.Keys) == 0 {

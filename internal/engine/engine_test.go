@@ -224,12 +224,16 @@ func runDifferential(t *testing.T, ctx context.Context, rdb *redis.Client, key s
 			if sameError(t, rerr, gerr) {
 				continue
 			}
-			if len(res) != 4+2*m {
+			if len(res) != 5+2*m {
 				fail("reply %v", res)
 			}
+			bys := strings.Fields(res[4+2*m].(string))
+			if len(bys) != m {
+				fail("binding bands %q for %d requests", res[4+2*m], m)
+			}
 			for i, g := range grants {
-				if res[2+2*i].(int64) != g.WaitNS || res[3+2*i].(int64) != g.Seq {
-					fail("request %d: redis (wait %v, seq %v), engine %+v", i, res[2+2*i], res[3+2*i], g)
+				if res[2+2*i].(int64) != g.WaitNS || res[3+2*i].(int64) != g.Seq || bys[i] != g.Band {
+					fail("request %d: redis (wait %v, seq %v, band %s), engine %+v", i, res[2+2*i], res[3+2*i], bys[i], g)
 				}
 				if g.Seq > 0 {
 					slot := (now/1000)*1000 + now%1000 + g.WaitNS

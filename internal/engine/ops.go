@@ -52,6 +52,9 @@ func (f Floor) Arg() string {
 type Grant struct {
 	WaitNS int64
 	Seq    int64
+	// Band is the binding band as reserve.lua's reply names it: the
+	// band's name, "~p" for the pause, "~" for nothing.
+	Band string
 }
 
 // Now returns the instant g was loaded at: integer Unix µs and ns beyond.
@@ -113,19 +116,19 @@ func (g *Group) Reserve(floor *Floor, reqs []Request) (grants []Grant, wrote boo
 		if !g.fits(req.Cost) {
 			return nil, false, ErrExceeds
 		}
-		s, idx, exact, ok := g.earliest(g.pause, req.Cost)
+		s, idx, exact, by, ok := g.earliest(g.pause, req.Cost)
 		switch {
 		case !ok:
-			grants[r] = Grant{0, -2}
+			grants[r] = Grant{0, -2, "~"}
 		case s > maxQueueUS:
-			grants[r] = Grant{0, -1}
+			grants[r] = Grant{0, -1, by}
 		case req.MaxWaitUS >= 0 && g.tell(s) > req.MaxWaitUS*1000:
-			grants[r] = Grant{g.tell(s), 0}
+			grants[r] = Grant{g.tell(s), 0, by}
 		default:
 			g.take(s, req.Cost, idx, exact)
 			g.seq++
 			granted = true
-			grants[r] = Grant{g.tell(s), g.seq}
+			grants[r] = Grant{g.tell(s), g.seq, by}
 		}
 	}
 	return grants, granted || floor != nil, nil
@@ -334,12 +337,12 @@ func (g *Group) Peek(cost []float64) (wait, pause int64, bands []BandPeek, err e
 		}
 		return g.tell(s)
 	}
-	s, _, _, ok := g.earliest(g.pause, cost)
+	s, _, _, _, ok := g.earliest(g.pause, cost)
 	wait, pause = waitOf(s, ok), ns(g.pause)
 	all := g.bands
 	for _, b := range all {
 		g.bands = []*band{b}
-		s, _, _, ok := g.earliest(g.pause, cost)
+		s, _, _, _, ok := g.earliest(g.pause, cost)
 		g.bands = all
 		p := BandPeek{Name: b.name, WaitNS: waitOf(s, ok)}
 		if b.bucket {

@@ -25,10 +25,15 @@ func ns(s float64) int64 {
 	return int64(math.Ceil(s*1000 - 1e-6))
 }
 
-// earliest is core.lua's earliest. ok is false when a window band can never
-// take the cost at the share.
-func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, exact float64, ok bool) {
+// earliest is core.lua's earliest: by is the binding band, as reserve.lua
+// names it (the band's name, "~p" for the pause, "~" for nothing). ok is
+// false when a window band can never take the cost at the share.
+func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, exact float64, by string, ok bool) {
 	q = g.grid(s)
+	by = "~"
+	if s > 0 && s == g.pause {
+		by = "~p"
+	}
 	for range 8 {
 		moved := false
 		for i, b := range g.bands {
@@ -41,6 +46,10 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 				// own ns (float noise), which grid(t) does not pass.
 				if t := b.z + c*b.upp; g.grid(t) > q {
 					s, q, moved = t, g.grid(t), true
+					by = b.name
+					if g.pause > 0 && b.z <= g.pause {
+						by = "~p"
+					}
 				}
 				continue
 			}
@@ -60,11 +69,12 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 				w++
 				tries++
 				if tries > max(g.share.N, 1) {
-					return 0, nil, 0, false
+					return 0, nil, 0, "~", false
 				}
 			}
 			if ws := (w-b.cur)*b.length - b.rem; g.grid(ws) > q {
 				s, q, moved = ws, g.grid(ws), true
+				by = b.name
 			}
 			if idx == nil {
 				idx = make([]float64, len(g.bands))
@@ -74,6 +84,7 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 		if !moved && g.lattice != nil && costOf(cost, g.lattice.band.unit) > 0 {
 			if t := g.snap(q); g.grid(t) > q {
 				s, q, moved = t, g.grid(t), true
+				by = g.lattice.band.name
 			} else {
 				s = q // charged at the slot itself
 			}
@@ -82,7 +93,7 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 			break
 		}
 	}
-	return q, idx, s, true
+	return q, idx, s, by, true
 }
 
 func costOf(cost []float64, unit int) float64 {
