@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/pacer-go/pacer/otelpacer"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -233,40 +231,3 @@ func keys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
-
-// bandsReported: the scripts and the local engine report the binding band.
-// TEMPORARY, until main's work that makes them do so is merged: the band
-// assertions are then only logged, and maps of data points are compared
-// with every band read as "none". To be removed with the merge.
-const bandsReported = false
-
-// assertBand asserts that got is want, a band (see bandsReported).
-func assertBand(t *testing.T, want, got any, msg ...any) {
-	t.Helper()
-	if !bandsReported {
-		if want != got {
-			t.Logf("band pending: want %v, got %v %v", want, got, msg)
-		}
-		return
-	}
-	assert.Equal(t, want, got, msg...)
-}
-
-// assertByBand asserts that got is want, data points by attributes that
-// include pacer.band (see bandsReported).
-func assertByBand[V int | uint64 | float64](t *testing.T, want, got map[string]V, msg ...any) {
-	t.Helper()
-	if !bandsReported {
-		none := func(m map[string]V) map[string]V {
-			out := map[string]V{}
-			for k, v := range m {
-				out[bandRE.ReplaceAllString(k, "pacer.band=none")] += v
-			}
-			return out
-		}
-		want, got = none(want), none(got)
-	}
-	assert.Equal(t, want, got, msg...)
-}
-
-var bandRE = regexp.MustCompile(`pacer\.band=[^,]*`)

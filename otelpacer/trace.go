@@ -42,7 +42,7 @@ type waitTrace struct {
 	key       string
 	recording bool
 	r         *reserve.Reservation     // the reservation, once granted
-	wait      time.Duration            // the waits granted: the reservation's, plus each move's
+	granted   time.Time                // when, on the Limiter's clock
 	queued    metric.MeasurementOption // counted in queued_requests with these attributes (nil: not)
 }
 
@@ -50,9 +50,9 @@ func seconds(d time.Duration) attribute.KeyValue { return attrWait.Float64(d.Sec
 
 // grantAttrs are the attributes of a slot granted: when, the wait, why,
 // from where.
-func grantAttrs(r *reserve.Reservation, wait time.Duration, extra ...attribute.KeyValue) []attribute.KeyValue {
+func grantAttrs(r *reserve.Reservation, at time.Time, wait time.Duration, extra ...attribute.KeyValue) []attribute.KeyValue {
 	return append(extra,
-		attrSlot.String(r.Time().Format(time.RFC3339Nano)),
+		attrSlot.String(at.Format(time.RFC3339Nano)),
 		seconds(wait),
 		attrBand.String(bandValue(r.Band())),
 		attrSource.String(r.Source().String()))
@@ -60,10 +60,11 @@ func grantAttrs(r *reserve.Reservation, wait time.Duration, extra ...attribute.K
 
 // Reserved implements reserve.WaitTrace: the "reserved" event.
 func (w *waitTrace) Reserved(r *reserve.Reservation) {
+	at := r.Time()
 	d := r.Delay()
-	w.r, w.wait = r, d
+	w.r, w.granted = r, at.Add(-d)
 	if w.recording {
-		w.span.AddEvent("reserved", trace.WithAttributes(grantAttrs(r, d)...))
+		w.span.AddEvent("reserved", trace.WithAttributes(grantAttrs(r, at, d)...))
 	}
 }
 
@@ -71,7 +72,7 @@ func (w *waitTrace) Reserved(r *reserve.Reservation) {
 // planned, and the Wait counts in queued_requests until its end.
 func (w *waitTrace) Sleeping(r *reserve.Reservation, d time.Duration) {
 	if w.r == nil {
-		w.r = r
+		w.r, w.granted = r, r.Time().Add(-r.Delay())
 	}
 	if w.queued == nil {
 		w.queued = w.t.keyOption(w.key)
@@ -85,11 +86,9 @@ func (w *waitTrace) Sleeping(r *reserve.Reservation, d time.Duration) {
 // Moved implements reserve.WaitTrace: the "moved" event, with the reason
 // and the fresh slot.
 func (w *waitTrace) Moved(r *reserve.Reservation, why string) {
-	d := r.Delay()
 	w.r = r
-	w.wait += d
 	if w.recording {
-		w.span.AddEvent("moved", trace.WithAttributes(grantAttrs(r, d, attrMovedReason.String(why))...))
+		w.span.AddEvent("moved", trace.WithAttributes(grantAttrs(r, r.Time(), r.Delay(), attrMovedReason.String(why))...))
 	}
 }
 
@@ -117,7 +116,10 @@ func (w *waitTrace) End(err error, late time.Duration) {
 		return
 	}
 	if w.r != nil {
-		w.span.SetAttributes(attrBand.String(bandValue(w.r.Band())), attrSource.String(w.r.Source().String()), seconds(w.wait))
+		// The wait granted: from the grant to the slot it had at the end
+		// (after any move).
+		wait := max(0, w.r.Time().Sub(w.granted))
+		w.span.SetAttributes(attrBand.String(bandValue(w.r.Band())), attrSource.String(w.r.Source().String()), seconds(wait))
 	}
 	switch {
 	case err == nil:
