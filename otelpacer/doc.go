@@ -32,7 +32,7 @@
 //	pacer.rate_limiting.fair.turn             histogram s           fair requests' wait for their turn, by pacer.lane
 //	pacer.rate_limiting.fair.deferred         counter   {request}   times a fair queue was told to ask again, by pacer.lane
 //	pacer.redis.evictable                     gauge                 1 when Redis may evict pacer's keys
-//	pacer.adaptive.rate                       gauge     {request}/s a learned rate (adaptive.Config.Observe)
+//	pacer.adaptive.rate                       gauge     {request}/s a learned rate (adaptive.Config.Observer)
 //
 // pacer.band is the binding band: the band whose queue or window set the
 // slot, "(pause)" when a pause did (reserve.PauseBinding), "none" when the

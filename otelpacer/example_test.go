@@ -122,7 +122,7 @@ func Example_pacehttp() {
 }
 
 // The fleet's learned rate of a key, on the pacer.adaptive.rate gauge.
-func ExampleTelemetry_AdaptiveRate() {
+func ExampleTelemetry_ObserveRate() {
 	rdb, stop := embeddedRedis()
 	defer stop()
 	reader := sdkmetric.NewManualReader()
@@ -140,7 +140,7 @@ func ExampleTelemetry_AdaptiveRate() {
 	defer limiter.Close()
 
 	cfg := adaptive.Config{Start: 50, Min: 1, Max: 50}
-	cfg.Observe = tel.AdaptiveRate
+	cfg.Observer = tel
 	rate, err := adaptive.New(limiter, "api.example.com", cfg)
 	if err != nil {
 		log.Fatal(err)

@@ -201,13 +201,14 @@ func (t *Telemetry) Deferred(_, tenant string, lane reserve.Lane) {
 	t.deferred.Add(context.Background(), 1, t.laneOption(tenant, lane))
 }
 
-// AdaptiveRate records a learned rate on the pacer.adaptive.rate gauge:
-// it is an adaptive.Config.Observe, to be set as
+// ObserveRate implements adaptive.Observer: it records a learned rate on
+// the pacer.adaptive.rate gauge. Set the Telemetry as the Observer of the
+// Config of adaptive.New or of pacehttp.Options.Adaptive:
 //
-//	cfg.Observe = tel.AdaptiveRate
+//	cfg.Observer = tel
 //
-// on the Config of adaptive.New or pacehttp.Options.Adaptive. Without
-// Options.KeyAttribute the gauge holds the last rate learned on any key.
-func (t *Telemetry) AdaptiveRate(key string, rate float64) {
+// Without Options.KeyAttribute the gauge holds the last rate learned on
+// any key.
+func (t *Telemetry) ObserveRate(key string, rate float64) {
 	t.adaptiveRate.Record(context.Background(), rate, t.keyOption(key))
 }

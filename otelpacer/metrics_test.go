@@ -194,7 +194,7 @@ func TestEvictable(t *testing.T) {
 	require.Eventually(t, func() bool { return g.values(t, "pacer.redis.evictable")[""] == 1 }, 10*time.Second, time.Millisecond)
 }
 
-// TestAdaptiveRate: adaptive.Config.Observe = Telemetry.AdaptiveRate
+// TestAdaptiveRate: a Telemetry as adaptive.Config.Observer
 // shows each learned rate read or cut, per key attribute. Start is Max:
 // the rate read is exactly 100, the cut exactly 75.
 func TestAdaptiveRate(t *testing.T) {
@@ -202,7 +202,7 @@ func TestAdaptiveRate(t *testing.T) {
 	g := newRig(t, otelpacer.Options{KeyAttribute: host})
 	l := g.limiter(t, s.Client, redistest.Prefix(t), reserve.Options{})
 	ctx := context.Background()
-	rate, err := adaptive.New(l, "api.example/v1", adaptive.Config{Start: 100, Min: 10, Max: 100, Observe: g.tel.AdaptiveRate})
+	rate, err := adaptive.New(l, "api.example/v1", adaptive.Config{Start: 100, Min: 10, Max: 100, Observer: g.tel})
 	require.NoError(t, err)
 	_, err = rate.Limit(ctx)
 	require.NoError(t, err)

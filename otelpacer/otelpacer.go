@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,7 +39,8 @@ type Options struct {
 }
 
 // Telemetry implements reserve.Metrics (with reserve.GrantMetrics and
-// reserve.FairMetrics) and reserve.Tracer on OpenTelemetry. Pass it as both
+// reserve.FairMetrics), reserve.Tracer and adaptive.Observer on
+// OpenTelemetry. Pass it as both
 // reserve.Options.Metrics and reserve.Options.Tracer; one Telemetry may
 // serve several Limiters. It is safe for concurrent use.
 type Telemetry struct {
@@ -73,6 +75,7 @@ var (
 	_ reserve.GrantMetrics = (*Telemetry)(nil)
 	_ reserve.FairMetrics  = (*Telemetry)(nil)
 	_ reserve.Tracer       = (*Telemetry)(nil)
+	_ adaptive.Observer    = (*Telemetry)(nil)
 )
 
 // WaitBuckets are the bucket boundaries, in seconds, of the histograms of
