@@ -89,6 +89,19 @@ type Config struct {
 	// by the process that makes it, and by the others within Refresh.
 	// Default 100 ms; negative: every call reads.
 	Refresh time.Duration
+	// Observer, if set, is told the fleet's learned rate each time a Rate
+	// reads it from Redis or cuts it: at most once per Refresh per process,
+	// and once per cut. It is for a gauge (package otelpacer's Telemetry is
+	// one). Default nil.
+	Observer Observer
+}
+
+// An Observer is told the learned rates (Config.Observer). It must be fast
+// and safe for concurrent use.
+type Observer interface {
+	// ObserveRate is called with the key and its learned rate, in units
+	// per second, before Config.Steps.
+	ObserveRate(key string, rate float64)
 }
 
 // Validate reports whether c is usable, with an error matching
@@ -303,6 +316,9 @@ func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Lim
 		r.read = r.seen
 	}
 	r.mu.Unlock()
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.ObserveRate(r.key, rate)
+	}
 	return r.limit(rate), cut == 1, nil
 }
 

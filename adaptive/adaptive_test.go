@@ -386,3 +386,45 @@ func TestAdaptiveRefresh(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 12, demand(), "the read after Refresh carries the calls served since")
 }
+
+// TestAdaptiveObserve: Config.Observer sees each rate read from Redis and
+// each cut, with the key, before steps; a read within Refresh calls no
+// Redis and observes nothing. Start is Max, so slow start cannot move the
+// rate between the reads and the figures are exact.
+func TestAdaptiveObserve(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	obs := &observer{}
+	c := adaptive.Config{Start: 100, Min: 10, Max: 100, Refresh: time.Hour, Episode: time.Hour, Observer: obs}
+	r := rate(t, l, "observed", c)
+	for range 3 {
+		_, err := r.Limit(ctx) // the first reads, the others take it within Refresh
+		require.NoError(t, err)
+	}
+	_, cut, err := r.Cut(ctx, 100)
+	require.NoError(t, err)
+	require.True(t, cut)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	assert.Equal(t, []seen{{"observed", 100}, {"observed", 75}}, obs.got)
+}
+
+type seen struct {
+	key  string
+	rate float64
+}
+
+// observer is an adaptive.Observer that writes down what it is told.
+type observer struct {
+	mu  sync.Mutex
+	got []seen
+}
+
+func (o *observer) ObserveRate(key string, rate float64) {
+	o.mu.Lock()
+	o.got = append(o.got, seen{key, rate})
+	o.mu.Unlock()
+}

@@ -170,8 +170,10 @@ func gateWidth(rate float64) int {
 // whose slot cannot come before it fails at once, as reserve does, with
 // an error wrapping *reserve.WaitTooLongError: the requests waiting ahead
 // of it in the process at the rate now, or the slot the fleet's queue
-// gives it, is too late.
-func (t *Transport) reserveAdaptive(ctx context.Context, rt *Route, front bool) (*reserve.Reservation, error) {
+// gives it, is too late. tr (if not nil) is told of the first slot
+// (Reserved) and of each sleep (Sleeping: a cut while it slept reserves
+// again).
+func (t *Transport) reserveAdaptive(ctx context.Context, rt *Route, front bool, tr reserve.WaitTrace) (*reserve.Reservation, error) {
 	rate, err := t.rate(rt.Key)
 	if err != nil {
 		return nil, err
@@ -193,6 +195,7 @@ func (t *Transport) reserveAdaptive(ctx context.Context, rt *Route, front bool) 
 		return nil, err
 	}
 	defer release()
+	reported := false // tr has had Reserved: a slot after a cut is Sleeping only
 	for {
 		if lim, err := rate.Peek(ctx); err == nil {
 			rt.Policy = lim.Policy()
@@ -226,6 +229,8 @@ func (t *Transport) reserveAdaptive(ctx context.Context, rt *Route, front bool) 
 		if err != nil {
 			return nil, err
 		}
+		sleeping(tr, r, reported)
+		reported = true
 		if err := r.Sleep(ctx); err != nil {
 			return nil, err
 		}

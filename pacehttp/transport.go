@@ -123,6 +123,17 @@ type Options struct {
 	// key and header) and failed settles.
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// Tracer, if set, follows each request's wait for its slot as
+	// reserve.Options.Tracer follows a Wait: the Transport reserves and
+	// sleeps rather than Waits, which the Limiter's Tracer does not see.
+	// Pass the Limiter's own (package otelpacer's Telemetry). StartWait gets
+	// the request's context, so the wait's span is a child of the HTTP
+	// client span; then Reserved, Sleeping and End, once per try (a retry
+	// after a 429 waits again). A move while the request slept (a pause
+	// covered its slot) shows in the slot and band at the end, not as a
+	// Moved. Default: none.
+	Tracer reserve.Tracer
 }
 
 // Transport is an http.RoundTripper that paces requests on a
@@ -249,11 +260,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	send := req
 	for try := 0; ; try++ {
 		var r *reserve.Reservation
+		wctx, tr := t.startWait(ctx, rt.Key)
 		if t.opts.Adaptive != nil {
-			r, err = t.reserveAdaptive(ctx, &rt, try > 0)
+			r, err = t.reserveAdaptive(wctx, &rt, try > 0, tr)
 		} else {
-			r, err = t.reserve(ctx, rt)
+			r, err = t.reserve(wctx, rt, tr)
 		}
+		t.endWait(tr, r, err)
 		var take int64
 		if err == nil && t.takes(rt.Key) {
 			if take, err = t.take(ctx, rt.Key); err != nil {
@@ -419,9 +432,42 @@ func (t *Transport) route(req *http.Request) (Route, error) {
 	return rt, nil
 }
 
+// startWait starts following a wait for key's slot (Options.Tracer): it
+// returns the context to wait with, and nil without a Tracer.
+func (t *Transport) startWait(ctx context.Context, key string) (context.Context, reserve.WaitTrace) {
+	if t.opts.Tracer == nil {
+		return ctx, nil
+	}
+	return t.opts.Tracer.StartWait(ctx, key)
+}
+
+// sleeping tells tr (if not nil) of r, just granted, before its sleep:
+// Reserved for a wait's first reservation (reported false), and Sleeping.
+func sleeping(tr reserve.WaitTrace, r *reserve.Reservation, reported bool) {
+	if tr == nil {
+		return
+	}
+	if !reported {
+		tr.Reserved(r)
+	}
+	tr.Sleeping(r, r.Delay())
+}
+
+// endWait ends tr (if not nil): the wait for r returned err.
+func (t *Transport) endWait(tr reserve.WaitTrace, r *reserve.Reservation, err error) {
+	if tr == nil {
+		return
+	}
+	var late time.Duration
+	if err == nil {
+		late = max(0, t.lim.Clock().Now().Sub(r.Time()))
+	}
+	tr.End(err, late)
+}
+
 // reserve reserves rt's slot, no later than ctx's deadline, and sleeps
-// until it.
-func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation, error) {
+// until it, telling tr (if not nil).
+func (t *Transport) reserve(ctx context.Context, rt Route, tr reserve.WaitTrace) (*reserve.Reservation, error) {
 	maxWait := time.Duration(-1)
 	if d, ok := ctx.Deadline(); ok {
 		if maxWait = time.Until(d); maxWait <= 0 {
@@ -434,12 +480,16 @@ func (t *Transport) reserve(ctx context.Context, rt Route) (*reserve.Reservation
 	)
 	if maxWait >= 0 {
 		r, err = t.lim.TryReserveN(ctx, rt.request(), maxWait)
+		if tooLong, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
+			tooLong.Deadline = true // the maximum was the time left before it
+		}
 	} else {
 		r, err = t.lim.ReserveN(ctx, rt.request())
 	}
 	if err != nil {
 		return nil, err
 	}
+	sleeping(tr, r, false)
 	if err := r.Sleep(ctx); err != nil {
 		return nil, err
 	}

@@ -243,6 +243,7 @@ func TestDeadline(t *testing.T) {
 	_, err = c.Do(req)
 	var tooLong *reserve.WaitTooLongError
 	require.ErrorAs(t, err, &tooLong, "a slot 2 s away, a deadline 200 ms away")
+	assert.True(t, tooLong.Deadline, "the maximum was the deadline")
 	assert.EqualValues(t, 1, body.closed.Load(), "the body was closed")
 	assert.Equal(t, header, req.Header, "the request was modified")
 	after, err := ls[0].Peek(context.Background(), reserve.Single(host, slow, 1))

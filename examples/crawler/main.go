@@ -8,6 +8,7 @@
 //	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
 //	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
 //	go run ./examples/crawler -adaptive -retry-after-ms # and its 429s say the exact wait, not whole seconds
+//	go run ./examples/crawler -trace                   # and a line per request's wait: what it waited for (package otelpacer)
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. Requests go through pacehttp's Transport: it paces each host
@@ -72,6 +73,9 @@ type config struct {
 	// RetryAfterMs: the provider's 429s also carry retry-after-ms, the
 	// exact wait, beside Retry-After's whole seconds.
 	RetryAfterMs bool
+	// Trace prints each request's wait span (package otelpacer), one line
+	// each: the key, the band it waited for, the wait.
+	Trace bool
 }
 
 // job is one page to fetch: its host and its path's number.
@@ -121,6 +125,7 @@ func main() {
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
 	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
 	flag.BoolVar(&c.RetryAfterMs, "retry-after-ms", false, "the provider's 429s also say retry-after-ms, the exact wait, beside Retry-After in whole seconds")
+	flag.BoolVar(&c.Trace, "trace", false, "print each request's wait span (OpenTelemetry, package otelpacer): the host, the band it waited for, the wait")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -321,11 +326,21 @@ func childMain() error {
 // crawl fetches the pages whose index % c.Procs == share, from c.Workers
 // goroutines, pacing each host on the Limiter shared through rdb.
 func crawl(ctx context.Context, c config, providerURL string, rdb redis.UniversalClient, prefix string, share int, out io.Writer) error {
-	limiter, err := reserve.New(rdb, reserve.Options{
+	lopts := reserve.Options{
 		KeyPrefix:    prefix,
 		Logger:       slog.New(slog.NewTextHandler(out, nil)),
 		RequireRedis: true, // as in README's quick start: a wrong -redis fails here
-	})
+	}
+	var tracer reserve.Tracer
+	if c.Trace {
+		tel, stop, err := tracing(out)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		lopts.Tracer, tracer = tel, tel
+	}
+	limiter, err := reserve.New(rdb, lopts)
 	if err != nil {
 		return err
 	}
@@ -333,7 +348,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	// The transport paces each host fleet-wide and obeys the provider: a
 	// 429 pauses the host for every worker, and the page is fetched again
 	// after the pause.
-	opts := pacehttp.Options{Limit: reserve.Limit{Rate: c.Rate, Burst: c.Burst}}
+	opts := pacehttp.Options{Limit: reserve.Limit{Rate: c.Rate, Burst: c.Burst}, Tracer: tracer}
 	if c.Adaptive {
 		a := adaptiveFor(c)
 		opts.Adaptive = &a

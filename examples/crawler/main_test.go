@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,46 @@ func TestRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, s, c)
+}
+
+// TestTrace: -trace prints one line per wait span: one per call the
+// provider saw (each try of a request waits for its slot once), each with
+// its host, the band it waited for (the single Limit's "permits", or none:
+// free at once, with no wait), the source and the wait, and the events
+// that tell it. Without -trace (every other test) no line.
+func TestTrace(t *testing.T) {
+	srv := redistest.New(t)
+	c := small(srv.URL, 21)
+	c.Trace = true
+	var out syncbuf.Buffer
+	s, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, s, c)
+	line := regexp.MustCompile(`^trace h[0-2]\.example: waited [0-9.]+[µnm]?s(, free at once| for band \S+) \((redis|local|lease)\); reserved [0-9.]+[µnm]?s, slept [0-9.]+[µnm]?s(, moved \((pause|late)\) [0-9.]+[µnm]?s more for band \S+)*, woke [0-9.]+[µnm]?s late$`)
+	traces, bound := 0, 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if !strings.HasPrefix(l, "trace ") {
+			continue
+		}
+		traces++
+		if !line.MatchString(l) {
+			t.Errorf("a -trace line not of the form %s:\n%s", line, l)
+		}
+		if strings.Contains(l, "free at once") && !strings.Contains(l, "waited 0s,") {
+			t.Errorf("a slot free at once with a wait:\n%s", l)
+		}
+		if strings.Contains(l, "for band permits") {
+			bound++
+		}
+	}
+	if traces != s.Calls {
+		t.Errorf("%d -trace lines, want one per call the provider saw (%d)", traces, s.Calls)
+	}
+	if bound == 0 {
+		t.Error("no wait for band permits: 6 workers per host at 20/s queue on its single band")
+	}
 }
 
 // TestRedisHostPort: -redis takes a bare host:port too.

@@ -1,0 +1,214 @@
+package otelpacer
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/reserve"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// setKey names one cached attribute set: the instrument's kind and the
+// values of its attributes ("" for those it does not have).
+type setKey struct {
+	kind            setKind
+	source          reserve.Source
+	band, key, unit string
+	hasKey          bool
+}
+
+type setKind uint8
+
+const (
+	grantSet setKind = iota
+	unitSet
+	keySet
+)
+
+// set returns the measurement option of k's attribute set, made once.
+// Reads take the current map without a lock; a new set copies it (they
+// are few: as many as the metrics' series).
+func (t *Telemetry) set(k setKey) metric.MeasurementOption {
+	if o, ok := (*t.sets.Load())[k]; ok {
+		return o
+	}
+	kv := make([]attribute.KeyValue, 0, 4)
+	switch k.kind {
+	case grantSet:
+		kv = append(kv, attrSource.String(k.source.String()), attrBand.String(k.band))
+	case unitSet:
+		kv = append(kv, attrSource.String(k.source.String()), attrUnit.String(k.unit))
+	}
+	if k.hasKey {
+		kv = append(kv, attrKey.String(k.key))
+	}
+	t.setsMu.Lock()
+	defer t.setsMu.Unlock()
+	old := *t.sets.Load()
+	if o, ok := old[k]; ok {
+		return o
+	}
+	m := make(map[setKey]metric.MeasurementOption, len(old)+1)
+	maps.Copy(m, old)
+	o := metric.WithAttributeSet(attribute.NewSet(kv...))
+	m[k] = o
+	t.sets.Store(&m)
+	return o
+}
+
+// keyValue returns key's attribute value, and whether there is one
+// (Options.KeyAttribute).
+func (t *Telemetry) keyValue(key string) (string, bool) {
+	if t.keyAttr == nil {
+		return "", false
+	}
+	return t.keyAttr(key), true
+}
+
+// keyOption returns the attribute set of key alone: pacer.key, or none.
+func (t *Telemetry) keyOption(key string) metric.MeasurementOption {
+	v, ok := t.keyValue(key)
+	return t.set(setKey{kind: keySet, key: v, hasKey: ok})
+}
+
+// withKey returns kv and, with Options.KeyAttribute, pacer.key.
+func (t *Telemetry) withKey(key string, kv ...attribute.KeyValue) metric.MeasurementOption {
+	if v, ok := t.keyValue(key); ok {
+		kv = append(kv, attrKey.String(v))
+	}
+	return metric.WithAttributes(kv...)
+}
+
+// bandValue is the pacer.band of a grant: the binding band, "none" when
+// the slot was free at once.
+func bandValue(band string) string {
+	if band == "" {
+		return "none"
+	}
+	return band
+}
+
+// Granted implements reserve.GrantMetrics: the requests counter, the
+// time_in_queue histogram and the units counter.
+func (t *Telemetry) Granted(g reserve.Grant) {
+	ctx := context.Background()
+	kv, hasKey := t.keyValue(g.Key)
+	opt := t.set(setKey{kind: grantSet, source: g.Source, band: bandValue(g.Band), key: kv, hasKey: hasKey})
+	t.requests.Add(ctx, 1, opt)
+	t.timeInQueue.Record(ctx, g.Wait.Seconds(), opt)
+	for i, u := range g.Units {
+		t.units.Add(ctx, g.Amounts[i], t.set(setKey{kind: unitSet, source: g.Source, unit: u, key: kv, hasKey: hasKey}))
+	}
+}
+
+// Reserved implements reserve.Metrics. A Limiter calls Granted instead;
+// Reserved counts a grant whose band is not known.
+func (t *Telemetry) Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool) {
+	src := reserve.SourceRedis
+	if local {
+		src = reserve.SourceLocal
+	}
+	t.Granted(reserve.Grant{Key: key, Units: units, Amounts: amounts, Wait: wait, Source: src})
+}
+
+// Moved implements reserve.Metrics.
+func (t *Telemetry) Moved(key, why string) {
+	t.moved.Add(context.Background(), 1, t.withKey(key, attrMovedReason.String(why)))
+}
+
+// Paused implements reserve.Metrics.
+func (t *Telemetry) Paused(key string, _ time.Duration) {
+	t.pauses.Add(context.Background(), 1, t.keyOption(key))
+}
+
+// Evictable implements reserve.Metrics: the gauge goes to 1.
+func (t *Telemetry) Evictable(string) { t.evictable.Record(context.Background(), 1) }
+
+// Fallback implements reserve.Metrics.
+func (t *Telemetry) Fallback(active bool) {
+	ctx := context.Background()
+	if active {
+		t.fallback.Add(ctx, 1)
+		t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String("local")))
+		return
+	}
+	t.fallback.Add(ctx, -1)
+	t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String("redis")))
+}
+
+// RedisCall implements reserve.Metrics: the call's duration, with
+// error.type when it failed (see ErrorType).
+func (t *Telemetry) RedisCall(op string, d time.Duration, err error) {
+	if err == nil {
+		t.callDuration.Record(context.Background(), d.Seconds(), metric.WithAttributes(attrOperation.String(op)))
+		return
+	}
+	t.callDuration.Record(context.Background(), d.Seconds(),
+		metric.WithAttributes(attrOperation.String(op), attrErrorType.String(ErrorType(err))))
+}
+
+// ErrorType is the error.type of a failed call to Redis, one of a few
+// values: "timeout" (the call outlasted reserve.Options.CallTimeout, or a
+// network timeout), "canceled" (the caller's context ended), "unavailable"
+// (no answer: refused, reset, closed), or the error code Redis answered
+// with ("LOADING", "READONLY", "NOSCRIPT", "PACER_WRONGTYPE", ...: the first
+// word of its error reply, when made of capital letters and '_', else
+// "other").
+func ErrorType(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	code, ok := layout.ErrorCode(err)
+	if !ok {
+		return "unavailable"
+	}
+	if code == "" || len(code) > 32 {
+		return "other"
+	}
+	for _, c := range code {
+		if (c < 'A' || c > 'Z') && c != '_' {
+			return "other"
+		}
+	}
+	return code
+}
+
+// laneOption returns the attributes of a fair metric: pacer.lane and, with
+// Options.TenantAttribute, pacer.tenant.
+func (t *Telemetry) laneOption(tenant string, lane reserve.Lane) metric.MeasurementOption {
+	if t.tenantAttr == nil {
+		return metric.WithAttributes(attrLane.String(lane.String()))
+	}
+	return metric.WithAttributes(attrLane.String(lane.String()), attrTenant.String(t.tenantAttr(tenant)))
+}
+
+// Turn implements reserve.FairMetrics.
+func (t *Telemetry) Turn(_, tenant string, lane reserve.Lane, turn time.Duration) {
+	t.turn.Record(context.Background(), turn.Seconds(), t.laneOption(tenant, lane))
+}
+
+// Deferred implements reserve.FairMetrics.
+func (t *Telemetry) Deferred(_, tenant string, lane reserve.Lane) {
+	t.deferred.Add(context.Background(), 1, t.laneOption(tenant, lane))
+}
+
+// ObserveRate implements adaptive.Observer: it records a learned rate on
+// the pacer.adaptive.rate gauge. Set the Telemetry as the Observer of the
+// Config of adaptive.New or of pacehttp.Options.Adaptive:
+//
+//	cfg.Observer = tel
+//
+// Without Options.KeyAttribute the gauge holds the last rate learned on
+// any key.
+func (t *Telemetry) ObserveRate(key string, rate float64) {
+	t.adaptiveRate.Record(context.Background(), rate, t.keyOption(key))
+}
