@@ -23,7 +23,7 @@ func TestVersion(t *testing.T) {
 	if got := string(m[1]); got != reserve.Version {
 		t.Errorf("reserve.Version = %s, CHANGELOG.md's newest release %s", reserve.Version, got)
 	}
-	for _, mod := range []string{"../cmd/pacer/go.mod", "../prommetrics/go.mod"} {
+	for _, mod := range []string{"../cmd/pacer/go.mod", "../prommetrics/go.mod", "../otelpacer/go.mod"} {
 		b, err := os.ReadFile(mod)
 		if err != nil {
 			t.Fatal(err)
