@@ -1,7 +1,8 @@
 -- core.lua: the policy and state of one key group, shared by every script
 -- that touches a key (lua.go puts it in front of each operation's file, so
--- each script is complete on its own). internal/engine is the same engine in
--- Go, for the local fallback; a differential test keeps the two exact.
+-- each script is complete on its own). The same scripts run in Redis and,
+-- while Redis is unavailable, in each process's local fallback
+-- (internal/luastore), at the process's own share (ARGV[3]'s member form).
 --
 -- A key group is paced by a policy: one or more bands, each charging one
 -- unit of cost. A band is either
@@ -78,17 +79,26 @@
 --          members (Limiters), ranked 0..n-1 by id, and the ranks k (at
 --          least one, fewer than n) are held: they may pace locally on their
 --          own shares, which this caller's group leaves them (reserve's
---          fleet.go). A member k's own share (internal/engine, while it
+--          fleet.go). A member k's own share (ARGV[3]'s "m" form, while it
 --          paces locally) is rate/n, a burst B_k and, in window w, N_k(w)
 --          units, so that the members' shares add up to the limit:
 --            B_k = floor(b/n) + (k < b mod n)  when b >= n, else
 --            B_k = 1 + (k < b - 1), slots on a lattice of the fleet's
---                  spacing shared out by rank (internal/engine);
+--                  spacing shared out by rank (see the lattice below);
 --            N_k(w) = floor(F/n) + ((k + w) mod n < F mod n), F = floor(N).
 --          The group takes the rest: rate * (n - #held) / n, a burst of b
 --          less the held members' B_k (at least 0), and in window w, N less
 --          their N_k(w); on the lattice's band (see below) it takes one
 --          slot per instant of the ranks not held.
+--          Or "m <n> <k> <a>": member k's own share of a fleet of n (a
+--          process pacing locally, on its in-process store: the local
+--          fallback runs these scripts too): rate / max(n, a), a burst B_k,
+--          N_k(w) units of window w, and on a bucket band whose burst is
+--          under n its slots on rank k's instants of the lattice. a is
+--          another fleet size (0: none) the member keeps within too: right
+--          after the fleet changed, members may pace on either size, so it
+--          takes the smaller burst and window quota of the two and only
+--          the instants of rank k on both lattices (k < a).
 -- ARGV[4]  the cost units' names, space-separated, in the order requests
 --          give their costs
 -- ARGV[5]  k, the number of bands (0 only for pause.lua and resume.lua,
@@ -145,10 +155,20 @@ if string.byte(share_arg, 1) == 102 then -- 'f'
   share_arg = rest
 end
 
--- The share (ARGV[3]): fleet size n and the held ranks, or nil for the whole.
-local fleet_n, held = 1, nil
+-- The share (ARGV[3]): fleet size n and the held ranks, or nil for the whole;
+-- or, for a member pacing alone, its rank (member) and another fleet size
+-- (also, 0 for none).
+local fleet_n, held, member, also = 1, nil, nil, 0
 local rate_share = 1
-if share_arg ~= '1' then
+if string.byte(share_arg, 1) == 109 then -- 'm'
+  local n, k, a = string.match(share_arg, '^m (%d+) (%d+) (%d+)$')
+  n, k, a = tonumber(n), tonumber(k), tonumber(a)
+  if not n or n < 2 or k >= n or (a > 1 and k >= a) then
+    return redis.error_reply('PACER_ARG bad share')
+  end
+  fleet_n, member, also = n, k, a > 1 and a or 0
+  rate_share = 1 / math.max(n, also)
+elseif share_arg ~= '1' then
   held = {}
   for f in string.gmatch(share_arg, '%S+') do
     local v = tonumber(f)
@@ -169,22 +189,42 @@ if share_arg ~= '1' then
   rate_share = (fleet_n - #held) / fleet_n
 end
 
--- member_burst is B_k, member k's burst (see ARGV[3]).
-local function member_burst(b, k)
-  if b >= fleet_n then
-    return math.floor(b / fleet_n) + (k < b % fleet_n and 1 or 0)
+-- room_period is how many windows a share's room takes to repeat: n, or
+-- for a member between two fleet sizes the least common multiple of both.
+local room_period = fleet_n
+if also > 0 then
+  local x, y = fleet_n, also
+  while y ~= 0 do
+    x, y = y, x % y
+  end
+  room_period = fleet_n * also / x
+end
+
+-- member_burst is B_k, member k's burst in a fleet of n (see ARGV[3]).
+local function member_burst(b, k, n)
+  n = n or fleet_n
+  if b >= n then
+    return math.floor(b / n) + (k < b % n and 1 or 0)
   end
   return 1 + (k < b - 1 and 1 or 0)
 end
 
--- member_n is N_k(w), member k's units in window w.
-local function member_n(nn, k, w)
+-- member_n is N_k(w), member k's units in window w in a fleet of n.
+local function member_n(nn, k, w, n)
+  n = n or fleet_n
   local f = math.floor(nn)
-  return math.floor(f / fleet_n) + ((k + w) % fleet_n < f % fleet_n and 1 or 0)
+  return math.floor(f / n) + ((k + w) % n < f % n and 1 or 0)
 end
 
 -- cap returns the units window band b may hold in window w at the share.
 local function cap(b, w)
+  if member then
+    local c = member_n(b.n, member, w)
+    if also > 0 then
+      c = math.min(c, member_n(b.n, member, w, also))
+    end
+    return c
+  end
   if not held then
     return b.n
   end
@@ -246,7 +286,12 @@ local function read_bands(list, i, by_name, zero)
       end
       local upp = 1000000 / (a * rate_share) -- µs per unit
       local eff = b -- the burst at the share
-      if held then
+      if member then
+        eff = member_burst(b, member)
+        if also > 0 then
+          eff = math.min(eff, member_burst(b, member, also))
+        end
+      elseif held then
         for j = 1, #held do
           eff = eff - member_burst(b, held[j])
         end
@@ -404,7 +449,7 @@ end
 local nbands = #bands
 
 -- The lattice: while some members are held (they pace locally, each on
--- its own lattice: see ARGV[3] and internal/engine), the group's slots on
+-- its own lattice: see ARGV[3]), the group's slots on
 -- the slowest bucket band whose burst is under n lie on the fleet's
 -- lattice too, at the instants of the ranks not held, so that the group
 -- and the held members never fire at one instant: every instant (j*n + k)
@@ -417,17 +462,36 @@ local nbands = #bands
 -- to others; each thins its own instants of the one lattice to the rate it
 -- paces by, where lattices of different rates would cross.
 local lattice = nil
-if held then
+if held or member then
+  -- A member keeps to the lattices of both its fleet sizes (ARGV[3]'s
+  -- a): the period is the least common multiple of those whose lattice
+  -- the band needs.
+  local top, b = math.max(fleet_n, also), nil
   for i = 1, nbands do
-    local b = bands[i]
-    if b.bucket and b.burst < fleet_n and (not lattice or b.lat < lattice.rate) then
-      local u = math.ceil(1000000000 / b.lat)
-      if u * fleet_n <= 1099511627776 then
-        lattice = {band = b, rate = b.lat, u = u, period = u * fleet_n}
-      end
+    local x = bands[i]
+    if x.bucket and x.burst < top and (not b or x.lat < b.lat) then
+      b = x
     end
   end
-  if lattice then
+  if b then
+    local u = math.ceil(1000000000 / b.lat)
+    local n, m = 1, 1
+    if b.burst < fleet_n then
+      n = fleet_n
+    end
+    if also > 0 and b.burst < also then
+      m = also
+    end
+    local x, y = n, m
+    while y ~= 0 do
+      x, y = y, x % y
+    end
+    local ranks = n * m / x
+    if u * ranks <= 1099511627776 then
+      lattice = {band = b, rate = b.lat, u = u, period = u * ranks, n = n, m = m}
+    end
+  end
+  if lattice and held then
     -- The lattice keeps the group to its share: one slot per instant of
     -- the ranks not held, which are u apart at the closest. So its bucket
     -- spaces slots at the whole rate, one at a time (a burst of 1: no two
@@ -435,14 +499,23 @@ if held then
     -- could never take two instants u apart, and got half its share.
     -- Under a stored rate below the lattice's, the lattice alone would give
     -- the group more than its share of the stored rate: its bucket keeps
-    -- the share's spacing instead, still one at a time
-    -- (internal/engine/lattice.go).
+    -- the share's spacing instead, still one at a time: the group then
+    -- stays within its share but cannot use runs of its instants (with 1
+    -- rank of 3 held and 25/s stored under the code's 30/s, it gets 60% of
+    -- its share while the member is held). A member keeps its own bucket:
+    -- rate / n, its burst, on its own rank's instants.
     local lb = lattice.band
     if lb.rate >= lb.lat then
       lb.upp = 1000000 / lb.rate
     end
     lb.eff, lb.fill = 1, lb.upp
     lb.z, lb.e = -lb.fill, -lb.fill
+    lattice.held = {}
+    for j = 1, #held do
+      lattice.held[held[j]] = true
+    end
+  end
+  if lattice then
     local P = lattice.period
     local m1 = now_us % P -- exact: both integers under 2^53; normalized below
     if m1 < 0 then
@@ -455,10 +528,6 @@ if held then
       ph = ph - P
     end
     lattice.phase = ph
-    lattice.held = {}
-    for j = 1, #held do
-      lattice.held[held[j]] = true
-    end
   end
 end
 
@@ -598,7 +667,8 @@ local function tell(q)
 end
 
 -- snap returns q (µs relative to now, on the grid) moved up to the
--- lattice's next instant of a rank not held.
+-- lattice's next instant of a rank the caller takes: one not held (a
+-- group), or its own on both lattices (a member).
 local function snap(q)
   local l = lattice
   local w = math.floor((q + now_frac) * 1000 + 0.5) - now_ns -- tell(q)
@@ -607,8 +677,14 @@ local function snap(q)
   if idx * l.u < pos then
     idx = idx + 1
   end
-  while l.held[idx % fleet_n] do
-    idx = idx + 1
+  if member then
+    while idx % l.n ~= member % l.n or idx % l.m ~= member % l.m do
+      idx = idx + 1
+    end
+  else
+    while l.held[idx % fleet_n] do
+      idx = idx + 1
+    end
   end
   return (w + idx * l.u - pos) / 1000
 end
@@ -663,7 +739,7 @@ local function earliest(s, cost)
           while (w == b.w and b.u or 0) + c > cap(b, w) * (1 + 1e-9) do
             w = w + 1
             tries = tries + 1
-            if tries > fleet_n then
+            if tries > room_period then
               return nil
             end
           end
@@ -706,9 +782,10 @@ end
 local function take(q, cost, idx, s)
   s = s or q
   if lattice and mark_p and pause > 0 and (cost[lattice.band.unit] or 0) > 0 then
+    local ranks = lattice.period / lattice.u
     if not mark_l then
-      mark_l = {u = lattice.u, n = fleet_n}
-    elseif mark_l.u ~= lattice.u or mark_l.n ~= fleet_n then
+      mark_l = {u = lattice.u, n = ranks}
+    elseif mark_l.u ~= lattice.u or mark_l.n ~= ranks then
       mark_l = {u = 0, n = 0}
     end
   end

@@ -65,10 +65,13 @@ type Share struct {
 // Whole reports whether s is the whole limit.
 func (s Share) Whole() bool { return s.N <= 1 || (!s.IsMember && len(s.Held) == 0) }
 
-// Arg returns s as the scripts take it (ARGV[3]). A member share has no
-// script form: Arg returns "1" for it.
+// Arg returns s as the scripts take it (ARGV[3]): "1", "<n> <held>..." or
+// a member's "m <n> <k> <also>".
 func (s Share) Arg() string {
-	if s.Whole() || s.IsMember {
+	if s.IsMember && s.N > 1 {
+		return "m " + strconv.Itoa(s.N) + " " + strconv.Itoa(s.Member) + " " + strconv.Itoa(s.Also)
+	}
+	if s.Whole() {
 		return "1"
 	}
 	var b strings.Builder

@@ -97,8 +97,20 @@ func draw(r *rand.Rand) policy {
 }
 
 func drawShare(r *rand.Rand) Share {
-	if r.IntN(3) > 0 {
+	switch r.IntN(6) {
+	case 0, 1, 2:
 		return Share{}
+	case 3:
+		// A member pacing alone, maybe between two fleet sizes.
+		n := 2 + r.IntN(4)
+		s := Share{N: n, Member: r.IntN(n), IsMember: true}
+		if r.IntN(2) == 0 {
+			s.Also = s.Member + 1 + r.IntN(4)
+			if s.Also < 2 {
+				s.Also = 2
+			}
+		}
+		return s
 	}
 	n := 2 + r.IntN(4)
 	held := r.Perm(n)[:1+r.IntN(n-1)]

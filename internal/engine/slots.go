@@ -68,7 +68,7 @@ func (g *Group) earliest(s float64, cost []float64) (q float64, idx []float64, e
 				}
 				w++
 				tries++
-				if tries > max(g.share.N, 1) {
+				if tries > g.roomPeriod() {
 					return 0, nil, 0, "~", false
 				}
 			}
@@ -303,4 +303,13 @@ func (g *Group) fits(cost []float64) bool {
 		}
 	}
 	return true
+}
+
+// roomPeriod is core.lua's room_period.
+func (g *Group) roomPeriod() int {
+	n := max(g.share.N, 1)
+	if g.share.IsMember && g.share.Also > 1 {
+		return n * g.share.Also / int(gcd(int64(n), int64(g.share.Also)))
+	}
+	return n
 }
