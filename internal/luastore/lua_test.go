@@ -156,6 +156,40 @@ func TestStringsAndTables(t *testing.T) {
 	})
 }
 
+// TestPatterns holds luapattern.go (Lua 5.1's matcher) to Redis's.
+func TestPatterns(t *testing.T) {
+	p := newPair(t)
+	var cases []scriptCase
+	for i, c := range []string{
+		"string.find('hello world', 'o w')", "string.find('hello', 'l+')", "string.find('a.b', '.', 1, true)", "string.find('a.b', '%.')",
+		"string.find('abc', 'b', -1)", "string.find('abc', 'b', -10)", "string.find('abc', '', 10)", "string.find('abc', '', 4)", "string.find('', '')",
+		"string.find('abc', 'c', 2.9)", "string.find('a+b', '+', 1, true)", "string.find('x^y', '^y')", "string.find('x^y', 'x^y')",
+		"string.match('key = value', '(%w+)%s*=%s*(%w+)')", "string.match('(foo(bar))baz', '%b()')", "string.match('THE (quick) fox', '%f[%a]%a+')",
+		"string.match('hello hello', '(h%a+) %1')", "string.match('abc', '()b()')", "string.match('aaab', 'a-b')", "string.match('aaab', 'a*')",
+		"string.match('aaab', 'a?a?b')", "string.match('  trim  ', '^%s*(.-)%s*$')", "string.match('x=1, y=2', 'y=(%d)')", "string.match('[x]', '[%[](.)[%]]')",
+		"string.match('a-b', '[a-]+')", "string.match(']x', '[]]')", "string.match('a^b', '[%^]')", "string.match('ab12', '[^%d]+')", "string.match('\\0a', '%z')",
+		"string.match('AbC', '%u%l%u')", "string.match('a\\tb', '%c')", "string.match('!?', '%p+')", "string.match('ff09', '%x+')", "string.match('a,b', '%W')",
+		"string.match('abc', '((a)(b))')", "string.match('abc', 'a(b)?c')", "string.match(12.5, '%d+')", "string.match('x', 'x$y')", "string.match('x$', 'x$')",
+		"string.match('abc', 'b', 2)", "string.match('abc', '^b', 2)", "string.match('abc', 'b', -2)",
+		"string.gsub('hello world', '(%w+)', '<%1>')", "string.gsub('abc', '%w', '%%')", "string.gsub('abc', 'b', '%0%0')", "string.gsub('abc', '', 'x')",
+		"string.gsub('abc', '^a', 'x')", "string.gsub('aaa', 'a', 'b', 2)", "string.gsub('aaa', 'a', 'b', 0)", "string.gsub('abc', '%w', {a = 1, b = true, c = false})",
+		"string.gsub('abc', '%w', function(c) if c == 'b' then return 2.5 end end)", "string.gsub('abc d', '(%w)(%w*)', '%2%1')", "string.gsub('x', 'x', 5)",
+		"string.gsub('one two', '()(%w+)', '%1')",
+	} {
+		cases = append(cases, scriptCase{name: fmt.Sprintf("pattern %d", i), src: "return {" + c + "}"})
+	}
+	cases = append(cases,
+		scriptCase{name: "gmatch anchor", src: "local o = {} for w in string.gmatch('^a ^b', '^%a') do o[#o + 1] = w end return o"},
+		scriptCase{name: "gmatch empty", src: "local o = {} for w in string.gmatch('abc', '%a*') do o[#o + 1] = w end return o"},
+		scriptCase{name: "gmatch captures", src: "local o = {} for k, v in string.gmatch('a=1, b=2', '(%w+)=(%w+)') do o[#o + 1] = k .. v end return o"},
+		scriptCase{name: "gmatch positions", src: "local o = {} for p in string.gmatch('abc', '()') do o[#o + 1] = p end return o"},
+	)
+	for i, bad := range []string{"string.find('a', '%')", "string.find('a', '[a')", "string.match('a', '(a')", "string.match('a', 'a)')", "string.match('a', '%1')", "string.match('a', '%b')", "string.match('a', '%fa')", "string.gsub('a', 'a', true)", "string.gsub('abc', '%w', {a = {}})", "string.gsub('a', '(a)', '%2')"} {
+		cases = append(cases, scriptCase{name: fmt.Sprintf("pattern error %d", i), src: "return {" + bad + "}", firstWord: true})
+	}
+	runCases(t, p, cases)
+}
+
 func TestCJSON(t *testing.T) {
 	p := newPair(t)
 	runCases(t, p, []scriptCase{

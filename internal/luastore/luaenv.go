@@ -86,20 +86,19 @@ func newVM(s *Store) *vm {
 		name string
 		pos  []int
 	}{
-		{"byte", []int{1}}, {"find", []int{1, 2}}, {"gmatch", []int{1, 2}}, {"gsub", []int{1, 2, 3}},
-		{"len", []int{1}}, {"lower", []int{1}}, {"match", []int{1, 2}}, {"rep", []int{1}},
+		{"byte", []int{1}}, {"len", []int{1}}, {"lower", []int{1}}, {"rep", []int{1}},
 		{"reverse", []int{1}}, {"sub", []int{1}}, {"upper", []int{1}},
 	} {
 		if orig, ok := str.RawGetString(f.name).(*lua.LFunction); ok && orig.IsG {
-			// (gmatch is a closure over its iterator: keep the upvalues.)
-			up := make([]lua.LValue, len(orig.Upvalues))
-			for i, u := range orig.Upvalues {
-				up[i] = u.Value()
-			}
-			str.RawSetString(f.name, L.NewClosure(stringArgs(orig.GFunction, f.pos...), up...))
+			str.RawSetString(f.name, L.NewFunction(stringArgs(orig.GFunction, f.pos...)))
 		}
 	}
 	str.RawSetString("format", L.NewFunction(luaFormat))
+	str.RawSetString("find", L.NewFunction(strFind))
+	str.RawSetString("match", L.NewFunction(strMatch))
+	str.RawSetString("gmatch", L.NewFunction(strGmatch))
+	str.RawSetString("gfind", L.NewFunction(strGmatch))
+	str.RawSetString("gsub", L.NewFunction(strGsub))
 	strMeta := L.GetMetatable(lua.LString("")).(*lua.LTable)
 	for _, op := range []string{"__add", "__sub", "__mul", "__div", "__mod", "__pow", "__unm"} {
 		strMeta.RawSetString(op, L.NewFunction(arithMeta(op)))

@@ -234,14 +234,7 @@ func stringArgs(f lua.LGFunction, positions ...int) lua.LGFunction {
 				L.Replace(i, lua.LString(numberString(n)))
 			}
 		}
-		top := L.GetTop()
-		n := f(L)
-		if n == 0 && L.GetTop() > top {
-			// gopher-lua's string.match pushes nil on no match but
-			// returns no value; Lua's returns the nil.
-			return 1
-		}
-		return n
+		return f(L)
 	}
 }
 
