@@ -44,10 +44,21 @@
 // false is nil, a table is an array up to its first nil, {err=...} an
 // error, {ok=...} a status).
 //
-// Not there: the bit, struct and cmsgpack libraries, RESP3, script
-// timeouts (a script that never ends holds the Store's lock), Lua 5.1's
-// exact wording of runtime errors (gopher-lua has its own; the first word
-// of every error reply is Redis's: "ERR", "WRONGTYPE", a script's code).
+// string.find, match, gmatch and gsub are Lua 5.1's matcher (lstrlib.c).
+// A script's reply reaches go-redis as a RESP3 client (go-redis v9's
+// default) reads it: {double=...} a float64, {map=...} a map.
+//
+// Not there, or not the same: the bit, struct and cmsgpack libraries;
+// redis.setresp(3); script timeouts (a script that never ends holds the
+// Store's lock); Lua 5.1's wording of runtime errors (gopher-lua has its
+// own; the position, the script and the first word, "ERR", are Redis's);
+// the order of pairs and next (insertion order, not Lua 5.1's hash order;
+// cjson.encode does follow Lua 5.1's for tables built by a constructor);
+// math.random's sequence; Lua 5.1's folding of a literal -0 and 0 into
+// one constant (so that 1/0 may be -inf in a function that also has a
+// -0.0); ^ and math.pow, log and the trigonometric
+// functions are Go's, which may differ from glibc's in the last bit (math.exp
+// is glibc's).
 //
 // # Time
 //
