@@ -7,6 +7,7 @@ require (
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
+	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/sys v0.48.0
 	golang.org/x/time v0.16.0
 )

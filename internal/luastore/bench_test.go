@@ -1,0 +1,102 @@
+package luastore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// reservePolicies are the policies BenchmarkReserve and
+// BenchmarkReserveRedis run lua.Reserve on: a Limit (one bucket, fast.lua's
+// case) and a policy of three bands (two buckets and a window,
+// fast_policy.lua's), each request costing what the caller charges.
+var reservePolicies = []struct {
+	name    string
+	args    []any // ARGV[3..opi-1]
+	cost    []any // one request's max_wait_us and costs
+	spacing time.Duration
+}{
+	{"limit", []any{"1", "permits", "1", "permits", "1", "b", "1000", "10"}, []any{"-1", "1"}, time.Millisecond},
+	{"policy=3bands", []any{"1", "requests tokens", "3", "rps", "1", "b", "1000", "10", "tpm", "2", "b", "100000", "2000", "day", "1", "w", "1000000000", "86400000000:0"}, []any{"-1", "1", "20"}, time.Millisecond},
+}
+
+// BenchmarkReserve runs lua.Reserve, as a Limiter sends it, on a Store: a
+// batch of 1 and of 64 requests per call. The client clock moves on by the
+// batch's spacing each call, so the queue stays as long.
+func BenchmarkReserve(b *testing.B) {
+	for _, p := range reservePolicies {
+		for _, batch := range []int{1, 64} {
+			b.Run(p.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				keys := []string{"{bench}", "{bench}:limit", "{bench}:shadow"}
+				benchReserve(b, New(nil), nil, keys, p.args, p.cost, batch, p.spacing)
+			})
+		}
+	}
+}
+
+// BenchmarkReserveRedis is BenchmarkReserve on a real redis-server, for
+// comparison: ns/op is the wall time of a call, round trip included;
+// server-µs/call is INFO commandstats' usec_per_call for evalsha, the
+// script's own cost on the server (reported on a server the test started).
+func BenchmarkReserveRedis(b *testing.B) {
+	srv := redistest.New(b)
+	for _, p := range reservePolicies {
+		for _, batch := range []int{1, 64} {
+			b.Run(p.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				prefix := redistest.Prefix(b)
+				keys := []string{"{" + prefix + "bench}", "{" + prefix + "bench}:limit", "{" + prefix + "bench}:shadow"}
+				b.Cleanup(func() { srv.Client.Del(context.Background(), keys...) })
+				benchReserve(b, srv.Client, srv, keys, p.args, p.cost, batch, p.spacing)
+			})
+		}
+	}
+}
+
+// benchReserve runs the benchmark on sc, a Store or srv's client.
+func benchReserve(b *testing.B, sc redis.Scripter, srv *redistest.Server, keys []string, pol, cost []any, batch int, spacing time.Duration) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+	args := append([]any{"", ""}, pol...)
+	args = append(args, "", strconv.Itoa(batch))
+	for range batch {
+		args = append(args, cost...)
+	}
+	run := func() {
+		args[0], args[1] = strconv.FormatInt(now/1000, 10), strconv.FormatInt(now%1000, 10)
+		if err := reserveScript.Run(ctx, sc, keys, args...).Err(); err != nil {
+			b.Fatal(err)
+		}
+		now += int64(batch) * int64(spacing)
+	}
+	run() // loads the script (and, on Redis, sends it once)
+	statsOK := srv != nil && srv.Source == redistest.SourceProcess
+	if statsOK {
+		// Our own server: its statistics are ours to reset.
+		srv.Client.ConfigResetStat(ctx)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		run()
+	}
+	if statsOK {
+		info, err := srv.Client.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+				for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+						us, _ := strconv.ParseFloat(v, 64)
+						b.ReportMetric(us, "server-µs/call")
+					}
+				}
+			}
+		}
+	}
+}

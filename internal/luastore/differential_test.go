@@ -1,0 +1,645 @@
+package luastore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// The differential test: random sequences of the project's scripts
+// (reservations, fair turns, leases, holds and claims, cancels and
+// settles, pauses and resumes with and without history, peeks, stored
+// limits set and removed, other policies and shares, bad arguments, keys
+// of the wrong type) run on a real redis-server and on a Store, with the
+// same arguments and the same client clock (ARGV[1], ARGV[2]). Every reply
+// and error, and after every step every key of the group (type, value
+// byte for byte, expiry), must be the same on both.
+//
+// PACER_LUASTORE_SEED=n replays seed n alone; PACER_LUASTORE_SEEDS=n runs
+// n seeds.
+
+var (
+	reserveScript = redis.NewScript(lua.Reserve)
+	fairScript    = redis.NewScript(lua.Fair)
+	adjustScript  = redis.NewScript(lua.Adjust)
+	pauseScript   = redis.NewScript(lua.Pause)
+	resumeScript  = redis.NewScript(lua.Resume)
+	peekScript    = redis.NewScript(lua.Peek)
+	leaseScript   = redis.NewScript(lua.Lease)
+	claimScript   = redis.NewScript(lua.Claim)
+	holdScript    = redis.NewScript(lua.Hold)
+	adminScript   = redis.NewScript(lua.Admin)
+)
+
+// band is one band of a policy (core.lua's ARGV[5] records).
+type band struct {
+	name           string
+	unit           int // 0-based; -1: a unit the caller does not charge (stored limits)
+	bucket         bool
+	rate, burst, n float64
+	lenUS, origin  int64
+}
+
+// policy is a caller's units and bands.
+type policy struct {
+	units []string
+	bands []band
+}
+
+func ff(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func (b band) args(unit string) []any {
+	if b.bucket {
+		return []any{b.name, unit, "b", ff(b.rate), ff(b.burst)}
+	}
+	return []any{b.name, unit, "w", ff(b.n), strconv.FormatInt(b.lenUS, 10) + ":" + strconv.FormatInt(b.origin, 10)}
+}
+
+// coreArgs returns ARGV[1..opi-1]: the client clock now (Unix ns), the
+// share argument, the units and the bands (none with noBands).
+func (p policy) coreArgs(now int64, share string, noBands bool) []any {
+	a := []any{strconv.FormatInt(now/1000, 10), strconv.FormatInt(now%1000, 10), share, strings.Join(p.units, " ")}
+	if noBands {
+		return append(a, "0")
+	}
+	a = append(a, strconv.Itoa(len(p.bands)))
+	for _, b := range p.bands {
+		a = append(a, b.args(strconv.Itoa(b.unit+1))...)
+	}
+	return a
+}
+
+// storedText is a stored limit's text (units by name).
+func storedText(mode string, bands []band, units []string) string {
+	parts := []string{mode, strconv.Itoa(len(bands))}
+	for _, b := range bands {
+		u := "other"
+		if b.unit >= 0 {
+			u = units[b.unit]
+		}
+		for _, a := range b.args(u) {
+			parts = append(parts, a.(string))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+var rates = []float64{0.5, 3, 7, 100, 12345.6}
+
+// drawPolicy returns a Limit (one bucket "permits") or a policy of one to
+// three bands, buckets and windows, on one or two units.
+func drawPolicy(r *rand.Rand) policy {
+	if r.IntN(3) == 0 {
+		return policy{units: []string{"permits"}, bands: []band{{name: "permits", bucket: true, rate: rates[r.IntN(len(rates))], burst: float64(1 + r.IntN(10))}}}
+	}
+	p := policy{units: []string{"requests", "tokens"}}
+	names := []string{"rps", "quota", "tpm", "day"}
+	for _, n := range r.Perm(len(names))[:1+r.IntN(3)] {
+		b := band{name: names[n], unit: r.IntN(2)}
+		if r.IntN(2) == 0 {
+			b.bucket, b.rate, b.burst = true, rates[r.IntN(len(rates))], float64(1+r.IntN(20))
+		} else {
+			lens := []int64{1000, 200_000, 1_000_000, 3_000_000}
+			b.n, b.lenUS = float64(1+r.IntN(20)), lens[r.IntN(len(lens))]
+			b.origin = r.Int64N(b.lenUS)
+		}
+		p.bands = append(p.bands, b)
+	}
+	return p
+}
+
+// drawShare returns a share argument: the whole ("1"), or a fleet of n
+// with some ranks held; now and then asking for format 1.
+func drawShare(r *rand.Rand) string {
+	s := "1"
+	if r.IntN(3) == 0 {
+		n := 2 + r.IntN(4)
+		held := r.Perm(n)[:1+r.IntN(n-1)]
+		slices.Sort(held)
+		s = strconv.Itoa(n)
+		for _, k := range held {
+			s += " " + strconv.Itoa(k)
+		}
+	}
+	if r.IntN(8) == 0 {
+		s = "f1 " + s
+	}
+	return s
+}
+
+// drawCost returns one cost per unit, within every band's burst or N.
+func drawCost(r *rand.Rand, p policy) []float64 {
+	c := make([]float64, len(p.units))
+	for i := range c {
+		switch r.IntN(4) {
+		case 0:
+			c[i] = 0
+		case 1:
+			c[i] = float64(r.IntN(4)) + 0.25*float64(r.IntN(4))
+		default:
+			c[i] = 1
+		}
+	}
+	if slices.Max(c) == 0 {
+		c[0] = 1
+	}
+	for _, b := range p.bands {
+		limit := b.burst
+		if !b.bucket {
+			limit = b.n
+		}
+		if c[b.unit] > limit {
+			c[b.unit] = limit
+		}
+	}
+	return c
+}
+
+func costArgs(c []float64) []any {
+	out := make([]any, len(c))
+	for i, x := range c {
+		out[i] = ff(x)
+	}
+	return out
+}
+
+// weird are arguments a caller should never send, to hold the scripts'
+// checks (tonumber, comparisons with math.huge) to Redis's.
+var weird = []string{"nan", "inf", "-inf", "-1", "1e400", "0x10", " 5", "5 ", "", "abc", "1e5", "010", "-0", "1.5", "2^3", "0"}
+
+// granted is a reservation both sides granted, for a later adjust.
+type granted struct {
+	p      policy
+	share  string
+	slotNS int64
+	id     string
+	cost   []float64
+	hold   string // its hold key, if any
+}
+
+// world is one seed's run.
+type world struct {
+	t       *testing.T
+	ctx     context.Context
+	rdb     *redis.Client
+	st      *Store
+	r       *rand.Rand
+	seed    uint64
+	base    string
+	now     int64 // the client clock, Unix ns
+	pols    [2]policy
+	live    []granted
+	log     []string
+	allKeys []string
+	clock   time.Time // the Store's, which stands still
+	stats   map[string]int
+}
+
+func (w *world) key(suffix string) string { return w.base + suffix }
+
+var fairSuffixes = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights", ":fx"}
+
+var holders = []string{"j1", "j2", "j3", "j4"}
+
+func (w *world) fail(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf("seed %d (replay: PACER_LUASTORE_SEED=%d), step %d: %s\nsteps:\n%s", w.seed, w.seed, len(w.log), fmt.Sprintf(format, args...), strings.Join(w.log, "\n"))
+}
+
+// call runs sc on both sides; the replies must be the same. It returns
+// Redis's.
+func (w *world) call(name string, sc *redis.Script, keys []string, args []any) (any, error) {
+	w.t.Helper()
+	if w.r.IntN(25) == 0 && len(args) > 3 {
+		// A bad argument, anywhere but the clock.
+		i := 2 + w.r.IntN(len(args)-2)
+		args = slices.Clone(args)
+		args[i] = weird[w.r.IntN(len(weird))]
+		name += fmt.Sprintf(" (ARGV[%d] = %q)", i+1, args[i])
+	}
+	w.log = append(w.log, fmt.Sprintf("%s keys=%q args=%q", name, keys, args))
+	rv, rerr := sc.Run(w.ctx, w.rdb, keys, args...).Result()
+	sv, serr := sc.Run(w.ctx, w.st, keys, args...).Result()
+	if s, ok := sv.(string); ok && strings.Contains(s, `"at_ms":`) {
+		// A history entry (admin.lua's reply): its time is each server's.
+		if want := fmt.Sprintf(`"at_ms":%d`, w.clock.UnixMilli()); !strings.Contains(s, want) {
+			w.fail("%s: store's entry %s, want %s", name, s, want)
+		}
+		rv, sv = maskAtMs([]any{rv})[0], maskAtMs([]any{sv})[0]
+	}
+	if d := sameResults(rv, rerr, sv, serr, false); d != "" {
+		w.fail("%s: %s", name, d)
+	}
+	op, _, _ := strings.Cut(name, " ")
+	if rerr != nil {
+		code, _, _ := strings.Cut(rerr.Error(), " ")
+		op += " " + code
+	}
+	w.stats[op]++
+	return rv, rerr
+}
+
+func (w *world) reserveArgs(p policy, share string, more ...any) []any {
+	return append(p.coreArgs(w.now, share, false), more...)
+}
+
+// requests returns the floor, m and the requests of a reservation.
+func (w *world) requests(p policy) ([]any, [][]float64) {
+	r := w.r
+	m := 1 + r.IntN(3)
+	floor := ""
+	if r.IntN(6) == 0 {
+		floor = strconv.FormatInt(r.Int64N(3e6), 10)
+		for _, b := range p.bands {
+			if !b.bucket && r.IntN(2) == 0 {
+				cur := (w.now/1000 - b.origin) / b.lenUS
+				floor += fmt.Sprintf(" %s:%d:%d", b.name, cur+r.Int64N(3)-1, r.IntN(4))
+			}
+		}
+	}
+	more := []any{floor, strconv.Itoa(m)}
+	costs := make([][]float64, m)
+	for i := range m {
+		maxWait := int64(-1)
+		if r.IntN(3) == 0 {
+			maxWait = r.Int64N(2e6)
+		}
+		costs[i] = drawCost(r, p)
+		more = append(more, strconv.FormatInt(maxWait, 10))
+		more = append(more, costArgs(costs[i])...)
+	}
+	return more, costs
+}
+
+// noteGrants records the grants of a reserve-like reply (now_us, now_ns,
+// then wait_ns and seq per request).
+func (w *world) noteGrants(p policy, share string, res any, costs [][]float64) {
+	a, ok := res.([]any)
+	if !ok {
+		return
+	}
+	nowNS := a[0].(int64)*1000 + a[1].(int64)
+	for i := range costs {
+		if 3+2*i >= len(a) {
+			return
+		}
+		wait, _ := a[2+2*i].(int64)
+		seq, _ := a[3+2*i].(int64)
+		if seq > 0 {
+			w.live = append(w.live, granted{p, share, nowNS + wait, strconv.FormatInt(seq, 10), costs[i], ""})
+		}
+	}
+}
+
+func (w *world) step() {
+	r := w.r
+	switch r.IntN(10) {
+	case 0:
+		w.now += r.Int64N(3e9)
+	case 1, 2:
+		w.now += r.Int64N(1e6)
+	default:
+		w.now += r.Int64N(1e5)
+	}
+	p := w.pols[0]
+	if r.IntN(5) == 0 {
+		p = w.pols[1]
+	}
+	share := drawShare(r)
+	core2 := []string{w.key(""), w.key(":limit")}
+	switch op := r.IntN(40); {
+	case op < 12:
+		more, costs := w.requests(p)
+		res, _ := w.call("reserve", reserveScript, append(core2, w.key(":shadow")), w.reserveArgs(p, share, more...))
+		w.noteGrants(p, share, res, costs)
+	case op < 16:
+		lane := 1 + r.IntN(3)
+		spec := fmt.Sprintf("%d %s %d %s %d %d %d %d %s", lane, []string{"1", "2", "0.5"}[r.IntN(3)], []int{0, 100000}[r.IntN(2)],
+			[]string{"0", "0.25"}[r.IntN(2)], r.IntN(2), 1000000, 1+r.IntN(5), r.Int64N(1e6), []string{"p1", "p2"}[r.IntN(2)])
+		tenant := []string{"a", "b", "c", ""}[r.IntN(4)]
+		more, costs := w.requests(p)
+		keys := core2
+		for _, s := range fairSuffixes {
+			keys = append(keys, w.key(s))
+		}
+		res, _ := w.call("fair", fairScript, keys, w.reserveArgs(p, share, append([]any{spec, tenant}, more...)...))
+		w.noteGrants(p, share, res, costs)
+	case op < 21 && len(w.live) > 0:
+		i := r.IntN(len(w.live))
+		gr := w.live[i]
+		if r.IntN(3) > 0 {
+			w.live = slices.Delete(w.live, i, i+1)
+		}
+		more := []any{"cancel", strconv.FormatInt(gr.slotNS/1000, 10), strconv.FormatInt(gr.slotNS%1000, 10), gr.id}
+		more = append(more, costArgs(gr.cost)...)
+		if r.IntN(2) == 0 {
+			more[0] = "settle"
+			more = append(more, costArgs(drawCost(r, gr.p))...)
+		}
+		keys := append(slices.Clone(core2), w.key(":done"))
+		if gr.hold != "" {
+			keys = append(keys, gr.hold)
+		}
+		w.call("adjust", adjustScript, keys, append(gr.p.coreArgs(w.now, gr.share, false), more...))
+	case op < 23:
+		d := 1 + r.Int64N(3e6)
+		keys := core2
+		more := []any{strconv.FormatInt(d, 10)}
+		if r.IntN(3) == 0 {
+			keys = append(slices.Clone(core2), w.key(":history"))
+			more = append(more, "pause 1s", "ops", "the provider said so", strconv.Itoa(1+r.IntN(5)), strconv.Itoa(r.IntN(2)))
+		}
+		w.call("pause", pauseScript, keys, append(p.coreArgs(w.now, share, r.IntN(4) == 0), more...))
+	case op < 25:
+		keys := core2
+		var more []any
+		if r.IntN(3) == 0 {
+			keys = append(slices.Clone(core2), w.key(":history"))
+			more = append(more, "ops", "all clear", strconv.Itoa(1+r.IntN(5)), strconv.Itoa(r.IntN(2)))
+		}
+		w.call("resume", resumeScript, keys, append(p.coreArgs(w.now, share, r.IntN(4) == 0), more...))
+	case op < 27:
+		w.call("peek", peekScript, core2, w.reserveArgs(p, share, costArgs(drawCost(r, p))...))
+	case op < 29:
+		k := 2 + r.IntN(20)
+		c := []string{"1", "0.5", "2"}[r.IntN(3)]
+		w.call("lease", leaseScript, core2, w.reserveArgs(p, share, strconv.Itoa(k), c))
+	case op < 32:
+		holder := holders[r.IntN(len(holders))]
+		hk := w.key(":hold:" + holder)
+		cost := drawCost(r, p)
+		more := []any{strconv.Itoa([]int{0, 100000, 10000000}[r.IntN(3)]), strconv.Itoa(r.IntN(2)),
+			strconv.Itoa([]int{10000000, 60000000}[r.IntN(2)]), strconv.Itoa([]int{0, 100000}[r.IntN(2)])}
+		res, _ := w.call("claim "+holder, claimScript, append(slices.Clone(core2), hk), w.reserveArgs(p, share, append(more, costArgs(cost)...)...))
+		if a, ok := res.([]any); ok && len(a) > 5 {
+			if seq, _ := a[3].(int64); seq > 0 && a[5].(int64) != 1 {
+				slot := a[0].(int64)*1000 + a[1].(int64) + a[2].(int64)
+				hold := ""
+				if a[4].(int64) == 2 {
+					hold = hk
+				}
+				w.live = append(w.live, granted{p, share, slot, strconv.FormatInt(seq, 10), cost, hold})
+			}
+		}
+	case op < 34:
+		m := 1 + r.IntN(3)
+		keys := slices.Clone(core2)
+		for _, h := range r.Perm(len(holders))[:m] {
+			keys = append(keys, w.key(":hold:"+holders[h]))
+		}
+		more := []any{strconv.Itoa([]int{10000000, 60000000}[r.IntN(2)]), strconv.Itoa([]int{0, 100000}[r.IntN(2)]), strconv.Itoa(m)}
+		for range m {
+			more = append(more, costArgs(drawCost(r, p))...)
+		}
+		w.call("hold", holdScript, keys, w.reserveArgs(p, share, more...))
+	case op < 37:
+		w.admin(p)
+	case op < 38:
+		w.wrongType()
+	default:
+		w.pols[r.IntN(2)] = drawPolicy(r)
+		w.log = append(w.log, "new policy")
+	}
+	w.compareKeys()
+}
+
+// admin stores a limit, removes it, or stores a tenant's weight (admin.lua).
+func (w *world) admin(p policy) {
+	r := w.r
+	keys := []string{w.key(""), w.key(":limit"), w.key(":shadow"), w.key(":history"), w.key(":weights")}
+	switch r.IntN(4) {
+	case 0:
+		w.call("unset", adminScript, keys, []any{"unset", "", "test", "", "5"})
+	case 1:
+		weight := []string{"2", "0.5", ""}[r.IntN(3)]
+		w.call("weight", adminScript, keys, []any{"weight", weight, "test", "why", "5", []string{"a", "b", "c", ""}[r.IntN(4)]})
+	default:
+		q := drawPolicy(r)
+		sb := q.bands[:1+r.IntN(len(q.bands))]
+		for i := range sb {
+			sb[i].unit = r.IntN(len(p.units))
+			if r.IntN(2) == 0 {
+				sb[i].name = p.bands[r.IntN(len(p.bands))].name
+				sb[i].unit = p.bands[r.IntN(len(p.bands))].unit
+			}
+			if r.IntN(8) == 0 {
+				sb[i].unit = -1
+			}
+		}
+		seen := map[string]bool{}
+		sb = slices.DeleteFunc(sb, func(b band) bool { d := seen[b.name]; seen[b.name] = true; return d })
+		mode := "enforce"
+		if r.IntN(4) == 0 {
+			mode = "shadow"
+		}
+		w.call("set", adminScript, keys, []any{"set", storedText(mode, sb, p.units), "test", "", "5"})
+	}
+}
+
+// wrongType puts a value of the wrong type in one of the group's keys that
+// is absent, on both sides, runs a step with it there, and deletes it.
+func (w *world) wrongType() {
+	var absent []string
+	for i, d := range dump(w.st, w.allKeys) {
+		if d.([]any)[0] == "none" {
+			absent = append(absent, w.allKeys[i])
+		}
+	}
+	if len(absent) == 0 {
+		return
+	}
+	k := absent[w.r.IntN(len(absent))]
+	src := []string{
+		"return redis.call('LPUSH', KEYS[1], 'x')",
+		"return redis.call('HSET', KEYS[1], 'f', 'v')",
+		"return redis.call('ZADD', KEYS[1], 1, 'm')",
+		"return redis.call('SET', KEYS[1], 'garbage')",
+	}[w.r.IntN(4)]
+	w.raw(src, k)
+	w.step()
+	w.raw("return redis.call('DEL', KEYS[1])", k)
+}
+
+// raw runs src on key k on both sides.
+func (w *world) raw(src, k string) {
+	w.log = append(w.log, fmt.Sprintf("key %s: %s", k, src))
+	r, s := w.rdb.Eval(w.ctx, src, []string{k}), w.st.Eval(w.ctx, src, []string{k})
+	if d := same(r, s, false); d != "" {
+		w.fail("%s on %s: %s", src, k, d)
+	}
+}
+
+// dumpScript returns, for each key, its type, its PTTL and its value.
+var dumpScript = redis.NewScript(`
+local out = {}
+for i, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  local v = {}
+  if t == 'string' then v = {redis.call('GET', k)}
+  elseif t == 'hash' then v = redis.call('HGETALL', k)
+  elseif t == 'zset' then v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  elseif t == 'list' then v = redis.call('LRANGE', k, 0, -1)
+  end
+  out[i] = {t, redis.call('PTTL', k), v}
+end
+return out`)
+
+// dump is dumpScript's reply read from the Store's keyspace directly.
+func dump(s *Store, keys []string) []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tick()
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		e := s.lookup(k)
+		v := []any{}
+		t := "none"
+		if e != nil {
+			t = e.kind.String()
+			switch e.kind {
+			case kindString:
+				v = append(v, e.str)
+			case kindHash:
+				for _, f := range e.hash.fields {
+					v = append(v, f, e.hash.values[f])
+				}
+			case kindZSet:
+				for _, it := range e.zset.items {
+					v = append(v, it.member, scoreString(it.score))
+				}
+			case kindList:
+				for _, x := range e.list {
+					v = append(v, x)
+				}
+			}
+		}
+		out[i] = []any{t, s.ttl(k), v}
+	}
+	return out
+}
+
+var atMs = regexp.MustCompile(`"at_ms":\d+`)
+
+// compareKeys compares every key of the group on both sides: type and value
+// exactly (a hash as its set of fields: the order HGETALL lists them in is
+// not the value; a history entry's at_ms comes from each server's own
+// TIME), expiry within the time the seed has run.
+func (w *world) compareKeys() {
+	w.t.Helper()
+	r, err := dumpScript.Run(w.ctx, w.rdb, w.allKeys).Slice()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s := dump(w.st, w.allKeys)
+	for i, k := range w.allKeys {
+		rk, sk := r[i].([]any), s[i].([]any)
+		rt, st := rk[0], sk[0]
+		rv, sv := rk[2].([]any), sk[2].([]any)
+		switch rt {
+		case "hash":
+			rv, sv = sortedPairs(rv), sortedPairs(sv)
+		case "list":
+			rv, sv = maskAtMs(rv), maskAtMs(sv)
+		}
+		if rt != st || fmt.Sprint(rv) != fmt.Sprint(sv) {
+			w.fail("key %s: redis %v %q, store %v %q", k, rt, rv, st, sv)
+		}
+		rttl, sttl := rk[1].(int64), sk[1].(int64)
+		if (rttl < 0 || sttl < 0) && rttl != sttl || rttl-sttl > 5000 || sttl-rttl > 5000 {
+			w.fail("key %s: redis PTTL %d, store %d", k, rttl, sttl)
+		}
+	}
+}
+
+func sortedPairs(v []any) []any {
+	pairs := make([]string, 0, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		pairs = append(pairs, fmt.Sprintf("%q=%q", v[i], v[i+1]))
+	}
+	slices.Sort(pairs)
+	out := make([]any, len(pairs))
+	for i, p := range pairs {
+		out[i] = p
+	}
+	return out
+}
+
+func maskAtMs(v []any) []any {
+	out := make([]any, len(v))
+	for i, e := range v {
+		out[i] = e
+		if s, ok := e.(string); ok {
+			out[i] = atMs.ReplaceAllString(s, `"at_ms":T`)
+		}
+	}
+	return out
+}
+
+func TestDifferential(t *testing.T) {
+	srv := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	seeds := []uint64{}
+	n := 8
+	if testing.Short() {
+		n = 3
+	}
+	if s := os.Getenv("PACER_LUASTORE_SEEDS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	base := uint64(time.Now().UnixNano())
+	for i := range n {
+		seeds = append(seeds, base+uint64(i))
+	}
+	if s := os.Getenv("PACER_LUASTORE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("PACER_LUASTORE_SEED=%q: %v", s, err)
+		}
+		seeds = []uint64{v}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			runWorld(t, srv.Client, prefix, seed)
+		})
+	}
+}
+
+func runWorld(t *testing.T, rdb *redis.Client, prefix string, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 21))
+	// The Store's clock stands still: the scripts take their time from
+	// ARGV, and nothing expires on either side within a seed's run (every
+	// expiry the scripts set is a second or more).
+	frozen := time.Now()
+	w := &world{
+		t: t, ctx: context.Background(), rdb: rdb, st: New(func() time.Time { return frozen }), r: r, seed: seed, clock: frozen, stats: map[string]int{},
+		base: "{" + prefix + strconv.FormatUint(seed, 10) + "}",
+		now:  time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano() + r.Int64N(1e9),
+	}
+	w.pols = [2]policy{drawPolicy(r), drawPolicy(r)}
+	w.allKeys = []string{w.key(""), w.key(":limit"), w.key(":done"), w.key(":history")}
+	for _, s := range fairSuffixes {
+		w.allKeys = append(w.allKeys, w.key(s))
+	}
+	for _, h := range holders {
+		w.allKeys = append(w.allKeys, w.key(":hold:"+h))
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), w.allKeys...) })
+	for range 120 {
+		w.step()
+	}
+	if len(w.log) == 0 {
+		t.Fatal("no step ran")
+	}
+	t.Logf("replies: %v", w.stats)
+}
