@@ -17,7 +17,10 @@
 -- KEYS[3]  the reservations already adjusted on this key: a string of their
 --          numbers, space-separated (the last 32), so that an adjustment run
 --          twice (a client that resent it) changes nothing the second time
--- KEYS[4]  optional: a hold (claim.lua) to delete with the reservation
+-- KEYS[4]  optional: a hold (claim.lua) to delete with the reservation;
+--          or, for a fair request (fair.lua), KEYS[4..7]: the key's fair
+--          hash, its lane's passes, the stored weights and its lane's
+--          waiting tenants (fair.lua's KEYS[4], [7+l], [11], [4+l])
 -- ARGV[opi]   "cancel" or "settle"
 -- ARGV[opi+1] the reservation's slot: integer Unix µs
 -- ARGV[opi+2] its sub-µs part in ns (0..999)
@@ -25,18 +28,45 @@
 --             caller's local fallback granted, an id of its own (no spaces,
 --             not all digits): it identifies the reservation in KEYS[3]
 -- then one cost per unit as reserved, then (settle) one actual cost per
---          unit, in ARGV[4]'s order (decimal >= 0)
--- Reply    1 when applied, 0 when this reservation was adjusted before
+--          unit, in ARGV[4]'s order (decimal >= 0); then, for a fair
+--          request, "<lane> <weight>" and its tenant: its turns count what
+--          it cost (below)
+-- Reply    {applied, state}: applied 1 when applied, 0 when this
+--          reservation was adjusted before; state the key's state as
+--          written (or as read when nothing was written; "" if none), which
+--          the caller's local fallback starts from if Redis fails
 -- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG (see core.lua).
 
 local op = ARGV[opi]
 local slot_us, slot_ns, rseq = tonumber(ARGV[opi + 1]), tonumber(ARGV[opi + 2]), ARGV[opi + 3]
 local reserved = cost_arg(opi + 4)
 local actual = {}
+local fi = opi + 4 + nunits -- the fair request's arguments
 if op == 'settle' then
   actual = cost_arg(opi + 4 + nunits)
+  fi = fi + nunits
 elseif op ~= 'cancel' then
   return redis.error_reply('PACER_ARG want cancel or settle')
+end
+local fair_lane, fair_weight, fair_tenant = nil, nil, nil
+if #KEYS == 7 then
+  fair_lane, fair_weight = string.match(ARGV[fi] or '', '^([123]) (%S+)$')
+  fair_lane, fair_weight, fair_tenant = tonumber(fair_lane), tonumber(fair_weight), ARGV[fi + 1]
+  if not fair_lane or not finite(fair_weight) or fair_weight <= 0 or not fair_tenant then
+    return redis.error_reply('PACER_ARG bad fair arguments')
+  end
+  local sw = redis.pcall('HMGET', KEYS[6], fair_tenant)
+  local lv = redis.pcall('HMGET', KEYS[4], 'v' .. fair_lane)
+  local zc, wc = redis.pcall('ZCARD', KEYS[5]), redis.pcall('ZCARD', KEYS[7])
+  if sw.err or lv.err or type(zc) == 'table' or type(wc) == 'table' then
+    return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+  end
+  if sw[1] then
+    fair_weight = tonumber(sw[1])
+    if not fair_weight or not (fair_weight >= 1e-6 and fair_weight <= 1e6) then
+      return redis.error_reply('PACER_CONFIG a stored weight is not a number in [1e-6, 1e6]')
+    end
+  end
 end
 if not finite(slot_us) or not finite(slot_ns) or not reserved or not actual or not string.match(rseq or '', '^%S+$') or nbands < 1 then
   return redis.error_reply('PACER_ARG bad slot, id or costs')
@@ -49,11 +79,11 @@ end
 local seen = {}
 for s in string.gmatch(done or '', '%S+') do
   if s == rseq then
-    return 0
+    return {0, raw or ''}
   end
   seen[#seen + 1] = s
 end
-if #KEYS >= 4 then
+if #KEYS == 4 then
   redis.call('DEL', KEYS[4])
 end
 
@@ -130,8 +160,42 @@ for i = 1, nbands do
     end
   end
 end
+local state = raw or ''
 if changed then
-  save()
+  state = save()
+end
+-- A fair request's turns count what it cost: its tenant's pass (fair.lua)
+-- moves by the difference between its duration at the actual cost and at
+-- the cost it was booked for, over its weight; a cancel before the slot
+-- gives the whole booking back. A pass at or below the lane's virtual time
+-- is forgotten (it reads as V), and a waiting tenant's start moves with it.
+if fair_lane then
+  local d = 0
+  if op == 'settle' then
+    local act = {}
+    for u = 1, nunits do
+      act[u] = actual[u] or reserved[u]
+    end
+    d = duration(act) - duration(reserved)
+  elseif not passed then
+    d = -duration(reserved)
+  end
+  if d ~= 0 then
+    local v = tonumber(redis.call('HMGET', KEYS[4], 'v' .. fair_lane)[1]) or 0
+    local p = tonumber(redis.call('ZSCORE', KEYS[5], fair_tenant)) or v
+    p = p + d / fair_weight
+    if p > v then
+      redis.call('ZADD', KEYS[5], string.format('%.17g', p), fair_tenant)
+      if redis.call('PTTL', KEYS[5]) < 0 then
+        redis.call('PEXPIRE', KEYS[5], 10000)
+      end
+    else
+      redis.call('ZREM', KEYS[5], fair_tenant)
+    end
+    if redis.call('ZSCORE', KEYS[7], fair_tenant) then
+      redis.call('ZADD', KEYS[7], string.format('%.17g', math.max(p, v)), fair_tenant)
+    end
+  end
 end
 seen[#seen + 1] = rseq
 while #seen > 32 do
@@ -142,4 +206,4 @@ if ttl < 1000 then
   ttl = 1000
 end
 redis.call('SET', KEYS[3], table.concat(seen, ' '), 'PX', ttl)
-return 1
+return {1, state}

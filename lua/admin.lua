@@ -123,4 +123,10 @@ local entry = cjson.encode({
 })
 redis.call('LPUSH', KEYS[4], entry)
 redis.call('LTRIM', KEYS[4], 0, keep - 1)
+-- The fleet's Limiters read the key's stored limit again at once (see
+-- core.lua's publish).
+local prefix = string.match(KEYS[1], '^(.-){')
+if prefix then
+  redis.pcall('PUBLISH', prefix .. '{limiters}:events', 'limit ' .. KEYS[1] .. ' ' .. after)
+end
 return entry

@@ -257,9 +257,19 @@ func TestConformanceCancel(t *testing.T) {
 	c := newConn(t)
 	lim := limit("10", "1")
 	keys := []string{c.key("c", ""), c.key("c", ":limit"), c.key("c", ":done")}
+	// adjust returns the reply's applied (docs/protocol.md: Adjust), and
+	// checks that its state is the key's.
 	adjust := func(us int64, op string, slotUS int64, seq string, costs ...string) any {
 		args := append(common(us, 0, "1", "permits", lim...), op, at(slotUS), "0", seq)
-		return c.mustEval("ADJUST", keys, append(args, costs...)...)
+		v := c.mustEval("ADJUST", keys, append(args, costs...)...)
+		reply, ok := v.([]any)
+		if !ok || len(reply) != 2 {
+			t.Fatalf("Adjust's reply %#v: want [applied, state]", v)
+		}
+		if state, _ := reply[1].(string); state != c.get(keys[0]) {
+			t.Errorf("Adjust's state %q, the key's %q", state, c.get(keys[0]))
+		}
+		return reply[0]
 	}
 	one := func(us int64) reply {
 		return c.reserve("c", append(common(us, 0, "1", "permits", lim...), requests(1, "-1", "1")...)...)
@@ -317,8 +327,8 @@ func TestConformancePause(t *testing.T) {
 	lim := limit("4", "2")
 	pkeys := c.reserveKeys("p")[:2]
 	v := c.mustEval("PAUSE", pkeys, append(common(0, 0, "1", "permits", lim...), "1500000")...)
-	if show(v) != fmt.Sprintf("[%d, 0, 1500000000, 0]", t0) {
-		t.Errorf("Pause = %s, want [%d, 0, 1500000000, 0]", show(v), t0)
+	if want := fmt.Sprintf("[%d, 0, 1500000000, 0, %q]", t0, c.get(pkeys[0])); show(v) != want {
+		t.Errorf("Pause = %s, want %s (the reply ends with the state)", show(v), want)
 	}
 	st := c.parse(c.get(pkeys[0]))
 	b, _ := st.band("permits")
@@ -338,7 +348,7 @@ func TestConformancePause(t *testing.T) {
 	before := c.parse(c.get(pkeys[0]))
 	v = c.mustEval("PAUSE", pkeys, append(common(2, 0, "1", "permits", lim...), "1000000")...)
 	after := c.parse(c.get(pkeys[0]))
-	if show(v) != fmt.Sprintf("[%d, 0, %d, 1]", t0+2, 1_500_000_000-2000) ||
+	if show(v) != fmt.Sprintf("[%d, 0, %d, 1, %q]", t0+2, 1_500_000_000-2000, c.get(pkeys[0])) ||
 		float64(after.t*1000)+after.pause != float64(before.t*1000)+before.pause {
 		t.Errorf("a shorter pause = %s, state %+v; want the longer one in force", show(v), after)
 	}

@@ -1063,6 +1063,42 @@ local function fits(cost)
   return true
 end
 
+-- duration is how long a request of cost takes on the band that takes
+-- longest to refill or renew it (cost / rate, or cost * window length /
+-- N), at the whole rate, in µs: a fair request's part of its lane's turns
+-- (fair.lua, and adjust.lua when it is settled).
+local function duration(cost)
+  local d = 0
+  for i = 1, nbands do
+    local b = bands[i]
+    local c = cost[b.unit] or 0
+    local x
+    if b.bucket then
+      x = c * 1000000 / b.rate
+    else
+      x = c * b.len / b.n
+    end
+    if x > d then
+      d = x
+    end
+  end
+  return d
+end
+
+-- publish tells the fleet's Limiters that the key changed in a way they
+-- cannot see in their own replies (op: "pause", "resume"), on the channel
+-- "<prefix>{limiters}:events": "<op> <KEYS[1]> <state>", the state as
+-- written. They take it as a reply's (reserve's events.go): sleepers behind
+-- a pause learn its end, or its resume, at once. A Redis that refuses
+-- PUBLISH (an ACL without it) changes nothing else: they learn it at their
+-- next read.
+local function publish(op, state)
+  local prefix = string.match(KEYS[1], '^(.-){')
+  if prefix then
+    redis.pcall('PUBLISH', prefix .. '{limiters}:events', op .. ' ' .. KEYS[1] .. ' ' .. state)
+  end
+end
+
 -- fair is the turn of a tenant in a lane, set by fair.lua in the fair
 -- script, nil in every other.
 local fair = nil

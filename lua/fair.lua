@@ -139,24 +139,6 @@ do
     return nil
   end
 
-  local function duration(cost)
-    local d = 0
-    for i = 1, nbands do
-      local b = bands[i]
-      local c = cost[b.unit] or 0
-      local x
-      if b.bucket then
-        x = c * 1000000 / b.rate
-      else
-        x = c * b.len / b.n
-      end
-      if x > d then
-        d = x
-      end
-    end
-    return d
-  end
-
   local deferred = false
   local by_share = false
   local nbooked, booked_d = 0, 0 -- the figures

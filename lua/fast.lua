@@ -10,9 +10,6 @@
 -- of a ns below zero is written "0.000" here and "-0.000" by core.lua (both
 -- read as 0). TestFastPathSameAsCore holds the rest to core.lua's bytes.
 -- KEYS and ARGV: see core.lua and reserve.lua.
---
--- fast_policy.lua, after it, does the same for a policy.
-local fast_limit = false -- this block's case: fast_policy.lua's is not tried
 do
   local argv = ARGV
   local m = argv[12]
@@ -24,7 +21,6 @@ do
   local v1 = argv[3] == 'f1 1'
   if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and argv[11] == ''
       and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
-    fast_limit = true
     local floor, ceil, huge = math.floor, math.ceil, math.huge
     local rate, burst = tonumber(argv[9]), tonumber(argv[10])
     local ok = rate and rate > 0 and rate ~= huge and burst and burst >= 1 and burst ~= huge and burst == floor(burst)

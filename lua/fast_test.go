@@ -1,11 +1,11 @@
 package lua
 
-// The fast paths' differential test: Reserve (fast.lua and fast_policy.lua
-// in front of core.lua and reserve.lua) against core.lua and reserve.lua
-// alone, on the same random calls on two keys of one real Redis. The fast
-// paths promise to do exactly what the general code does where they
-// answer, and to leave every other call to it: every reply (or error) and
-// every state written must be the same, byte for byte.
+// The fast path's differential test: Reserve (fast.lua in front of core.lua
+// and reserve.lua) against core.lua and reserve.lua alone, on the same
+// random calls on two keys of one real Redis. The fast path promises to do
+// exactly what the general code does where it answers (a Limit), and to
+// leave every other call to it: every reply (or error) and every state
+// written must be the same, byte for byte.
 
 import (
 	"context"
@@ -82,8 +82,8 @@ func TestFastPathSameAsCore(t *testing.T) {
 	// state written on the client's (core.lua's rule for a server clock
 	// that steps back would tell the two calls apart).
 	now := time.Now().UnixMicro() - 3600_000_000
-	// The policy: a Limit, or several bands of buckets and windows on one
-	// to three units (fast_policy.lua).
+	// The policy: a Limit (fast.lua's), or several bands of buckets and
+	// windows on one to three units (the general code's, on both keys).
 	rate, burst := "3", "2"
 	units, bands := "permits", []string{"permits", "1", "b", rate, burst}
 	format := "1"

@@ -5,10 +5,12 @@
 -- have left it. reserve's lease.go hands the slots out locally.
 --
 -- Leasable only when that is exact and simple: the policy in force is one
--- token bucket (no window band, no second band) and no limit is stored for
--- the key (KEYS[2] absent: neither enforced nor in shadow mode). Otherwise
--- the reply says "not leasable" and nothing is written; the caller takes
--- the normal path.
+-- token bucket (no window band, no second band), no limit is stored for
+-- the key (KEYS[2] absent: neither enforced nor in shadow mode), and the
+-- slots do not lie on the fleet's lattice (members held, a burst under the
+-- fleet's size: each unit slot then snaps to an instant of a rank not held,
+-- which one charge for the run would not keep). Otherwise the reply says
+-- "not leasable" and nothing is written; the caller takes the normal path.
 --
 -- Why it is exact: with one bucket of spacing u = c * upp (µs), z0 its zero
 -- time and P the earliest slot allowed (the pause, or now), let
@@ -26,8 +28,9 @@
 -- Reply        flat array: now_us, now_ns (as in reserve.lua), then
 --                k        the slots granted (k as asked), or 0: not leasable
 --                seq      the number of the first (the i-th is seq + i - 1),
---                         or when k is 0 why not: 1 another policy shape or a
---                         stored limit, 2 the queue would be over 30 years
+--                         or when k is 0 why not: 1 another policy shape, a
+--                         stored limit or the fleet's lattice, 2 the queue
+--                         would be over 30 years
 --                first_ns integer ns from now to the first slot
 --                last_ns  integer ns from now to the k-th slot
 --                x        the k-th slot's exact time, ns after now_us, and
@@ -52,7 +55,7 @@ local stored = redis.pcall('GET', KEYS[2])
 if type(stored) == 'table' then
   return redis.error_reply('PACER_WRONGTYPE the stored limit key holds another type')
 end
-if nbands ~= 1 or not bands[1].bucket or stored then
+if nbands ~= 1 or not bands[1].bucket or stored or lattice then
   return {now_us, now_ns, 0, 1, 0, 0, '0', '0', ''}
 end
 

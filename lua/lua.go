@@ -20,9 +20,6 @@ var reserve string
 //go:embed fast.lua
 var fast string
 
-//go:embed fast_policy.lua
-var fastPolicy string
-
 //go:embed fair.lua
 var fair string
 
@@ -88,9 +85,8 @@ var Heartbeat string
 var (
 	// Reserve reserves slots for one or more requests, or refuses a request
 	// without writing if its wait would exceed its maximum. See reserve.lua;
-	// fast.lua and fast_policy.lua serve its common cases (a Limit, a
-	// policy) before core.lua runs.
-	Reserve = fast + fastPolicy + core + reserve
+	// fast.lua serves its commonest case (a Limit) before core.lua runs.
+	Reserve = fast + core + reserve
 
 	// Fair is Reserve for one tenant's requests in one lane: it books a
 	// request only in the tenant's turn and within the booking horizon, and

@@ -17,9 +17,9 @@
 -- ARGV[opi+1] the op to record ("pause 1m30s")
 -- ARGV[opi+2...] who, why, keep, check: see note.lua
 -- Reply      now_us, now_ns (see reserve.lua), integer ns from now until
---            the pause in force ends, and the number of the last
---            reservation granted (a resume recorded with a later number
---            ended this pause)
+--            the pause in force ends, the number of the last reservation
+--            granted (a resume recorded with a later number ended this
+--            pause), and the key's state as written
 -- Errors     PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG; with KEYS[3],
 --            PACER_UNKNOWN (see note.lua). Nothing is written on an error.
 
@@ -38,7 +38,8 @@ if noted then
     return err
   end
 end
-if d > pause then
+local longer = d > pause
+if longer then
   -- A new pause, or a longer one over a pause during which reservations
   -- were granted (they lie between its end and the longer one's, and a
   -- resume must not move them with those granted after: by as much, they
@@ -84,8 +85,11 @@ end
 if grown > 0 then
   need_at_least = expiry + grown
 end
-save()
+local state = save()
 if noted then
   note_write(opi + 2, ARGV[opi + 1], note_stored)
 end
-return {now_us, now_ns, ns(pause), seq}
+if longer then
+  publish('pause', state)
+end
+return {now_us, now_ns, ns(pause), seq, state}

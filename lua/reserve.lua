@@ -16,6 +16,11 @@
 --              if w is earlier. Windows of one band come in ascending order.
 --              With a pause in force, now + h also counts as granted before
 --              it ("~p"), so a resume moves nothing onto the local slots.
+--              A last word "!<h2>" (integer µs) is a horizon for a key
+--              Redis has lost: when the key has no state (it restarted
+--              empty), every bucket's balance is at most zero at now + h2
+--              too (the slots Redis granted this caller before it forgot
+--              them); a key that has a state knows its own.
 -- ARGV[opi+1]  m, the number of requests (integer >= 1; 0 with a floor:
 --              the floor alone)
 -- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
@@ -85,7 +90,17 @@ if floor ~= '' then
   if mark_p and mark_p.e < h then
     mark_p.e = h
   end
-  for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
+  local lost = string.match(more, ' !(%d+)$')
+  if lost and not raw then
+    lost = tonumber(lost)
+    for i = 1, nbands do
+      local b = bands[i]
+      if b.bucket and b.z < lost then
+        b.z = lost
+      end
+    end
+  end
+  for name, w, u in string.gmatch(more, ' ([^:%s!]+):(%-?%d+):(%S+)') do
     w, u = tonumber(w), tonumber(u)
     for i = 1, nbands do
       local b = bands[i]

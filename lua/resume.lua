@@ -98,8 +98,9 @@ end
 -- the pause learns from it that the pause was ended, not lost.
 mark_s = {string.format('%d:%d', mark_p and mark_p.q or seq, seq), string.format('%d', d_ns)}
 pause, pause_at, mark_p, mark_l = 0, nil, nil, nil
-save()
+local state = save()
 if noted then
   note_write(opi, 'resume', note_stored)
 end
+publish('resume', state)
 return {now_us, now_ns, ns(was), d_ns}

@@ -3,7 +3,6 @@ package reserve
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -30,8 +29,8 @@ type request struct {
 	deadline time.Time
 	done     chan result // receives exactly one result; buffered
 
-	abandoned bool // the caller left; a granted reservation is canceled (guarded by coalescer.mu)
-	sent      bool // the result is in done (guarded by coalescer.mu)
+	abandoned bool // the caller left; a granted reservation is canceled (guarded by the key's lock)
+	sent      bool // the result is in done (guarded by the key's lock)
 }
 
 type result struct {
@@ -39,63 +38,48 @@ type result struct {
 	err error
 }
 
-// batchKey groups the requests that one script call can serve: one key,
-// one policy.
-type batchKey struct {
-	key string
-	sig string
-}
-
-// queue is the state of one batchKey: whether a call is in flight and who
-// waits for the next one. It exists only while busy.
+// queue is the state of one key and policy's round trips (a field of the
+// key's state, keys.go): that a call is in flight, and who waits for the
+// next one. It exists only while a call is in flight.
 type queue struct {
 	spec    *spec
 	pending []*request
 }
 
-// coalescer lets concurrent callers on one key share Redis round trips:
-// while a call for the key is in flight, new callers queue; when it returns,
-// the next call serves all of them at once, in the order they came. A caller
-// who finds no call in flight makes its own at once, on its own goroutine and
-// context: a lone caller pays nothing for coalescing.
-type coalescer struct {
-	mu     sync.Mutex
-	queues map[batchKey]*queue // present while a call for the key is in flight
-	leases leaseTable          // hot keys' leased slots (lease.go)
-}
-
-// reserveCoalesced is reserve through the coalescer.
+// reserveCoalesced is reserve through the key's queues: while a call for
+// the key and policy is in flight, new callers queue; when it returns, the
+// next call serves all of them at once, in the order they came. A caller
+// who finds no call in flight makes its own at once, on its own goroutine
+// and context: a lone caller pays nothing for coalescing.
 func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req *request) (*Reservation, error) {
-	c := &l.coalescer
-	k := batchKey{key, s.sig}
-	if res, ok := l.fromLease(k, s, req); ok {
+	if res, ok := l.fromLease(key, s, req); ok {
 		return res.r, res.err
 	}
-
 	gather := l.gatherFor(key, req.maxWait)
-	c.mu.Lock()
-	q, busy := c.queues[k]
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	q, busy := ks.queues[s.sig]
 	switch {
 	case busy:
 		req.since = l.clock.Now()
 		q.pending = append(q.pending, req)
-		c.mu.Unlock()
+		ks.mu.Unlock()
 	case gather > 0:
 		// The key's queue is deep: this caller's slot lies far ahead
 		// anyway. Hold the call a little, so that the callers who come
 		// meanwhile share it (see gatherFor).
 		req.since = l.clock.Now()
 		q = &queue{spec: s, pending: []*request{req}}
-		c.queues[k] = q
-		c.mu.Unlock()
-		time.AfterFunc(gather, func() { l.drain(k) })
+		ks.setQueue(s.sig, q)
+		ks.mu.Unlock()
+		time.AfterFunc(gather, func() { l.drain(ks, s.sig) })
 	default:
 		// Lone caller: make the call now, with the caller's context. It
 		// never leases: a lone caller has no queue.
-		c.queues[k] = &queue{spec: s}
-		c.mu.Unlock()
-		l.runBatch(ctx, k, s, []*request{req}, false)
-		l.handOff(k)
+		ks.setQueue(s.sig, &queue{spec: s})
+		ks.mu.Unlock()
+		l.runBatch(ctx, ks, s, []*request{req}, false)
+		l.handOff(ks, s.sig)
 		res := <-req.done
 		return res.r, res.err
 	}
@@ -105,28 +89,36 @@ func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req
 		return res.r, res.err
 	case <-ctx.Done():
 	}
-	c.mu.Lock()
+	ks.mu.Lock()
 	for i, p := range q.pending {
 		if p == req {
 			// Not sent yet: leave the queue; nothing was reserved.
 			q.pending = append(q.pending[:i], q.pending[i+1:]...)
-			c.mu.Unlock()
+			ks.mu.Unlock()
 			return nil, fmt.Errorf("reserve: %s %q: %w", req.op, key, ctx.Err())
 		}
 	}
 	if !req.sent {
 		// In flight: whoever delivers the result cancels a grant.
 		req.abandoned = true
-		c.mu.Unlock()
+		ks.mu.Unlock()
 		return nil, fmt.Errorf("reserve: %s %q: %w", req.op, key, ctx.Err())
 	}
-	c.mu.Unlock()
+	ks.mu.Unlock()
 	res := <-req.done // delivered as ctx ended: take it
 	return res.r, res.err
 }
 
-// Gathering: a caller whose slot lies far ahead anyway (the latest slot
-// Redis granted this Limiter on the key is at least gatherAhead away) holds
+// setQueue installs q as the key's queue for policy sig. ks.mu is held.
+func (ks *keyState) setQueue(sig string, q *queue) {
+	if ks.queues == nil {
+		ks.queues = make(map[string]*queue)
+	}
+	ks.queues[sig] = q
+}
+
+// Gathering: a caller whose slot lies far ahead anyway (the key's queue, as
+// the last reply showed it, reaches at least gatherAhead ahead) holds
 // its call for up to an eighth of that, at most maxGather, so that the
 // callers who come meanwhile share one script call. A fleet that queues on
 // a key at high rates then makes a call per gathered batch instead of one
@@ -137,9 +129,16 @@ const (
 )
 
 // gatherFor returns how long a caller on key, with maxWait (< 0: none),
-// should hold its call; 0: not at all.
+// should hold its call; 0: not at all. The key's queue is what the last
+// reply showed (its state's latest bucket slot).
 func (l *Limiter) gatherFor(key string, maxWait time.Duration) time.Duration {
-	h := l.horizons.get(key)
+	ks := l.states.peek(key)
+	if ks == nil {
+		return 0
+	}
+	ks.mu.Lock()
+	h := ks.ahead
+	ks.mu.Unlock()
 	if h == 0 {
 		return 0
 	}
@@ -151,32 +150,32 @@ func (l *Limiter) gatherFor(key string, maxWait time.Duration) time.Duration {
 	return min(maxGather, ahead/8)
 }
 
-// handOff is called when a call for k has returned: it marks k idle, or
-// starts a goroutine that serves the callers who queued meanwhile.
-func (l *Limiter) handOff(k batchKey) {
-	c := &l.coalescer
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.queues[k].pending) == 0 {
-		delete(c.queues, k)
+// handOff is called when a call for the key's policy sig has returned: it
+// marks the policy idle, or starts a goroutine that serves the callers who
+// queued meanwhile.
+func (l *Limiter) handOff(ks *keyState, sig string) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if len(ks.queues[sig].pending) == 0 {
+		delete(ks.queues, sig)
 		return
 	}
-	go l.drain(k)
+	go l.drain(ks, sig)
 }
 
-// drain serves k's queue, MaxBatch requests per call, until it is empty. Its
-// calls are bounded by CallTimeout and belong to no caller: a caller whose
-// context ends leaves the queue, or has its grant canceled. Callers a live
-// lease can serve take its slots first; a batch of Options.LeaseQueue or
-// more makes the key hot, and its call leases (lease.go).
-func (l *Limiter) drain(k batchKey) {
-	c := &l.coalescer
+// drain serves the key's queue for policy sig, MaxBatch requests per call,
+// until it is empty. Its calls are bounded by CallTimeout and belong to no
+// caller: a caller whose context ends leaves the queue, or has its grant
+// canceled. Callers a live lease can serve take its slots first; a batch
+// of Options.LeaseQueue or more makes the key hot, and its call leases
+// (lease.go).
+func (l *Limiter) drain(ks *keyState, sig string) {
 	for {
-		c.mu.Lock()
-		q := c.queues[k]
+		ks.mu.Lock()
+		q := ks.queues[sig]
 		served := 0
 		for _, req := range q.pending {
-			res, ok := l.fromLease(k, q.spec, req)
+			res, ok := l.fromLeaseLocked(ks, q.spec, req)
 			if !ok {
 				break
 			}
@@ -188,30 +187,29 @@ func (l *Limiter) drain(k batchKey) {
 			q.pending = append([]*request(nil), q.pending[served:]...)
 		}
 		if len(q.pending) == 0 {
-			delete(c.queues, k)
-			c.mu.Unlock()
+			delete(ks.queues, sig)
+			ks.mu.Unlock()
 			return
 		}
 		m := min(len(q.pending), MaxBatch)
 		batch := q.pending[:m:m]
 		q.pending = append([]*request(nil), q.pending[m:]...)
-		c.mu.Unlock()
-		l.runBatch(context.Background(), k, q.spec, batch, l.opts.LeaseSpan > 0 && m >= l.opts.LeaseQueue)
+		ks.mu.Unlock()
+		l.runBatch(context.Background(), ks, q.spec, batch, l.opts.LeaseSpan > 0 && m >= l.opts.LeaseQueue)
 	}
 }
 
 // runBatch reserves for reqs in one call, a lease when the key is hot, and
 // delivers each its result.
-func (l *Limiter) runBatch(ctx context.Context, k batchKey, s *spec, reqs []*request, hot bool) {
+func (l *Limiter) runBatch(ctx context.Context, ks *keyState, s *spec, reqs []*request, hot bool) {
 	var results []result
 	if hot {
-		results = l.leaseBatch(ctx, k, s, reqs)
+		results = l.leaseBatch(ctx, ks.name, s, reqs)
 	} else {
-		results = l.reserveBatch(ctx, k.key, s, reqs)
+		results = l.reserveBatch(ctx, ks.name, s, reqs)
 	}
-	c := &l.coalescer
 	var orphans []*Reservation
-	c.mu.Lock()
+	ks.mu.Lock()
 	for i, req := range reqs {
 		res := results[i]
 		if req.abandoned {
@@ -223,7 +221,7 @@ func (l *Limiter) runBatch(ctx context.Context, k batchKey, s *spec, reqs []*req
 		req.sent = true
 		req.done <- res
 	}
-	c.mu.Unlock()
+	ks.mu.Unlock()
 	for _, r := range orphans {
 		r.cancelDetached()
 	}

@@ -8,8 +8,9 @@ import (
 	"github.com/pacer-go/pacer/internal/layout"
 )
 
-// timeoutError is the error of a Redis call that took longer than
-// Options.CallTimeout. It wraps what the client reported.
+// timeoutError is the error of a Redis call that took longer than its
+// timeout (Options.CallTimeout, or longer learned: Limiter.callTimeout). It
+// wraps what the client reported.
 type timeoutError struct {
 	after time.Duration
 	err   error
@@ -50,7 +51,7 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 		err  error
 		left bool
 	)
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < l.opts.CallTimeout {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < l.callTimeout() {
 		res, err, left = l.callDetached(ctx, op, key, fn, orphan)
 	} else {
 		res, err = l.call(ctx, op, fn)
@@ -84,17 +85,22 @@ func (l *Limiter) mapError(op, key string, err error) error {
 	return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
 }
 
-// call runs fn, one call to Redis, bounded by CallTimeout, and reports it to
-// Metrics.
+// call runs fn, one call to Redis, bounded by the call timeout (CallTimeout,
+// or longer on a slow machine: callTimeout), and reports it to Metrics.
 func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) (any, error)) (any, error) {
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
+	timeout := l.callTimeout()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := fn(cctx)
+	took := time.Since(start)
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-		err = &timeoutError{after: l.opts.CallTimeout, err: err}
+		err = &timeoutError{after: timeout, err: err}
 	}
-	l.opts.Metrics.RedisCall(op, time.Since(start), err)
+	if err == nil {
+		l.roundTrip(took)
+	}
+	l.opts.Metrics.RedisCall(op, took, err)
 	return res, err
 }
 

@@ -13,14 +13,17 @@
 // pays for its own permits. Limiter.Pause implements a provider's 429
 // Retry-After for the whole fleet; Reservation.Cancel gives permits back.
 //
-// When Redis is slow or gone, a Limiter paces each key locally with the
-// same engine as Redis's scripts, at its own share of every band (its rank
+// When Redis is gone, a Limiter paces each key locally with Redis's own
+// scripts, run in the process, at its own share of every band (its rank
 // among the fleet's members, learned from heartbeats: the members' shares
 // add up to the limit), continuing the schedule Redis last showed it, and
 // goes back to Redis by itself when a probe finds it, handing over what it
-// granted meanwhile; Options.FailClosed returns ErrUnavailable instead.
-// Every call to Redis is bounded by Options.CallTimeout. Close stops the
-// Limiter's background goroutine and gives its share back to the fleet.
+// granted meanwhile; Options.FailClosed returns ErrUnavailable instead. An
+// outage is never an error to a caller who can wait: one that has no share
+// to pace on waits for Redis. A slow Redis is not an outage: a call that
+// times out (Options.CallTimeout) switches nothing until Redis also fails
+// to answer a ping. Close stops the Limiter's background goroutines and
+// gives its share back to the fleet.
 //
 // New reaches Redis once before it returns. With Options.RequireRedis (the
 // quick start in README.md, the package Example, sets it) New fails when
@@ -28,8 +31,9 @@
 // the address and says what to check: a wrong address shows at start.
 // Without it New cannot tell a wrong address from an outage: it returns the
 // Limiter and logs a warning naming the address, and the Limiter paces
-// locally on Options.FleetSize's share (without FleetSize, its calls fail
-// with ErrUnavailable) until Redis answers. Leave RequireRedis off, and set
+// locally on Options.FleetSize's share (without FleetSize, its callers wait
+// for Redis, and those with a maximum wait fail with ErrUnavailable) until
+// Redis answers. Leave RequireRedis off, and set
 // FleetSize, where processes must start during an outage. go-redis logs
 // each failed dial itself, to stderr; RedisLogger sends those lines to slog
 // at Debug level, below pacer's own (go-redis's logger is global to the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/launcher"
@@ -157,10 +156,11 @@ func ExampleLimiter_Pause() {
 		log.Fatal(err)
 	}
 	// The pause ends with an empty bucket: the next call waits its 100 ms
-	// too. (Rounded up to 100 ms: some time passed since the Pause.)
-	fmt.Printf("next call in %.1fs\n", math.Ceil(st.Wait.Seconds()*10)/10)
+	// after it. (The pause is rounded to whole seconds: some time passed
+	// since the Pause.)
+	fmt.Printf("paused for %v, the next call %v after it\n", st.Paused.Round(time.Second), st.Wait-st.Paused)
 	// Output:
-	// next call in 30.1s
+	// paused for 30s, the next call 100ms after it
 }
 
 // An LLM API allows 500 requests and 30,000 tokens per minute. Each call

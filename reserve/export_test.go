@@ -11,7 +11,7 @@ import (
 
 // UseFairScript makes l run src as its fair script (lua.Fair), before its
 // first call: the mutation tests run the fair rule's tests on mutants.
-func UseFairScript(l *Limiter, src string) { l.fair.script = redis.NewScript(src) }
+func UseFairScript(l *Limiter, src string) { l.fairMutant = redis.NewScript(src) }
 
 // ServerSlot returns the slot Redis granted r, in Unix ns on the server's
 // clock, for tests that judge the schedule itself rather than when callers
@@ -41,10 +41,13 @@ func (l *Limiter) Queued(key string, lim Limit) int {
 	if err != nil {
 		return 0
 	}
-	c := &l.coalescer
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if q := c.queues[batchKey{key, s.sig}]; q != nil {
+	ks := l.states.peek(key)
+	if ks == nil {
+		return 0
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if q := ks.queues[s.sig]; q != nil {
 		return len(q.pending)
 	}
 	return 0
@@ -75,6 +78,7 @@ func (l *Limiter) Kill() {
 		l.loopCancel()
 		close(l.stop)
 		<-l.done
+		<-l.listening
 		l.absent()
 		_ = l.rdb.Close()
 		l.closed.Store(true)
@@ -90,6 +94,7 @@ func (l *Limiter) Cut() (end func()) {
 		l.loopCancel()
 		close(l.stop)
 		<-l.done
+		<-l.listening
 		l.closed.Store(true)
 	})
 	return func() {
@@ -122,7 +127,7 @@ func FairAsk(ctx context.Context, l *Limiter, req Request, n int, last bool) (sl
 	for i := range reqs {
 		reqs[i] = &request{op: "reserve", amounts: amounts, maxWait: -1, done: make(chan result, 1)}
 	}
-	for _, res := range l.fairBatch(ctx, fairKey{req.Key, s.sig, *f}, s, reqs, n, last) {
+	for _, res := range l.fairBatch(ctx, req.Key, fairTurn{s.sig, *f}, s, reqs, n, last) {
 		var d *errDeferred
 		switch {
 		case errors.As(res.err, &d):
@@ -141,12 +146,41 @@ func (l *Limiter) GatherFor(key string, maxWait time.Duration) time.Duration {
 	return l.gatherFor(key, maxWait)
 }
 
-// ObservePause feeds pauseChecks.observe, for tests: a reply to a call sent
-// at sent showing key's pause ending at endNS.
-func (l *Limiter) ObservePause(key string, endNS int64, sent time.Time) {
-	l.pauses.observe(key, endNS, resumeShift{}, sent)
+// ObserveState feeds the key's state as a reply to a call sent at sent
+// (zero: an event) would show it, for tests.
+func (l *Limiter) ObserveState(key, state string, sent time.Time) {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.noteSeen(state, ks.stored, sent)
 }
 
 // KnownPause exposes the end of key's pause as this Limiter last read or
 // observed it, for tests.
-func (l *Limiter) KnownPause(key string) int64 { return l.pauses.known(key) }
+func (l *Limiter) KnownPause(key string) int64 {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.knownPause()
+}
+
+// SweepKeys runs the keys' sweep now, as the loop does every heartbeat,
+// for tests.
+func (l *Limiter) SweepKeys() { l.sweepKeys() }
+
+// Seen returns the state Redis last showed this Limiter for key, for tests.
+func (l *Limiter) Seen(key string) string {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.seen
+}
+
+// LearnedPause returns the end of key's pause as this Limiter knows it,
+// and whether it knows it: seen, with no read pending, for tests.
+func (l *Limiter) LearnedPause(key string) (int64, bool) {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.pause.endNS, !ks.seenAt.IsZero() && ks.pause.err == nil && ks.pause.read == nil
+}

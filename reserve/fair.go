@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -86,15 +85,16 @@ func (req Request) fairness() (*fairness, error) {
 	return &fairness{tenant: req.Tenant, lane: req.Lane, weight: w}, nil
 }
 
-// fairKey names a fair queue: the requests one call of the fair script can
-// serve, in order.
-type fairKey struct {
-	key, sig string
+// fairTurn names a fair queue of a key: the requests one call of the fair
+// script can serve, in order (one policy, tenant, lane and weight).
+type fairTurn struct {
+	sig string
 	fairness
 }
 
-// fairQueue is the requests of one fairKey waiting in this process, in the
-// order they came; the first inflight are in the pump's call.
+// fairQueue is the requests of one fairTurn waiting in this process, in
+// the order they came (a field of the key's state, keys.go); the first
+// inflight are in the pump's call.
 type fairQueue struct {
 	spec     *spec
 	waiting  []*request
@@ -104,15 +104,14 @@ type fairQueue struct {
 	retry time.Time
 }
 
-// fairQueues are the Limiter's fair queues, each with its pump while it
-// holds requests.
-type fairQueues struct {
-	mu sync.Mutex
-	m  map[fairKey]*fairQueue
-	// script is the fair script when not fairScript: a mutant of it, set
-	// by the tests that check the fair rule's tests fail on it
-	// (export_test.go).
-	script *redis.Script
+// fairScriptOf is the Limiter's fair script: fairScript, or a mutant of it
+// the tests set (export_test.go) to check that the fair rule's tests fail
+// on it.
+func (l *Limiter) fairScriptOf() *redis.Script {
+	if l.fairMutant != nil {
+		return l.fairMutant
+	}
+	return fairScript
 }
 
 // errDeferred is a fair request's result when it was not booked: it is to
@@ -133,60 +132,61 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 		req.deadline = req.since.Add(maxWait)
 		req.maxWait = maxWait
 	}
-	fk := fairKey{key, s.sig, *f}
-	qs := &l.fair
-	qs.mu.Lock()
-	if qs.m == nil {
-		qs.m = make(map[fairKey]*fairQueue)
+	ft := fairTurn{s.sig, *f}
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	if ks.fair == nil {
+		ks.fair = make(map[fairTurn]*fairQueue)
 	}
-	q, ok := qs.m[fk]
+	q, ok := ks.fair[ft]
 	if !ok {
 		q = &fairQueue{spec: s}
-		qs.m[fk] = q
-		go l.pump(fk, q)
+		ks.fair[ft] = q
+		go l.pump(ks, ft, q)
 	}
 	if !q.retry.IsZero() && !req.deadline.IsZero() && q.retry.After(req.deadline) {
 		// The pump sleeps until after this request's maximum wait: its
 		// turn, behind the queue's head, cannot come by then.
 		wait := q.retry.Sub(req.since)
-		qs.mu.Unlock()
+		ks.mu.Unlock()
 		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: TurnBinding}
 	}
 	q.waiting = append(q.waiting, req)
-	qs.mu.Unlock()
+	ks.mu.Unlock()
 
 	select {
 	case res := <-req.done:
 		return res.r, res.err
 	case <-ctx.Done():
 	}
-	qs.mu.Lock()
+	ks.mu.Lock()
 	for i := q.inflight; i < len(q.waiting); i++ {
 		if q.waiting[i] == req {
 			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			qs.mu.Unlock()
+			ks.mu.Unlock()
 			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
 		}
 	}
 	if !req.sent {
 		req.abandoned = true // in the pump's call: a grant is canceled
-		qs.mu.Unlock()
+		ks.mu.Unlock()
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, ctx.Err())
 	}
-	qs.mu.Unlock()
+	ks.mu.Unlock()
 	res := <-req.done
 	return res.r, res.err
 }
 
-// pump books fk's queue, from its head, until it is empty or the Limiter
-// closes.
-func (l *Limiter) pump(fk fairKey, q *fairQueue) {
-	qs := &l.fair
+// pump books ft's queue on the key, from its head, until it is empty or
+// the Limiter closes. While it sleeps until its retry, anything that moves
+// the key's pause (a pause learned, a resume) wakes it to ask again.
+func (l *Limiter) pump(ks *keyState, ft fairTurn, q *fairQueue) {
+	fm, _ := l.opts.Metrics.(FairMetrics)
 	for {
-		qs.mu.Lock()
+		ks.mu.Lock()
 		if len(q.waiting) == 0 {
-			delete(qs.m, fk)
-			qs.mu.Unlock()
+			delete(ks.fair, ft)
+			ks.mu.Unlock()
 			return
 		}
 		n := min(len(q.waiting), MaxBatch)
@@ -194,14 +194,13 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 		batch := append([]*request(nil), q.waiting[:n]...)
 		queued := len(q.waiting)
 		last := n == queued
-		qs.mu.Unlock()
+		ks.mu.Unlock()
 
-		results := l.fairBatch(l.loopCtx, fk, q.spec, batch, queued, last)
+		results := l.fairBatch(l.loopCtx, ks.name, ft, q.spec, batch, queued, last)
 
 		var orphans []*Reservation
 		var retry time.Time
-		fm, _ := l.opts.Metrics.(FairMetrics)
-		qs.mu.Lock()
+		ks.mu.Lock()
 		done := 0
 		for i, req := range batch {
 			res := results[i]
@@ -209,13 +208,13 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 			if errors.As(res.err, &d) {
 				retry = d.retry
 				if fm != nil {
-					fm.Deferred(fk.key, fk.tenant, fk.lane)
+					fm.Deferred(ks.name, ft.tenant, ft.lane)
 				}
 				break
 			}
 			done++
 			if fm != nil && res.r != nil {
-				fm.Turn(fk.key, fk.tenant, fk.lane, max(l.clock.Now().Sub(req.since), 0))
+				fm.Turn(ks.name, ft.tenant, ft.lane, max(l.clock.Now().Sub(req.since), 0))
 			}
 			if req.abandoned {
 				if res.r != nil {
@@ -246,7 +245,8 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 		if len(rest) > 0 {
 			q.retry = retry
 		}
-		qs.mu.Unlock()
+		wake := ks.wake
+		ks.mu.Unlock()
 		for _, r := range orphans {
 			r.cancelDetached()
 		}
@@ -255,33 +255,31 @@ func (l *Limiter) pump(fk fairKey, q *fairQueue) {
 			// comes later asks for itself, and is told its turn.
 			continue
 		}
-		err := l.sleeper.Coarse(l.loopCtx, l.localDeadline(retry))
-		qs.mu.Lock()
+		_, err := l.sleeper.CoarseOr(l.loopCtx, l.localDeadline(retry), wake)
+		ks.mu.Lock()
 		q.retry = time.Time{}
-		qs.mu.Unlock()
+		ks.mu.Unlock()
 		if err != nil {
-			qs.mu.Lock()
+			ks.mu.Lock()
 			for _, req := range q.waiting {
 				req.sent = true
 				req.done <- result{nil, ErrClosed}
 			}
 			q.waiting = nil
-			delete(qs.m, fk)
-			qs.mu.Unlock()
+			delete(ks.fair, ft)
+			ks.mu.Unlock()
 			return
 		}
 	}
 }
 
-// fairBatch runs the fair script for reqs, fk's queue's head, and returns a
-// result for each: a reservation, an error, or errDeferred for the first
-// one not booked and every one after it. queued is the queue's length, and
-// last says reqs are the whole queue. While Redis is unavailable, the local
-// fallback books them within the horizon, in this process's order.
-func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*request, queued int, last bool) []result {
-	if l.isDegraded() && !l.opts.FailClosed {
-		return l.fairLocal(fk, s, reqs, last)
-	}
+// fairBatch runs the fair script for reqs, ft's queue's head on key, and
+// returns a result for each: a reservation, an error, or errDeferred for
+// the first one not booked and every one after it. queued is the queue's
+// length, and last says reqs are the whole queue. While Redis is
+// unavailable, the same script books them on the local fallback's store,
+// among this process's fair queues on the key.
+func (l *Limiter) fairBatch(ctx context.Context, key string, ft fairTurn, s *spec, reqs []*request, queued int, last bool) []result {
 	lastArg := "0"
 	if last {
 		lastArg = "1"
@@ -293,66 +291,15 @@ func (l *Limiter) fairBatch(ctx context.Context, fk fairKey, s *spec, reqs []*re
 		age = max(l.clock.Now().Sub(since), 0)
 	}
 	fairArgs := []any{
-		fmt.Sprintf("%d %s %d %s %s %d %d %d %s", fk.lane.index(), formatFloat(fk.weight), l.opts.FairHorizon.Microseconds(),
-			formatFloat(l.opts.MinShare[fk.lane]), lastArg, fairGrace.Microseconds(), queued, age.Microseconds(), l.id),
-		fk.tenant,
+		fmt.Sprintf("%d %s %d %s %s %d %d %d %s", ft.lane.index(), formatFloat(ft.weight), l.opts.FairHorizon.Microseconds(),
+			formatFloat(l.opts.MinShare[ft.lane]), lastArg, fairGrace.Microseconds(), queued, age.Microseconds(), l.id),
+		ft.tenant,
 	}
-	out := l.grantBatch(ctx, fk.key, s, reqs, fairArgs)
-	if len(out) > 0 && out[0].err != nil && errors.Is(out[0].err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.fairLocal(fk, s, reqs, last)
-	}
-	return out
+	return l.grantEither(ctx, key, s, reqs, fairArgs)
 }
 
 // fairKeys are the fair script's KEYS after the first three (see fair.lua).
 var fairKeys = []string{":shadow", ":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights", ":fx"}
-
-// fairLocal books reqs on the local fallback, by the fair rule among this
-// process's fair queues on the key (fairlocal.go), in order; the first not
-// booked, and every one after, is deferred.
-func (l *Limiter) fairLocal(fk fairKey, s *spec, reqs []*request, last bool) []result {
-	out := make([]result, len(reqs))
-	l.turns.mu.Lock()
-	defer l.turns.mu.Unlock()
-	now := l.clock.Now()
-	t := l.turns.begin(fk, now, l.opts.FairHorizon, l.opts.MinShare[fk.lane])
-	var deferred *errDeferred
-	for i, req := range reqs {
-		if deferred != nil {
-			out[i].err = deferred
-			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
-			continue
-		}
-		ok, h := t.gate(float64(s.duration(req.amounts)) / 1e3)
-		if !ok {
-			t.deferred, t.retry = true, h
-			deferred = &errDeferred{retry: now.Add(time.Duration(h * 1e3))}
-			out[i].err = deferred
-			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
-			continue
-		}
-		maxWait := time.Duration(h * 1e3)
-		if !req.deadline.IsZero() {
-			maxWait = max(min(maxWait, req.deadline.Sub(l.clock.Now())), 0)
-		}
-		r, err := l.reserveLocal(fk.key, s, req.amounts, maxWait)
-		var tooLong *WaitTooLongError
-		if errors.As(err, &tooLong) {
-			wait := max(tooLong.Wait-maxWait, time.Microsecond)
-			t.deferred, t.retry = true, float64(wait)/1e3
-			deferred = &errDeferred{retry: l.clock.Now().Add(wait)}
-			out[i].err = deferred
-			t.kept = t.kept || req.deadline.IsZero() || !deferred.retry.After(req.deadline)
-			continue
-		}
-		if err == nil {
-			t.booked()
-		}
-		out[i] = result{r, err}
-	}
-	t.finish(last)
-	return out
-}
 
 // duration is how long a request of amounts takes on the band that takes
 // longest to refill or renew it, at the whole rate.

@@ -2,6 +2,7 @@ package reserve_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -225,11 +226,21 @@ func TestNeverReached(t *testing.T) {
 	closeLimiter(t, l)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 100, Burst: 1}
-	for range 5 {
-		err := l.Wait(ctx, "k", lim)
+	// A caller who can wait waits for Redis (here, until its deadline);
+	// one who asked for no more than a maximum wait learns why it failed.
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = l.Wait(dctx, "k", lim)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, reserve.ErrUnavailable)
+	for range 3 {
+		_, err := l.TryReserveN(ctx, reserve.Single("k", lim, 1), 20*time.Millisecond)
 		require.ErrorIs(t, err, reserve.ErrUnavailable)
 		assert.ErrorContains(t, err, "connection refused")
 	}
+	ok, err := l.Allow(ctx, "k", lim)
+	require.NoError(t, err)
+	require.False(t, ok, "Allow with no share to take from")
 	assert.Contains(t, logged.String(), "connection refused", "the log names the dial error")
 	assert.Contains(t, logged.String(), "FleetSize", "the log says how to pace locally anyway")
 
@@ -509,15 +520,23 @@ func TestOutageFirstBack(t *testing.T) {
 		require.True(t, r.Local())
 	}
 	// a joined just before the outage (b never heard of it: b paces on
-	// the whole), so a has no local share: it refuses, and says why.
+	// the whole), so a has no local share: a caller who can wait waits, and
+	// one with a maximum wait is refused and told why.
 	for !a.Degraded() {
-		_, err := a.Reserve(ctx, "first-back", lim)
+		_, err := a.TryReserveN(ctx, reserve.Single("first-back", lim, 1), 10*time.Millisecond)
 		if err == nil {
 			continue // a call that reached Redis before a noticed
+		}
+		var tooLong *reserve.WaitTooLongError
+		if errors.As(err, &tooLong) {
+			continue
 		}
 		require.ErrorIs(t, err, reserve.ErrUnavailable)
 		require.Contains(t, err.Error(), "joined the fleet after members that may pace locally without it")
 	}
+	_, err := a.TryReserveN(ctx, reserve.Single("first-back", lim, 1), 10*time.Millisecond)
+	require.ErrorIs(t, err, reserve.ErrUnavailable)
+	require.Contains(t, err.Error(), "joined the fleet after members that may pace locally without it")
 	assert.Equal(t, 2, a.FleetSize())
 	pa.Enable(t)
 	pb.Enable(t)

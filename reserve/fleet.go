@@ -4,10 +4,9 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/pacer-go/pacer/internal/engine"
 )
 
 // fleetView is what a Limiter knows of the fleet sharing its KeyPrefix,
@@ -17,7 +16,7 @@ import (
 //   - held: the ranks of the members silent for more than two heartbeat
 //     intervals (but less than Options.SilentHold), or pacing locally.
 //     They may have lost Redis and be pacing on their own shares, so the
-//     members on Redis leave them those shares (engine.Share).
+//     members on Redis leave them those shares (share).
 //
 // A member that went silent and holds no connection to Redis any more (its
 // process exited without Close: killed, crashed) is not held: the first
@@ -68,7 +67,7 @@ type fleetView struct {
 	// say of the fleet meanwhile: the others pace on their shares of the
 	// fleet they left, not of the one Redis lists now.
 	away        bool
-	awayShare   engine.Share
+	awayShare   share
 	awayShareOK bool
 
 	lastView string // the view last logged (logView)
@@ -110,7 +109,7 @@ func (f *fleetView) size() (n int, known bool) {
 // redisShare returns the share of each key's limits this Limiter's calls
 // on Redis take: the whole, less the shares of the held members, and of the
 // members remembered from before an outage that Redis does not show yet.
-func (f *fleetView) redisShare() engine.Share {
+func (f *fleetView) redisShare() share {
 	s, _ := f.redisShareOK()
 	return s
 }
@@ -120,11 +119,11 @@ func (f *fleetView) redisShare() engine.Share {
 // every rank of which is held (it joined after they lost Redis). Its calls
 // that would take slots are refused until one of them is back (see alsoN,
 // Limiter.grantArgs).
-func (f *fleetView) redisShareOK() (engine.Share, bool) {
+func (f *fleetView) redisShareOK() (share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.learned || f.n < 1 {
-		return engine.Share{}, true
+		return share{}, true
 	}
 	n, held := f.n, f.held
 	if f.missing() {
@@ -153,13 +152,13 @@ func (f *fleetView) redisShareOK() (engine.Share, bool) {
 		held = slices.DeleteFunc(slices.Clone(held), func(k int) bool { return k >= n })
 		if len(held) >= n {
 			// Every rank of their fleet is held: none is this Limiter's.
-			return engine.Share{}, false
+			return share{}, false
 		}
 	}
 	if len(held) == 0 || len(held) >= n {
-		return engine.Share{}, true
+		return share{}, true
 	}
-	return engine.Share{N: n, Held: held}, true
+	return share{N: n, Held: held}, true
 }
 
 // rateShare is the part of each key's rate this Limiter's calls on Redis
@@ -176,7 +175,7 @@ func (f *fleetView) rateShare() float64 {
 // locally: its own, by its rank among the fleet it last learned (or, before
 // it ever reached Redis, Options.FleetSize members and a rank from its id).
 // ok is false when the fleet's size is unknown.
-func (f *fleetView) localShare() (engine.Share, bool) {
+func (f *fleetView) localShare() (share, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.away {
@@ -187,7 +186,7 @@ func (f *fleetView) localShare() (engine.Share, bool) {
 
 // ownShare is localShare from the fleet as this Limiter knows it now. f.mu
 // is held.
-func (f *fleetView) ownShare() (engine.Share, bool) {
+func (f *fleetView) ownShare() (share, bool) {
 	n, rank := f.n, f.rank
 	also := f.alsoN()
 	if f.missing() {
@@ -195,24 +194,24 @@ func (f *fleetView) ownShare() (engine.Share, bool) {
 		// whole fleet yet: keep the share this Limiter had in it.
 		n, rank = f.remembered, f.rankBefore
 	} else if also > 0 && rank >= also {
-		return engine.Share{}, false
+		return share{}, false
 	}
 	if !f.learned {
 		if f.hint < 1 {
-			return engine.Share{}, false
+			return share{}, false
 		}
 		h := fnv.New32a()
 		h.Write([]byte(f.id))
 		n, rank = f.hint, int(h.Sum32()%uint32(f.hint))
 	}
 	if n <= 1 {
-		return engine.Share{}, true // alone: the others left (a held member counts)
+		return share{}, true // alone: the others left (a held member counts)
 	}
-	return engine.Share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
+	return share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
 }
 
 // alsoN returns the other fleet size this Limiter's local share keeps
-// within too (engine.Share.Also; 0: none): the one the held members pace
+// within too (share.Also; 0: none): the one the held members pace
 // on, when it differs (they lost Redis before the fleet changed, and pace
 // as they knew it); else the size before a change young enough that
 // another member may not have heard of it. A member whose rank is beyond
@@ -335,6 +334,50 @@ func (f *fleetView) taken(ranks []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ranks = ranks
+}
+
+// A share is the part of every band a caller takes (core.lua's ARGV[3]).
+// The zero share is the whole limit.
+type share struct {
+	// N is the fleet's size; at most 1: the whole limit.
+	N int
+	// Held are the ranks (0..N-1) of the members a group leaves their own
+	// shares to: a caller on Redis whose fleet has members pacing locally.
+	Held []int
+	// Member, with IsMember, is this member's rank: a process pacing
+	// locally takes its own share alone (rate/N, a burst B_k, N_k units of
+	// each window, and slots on a lattice shared out by rank when the burst
+	// is under N; see core.lua).
+	Member   int
+	IsMember bool
+	// Also, with IsMember, is another fleet size (0: none) the member's
+	// share keeps within too: right after the fleet changed, members may
+	// pace on either size (each learns of the change at its next
+	// heartbeat), so a member that knows both takes the smaller of its
+	// shares in the two (its burst, its window quotas, its rate) and only
+	// the instants of its rank on both lattices. Member is under Also.
+	Also int
+}
+
+// Whole reports whether s is the whole limit.
+func (s share) Whole() bool { return s.N <= 1 || (!s.IsMember && len(s.Held) == 0) }
+
+// Arg returns s as the scripts take it (core.lua's ARGV[3], without the
+// format): "1", "<n> <held>..." or a member's "m <n> <k> <also>".
+func (s share) Arg() string {
+	if s.IsMember && s.N > 1 {
+		return "m " + strconv.Itoa(s.N) + " " + strconv.Itoa(s.Member) + " " + strconv.Itoa(s.Also)
+	}
+	if s.Whole() {
+		return "1"
+	}
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(s.N))
+	for _, k := range s.Held {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(k))
+	}
+	return b.String()
 }
 
 // shareArg is redisShare as the scripts take it; ok is false when this

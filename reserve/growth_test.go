@@ -16,26 +16,29 @@ import (
 // what the fleet keeps in Redis for operators, stays bounded however many
 // keys come and go.
 
-// TestReportsBounded: past maxReports keys, the least recently used go and
-// new keys are still reported (before, a Limiter stopped reporting new keys
-// at 10,000, and pacer status and pause then called them unknown).
-func TestReportsBounded(t *testing.T) {
-	var r reports
+// TestKeysBounded: past maxKeys keys, the least recently used idle ones
+// go, and new keys are still reported (before the keys' states, a Limiter
+// stopped reporting new keys at 10,000, and pacer status and pause then
+// called them unknown).
+func TestKeysBounded(t *testing.T) {
+	l := &Limiter{clock: systemClockValue}
 	s, err := Limit{Rate: 1, Burst: 1}.Policy().compile()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range maxReports + 50 {
-		r.note(fmt.Sprint("k", i), s)
+	for i := range maxKeys + 50 {
+		l.reportUse(fmt.Sprint("k", i), s)
 	}
-	if n := len(r.m); n > maxReports {
-		t.Fatalf("%d keys tracked, want at most %d", n, maxReports)
+	time.Sleep(time.Millisecond)
+	l.reportUse("newest", s)
+	l.sweepKeys()
+	if n := len(l.states.m); n > maxKeys {
+		t.Fatalf("%d keys kept, want at most %d", n, maxKeys)
 	}
-	last := fmt.Sprint("k", maxReports+49)
-	if r.m[last] == nil {
-		t.Fatalf("the newest key %s is not tracked", last)
+	if l.states.peek("newest") == nil {
+		t.Fatal("the newest key is not kept")
 	}
-	due := r.due(time.Now())
+	due := l.reportsDue(time.Now())
 	if len(due) != 2*reportBatch {
 		t.Fatalf("%d reports due, want a batch of %d keys", len(due)/2, reportBatch)
 	}

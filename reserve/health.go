@@ -2,15 +2,27 @@ package reserve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 )
 
-// health tracks whether Redis answers. After FailAfter consecutive failures
-// the Limiter is degraded: it stops calling Redis and paces locally, and its
-// background loop probes Redis until it answers.
+// health tracks whether Redis answers. After FailAfter consecutive
+// failures that show Redis is gone (refused, reset, loading, failing
+// over), the Limiter is degraded: it stops calling Redis and paces locally,
+// and its background loop probes Redis until it answers.
+//
+// A slow process is not an outage: a loaded machine, a GC pause or a slow
+// network make calls slow, not Redis absent. A call that timed out is
+// evidence of nothing until Redis also fails to answer a ping given much
+// longer (confirmBudget): the first timeout starts one such ping, the calls
+// that timed out wait for its verdict, and when Redis answers they go to
+// Redis again, with a call timeout learned from the round trips seen
+// (callTimeout: from CallTimeout up to maxCallTimeout). Only a ping that
+// fails too degrades the Limiter.
 type health struct {
 	mu       sync.Mutex
 	failures int
@@ -20,6 +32,77 @@ type health struct {
 	lastKey  string        // the key of the last failed call, probed with the heartbeat
 	lastErr  error         // the last failure: what the logs and ErrUnavailable name
 	wake     chan struct{} // tells the loop to start probing
+
+	check *verdict // the ping under way after a call timed out; nil: none
+	// moved is closed, and replaced, when the Limiter's shares may have
+	// changed: a heartbeat, a switch to or from local pacing. Callers
+	// waiting for a share wait on it (awaitShare).
+	moved chan struct{}
+	// rtt is the slowest recent round trip, decayed a little by each call
+	// (ns): the call timeout is four times it, within [CallTimeout,
+	// maxCallTimeout].
+	rtt float64
+}
+
+// A verdict is one ping after a call timed out: done is closed once up
+// says whether Redis answered it.
+type verdict struct {
+	done chan struct{}
+	up   bool
+}
+
+const (
+	// maxCallTimeout bounds the call timeout learned from slow round
+	// trips.
+	maxCallTimeout = 2 * time.Second
+	// rttDecay is how much of the slowest recent round trip each call
+	// forgets.
+	rttDecay = 0.995
+)
+
+// confirmBudget is how long a ping after a timed-out call may take before
+// Redis counts as gone: eight call timeouts, at least 2 s.
+func (l *Limiter) confirmBudget() time.Duration { return max(2*time.Second, 8*l.opts.CallTimeout) }
+
+// callTimeout is the bound of a call to Redis now: CallTimeout, or four
+// times the slowest recent round trip when that is longer (a busy machine,
+// a slow network), at most maxCallTimeout.
+func (l *Limiter) callTimeout() time.Duration {
+	l.health.mu.Lock()
+	rtt := l.health.rtt
+	l.health.mu.Unlock()
+	return min(max(l.opts.CallTimeout, time.Duration(4*rtt)), max(maxCallTimeout, l.opts.CallTimeout))
+}
+
+// roundTrip records a call to Redis that took d.
+func (l *Limiter) roundTrip(d time.Duration) {
+	h := &l.health
+	h.mu.Lock()
+	h.rtt = max(float64(d), h.rtt*rttDecay)
+	h.mu.Unlock()
+}
+
+// shareChanged returns the channel closed when the Limiter's shares may
+// next change.
+func (l *Limiter) shareChanged() <-chan struct{} {
+	h := &l.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.moved == nil {
+		h.moved = make(chan struct{})
+	}
+	return h.moved
+}
+
+// sharesMoved wakes the callers waiting for a share.
+func (l *Limiter) sharesMoved() {
+	h := &l.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.moved != nil {
+		close(h.moved)
+		h.moved = nil
+	}
 }
 
 // isDegraded reports whether the Limiter is pacing locally.
@@ -49,12 +132,30 @@ func (l *Limiter) succeeded() {
 }
 
 // failed records a Redis call that could not reach Redis, and switches to
-// local pacing after FailAfter of them in a row. key is the key the call was
-// for ("" for the heartbeat).
+// local pacing after FailAfter of them in a row. A call that only timed
+// out counts once a ping given confirmBudget fails too (confirm). key is
+// the key the call was for ("" for the heartbeat).
 func (l *Limiter) failed(key string, err error) {
 	if l.reload != nil {
 		l.reload()
 	}
+	if isTimeout(err) {
+		h := &l.health
+		h.mu.Lock()
+		h.lastErr = err
+		if key != "" {
+			h.lastKey = key
+		}
+		h.mu.Unlock()
+		l.confirm(key, err)
+		return
+	}
+	l.countFailure(key, err, false)
+}
+
+// countFailure counts a failure that shows Redis is gone, and degrades
+// after FailAfter in a row, or at once (now: a ping failed too).
+func (l *Limiter) countFailure(key string, err error, now bool) {
 	h := &l.health
 	h.mu.Lock()
 	h.failures++
@@ -62,12 +163,89 @@ func (l *Limiter) failed(key string, err error) {
 	if key != "" {
 		h.lastKey = key
 	}
-	switching := !h.degraded && h.failures >= l.opts.FailAfter
+	switching := !h.degraded && (now || h.failures >= l.opts.FailAfter)
 	failures := h.failures
 	h.mu.Unlock()
 	if switching {
 		l.degrade(failures, err)
 	}
+}
+
+// confirm starts a ping of Redis after a call timed out, unless one is
+// under way or the Limiter paces locally already: if Redis answers within
+// confirmBudget, it is slow, not gone, and the call timeout grows to what
+// the ping took; if not, the Limiter switches to local pacing.
+func (l *Limiter) confirm(key string, cause error) {
+	h := &l.health
+	h.mu.Lock()
+	if h.degraded || h.check != nil {
+		h.mu.Unlock()
+		return
+	}
+	v := &verdict{done: make(chan struct{})}
+	h.check = v
+	h.mu.Unlock()
+	go func() {
+		budget := l.confirmBudget()
+		ctx, cancel := context.WithTimeout(l.loopCtx, budget)
+		start := time.Now()
+		err := l.rdb.Ping(ctx).Err()
+		took := time.Since(start)
+		cancel()
+		h.mu.Lock()
+		h.check = nil
+		if err == nil {
+			v.up = true
+			h.failures = 0
+			h.rtt = max(h.rtt, float64(took))
+		}
+		h.mu.Unlock()
+		close(v.done)
+		l.opts.Metrics.RedisCall("confirm", took, err)
+		if err == nil {
+			l.opts.Logger.Debug("pacer: a call timed out but Redis answered a ping: slow, not gone",
+				"key", key, "ping", took.Round(time.Microsecond), "call_timeout", l.callTimeout(), "err", cause, "limiter", l.id)
+			return
+		}
+		if l.loopCtx.Err() != nil {
+			return // closing
+		}
+		l.countFailure(key, fmt.Errorf("%w (and Redis did not answer a ping within %v: %v)", cause, budget, err), true)
+	}()
+}
+
+// slowNotGone waits for the verdict of the ping a timed-out call started
+// (until ctx ends) and reports whether Redis answered it: the call may go
+// to Redis again. false: Redis is gone (the Limiter paces locally now), or
+// ctx ended first.
+func (l *Limiter) slowNotGone(ctx context.Context) bool {
+	h := &l.health
+	h.mu.Lock()
+	v, degraded := h.check, h.degraded
+	h.mu.Unlock()
+	if degraded {
+		return false
+	}
+	if v == nil {
+		return true // concluded already: not degraded, so Redis answered
+	}
+	select {
+	case <-v.done:
+		return v.up
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isTimeout reports whether err is a call that timed out: evidence of a
+// slow call, not of a Redis gone.
+func isTimeout(err error) bool {
+	var te *timeoutError
+	if errors.As(err, &te) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // degrade switches the Limiter to local pacing and wakes the loop, which
@@ -85,6 +263,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	h.lastErr = err
 	h.mu.Unlock()
 	l.fleet.leaving()
+	l.sharesMoved()
 	l.logView(l.loopCtx, "leaving")
 	select {
 	case h.wake <- struct{}{}:
@@ -127,6 +306,7 @@ func (l *Limiter) recovered(ctx context.Context) {
 	h.since = time.Now()
 	h.mu.Unlock()
 	l.fleet.back()
+	l.sharesMoved()
 	l.opts.Metrics.Fallback(false)
 	l.opts.Logger.Info("pacer: redis answers again, back on the shared buckets",
 		"degraded_for", down.Round(time.Millisecond), "limiter", l.id)
@@ -176,9 +356,8 @@ func (l *Limiter) loop() {
 			default:
 				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			}
-			l.sweepLocal()
-			nowNS, _ := l.serverNow()
-			l.horizons.sweep(nowNS)
+			l.sweepKeys()
+			l.store.Sweep()
 		}
 	}
 }

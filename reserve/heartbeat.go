@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -22,18 +21,12 @@ var heartbeatScript = redis.NewScript(lua.Heartbeat)
 // in one hash tag.
 func (l *Limiter) fleetKeys() []string { return layout.FleetKeys(l.opts.KeyPrefix) }
 
-// reports are the policies this Limiter's code passes, per key, for the
-// heartbeat to report to operators (admin.Client.Status shows them as the limit
-// in force when none is stored). Each is reported when first used or
-// changed, and again every reportEvery while in use; the fleet's hash drops
-// a report not renewed within reportKeep. At most maxReports keys are
-// tracked (the least recently used go first), reportBatch reported per
-// heartbeat.
-type reports struct {
-	mu sync.Mutex
-	m  map[string]*report
-}
-
+// Reports: the policy this Limiter's code passes on each key (a field of
+// the key's state, keys.go), for the heartbeat to report to operators
+// (admin.Client.Status shows it as the limit in force when none is
+// stored). Each is reported when first used or changed, and again every
+// reportEvery while in use; the fleet's hash drops a report not renewed
+// within reportKeep. At most reportBatch are reported per heartbeat.
 type report struct {
 	s    *spec
 	sent time.Time
@@ -41,58 +34,39 @@ type report struct {
 }
 
 const (
-	maxReports  = 10_000
 	reportBatch = 500
 	reportEvery = time.Minute
 	reportKeep  = 3 * reportEvery
 )
 
-func (r *reports) note(key string, s *spec) {
+// reportUse records that key is called with policy s.
+func (l *Limiter) reportUse(key string, s *spec) {
 	now := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e, ok := r.m[key]; ok {
-		if e.s != s && e.s.sig != s.sig {
-			e.s, e.sent = s, time.Time{}
-		}
-		e.used = now
-		return
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	r := &ks.report
+	if r.s != s && (r.s == nil || r.s.sig != s.sig) {
+		r.s, r.sent = s, time.Time{}
 	}
-	if r.m == nil {
-		r.m = make(map[string]*report)
-	}
-	if len(r.m) >= maxReports {
-		// Make room: the least recently used tenth goes.
-		used := make([]time.Time, 0, len(r.m))
-		for _, e := range r.m {
-			used = append(used, e.used)
-		}
-		slices.SortFunc(used, func(a, b time.Time) int { return a.Compare(b) })
-		cut := used[len(used)/10]
-		for k, e := range r.m {
-			if !e.used.After(cut) {
-				delete(r.m, k)
-			}
-		}
-	}
-	r.m[key] = &report{s: s, used: now}
+	r.used = now
 }
 
-// due returns the heartbeat's arguments for the reports due now (key,
-// "<ms> <policy>" pairs): those of keys used since their last report and
-// not reported within reportEvery, and marks them sent.
-func (r *reports) due(now time.Time) []any {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// reportsDue returns the heartbeat's arguments for the reports due now
+// (key, "<ms> <policy>" pairs): those of keys used since their last report
+// and not reported within reportEvery, and marks them sent.
+func (l *Limiter) reportsDue(now time.Time) []any {
 	var out []any
-	for key, e := range r.m {
+	for _, ks := range l.states.all() {
 		if len(out) >= 2*reportBatch {
 			break
 		}
-		if now.Sub(e.sent) >= reportEvery && e.used.After(e.sent) {
-			out = append(out, key, strconv.FormatInt(now.UnixMilli(), 10)+" "+e.s.storedText())
-			e.sent = now
+		ks.mu.Lock()
+		if r := &ks.report; r.s != nil && now.Sub(r.sent) >= reportEvery && r.used.After(r.sent) {
+			out = append(out, ks.name, strconv.FormatInt(now.UnixMilli(), 10)+" "+r.s.storedText())
+			r.sent = now
 		}
+		ks.mu.Unlock()
 	}
 	return out
 }
@@ -160,7 +134,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
 		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
-	args = append(args, l.reports.due(time.Now())...)
+	args = append(args, l.reportsDue(time.Now())...)
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).
@@ -219,6 +193,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
 	l.fleet.taken(ranks)
+	l.sharesMoved()
 	l.logView(ctx, mode)
 	// Only a member connected to the fleet's server itself checks (not one
 	// pacing locally: its client may reach another node, or none).

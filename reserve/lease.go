@@ -7,11 +7,9 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -72,23 +70,22 @@ var leaseScript = redis.NewScript(lua.Lease)
 // maxLease bounds a lease's slots, whatever the span allows.
 const maxLease = 1 << 16
 
-// sweepLeases is how many live leases make a new one look for leases whose
-// slots have all lapsed (keys that cooled) and drop them.
-const sweepLeases = 1024
-
 // notLeasableFor is how long a key lease.lua refused (a stored limit) is
 // not tried again.
 const notLeasableFor = time.Second
 
-// leaseTable holds the live leases of a Limiter, at most one per batchKey.
-type leaseTable struct {
-	mu      sync.Mutex
-	m       map[batchKey]*lease
-	size    map[batchKey]int       // the size of the key's next lease
-	refused map[batchKey]time.Time // lease.lua said "not leasable" at
-
-	granted, handed, lapsed atomic.Int64 // slots, for tests and figures
+// leaseSlot is one key and policy's leasing (a field of the key's state,
+// keys.go): its live lease, the size of the next, and when lease.lua last
+// refused it.
+type leaseSlot struct {
+	live      *lease
+	next      int       // the size of the next lease (0: twice the batch that found the key hot)
+	sized     time.Time // when next was set (the Limiter's clock)
+	refusedAt time.Time // lease.lua said "not leasable" then
 }
+
+// leaseCounts are a Limiter's leased slots, for tests and figures.
+type leaseCounts struct{ granted, handed, lapsed atomic.Int64 }
 
 // A lease is a run of k slots on one key, slot i (0-based) numbered seq0+i.
 type lease struct {
@@ -124,25 +121,37 @@ func (l *Limiter) leasable(s *spec, req *request) bool {
 	return l.opts.LeaseSpan > 0 && s.single && len(req.amounts) == 1 && req.amounts[0] == 1
 }
 
-// fromLease hands req the next slot of k's lease, if there is a live one;
-// ok is false when req must take the normal path. The result may be a
-// *WaitTooLongError (the slot is then kept for the next caller).
-func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok bool) {
+// fromLease hands req the next slot of the key's lease for s, if there is
+// a live one; ok is false when req must take the normal path. The result
+// may be a *WaitTooLongError (the slot is then kept for the next caller).
+func (l *Limiter) fromLease(key string, s *spec, req *request) (res result, ok bool) {
 	if !l.leasable(s, req) {
 		return result{}, false
 	}
-	t := &l.coalescer.leases
-	t.mu.Lock()
-	ls := t.m[k]
-	if ls == nil {
-		t.mu.Unlock()
+	ks := l.states.peek(key)
+	if ks == nil {
 		return result{}, false
 	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return l.fromLeaseLocked(ks, s, req)
+}
+
+// fromLeaseLocked is fromLease with ks.mu held.
+func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res result, ok bool) {
+	if !l.leasable(s, req) {
+		return result{}, false
+	}
+	slot := ks.leases[s.sig]
+	if slot == nil || slot.live == nil {
+		return result{}, false
+	}
+	ls := slot.live
 	now := l.clock.Now()
 	// The earliest slot that may still go out, on the server's clock: not
-	// passed by more than the allowance, not inside a pause read since.
+	// passed by more than the allowance, not inside a pause known since.
 	nowNS := ls.base.serverNS + int64(now.Sub(ls.base.local))
-	paused := l.pauses.known(k.key)
+	paused := ks.knownPause()
 	oldest := max(nowNS-int64(ls.allow), paused)
 	if ls.slotNS(ls.next) < oldest {
 		// Demand is below the lease's rate, and its next slot has fallen
@@ -156,16 +165,14 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 		skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= fresh })
 		ls.next += skip
 		ls.lapsed += skip
-		t.lapsed.Add(int64(skip))
+		l.leased.lapsed.Add(int64(skip))
 	}
 	if ls.next == ls.k {
-		t.retire(k, ls, now)
-		t.mu.Unlock()
+		l.retireLease(slot, now)
 		return result{}, false
 	}
 	i := ls.next
-	slot := ls.slotNS(i)
-	at := ls.base.at(slot)
+	at := ls.base.at(ls.slotNS(i))
 	wait := at.Sub(now)
 	if req.maxWait >= 0 {
 		mw := req.maxWait
@@ -173,17 +180,15 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 			mw = max(mw-now.Sub(req.since), 0)
 		}
 		if wait > mw {
-			t.mu.Unlock()
 			return result{nil, &WaitTooLongError{Wait: wait, MaxWait: req.maxWait, Band: s.bands[0].name}}, true
 		}
 	}
 	ls.next++
 	if ls.next == ls.k {
-		t.retire(k, ls, now)
+		l.retireLease(slot, now)
 	}
-	t.mu.Unlock()
-	t.handed.Add(1)
-	r := &Reservation{lim: l, key: k.key, spec: s, amounts: req.amounts, at: at, slotNS: slot, seq: ls.seq0 + int64(i),
+	l.leased.handed.Add(1)
+	r := &Reservation{lim: l, key: ks.name, spec: s, amounts: req.amounts, at: at, slotNS: ls.slotNS(i), seq: ls.seq0 + int64(i),
 		source: SourceLease}
 	if wait > 0 {
 		// A lease's slots are its one bucket's, spaced 1/rate apart.
@@ -193,62 +198,39 @@ func (l *Limiter) fromLease(k batchKey, s *spec, req *request) (res result, ok b
 	return result{r: r}, true
 }
 
-// retire removes ls, k's lease, at now (the Limiter's clock), and sizes
-// k's next lease from its use: the demand it saw (slots handed out over the
+// retireLease ends slot's live lease at now (the Limiter's clock), and
+// sizes the next from its use: the demand it saw (slots handed out over the
 // time it lived) times half the lateness allowance, so that the next lease
-// is handed out well before its slots lapse. t.mu is held.
-func (t *leaseTable) retire(k batchKey, ls *lease, now time.Time) {
-	if t.m[k] == ls {
-		delete(t.m, k)
+// is handed out well before its slots lapse. The key's lock is held.
+func (l *Limiter) retireLease(slot *leaseSlot, now time.Time) {
+	ls := slot.live
+	if ls == nil {
+		return
 	}
+	slot.live = nil
 	if rest := ls.k - ls.next; rest > 0 {
 		ls.lapsed += rest
 		ls.next = ls.k
-		t.lapsed.Add(int64(rest))
+		l.leased.lapsed.Add(int64(rest))
 	}
 	lived := max(now.Sub(ls.base.local), time.Microsecond)
 	next := int(min(float64(ls.k-ls.lapsed)*float64(ls.allow/2)/float64(lived), maxLease))
-	next = max(next, 2)
-	if len(t.size) > 4096 {
-		clear(t.size)
-	}
-	t.init()
-	t.size[k] = next
+	slot.next, slot.sized = max(next, 2), now
 }
 
-// init makes t's maps. t.mu is held.
-func (t *leaseTable) init() {
-	if t.m == nil {
-		t.m = make(map[batchKey]*lease)
-		t.size = make(map[batchKey]int)
-		t.refused = make(map[batchKey]time.Time)
-	}
-}
-
-// drop lets k's lease lapse (a pause, Close).
-func (t *leaseTable) drop(k batchKey) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ls := t.m[k]; ls != nil {
-		t.retire(k, ls, ls.base.local.Add(ls.allow))
-	}
-}
-
-// dropKey lets every lease on key lapse (this Limiter paused the key: the
-// leased slots may lie inside the pause).
-func (t *leaseTable) dropKey(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k, ls := range t.m {
-		if k.key == key {
-			t.retire(k, ls, ls.base.local.Add(ls.allow))
+// dropLeases lets every lease on the key lapse (this Limiter paused the
+// key: the leased slots may lie inside the pause). The key's lock is held.
+func (l *Limiter) dropLeases(ks *keyState) {
+	for _, slot := range ks.leases {
+		if ls := slot.live; ls != nil {
+			l.retireLease(slot, ls.base.local.Add(ls.allow))
 		}
 	}
 }
 
-// leaseSize returns how many slots a lease for k should have when a batch
-// of n found it hot; below 2, none.
-func (l *Limiter) leaseSize(k batchKey, s *spec, n int) int {
+// leaseSize returns how many slots a lease for the key's policy s should
+// have when a batch of n found it hot; below 2, none.
+func (l *Limiter) leaseSize(key string, s *spec, n int) int {
 	if l.opts.LeaseSpan <= 0 || !s.single {
 		return 0
 	}
@@ -256,54 +238,53 @@ func (l *Limiter) leaseSize(k batchKey, s *spec, n int) int {
 	if span < 2 {
 		return 0
 	}
-	t := &l.coalescer.leases
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if at, ok := t.refused[k]; ok {
-		if time.Since(at) < notLeasableFor {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	slot := ks.leases[s.sig]
+	want := 2 * n
+	if slot != nil {
+		if !slot.refusedAt.IsZero() && time.Since(slot.refusedAt) < notLeasableFor {
 			return 0
 		}
-		delete(t.refused, k)
-	}
-	want := t.size[k]
-	if want == 0 {
-		want = 2 * n
+		if slot.next > 0 {
+			want = slot.next
+		}
 	}
 	return int(min(float64(max(want, n)), span, maxLease))
 }
 
 // leaseBatch serves reqs, a hot key's batch, from a new lease, and the
 // rest (requests that cannot lease, or all of them when k cannot) on the
-// normal path. It runs on the coalescer's drain, whose context is no
+// normal path. It runs on the key's drain, whose context is no
 // caller's.
-func (l *Limiter) leaseBatch(ctx context.Context, k batchKey, s *spec, reqs []*request) []result {
-	size := l.leaseSize(k, s, len(reqs))
+func (l *Limiter) leaseBatch(ctx context.Context, key string, s *spec, reqs []*request) []result {
+	size := l.leaseSize(key, s, len(reqs))
 	if size < 2 || l.isDegraded() || !l.leasable(s, reqs[0]) {
-		return l.reserveBatch(ctx, k.key, s, reqs)
+		return l.reserveBatch(ctx, key, s, reqs)
 	}
-	if l.hasLocal(k.key) {
-		return l.reserveBatch(ctx, k.key, s, reqs)
+	if l.hasLocal(key) {
+		return l.reserveBatch(ctx, key, s, reqs)
 	}
-	ls, err := l.newLease(ctx, k, s, size)
+	ls, err := l.newLease(ctx, key, s, size)
 	if err != nil {
+		if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+			return l.grantBatch(ctx, key, s, reqs, nil, true)
+		}
 		out := make([]result, len(reqs))
-		for i, req := range reqs {
-			if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-				out[i].r, out[i].err = l.reserveLocal(k.key, s, req.amounts, req.maxWait)
-			} else {
-				out[i].err = err
-			}
+		for i := range out {
+			out[i].err = err
 		}
 		return out
 	}
 	if ls == nil {
-		return l.reserveBatch(ctx, k.key, s, reqs)
+		return l.reserveBatch(ctx, key, s, reqs)
 	}
 	out := make([]result, len(reqs))
 	var rest []*request
 	var restAt []int
 	for i, req := range reqs {
-		res, ok := l.fromLease(k, s, req)
+		res, ok := l.fromLease(key, s, req)
 		if !ok {
 			rest = append(rest, req)
 			restAt = append(restAt, i)
@@ -312,76 +293,73 @@ func (l *Limiter) leaseBatch(ctx context.Context, k batchKey, s *spec, reqs []*r
 		out[i] = res
 	}
 	if len(rest) > 0 {
-		for j, res := range l.reserveBatch(ctx, k.key, s, rest) {
+		for j, res := range l.reserveBatch(ctx, key, s, rest) {
 			out[restAt[j]] = res
 		}
 	}
 	return out
 }
 
-// newLease runs lease.lua for size slots on k and installs the lease; nil
-// without error when the key is not leasable.
-func (l *Limiter) newLease(ctx context.Context, k batchKey, s *spec, size int) (*lease, error) {
+// newLease runs lease.lua for size slots of the key's policy s and
+// installs the lease; nil without error when the key is not leasable.
+func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (*lease, error) {
 	now := l.clock.Now()
-	args, err := l.grantArgs(k.key, now, s, 2)
+	args, err := l.grantArgs(key, now, s, 2)
 	if err != nil {
 		return nil, err
 	}
 	args = append(args, strconv.Itoa(size), "1")
-	keys := l.keys(k.key)
+	keys := l.keys(key)
 	var sentReal time.Time // for the pause read the reply stands for
-	res, err := l.run(ctx, "lease", k.key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, "lease", key, func(ctx context.Context) (any, error) {
 		sentReal = time.Now()
 		return leaseScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	ls, err := l.parseLease(now, sentReal, k.key, s, res)
+	ls, state, err := l.parseLease(now, key, s, res)
 	if err != nil {
 		return nil, err
 	}
-	t := &l.coalescer.leases
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.init()
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if state != "" {
+		ks.noteSeen(state, ks.stored, sentReal)
+	}
+	if ks.leases == nil {
+		ks.leases = make(map[string]*leaseSlot)
+	}
+	slot := ks.leases[s.sig]
+	if slot == nil {
+		slot = &leaseSlot{}
+		ks.leases[s.sig] = slot
+	}
 	if ls == nil {
-		t.refused[k] = time.Now()
+		slot.refusedAt = time.Now()
 		return nil, nil
 	}
-	if old := t.m[k]; old != nil {
-		t.retire(k, old, ls.base.local)
-	}
-	if len(t.m) >= sweepLeases {
-		// Keys that cooled keep their lease until someone asks again:
-		// let those whose slots have all lapsed go.
-		for bk, old := range t.m {
-			if old.base.at(old.last).Add(old.allow).Before(ls.base.local) {
-				t.retire(bk, old, ls.base.local)
-			}
-		}
-	}
-	t.m[k] = ls
-	t.granted.Add(int64(ls.k))
-	l.horizons.note(k.key, ls.last, s)
+	l.retireLease(slot, ls.base.local)
+	slot.live = ls
+	l.leased.granted.Add(int64(ls.k))
+	ks.noteAhead(ls.last)
 	return ls, nil
 }
 
-// parseLease reads lease.lua's reply to a call sent at now (sentReal on
-// the system clock); nil when the key is not leasable. The state it carries
-// stands for a sleeper's pause read (pauseChecks.observe), as a
-// reservation's reply does.
-func (l *Limiter) parseLease(now, sentReal time.Time, key string, s *spec, res any) (*lease, error) {
+// parseLease reads lease.lua's reply to a call sent at now: the lease
+// (nil when the key is not leasable) and the state it carries, which
+// stands for a sleeper's pause read (keyState.observe), as a reservation's
+// reply does.
+func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*lease, string, error) {
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 9 {
-		return nil, replyError("lease", key, res)
+		return nil, "", replyError("lease", key, res)
 	}
-	if state, _ := reply[8].(string); state != "" {
-		l.pauses.observe(key, engine.PauseEnd(state), shiftOf(state), sentReal)
-	}
+	state, _ := reply[8].(string)
 	base, err := l.replyBase(now, reply)
 	if err != nil {
-		return nil, replyError("lease", key, res)
+		return nil, "", replyError("lease", key, res)
 	}
 	k, ok1 := reply[2].(int64)
 	seq0, ok2 := reply[3].(int64)
@@ -390,15 +368,15 @@ func (l *Limiter) parseLease(now, sentReal time.Time, key string, s *spec, res a
 	xs, ok5 := reply[6].(string)
 	steps, ok6 := reply[7].(string)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return nil, replyError("lease", key, res)
+		return nil, "", replyError("lease", key, res)
 	}
 	if k == 0 {
-		return nil, nil
+		return nil, state, nil
 	}
 	x, err1 := strconv.ParseFloat(xs, 64)
 	step, err2 := strconv.ParseFloat(steps, 64)
 	if err1 != nil || err2 != nil || k < 2 || k > maxLease {
-		return nil, fmt.Errorf("reserve: lease %q: %w", key, replyError("lease", key, res))
+		return nil, "", fmt.Errorf("reserve: lease %q: %w", key, replyError("lease", key, res))
 	}
 	allow := l.opts.MaxLateness
 	if allow <= 0 {
@@ -409,17 +387,5 @@ func (l *Limiter) parseLease(now, sentReal time.Time, key string, s *spec, res a
 		spec: s, base: base, usNS: usNS, seq0: seq0,
 		first: base.serverNS + first, last: base.serverNS + last,
 		x: x, step: step, k: int(k), allow: allow,
-	}, nil
-}
-
-// known returns the end of key's pause as this Limiter last read it (server
-// clock, Unix ns; 0 if none or never read). It makes no call.
-func (p *pauseChecks) known(key string) int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pr := p.m[key]
-	if pr == nil || pr.at.IsZero() || pr.err != nil {
-		return 0
-	}
-	return pr.endNS
+	}, state, nil
 }

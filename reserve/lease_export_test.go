@@ -15,8 +15,7 @@ func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, 
 	if err != nil {
 		return nil, nil, false, err
 	}
-	bk := batchKey{key, s.sig}
-	ls, err := l.newLease(ctx, bk, s, k)
+	ls, err := l.newLease(ctx, key, s, k)
 	if err != nil || ls == nil {
 		return nil, nil, false, err
 	}
@@ -25,7 +24,10 @@ func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, 
 		seqs = append(seqs, ls.seq0+int64(i))
 	}
 	if !keep {
-		l.coalescer.leases.drop(bk)
+		ks := l.states.get(key)
+		ks.mu.Lock()
+		l.retireLease(ks.leases[s.sig], ls.base.local.Add(ls.allow))
+		ks.mu.Unlock()
 	}
 	return slots, seqs, true, nil
 }
@@ -33,23 +35,26 @@ func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, 
 // LeaseCounts returns the slots this Limiter leased, handed out and let
 // lapse, and those its live leases still hold, for tests.
 func (l *Limiter) LeaseCounts() (granted, handed, lapsed, held int64) {
-	t := &l.coalescer.leases
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, ls := range t.m {
-		held += int64(ls.k - ls.next)
+	for _, ks := range l.states.all() {
+		ks.mu.Lock()
+		for _, slot := range ks.leases {
+			if ls := slot.live; ls != nil {
+				held += int64(ls.k - ls.next)
+			}
+		}
+		ks.mu.Unlock()
 	}
-	return t.granted.Load(), t.handed.Load(), t.lapsed.Load(), held
+	return l.leased.granted.Load(), l.leased.handed.Load(), l.leased.lapsed.Load(), held
 }
 
-// LeaseSize returns the size k's next lease would have after a batch of n,
-// for tests.
+// LeaseSize returns the size the next lease of key would have after a
+// batch of n, for tests.
 func (l *Limiter) LeaseSize(key string, lim Limit, n int) int {
 	s, err := l.specOf(lim)
 	if err != nil {
 		return 0
 	}
-	return l.leaseSize(batchKey{key, s.sig}, s, n)
+	return l.leaseSize(key, s, n)
 }
 
 // SeqOf returns r's number on its key, for tests.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/luastore"
 	"github.com/pacer-go/pacer/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -44,18 +45,20 @@ type Limiter struct {
 	clock Clock
 	id    string // this Limiter in the fleet's heartbeat set
 
-	// A call's way, stage by stage (see wait.go).
-	specs     sync.Map     // checking: Limit -> *spec, the compiled one-band policies
-	nspecs    atomic.Int64 // how many specs holds
-	refusals  refusals     // checking: maximum waits known too short (refusals.go)
-	coalescer coalescer    // 1, forming a batch: queues and leases (batch.go, lease.go)
-	fair      fairQueues   // 1: fair requests' queues, each with its pump (fair.go)
-	local     *fallback    // 2, running it while Redis is unavailable (fallback.go)
-	turns     localTurns   // 2: fair requests' turns while Redis is unavailable (fairlocal.go)
-	horizons  horizons     // 2: the latest slot Redis granted, per key, where a local schedule starts (horizons.go)
-	sync      clockSync    // 3, placing slots: the server's clock against the local one, with serverTime (place.go)
-	pauses    pauseChecks  // 4, sleeping: the keys' pauses read and made (sleep.go)
-	sleeper   wake.Sleeper // 4: the precise timer
+	// A call's way, stage by stage (see wait.go), on the keys' states.
+	specs  sync.Map     // checking: Limit -> *spec, the compiled one-band policies
+	nspecs atomic.Int64 // how many specs holds
+	states keyTable     // every key's state: everything the Limiter knows of it (keys.go)
+	// store is the local fallback's (local.go): the scripts run there
+	// while Redis is unavailable.
+	store   *luastore.Store
+	sync    clockSync    // 3, placing slots: the server's clock against the local one, with serverTime (place.go)
+	sleeper wake.Sleeper // 4: the precise timer
+
+	leased         leaseCounts   // slots leased, handed out, lapsed (lease.go)
+	localIDs       atomic.Uint64 // local reservations' numbers
+	droppedAdjusts atomic.Int64  // pending adjustments dropped (over maxPending)
+	fairMutant     *redis.Script // a mutant of the fair script, set by tests (export_test.go)
 
 	// The path to Redis (call.go) and its health.
 	rdb        redis.UniversalClient
@@ -68,7 +71,6 @@ type Limiter struct {
 	fleet    fleetView // (fleet.go)
 	presence presence  // a named connection kept open while the Limiter lives (presence.go)
 	started  time.Time // when New made it (see heartbeat)
-	reports  reports   // the policies the code passes, for operators (heartbeat.go)
 	// format2 says the fleet writes state format 2: the operator's setting
 	// (cmd/pacer format), as the last heartbeat read it. Until one says so,
 	// the Limiter writes format 1, which the previous release reads.
@@ -78,7 +80,8 @@ type Limiter struct {
 	closeOnce  sync.Once
 	closeErr   error
 	stop       chan struct{}
-	done       chan struct{}
+	done       chan struct{} // closed when loop returns
+	listening  chan struct{} // closed when listen returns
 	loopCtx    context.Context
 	loopCancel context.CancelFunc
 }
@@ -120,6 +123,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		sleeper:    wake.Sleeper{Margin: opts.PreciseWake},
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		listening:  make(chan struct{}),
 	}
 	l.health.wake = make(chan struct{}, 1)
 	l.health.since = time.Now()
@@ -133,8 +137,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.clock = systemClockValue
 	}
 	l.serverTime = !opts.ClientTime
-	l.local = newFallback()
-	l.coalescer.queues = make(map[batchKey]*queue)
+	l.store = l.newStore()
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		// After a master fails over, go-redis keeps sending a slot's
 		// commands to the dead master until its periodic refresh, which
@@ -166,6 +169,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		opts.Logger.Warn("pacer: the first heartbeat failed", "err", err, "limiter", l.id)
 	}
 	go l.loop()
+	go l.listen()
 	return l, nil
 }
 
@@ -184,7 +188,8 @@ func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
 }
 
 // Close stops the Limiter's background goroutine, removes it from the
-// fleet's heartbeat set (its share goes back to the fleet at once), and
+// fleet's heartbeat set (its share goes back to the fleet at once; tried
+// also while the Limiter paces locally), and
 // closes the client New made for it, if any (not the one passed to New). Calls after
 // Close return ErrClosed; a Wait already sleeping finishes normally. Close
 // is safe to call more than once, from several goroutines: the first does
@@ -194,11 +199,15 @@ func (l *Limiter) Close() error {
 		l.loopCancel()
 		close(l.stop)
 		<-l.done
-		var err error
-		if !l.isDegraded() {
-			ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
-			err = l.leave(ctx)
-			cancel()
+		<-l.listening
+		// Leave the fleet, also while pacing locally: Redis may answer by
+		// now, and a member that stays listed holds its share back from the
+		// others until it is found gone.
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
+		err := l.leave(context.WithValue(ctx, recoveryKey{}, true))
+		cancel()
+		if l.isDegraded() {
+			err = nil // Redis was unavailable: leaving was worth a try
 		}
 		l.closed.Store(true)
 		l.absent()

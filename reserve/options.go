@@ -52,15 +52,22 @@ type Options struct {
 	KeyPrefix string
 
 	// CallTimeout bounds every call to Redis, whatever the client's own
-	// timeouts, so a hung Redis cannot hold a Wait for seconds. Default
-	// 250 ms. A call that times out counts as a failure, also when the
-	// caller's own deadline ended it first.
+	// timeouts, so a hung Redis cannot hold a Wait for long. Default
+	// 250 ms. On a slow machine or network the bound grows with the round
+	// trips seen (four times the slowest recent one, at most 2 s), so that
+	// a busy process does not take itself for cut off. A call that times
+	// out is no evidence that Redis is gone: the Limiter pings Redis,
+	// giving it eight CallTimeouts (at least 2 s), and only when that fails
+	// too does it pace locally; meanwhile the call waits, and goes to Redis
+	// again if Redis answered.
 	CallTimeout time.Duration
 
-	// FailAfter is the number of consecutive failed Redis calls (errors
-	// other than bad input, or timeouts) after which the Limiter stops
+	// FailAfter is the number of consecutive failed Redis calls (refused,
+	// reset, a Redis loading or failing over) after which the Limiter stops
 	// calling Redis and paces locally until a probe finds Redis again.
-	// Default 3. Calls that fail before then are paced locally too.
+	// Default 3. Calls that fail before then are paced locally too. Calls
+	// that time out count only once a ping has failed as well (see
+	// CallTimeout).
 	FailAfter int
 
 	// FailClosed makes calls return an error matching ErrUnavailable while
@@ -71,12 +78,13 @@ type Options struct {
 	// share its keys until it has learned the real number from Redis: it
 	// then paces locally at a FleetSize-th of each key's limits (a rank
 	// drawn from its id: two Limiters may draw the same one, so this is
-	// approximate, unlike the share learned from Redis). Default
-	// (0): a Limiter that has never reached Redis does not pace locally;
-	// its calls fail with ErrUnavailable, wrapping the reason Redis could
-	// not be reached (a wrong address shows at once instead of pacing
-	// every process at the full rate). Once it has reached Redis, the
-	// number learned from the heartbeats is used, whatever FleetSize says.
+	// approximate, unlike the share learned from Redis). Default (0): a
+	// Limiter that has never reached Redis does not pace locally: its
+	// callers wait until Redis answers (within their deadlines), and those
+	// that asked for a maximum wait (TryReserveN) get an error matching
+	// ErrUnavailable, wrapping the reason Redis could not be reached. Once
+	// it has reached Redis, the number learned from the heartbeats is
+	// used, whatever FleetSize says.
 	FleetSize int
 
 	// RequireRedis makes New fail, with an error matching ErrUnavailable

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/engine"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,15 +34,23 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 	if d <= 0 || d > maxFill {
 		return fmt.Errorf("%w: pause %v (want 0 < d <= %v)", ErrInvalidDuration, d, maxFill)
 	}
-	err := l.pauseRedis(ctx, key, s, d)
+	var err error
+	if l.isDegraded() && !l.opts.FailClosed {
+		err = fmt.Errorf("reserve: pause %q: %w", key, l.unavailableErr())
+	} else {
+		err = l.pauseRedis(ctx, key, s, d)
+	}
 	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 		// Paced locally until Redis is back, then passed on to it.
-		err = l.pauseLocal(key, s, d)
+		err = l.pauseLocal(ctx, key, s, d)
 	}
 	if err == nil {
 		// This Limiter's leases on the key lapse: their slots may lie
 		// inside the pause, and a new lease comes after it.
-		l.coalescer.leases.dropKey(key)
+		ks := l.states.get(key)
+		ks.mu.Lock()
+		l.dropLeases(ks)
+		ks.mu.Unlock()
 		l.opts.Metrics.Paused(key, d)
 	}
 	return err
@@ -55,8 +62,9 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
 	keys := l.keys(key)
 	sent := now
+	var sentReal time.Time
 	res, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
-		sent = l.clock.Now()
+		sent, sentReal = l.clock.Now(), time.Now()
 		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
 	if err != nil {
@@ -64,13 +72,17 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	}
 	// The pause is known here at once: sleepers and leases honour it
 	// without waiting for their next read.
-	if reply, ok := res.([]any); ok && len(reply) == 4 {
+	if reply, ok := res.([]any); ok && len(reply) == 5 {
 		base, err := l.replyBaseAt(sent, l.clock.Now(), reply)
 		end, ok1 := reply[2].(int64)
 		seq, ok2 := reply[3].(int64)
-		if err == nil && ok1 && ok2 && end > 0 {
-			l.pauses.learn(key, base.serverNS+end)
-			l.pauses.mine(key, base.serverNS+end, seq, s)
+		state, ok3 := reply[4].(string)
+		if err == nil && ok1 && ok2 && ok3 && end > 0 {
+			ks := l.states.get(key)
+			ks.mu.Lock()
+			ks.noteSeen(state, ks.stored, sentReal)
+			ks.mine(base.serverNS+end, seq, s)
+			ks.mu.Unlock()
 		}
 	}
 	return nil
@@ -124,16 +136,40 @@ func (l *Limiter) Peek(ctx context.Context, req Request) (Snapshot, error) {
 
 func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float64) (Snapshot, error) {
 	now := l.clock.Now()
-	args := l.args(now, s, len(amounts))
-	for _, a := range amounts {
-		args = append(args, formatFloat(a))
+	run := func(local bool) (any, error) {
+		if !local {
+			args := l.args(now, s, len(amounts))
+			for _, a := range amounts {
+				args = append(args, formatFloat(a))
+			}
+			keys := l.keys(key)
+			return l.run(ctx, "peek", key, func(ctx context.Context) (any, error) {
+				return peekScript.Run(ctx, l.rdb, keys, args...).Result()
+			}, nil)
+		}
+		shareArg, err := l.localShareArg(key)
+		if err != nil {
+			return nil, err
+		}
+		args := l.argsWith(now, s, len(amounts), shareArg, true)
+		for _, a := range amounts {
+			args = append(args, formatFloat(a))
+		}
+		ks := l.states.get(key)
+		ks.mu.Lock()
+		defer ks.mu.Unlock()
+		return l.runLocal(ctx, "peek", ks, s, peekScript, l.keys(key), args, shareArg)
 	}
-	keys := l.keys(key)
-	res, err := l.run(ctx, "peek", key, func(ctx context.Context) (any, error) {
-		return peekScript.Run(ctx, l.rdb, keys, args...).Result()
-	}, nil)
-	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.peekLocal(key, s, amounts)
+	local := l.isDegraded() && !l.opts.FailClosed
+	res, err := run(local)
+	if !local && errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+		local = true
+		res, err = run(true)
+	}
+	var noShare *noShareError
+	if errors.As(err, &noShare) {
+		// No share to pace on now: nothing could be granted here.
+		return Snapshot{Wait: -1, Local: true}, nil
 	}
 	if err != nil {
 		return Snapshot{}, err
@@ -142,13 +178,18 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	if !ok || len(reply) < 4 || (len(reply)-4)%4 != 0 {
 		return Snapshot{}, replyError("peek", key, res)
 	}
-	base, err := l.replyBase(now, reply)
+	var base replyTime
+	if local {
+		base, err = l.localBase(now, reply)
+	} else {
+		base, err = l.replyBase(now, reply)
+	}
 	wait, ok1 := reply[2].(int64)
 	paused, ok2 := reply[3].(int64)
 	if err != nil || !ok1 || !ok2 {
 		return Snapshot{}, replyError("peek", key, res)
 	}
-	var bands []engine.BandPeek
+	var bands []bandPeek
 	for i := 4; i < len(reply); i += 4 {
 		name, ok1 := reply[i].(string)
 		value, ok2 := reply[i+1].(string)
@@ -158,22 +199,30 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		if !ok1 || !ok2 || !ok3 || !ok4 || perr != nil {
 			return Snapshot{}, replyError("peek", key, res)
 		}
-		bands = append(bands, engine.BandPeek{Name: name, Value: v, WaitNS: bw, EndNS: end})
+		bands = append(bands, bandPeek{name: name, value: v, waitNS: bw, endNS: end})
 	}
-	return snapshotOf(base.local, wait, paused, bands, false, s.slowest(amounts)), nil
+	return snapshotOf(base.local, wait, paused, bands, local, s.slowest(amounts)), nil
+}
+
+// bandPeek is one band as peek.lua reads it.
+type bandPeek struct {
+	name   string
+	value  float64 // a bucket's balance, or a window's units in its latest window
+	waitNS int64   // this band's own wait for the cost; -1: never at the share
+	endNS  int64   // a window's latest window end, ns from now (0 for a bucket)
 }
 
 // snapshotOf builds a Snapshot from a peek made at at (the Limiter's clock):
 // waits and ends in ns from then; a wait of -1 ns: never at this share.
 // spacing is the cost's spacing in its slowest bucket: the most a bucket
 // emptied by a pause adds to the pause.
-func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local bool, spacing time.Duration) Snapshot {
+func snapshotOf(at time.Time, wait, paused int64, bands []bandPeek, local bool, spacing time.Duration) Snapshot {
 	snap := Snapshot{Wait: time.Duration(wait), Paused: time.Duration(max(paused, 0)), Local: local}
 	if wait > 0 {
 		longest := int64(0)
 		for _, b := range bands {
-			if b.WaitNS > longest {
-				snap.Binding, longest = b.Name, b.WaitNS
+			if b.waitNS > longest {
+				snap.Binding, longest = b.name, b.waitNS
 			}
 		}
 		if paused > 0 && longest <= paused+int64(spacing)+1 {
@@ -181,9 +230,9 @@ func snapshotOf(at time.Time, wait, paused int64, bands []engine.BandPeek, local
 		}
 	}
 	for _, b := range bands {
-		bs := BandSnapshot{Name: b.Name, Value: b.Value, Wait: time.Duration(b.WaitNS)}
-		if b.EndNS != 0 {
-			bs.WindowEnd = at.Add(time.Duration(b.EndNS))
+		bs := BandSnapshot{Name: b.name, Value: b.value, Wait: time.Duration(b.waitNS)}
+		if b.endNS != 0 {
+			bs.WindowEnd = at.Add(time.Duration(b.endNS))
 		}
 		snap.Bands = append(snap.Bands, bs)
 	}

@@ -39,12 +39,16 @@ func TestReplyIsPauseRead(t *testing.T) {
 	end := l.KnownPause("p")
 	assert.Greater(t, end, time.Now().Add(50*time.Second).UnixNano(), "pause end known from the reply")
 
-	// A reply to a call sent before that answer arrived does not replace
-	// it; one sent after does.
-	l.ObservePause("p", 0, time.Now().Add(-time.Second))
-	assert.Equal(t, end, l.KnownPause("p"), "an older reply replaced a newer read")
-	l.ObservePause("p", 0, time.Now().Add(time.Millisecond))
-	assert.Zero(t, l.KnownPause("p"), "a newer reply did not replace an older read")
+	// A reply showing an older state (written before, its call sent
+	// before the last one arrived) does not replace it; one sent after
+	// does, whatever its write time (a server clock that stepped back).
+	older := "1700000000000000 5000 1 0 0 0"
+	l.ObserveState("p", older, time.Now().Add(-time.Second))
+	assert.Equal(t, end, l.KnownPause("p"), "an older state replaced a newer one")
+	l.ObserveState("p", older, time.Now().Add(time.Millisecond))
+	assert.Zero(t, l.KnownPause("p"), "a state shown by a call sent after the last one arrived was not taken")
+	l.ObserveState("p", "", time.Time{}) // an event's
+	assert.Zero(t, l.KnownPause("p"))
 
 	// A lease's reply carries the state too.
 	hot := reserve.Limit{Rate: 1e6, Burst: 1}

@@ -3,11 +3,12 @@ package reserve
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/engine"
+	"github.com/pacer-go/pacer/internal/layout"
 )
 
 // Stage 3 of a call's way (see wait.go): placing the slots on the local
@@ -72,6 +73,18 @@ type clockSync struct {
 // minute.
 const bestAge = time.Minute
 
+// localOf is server's inverse: the local time of serverNS (Unix ns on the
+// server's clock) as the estimate places it; without an estimate, the
+// instant serverNS itself.
+func (c *clockSync) localOf(serverNS int64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.best.ok {
+		return time.Unix(0, serverNS)
+	}
+	return c.best.local.Add(time.Duration(serverNS - c.best.serverS))
+}
+
 // server returns local, a time on the local clock, on the server's clock
 // (Unix ns) as the estimate places it; without an estimate, local itself.
 func (c *clockSync) server(local time.Time) int64 {
@@ -120,10 +133,13 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 	return est
 }
 
-// parseReserve fills out from reserve.lua's reply to a call sent at sent
-// whose reply arrived at recv (sentReal: sent on the system clock).
-func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *spec, reqs []*request, res any, out []result) error {
-	op := reqs[0].op
+// parseReserve fills out from reserve.lua's reply, whose waits count from
+// base, to a call on Redis sent at sentReal (system clock), or (local) on
+// the local fallback's store, and applies what it shows of the key to the
+// key's state: from Redis, the state and stored limit, the pause, the
+// refusals and the slots granted; from the store, its latest slot.
+func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, res any, out []result, local bool) error {
+	op, key := reqs[0].op, ks.name
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 5+2*len(reqs) {
 		return replyError(op, key, res)
@@ -131,13 +147,13 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 	state, _ := reply[len(reply)-3].(string)
 	stored, _ := reply[len(reply)-2].(string)
 	bys, _ := reply[len(reply)-1].(string)
-	l.local.noteState(key, state, stored)
-	pe := engine.PauseEnd(state)
-	l.pauses.observe(key, pe, shiftOf(state), sentReal)
-	base, err := l.replyBaseAt(sent, recv, reply)
-	if err != nil {
-		return replyError(op, key, res)
+	pe := layout.PauseEnd(state)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if !local {
+		ks.noteSeen(state, stored, sentReal)
 	}
+	var last int64
 	for i, req := range reqs {
 		waitNS, ok1 := reply[2+2*i].(int64)
 		seq, ok2 := reply[3+2*i].(int64)
@@ -155,18 +171,36 @@ func (l *Limiter) parseReserve(sent, recv, sentReal time.Time, key string, s *sp
 			out[i] = result{nil, &errDeferred{retry: base.at(base.serverNS + waitNS)}}
 		case seq == 0:
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait, Band: band}}
-			l.refusals.note(key, s, req.amounts, base.at(base.serverNS+waitNS), base.local, band)
+			if !local {
+				ks.refuse(s, req.amounts, base.at(base.serverNS+waitNS), base.local, band)
+			}
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
 			r.band = band
-			if pe > base.serverNS && pe <= r.slotNS {
-				r.pauseEnd = pe // granted after a pause in force: Sleep looks for a resume
+			r.afterPaused = pe > base.serverNS && pe <= r.slotNS // Sleep looks for a resume
+			if local {
+				r.seq, r.source = 0, SourceLocal
+				r.localID = "l" + l.id + "." + strconv.FormatUint(l.localIDs.Add(1), 10)
 			}
+			last = max(last, r.slotNS)
 			l.granted(r, time.Duration(waitNS))
 			out[i] = result{r: r}
 		}
 	}
+	switch {
+	case last == 0:
+	case local && ks.local != nil:
+		ks.local.last = max(ks.local.last, last)
+	case !local:
+		ks.noteAhead(last)
+	}
 	return nil
+}
+
+// shareError is the error of a request a window band can never take at
+// this Limiter's share (its N_k is below the cost in every window).
+func (l *Limiter) shareError(key string) error {
+	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a window band is below the cost in every window", key, l.unavailableErr())}
 }
 
 // nextBinding reads the first word of a reply's binding bands (see
@@ -233,7 +267,6 @@ func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base re
 		slotNS:  base.serverNS + waitNS,
 		seq:     seq,
 	}
-	l.horizons.note(key, r.slotNS, s)
 	return r
 }
 

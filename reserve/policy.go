@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/pacer-go/pacer/internal/engine"
 )
 
 // A Policy is the set of limits every call on a key must satisfy at once:
@@ -81,7 +79,6 @@ type spec struct {
 	args     []any  // ARGV[5...]: k, then the bands' records
 	sig      string // the policy's encoding: equal specs, equal sig
 	single   bool   // one bucket band charging PermitsUnit (a Limit)
-	ebands   []engine.Band
 }
 
 type bandSpec struct {
@@ -187,24 +184,7 @@ func (p Policy) compile() (*spec, error) {
 	}
 	s.sig = sig.String()
 	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
-	s.ebands = s.engineBands()
 	return s, nil
-}
-
-// engineBands returns s's bands for the engine (internal/engine), as the
-// scripts get them.
-func (s *spec) engineBands() []engine.Band {
-	out := make([]engine.Band, len(s.bands))
-	for i, b := range s.bands {
-		eb := engine.Band{Name: b.name, Unit: b.unit, Bucket: b.bucket}
-		if b.bucket {
-			eb.Rate, eb.Burst = b.rate, b.burst
-		} else {
-			eb.N, eb.LenUS, eb.OriginUS = b.n, b.length.Microseconds(), b.originMod()
-		}
-		out[i] = eb
-	}
-	return out
 }
 
 // originMod is the window's origin modulo its length, in µs (what the

@@ -3,26 +3,20 @@ package reserve
 import (
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// refusals remembers, per key, policy and cost, the earliest slot Redis
-// last said a refused request would have had: a request with a maximum
-// wait that ends before it is refused here, without a Redis call. A caller
-// looping on a queue longer than its deadline (Wait with a context that
-// ends too soon, TryReserveN) otherwise costs a script call per try: 86k
-// calls in 2.6 s were measured (issue 21, finding 17). The earliest slot
-// only moves later as others reserve; it moves earlier only through
-// cancels, settles that give back, resumes and raised limits, so an entry
-// is trusted for refusalTTL at most, and this Limiter's own cancels and
-// settles on the key drop it.
-type refusals struct {
-	mu sync.Mutex
-	m  map[string]refusal
-	n  atomic.Int64 // len(m): a Limiter with none remembered skips the key's formatting
-}
+// Refusals remembered: for a policy and cost on a key, the earliest slot
+// Redis last said a refused request would have had (a field of the key's
+// state, keys.go). A request with a maximum wait that ends before it is
+// refused here, without a Redis call: a caller looping on a queue longer
+// than its deadline (Wait with a context that ends too soon, TryReserveN)
+// otherwise costs a script call per try (86k calls in 2.6 s were measured:
+// issue 21, finding 17). The earliest slot only moves later as others
+// reserve; it moves earlier only through cancels, settles that give back,
+// resumes and raised limits, so an entry is trusted for refusalTTL at most,
+// and this Limiter's own cancels and settles on the key, and a resume it
+// hears of, drop them all.
 
 type refusal struct {
 	earliest time.Time // the slot the request would have had, on the Limiter's clock
@@ -31,14 +25,13 @@ type refusal struct {
 }
 
 const (
-	refusalTTL  = 100 * time.Millisecond
-	maxRefusals = 4096
+	refusalTTL = 100 * time.Millisecond
+	// maxRefusals bounds one key's refusals (policies and costs).
+	maxRefusals = 64
 )
 
-func refusalKey(key string, s *spec, amounts []float64) string {
+func refusalKey(s *spec, amounts []float64) string {
 	var b strings.Builder
-	b.WriteString(key)
-	b.WriteByte(0)
 	b.WriteString(s.sig)
 	for _, a := range amounts {
 		b.WriteByte(0)
@@ -47,49 +40,35 @@ func refusalKey(key string, s *spec, amounts []float64) string {
 	return b.String()
 }
 
-// note records that the request for amounts on key would have had its slot
-// at earliest, set by band, as Redis said at now.
-func (r *refusals) note(key string, s *spec, amounts []float64, earliest, now time.Time, band string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil || len(r.m) >= maxRefusals {
-		r.m = make(map[string]refusal)
+// refuse records that the request for amounts would have had its slot at
+// earliest, set by band, as Redis said at now. ks.mu is held.
+func (ks *keyState) refuse(s *spec, amounts []float64, earliest, now time.Time, band string) {
+	if ks.refused == nil || len(ks.refused) >= maxRefusals {
+		ks.refused = make(map[string]refusal)
 	}
-	r.m[refusalKey(key, s, amounts)] = refusal{earliest, now, band}
-	r.n.Store(int64(len(r.m)))
+	ks.refused[refusalKey(s, amounts)] = refusal{earliest, now, band}
 }
 
-// check returns the wait a request with maxWait (>= 0) would have and its
-// binding band, and true, when it is sure to be refused at now.
-func (r *refusals) check(key string, s *spec, amounts []float64, maxWait time.Duration, now time.Time) (time.Duration, string, bool) {
-	if r.n.Load() == 0 {
+// refused returns the wait a request with maxWait (>= 0) would have and
+// its binding band, and true, when it is sure to be refused at now.
+// ks.mu is held.
+func (ks *keyState) refusedAt(s *spec, amounts []float64, maxWait time.Duration, now time.Time) (time.Duration, string, bool) {
+	if len(ks.refused) == 0 {
 		return 0, "", false
 	}
-	k := refusalKey(key, s, amounts)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.m[k]
+	k := refusalKey(s, amounts)
+	e, ok := ks.refused[k]
 	if !ok {
 		return 0, "", false
 	}
 	if now.Sub(e.at) > refusalTTL || now.Before(e.at) {
-		delete(r.m, k)
-		r.n.Store(int64(len(r.m)))
+		delete(ks.refused, k)
 		return 0, "", false
 	}
 	wait := e.earliest.Sub(now)
 	return wait, e.band, wait > maxWait
 }
 
-// forget drops what is remembered of key (a cancel or settle of this
-// Limiter's on it may have made room).
-func (r *refusals) forget(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k := range r.m {
-		if strings.HasPrefix(k, key+"\x00") {
-			delete(r.m, k)
-		}
-	}
-	r.n.Store(int64(len(r.m)))
-}
+// forgetRefusals drops what is remembered (a cancel, a settle or a resume
+// may have made room). ks.mu is held.
+func (ks *keyState) forgetRefusals() { clear(ks.refused) }

@@ -26,7 +26,7 @@ type Reservation struct {
 	key     string
 	spec    *spec
 	amounts []float64 // the cost reserved, in spec's unit order
-	fair    *fairness // a fair request's tenant and lane: a move books in its turn too
+	fair    *fairness // a fair request's tenant, lane and weight
 
 	mu      sync.Mutex
 	at      time.Time // the slot, on the Limiter's clock
@@ -34,14 +34,15 @@ type Reservation struct {
 	seq     int64     // the reservation's number on its key; 0 when local
 	localID string    // set when the local fallback granted it: its id on the key
 	holdID  string    // the slot was kept for this holder (package hold): Cancel drops the hold
-	// pauseEnd is the end of a pause in force when the slot was granted
-	// after it (server clock, Unix ns; 0: none): Sleep looks for a resume.
-	pauseEnd int64
-	shifted  int64 // the last resume that moved the slot (its "~s" r)
-	state    resState
-	moved    bool   // Sleep took a fresh slot for lateness once already
-	band     string // the binding band (see Band)
-	source   Source
+	// afterPaused says the slot was granted after a pause in force: Sleep
+	// looks for a resume meanwhile.
+	afterPaused bool
+	shifted     int64 // the last resume that moved the slot (its "~s" r)
+	state       resState
+	moved       bool   // Sleep took a fresh slot for lateness once already
+	offTurn     bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
+	band        string // the binding band (see Band)
+	source      Source
 }
 
 type resState int
@@ -183,23 +184,35 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 // for, a give-back given back), and the call returns nil.
 func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) error {
 	l := r.lim
-	l.refusals.forget(r.key)
-	local := !l.opts.FailClosed && l.isDegraded()
-	if !local {
-		if r.localID != "" && l.local.store.Held(r.key) {
-			return l.adjustLocal(r, actual)
-		}
+	ks := l.states.get(r.key)
+	ks.mu.Lock()
+	ks.forgetRefusals()
+	if r.localID != "" && ks.local != nil && ks.local.held {
+		defer ks.mu.Unlock()
+		return l.adjustLocal(ctx, ks, r, actual)
+	}
+	ks.mu.Unlock()
+	if l.opts.FailClosed || !l.isDegraded() {
 		err := r.adjustRedis(ctx, r.id(), actual)
 		if err == nil || !errors.Is(err, ErrUnavailable) || l.opts.FailClosed {
 			return err
 		}
 	}
-	if r.localID != "" && l.local.store.Held(r.key) {
-		return l.adjustLocal(r, actual)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if r.localID != "" && ks.local != nil && ks.local.held {
+		return l.adjustLocal(ctx, ks, r, actual)
 	}
-	l.addPending(pendingAdjust{key: r.key, spec: r.spec, slotNS: r.slotNS, id: r.id(),
+	l.addPending(ks, pendingAdjust{spec: r.spec, slotNS: r.slotNS, id: r.id(),
 		amounts: append([]float64(nil), r.amounts...), actual: actual})
 	return nil
+}
+
+// turnAdjust reports whether cancelling (actual nil) or settling r moves
+// its tenant's turns: a fair request's settle does, and its cancel unless
+// its turn was spent on a slot it gave up (Sleep moved it).
+func (r *Reservation) turnAdjust(actual []float64) bool {
+	return r.fair != nil && (actual != nil || !r.offTurn)
 }
 
 // id is r's identity on its key for adjust.lua: its number, or its local id.
@@ -210,16 +223,14 @@ func (r *Reservation) id() string {
 	return strconv.FormatInt(r.seq, 10)
 }
 
-// adjustRedis runs adjust.lua for the reservation id of r's key, slot and
-// amounts; actual nil cancels.
-func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float64) error {
-	l := r.lim
+// adjustArgs are adjust.lua's ARGV for the reservation id of r's key, slot
+// and amounts at share; actual nil cancels.
+func (l *Limiter) adjustArgs(r *Reservation, id string, actual []float64, share string, local bool) []any {
 	op := "cancel"
 	if actual != nil {
 		op = "settle"
 	}
-	now := l.clock.Now()
-	args := l.args(now, r.spec, 4+2*len(r.amounts))
+	args := l.argsWith(l.clock.Now(), r.spec, 4+2*len(r.amounts), share, local)
 	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), id)
 	for _, a := range r.amounts {
 		args = append(args, formatFloat(a))
@@ -227,15 +238,56 @@ func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float
 	for _, a := range actual {
 		args = append(args, formatFloat(a))
 	}
-	more := []string{":done"}
-	if r.holdID != "" {
-		more = append(more, holdSuffix(r.holdID))
+	if r.turnAdjust(actual) {
+		// Its tenant's turns count what it cost (adjust.lua).
+		args = append(args, strconv.Itoa(r.fair.lane.index())+" "+formatFloat(r.fair.weight), r.fair.tenant)
 	}
-	keys := l.keys(r.key, more...)
-	_, err := l.run(ctx, op, r.key, func(ctx context.Context) (any, error) {
+	return args
+}
+
+// adjustKeys are adjust.lua's KEYS for r: its key's state, stored limit,
+// adjusted reservations, and its hold, if any, or for a fair request its
+// lane's turns (fairKeys: ":fair", ":fp:<lane>", ":weights", ":fw:<lane>").
+func (l *Limiter) adjustKeys(r *Reservation, actual []float64) []string {
+	more := []string{":done"}
+	switch {
+	case r.holdID != "":
+		more = append(more, holdSuffix(r.holdID))
+	case r.turnAdjust(actual):
+		lane := r.fair.lane.index()
+		more = append(more, fairKeys[1], fairKeys[4+lane], fairKeys[8], fairKeys[1+lane])
+	}
+	return l.keys(r.key, more...)
+}
+
+// adjustRedis runs adjust.lua on Redis for the reservation id of r's key,
+// slot and amounts; actual nil cancels. The state its reply shows is what
+// the key's state knows of it from then on.
+func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float64) error {
+	l := r.lim
+	op := "cancel"
+	if actual != nil {
+		op = "settle"
+	}
+	share, _ := l.shareArg()
+	args, keys := l.adjustArgs(r, id, actual, share, false), l.adjustKeys(r, actual)
+	var sent time.Time
+	res, err := l.run(ctx, op, r.key, func(ctx context.Context) (any, error) {
+		sent = time.Now()
 		return adjustScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
-	return err
+	if err != nil {
+		return err
+	}
+	if reply, ok := res.([]any); ok && len(reply) == 2 {
+		if state, ok := reply[1].(string); ok {
+			ks := l.states.get(r.key)
+			ks.mu.Lock()
+			ks.noteSeen(state, ks.stored, sent)
+			ks.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // cancelDetached cancels r on behalf of a caller that left: best effort,

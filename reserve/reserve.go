@@ -84,7 +84,9 @@ func (l *Limiter) AllowN(ctx context.Context, req Request) (bool, error) {
 func (l *Limiter) allow(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) (bool, error) {
 	_, err := l.reserve(ctx, "allow", key, s, amounts, f, 0)
 	var tooLong *WaitTooLongError
-	if errors.As(err, &tooLong) {
+	var noShare *noShareError
+	if errors.As(err, &tooLong) || errors.As(err, &noShare) {
+		// Not free now: no permit, or no share to take one from.
 		return false, nil
 	}
 	return err == nil, err
@@ -125,10 +127,42 @@ func (l *Limiter) check(req Request) (*spec, []float64, *fairness, error) {
 	return s, amounts, f, err
 }
 
-// reserve reserves amounts on key, through the coalescer unless it is
+// reserve reserves amounts on key, through the key's queues unless it is
 // disabled, or in its turn when f is not nil (fair.go); maxWait < 0 means
-// no maximum.
+// no maximum. An outage is never an error to a caller who can wait: when
+// this Limiter has no share to pace on (see noShareError), it waits until
+// it has one or Redis answers, within maxWait and ctx.
 func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
+	start := l.clock.Now()
+	for {
+		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
+		var ns *noShareError
+		if !errors.As(err, &ns) || maxWait == 0 {
+			return r, err
+		}
+		wait := time.Duration(-1)
+		if maxWait > 0 {
+			wait = maxWait - l.clock.Now().Sub(start)
+			if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(wait)) {
+				// The maximum is the context's: the deadline ends the
+				// wait, with its own error.
+				wait = -1
+			} else if wait <= 0 {
+				return nil, err
+			}
+		}
+		if werr := l.awaitShare(ctx, wait); werr != nil {
+			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, werr)
+		}
+		if maxWait > 0 {
+			maxWait = max(maxWait-l.clock.Now().Sub(start), 0)
+			start = l.clock.Now()
+		}
+	}
+}
+
+// reserveOnce is one try of reserve.
+func (l *Limiter) reserveOnce(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -142,9 +176,14 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 		}
 		return r, err
 	}
-	if maxWait >= 0 && l.refusals.n.Load() > 0 {
-		if wait, band, refused := l.refusals.check(key, s, amounts, maxWait, l.clock.Now()); refused {
-			return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: band}
+	if maxWait >= 0 {
+		if ks := l.states.peek(key); ks != nil {
+			ks.mu.Lock()
+			wait, band, refused := ks.refusedAt(s, amounts, maxWait, l.clock.Now())
+			ks.mu.Unlock()
+			if refused {
+				return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: band}
+			}
 		}
 	}
 	req := &request{op: op, amounts: amounts, maxWait: maxWait, done: make(chan result, 1)}
@@ -154,3 +193,33 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 	res := l.reserveBatch(ctx, key, s, []*request{req})[0]
 	return res.r, res.err
 }
+
+// awaitShare waits until what decides this Limiter's share may have
+// changed (a heartbeat, a switch to or from local pacing), ctx ends, or
+// wait passes (< 0: no bound): ErrUnavailable's callers who can wait wait
+// here. It checks again at least every shareRecheck: some changes are only
+// time passing (a change of the fleet's size grows old).
+func (l *Limiter) awaitShare(ctx context.Context, wait time.Duration) error {
+	d := shareRecheck
+	if wait >= 0 {
+		d = min(d, wait)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.shareChanged():
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.stop:
+		return ErrClosed
+	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// shareRecheck bounds how long a caller waiting for a share goes without
+// checking again.
+const shareRecheck = 250 * time.Millisecond

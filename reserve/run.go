@@ -5,54 +5,75 @@ import (
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/pacer-go/pacer/internal/engine"
 )
 
 // Stage 2 of a call's way (see wait.go): running a batch. One reserve.lua
 // call grants every request of the batch, on the fleet's share of the key
 // (fleet.go) and after what the local fallback granted that Redis has not
-// seen; while Redis is unavailable the local engine grants them instead
-// (fallback.go).
+// seen; while Redis is unavailable the same script grants them on the
+// Limiter's own store, at its own share (local.go).
 
 // reserveBatch runs reserve.lua for reqs, all on key, and returns a result
 // for each. When Redis is unavailable and the Limiter may pace locally,
-// each request is served by the local fallback instead.
+// the batch is served by the local fallback instead.
 func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []*request) []result {
-	if l.isDegraded() && !l.opts.FailClosed {
-		return l.reserveAllLocal(key, s, reqs)
-	}
-	out := l.grantBatch(ctx, key, s, reqs, nil)
-	if len(out) > 0 && out[0].err != nil && errors.Is(out[0].err, ErrUnavailable) && !l.opts.FailClosed {
-		return l.reserveAllLocal(key, s, reqs)
-	}
-	return out
+	return l.grantEither(ctx, key, s, reqs, nil)
 }
 
+// grantEither runs the batch on Redis, or on the local fallback while
+// Redis is unavailable, and after a call that could not reach it. A call
+// that only timed out goes to Redis again once a ping shows Redis slow,
+// not gone (health.go), a few times at most.
+func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) []result {
+	if l.isDegraded() && !l.opts.FailClosed {
+		return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+	}
+	for try := 0; ; try++ {
+		out := l.grantBatch(ctx, key, s, reqs, fairArgs, false)
+		if len(out) == 0 || out[0].err == nil || !errors.Is(out[0].err, ErrUnavailable) || l.opts.FailClosed {
+			return out
+		}
+		if !isTimeout(out[0].err) || try == maxSlowTries || !l.slowNotGone(ctx) {
+			return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+		}
+	}
+}
+
+// maxSlowTries bounds how many times a batch goes to Redis again after its
+// call timed out, Redis being slow, not gone: then it is paced locally.
+const maxSlowTries = 4
+
 // grantBatch runs reserve.lua for reqs, all on key, or with fairArgs the
-// fair script (fair.go), and returns a result for each.
-func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) []result {
+// fair script (fair.go), on Redis or (local) on the local fallback's
+// store, and returns a result for each.
+func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any, local bool) []result {
 	out := make([]result, len(reqs))
-	now := l.clock.Now()
-	args, err := l.grantArgs(key, now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)))
-	if err != nil {
+	fail := func(err error) []result {
 		for i := range out {
-			out[i].err = err
+			out[i] = result{nil, err}
 		}
 		return out
 	}
-	l.reports.note(key, s)
-	args = append(args, fairArgs...)
-	// What the local fallback granted that Redis has not seen goes first,
-	// exactly once: taken now, given back if the call fails.
-	hb, hasFloor := l.takeFloor(key)
-	if hasFloor {
-		nowNS, _ := l.serverNow()
-		args = append(args, hb.Floor(nowNS).Arg())
+	now := l.clock.Now()
+	var shareArg string
+	var err error
+	if local {
+		shareArg, err = l.localShareArg(key)
 	} else {
-		args = append(args, "")
+		var ok bool
+		shareArg, ok = l.shareArg()
+		if !ok {
+			err = l.noShareErr(key)
+		}
 	}
-	args = append(args, strconv.Itoa(len(reqs)))
+	if err != nil {
+		return fail(err)
+	}
+	args := l.argsWith(now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)), shareArg, local)
+	l.reportUse(key, s)
+	args = append(args, fairArgs...)
+	floorAt := len(args)
+	args = append(args, "", strconv.Itoa(len(reqs)))
 	for _, req := range reqs {
 		maxWait := int64(-1)
 		if req.maxWait >= 0 {
@@ -70,16 +91,41 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}
 	keys, script := l.keys(key, ":shadow"), reserveScript
 	if fairArgs != nil {
-		keys, script = l.keys(key, fairKeys...), fairScript
-		if l.fair.script != nil {
-			script = l.fair.script
+		keys, script = l.keys(key, fairKeys...), l.fairScriptOf()
+	}
+	ks := l.states.get(key)
+	if local {
+		ks.mu.Lock()
+		res, err := l.runLocal(ctx, reqs[0].op, ks, s, script, keys, args, shareArg)
+		ks.mu.Unlock()
+		if err == nil {
+			base, berr := l.localBase(now, replyHead(res))
+			if berr != nil {
+				err = replyError(reqs[0].op, key, res)
+			} else {
+				err = l.parseReserve(base, time.Time{}, ks, s, reqs, res, out, true)
+			}
 		}
+		if err != nil {
+			return fail(err)
+		}
+		return out
+	}
+
+	// What the local fallback granted that Redis has not seen goes first,
+	// exactly once: taken now, given back if the call fails.
+	ks.mu.Lock()
+	hb, hasFloor := l.takeHandback(ks)
+	ks.mu.Unlock()
+	if hasFloor {
+		nowNS, _ := l.serverNow()
+		args[floorAt] = hb.floorArg(nowNS, 0)
 	}
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
 	// script counts from now.
 	sent, recv := now, now
-	var sentReal time.Time // for the pause reads a reply stands for (pauseChecks.observe)
+	var sentReal time.Time // for the pause reads a reply stands for (keyState.observe)
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		if l.serverTime {
 			sent = l.clock.Now()
@@ -91,7 +137,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		orphans := make([]result, len(reqs))
-		if l.parseReserve(sent, recv, sentReal, key, s, reqs, res, orphans) == nil {
+		if base, err := l.replyBaseAt(sent, recv, replyHead(res)); err == nil && l.parseReserve(base, sentReal, ks, s, reqs, res, orphans, false) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -103,76 +149,85 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		// A call that failed may have run: the floor is then handed over
 		// again, and its windows' units counted twice, which costs
 		// capacity, never adds any.
-		l.floorDone(key, hb, err == nil)
+		ks.mu.Lock()
+		l.handbackDone(ks, hb, err == nil)
+		ks.mu.Unlock()
 	}
 	if err == nil {
-		err = l.parseReserve(sent, recv, sentReal, key, s, reqs, res, out)
+		var base replyTime
+		base, err = l.replyBaseAt(sent, recv, replyHead(res))
+		if err != nil {
+			err = replyError(reqs[0].op, key, res)
+		} else {
+			err = l.parseReserve(base, sentReal, ks, s, reqs, res, out, false)
+		}
 	}
 	if err != nil {
-		for i := range out {
-			out[i] = result{nil, err}
-		}
+		return fail(err)
 	}
 	return out
 }
 
-// reserveAllLocal serves reqs on the local fallback.
-func (l *Limiter) reserveAllLocal(key string, s *spec, reqs []*request) []result {
-	out := make([]result, len(reqs))
-	for i, req := range reqs {
-		maxWait := req.maxWait
-		if maxWait >= 0 && !req.since.IsZero() {
-			maxWait = max(maxWait-l.clock.Now().Sub(req.since), 0)
-		}
-		out[i].r, out[i].err = l.reserveLocal(key, s, req.amounts, maxWait)
-	}
-	return out
+// replyHead returns a reply as a list, nil if it is not one.
+func replyHead(res any) []any {
+	reply, _ := res.([]any)
+	return reply
 }
 
 // floorOnly hands a floor to Redis for key, reserving nothing.
-func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, f *engine.Floor) error {
+func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor string) error {
 	args := l.args(l.clock.Now(), s, 2)
-	args = append(args, f.Arg(), "0")
+	args = append(args, floor, "0")
 	keys := l.keys(key, ":shadow")
+	var sent time.Time
 	res, err := l.run(ctx, "reserve", key, func(ctx context.Context) (any, error) {
+		sent = time.Now()
 		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return err
 	}
-	if reply, ok := res.([]any); ok && len(reply) == 4 {
+	if reply, ok := res.([]any); ok && len(reply) == 5 {
 		state, _ := reply[2].(string)
 		stored, _ := reply[3].(string)
-		l.local.noteState(key, state, stored)
+		ks := l.states.get(key)
+		ks.mu.Lock()
+		ks.noteSeen(state, stored, sent)
+		ks.mu.Unlock()
 	}
 	return nil
 }
 
 // args returns the scripts' ARGV up to the operation's own arguments (see
-// core.lua), with room for extra more, for a script that grants no slot.
+// core.lua), with room for extra more, for a script on Redis that grants
+// no slot.
 func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
 	share, _ := l.shareArg()
-	return l.argsWith(now, s, extra, share)
+	return l.argsWith(now, s, extra, share, false)
 }
 
-// grantArgs is args for a script that grants slots on key; it fails with
-// noShareErr when this Limiter may take nothing on Redis now (shut).
+// grantArgs is args for a script that grants slots on key on Redis; it
+// fails with noShareErr when this Limiter may take nothing on Redis now
+// (shut).
 func (l *Limiter) grantArgs(key string, now time.Time, s *spec, extra int) ([]any, error) {
 	share, ok := l.shareArg()
 	if !ok {
 		return nil, l.noShareErr(key)
 	}
-	return l.argsWith(now, s, extra, share), nil
+	return l.argsWith(now, s, extra, share, false), nil
 }
 
-func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string) []any {
+// argsWith returns the scripts' ARGV up to the operation's own, at share,
+// for Redis or (local) for the local fallback's store, which always
+// writes format 2 (its states are its own).
+func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string, local bool) []any {
 	args := make([]any, 0, 4+len(s.args)+extra)
 	if l.serverTime {
 		args = append(args, "", "0")
 	} else {
 		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
 	}
-	if !l.format2.Load() {
+	if !local && !l.format2.Load() {
 		// Format 1 (core.lua's ARGV[3]).
 		if share == "1" {
 			share = "f1 1"

@@ -570,19 +570,20 @@ func TestBornInOutage(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, b)
 	require.True(t, b.Degraded(), "a Limiter that could not reach Redis at start is off Redis")
-	_, err = b.Reserve(ctx, "api", lim)
+	_, err = b.TryReserveN(ctx, reserve.Single("api", lim, 1), 10*time.Millisecond)
 	require.ErrorIs(t, err, reserve.ErrUnavailable, "without FleetSize it does not know its share")
 
+	// A caller who can wait waits until b knows the fleet and is on Redis.
+	done := make(chan error, 1)
+	var got *reserve.Reservation
+	go func() {
+		var err error
+		got, err = b.Reserve(ctx, "api", lim)
+		done <- err
+	}()
 	s.Restart(t)
-	for {
-		r, err := b.Reserve(ctx, "api", lim)
-		if err == nil {
-			require.False(t, r.Local())
-			break
-		}
-		require.ErrorIs(t, err, reserve.ErrUnavailable)
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.NoError(t, <-done)
+	require.False(t, got.Local())
 	assert.Equal(t, 2, b.FleetSize(), "b's first slot on Redis was taken without knowing a")
 }
 

@@ -282,7 +282,7 @@ func runDifferential(t *testing.T, ctx context.Context, rdb *redis.Client, key s
 			if sameError(t, rerr, gerr) {
 				continue
 			}
-			if (res.(int64) == 1) != applied {
+			if (res.([]any)[0].(int64) == 1) != applied {
 				fail("adjust applied: redis %v, engine %v", res, applied)
 			}
 		case op < 13: // pause

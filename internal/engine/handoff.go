@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"math"
-	"strconv"
-	"strings"
+	"github.com/pacer-go/pacer/internal/layout"
 )
 
 // The handoff between Redis and a Store paced locally. When Redis fails, a
@@ -27,25 +25,8 @@ func (s *Store) Seed(key, state, stored string, hasStored bool) {
 	s.keys[key] = &entry{state: state, expire: expiryOf(state), stored: stored, hasStored: hasStored, seeded: true, seedWindows: windowsOf(state)}
 }
 
-// expiryOf returns when a state expires, Unix ns, from its own fields (its
-// write time and its expiry relative to it); 0 if it cannot tell.
-func expiryOf(state string) int64 {
-	if m := format2Re.FindStringSubmatch(state); m != nil {
-		t, err1 := strconv.ParseInt(m[1], 10, 64)
-		x, err2 := strconv.ParseInt(m[2], 10, 64)
-		if err1 == nil && err2 == nil {
-			return t*1000 + x*1_000_000
-		}
-	}
-	if m := format1Re.FindStringSubmatch(state); m != nil {
-		t, err1 := strconv.ParseInt(m[2], 10, 64)
-		x, err2 := strconv.ParseInt(m[3], 10, 64)
-		if err1 == nil && err2 == nil {
-			return t*1000 + x
-		}
-	}
-	return 0
-}
+// expiryOf returns when a state expires, Unix ns (layout.Expiry).
+func expiryOf(state string) int64 { return layout.Expiry(state) }
 
 // Absorb applies h, local grants Redis has not taken yet, to key's state at
 // c.Now (a floor, and a pause), and counts its windows as the seed's, so
@@ -138,14 +119,14 @@ func (s *Store) Handback(key string, now int64) (Handback, bool) {
 	h := Handback{LastSlot: e.lastSlot, Pause: e.pauseEnd}
 	if e.state != "" && (e.expire == 0 || now < e.expire) {
 		for name, w := range windowsOf(e.state) {
-			units := w.u
-			if seed, ok := e.seedWindows[name]; ok && seed.w == w.w {
-				units -= seed.u
-			} else if ok && seed.w > w.w {
+			units := w.U
+			if seed, ok := e.seedWindows[name]; ok && seed.W == w.W {
+				units -= seed.U
+			} else if ok && seed.W > w.W {
 				units = 0
 			}
 			if units > 1e-9 {
-				h.Windows = append(h.Windows, WindowUnits{Band: name, W: int64(w.w), Units: units})
+				h.Windows = append(h.Windows, WindowUnits{Band: name, W: int64(w.W), Units: units})
 			}
 		}
 	}
@@ -163,107 +144,15 @@ func (s *Store) PauseEnd(key string, now int64) int64 {
 	return PauseEnd(e.state)
 }
 
-// PauseEnd returns the end of a state's pause, Unix ns (0: none): its
-// write time t (µs) plus the pause p (ns after t), when p is a pause (see
-// core.lua: a stored pause under 1 µs after the write is none, and one
-// before the write has ended).
-func PauseEnd(state string) int64 {
-	// The fields by hand, not a regexp: every reservation's reply is read.
-	var f [5]string
-	rest := state
-	for i := range f {
-		j := strings.IndexByte(rest, ' ')
-		if j < 0 {
-			f[i], rest = rest, ""
-			if i < 3 {
-				return 0
-			}
-			break
-		}
-		f[i], rest = rest[:j], rest[j+1:]
-	}
-	var t, p string
-	if f[0] == "1" {
-		t, p = f[1], f[4] // format 1: "1 t x s p c ..."
-	} else {
-		t, p = f[0], strings.TrimPrefix(f[3], "c")
-	}
-	tv, err1 := strconv.ParseInt(t, 10, 64)
-	pv, err2 := strconv.ParseFloat(p, 64)
-	if err1 != nil || err2 != nil || pv < 1000 {
-		return 0
-	}
-	return tv*1000 + int64(math.Ceil(pv))
-}
+// PauseEnd returns the end of a state's pause, Unix ns (layout.PauseEnd).
+func PauseEnd(state string) int64 { return layout.PauseEnd(state) }
 
-// Queue returns how far ahead of its write a state's buckets were queued:
-// the latest zero time z of a bucket record, ns after the state's write
-// time; 0 if none was ahead.
-func Queue(state string) int64 {
-	var rest string
-	v1 := false
-	if m := format2Re.FindStringSubmatch(state); m != nil {
-		rest = m[5]
-	} else if m := format1Re.FindStringSubmatch(state); m != nil {
-		rest, v1 = m[7], true
-	}
-	f := strings.Fields(rest)
-	var zs []string
-	if len(f) == 2 {
-		zs = append(zs, f[0]) // a Limit's record, without its name
-	}
-	for i := 0; len(f) != 2 && i+3 <= len(f); i += 3 {
-		x := f[i+1]
-		if strings.HasPrefix(f[i], "~") || strings.HasPrefix(x, "w") || (v1 && !strings.Contains(x, ".")) {
-			continue
-		}
-		zs = append(zs, x)
-	}
-	q := 0.0
-	for _, z := range zs {
-		if v, err := strconv.ParseFloat(z, 64); err == nil && v > q {
-			q = v
-		}
-	}
-	return int64(q)
-}
+// Queue returns how far ahead of its write a state's buckets were queued
+// (layout.Queue).
+func Queue(state string) int64 { return layout.Queue(state) }
 
 // windowUse is a window record: the latest window and its units.
-type windowUse struct{ w, u float64 }
+type windowUse = layout.WindowUse
 
 // windowsOf returns a state's window records by band name.
-func windowsOf(state string) map[string]windowUse {
-	var rest string
-	v1 := false
-	if m := format2Re.FindStringSubmatch(state); m != nil {
-		rest = m[5]
-	} else if m := format1Re.FindStringSubmatch(state); m != nil {
-		rest, v1 = m[7], true
-	}
-	f := strings.Fields(rest)
-	out := map[string]windowUse{}
-	if len(f)%3 != 0 {
-		return out
-	}
-	for i := 0; i+3 <= len(f); i += 3 {
-		name, x := f[i], f[i+1]
-		if strings.HasPrefix(name, "~") {
-			continue
-		}
-		win := strings.HasPrefix(x, "w")
-		if win {
-			x = x[1:]
-		} else {
-			win = v1 && !strings.Contains(x, ".")
-		}
-		if !win {
-			continue
-		}
-		w, err1 := strconv.ParseFloat(x, 64)
-		u, err2 := strconv.ParseFloat(f[i+2], 64)
-		if err1 == nil && err2 == nil {
-			out[name] = windowUse{w, u}
-		}
-	}
-	return out
-}
+func windowsOf(state string) map[string]windowUse { return layout.Windows(state) }

@@ -37,6 +37,21 @@ var (
 	unescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
 )
 
+// KeyName returns the key whose Redis key under prefix is rk (Key's
+// inverse); ok is false when rk is not one.
+func KeyName(prefix, rk string) (key string, ok bool) {
+	inner, ok := strings.CutPrefix(rk, prefix+"{")
+	if !ok || !strings.HasSuffix(inner, "}") {
+		return "", false
+	}
+	return Unescape(inner[:len(inner)-1]), true
+}
+
+// EventsChannel is the channel the scripts announce a key's pause,
+// resume and stored limit on, for the fleet's Limiters under prefix
+// (core.lua's publish): "<op> <the key's Redis key>".
+func EventsChannel(prefix string) string { return prefix + "{limiters}:events" }
+
 // Escape escapes a key as Key does.
 func Escape(key string) string {
 	if !strings.ContainsAny(key, "%{}") {

@@ -44,6 +44,27 @@ func (s Sleeper) Coarse(ctx context.Context, deadline time.Time) error {
 	return ctx.Err()
 }
 
+// CoarseOr is Coarse that also ends when wake is closed: woken reports
+// that it did.
+func (s Sleeper) CoarseOr(ctx context.Context, deadline time.Time, wake <-chan struct{}) (woken bool, err error) {
+	d := time.Until(deadline)
+	if s.Margin > 0 {
+		d -= s.Margin
+	}
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-wake:
+			return true, ctx.Err()
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return false, ctx.Err()
+}
+
 // Fine sleeps until deadline on the precise timer (Go's timer when Margin
 // is negative or the precise timer fails). It does not watch any context:
 // it is meant for the last Margin of a sleep.

@@ -1,0 +1,256 @@
+package reserve
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/layout"
+)
+
+// One key, one state (docs/design.md, "The state of a key"). Everything a
+// Limiter knows about a key lives in the key's keyState, under its one
+// lock, for one lifetime: what Redis last showed of it, its pause (as read,
+// and the one this Limiter made), the refusals remembered, the calls
+// queued to share a round trip, the leases, the fair queues, the local
+// fallback's part and the cancels Redis has not seen. Every event on the
+// key is applied there, by a method of keyState: a reply, a pause read or
+// made, a resume, a cancel or settle, a lease granted or dropped, a switch
+// to local pacing and the handback, a stored limit seen. A feature reads
+// the key's state and adds its fields and events to it; it keeps no table
+// of its own.
+//
+// A keyState is found by name in the Limiter's table (keyTable.get), and
+// lives while it is in use or was used within keyIdle; the loop sweeps the
+// others. Nobody holds one across a sleep: sleepers and pumps look their
+// key up again each time they wake, so a swept keyState is never written.
+type keyState struct {
+	name string
+
+	mu   sync.Mutex
+	used time.Time // the last call on the key (system clock)
+
+	// What Redis last showed of the key: the state and the stored limit
+	// that every granting script's reply carries (the local fallback
+	// starts from them), when, and whether a call sent after that reply
+	// may have changed them.
+	seen   string
+	stored string
+	seenT  int64     // seen's write time (Unix µs, the clock that wrote it)
+	seenAt time.Time // when it arrived (system clock); zero: never
+	// extra is the latest slot Redis granted this Limiter by a call whose
+	// reply carries no state (a hold, a claim) since seen (server clock,
+	// Unix ns): with the latest slot seen records, the key's horizon.
+	// ahead is the latest slot of the last reply: how deep the key's queue
+	// was then (gatherFor).
+	extra, ahead int64
+
+	pause pauseView // what seen says of the key's pause, and the read that refreshes it (pauses.go)
+	own   *ownPause // the pause this Limiter made, kept while it lasts
+	// wake is closed, and replaced, when what the key's waiters wait for
+	// may have changed: a pause learned, ended or moved by a resume. Every
+	// sleeper behind a pause and every fair pump waits on it as well as on
+	// its timer.
+	wake chan struct{}
+
+	refused map[string]refusal      // maximum waits known too short (refusals.go)
+	queues  map[string]*queue       // callers sharing a round trip, by policy (batch.go)
+	leases  map[string]*leaseSlot   // hot keys' leases, by policy (lease.go)
+	fair    map[fairTurn]*fairQueue // fair requests waiting for their turn (fair.go)
+
+	local   *localKey       // the local fallback's part while it holds the key (local.go)
+	pending []pendingAdjust // cancels and settles of Redis's grants made while Redis was unavailable
+
+	report report // the policy the code passes, reported to operators (heartbeat.go)
+}
+
+// keyIdle is how long a keyState is kept after its last call when nothing
+// else holds it: a report lives that long in the fleet's hash.
+const keyIdle = reportKeep
+
+// maxKeys bounds the table: beyond it, the sweep drops idle keys used
+// least recently first, whatever their age.
+const maxKeys = 100_000
+
+// keyTable holds a Limiter's keyStates by name.
+type keyTable struct {
+	mu sync.Mutex
+	m  map[string]*keyState
+}
+
+// get returns key's state, made if needed, and marks it used now.
+func (t *keyTable) get(key string) *keyState {
+	now := time.Now()
+	t.mu.Lock()
+	ks := t.m[key]
+	if ks == nil {
+		if t.m == nil {
+			t.m = make(map[string]*keyState)
+		}
+		ks = &keyState{name: key, wake: make(chan struct{})}
+		t.m[key] = ks
+	}
+	t.mu.Unlock()
+	ks.mu.Lock()
+	ks.used = now
+	ks.mu.Unlock()
+	return ks
+}
+
+// peek returns key's state if the table holds it, without marking it used.
+func (t *keyTable) peek(key string) *keyState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[key]
+}
+
+// all returns every keyState the table holds.
+func (t *keyTable) all() []*keyState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*keyState, 0, len(t.m))
+	for _, ks := range t.m {
+		out = append(out, ks)
+	}
+	return out
+}
+
+// sweepKeys drops the keyStates idle since before now - keyIdle (and,
+// over maxKeys, the least recently used idle ones), and the parts of the
+// others that have lapsed.
+func (l *Limiter) sweepKeys() {
+	t := &l.states
+	now := time.Now()
+	nowNS, _ := l.serverNow()
+	type idleKey struct {
+		ks   *keyState
+		used time.Time
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var idle []idleKey
+	clock := l.clock.Now()
+	for name, ks := range t.m {
+		ks.mu.Lock()
+		l.lapse(ks, now, clock, nowNS)
+		free := ks.idle(nowNS)
+		if free && now.Sub(ks.used) > keyIdle {
+			ks.forget()
+			delete(t.m, name)
+		} else if free {
+			idle = append(idle, idleKey{ks, ks.used})
+		}
+		ks.mu.Unlock()
+	}
+	if over := len(t.m) - maxKeys; over > 0 {
+		slices.SortFunc(idle, func(a, b idleKey) int { return a.used.Compare(b.used) })
+		for _, k := range idle[:min(over, len(idle))] {
+			k.ks.mu.Lock()
+			k.ks.forget()
+			k.ks.mu.Unlock()
+			delete(t.m, k.ks.name)
+		}
+	}
+}
+
+// idle reports whether nothing holds ks but what may be read again from
+// Redis: no call queued, no lease, no fair queue, no local state, no
+// pending adjustment, no pause of its own still in force. ks.mu is held.
+func (ks *keyState) idle(nowNS int64) bool {
+	live := false
+	for _, slot := range ks.leases {
+		live = live || slot.live != nil
+	}
+	return len(ks.queues) == 0 && !live && len(ks.fair) == 0 && ks.local == nil &&
+		len(ks.pending) == 0 && (ks.own == nil || ks.own.endNS <= nowNS) && ks.pause.read == nil
+}
+
+// forget wakes whoever waits on ks before it leaves the table: they look
+// their key up again. ks.mu is held.
+func (ks *keyState) forget() {
+	close(ks.wake)
+	ks.wake = make(chan struct{})
+}
+
+// lapse drops what has lapsed at now (the system clock; clock on the
+// Limiter's, nowNS on the server's): refusals, slots granted that have
+// passed, pauses of its own long over, views too old to trust, leases
+// whose slots have all lapsed. ks.mu is held.
+func (l *Limiter) lapse(ks *keyState, now, clock time.Time, nowNS int64) {
+	for k, r := range ks.refused {
+		if clock.Sub(r.at) > refusalTTL || clock.Before(r.at) {
+			delete(ks.refused, k)
+		}
+	}
+	if ks.extra <= nowNS {
+		ks.extra = 0
+	}
+	if ks.own != nil && ks.own.endNS < nowNS-int64(time.Minute) {
+		ks.own = nil
+	}
+	if !ks.seenAt.IsZero() && now.Sub(ks.seenAt) > seenAge {
+		ks.seen, ks.stored, ks.seenAt, ks.seenT, ks.ahead = "", "", time.Time{}, 0, 0
+	}
+	for sig, slot := range ks.leases {
+		if ls := slot.live; ls != nil && ls.base.at(ls.last).Add(ls.allow).Before(clock) {
+			l.retireLease(slot, clock)
+		}
+		if slot.live == nil && now.Sub(slot.refusedAt) > notLeasableFor && clock.Sub(slot.sized) > keyIdle {
+			delete(ks.leases, sig)
+		}
+	}
+}
+
+// noteSeen records the state and the stored limit that Redis showed: a
+// reply, a read (sent: when its call was sent, system clock) or an event
+// (sent zero). It keeps the newer of the two states: the one written later
+// (the state's write time), or the one shown by a call sent after the
+// current one arrived (whatever the clocks did). A pause it shows, ended or
+// moved (a resume), wakes the key's waiters. A state of "" (no key) is what
+// Redis holds then. ks.mu is held.
+func (ks *keyState) noteSeen(state, stored string, sent time.Time) {
+	t := layout.StateTime(state)
+	newer := ks.seenAt.IsZero() || (state != "" && t >= ks.seenT) || (!sent.IsZero() && !sent.Before(ks.seenAt))
+	if !newer {
+		return
+	}
+	ks.seen, ks.stored, ks.seenT, ks.seenAt, ks.extra = state, stored, t, time.Now(), 0
+	end, shift := layout.PauseEnd(state), shiftOf(state)
+	if end != ks.pause.endNS || shift != ks.pause.shift {
+		ks.pause.endNS, ks.pause.shift = end, shift
+		ks.changed()
+	}
+}
+
+// noteGranted records a slot Redis granted this Limiter on key by a call
+// whose reply carries no state (a hold, a claim).
+func (l *Limiter) noteGranted(key string, slotNS int64) {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	ks.extra = max(ks.extra, slotNS)
+	ks.mu.Unlock()
+}
+
+// horizon returns the latest slot Redis is known to have granted on the
+// key (server clock, Unix ns; 0: none): the last event the state seen
+// records (cancels and resumes move it back), or a later slot granted
+// since by a call whose reply carries no state. The local fallback starts
+// no earlier; a Redis that lost the key is told it. ks.mu is held.
+func (ks *keyState) horizon() int64 {
+	return max(layout.LastEvent(ks.seen), ks.extra)
+}
+
+// noteAhead records the latest slot a reply granted this Limiter on the
+// key (server clock, Unix ns). ks.mu is held.
+func (ks *keyState) noteAhead(last int64) { ks.ahead = last }
+
+// seenAge is how long what a reply showed of a key is trusted as a
+// start for local pacing: older, the key has most likely changed.
+const seenAge = 10 * time.Minute
+
+// changed wakes the key's waiters: what they wait for may have moved.
+// ks.mu is held.
+func (ks *keyState) changed() {
+	close(ks.wake)
+	ks.wake = make(chan struct{})
+}

@@ -1,0 +1,561 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/luastore"
+	"github.com/pacer-go/pacer/lua"
+)
+
+// historyKeep is how many entries a key's history keeps when a Limiter
+// writes one (Admin's default).
+const historyKeep = 50
+
+// The local fallback: while Redis is unavailable, a Limiter runs the very
+// scripts it runs on Redis (package lua) on a store of its own
+// (internal/luastore, an in-process keyspace), at its own share of the
+// fleet (core.lua's member share: its rank's part of every band), on the
+// server's clock as it estimates it. Every pacing rule is the scripts'
+// (buckets, windows, stored limits, pauses, settles, fair turns); this
+// file only moves a key's state between the two stores, so that they form
+// one schedule per key:
+//
+//   - Redis to local: a key's local state starts from the state Redis last
+//     showed this Limiter (every granting reply carries it, with the stored
+//     limit: the key's state's seen and stored), and no earlier than the
+//     latest slot Redis granted it (granted: leases and holds too), nor
+//     than the end of the queue it saw, assumed to stay as long (the
+//     others went on reserving). The floor is applied by reserve.lua's own
+//     floor argument, run on the store.
+//   - Local to Redis: what the store granted (its latest slot, each window
+//     band's units in its latest window, a pause made locally) is handed
+//     back as reserve.lua's floor and pause.lua's pause: at once for every
+//     key when Redis answers again, and with a key's next call after a
+//     single failed one. Cancels and settles of Redis's grants made while
+//     Redis was unavailable are made on Redis then too.
+
+// localKey is the local fallback's part of a key (a field of its state,
+// keys.go).
+type localKey struct {
+	spec *spec // the policy the key was last paced by locally (keyOnly: only paused)
+	held bool  // the store holds the key
+	// What the store granted, since the key's local state started: its
+	// latest slot (server clock, Unix ns), and the windows the state
+	// started with (handback counts only the store's own units; a pause
+	// is read from the store's state).
+	last   int64
+	seeded map[string]layout.WindowUse
+	// hand is what was taken from the store and has not reached Redis
+	// yet (a call that carried it failed); inflight, what a call in flight
+	// carries.
+	hand, inflight *handback
+}
+
+// A handback is what the store granted on a key, for Redis to take into
+// account: reserve.lua's floor and a pause.
+type handback struct {
+	last    int64 // the latest slot granted locally, Unix ns; 0: none
+	pause   int64 // the end of a pause made locally, Unix ns; 0: none
+	windows []windowUnits
+	spec    *spec // the policy to hand it back with
+}
+
+// windowUnits are units granted in window w of band.
+type windowUnits struct {
+	band  string
+	w     int64
+	units float64
+}
+
+// merge adds o to h (nil is nothing).
+func (h *handback) merge(o *handback) *handback {
+	if o == nil {
+		return h
+	}
+	if h == nil {
+		c := *o
+		c.windows = slices.Clone(o.windows)
+		return &c
+	}
+	h.last, h.pause = max(h.last, o.last), max(h.pause, o.pause)
+	if h.spec == nil || h.spec == keyOnly {
+		h.spec = o.spec
+	}
+	for _, w := range o.windows {
+		found := false
+		for i, x := range h.windows {
+			if x.band != w.band {
+				continue
+			}
+			found = true
+			switch {
+			case w.w > x.w:
+				h.windows[i] = w
+			case w.w == x.w:
+				h.windows[i].units += w.units
+			}
+		}
+		if !found {
+			h.windows = append(h.windows, w)
+		}
+	}
+	return h
+}
+
+// floorArg returns h as reserve.lua's floor at now (server clock, Unix ns),
+// with granted (Unix ns, 0: none) as the horizon of a key Redis has lost
+// (its "!" part: applied only when the key has no state).
+func (h *handback) floorArg(now, granted int64) string {
+	var b strings.Builder
+	us := int64(0)
+	if h != nil && h.last > now {
+		us = (h.last - now + 999) / 1000
+	}
+	b.WriteString(strconv.FormatInt(us, 10))
+	if h != nil {
+		ws := slices.Clone(h.windows)
+		slices.SortStableFunc(ws, func(x, y windowUnits) int {
+			if c := strings.Compare(x.band, y.band); c != 0 {
+				return c
+			}
+			return int(x.w - y.w)
+		})
+		for _, w := range ws {
+			b.WriteString(" " + w.band + ":" + strconv.FormatInt(w.w, 10) + ":" + strconv.FormatFloat(w.units, 'f', -1, 64))
+		}
+	}
+	if granted > now {
+		b.WriteString(" !" + strconv.FormatInt((granted-now+999)/1000, 10))
+	}
+	return b.String()
+}
+
+// matters reports whether h holds anything Redis must know at now: a local
+// grant (even one whose slot has passed: the bucket may not have refilled
+// since), a pause still in force, or window units.
+func (h *handback) matters(now int64) bool {
+	return h != nil && (h.last != 0 || h.pause > now || len(h.windows) > 0)
+}
+
+// maxAssumedQueue bounds the queue a Limiter assumes the others kept (see
+// localStart).
+const maxAssumedQueue = 10 * time.Second
+
+// maxPending bounds the cancels and settles kept, per key, for Redis.
+const maxPending = 10_000
+
+// A pendingAdjust is a cancel or settle of a reservation Redis granted,
+// made while Redis was unavailable.
+type pendingAdjust struct {
+	spec    *spec
+	slotNS  int64
+	id      string
+	amounts []float64
+	actual  []float64 // nil: cancel
+}
+
+// newStore returns the local fallback's store: its TIME and its keys'
+// expiry follow the server's clock as this Limiter estimates it (or the
+// Limiter's Clock with ClientTime), the clock the scripts use on Redis.
+func (l *Limiter) newStore() *luastore.Store {
+	return luastore.New(func() time.Time {
+		ns, _ := l.serverNow()
+		return time.Unix(0, ns)
+	})
+}
+
+// serverNow returns now on the clock the scripts use: the server's, as
+// estimated from the calls' round trips, or the Limiter's Clock when one is
+// set (the scripts then use it too). Unix ns.
+func (l *Limiter) serverNow() (int64, time.Time) {
+	now := l.clock.Now()
+	if !l.serverTime {
+		return now.UnixNano(), now
+	}
+	return l.sync.server(now), now
+}
+
+// A noShareError is the outage's answer to a call this Limiter cannot
+// serve on any share now: it joined the fleet after members that may pace
+// locally without it, Redis never answered it (it does not know the
+// fleet), or its share of a window band is below the cost. It matches
+// ErrUnavailable. A caller who can wait never sees it (reserve.go waits
+// for Redis or a share instead); one that asked not to wait does.
+type noShareError struct{ err error }
+
+func (e *noShareError) Error() string { return e.err.Error() }
+func (e *noShareError) Unwrap() error { return e.err }
+
+// noShareErr is the refusal of a Limiter that joined the fleet after
+// members that pace locally without it (fleetView.alsoN, redisShareOK).
+func (l *Limiter) noShareErr(key string) error {
+	return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until they are back on Redis", key, l.unavailableErr())}
+}
+
+// localShareArg returns the share this Limiter paces key by locally, as
+// the scripts take it.
+func (l *Limiter) localShareArg(key string) (string, error) {
+	sh, ok := l.fleet.localShare()
+	if !ok && l.fleet.newcomer() {
+		return "", l.noShareErr(key)
+	}
+	if !ok {
+		return "", &noShareError{fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())}
+	}
+	return sh.Arg(), nil
+}
+
+// localKeys are key's Redis keys in the store: its state and stored limit,
+// then more.
+func (l *Limiter) localKeys(key string, more ...string) []string { return l.keys(key, more...) }
+
+// startLocal makes sure the store holds key, seeded as the file's comment
+// says, for s (keyOnly: a pause alone). ks.mu is held.
+func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareArg string) error {
+	lk := ks.local
+	if lk == nil {
+		lk = &localKey{}
+		ks.local = lk
+	}
+	if s != keyOnly || lk.spec == nil {
+		lk.spec = s
+	}
+	if lk.held {
+		return nil
+	}
+	rk := l.RedisKey(ks.name)
+	nowNS, _ := l.serverNow()
+	for _, k := range l.store.Keys(rk) {
+		l.store.Del(k)
+	}
+	if ks.seen != "" {
+		if exp := layout.Expiry(ks.seen); exp > nowNS {
+			l.store.Set(rk, ks.seen, time.Duration(exp-nowNS))
+		}
+	}
+	if ks.stored != "" {
+		l.store.Set(rk+":limit", ks.stored, 0)
+	}
+	lk.held, lk.last = true, 0
+	// The floor: no earlier than what Redis granted this Limiter, than what
+	// the store granted that Redis has not taken yet, nor than the queue
+	// this Limiter saw (the others went on reserving: assume it stayed as
+	// long; a queue that drained costs at most its length, one that grew
+	// may still overlap its first slots).
+	h := (&handback{last: ks.horizon()}).merge(lk.hand).merge(lk.inflight)
+	if ks.seen != "" {
+		if q := min(layout.Queue(ks.seen), int64(maxAssumedQueue)); q > 0 {
+			h.last = max(h.last, nowNS+q)
+		}
+	}
+	if s != keyOnly && (h.last > nowNS || len(h.windows) > 0) {
+		args := l.argsWith(l.clock.Now(), s, 2, shareArg, true)
+		args = append(args, h.floorArg(nowNS, 0), "0")
+		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
+			return l.localError("reserve", ks.name, err)
+		}
+	}
+	state, _ := l.store.Get(rk)
+	lk.seeded = layout.Windows(state)
+	return nil
+}
+
+// takeHandback takes what must go to Redis for the key: what the store
+// granted (the store forgets the key) and what earlier calls could not
+// hand back. The caller gives it back (handbackDone) if its call fails.
+// ks.mu is held.
+func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
+	lk := ks.local
+	if lk == nil {
+		return nil, false
+	}
+	h := lk.hand
+	lk.hand = nil
+	if lk.held {
+		rk := l.RedisKey(ks.name)
+		state, _ := l.store.Get(rk)
+		g := &handback{last: lk.last, pause: layout.PauseEnd(state), spec: lk.spec}
+		for name, w := range layout.Windows(state) {
+			units := w.U
+			if seed, ok := lk.seeded[name]; ok && seed.W == w.W {
+				units -= seed.U
+			} else if ok && seed.W > w.W {
+				units = 0
+			}
+			if units > 1e-9 {
+				g.windows = append(g.windows, windowUnits{band: name, w: int64(w.W), units: units})
+			}
+		}
+		for _, k := range l.store.Keys(rk) {
+			l.store.Del(k)
+		}
+		lk.held, lk.last, lk.seeded = false, 0, nil
+		h = h.merge(g)
+	}
+	nowNS, _ := l.serverNow()
+	if !h.matters(nowNS) {
+		if lk.inflight == nil {
+			ks.local = nil
+		}
+		return nil, false
+	}
+	lk.inflight = lk.inflight.merge(h)
+	return h, true
+}
+
+// handbackDone ends a call that carried h: Redis has it (ok), or it goes
+// back to be handed over by a later call. ks.mu is held.
+func (l *Limiter) handbackDone(ks *keyState, h *handback, ok bool) {
+	lk := ks.local
+	if lk == nil {
+		return
+	}
+	lk.inflight = nil
+	if !ok {
+		lk.hand = lk.hand.merge(h)
+	}
+	if !lk.held && lk.hand == nil {
+		ks.local = nil
+	}
+}
+
+// hasLocal reports whether key has local grants Redis has not seen.
+func (l *Limiter) hasLocal(key string) bool {
+	ks := l.states.peek(key)
+	if ks == nil {
+		return false
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.local != nil
+}
+
+// localPauseEnd returns the end of key's pause in the store (server clock,
+// Unix ns; 0: none).
+func (l *Limiter) localPauseEnd(key string) int64 {
+	state, ok := l.store.Get(l.RedisKey(key))
+	if !ok {
+		return 0
+	}
+	return layout.PauseEnd(state)
+}
+
+// localError maps the error of a script run on the store, as mapError
+// maps Redis's.
+func (l *Limiter) localError(op, key string, err error) error {
+	if code, ok := layout.ErrorCode(err); ok {
+		if sentinel := scriptCodes[code]; sentinel != nil {
+			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, sentinel, err)
+		}
+	}
+	return fmt.Errorf("reserve: %s %q (local): %w", op, key, err)
+}
+
+// runLocal runs script on the store for key, as one of the key's local
+// operations: it seeds the key first. s is the policy (keyOnly: none).
+func (l *Limiter) runLocal(ctx context.Context, op string, ks *keyState, s *spec, script *redis.Script, keys []string, args []any, shareArg string) (any, error) {
+	if err := l.startLocal(ctx, ks, s, shareArg); err != nil {
+		return nil, err
+	}
+	res, err := script.Run(ctx, l.store, keys, args...).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, l.localError(op, ks.name, err)
+	}
+	return res, nil
+}
+
+// pauseLocal pauses key on the store.
+func (l *Limiter) pauseLocal(ctx context.Context, key string, s *spec, d time.Duration) error {
+	shareArg, err := l.localShareArg(key)
+	if err != nil {
+		shareArg = "1" // a pause takes no share: the provider's word holds whatever the fleet
+	}
+	now := l.clock.Now()
+	args := l.argsWith(now, s, 1, shareArg, true)
+	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	res, err := l.runLocal(ctx, "pause", ks, s, pauseScript, l.keys(key), args, shareArg)
+	if err != nil {
+		return err
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 5 {
+		return replyError("pause", key, res)
+	}
+	base, err1 := l.localBase(now, reply)
+	end, ok1 := reply[2].(int64)
+	if err1 != nil || !ok1 {
+		return replyError("pause", key, res)
+	}
+	if end > 0 {
+		// Sleepers read it from the store (localPauseEnd); Redis is told
+		// it with the handback, and again if it loses it (own).
+		endNS := base.serverNS + end
+		ks.mine(endNS, -1, s)
+		ks.changed()
+	}
+	return nil
+}
+
+// localBase reads the now_us, now_ns that begin a reply of the store,
+// whose TIME is the server's clock as estimated (serverNow); with a client
+// clock, the now the script was given.
+func (l *Limiter) localBase(now time.Time, reply []any) (replyTime, error) {
+	us, ok1 := reply[0].(int64)
+	ns, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return replyTime{}, errors.New("bad reply time")
+	}
+	b := replyTime{serverNS: us*1000 + ns, local: now}
+	if l.serverTime {
+		// The store read the server's clock as estimated (serverNow): the
+		// same estimate places the instant back on the local clock.
+		b.local = l.sync.localOf(b.serverNS)
+	}
+	return b, nil
+}
+
+// adjustLocal cancels or settles a reservation the store granted and
+// still holds. ks.mu is held.
+func (l *Limiter) adjustLocal(ctx context.Context, ks *keyState, r *Reservation, actual []float64) error {
+	shareArg, err := l.localShareArg(r.key)
+	if err != nil {
+		shareArg = "1" // a give-back takes no share
+	}
+	_, err = l.runLocal(ctx, "adjust", ks, r.spec, adjustScript, l.adjustKeys(r, actual), l.adjustArgs(r, r.localID, actual, shareArg, true), shareArg)
+	return err
+}
+
+// addPending queues a cancel or settle of a Redis reservation made while
+// Redis was unavailable. ks.mu is held.
+func (l *Limiter) addPending(ks *keyState, p pendingAdjust) {
+	if len(ks.pending) >= maxPending {
+		l.droppedAdjusts.Add(1)
+		return
+	}
+	ks.pending = append(ks.pending, p)
+}
+
+// handBack runs when Redis answers again: every key the store holds, every
+// handback a failed call left, and every key with a slot Redis granted
+// this Limiter still ahead (a Redis restarted empty has forgotten it) goes
+// to Redis as a floor (one call per key, with no reservation), a pause
+// made locally goes with it, and the adjustments Redis has not seen are
+// made. Keys whose call fails stay for their next call.
+func (l *Limiter) handBack(ctx context.Context) {
+	nowNS, _ := l.serverNow()
+	stored := map[string]string{}
+	type work struct {
+		ks      *keyState
+		pending []pendingAdjust
+	}
+	var todo []work
+	for _, ks := range l.states.all() {
+		ks.mu.Lock()
+		if ks.local != nil || ks.horizon() > nowNS || len(ks.pending) > 0 {
+			todo = append(todo, work{ks, ks.pending})
+			ks.pending = nil
+		}
+		if ks.stored != "" && ks.local != nil && ks.local.held {
+			// Paced locally by a stored limit: put it back if Redis lost
+			// it (restore.lua), so that the members still pacing locally
+			// and those back on Redis pace by one limit.
+			stored[ks.name] = ks.stored
+		}
+		ks.mu.Unlock()
+	}
+	for _, k := range slices.Sorted(maps.Keys(stored)) {
+		l.restoreStored(ctx, k, stored[k])
+	}
+	slices.SortFunc(todo, func(a, b work) int { return strings.Compare(a.ks.name, b.ks.name) })
+	for _, w := range todo {
+		ks := w.ks
+		ks.mu.Lock()
+		h, ok := l.takeHandback(ks)
+		granted := ks.horizon()
+		ks.mu.Unlock()
+		var err error
+		if ok || granted > nowNS {
+			err = l.giveBack(ctx, ks.name, h, granted)
+		}
+		if ok {
+			ks.mu.Lock()
+			l.handbackDone(ks, h, err == nil)
+			ks.mu.Unlock()
+		}
+		for i, p := range w.pending {
+			r := &Reservation{lim: l, key: ks.name, spec: p.spec, amounts: p.amounts, slotNS: p.slotNS}
+			if err := r.adjustRedis(ctx, p.id, p.actual); err != nil && errors.Is(err, ErrUnavailable) {
+				ks.mu.Lock()
+				for _, q := range w.pending[i:] {
+					l.addPending(ks, q)
+				}
+				ks.mu.Unlock()
+				break
+			}
+		}
+	}
+	if dropped := l.droppedAdjusts.Swap(0); dropped > 0 {
+		l.opts.Logger.Warn("pacer: cancels and settles made while Redis was unavailable were too many to keep; some were not applied",
+			"dropped", dropped, "limiter", l.id)
+	}
+}
+
+// giveBack hands h (nil: nothing) to Redis for key: a floor on the policy
+// it was granted by, and a pause made locally; with granted (server clock,
+// Unix ns) as the horizon of a key Redis has lost.
+func (l *Limiter) giveBack(ctx context.Context, key string, h *handback, granted int64) error {
+	nowNS, _ := l.serverNow()
+	s := keyOnly
+	if h != nil && h.spec != nil {
+		s = h.spec
+	}
+	if s == keyOnly {
+		s = l.states.get(key).lastSpec()
+	}
+	if s != nil && s != keyOnly && (h.matters(nowNS) && (h.last != 0 || len(h.windows) > 0) || granted > nowNS) {
+		if err := l.floorOnly(ctx, key, s, h.floorArg(nowNS, granted)); err != nil {
+			return err
+		}
+	}
+	if h != nil && h.pause > nowNS {
+		return l.pauseRedis(ctx, key, keyOnly, time.Duration(h.pause-nowNS))
+	}
+	return nil
+}
+
+// lastSpec is the policy the key was last called with, from its report;
+// nil if unknown.
+func (ks *keyState) lastSpec() *spec {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.report.s
+}
+
+var restoreScript = redis.NewScript(lua.Restore)
+
+// restoreStored puts back key's stored limit, as this Limiter last saw it,
+// if Redis lost it with everything else of the key (see restore.lua).
+func (l *Limiter) restoreStored(ctx context.Context, key, stored string) {
+	k := l.RedisKey(key)
+	res, err := l.run(ctx, "restore", key, func(ctx context.Context) (any, error) {
+		return restoreScript.Run(ctx, l.rdb, []string{k, k + ":limit", k + ":history"},
+			stored, "pacer "+l.id, historyKeep).Int()
+	}, nil)
+	if err == nil && res == 1 {
+		l.opts.Logger.Warn("pacer: redis had lost a key's stored limit (restarted empty?); put it back as this Limiter last saw it",
+			"key", key, "stored", stored, "limiter", l.id)
+	}
+}

@@ -1,0 +1,194 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pacer-go/pacer/internal/layout"
+)
+
+// The key's pause, as this Limiter knows it, is the pause of the state
+// Redis last showed it (keyState.seen): every reply that carries the state,
+// the fleet's events (events.go), and the reads sleepers make before their
+// slots (one GET shared by the key's sleepers) all note the state there,
+// newest by the state's own write time. A pause this Limiter made is also
+// kept (own) until it ends: a Redis restarted empty forgets it, and the
+// provider's 429 that asked for it still holds.
+
+// checkShare is how old the key's state, as seen, may be and still answer a
+// sleeper's check without a read.
+const checkShare = 500 * time.Microsecond
+
+// pauseView is what the key's seen state says of its pause, kept as it is
+// noted (keyState.noteSeen), and the read that refreshes it.
+type pauseView struct {
+	endNS int64       // the end of the pause in force, server clock (Unix ns); 0: none
+	shift resumeShift // the last resume's move (the state's "~s")
+	err   error       // the last read's error: the pause is not known
+	read  *pauseRead  // a read in flight
+}
+
+// pauseRead is one GET of the key's state, shared by the sleepers that
+// need it: done is closed once the key's state holds its answer.
+type pauseRead struct {
+	done chan struct{}
+	err  error
+}
+
+// resumeShift is a resume's move (a state's "~s q:r d"): reservations
+// numbered q+1 to r, d ns earlier. r is 0 when the state has none.
+type resumeShift struct{ q, r, d int64 }
+
+func (s resumeShift) applies(seq int64) bool { return s.d > 0 && seq > s.q && seq <= s.r }
+
+// ownPause is a pause this Limiter made.
+type ownPause struct {
+	endNS      int64 // server clock, Unix ns
+	seq        int64 // the key's last reservation number when it was made; -1: made locally
+	spec       *spec
+	reasserted bool // sent to Redis again after Redis forgot it
+}
+
+// mine records a pause this Limiter made on the key, ending at endNS, when
+// the key's last reservation was number seq (-1: on the local fallback).
+// ks.mu is held.
+func (ks *keyState) mine(endNS, seq int64, s *spec) {
+	if ks.own != nil && ks.own.endNS > endNS {
+		return
+	}
+	ks.own = &ownPause{endNS: endNS, seq: seq, spec: s}
+}
+
+// knownPause returns the end of the pause as last seen (server clock, Unix
+// ns; 0 if none, never seen, or the last read failed). ks.mu is held.
+func (ks *keyState) knownPause() int64 {
+	if ks.seenAt.IsZero() || ks.pause.err != nil {
+		return 0
+	}
+	return ks.pause.endNS
+}
+
+// readPause returns key's pause (its end, server clock Unix ns; 0: none)
+// and resume shift, from a state seen at most checkShare ago, or a read.
+// One read serves every sleeper of the Limiter on the key that asks
+// meanwhile; it runs on no caller's context (a caller whose context ends
+// stops waiting for it, the others do not), bounded by CallTimeout.
+func (l *Limiter) readPause(ctx context.Context, key string) (int64, resumeShift, error) {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	if ks.pause.read == nil && !ks.seenAt.IsZero() && ks.pause.err == nil && time.Since(ks.seenAt) <= checkShare {
+		defer ks.mu.Unlock()
+		return ks.pause.endNS, ks.pause.shift, nil
+	}
+	pr := ks.pause.read
+	if pr == nil {
+		pr = l.startRead(ks)
+	}
+	ks.mu.Unlock()
+	select {
+	case <-pr.done:
+	case <-ctx.Done():
+		return 0, resumeShift{}, ctx.Err()
+	}
+	if pr.err != nil {
+		return 0, resumeShift{}, pr.err
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.pause.endNS, ks.pause.shift, nil
+}
+
+// startRead starts a read of the key's state, which the key's state notes
+// when it arrives. ks.mu is held.
+func (l *Limiter) startRead(ks *keyState) *pauseRead {
+	pr := &pauseRead{done: make(chan struct{})}
+	ks.pause.read = pr
+	go func() {
+		sent := time.Now()
+		state, err := l.getState(l.loopCtx, ks.name)
+		ks.mu.Lock()
+		if err == nil {
+			ks.pause.err = nil
+			ks.noteSeen(state, ks.stored, sent)
+		} else {
+			ks.pause.err = err
+		}
+		ks.pause.read = nil
+		pr.err = err
+		ks.mu.Unlock()
+		close(pr.done)
+	}()
+	return pr
+}
+
+// ownEnd returns the end of this Limiter's own pause on the key if it ends
+// after slotNS (0: none), and whether Redis should be told it again: the
+// pause is still in force, Redis showed an earlier end (redisEnd >= 0) and
+// no resume since the pause (it lost the pause: restarted empty), and it
+// has not been told yet. A pause that has ended by now still covers a slot
+// before its end: a sleeper whose check came late (Redis could not be read
+// for a while, a stalled process) must not fire on it. ks.mu is held.
+func (ks *keyState) ownEnd(redisEnd, nowNS, slotNS int64) (int64, *spec, bool) {
+	o := ks.own
+	if o == nil || o.endNS <= slotNS {
+		return 0, nil, false
+	}
+	if s := ks.pause.shift; s.r > 0 && s.r >= o.seq {
+		// An operator resumed the key after this pause.
+		ks.own = nil
+		return 0, nil, false
+	}
+	again := o.endNS > nowNS && redisEnd >= 0 && redisEnd < o.endNS-int64(time.Millisecond) && !o.reasserted
+	if again {
+		o.reasserted = true
+	}
+	return o.endNS, o.spec, again
+}
+
+// getState reads key's state: one GET ("" if none).
+func (l *Limiter) getState(ctx context.Context, key string) (string, error) {
+	res, err := l.run(ctx, "check", key, func(ctx context.Context) (any, error) {
+		v, err := l.rdb.Get(ctx, l.RedisKey(key)).Result()
+		if errors.Is(err, redis.Nil) {
+			return "", nil
+		}
+		return v, err
+	}, nil)
+	if err != nil {
+		return "", err
+	}
+	state := res.(string)
+	if state == "" {
+		return "", nil
+	}
+	if _, err := layout.ParseState(state); err != nil {
+		return "", fmt.Errorf("reserve: %w: %w", ErrWrongType, err)
+	}
+	return state, nil
+}
+
+// shiftOf reads a state's resume shift ("~s q:r d"), if any.
+func shiftOf(state string) resumeShift {
+	i := strings.Index(state, " ~s ")
+	if i < 0 {
+		return resumeShift{}
+	}
+	f := strings.Fields(state[i+4:])
+	if len(f) < 2 {
+		return resumeShift{}
+	}
+	q, r, ok := strings.Cut(f[0], ":")
+	qv, err1 := strconv.ParseInt(q, 10, 64)
+	rv, err2 := strconv.ParseInt(r, 10, 64)
+	d, err3 := strconv.ParseInt(f[1], 10, 64)
+	if !ok || err1 != nil || err2 != nil || err3 != nil {
+		return resumeShift{}
+	}
+	return resumeShift{qv, rv, d}
+}
