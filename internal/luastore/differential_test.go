@@ -20,11 +20,12 @@ import (
 // The differential test: random sequences of the project's scripts
 // (reservations, fair turns, leases, holds and claims, cancels and
 // settles, pauses and resumes with and without history, peeks, stored
-// limits set and removed, other policies and shares, bad arguments, keys
-// of the wrong type) run on a real redis-server and on a Store, with the
-// same arguments and the same client clock (ARGV[1], ARGV[2]). Every reply
-// and error, and after every step every key of the group (type, value
-// byte for byte, expiry), must be the same on both.
+// limits set and removed, other policies and shares, a member's own among
+// them, bad arguments, keys of the wrong type) run on a real redis-server
+// and on a Store, with the same arguments and the same client clock
+// (ARGV[1], ARGV[2]). Every reply and error, and after every step every
+// key of the group (type, value byte for byte, expiry), must be the same
+// on both.
 //
 // PACER_LUASTORE_SEED=n replays seed n alone; PACER_LUASTORE_SEEDS=n runs
 // n seeds.
@@ -119,11 +120,14 @@ func drawPolicy(r *rand.Rand) policy {
 	return p
 }
 
-// drawShare returns a share argument: the whole ("1"), or a fleet of n
-// with some ranks held; now and then asking for format 1.
+// drawShare returns a share argument: the whole ("1"), a fleet of n with
+// some ranks held (a group on Redis), or member k's own share of a fleet
+// of n ("m n k a": a process pacing locally), maybe also within another
+// fleet size a; now and then asking for format 1.
 func drawShare(r *rand.Rand) string {
 	s := "1"
-	if r.IntN(3) == 0 {
+	switch r.IntN(6) {
+	case 0, 1:
 		n := 2 + r.IntN(4)
 		held := r.Perm(n)[:1+r.IntN(n-1)]
 		slices.Sort(held)
@@ -131,6 +135,13 @@ func drawShare(r *rand.Rand) string {
 		for _, k := range held {
 			s += " " + strconv.Itoa(k)
 		}
+	case 2:
+		n := 2 + r.IntN(4)
+		k, a := r.IntN(n), 0
+		if r.IntN(2) == 0 {
+			a = max(2, k+1+r.IntN(4)) // a fleet size of which k is a rank
+		}
+		s = fmt.Sprintf("m %d %d %d", n, k, a)
 	}
 	if r.IntN(8) == 0 {
 		s = "f1 " + s

@@ -45,6 +45,9 @@
 // error, {ok=...} a status).
 //
 // string.find, match, gmatch and gsub are Lua 5.1's matcher (lstrlib.c).
+// An assignment of several targets evaluates all its expressions before it
+// assigns any, as Lua 5.1 does (gopher-lua's compiler alone assigns a local
+// as it goes: "x, y = y, x % y" would not compute a gcd).
 // A script's reply reaches go-redis as a RESP3 client (go-redis v9's
 // default) reads it: {double=...} a float64, {map=...} a map.
 //

@@ -213,6 +213,35 @@ func TestCJSON(t *testing.T) {
 	})
 }
 
+// TestMultipleAssignment: an assignment of several targets evaluates
+// every expression (and the tables and keys of indexed targets) before it
+// assigns any, as Lua 5.1 does; gopher-lua alone assigned a local as soon
+// as its value was computed (yuin/gopher-lua#440), and core.lua's gcd of
+// two fleet sizes came out wrong.
+func TestMultipleAssignment(t *testing.T) {
+	p := newPair(t)
+	runCases(t, p, []scriptCase{
+		{name: "swap", src: "local a, b = 1, 2 a, b = b, a return {a, b}"},
+		{name: "gcd", src: "local x, y = 3, 2 while y ~= 0 do x, y = y, x % y end return x"},
+		{name: "reads the old value", src: "local a, b = 0, 0 a, b = a + 1, a + b return {a, b}"},
+		{name: "index before", src: "local i, a = 3, {} i, a[i] = i + 1, 20 return {i, a[3] or 'nil', a[4] or 'nil'}"},
+		{name: "index after", src: "local i, a = 1, {} a[i], i = 20, 2 return {i, a[1] or 'nil', a[2] or 'nil'}"},
+		{name: "field and local", src: "local a, d, f = {}, 'e', 1 f, a.d = f, d return {f, a.d}"},
+		{name: "fields", src: "local b = {z = 1, e = 2} b.z, b.e = b.e, b.z return {b.z, b.e}"},
+		{name: "one target twice", src: "local t = {} t[1], t[1] = 'a', 'b' return t[1]"},
+		{name: "upvalues", src: "local x, y = 1, 2 local function f() x, y = y, x end f() return {x, y}"},
+		{name: "call fills", src: "local a, b, c = 0, 0, 0 a, b, c = (function() return 1, 2, 3 end)() return {a, b, c}"},
+		{name: "call truncated", src: "local a, b, c = 0, 0, 0 a, b, c = (function() return 1, 2 end)(), 5 return {a, b, tostring(c)}"},
+		{name: "call last fills", src: "local a, b, c = 0, 0, 0 a, b, c = 9, (function() return 1, 2 end)() return {a, b, c}"},
+		{name: "fewer values", src: "local a, b = 1, 2 a, b = 3 return {a, tostring(b)}"},
+		{name: "surplus evaluated", src: "local n = 0 local function f() n = n + 1 return n end local a, b = 0, 0 a, b = 1, 2, f() return {a, b, n}"},
+		{name: "table from a call", src: "local t = {} local calls = 0 local function g() calls = calls + 1 return t end g().a, g().b = 1, 2 return {t.a, t.b, calls}"},
+		{name: "in a loop", src: "local a, b = 0, 1 for i = 1, 10 do a, b = b, a + b end return {a, b}"},
+		{name: "local statement", src: "local a, b = 1, 2 local a, b = b, a return {a, b}"},
+		{name: "error line", src: "local a, b = 1, 2\na, b = b, a .. {}", firstWord: true},
+	})
+}
+
 // TestCompileErrors checks the start of a compile error: Redis's text up
 // to the line (Lua's parser words the rest its own way).
 func TestCompileErrors(t *testing.T) {

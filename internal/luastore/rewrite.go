@@ -14,19 +14,26 @@ import (
 //     "%.14g");
 //   - a string bound of a numeric for loop is refused (Lua 5.1 converts it);
 //
-// and one in its compiler: a numeric literal with a leading zero ("010")
-// is read as octal. So before compiling, the script's syntax tree is
+// and two in its compiler: a numeric literal with a leading zero ("010")
+// is read as octal; and an assignment of several targets writes a local
+// target as soon as its value is computed, so that the expressions after
+// it read the new value (yuin/gopher-lua#440: "x, y = y, x % y" does not
+// compute a gcd), where Lua 5.1 evaluates every expression before it
+// assigns any. So before compiling, the script's syntax tree is
 // rewritten: a % b becomes a call of the environment's mod function, each
 // operand of .. that is not a string literal a call of its concat function,
 // each bound of a numeric for loop that is not a literal a call of its
-// number function, and each literal is written back as the number Lua 5.1
-// reads. The three functions come in as locals of the chunk, so a script's
-// functions reach them as upvalues, by names no script can write.
+// number function, each literal is written back as the number Lua 5.1
+// reads, and each assignment of several targets becomes a block that
+// evaluates everything first (multiAssign). The three functions come in as
+// locals of the chunk, so a script's functions reach them as upvalues, by
+// names no script can write.
 
 const (
 	modName = "\x00mod" // luanum.go's modFunc
 	catName = "\x00cat" // luanum.go's concatFunc
 	numName = "\x00num" // luanum.go's forNumFunc
+	tmpName = "\x00tmp" // multiAssign's locals: tmpName + "1", "2", ...
 )
 
 // rewriteChunk rewrites a parsed script (see above) in place and returns
@@ -43,8 +50,8 @@ func rewriteChunk(chunk []ast.Stmt) []ast.Stmt {
 }
 
 func stmts(list []ast.Stmt) {
-	for _, s := range list {
-		stmt(s)
+	for i, s := range list {
+		list[i] = stmt(s)
 	}
 }
 
@@ -54,11 +61,14 @@ func exprs(list []ast.Expr) {
 	}
 }
 
-func stmt(s ast.Stmt) {
+func stmt(s ast.Stmt) ast.Stmt {
 	switch s := s.(type) {
 	case *ast.AssignStmt:
 		exprs(s.Lhs)
 		exprs(s.Rhs)
+		if len(s.Lhs) > 1 {
+			return multiAssign(s)
+		}
 	case *ast.LocalAssignStmt:
 		exprs(s.Exprs)
 	case *ast.FuncCallStmt:
@@ -98,6 +108,65 @@ func stmt(s ast.Stmt) {
 	case *ast.ReturnStmt:
 		exprs(s.Exprs)
 	}
+	return s
+}
+
+// multiAssign rewrites an assignment of several targets,
+//
+//	t[k], x = e1, e2
+//
+// as Lua 5.1 runs it: the tables and keys of the indexed targets, then the
+// expressions, in order, each once, then the assignments, the last target
+// first (lparser.c's restassign):
+//
+//	do local t1, t2, t3, t4 = t, k, e1, e2; x = t4; t1[t2] = t3 end
+//
+// A local statement evaluates all its expressions into registers of its
+// own before its names exist, and an assignment of one target from a
+// local has nothing after it to read the target: gopher-lua compiles
+// both as Lua 5.1 does.
+func multiAssign(s *ast.AssignStmt) ast.Stmt {
+	local := &ast.LocalAssignStmt{}
+	temp := func(e ast.Expr) *ast.IdentExpr {
+		name := tmpName + strconv.Itoa(len(local.Names)+1)
+		local.Names = append(local.Names, name)
+		if e != nil {
+			local.Exprs = append(local.Exprs, e)
+		}
+		return ident(name, s)
+	}
+	for _, l := range s.Lhs {
+		if a, ok := l.(*ast.AttrGetExpr); ok {
+			a.Object, a.Key = temp(a.Object), temp(a.Key)
+		}
+	}
+	values := make([]ast.Expr, len(s.Lhs))
+	for i := range values {
+		values[i] = temp(nil)
+	}
+	// Every expression, the surplus too (evaluated, then dropped); the
+	// last one gives as many values as the targets left want.
+	local.Exprs = append(local.Exprs, s.Rhs...)
+	block := &ast.DoBlockStmt{Stmts: []ast.Stmt{local}}
+	for i := len(s.Lhs) - 1; i >= 0; i-- {
+		a := &ast.AssignStmt{Lhs: []ast.Expr{s.Lhs[i]}, Rhs: []ast.Expr{values[i]}}
+		a.SetLine(s.Line())
+		a.SetLastLine(s.LastLine())
+		block.Stmts = append(block.Stmts, a)
+	}
+	for _, n := range []ast.PositionHolder{local, block} {
+		n.SetLine(s.Line())
+		n.SetLastLine(s.LastLine())
+	}
+	return block
+}
+
+// ident returns a reference to the local name, at at's lines.
+func ident(name string, at ast.PositionHolder) *ast.IdentExpr {
+	id := &ast.IdentExpr{Value: name}
+	id.SetLine(at.Line())
+	id.SetLastLine(at.LastLine())
+	return id
 }
 
 func expr(e ast.Expr) ast.Expr {
