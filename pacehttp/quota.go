@@ -31,6 +31,11 @@ const (
 	// process died) stops counting as in flight; the script makes it at
 	// least four round trips.
 	quotaLapse = 10 * time.Second
+	// quotaStale is how long after its turn a call taken from the count
+	// may wait for its slot (of the Limit, after a pause) and still be sent
+	// on that turn; past it, it asks the count again (Transport.admit). It
+	// is below the least time a probe is alone (lua/quota.lua: 250 ms).
+	quotaStale = 200 * time.Millisecond
 )
 
 // counted remembers, per key, whether the fleet keeps a count of its calls:
@@ -91,45 +96,65 @@ func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any,
 // reservation does, paced locally).
 func (t *Transport) take(ctx context.Context, key string) (int64, error) {
 	for {
-		res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
-		if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
-			return 0, nil
+		id, wait, known, err := t.takeOnce(ctx, key)
+		if err != nil || !known {
+			return 0, err
 		}
-		if err != nil {
-			return 0, fmt.Errorf("provider's count: %w", err)
-		}
-		reply, ok := res.([]any)
-		if !ok || len(reply) != 3 {
-			return 0, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
-		}
-		ms, _ := reply[0].(int64)
-		id, _ := reply[1].(int64)
-		known, _ := reply[2].(int64)
-		t.counted.set(key, known == 1)
-		if known == 0 {
-			return 0, nil
-		}
-		wait := time.Duration(ms) * time.Millisecond
-		if d, ok := ctx.Deadline(); ok {
-			if left := time.Until(d); wait > left {
-				if id > 0 {
-					t.drop(ctx, key, id)
-				}
-				return 0, &reserve.WaitTooLongError{Wait: wait, MaxWait: max(left, 0), Deadline: true}
-			}
-		}
-		if wait > 0 {
-			if err := sleepCtx(ctx, wait); err != nil {
-				if id > 0 {
-					t.drop(ctx, key, id)
-				}
-				return 0, err
-			}
+		if err := t.waitCount(ctx, key, id, wait); err != nil {
+			return 0, err
 		}
 		if id > 0 {
 			return id, nil
 		}
 	}
+}
+
+// takeOnce runs one take on key's count: the take's number (0: nothing
+// taken), how long to wait (for the turn taken, or before taking again),
+// and whether a count is kept (false also while Redis cannot be reached:
+// the call goes on without it).
+func (t *Transport) takeOnce(ctx context.Context, key string) (id int64, wait time.Duration, known bool, err error) {
+	res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
+	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("provider's count: %w", err)
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 3 {
+		return 0, 0, false, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
+	}
+	ms, _ := reply[0].(int64)
+	id, _ = reply[1].(int64)
+	k, _ := reply[2].(int64)
+	t.counted.set(key, k == 1)
+	if k == 0 {
+		return 0, 0, false, nil
+	}
+	return id, time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// waitCount sleeps for a count's wait, no later than ctx's deadline; take
+// id (0: none) is dropped if the call cannot wait.
+func (t *Transport) waitCount(ctx context.Context, key string, id int64, wait time.Duration) error {
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); wait > left {
+			if id > 0 {
+				t.drop(ctx, key, id)
+			}
+			return &reserve.WaitTooLongError{Wait: wait, MaxWait: max(left, 0), Deadline: true}
+		}
+	}
+	if wait > 0 {
+		if err := sleepCtx(ctx, wait); err != nil {
+			if id > 0 {
+				t.drop(ctx, key, id)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // drop reports that take id on key was not sent.

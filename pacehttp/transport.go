@@ -259,20 +259,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	send := req
 	for try := 0; ; try++ {
-		var r *reserve.Reservation
-		wctx, tr := t.startWait(ctx, rt.Key)
-		if t.opts.Adaptive != nil {
-			r, err = t.reserveAdaptive(wctx, &rt, try > 0, tr)
-		} else {
-			r, err = t.reserve(wctx, rt, tr)
-		}
-		t.endWait(tr, r, err)
-		var take int64
-		if err == nil && t.takes(rt.Key) {
-			if take, err = t.take(ctx, rt.Key); err != nil {
-				_ = r.Cancel(context.WithoutCancel(ctx))
-			}
-		}
+		r, take, err := t.admit(ctx, &rt, try > 0)
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -364,6 +351,80 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			rt.Policy = lim.Policy()
 		}
+	}
+}
+
+// admit waits until the call on rt may be sent: the provider's count of
+// the key's calls (if kept) lets it go, and it is on a slot of the key's
+// schedule, reserved and slept to, with every pause honoured. It returns
+// the slot and the take from the count (0: none).
+//
+// The count comes first: a call takes its turn from the count and sleeps to
+// it, and only then reserves its slot of the Limit (or the adaptive rate)
+// and sleeps to that. So a call the count held (until its window ends, or
+// its turn in the spread) is sent on a slot taken after the wait, never on
+// one that passed meanwhile: the count adds a constraint to the Limit and
+// the pauses, and never goes around them. (Before, the slot came first and
+// the count's wait after it: the calls a window's end released went
+// together, and into a pause made while they waited.)
+//
+// A turn taken from the count is in flight for the count until answered or
+// dropped, and a probe is alone only for a while. When the slot comes long
+// after the turn (quotaStale: a pause, a long queue on the Limit), the call
+// gives its turn back and takes from the count again: it is sent on this
+// slot if the count lets it go now, and otherwise gives the slot up and
+// waits for the count again.
+func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.Reservation, int64, error) {
+	var (
+		take int64
+		turn time.Time // when take's turn came
+	)
+	for {
+		if take == 0 && t.takes(rt.Key) {
+			var err error
+			if take, err = t.take(ctx, rt.Key); err != nil {
+				return nil, 0, err
+			}
+			turn = time.Now()
+		}
+		var (
+			r   *reserve.Reservation
+			err error
+		)
+		wctx, tr := t.startWait(ctx, rt.Key)
+		if t.opts.Adaptive != nil {
+			r, err = t.reserveAdaptive(wctx, rt, retry, tr)
+		} else {
+			r, err = t.reserve(wctx, *rt, tr)
+		}
+		t.endWait(tr, r, err)
+		if err != nil {
+			if take > 0 {
+				t.drop(ctx, rt.Key, take)
+			}
+			return nil, 0, err
+		}
+		if take == 0 || time.Since(turn) <= quotaStale {
+			return r, take, nil
+		}
+		// The slot came long after the count's turn: ask the count again.
+		t.drop(ctx, rt.Key, take)
+		id, wait, known, err := t.takeOnce(ctx, rt.Key)
+		if err != nil {
+			_ = r.Cancel(context.WithoutCancel(ctx))
+			return nil, 0, err
+		}
+		if !known || (id > 0 && wait == 0) {
+			return r, id, nil
+		}
+		// The count says wait: the slot is given up, and the call waits
+		// for the count (its turn, if it has one), then for a fresh slot.
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		take = id
+		if err := t.waitCount(ctx, rt.Key, id, wait); err != nil {
+			return nil, 0, err
+		}
+		turn = time.Now()
 	}
 }
 
