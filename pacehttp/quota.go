@@ -18,8 +18,7 @@ import (
 // reported a quota of calls (Advice.Calls), every call on it takes one from
 // the fleet's count in Redis before it is sent, and reports its answer.
 // lua/quota.lua keeps the count: the calls the provider said were left,
-// less those in flight, spread over the time to the reset (or paced at
-// the refill rate of a bucket that refills continuously).
+// less those in flight, spread over the time to the reset.
 
 var quotaScript = redis.NewScript(lua.Quota)
 
@@ -167,8 +166,20 @@ func (t *Transport) drop(ctx context.Context, key string, id int64) {
 // answer reports the answer to take id on key (0: a call taken before the
 // key was counted): the quota of calls it reports, if any, and the call's
 // round trip.
+//
+// Every quota of calls is counted as a fixed window that ends at its reset,
+// OpenAI's and Anthropic's too (Quota.Refill). Their headers give the time
+// until the quota is whole again, which a fixed window (the whole quota
+// back at its end) and a bucket refilled continuously both send, and the
+// two cannot be told apart from an answer. A window's count is right for
+// both: a bucket holds at least what it said was left, less what was spent
+// since, until it is full, so the fleet never sends more than either
+// allows, and it spends a bucket's refill too, window after window, at the
+// bucket's rate on average. The bucket's count (lua/quota.lua's refill, at
+// (limit - left) / reset) sent a fixed window's calls at that rate after
+// its quota was spent, into refusals until its end.
 func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration) {
-	left, refill := int64(-1), "0"
+	left := int64(-1)
 	if q.Source != "" {
 		left = q.Remaining
 	}
@@ -182,20 +193,10 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	if reset%time.Second == 0 {
 		unc = time.Second
 	}
-	if q.Refill {
-		refill = "1"
-		// The refill rate is read as (limit - left) / reset: a reset
-		// rounded to a whole second (OpenAI's "1s", "6m0s") may be up to
-		// half a second short, and the rate too high; take the longest
-		// reset it may stand for.
-		if reset >= time.Second && reset%time.Second == 0 {
-			reset += time.Second / 2
-		}
-	}
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
 	}
-	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, refill, ms(rtt), ms(unc))
+	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, "0", ms(rtt), ms(unc))
 	if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
 		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
 	}

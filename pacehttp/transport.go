@@ -113,8 +113,11 @@ type Options struct {
 	// the calls left, less those in flight, spread evenly over the time to
 	// the reset, a tenth of them at once; when none are left, calls wait for
 	// the reset, and the first one after it goes alone, to learn the new
-	// window. A quota that refills continuously (OpenAI, Anthropic) is
-	// paced at its refill rate instead. This costs two more Redis calls per
+	// window; OpenAI's and Anthropic's quotas are counted as windows ending
+	// at their reset too (safe for a bucket that refills continuously as
+	// well). A call waits for the count first, then for its slot of the
+	// Limit, so the count never sends a call off the Limit's schedule or
+	// into a pause. This costs two more Redis calls per
 	// request on such a key. The count is of calls: a quota of tokens still
 	// only pauses the key when it is exhausted.
 	IgnoreCounts bool
@@ -440,8 +443,8 @@ func (t *Transport) takes(key string) bool {
 
 // countCovers reports whether the fleet's count of key's calls paces what
 // adv says is exhausted: the count of calls is 0 and no other quota
-// refills later. The count then holds the calls until the window's end (or
-// a refilling bucket's next call) and a pause would add nothing but a
+// refills later. The count then holds the calls until the window's end,
+// and a pause would add nothing but a
 // reset rounded up.
 func (t *Transport) countCovers(key string, adv Advice) bool {
 	c := adv.Calls
