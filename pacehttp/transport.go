@@ -375,8 +375,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // dropped, and a probe is alone only for a while. When the slot comes long
 // after the turn (quotaStale: a pause, a long queue on the Limit), the call
 // gives its turn back and takes from the count again: it is sent on this
-// slot if the count lets it go now, and otherwise gives the slot up and
-// waits for the count again.
+// slot if the count still has a call for it (a number: a call left in the
+// window, or the probe), even if the count's spread would place it later
+// (the Limit has held it past its turn already; giving up the slot for
+// the spread's turn would only meet the same queue again). If the count
+// has nothing (the window spent, a probe out), the call gives the slot up
+// and waits for the count again.
 func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.Reservation, int64, error) {
 	var (
 		take int64
@@ -417,17 +421,16 @@ func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.
 			_ = r.Cancel(context.WithoutCancel(ctx))
 			return nil, 0, err
 		}
-		if !known || (id > 0 && wait == 0) {
+		if !known || id > 0 {
 			return r, id, nil
 		}
-		// The count says wait: the slot is given up, and the call waits
-		// for the count (its turn, if it has one), then for a fresh slot.
+		// The count has nothing now: the slot is given up, and the call
+		// waits for the count, then for a fresh slot.
 		_ = r.Cancel(context.WithoutCancel(ctx))
-		take = id
-		if err := t.waitCount(ctx, rt.Key, id, wait); err != nil {
+		if err := t.waitCount(ctx, rt.Key, 0, wait); err != nil {
 			return nil, 0, err
 		}
-		turn = time.Now()
+		take = 0
 	}
 }
 
