@@ -17,9 +17,11 @@
 --     (the probe) goes first, alone, and its answer tells the new window:
 --     a provider's reset rounded to a second may end the window early or
 --     late, and only its answer says which.
---   - a refilling bucket (OpenAI, Anthropic: the reset is when it is full
---     again): the calls left now, then the refill rate, (limit - left) /
---     reset, in order, each call waiting for its own.
+--   - a refilling bucket (the reset is when it is full again): the calls
+--     left now, then the refill rate, (limit - left) / reset, in order, each
+--     call waiting for its own. pacehttp no longer answers with it (it
+--     counts OpenAI's and Anthropic's quotas as fixed windows, which may be
+--     either); it stays for the answers of earlier releases.
 -- Each call counted is one less to take, when it is taken. With a window's
 -- quota known (its limit), the calls left are the quota less the window's
 -- takes and less what others spent, which every answer bounds from below:

@@ -26,17 +26,17 @@ func windowClients(t *testing.T, ls []*reserve.Limiter, ignore bool) []*http.Cli
 	return cs
 }
 
-// callWindow has the clients, 8 goroutines each, call the fixed-window
+// callWindow has the clients, goroutines each, call the fixed-window
 // provider p for d, and returns the provider's counts over the whole
 // windows of the run.
-func callWindow(p *provider.Window, clients []*http.Client, d time.Duration) provider.WindowStats {
+func callWindow(p *provider.Window, clients []*http.Client, goroutines int, d time.Duration) provider.WindowStats {
 	srv := httptest.NewServer(p)
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range clients {
-		for range 8 {
+		for range goroutines {
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
@@ -54,43 +54,43 @@ func callWindow(p *provider.Window, clients []*http.Client, d time.Duration) pro
 	return p.Stats()
 }
 
-// TestCountsFixedWindow: a fleet that reads the provider's counts, in each
-// dialect, is refused at most half as often after the first window (whose
-// first calls went out before any count was known) as the same fleet with
-// the counts ignored, run at the same time beside it, and uses every
-// window. On a quiet machine it is refused nothing
-// (`go run ./cmd/pacerbench -phases counts` measures that); beside a CPU
-// hog an answer read late can let one call through early (x-ratelimit: 1
-// refused in 3 windows, against 21 with the counts ignored), so the exact
-// zero is a figure, not this test's assertion. Every run at once.
-func TestCountsFixedWindow(t *testing.T) {
+// TestCountsDialects: a fleet of 2 processes of 4 goroutines that reads
+// the provider's counts, against a fixed window of 20 calls per 2 s in each
+// dialect of docs/http.md, is refused at most one call in each whole window
+// after the first (whose first calls go out before any count is known), and
+// uses each. Every dialect at once, for 7 s.
+//
+// The bound is a count of the provider's refusals, not a timing bound. The
+// count paces from what the answers say and from the calls it has taken
+// and not seen answered, so a slow machine makes answers late, which makes
+// the count hold calls back, not let more through; what a window's end
+// rounded up or down may cost is the one probe that goes alone after it.
+// With OpenAI's and Anthropic's counts read as buckets refilled at
+// (limit - left) / reset, the openai dialect had up to 36-46 refusals in
+// one window here, anthropic up to 4-8.
+func TestCountsDialects(t *testing.T) {
 	type run struct {
 		dialect string
-		ignore  bool
 		stats   provider.WindowStats
 	}
-	runs := []*run{{dialect: provider.DialectGitHub, ignore: true}}
+	var runs []*run
 	for _, d := range provider.WindowDialects {
 		runs = append(runs, &run{dialect: d})
 	}
 	var wg sync.WaitGroup
 	for _, r := range runs {
 		p := &provider.Window{Quota: 20, Per: 2 * time.Second, Dialect: r.dialect, Latency: 20 * time.Millisecond}
-		clients := windowClients(t, fleet(t, 3), r.ignore)
-		wg.Go(func() { r.stats = callWindow(p, clients, 8*time.Second) })
+		clients := windowClients(t, fleet(t, 2), false)
+		wg.Go(func() { r.stats = callWindow(p, clients, 4, 7*time.Second) })
 	}
 	wg.Wait()
-	ignored := runs[0].stats.Refused
 	for _, r := range runs {
 		s := r.stats
-		t.Logf("%s (counts ignored: %v): %d whole windows of 20: %d used (the fewest in one %d), %d refused", r.dialect, r.ignore, s.Windows, s.Used, s.MinUsed, s.Refused)
-		if r.ignore {
-			assert.Positive(t, s.Refused, "the provider refused nothing with the counts ignored: the test proves nothing")
+		t.Logf("%s: %d whole windows of 20: used %v, %d refused (the most in one %d)", r.dialect, s.Windows, s.PerWindow, s.Refused, s.MaxRefused)
+		if !assert.GreaterOrEqual(t, s.Windows, 2, r.dialect) {
 			continue
 		}
-		if assert.GreaterOrEqual(t, s.Windows, 2, r.dialect) {
-			assert.LessOrEqual(t, 2*s.Refused, ignored, "%s: refused %d after the first window, the counts ignored %d", r.dialect, s.Refused, ignored)
-			assert.Positive(t, s.MinUsed, "%s: a window unused", r.dialect)
-		}
+		assert.LessOrEqual(t, s.MaxRefused, 1, "%s: refusals in one window after the first, used %v", r.dialect, s.PerWindow)
+		assert.Positive(t, s.MinUsed, "%s: a window unused: %v", r.dialect, s.PerWindow)
 	}
 }

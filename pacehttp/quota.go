@@ -18,8 +18,7 @@ import (
 // reported a quota of calls (Advice.Calls), every call on it takes one from
 // the fleet's count in Redis before it is sent, and reports its answer.
 // lua/quota.lua keeps the count: the calls the provider said were left,
-// less those in flight, spread over the time to the reset (or paced at
-// the refill rate of a bucket that refills continuously).
+// less those in flight, spread over the time to the reset.
 
 var quotaScript = redis.NewScript(lua.Quota)
 
@@ -31,6 +30,11 @@ const (
 	// process died) stops counting as in flight; the script makes it at
 	// least four round trips.
 	quotaLapse = 10 * time.Second
+	// quotaStale is how long after its turn a call taken from the count
+	// may wait for its slot (of the Limit, after a pause) and still be sent
+	// on that turn; past it, it asks the count again (Transport.admit). It
+	// is below the least time a probe is alone (lua/quota.lua: 250 ms).
+	quotaStale = 200 * time.Millisecond
 )
 
 // counted remembers, per key, whether the fleet keeps a count of its calls:
@@ -91,45 +95,65 @@ func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any,
 // reservation does, paced locally).
 func (t *Transport) take(ctx context.Context, key string) (int64, error) {
 	for {
-		res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
-		if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
-			return 0, nil
+		id, wait, known, err := t.takeOnce(ctx, key)
+		if err != nil || !known {
+			return 0, err
 		}
-		if err != nil {
-			return 0, fmt.Errorf("provider's count: %w", err)
-		}
-		reply, ok := res.([]any)
-		if !ok || len(reply) != 3 {
-			return 0, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
-		}
-		ms, _ := reply[0].(int64)
-		id, _ := reply[1].(int64)
-		known, _ := reply[2].(int64)
-		t.counted.set(key, known == 1)
-		if known == 0 {
-			return 0, nil
-		}
-		wait := time.Duration(ms) * time.Millisecond
-		if d, ok := ctx.Deadline(); ok {
-			if left := time.Until(d); wait > left {
-				if id > 0 {
-					t.drop(ctx, key, id)
-				}
-				return 0, &reserve.WaitTooLongError{Wait: wait, MaxWait: max(left, 0), Deadline: true}
-			}
-		}
-		if wait > 0 {
-			if err := sleepCtx(ctx, wait); err != nil {
-				if id > 0 {
-					t.drop(ctx, key, id)
-				}
-				return 0, err
-			}
+		if err := t.waitCount(ctx, key, id, wait); err != nil {
+			return 0, err
 		}
 		if id > 0 {
 			return id, nil
 		}
 	}
+}
+
+// takeOnce runs one take on key's count: the take's number (0: nothing
+// taken), how long to wait (for the turn taken, or before taking again),
+// and whether a count is kept (false also while Redis cannot be reached:
+// the call goes on without it).
+func (t *Transport) takeOnce(ctx context.Context, key string) (id int64, wait time.Duration, known bool, err error) {
+	res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
+	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("provider's count: %w", err)
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 3 {
+		return 0, 0, false, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
+	}
+	ms, _ := reply[0].(int64)
+	id, _ = reply[1].(int64)
+	k, _ := reply[2].(int64)
+	t.counted.set(key, k == 1)
+	if k == 0 {
+		return 0, 0, false, nil
+	}
+	return id, time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// waitCount sleeps for a count's wait, no later than ctx's deadline; take
+// id (0: none) is dropped if the call cannot wait.
+func (t *Transport) waitCount(ctx context.Context, key string, id int64, wait time.Duration) error {
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); wait > left {
+			if id > 0 {
+				t.drop(ctx, key, id)
+			}
+			return &reserve.WaitTooLongError{Wait: wait, MaxWait: max(left, 0), Deadline: true}
+		}
+	}
+	if wait > 0 {
+		if err := sleepCtx(ctx, wait); err != nil {
+			if id > 0 {
+				t.drop(ctx, key, id)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // drop reports that take id on key was not sent.
@@ -142,8 +166,20 @@ func (t *Transport) drop(ctx context.Context, key string, id int64) {
 // answer reports the answer to take id on key (0: a call taken before the
 // key was counted): the quota of calls it reports, if any, and the call's
 // round trip.
+//
+// Every quota of calls is counted as a fixed window that ends at its reset,
+// OpenAI's and Anthropic's too (Quota.Refill). Their headers give the time
+// until the quota is whole again, which a fixed window (the whole quota
+// back at its end) and a bucket refilled continuously both send, and the
+// two cannot be told apart from an answer. A window's count is right for
+// both: a bucket holds at least what it said was left, less what was spent
+// since, until it is full, so the fleet never sends more than either
+// allows, and it spends a bucket's refill too, window after window, at the
+// bucket's rate on average. The bucket's count (lua/quota.lua's refill, at
+// (limit - left) / reset) sent a fixed window's calls at that rate after
+// its quota was spent, into refusals until its end.
 func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration) {
-	left, refill := int64(-1), "0"
+	left := int64(-1)
 	if q.Source != "" {
 		left = q.Remaining
 	}
@@ -157,20 +193,10 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	if reset%time.Second == 0 {
 		unc = time.Second
 	}
-	if q.Refill {
-		refill = "1"
-		// The refill rate is read as (limit - left) / reset: a reset
-		// rounded to a whole second (OpenAI's "1s", "6m0s") may be up to
-		// half a second short, and the rate too high; take the longest
-		// reset it may stand for.
-		if reset >= time.Second && reset%time.Second == 0 {
-			reset += time.Second / 2
-		}
-	}
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
 	}
-	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, refill, ms(rtt), ms(unc))
+	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, "0", ms(rtt), ms(unc))
 	if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
 		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
 	}

@@ -161,26 +161,22 @@ func TestQuotaProbe(t *testing.T) {
 	}
 }
 
-// TestQuotaRefill: a refilling bucket paces each call at its refill rate,
-// in order, instead of holding them all until it is full.
-func TestQuotaRefill(t *testing.T) {
+// TestQuotaRefillAsWindow: a quota OpenAI's or Anthropic's headers report
+// (Refill) is counted as a fixed window ending at its reset: with nothing
+// left, the calls wait for the reset, not for one call's refill (reset /
+// limit), which would send a fixed window's calls into refusals until its
+// end.
+func TestQuotaRefillAsWindow(t *testing.T) {
 	tr, _ := quotaTransport(t)
-	// Empty, full again in 599.5 s: one call every 100 s (the reset, in
-	// whole seconds, is read as up to half a second longer).
-	tr.answer(context.Background(), "k", 0, Quota{Remaining: 0, Limit: 6, Reset: 599 * time.Second, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
-	var waits []time.Duration
-	for range 3 {
-		wait, id, _ := takeOnce(t, tr, "k")
-		if id == 0 {
-			t.Fatal("a refilling bucket refused a take")
-		}
-		waits = append(waits, wait)
+	tr.answer(context.Background(), "k", 0, Quota{Remaining: 0, Limit: 6, Reset: 599*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
+	wait, id, known := takeOnce(t, tr, "k")
+	if id != 0 || !known || wait < 590*time.Second || wait > 600*time.Second {
+		t.Fatalf("a take with nothing left until a reset in 599.5 s: number %d, known %v, wait %v; want none taken and a wait for the reset", id, known, wait)
 	}
-	for i, w := range waits {
-		want := time.Duration(i+1) * 100 * time.Second
-		if w < want-10*time.Second || w > want {
-			t.Fatalf("take %d waits %v, want about %v (%v)", i+1, w, want, waits)
-		}
+	// Calls left are spread to the reset, as a window's are.
+	tr.answer(context.Background(), "j", 0, Quota{Remaining: 3, Limit: 6, Reset: 300*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
+	if got := takeAll(t, tr, "j"); got != 3 {
+		t.Fatalf("%d calls taken of the 3 left, want 3", got)
 	}
 }
 

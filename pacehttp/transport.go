@@ -113,8 +113,11 @@ type Options struct {
 	// the calls left, less those in flight, spread evenly over the time to
 	// the reset, a tenth of them at once; when none are left, calls wait for
 	// the reset, and the first one after it goes alone, to learn the new
-	// window. A quota that refills continuously (OpenAI, Anthropic) is
-	// paced at its refill rate instead. This costs two more Redis calls per
+	// window; OpenAI's and Anthropic's quotas are counted as windows ending
+	// at their reset too (safe for a bucket that refills continuously as
+	// well). A call waits for the count first, then for its slot of the
+	// Limit, so the count never sends a call off the Limit's schedule or
+	// into a pause. This costs two more Redis calls per
 	// request on such a key. The count is of calls: a quota of tokens still
 	// only pauses the key when it is exhausted.
 	IgnoreCounts bool
@@ -259,20 +262,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	send := req
 	for try := 0; ; try++ {
-		var r *reserve.Reservation
-		wctx, tr := t.startWait(ctx, rt.Key)
-		if t.opts.Adaptive != nil {
-			r, err = t.reserveAdaptive(wctx, &rt, try > 0, tr)
-		} else {
-			r, err = t.reserve(wctx, rt, tr)
-		}
-		t.endWait(tr, r, err)
-		var take int64
-		if err == nil && t.takes(rt.Key) {
-			if take, err = t.take(ctx, rt.Key); err != nil {
-				_ = r.Cancel(context.WithoutCancel(ctx))
-			}
-		}
+		r, take, err := t.admit(ctx, &rt, try > 0)
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -367,6 +357,83 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// admit waits until the call on rt may be sent: the provider's count of
+// the key's calls (if kept) lets it go, and it is on a slot of the key's
+// schedule, reserved and slept to, with every pause honoured. It returns
+// the slot and the take from the count (0: none).
+//
+// The count comes first: a call takes its turn from the count and sleeps to
+// it, and only then reserves its slot of the Limit (or the adaptive rate)
+// and sleeps to that. So a call the count held (until its window ends, or
+// its turn in the spread) is sent on a slot taken after the wait, never on
+// one that passed meanwhile: the count adds a constraint to the Limit and
+// the pauses, and never goes around them. (Before, the slot came first and
+// the count's wait after it: the calls a window's end released went
+// together, and into a pause made while they waited.)
+//
+// A turn taken from the count is in flight for the count until answered or
+// dropped, and a probe is alone only for a while. When the slot comes long
+// after the turn (quotaStale: a pause, a long queue on the Limit), the call
+// gives its turn back and takes from the count again: it is sent on this
+// slot if the count still has a call for it (a number: a call left in the
+// window, or the probe), even if the count's spread would place it later
+// (the Limit has held it past its turn already; giving up the slot for
+// the spread's turn would only meet the same queue again). If the count
+// has nothing (the window spent, a probe out), the call gives the slot up
+// and waits for the count again.
+func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.Reservation, int64, error) {
+	var (
+		take int64
+		turn time.Time // when take's turn came
+	)
+	for {
+		if take == 0 && t.takes(rt.Key) {
+			var err error
+			if take, err = t.take(ctx, rt.Key); err != nil {
+				return nil, 0, err
+			}
+			turn = time.Now()
+		}
+		var (
+			r   *reserve.Reservation
+			err error
+		)
+		wctx, tr := t.startWait(ctx, rt.Key)
+		if t.opts.Adaptive != nil {
+			r, err = t.reserveAdaptive(wctx, rt, retry, tr)
+		} else {
+			r, err = t.reserve(wctx, *rt, tr)
+		}
+		t.endWait(tr, r, err)
+		if err != nil {
+			if take > 0 {
+				t.drop(ctx, rt.Key, take)
+			}
+			return nil, 0, err
+		}
+		if take == 0 || time.Since(turn) <= quotaStale {
+			return r, take, nil
+		}
+		// The slot came long after the count's turn: ask the count again.
+		t.drop(ctx, rt.Key, take)
+		id, wait, known, err := t.takeOnce(ctx, rt.Key)
+		if err != nil {
+			_ = r.Cancel(context.WithoutCancel(ctx))
+			return nil, 0, err
+		}
+		if !known || id > 0 {
+			return r, id, nil
+		}
+		// The count has nothing now: the slot is given up, and the call
+		// waits for the count, then for a fresh slot.
+		_ = r.Cancel(context.WithoutCancel(ctx))
+		if err := t.waitCount(ctx, rt.Key, 0, wait); err != nil {
+			return nil, 0, err
+		}
+		take = 0
+	}
+}
+
 // takes reports whether a call on key takes from the fleet's count of its
 // calls: it is counted, or not known to be uncounted yet.
 func (t *Transport) takes(key string) bool {
@@ -379,8 +446,8 @@ func (t *Transport) takes(key string) bool {
 
 // countCovers reports whether the fleet's count of key's calls paces what
 // adv says is exhausted: the count of calls is 0 and no other quota
-// refills later. The count then holds the calls until the window's end (or
-// a refilling bucket's next call) and a pause would add nothing but a
+// refills later. The count then holds the calls until the window's end,
+// and a pause would add nothing but a
 // reset rounded up.
 func (t *Transport) countCovers(key string, adv Advice) bool {
 	c := adv.Calls

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/provider"
@@ -31,6 +32,7 @@ type countsRun struct {
 	Stats   provider.WindowStats // fixed windows
 	Quota   int
 	Calls   int // every call the provider answered, accepted or refused
+	Callers int // 429s that reached the callers (after pacehttp's retries)
 
 	// The refilling bucket: calls accepted per second after the first
 	// minute's burst, and refusals.
@@ -82,10 +84,12 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 				wg.Go(func() {
 					srv := httptest.NewServer(p)
 					defer srv.Close()
-					if err := b.countsCall(ctx, srv.URL, name, ignored, res.Span); err != nil {
+					n429, err := b.countsCall(ctx, srv.URL, name, ignored, res.Span)
+					if err != nil {
 						fail(err)
 						return
 					}
+					run.Callers = n429
 					run.Stats, run.Calls = p.Stats(), len(p.Calls())
 					mu.Lock()
 					res.Runs = append(res.Runs, run)
@@ -103,7 +107,7 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 			defer llm.Close()
 			host := fmt.Sprintf("bucket-%v", ignored)
 			start := time.Now()
-			if err := b.countsLLM(ctx, llm.URL(), host, ignored, res.BucketSpan); err != nil {
+			if _, err := b.countsLLM(ctx, llm.URL(), host, ignored, res.BucketSpan); err != nil {
 				fail(err)
 				return
 			}
@@ -169,8 +173,8 @@ func (b *bench) countsMembers(ignored bool) ([]*http.Client, func(), error) {
 }
 
 // countsCall has 3 members of 8 goroutines GET url for span, each call
-// paced on key (the request's Host).
-func (b *bench) countsCall(ctx context.Context, url, key string, ignored bool, span time.Duration) error {
+// paced on key (the request's Host), and returns the 429s the callers got.
+func (b *bench) countsCall(ctx context.Context, url, key string, ignored bool, span time.Duration) (int, error) {
 	return b.countsLoop(ctx, ignored, span, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err == nil {
@@ -181,7 +185,7 @@ func (b *bench) countsCall(ctx context.Context, url, key string, ignored bool, s
 }
 
 // countsLLM has 3 members of 8 goroutines call the LLM provider for host.
-func (b *bench) countsLLM(ctx context.Context, url, host string, ignored bool, span time.Duration) error {
+func (b *bench) countsLLM(ctx context.Context, url, host string, ignored bool, span time.Duration) (int, error) {
 	return b.countsLoop(ctx, ignored, span, func(ctx context.Context) (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 		if err == nil {
@@ -196,11 +200,12 @@ func (b *bench) countsLLM(ctx context.Context, url, host string, ignored bool, s
 	})
 }
 
-func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration, request func(context.Context) (*http.Request, error)) error {
+func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration, request func(context.Context) (*http.Request, error)) (int, error) {
 	clients, closeAll, err := b.countsMembers(ignored)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var refused atomic.Int64
 	defer closeAll()
 	rctx, cancel := context.WithTimeout(ctx, span)
 	defer cancel()
@@ -217,6 +222,9 @@ func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration
 					if err != nil {
 						continue
 					}
+					if resp.StatusCode == http.StatusTooManyRequests && rctx.Err() == nil {
+						refused.Add(1)
+					}
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
@@ -224,7 +232,7 @@ func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration
 		}
 	}
 	wg.Wait()
-	return ctx.Err()
+	return int(refused.Load()), ctx.Err()
 }
 
 // figures is one run's figures, for progress and the table.
@@ -236,8 +244,8 @@ func (r countsRun) figures() string {
 	if s.Windows == 0 {
 		return "no whole window"
 	}
-	return fmt.Sprintf("%d windows: %.1f%% used (fewest %d of %d), %d refused (most in one %d)",
-		s.Windows, 100*float64(s.Used)/float64(s.Windows*r.Quota), s.MinUsed, r.Quota, s.Refused, s.MaxRefused)
+	return fmt.Sprintf("%d windows: %.1f%% used (fewest %d of %d), %d refused (most in one %d), %d 429s to callers",
+		s.Windows, 100*float64(s.Used)/float64(s.Windows*r.Quota), s.MinUsed, r.Quota, s.Refused, s.MaxRefused, r.Callers)
 }
 
 func (r *countsResults) tables() string {

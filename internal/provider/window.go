@@ -27,15 +27,31 @@ const (
 	// DialectDraft10: the draft's -08 to -11 Lists, RateLimit-Policy
 	// `"window";q=50;w=5` and RateLimit `"window";r=7;t=3`.
 	DialectDraft10 = "draft-10"
+	// DialectOpenAI: OpenAI's x-ratelimit-limit-requests,
+	// x-ratelimit-remaining-requests and x-ratelimit-reset-requests, the
+	// latter a Go duration to the window's end, to the millisecond ("1.5s",
+	// "120ms"); a 429 carries OpenAI's JSON error body (OpenAIRefusal) and
+	// no Retry-After.
+	DialectOpenAI = "openai"
+	// DialectAnthropic: Anthropic's anthropic-ratelimit-requests-limit,
+	// -remaining and -reset, the latter the window's end as an RFC 3339
+	// time; a 429 carries retry-after, the seconds to the window's end
+	// rounded up, as Anthropic documents it.
+	DialectAnthropic = "anthropic"
 )
 
-// WindowDialects are the dialects a Window speaks.
-var WindowDialects = []string{DialectGitHub, DialectXRateLimit, DialectDraft06, DialectDraft07, DialectDraft10}
+// OpenAIRefusal is the body of a Window's 429 in DialectOpenAI.
+const OpenAIRefusal = `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`
+
+// WindowDialects are the dialects a Window speaks: every dialect of
+// docs/http.md that reports a count of calls.
+var WindowDialects = []string{DialectGitHub, DialectXRateLimit, DialectDraft06, DialectDraft07, DialectDraft10, DialectOpenAI, DialectAnthropic}
 
 // Window is a fixed-window API: at most Quota calls in each window of length
 // Per, windows aligned to the Unix epoch (as express-rate-limit and GitHub
 // count). A call beyond the quota is refused with 429, without Retry-After,
-// and not counted. Every answer reports the count in Dialect. Latency is
+// and not counted (DialectAnthropic's 429 alone carries a retry-after).
+// Every answer reports the count in Dialect. Latency is
 // the call's round trip: half of it before the call is counted, half after.
 // Set the fields before serving; Window is an http.Handler.
 type Window struct {
@@ -98,9 +114,26 @@ func (p *Window) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case DialectDraft10:
 		h.Set("RateLimit-Policy", fmt.Sprintf(`"window";q=%s;w=%d`, q, per))
 		h.Set("RateLimit", fmt.Sprintf(`"window";r=%s;t=%s`, l, rs))
+	case DialectOpenAI:
+		h.Set("x-ratelimit-limit-requests", q)
+		h.Set("x-ratelimit-remaining-requests", l)
+		h.Set("x-ratelimit-reset-requests", end.Sub(now).Round(time.Millisecond).String())
+	case DialectAnthropic:
+		h.Set("anthropic-ratelimit-requests-limit", q)
+		h.Set("anthropic-ratelimit-requests-remaining", l)
+		h.Set("anthropic-ratelimit-requests-reset", end.UTC().Format(time.RFC3339))
+		if !ok {
+			h.Set("retry-after", rs)
+		}
 	}
 	time.Sleep(p.Latency / 2)
 	if !ok {
+		if p.Dialect == DialectOpenAI {
+			h.Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(OpenAIRefusal))
+			return
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}
