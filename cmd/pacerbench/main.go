@@ -31,7 +31,8 @@
 // recovery; fair share and lanes (fair.go); and pacehttp against
 // providers that report their counts (counts.go) and on a warm key with a
 // learned rate (adaptive.go); many cold keys, the crawler's shape, against
-// redis_rate (cold.go); what idle Limiters' heartbeats cost Redis
+// redis_rate (cold.go), and the same again with and without CPU hogs
+// beside it (loaded.go); what idle Limiters' heartbeats cost Redis
 // (heartbeat.go); and how keys spread over a Cluster's shards, computed
 // (shards.go).
 //
@@ -83,6 +84,8 @@ type config struct {
 	CrashRun   time.Duration // each crash run of the seams phase
 	ColdKeys   int           // keys of the cold phase, at 1/s each
 	ColdRun    time.Duration // each run of the cold phase
+	LoadedRun  time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
+	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	Only       string        // limiter names separated by ";"; "" for all
 	Phases     string        // comma-separated phases (see phases); "" for all
@@ -117,6 +120,8 @@ func defaults(quick bool) config {
 		// 1,000 idle Limiters took more than a Redis core on this
 		// program's 2-CPU machine, and their heartbeats timed out.
 		Heartbeats: 500,
+		LoadedRun:  20 * time.Second,
+		LoadedHogs: 2,
 		OutageRuns: 6,
 		OutageSeg:  3 * time.Second,
 	}
@@ -131,6 +136,7 @@ func defaults(quick bool) config {
 		c.CrashRun = time.Second
 		c.ColdKeys = 1000
 		c.ColdRun = 2 * time.Second
+		c.LoadedRun = 2 * time.Second
 		c.OutageRuns = 2
 		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
@@ -172,7 +178,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s, 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -185,6 +191,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.CrashRun, "crash-run", full.CrashRun, "length of each crash run of the seams phase (where the kill falls between two heartbeats follows from it)")
 	fs.IntVar(&c.ColdKeys, "cold-keys", full.ColdKeys, "keys of the cold phase, at 1/s each (burst 1)")
 	fs.DurationVar(&c.ColdRun, "cold", full.ColdRun, "length of each run of the cold phase")
+	fs.DurationVar(&c.LoadedRun, "loaded", full.LoadedRun, "length of each run of the loaded phase (the cold phase's keys, without hogs, then beside -loaded-hogs CPU hogs)")
+	fs.IntVar(&c.LoadedHogs, "loaded-hogs", full.LoadedHogs, "CPU hogs beside the loaded phase's loaded runs")
 	fs.IntVar(&c.OutageRuns, "outage-runs", full.OutageRuns, "runs of each scenario of the outage phase (after one of the reference)")
 	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
 	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
@@ -212,6 +220,7 @@ func parseFlags(args []string) (config, error) {
 			"cold":       func() { c.ColdRun = q.ColdRun },
 			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
 
+			"loaded":      func() { c.LoadedRun = q.LoadedRun },
 			"outage-runs": func() { c.OutageRuns = q.OutageRuns },
 			"outage-seg":  func() { c.OutageSeg = q.OutageSeg },
 		}
@@ -235,10 +244,10 @@ func parseFlags(args []string) (config, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.OutageSeg <= 0:
-		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold and -outage-seg must be positive")
-	case c.OutageRuns < 1:
-		return fmt.Errorf("pacerbench: -outage-runs must be at least 1")
+	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.LoadedRun <= 0 || c.OutageSeg <= 0:
+		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
+	case c.LoadedHogs < 1 || c.OutageRuns < 1:
+		return fmt.Errorf("pacerbench: -loaded-hogs and -outage-runs must be at least 1")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10:
 		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
@@ -258,7 +267,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "cold", "heartbeat", "shards"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "cold", "loaded", "heartbeat", "shards"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -371,6 +380,7 @@ type results struct {
 	Counts     *countsResults   // the counts phase, if run
 	Adaptive   *adaptiveResults // the adaptive phase, if run
 	Cold       *coldResults     // the cold phase, if run
+	Loaded     *loadedResults   // the loaded phase, if run
 	Heartbeat  *heartbeatResults
 	Shards     []shardSpread
 }
@@ -542,6 +552,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("loaded") {
+		if res.Loaded, err = b.runLoaded(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	if c.runs("heartbeat") {
 		if res.Heartbeat, err = b.runHeartbeat(ctx, progress); err != nil {
 			return nil, err
@@ -575,6 +590,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Cold != nil {
 		tables += res.Cold.tables(c)
+	}
+	if res.Loaded != nil {
+		tables += res.Loaded.tables()
 	}
 	if res.Heartbeat != nil {
 		tables += res.Heartbeat.table()

@@ -42,11 +42,12 @@ func TestMain(m *testing.M) {
 func TestQuick(t *testing.T) {
 	s := redistest.NewProcess(t)
 	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
-	// The outage phase only as a smoke run: one scenario (C1: 4
-	// processes, faults from +1 s), 200 ms faults, one run after the
-	// reference's. About 5 s of the test's run.
+	// The outage and loaded phases only as a smoke run: one outage
+	// scenario (C1: 4 processes, faults from +1 s), 200 ms faults, one run
+	// after the reference's; the loaded phase's four runs 300 ms each
+	// beside one hog. About 9 s of the test's run.
 	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", out, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
-		"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms"})
+		"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +247,7 @@ func TestQuick(t *testing.T) {
 	checkSeams(t, res.Seams, stdout.String())
 	checkCold(t, res, stdout.String())
 	checkOutage(t, res.Outage, stdout.String())
+	checkLoaded(t, res.Loaded, stdout.String())
 
 	// Out of memory: under volatile-lru New warns and the bucket is
 	// evicted; under noeviction pacer paces locally, and no caller fails.
@@ -442,6 +444,30 @@ func checkOutage(t *testing.T, o *outageResults, stdout string) {
 		}
 	}
 	for _, title := range []string{"### Outage: a fleet through Redis stopped, restarted empty and frozen", "### Outage: by scenario"} {
+		if !strings.Contains(stdout, title) {
+			t.Errorf("no table %q", title)
+		}
+	}
+}
+
+// checkLoaded checks the loaded phase of a quick run: each limiter ran
+// with no hogs and beside them, and its calls were counted; redis_rate's
+// cost Redis something. (pacer's may all have failed or been paced
+// locally: that is what the phase measures, not a test's to bound.)
+func checkLoaded(t *testing.T, lr *loadedResults, stdout string) {
+	t.Helper()
+	if lr == nil || len(lr.Runs) != 2*len(loadedVariants) {
+		t.Fatalf("loaded phase: %+v; want each of %q with no hogs and beside them", lr, loadedVariants)
+	}
+	for _, r := range lr.Runs {
+		switch {
+		case r.Admissions+r.Errors == 0 || r.ClientCPU <= 0:
+			t.Errorf("loaded, %s, %d hogs: %+v; want calls counted and client CPU", r.Variant, r.Hogs, r)
+		case r.Variant == coldGCRA && (r.Admissions == 0 || r.Redis.Trips <= 0 || r.commands() <= 0 || r.Redis.CPUUsec <= 0):
+			t.Errorf("loaded, %s, %d hogs: %+v; want admissions and Redis figures", r.Variant, r.Hogs, r)
+		}
+	}
+	for _, title := range []string{"### Cold keys on a loaded machine", "### Cold keys on a loaded machine: with hogs against without"} {
 		if !strings.Contains(stdout, title) {
 			t.Errorf("no table %q", title)
 		}
