@@ -412,8 +412,11 @@ func (r outageTrial) progressLine() string {
 
 // recoveryCell formats a recovery time.
 func recoveryCell(d time.Duration) string {
-	if d < 0 {
+	switch {
+	case d < 0:
 		return "never"
+	case d == 0:
+		return "0 s" // the first window after the heal
 	}
 	return dur(d)
 }

@@ -74,11 +74,11 @@ func (o *outageResults) tables() string {
 			note := fmt.Sprintf("**%s, %s: %s failed Waits, the first at %.2f s in process %d** (of 0-%d): %s",
 				r.Scenario, r.limiter(), thousands(float64(r.Errors)), r.FirstErrAt.Seconds(), r.FirstErrProc, r.Procs-1, r.FirstErr)
 			if len(r.Texts) > 1 {
-				var texts []string
-				for _, t := range r.Texts[:min(len(r.Texts), 4)] {
-					texts = append(texts, fmt.Sprintf("%s x \"%s\"", thousands(float64(t.N)), t.Text))
+				note += fmt.Sprintf(" (%d distinct texts", len(r.Texts))
+				if top := r.Texts[0]; top.Text != r.FirstErr {
+					note += fmt.Sprintf("; the most frequent, %s calls: %s", thousands(float64(top.N)), top.Text)
 				}
-				note += fmt.Sprintf(". %d distinct texts; the most frequent: %s", len(r.Texts), strings.Join(texts, "; "))
+				note += ")"
 			}
 			runs.notes = append(runs.notes, note)
 		}
@@ -133,7 +133,7 @@ func (o *outageResults) tables() string {
 			if never {
 				return "never"
 			}
-			return dur(d)
+			return recoveryCell(d)
 		}
 		row := []string{s.Name, s.describe(oc.Seg), strconv.Itoa(n), fmt.Sprintf("%d of %d", failing, n), thousands(float64(errs)),
 			strconv.Itoa(worst), dur(stall), recCell(rec, never), strconv.Itoa(switches)}
