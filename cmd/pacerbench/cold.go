@@ -68,6 +68,7 @@ type coldRun struct {
 	Errors      int64  // failed waits (the loaded phase's runs go on after one)
 	FirstError  string // the first one's text
 	Failed      int64  // pacer's Redis calls that failed
+	Local       int64  // pacer's reservations granted locally
 	// WarmErrors is the failed waits of the processes' warm-ups, before the
 	// run (the loaded phase's go on after them), WarmFirstError a text.
 	WarmErrors     int64
@@ -189,6 +190,7 @@ func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, k
 		r.Fallbacks += e.Fallbacks
 		r.Errors += e.Errors
 		r.Failed += e.Failed
+		r.Local += e.Local
 		if r.FirstError == "" {
 			r.FirstError = e.FirstError
 		}

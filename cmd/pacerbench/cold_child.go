@@ -45,6 +45,7 @@ type coldEnd struct {
 	Errors     int64            // failed waits (KeepGoing)
 	FirstError string           // the first one's text
 	Failed     int64            // pacer's Redis calls that failed (Metrics.RedisCall with an error), from New on
+	Local      int64            // pacer's reservations granted locally, over the run
 	// WarmErrors is the warm-up's failed waits, before the run
 	// (KeepGoing), WarmFirstError the first one's text.
 	WarmErrors     int64
@@ -191,6 +192,7 @@ func coldChild(j coldJob) error {
 	count.take()
 	m.take()
 	cpu0 := cpuTime()
+	local0 := m.local.Load()
 	var (
 		admissions, failures atomic.Int64
 		firstFailure         atomic.Pointer[string]
@@ -229,7 +231,8 @@ func coldChild(j coldJob) error {
 	wg.Wait()
 	// Counted: what the run cost, up to its end, not Close's leave.
 	last2 := coldEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: m.fallbacks.Load(), Ops: m.take(), Sent: count.take(),
-		Errors: failures.Load(), Failed: m.failures(), WarmErrors: warmErrors, WarmFirstError: warmFirst}
+		Errors: failures.Load(), Failed: m.failures(), WarmErrors: warmErrors, WarmFirstError: warmFirst,
+		Local: m.local.Load() - local0}
 	if p := firstFailure.Load(); p != nil {
 		last2.FirstError = *p
 	}

@@ -70,8 +70,8 @@ func (b *bench) runLoaded(ctx context.Context, progress func(string, ...any)) (*
 			if err != nil {
 				return nil, fmt.Errorf("loaded, %s, %d hogs: %w", name, hogs, err)
 			}
-			progress("loaded      %-28s %d hogs: %6.0f admissions/s, %d errors, %d switches to local, %.3f Redis calls and %.3f commands per admission, Redis CPU %.2f µs per admission, load %.2f-%.2f, CPU %.0f%% busy, steal %s",
-				name, hogs, r.perSecond(), r.Errors, r.Fallbacks, r.Redis.Trips, r.commands(), r.Redis.CPUUsec, r.LoadStart, r.LoadMax, 100*r.Busy, stealCell(r.Steal))
+			progress("loaded      %-28s %d hogs: %6.0f admissions/s, %d errors, %d switches to local, %d local grants, %.3f Redis calls and %.3f commands per admission, Redis CPU %.2f µs per admission, load %.2f-%.2f, CPU %.0f%% busy, steal %s",
+				name, hogs, r.perSecond(), r.Errors, r.Fallbacks, r.Local, r.Redis.Trips, r.commands(), r.Redis.CPUUsec, r.LoadStart, r.LoadMax, 100*r.Busy, stealCell(r.Steal))
 			res.Runs = append(res.Runs, r)
 		}
 	}
@@ -154,25 +154,26 @@ func (lr *loadedResults) tables() string {
 			"then beside CPU hogs (this program re-run, each spinning on one CPU). `%s`: README's quick start (`redis.NewClient(&redis.Options{Addr: addr})`, "+
 			"`reserve.Options{RequireRedis: true}`, Metrics the one field added); `%s`: Allow, and if refused sleep RetryAfter and try again, on this program's client. "+
 			"A failed wait is counted, and the goroutine goes on to its next key after 10 ms. Switches: Metrics.Fallback(true) and "+
-			"failed Redis calls: Metrics.RedisCall with an error (pacer's CallTimeout, 250 ms, tripping among them), each from New on (the warm-up's included). "+
+			"failed Redis calls: Metrics.RedisCall with an error (pacer's CallTimeout, 250 ms, tripping among them), each from New on (the warm-up's included); "+
+			"local grants: Metrics.Reserved with local set, over the run (an admission paced locally makes no Redis call: it lowers the calls per admission). "+
 			"Redis calls are the limiter's round trips (pacer: Metrics.RedisCall; redis_rate: a hook on its client); "+
 			"Redis commands are INFO commandstats' calls of every command but this program's (a script's own commands included), over the run; "+
 			"Redis CPU is INFO cpu's used_cpu_user + used_cpu_sys over the run; client CPU is the processes' user + system time. "+
 			"CPU busy is the machine's (/proc/stat) over the run, its setup included; the load average is the 1-minute one at the start, "+
 			"the highest sampled every 500 ms, and at the end.",
 			thousands(float64(lr.Keys)), coldLimit.Rate, coldLimit.Burst, lr.Procs, coldChunk, thousands(allowed), lr.Run, coldQuickStart, coldGCRA),
-		header: []string{"limiter", "machine", "admissions/s", "of the keys' limit", "errors", "switches to local", "failed Redis calls",
+		header: []string{"limiter", "machine", "admissions/s", "of the keys' limit", "errors", "switches to local", "local grants", "failed Redis calls",
 			"Redis calls / admission", "Redis commands / admission", "Redis CPU µs / admission", "client CPU µs / admission",
 			"CPU busy", "load average (start, highest, end)", "steal"},
 	}
 	for _, r := range lr.Runs {
 		n := float64(max(r.Admissions, 1))
-		switches, failed := strconv.FormatInt(r.Fallbacks, 10), thousands(float64(r.Failed))
+		switches, local, failed := strconv.FormatInt(r.Fallbacks, 10), thousands(float64(r.Local)), thousands(float64(r.Failed))
 		if r.Variant == coldGCRA {
-			switches, failed = "–", "–"
+			switches, local, failed = "–", "–", "–"
 		}
 		runs.rows = append(runs.rows, []string{r.Variant, loadedMachine(r.Hogs), thousands(r.perSecond()), fmt.Sprintf("%.1f%%", 100*r.perSecond()/allowed),
-			thousands(float64(r.Errors)), switches, failed, fmt.Sprintf("%.3f", r.Redis.Trips), fmt.Sprintf("%.3f", r.commands()),
+			thousands(float64(r.Errors)), switches, local, failed, fmt.Sprintf("%.3f", r.Redis.Trips), fmt.Sprintf("%.3f", r.commands()),
 			fmt.Sprintf("%.2f", r.Redis.CPUUsec), fmt.Sprintf("%.2f", float64(r.ClientCPU.Microseconds())/n),
 			fmt.Sprintf("%.0f%%", 100*r.Busy), fmt.Sprintf("%.2f, %.2f, %.2f", r.LoadStart, r.LoadMax, r.LoadEnd), stealCell(r.Steal)})
 		if r.Errors > 0 {
