@@ -3,7 +3,8 @@ package main
 // The loaded phase: the cold phase's shape (cold.go: c.ColdKeys keys at
 // 1/s each, c.Procs processes, a goroutine per 25 keys waiting on each in
 // turn) for c.LoadedRun on the machine as it is, then again beside
-// c.LoadedHogs CPU hogs (busy.go), with Redis healthy throughout: pacer on
+// c.LoadedHogs CPU hogs (busy.go), c.LoadedRuns times (a loaded machine's
+// trouble comes and goes), with Redis healthy throughout: pacer on
 // README's quick-start client, and redis_rate, the reference. A loaded
 // machine makes calls slow; DESIGN.md says that must not make Redis
 // absent. A failed wait is counted and the goroutine goes on (the
@@ -23,6 +24,7 @@ import (
 type loadedRun struct {
 	coldRun
 	Hogs int
+	Run  int // 1, 2, ... of the runs beside the hogs; 0 for the run without
 	// Busy is the share of the machine's CPU time spent busy (user, nice,
 	// system, irq, softirq; /proc/stat) over the run, setup included.
 	Busy float64
@@ -46,6 +48,7 @@ func (r loadedRun) commands() float64 {
 type loadedResults struct {
 	Keys, Procs int
 	Run         time.Duration
+	Rounds      int // runs beside the hogs
 	Runs        []loadedRun
 }
 
@@ -53,15 +56,19 @@ type loadedResults struct {
 var loadedVariants = []string{coldQuickStart, coldGCRA}
 
 // runLoaded runs the loaded phase for the variants c.Only selects: each
-// quiet first, then each beside the hogs.
+// without hogs first, then each beside them, c.LoadedRuns rounds.
 func (b *bench) runLoaded(ctx context.Context, progress func(string, ...any)) (*loadedResults, error) {
 	c := b.cfg
 	vs, err := c.selected()
 	if err != nil {
 		return nil, err
 	}
-	res := &loadedResults{Keys: c.ColdKeys, Procs: c.Procs, Run: c.LoadedRun}
-	for _, hogs := range []int{0, c.LoadedHogs} {
+	res := &loadedResults{Keys: c.ColdKeys, Procs: c.Procs, Run: c.LoadedRun, Rounds: c.LoadedRuns}
+	for run := range c.LoadedRuns + 1 {
+		hogs := c.LoadedHogs
+		if run == 0 {
+			hogs = 0
+		}
 		for _, name := range loadedVariants {
 			if !slices.ContainsFunc(vs, func(v variant) bool { return v.Name == name }) {
 				continue
@@ -70,8 +77,9 @@ func (b *bench) runLoaded(ctx context.Context, progress func(string, ...any)) (*
 			if err != nil {
 				return nil, fmt.Errorf("loaded, %s, %d hogs: %w", name, hogs, err)
 			}
-			progress("loaded      %-28s %d hogs: %6.0f admissions/s, %d errors, %d switches to local, %d local grants, %.3f Redis calls and %.3f commands per admission, Redis CPU %.2f µs per admission, load %.2f-%.2f, CPU %.0f%% busy, steal %s",
-				name, hogs, r.perSecond(), r.Errors, r.Fallbacks, r.Local, r.Redis.Trips, r.commands(), r.Redis.CPUUsec, r.LoadStart, r.LoadMax, 100*r.Busy, stealCell(r.Steal))
+			r.Run = run
+			progress("loaded      %-28s %-22s %6.0f admissions/s, %d errors, %d switches to local, %d local grants, %.3f Redis calls and %.3f commands per admission, Redis CPU %.2f µs per admission, load %.2f-%.2f, CPU %.0f%% busy, steal %s",
+				name, r.machine()+":", r.perSecond(), r.Errors, r.Fallbacks, r.Local, r.Redis.Trips, r.commands(), r.Redis.CPUUsec, r.LoadStart, r.LoadMax, 100*r.Busy, stealCell(r.Steal))
 			res.Runs = append(res.Runs, r)
 		}
 	}
@@ -151,7 +159,7 @@ func (lr *loadedResults) tables() string {
 		title: "Cold keys on a loaded machine",
 		intro: fmt.Sprintf("The cold phase's shape: %s keys at %g/s each, burst %d, %d processes, a goroutine per %d keys waiting on each in turn "+
 			"(the keys allow %s admissions/s), for %v per run, with Redis healthy; first on the machine as it is (\"no hogs\": other work on it shows in CPU busy and the load average), "+
-			"then beside CPU hogs (this program re-run, each spinning on one CPU). `%s`: README's quick start (`redis.NewClient(&redis.Options{Addr: addr})`, "+
+			"then beside CPU hogs (this program re-run, each spinning on one CPU), %d times. `%s`: README's quick start (`redis.NewClient(&redis.Options{Addr: addr})`, "+
 			"`reserve.Options{RequireRedis: true}`, Metrics the one field added); `%s`: Allow, and if refused sleep RetryAfter and try again, on this program's client. "+
 			"A failed wait is counted, and the goroutine goes on to its next key after 10 ms. Switches: Metrics.Fallback(true) and "+
 			"failed Redis calls: Metrics.RedisCall with an error (pacer's CallTimeout, 250 ms, tripping among them), each from New on (the warm-up's included); "+
@@ -161,7 +169,7 @@ func (lr *loadedResults) tables() string {
 			"Redis CPU is INFO cpu's used_cpu_user + used_cpu_sys over the run; client CPU is the processes' user + system time. "+
 			"CPU busy is the machine's (/proc/stat) over the run, its setup included; the load average is the 1-minute one at the start, "+
 			"the highest sampled every 500 ms, and at the end.",
-			thousands(float64(lr.Keys)), coldLimit.Rate, coldLimit.Burst, lr.Procs, coldChunk, thousands(allowed), lr.Run, coldQuickStart, coldGCRA),
+			thousands(float64(lr.Keys)), coldLimit.Rate, coldLimit.Burst, lr.Procs, coldChunk, thousands(allowed), lr.Run, lr.Rounds, coldQuickStart, coldGCRA),
 		header: []string{"limiter", "machine", "admissions/s", "of the keys' limit", "errors", "switches to local", "local grants", "failed Redis calls",
 			"Redis calls / admission", "Redis commands / admission", "Redis CPU µs / admission", "client CPU µs / admission",
 			"CPU busy", "load average (start, highest, end)", "steal"},
@@ -172,17 +180,17 @@ func (lr *loadedResults) tables() string {
 		if r.Variant == coldGCRA {
 			switches, local, failed = "–", "–", "–"
 		}
-		runs.rows = append(runs.rows, []string{r.Variant, loadedMachine(r.Hogs), thousands(r.perSecond()), fmt.Sprintf("%.1f%%", 100*r.perSecond()/allowed),
+		runs.rows = append(runs.rows, []string{r.Variant, r.machine(), thousands(r.perSecond()), fmt.Sprintf("%.1f%%", 100*r.perSecond()/allowed),
 			thousands(float64(r.Errors)), switches, local, failed, fmt.Sprintf("%.3f", r.Redis.Trips), fmt.Sprintf("%.3f", r.commands()),
 			fmt.Sprintf("%.2f", r.Redis.CPUUsec), fmt.Sprintf("%.2f", float64(r.ClientCPU.Microseconds())/n),
 			fmt.Sprintf("%.0f%%", 100*r.Busy), fmt.Sprintf("%.2f, %.2f, %.2f", r.LoadStart, r.LoadMax, r.LoadEnd), stealCell(r.Steal)})
 		if r.Errors > 0 {
 			runs.notes = append(runs.notes, fmt.Sprintf("**%s, %s: %s failed waits**, one of them: %s",
-				r.Variant, loadedMachine(r.Hogs), thousands(float64(r.Errors)), r.FirstError))
+				r.Variant, r.machine(), thousands(float64(r.Errors)), r.FirstError))
 		}
 		if r.WarmErrors > 0 {
 			runs.notes = append(runs.notes, fmt.Sprintf("**%s, %s: %s failed waits in the processes' warm-up** (a wait on a key of its own per goroutine, before the run; not in the figures above), one of them: %s",
-				r.Variant, loadedMachine(r.Hogs), thousands(float64(r.WarmErrors)), r.WarmFirstError))
+				r.Variant, r.machine(), thousands(float64(r.WarmErrors)), r.WarmFirstError))
 		}
 	}
 	runs.notes = append(runs.notes, "What it shows: whether a loaded machine makes pacer leave Redis (DESIGN.md: a slow process is not an outage). "+
@@ -210,7 +218,7 @@ func (lr *loadedResults) tables() string {
 				}
 				return fmt.Sprintf("%.2f", a/b)
 			}
-			ratio.rows = append(ratio.rows, []string{l.Variant, loadedMachine(l.Hogs) + " / no hogs", div(l.Redis.Trips, q.Redis.Trips),
+			ratio.rows = append(ratio.rows, []string{l.Variant, l.machine() + " / no hogs", div(l.Redis.Trips, q.Redis.Trips),
 				div(l.commands(), q.commands()), div(l.Redis.CPUUsec, q.Redis.CPUUsec), div(l.perSecond(), q.perSecond())})
 		}
 	}
@@ -221,10 +229,10 @@ func (lr *loadedResults) tables() string {
 	return out
 }
 
-// loadedMachine names a run's machine.
-func loadedMachine(hogs int) string {
-	if hogs == 0 {
+// machine names r's machine.
+func (r loadedRun) machine() string {
+	if r.Hogs == 0 {
 		return "no hogs"
 	}
-	return fmt.Sprintf("%d CPU hogs", hogs)
+	return fmt.Sprintf("%d CPU hogs, run %d", r.Hogs, r.Run)
 }

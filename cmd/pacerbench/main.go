@@ -86,6 +86,7 @@ type config struct {
 	ColdRun    time.Duration // each run of the cold phase
 	LoadedRun  time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
 	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
+	LoadedRuns int           // the loaded phase's runs beside the hogs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	Only       string        // limiter names separated by ";"; "" for all
 	Phases     string        // comma-separated phases (see phases); "" for all
@@ -122,6 +123,7 @@ func defaults(quick bool) config {
 		Heartbeats: 500,
 		LoadedRun:  20 * time.Second,
 		LoadedHogs: 2,
+		LoadedRuns: 3,
 		OutageRuns: 6,
 		OutageSeg:  3 * time.Second,
 	}
@@ -137,6 +139,7 @@ func defaults(quick bool) config {
 		c.ColdKeys = 1000
 		c.ColdRun = 2 * time.Second
 		c.LoadedRun = 2 * time.Second
+		c.LoadedRuns = 1
 		c.OutageRuns = 2
 		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
@@ -178,7 +181,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -193,6 +196,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ColdRun, "cold", full.ColdRun, "length of each run of the cold phase")
 	fs.DurationVar(&c.LoadedRun, "loaded", full.LoadedRun, "length of each run of the loaded phase (the cold phase's keys, without hogs, then beside -loaded-hogs CPU hogs)")
 	fs.IntVar(&c.LoadedHogs, "loaded-hogs", full.LoadedHogs, "CPU hogs beside the loaded phase's loaded runs")
+	fs.IntVar(&c.LoadedRuns, "loaded-runs", full.LoadedRuns, "the loaded phase's runs beside the hogs (after one without)")
 	fs.IntVar(&c.OutageRuns, "outage-runs", full.OutageRuns, "runs of each scenario of the outage phase (after one of the reference)")
 	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
 	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
@@ -221,6 +225,7 @@ func parseFlags(args []string) (config, error) {
 			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
 
 			"loaded":      func() { c.LoadedRun = q.LoadedRun },
+			"loaded-runs": func() { c.LoadedRuns = q.LoadedRuns },
 			"outage-runs": func() { c.OutageRuns = q.OutageRuns },
 			"outage-seg":  func() { c.OutageSeg = q.OutageSeg },
 		}
@@ -246,8 +251,8 @@ func (c config) validate() error {
 	switch {
 	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.LoadedRun <= 0 || c.OutageSeg <= 0:
 		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
-	case c.LoadedHogs < 1 || c.OutageRuns < 1:
-		return fmt.Errorf("pacerbench: -loaded-hogs and -outage-runs must be at least 1")
+	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1:
+		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs and -outage-runs must be at least 1")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10:
 		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:

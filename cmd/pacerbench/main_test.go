@@ -456,7 +456,7 @@ func checkOutage(t *testing.T, o *outageResults, stdout string) {
 // locally: that is what the phase measures, not a test's to bound.)
 func checkLoaded(t *testing.T, lr *loadedResults, stdout string) {
 	t.Helper()
-	if lr == nil || len(lr.Runs) != 2*len(loadedVariants) {
+	if lr == nil || len(lr.Runs) != (1+lr.Rounds)*len(loadedVariants) {
 		t.Fatalf("loaded phase: %+v; want each of %q with no hogs and beside them", lr, loadedVariants)
 	}
 	for _, r := range lr.Runs {
