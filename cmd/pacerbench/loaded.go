@@ -208,6 +208,10 @@ func (lr *loadedResults) tables() string {
 		if q.Hogs != 0 {
 			continue
 		}
+		if q.Fallbacks > 0 || q.Local > 0 || q.Errors > 0 {
+			ratio.notes = append(ratio.notes, fmt.Sprintf("**%s: its run without hogs was not quiet** (%d switches to local, %s local grants, %s errors): "+
+				"the ratios below divide by a disturbed run.", q.Variant, q.Fallbacks, thousands(float64(q.Local)), thousands(float64(q.Errors))))
+		}
 		for _, l := range lr.Runs {
 			if l.Variant != q.Variant || l.Hogs == 0 {
 				continue
