@@ -65,6 +65,14 @@ type coldRun struct {
 	EndKeys     int64 // DBSIZE once the fleet's processes have exited
 	EndBytes    int64 // used_memory's fall when they are flushed
 	Steal       time.Duration
+	Errors      int64  // failed waits (the loaded phase's runs go on after one)
+	FirstError  string // the first one's text
+	Failed      int64  // pacer's Redis calls that failed
+	Local       int64  // pacer's reservations granted locally
+	// WarmErrors is the failed waits of the processes' warm-ups, before the
+	// run (the loaded phase's go on after them), WarmFirstError a text.
+	WarmErrors     int64
+	WarmFirstError string
 }
 
 func (r coldRun) perSecond() float64 { return float64(r.Admissions) / r.Seconds }
@@ -87,7 +95,7 @@ func (b *bench) runCold(ctx context.Context, progress func(string, ...any)) (*co
 		if !slices.ContainsFunc(vs, func(v variant) bool { return v.Name == name }) {
 			continue
 		}
-		r, err := b.coldFleet(ctx, name)
+		r, err := b.coldFleet(ctx, name, c.ColdRun, false)
 		if err != nil {
 			return nil, fmt.Errorf("cold, %s: %w", name, err)
 		}
@@ -98,8 +106,10 @@ func (b *bench) runCold(ctx context.Context, progress func(string, ...any)) (*co
 	return res, nil
 }
 
-// coldFleet runs c.Procs cold children of variant name for c.ColdRun.
-func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
+// coldFleet runs c.Procs cold children of variant name for run. With
+// keepGoing a failed wait is counted and the children go on; without, it
+// fails the run.
+func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, keepGoing bool) (coldRun, error) {
 	c := b.cfg
 	if err := b.flush(ctx); err != nil {
 		return coldRun{}, err
@@ -107,7 +117,7 @@ func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills children left behind by an error
 	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: coldChildEnv, Procs: c.Procs, Stdin: true,
-		Spec: coldJob{Variant: name, RedisURL: b.url, Keys: c.ColdKeys, Procs: c.Procs, Chunk: coldChunk}})
+		Spec: coldJob{Variant: name, RedisURL: b.url, Keys: c.ColdKeys, Procs: c.Procs, Chunk: coldChunk, KeepGoing: keepGoing}})
 	if err != nil {
 		return coldRun{}, err
 	}
@@ -123,11 +133,11 @@ func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
 	if err != nil {
 		return coldRun{}, err
 	}
-	start, _ := beginRun(f, c.ColdRun)
-	r := coldRun{Variant: name, Procs: c.Procs, Seconds: c.ColdRun.Seconds(), Steal: -1}
+	start, _ := beginRun(f, run)
+	r := coldRun{Variant: name, Procs: c.Procs, Seconds: run.Seconds(), Steal: -1}
 	sampled := make(chan error, 1)
 	go func() {
-		time.Sleep(time.Until(start.Add(3 * c.ColdRun / 4)))
+		time.Sleep(time.Until(start.Add(3 * run / 4)))
 		sampled <- b.coldSample(ctx, name, db0, &r)
 	}()
 	waitErr := f.Wait()
@@ -178,6 +188,16 @@ func (b *bench) coldFleet(ctx context.Context, name string) (coldRun, error) {
 		r.Admissions += e.Admissions
 		r.ClientCPU += e.CPU
 		r.Fallbacks += e.Fallbacks
+		r.Errors += e.Errors
+		r.Failed += e.Failed
+		r.Local += e.Local
+		if r.FirstError == "" {
+			r.FirstError = e.FirstError
+		}
+		r.WarmErrors += e.WarmErrors
+		if r.WarmFirstError == "" {
+			r.WarmFirstError = e.WarmFirstError
+		}
 		s.add(e.Sent)
 		for op, n := range e.Ops {
 			ops[op] += n

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,15 +29,27 @@ type coldJob struct {
 	Keys     int // the fleet's keys, "cold:0" ... "cold:<Keys-1>"
 	Procs    int
 	Chunk    int // keys per goroutine
+	// KeepGoing counts a failed wait and goes on to the goroutine's next
+	// key after a 10 ms pause (the loaded phase), instead of failing the
+	// process.
+	KeepGoing bool
 }
 
 // coldEnd is a cold child's last line.
 type coldEnd struct {
 	Admissions int64
 	CPU        time.Duration    // user + system over the run
-	Fallbacks  int64            // pacer's switches to local pacing
+	Fallbacks  int64            // pacer's switches to local pacing, from New on
 	Ops        map[string]int64 // pacer's Redis calls by operation (Metrics.RedisCall)
 	Sent       sent             // what the counted client sent (redis_rate, tuned pacer)
+	Errors     int64            // failed waits (KeepGoing)
+	FirstError string           // the first one's text
+	Failed     int64            // pacer's Redis calls that failed (Metrics.RedisCall with an error), from New on
+	Local      int64            // pacer's reservations granted locally, over the run
+	// WarmErrors is the warm-up's failed waits, before the run
+	// (KeepGoing), WarmFirstError the first one's text.
+	WarmErrors     int64
+	WarmFirstError string
 }
 
 // coldMetrics is pacerCounts, also counting pacer's Redis calls by
@@ -44,13 +57,17 @@ type coldEnd struct {
 // whatever client pacer talks through.
 type coldMetrics struct {
 	*pacerCounts
-	mu  sync.Mutex
-	ops map[string]int64
+	mu     sync.Mutex
+	ops    map[string]int64
+	failed int64
 }
 
-func (m *coldMetrics) RedisCall(op string, _ time.Duration, _ error) {
+func (m *coldMetrics) RedisCall(op string, _ time.Duration, err error) {
 	m.mu.Lock()
 	m.ops[op]++
+	if err != nil {
+		m.failed++
+	}
 	m.mu.Unlock()
 }
 
@@ -61,6 +78,13 @@ func (m *coldMetrics) take() map[string]int64 {
 	ops := m.ops
 	m.ops = map[string]int64{}
 	return ops
+}
+
+// failures returns how many Redis calls failed, from New on.
+func (m *coldMetrics) failures() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed
 }
 
 // runAsColdChild runs this process as one process of the cold phase, if it
@@ -145,9 +169,20 @@ func coldChild(j coldJob) error {
 		wg.Go(func() { errs[g] = l.wait(context.Background(), warm+strconv.Itoa(g)) })
 	}
 	wg.Wait()
-	if err := firstErr(errs); err != nil {
+	var warmErrors int64
+	warmFirst := ""
+	for _, err := range errs {
+		if err != nil && j.KeepGoing {
+			// Counted, not fatal: the phase reports it.
+			if warmErrors++; warmFirst == "" {
+				warmFirst = strings.Join(strings.Fields(err.Error()), " ")
+			}
+		}
+	}
+	if err := firstErr(errs); err != nil && !j.KeepGoing {
 		return fmt.Errorf("warm-up: %w", err)
 	}
+	errs = make([]error, len(chunks))
 	end, err := readyToStart()
 	if err != nil {
 		return err
@@ -157,7 +192,11 @@ func coldChild(j coldJob) error {
 	count.take()
 	m.take()
 	cpu0 := cpuTime()
-	var admissions atomic.Int64
+	local0 := m.local.Load()
+	var (
+		admissions, failures atomic.Int64
+		firstFailure         atomic.Pointer[string]
+	)
 	for g, keys := range chunks {
 		wg.Go(func() {
 			n := int64(0)
@@ -165,10 +204,21 @@ func coldChild(j coldJob) error {
 			for {
 				for _, key := range keys {
 					if err := l.wait(ctx, key); err != nil {
-						if !endOfRun(ctx, err) {
-							errs[g] = err
+						if endOfRun(ctx, err) {
+							return
 						}
-						return
+						if !j.KeepGoing {
+							errs[g] = err
+							return
+						}
+						if failures.Add(1) == 1 {
+							text := strings.Join(strings.Fields(err.Error()), " ")
+							firstFailure.Store(&text)
+						}
+						if sleep(ctx, 10*time.Millisecond) != nil {
+							return
+						}
+						continue
 					}
 					if !time.Now().Before(end) {
 						return
@@ -180,7 +230,12 @@ func coldChild(j coldJob) error {
 	}
 	wg.Wait()
 	// Counted: what the run cost, up to its end, not Close's leave.
-	last2 := coldEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: m.fallbacks.Load(), Ops: m.take(), Sent: count.take()}
+	last2 := coldEnd{Admissions: admissions.Load(), CPU: cpuTime() - cpu0, Fallbacks: m.fallbacks.Load(), Ops: m.take(), Sent: count.take(),
+		Errors: failures.Load(), Failed: m.failures(), WarmErrors: warmErrors, WarmFirstError: warmFirst,
+		Local: m.local.Load() - local0}
+	if p := firstFailure.Load(); p != nil {
+		last2.FirstError = *p
+	}
 	if err := firstErr(errs); err != nil {
 		return err
 	}

@@ -24,10 +24,15 @@
 // faults: a fleet's rate after its processes are killed without Close, a
 // fleet through Redis stopped and restarted empty and through Redis frozen,
 // and a window band's calls and Sleep's moves per window, on an idle and
-// a busy machine; fair share and lanes (fair.go); and pacehttp against
+// a busy machine; the outage phase (outage.go), where fleets of 2, 3
+// and 4 processes, each on README's quick start, call Wait through Redis
+// stopped, restarted empty and frozen, several runs of each, against
+// x/time/rate on the same schedule: errors, the busiest second, stalls and
+// recovery; fair share and lanes (fair.go); and pacehttp against
 // providers that report their counts (counts.go) and on a warm key with a
 // learned rate (adaptive.go); many cold keys, the crawler's shape, against
-// redis_rate (cold.go); what idle Limiters' heartbeats cost Redis
+// redis_rate (cold.go), and the same again with and without CPU hogs
+// beside it (loaded.go); what idle Limiters' heartbeats cost Redis
 // (heartbeat.go); and how keys spread over a Cluster's shards, computed
 // (shards.go).
 //
@@ -39,7 +44,9 @@
 // 127.0.0.1 port (no persistence) and stops it at the end. The database is
 // flushed (FLUSHDB) before each limiter's run and CONFIG RESETSTAT is sent
 // before each measurement, so -redis must name a database nobody else uses:
-// one that is not empty is refused unless -force is given.
+// one that is not empty is refused unless -force is given. The seams and
+// outage phases stop and freeze redis-servers of their own, from PATH,
+// whatever -redis says.
 package main
 
 import (
@@ -77,10 +84,19 @@ type config struct {
 	CrashRun   time.Duration // each crash run of the seams phase
 	ColdKeys   int           // keys of the cold phase, at 1/s each
 	ColdRun    time.Duration // each run of the cold phase
+	LoadedRun  time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
+	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
+	LoadedRuns int           // the loaded phase's runs beside the hogs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	Only       string        // limiter names separated by ";"; "" for all
 	Phases     string        // comma-separated phases (see phases); "" for all
 	Command    string        // how the program was run, for the report
+
+	// The outage phase: runs of each scenario, the length of each fault
+	// and of the time after each heal, and the scenarios ("" for all).
+	OutageRuns      int
+	OutageSeg       time.Duration
+	OutageScenarios string
 }
 
 // defaults returns the full run's settings, or the smoke run's.
@@ -105,6 +121,11 @@ func defaults(quick bool) config {
 		// 1,000 idle Limiters took more than a Redis core on this
 		// program's 2-CPU machine, and their heartbeats timed out.
 		Heartbeats: 500,
+		LoadedRun:  20 * time.Second,
+		LoadedHogs: 2,
+		LoadedRuns: 3,
+		OutageRuns: 6,
+		OutageSeg:  3 * time.Second,
 	}
 	if quick {
 		c.Quick = true
@@ -117,6 +138,10 @@ func defaults(quick bool) config {
 		c.CrashRun = time.Second
 		c.ColdKeys = 1000
 		c.ColdRun = 2 * time.Second
+		c.LoadedRun = 2 * time.Second
+		c.LoadedRuns = 1
+		c.OutageRuns = 2
+		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
 	}
 	return c
@@ -133,6 +158,9 @@ func main() {
 		os.Exit(code)
 	}
 	if code, ok := runAsColdChild(); ok {
+		os.Exit(code)
+	}
+	if code, ok := runAsOutageChild(); ok {
 		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
@@ -153,7 +181,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s, 50 idle Limiters")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -166,6 +194,12 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.CrashRun, "crash-run", full.CrashRun, "length of each crash run of the seams phase (where the kill falls between two heartbeats follows from it)")
 	fs.IntVar(&c.ColdKeys, "cold-keys", full.ColdKeys, "keys of the cold phase, at 1/s each (burst 1)")
 	fs.DurationVar(&c.ColdRun, "cold", full.ColdRun, "length of each run of the cold phase")
+	fs.DurationVar(&c.LoadedRun, "loaded", full.LoadedRun, "length of each run of the loaded phase (the cold phase's keys, without hogs, then beside -loaded-hogs CPU hogs)")
+	fs.IntVar(&c.LoadedHogs, "loaded-hogs", full.LoadedHogs, "CPU hogs beside the loaded phase's loaded runs")
+	fs.IntVar(&c.LoadedRuns, "loaded-runs", full.LoadedRuns, "the loaded phase's runs beside the hogs (after one without)")
+	fs.IntVar(&c.OutageRuns, "outage-runs", full.OutageRuns, "runs of each scenario of the outage phase (after one of the reference)")
+	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
+	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
 	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
@@ -189,6 +223,11 @@ func parseFlags(args []string) (config, error) {
 			"cold-keys":  func() { c.ColdKeys = q.ColdKeys },
 			"cold":       func() { c.ColdRun = q.ColdRun },
 			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
+
+			"loaded":      func() { c.LoadedRun = q.LoadedRun },
+			"loaded-runs": func() { c.LoadedRuns = q.LoadedRuns },
+			"outage-runs": func() { c.OutageRuns = q.OutageRuns },
+			"outage-seg":  func() { c.OutageSeg = q.OutageSeg },
 		}
 		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
 		for _, set := range use {
@@ -210,12 +249,19 @@ func parseFlags(args []string) (config, error) {
 
 func (c config) validate() error {
 	switch {
-	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0:
-		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run and -cold must be positive")
+	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.LoadedRun <= 0 || c.OutageSeg <= 0:
+		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
+	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1:
+		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs and -outage-runs must be at least 1")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10:
 		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
 		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
+	}
+	for s := range strings.SplitSeq(c.OutageScenarios, ",") {
+		if s != "" && !slices.Contains(outageScenarioNames(), s) {
+			return fmt.Errorf("pacerbench: -outage-scenarios: no scenario %q (want some of %s)", s, strings.Join(outageScenarioNames(), ", "))
+		}
 	}
 	for p := range strings.SplitSeq(c.Phases, ",") {
 		if p != "" && !slices.Contains(phases, p) {
@@ -226,7 +272,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "fair", "counts", "adaptive", "cold", "heartbeat", "shards"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "cold", "loaded", "heartbeat", "shards"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -334,10 +380,12 @@ type results struct {
 	Script     []scriptRow
 	ScriptNote string
 	Seams      *seamsResults    // the seams phase, if run
+	Outage     *outageResults   // the outage phase, if run
 	Fair       *fairResults     // the fair phase, if run
 	Counts     *countsResults   // the counts phase, if run
 	Adaptive   *adaptiveResults // the adaptive phase, if run
 	Cold       *coldResults     // the cold phase, if run
+	Loaded     *loadedResults   // the loaded phase, if run
 	Heartbeat  *heartbeatResults
 	Shards     []shardSpread
 }
@@ -484,6 +532,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("outage") {
+		if res.Outage, err = b.runOutage(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	if c.runs("fair") {
 		if res.Fair, err = b.runFair(ctx, progress); err != nil {
 			return nil, err
@@ -501,6 +554,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if c.runs("cold") {
 		if res.Cold, err = b.runCold(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
+	if c.runs("loaded") {
+		if res.Loaded, err = b.runLoaded(ctx, progress); err != nil {
 			return nil, err
 		}
 	}
@@ -523,6 +581,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	if res.Seams != nil {
 		tables += res.Seams.tables()
 	}
+	if res.Outage != nil {
+		tables += res.Outage.tables()
+	}
 	if res.Fair != nil {
 		tables += res.Fair.tables()
 	}
@@ -534,6 +595,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Cold != nil {
 		tables += res.Cold.tables(c)
+	}
+	if res.Loaded != nil {
+		tables += res.Loaded.tables()
 	}
 	if res.Heartbeat != nil {
 		tables += res.Heartbeat.table()

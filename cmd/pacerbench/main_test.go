@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if code, ok := runAsColdChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsOutageChild(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -39,7 +42,12 @@ func TestMain(m *testing.M) {
 func TestQuick(t *testing.T) {
 	s := redistest.NewProcess(t)
 	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
-	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", out, "-phase", "300ms", "-fleet", "1s", "-keys", "500"})
+	// The outage and loaded phases only as a smoke run: one outage
+	// scenario (C1: 4 processes, faults from +1 s), 200 ms faults, one run
+	// after the reference's; the loaded phase's four runs 300 ms each
+	// beside one hog. About 9 s of the test's run.
+	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", out, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
+		"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +246,8 @@ func TestQuick(t *testing.T) {
 
 	checkSeams(t, res.Seams, stdout.String())
 	checkCold(t, res, stdout.String())
+	checkOutage(t, res.Outage, stdout.String())
+	checkLoaded(t, res.Loaded, stdout.String())
 
 	// Out of memory: under volatile-lru New warns and the bucket is
 	// evicted; under noeviction pacer paces locally, and no caller fails.
@@ -398,6 +408,68 @@ func checkCold(t *testing.T, res *results, stdout string) {
 		}
 		if n != shardKeys || len(s.Counts) != s.Shards {
 			t.Errorf("shards, %d: %d keys on %d shards, want %d on %d", s.Shards, n, len(s.Counts), shardKeys, s.Shards)
+		}
+	}
+}
+
+// checkOutage checks the outage phase of a quick run: the reference's run
+// and pacer's, each with calls and every phase, and their tables. Errors,
+// the busiest second and recovery are the figures it prints, not a test's
+// to bound: it runs on the code whose outage handling it measures.
+func checkOutage(t *testing.T, o *outageResults, stdout string) {
+	t.Helper()
+	if o == nil {
+		t.Fatal("no outage results")
+	}
+	if len(o.Runs) != len(o.Cfg.Scenarios)*(o.Cfg.Runs+1) {
+		t.Errorf("outage: %d runs, want %d", len(o.Runs), len(o.Cfg.Scenarios)*(o.Cfg.Runs+1))
+	}
+	phases, heals := map[string]int{}, map[string]int{}
+	for _, s := range o.Cfg.Scenarios {
+		steps, _ := s.steps(o.Cfg.Seg)
+		phases[s.Name], heals[s.Name] = len(steps)+1, 1
+		if s.Sequence {
+			heals[s.Name] = 2
+		}
+	}
+	for _, r := range o.Runs {
+		if r.Calls+r.Errors == 0 || len(r.Phases) != phases[r.Scenario] || len(r.Heals) != heals[r.Scenario] || len(r.ProcErrors) != r.Procs {
+			t.Errorf("outage, %s, %s: %+v; want calls, %d phases, %d heals, each process's errors", r.Scenario, r.limiter(), r, phases[r.Scenario], heals[r.Scenario])
+		}
+		if r.Run == 0 && (r.Errors != 0 || r.Switches != 0) {
+			t.Errorf("outage, %s, the reference: %d errors, %d switches; want none (it does not use Redis)", r.Scenario, r.Errors, r.Switches)
+		}
+		if !strings.Contains(stdout, "| "+r.Scenario+" | "+r.limiter()+" |") {
+			t.Errorf("outage: no row for %s, %s", r.Scenario, r.limiter())
+		}
+	}
+	for _, title := range []string{"### Outage: a fleet through Redis stopped, restarted empty and frozen", "### Outage: by scenario"} {
+		if !strings.Contains(stdout, title) {
+			t.Errorf("no table %q", title)
+		}
+	}
+}
+
+// checkLoaded checks the loaded phase of a quick run: each limiter ran
+// with no hogs and beside them, and its calls were counted; redis_rate's
+// cost Redis something. (pacer's may all have failed or been paced
+// locally: that is what the phase measures, not a test's to bound.)
+func checkLoaded(t *testing.T, lr *loadedResults, stdout string) {
+	t.Helper()
+	if lr == nil || len(lr.Runs) != (1+lr.Rounds)*len(loadedVariants) {
+		t.Fatalf("loaded phase: %+v; want each of %q with no hogs and beside them", lr, loadedVariants)
+	}
+	for _, r := range lr.Runs {
+		switch {
+		case r.Admissions+r.Errors == 0 || r.ClientCPU <= 0:
+			t.Errorf("loaded, %s, %d hogs: %+v; want calls counted and client CPU", r.Variant, r.Hogs, r)
+		case r.Variant == coldGCRA && (r.Admissions == 0 || r.Redis.Trips <= 0 || r.commands() <= 0 || r.Redis.CPUUsec <= 0):
+			t.Errorf("loaded, %s, %d hogs: %+v; want admissions and Redis figures", r.Variant, r.Hogs, r)
+		}
+	}
+	for _, title := range []string{"### Cold keys on a loaded machine", "### Cold keys on a loaded machine: with hogs against without"} {
+		if !strings.Contains(stdout, title) {
+			t.Errorf("no table %q", title)
 		}
 	}
 }
