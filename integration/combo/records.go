@@ -87,6 +87,9 @@ const (
 	noteDone   = "done"   // the child's counts, last
 	noteUnsent = "unsent" // an adaptive call pacehttp failed before sending it (ID; Op: too-long, deadline or err)
 	noteRate   = "rate"   // a sample of KeyAdaptive's learned rate (Rate), At when read
+	// noteUnavail: a call of a caller who can wait (no maximum wait, no
+	// deadline of its own) failed with ErrUnavailable (Op: its kind).
+	noteUnavail = "unavailable"
 )
 
 // noteWriter prints notes on stdout, one write per line, so that a process

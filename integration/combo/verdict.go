@@ -22,10 +22,14 @@ const (
 	VTwice    = "twice"    // a request the provider saw twice, or one pacehttp had failed before sending it
 	VRate     = "rate"     // a learned rate outside the Config's [Min, Max]
 	VLiveness = "liveness" // a stretch clear of faults and pauses with no call accepted
+	// The wider judgments':
+	VUnavailable = "unavailable" // an outage was an error to a caller who could wait (outage.go)
+	VSwitch      = "switch"      // a switch to local pacing with Redis healthy (outage.go)
 )
 
 // VKinds lists the kinds of violations in report order.
-var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness}
+var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
+	VUnavailable, VSwitch}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -154,6 +158,8 @@ func Judge(res *Result) Verdict {
 		}
 	}
 	v.Violations = append(v.Violations, r.errors()...)
+	v.Violations = append(v.Violations, r.unavailable()...)
+	v.Violations = append(v.Violations, r.switches()...)
 	early, most := r.early()
 	v.Violations = append(v.Violations, early...)
 	v.Figures.MostEarly = most
