@@ -19,7 +19,8 @@ import (
 //   - A slow process is not an outage: a switch to local pacing needs
 //     evidence that Redis is gone. A switch while no Redis fault is in
 //     force (from its injection to switchLag after it was mended) breaks
-//     it.
+//     it, whatever else loads the machine (CPU hogs, a process stopped and
+//     continued).
 const (
 	unavailGap = time.Second
 	// switchLag: a call that failed while Redis was broken may be counted
@@ -75,7 +76,16 @@ func (r *run) switches() []Violation {
 		if r.faultDuring(n.At-int64(switchLag), n.At) {
 			continue
 		}
+		var load []string
+		for _, a := range r.res.Actions {
+			if (a.Kind == FaultHog || a.Kind == FaultStall) && a.At <= n.At && n.At <= max(a.End, a.At)+int64(switchLag) {
+				load = append(load, describeAction(r.res.Start, a))
+			}
+		}
 		why := "no Redis fault in force"
+		if len(load) > 0 {
+			why += "; beside " + strings.Join(load, ", ")
+		}
 		out = append(out, Violation{Kind: VSwitch, At: n.At, Msg: fmt.Sprintf(
 			"child %s switched to local pacing at %s with Redis healthy (%s): a slow process is not an outage", n.Child, r.rel(n.At), why)})
 	}

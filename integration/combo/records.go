@@ -74,7 +74,8 @@ type Note struct {
 	// Attrs: a move's or a shift's attributes, as the limiter logged them
 	// (from_ns, seq, to_ns, to_seq, local, d_ns, resume).
 	Attrs map[string]string `json:"a,omitempty"`
-	Rate  float64           `json:"r,omitempty"` // a rate sample: the learned rate, units/s
+	Rate  float64           `json:"r,omitempty"`   // a rate sample: the learned rate, units/s
+	Pid   int               `json:"pid,omitempty"` // ready: the process's PID
 }
 
 const (
@@ -90,6 +91,9 @@ const (
 	// noteUnavail: a call of a caller who can wait (no maximum wait, no
 	// deadline of its own) failed with ErrUnavailable (Op: its kind).
 	noteUnavail = "unavailable"
+	// noteClose: the process closed its Limiter on the runner's command
+	// (At to End; Err, Close's error).
+	noteClose = "close"
 )
 
 // noteWriter prints notes on stdout, one write per line, so that a process

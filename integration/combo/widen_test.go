@@ -34,6 +34,7 @@ func TestUnavailable(t *testing.T) {
 func TestSwitches(t *testing.T) {
 	local := func(d time.Duration) Note { return Note{Type: noteSwitch, Child: "1", At: at(d), To: "local"} }
 	freeze := Action{Kind: FaultFreeze, At: at(4 * time.Second), End: at(6 * time.Second)}
+	hog := Action{Kind: FaultHog, At: at(4 * time.Second), End: at(8 * time.Second), For: 4 * time.Second}
 	for _, tc := range []struct {
 		name    string
 		notes   []Note
@@ -44,6 +45,7 @@ func TestSwitches(t *testing.T) {
 		{"in a Redis fault", []Note{local(5 * time.Second)}, []Action{freeze}, 0},
 		{"just after a fault was mended", []Note{local(6500 * time.Millisecond)}, []Action{freeze}, 0},
 		{"well after a fault was mended", []Note{local(7500 * time.Millisecond)}, []Action{freeze}, 1},
+		{"beside CPU hogs", []Note{local(5 * time.Second)}, []Action{hog}, 1},
 		{"back to Redis", []Note{{Type: noteSwitch, Child: "1", At: at(5 * time.Second), To: "redis"}}, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
