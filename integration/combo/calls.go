@@ -580,11 +580,11 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 // canWait reports whether a call of kind can wait: it has no maximum wait
 // and no deadline of its own (only the run's end, seconds away), so an
 // outage must not fail it. TryReserveN and Allow ask for a maximum wait,
-// and a third of the adaptive calls carry a deadline (their refusals go
-// elsewhere: sendAdaptive).
+// and a third of the adaptive calls and half the light fair ones carry a
+// deadline (their refusals go elsewhere: sendAdaptive, fairRefused).
 func canWait(kind string) bool {
 	switch kind {
-	case "wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive:
+	case "wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait:
 		return true
 	}
 	return false

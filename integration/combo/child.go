@@ -164,6 +164,7 @@ func childMain(spec ChildSpec) error {
 		wg.Go(func() { c.caller(KeyPolicy, slidingGoroutines+g).loop(ctx) })
 	}
 	wg.Go(func() { c.hot(ctx) })
+	c.fairCallers(ctx, wg.Go)
 	wg.Wait()
 	c.bg.Wait()
 	c.mu.Lock()

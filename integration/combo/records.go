@@ -91,6 +91,9 @@ const (
 	// noteUnavail: a call of a caller who can wait (no maximum wait, no
 	// deadline of its own) failed with ErrUnavailable (Op: its kind).
 	noteUnavail = "unavailable"
+	// noteRefused: a fair call with a deadline of its own (D) refused at
+	// End, asked for At (Op: the binding band; Attrs: tenant, wait_ns).
+	noteRefused = "refused"
 	// noteClose: the process closed its Limiter on the runner's command
 	// (At to End; Err, Close's error).
 	noteClose = "close"

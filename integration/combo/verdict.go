@@ -25,11 +25,12 @@ const (
 	// The wider judgments':
 	VUnavailable = "unavailable" // an outage was an error to a caller who could wait (outage.go)
 	VSwitch      = "switch"      // a switch to local pacing with Redis healthy (outage.go)
+	VFair        = "fair"        // tenants of equal weight far from equal shares, or a fair refusal with nothing in the way (fairness.go)
 )
 
 // VKinds lists the kinds of violations in report order.
 var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
-	VUnavailable, VSwitch}
+	VUnavailable, VSwitch, VFair}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -75,6 +76,8 @@ type Figures struct {
 	MostEarly time.Duration
 	// Learned: per learned key, what learned.go measured.
 	Learned map[string]Learned
+	// Fair: the fair key's shares and light waits (fairness.go).
+	Fair FairFigures
 }
 
 // The verdict's tolerances.
@@ -160,6 +163,9 @@ func Judge(res *Result) Verdict {
 	v.Violations = append(v.Violations, r.errors()...)
 	v.Violations = append(v.Violations, r.unavailable()...)
 	v.Violations = append(v.Violations, r.switches()...)
+	fv, fair := r.fairness()
+	v.Violations = append(v.Violations, fv...)
+	v.Figures.Fair = fair
 	early, most := r.early()
 	v.Violations = append(v.Violations, early...)
 	v.Figures.MostEarly = most

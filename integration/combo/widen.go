@@ -19,7 +19,8 @@ import (
 //   - unset: the operator's set, then unset, on a key, then Redis restarted
 //     empty (the verdict reads the stored limits at the end: stored.go);
 //   - resume: a long operator's pause (9-13 s) resumed within about a second,
-//     and at times a Redis fault just after the resume;
+//     on a key whose calls are all fair (KeyFair) or partly, and at times a
+//     Redis fault just after the resume;
 //   - close: a fleet process, or the whole fleet, told to Close while it
 //     paces locally (in a Redis fault), and a process started in each
 //     slot right after the fault;
@@ -102,7 +103,7 @@ func (sc *Scenario) widen() {
 	// resume: a long pause resumed soon, both with Redis healthy, at times
 	// a Redis fault after the resume.
 	if rng := stream(0x9a05); rng.Float64() < 0.4 {
-		key := []string{KeySliding, KeyPolicy, KeySliding, KeyPolicy}[rng.IntN(4)]
+		key := []string{KeySliding, KeyPolicy, KeyFair, KeyFair}[rng.IntN(4)]
 		// Long enough that a key held to the old end stalls for seconds
 		// after the fault and its recovery (stalls.go).
 		d := between2(rng, 9*time.Second, 13*time.Second)
@@ -149,7 +150,7 @@ func (sc *Scenario) widen() {
 		if f, ok := sc.pickFault(rng, 1200*time.Millisecond); ok {
 			end := f.At + f.For
 			at := end - between2(rng, 100*time.Millisecond, min(f.For-800*time.Millisecond, time.Second))
-			key := []string{KeySliding, KeyPolicy, KeyHot, KeySliding}[rng.IntN(4)]
+			key := []string{KeySliding, KeyPolicy, KeyHot, KeyFair}[rng.IntN(4)]
 			sc.addFitting(Event{At: at, Kind: LocalPause, Key: key, For: end - at + between2(rng, 800*time.Millisecond, 2500*time.Millisecond),
 				Child: rng.IntN(procs)})
 		}

@@ -1,8 +1,11 @@
 package combo
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/pacer-go/pacer/reserve"
 )
 
 // The wider judgments on made-up runs: each can fail, and none fails on
@@ -56,13 +59,74 @@ func TestSwitches(t *testing.T) {
 	}
 }
 
+// fairCalls returns n calls of tenant on KeyFair, each of actual tokens,
+// from 3 s on.
+func fairCalls(tenant string, n int, actual float64) []Call {
+	var out []Call
+	for i := range n {
+		d := 3*time.Second + time.Duration(i)*100*time.Millisecond
+		out = append(out, Call{ID: fmt.Sprintf("%s-%d", tenant, i), Key: KeyFair, Child: "1", Kind: kindFairReserve, Tenant: tenant,
+			Slot: at(d), Exact: true, Lo: at(d), Hi: at(d), Grant: at(d - time.Second), Fire: at(d), Arrive: at(d), Status: 200,
+			Settle: true, Actual: actual, Cost: map[string]float64{unitTokens: actual}})
+	}
+	return out
+}
+
+func TestFairShares(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		low, high int
+		want      int
+	}{
+		{"equal shares", 40, 40, 0},
+		{"within the ratio", 40, 30, 0},
+		{"four times", 40, 10, 1},
+		{"too few calls to judge", 40, 5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := append(fairCalls(fairLow, tc.low, 100), fairCalls(fairHigh, tc.high, 100)...)
+			v := judged(calls, nil, nil)
+			if got := kinds(v, VFair); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VFair, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestFairRefusals(t *testing.T) {
+	refused := func(d time.Duration) Note {
+		return Note{Type: noteRefused, Child: "1", Key: KeyFair, ID: "1-9", At: at(d), End: at(d + ms2(1)), D: int64(time.Second), Op: reserve.TurnBinding,
+			Attrs: map[string]string{"tenant": "light-1", "wait_ns": fmt.Sprint(int64(2 * time.Second))}}
+	}
+	pause := Action{Kind: OpPause, Key: KeyFair, For: 6 * time.Second, At: at(4 * time.Second), End: at(4*time.Second + ms2(1))}
+	resume := Action{Kind: OpResume, Key: KeyFair, At: at(5 * time.Second), End: at(5*time.Second + ms2(1))}
+	for _, tc := range []struct {
+		name    string
+		note    Note
+		actions []Action
+		want    int
+	}{
+		{"nothing in the way", refused(8 * time.Second), nil, 1},
+		{"in a pause", refused(6 * time.Second), []Action{pause}, 0},
+		{"after a resume", refused(8 * time.Second), []Action{pause, resume}, 1},
+		{"in a Redis fault", refused(8 * time.Second), []Action{{Kind: FaultOOM, At: at(7 * time.Second), End: at(9 * time.Second)}}, 0},
+		{"its deadline after the run's end", refused(defaultLength - 500*time.Millisecond), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged(nil, []Note{tc.note}, tc.actions), VFair); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VFair, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
 func TestCanWait(t *testing.T) {
-	for _, kind := range []string{"wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive} {
+	for _, kind := range []string{"wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait} {
 		if !canWait(kind) {
 			t.Errorf("canWait(%q) = false, want true", kind)
 		}
 	}
-	for _, kind := range []string{"try", "tryp", "allow", "allowp"} {
+	for _, kind := range []string{"try", "tryp", "allow", "allowp", kindFairDeadline} {
 		if canWait(kind) {
 			t.Errorf("canWait(%q) = true, want false (it asked for a maximum wait)", kind)
 		}
