@@ -79,6 +79,10 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		}
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
 			f.Calls, f.Local, f.Switches, countText(f.Refused), f.ArrivalOver, f.Unjudged, f.MostEarly, f.NotExact)
+		fmt.Fprintf(w, "  stored limits not judged %d\n", f.StoredUnjudged)
+		for _, st := range res.Stored {
+			fmt.Fprintf(w, "  stored limit read at %.3fs: %s %q shadow %v %s\n", time.Duration(st.At-res.Start.UnixNano()).Seconds(), st.Key, st.Limit, st.Shadow, st.Err)
+		}
 		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",
 			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)
 	}

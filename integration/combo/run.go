@@ -41,7 +41,11 @@ type Result struct {
 	Exits    map[string]string // fleet processes that failed, but for those the runner killed
 	// Lives: every fleet process, from its start to its end (killed,
 	// closed, or the run's end).
-	Lives    []Life
+	Lives []Life
+	// Stored: the stored limit of each key the operator changes, as Status
+	// read it after each time Redis came back empty and once the run was
+	// over (stored.go judges it).
+	Stored   []StoredRead
 	Duration time.Duration // of the whole run, set-up and verdict included
 	Verdict  Verdict
 }
@@ -108,6 +112,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // interrupted: the deferred calls stop everything
 	}
+	r.mu.Lock()
+	res.Stored = append(r.stored, op.readStored(changedKeys(sc))...)
+	r.mu.Unlock()
 	r.waitChildren(res.End.Add(20 * time.Second))
 	calls, err := records(url)
 	if err != nil {
@@ -132,10 +139,11 @@ type runner struct {
 	srvAddr string
 	url     string
 
-	mu    sync.Mutex
-	slots []*proc // the fleet's process in each slot now
-	all   []*proc // every fleet process started
-	acts  []Action
+	mu     sync.Mutex
+	slots  []*proc // the fleet's process in each slot now
+	all    []*proc // every fleet process started
+	acts   []Action
+	stored []StoredRead // read after Redis came back empty
 }
 
 // startChild starts a fleet process in slot: its ID is the slot's number,
@@ -194,6 +202,16 @@ func (r *runner) play(in *injector, op *operator) {
 	for _, e := range r.sc.Events {
 		switch {
 		case e.Kind.IsRedisFault():
+			if keys := changedKeys(r.sc); e.Kind == FaultRestart && len(keys) > 0 && e.At+e.For+storedAfter < r.sc.Length {
+				steps = append(steps, step{e.At + e.For + storedAfter, func() {
+					wg.Go(func() {
+						reads := op.readStored(keys)
+						r.mu.Lock()
+						r.stored = append(r.stored, reads...)
+						r.mu.Unlock()
+					})
+				}})
+			}
 			var a *Action
 			steps = append(steps, step{e.At, func() {
 				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}

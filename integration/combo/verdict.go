@@ -25,12 +25,13 @@ const (
 	// The wider judgments':
 	VUnavailable = "unavailable" // an outage was an error to a caller who could wait (outage.go)
 	VSwitch      = "switch"      // a switch to local pacing with Redis healthy (outage.go)
+	VStored      = "stored"      // a stored limit that is not the operator's last change (stored.go)
 	VFair        = "fair"        // tenants of equal weight far from equal shares, or a fair refusal with nothing in the way (fairness.go)
 )
 
 // VKinds lists the kinds of violations in report order.
 var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
-	VUnavailable, VSwitch, VFair}
+	VUnavailable, VSwitch, VStored, VFair}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -76,8 +77,11 @@ type Figures struct {
 	MostEarly time.Duration
 	// Learned: per learned key, what learned.go measured.
 	Learned map[string]Learned
-	// Fair: the fair key's shares and light waits (fairness.go).
-	Fair FairFigures
+	// StoredUnjudged: the reads of a stored limit that could not be
+	// judged (stored.go); Fair: the fair key's shares and light waits
+	// (fairness.go).
+	StoredUnjudged int
+	Fair           FairFigures
 }
 
 // The verdict's tolerances.
@@ -163,6 +167,9 @@ func Judge(res *Result) Verdict {
 	v.Violations = append(v.Violations, r.errors()...)
 	v.Violations = append(v.Violations, r.unavailable()...)
 	v.Violations = append(v.Violations, r.switches()...)
+	stv, unjudged := r.stored()
+	v.Violations = append(v.Violations, stv...)
+	v.Figures.StoredUnjudged = unjudged
 	fv, fair := r.fairness()
 	v.Violations = append(v.Violations, fv...)
 	v.Figures.Fair = fair

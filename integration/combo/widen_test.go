@@ -59,6 +59,62 @@ func TestSwitches(t *testing.T) {
 	}
 }
 
+func TestStored(t *testing.T) {
+	lim := reserve.Limit{Rate: 20, Burst: 1}.Policy()
+	older := reserve.Limit{Rate: 15, Burst: 1}.Policy()
+	set := func(d time.Duration, pol reserve.Policy) Action {
+		return Action{Kind: OpSet, Key: KeySliding, Stored: pol, At: at(d), End: at(d + ms2(2))}
+	}
+	unset := Action{Kind: OpUnset, Key: KeySliding, At: at(4 * time.Second), End: at(4*time.Second + ms2(2))}
+	restart := Action{Kind: FaultRestart, At: at(6 * time.Second), End: at(7 * time.Second)}
+	lives := []Life{{ID: "1", From: start.UnixNano(), To: at(defaultLength)}, {ID: "2", From: start.UnixNano(), To: at(defaultLength)}}
+	// Both processes granted a slot by Redis between the change and the
+	// restart; or only one.
+	saw := func(children ...string) []Call {
+		var out []Call
+		for _, ch := range children {
+			c := slotCall(KeySliding, ch, 5*time.Second, false)
+			c.Seq = 7
+			out = append(out, c)
+		}
+		return out
+	}
+	read := func(pol reserve.Policy) []StoredRead {
+		if pol == nil {
+			return []StoredRead{{Key: KeySliding, At: at(defaultLength)}}
+		}
+		return []StoredRead{{Key: KeySliding, Limit: normStored(pol), At: at(defaultLength)}}
+	}
+	for _, tc := range []struct {
+		name     string
+		actions  []Action
+		calls    []Call
+		stored   []StoredRead
+		want     int
+		unjudged int
+	}{
+		{"unset, nothing stored", []Action{set(2*time.Second, older), unset}, nil, read(nil), 0, 0},
+		{"unset, the limit back", []Action{set(2*time.Second, older), unset}, nil, read(older), 1, 0},
+		{"set, stored", []Action{set(2*time.Second, older), set(4*time.Second, lim)}, nil, read(lim), 0, 0},
+		{"set, the older one stored", []Action{set(2*time.Second, older), set(4*time.Second, lim)}, nil, read(older), 1, 0},
+		{"set, nothing stored", []Action{set(2*time.Second, older), set(4*time.Second, lim)}, nil, read(nil), 1, 0},
+		{"unset, a restart every process saw it before, the limit back", []Action{set(2*time.Second, older), unset, restart}, saw("1", "2"), read(older), 1, 0},
+		{"unset, a restart one process did not see it before", []Action{set(2*time.Second, older), unset, restart}, saw("1"), read(older), 0, 1},
+		{"set, a restart every process saw it before, lost", []Action{set(2*time.Second, older), set(4*time.Second, lim), restart}, saw("1", "2"), read(nil), 0, 0},
+		{"set, a restart every process saw it before, the older one back", []Action{set(2*time.Second, older), set(4*time.Second, lim), restart}, saw("1", "2"), read(older), 1, 0},
+		{"an unset that failed", []Action{set(2*time.Second, older), {Kind: OpUnset, Key: KeySliding, At: at(4 * time.Second), End: at(5 * time.Second), Err: "context deadline exceeded"}}, nil, read(older), 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: tc.calls, Actions: tc.actions, Lives: lives, Stored: tc.stored}
+			v := Judge(res)
+			if got := kinds(v, VStored); len(got) != tc.want || v.Figures.StoredUnjudged != tc.unjudged {
+				t.Errorf("%s violations = %d (unjudged %d), want %d (%d): %v", VStored, len(got), v.Figures.StoredUnjudged, tc.want, tc.unjudged, got)
+			}
+		})
+	}
+}
+
 // fairCalls returns n calls of tenant on KeyFair, each of actual tokens,
 // from 3 s on.
 func fairCalls(tenant string, n int, actual float64) []Call {
@@ -130,5 +186,37 @@ func TestCanWait(t *testing.T) {
 		if canWait(kind) {
 			t.Errorf("canWait(%q) = true, want false (it asked for a maximum wait)", kind)
 		}
+	}
+}
+
+func TestStoredAfterRestart(t *testing.T) {
+	// Set at 2 s, unset at 4 s, Redis restarted at 6 s and read at 9 s
+	// (storedAfter after it came back), then set again at 10 s and read at
+	// the end: each read is judged against the change before it.
+	lim := reserve.Limit{Rate: 20, Burst: 1}.Policy()
+	actions := []Action{
+		{Kind: OpSet, Key: KeySliding, Stored: lim, At: at(2 * time.Second), End: at(2*time.Second + ms2(2))},
+		{Kind: OpUnset, Key: KeySliding, At: at(4 * time.Second), End: at(4*time.Second + ms2(2))},
+		{Kind: FaultRestart, At: at(6 * time.Second), End: at(7 * time.Second)},
+		{Kind: OpSet, Key: KeySliding, Stored: lim, At: at(10 * time.Second), End: at(10*time.Second + ms2(2))},
+	}
+	c := slotCall(KeySliding, "1", 5*time.Second, false)
+	c.Seq = 3
+	lives := []Life{{ID: "1", From: start.UnixNano(), To: at(defaultLength)}}
+	for _, tc := range []struct {
+		name   string
+		stored []StoredRead
+		want   int
+	}{
+		{"unset after the restart, set at the end", []StoredRead{{Key: KeySliding, At: at(9 * time.Second)}, {Key: KeySliding, Limit: normStored(lim), At: at(defaultLength)}}, 0},
+		{"the limit back after the restart", []StoredRead{{Key: KeySliding, Limit: normStored(lim), At: at(9 * time.Second)}, {Key: KeySliding, Limit: normStored(lim), At: at(defaultLength)}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: []Call{c}, Actions: actions, Lives: lives, Stored: tc.stored}
+			if got := kinds(Judge(res), VStored); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VStored, len(got), tc.want, got)
+			}
+		})
 	}
 }
