@@ -25,13 +25,14 @@ const (
 	// The wider judgments':
 	VUnavailable = "unavailable" // an outage was an error to a caller who could wait (outage.go)
 	VSwitch      = "switch"      // a switch to local pacing with Redis healthy (outage.go)
+	VSend        = "send"        // calls through pacehttp sent beyond the rate the fleet is told of (sends.go)
 	VStored      = "stored"      // a stored limit that is not the operator's last change (stored.go)
 	VFair        = "fair"        // tenants of equal weight far from equal shares, or a fair refusal with nothing in the way (fairness.go)
 )
 
 // VKinds lists the kinds of violations in report order.
 var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
-	VUnavailable, VSwitch, VStored, VFair}
+	VUnavailable, VSwitch, VSend, VStored, VFair}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -77,11 +78,13 @@ type Figures struct {
 	MostEarly time.Duration
 	// Learned: per learned key, what learned.go measured.
 	Learned map[string]Learned
-	// StoredUnjudged: the reads of a stored limit that could not be
-	// judged (stored.go); Fair: the fair key's shares and light waits
-	// (fairness.go).
-	StoredUnjudged int
-	Fair           FairFigures
+	// LateP50, LateMost: the median and longest time from a slot to its
+	// send through pacehttp (sends.go); StoredUnjudged: the reads of a
+	// stored limit that could not be judged (stored.go); Fair: the fair
+	// key's shares and light waits (fairness.go).
+	LateP50, LateMost time.Duration
+	StoredUnjudged    int
+	Fair              FairFigures
 }
 
 // The verdict's tolerances.
@@ -167,6 +170,9 @@ func Judge(res *Result) Verdict {
 	v.Violations = append(v.Violations, r.errors()...)
 	v.Violations = append(v.Violations, r.unavailable()...)
 	v.Violations = append(v.Violations, r.switches()...)
+	sv, p50, most := r.sends()
+	v.Violations = append(v.Violations, sv...)
+	v.Figures.LateP50, v.Figures.LateMost = p50, most
 	stv, unjudged := r.stored()
 	v.Violations = append(v.Violations, stv...)
 	v.Figures.StoredUnjudged = unjudged

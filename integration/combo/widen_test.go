@@ -59,6 +59,105 @@ func TestSwitches(t *testing.T) {
 	}
 }
 
+// httpCall is a call through pacehttp by child, on its slot at slot and
+// sent at fire.
+func httpCall(child string, slot, fire time.Duration) Call {
+	c := Call{ID: fmt.Sprintf("%s-%d", child, at(slot)), Key: KeyHTTP, Child: child, Kind: kindHTTP, Slot: at(slot), Exact: true,
+		Placed: at(slot), Lo: at(slot), Hi: at(slot), Grant: at(slot) - int64(100*time.Millisecond), Fire: at(fire), Arrive: at(fire),
+		Status: 200, Cost: map[string]float64{unitRequests: 1}}
+	return c
+}
+
+func TestSends(t *testing.T) {
+	// Nine calls on slots 1/30 s apart from 5 s (KeyHTTP's rps: 30/s,
+	// burst 3): sent on their slots, or all held to 5.5 s and sent
+	// together.
+	var onTime, together []Call
+	for i := range 9 {
+		slot := 5*time.Second + time.Duration(i)*time.Second/30
+		onTime = append(onTime, httpCall(fmt.Sprint(i%3+1), slot, slot+ms2(2)))
+		together = append(together, httpCall(fmt.Sprint(i%3+1), slot, 5500*time.Millisecond+time.Duration(i)*100*time.Microsecond))
+	}
+	hog := Action{Kind: FaultHog, At: at(5 * time.Second), End: at(6 * time.Second), For: time.Second}
+	for _, tc := range []struct {
+		name    string
+		calls   []Call
+		actions []Action
+		lives   []Life
+		want    int
+	}{
+		{"sent on their slots", onTime, nil, nil, 0},
+		{"held and sent together", together, nil, nil, 1},
+		{"sent together beside CPU hogs", together, []Action{hog}, nil, 0},
+		{"sent together just after a process started", together, nil, []Life{{ID: "1", From: at(5 * time.Second), To: at(defaultLength)}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: tc.calls, Actions: tc.actions, Lives: tc.lives}
+			v := Judge(res)
+			if got := kinds(v, VSend); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VSend, len(got), tc.want, got)
+			}
+			if got := kinds(v, VWindow); len(got) != 0 {
+				t.Errorf("the slots are 1/30 s apart, yet %d window violations: %v", len(got), got)
+			}
+		})
+	}
+}
+
+func TestPauseSends(t *testing.T) {
+	// Child 2 pauses KeyHTTP for 1 s at 2 s; child 1's call, on a slot
+	// before the pause, is sent inside it.
+	pause := Note{Type: notePause, Child: "2", Key: KeyHTTP, At: at(2 * time.Second), End: at(2*time.Second + ms2(1)), D: int64(time.Second)}
+	for _, tc := range []struct {
+		name string
+		call Call
+		want int
+	}{
+		{"sent before the pause", httpCall("1", 1900*time.Millisecond, 1950*time.Millisecond), 0},
+		{"sent within fireLead of the pause", httpCall("1", 1900*time.Millisecond, 2*time.Second+fireLead/2), 0},
+		{"sent deep inside the pause", httpCall("1", 1900*time.Millisecond, 2600*time.Millisecond), 1},
+		{"sent after the pause", httpCall("1", 1900*time.Millisecond, 3100*time.Millisecond), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged([]Call{tc.call}, []Note{pause}, nil), VPause); len(got) != tc.want {
+				t.Errorf("pause violations = %d, want %d: %v", len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestPauseHandback(t *testing.T) {
+	// Child 1 paces locally from 1 s to 3 s and pauses the key at 2.5 s for
+	// 1.5 s (until 4 s): made on its local engine, it reaches Redis with
+	// its handback, before its switch back at 3 s.
+	notes := []Note{
+		{Type: noteSwitch, Child: "1", At: at(time.Second), To: "local"},
+		{Type: notePause, Child: "1", Key: KeySliding, At: at(2500 * time.Millisecond), End: at(2500*time.Millisecond + ms2(1)), D: int64(1500 * time.Millisecond), Op: "command"},
+		{Type: noteSwitch, Child: "1", At: at(3 * time.Second), To: "redis"},
+	}
+	restart := Action{Kind: FaultRestart, At: at(3200 * time.Millisecond), End: at(3300 * time.Millisecond)}
+	for _, tc := range []struct {
+		name     string
+		call     Call
+		actions  []Action
+		want     int
+		unjudged int
+	}{
+		{"another process on Redis after the handback", slotCall(KeySliding, "2", 3500*time.Millisecond, false), nil, 1, 0},
+		{"another process before the handback", slotCall(KeySliding, "2", 2800*time.Millisecond, false), nil, 0, 1},
+		{"Redis restarted empty after the handback", slotCall(KeySliding, "2", 3500*time.Millisecond, false), []Action{restart}, 0, 1},
+		{"the maker, locally", slotCall(KeySliding, "1", 2800*time.Millisecond, true), nil, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged([]Call{tc.call}, notes, tc.actions)
+			if got := kinds(v, VPause); len(got) != tc.want || v.Figures.Unjudged != tc.unjudged {
+				t.Errorf("pause violations = %d (unjudged %d), want %d (%d): %v", len(got), v.Figures.Unjudged, tc.want, tc.unjudged, got)
+			}
+		})
+	}
+}
+
 func TestStored(t *testing.T) {
 	lim := reserve.Limit{Rate: 20, Burst: 1}.Policy()
 	older := reserve.Limit{Rate: 15, Burst: 1}.Policy()
