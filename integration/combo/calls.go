@@ -552,7 +552,7 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 	if err == nil {
 		return false
 	}
-	_, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
+	tl, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
 	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 	if errors.Is(err, reserve.ErrUnavailable) && documentedUnavailable(err) {
 		// The refusals reserve documents for local pacing: a process that
@@ -568,6 +568,16 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 			c.note(Note{Type: noteUnavail, Key: key, Op: kind, At: time.Now().UnixNano(), Err: strings.ReplaceAll(err.Error(), "\n", " ")})
 		}
 		sleepCtx(ctx, 50*time.Millisecond)
+		return true
+	}
+	if tooLong && !nearEnd(ctx) && !ended(ctx) {
+		// Refused for the run's end, seconds away: a wait that long is
+		// right only while the key is paused (the runner's long pauses),
+		// which the verdict knows and this process may not (waits.go).
+		c.count(kind + "-too-long")
+		c.note(Note{Type: noteTooLong, Key: key, Op: kind, At: time.Now().UnixNano(), D: int64(tl.Wait),
+			Err: strings.ReplaceAll(err.Error(), "\n", " ")})
+		sleepCtx(ctx, 10*time.Millisecond)
 		return true
 	}
 	if !(ctxErr && ended(ctx)) && !(tooLong && nearEnd(ctx)) {

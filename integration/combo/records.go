@@ -94,6 +94,9 @@ const (
 	// noteRefused: a fair call with a deadline of its own (D) refused at
 	// End, asked for At (Op: the binding band; Attrs: tenant, wait_ns).
 	noteRefused = "refused"
+	// noteTooLong: a call whose only deadline is the run's end, more than
+	// 5 s away, refused at At for a wait of D (Op: its kind; Err).
+	noteTooLong = "too-long"
 	// noteClose: the process closed its Limiter on the runner's command
 	// (At to End; Err, Close's error).
 	noteClose = "close"

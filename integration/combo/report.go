@@ -79,8 +79,14 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		}
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
 			f.Calls, f.Local, f.Switches, countText(f.Refused), f.ArrivalOver, f.Unjudged, f.MostEarly, f.NotExact)
-		fmt.Fprintf(w, "  figures: sends through pacehttp after their slots p50 %v, max %v; stored limits not judged %d\n",
-			f.LateP50.Round(time.Millisecond), f.LateMost.Round(time.Millisecond), f.StoredUnjudged)
+		var gaps []string
+		for _, k := range Keys {
+			if g, ok := f.Gaps[k]; ok {
+				gaps = append(gaps, fmt.Sprintf("%s %v", k, g.Round(time.Millisecond)))
+			}
+		}
+		fmt.Fprintf(w, "  figures: longest gap judged %s; sends through pacehttp after their slots p50 %v, max %v; stored limits not judged %d\n",
+			strings.Join(gaps, ", "), f.LateP50.Round(time.Millisecond), f.LateMost.Round(time.Millisecond), f.StoredUnjudged)
 		for _, st := range res.Stored {
 			fmt.Fprintf(w, "  stored limit read at %.3fs: %s %q shadow %v %s\n", time.Duration(st.At-res.Start.UnixNano()).Seconds(), st.Key, st.Limit, st.Shadow, st.Err)
 		}

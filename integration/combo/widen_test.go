@@ -11,6 +11,17 @@ import (
 // The wider judgments on made-up runs: each can fail, and none fails on
 // what the library rightly does.
 
+// keyed returns the violations of kind on key.
+func keyed(v Verdict, kind, key string) []Violation {
+	var out []Violation
+	for _, x := range kinds(v, kind) {
+		if x.Key == key {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func TestUnavailable(t *testing.T) {
 	unavail := func(child string, d time.Duration) Note {
 		return Note{Type: noteUnavail, Child: child, Key: KeySliding, Op: "wait", At: at(d), Err: "reserve: redis unavailable: no share"}
@@ -275,6 +286,48 @@ func TestFairRefusals(t *testing.T) {
 	}
 }
 
+func TestStalls(t *testing.T) {
+	// KeySliding's calls every 50 ms from the warm-up to the end, but for
+	// a hole [6 s, 10 s).
+	calls := func(holeFrom, holeTo time.Duration) []Call {
+		var out []Call
+		for d := warmup; d < defaultLength; d += 50 * time.Millisecond {
+			if d >= holeFrom && d < holeTo {
+				continue
+			}
+			out = append(out, slotCall(KeySliding, "1", d, false))
+		}
+		return out
+	}
+	pause := Action{Kind: OpPause, Key: KeySliding, For: 6 * time.Second, At: at(5900 * time.Millisecond), End: at(5900*time.Millisecond + ms2(1))}
+	resume := Action{Kind: OpResume, Key: KeySliding, At: at(6500 * time.Millisecond), End: at(6500*time.Millisecond + ms2(1))}
+	hog := Action{Kind: FaultHog, At: at(6 * time.Second), End: at(9 * time.Second), For: 3 * time.Second}
+	for _, tc := range []struct {
+		name    string
+		calls   []Call
+		actions []Action
+		lives   []Life
+		want    int
+	}{
+		{"calls all along", calls(0, 0), nil, nil, 0},
+		{"a hole of 4 s", calls(6*time.Second, 10*time.Second), nil, nil, 1},
+		{"a hole of 2 s", calls(6*time.Second, 8*time.Second), nil, nil, 0},
+		{"a hole in a pause", calls(6*time.Second, 10*time.Second), []Action{pause}, nil, 0},
+		{"a hole after the pause's resume", calls(6*time.Second, 12*time.Second), []Action{pause, resume}, nil, 1},
+		{"a hole beside CPU hogs", calls(6*time.Second, 10*time.Second), []Action{hog}, nil, 0},
+		{"a hole with no process running", calls(6*time.Second, 10*time.Second), nil,
+			[]Life{{ID: "1", From: start.UnixNano(), To: at(6 * time.Second)}, {ID: "1b", From: at(8500 * time.Millisecond), To: at(defaultLength)}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: tc.calls, Actions: tc.actions, Lives: tc.lives}
+			if got := keyed(Judge(res), VStall, KeySliding); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VStall, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
 func TestCanWait(t *testing.T) {
 	for _, kind := range []string{"wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait} {
 		if !canWait(kind) {
@@ -285,6 +338,58 @@ func TestCanWait(t *testing.T) {
 		if canWait(kind) {
 			t.Errorf("canWait(%q) = true, want false (it asked for a maximum wait)", kind)
 		}
+	}
+}
+
+func TestResumed(t *testing.T) {
+	// The operator pauses KeyFair for 10 s at 3 s and resumes it at 3.5 s.
+	pause := Action{Kind: OpPause, Key: KeyFair, For: 10 * time.Second, At: at(3 * time.Second), End: at(3*time.Second + ms2(1))}
+	resume := Action{Kind: OpResume, Key: KeyFair, At: at(3500 * time.Millisecond), End: at(3500*time.Millisecond + ms2(1))}
+	call := func(grant, fire time.Duration) Call {
+		c := fairCalls(fairLow, 1, 100)[0]
+		c.Grant, c.Slot, c.Lo, c.Hi, c.Fire, c.Arrive = at(grant), at(fire), at(fire), at(fire), at(fire), at(fire)
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		call    Call
+		actions []Action
+		want    int
+	}{
+		{"fired soon after the resume", call(2*time.Second, 3700*time.Millisecond), []Action{pause, resume}, 0},
+		{"held to the old end", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 1},
+		{"asked for late, fired at the old end", call(12*time.Second, 13*time.Second), []Action{pause, resume}, 0},
+		{"not resumed", call(2*time.Second, 13*time.Second), []Action{pause}, 0},
+		{"held to the old end in a Redis fault", call(2*time.Second, 13*time.Second),
+			[]Action{pause, resume, {Kind: FaultFreeze, At: at(12 * time.Second), End: at(13500 * time.Millisecond)}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged([]Call{tc.call}, nil, tc.actions), VResume); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VResume, len(got), tc.want, got)
+			}
+		})
+	}
+}
+
+func TestLongWaits(t *testing.T) {
+	tooLong := Note{Type: noteTooLong, Child: "1", Key: KeyFair, Op: kindFairWait, At: at(7 * time.Second), D: int64(7 * time.Second),
+		Err: "reserve: wait exceeds the time left before the context's deadline"}
+	pause := Action{Kind: OpPause, Key: KeyFair, For: 10 * time.Second, At: at(5 * time.Second), End: at(5*time.Second + ms2(1))}
+	resume := Action{Kind: OpResume, Key: KeyFair, At: at(5500 * time.Millisecond), End: at(5500*time.Millisecond + ms2(1))}
+	for _, tc := range []struct {
+		name    string
+		actions []Action
+		want    int
+	}{
+		{"nothing in the way", nil, 1},
+		{"in a pause", []Action{pause}, 0},
+		{"after the pause was resumed", []Action{pause, resume}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(judged(nil, []Note{tooLong}, tc.actions), VError); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VError, len(got), tc.want, got)
+			}
+		})
 	}
 }
 
