@@ -15,14 +15,19 @@ import (
 // "One schedule, whatever serves it": the window invariant is judged over
 // every window of a run; a late caller never fires together with the
 // callers that are on time). A send is stamped on its process's clock just
-// before the request goes out; sendEps allows for a sender a moment late.
+// before the request goes out; sendEps allows for a sender a moment late
+// (with 20 ms, seed 1 under -race on a quiet machine once found 4 sends in
+// 10.6 ms against 3.92 allowed, their slots 100 ms apart: one sender 90 ms
+// late, which a goroutine scheduled late can be; the bunching the check is
+// for, sends held for the provider's count and released together, is 7 in
+// 44 ms, over 5.8 with 50 ms).
 // Judged outside Redis faults (and faultRecovery after them), CPU hogs and
 // stops of a process (and hogRecovery after them), and the first
 // sendSettle of a process (its first sends wait for connections and
 // scripts to load): there every caller is late, and the slots are what is
 // judged.
 const (
-	sendEps    = 20 * time.Millisecond
+	sendEps    = 50 * time.Millisecond
 	sendSettle = time.Second
 )
 
