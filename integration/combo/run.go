@@ -88,9 +88,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url}
 	defer r.killAll()
+	defer func() {
+		for _, h := range r.preHogs {
+			h.kill() // if the run stopped before their end
+		}
+	}()
 	for i := range sc.Procs {
 		if _, err := r.startChild(i); err != nil {
 			return nil, err
+		}
+	}
+	// CPU hogs drawn from the fleet's start spin before it begins: its
+	// processes' first calls (dialling Redis, loading the scripts) are
+	// made on a loaded machine.
+	for _, e := range sc.Events {
+		if e.Kind == FaultHog && e.At == 0 {
+			r.preHogAt = time.Now().UnixNano()
+			if r.preHogs, err = startHogs(ctx, e.Hogs*runtime.NumCPU(), cfg.Args); err != nil {
+				return nil, err
+			}
 		}
 	}
 	res.Start = time.Now().Add(300 * time.Millisecond)
@@ -138,6 +154,11 @@ type runner struct {
 	ctx     context.Context
 	srvAddr string
 	url     string
+
+	// preHogs: the CPU hogs of a FaultHog at 0, started at preHogAt,
+	// before the fleet's start.
+	preHogs  []*proc
+	preHogAt int64
 
 	mu     sync.Mutex
 	slots  []*proc // the fleet's process in each slot now
@@ -272,18 +293,29 @@ func (r *runner) play(in *injector, op *operator) {
 				r.record(*a)
 			}})
 		case e.Kind == FaultHog:
+			// Started on a goroutine of their own (a few execs), so that
+			// the timeline's next steps are not held up.
 			var (
-				a    *Action
-				hogs []*proc
+				a       *Action
+				hogs    []*proc
+				started = make(chan struct{})
 			)
 			steps = append(steps, step{e.At, func() {
 				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
-				var err error
-				hogs, err = startHogs(r.ctx, e.Hogs*runtime.NumCPU(), r.cfg.Args)
-				if err != nil {
-					a.Err = err.Error()
+				if e.At == 0 && r.preHogs != nil {
+					a.At, hogs = r.preHogAt, r.preHogs
+					close(started)
+					return
 				}
+				wg.Go(func() {
+					defer close(started)
+					var err error
+					if hogs, err = startHogs(r.ctx, e.Hogs*runtime.NumCPU(), r.cfg.Args); err != nil {
+						a.Err = err.Error()
+					}
+				})
 			}}, step{e.At + e.For, func() {
+				<-started
 				for _, h := range hogs {
 					h.kill()
 				}
