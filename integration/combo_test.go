@@ -23,11 +23,12 @@ const comboSeeds = 5
 
 // TestCombination runs the combination runner (package integration/combo)
 // on a fixed budget of seeds: each seed's scenario mixes calls of every
-// kind on five keys (two through pacehttp, one of them with a rate the
-// fleet learns from the provider's 429s, Options.Adaptive), the operator,
-// the provider's 429s and faults of Redis and of the fleet's processes,
-// and is judged by what the provider saw. A failing seed names the command
-// that replays it.
+// kind on six keys (two through pacehttp, one of them with a rate the
+// fleet learns from the provider's 429s, Options.Adaptive; one of fair
+// requests only), the operator, the provider's 429s, faults of Redis and
+// of the fleet's processes (also in the first seconds after they start,
+// and Close while they pace locally) and CPU hogs, and is judged by what
+// the provider saw. A failing seed names the command that replays it.
 func TestCombination(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		// redistest's rule: no Redis is a skip, or a failure under CI.

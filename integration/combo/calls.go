@@ -368,13 +368,18 @@ func (cl *caller) sendAdaptive(ctx context.Context, call Call) time.Duration {
 				why = "too-long"
 			case errors.Is(ue.Err, context.DeadlineExceeded) && ended(callCtx):
 				why = "deadline"
-			case errors.Is(ue.Err, reserve.ErrUnavailable) && documentedUnavailable(ue.Err):
+			case errors.Is(ue.Err, reserve.ErrUnavailable) && documentedUnavailable(ue.Err) && call.Within > 0:
+				// With a deadline of its own it asked for errors; without
+				// one, failed notes it (an outage is not its error).
 				why = "unavailable"
 			}
 			c.note(Note{Type: noteUnsent, Key: call.Key, ID: call.ID, At: time.Now().UnixNano(), Op: why})
 			switch {
-			case why == "err" || why == "unavailable":
+			case why == "err":
 				c.failed(ctx, call.Kind, call.Key, ue.Err)
+			case why == "unavailable":
+				c.count("unavailable")
+				sleepCtx(ctx, 50*time.Millisecond)
 			case why == "too-long" && call.Within == 0:
 				// Refused for the run's end: its slot comes after it.
 				c.count(call.Kind + "-" + why)
@@ -547,15 +552,32 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 	if err == nil {
 		return false
 	}
-	_, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
+	tl, tooLong := errors.AsType[*reserve.WaitTooLongError](err)
 	ctxErr := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 	if errors.Is(err, reserve.ErrUnavailable) && documentedUnavailable(err) {
-		// What the library promises for a process that has never reached
-		// Redis (it does not know its share), one that joined after members
-		// that pace locally without it, or a cost above its share of a
-		// window band while others pace locally: a refusal, counted.
+		// The refusals reserve documents for local pacing: a process that
+		// has never reached Redis (it does not know its share), one that
+		// joined after members that pace locally without it, or a cost
+		// above its share of a window band while others pace locally.
+		// Counted for a caller that asked for errors (a maximum wait, a
+		// deadline of its own); for one who can wait, noted: an outage is
+		// never an error to it (DESIGN.md, "Redis down"), and the verdict
+		// says so (outage.go).
 		c.count("unavailable")
+		if canWait(kind) {
+			c.note(Note{Type: noteUnavail, Key: key, Op: kind, At: time.Now().UnixNano(), Err: strings.ReplaceAll(err.Error(), "\n", " ")})
+		}
 		sleepCtx(ctx, 50*time.Millisecond)
+		return true
+	}
+	if tooLong && !nearEnd(ctx) && !ended(ctx) {
+		// Refused for the run's end, seconds away: a wait that long is
+		// right only while the key is paused (the runner's long pauses),
+		// which the verdict knows and this process may not (waits.go).
+		c.count(kind + "-too-long")
+		c.note(Note{Type: noteTooLong, Key: key, Op: kind, At: time.Now().UnixNano(), D: int64(tl.Wait),
+			Err: strings.ReplaceAll(err.Error(), "\n", " ")})
+		sleepCtx(ctx, 10*time.Millisecond)
 		return true
 	}
 	if !(ctxErr && ended(ctx)) && !(tooLong && nearEnd(ctx)) {
@@ -563,6 +585,19 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
 	return true
+}
+
+// canWait reports whether a call of kind can wait: it has no maximum wait
+// and no deadline of its own (only the run's end, seconds away), so an
+// outage must not fail it. TryReserveN and Allow ask for a maximum wait,
+// and a third of the adaptive calls and half the light fair ones carry a
+// deadline (their refusals go elsewhere: sendAdaptive, fairRefused).
+func canWait(kind string) bool {
+	switch kind {
+	case "wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait:
+		return true
+	}
+	return false
 }
 
 // documentedUnavailable reports whether err is one of the refusals

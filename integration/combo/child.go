@@ -63,6 +63,8 @@ type child struct {
 	bg       sync.WaitGroup // settles retried after the call returned
 	after    context.Context
 
+	closed atomic.Bool // the runner told it to close
+
 	mu     sync.Mutex
 	counts map[string]int64
 }
@@ -94,9 +96,11 @@ func childMain(spec ChildSpec) error {
 	if err != nil {
 		return err
 	}
-	out.print(Note{Type: noteReady, Child: spec.ID})
+	// Its PID, for the runner to stop it with SIGSTOP (FaultStall).
+	out.print(Note{Type: noteReady, Child: spec.ID, Pid: os.Getpid()})
 
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	stdin := bufio.NewReader(os.Stdin)
+	line, err := stdin.ReadString('\n')
 	if err != nil {
 		return fmt.Errorf("reading the start: %w", err)
 	}
@@ -113,6 +117,10 @@ func childMain(spec ChildSpec) error {
 
 	c := &child{spec: spec, l: l, out: out, after: after, counts: map[string]int64{},
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	// The runner's commands, one a line (commands.go): close (stop calling
+	// and Close the Limiter: FaultClose) and pause (Limiter.Pause:
+	// LocalPause).
+	go c.commands(stdin, func() { cancel(); cancelAfter() })
 	hook.Sending = sending(&c.slots) // this process's one child
 	tr, err := pacehttp.New(l, pacehttp.Options{
 		Base: stampFire{c.http.Transport, &c.slots},
@@ -156,12 +164,25 @@ func childMain(spec ChildSpec) error {
 		wg.Go(func() { c.caller(KeyPolicy, slidingGoroutines+g).loop(ctx) })
 	}
 	wg.Go(func() { c.hot(ctx) })
+	c.fairCallers(ctx, wg.Go)
 	wg.Wait()
 	c.bg.Wait()
 	c.mu.Lock()
 	out.print(Note{Type: noteDone, Child: spec.ID, Counts: c.counts})
 	c.mu.Unlock()
-	return l.Close()
+	closing := time.Now()
+	err = l.Close()
+	if c.closed.Load() {
+		n := Note{Type: noteClose, Child: spec.ID, At: closing.UnixNano(), End: time.Now().UnixNano()}
+		if err != nil {
+			// Closed while Redis is broken, it may not reach it to leave
+			// the fleet: noted, not a failure of the process.
+			n.Err = err.Error()
+		}
+		out.print(n)
+		return nil
+	}
+	return err
 }
 
 // hot runs bursts of hotBurst concurrent calls on the hot key.

@@ -8,11 +8,22 @@
 // shadow, UnsetLimit, Pause, Resume), the provider's own pauses (a 429 with
 // Retry-After to the next call), and faults (Redis stopped and restarted
 // empty, frozen with SIGSTOP, out of memory, CLIENT PAUSE, a fleet process
-// SIGKILLed and started again). Run plays it against:
+// SIGKILLed and started again). Wider draws (widen.go), each from a random
+// stream of its own so that the first draws' timeline stays as it was, add
+// what those never made: Redis faults in the first seconds after the fleet
+// starts, and after two or three processes killed and started together;
+// an operator's set and unset followed by Redis restarted empty; a long
+// pause resumed within a second (at times with a Redis fault just after);
+// a fleet process, or the whole fleet, told to Close while it paces
+// locally, and new ones started right after the fault; a process's own
+// Limiter.Pause made in a Redis fault and lasting past it; CPU hogs beside
+// the fleet (three or four per CPU, from its start or later); a fleet
+// process stopped with SIGSTOP; more pauses of the pacehttp key. Run plays
+// it against:
 //
 //   - a fleet of child processes (Child), each built as the README's quick
 //     start builds its client, calling Wait, Reserve, TryReserveN and their
-//     policy variants from many goroutines on five keys (keys.go): a
+//     policy variants from many goroutines on six keys (keys.go): a
 //     Sliding limit, a policy of a bucket, a window and a tokens bucket with
 //     costs settled to what the provider reports, a hot key that leases,
 //     a key called through pacehttp's Transport whose window the fleet
@@ -23,7 +34,11 @@
 //     with a deadline of their own (pacehttp refuses those whose slot
 //     cannot come before it);
 //     three in ten of the first two keys' calls are fair (a tenant of three,
-//     weights 1, 1 and 2, and a lane: Urgent, Normal or Batch);
+//     weights 1, 1 and 2, and a lane: Urgent, Normal or Batch); and a sixth
+//     key called by fair requests only (fairkey.go): two tenants of equal
+//     weight always backlogged, one estimating its tokens low and one
+//     high, settled to the same actual costs, and a light tenant per
+//     process, half its calls with a deadline of their own;
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
 //     reports the pacehttp key's window in GitHub's x-ratelimit-* headers,
@@ -38,18 +53,30 @@
 //
 // Judge then checks the records (verdict.go): no interval of the run over
 // any band's limit, judged on the slots (and for a band the fleet is not
-// told of, no refusal over it, on the provider's view); no call inside a
-// pause it was told of; throughput at least an honest fraction of what the
-// limit allowed; no error; no call fired early. The adaptive key is judged
-// by its own invariants (learned.go): no request reaches the provider
-// twice, nor one pacehttp refused before sending it; every sample of the
-// learned rate lies within [Min, Max]; and outside Redis faults and pauses
-// no 2 s pass without a call the provider accepted. Its refusals and the
-// fraction of its true limit it used are reported, not judged. A failing
-// seed replays with the same timeline:
+// told of, no refusal over it, on the provider's view; for the pacehttp
+// key, the rate it is told of on the sends too: sends.go); no call inside a
+// pause it was told of, a pause made on a process's local engine binding
+// the others once its maker is back on Redis, and a pacehttp call judged
+// on its send as well as its slot; throughput at least an honest fraction
+// of what the limit allowed, and no stall of seconds on such a key
+// (stalls.go); no error, no ErrUnavailable to a caller who could wait
+// (outage.go), no wait of seconds refused with no pause in force
+// (waits.go), no call held to the end of a pause the operator resumed
+// (resume.go); no switch to local pacing with Redis healthy (outage.go);
+// the stored limits read after each restart and at the end as the
+// operator last left them (stored.go); the fair key's equal tenants within
+// 1.5 times of each other on actual tokens, and no refusal of a light
+// tenant with nothing in the way (fairness.go); no call fired early. The
+// adaptive key is judged by its own invariants (learned.go): no request
+// reaches the provider twice, nor one pacehttp refused before sending it;
+// every sample of the learned rate lies within [Min, Max]; and outside
+// Redis faults and pauses no 2 s pass without a call the provider
+// accepted. Its refusals and the fraction of its true limit it used are
+// reported, not judged. A failing seed replays with the same timeline:
 //
 //	go run ./integration/cmd/pacercombo -seed 17 -v
 //
 // The binary that runs the runner must call Main first thing (in main or
-// TestMain): the children and the provider are that binary, re-run.
+// TestMain): the children, the provider and the CPU hogs are that binary,
+// re-run.
 package combo

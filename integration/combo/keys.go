@@ -23,11 +23,16 @@ const (
 	// with Options.Adaptive: the fleet is told nothing of its limit and
 	// learns a rate from the provider's 429s (package adaptive).
 	KeyAdaptive = "adaptive.example"
+	// KeyFair is called by fair requests only (fairkey.go): two tenants of
+	// equal weight always backlogged, one estimating its cost low and one
+	// high, both settled to the same actual costs, and a light tenant per
+	// process; its one band is a tokens bucket.
+	KeyFair = "fair.example"
 )
 
 // Keys lists the keys in a fixed order (reports, draws). A key joins at
 // the end: the draws that pick from the first ones stay as they were.
-var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP, KeyAdaptive}
+var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP, KeyAdaptive, KeyFair}
 
 var (
 	slidingLimit = must(reserve.Sliding(31, time.Second))
@@ -48,6 +53,10 @@ var (
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
 		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 36, Length: 2 * time.Second}},
 		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
+	}
+	// fairLimit is KeyFair's: tokens only, about 10 calls a second.
+	fairLimit = reserve.Policy{
+		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 1200, Burst: 400}},
 	}
 )
 
@@ -86,6 +95,7 @@ var keyDefs = map[string]keyDef{
 	KeyHot:      {name: KeyHot, single: true, limit: hotLimit, pol: hotLimit.Policy()},
 	KeyHTTP:     {name: KeyHTTP, pol: httpLimit, fleet: httpFleet, throughput: true},
 	KeyAdaptive: {name: KeyAdaptive, single: true, limit: adaptiveLimit, pol: adaptiveLimit.Policy(), learned: true},
+	KeyFair:     {name: KeyFair, pol: fairLimit, throughput: true},
 }
 
 // fleetPol is the policy the fleet passes for def: what the verdict judges

@@ -16,15 +16,17 @@ import (
 // a provider's pause it asked for, or a fault (At its injection, End once
 // mended).
 type Action struct {
-	Kind   Kind
-	Key    string
-	Child  string // FaultKill: the process killed; Started: the one started again
-	At     int64  // Unix ns, when the action began
-	End    int64  // Unix ns, when it returned (a fault: when it was mended)
-	For    time.Duration
-	Stored reserve.Policy
-	Format int // OpFormat
-	Err    string
+	Kind  Kind
+	Key   string
+	Child string // FaultKill, FaultClose: the process killed or closed; FaultStall, LocalPause: the process
+	// Started: FaultKill, FaultClose: the process started again in the slot.
+	Started string
+	At      int64 // Unix ns, when the action began
+	End     int64 // Unix ns, when it returned (a fault: when it was mended)
+	For     time.Duration
+	Stored  reserve.Policy
+	Format  int // OpFormat
+	Err     string
 	// Expected is true when Err is what the action may meet in the run
 	// (Redis down, a key it restarted empty does not know, nothing to
 	// unset or resume); other errors are violations.

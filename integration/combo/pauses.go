@@ -20,6 +20,17 @@ import (
 //     no fault in force), while the process is on Redis (it reads the key
 //     before each slot) and Redis has not been restarted empty since (the
 //     pause is gone). A process pacing locally cannot learn it.
+//   - A pause made on the local engine (its maker paced locally, or a
+//     fault was in force) reaches Redis when its maker is back: its
+//     handback passes the pauses on before the "back on Redis" switch
+//     (DESIGN.md: a pause is honoured by every sleeper, whether Redis or
+//     the local engine made it). From then on, the other processes must
+//     honour it as one made on Redis.
+//
+// A call through pacehttp (KeyHTTP) is judged twice: on its slot, and on
+// the moment it was sent (its Fire, with fireLead for the check before
+// it): the Transport waits for the provider's count after its slot, and a
+// request must not reach the provider inside a pause either.
 //
 // Calls inside a pause that their process could not learn are counted in
 // Figures.Unjudged.
@@ -77,30 +88,20 @@ func (r *run) pauses(key string) ([]Violation, int) {
 	lead := int64(pauseLead)
 	for i := range r.calls[key] {
 		c := &r.calls[key][i]
-		var worst *pauseSpan
-		inside := false
-		for j := range spans {
-			p := &spans[j]
-			end := p.end
-			if c.Local {
-				// A local slot and the pause's end are on the process's
-				// estimate of the server's clock, the note's end on its own
-				// clock: they may differ by slotEps, as for windows.
-				end -= int64(slotEps)
+		worst, inside := r.deepest(spans, c, c.Lo, c.Hi, lead)
+		what, at := r.slotText(c), c.Lo
+		if worst == nil && c.Kind == kindHTTP && c.Fire != 0 {
+			var sent bool
+			if worst, sent = r.deepest(spans, c, c.Fire, c.Fire, int64(fireLead)); worst != nil {
+				what, at = "sent at "+r.rel(c.Fire)+" on its slot at "+r.rel(c.Lo)+",", c.Fire
 			}
-			if c.Lo < p.ret+lead || c.Hi >= end {
-				continue
-			}
-			inside = true
-			if r.mustHonour(*p, c) && (worst == nil || c.Lo-p.ret > c.Lo-worst.ret) {
-				worst = p
-			}
+			inside = inside || sent
 		}
 		switch {
 		case worst != nil:
-			out = append(out, Violation{Kind: VPause, Key: key, At: c.Lo, Msg: fmt.Sprintf(
+			out = append(out, Violation{Kind: VPause, Key: key, At: at, Msg: fmt.Sprintf(
 				"call %s (%s, %s, child %s) %s is %s into %s, made [%s, %s], in force until %s%s",
-				c.ID, c.Kind, origin(*c), c.Child, r.slotText(c), ms(c.Lo-worst.ret), worst.what,
+				c.ID, c.Kind, origin(*c), c.Child, what, ms(at-worst.ret), worst.what,
 				r.rel(worst.start), r.rel(worst.ret), r.rel(worst.end), r.modeText(c))})
 		case inside:
 			unjudged++
@@ -109,17 +110,67 @@ func (r *run) pauses(key string) ([]Violation, int) {
 	return out, unjudged
 }
 
+// fireLead is pauseLead for a send: pacehttp's last look at the pause and
+// the send are a few steps apart, which a loaded machine may run some
+// time apart.
+const fireLead = 250 * time.Millisecond
+
+// deepest returns the pause of spans that c's [lo, hi] lies deepest in
+// among those its process must honour (nil if none), and whether it lies
+// inside any.
+func (r *run) deepest(spans []pauseSpan, c *Call, lo, hi, lead int64) (*pauseSpan, bool) {
+	var worst *pauseSpan
+	inside := false
+	for j := range spans {
+		p := &spans[j]
+		end := p.end
+		if c.Local {
+			// A local slot and the pause's end are on the process's
+			// estimate of the server's clock, the note's end on its own
+			// clock: they may differ by slotEps, as for windows.
+			end -= int64(slotEps)
+		}
+		if lo < p.ret+lead || hi >= end {
+			continue
+		}
+		inside = true
+		if r.mustHonour(*p, c, lo, hi) && (worst == nil || lo-p.ret > lo-worst.ret) {
+			worst = p
+		}
+	}
+	return worst, inside
+}
+
 // mustHonour reports whether c's process could have known pause p when it
-// checked c's slot.
-func (r *run) mustHonour(p pauseSpan, c *Call) bool {
+// checked [lo, hi] (its slot, or its send).
+func (r *run) mustHonour(p pauseSpan, c *Call, lo, hi int64) bool {
 	if c.Child == p.maker {
 		return true
 	}
-	if !p.onRedis || r.restartBetween(p.start, c.Hi) {
+	known := p.start // on Redis from then
+	if !p.onRedis {
+		back := r.backOnRedis(p.maker, p.ret)
+		if back == 0 || lo < back+int64(pauseLead) {
+			return false
+		}
+		known = back
+	}
+	if r.restartBetween(known, hi) {
 		return false
 	}
-	check := c.Lo - int64(pauseLead)
-	return !r.localDuring(c.Child, check, c.Hi) && !r.faultDuring(check, c.Hi)
+	check := lo - int64(pauseLead)
+	return !r.localDuring(c.Child, check, hi) && !r.faultDuring(check, hi)
+}
+
+// backOnRedis returns when child was first back on Redis after t (its
+// switch note, logged once its handback was done), or 0.
+func (r *run) backOnRedis(child string, t int64) int64 {
+	for _, n := range r.modes[child] {
+		if n.At > t && n.To == "redis" {
+			return n.At
+		}
+	}
+	return 0
 }
 
 func (r *run) slotText(c *Call) string {

@@ -2,11 +2,13 @@ package combo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fleet"
@@ -17,6 +19,7 @@ import (
 const (
 	childEnv    = "PACER_COMBO_CHILD"
 	providerEnv = "PACER_COMBO_PROVIDER"
+	hogEnv      = "PACER_COMBO_HOG"
 )
 
 // Main runs the child or the provider side when this process is one (the
@@ -37,6 +40,12 @@ func Main() {
 		}
 		exit(err)
 	}
+	if ok, err := fleet.Spec(hogEnv, &none); ok {
+		if err == nil {
+			hogMain()
+		}
+		exit(err)
+	}
 }
 
 func exit(err error) {
@@ -51,10 +60,15 @@ func exit(err error) {
 // Its context's end kills it (SIGKILL to its process group).
 type proc struct {
 	id     string
+	slot   int // a fleet process's slot
 	cancel context.CancelFunc
 	f      *fleet.Fleet
 	done   chan struct{} // closed once it has exited
 	killed bool          // by the runner, on purpose
+	// from: when a fleet process was told to start; to: when the runner
+	// killed it or told it to close (Unix ns; 0: still running).
+	from, to int64
+	pid      int // from its ready note
 }
 
 func (p *proc) child() *fleet.Child { return p.f.Children()[0] }
@@ -110,7 +124,11 @@ func startChild(ctx context.Context, spec ChildSpec, args []string) (*proc, erro
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		lines := p.child().Lines()
-		if slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, `"t":"ready"`) }) {
+		if i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, `"t":"ready"`) }); i >= 0 {
+			var n Note
+			if err := json.Unmarshal([]byte(lines[i]), &n); err == nil {
+				p.pid = n.Pid
+			}
 			return p, nil
 		}
 		exited := p.exited()
@@ -132,8 +150,24 @@ func (p *proc) exited() bool {
 	}
 }
 
-// start tells a ready fleet process when to run.
-func (p *proc) start(at, end time.Time) error {
+// begin tells a ready fleet process when to run.
+func (p *proc) begin(at, end time.Time) error {
+	p.from = at.UnixNano()
 	_, err := io.WriteString(p.child().Stdin, fmt.Sprintf("go %d %d\n", at.UnixNano(), end.UnixNano()))
 	return err
+}
+
+// command sends a running fleet process one of the runner's commands
+// (commands.go).
+func (p *proc) command(line string) error {
+	_, err := io.WriteString(p.child().Stdin, line+"\n")
+	return err
+}
+
+// signal sends a fleet process sig (SIGSTOP, SIGCONT: FaultStall).
+func (p *proc) signal(sig syscall.Signal) error {
+	if p == nil || p.pid == 0 {
+		return fmt.Errorf("no process to signal %v", sig)
+	}
+	return syscall.Kill(p.pid, sig)
 }

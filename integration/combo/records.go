@@ -74,7 +74,8 @@ type Note struct {
 	// Attrs: a move's or a shift's attributes, as the limiter logged them
 	// (from_ns, seq, to_ns, to_seq, local, d_ns, resume).
 	Attrs map[string]string `json:"a,omitempty"`
-	Rate  float64           `json:"r,omitempty"` // a rate sample: the learned rate, units/s
+	Rate  float64           `json:"r,omitempty"`   // a rate sample: the learned rate, units/s
+	Pid   int               `json:"pid,omitempty"` // ready: the process's PID
 }
 
 const (
@@ -87,6 +88,18 @@ const (
 	noteDone   = "done"   // the child's counts, last
 	noteUnsent = "unsent" // an adaptive call pacehttp failed before sending it (ID; Op: too-long, deadline or err)
 	noteRate   = "rate"   // a sample of KeyAdaptive's learned rate (Rate), At when read
+	// noteUnavail: a call of a caller who can wait (no maximum wait, no
+	// deadline of its own) failed with ErrUnavailable (Op: its kind).
+	noteUnavail = "unavailable"
+	// noteRefused: a fair call with a deadline of its own (D) refused at
+	// End, asked for At (Op: the binding band; Attrs: tenant, wait_ns).
+	noteRefused = "refused"
+	// noteTooLong: a call whose only deadline is the run's end, more than
+	// 5 s away, refused at At for a wait of D (Op: its kind; Err).
+	noteTooLong = "too-long"
+	// noteClose: the process closed its Limiter on the runner's command
+	// (At to End; Err, Close's error).
+	noteClose = "close"
 )
 
 // noteWriter prints notes on stdout, one write per line, so that a process

@@ -79,6 +79,19 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		}
 		fmt.Fprintf(w, "  figures: calls %v, local %d, switches to local %d, provider 429s %s, arrival-over %d, unjudged in pauses %d, most early %v, not exact %d\n",
 			f.Calls, f.Local, f.Switches, countText(f.Refused), f.ArrivalOver, f.Unjudged, f.MostEarly, f.NotExact)
+		var gaps []string
+		for _, k := range Keys {
+			if g, ok := f.Gaps[k]; ok {
+				gaps = append(gaps, fmt.Sprintf("%s %v", k, g.Round(time.Millisecond)))
+			}
+		}
+		fmt.Fprintf(w, "  figures: longest gap judged %s; sends through pacehttp after their slots p50 %v, max %v; stored limits not judged %d\n",
+			strings.Join(gaps, ", "), f.LateP50.Round(time.Millisecond), f.LateMost.Round(time.Millisecond), f.StoredUnjudged)
+		for _, st := range res.Stored {
+			fmt.Fprintf(w, "  stored limit read at %.3fs: %s %q shadow %v %s\n", time.Duration(st.At-res.Start.UnixNano()).Seconds(), st.Key, st.Limit, st.Shadow, st.Err)
+		}
+		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",
+			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)
 	}
 	var last []string
 	for _, v := range res.Verdict.Violations {
@@ -273,4 +286,30 @@ func (l Learned) refusedText() string {
 		return "0 of 0"
 	}
 	return fmt.Sprintf("%.2f, %d of %d", float64(l.Refused)/float64(l.Calls), l.Refused, l.Calls)
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func fmtFloats(m map[string]float64) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtInts(m map[string]int) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
 }

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redisproc"
@@ -37,8 +39,23 @@ type Result struct {
 	Calls    []Call            // as the provider recorded them, in arrival order
 	Notes    []Note            // every fleet process's notes
 	Exits    map[string]string // fleet processes that failed, but for those the runner killed
-	Duration time.Duration     // of the whole run, set-up and verdict included
+	// Lives: every fleet process, from its start to its end (killed,
+	// closed, or the run's end).
+	Lives []Life
+	// Stored: the stored limit of each key the operator changes, as Status
+	// read it after each time Redis came back empty and once the run was
+	// over (stored.go judges it).
+	Stored   []StoredRead
+	Duration time.Duration // of the whole run, set-up and verdict included
 	Verdict  Verdict
+}
+
+// Life is one fleet process's life: From when it was told to start (Unix
+// ns), To when the runner killed it or told it to close, or the run's end.
+type Life struct {
+	ID       string
+	Slot     int
+	From, To int64
 }
 
 // Run runs seed's scenario: a throwaway redis-server, the provider, the
@@ -71,15 +88,31 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url}
 	defer r.killAll()
+	defer func() {
+		for _, h := range r.preHogs {
+			h.kill() // if the run stopped before their end
+		}
+	}()
 	for i := range sc.Procs {
-		if _, err := r.startChild(i, 0); err != nil {
+		if _, err := r.startChild(i); err != nil {
 			return nil, err
+		}
+	}
+	// CPU hogs drawn from the fleet's start spin before it begins: its
+	// processes' first calls (dialling Redis, loading the scripts) are
+	// made on a loaded machine.
+	for _, e := range sc.Events {
+		if e.Kind == FaultHog && e.At == 0 {
+			r.preHogAt = time.Now().UnixNano()
+			if r.preHogs, err = startHogs(ctx, e.Hogs*runtime.NumCPU(), cfg.Args); err != nil {
+				return nil, err
+			}
 		}
 	}
 	res.Start = time.Now().Add(300 * time.Millisecond)
 	res.End = res.Start.Add(sc.Length)
 	for _, p := range r.live() {
-		if err := p.start(res.Start, res.End); err != nil {
+		if err := p.begin(res.Start, res.End); err != nil {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
@@ -95,6 +128,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // interrupted: the deferred calls stop everything
 	}
+	r.mu.Lock()
+	res.Stored = append(r.stored, op.readStored(changedKeys(sc))...)
+	r.mu.Unlock()
 	r.waitChildren(res.End.Add(20 * time.Second))
 	calls, err := records(url)
 	if err != nil {
@@ -103,6 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Calls = calls
 	prov.kill()
 	r.collect()
+	r.lives()
 	res.Verdict = Judge(res)
 	res.Duration = time.Since(began)
 	return res, nil
@@ -118,13 +155,29 @@ type runner struct {
 	srvAddr string
 	url     string
 
-	mu    sync.Mutex
-	slots []*proc // the fleet's process in each slot now
-	all   []*proc // every fleet process started
-	acts  []Action
+	// preHogs: the CPU hogs of a FaultHog at 0, started at preHogAt,
+	// before the fleet's start.
+	preHogs  []*proc
+	preHogAt int64
+
+	mu     sync.Mutex
+	slots  []*proc // the fleet's process in each slot now
+	all    []*proc // every fleet process started
+	acts   []Action
+	stored []StoredRead // read after Redis came back empty
 }
 
-func (r *runner) startChild(slot, gen int) (*proc, error) {
+// startChild starts a fleet process in slot: its ID is the slot's number,
+// and for the processes started again in it, a letter ("1b", "1c").
+func (r *runner) startChild(slot int) (*proc, error) {
+	r.mu.Lock()
+	gen := 0
+	for _, p := range r.all {
+		if p.slot == slot {
+			gen++
+		}
+	}
+	r.mu.Unlock()
 	id := strconv.Itoa(slot + 1)
 	if gen > 0 {
 		id += string(rune('a' + gen))
@@ -133,6 +186,7 @@ func (r *runner) startChild(slot, gen int) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.slot = slot
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(r.slots) <= slot {
@@ -169,6 +223,16 @@ func (r *runner) play(in *injector, op *operator) {
 	for _, e := range r.sc.Events {
 		switch {
 		case e.Kind.IsRedisFault():
+			if keys := changedKeys(r.sc); e.Kind == FaultRestart && len(keys) > 0 && e.At+e.For+storedAfter < r.sc.Length {
+				steps = append(steps, step{e.At + e.For + storedAfter, func() {
+					wg.Go(func() {
+						reads := op.readStored(keys)
+						r.mu.Lock()
+						r.stored = append(r.stored, reads...)
+						r.mu.Unlock()
+					})
+				}})
+			}
 			var a *Action
 			steps = append(steps, step{e.At, func() {
 				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
@@ -182,25 +246,91 @@ func (r *runner) play(in *injector, op *operator) {
 				a.End = time.Now().UnixNano()
 				r.record(*a)
 			}})
-		case e.Kind == FaultKill:
+		case e.Kind == FaultKill || e.Kind == FaultClose:
 			var a *Action
 			steps = append(steps, step{e.At, func() {
 				p := r.live()[e.Child]
 				a = &Action{Kind: e.Kind, For: e.For, Child: p.id, At: time.Now().UnixNano()}
+				p.to = a.At
+				if e.Kind == FaultClose {
+					// It closes and exits by itself (a failed exit is
+					// a violation, as for any process).
+					if err := p.command("close"); err != nil {
+						a.Err = err.Error()
+					}
+					return
+				}
 				p.killed = true
 				p.kill()
 			}}, step{e.At + e.For, func() {
 				wg.Go(func() {
-					p, err := r.startChild(e.Child, 1)
+					p, err := r.startChild(e.Child)
 					if err == nil {
-						err = p.start(time.Now(), r.res.End)
+						err = p.begin(time.Now(), r.res.End)
 					}
 					if err != nil {
 						a.Err = err.Error()
+					} else {
+						a.Started = p.id
 					}
 					a.End = time.Now().UnixNano()
 					r.record(*a)
 				})
+			}})
+		case e.Kind == FaultStall:
+			var a *Action
+			steps = append(steps, step{e.At, func() {
+				p := r.live()[e.Child]
+				a = &Action{Kind: e.Kind, For: e.For, Child: p.id, At: time.Now().UnixNano()}
+				if err := p.signal(syscall.SIGSTOP); err != nil {
+					a.Err = err.Error()
+				}
+			}}, step{e.At + e.For, func() {
+				if err := r.procOf(a.Child).signal(syscall.SIGCONT); err != nil {
+					a.Err = strings.TrimSpace(a.Err + " continue: " + err.Error())
+				}
+				a.End = time.Now().UnixNano()
+				r.record(*a)
+			}})
+		case e.Kind == FaultHog:
+			// Started on a goroutine of their own (a few execs), so that
+			// the timeline's next steps are not held up.
+			var (
+				a       *Action
+				hogs    []*proc
+				started = make(chan struct{})
+			)
+			steps = append(steps, step{e.At, func() {
+				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
+				if e.At == 0 && r.preHogs != nil {
+					a.At, hogs = r.preHogAt, r.preHogs
+					close(started)
+					return
+				}
+				wg.Go(func() {
+					defer close(started)
+					var err error
+					if hogs, err = startHogs(r.ctx, e.Hogs*runtime.NumCPU(), r.cfg.Args); err != nil {
+						a.Err = err.Error()
+					}
+				})
+			}}, step{e.At + e.For, func() {
+				<-started
+				for _, h := range hogs {
+					h.kill()
+				}
+				a.End = time.Now().UnixNano()
+				r.record(*a)
+			}})
+		case e.Kind == LocalPause:
+			steps = append(steps, step{e.At, func() {
+				p := r.live()[e.Child]
+				a := Action{Kind: e.Kind, Key: e.Key, For: e.For, Child: p.id, At: time.Now().UnixNano()}
+				if err := p.command(fmt.Sprintf("pause %s %d", e.Key, e.For.Nanoseconds())); err != nil {
+					a.Err = err.Error()
+				}
+				a.End = time.Now().UnixNano()
+				r.record(a)
 			}})
 		default:
 			steps = append(steps, step{e.At, func() { wg.Go(func() { r.record(op.do(e)) }) }})
@@ -221,10 +351,38 @@ func (r *runner) play(in *injector, op *operator) {
 	slices.SortStableFunc(r.res.Actions, func(a, b Action) int { return int(a.At - b.At) })
 }
 
+// procOf returns the fleet process id.
+func (r *runner) procOf(id string) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.all {
+		if p.id == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// lives records every fleet process's life in the result.
+func (r *runner) lives() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.all {
+		to := p.to
+		if to == 0 {
+			to = r.res.End.UnixNano()
+		}
+		r.res.Lives = append(r.res.Lives, Life{ID: p.id, Slot: p.slot, From: p.from, To: to})
+	}
+}
+
 // waitChildren waits until every fleet process has exited, and kills those
 // still running at deadline.
 func (r *runner) waitChildren(deadline time.Time) {
-	for _, p := range r.live() {
+	r.mu.Lock()
+	all := slices.Clone(r.all)
+	r.mu.Unlock()
+	for _, p := range all {
 		select {
 		case <-p.done:
 		case <-time.After(time.Until(deadline)):

@@ -29,23 +29,37 @@ const (
 	FaultKill     Kind = "kill"
 	OpWeight      Kind = "weight" // admin.Client.SetWeight (UnsetWeight for Weight 0), then Status's tenant figures checked
 	OpFormat      Kind = "format" // admin.Client.SetFormat: the state format the fleet writes (2, or back to 1 with every key rewritten)
+	// The kinds the wider draws added (widen.go).
+	FaultHog   Kind = "cpu-hog"     // Hogs processes per CPU spinning beside the fleet for For
+	FaultStall Kind = "stall"       // a fleet process stopped (SIGSTOP) for For, then continued
+	FaultClose Kind = "close"       // a fleet process told to Close its Limiter (while it paces locally); another started in its slot For later
+	LocalPause Kind = "pause-local" // a fleet process's own Limiter.Pause of Key for For (made in a Redis fault: on its local engine)
 )
 
 // Kinds lists every kind, for summaries.
 var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, OpFormat, ProviderPause,
-	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill}
+	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause}
 
-// IsFault reports whether k breaks Redis or a fleet process.
+// IsFault reports whether k breaks Redis, a fleet process or the machine.
 func (k Kind) IsFault() bool {
 	switch k {
-	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill:
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose:
 		return true
 	}
 	return false
 }
 
 // IsRedisFault reports whether k breaks Redis.
-func (k Kind) IsRedisFault() bool { return k.IsFault() && k != FaultKill }
+func (k Kind) IsRedisFault() bool {
+	switch k {
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause:
+		return true
+	}
+	return false
+}
+
+// IsProcFault reports whether k stops a fleet process (Child).
+func (k Kind) IsProcFault() bool { return k == FaultKill || k == FaultStall || k == FaultClose }
 
 // Event is one step of a scenario, At after the run's start.
 type Event struct {
@@ -53,11 +67,12 @@ type Event struct {
 	Kind   Kind
 	Key    string         // operator actions and provider pauses
 	For    time.Duration  // faults, pauses
-	Child  int            // FaultKill: the fleet slot whose process is killed
+	Child  int            // FaultKill, FaultStall, FaultClose, LocalPause: the fleet slot whose process it is
 	Stored reserve.Policy // OpSet, OpShadow: the limit stored
 	Tenant string         // OpWeight: the tenant
 	Weight float64        // OpWeight: its weight stored, 0 to remove it
 	Format int            // OpFormat: the state format switched to
+	Hogs   int            // FaultHog: hog processes per CPU
 }
 
 func (e Event) String() string {
@@ -66,8 +81,11 @@ func (e Event) String() string {
 	if e.Key != "" {
 		fmt.Fprintf(&b, " %s", e.Key)
 	}
-	if e.Kind == FaultKill {
-		fmt.Fprintf(&b, " child %d", e.Child+1) // the process's ID
+	if e.Kind.IsProcFault() || e.Kind == LocalPause {
+		fmt.Fprintf(&b, " child %d", e.Child+1) // the slot's first process's ID
+	}
+	if e.Kind == FaultHog {
+		fmt.Fprintf(&b, " %d per CPU", e.Hogs)
 	}
 	if e.For > 0 {
 		fmt.Fprintf(&b, " for %v", e.For.Round(time.Millisecond))
@@ -90,6 +108,9 @@ type Scenario struct {
 	Length time.Duration // of the fleet's run
 	Procs  int           // fleet processes
 	Events []Event       // sorted by At
+	// quiet: spans the wider draws keep clear of Redis faults (an
+	// operator's changes that must take), while drawing.
+	quiet [][2]time.Duration
 }
 
 // Scenario shape: the fleet runs Length; nothing happens in the warm-up
@@ -102,8 +123,18 @@ const (
 	procs         = 3
 )
 
-// Generate draws seed's scenario. The same seed always gives the same one.
+// Generate draws seed's scenario. The same seed always gives the same one:
+// the timeline the runner drew before its draws were widened (generateBase),
+// and the wider draws' events (widen.go), each from a stream of its own.
 func Generate(seed uint64) Scenario {
+	sc := generateBase(seed)
+	sc.widen()
+	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
+	return sc
+}
+
+// generateBase draws the timeline of the runner's first draws.
+func generateBase(seed uint64) Scenario {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	sc := Scenario{Seed: seed, Length: defaultLength, Procs: procs}
 	last := sc.Length - settle // every fault ends by then

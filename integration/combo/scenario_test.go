@@ -2,6 +2,7 @@ package combo
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -16,27 +17,70 @@ func TestGenerate(t *testing.T) {
 	seen := map[Kind]int{}
 	for seed := uint64(1); seed <= 2000; seed++ {
 		sc := Generate(seed)
+		// The first draws' timeline is kept: the wider draws only add.
+		base := generateBase(seed)
+		for i, j := 0, 0; i < len(base.Events); i++ {
+			for j < len(sc.Events) && !reflect.DeepEqual(sc.Events[j], base.Events[i]) {
+				j++
+			}
+			if j == len(sc.Events) {
+				t.Fatalf("seed %d: the first draws' %v is not in the widened timeline", seed, base.Events[i])
+			}
+			j++
+			if e := base.Events[i]; e.At < warmup {
+				t.Errorf("seed %d: first draws' %v in the warm-up (%v)", seed, e, warmup)
+			}
+		}
 		var faultEnd time.Duration
+		slotBusy := map[int]time.Duration{}
 		for i, e := range sc.Events {
 			seen[e.Kind]++
 			if i > 0 && e.At < sc.Events[i-1].At {
 				t.Fatalf("seed %d: events out of order at %d: %v", seed, i, sc.Events)
 			}
-			if e.At < warmup || e.At > sc.Length {
-				t.Errorf("seed %d: %v outside the run (warm-up %v, length %v)", seed, e, warmup, sc.Length)
+			if e.At < 200*time.Millisecond && e.Kind != FaultHog || e.At > sc.Length {
+				t.Errorf("seed %d: %v outside the run (from 200 ms, length %v)", seed, e, sc.Length)
 			}
-			longest := 4 * time.Second
-			if e.Kind == FaultKill {
-				longest += restartBefore + restartGap // moved clear of a restart
+			shortest, longest := time.Second, 4*time.Second
+			switch e.Kind {
+			case FaultKill:
+				shortest, longest = 500*time.Millisecond, longest+restartBefore+restartGap // moved clear of a restart
+			case FaultRestart, FaultFreeze, FaultOOM, FaultCPause:
+				shortest = 800 * time.Millisecond
+			case FaultStall:
+				shortest, longest = 300*time.Millisecond, 1200*time.Millisecond
+			case FaultClose:
+				shortest, longest = 300*time.Millisecond, 3*time.Second+restartGap+300*time.Millisecond
+			case FaultHog:
+				shortest, longest = 2*time.Second, 5*time.Second
 			}
-			if e.Kind.IsFault() && (e.At+e.For > sc.Length-settle || e.For < time.Second || e.For > longest) {
-				t.Errorf("seed %d: %v: a fault lasts 1-4 s and ends %v before the end", seed, e, settle)
+			end := sc.Length - settle
+			if e.Kind == FaultHog {
+				end = sc.Length
 			}
-			if e.Kind == FaultKill {
+			if e.Kind.IsFault() && (e.At+e.For > end || e.For < shortest || e.For > longest) {
+				t.Errorf("seed %d: %v: a %s lasts %v-%v and ends by %v", seed, e, e.Kind, shortest, longest, end)
+			}
+			if e.Kind == FaultKill || e.Kind == FaultClose {
 				for _, r := range sc.Events {
 					if end := r.At + r.For; r.Kind == FaultRestart && e.At+e.For > end-restartBefore && e.At+e.For < end+restartGap {
 						t.Errorf("seed %d: %v starts its process again within %v of the restart %v", seed, e, restartGap, r)
 					}
+				}
+			}
+			if e.Kind.IsProcFault() {
+				if e.At < slotBusy[e.Child] {
+					t.Errorf("seed %d: %v while its slot's process is stopped or not started again", seed, e)
+				}
+				slotBusy[e.Child] = e.At + e.For
+			}
+			if e.Kind == LocalPause && e.At < slotBusy[e.Child] {
+				t.Errorf("seed %d: %v while its slot's process is stopped or not started again", seed, e)
+			}
+			if e.Kind == FaultClose || e.Kind == LocalPause {
+				// Made while Redis is broken: the process paces locally.
+				if !slices.ContainsFunc(sc.Events, func(f Event) bool { return f.Kind.IsRedisFault() && f.At < e.At && e.At < f.At+f.For }) {
+					t.Errorf("seed %d: %v outside every Redis fault", seed, e)
 				}
 			}
 			if e.Kind.IsRedisFault() {

@@ -76,6 +76,13 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, f.End + int64(faultRecovery)})
 	}
+	for _, a := range r.res.Actions {
+		if a.Kind == FaultHog {
+			// A loaded machine serves its callers late: the promise is
+			// that it is no outage (outage.go), not a rate.
+			cut = append(cut, [2]int64{a.At, max(a.End, a.At) + int64(hogRecovery)})
+		}
+	}
 	return outside(from, to, cut)
 }
 

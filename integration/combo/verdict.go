@@ -22,10 +22,19 @@ const (
 	VTwice    = "twice"    // a request the provider saw twice, or one pacehttp had failed before sending it
 	VRate     = "rate"     // a learned rate outside the Config's [Min, Max]
 	VLiveness = "liveness" // a stretch clear of faults and pauses with no call accepted
+	// The wider judgments':
+	VUnavailable = "unavailable" // an outage was an error to a caller who could wait (outage.go)
+	VSwitch      = "switch"      // a switch to local pacing with Redis healthy (outage.go)
+	VSend        = "send"        // calls through pacehttp sent beyond the rate the fleet is told of (sends.go)
+	VStored      = "stored"      // a stored limit that is not the operator's last change (stored.go)
+	VFair        = "fair"        // tenants of equal weight far from equal shares, or a fair refusal with nothing in the way (fairness.go)
+	VStall       = "stall"       // a throughput key with no call for stallSpan, clear of pauses, faults and load (stalls.go)
+	VResume      = "resume"      // a call held to the end of a pause the operator had resumed (resume.go)
 )
 
 // VKinds lists the kinds of violations in report order.
-var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness}
+var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
+	VUnavailable, VSwitch, VSend, VStored, VFair, VStall, VResume}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -71,6 +80,15 @@ type Figures struct {
 	MostEarly time.Duration
 	// Learned: per learned key, what learned.go measured.
 	Learned map[string]Learned
+	// LateP50, LateMost: the median and longest time from a slot to its
+	// send through pacehttp (sends.go); StoredUnjudged: the reads of a
+	// stored limit that could not be judged (stored.go); Gaps: per
+	// throughput key, the longest time judged without a call (stalls.go);
+	// Fair: the fair key's shares and light waits (fairness.go).
+	LateP50, LateMost time.Duration
+	StoredUnjudged    int
+	Gaps              map[string]time.Duration
+	Fair              FairFigures
 }
 
 // The verdict's tolerances.
@@ -109,7 +127,7 @@ func Judge(res *Result) Verdict {
 	r := index(res)
 	var v Verdict
 	v.Figures = Figures{Calls: map[string]int{}, Refused: map[string]int{}, Throughput: map[string]float64{}, Used: map[string]string{},
-		Learned: map[string]Learned{}}
+		Learned: map[string]Learned{}, Gaps: map[string]time.Duration{}}
 	for _, c := range res.Calls {
 		v.Figures.Calls[c.Key]++
 		if c.Local && c.Kind != "wait" && c.Kind != "waitp" {
@@ -151,9 +169,25 @@ func Judge(res *Result) Verdict {
 			if viol != nil {
 				v.Violations = append(v.Violations, *viol)
 			}
+			sv, gap := r.stalls(key)
+			v.Violations = append(v.Violations, sv...)
+			v.Figures.Gaps[key] = gap
 		}
 	}
 	v.Violations = append(v.Violations, r.errors()...)
+	v.Violations = append(v.Violations, r.longWaits()...)
+	v.Violations = append(v.Violations, r.resumed()...)
+	v.Violations = append(v.Violations, r.unavailable()...)
+	v.Violations = append(v.Violations, r.switches()...)
+	sv, p50, most := r.sends()
+	v.Violations = append(v.Violations, sv...)
+	v.Figures.LateP50, v.Figures.LateMost = p50, most
+	stv, unjudged := r.stored()
+	v.Violations = append(v.Violations, stv...)
+	v.Figures.StoredUnjudged = unjudged
+	fv, fair := r.fairness()
+	v.Violations = append(v.Violations, fv...)
+	v.Figures.Fair = fair
 	early, most := r.early()
 	v.Violations = append(v.Violations, early...)
 	v.Figures.MostEarly = most

@@ -1,0 +1,62 @@
+package combo
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The resume check: a resume frees the key at once (DESIGN.md, "Where
+// features meet"). After the operator resumed a pause of a key at R, long
+// before its end E, no call on the key may be held to E: a call that
+// fires within resumeSlack of E, stallSpan or more after both R and its
+// own call, broke it (it slept to the old end, or a stale floor held the
+// key there), unless another pause of the key (learnedCuts, without the
+// resumed one), a Redis fault or local pacing of its process explains the
+// wait at its fire. Nothing else the runner does makes a wait of seconds
+// (stalls.go), let alone one that ends at E.
+const resumeSlack = 500 * time.Millisecond
+
+// resumed returns the violations.
+func (r *run) resumed() []Violation {
+	var out []Violation
+	for _, p := range r.res.Actions {
+		if p.Kind != OpPause || p.Err != "" {
+			continue
+		}
+		end := p.At + int64(p.For)
+		var res *Action
+		for i, a := range r.res.Actions {
+			if a.Kind == OpResume && a.Key == p.Key && a.Err == "" && a.At > p.End && a.End < end-int64(stallSpan) {
+				res = &r.res.Actions[i]
+				break
+			}
+		}
+		if res == nil {
+			continue
+		}
+		// The key's other pauses: its processes', the 429s', the
+		// operator's others.
+		var cuts [][2]int64
+		for _, c := range r.learnedCuts(p.Key) {
+			if !(c[0] == p.At) {
+				cuts = append(cuts, c)
+			}
+		}
+		for _, c := range r.calls[p.Key] {
+			if c.Fire < end-int64(resumeSlack) || c.Fire > end+int64(resumeSlack) || c.Fire-max(res.End, c.Grant) < int64(stallSpan) {
+				continue
+			}
+			a, b := c.Fire-int64(learnedRecovery), c.Fire
+			if slices.ContainsFunc(cuts, func(x [2]int64) bool { return x[0] <= b && a <= x[1] }) ||
+				r.faultDuring(a, b) || r.localDuring(c.Child, a, b) {
+				continue
+			}
+			out = append(out, Violation{Kind: VResume, Key: p.Key, At: c.Fire, Msg: fmt.Sprintf(
+				"call %s (%s, %s, child %s), asked for at %s, fired at %s, at the end of %s's pause made at %s though it was resumed at %s (%v before)",
+				c.ID, c.Kind, origin(c), c.Child, r.rel(c.Grant), r.rel(c.Fire), "the operator", r.rel(p.At), r.rel(res.At),
+				time.Duration(end-res.At).Round(time.Millisecond))})
+		}
+	}
+	return out
+}
