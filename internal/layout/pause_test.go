@@ -1,4 +1,4 @@
-package engine
+package layout
 
 import "testing"
 
@@ -44,6 +44,31 @@ func TestQueue(t *testing.T) {
 	} {
 		if got := Queue(tt.state); got != tt.want {
 			t.Errorf("Queue(%q) = %d, want %d", tt.state, got, tt.want)
+		}
+	}
+}
+
+// TestLastEventAndTime: the latest slot a state's buckets record, and its
+// write time, as the local fallback's horizon and the keys' states read
+// them.
+func TestLastEventAndTime(t *testing.T) {
+	for _, tt := range []struct {
+		state    string
+		last, tm int64
+	}{
+		{"1795436253625771 2100 7 0 -999999722 278", 1795436253625771*1000 + 278, 1795436253625771},
+		{"1795436253625771 2100 7 0 250000000 250000000", 1795436253625771*1000 + 250_000_000, 1795436253625771},
+		{"1795436253625771 2100 7 c0 rps 5.5 1 day w12 3 tokens 900000000 2", 1795436253625771*1000 + 2, 1795436253625771},
+		{"1795436253625771 2100 7 0 day w99999999999 3", 0, 1795436253625771},
+		{"1 1795436253625771 2100000 7 0.000 0 rps 1000.000 1.000 day 12 3", 1795436253625771*1000 + 1, 1795436253625771},
+		{"keep", 0, 0},
+		{"", 0, 0},
+	} {
+		if got := LastEvent(tt.state); got != tt.last {
+			t.Errorf("LastEvent(%q) = %d, want %d", tt.state, got, tt.last)
+		}
+		if got := StateTime(tt.state); got != tt.tm {
+			t.Errorf("StateTime(%q) = %d, want %d", tt.state, got, tt.tm)
 		}
 	}
 }
