@@ -1063,6 +1063,30 @@ local function fits(cost)
   return true
 end
 
+-- lost_horizon applies a lost key's horizon, arg "!<h2_us>[:<seq>]"
+-- (reserve.lua's floor, lease.lua's last argument): when the key has no
+-- state, or one numbered before seq (Redis lost the key: restarted empty,
+-- or a replica promoted before it had the latest writes), every bucket is
+-- empty until now + h2, after the slots it had granted the caller. It
+-- returns whether arg is one, and whether it applied.
+local function lost_horizon(arg)
+  local h2, q = string.match(arg or '', '^!(%d+):?(%d*)$')
+  if not h2 then
+    return false, false
+  end
+  if raw and (q == '' or seq >= tonumber(q)) then
+    return true, false
+  end
+  h2 = tonumber(h2)
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and b.z < h2 then
+      b.z = h2
+    end
+  end
+  return true, true
+end
+
 -- duration is how long a request of cost takes on the band that takes
 -- longest to refill or renew it (cost / rate, or cost * window length /
 -- N), at the whole rate, in µs: a fair request's part of its lane's turns

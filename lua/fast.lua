@@ -19,7 +19,11 @@ do
     m = tonumber(m)
   end
   local v1 = argv[3] == 'f1 1'
-  if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and argv[11] == ''
+  -- A floor of a lost key's horizon alone ("!<h2>[:<seq>]") is no floor
+  -- for a key whose state is numbered seq or later (reserve.lua); for
+  -- another, core.lua applies it.
+  local lost = argv[11] ~= '' and string.match(argv[11], '^!%d+:?(%d*)$')
+  if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and (argv[11] == '' or lost)
       and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
     local floor, ceil, huge = math.floor, math.ceil, math.huge
     local rate, burst = tonumber(argv[9]), tonumber(argv[10])
@@ -66,6 +70,9 @@ do
             expiry = (x + 0) * 1000 + base -- ms
           end
           seq = s + 0
+          if lost and lost ~= '' and seq < lost + 0 then
+            ok = false -- a state rebuilt since: core.lua applies the horizon
+          end
           if p == '0' or p == '0.000' then
             pause = base
           else
@@ -88,8 +95,9 @@ do
         end
       end
     elseif ok then
-      -- No state: the caller's policy holds unless a limit is stored.
-      if redis.pcall('GET', KEYS[2]) then
+      -- No state: the caller's policy holds unless a limit is stored, or
+      -- Redis lost the key (a lost key's horizon: core.lua).
+      if lost or redis.pcall('GET', KEYS[2]) then
         ok = false
       else
         upp = 1000000 / rate

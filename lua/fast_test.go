@@ -155,7 +155,7 @@ func TestFastPathSameAsCore(t *testing.T) {
 		for _, b := range bands {
 			args = append(args, b)
 		}
-		args = append(args, pick("", "", "", "", "", "", "", "", "", "250000"), strconv.Itoa(m))
+		args = append(args, pick("", "", "", "", "", "", "", "", "", "250000", "!250000", "!0", "!3000000", "!250000:3", "!1000:1000", "!7:0"), strconv.Itoa(m))
 		if r.IntN(10) == 0 { // the other format, a format prefix, a share
 			args[2] = pick("1", "f1 1", "f2 1", "3 1")
 		}

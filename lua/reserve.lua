@@ -16,11 +16,17 @@
 --              if w is earlier. Windows of one band come in ascending order.
 --              With a pause in force, now + h also counts as granted before
 --              it ("~p"), so a resume moves nothing onto the local slots.
---              A last word "!<h2>" (integer µs) is a horizon for a key
+--              A last word "!<h2>[:<seq>]" (integer µs; the number of
+--              the last reservation the caller saw) is a horizon for a key
 --              Redis has lost: when the key has no state (it restarted
---              empty), every bucket's balance is at most zero at now + h2
---              too (the slots Redis granted this caller before it forgot
---              them); a key that has a state knows its own.
+--              empty), or a state numbered before seq (one rebuilt since,
+--              or a replica's that missed the latest writes), every
+--              bucket's balance is at most zero at now + h2 too (the slots
+--              Redis granted before it forgot them: core.lua's
+--              lost_horizon). It may come alone: the floor "!<h2>[:<seq>]"
+--              floors nothing else, and writes nothing to a key it does
+--              not apply to (a caller with slots still ahead sends it with
+--              every call).
 -- ARGV[opi+1]  m, the number of requests (integer >= 1; 0 with a floor:
 --              the floor alone)
 -- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
@@ -73,32 +79,37 @@ if nbands < 1 or not m or m < 0 or (m == 0 and floor == '') or #ARGV ~= opi + 1 
   return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
 end
 
+local floor_writes = false -- whether the floor changes the state
 if floor ~= '' then
   local h, more = string.match(floor, '^(%-?%d+)(.*)$')
   h = tonumber(h)
-  if not h then
+  if not h and string.byte(floor, 1) == 33 then -- '!': a lost key's horizon alone
+    more = ' ' .. floor
+  elseif not h then
     return redis.error_reply('PACER_ARG bad floor')
+  else
+    floor_writes = true
   end
-  for i = 1, nbands do
-    local b = bands[i]
-    if b.bucket and b.z < h then
-      b.z = h
-    end
-  end
-  -- The local slots were granted before any resume: one moves the
-  -- reservations granted during the pause to after them, not onto them.
-  if mark_p and mark_p.e < h then
-    mark_p.e = h
-  end
-  local lost = string.match(more, ' !(%d+)$')
-  if lost and not raw then
-    lost = tonumber(lost)
+  if h then
     for i = 1, nbands do
       local b = bands[i]
-      if b.bucket and b.z < lost then
-        b.z = lost
+      if b.bucket and b.z < h then
+        b.z = h
       end
     end
+    -- The local slots were granted before any resume: one moves the
+    -- reservations granted during the pause to after them, not onto them.
+    if mark_p and mark_p.e < h then
+      mark_p.e = h
+    end
+  end
+  local lost = string.match(more, ' (!%S+)$')
+  if lost then
+    local ok, applied = lost_horizon(lost)
+    if not ok then
+      return redis.error_reply('PACER_ARG bad floor')
+    end
+    floor_writes = floor_writes or applied
   end
   for name, w, u in string.gmatch(more, ' ([^:%s!]+):(%-?%d+):(%S+)') do
     w, u = tonumber(w), tonumber(u)
@@ -215,7 +226,7 @@ if fair then
   fair.finish()
 end
 local state = raw or ''
-if granted or floor ~= '' then
+if granted or floor_writes then
   state = save()
 end
 if shadow_costs then

@@ -24,14 +24,15 @@ import (
 // (callTimeout: from CallTimeout up to maxCallTimeout). Only a ping that
 // fails too degrades the Limiter.
 type health struct {
-	mu       sync.Mutex
-	failures int
-	degraded bool
-	since    time.Time     // when the current mode began
-	outage   time.Time     // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
-	lastKey  string        // the key of the last failed call, probed with the heartbeat
-	lastErr  error         // the last failure: what the logs and ErrUnavailable name
-	wake     chan struct{} // tells the loop to start probing
+	mu        sync.Mutex
+	failures  int
+	firstFail time.Time // the first of the failures in a row
+	degraded  bool
+	since     time.Time     // when the current mode began
+	outage    time.Time     // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
+	lastKey   string        // the key of the last failed call, probed with the heartbeat
+	lastErr   error         // the last failure: what the logs and ErrUnavailable name
+	wake      chan struct{} // tells the loop to start probing
 
 	check *verdict // the ping under way after a call timed out; nil: none
 	// moved is closed, and replaced, when the Limiter's shares may have
@@ -59,6 +60,13 @@ const (
 	// forgets.
 	rttDecay = 0.995
 )
+
+// blipBudget is how long failures in a row must last before the Limiter
+// paces locally: a Redis restarted, a connection reset, is back within a
+// blip, and pacing locally meanwhile, beside members that stayed on Redis
+// and count this one as there, could pass the limit. Callers wait it out
+// (grantEither). One CallTimeout; none with FailAfter 1.
+func (l *Limiter) blipBudget() time.Duration { return l.opts.CallTimeout }
 
 // confirmBudget is how long a ping after a timed-out call may take before
 // Redis counts as gone: eight call timeouts, at least 2 s.
@@ -154,16 +162,21 @@ func (l *Limiter) failed(key string, err error) {
 }
 
 // countFailure counts a failure that shows Redis is gone, and degrades
-// after FailAfter in a row, or at once (now: a ping failed too).
+// after FailAfter in a row spanning blipBudget at least, or at once (now:
+// a ping failed too).
 func (l *Limiter) countFailure(key string, err error, now bool) {
 	h := &l.health
 	h.mu.Lock()
 	h.failures++
+	if h.failures == 1 {
+		h.firstFail = time.Now()
+	}
 	h.lastErr = err
 	if key != "" {
 		h.lastKey = key
 	}
-	switching := !h.degraded && (now || h.failures >= l.opts.FailAfter)
+	blip := l.opts.FailAfter > 1 && time.Since(h.firstFail) < l.blipBudget()
+	switching := !h.degraded && (now || (h.failures >= l.opts.FailAfter && !blip))
 	failures := h.failures
 	h.mu.Unlock()
 	if switching {

@@ -34,10 +34,12 @@ type keyState struct {
 	// that every granting script's reply carries (the local fallback
 	// starts from them), when, and whether a call sent after that reply
 	// may have changed them.
-	seen   string
-	stored string
-	seenT  int64     // seen's write time (Unix µs, the clock that wrote it)
-	seenAt time.Time // when it arrived (system clock); zero: never
+	seen     string
+	stored   string
+	seenT    int64     // seen's write time (Unix µs, the clock that wrote it)
+	seenSeq  int64     // seen's last reservation number
+	seenLast int64     // the latest slot seen records (its buckets' last events; Unix ns)
+	seenAt   time.Time // when it arrived (system clock); zero: never
 	// extra is the latest slot Redis granted this Limiter by a call whose
 	// reply carries no state (a hold, a claim) since seen (server clock,
 	// Unix ns): with the latest slot seen records, the key's horizon.
@@ -189,7 +191,7 @@ func (l *Limiter) lapse(ks *keyState, now, clock time.Time, nowNS int64) {
 		ks.own = nil
 	}
 	if !ks.seenAt.IsZero() && now.Sub(ks.seenAt) > seenAge {
-		ks.seen, ks.stored, ks.seenAt, ks.seenT, ks.ahead = "", "", time.Time{}, 0, 0
+		ks.seen, ks.stored, ks.seenAt, ks.seenT, ks.seenSeq, ks.seenLast, ks.ahead = "", "", time.Time{}, 0, 0, 0, 0
 	}
 	for sig, slot := range ks.leases {
 		if ls := slot.live; ls != nil && ls.base.at(ls.last).Add(ls.allow).Before(clock) {
@@ -209,12 +211,13 @@ func (l *Limiter) lapse(ks *keyState, now, clock time.Time, nowNS int64) {
 // moved (a resume), wakes the key's waiters. A state of "" (no key) is what
 // Redis holds then. ks.mu is held.
 func (ks *keyState) noteSeen(state, stored string, sent time.Time) {
-	t := layout.StateTime(state)
+	t, seq := layout.StateHead(state)
 	newer := ks.seenAt.IsZero() || (state != "" && t >= ks.seenT) || (!sent.IsZero() && !sent.Before(ks.seenAt))
 	if !newer {
 		return
 	}
-	ks.seen, ks.stored, ks.seenT, ks.seenAt, ks.extra = state, stored, t, time.Now(), 0
+	ks.seen, ks.stored, ks.seenT, ks.seenSeq, ks.seenAt, ks.extra = state, stored, t, seq, time.Now(), 0
+	ks.seenLast = layout.LastEvent(state)
 	end, shift := layout.PauseEnd(state), shiftOf(state)
 	if end != ks.pause.endNS || shift != ks.pause.shift {
 		ks.pause.endNS, ks.pause.shift = end, shift
@@ -237,7 +240,7 @@ func (l *Limiter) noteGranted(key string, slotNS int64) {
 // since by a call whose reply carries no state. The local fallback starts
 // no earlier; a Redis that lost the key is told it. ks.mu is held.
 func (ks *keyState) horizon() int64 {
-	return max(layout.LastEvent(ks.seen), ks.extra)
+	return max(ks.seenLast, ks.extra)
 }
 
 // noteAhead records the latest slot a reply granted this Limiter on the

@@ -309,6 +309,13 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 		return nil, err
 	}
 	args = append(args, strconv.Itoa(size), "1")
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	horizon, seq := ks.horizon(), ks.seenSeq
+	ks.mu.Unlock()
+	if nowNS, _ := l.serverNow(); horizon > nowNS {
+		args = append(args, lostFloor(horizon, nowNS, seq)) // should Redis have lost the key
+	}
 	keys := l.keys(key)
 	var sentReal time.Time // for the pause read the reply stands for
 	res, err := l.run(ctx, "lease", key, func(ctx context.Context) (any, error) {
@@ -322,7 +329,6 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 	if err != nil {
 		return nil, err
 	}
-	ks := l.states.get(key)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if state != "" {

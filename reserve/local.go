@@ -114,8 +114,9 @@ func (h *handback) merge(o *handback) *handback {
 
 // floorArg returns h as reserve.lua's floor at now (server clock, Unix ns),
 // with granted (Unix ns, 0: none) as the horizon of a key Redis has lost
-// (its "!" part: applied only when the key has no state).
-func (h *handback) floorArg(now, granted int64) string {
+// (its "!" part: applied only when the key has no state, or one numbered
+// before seq).
+func (h *handback) floorArg(now, granted, seq int64) string {
 	var b strings.Builder
 	us := int64(0)
 	if h != nil && h.last > now {
@@ -135,7 +136,7 @@ func (h *handback) floorArg(now, granted int64) string {
 		}
 	}
 	if granted > now {
-		b.WriteString(" !" + strconv.FormatInt((granted-now+999)/1000, 10))
+		b.WriteString(" " + lostFloor(granted, now, seq))
 	}
 	return b.String()
 }
@@ -260,7 +261,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 	}
 	if s != keyOnly && (h.last > nowNS || len(h.windows) > 0) {
 		args := l.argsWith(l.clock.Now(), s, 2, shareArg, true)
-		args = append(args, h.floorArg(nowNS, 0), "0")
+		args = append(args, h.floorArg(nowNS, 0, 0), "0")
 		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
 			return l.localError("reserve", ks.name, err)
 		}
@@ -484,11 +485,11 @@ func (l *Limiter) handBack(ctx context.Context) {
 		ks := w.ks
 		ks.mu.Lock()
 		h, ok := l.takeHandback(ks)
-		granted := ks.horizon()
+		granted, seq := ks.horizon(), ks.seenSeq
 		ks.mu.Unlock()
 		var err error
 		if ok || granted > nowNS {
-			err = l.giveBack(ctx, ks.name, h, granted)
+			err = l.giveBack(ctx, ks.name, h, granted, seq)
 		}
 		if ok {
 			ks.mu.Lock()
@@ -516,7 +517,7 @@ func (l *Limiter) handBack(ctx context.Context) {
 // giveBack hands h (nil: nothing) to Redis for key: a floor on the policy
 // it was granted by, and a pause made locally; with granted (server clock,
 // Unix ns) as the horizon of a key Redis has lost.
-func (l *Limiter) giveBack(ctx context.Context, key string, h *handback, granted int64) error {
+func (l *Limiter) giveBack(ctx context.Context, key string, h *handback, granted, seq int64) error {
 	nowNS, _ := l.serverNow()
 	s := keyOnly
 	if h != nil && h.spec != nil {
@@ -526,7 +527,7 @@ func (l *Limiter) giveBack(ctx context.Context, key string, h *handback, granted
 		s = l.states.get(key).lastSpec()
 	}
 	if s != nil && s != keyOnly && (h.matters(nowNS) && (h.last != 0 || len(h.windows) > 0) || granted > nowNS) {
-		if err := l.floorOnly(ctx, key, s, h.floorArg(nowNS, granted)); err != nil {
+		if err := l.floorOnly(ctx, key, s, h.floorArg(nowNS, granted, seq)); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package reserve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -28,16 +29,49 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 	if l.isDegraded() && !l.opts.FailClosed {
 		return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
 	}
+	backoff := blipRetry
 	for try := 0; ; try++ {
 		out := l.grantBatch(ctx, key, s, reqs, fairArgs, false)
 		if len(out) == 0 || out[0].err == nil || !errors.Is(out[0].err, ErrUnavailable) || l.opts.FailClosed {
 			return out
 		}
-		if !isTimeout(out[0].err) || try == maxSlowTries || !l.slowNotGone(ctx) {
+		var noShare *noShareError
+		switch {
+		case errors.As(out[0].err, &noShare):
+			return out
+		case isTimeout(out[0].err):
+			if try == maxSlowTries || !l.slowNotGone(ctx) {
+				return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+			}
+		case !l.isDegraded() && l.opts.FailAfter > 1:
+			// Redis refused (restarted, a connection reset): wait for it
+			// a blip (blipBudget) before pacing locally.
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				for i := range out {
+					out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", reqs[0].op, key, ctx.Err())}
+				}
+				return out
+			}
+			backoff = min(2*backoff, maxBlipRetry)
+		default:
+			return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+		}
+		if l.isDegraded() {
 			return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
 		}
 	}
 }
+
+// A batch that Redis refused is tried again after blipRetry, doubling up
+// to maxBlipRetry, until Redis answers or the Limiter paces locally.
+const (
+	blipRetry    = 5 * time.Millisecond
+	maxBlipRetry = 50 * time.Millisecond
+)
 
 // maxSlowTries bounds how many times a batch goes to Redis again after its
 // call timed out, Redis being slow, not gone: then it is paced locally.
@@ -116,10 +150,16 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// exactly once: taken now, given back if the call fails.
 	ks.mu.Lock()
 	hb, hasFloor := l.takeHandback(ks)
+	horizon, seq := ks.horizon(), ks.seenSeq
 	ks.mu.Unlock()
-	if hasFloor {
-		nowNS, _ := l.serverNow()
-		args[floorAt] = hb.floorArg(nowNS, 0)
+	nowNS, _ := l.serverNow()
+	switch {
+	case hasFloor:
+		args[floorAt] = hb.floorArg(nowNS, 0, 0)
+	case horizon > nowNS:
+		// Slots granted on the key still ahead: should Redis have lost it
+		// (restarted empty), it grants nothing before them.
+		args[floorAt] = lostFloor(horizon, nowNS, seq)
 	}
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
@@ -166,6 +206,13 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		return fail(err)
 	}
 	return out
+}
+
+// lostFloor is reserve.lua's floor (and lease.lua's last argument) of a
+// key's horizon alone: applied only if Redis lost the key (it has no state,
+// or one numbered before seq, the last reservation this Limiter saw).
+func lostFloor(horizon, nowNS, seq int64) string {
+	return "!" + strconv.FormatInt((horizon-nowNS+999)/1000, 10) + ":" + strconv.FormatInt(seq, 10)
 }
 
 // replyHead returns a reply as a list, nil if it is not one.

@@ -70,5 +70,8 @@ func TestLastEventAndTime(t *testing.T) {
 		if got := StateTime(tt.state); got != tt.tm {
 			t.Errorf("StateTime(%q) = %d, want %d", tt.state, got, tt.tm)
 		}
+		if _, seq := StateHead(tt.state); tt.tm != 0 && seq != 7 {
+			t.Errorf("StateHead(%q) seq = %d, want 7", tt.state, seq)
+		}
 	}
 }

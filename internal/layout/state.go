@@ -200,13 +200,24 @@ func Windows(state string) map[string]WindowUse {
 // StateTime returns a state's write time, Unix µs on the clock that wrote
 // it (0 if it cannot be read).
 func StateTime(state string) int64 {
-	f, rest, _ := strings.Cut(state, " ")
-	if f == "1" { // format 1: "1 t ..."
-		f, _, _ = strings.Cut(rest, " ")
-	}
-	t, err := strconv.ParseInt(f, 10, 64)
-	if err != nil {
-		return 0
-	}
+	t, _ := StateHead(state)
 	return t
+}
+
+// StateHead returns a state's write time (Unix µs on the clock that wrote
+// it) and the number of its last reservation, read from its head alone
+// (both 0 if it cannot be read).
+func StateHead(state string) (t, seq int64) {
+	f, rest, _ := strings.Cut(state, " ")
+	if f == "1" { // format 1: "1 t x s ..."
+		f, rest, _ = strings.Cut(rest, " ")
+	}
+	_, rest, _ = strings.Cut(rest, " ") // x
+	s, _, _ := strings.Cut(rest, " ")
+	t, err1 := strconv.ParseInt(f, 10, 64)
+	q, err2 := strconv.ParseInt(s, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0
+	}
+	return t, q
 }
