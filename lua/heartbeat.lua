@@ -67,7 +67,7 @@
 -- ARGV[10...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
 -- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
---          before, ranks, format, before_ms}:
+--          before, ranks, format}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -83,12 +83,10 @@
 --          size before its latest change if that change is younger than
 --          2 * suspect_ms (every member hears of it within about one
 --          interval, suspect_ms), else 0: until then members may pace
---          locally on either size (reserve's fleet.go, a member share's
---          "also"); before_ms is how much longer that lasts (ms; 0 with
---          no before), so that a member whose next heartbeat comes late
---          forgets it on time. ranks are the ranks taken, by members live
---          or held. format is the state format this Limiter writes from
---          now on ("1" or "2": KEYS[7]).
+--          locally on either size (reserve's fleet.go, a member share's "also").
+--          ranks are the ranks taken, by members live or held. format
+--          is the state format this Limiter writes from now on ("1" or
+--          "2": KEYS[7]).
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -247,7 +245,7 @@ local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 local n = tonumber(top[2]) + 1
 -- The fleet's size as of when: a change younger than 2 * suspect_ms
 -- reports the size before it.
-local before, before_ms = 0, 0
+local before = 0
 local rec = redis.call('HMGET', KEYS[2], '~n')[1]
 local rn, rsince, rbefore = nil, nil, nil
 if rec then
@@ -260,13 +258,13 @@ elseif rn ~= n then
   -- (Two changes within the window: the size just before this one. A
   -- member that heard of neither is rarer than one that heard of one.)
   redis.call('HSET', KEYS[2], '~n', n .. ' ' .. string.format('%d', now_ms) .. ' ' .. rn)
-  before, before_ms = rn, 2 * suspect_ms
+  before = rn
 elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
-  before, before_ms = rbefore, 2 * suspect_ms - (now_ms - rsince)
+  before = rbefore
 end
 local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
 local ranks = {}
 for i = 2, #ranked, 2 do
   ranks[#ranks + 1] = tonumber(ranked[i])
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks, format, before_ms}
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks, format}

@@ -74,9 +74,13 @@ type WaitTooLongError struct {
 	Deadline bool
 	// Band is the binding band: the band whose queue or window made the
 	// wait, PauseBinding when a pause did, TurnBinding when a fair
-	// request's turn did ("" when unknown: a refusal of package hold's
-	// claims).
+	// request's turn did, OutageBinding when an outage did (this Limiter
+	// has no share to pace on, and Wait is then only the soonest it may
+	// have one: the maximum plus a quarter second), ""
+	// when unknown (a refusal of package hold's claims).
 	Band string
+
+	cause error // with OutageBinding: why this Limiter has no share (shown, not wrapped: the refusal is the maximum's)
 }
 
 func (e *WaitTooLongError) Error() string {
@@ -88,12 +92,18 @@ func (e *WaitTooLongError) Error() string {
 			why = " (set by a pause)"
 		case TurnBinding:
 			why = " (set by the fair queue: the other tenants' turns)"
+		case OutageBinding:
+			why = " (set by an outage: this Limiter has no share of the limit to pace on until Redis answers)"
 		}
 	}
-	if e.Deadline {
-		return fmt.Sprintf("reserve: wait %v%s exceeds the %v left before the context's deadline", e.Wait, why, e.MaxWait)
+	cause := ""
+	if e.cause != nil {
+		cause = ": " + e.cause.Error()
 	}
-	return fmt.Sprintf("reserve: wait %v%s exceeds maximum %v", e.Wait, why, e.MaxWait)
+	if e.Deadline {
+		return fmt.Sprintf("reserve: wait %v%s exceeds the %v left before the context's deadline%s", e.Wait, why, e.MaxWait, cause)
+	}
+	return fmt.Sprintf("reserve: wait %v%s exceeds maximum %v%s", e.Wait, why, e.MaxWait, cause)
 }
 
 // scriptCodes maps the scripts' error codes (the first word of an error

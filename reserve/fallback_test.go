@@ -2,7 +2,6 @@ package reserve_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -235,8 +234,12 @@ func TestNeverReached(t *testing.T) {
 	require.NotErrorIs(t, err, reserve.ErrUnavailable)
 	for range 3 {
 		_, err := l.TryReserveN(ctx, reserve.Single("k", lim, 1), 20*time.Millisecond)
-		require.ErrorIs(t, err, reserve.ErrUnavailable)
+		var tooLong *reserve.WaitTooLongError
+		require.ErrorAs(t, err, &tooLong, "the maximum passed: the caller's refusal")
+		assert.Equal(t, reserve.OutageBinding, tooLong.Band)
+		require.NotErrorIs(t, err, reserve.ErrUnavailable)
 		assert.ErrorContains(t, err, "connection refused")
+		assert.ErrorContains(t, err, "FleetSize")
 	}
 	ok, err := l.Allow(ctx, "k", lim)
 	require.NoError(t, err)
@@ -528,14 +531,13 @@ func TestOutageFirstBack(t *testing.T) {
 			continue // a call that reached Redis before a noticed
 		}
 		var tooLong *reserve.WaitTooLongError
-		if errors.As(err, &tooLong) {
-			continue
-		}
-		require.ErrorIs(t, err, reserve.ErrUnavailable)
-		require.Contains(t, err.Error(), "joined the fleet after members that may pace locally without it")
+		require.ErrorAs(t, err, &tooLong)
 	}
 	_, err := a.TryReserveN(ctx, reserve.Single("first-back", lim, 1), 10*time.Millisecond)
-	require.ErrorIs(t, err, reserve.ErrUnavailable)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong)
+	require.Equal(t, reserve.OutageBinding, tooLong.Band)
+	require.NotErrorIs(t, err, reserve.ErrUnavailable)
 	require.Contains(t, err.Error(), "joined the fleet after members that may pace locally without it")
 	assert.Equal(t, 2, a.FleetSize())
 	pa.Enable(t)

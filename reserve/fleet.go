@@ -45,11 +45,9 @@ type fleetView struct {
 	// A change of the fleet's size reaches each member at its next
 	// heartbeat: for a while after it, members may pace locally on the
 	// size before or after. before is the size before the latest change
-	// while that change is that young (heartbeat.lua; 0: none), until
-	// beforeUntil (a heartbeat that comes late does not keep it longer).
-	// See alsoN.
-	before      int
-	beforeUntil time.Time
+	// while that change is that young (heartbeat.lua; 0: none). See
+	// alsoN.
+	before int
 	// ranks are the ranks taken in Redis's fleet (live or held members).
 	ranks []int
 
@@ -225,18 +223,10 @@ func (f *fleetView) alsoN() int {
 		return 0
 	case len(f.held) > 0 && f.heldN > 0 && f.heldN != f.n:
 		return f.heldN
-	case f.before > 0 && f.before != f.n && time.Now().Before(f.beforeUntil):
+	case f.before > 0 && f.before != f.n:
 		return f.before
 	}
 	return 0
-}
-
-// beforeFor records how much longer the size before the fleet's latest
-// change counts (heartbeat.lua's before_ms).
-func (f *fleetView) beforeFor(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.beforeUntil = time.Now().Add(d)
 }
 
 // newcomer reports whether this Limiter has no local share because it
@@ -334,9 +324,6 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 	f.learned = true
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	f.before = before
-	if before > 0 {
-		f.beforeUntil = time.Now().Add(time.Hour) // until beforeFor says
-	}
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
 	}

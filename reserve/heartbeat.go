@@ -160,7 +160,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		return false, err
 	}
 	r, ok := res.([]any)
-	if !ok || len(r) != 12 {
+	if !ok || len(r) != 11 {
 		return false, nil
 	}
 	l.format2.Store(r[10] == "2")
@@ -183,7 +183,6 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	heldN, _ := r[2].(int64)
 	latticeN, _ := r[7].(int64)
 	before, _ := r[8].(int64)
-	beforeMS, _ := r[11].(int64)
 	var ranks []int
 	if rs, ok := r[9].([]any); ok {
 		for _, x := range rs {
@@ -193,7 +192,6 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		}
 	}
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
-	l.fleet.beforeFor(time.Duration(beforeMS) * time.Millisecond)
 	l.fleet.taken(ranks)
 	l.sharesMoved()
 	l.logView(ctx, mode)

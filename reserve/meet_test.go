@@ -443,16 +443,19 @@ func TestNewcomerWaitsInOutage(t *testing.T) {
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		err := l.Wait(dctx, "api", lim)
 		cancel()
-		// The deadline's errors are the caller's: its context ended while
-		// it waited, or (once the fleet's change is old enough for every
-		// member to pace on the fleet with it) its local slot lies beyond
-		// the deadline.
-		var tooLong *reserve.WaitTooLongError
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &tooLong) {
+		// It waits for Redis for the whole outage, however long: it cannot
+		// know that every member heard of it before Redis failed (a
+		// member that did not paces on the fleet without it). Before, it
+		// failed at once; with the size before the change forgotten after
+		// a while (without a heartbeat to say so), it paced on half the
+		// limit beside a member pacing on the whole (the combination
+		// runner's seed 13, Redis frozen 0.3 s after three processes
+		// started together).
+		if !errors.Is(err, context.DeadlineExceeded) {
 			errs = append(errs, err)
 		}
 	}
-	assert.Empty(t, errs, "errors other than the deadline's while Redis was down")
+	assert.Empty(t, errs, "anything but the deadline's error while Redis was down (nil: a slot paced locally)")
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(ctx, "api", lim) }()
 	time.Sleep(100 * time.Millisecond)

@@ -84,9 +84,9 @@ func (l *Limiter) AllowN(ctx context.Context, req Request) (bool, error) {
 func (l *Limiter) allow(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) (bool, error) {
 	_, err := l.reserve(ctx, "allow", key, s, amounts, f, 0)
 	var tooLong *WaitTooLongError
-	var noShare *noShareError
-	if errors.As(err, &tooLong) || errors.As(err, &noShare) {
-		// Not free now: no permit, or no share to take one from.
+	if errors.As(err, &tooLong) {
+		// Not free now: no permit, or no share to take one from
+		// (OutageBinding).
 		return false, nil
 	}
 	return err == nil, err
@@ -131,24 +131,26 @@ func (l *Limiter) check(req Request) (*spec, []float64, *fairness, error) {
 // disabled, or in its turn when f is not nil (fair.go); maxWait < 0 means
 // no maximum. An outage is never an error to a caller who can wait: when
 // this Limiter has no share to pace on (see noShareError), it waits until
-// it has one or Redis answers, within maxWait and ctx.
+// it has one or Redis answers, within maxWait and ctx; a maximum that
+// passes meanwhile is a refusal (OutageBinding), as any other maximum's.
 func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
 	start := l.clock.Now()
+	asked := maxWait
 	for {
 		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
 		var ns *noShareError
-		if !errors.As(err, &ns) || maxWait == 0 {
+		if !errors.As(err, &ns) {
 			return r, err
 		}
 		wait := time.Duration(-1)
-		if maxWait > 0 {
+		if maxWait >= 0 {
 			wait = maxWait - l.clock.Now().Sub(start)
-			if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(wait)) {
+			if dl, ok := ctx.Deadline(); ok && maxWait > 0 && !dl.After(time.Now().Add(wait)) {
 				// The maximum is the context's: the deadline ends the
 				// wait, with its own error.
 				wait = -1
 			} else if wait <= 0 {
-				return nil, err
+				return nil, &WaitTooLongError{Wait: asked + shareRecheck, MaxWait: asked, Band: OutageBinding, cause: err}
 			}
 		}
 		if werr := l.awaitShare(ctx, wait); werr != nil {

@@ -571,7 +571,9 @@ func TestBornInOutage(t *testing.T) {
 	closeLimiter(t, b)
 	require.True(t, b.Degraded(), "a Limiter that could not reach Redis at start is off Redis")
 	_, err = b.TryReserveN(ctx, reserve.Single("api", lim, 1), 10*time.Millisecond)
-	require.ErrorIs(t, err, reserve.ErrUnavailable, "without FleetSize it does not know its share")
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong, "without FleetSize it does not know its share")
+	require.Equal(t, reserve.OutageBinding, tooLong.Band)
 
 	// A caller who can wait waits until b knows the fleet and is on Redis.
 	done := make(chan error, 1)

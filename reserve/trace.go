@@ -42,6 +42,14 @@ const PauseBinding = "(pause)"
 // a band, made the wait.
 const TurnBinding = "(turn)"
 
+// OutageBinding is the binding band a refusal names when Redis is
+// unavailable and this Limiter has no share of the limit to pace on
+// locally (it never reached Redis, without Options.FleetSize, or it joined
+// the fleet just before the outage): its maximum wait passed before Redis
+// answered. Its Wait is then only the soonest it may have one. A caller with no maximum (Wait,
+// WaitN, ReserveN) waits for Redis instead.
+const OutageBinding = "(outage)"
+
 // A Grant is one reservation granted, as GrantMetrics receives it.
 type Grant struct {
 	Key string

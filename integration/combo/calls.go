@@ -217,10 +217,11 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 // checkBand checks the binding band a grant (or, refused, a refusal) of
 // key names (issue 27): one of the key's bands (the fleet's code's, or the
 // true limit's, whose names the stored limits use), the pause, or for a
-// grant none; a refusal always names what made its wait. Each band named
+// grant none; a refusal always names what made its wait (a fair request's
+// turn, an outage that left the process no share). Each band named
 // is counted ("band:<name>").
 func (c *child) checkBand(kind string, key keyDef, band string, refused bool) {
-	ok := band == reserve.PauseBinding || (band == reserve.TurnBinding && refused) || (band == "" && !refused)
+	ok := band == reserve.PauseBinding || ((band == reserve.TurnBinding || band == reserve.OutageBinding) && refused) || (band == "" && !refused)
 	for _, pol := range []reserve.Policy{key.pol, key.fleetPol()} {
 		for _, b := range pol {
 			ok = ok || band == b.Name

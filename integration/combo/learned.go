@@ -159,7 +159,8 @@ func (r *run) rates(key string, fig *Learned) []Violation {
 }
 
 // liveness checks that no span of livenessSpan, in the time from the
-// warm-up clear of Redis faults and key's pauses (with their recoveries),
+// warm-up clear of Redis faults and key's pauses (with their recoveries)
+// and of spans in which no fleet process ran,
 // passes without a call the provider accepted; and measures the accepted
 // calls in that time.
 func (r *run) liveness(key string, fig *Learned) []Violation {
@@ -184,6 +185,8 @@ func (r *run) liveness(key string, fig *Learned) []Violation {
 	for _, f := range r.faults {
 		cuts = append(cuts, [2]int64{f.At, f.End + int64(faultRecovery)})
 	}
+	// And while no fleet process runs (all killed: nobody calls).
+	cuts = append(cuts, r.noneRunning()...)
 	clearTime := outside(start, end, cuts)
 	for _, s := range clearTime {
 		fig.Clear += time.Duration(s[1] - s[0])

@@ -359,6 +359,25 @@ func TestLearnedLiveness(t *testing.T) {
 			}
 		})
 	}
+	// Every process killed from 6 s to 9 s (the combination runner's seed
+	// 10): nobody called; one process left running: the hole counts.
+	killed := []Life{{ID: "1", From: at(0), To: at(6 * time.Second)}, {ID: "1b", From: at(9 * time.Second), To: at(defaultLength)}}
+	for _, tc := range []struct {
+		name  string
+		lives []Life
+		want  int
+	}{
+		{"a hole while every process was killed", killed, 0},
+		{"a hole while one process ran", append(killed, Life{ID: "2", From: at(0), To: at(defaultLength)}), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: holed, Lives: tc.lives}
+			if got := kinds(Judge(res), VLiveness); len(got) != tc.want {
+				t.Errorf("%s violations = %d, want %d: %v", VLiveness, len(got), tc.want, got)
+			}
+		})
+	}
 }
 
 func TestLearnedPauses(t *testing.T) {
