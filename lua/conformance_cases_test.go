@@ -367,6 +367,60 @@ func TestConformancePause(t *testing.T) {
 	}
 }
 
+// TestConformanceLostHorizon: a floor "!<h2>[:<seq>]" (docs/protocol.md,
+// Reserve's floor) applies only to a key Redis lost: no state, or a state
+// whose last reservation is numbered before seq. Then every bucket is empty
+// until now + h2; otherwise it floors nothing and writes nothing.
+func TestConformanceLostHorizon(t *testing.T) {
+	c := newConn(t)
+	lim := limit("10", "1") // 100 ms apart
+	withFloor := func(us int64, floor string) []string {
+		a := append(common(us, 0, "1", "permits", lim...), requests(1, "-1", "1")...)
+		a[len(common(us, 0, "1", "permits", lim...))] = floor
+		return a
+	}
+	// No state (Redis restarted empty): the slots it granted before it
+	// forgot them are not granted again.
+	if r := c.reserve("lost", withFloor(0, "!500000:7")...); r.waits[0] != 600_000_000 || r.seqs[0] != 1 {
+		t.Errorf("no state, horizon 500 ms: wait %d seq %d, want 600000000 (after the horizon, 1/rate) 1", r.waits[0], r.seqs[0])
+	}
+	// A state numbered at or after seq knows its own schedule.
+	c.reserve("known", withFloor(0, "")...) // seq 1, z 100 ms
+	state := c.get(c.key("known", ""))
+	if r := c.reserve("known", withFloor(0, "!500000:1")...); r.waits[0] != 100_000_000 || r.seqs[0] != 2 {
+		t.Errorf("state numbered 1, horizon seq 1: wait %d seq %d, want 100000000 2 (the horizon ignored)", r.waits[0], r.seqs[0])
+	}
+	// A state numbered before seq (rebuilt since, or a replica that
+	// missed the latest writes): the horizon applies.
+	c.reserve("behind", withFloor(0, "")...) // seq 1
+	if r := c.reserve("behind", withFloor(0, "!500000:5")...); r.waits[0] != 600_000_000 || r.seqs[0] != 2 {
+		t.Errorf("state numbered 1, horizon seq 5: wait %d seq %d, want 600000000 2", r.waits[0], r.seqs[0])
+	}
+	// m = 0: the horizon alone writes nothing to a key it does not apply
+	// to, and floors a lost one.
+	before := c.get(c.key("known", ""))
+	if before == state {
+		t.Fatalf("the second reservation left the state as it was: %q", state)
+	}
+	for _, floor := range []string{"!900000:1", "!900000:2"} {
+		c.mustEval("RESERVE", c.reserveKeys("known"), append(common(0, 0, "1", "permits", lim...), floor, "0")...)
+		if got := c.get(c.key("known", "")); got != before {
+			t.Errorf("floor %s on a state numbered 2 wrote %q over %q", floor, got, before)
+		}
+	}
+	c.mustEval("RESERVE", c.reserveKeys("gone"), append(common(0, 0, "1", "permits", lim...), "!900000", "0")...)
+	if r := c.reserve("gone", withFloor(0, "")...); r.waits[0] != 1_000_000_000 {
+		t.Errorf("after a horizon alone on a lost key: wait %d, want 1000000000", r.waits[0])
+	}
+	// A malformed horizon is refused, and changes nothing.
+	if _, err := c.eval("RESERVE", c.reserveKeys("bad"), withFloor(0, "!x")...); err == nil || !strings.HasPrefix(err.Error(), "PACER_ARG") {
+		t.Errorf("floor \"!x\": err %v, want PACER_ARG", err)
+	}
+	if got := c.get(c.key("bad", "")); got != "" {
+		t.Errorf("a refused call wrote %q", got)
+	}
+}
+
 // TestConformanceBadArguments: each malformed call is refused with its
 // code and changes nothing, on an absent key and on a state (docs/
 // protocol.md: Errors, Common arguments).

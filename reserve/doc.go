@@ -20,7 +20,8 @@
 // goes back to Redis by itself when a probe finds it, handing over what it
 // granted meanwhile; Options.FailClosed returns ErrUnavailable instead. An
 // outage is never an error to a caller who can wait: one that has no share
-// to pace on waits for Redis. A slow Redis is not an outage: a call that
+// to pace on waits for Redis, and one with a maximum wait is refused as any
+// other maximum's (OutageBinding). A slow Redis is not an outage: a call that
 // times out (Options.CallTimeout) switches nothing until Redis also fails
 // to answer a ping. Close stops the Limiter's background goroutines and
 // gives its share back to the fleet.
@@ -32,7 +33,8 @@
 // Without it New cannot tell a wrong address from an outage: it returns the
 // Limiter and logs a warning naming the address, and the Limiter paces
 // locally on Options.FleetSize's share (without FleetSize, its callers wait
-// for Redis, and those with a maximum wait fail with ErrUnavailable) until
+// for Redis, and those with a maximum wait are refused when it passes,
+// with a WaitTooLongError naming OutageBinding) until
 // Redis answers. Leave RequireRedis off, and set
 // FleetSize, where processes must start during an outage. go-redis logs
 // each failed dial itself, to stderr; RedisLogger sends those lines to slog

@@ -35,14 +35,13 @@ var (
 	ErrWrongType = errors.New("reserve: redis key holds a value of another type")
 
 	// ErrUnavailable is matched by the errors of calls that could not reach
-	// Redis when the Limiter may not pace locally (Options.FailClosed), and
-	// of calls that asked for a maximum wait (TryReserveN, a Wait whose
-	// context ends first gets the context's error instead) while the
-	// Limiter has no share to pace on: before it has ever reached Redis
-	// (see Options.FleetSize), or when it joined the fleet just before the
-	// others lost Redis. A caller who can wait is never given it: it waits
-	// for Redis, or for a share. The error also wraps the cause when there
-	// is one, such as the dial error.
+	// Redis when the Limiter may not pace locally (Options.FailClosed; New
+	// with Options.RequireRedis), and by package admin's. Without
+	// FailClosed a reservation never gets it: a caller who can wait waits
+	// for Redis, or for a share; one that asked for a maximum wait
+	// (TryReserveN) is refused when it passes, with a WaitTooLongError
+	// naming OutageBinding. The error also wraps the cause when there is
+	// one, such as the dial error.
 	ErrUnavailable = errors.New("reserve: redis unavailable")
 
 	// ErrQueueTooLong is returned when a reservation would wait more than

@@ -124,7 +124,7 @@ func fairLimiterOn(t *testing.T, s *redistest.Server, opts reserve.Options) (*re
 }
 
 // localFairLimiter is fairLimiter with no Redis: a fleet of one pacing
-// locally, the fair rule kept by the local fallback (fairlocal.go).
+// locally, the fair rule kept by the local fallback (fair.lua on the local store).
 func localFairLimiter(t *testing.T, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
 	t.Helper()
 	clk := fakeclock.New(epoch)

@@ -129,7 +129,7 @@ func TestHeartbeatFleetChange(t *testing.T) {
 
 // TestOutageRightAfterFleetChange: a member that loses Redis while the
 // fleet's latest change is young keeps its local share within both sizes
-// (engine.Share.Also); one that joined in that change has none, and says
+// (core.lua's member share with an "also" size); one that joined in that change has none, and says
 // why. Before, a member that had heard of a third member paced on a lattice
 // of 3 while one that had not paced on a lattice of 2, and both fired at one
 // instant (combination runner, seeds 2 and 15).

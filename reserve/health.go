@@ -298,7 +298,7 @@ func (l *Limiter) degrade(failures int, err error) {
 }
 
 // recovered switches back to Redis after a probe succeeded, and hands back
-// what the local fallback granted meanwhile (see fallback.go): every key at
+// what the local fallback granted meanwhile (see local.go): every key at
 // once, so that no Limiter reserves on Redis before this one's local slots.
 func (l *Limiter) recovered(ctx context.Context) {
 	h := &l.health

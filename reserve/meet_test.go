@@ -488,3 +488,45 @@ func TestSlowRedisIsNotAnOutage(t *testing.T) {
 	assert.False(t, l.Degraded())
 	assert.Empty(t, rec.snapshot().switches, "switches to local pacing with Redis answering slowly")
 }
+
+// TestBlipIsWaitedOut (an outage is never an error, and a blip is not an
+// outage): Redis refuses connections for a moment (restarted, a connection
+// reset) well within FailAfter failures' blip budget (one CallTimeout).
+// The calls meanwhile wait for it and go to Redis: no switch to local
+// pacing, which beside members that stayed on Redis could pass the limit,
+// and no error. Before, three refused calls in a row switched at once.
+func TestBlipIsWaitedOut(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	rec := newRecorder()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 5 * time.Second, Metrics: rec, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim)
+	require.NoError(t, err)
+	p.Disable(t)
+	type got struct {
+		r   *reserve.Reservation
+		err error
+	}
+	done := make(chan got, 8)
+	for range cap(done) {
+		go func() {
+			r, err := l.Reserve(ctx, "api", lim)
+			done <- got{r, err}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // calls refused, again and again
+	p.Enable(t)
+	for i := range cap(done) {
+		g := <-done
+		require.NoError(t, g.err, "call %d", i)
+		assert.False(t, g.r.Local(), "call %d was paced locally", i)
+	}
+	assert.False(t, l.Degraded())
+	assert.Empty(t, rec.snapshot().switches, "switches to local pacing in a blip")
+}

@@ -65,9 +65,12 @@ type Options struct {
 	// FailAfter is the number of consecutive failed Redis calls (refused,
 	// reset, a Redis loading or failing over) after which the Limiter stops
 	// calling Redis and paces locally until a probe finds Redis again.
-	// Default 3. Calls that fail before then are paced locally too. Calls
-	// that time out count only once a ping has failed as well (see
-	// CallTimeout).
+	// Default 3. The failures must also span one CallTimeout: a Redis that
+	// restarts or resets a connection is back within that blip, and the
+	// calls meanwhile wait for it (tried again every 5 to 50 ms) rather
+	// than pace locally beside members that stayed on Redis. Calls that
+	// time out count only once a ping has failed as well (see
+	// CallTimeout). With FailAfter 1, the first failure switches at once.
 	FailAfter int
 
 	// FailClosed makes calls return an error matching ErrUnavailable while
@@ -81,8 +84,9 @@ type Options struct {
 	// approximate, unlike the share learned from Redis). Default (0): a
 	// Limiter that has never reached Redis does not pace locally: its
 	// callers wait until Redis answers (within their deadlines), and those
-	// that asked for a maximum wait (TryReserveN) get an error matching
-	// ErrUnavailable, wrapping the reason Redis could not be reached. Once
+	// that asked for a maximum wait (TryReserveN) are refused when it
+	// passes, with a WaitTooLongError whose Band is OutageBinding and whose
+	// message names the reason Redis could not be reached. Once
 	// it has reached Redis, the number learned from the heartbeats is
 	// used, whatever FleetSize says.
 	FleetSize int

@@ -13,8 +13,8 @@ import (
 //
 //  1. forming a batch (batch.go, lease.go): concurrent callers on one key
 //     share one Redis call, and a hot key's callers take leased slots;
-//  2. running it (run.go): one script call on Redis, or the local engine
-//     while Redis is unavailable (fallback.go);
+//  2. running it (run.go): one script call on Redis, or the same scripts
+//     on the local store while Redis is unavailable (local.go);
 //  3. placing the slots on the local clock (place.go): the reply's waits,
 //     counted on the server's clock, become Reservations;
 //  4. sleeping and redeeming (sleep.go): Wait sleeps to the slot, moved by

@@ -13,8 +13,8 @@ import (
 
 // reservePolicies are the policies BenchmarkReserve and
 // BenchmarkReserveRedis run lua.Reserve on: a Limit (one bucket, fast.lua's
-// case) and a policy of three bands (two buckets and a window,
-// fast_policy.lua's), each request costing what the caller charges.
+// case) and a policy of three bands (two buckets and a window, core.lua's
+// general path), each request costing what the caller charges.
 var reservePolicies = []struct {
 	name    string
 	args    []any // ARGV[3..opi-1]
