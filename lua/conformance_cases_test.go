@@ -421,6 +421,50 @@ func TestConformanceLostHorizon(t *testing.T) {
 	}
 }
 
+// TestConformanceStale: a call whose share argument carries a deadline
+// ("d<ms> ", docs/protocol.md, Common arguments) that Redis runs after it
+// is refused with PACER_STALE and changes nothing, on the fast path and the
+// general one; before it, the call is served as without; a client clock
+// (ARGV[1] set) ignores it.
+func TestConformanceStale(t *testing.T) {
+	c := newConn(t)
+	now, _ := c.do("TIME")
+	nowMS := func() int64 { s, _ := strconv.ParseInt(now.([]any)[0].(string), 10, 64); return s * 1000 }()
+	past, future := "d"+strconv.FormatInt(nowMS-1000, 10)+" ", "d"+strconv.FormatInt(nowMS+60_000, 10)+" "
+	serverArgs := func(share string, bands ...string) []string {
+		a := append([]string{"", "0", share, "permits"}, bands...)
+		return append(a, requests(1, "-1", "1")...)
+	}
+	for _, tc := range []struct {
+		name  string
+		bands []string
+	}{
+		{"a Limit (fast.lua)", limit("10", "1")},
+		{"two bands (core.lua)", []string{"2", "a", "1", "b", "10", "1", "b", "1", "b", "5", "2"}},
+	} {
+		k := strings.ReplaceAll(tc.name, " ", "")
+		if _, err := c.eval("RESERVE", c.reserveKeys(k), serverArgs(past+"1", tc.bands...)...); code(err) != "PACER_STALE" {
+			t.Errorf("%s: a call run after its deadline: %v, want PACER_STALE", tc.name, err)
+		}
+		if got := c.get(c.key(k, "")); got != "" {
+			t.Errorf("%s: a stale call wrote %q", tc.name, got)
+		}
+		if _, err := c.eval("RESERVE", c.reserveKeys(k), serverArgs(future+"1", tc.bands...)...); err != nil {
+			t.Errorf("%s: a call before its deadline: %v", tc.name, err)
+		}
+		if _, err := c.eval("RESERVE", c.reserveKeys(k), serverArgs(future+"f1 1", tc.bands...)...); err != nil {
+			t.Errorf("%s: a deadline, then a format: %v", tc.name, err)
+		}
+	}
+	// A client clock: the deadline means nothing on it.
+	if _, err := c.eval("RESERVE", c.reserveKeys("client"), append(common(0, 0, past+"1", "permits", limit("10", "1")...), requests(1, "-1", "1")...)...); err != nil {
+		t.Errorf("a deadline with a client clock: %v, want it ignored", err)
+	}
+	if _, err := c.eval("RESERVE", c.reserveKeys("bad"), serverArgs("dx 1", limit("10", "1")...)...); code(err) != "PACER_ARG" {
+		t.Errorf("a malformed deadline: %v, want PACER_ARG", err)
+	}
+}
+
 // TestConformanceBadArguments: each malformed call is refused with its
 // code and changes nothing, on an absent key and on a state (docs/
 // protocol.md: Errors, Common arguments).
@@ -661,6 +705,43 @@ func TestConformanceWrongType(t *testing.T) {
 // TestConformanceHeartbeat: the 11-entry reply, the member recorded in the
 // fleet's keys, the format each member is told and recorded as writing,
 // and leave (docs/protocol.md: Heartbeat, Keys, Versions).
+// TestConformanceHeartbeatOrder: a heartbeat sent before its Limiter
+// last changed mode (docs/protocol.md, Heartbeat: its since_ms older than
+// the one recorded for the other mode) changes nothing and is answered
+// {now_ms}: Redis may run heartbeats queued while it stalled in any order.
+func TestConformanceHeartbeatOrder(t *testing.T) {
+	c := newConn(t)
+	fleet := []string{c.key("limiters", "")}
+	for _, s := range []string{":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes"} {
+		fleet = append(fleet, c.key("limiters", s))
+	}
+	beat := func(mode, since string) []any {
+		v, err := c.eval("HEARTBEAT", fleet, "w1", mode, since+" 0 0", "2000", "60000", "30000", "180000", "", "")
+		if err != nil {
+			t.Fatalf("Heartbeat %s %s: %v", mode, since, err)
+		}
+		a, _ := v.([]any)
+		return a
+	}
+	rec := func() string { v, _ := c.do("HGET", fleet[1], "w1"); s, _ := v.(string); return s }
+	for i, step := range []struct {
+		mode, since string
+		entries     int
+		record      string
+	}{
+		{"redis", "1000", 11, "redis 1000 0 0"},
+		{"local", "2000", 11, "local 2000 0 0"},
+		{"redis", "1000", 1, "local 2000 0 0"}, // sent before the switch, run after
+		{"local", "2000", 11, "local 2000 0 0"},
+		{"redis", "3000", 11, "redis 3000 0 0"}, // back on Redis
+		{"redis", "3000", 11, "redis 3000 0 0"},
+	} {
+		if got := beat(step.mode, step.since); len(got) != step.entries || rec() != step.record {
+			t.Errorf("step %d: Heartbeat %s since %s = %s, record %q; want %d entries, record %q", i, step.mode, step.since, show(got), rec(), step.entries, step.record)
+		}
+	}
+}
+
 func TestConformanceHeartbeat(t *testing.T) {
 	c := newConn(t)
 	fleet := []string{c.key("limiters", "")}

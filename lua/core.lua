@@ -72,7 +72,9 @@
 --          when the state says one may exist or the state is absent.
 -- ARGV[1]  now: integer Unix µs, or "" to use the server's TIME
 -- ARGV[2]  the sub-microsecond part of now in ns (0..999); ignored with ""
--- ARGV[3]  the state format to write, then the share: "f1 " asks for
+-- ARGV[3]  optionally "d<ms> ", a deadline (Unix ms, server time: a call
+--          run after it is refused, PACER_STALE, and changes nothing); then
+--          the state format to write, then the share: "f1 " asks for
 --          format 1 (a fleet mid-upgrade: the previous release reads only
 --          that), "f2 " or nothing for format 2; either format is read.
 --          The share: "1", the whole limit; or "<n> <k>...": the fleet has n
@@ -142,9 +144,24 @@ else
   now_frac = now_ns / 1000
 end
 
+-- A deadline (ARGV[3]'s "d<ms> " prefix, Unix ms on the server's clock):
+-- a call Redis runs after it (Redis stalled: frozen, a long fork, and its
+-- caller gave up on it) is refused and changes nothing. Its caller may
+-- have gone on without it, on a view of the fleet that is stale by now.
+local share_arg, write_v1 = ARGV[3], false
+if string.byte(share_arg, 1) == 100 then -- 'd'
+  local d, rest = string.match(share_arg, '^d(%d+) (.+)$')
+  if not d then
+    return redis.error_reply('PACER_ARG bad deadline')
+  end
+  if server_time and now_us > tonumber(d) * 1000 then
+    return redis.error_reply('PACER_STALE the call ran after its deadline')
+  end
+  share_arg = rest
+end
+
 -- The state format to write (ARGV[3]'s "f1 " prefix: format 1, which the
 -- previous release reads; else format 2).
-local share_arg, write_v1 = ARGV[3], false
 if string.byte(share_arg, 1) == 102 then -- 'f'
   local f, rest = string.match(share_arg, '^f(%d) (.+)$')
   if f == '1' then

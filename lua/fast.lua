@@ -1,7 +1,8 @@
 -- fast.lua: reserve.lua's common case, run before core.lua (lua.go puts it
 -- in front): one bucket band named "permits" charging the only unit (a
 -- Limit), share 1, no floor, a state with no stored limit in the format
--- asked for (ARGV[3]: "1" format 2, "f1 1" format 1; or no state and no
+-- asked for (ARGV[3]: "1" format 2, "f1 1" format 1, either after a
+-- deadline not yet passed; or no state and no
 -- stored limit), every argument well formed. It does exactly
 -- what core.lua and reserve.lua do in that case, without building their
 -- tables and functions; anything else falls through to them (before
@@ -18,12 +19,19 @@ do
   else
     m = tonumber(m)
   end
-  local v1 = argv[3] == 'f1 1'
+  -- A deadline ("d<ms> " in front of ARGV[3], core.lua) is checked with
+  -- the time: past it, core.lua refuses the call.
+  local a3, deadline = argv[3], nil
+  if string.byte(a3, 1) == 100 then -- 'd'
+    deadline, a3 = string.match(a3, '^d(%d+) (.+)$')
+    a3 = a3 or ''
+  end
+  local v1 = a3 == 'f1 1'
   -- A floor of a lost key's horizon alone ("!<h2>[:<seq>]") is no floor
   -- for a key whose state is numbered seq or later (reserve.lua); for
   -- another, core.lua applies it.
   local lost = argv[11] ~= '' and string.match(argv[11], '^!%d+:?(%d*)$')
-  if (v1 or argv[3] == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and (argv[11] == '' or lost)
+  if (v1 or a3 == '1') and argv[5] == '1' and argv[6] == 'permits' and argv[7] == '1' and argv[8] == 'b' and (argv[11] == '' or lost)
       and m and m >= 1 and #argv == 12 + 2 * m and (argv[4] == 'permits' or not string.find(argv[4], ' ', 1, true)) then
     local floor, ceil, huge = math.floor, math.ceil, math.huge
     local rate, burst = tonumber(argv[9]), tonumber(argv[10])
@@ -58,6 +66,9 @@ do
             now_us = tonumber(argv[1])
             now_ns = tonumber(argv[2])
             now_frac = now_ns / 1000
+          end
+          if deadline and server_time and now_us > deadline * 1000 then
+            ok = false -- a stale call: core.lua refuses it
           end
           t = t + 0
           base = -now_frac
@@ -109,6 +120,9 @@ do
           now_us = tonumber(argv[1])
           now_ns = tonumber(argv[2])
           now_frac = now_ns / 1000
+        end
+        if deadline and server_time and now_us > deadline * 1000 then
+          ok = false -- a stale call: core.lua refuses it
         end
         base = -now_frac
         z, e = -fill, -fill

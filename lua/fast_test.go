@@ -159,6 +159,9 @@ func TestFastPathSameAsCore(t *testing.T) {
 		if r.IntN(10) == 0 { // the other format, a format prefix, a share
 			args[2] = pick("1", "f1 1", "f2 1", "3 1")
 		}
+		if r.IntN(8) == 0 { // a deadline to come (one passed: TestConformanceStale)
+			args[2] = "d99999999999999 " + args[2].(string)
+		}
 		if r.IntN(30) == 0 { // malformed, or another shape: falls through
 			i := 3 + r.IntN(len(args)-3)
 			args[i] = pick("", "0", "-1", "nan", "inf", "2", "w", "b", "x y", "1.5", "permits tokens", " permits", "a  b", "~p", "5:0", "1000000:x")

@@ -66,7 +66,10 @@
 --          runner, seed 72).
 -- ARGV[10...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
 --          this Limiter's code passes for it (reserve's stored text form)
--- Reply    {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
+-- Reply    {now_ms} for a heartbeat sent before its Limiter's latest change
+--          of mode (its since_ms older than the one recorded for the other
+--          mode: it changes nothing); else
+--          {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
 --          before, ranks, format}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
@@ -134,6 +137,21 @@ end
 local deadline = tonumber(ARGV[9] or '')
 if deadline and now_ms > deadline then
   return redis.error_reply('PACER_STALE the heartbeat ran after its deadline')
+end
+-- A heartbeat sent before its Limiter last changed mode (its since_ms is
+-- older than the one recorded, for the other mode) changes nothing, and
+-- the reply is {now_ms}: a Redis that stalled runs the calls queued meanwhile
+-- in no set order, and one saying "redis" from before the Limiter switched
+-- to local pacing must not undo the one saying "local" (combination runner,
+-- seed 37: a member counted on Redis while it paced locally, and two calls
+-- at one instant).
+do
+  local rec = redis.call('HMGET', KEYS[2], id)[1] -- HMGET: in docs/security.md's ACL
+  local rmode, rsince = string.match(rec or '', '^(%S+) (%d+)')
+  local since = tonumber(string.match(ARGV[3] or '', '^(%d+)'))
+  if rmode and rmode ~= mode and since and tonumber(rsince) > since then
+    return {now_ms}
+  end
 end
 local live_ms, hold_ms, suspect_ms, keep_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 or hold_ms < live_ms

@@ -211,8 +211,19 @@ func (l *Limiter) confirm(key string, cause error) {
 			v.up = true
 			h.failures = 0
 			h.rtt = max(h.rtt, float64(took))
+			if took >= l.opts.CallTimeout {
+				// Redis stalled (frozen, a long fork): other members may
+				// have taken it for an outage and pace locally now. The
+				// calls waiting on this verdict go to Redis on the fleet's
+				// view after the stall, not before: members silent for a
+				// confirmBudget count as held (heartbeat.go).
+				h.outage = time.Now().Add(-budget)
+			}
 		}
 		h.mu.Unlock()
+		if err == nil && took >= l.opts.CallTimeout {
+			_ = l.heartbeat(l.loopCtx)
+		}
 		close(v.done)
 		l.opts.Metrics.RedisCall("confirm", took, err)
 		if err == nil {
@@ -341,6 +352,15 @@ func (l *Limiter) loop() {
 		case <-l.stop:
 			return
 		case <-l.health.wake:
+			// Tell the fleet at once that this Limiter paces locally: a
+			// heartbeat made before the switch may still reach Redis (one
+			// that stalled), saying "redis"; the others must hold this
+			// one. It is not a probe: Redis just failed. (A Limiter that
+			// never learned the fleet has told it nothing, and learns it
+			// only as joining allows.)
+			if _, known := l.fleet.size(); known {
+				_, _ = l.heartbeatOnce(l.loopCtx)
+			}
 			timer.Reset(jitter(l.opts.ProbeInterval))
 		case <-timer.C:
 			degraded := l.isDegraded()

@@ -129,7 +129,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	if cid != 0 {
 		flag += " " + run
 	}
-	args := []any{l.id, mode, strconv.FormatInt(since.UnixMilli(), 10) + flag,
+	args := []any{l.id, mode, l.sinceMS(since) + flag,
 		strconv.FormatInt(live.Milliseconds(), 10),
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
@@ -138,7 +138,20 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).
-		if d, ok := l.heartbeatDeadline(); ok {
+		// The mode as it is when the heartbeat leaves: a switch to local
+		// pacing while it was made (a stalled process) must not be
+		// reported as "redis" (heartbeat.lua keeps the latest mode's).
+		l.health.mu.Lock()
+		if now := l.health.since; l.health.degraded && mode == "redis" {
+			mode, since = "local", now
+			args[1], args[2] = mode, l.sinceMS(since)+flag
+		}
+		l.health.mu.Unlock()
+		// Only "redis" has a deadline: "local" is true however late it
+		// runs (a later "redis" has a later since, which it does not undo),
+		// and a Limiter that just switched needs it to arrive.
+		args[8] = ""
+		if d, ok := l.heartbeatDeadline(); ok && mode == "redis" {
 			args[8] = strconv.FormatInt(d, 10)
 		}
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
@@ -203,6 +216,13 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	now, _ := l.fleet.localShare()
 	return now.N != ls.N, nil
+}
+
+// sinceMS is when a mode began (health.since) as heartbeat.lua takes it:
+// Unix ms, counted from New on the monotonic clock, so that a later mode
+// never has an earlier since, whatever the wall clock does.
+func (l *Limiter) sinceMS(since time.Time) string {
+	return strconv.FormatInt(l.started.Add(since.Sub(l.started)).UnixMilli(), 10)
 }
 
 // heartbeatDeadline returns the deadline of a heartbeat sent now, Unix ms

@@ -62,7 +62,7 @@ func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait
 	}
 	keys := l.keys(req.Key, holdSuffix(id))
 	res, err := l.run(ctx, "claim", req.Key, func(ctx context.Context) (any, error) {
-		return claimScript.Run(ctx, l.rdb, keys, args...).Result()
+		return claimScript.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
 	}, func(res any) {
 		// The caller left: give back a fresh slot handed over to it.
 		if g, err := l.parseClaim(now, req.Key, s, id, res); err == nil && g.r != nil && g.source != sourceRedeemed && !g.kept {

@@ -3,6 +3,7 @@ package reserve_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -529,4 +531,100 @@ func TestBlipIsWaitedOut(t *testing.T) {
 	}
 	assert.False(t, l.Degraded())
 	assert.Empty(t, rec.snapshot().switches, "switches to local pacing in a blip")
+}
+
+// TestStaleCallGrantsNothing: a reservation Redis runs long after its
+// caller gave up on it (Redis frozen) grants nothing: the caller went on
+// without it (here: it asked again once a ping showed Redis slow, not
+// gone), and by then members may pace locally on a fleet it no longer
+// knows (the combination runner's seed 7: a call sent before a freeze of
+// 2.3 s ran at the thaw on the whole rate, 28 ms from a slot of a member
+// pacing locally on a burst of 1 at 30/s). Before, the key held one
+// reservation more than its callers got.
+func TestStaleCallGrantsNothing(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, CallTimeout: 100 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim)
+	require.NoError(t, err)
+	s.Freeze(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Reserve(ctx, "api", lim)
+		done <- err
+	}()
+	time.Sleep(700 * time.Millisecond) // the call times out; a ping waits
+	s.Thaw(t)
+	require.NoError(t, <-done)
+	state, err := s.Client.Get(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	_, seq := layout.StateHead(state)
+	assert.Equal(t, int64(2), seq, "reservations on the key: the two granted, and nothing for the call Redis ran after its caller gave up")
+}
+
+// TestStallRefreshesFleet: after Redis stalled long enough that members
+// may have taken it for an outage (a ping that answered, but only after
+// CallTimeout), the calls that waited go to Redis on the fleet as it is
+// after the stall: a member silent for a confirm budget (it may pace
+// locally: its confirm ping failed) is held, and this one leaves it its
+// share. Before, they went on the view of before the stall until the next
+// heartbeat, up to an interval later (the combination runner's seed 7).
+func TestStallRefreshesFleet(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	opts := reserve.Options{KeyPrefix: prefix, CallTimeout: 100 * time.Millisecond, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour, Logger: quiet}
+	b, err := reserve.New(s.Client, opts) // heard from at its start, then silent
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	require.Equal(t, 2, a.FleetSize())
+	require.Equal(t, 1.0, a.Share(), "b is live: both on Redis")
+	time.Sleep(1500 * time.Millisecond)
+	s.Freeze(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Reserve(ctx, "api", reserve.Limit{Rate: 1000, Burst: 1})
+		done <- err
+	}()
+	time.Sleep(700 * time.Millisecond) // a's call times out; its ping waits
+	s.Thaw(t)
+	require.NoError(t, <-done)
+	assert.False(t, a.Degraded(), "slow, not gone")
+	assert.Equal(t, 0.5, a.Share(), "b, silent for over two seconds, may pace locally: a leaves it its half")
+}
+
+// TestSwitchToldAtOnce: a Limiter that switches to local pacing tells the
+// fleet at once (a heartbeat saying "local", which Redis runs when it can:
+// here when it thaws), not at its first probe a ProbeInterval later: until
+// the fleet hears it, the others count it on Redis and leave it no share.
+// And a heartbeat reports the mode as it is when it leaves, not as it was
+// when it began (the combination runner's seed 37: a heartbeat that began
+// before a switch, held up by a CLIENT PAUSE, said "redis" after it, and two
+// calls fell at one instant).
+func TestSwitchToldAtOnce(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, CallTimeout: 100 * time.Millisecond, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	s.Freeze(t)
+	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1}) // times out; the ping fails after 2 s
+	require.NoError(t, err)
+	require.True(t, l.Degraded(), "paced locally")
+	s.Thaw(t)
+	mode := func() string {
+		v, err := s.Client.HGet(ctx, layout.FleetKeys(prefix)[1], l.ID()).Result()
+		require.NoError(t, err)
+		return strings.Fields(v)[0]
+	}
+	require.Eventually(t, func() bool { return mode() == "local" }, 10*time.Second, 50*time.Millisecond,
+		"the fleet's record of the Limiter after the thaw: want local")
 }

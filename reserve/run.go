@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -171,7 +172,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 			sent = l.clock.Now()
 		}
 		sentReal = time.Now()
-		res, err := script.Run(ctx, l.rdb, keys, args...).Result()
+		res, err := script.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
@@ -213,6 +214,32 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 // or one numbered before seq, the last reservation this Limiter saw).
 func lostFloor(horizon, nowNS, seq int64) string {
 	return "!" + strconv.FormatInt((horizon-nowNS+999)/1000, 10) + ":" + strconv.FormatInt(seq, 10)
+}
+
+// withDeadline returns a copy of args (a granting script's, built by
+// argsWith) whose share argument carries the deadline of a call made under
+// ctx (core.lua's "d<ms> " prefix): a call that Redis runs long after its
+// caller gave up on it (Redis stalled: frozen, a long fork) grants nothing.
+// Its caller has gone on by then, on a view of the fleet that may be stale:
+// members may pace locally since, and the slots it would grant would not
+// leave them their shares. The deadline is the call's timeout twice over,
+// plus the clock estimate's error, so that a call Redis runs in time is
+// never refused. Without server time or an estimate, args as they are.
+func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
+	d, ok := ctx.Deadline()
+	if !ok || !l.serverTime || len(args) < 3 {
+		return args
+	}
+	now := l.clock.Now()
+	ns, rtt, ok := l.sync.bestServer(now)
+	if !ok {
+		return args
+	}
+	left := time.Until(d)
+	ms := (ns + int64(2*left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	out := slices.Clone(args)
+	out[2] = "d" + strconv.FormatInt(ms, 10) + " " + args[2].(string)
+	return out
 }
 
 // replyHead returns a reply as a list, nil if it is not one.
