@@ -88,50 +88,59 @@ func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any,
 	})
 }
 
+// A countTake is the answer of one take from a key's count.
+type countTake struct {
+	id    int64         // the take's number (0: nothing taken)
+	wait  time.Duration // how long to wait: for the turn taken, or before taking again
+	known bool          // a count is kept for the key
+	// blind: Redis could not be reached, so whether a count is kept is not
+	// known; the call goes on without it (known is false), and asks again
+	// once it has its slot (Transport.admit).
+	blind bool
+}
+
 // take takes one call from key's count and sleeps until its turn, no later
 // than ctx's deadline. It returns the take's number, for answer or drop;
 // 0 when nothing was taken: no count is kept for key (it is then recorded
-// as not counted), or Redis cannot be reached (the call goes on, as the
-// reservation does, paced locally).
-func (t *Transport) take(ctx context.Context, key string) (int64, error) {
+// as not counted), or Redis cannot be reached (blind: the call goes on, as
+// the reservation does, paced locally, and asks the count again once it
+// has its slot).
+func (t *Transport) take(ctx context.Context, key string) (id int64, blind bool, err error) {
 	for {
-		id, wait, known, err := t.takeOnce(ctx, key)
-		if err != nil || !known {
-			return 0, err
+		tk, err := t.takeOnce(ctx, key)
+		if err != nil || !tk.known {
+			return 0, tk.blind, err
 		}
-		if err := t.waitCount(ctx, key, id, wait); err != nil {
-			return 0, err
+		if err := t.waitCount(ctx, key, tk.id, tk.wait); err != nil {
+			return 0, false, err
 		}
-		if id > 0 {
-			return id, nil
+		if tk.id > 0 {
+			return tk.id, false, nil
 		}
 	}
 }
 
-// takeOnce runs one take on key's count: the take's number (0: nothing
-// taken), how long to wait (for the turn taken, or before taking again),
-// and whether a count is kept (false also while Redis cannot be reached:
-// the call goes on without it).
-func (t *Transport) takeOnce(ctx context.Context, key string) (id int64, wait time.Duration, known bool, err error) {
+// takeOnce runs one take on key's count.
+func (t *Transport) takeOnce(ctx context.Context, key string) (countTake, error) {
 	res, err := t.runQuota(ctx, key, "take", quotaKeep.Milliseconds(), quotaLapse.Milliseconds())
 	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(t.lim) {
-		return 0, 0, false, nil
+		return countTake{blind: true}, nil
 	}
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("provider's count: %w", err)
+		return countTake{}, fmt.Errorf("provider's count: %w", err)
 	}
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 3 {
-		return 0, 0, false, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
+		return countTake{}, fmt.Errorf("provider's count of %q: unexpected reply %v", key, res)
 	}
 	ms, _ := reply[0].(int64)
-	id, _ = reply[1].(int64)
+	id, _ := reply[1].(int64)
 	k, _ := reply[2].(int64)
 	t.counted.set(key, k == 1)
 	if k == 0 {
-		return 0, 0, false, nil
+		return countTake{}, nil
 	}
-	return id, time.Duration(ms) * time.Millisecond, true, nil
+	return countTake{id: id, wait: time.Duration(ms) * time.Millisecond, known: true}, nil
 }
 
 // waitCount sleeps for a count's wait, no later than ctx's deadline; take

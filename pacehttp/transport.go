@@ -381,15 +381,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // the spread's turn would only meet the same queue again). If the count
 // has nothing (the window spent, a probe out), the call gives the slot up
 // and waits for the count again.
+//
+// A call that could not reach the count (Redis unreachable: it took
+// nothing) asks it again the same way once it has its slot, however soon:
+// that slot may come from Redis, back again, or Redis may be back by then
+// (a process that starts during an outage waits for Redis to grant its
+// first slots). Only a call that still cannot reach the count at its slot
+// is sent without it, paced by the Limit alone. (Before, a call went on
+// uncounted from the take that failed: in the combination runner, the
+// processes restarted during an OOM sent their first calls on slots Redis
+// granted 8 s later, after the OOM, into a window the fleet counted
+// without them: 28 calls reached the provider in a window of 24,
+// TestCountsAfterOutage.)
 func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.Reservation, int64, error) {
 	var (
-		take int64
-		turn time.Time // when take's turn came
+		take  int64
+		turn  time.Time // when take's turn came
+		blind bool      // the count could not be reached: nothing taken
 	)
 	for {
 		if take == 0 && t.takes(rt.Key) {
 			var err error
-			if take, err = t.take(ctx, rt.Key); err != nil {
+			if take, blind, err = t.take(ctx, rt.Key); err != nil {
 				return nil, 0, err
 			}
 			turn = time.Now()
@@ -411,26 +424,31 @@ func (t *Transport) admit(ctx context.Context, rt *Route, retry bool) (*reserve.
 			}
 			return nil, 0, err
 		}
-		if take == 0 || time.Since(turn) <= quotaStale {
+		switch {
+		case take > 0 && time.Since(turn) <= quotaStale, take == 0 && !blind:
 			return r, take, nil
+		case take > 0:
+			// The slot came long after the count's turn: ask the count
+			// again.
+			t.drop(ctx, rt.Key, take)
 		}
-		// The slot came long after the count's turn: ask the count again.
-		t.drop(ctx, rt.Key, take)
-		id, wait, known, err := t.takeOnce(ctx, rt.Key)
+		// Or the count could not be reached: ask it again, now that the
+		// call has its slot.
+		tk, err := t.takeOnce(ctx, rt.Key)
 		if err != nil {
 			_ = r.Cancel(context.WithoutCancel(ctx))
 			return nil, 0, err
 		}
-		if !known || id > 0 {
-			return r, id, nil
+		if !tk.known || tk.id > 0 {
+			return r, tk.id, nil
 		}
 		// The count has nothing now: the slot is given up, and the call
 		// waits for the count, then for a fresh slot.
 		_ = r.Cancel(context.WithoutCancel(ctx))
-		if err := t.waitCount(ctx, rt.Key, 0, wait); err != nil {
+		if err := t.waitCount(ctx, rt.Key, 0, tk.wait); err != nil {
 			return nil, 0, err
 		}
-		take = 0
+		take, blind = 0, false
 	}
 }
 
