@@ -61,6 +61,11 @@ type fleetView struct {
 	born      bool          // started while Redis was unavailable; not yet joined
 	join      time.Duration // Options.ProbeInterval × 1.5
 	joinUntil time.Time     // the first heartbeat that succeeded plus join
+	// settle is how long the fleet takes to hear a member's mode (two
+	// heartbeat intervals); toldAt when a heartbeat in mode local first
+	// reached Redis while away.
+	settle time.Duration
+	toldAt time.Time
 
 	// A Limiter pacing locally keeps the share it left with (leaving)
 	// until it is back on Redis (back), whatever its probes' heartbeats
@@ -287,7 +292,7 @@ func (f *fleetView) leaving() {
 	default:
 		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
 	}
-	f.backAt = time.Time{}
+	f.backAt, f.toldAt = time.Time{}, time.Time{}
 	f.away = true
 	f.awayShare, f.awayShareOK = f.ownShare()
 }
@@ -326,6 +331,25 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 	f.before = before
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
+	}
+	if f.away && !f.awayShareOK && !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
+		// Away with no share (it left as a newcomer), yet its heartbeats
+		// reach Redis and have said "local" for long enough that the
+		// members on Redis leave it its share: it takes it (a key whose
+		// calls fail while the fleet's keys answer: a Cluster shard
+		// down). Before, its callers waited for a handback that could not
+		// reach the key (TestOneKeyDownOnNewcomer).
+		f.awayShare, f.awayShareOK = f.ownShare()
+	}
+}
+
+// told records that a heartbeat reached Redis in mode local (local) while
+// this Limiter paces locally: the others learn it at their next heartbeat.
+func (f *fleetView) told(local bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if local && f.away && f.toldAt.IsZero() {
+		f.toldAt = time.Now()
 	}
 }
 

@@ -365,11 +365,14 @@ func (l *Limiter) loop() {
 		case <-timer.C:
 			degraded := l.isDegraded()
 			err := l.heartbeat(l.loopCtx)
+			if degraded && err != nil {
+				// The fleet did not answer: joining starts again. (A key
+				// that still fails, below, does not restart it: the
+				// fleet heard this Limiter.)
+				l.fleet.joinFailed()
+			}
 			if degraded && err == nil {
 				err = l.probeKey(l.loopCtx)
-			}
-			if degraded && err != nil {
-				l.fleet.joinFailed()
 			}
 			if wait := l.fleet.joining(); degraded && err == nil && wait > 0 {
 				// Started while Redis was down: learn the fleet once the

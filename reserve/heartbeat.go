@@ -204,6 +204,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 			}
 		}
 	}
+	l.fleet.told(mode == "local")
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
 	l.fleet.taken(ranks)
 	l.sharesMoved()

@@ -355,7 +355,7 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 
 // parseLease reads lease.lua's reply to a call sent at now: the lease
 // (nil when the key is not leasable) and the state it carries, which
-// stands for a sleeper's pause read (keyState.observe), as a reservation's
+// stands for a sleeper's pause read (keyState.noteSeen), as a reservation's
 // reply does.
 func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*lease, string, error) {
 	reply, ok := res.([]any)

@@ -133,6 +133,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	// until they could have heartbeated again (a probe, then a heartbeat).
 	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
 	l.fleet.join = opts.ProbeInterval * 3 / 2
+	l.fleet.settle = 2 * opts.HeartbeatInterval
 	if l.clock == nil {
 		l.clock = systemClockValue
 	}

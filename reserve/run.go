@@ -166,7 +166,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// close to the call as can be (see MaxEarly); with a client clock, the
 	// script counts from now.
 	sent, recv := now, now
-	var sentReal time.Time // for the pause reads a reply stands for (keyState.observe)
+	var sentReal time.Time // for the pause reads a reply stands for (keyState.noteSeen)
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		if l.serverTime {
 			sent = l.clock.Now()

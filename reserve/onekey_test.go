@@ -1,0 +1,78 @@
+package reserve_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// failNamed is a go-redis hook that fails, as a lost connection would,
+// every command that names a string containing key: a key on a Cluster
+// shard that is down, while the fleet's keys answer.
+type failNamed struct{ key string }
+
+func (h failNamed) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failNamed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.Contains(s, h.key) {
+				err := errors.New("injected: connection reset by peer")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h failNamed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOneKeyDownOnNewcomer: a Limiter that joins a fleet and at once finds
+// one key's commands failing (its heartbeats answer) paces that key
+// locally on its share once the fleet knows it: a caller who can wait
+// gets a slot, not a wait with no end. Before, it joined as a newcomer with
+// no share, and every probe that succeeded brought it back to Redis, where
+// the key failed again: the integration/web test hung on its first Reserve.
+func TestOneKeyDownOnNewcomer(t *testing.T) {
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	opts := reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 200 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
+		FailAfter: 1, CallTimeout: 10 * time.Second, Logger: quiet}
+	if os.Getenv("PACER_DEBUG") != "" {
+		opts.Logger = slog.Default()
+	}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.NewClient(t), opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	ctx := t.Context()
+	_, err = a.Reserve(ctx, "steady", reserve.Limit{Rate: 1, Burst: 1})
+	require.NoError(t, err)
+	_, err = b.Reserve(ctx, "steady", reserve.Limit{Rate: 1, Burst: 1})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+
+	broken := tunedClient(t, s)
+	broken.AddHook(failNamed{key: prefix + "{flaky}"})
+	c, err := reserve.New(broken, opts)
+	require.NoError(t, err)
+	closeLimiter(t, c)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Reserve(cctx, "flaky", reserve.Limit{Rate: 1, Burst: 1})
+	require.NoError(t, err, "after %v", time.Since(start))
+	t.Logf("granted after %v", time.Since(start))
+}
