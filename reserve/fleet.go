@@ -66,6 +66,8 @@ type fleetView struct {
 	// reached Redis while away.
 	settle time.Duration
 	toldAt time.Time
+	// doubt: the last heartbeat failed (see redisShareOK).
+	doubt bool
 
 	// A Limiter pacing locally keeps the share it left with (leaving)
 	// until it is back on Redis (back), whatever its probes' heartbeats
@@ -144,6 +146,20 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		n, held = f.remembered, make([]int, 0, f.remembered-1)
 		for k := range f.remembered {
 			if k != f.rankBefore && (!slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
+				held = append(held, k)
+			}
+		}
+	}
+	if f.doubt && !f.missing() {
+		// The last heartbeat failed: the others may have lost Redis too
+		// and pace locally now, which this Limiter learns only at its
+		// next heartbeat. Until then, leave every other rank its share
+		// (combination runner, seed 16: after an out-of-memory Redis, two
+		// members back on Redis took the whole rate for a second beside
+		// one still pacing locally).
+		held = make([]int, 0, n-1)
+		for k := range n {
+			if k != f.rank {
 				held = append(held, k)
 			}
 		}
@@ -326,7 +342,7 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 		}
 		f.born = false
 	}
-	f.learned = true
+	f.learned, f.doubt = true, false
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	f.before = before
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
@@ -341,6 +357,14 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 		// reach the key (TestOneKeyDownOnNewcomer).
 		f.awayShare, f.awayShareOK = f.ownShare()
 	}
+}
+
+// heartbeatFailed records that a heartbeat failed while this Limiter was
+// on Redis.
+func (f *fleetView) heartbeatFailed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.doubt = f.learned
 }
 
 // told records that a heartbeat reached Redis in mode local (local) while

@@ -307,3 +307,26 @@ func TestLocalShareKeptUntilBack(t *testing.T) {
 		t.Fatalf("back, the third member missing: share %+v, want rank 0 of the 3 remembered", got)
 	}
 }
+
+// TestHeartbeatFailedHoldsOthers: after a heartbeat that failed, a
+// Limiter on Redis leaves every other member its share until a heartbeat
+// answers: the others may have lost Redis too and pace locally, and it
+// would learn so only then. Before, it went on taking the whole group's
+// part (combination runner, seed 16: after an out-of-memory Redis, two
+// members back on Redis took the whole rate for a second beside one still
+// pacing locally).
+func TestHeartbeatFailedHoldsOthers(t *testing.T) {
+	f := &fleetView{}
+	f.update(3, 1, 3, 0, 0, nil)
+	if got := f.redisShare().Arg(); got != "1" {
+		t.Fatalf("all on Redis: the share is %q; want the whole (\"1\")", got)
+	}
+	f.heartbeatFailed()
+	if got := f.redisShare().Arg(); got != "3 0 2" {
+		t.Fatalf("after a failed heartbeat: the share is %q; want rank 1's of 3 (\"3 0 2\")", got)
+	}
+	f.update(3, 1, 3, 0, 0, nil)
+	if got := f.redisShare().Arg(); got != "1" {
+		t.Fatalf("a heartbeat answered again: the share is %q; want the whole (\"1\")", got)
+	}
+}

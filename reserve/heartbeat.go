@@ -169,6 +169,8 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 				l.health.outage = time.Now()
 			}
 			l.health.mu.Unlock()
+			l.fleet.heartbeatFailed()
+			l.sharesMoved()
 		}
 		return false, err
 	}
