@@ -676,12 +676,19 @@ func (a *Client) readTenants(ctx context.Context, k string, st *KeyStatus) error
 // from the fair hash h (lua/fair.lua), adding the tenants it holds figures
 // of and ts does not (by name), and returns ts.
 func addFigures(ts []TenantStatus, h map[string]string, lane, name string, nowUS float64) []TenantStatus {
+	// Every sum decays to the one instant nowUS, even one last booked
+	// after it (Status reads TIME before the fair hash, and a booking may
+	// come between): a share is a ratio of two sums, so they must decay
+	// alike. Clamped at nowUS, the lane's total, booked after it, did not
+	// decay, while a tenant's older sum did only from its own booking to
+	// nowUS, not to the total's: the lane's shares added up to 1.002
+	// (combination runner, seed 57; TestSharesAddUp).
 	decayed := func(rec string) float64 {
 		var sum, at float64
 		if _, err := fmt.Sscan(rec, &sum, &at); err != nil {
 			return 0
 		}
-		return sum * math.Exp(-max(nowUS-at, 0)/10e6)
+		return sum * math.Exp(-(nowUS-at)/10e6)
 	}
 	total := decayed(h["b"+lane])
 	figs := map[string]*TenantStatus{}
