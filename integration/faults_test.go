@@ -35,6 +35,11 @@ type fault struct {
 	// failover: Redis mends itself (a replica is promoted); heal only
 	// waits for that, right after inject.
 	failover bool
+	// slow: Redis answers, only slowly. A slow Redis is not an outage: a
+	// child whose ping answers within its budget waits on Redis, one whose
+	// ping outlasts it paces locally; either way, every child that
+	// switched comes back.
+	slow bool
 }
 
 func TestFaultRestartEmpty(t *testing.T) {
@@ -65,6 +70,7 @@ func TestFaultLatency(t *testing.T) {
 		spec:   childSpec{Mode: "url", URL: "redis://" + p.Addr()},
 		inject: func(t *testing.T) { p.AddLatency(t, time.Second) }, // four times CallTimeout
 		heal:   func(t *testing.T) { p.Clear(t) },
+		slow:   true,
 	})
 }
 
@@ -155,10 +161,14 @@ func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 	}
 	localAt, nLocal := run.lastSwitch("local", injectAt)
 	redisAt, nRedis := run.lastSwitch("redis", injectAt)
-	if nLocal != procs {
+	switch {
+	case f.slow && nRedis != nLocal:
+		t.Errorf("%d children switched to local pacing, %d came back to Redis\n%s", nLocal, nRedis, run.stderr)
+	case f.slow:
+		t.Logf("%d of %d children switched to local pacing (a slow Redis: each switches only if its ping outlasted the budget)", nLocal, procs)
+	case nLocal != procs:
 		t.Errorf("%d of %d children switched to local pacing", nLocal, procs)
-	}
-	if nRedis != procs {
+	case nRedis != procs:
 		t.Errorf("%d of %d children came back to Redis\n%s", nRedis, procs, run.stderr)
 	}
 	// The invariant: every 1 s of the whole run, start to end.

@@ -250,7 +250,9 @@ func TestQuick(t *testing.T) {
 	checkLoaded(t, res.Loaded, stdout.String())
 
 	// Out of memory: under volatile-lru New warns and the bucket is
-	// evicted; under noeviction pacer paces locally, and no caller fails.
+	// evicted; under noeviction writes are refused, and no caller fails:
+	// a short spell is waited out (the blip budget), a longer one paced
+	// locally (how it went is the run's figure: Fallbacks, Local).
 	for _, policy := range evictPolicies {
 		e, ok := find(res.Eviction, func(x eviction) bool { return x.Policy == policy })
 		switch {
@@ -260,8 +262,8 @@ func TestQuick(t *testing.T) {
 			t.Errorf("eviction, %s: %d calls, %d errors; want calls and no errors", policy, e.Calls, e.Errors)
 		case policy == "volatile-lru" && (e.Warned != policy || e.Evicted == 0):
 			t.Errorf("eviction, %s: New warned %q, %d keys evicted; want a warning and evictions", policy, e.Warned, e.Evicted)
-		case policy == "noeviction" && (e.Warned != "" || e.Evicted != 0 || e.Refused == 0 || e.Local == 0):
-			t.Errorf("eviction, %s: %+v; want no warning, no evictions, writes refused and reservations granted locally", policy, e)
+		case policy == "noeviction" && (e.Warned != "" || e.Evicted != 0 || e.Refused == 0):
+			t.Errorf("eviction, %s: %+v; want no warning, no evictions, writes refused", policy, e)
 		}
 	}
 }

@@ -148,7 +148,7 @@ func (r *results) tables() string {
 				"Halfway, Redis runs out of memory: maxmemory is set 2 MB above what it uses, and keys without a TTL are written until pacer's bucket is evicted "+
 				"or a write is refused (OOM); under noeviction, maxmemory then goes down to 1 byte for %v, so that every write is refused. Then maxmemory is lifted. "+
 				"Every key pacer writes has a TTL, so volatile-lru evicts pacer's keys first: an evicted bucket comes back full, and the slots it had queued are forgotten. "+
-				"noeviction is the setting docs/security.md asks for: Redis refuses the scripts' writes, and pacer paces locally until it has room. "+
+				"noeviction is the setting docs/security.md asks for: Redis refuses the scripts' writes; pacer waits a spell shorter than its blip budget (one CallTimeout) out, and paces locally through a longer one, until Redis has room. "+
 				"The limit allows at most %s calls in any 100 ms and %s in any 1 s.",
 				x0.Goroutines, trim(lim.Rate), lim.Burst, x0.Run, x0.Run/6, trim(float64(lim.Burst)+lim.Rate*0.1), trim(float64(lim.Burst)+lim.Rate)),
 			header: []string{"maxmemory-policy", "New warned", "keys evicted", "writes refused", "switches to local", "local reservations", "errors",
