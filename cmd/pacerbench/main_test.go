@@ -7,7 +7,10 @@ import (
 	"github.com/pacer-go/pacer/internal/provider"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,34 +43,75 @@ func TestMain(m *testing.M) {
 // row in every table and that the figures are sane: so a broken benchmark
 // fails CI, not the next full run.
 func TestQuick(t *testing.T) {
-	s := redistest.NewProcess(t)
-	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
-	// The outage and loaded phases only as a smoke run: one outage
-	// scenario (C1: 4 processes, faults from +1 s), 200 ms faults, one run
-	// after the reference's; the loaded phase's four runs 300 ms each
-	// beside one hog. About 9 s of the test's run.
-	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", out, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
-		"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1"})
+	// Two halves at once, each on a redis-server of its own: the phases
+	// mostly wait (fleets, outages, seams), so CI spends about the longer
+	// half's time, not their sum. The seams, outage and fair phases are
+	// one half, the rest the other.
+	type half struct {
+		phases           string
+		c                config
+		res              *results
+		stdout, progress bytes.Buffer
+		out              string
+		took             time.Duration
+		err              error
+	}
+	halves := []*half{
+		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,cold,loaded,heartbeat,shards"},
+		{phases: "seams,outage,fair"},
+	}
+	var all []string
+	for _, h := range halves {
+		all = append(all, strings.Split(h.phases, ",")...)
+	}
+	if slices.Sort(all); !slices.Equal(all, slices.Sorted(slices.Values(phases))) {
+		t.Fatalf("TestQuick's halves run %v; want every phase once: %v", all, phases)
+	}
+	var wg sync.WaitGroup
+	for _, h := range halves {
+		s := redistest.NewProcess(t)
+		h.out = filepath.Join(t.TempDir(), "BENCHMARKS.md")
+		// The outage and loaded phases only as a smoke run: one outage
+		// scenario (C1: 4 processes, faults from +1 s), 200 ms faults, one
+		// run after the reference's; the loaded phase's four runs 300 ms
+		// each beside one hog. About 9 s of the test's run.
+		c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", h.out, "-phases", h.phases, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
+			"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.c = c
+		wg.Go(func() {
+			start := time.Now()
+			h.res, h.err = run(context.Background(), h.c, &h.stdout, &h.progress)
+			h.took = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for _, h := range halves {
+		t.Logf("%s: run took %v; progress:\n%s", h.phases, h.took.Round(time.Millisecond), h.progress.String())
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		doc, err := os.ReadFile(h.out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), h.stdout.String()) {
+			t.Errorf("%s does not hold the tables printed to stdout", h.out)
+		}
+		if !strings.Contains(string(doc), h.c.Command) {
+			t.Errorf("%s does not give the command %q", h.out, h.c.Command)
+		}
+	}
+	c, res := halves[0].c, mergeResults(halves[0].res, halves[1].res)
+	var stdout bytes.Buffer
+	stdout.WriteString(halves[0].stdout.String() + halves[1].stdout.String())
+	doc, err := os.ReadFile(halves[0].out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, progress bytes.Buffer
-	start := time.Now()
-	res, err := run(context.Background(), c, &stdout, &progress)
-	t.Logf("run took %v; progress:\n%s", time.Since(start).Round(time.Millisecond), progress.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(doc), stdout.String()) {
-		t.Errorf("%s does not hold the tables printed to stdout", out)
-	}
-	if !strings.Contains(string(doc), c.Command) {
-		t.Errorf("%s does not give the command %q", out, c.Command)
-	}
+	out := halves[0].out
 	for _, table := range []string{"### Hot key with leases", "### Wait at high rates"} {
 		if !strings.Contains(string(doc), table) {
 			t.Errorf("%s has no table %q", out, table)
@@ -328,6 +372,19 @@ func checkSeams(t *testing.T, s *seamsResults, stdout string) {
 			t.Errorf("windows: no total row for %q", machine)
 		}
 	}
+}
+
+// mergeResults returns a with every field it left zero taken from b: the
+// results of two runs of different phases as one run's.
+func mergeResults(a, b *results) *results {
+	m := *a
+	mv, bv := reflect.ValueOf(&m).Elem(), reflect.ValueOf(b).Elem()
+	for i := range mv.NumField() {
+		if mv.Field(i).IsZero() {
+			mv.Field(i).Set(bv.Field(i))
+		}
+	}
+	return &m
 }
 
 func find[T any](xs []T, ok func(T) bool) (T, bool) {
