@@ -54,7 +54,10 @@ type heartbeatResults struct {
 // runHeartbeat runs the heartbeat phase.
 func (b *bench) runHeartbeat(ctx context.Context, progress func(string, ...any)) (*heartbeatResults, error) {
 	c := b.cfg
-	d := 2 * c.Phase
+	// At least two heartbeat intervals: a shorter window (a -phase of
+	// 300 ms gave 0.6 s) may hold none of a Limiter's heartbeats, and
+	// measures nothing.
+	d := max(2*c.Phase, 2*heartbeatEvery)
 	if err := b.flush(ctx); err != nil {
 		return nil, err
 	}
