@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,20 @@ type backend struct {
 	// the scripts' arithmetic, run on a single server and on miniredis
 	// (the two Lua interpreters), not again there.
 	routed bool
+	// embedded: miniredis, the examples' default when no Redis is given.
+	embedded bool
+}
+
+// trials is how many random trials a differential test runs on b, of the
+// n it runs on a single redis-server: a third (at least 4) on a routed
+// deployment and on miniredis, which run the same scripts (routing and
+// permissions need fewer trials than the arithmetic; the regression seeds
+// still run whole on miniredis). PACER_CONTRACT=full runs n everywhere.
+func (b backend) trials(n int) int {
+	if (!b.routed && !b.embedded) || os.Getenv("PACER_CONTRACT") == "full" {
+		return n
+	}
+	return max(n/3, 4)
 }
 
 // pacer returns the client a Limiter under test talks through.
@@ -60,7 +75,7 @@ func clusterBackend(t *testing.T) backend {
 // rounds numbers differently from real Redis).
 func miniredisBackend(t *testing.T) backend {
 	mr, c := redistest.NewMiniredis(t)
-	return backend{client: c, elapse: func(d time.Duration) {
+	return backend{client: c, embedded: true, elapse: func(d time.Duration) {
 		time.Sleep(d)
 		mr.FastForward(d) // miniredis expires keys only when told time passed
 	}}

@@ -104,6 +104,7 @@ func testDifferentialRegressions(t *testing.T, b backend) {
 	if b.routed {
 		t.Skip("the regression seeds replay the scripts' arithmetic: run on a single redis-server and on miniredis")
 	}
+	b.embedded = false // every trial of a seed: the one that failed may be its last
 	for _, r := range regressionSeeds {
 		t.Run(strconv.FormatUint(r.seed, 10), func(t *testing.T) {
 			t.Logf("PACER_SEED=%d: %s", r.seed, r.why)
@@ -131,7 +132,8 @@ func testDifferentialRegressions(t *testing.T, b backend) {
 // divergence fails the test.
 func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 	ctx := context.Background()
-	const trials, steps = 24, 250
+	const steps = 250
+	trials := b.trials(24)
 	var reservations, cancels, diverged, noise, boundaries int
 	var maxSlow time.Duration
 	for trial := range trials {
