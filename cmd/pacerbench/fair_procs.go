@@ -33,6 +33,7 @@ type fairProcsRun struct {
 // fairProcsPhase is one phase of a run.
 type fairProcsPhase struct {
 	Name      string
+	Length    time.Duration   // how long the phase lasted (a slow restart shortens "after")
 	Rate      float64         // calls per second, every tenant
 	Light     []time.Duration // the light tenant's waits, sorted
 	LightRate float64         // its calls per second
@@ -89,7 +90,7 @@ func runFairProcs(ctx context.Context, c fairProcsConfig, fair bool) (fairProcsR
 		name     string
 		from, to time.Time
 	}{{"before", start, faultAt}, {"Redis down", faultAt, healAt}, {"after", healAt, end}} {
-		p := fairProcsPhase{Name: ph.name}
+		p := fairProcsPhase{Name: ph.name, Length: ph.to.Sub(ph.from)}
 		n, light := 0, 0
 		for _, call := range o.Calls {
 			if call.At < ph.from.UnixNano() || call.At >= ph.to.UnixNano() {

