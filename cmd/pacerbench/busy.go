@@ -24,31 +24,6 @@ var busyVariants = []string{
 	"x/time/rate, one process (the floor)",
 }
 
-// runHog is the hog's body: one goroutine per CPU spins until stdin closes
-// or reaches EOF.
-func runHog() {
-	runtime.GOMAXPROCS(1)
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(done)
-	}()
-	x := uint64(1)
-	for {
-		select {
-		case <-done:
-			if x == 0 {
-				fmt.Println(x) // keep the loop's work
-			}
-			return
-		default:
-		}
-		for range 1 << 16 {
-			x = x*6364136223846793005 + 1442695040888963407
-		}
-	}
-}
-
 // hogs are CPU hogs beside a measurement.
 type hogs struct {
 	cmds  []*exec.Cmd

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fleetproc "github.com/pacer-go/pacer/internal/fleet"
+	"github.com/pacer-go/pacer/internal/hog"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -203,7 +204,7 @@ func readChild(lines []string) (childOutput, error) {
 // (childEnv is set), and returns its exit code and true.
 func runAsChild() (code int, isChild bool) {
 	if os.Getenv(hogEnv) != "" {
-		runHog()
+		hog.Spin()
 		return 0, true
 	}
 	return runChild(childEnv, "pacerbench child", childMain)

@@ -3,9 +3,6 @@ package combo
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"runtime"
 	"time"
 )
 
@@ -31,31 +28,6 @@ func (r *run) loadedDuring(child string, a, b int64) bool {
 		}
 	}
 	return false
-}
-
-// hogMain is a hog's body: it spins until its stdin ends (or it is
-// killed).
-func hogMain() {
-	runtime.GOMAXPROCS(1)
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(done)
-	}()
-	x := uint64(1)
-	for {
-		select {
-		case <-done:
-			if x == 0 {
-				fmt.Println(x) // keep the loop's work
-			}
-			return
-		default:
-		}
-		for range 1 << 16 {
-			x = x*6364136223846793005 + 1442695040888963407
-		}
-	}
 }
 
 // startHogs starts n hogs; the caller kills them. A hog that does not

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fleet"
+	"github.com/pacer-go/pacer/internal/hog"
 )
 
 // The environment variables that make the running binary a fleet process
@@ -42,7 +43,7 @@ func Main() {
 	}
 	if ok, err := fleet.Spec(hogEnv, &none); ok {
 		if err == nil {
-			hogMain()
+			hog.Spin()
 		}
 		exit(err)
 	}
