@@ -173,14 +173,15 @@ type Rate struct {
 
 // New returns the Rate of key on l, learned as c says. It checks c and the
 // key, and fails at once with an error matching reserve.ErrInvalidRate,
-// ErrInvalidBurst or ErrInvalidOptions (c), or reserve.ErrEmptyKey. It does
+// ErrInvalidBurst or ErrInvalidOptions (c), or reserve.ErrEmptyKey or
+// reserve.ErrReservedKey (key "limiters" names the fleet's records). It does
 // not call Redis.
 func New(l *reserve.Limiter, key string, c Config) (*Rate, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: adaptive: nil Limiter", reserve.ErrInvalidOptions)
 	}
-	if key == "" {
-		return nil, fmt.Errorf("adaptive: %w", reserve.ErrEmptyKey)
+	if err := hook.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("adaptive: %w", err)
 	}
 	c, err := c.withDefaults()
 	if err != nil {
