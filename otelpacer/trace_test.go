@@ -303,7 +303,9 @@ func TestBadInputSpan(t *testing.T) {
 		{"limiters", func() error { return l.Wait(ctx, "limiters", good) }, reserve.ErrReservedKey},
 		{"k", func() error { return l.Wait(ctx, "k", bad) }, reserve.ErrInvalidRate},
 		{"k", func() error { return l.WaitN(ctx, reserve.Single("k", good, 2)) }, reserve.ErrExceedsBurst},
-		{"k", func() error { return l.WaitN(ctx, reserve.Request{Key: "k", Policy: twoBands, Cost: reserve.Cost{"nope": 1}}) }, reserve.ErrInvalidCost},
+		{"k", func() error {
+			return l.WaitN(ctx, reserve.Request{Key: "k", Policy: twoBands, Cost: reserve.Cost{"nope": 1}})
+		}, reserve.ErrInvalidCost},
 	}
 	for _, tc := range cases {
 		require.ErrorIs(t, tc.wait(), tc.want)
