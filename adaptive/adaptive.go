@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -286,7 +287,7 @@ func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Lim
 	args := append([]any{op}, r.args...)
 	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64), demand)
 	keys := []string{r.l.RedisKey(r.key) + ":rate"}
-	res, err := hook.Run(r.l, ctx, "adaptive", r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+	res, err := hook.Run(r.l, ctx, names.OpAdaptive, r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
 		return script.Run(ctx, rdb, keys, args...).Result()
 	})
 	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(r.l) {

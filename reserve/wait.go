@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // The way of a call, top-down (docs/design.md, "The way of a call"). Wait,
@@ -94,7 +96,7 @@ func (l *Limiter) waitFor(ctx context.Context, key string, s *spec, amounts []fl
 			return 0, fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
 	}
-	r, err := l.reserve(ctx, "wait", key, s, amounts, f, maxWait)
+	r, err := l.reserve(ctx, names.OpWait, key, s, amounts, f, maxWait)
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {
