@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -173,14 +174,15 @@ type Rate struct {
 
 // New returns the Rate of key on l, learned as c says. It checks c and the
 // key, and fails at once with an error matching reserve.ErrInvalidRate,
-// ErrInvalidBurst or ErrInvalidOptions (c), or reserve.ErrEmptyKey. It does
+// ErrInvalidBurst or ErrInvalidOptions (c), or reserve.ErrEmptyKey or
+// reserve.ErrReservedKey (key "limiters" names the fleet's records). It does
 // not call Redis.
 func New(l *reserve.Limiter, key string, c Config) (*Rate, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: adaptive: nil Limiter", reserve.ErrInvalidOptions)
 	}
-	if key == "" {
-		return nil, fmt.Errorf("adaptive: %w", reserve.ErrEmptyKey)
+	if err := hook.CheckKey(key); err != nil {
+		return nil, fmt.Errorf("adaptive: %w", err)
 	}
 	c, err := c.withDefaults()
 	if err != nil {
@@ -285,7 +287,7 @@ func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Lim
 	args := append([]any{op}, r.args...)
 	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64), demand)
 	keys := []string{r.l.RedisKey(r.key) + ":rate"}
-	res, err := hook.Run(r.l, ctx, "adaptive", r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+	res, err := hook.Run(r.l, ctx, names.OpAdaptive, r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
 		return script.Run(ctx, rdb, keys, args...).Result()
 	})
 	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(r.l) {

@@ -225,6 +225,10 @@ func TestAdaptiveBadInput(t *testing.T) {
 	}
 	_, err = adaptive.New(l, "", good)
 	assert.ErrorIs(t, err, reserve.ErrEmptyKey)
+	// The fleet's name: its rate would live beside the fleet's records
+	// (P{limiters}:rate), which no key may share.
+	_, err = adaptive.New(l, "limiters", good)
+	assert.ErrorIs(t, err, reserve.ErrReservedKey)
 	_, err = adaptive.New(nil, "k", good)
 	assert.ErrorIs(t, err, reserve.ErrInvalidOptions)
 	peek, err := rate(t, l, "k", good).Peek(ctx)

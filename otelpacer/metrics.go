@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -84,11 +85,12 @@ func (t *Telemetry) withKey(key string, kv ...attribute.KeyValue) metric.Measure
 	return metric.WithAttributes(kv...)
 }
 
-// bandValue is the pacer.band of a grant: the binding band, "none" when
-// the slot was free at once.
+// bandValue is the pacer.band of a grant: the binding band (a band's name,
+// or "(pause)", reserve.PauseBinding), "none" when the slot was free at
+// once.
 func bandValue(band string) string {
 	if band == "" {
-		return "none"
+		return names.BandNone
 	}
 	return band
 }
@@ -134,11 +136,11 @@ func (t *Telemetry) Fallback(active bool) {
 	ctx := context.Background()
 	if active {
 		t.fallback.Add(ctx, 1)
-		t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String("local")))
+		t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String(names.ModeLocal)))
 		return
 	}
 	t.fallback.Add(ctx, -1)
-	t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String("redis")))
+	t.switches.Add(ctx, 1, metric.WithAttributes(attrFallbackTo.String(names.ModeRedis)))
 }
 
 // RedisCall implements reserve.Metrics: the call's duration, with

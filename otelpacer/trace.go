@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -100,7 +101,7 @@ func (w *waitTrace) End(err error, late time.Duration) {
 	}
 	var tooLong *reserve.WaitTooLongError
 	refused := errors.As(err, &tooLong)
-	band := "unknown"
+	band := names.BandUnknown
 	if refused {
 		if tooLong.Band != "" {
 			band = tooLong.Band

@@ -283,3 +283,41 @@ func TestNotRecording(t *testing.T) {
 	assert.Equal(t, map[string]float64{"pacer.band=none,pacer.source=redis": 1}, g.values(t, "pacer.rate_limiting.requests"))
 	assert.Equal(t, map[string]float64{"": 0}, g.values(t, "pacer.rate_limiting.queued_requests"))
 }
+
+// TestBadInputSpan: a Wait refused for bad input is a span too (every Wait
+// is one): status Error, the error recorded, no reserved event, nothing
+// counted as granted or refused; Wait and WaitN alike.
+func TestBadInputSpan(t *testing.T) {
+	s := redistest.New(t)
+	g := newRig(t, otelpacer.Options{})
+	l := g.limiter(t, s.Client, redistest.Prefix(t), reserve.Options{})
+	ctx := context.Background()
+	bad := reserve.Limit{Rate: -1, Burst: 1}
+	good := reserve.Limit{Rate: 10, Burst: 1}
+	cases := []struct {
+		key  string
+		wait func() error
+		want error
+	}{
+		{"", func() error { return l.Wait(ctx, "", good) }, reserve.ErrEmptyKey},
+		{"limiters", func() error { return l.Wait(ctx, "limiters", good) }, reserve.ErrReservedKey},
+		{"k", func() error { return l.Wait(ctx, "k", bad) }, reserve.ErrInvalidRate},
+		{"k", func() error { return l.WaitN(ctx, reserve.Single("k", good, 2)) }, reserve.ErrExceedsBurst},
+		{"k", func() error {
+			return l.WaitN(ctx, reserve.Request{Key: "k", Policy: twoBands, Cost: reserve.Cost{"nope": 1}})
+		}, reserve.ErrInvalidCost},
+	}
+	for _, tc := range cases {
+		require.ErrorIs(t, tc.wait(), tc.want)
+	}
+	spans := g.waitSpans()
+	require.Len(t, spans, len(cases), "one span per Wait")
+	for i, sp := range spans {
+		assert.Equal(t, codes.Error, sp.Status().Code, "case %d", i)
+		assert.Contains(t, sp.Status().Description, cases[i].want.Error(), "case %d", i)
+		assert.Equal(t, cases[i].key, attrMap(sp.Attributes())["pacer.key"], "case %d", i)
+		assert.Equal(t, []string{"exception"}, eventNames(sp), "case %d: the error recorded, nothing reserved", i)
+	}
+	assert.Empty(t, g.values(t, "pacer.rate_limiting.requests"), "nothing granted")
+	assert.Empty(t, g.values(t, "pacer.rate_limiting.refused"), "bad input is not a refusal")
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -83,7 +84,7 @@ func (t *Transport) quotaKeys(key string) []string {
 // runQuota runs the quota script on key.
 func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any, error) {
 	keys := t.quotaKeys(key)
-	return hook.Run(t.lim, ctx, "quota", key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+	return hook.Run(t.lim, ctx, names.OpQuota, key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
 		return quotaScript.Run(ctx, rdb, keys, args...).Result()
 	})
 }

@@ -504,8 +504,8 @@ func (t *Transport) route(req *http.Request) (Route, error) {
 	} else {
 		rt = Route{Key: cmp.Or(req.Host, req.URL.Host), Policy: t.opts.Limit.Policy(), Cost: reserve.Permits(1)}
 	}
-	if rt.Key == "" {
-		return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), reserve.ErrEmptyKey)
+	if err := hook.CheckKey(rt.Key); err != nil {
+		return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
 	if t.opts.Adaptive != nil {
 		lim, err := t.adaptiveLimit(req.Context(), rt.Key)

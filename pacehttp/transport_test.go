@@ -366,6 +366,33 @@ func TestBadOptions(t *testing.T) {
 	assert.EqualValues(t, 1, body.closed.Load())
 }
 
+// TestReservedKey: a request whose key is the fleet's name ("limiters",
+// the default route's for a host so named) fails with
+// reserve.ErrReservedKey before anything reaches Redis, with an adaptive
+// rate too (its record would sit beside the fleet's); its body is closed.
+func TestReservedKey(t *testing.T) {
+	ls, rdb := fleetOn(t, 1)
+	ctx := context.Background()
+	a := adaptive.Config{Start: 10, Min: 1, Max: 100}
+	for name, opts := range map[string]pacehttp.Options{
+		"limit":    {Limit: fast},
+		"adaptive": {Adaptive: &a},
+	} {
+		tr := transport(t, ls[0], opts)
+		body := &closeCounter{Reader: bytes.NewReader(nil)}
+		req, _ := http.NewRequest(http.MethodPut, "http://limiters/", body)
+		_, err := tr.RoundTrip(req)
+		assert.ErrorIs(t, err, reserve.ErrReservedKey, name)
+		assert.EqualValues(t, 1, body.closed.Load(), name)
+	}
+	// The fleet's own records are there (the heartbeat's); a key named
+	// "limiters" would have added its rate and quota records beside them.
+	base := ls[0].RedisKey("limiters")
+	n, err := rdb.Exists(ctx, base+":rate", base+":quota", base+":quota:flight").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a refused request wrote a record beside the fleet's")
+}
+
 // TestAdaptiveAcrossProcesses: 429s seen by two processes at once cut the
 // fleet's learned rate once, and both pace at the cut rate on their next
 // request.

@@ -17,7 +17,7 @@ import (
 // TestBandOnRedis: a Limiter on a real Redis labels each reservation with
 // the band that set its slot: none when free at once, the window band of a
 // policy once its quota is spent, a single Limit's "permits" once its burst
-// is, and "pause" behind a pause.
+// is, and "(pause)" behind a pause.
 func TestBandOnRedis(t *testing.T) {
 	s := redistest.New(t)
 	reg := prometheus.NewPedanticRegistry()
@@ -56,12 +56,12 @@ func TestBandOnRedis(t *testing.T) {
 	}{
 		{"quota", "none", 2}, {"quota", "hourly", 1},
 		{"bucket", "none", 1}, {"bucket", reserve.PermitsUnit, 1},
-		{"paused", "pause", 1},
+		{"paused", "(pause)", 1},
 	} {
 		assert.Equal(t, tt.want, testutil.ToFloat64(m.ReservationsFor("redis", tt.band, tt.key)),
-			"reservations_total{mode=redis,band=%q,key=%q}", tt.band, tt.key)
+			"reservations_total{source=redis,band=%q,key=%q}", tt.band, tt.key)
 		n, secs := m.WaitFor("redis", tt.band, tt.key)
-		assert.Equal(t, uint64(tt.want), n, "wait_seconds{mode=redis,band=%q,key=%q} count", tt.band, tt.key)
+		assert.Equal(t, uint64(tt.want), n, "wait_seconds{source=redis,band=%q,key=%q} count", tt.band, tt.key)
 		if tt.band == "none" {
 			assert.Zero(t, secs, "wait_seconds{band=none,key=%q}: free at once", tt.key)
 		} else {

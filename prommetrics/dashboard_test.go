@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/prommetrics"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,8 +87,10 @@ func exercised(t *testing.T) (*prometheus.Registry, []prometheus.Collector) {
 	m.Reserved("b/y", permits, one, 0, false)
 	m.Moved("a/x", reserve.MovedPause)
 	m.Moved("a/x", reserve.MovedLate)
-	m.RedisCall("reserve", time.Millisecond, nil)
-	m.RedisCall("reserve", time.Millisecond, errors.New("down"))
+	for _, op := range names.Ops {
+		m.RedisCall(op, time.Millisecond, nil)
+		m.RedisCall(op, time.Millisecond, errors.New("down"))
+	}
 	m.Fallback(true)
 	m.Fallback(false)
 	m.Paused("a/x", time.Second)
@@ -162,10 +165,19 @@ func promCatalogue(t *testing.T) catalogue {
 		delete(s.values, "tenant")
 		delete(s.values, "le")
 		if s.labels["band"] {
-			s.values["band"] = map[string]bool{"none": true, "pause": true}
+			s.values["band"] = map[string]bool{names.BandNone: true, names.BandPause: true}
 		}
 	}
 	return cat
+}
+
+// setOf is a set of vs.
+func setOf(vs []string) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range vs {
+		m[v] = true
+	}
+	return m
 }
 
 // An otelInstrument is a line of otel-metrics.txt.
@@ -269,6 +281,17 @@ func otelCatalogue(t *testing.T) catalogue {
 			}
 			if s.labels["pacer_moved_reason"] {
 				s.values["pacer_moved_reason"] = map[string]bool{reserve.MovedPause: true, reserve.MovedLate: true}
+			}
+			if s.labels["pacer_band"] {
+				// Bands are the user's but for these; a refusal's band
+				// may be unknown.
+				s.values["pacer_band"] = map[string]bool{names.BandNone: true, names.BandPause: true, names.BandUnknown: true}
+			}
+			if s.labels["pacer_fallback_to"] {
+				s.values["pacer_fallback_to"] = setOf(names.Modes)
+			}
+			if s.labels["pacer_redis_operation"] {
+				s.values["pacer_redis_operation"] = setOf(names.Ops)
 			}
 		}
 	}
@@ -535,7 +558,10 @@ func TestCheckExpr(t *testing.T) {
 		{`sum(rate(pacer_reservation_total[5m]))`, "no metric pacer_reservation_total"},
 		{`sum(rate(pacer_moved_total{key=~"$key"}[5m]))`, "pacer_moved_total has no label key"},
 		{`sum by (band) (rate(pacer_units_total[5m]))`, "pacer_units_total has no label band"},
-		{`sum(rate(pacer_reservations_total{mode="fallback"}[5m]))`, `pacer_reservations_total's mode is never "fallback"`},
+		{`sum(rate(pacer_reservations_total{source="fallback"}[5m]))`, `pacer_reservations_total's source is never "fallback"`},
+		{`sum(rate(pacer_reservations_total{band="pause"}[5m]))`, `pacer_reservations_total's band is never "pause"`},
+		{`sum(rate(pacer_redis_errors_total{op="adjust"}[5m]))`, `pacer_redis_errors_total's op is never "adjust"`},
+		{`sum(rate(pacer_reservations_total{mode="local"}[5m]))`, `pacer_reservations_total has no label mode`},
 		{`histogram_quantile(0.9, sum by (le) (rate(pacer_wait_seconds_sum[5m])))`, "pacer_wait_seconds_sum has no label le"},
 		{`sum(rate(pacer_wait_seconds[5m]))`, "no metric pacer_wait_seconds"},
 		{`sum(rate(pacer_reservations_total{band="day"}[5m]))`, `pacer_reservations_total's band is never "day"`},
@@ -546,5 +572,40 @@ func TestCheckExpr(t *testing.T) {
 			assert.Contains(t, bad[0], tt.want, "checkExpr(%q)", tt.expr)
 		}
 	}
-	assert.Empty(t, checkExpr(cat, vars, `sum by (band) (rate(pacer_wait_seconds_count{key=~"$key",band!="none",mode="local"}[$__rate_interval]))`))
+	assert.Empty(t, checkExpr(cat, vars, `sum by (band) (rate(pacer_wait_seconds_count{key=~"$key",band!="none",source="local"}[$__rate_interval]))`))
+}
+
+// TestNames: the values of the labels that name what pacer did are the
+// ones every surface uses (package internal/names: otelpacer's attributes,
+// reserve's API, pacer status and web): source, the band's own values,
+// the switch's destination, the moved reason. A surface that drifts (a
+// band "pause", a mode label) fails here or in names' own tests.
+func TestNames(t *testing.T) {
+	reg, _ := exercised(t)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	values := map[string]map[string]bool{} // label -> values, over every family
+	labelsOf := map[string][]string{}      // family -> its labels
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var ls []string
+			for _, lp := range m.GetLabel() {
+				ls = append(ls, lp.GetName())
+				if values[lp.GetName()] == nil {
+					values[lp.GetName()] = map[string]bool{}
+				}
+				values[lp.GetName()][lp.GetValue()] = true
+			}
+			labelsOf[f.GetName()] = ls
+		}
+	}
+	assert.Equal(t, setOf(names.Sources), values["source"], "source")
+	assert.True(t, values["band"][names.BandPause] && values["band"][names.BandNone], "band: %v", values["band"])
+	assert.False(t, values["band"]["pause"], "band: pause")
+	assert.Equal(t, setOf(names.Modes), values["to"], "to")
+	assert.Equal(t, setOf([]string{names.MovedPause, names.MovedLate}), values["why"], "why")
+	assert.Equal(t, setOf(names.Ops), values["op"], "op")
+	for f, ls := range labelsOf {
+		assert.NotContains(t, ls, "mode", "%s: a grant's source is its source label", f)
+	}
 }

@@ -7,12 +7,11 @@
 //
 // Metrics (all prefixed pacer_):
 //
-//	reservations_total{mode,band}      counter   reservations granted; mode is "redis" or "local" (fallback), band the binding band
-//	leased_total                       counter   reservations handed out from this process's leases on hot keys (also in reservations_total, mode "redis")
-//	units_total{mode,unit}             counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
+//	reservations_total{source,band}    counter   reservations granted; source is "redis", "local" (fallback) or "lease", band the binding band
+//	units_total{source,unit}           counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
 //	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs) or "late" (they woke too late)
-//	wait_seconds{mode,band}            histogram wait granted, buckets from 1 ms to 30 min, by mode and binding band
-//	redis_call_duration_seconds{op}    histogram every call to Redis, by operation
+//	wait_seconds{source,band}          histogram wait granted, buckets from 1 ms to 30 min, by source and binding band
+//	redis_call_duration_seconds{op}    histogram every call to Redis, by operation (docs/otel.md lists them)
 //	redis_errors_total{op}             counter   calls that failed
 //	fallback_active                    gauge     1 while pacing locally (summed over Limiters)
 //	fallback_switches_total{to}        counter   switches; to is "local" or "redis"
@@ -23,19 +22,22 @@
 //
 // The band label says why a reservation waited (reserve.Grant.Band): the
 // name of the band whose queue or window set its slot ("permits" for a
-// single Limit, "second", "day", ... for a Policy), "pause" when a pause
-// did (reserve.PauseBinding), and "none" when the slot was free at once. The
+// single Limit, "second", "day", ... for a Policy), "(pause)" when a pause
+// did (reserve.PauseBinding, as otelpacer, reserve's errors and pacer
+// status and web name it), and "none" when the slot was free at once. The
 // rate of reservations_total by band shows which band is binding. Its
 // values are the names of the bands of the policies in use, plus those two,
-// so the label stays as small as the policies are: a band named "pause" or
-// "none" would share those series. A lease's slots count as mode "redis",
-// Redis having granted the lease; Metrics.Reserved, for callers that report
-// a grant without its band, counts it under "none".
+// so the label stays as small as the policies are: a band named "none"
+// would share that series (none can be named "(pause)"). The source label
+// is reserve.Source's: "redis" (a script on Redis), "local" (the local
+// fallback) or "lease" (a slot of this process's lease on a hot key,
+// which Redis granted); Metrics.Reserved, for callers that report a grant
+// without its band, counts it under "none".
 //
 // Keys are not labels by default: a crawler has millions. Options.KeyLabel
 // maps a key to a label value (for instance its host, or "other"), and adds
-// a "key" label to reservations_total, leased_total, units_total,
-// wait_seconds and pauses_total. Tenants are not labels by default either:
+// a "key" label to reservations_total, units_total, wait_seconds and
+// pauses_total. Tenants are not labels by default either:
 // Options.TenantLabel adds a "tenant" label to the fair metrics, lane being
 // "urgent", "normal" or "batch".
 //

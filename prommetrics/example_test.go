@@ -42,7 +42,7 @@ func Example() {
 	for _, f := range families {
 		if f.GetName() == "pacer_reservations_total" {
 			for _, c := range f.GetMetric() {
-				// Labels come sorted by name: band, then mode.
+				// Labels come sorted by name: band, then source.
 				l := c.GetLabel()
 				fmt.Printf("%s{%s=%q,%s=%q} %g\n", f.GetName(), l[0].GetName(), l[0].GetValue(), l[1].GetName(), l[1].GetValue(), c.GetCounter().GetValue())
 			}
@@ -51,7 +51,7 @@ func Example() {
 	// The three slots were free at once: no band bound them ("none").
 
 	// Output:
-	// pacer_reservations_total{band="none",mode="redis"} 3
+	// pacer_reservations_total{band="none",source="redis"} 3
 }
 
 // embeddedRedis starts an embedded Redis (miniredis, in a child process that

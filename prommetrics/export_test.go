@@ -15,23 +15,19 @@ func (m *Metrics) withKey(lv []string, key string) []string {
 	return append(lv, m.keyLabel(key))
 }
 
-func (m *Metrics) ReservationsFor(mode, band, key string) prometheus.Counter {
-	return m.reservations.WithLabelValues(m.withKey([]string{mode, band}, key)...)
+func (m *Metrics) ReservationsFor(source, band, key string) prometheus.Counter {
+	return m.reservations.WithLabelValues(m.withKey([]string{source, band}, key)...)
 }
 
-func (m *Metrics) LeasedFor(key string) prometheus.Counter {
-	return m.leased.WithLabelValues(m.withKey(nil, key)...)
-}
-
-func (m *Metrics) UnitsFor(mode, key, unit string) prometheus.Counter {
-	return m.units.WithLabelValues(append(m.withKey([]string{mode}, key), unit)...)
+func (m *Metrics) UnitsFor(source, key, unit string) prometheus.Counter {
+	return m.units.WithLabelValues(append(m.withKey([]string{source}, key), unit)...)
 }
 
 // WaitFor is how many waits, and their sum in seconds, the histogram of
-// mode, band and key observed.
-func (m *Metrics) WaitFor(mode, band, key string) (uint64, float64) {
+// source, band and key observed.
+func (m *Metrics) WaitFor(source, band, key string) (uint64, float64) {
 	var d dto.Metric
-	if err := m.wait.WithLabelValues(m.withKey([]string{mode, band}, key)...).(prometheus.Histogram).Write(&d); err != nil {
+	if err := m.wait.WithLabelValues(m.withKey([]string{source, band}, key)...).(prometheus.Histogram).Write(&d); err != nil {
 		panic(err)
 	}
 	return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()

@@ -3,6 +3,7 @@ package prommetrics
 import (
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -25,7 +26,6 @@ type Options struct {
 type Metrics struct {
 	keyLabel     func(string) string
 	reservations *prometheus.CounterVec
-	leased       *prometheus.CounterVec
 	units        *prometheus.CounterVec
 	moved        *prometheus.CounterVec
 	evictable    prometheus.Gauge
@@ -61,22 +61,20 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	if opts.KeyLabel != nil {
 		perKey = []string{"key"}
 	}
-	perBand := append([]string{"mode", "band"}, perKey...)
-	perUnit := append(append([]string{"mode"}, perKey...), "unit")
+	perBand := append([]string{"source", "band"}, perKey...)
+	perUnit := append(append([]string{"source"}, perKey...), "unit")
 	m := &Metrics{
 		keyLabel: opts.KeyLabel,
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reservations_total",
-			Help: "Reservations granted, by mode (redis or local fallback) and binding band (none when free at once)."}, perBand),
-		leased: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "leased_total",
-			Help: "Reservations handed out from this process's leases on hot keys (counted in reservations_total as redis too)."}, perKey),
+			Help: "Reservations granted, by source (redis, local fallback, lease) and binding band (none when free at once, (pause) when a pause set the slot)."}, perBand),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "units_total",
-			Help: "Cost reserved, by mode and unit."}, perUnit),
+			Help: "Cost reserved, by source and unit."}, perUnit),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "moved_total",
 			Help: "Sleepers that took a fresh slot: a pause covered theirs, or they woke too late."}, []string{"why"}),
 		evictable: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "evictable",
 			Help: "1 when the Redis server may evict pacer's keys under memory pressure."}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
-			Help: "Wait granted to reservations, by mode and binding band.", Buckets: WaitBuckets}, perBand),
+			Help: "Wait granted to reservations, by source and binding band.", Buckets: WaitBuckets}, perBand),
 		callDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "redis_call_duration_seconds",
 			Help: "Duration of calls to Redis, by operation.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)}, []string{"op"}),
 		callErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "redis_errors_total",
@@ -98,7 +96,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.deferred = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fair_deferred_total",
 		Help: "Times a fair queue was told to ask again (not its turn, or beyond the booking horizon), by lane."}, perLane)
 	if reg != nil {
-		reg.MustRegister(m.reservations, m.leased, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
+		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
 			m.turn, m.deferred)
 	}
 	return m
@@ -121,72 +119,51 @@ func (m *Metrics) Deferred(_, tenant string, lane reserve.Lane) {
 	m.deferred.WithLabelValues(m.laneLabels(tenant, lane)...).Inc()
 }
 
-// Values of the band label besides the bands' names.
-const (
-	bandNone  = "none"  // the slot was free at once: no band held it back
-	bandPause = "pause" // a pause set the slot (reserve.PauseBinding)
-)
-
 // bandLabel returns the band label's value for a binding band as
-// reserve.Grant.Band gives it: the band's name, "pause" for
-// reserve.PauseBinding, "none" for "".
+// reserve.Grant.Band gives it: the band's name, or reserve.PauseBinding
+// ("(pause)") as it is, and "none" for "" (the slot was free at once).
 func bandLabel(band string) string {
-	switch band {
-	case "":
-		return bandNone
-	case reserve.PauseBinding:
-		return bandPause
+	if band == "" {
+		return names.BandNone
 	}
 	return band
 }
 
 // Granted implements reserve.GrantMetrics: a Limiter calls it in place of
-// Reserved. A slot from a lease counts as mode "redis" (Redis granted the
-// lease), and in leased_total too.
+// Reserved.
 func (m *Metrics) Granted(g reserve.Grant) {
-	mode := "redis"
-	if g.Source == reserve.SourceLocal {
-		mode = "local"
-	}
 	key := ""
 	if m.keyLabel != nil {
 		key = m.keyLabel(g.Key)
 	}
-	m.grant(mode, bandLabel(g.Band), key, g.Units, g.Amounts, g.Wait)
-	if g.Source == reserve.SourceLease {
-		if m.keyLabel == nil {
-			m.leased.WithLabelValues().Inc()
-		} else {
-			m.leased.WithLabelValues(key).Inc()
-		}
-	}
+	m.grant(g.Source.String(), bandLabel(g.Band), key, g.Units, g.Amounts, g.Wait)
 }
 
 // Reserved implements reserve.Metrics, for callers that report grants
 // without their band (a Limiter calls Granted): band is "none".
 func (m *Metrics) Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool) {
-	mode := "redis"
+	source := names.SourceRedis
 	if local {
-		mode = "local"
+		source = names.SourceLocal
 	}
 	if m.keyLabel != nil {
 		key = m.keyLabel(key)
 	}
-	m.grant(mode, bandNone, key, units, amounts, wait)
+	m.grant(source, names.BandNone, key, units, amounts, wait)
 }
 
 // grant counts one reservation: key is the key label's value, unused
 // without Options.KeyLabel.
-func (m *Metrics) grant(mode, band, key string, units []string, amounts []float64, wait time.Duration) {
-	lv := [3]string{mode, band, key}
+func (m *Metrics) grant(source, band, key string, units []string, amounts []float64, wait time.Duration) {
+	lv := [3]string{source, band, key}
 	n := 2
 	if m.keyLabel != nil {
 		n = 3
 	}
 	m.reservations.WithLabelValues(lv[:n]...).Inc()
 	m.wait.WithLabelValues(lv[:n]...).Observe(wait.Seconds())
-	// units_total has no band: mode, [key,] unit.
-	ul := [3]string{mode, key}
+	// units_total has no band: source, [key,] unit.
+	ul := [3]string{source, key}
 	for i, u := range units {
 		ul[n-1] = u
 		m.units.WithLabelValues(ul[:n]...).Add(amounts[i])
@@ -211,10 +188,10 @@ func (m *Metrics) RedisCall(op string, d time.Duration, err error) {
 func (m *Metrics) Fallback(active bool) {
 	if active {
 		m.fallback.Inc()
-		m.switches.WithLabelValues("local").Inc()
+		m.switches.WithLabelValues(names.ModeLocal).Inc()
 	} else {
 		m.fallback.Dec()
-		m.switches.WithLabelValues("redis").Inc()
+		m.switches.WithLabelValues(names.ModeRedis).Inc()
 	}
 }
 

@@ -39,7 +39,7 @@ func TestMetricsOnRedis(t *testing.T) {
 	}
 	require.NoError(t, l.Pause(ctx, "a.example/y", time.Second))
 
-	assert.Equal(t, 3.0, sum(t, reg, "pacer_reservations_total", map[string]string{"mode": "redis", "key": "a.example"}), "over all bands")
+	assert.Equal(t, 3.0, sum(t, reg, "pacer_reservations_total", map[string]string{"source": "redis", "key": "a.example"}), "over all bands")
 	assert.Equal(t, 6.0, testutil.ToFloat64(m.UnitsFor("redis", "a.example", reserve.PermitsUnit)))
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.PausesFor("a.example")))
 	problems, err := testutil.GatherAndLint(reg)
@@ -73,7 +73,7 @@ func TestMetricsFallback(t *testing.T) {
 	}
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.FallbackActive()))
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.SwitchesTo("local")))
-	assert.Equal(t, 5.0, sum(t, reg, "pacer_reservations_total", map[string]string{"mode": "local"}), "over all bands")
+	assert.Equal(t, 5.0, sum(t, reg, "pacer_reservations_total", map[string]string{"source": "local"}), "over all bands")
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
@@ -151,30 +151,29 @@ func sum(t *testing.T, g prometheus.Gatherer, name string, want map[string]strin
 	return total
 }
 
-// TestGranted: each grant counts under its mode and binding band, with its
-// wait; a leased slot counts as "redis" and in leased_total; Reserved,
-// which knows no band, counts under "none".
+// TestGranted: each grant counts under its source and binding band, with
+// its wait; a leased slot under source "lease", a pause's under band
+// "(pause)"; Reserved, which knows no band, counts under "none".
 func TestGranted(t *testing.T) {
 	permits := []string{reserve.PermitsUnit}
 	one := []float64{1}
 	tests := []struct {
-		name       string
-		grant      reserve.Grant
-		mode, band string
-		leased     float64
+		name         string
+		grant        reserve.Grant
+		source, band string
 	}{
-		{"free at once", reserve.Grant{Key: "a/x", Source: reserve.SourceRedis}, "redis", "none", 0},
-		{"bound by a band", reserve.Grant{Key: "a/x", Wait: 2 * time.Second, Source: reserve.SourceRedis, Band: "day"}, "redis", "day", 0},
-		{"bound by a pause", reserve.Grant{Key: "a/x", Wait: time.Minute, Source: reserve.SourceRedis, Band: reserve.PauseBinding}, "redis", "pause", 0},
-		{"local", reserve.Grant{Key: "a/x", Wait: time.Second, Source: reserve.SourceLocal, Band: "second"}, "local", "second", 0},
-		{"leased", reserve.Grant{Key: "a/x", Wait: time.Millisecond, Source: reserve.SourceLease, Band: reserve.PermitsUnit}, "redis", reserve.PermitsUnit, 1},
+		{"free at once", reserve.Grant{Key: "a/x", Source: reserve.SourceRedis}, "redis", "none"},
+		{"bound by a band", reserve.Grant{Key: "a/x", Wait: 2 * time.Second, Source: reserve.SourceRedis, Band: "day"}, "redis", "day"},
+		{"bound by a pause", reserve.Grant{Key: "a/x", Wait: time.Minute, Source: reserve.SourceRedis, Band: reserve.PauseBinding}, "redis", "(pause)"},
+		{"local", reserve.Grant{Key: "a/x", Wait: time.Second, Source: reserve.SourceLocal, Band: "second"}, "local", "second"},
+		{"leased", reserve.Grant{Key: "a/x", Wait: time.Millisecond, Source: reserve.SourceLease, Band: reserve.PermitsUnit}, "lease", reserve.PermitsUnit},
 	}
 	for _, keyed := range []bool{false, true} {
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("keyed=%v/%s", keyed, tt.name), func(t *testing.T) {
 				reg := prometheus.NewPedanticRegistry()
 				opts := prommetrics.Options{}
-				want := map[string]string{"mode": tt.mode, "band": tt.band}
+				want := map[string]string{"source": tt.source, "band": tt.band}
 				if keyed {
 					opts.KeyLabel = func(k string) string { return strings.SplitN(k, "/", 2)[0] }
 					want["key"] = "a"
@@ -184,13 +183,12 @@ func TestGranted(t *testing.T) {
 				g.Units, g.Amounts = permits, one
 				m.Granted(g)
 
-				assert.Equal(t, 1.0, testutil.ToFloat64(m.ReservationsFor(tt.mode, tt.band, g.Key)), "Granted(%+v): reservations_total%v", g, want)
-				n, s := m.WaitFor(tt.mode, tt.band, g.Key)
+				assert.Equal(t, 1.0, testutil.ToFloat64(m.ReservationsFor(tt.source, tt.band, g.Key)), "Granted(%+v): reservations_total%v", g, want)
+				n, s := m.WaitFor(tt.source, tt.band, g.Key)
 				assert.Equal(t, uint64(1), n, "Granted(%+v): wait_seconds%v count", g, want)
 				assert.InDelta(t, g.Wait.Seconds(), s, 1e-9, "Granted(%+v): wait_seconds%v sum", g, want)
-				assert.Equal(t, 1.0, testutil.ToFloat64(m.UnitsFor(tt.mode, g.Key, reserve.PermitsUnit)))
-				assert.Equal(t, tt.leased, testutil.ToFloat64(m.LeasedFor(g.Key)), "Granted(%+v): leased_total", g)
-				// One series each: nothing was counted under another mode or band.
+				assert.Equal(t, 1.0, testutil.ToFloat64(m.UnitsFor(tt.source, g.Key, reserve.PermitsUnit)))
+				// One series each: nothing was counted under another source or band.
 				for _, name := range []string{"pacer_reservations_total", "pacer_wait_seconds"} {
 					c, err := testutil.GatherAndCount(reg, name)
 					require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // timeoutError is the error of a Redis call that took longer than its
@@ -42,7 +43,7 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
-	probe := op == "heartbeat" || op == "probe" || ctx.Value(recoveryKey{}) != nil
+	probe := op == names.OpHeartbeat || op == names.OpProbe || ctx.Value(recoveryKey{}) != nil
 	if !probe && l.isDegraded() {
 		return nil, fmt.Errorf("reserve: %s %q: %w (pacing locally until a probe finds it again)", op, key, l.unavailableErr())
 	}

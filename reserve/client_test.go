@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pacer-go/pacer/internal/redistest"
@@ -17,7 +18,8 @@ import (
 // (ContextTimeoutEnabled) and dials once per attempt, whatever client it is
 // given: the quick start's redis.NewClient with go-redis's defaults gets a
 // tuned clone, and the user's client is left as it was. A client already
-// tuned is used as it is. Other client types are refused.
+// tuned is used as it is, so its hooks see pacer's calls; a replaced one's
+// do not. Other client types are refused.
 func TestNewTunesTheQuickStartClient(t *testing.T) {
 	s := redistest.New(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,6 +71,32 @@ func TestNewTunesTheQuickStartClient(t *testing.T) {
 		t.Cleanup(func() { l.Close() })
 		require.Same(t, user, l.Client())
 	})
+	t.Run("Hooks", func(t *testing.T) {
+		// No retries and deadlines honoured, but go-redis's DialerRetries
+		// (5 when 0): New replaces the client all the same, and the hooks
+		// added to the user's client do not see pacer's calls; with
+		// DialerRetries 1 too, New uses it, and they do.
+		for _, dials := range []int{0, 1} {
+			user := redis.NewClient(&redis.Options{Addr: opts.Addr, DB: opts.DB, Username: opts.Username, Password: opts.Password,
+				MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: dials})
+			t.Cleanup(func() { user.Close() })
+			h := &countHook{}
+			user.AddHook(h)
+			l, err := reserve.New(user, reserve.Options{Logger: quiet})
+			require.NoError(t, err)
+			t.Cleanup(func() { l.Close() })
+			before := h.n.Load()
+			_, err = l.Reserve(context.Background(), "k", reserve.Limit{Rate: 1, Burst: 1})
+			require.NoError(t, err)
+			if dials == 1 {
+				require.Same(t, user, l.Client(), "DialerRetries 1: the user's client")
+				require.Greater(t, h.n.Load(), before, "DialerRetries 1: the user's hook sees the reservation")
+			} else {
+				require.NotSame(t, user, l.Client(), "DialerRetries %d: replaced", dials)
+				require.Equal(t, before, h.n.Load(), "DialerRetries %d: the user's hook sees nothing of pacer's", dials)
+			}
+		}
+	})
 	t.Run("Ring", func(t *testing.T) {
 		user := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": opts.Addr}, DB: opts.DB, Username: opts.Username, Password: opts.Password})
 		t.Cleanup(func() { user.Close() })
@@ -98,3 +126,20 @@ func TestNewTunesTheQuickStartClient(t *testing.T) {
 }
 
 type wrappedClient struct{ *redis.Client }
+
+// countHook counts the commands a client processes.
+type countHook struct{ n atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}

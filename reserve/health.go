@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // health tracks whether Redis answers. After FailAfter consecutive
@@ -225,7 +227,7 @@ func (l *Limiter) confirm(key string, cause error) {
 			_ = l.heartbeat(l.loopCtx)
 		}
 		close(v.done)
-		l.opts.Metrics.RedisCall("confirm", took, err)
+		l.opts.Metrics.RedisCall(names.OpConfirm, took, err)
 		if err == nil {
 			l.opts.Logger.Debug("pacer: a call timed out but Redis answered a ping: slow, not gone",
 				"key", key, "ping", took.Round(time.Microsecond), "call_timeout", l.callTimeout(), "err", cause, "limiter", l.id)
@@ -418,7 +420,7 @@ func (l *Limiter) probeKey(ctx context.Context) error {
 	if key == "" {
 		return nil
 	}
-	_, err := l.run(ctx, "probe", key, func(ctx context.Context) (any, error) {
+	_, err := l.run(ctx, names.OpProbe, key, func(ctx context.Context) (any, error) {
 		return l.rdb.PTTL(ctx, l.RedisKey(key)).Result()
 	}, nil)
 	return err

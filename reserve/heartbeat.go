@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -88,9 +89,9 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 
 func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	l.health.mu.Lock()
-	mode, since, outage := "redis", l.health.since, l.health.outage
+	mode, since, outage := names.ModeRedis, l.health.since, l.health.outage
 	if l.health.degraded {
-		mode = "local"
+		mode = names.ModeLocal
 	}
 	l.health.mu.Unlock()
 	// A Limiter is live if heard from within two intervals. But right after
@@ -121,7 +122,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		cid  int64
 		run  string
 	)
-	if mode == "redis" {
+	if mode == names.ModeRedis {
 		node, cid, run = l.present(ctx)
 	}
 	ls, _ := l.fleet.localShare()
@@ -135,15 +136,15 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
 		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
 	args = append(args, l.reportsDue(time.Now())...)
-	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).
 		// The mode as it is when the heartbeat leaves: a switch to local
 		// pacing while it was made (a stalled process) must not be
 		// reported as "redis" (heartbeat.lua keeps the latest mode's).
 		l.health.mu.Lock()
-		if now := l.health.since; l.health.degraded && mode == "redis" {
-			mode, since = "local", now
+		if now := l.health.since; l.health.degraded && mode == names.ModeRedis {
+			mode, since = names.ModeLocal, now
 			args[1], args[2] = mode, l.sinceMS(since)+flag
 		}
 		l.health.mu.Unlock()
@@ -151,13 +152,13 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		// runs (a later "redis" has a later since, which it does not undo),
 		// and a Limiter that just switched needs it to arrive.
 		args[8] = ""
-		if d, ok := l.heartbeatDeadline(); ok && mode == "redis" {
+		if d, ok := l.heartbeatDeadline(); ok && mode == names.ModeRedis {
 			args[8] = strconv.FormatInt(d, 10)
 		}
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 	}, nil)
 	if err != nil {
-		if mode == "redis" {
+		if mode == names.ModeRedis {
 			// Redis failed this Limiter's heartbeat, though not (yet) its
 			// calls: it failed the others' too, most likely, and some may
 			// pace locally now. An outage of its own, for the rule above
@@ -206,7 +207,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 			}
 		}
 	}
-	l.fleet.told(mode == "local")
+	l.fleet.told(mode == names.ModeLocal)
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
 	l.fleet.taken(ranks)
 	l.sharesMoved()
@@ -296,7 +297,7 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 	if len(ids) == 0 {
 		return false
 	}
-	res, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		return clientListIDs(ctx, node, ids...)
 	}, nil)
 	if err != nil {
@@ -325,7 +326,7 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 		}
 	}
 	slices.Sort(gone)
-	res, err = l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	res, err = l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
 	}, nil)
 	if err != nil {
@@ -354,7 +355,7 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 
 // leave removes this Limiter from the heartbeat set (Close).
 func (l *Limiter) leave(ctx context.Context) error {
-	_, err := l.run(ctx, "heartbeat", "", func(ctx context.Context) (any, error) {
+	_, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave").Result()
 	}, nil)
 	return err

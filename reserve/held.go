@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -61,7 +62,7 @@ func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait
 		args = append(args, formatFloat(a))
 	}
 	keys := l.keys(req.Key, holdSuffix(id))
-	res, err := l.run(ctx, "claim", req.Key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpClaim, req.Key, func(ctx context.Context) (any, error) {
 		return claimScript.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
 	}, func(res any) {
 		// The caller left: give back a fresh slot handed over to it.
@@ -90,7 +91,7 @@ func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait
 func (l *Limiter) parseClaim(now time.Time, key string, s *spec, id string, res any) (heldGrant, error) {
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 6+len(s.units) {
-		return heldGrant{}, replyError("claim", key, res)
+		return heldGrant{}, replyError(names.OpClaim, key, res)
 	}
 	base, err := l.replyBase(now, reply)
 	waitNS, ok1 := reply[2].(int64)
@@ -99,7 +100,7 @@ func (l *Limiter) parseClaim(now time.Time, key string, s *spec, id string, res 
 	origin, ok4 := reply[5].(int64)
 	amounts, aerr := parseAmounts(reply[6:])
 	if err != nil || !ok1 || !ok2 || !ok3 || !ok4 || aerr != nil {
-		return heldGrant{}, replyError("claim", key, res)
+		return heldGrant{}, replyError(names.OpClaim, key, res)
 	}
 	if seq == -1 {
 		return heldGrant{}, fmt.Errorf("reserve: claim %q: %w", key, ErrQueueTooLong)
@@ -159,7 +160,7 @@ func (l *Limiter) holdHeld(ctx context.Context, ids []string, reqs []Request, st
 			calls = append(calls, c)
 		}
 	}
-	_, err := l.run(ctx, "hold", order[0].key, func(ctx context.Context) (any, error) {
+	_, err := l.run(ctx, names.OpHold, order[0].key, func(ctx context.Context) (any, error) {
 		return nil, runPipelined(ctx, l.rdb, holdScript, calls)
 	}, nil)
 	if err != nil {
@@ -249,11 +250,11 @@ func (l *Limiter) parseHold(now time.Time, c *holdCall, ids []string, out []held
 	reply, ok := res.([]any)
 	m, w := len(c.idx), 1+len(c.spec.units)
 	if !ok || len(reply) != 2+2*m+w*m {
-		return replyError("hold", c.key, res)
+		return replyError(names.OpHold, c.key, res)
 	}
 	base, err := l.replyBase(now, reply)
 	if err != nil {
-		return replyError("hold", c.key, res)
+		return replyError(names.OpHold, c.key, res)
 	}
 	for j, i := range c.idx {
 		waitNS, ok1 := reply[2+2*j].(int64)
@@ -261,7 +262,7 @@ func (l *Limiter) parseHold(now time.Time, c *holdCall, ids []string, out []held
 		origin, ok3 := reply[2+2*m+w*j].(int64)
 		got, aerr := parseAmounts(reply[3+2*m+w*j : 2+2*m+w*(j+1)])
 		if !ok1 || !ok2 || !ok3 || aerr != nil {
-			return replyError("hold", c.key, res)
+			return replyError(names.OpHold, c.key, res)
 		}
 		if seq == -1 {
 			return fmt.Errorf("reserve: hold %q: %w", c.key, ErrQueueTooLong)

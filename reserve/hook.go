@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
@@ -11,7 +12,11 @@ import (
 // The hooks through which the packages built on reserve (adaptive, hold)
 // reach a Limiter's path to Redis; see package internal/hook.
 func init() {
+	hook.CheckKey = checkKey
 	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.UniversalClient) (any, error)) (any, error) {
+		if err := checkKey(key); err != nil {
+			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
+		}
 		lim := l.(*Limiter)
 		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.rdb) }, nil)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -318,7 +319,7 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 	}
 	keys := l.keys(key)
 	var sentReal time.Time // for the pause read the reply stands for
-	res, err := l.run(ctx, "lease", key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpLease, key, func(ctx context.Context) (any, error) {
 		sentReal = time.Now()
 		return leaseScript.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
 	}, nil)
@@ -360,12 +361,12 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*lease, string, error) {
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 9 {
-		return nil, "", replyError("lease", key, res)
+		return nil, "", replyError(names.OpLease, key, res)
 	}
 	state, _ := reply[8].(string)
 	base, err := l.replyBase(now, reply)
 	if err != nil {
-		return nil, "", replyError("lease", key, res)
+		return nil, "", replyError(names.OpLease, key, res)
 	}
 	k, ok1 := reply[2].(int64)
 	seq0, ok2 := reply[3].(int64)
@@ -374,7 +375,7 @@ func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*leas
 	xs, ok5 := reply[6].(string)
 	steps, ok6 := reply[7].(string)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
-		return nil, "", replyError("lease", key, res)
+		return nil, "", replyError(names.OpLease, key, res)
 	}
 	if k == 0 {
 		return nil, state, nil
@@ -382,7 +383,7 @@ func (l *Limiter) parseLease(now time.Time, key string, s *spec, res any) (*leas
 	x, err1 := strconv.ParseFloat(xs, 64)
 	step, err2 := strconv.ParseFloat(steps, 64)
 	if err1 != nil || err2 != nil || k < 2 || k > maxLease {
-		return nil, "", fmt.Errorf("reserve: lease %q: %w", key, replyError("lease", key, res))
+		return nil, "", fmt.Errorf("reserve: lease %q: %w", key, replyError(names.OpLease, key, res))
 	}
 	allow := l.opts.MaxLateness
 	if allow <= 0 {

@@ -90,12 +90,18 @@ type Limiter struct {
 // node, Sentinel (redis.NewFailoverClient) or Cluster client.
 //
 // pacer needs a client that does not resend commands after a timeout
-// (MaxRetries -1: a resent reservation costs the fleet a slot) and that
-// honours context deadlines (ContextTimeoutEnabled). When rdb is not set up
-// that way, which go-redis's defaults are not, New makes a client of its own
-// from rdb's options with those two changes, and Close closes it; rdb itself
-// is left as it is (its hooks do not see pacer's calls). Other
-// redis.UniversalClient types are refused.
+// (MaxRetries -1: a resent reservation costs the fleet a slot), that
+// honours context deadlines (ContextTimeoutEnabled) and that dials once per
+// attempt (DialerRetries 1: go-redis's default, 5 dials 100 ms apart,
+// outlasts a call and turns a refused connection into a timeout). When rdb
+// is not set up that way, which go-redis's defaults are not, New makes a
+// client of its own from rdb's options with those three changes, and Close
+// closes it; rdb itself is left as it is. That client has none of rdb's
+// hooks (go-redis cannot list a client's hooks to copy them): hooks added
+// to rdb with AddHook (tracing, logging, metrics) never see pacer's calls.
+// To have them see pacer's calls, give New a client with MaxRetries -1,
+// ContextTimeoutEnabled true and DialerRetries 1: New then uses rdb
+// itself. Other redis.UniversalClient types are refused.
 //
 // New makes a first heartbeat (bounded by Options.CallTimeout) to learn the
 // fleet, warns when the server may evict pacer's keys, and starts a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/luastore"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 )
 
@@ -263,7 +264,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 		args := l.argsWith(l.clock.Now(), s, 2, shareArg, true)
 		args = append(args, h.floorArg(nowNS, 0, 0), "0")
 		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
-			return l.localError("reserve", ks.name, err)
+			return l.localError(names.OpReserve, ks.name, err)
 		}
 	}
 	state, _ := l.store.Get(rk)
@@ -387,18 +388,18 @@ func (l *Limiter) pauseLocal(ctx context.Context, key string, s *spec, d time.Du
 	ks := l.states.get(key)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	res, err := l.runLocal(ctx, "pause", ks, s, pauseScript, l.keys(key), args, shareArg)
+	res, err := l.runLocal(ctx, names.OpPause, ks, s, pauseScript, l.keys(key), args, shareArg)
 	if err != nil {
 		return err
 	}
 	reply, ok := res.([]any)
 	if !ok || len(reply) != 5 {
-		return replyError("pause", key, res)
+		return replyError(names.OpPause, key, res)
 	}
 	base, err1 := l.localBase(now, reply)
 	end, ok1 := reply[2].(int64)
 	if err1 != nil || !ok1 {
-		return replyError("pause", key, res)
+		return replyError(names.OpPause, key, res)
 	}
 	if end > 0 {
 		// Sleepers read it from the store (localPauseEnd); Redis is told
@@ -435,7 +436,11 @@ func (l *Limiter) adjustLocal(ctx context.Context, ks *keyState, r *Reservation,
 	if err != nil {
 		shareArg = "1" // a give-back takes no share
 	}
-	_, err = l.runLocal(ctx, "adjust", ks, r.spec, adjustScript, l.adjustKeys(r, actual), l.adjustArgs(r, r.localID, actual, shareArg, true), shareArg)
+	op := names.OpCancel
+	if actual != nil {
+		op = names.OpSettle
+	}
+	_, err = l.runLocal(ctx, op, ks, r.spec, adjustScript, l.adjustKeys(r, actual), l.adjustArgs(r, r.localID, actual, shareArg, true), shareArg)
 	return err
 }
 
@@ -551,7 +556,7 @@ var restoreScript = redis.NewScript(lua.Restore)
 // if Redis lost it with everything else of the key (see restore.lua).
 func (l *Limiter) restoreStored(ctx context.Context, key, stored string) {
 	k := l.RedisKey(key)
-	res, err := l.run(ctx, "restore", key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpRestore, key, func(ctx context.Context) (any, error) {
 		return restoreScript.Run(ctx, l.rdb, []string{k, k + ":limit", k + ":history"},
 			stored, "pacer "+l.id, historyKeep).Int()
 	}, nil)

@@ -1,6 +1,10 @@
 package reserve
 
-import "time"
+import (
+	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
+)
 
 // Metrics receives a Limiter's measurements. Implementations must be safe for
 // concurrent use and fast: they are called on every operation. Package
@@ -18,9 +22,13 @@ type Metrics interface {
 	// why is MovedPause (a pause came to cover its slot) or MovedLate (it
 	// woke more than Options.MaxLateness after its slot).
 	Moved(key string, why string)
-	// RedisCall is called after every call to Redis: the operation
-	// ("reserve", "lease", "adjust", "pause", "peek", "claim", "hold",
-	// "check", "heartbeat", "probe"), its duration and its error (nil on success).
+	// RedisCall is called after every call to Redis: the operation (one
+	// of a set the code fixes, never the input: "wait", "allow",
+	// "reserve", "settle", "cancel", "lease", "pause", "peek", "check",
+	// "claim", "hold", "restore", "heartbeat", "probe", "confirm",
+	// "config", and "adaptive" and "quota" from packages adaptive and
+	// pacehttp; docs/otel.md says what each is), its duration and its
+	// error (nil on success).
 	RedisCall(op string, d time.Duration, err error)
 	// Fallback is called on every switch: active is true when the Limiter
 	// starts pacing locally, false when it is back on Redis.
@@ -50,8 +58,8 @@ type FairMetrics interface {
 
 // Values of Metrics.Moved's why.
 const (
-	MovedPause = "pause"
-	MovedLate  = "late"
+	MovedPause = names.MovedPause
+	MovedLate  = names.MovedLate
 )
 
 type noMetrics struct{}

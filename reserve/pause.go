@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -63,7 +64,7 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	keys := l.keys(key)
 	sent := now
 	var sentReal time.Time
-	res, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpPause, key, func(ctx context.Context) (any, error) {
 		sent, sentReal = l.clock.Now(), time.Now()
 		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)
@@ -143,7 +144,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 				args = append(args, formatFloat(a))
 			}
 			keys := l.keys(key)
-			return l.run(ctx, "peek", key, func(ctx context.Context) (any, error) {
+			return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
 				return peekScript.Run(ctx, l.rdb, keys, args...).Result()
 			}, nil)
 		}
@@ -158,7 +159,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		ks := l.states.get(key)
 		ks.mu.Lock()
 		defer ks.mu.Unlock()
-		return l.runLocal(ctx, "peek", ks, s, peekScript, l.keys(key), args, shareArg)
+		return l.runLocal(ctx, names.OpPeek, ks, s, peekScript, l.keys(key), args, shareArg)
 	}
 	local := l.isDegraded() && !l.opts.FailClosed
 	res, err := run(local)
@@ -176,7 +177,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	}
 	reply, ok := res.([]any)
 	if !ok || len(reply) < 4 || (len(reply)-4)%4 != 0 {
-		return Snapshot{}, replyError("peek", key, res)
+		return Snapshot{}, replyError(names.OpPeek, key, res)
 	}
 	var base replyTime
 	if local {
@@ -187,7 +188,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	wait, ok1 := reply[2].(int64)
 	paused, ok2 := reply[3].(int64)
 	if err != nil || !ok1 || !ok2 {
-		return Snapshot{}, replyError("peek", key, res)
+		return Snapshot{}, replyError(names.OpPeek, key, res)
 	}
 	var bands []bandPeek
 	for i := 4; i < len(reply); i += 4 {
@@ -197,7 +198,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		end, ok4 := reply[i+3].(int64)
 		v, perr := strconv.ParseFloat(value, 64)
 		if !ok1 || !ok2 || !ok3 || !ok4 || perr != nil {
-			return Snapshot{}, replyError("peek", key, res)
+			return Snapshot{}, replyError(names.OpPeek, key, res)
 		}
 		bands = append(bands, bandPeek{name: name, value: v, waitNS: bw, endNS: end})
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // The key's pause, as this Limiter knows it, is the pause of the state
@@ -153,7 +154,7 @@ func (ks *keyState) ownEnd(redisEnd, nowNS, slotNS int64) (int64, *spec, bool) {
 
 // getState reads key's state: one GET ("" if none).
 func (l *Limiter) getState(ctx context.Context, key string) (string, error) {
-	res, err := l.run(ctx, "check", key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpCheck, key, func(ctx context.Context) (any, error) {
 		v, err := l.rdb.Get(ctx, l.RedisKey(key)).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil

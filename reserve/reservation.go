@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -128,7 +129,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case settled:
 		return fmt.Errorf("reserve: cancel %q: %w (settled)", r.key, ErrDone)
 	}
-	if err := r.adjust(ctx, "cancel", nil); err != nil {
+	if err := r.adjust(ctx, names.OpCancel, nil); err != nil {
 		return err
 	}
 	r.state = canceled
@@ -169,7 +170,7 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 		}
 		amounts[i] = v
 	}
-	if err := r.adjust(ctx, "settle", amounts); err != nil {
+	if err := r.adjust(ctx, names.OpSettle, amounts); err != nil {
 		return err
 	}
 	r.amounts = amounts
@@ -226,9 +227,9 @@ func (r *Reservation) id() string {
 // adjustArgs are adjust.lua's ARGV for the reservation id of r's key, slot
 // and amounts at share; actual nil cancels.
 func (l *Limiter) adjustArgs(r *Reservation, id string, actual []float64, share string, local bool) []any {
-	op := "cancel"
+	op := names.OpCancel
 	if actual != nil {
-		op = "settle"
+		op = names.OpSettle
 	}
 	args := l.argsWith(l.clock.Now(), r.spec, 4+2*len(r.amounts), share, local)
 	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), id)
@@ -265,9 +266,9 @@ func (l *Limiter) adjustKeys(r *Reservation, actual []float64) []string {
 // the key's state knows of it from then on.
 func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float64) error {
 	l := r.lim
-	op := "cancel"
+	op := names.OpCancel
 	if actual != nil {
-		op = "settle"
+		op = names.OpSettle
 	}
 	share, _ := l.shareArg()
 	args, keys := l.adjustArgs(r, id, actual, share, false), l.adjustKeys(r, actual)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,7 +19,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 	if err != nil {
 		return nil, err
 	}
-	return l.reserve(ctx, "reserve", key, s, amounts, nil, -1)
+	return l.reserve(ctx, names.OpReserve, key, s, amounts, nil, -1)
 }
 
 // ReserveN reserves req's cost on its key and returns the reservation,
@@ -39,7 +40,7 @@ func (l *Limiter) ReserveN(ctx context.Context, req Request) (*Reservation, erro
 	if err != nil {
 		return nil, err
 	}
-	return l.reserve(ctx, "reserve", req.Key, s, amounts, f, -1)
+	return l.reserve(ctx, names.OpReserve, req.Key, s, amounts, f, -1)
 }
 
 // TryReserveN is ReserveN, except that when the wait would be longer than
@@ -56,7 +57,7 @@ func (l *Limiter) TryReserveN(ctx context.Context, req Request, maxWait time.Dur
 	if maxWait < 0 {
 		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
 	}
-	return l.reserve(ctx, "reserve", req.Key, s, amounts, f, maxWait)
+	return l.reserve(ctx, names.OpReserve, req.Key, s, amounts, f, maxWait)
 }
 
 // Allow is AllowN(ctx, Single(key, lim, 1)).
@@ -82,7 +83,7 @@ func (l *Limiter) AllowN(ctx context.Context, req Request) (bool, error) {
 }
 
 func (l *Limiter) allow(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) (bool, error) {
-	_, err := l.reserve(ctx, "allow", key, s, amounts, f, 0)
+	_, err := l.reserve(ctx, names.OpAllow, key, s, amounts, f, 0)
 	var tooLong *WaitTooLongError
 	if errors.As(err, &tooLong) {
 		// Not free now: no permit, or no share to take one from

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // Stage 2 of a call's way (see wait.go): running a batch. One reserve.lua
@@ -254,7 +256,7 @@ func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor stri
 	args = append(args, floor, "0")
 	keys := l.keys(key, ":shadow")
 	var sent time.Time
-	res, err := l.run(ctx, "reserve", key, func(ctx context.Context) (any, error) {
+	res, err := l.run(ctx, names.OpReserve, key, func(ctx context.Context) (any, error) {
 		sent = time.Now()
 		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
 	}, nil)

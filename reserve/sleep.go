@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // Stage 4 of a call's way (see wait.go): sleeping and redeeming.
@@ -162,7 +164,7 @@ func (r *Reservation) move(ctx context.Context) error {
 	r.mu.Lock()
 	amounts := r.amounts
 	r.mu.Unlock()
-	n, err := l.reserve(ctx, "reserve", r.key, r.spec, amounts, nil, maxWait)
+	n, err := l.reserve(ctx, names.OpReserve, r.key, r.spec, amounts, nil, maxWait)
 	if l.opts.Logger.Enabled(ctx, slog.LevelDebug) {
 		r.mu.Lock()
 		from, seq := r.slotNS, r.seq

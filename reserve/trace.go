@@ -3,6 +3,8 @@ package reserve
 import (
 	"context"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // A Source says what granted a reservation's slot.
@@ -23,24 +25,24 @@ const (
 func (s Source) String() string {
 	switch s {
 	case SourceLocal:
-		return "local"
+		return names.SourceLocal
 	case SourceLease:
-		return "lease"
+		return names.SourceLease
 	}
-	return "redis"
+	return names.SourceRedis
 }
 
 // PauseBinding is the binding band named when a pause set a slot
 // (Reservation.Band, WaitTooLongError.Band, Snapshot.Binding): the first
 // slot after the pause was free in every band. Band names are made of
 // letters, digits, '.', '_' and '-', so no band is called that.
-const PauseBinding = "(pause)"
+const PauseBinding = names.BandPause
 
 // TurnBinding is the binding band a fair request's refusal names when its
 // turn in the fair queue (Request.Tenant, Request.Lane) cannot come within
 // its maximum wait: the other tenants' and lanes' requests ahead of it, not
 // a band, made the wait.
-const TurnBinding = "(turn)"
+const TurnBinding = names.BandTurn
 
 // OutageBinding is the binding band a refusal names when Redis is
 // unavailable and this Limiter has no share of the limit to pace on
@@ -48,7 +50,7 @@ const TurnBinding = "(turn)"
 // the fleet just before the outage): its maximum wait passed before Redis
 // answered. Its Wait is then only the soonest it may have one. A caller with no maximum (Wait,
 // WaitN, ReserveN) waits for Redis instead.
-const OutageBinding = "(outage)"
+const OutageBinding = names.BandOutage
 
 // A Grant is one reservation granted, as GrantMetrics receives it.
 type Grant struct {

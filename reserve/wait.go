@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/names"
 )
 
 // The way of a call, top-down (docs/design.md, "The way of a call"). Wait,
@@ -26,11 +28,13 @@ import (
 
 // Wait is WaitN(ctx, Single(key, lim, 1)): what most callers want.
 func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
+	ctx, tr := l.startWait(ctx, key)
 	s, amounts, err := l.single(key, lim, 1)
-	if err != nil {
-		return err
+	var late time.Duration
+	if err == nil {
+		late, err = l.waitFor(ctx, key, s, amounts, nil, tr)
 	}
-	return l.wait(ctx, key, s, amounts, nil)
+	return endWait(tr, err, late)
 }
 
 // WaitN reserves req's cost (see ReserveN) and sleeps until its slot (see
@@ -48,21 +52,29 @@ func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
 // for its slot; with a deadline it fails once its turn cannot come before
 // the deadline.
 func (l *Limiter) WaitN(ctx context.Context, req Request) error {
+	ctx, tr := l.startWait(ctx, req.Key)
 	s, amounts, f, err := l.check(req)
-	if err != nil {
-		return err
+	var late time.Duration
+	if err == nil {
+		late, err = l.waitFor(ctx, req.Key, s, amounts, f, tr)
 	}
-	return l.wait(ctx, req.Key, s, amounts, f)
+	return endWait(tr, err, late)
 }
 
-func (l *Limiter) wait(ctx context.Context, key string, s *spec, amounts []float64, f *fairness) error {
+// startWait starts the Wait's trace, before its input is checked: a Wait
+// refused for bad input is traced too (nil: no Tracer).
+func (l *Limiter) startWait(ctx context.Context, key string) (context.Context, WaitTrace) {
 	if l.opts.Tracer == nil {
-		_, err := l.waitFor(ctx, key, s, amounts, f, nil)
-		return err
+		return ctx, nil
 	}
-	ctx, tr := l.opts.Tracer.StartWait(ctx, key)
-	late, err := l.waitFor(ctx, key, s, amounts, f, tr)
-	tr.End(err, late)
+	return l.opts.Tracer.StartWait(ctx, key)
+}
+
+// endWait ends tr, if any, with the Wait's outcome, and returns err.
+func endWait(tr WaitTrace, err error, late time.Duration) error {
+	if tr != nil {
+		tr.End(err, late)
+	}
 	return err
 }
 
@@ -84,7 +96,7 @@ func (l *Limiter) waitFor(ctx context.Context, key string, s *spec, amounts []fl
 			return 0, fmt.Errorf("reserve: wait %q: %w", key, context.DeadlineExceeded)
 		}
 	}
-	r, err := l.reserve(ctx, "wait", key, s, amounts, f, maxWait)
+	r, err := l.reserve(ctx, names.OpWait, key, s, amounts, f, maxWait)
 	if err != nil {
 		var tooLong *WaitTooLongError
 		if errors.As(err, &tooLong) {

@@ -175,6 +175,11 @@ func TestBadInput(t *testing.T) {
 		{name: "weight unset extra", args: []string{"weight", "api", "acme", "2", "--unset", "--reason", "x"}, code: usage, stderr: `weight: unexpected argument "2"`},
 		{name: "history without key", args: []string{"history"}, code: usage, stderr: `history: missing KEY`},
 		{name: "history extra", args: []string{"history", "api", "more"}, code: usage, stderr: `history: unexpected argument "more"`},
+		{name: "history of the fleet's name", args: []string{"history", "limiters"}, code: usage, stderr: `history: key "limiters": admin: reserve: the key "limiters" is reserved for the fleet's records`},
+		{name: "status of the fleet's name", args: []string{"status", "limiters"}, code: usage, stderr: `status: key "limiters": admin: reserve: the key "limiters" is reserved`},
+		{name: "pause the fleet's name", args: []string{"pause", "limiters", "10s", "--reason", "x"}, code: usage, stderr: `pause: key "limiters": admin: reserve: the key "limiters" is reserved`},
+		{name: "set the fleet's name", args: set("limiters", "1", "1"), code: usage, stderr: `set: key "limiters": admin: reserve: the key "limiters" is reserved`},
+		{name: "weight the fleet's name", args: []string{"weight", "limiters", "acme", "2", "--reason", "x"}, code: usage, stderr: `weight: key "limiters": admin: reserve: the key "limiters" is reserved`},
 
 		{name: "web extra argument", args: []string{"web", "a*", "b"}, code: usage, stderr: `web: unexpected argument "b"`},
 		{name: "web unknown flag", args: []string{"web", "-port", "80"}, code: usage, stderr: `web: flag provided but not defined: -port`},

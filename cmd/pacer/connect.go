@@ -102,6 +102,10 @@ func (c *cli) keyError(op, key string, err error) error {
 		return wrapped{fmt.Sprintf("%s: key %q is not pacer's: Redis key %q (or one beside it) holds a value of another type or format", op, key, c.redisKey(key)), err}
 	case errors.Is(err, reserve.ErrUnavailable):
 		return fmt.Errorf("%s: key %q: Redis at %s failed: %w", op, key, c.addr, err)
+	case errors.Is(err, reserve.ErrReservedKey), errors.Is(err, reserve.ErrEmptyKey):
+		// admin refused the name before sending anything: a bad command
+		// line (exit 2, and 400 from pacer web).
+		return &usageError{msg: fmt.Sprintf("%s: key %q: %v", op, key, err), err: err}
 	}
 	return fmt.Errorf("%s: key %q: %w", op, key, err)
 }

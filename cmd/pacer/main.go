@@ -35,9 +35,13 @@ const (
 )
 
 // usageError is a bad command line, found before anything reaches Redis.
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	err error // the error it says in its words, if any
+}
 
 func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return e.err }
 
 func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -271,7 +272,7 @@ func bindingText(st admin.KeyStatus) string {
 	case "":
 		return "none (a call of one unit would not wait)"
 	case reserve.PauseBinding:
-		return fmt.Sprintf("the pause: frees in %v", human(st.Frees))
+		return fmt.Sprintf("%s (the key's pause): frees in %v", names.BandPause, human(st.Frees))
 	}
 	return fmt.Sprintf("band %s: frees in %v", clean(st.Binding), human(st.Frees))
 }
@@ -282,7 +283,7 @@ func bindingShort(st admin.KeyStatus) string {
 	case "":
 		return "-"
 	case reserve.PauseBinding:
-		return fmt.Sprintf("pause %v", human(st.Frees))
+		return fmt.Sprintf("%s %v", names.BandPause, human(st.Frees))
 	}
 	return fmt.Sprintf("%s %v", clean(st.Binding), human(st.Frees))
 }
@@ -381,7 +382,7 @@ func bandText(b admin.BandStatus, unit string) string {
 func writeFleet(b *strings.Builder, fleet []admin.Member, now time.Time) {
 	local := 0
 	for _, m := range fleet {
-		if m.Mode == "local" {
+		if m.Mode == names.ModeLocal {
 			local++
 		}
 	}
@@ -396,7 +397,7 @@ func writeFleet(b *strings.Builder, fleet []admin.Member, now time.Time) {
 	}
 	for _, m := range fleet {
 		mode := clean(m.Mode)
-		if m.Mode == "local" {
+		if m.Mode == names.ModeLocal {
 			mode = "local (pacing locally: Redis unavailable to it)"
 		}
 		since := "unknown"

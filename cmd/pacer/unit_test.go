@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/names"
+	"github.com/pacer-go/pacer/reserve"
 )
 
 func TestAdmissions(t *testing.T) {
@@ -187,5 +189,26 @@ func TestWriteTenants(t *testing.T) {
 	writeTenants(line, admin.KeyStatus{})
 	if b.String() != "" {
 		t.Errorf("writeTenants of a key with no tenants: %q, want nothing", b.String())
+	}
+}
+
+// TestBindingNames: status and watch name the pause's band as every other
+// surface does (names.BandPause, reserve.PauseBinding: the metrics' band,
+// spans, errors, pacer web's binding), so that it reads apart from a band
+// named "pause".
+func TestBindingNames(t *testing.T) {
+	paused := admin.KeyStatus{Binding: reserve.PauseBinding, Frees: time.Minute}
+	band := admin.KeyStatus{Binding: "pause", Frees: time.Minute}
+	if got := bindingShort(paused); got != names.BandPause+" 1m0s" {
+		t.Errorf("bindingShort(the pause) = %q", got)
+	}
+	if got := bindingText(paused); !strings.HasPrefix(got, names.BandPause+" ") {
+		t.Errorf("bindingText(the pause) = %q, want it to start %q", got, names.BandPause)
+	}
+	if bindingShort(band) == bindingShort(paused) || bindingText(band) == bindingText(paused) {
+		t.Errorf("a band named pause reads as the pause: %q, %q", bindingShort(band), bindingText(band))
+	}
+	if !strings.Contains(legend, names.BandPause) {
+		t.Errorf("watch's legend %q does not name %q", legend, names.BandPause)
 	}
 }

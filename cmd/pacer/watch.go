@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 	"golang.org/x/term"
 )
@@ -221,7 +222,7 @@ func rateOf(pol reserve.Policy) float64 {
 
 // legend says what the columns count.
 const legend = "GRANTED/s: slots granted per second (reservations), not calls sent; QUEUE: the time to the last slot granted; " +
-	"BINDING: what a call of one unit waits for now (a band, or the pause), and when it frees\n"
+	"BINDING: what a call of one unit waits for now (a band, or " + names.BandPause + " for the key's pause), and when it frees\n"
 
 // renderFrame draws f: a header, one line per key, the legend, the
 // fleet's line.
@@ -280,7 +281,7 @@ func fleetLine(fleet []admin.Member, now time.Time) string {
 	var local []string
 	heard := fleet[0].Heard // Fleet lists the most recently heard first
 	for _, m := range fleet {
-		if m.Mode == "local" {
+		if m.Mode == names.ModeLocal {
 			local = append(local, fmt.Sprintf("%s since %s", clean(m.ID), ago(now, m.Since)))
 		}
 	}

@@ -537,3 +537,33 @@ func TestWebOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestWebBadRequests: requests a client got wrong are answered 4xx, never
+// 500 or 409: a static path that is not UTF-8, and the fleet's own name
+// ("limiters", reserve.ErrReservedKey) as a key, read or changed.
+func TestWebBadRequests(t *testing.T) {
+	f := newFixture(t)
+	w := f.web(webOptions{write: true, token: webToken})
+	for _, path := range []string{"/static/%ff", "/static/app.js%ff", "/static/%c3%28", "/static/nothing.js"} {
+		if code, body := w.do("GET", path, "", ""); code != http.StatusNotFound {
+			t.Errorf("GET %s = %d %.200s, want 404", path, code, body)
+		}
+	}
+	before := f.snapshot()
+	for _, tt := range []struct{ method, path, body string }{
+		{"GET", "/api/history?key=limiters", ""},
+		{"POST", "/api/pause", `{"key":"limiters","duration":"10s","who":"ops","reason":"x"}`},
+		{"POST", "/api/resume", `{"key":"limiters","who":"ops","reason":"x"}`},
+		{"POST", "/api/set", `{"key":"limiters","rate":"1","burst":"1","who":"ops","reason":"x"}`},
+	} {
+		code, body := w.do(tt.method, tt.path, tt.body, webToken)
+		var e struct{ Error string }
+		_ = json.Unmarshal([]byte(body), &e)
+		if code != http.StatusBadRequest || !strings.Contains(e.Error, `the key "limiters" is reserved for the fleet's records`) {
+			t.Errorf("%s %s = %d %s, want 400 naming the reserved key", tt.method, tt.path, code, body)
+		}
+	}
+	if after := f.snapshot(); !maps.Equal(before, after) {
+		t.Errorf("the reserved key's requests changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}

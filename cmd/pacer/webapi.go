@@ -94,13 +94,26 @@ func (s *webServer) handler() http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		_, _ = w.Write(index)
 	})
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(notFoundFS{static})))
 	mux.HandleFunc("GET /api/status", s.status)
 	mux.HandleFunc("GET /api/history", s.history)
 	mux.HandleFunc("POST /api/set", s.change("set", s.set))
 	mux.HandleFunc("POST /api/pause", s.change("pause", s.pause))
 	mux.HandleFunc("POST /api/resume", s.change("resume", s.resume))
 	return s.guard(mux)
+}
+
+// notFoundFS is the page's files, where a name no file could have (not
+// UTF-8, say: embed.FS answers fs.ErrInvalid, which http.FileServerFS
+// makes a 500) is not found, a 404 as any other.
+type notFoundFS struct{ fs.FS }
+
+func (f notFoundFS) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if errors.Is(err, fs.ErrInvalid) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return file, err
 }
 
 // guard sets the headers every answer carries and, unless -expose, refuses
