@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import redis
 
@@ -167,6 +167,7 @@ class Limiter:
         self._fallback = local_fallback and localstore.AVAILABLE
         if local_fallback and not localstore.AVAILABLE:
             log.warning("pacer: lupa is not installed: while Redis is unavailable, callers wait for it")
+        self._probed = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
@@ -217,21 +218,26 @@ class Limiter:
 
     def wait(self, key: str, policy: Policy, cost: float | Mapping[str, float] = 1,
              timeout: float | None = None) -> Reservation:
-        """Reserves a slot and sleeps until it; never returns inside a pause
-        made meanwhile (it reads the key's state before it returns, and
-        takes a fresh slot if a pause covers its own). ``timeout`` as
-        reserve's ``max_wait``."""
-        end = None if timeout is None else time.monotonic() + timeout
+        """Reserves a slot and sleeps until it (see sleep). ``timeout`` as
+        reserve's ``max_wait``: WaitTooLong if the slot is further off."""
+        r = self.reserve(key, policy, cost, max_wait=timeout)
+        return self.sleep(r, None if timeout is None else time.monotonic() + timeout)
+
+    def sleep(self, r: Reservation, until: float | None = None) -> Reservation:
+        """Sleeps until r's slot, and never returns inside a pause made
+        meanwhile: it reads the key's state before it returns, and if a
+        pause covers the slot, cancels r and takes a fresh slot (docs/
+        protocol.md, Pause). Returns the reservation it returned at.
+        ``until`` (time.monotonic()) bounds a fresh slot's wait."""
         while True:
-            left = None if end is None else max(0.0, end - time.monotonic())
-            r = self.reserve(key, policy, cost, max_wait=left)
-            time.sleep(r.delay())
             while r.delay() > 0:
                 time.sleep(r.delay())
             pause = self._pause_end(r)
             if pause is None or pause <= r.slot_ns:
                 return r
             self.cancel(r)
+            left = None if until is None else max(0.0, until - time.monotonic())
+            r = self.reserve(r.key, r.policy, dict(zip(r.policy.units, r.costs)), max_wait=left)
 
     def cancel(self, r: Reservation) -> bool:
         """Gives back what later reservations have not built on (docs/
@@ -497,11 +503,13 @@ class Limiter:
                 log.exception("pacer: heartbeat")
 
     def _probe(self) -> None:
-        """While local: a heartbeat now (also the way back to Redis)."""
-        if self.is_local and self._thread is not None:
-            return  # the heartbeat thread probes
-        if self.is_local:
-            self._beat()
+        """While local and waiting for Redis: a heartbeat now (the way back
+        to Redis), at most every 100 ms."""
+        with self._lock:
+            if not self._local or time.monotonic() - self._probed < 0.1:
+                return
+            self._probed = time.monotonic()
+        self._beat()
 
     # -------------------------------------------------------------- local
 
@@ -653,10 +661,4 @@ class _NoShare(Exception):
     members' fleet is held): treated as Redis unavailable."""
 
 
-def wait(client: redis.Redis, key: str, limit: Policy, **kw: Any) -> Reservation:
-    """A one-off ``Limiter(client, heartbeat=False).wait(key, limit)``."""
-    return Limiter(client, heartbeat=False).wait(key, limit, **kw)
 
-
-__all__ = ["Limiter", "Limit", "Policy", "Reservation", "Unavailable", "WaitTooLong", "Refused", "wait"]
-_ = Callable

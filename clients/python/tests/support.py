@@ -45,11 +45,11 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        log = open(os.path.join(self.dir, "log"), "ab")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
-            stdout=log, stderr=subprocess.STDOUT)
+        with open(os.path.join(self.dir, "log"), "ab") as log:
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", self.dir],
+                stdout=log, stderr=subprocess.STDOUT)
         c = redis.Redis(port=self.port, socket_timeout=1)
         for _ in range(200):
             try:
