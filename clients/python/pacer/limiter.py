@@ -141,6 +141,8 @@ class Limiter:
         self.id = limiter_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.interval = float(heartbeat_interval)
         self._lock = threading.RLock()
+        # The fallback's lock: local grants and the handback, one at a time.
+        self._handback_lock = threading.RLock()
         self._keys: dict[str, _Key] = {}
         self._format = 1  # the state format to write ("Versions"): 1 until told 2
         # The fleet ("Heartbeat"): n members, this one's rank, the held
@@ -197,16 +199,19 @@ class Limiter:
             with self._lock:
                 local = self._local
             r: Reservation | None = None
-            if not local:
-                try:
-                    return self._reserve_redis(key, k, policy, costs, max_us)
-                except _NoShare:
-                    pass
-                except UNAVAILABLE as e:
-                    self._go_local(f"{type(e).__name__}: {e}")
+            try:
+                if not local:
+                    try:
+                        return self._reserve_redis(key, k, policy, costs, max_us)
+                    except _NoShare:
+                        pass
+                    except UNAVAILABLE as e:
+                        self._go_local(f"{type(e).__name__}: {e}")
+                        r = self._reserve_local(key, k, policy, costs, max_us)
+                else:
                     r = self._reserve_local(key, k, policy, costs, max_us)
-            else:
-                r = self._reserve_local(key, k, policy, costs, max_us)
+            except _Back:
+                continue  # back on Redis meanwhile
             if r is not None:
                 return r
             # No local share now: wait for Redis.
@@ -224,20 +229,36 @@ class Limiter:
         return self.sleep(r, None if timeout is None else time.monotonic() + timeout)
 
     def sleep(self, r: Reservation, until: float | None = None) -> Reservation:
-        """Sleeps until r's slot, and never returns inside a pause made
-        meanwhile: it reads the key's state before it returns, and if a
-        pause covers the slot, cancels r and takes a fresh slot (docs/
-        protocol.md, Pause). Returns the reservation it returned at.
-        ``until`` (time.monotonic()) bounds a fresh slot's wait."""
+        """Sleeps until r's slot, and returns the reservation the caller may
+        use now. It never returns inside a pause made meanwhile: just
+        before the slot it reads the key's state, and if a pause covers the
+        slot it cancels r and takes a fresh slot (docs/protocol.md, Pause).
+        Nor does it return much later than the slot: a sleeper that wakes
+        more than half its fastest bucket's spacing late (at least 1 ms: a
+        stalled process) takes a fresh slot instead, once, rather than fire
+        together with callers that are on time. ``until``
+        (time.monotonic()) bounds a fresh slot's wait (WaitTooLong)."""
+        moved = False
         while True:
+            if r.delay() > _PRECHECK:
+                time.sleep(r.delay() - _PRECHECK)
+            pause = self._pause_end(r)
+            if pause is not None and pause > r.slot_ns:
+                r = self._again(r, until)
+                continue
             while r.delay() > 0:
                 time.sleep(r.delay())
-            pause = self._pause_end(r)
-            if pause is None or pause <= r.slot_ns:
-                return r
-            self.cancel(r)
-            left = None if until is None else max(0.0, until - time.monotonic())
-            r = self.reserve(r.key, r.policy, dict(zip(r.policy.units, r.costs)), max_wait=left)
+            if not moved and time.monotonic() - r.deadline > _max_lateness(r):
+                moved = True
+                r = self._again(r, until)
+                continue
+            return r
+
+    def _again(self, r: Reservation, until: float | None) -> Reservation:
+        """Cancels r and reserves the same again."""
+        self.cancel(r)
+        left = None if until is None else max(0.0, until - time.monotonic())
+        return self.reserve(r.key, r.policy, dict(zip(r.policy.units, r.costs)), max_wait=left)
 
     def cancel(self, r: Reservation) -> bool:
         """Gives back what later reservations have not built on (docs/
@@ -264,21 +285,25 @@ class Limiter:
         if not local:
             try:
                 v = self.scripts.run(self.redis, "Pause", keys,
-                                     protocol.common_args(self._share(), policy, fmt=self._format) + [str(d_us)])
+                                     protocol.common_args(self._share() or "1", policy, fmt=self._format) + [str(d_us)])
                 assert isinstance(v, list)
                 self._saw(key, str(v[-1]), "", None)
                 return int(v[2])  # type: ignore[arg-type]
             except UNAVAILABLE as e:
                 self._go_local(f"{type(e).__name__}: {e}")
-        store = self._seed(key, k)
-        if store is None:
-            raise Unavailable("pacer: Redis is unavailable and the local fallback cannot pause (no lupa)")
-        v = self.scripts.run(store, "Pause", keys, protocol.common_args(self._local_share or "1", policy, fmt=2) + [str(d_us)])
-        assert isinstance(v, list)
-        with self._lock:
-            st = self._keys[key]
-            st.local_pause_ns = max(st.local_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
-        return int(v[2])  # type: ignore[arg-type]
+        with self._handback_lock:
+            if not self.is_local:
+                return self.pause(key, seconds, policy)  # back on Redis meanwhile
+            store = self._seed(key, k)
+            if store is None:
+                raise Unavailable("pacer: Redis is unavailable and the local fallback cannot pause (no lupa)")
+            v = self.scripts.run(store, "Pause", keys,
+                                 protocol.common_args(self._local_share or "1", policy, fmt=2) + [str(d_us)])
+            assert isinstance(v, list)
+            with self._lock:
+                st = self._keys[key]
+                st.local_pause_ns = max(st.local_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
+            return int(v[2])  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Stops the heartbeat and leaves the fleet."""
@@ -550,6 +575,15 @@ class Limiter:
             return store
 
     def _reserve_local(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation | None:
+        """A reservation on the store, or None when there is no local share
+        now. One at a time with the handback (_come_back), so that every
+        slot the store grants is handed back: _Back once on Redis again."""
+        with self._handback_lock:
+            if not self.is_local:
+                raise _Back()
+            return self._reserve_store(key, k, policy, costs, max_us)
+
+    def _reserve_store(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation | None:
         with self._lock:
             share = self._local_share
             if share is None and self._learned is False and self._hint:
@@ -591,6 +625,10 @@ class Limiter:
     def _come_back(self) -> None:
         """Redis answers again: hand back what the store granted (Reserve's
         floor, a pause), the adjustments kept, then pace on Redis."""
+        with self._handback_lock:
+            self._come_back_locked()
+
+    def _come_back_locked(self) -> None:
         with self._lock:
             if not self._local:
                 return
@@ -654,6 +692,22 @@ class Limiter:
         if parts == ["0"]:
             return ""
         return " ".join(parts)
+
+
+#: How long before its slot a sleeper reads the key's state for a pause.
+_PRECHECK = 0.002
+
+
+def _max_lateness(r: Reservation) -> float:
+    """How late after its slot a caller may wake and still use it: half the
+    spacing of the fastest bucket its cost charges, at least 1 ms."""
+    spacings = [c / b.rate for b in r.policy.bands if isinstance(b, protocol.Bucket)
+                for u, c in zip(r.policy.units, r.costs) if u == b.unit and c > 0]
+    return max(0.001, min(spacings, default=0.0) / 2)
+
+
+class _Back(Exception):
+    """The Limiter is back on Redis: the call goes there."""
 
 
 class _NoShare(Exception):
