@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import redis
 
 from . import localstore, protocol
-from .protocol import Limit, PacerError, Policy
+from .protocol import PacerError, Policy
 
 log = logging.getLogger("pacer")
 
@@ -30,8 +30,8 @@ UNAVAILABLE = (
     redis.exceptions.ReadOnlyError,
 )
 
-#: A pause read from the state is in force until its end; a caller never
-#: fires into one.
+#: Reserve's refusals (seq): the queue would be over 30 years long; a window
+#: band can never take the cost at this share.
 _QUEUE_TOO_LONG, _NEVER = -1, -2
 
 
