@@ -423,11 +423,27 @@ func (r *Result) ArrivalsInPause(grace time.Duration) int {
 
 // Busiest is the most calls (and tokens) the provider saw in any window of w.
 func (r *Result) Busiest(w time.Duration) (calls, tokens int) {
+	return busiest(r.Arrivals, w)
+}
+
+// BusiestIn is Busiest over the calls that arrived in [from, to) after
+// the start.
+func (r *Result) BusiestIn(w, from, to time.Duration) (calls, tokens int) {
+	var in []provider.Use
+	for _, a := range r.Arrivals {
+		if d := a.At.Sub(r.Start); d >= from && d < to {
+			in = append(in, a)
+		}
+	}
+	return busiest(in, w)
+}
+
+func busiest(uses []provider.Use, w time.Duration) (calls, tokens int) {
 	j, tok := 0, 0
-	for i, a := range r.Arrivals {
+	for i, a := range uses {
 		tok += a.Tokens
-		for r.Arrivals[j].At.Add(w).Compare(a.At) <= 0 {
-			tok -= r.Arrivals[j].Tokens
+		for uses[j].At.Add(w).Compare(a.At) <= 0 {
+			tok -= uses[j].Tokens
 			j++
 		}
 		calls, tokens = max(calls, i-j+1), max(tokens, tok)

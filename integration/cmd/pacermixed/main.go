@@ -73,6 +73,18 @@ func report(r *mixed.Result) int {
 		fmt.Printf(" (%d tokens)", t1s)
 	}
 	fmt.Println()
+	if c.StopAt > 0 {
+		for _, ph := range []struct {
+			name     string
+			from, to time.Duration
+		}{
+			{"on Redis", 0, c.StopAt}, {"Redis down", c.StopAt, c.RestartAt}, {"back on Redis", c.RestartAt, c.PauseAt},
+			{"after the pause", c.PauseAt + c.PauseFor, c.Length},
+		} {
+			n, _ := r.BusiestIn(100*time.Millisecond, ph.from, ph.to)
+			fmt.Printf("  busiest 100 ms %s [%v, %v): %d calls\n", ph.name, ph.from, ph.to, n)
+		}
+	}
 	fmt.Printf("the busiest 100 ms of fire times, by process: %v\n", r.BusiestFires(100*time.Millisecond))
 	per := r.PerSecond()
 	cells := make([]string, len(per))
