@@ -24,7 +24,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -232,11 +234,11 @@ func (r *recorder) check() {
 		var e caseTest
 		_ = json.Unmarshal(got, &e)
 		all[t.Name()] = e
-		b, err := json.MarshalIndent(all, "", " ")
+		b, err := casesJSON(all)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(casesFile, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(casesFile, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -249,4 +251,49 @@ func (r *recorder) check() {
 	if !bytes.Equal(got, w) {
 		t.Errorf("%s's entry %s is out of date (clients in other languages replay it): run go test ./lua -run 'Conformance|ProtocolDoc' -update-cases", casesFile, t.Name())
 	}
+}
+
+// casesJSON writes the file: one call and one state a line, so that a
+// change shows as the lines it changes.
+func casesJSON(all map[string]caseTest) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("{\n")
+	for i, name := range slices.Sorted(maps.Keys(all)) {
+		e := all[name]
+		n, _ := json.Marshal(name)
+		fmt.Fprintf(&b, "%s: {\"calls\": [\n", n)
+		for j, c := range e.Calls {
+			line, err := json.Marshal(c)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(line)
+			if j < len(e.Calls)-1 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('\n')
+		}
+		b.WriteString("], \"states\": {\n")
+		texts := slices.Sorted(maps.Keys(e.States))
+		for j, text := range texts {
+			k, _ := json.Marshal(text)
+			v, err := json.Marshal(e.States[text])
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(&b, "%s: %s", k, v)
+			if j < len(texts)-1 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('\n')
+		}
+		b.WriteString("}}")
+		if i < len(all)-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("}\n")
+	var check map[string]caseTest
+	return b.Bytes(), json.Unmarshal(b.Bytes(), &check)
 }
