@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -59,8 +60,18 @@ class Server:
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not start")
 
+    def freeze(self) -> None:
+        """SIGSTOP: connections hang (a client times out), data stays."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait()
             self.proc = None

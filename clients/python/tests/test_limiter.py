@@ -215,6 +215,34 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local)
         self.assertGreater(r.slot_ns, local[-1].slot_ns, "Redis granted again what the store had granted")
 
+    def test_restart_between_calls(self) -> None:
+        """Redis restarted empty between two calls: the slots it granted
+        are not granted again (Reserve's lost horizon, "!<h2_us>:<seq>")."""
+        a = self.limiter("a")
+        before = [a.reserve("k", Limit(10, 1)) for _ in range(5)]  # up to 400 ms ahead
+        self.srv.stop()
+        self.srv.start()
+        r = a.reserve("k", Limit(10, 1))
+        self.assertFalse(r.local)
+        self.assertGreaterEqual(r.slot_ns - before[-1].slot_ns, 100 * MS, "a slot Redis granted before it restarted, again")
+
+    def test_cancel_while_redis_hangs(self) -> None:
+        """A cancel of Redis's reservation made while Redis does not answer
+        is made on Redis when it answers again."""
+        a = self.limiter("a")
+        rs = [a.reserve("k", Limit(1, 1)) for _ in range(3)]  # 0, 1 s, 2 s
+        self.srv.freeze()
+        try:
+            self.assertTrue(a.cancel(rs[2]))  # times out: kept for Redis
+            self.assertTrue(a.is_local)
+        finally:
+            self.srv.thaw()
+        a._beat()  # back: the cancel goes to Redis
+        self.assertFalse(a.is_local)
+        self.assertEqual(self.c.get("pacer:{k}:done"), str(rs[2].seq).encode())
+        r = a.reserve("k", Limit(1, 1))
+        self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
