@@ -243,6 +243,34 @@ class FallbackTest(unittest.TestCase):
         r = a.reserve("k", Limit(1, 1))
         self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
 
+    def test_handback_of_windows_pauses_and_stored_limits(self) -> None:
+        """Locally: the stored limit Redis showed, at the share; back on a
+        Redis restarted empty, the window units and the pause the store
+        granted are handed back."""
+        a = self.limiter("a")
+        k = "pacer:{w}"
+        a.scripts.run(self.c, "Admin", [k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"],
+                      ["set", "enforce 1 rps requests b 5 1", "test", "", "50", ""])
+        pol = Policy((Bucket("rps", 10, 1, "requests"), Window("day", 1000, 86_400_000_000, 0, "requests")))
+        a.reserve("w", pol, {"requests": 1})
+        self.srv.stop()
+        local = [a.reserve("w", pol, {"requests": 1}) for _ in range(3)]
+        self.assertTrue(all(r.local for r in local))
+        self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(local, local[1:])], [200 * MS] * 2,
+                         "the stored 5/s, alone (n = 1)")
+        left = a.pause("w", 3.0)
+        pause_end = a._server_now() + left
+        self.srv.start()  # empty
+        a._beat()
+        self.assertFalse(a.is_local)
+        st = protocol.parse_state(self.c.get(k).decode())
+        day = [r for r in st.recs if r.name == "day"]
+        self.assertEqual([(r.w, r.u) for r in day], [(local[0].slot_ns // 86_400_000_000_000, 3.0)],
+                         "the 3 units granted locally, handed back")
+        self.assertGreaterEqual(st.pause_end_ns, pause_end - MS, "the local pause, handed back")
+        r = a.reserve("w", pol, {"requests": 1})
+        self.assertGreaterEqual(r.slot_ns, st.pause_end_ns)
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
