@@ -52,7 +52,7 @@ class Runner:
     def __init__(self, scripts: protocol.Scripts, client: Any) -> None:
         self.scripts, self.client = scripts, client
         self.failures: list[str] = []
-        self.counts = {"encoded": 0, "decoded": 0, "states": 0}
+        self.counts = {"encoded": 0, "refused": 0, "decoded": 0, "states": 0}
 
     def fail(self, where: str, msg: str) -> None:
         self.failures.append(f"{where}: {msg}")
@@ -83,7 +83,7 @@ class Runner:
             elif not matches(got, want):
                 self.fail(where, f"got {got!r}, want {want!r}")
             if cmd[0] == "EVALSHA":
-                self.check_encoding(where, script_name(call["cmd"][1]), cmd)
+                self.check_encoding(where, script_name(call["cmd"][1]), cmd, want_err)
                 if err is None:
                     self.check_decoding(where, script_name(call["cmd"][1]), got)
         for text, want_state in entry["states"].items():
@@ -104,7 +104,7 @@ class Runner:
 
     # -- encoding: the client builds the same arguments from typed values
 
-    def check_encoding(self, where: str, name: str, cmd: list[str]) -> None:
+    def check_encoding(self, where: str, name: str, cmd: list[str], want_err: str | None) -> None:
         n = int(cmd[2])
         args = cmd[3 + n:]
         if name not in ("Reserve", "Adjust") or len(args) < 5:
@@ -114,9 +114,13 @@ class Runner:
             return  # a deadline, "f2 ", a malformed head: not the client's to send
         now_us, now_ns, fmt, share, units, bands, rest = typed
         try:
-            policy = protocol.Policy(tuple(bands), tuple(units))
-        except (ValueError, TypeError):
-            return  # the client refuses this policy (test_limiter holds it to the scripts' PACER_ARG)
+            policy = protocol.Policy(tuple(build_band(*b) for b in bands), tuple(units))
+        except (ValueError, TypeError) as e:
+            # The client refuses only what the scripts refuse.
+            self.counts["refused"] += 1
+            if want_err is None or not want_err.startswith("PACER_ARG"):
+                self.fail(where, f"the client refuses a policy the scripts take: {e}")
+            return
         common = protocol.common_args(share, policy, now_us, now_ns, fmt)
         try:
             if name == "Reserve":
@@ -124,10 +128,19 @@ class Runner:
                 p = 2
                 for _ in range(m):
                     mw = int(rest[p])
-                    costs = [float(c) for c in rest[p + 1:p + 1 + len(units)]]
+                    raw = rest[p + 1:p + 1 + len(units)]
+                    if len(raw) != len(units):
+                        return
+                    try:
+                        costs = policy.costs(dict(zip(units, (float(c) for c in raw))))
+                    except ValueError as e:
+                        self.counts["refused"] += 1
+                        if want_err is None or not want_err.startswith("PACER_ARG"):
+                            self.fail(where, f"the client refuses costs the scripts take: {e}")
+                        return
                     reqs.append((mw, costs))
                     p += 1 + len(units)
-                if p != len(rest) or any(not all(math.isfinite(c) and c >= 0 for c in r[1]) for r in reqs):
+                if p != len(rest):
                     return
                 built = protocol.reserve_args(common, floor, reqs)
             else:
@@ -212,8 +225,9 @@ def script_name_from_sha(scripts: protocol.Scripts, sha: str) -> str:
     return script_name(sha) if sha.startswith("$") else sha
 
 
-def parse_common(args: list[str]) -> tuple[int | None, int, int, str, list[str], list[protocol.Band], list[str]] | None:
-    """The test's own reading of "Common arguments" (not the client's)."""
+def parse_common(args: list[str]) -> tuple[int | None, int, int, str, list[str], list[tuple[str, ...]], list[str]] | None:
+    """The test's own reading of "Common arguments" (not the client's): the
+    bands as (kind, name, a, b, unit) strings."""
     try:
         now_us = None if args[0] == "" else int(args[0])
         now_ns = int(args[1])
@@ -225,22 +239,23 @@ def parse_common(args: list[str]) -> tuple[int | None, int, int, str, list[str],
             return None
         units = args[3].split(" ")
         k = int(args[4])
-        bands: list[protocol.Band] = []
+        bands: list[tuple[str, ...]] = []
         for i in range(k):
             name, unit, kind, a, b = args[5 + 5 * i:10 + 5 * i]
-            u = units[int(unit) - 1] if 1 <= int(unit) <= len(units) else None
-            if u is None:
+            if not 1 <= int(unit) <= len(units) or kind not in ("b", "w"):
                 return None
-            if kind == "b":
-                bands.append(protocol.Bucket(name, float(a), float(b), u))  # type: ignore[arg-type]
-            elif kind == "w":
-                length, origin = b.split(":")
-                bands.append(protocol.Window(name, float(a), int(length), int(origin), u))
-            else:
-                return None
+            bands.append((kind, name, a, b, units[int(unit) - 1]))
         return now_us, now_ns, fmt, share, units, bands, args[5 + 5 * k:]
     except (ValueError, IndexError):
         return None
+
+
+def build_band(kind: str, name: str, a: str, b: str, unit: str) -> protocol.Band:
+    """The client's band of the arguments' strings (ValueError: it refuses them)."""
+    if kind == "b":
+        return protocol.Bucket(name, float(a), float(b), unit)  # type: ignore[arg-type]
+    length, origin = b.split(":")
+    return protocol.Window(name, float(a), int(length), int(origin), unit)
 
 
 def run_cases(client: Any = None) -> Runner:
@@ -281,6 +296,7 @@ class TestConformance(unittest.TestCase):
         print(f"conformance: {r.counts}")
         # Every case the client could send was encoded by it, and checked.
         self.assertGreaterEqual(r.counts["encoded"], 120)
+        self.assertGreaterEqual(r.counts["refused"], 15)
         self.assertGreaterEqual(r.counts["decoded"], 100)
         self.assertGreaterEqual(r.counts["states"], 40)
 
