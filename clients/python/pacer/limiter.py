@@ -100,6 +100,11 @@ class _Key:
     local_pause_ns: int = 0
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
     pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
+    # The policy's report to the fleet ("Heartbeat"): when last sent, and
+    # when last used (time.monotonic()).
+    reported: Policy | None = None
+    report_sent: float = -math.inf
+    report_used: float = 0.0
 
 
 class Limiter:
@@ -370,6 +375,9 @@ class Limiter:
             st = self._keys.setdefault(key, _Key())
             if policy is not None:
                 st.policy = policy
+                if st.reported != policy:
+                    st.reported, st.report_sent = policy, -math.inf
+                st.report_used = time.monotonic()
             if state:
                 st.state, st.stored, st.seen_ns = state, stored, self._server_now()
                 try:
@@ -497,9 +505,10 @@ class Limiter:
             if self._local and self._local_share and self._local_share.startswith("m "):
                 n = int(self._local_share.split()[1])
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
+            reports = self._reports_due()
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank))
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports))
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
@@ -519,6 +528,19 @@ class Limiter:
             local = self._local
         if local:
             self._come_back()
+
+    def _reports_due(self) -> list[tuple[str, str]]:
+        """The policies to report: of keys used since their last report and
+        not reported within a minute (at most 500). self._lock is held."""
+        now, ms = time.monotonic(), int(time.time() * 1000)
+        out = []
+        for key, st in self._keys.items():
+            if len(out) >= _REPORT_BATCH:
+                break
+            if st.reported is not None and now - st.report_sent >= _REPORT_EVERY and st.report_used > st.report_sent:
+                out.append((key, f"{ms} {st.reported.stored_text()}"))
+                st.report_sent = now
+        return out
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -693,6 +715,10 @@ class Limiter:
             return ""
         return " ".join(parts)
 
+
+#: The policies' reports (Go's): at most 500 a heartbeat, each again every
+#: minute while the key is in use.
+_REPORT_BATCH, _REPORT_EVERY = 500, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002

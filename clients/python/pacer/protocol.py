@@ -246,6 +246,14 @@ class Policy:
         object.__setattr__(self, "bands", bands)
         object.__setattr__(self, "units", units)
 
+    def stored_text(self) -> str:
+        """The policy in the stored limit's form without its mode, each
+        band's unit by name: what a heartbeat reports ("Heartbeat")."""
+        out = [str(len(self.bands))]
+        for b in self.bands:
+            out += [b.name, b.unit] + b.args(1)[2:]
+        return " ".join(out)
+
     def args(self) -> list[str]:
         """ARGV[4..]: the units, k and the bands."""
         out = [" ".join(self.units), str(len(self.bands))]
@@ -375,10 +383,14 @@ class Heartbeat:
 
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
-                   times: Sequence[str] = HEARTBEAT_TIMES) -> list[str]:
+                   times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = ()) -> list[str]:
     """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>" (no connection of
-    its own: cid 0), the four times, the rank asked for, no deadline."""
-    return [member, mode, f"{since_ms} 0 {n}", *times, "" if rank is None else str(rank), ""]
+    its own: cid 0), the four times, the rank asked for, no deadline, then
+    the reports: key and "<Unix ms> <policy>" pairs."""
+    out = [member, mode, f"{since_ms} 0 {n}", *times, "" if rank is None else str(rank), ""]
+    for key, report in reports:
+        out += [key, report]
+    return out
 
 
 def decode_heartbeat(v: Reply) -> Heartbeat | None:

@@ -166,6 +166,16 @@ class LimiterTest(unittest.TestCase):
         rs = [lim.reserve("st", Limit(10, 1)) for _ in range(3)]
         self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(rs, rs[1:])], [200 * MS] * 2)
 
+    def test_policies_reported(self) -> None:
+        lim = self.limiter()
+        lim.reserve("rep", Limit(10, 2))
+        pol = Policy((Bucket("rps", 10, 1, "requests"), Window("daily", 3, 86_400_000_000, 0, "requests")))
+        lim.reserve("rep2", pol, {"requests": 1})
+        lim._beat()
+        got = {k.decode(): v.decode().split(" ", 1)[1] for k, v in self.c.hgetall(self.prefix + "{limiters}:policies").items()}
+        self.assertEqual(got, {"rep": "1 permits permits b 10 2",
+                               "rep2": "2 rps requests b 10 1 daily requests w 3 86400000000:0"})
+
     def test_format_follows_the_fleet(self) -> None:
         lim = self.limiter()
         lim.reserve("f1", Limit(10, 1))
