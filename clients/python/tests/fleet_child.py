@@ -35,7 +35,16 @@ def main() -> None:
     limiter = pacer.Limiter(r)
     time.sleep(max(0.0, job["Start"] - time.time()))
 
+    errors: list[BaseException] = []
+
     def run(seed: int) -> None:
+        try:
+            loop(seed)
+        except BaseException as e:  # noqa: BLE001 - reported: the child then fails
+            errors.append(e)
+            raise
+
+    def loop(seed: int) -> None:
         rng = random.Random(seed)
         while time.time() < job["End"]:
             cost = {"requests": 1, "tokens": TOKEN_EST} if job["Bands"] else {"requests": 1}
@@ -64,6 +73,8 @@ def main() -> None:
         t.join()
     limiter.close()
     print(json.dumps(calls))
+    if errors:
+        sys.exit(f"fleet child: {len(errors)} callers failed: {errors[0]!r}")
 
 
 if __name__ == "__main__":
