@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/integration/combo"
+	"github.com/pacer-go/pacer/integration/mixed"
 	"github.com/pacer-go/pacer/internal/fleet"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -39,10 +40,12 @@ type childSpec struct {
 const childEnv = "PACER_FLEET_CHILD"
 
 // TestMain runs the child side when childEnv holds a childSpec (or when
-// TestCombination re-ran the binary, see combo.Main), and removes the
+// TestCombination or TestMixedFleet re-ran the binary, see combo.Main and
+// mixed.Main), and removes the
 // examples the tests built.
 func TestMain(m *testing.M) {
 	combo.Main()
+	mixed.Main() // a Go process of TestMixedFleet
 	var spec childSpec
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
 		if err == nil {

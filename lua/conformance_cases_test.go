@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -121,7 +122,11 @@ func TestConformanceSpacing(t *testing.T) {
 	for _, rate := range []string{"10", "3", "7", "0.5", "1000000"} {
 		for _, burst := range []int64{1, 2} {
 			for _, ns := range []int{0, 999} {
-				for format, share := range map[int]string{1: "f1 1", 2: "1"} {
+				for _, fs := range []struct {
+					format int
+					share  string
+				}{{1, "f1 1"}, {2, "1"}} { // in order: the cases' file records them so
+					format, share := fs.format, fs.share
 					n++
 					key := fmt.Sprintf("spacing:%d", n)
 					what := fmt.Sprintf("Reserve(rate %s, burst %d, now_ns %d, format %d)", rate, burst, ns, format)
@@ -431,6 +436,8 @@ func TestConformanceStale(t *testing.T) {
 	now, _ := c.do("TIME")
 	nowMS := func() int64 { s, _ := strconv.ParseInt(now.([]any)[0].(string), 10, 64); return s * 1000 }()
 	past, future := "d"+strconv.FormatInt(nowMS-1000, 10)+" ", "d"+strconv.FormatInt(nowMS+60_000, 10)+" "
+	c.volatile(nowMS-1000, "{ms-1000}")
+	c.volatile(nowMS+60_000, "{ms+60000}")
 	serverArgs := func(share string, bands ...string) []string {
 		a := append([]string{"", "0", share, "permits"}, bands...)
 		return append(a, requests(1, "-1", "1")...)
@@ -670,7 +677,9 @@ func TestConformanceWrongType(t *testing.T) {
 	}
 	check := func(k, what, keyType string) {
 		t.Helper()
-		for name, call := range calls(k) {
+		all := calls(k)
+		for _, name := range slices.Sorted(maps.Keys(all)) { // in order: the cases' file records them so
+			call := all[name]
 			_, err := c.eval(call[0].(string), call[1].([]string), call[2].([]string)...)
 			if code(err) != "PACER_WRONGTYPE" {
 				t.Errorf("%s on %s: %v, want PACER_WRONGTYPE", name, what, err)
@@ -758,6 +767,7 @@ func TestConformanceHeartbeat(t *testing.T) {
 	}
 	now, _ := c.do("TIME")
 	nowMS := func() int64 { s, _ := strconv.ParseInt(now.([]any)[0].(string), 10, 64); return s * 1000 }()
+	c.volatile(nowMS, "{ms}")
 	r, err := beat("w1", "redis", "", "api", strconv.FormatInt(nowMS, 10)+" 1 permits permits b 10 2")
 	if err != nil || len(r) != 11 {
 		t.Fatalf("Heartbeat = %s, %v; want 11 entries", show(r), err)

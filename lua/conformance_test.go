@@ -48,6 +48,7 @@ type conn struct {
 	prefix string
 	sha    map[string]string // by script name in upper case: "RESERVE"
 	states int               // states parsed
+	rec    *recorder         // the calls made, for lua/testdata/conformance.json
 }
 
 // newConn loads every script with SCRIPT LOAD, and checks that Redis names
@@ -67,6 +68,7 @@ func newConn(t *testing.T) *conn {
 		}
 		c.sha[strings.ToUpper(name)] = got
 	}
+	c.rec = newRecorder(c)
 	return c
 }
 
@@ -77,8 +79,9 @@ func (c *conn) key(k, suffix string) string { return c.prefix + "{" + k + "}" + 
 func (c *conn) do(args ...any) (any, error) {
 	v, err := c.rdb.Do(context.Background(), args...).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		v, err = nil, nil
 	}
+	c.rec.add(args, v, err)
 	return v, err
 }
 
@@ -108,10 +111,11 @@ func (c *conn) mustEval(script string, keys []string, args ...string) any {
 // it is one (a key without a suffix).
 func (c *conn) get(key string) string {
 	c.t.Helper()
-	v, err := c.rdb.Get(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
+	r, err := c.do("GET", key)
+	if r == nil && err == nil {
 		return ""
 	}
+	v, _ := r.(string)
 	if err != nil {
 		c.t.Fatalf("GET %s: %v", key, err)
 	}
@@ -129,6 +133,9 @@ func (c *conn) parse(text string) state {
 		c.t.Errorf("docs/protocol.md, The state: %v", err)
 	}
 	c.states++
+	if err == nil {
+		c.rec.states[text] = st
+	}
 	return st
 }
 

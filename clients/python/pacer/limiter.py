@@ -1,0 +1,744 @@
+"""The Limiter: reservations on Redis through pacer's scripts, a member of
+the fleet (heartbeats, shares), and the local fallback (the same scripts,
+in-process, at this process's share) while Redis is unavailable."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import redis
+
+from . import localstore, protocol
+from .protocol import PacerError, Policy
+
+log = logging.getLogger("pacer")
+
+#: The errors that mean Redis is unavailable (docs/protocol.md, Errors:
+#: the transient ones): the Limiter paces locally meanwhile.
+UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ReadOnlyError,
+)
+
+#: Reserve's refusals (seq): the queue would be over 30 years long; a window
+#: band can never take the cost at this share.
+_QUEUE_TOO_LONG, _NEVER = -1, -2
+
+
+class Unavailable(Exception):
+    """Redis is unavailable and the Limiter cannot pace locally now (no
+    lupa, or no known share of the fleet), for a caller that would not wait."""
+
+
+class WaitTooLong(Exception):
+    """The reservation's wait would exceed the maximum wait asked for;
+    ``wait`` (seconds) says how long it would have been. Nothing changed."""
+
+    def __init__(self, wait: float, band: str) -> None:
+        super().__init__(f"pacer: the wait would be {wait:.3f} s (band {band})")
+        self.wait = wait
+        self.band = band
+
+
+class Refused(Exception):
+    """A reservation Reserve refused: its queue would be over 30 years long,
+    or a window band can never take the cost at this share."""
+
+
+@dataclass
+class Reservation:
+    """A slot on key: ``slot_ns`` is Unix ns on the clock the scripts used
+    (Redis's, or the local store's estimate of it); ``band`` names what set
+    it ("~p" a pause, "~" nothing)."""
+
+    key: str
+    policy: Policy
+    costs: list[float]
+    slot_ns: int
+    seq: int
+    band: str
+    local: bool
+    deadline: float  # time.monotonic() at the slot
+    limiter: "Limiter" = field(repr=False)
+
+    def delay(self) -> float:
+        """Seconds until the slot (0 once it has passed)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def cancel(self) -> bool:
+        return self.limiter.cancel(self)
+
+    def settle(self, actual: float | Mapping[str, float]) -> bool:
+        return self.limiter.settle(self, actual)
+
+
+@dataclass
+class _Key:
+    """What this Limiter knows of one key."""
+
+    policy: Policy | None = None
+    state: str = ""  # the state Redis last showed
+    stored: str = ""  # the stored limit Redis last showed
+    seen_ns: int = 0  # when (server clock)
+    seq: int = 0  # the last reservation number Redis showed
+    granted_ns: int = 0  # the latest slot Redis granted this Limiter
+    # The local fallback's part: whether the store holds the key, what the
+    # store granted (latest slot), the window units it started with, a
+    # pause made locally.
+    local: bool = False
+    local_last_ns: int = 0
+    local_pause_ns: int = 0
+    seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
+    pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
+    # The policy's report to the fleet ("Heartbeat"): when last sent, and
+    # when last used (time.monotonic()).
+    reported: Policy | None = None
+    report_sent: float = -math.inf
+    report_used: float = 0.0
+
+
+class Limiter:
+    """Paces calls on keys shared by a fleet of processes (Go's and
+    Python's) through pacer's Redis scripts.
+
+    ``client`` is a redis.Redis (give it socket timeouts: a call that
+    hangs holds its caller). ``prefix`` is the fleet's KeyPrefix. With
+    ``heartbeat`` (the default) the Limiter joins the fleet: it heartbeats
+    every ``heartbeat_interval`` seconds in a thread of its own, learns its
+    share, and paces locally on it while Redis is unavailable (with lupa);
+    without lupa, or before it knows the fleet (``fleet_size`` tells a
+    size to assume until then), a caller that can wait waits for Redis.
+    ``close()`` (or ``with``) leaves the fleet and stops the thread.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "pacer:",
+        lua_dir: str | None = None,
+        heartbeat: bool = True,
+        heartbeat_interval: float = 1.0,
+        fleet_size: int = 0,
+        limiter_id: str | None = None,
+        local_fallback: bool = True,
+    ) -> None:
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ValueError("pacer: a prefix is a string without braces")
+        if not (isinstance(heartbeat_interval, (int, float)) and math.isfinite(heartbeat_interval)
+                and heartbeat_interval > 0):
+            raise ValueError(f"pacer: heartbeat_interval {heartbeat_interval!r} is not a positive number of seconds")
+        if isinstance(fleet_size, bool) or not isinstance(fleet_size, int) or fleet_size < 0:
+            raise ValueError(f"pacer: fleet_size {fleet_size!r} is not a whole number >= 0")
+        self.redis = client
+        self.prefix = prefix
+        self.scripts = protocol.Scripts(lua_dir)
+        self.id = limiter_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.interval = float(heartbeat_interval)
+        self._lock = threading.RLock()
+        # The fallback's lock: local grants and the handback, one at a time.
+        self._handback_lock = threading.RLock()
+        self._keys: dict[str, _Key] = {}
+        self._format = 1  # the state format to write ("Versions"): 1 until told 2
+        # The fleet ("Heartbeat"): n members, this one's rank, the held
+        # ranks (they may pace locally: leave them their shares).
+        self._learned = False
+        self._n, self._rank, self._members = 1, 0, 1
+        self._held: list[int] = []
+        self._held_n, self._before = 0, 0
+        self._ranks: list[int] = []
+        self._hint = fleet_size
+        self._doubt = False  # the last heartbeat failed
+        # After an outage, Redis (restarted empty) may list fewer members
+        # than the fleet had: those not back yet may pace locally still.
+        self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
+        self._back_at = 0.0
+        self._remember = 60.0  # the fleet's hold_ms
+        # The mode: on Redis, or local (Redis unavailable); since when.
+        self._local = False
+        self._since_ms = int(time.time() * 1000)
+        self._local_share: str | None = None  # the share taken while local
+        self._offset_ns = 0  # server clock - time.time_ns(), from the replies
+        self._best_rtt = math.inf
+        self._store: localstore.LocalStore | None = None
+        self._fallback = local_fallback and localstore.AVAILABLE
+        if local_fallback and not localstore.AVAILABLE:
+            log.warning("pacer: lupa is not installed: while Redis is unavailable, callers wait for it")
+        self._probed = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if heartbeat:
+            self._beat()
+            self._thread = threading.Thread(target=self._loop, name="pacer-heartbeat", daemon=True)
+            self._thread.start()
+
+    # -------------------------------------------------------------- public
+
+    def reserve(self, key: str, policy: Policy, cost: float | Mapping[str, float] = 1,
+                max_wait: float | None = None) -> Reservation:
+        """Reserves a slot on key for a request of ``cost`` (a number for a
+        policy of one unit, else unit -> amount). ``max_wait`` (seconds,
+        None: no maximum): a slot further off is refused (WaitTooLong) and
+        changes nothing. Bad input raises ValueError and changes nothing."""
+        k = protocol.redis_key(self.prefix, key)
+        if not isinstance(policy, Policy):
+            raise TypeError(f"pacer: {policy!r} is not a Policy (pacer.Limit(rate, burst) is one)")
+        costs = policy.costs(cost)
+        if max_wait is not None and (isinstance(max_wait, bool) or not isinstance(max_wait, (int, float))
+                                     or not math.isfinite(max_wait) or max_wait < 0):
+            raise ValueError(f"pacer: max_wait {max_wait!r} is not None or a finite number >= 0")
+        max_us = -1 if max_wait is None else int(max_wait * 1e6)
+        give_up = None if max_wait is None else time.monotonic() + max_wait
+        delay = 0.05
+        while True:
+            with self._lock:
+                local = self._local
+            r: Reservation | None = None
+            try:
+                if not local:
+                    try:
+                        return self._reserve_redis(key, k, policy, costs, max_us)
+                    except _NoShare:
+                        pass
+                    except UNAVAILABLE as e:
+                        self._go_local(f"{type(e).__name__}: {e}")
+                        r = self._reserve_local(key, k, policy, costs, max_us)
+                else:
+                    r = self._reserve_local(key, k, policy, costs, max_us)
+            except _Back:
+                continue  # back on Redis meanwhile
+            if r is not None:
+                return r
+            # No local share now: wait for Redis.
+            if give_up is not None and time.monotonic() + delay > give_up:
+                raise Unavailable("pacer: Redis is unavailable and this process has no local share now")
+            self._stop.wait(delay)
+            delay = min(delay * 2, self.interval / 2)
+            self._probe()
+
+    def wait(self, key: str, policy: Policy, cost: float | Mapping[str, float] = 1,
+             timeout: float | None = None) -> Reservation:
+        """Reserves a slot and sleeps until it (see sleep). ``timeout`` as
+        reserve's ``max_wait``: WaitTooLong if the slot is further off."""
+        r = self.reserve(key, policy, cost, max_wait=timeout)
+        return self.sleep(r, None if timeout is None else time.monotonic() + timeout)
+
+    def sleep(self, r: Reservation, until: float | None = None) -> Reservation:
+        """Sleeps until r's slot, and returns the reservation the caller may
+        use now. It never returns inside a pause made meanwhile: just
+        before the slot it reads the key's state, and if a pause covers the
+        slot it cancels r and takes a fresh slot (docs/protocol.md, Pause).
+        Nor does it return much later than the slot: a sleeper that wakes
+        more than half its fastest bucket's spacing late (at least 1 ms: a
+        stalled process) takes a fresh slot instead, once, rather than fire
+        together with callers that are on time. ``until``
+        (time.monotonic()) bounds a fresh slot's wait (WaitTooLong)."""
+        moved = False
+        while True:
+            if r.delay() > _PRECHECK:
+                time.sleep(r.delay() - _PRECHECK)
+            pause = self._pause_end(r)
+            if pause is not None and pause > r.slot_ns:
+                r = self._again(r, until)
+                continue
+            while r.delay() > 0:
+                time.sleep(r.delay())
+            if not moved and time.monotonic() - r.deadline > _max_lateness(r):
+                moved = True
+                r = self._again(r, until)
+                continue
+            return r
+
+    def _again(self, r: Reservation, until: float | None) -> Reservation:
+        """Cancels r and reserves the same again."""
+        self.cancel(r)
+        left = None if until is None else max(0.0, until - time.monotonic())
+        return self.reserve(r.key, r.policy, dict(zip(r.policy.units, r.costs)), max_wait=left)
+
+    def cancel(self, r: Reservation) -> bool:
+        """Gives back what later reservations have not built on (docs/
+        protocol.md, Adjust); True if applied, False if it was before."""
+        return self._adjust(r, "cancel", None)
+
+    def settle(self, r: Reservation, actual: float | Mapping[str, float]) -> bool:
+        """Charges the difference between the actual cost and the reserved
+        one: more moves later slots, less gives back under cancel's rule."""
+        return self._adjust(r, "settle", r.policy.costs(actual))
+
+    def pause(self, key: str, seconds: float, policy: Policy | None = None) -> int:
+        """No slot on key for ``seconds`` (a provider's Retry-After); returns
+        the ns until the pause in force ends. A shorter pause than the one in
+        force changes nothing."""
+        k = protocol.redis_key(self.prefix, key)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+                or seconds <= 0 or int(seconds * 1e6) < 1:
+            raise ValueError(f"pacer: a pause of {seconds!r} s is not a positive number of µs")
+        d_us = int(seconds * 1e6)
+        keys = [k, k + ":limit"]
+        with self._lock:
+            local = self._local
+        if not local:
+            try:
+                v = self.scripts.run(self.redis, "Pause", keys,
+                                     protocol.common_args(self._share() or "1", policy, fmt=self._format) + [str(d_us)])
+                assert isinstance(v, list)
+                self._saw(key, str(v[-1]), "", None)
+                return int(v[2])  # type: ignore[arg-type]
+            except UNAVAILABLE as e:
+                self._go_local(f"{type(e).__name__}: {e}")
+        with self._handback_lock:
+            if not self.is_local:
+                return self.pause(key, seconds, policy)  # back on Redis meanwhile
+            store = self._seed(key, k)
+            if store is None:
+                raise Unavailable("pacer: Redis is unavailable and the local fallback cannot pause (no lupa)")
+            v = self.scripts.run(store, "Pause", keys,
+                                 protocol.common_args(self._local_share or "1", policy, fmt=2) + [str(d_us)])
+            assert isinstance(v, list)
+            with self._lock:
+                st = self._keys[key]
+                st.local_pause_ns = max(st.local_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
+            return int(v[2])  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Stops the heartbeat and leaves the fleet."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            try:
+                self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                 protocol.heartbeat_args(self.id, "leave", 0, 0, None))
+            except (*UNAVAILABLE, PacerError):
+                pass
+
+    def __enter__(self) -> "Limiter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the Limiter paces locally now (Redis unavailable)."""
+        with self._lock:
+            return self._local
+
+    # -------------------------------------------------------------- Redis
+
+    def _reserve_redis(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation:
+        with self._lock:
+            st = self._keys.setdefault(key, _Key())
+            share = self._share()
+            floor = ""
+            now = self._server_now()
+            if st.granted_ns > now:
+                floor = protocol.lost_floor(st.granted_ns, now, st.seq)
+            fmt = self._format
+        if share is None:
+            raise _NoShare()
+        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt), floor, [(max_us, costs)])
+        sent, sent_mono = time.time_ns(), time.monotonic()
+        v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+        recv, recv_mono = time.time_ns(), time.monotonic()
+        rep = protocol.decode_reserve(v)
+        self._clock_sample(rep.now_ns, sent, recv)
+        g = rep.grants[0]
+        self._saw(key, rep.state, rep.stored, policy, g)
+        return self._result(key, policy, costs, g, False, recv_mono)
+
+    def _result(self, key: str, policy: Policy, costs: list[float], g: protocol.Grant, local: bool,
+                recv_mono: float) -> Reservation:
+        if g.seq == 0:
+            raise WaitTooLong(g.wait_ns / 1e9, g.band)
+        if g.seq == _QUEUE_TOO_LONG:
+            raise Refused("pacer: the queue would be over 30 years long")
+        if g.seq == _NEVER:
+            raise Refused("pacer: a window band can never take the cost at this share")
+        if g.seq < 0:
+            raise Refused(f"pacer: refused ({g.seq})")
+        return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
+
+    def _saw(self, key: str, state: str, stored: str, policy: Policy | None, g: protocol.Grant | None = None) -> None:
+        """Records what a reply showed of a key."""
+        with self._lock:
+            st = self._keys.setdefault(key, _Key())
+            if policy is not None:
+                st.policy = policy
+                if st.reported != policy:
+                    st.reported, st.report_sent = policy, -math.inf
+                st.report_used = time.monotonic()
+            if state:
+                st.state, st.stored, st.seen_ns = state, stored, self._server_now()
+                try:
+                    st.seq = max(st.seq, protocol.parse_state(state).seq)
+                except ValueError:
+                    pass
+            if g is not None and g.seq > 0:
+                st.granted_ns = max(st.granted_ns, g.slot_ns)
+
+    def _adjust(self, r: Reservation, op: str, actual: list[float] | None) -> bool:
+        k = protocol.redis_key(self.prefix, r.key)
+        keys = [k, k + ":limit", k + ":done"]
+        with self._lock:
+            local, st = self._local, self._keys.setdefault(r.key, _Key())
+        if r.local:
+            if not local or self._store is None:
+                return False  # handed back to Redis already: its slot stands
+            args = protocol.adjust_args(protocol.common_args(self._local_share or "1", r.policy, fmt=2), op,
+                                        r.slot_ns, r.seq, r.costs, actual)
+            v = self.scripts.run(self._store, "Adjust", keys, args)
+            return isinstance(v, list) and v[0] == 1
+        if not local:
+            share = self._share() or "1"
+            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=self._format), op,
+                                        r.slot_ns, r.seq, r.costs, actual)
+            try:
+                v = self.scripts.run(self.redis, "Adjust", keys, args)
+                assert isinstance(v, list)
+                self._saw(r.key, str(v[1] or ""), st.stored, None)
+                return v[0] == 1
+            except UNAVAILABLE as e:
+                self._go_local(f"{type(e).__name__}: {e}")
+        with self._lock:
+            if len(st.pending) < 10_000:
+                st.pending.append((op, r.slot_ns, r.seq, r.costs, actual, r.policy))
+        return True
+
+    def _pause_end(self, r: Reservation) -> int | None:
+        """The end of the pause in force on r's key (Unix ns), read from the
+        key's state where r was granted; None if it cannot be read."""
+        k = protocol.redis_key(self.prefix, r.key)
+        client: Any = self._store if r.local else self.redis
+        if client is None:
+            return None
+        try:
+            v = protocol.normalize(client.execute_command("GET", k))
+        except UNAVAILABLE:
+            return None
+        if not isinstance(v, str) or not v:
+            return None
+        try:
+            return protocol.parse_state(v).pause_end_ns
+        except ValueError:
+            return None
+
+    # -------------------------------------------------------------- the clock
+
+    def _clock_sample(self, server_ns: int, sent: int, recv: int) -> None:
+        rtt = recv - sent
+        with self._lock:
+            if rtt <= self._best_rtt * 1.5 or rtt < 2_000_000:
+                self._best_rtt = min(self._best_rtt, rtt)
+                self._offset_ns = server_ns - (sent + recv) // 2
+
+    def _server_now(self) -> int:
+        """Now on Redis's clock as estimated, Unix ns."""
+        return time.time_ns() + self._offset_ns
+
+    # -------------------------------------------------------------- the fleet
+
+    def _share(self) -> str | None:
+        """The share of each key this Limiter takes on Redis (core.lua's
+        ARGV[3]): "1", or "<n> <held ranks...>"; None: none now."""
+        with self._lock:
+            if not self._learned or self._n < 1:
+                return "1"
+            n, held = self._n, list(self._held)
+            if self._missing():
+                n = self._remembered
+                held = [k for k in range(n) if k != self._rank_before and (k not in self._ranks or k in self._held)]
+            elif self._doubt:
+                held = [k for k in range(n) if k != self._rank]
+            elif held and self._held_n > 1 and self._held_n != n:
+                n = self._held_n
+                held = [k for k in held if k < n]
+                if len(held) >= n:
+                    return None
+            if not held or len(held) >= n:
+                return "1"
+            return " ".join(str(x) for x in [n, *held])
+
+    def _missing(self) -> bool:
+        return (self._back_at > 0 and time.monotonic() - self._back_at < self._remember
+                and self._remembered_members > self._members)
+
+    def _own_share(self) -> str | None:
+        """The share this Limiter takes alone while local ("m <n> <rank>
+        <also>"), None when it has none (docs/protocol.md, Heartbeat)."""
+        if not self._learned:
+            if self._hint < 1:
+                return None
+            if self._hint == 1:
+                return "1"
+            import zlib
+            return f"m {self._hint} {zlib.crc32(self.id.encode()) % self._hint} 0"
+        n, rank = self._n, self._rank
+        also = 0
+        if self._held and self._held_n > 0 and self._held_n != n:
+            also = self._held_n
+        elif self._before > 0 and self._before != n:
+            also = self._before
+        if self._missing():
+            n, rank, also = self._remembered, self._rank_before, 0
+        elif also > 0 and rank >= also:
+            return None
+        if n <= 1:
+            return "1"
+        return f"m {n} {min(rank, n - 1)} {also}"
+
+    def _beat(self) -> None:
+        with self._lock:
+            mode = "local" if self._local else "redis"
+            since = self._since_ms
+            n = 0
+            if self._local and self._local_share and self._local_share.startswith("m "):
+                n = int(self._local_share.split()[1])
+            rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
+            reports = self._reports_due()
+        try:
+            v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports))
+        except UNAVAILABLE as e:
+            with self._lock:
+                self._doubt = self._learned
+            if not self.is_local:
+                self._go_local(f"heartbeat: {type(e).__name__}: {e}")
+            return
+        hb = protocol.decode_heartbeat(v)
+        if hb is None:
+            return
+        with self._lock:
+            self._learned, self._doubt = True, False
+            self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
+            self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks
+            self._format = hb.format
+            if self._back_at and time.monotonic() - self._back_at >= self._remember:
+                self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0
+            local = self._local
+        if local:
+            self._come_back()
+
+    def _reports_due(self) -> list[tuple[str, str]]:
+        """The policies to report: of keys used since their last report and
+        not reported within a minute (at most 500). self._lock is held."""
+        now, ms = time.monotonic(), int(time.time() * 1000)
+        out = []
+        for key, st in self._keys.items():
+            if len(out) >= _REPORT_BATCH:
+                break
+            if st.reported is not None and now - st.report_sent >= _REPORT_EVERY and st.report_used > st.report_sent:
+                out.append((key, f"{ms} {st.reported.stored_text()}"))
+                st.report_sent = now
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001 - the loop must go on; the error is logged
+                log.exception("pacer: heartbeat")
+
+    def _probe(self) -> None:
+        """While local and waiting for Redis: a heartbeat now (the way back
+        to Redis), at most every 100 ms."""
+        with self._lock:
+            if not self._local or time.monotonic() - self._probed < 0.1:
+                return
+            self._probed = time.monotonic()
+        self._beat()
+
+    # -------------------------------------------------------------- local
+
+    def _go_local(self, why: str) -> None:
+        with self._lock:
+            if self._local:
+                return
+            self._local = True
+            self._since_ms = int(time.time() * 1000)
+            if self._missing():
+                pass  # keep the fleet remembered from the outage before
+            elif self._learned:
+                self._remembered, self._remembered_members, self._rank_before = self._n, self._members, self._rank
+            self._back_at = 0.0
+            self._local_share = self._own_share()
+            if self._fallback and self._store is None:
+                self._store = localstore.LocalStore(self.scripts, self._server_now)
+        log.warning("pacer: Redis unavailable (%s): pacing locally at share %s", why, self._local_share)
+
+    def _seed(self, key: str, k: str) -> localstore.LocalStore | None:
+        """The store, holding key: seeded at its first local use with the
+        state and stored limit Redis last showed."""
+        with self._lock:
+            store = self._store
+            st = self._keys.setdefault(key, _Key())
+            if store is None or st.local:
+                return store
+            st.local = True
+            if st.state:
+                store.execute_command("SET", k, st.state)
+                if st.stored:
+                    store.execute_command("SET", k + ":limit", st.stored)
+                try:
+                    parsed = protocol.parse_state(st.state)
+                    st.seeded = {r.name: (r.w, r.u) for r in parsed.recs if r.window}
+                except ValueError:
+                    st.seeded = {}
+            return store
+
+    def _reserve_local(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation | None:
+        """A reservation on the store, or None when there is no local share
+        now. One at a time with the handback (_come_back), so that every
+        slot the store grants is handed back: _Back once on Redis again."""
+        with self._handback_lock:
+            if not self.is_local:
+                raise _Back()
+            return self._reserve_store(key, k, policy, costs, max_us)
+
+    def _reserve_store(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation | None:
+        with self._lock:
+            share = self._local_share
+            if share is None and self._learned is False and self._hint:
+                share = self._local_share = self._own_share()
+        if share is None:
+            return None
+        store = self._seed(key, k)
+        if store is None:
+            return None
+        with self._lock:
+            st = self._keys[key]
+            now = self._server_now()
+            # No earlier than the latest slot Redis granted this Limiter,
+            # nor than the end of the queue it last saw, assumed to stay as
+            # long (the others went on reserving).
+            horizon = st.granted_ns
+            if st.state:
+                try:
+                    q = protocol.parse_state(st.state).queue_end_ns - st.seen_ns
+                    horizon = max(horizon, now + q)
+                except ValueError:
+                    pass
+            floor = f"{max(0, (horizon - now + 999) // 1000)}" if horizon > now and st.local_last_ns == 0 else ""
+        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=2), floor, [(max_us, costs)])
+        try:
+            v = self.scripts.run(store, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+        except PacerError as e:
+            if e.code == "PACER_ARG" and "share" in str(e):
+                return None
+            raise
+        recv_mono = time.monotonic()
+        rep = protocol.decode_reserve(v)
+        g = rep.grants[0]
+        r = self._result(key, policy, costs, g, True, recv_mono)
+        with self._lock:
+            st.local_last_ns = max(st.local_last_ns, g.slot_ns)
+        return r
+
+    def _come_back(self) -> None:
+        """Redis answers again: hand back what the store granted (Reserve's
+        floor, a pause), the adjustments kept, then pace on Redis."""
+        with self._handback_lock:
+            self._come_back_locked()
+
+    def _come_back_locked(self) -> None:
+        with self._lock:
+            if not self._local:
+                return
+            keys = list(self._keys.items())
+            store = self._store
+        now = self._server_now()
+        try:
+            for key, st in keys:
+                k = protocol.redis_key(self.prefix, key)
+                if st.local and store is not None and st.policy is not None:
+                    floor = self._handback(store, k, st, now)
+                    if floor:
+                        args = protocol.reserve_args(protocol.common_args(self._share() or "1", st.policy, fmt=self._format),
+                                                     floor, [])
+                        v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+                        rep = protocol.decode_reserve(v)
+                        self._saw(key, rep.state, rep.stored, None)
+                    if st.local_pause_ns > now:
+                        d_us = (st.local_pause_ns - now + 999) // 1000
+                        self.scripts.run(self.redis, "Pause", [k, k + ":limit"],
+                                         protocol.common_args(self._share() or "1", None, fmt=self._format) + [str(d_us)])
+                for op, slot, seq, costs, actual, pol in list(st.pending):
+                    self.scripts.run(self.redis, "Adjust", [k, k + ":limit", k + ":done"],
+                                     protocol.adjust_args(protocol.common_args(self._share() or "1", pol, fmt=self._format),
+                                                          op, slot, seq, costs, actual))
+                    st.pending.remove((op, slot, seq, costs, actual, pol))
+        except UNAVAILABLE:
+            return  # still away: the next heartbeat tries again
+        with self._lock:
+            for key, st in keys:
+                st.local, st.local_last_ns, st.local_pause_ns, st.seeded = False, 0, 0, {}
+            self._store = localstore.LocalStore(self.scripts, self._server_now) if self._fallback else None
+            self._local = False
+            self._since_ms = int(time.time() * 1000)
+            self._back_at = time.monotonic()
+            self._local_share = None
+        log.warning("pacer: back on Redis")
+
+    def _handback(self, store: localstore.LocalStore, k: str, st: _Key, now: int) -> str:
+        """Reserve's floor for what the store granted on a key: its latest
+        slot and each window band's own units ("Reserve", floor)."""
+        parts = []
+        if st.local_last_ns:
+            parts.append(str(max(0, (st.local_last_ns - now + 999) // 1000)))
+        else:
+            parts.append("0")
+        raw = protocol.normalize(store.execute_command("GET", k))
+        if isinstance(raw, str) and raw:
+            try:
+                for r in protocol.parse_state(raw).recs:
+                    if not r.window:
+                        continue
+                    w0, u0 = st.seeded.get(r.name, (r.w, 0.0))
+                    units = r.u - u0 if r.w == w0 else r.u
+                    if units > 0:
+                        parts.append(f"{r.name}:{r.w}:{protocol.fmt_num(units)}")
+            except ValueError:
+                pass
+        if st.granted_ns > now:
+            parts.append(protocol.lost_floor(st.granted_ns, now, st.seq))
+        if parts == ["0"]:
+            return ""
+        return " ".join(parts)
+
+
+#: The policies' reports (Go's): at most 500 a heartbeat, each again every
+#: minute while the key is in use.
+_REPORT_BATCH, _REPORT_EVERY = 500, 60.0
+
+#: How long before its slot a sleeper reads the key's state for a pause.
+_PRECHECK = 0.002
+
+
+def _max_lateness(r: Reservation) -> float:
+    """How late after its slot a caller may wake and still use it: half the
+    spacing of the fastest bucket its cost charges, at least 1 ms."""
+    spacings = [c / b.rate for b in r.policy.bands if isinstance(b, protocol.Bucket)
+                for u, c in zip(r.policy.units, r.costs) if u == b.unit and c > 0]
+    return max(0.001, min(spacings, default=0.0) / 2)
+
+
+class _Back(Exception):
+    """The Limiter is back on Redis: the call goes there."""
+
+
+class _NoShare(Exception):
+    """This Limiter may take nothing on Redis now (every rank of the held
+    members' fleet is held): treated as Redis unavailable."""
+
+
+

@@ -1,0 +1,304 @@
+"""The Limiter on a real redis-server: reservations and their slots,
+cancel and settle, pauses honoured, bad input, the fleet's shares, stored
+limits, the state format, and the local fallback through Redis stopped and
+restarted empty. Every assertion is an exact invariant (slots as the
+scripts give them), never a timing bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import unittest
+from unittest import mock
+
+import redis
+
+import support
+
+from pacer import Bucket, Limit, Limiter, Policy, Unavailable, WaitTooLong, Window, limiter, localstore, protocol
+from pacer.protocol import PacerError
+
+MS = 1_000_000  # ns
+
+
+def server_now_ns(c: redis.Redis) -> int:
+    sec, us = c.execute_command("TIME")
+    return int(sec) * 1_000_000_000 + int(us) * 1000
+
+
+class LimiterTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = support.client()
+        self.prefix = support.prefix()
+        self.lims: list[Limiter] = []
+
+    def tearDown(self) -> None:
+        for lim in self.lims:
+            lim.close()
+
+    def limiter(self, c: redis.Redis | None = None, **kw: object) -> Limiter:
+        kw.setdefault("heartbeat_interval", 3600)  # beats only when a test calls _beat: deterministic
+        lim = Limiter(c or self.c, prefix=self.prefix, **kw)  # type: ignore[arg-type]
+        self.lims.append(lim)
+        return lim
+
+    def keys(self) -> list[bytes]:
+        return sorted(k for k in self.c.keys(self.prefix + "*") if b"{limiters}" not in k)
+
+    def test_slots_spaced_by_the_scripts(self) -> None:
+        lim = self.limiter()
+        rs = [lim.reserve("api", Limit(1, 2)) for _ in range(5)]  # slow: a stalled test machine keeps them queued
+        self.assertEqual([r.seq for r in rs], [1, 2, 3, 4, 5])
+        gaps = [b.slot_ns - a.slot_ns for a, b in zip(rs[2:], rs[3:])]
+        self.assertEqual(gaps, [1000 * MS] * 2)
+        self.assertEqual([r.band for r in rs[:2]], ["~", "~"])
+        self.assertEqual(rs[4].band, "permits")
+        with self.assertRaises(WaitTooLong) as e:
+            lim.reserve("api", Limit(1, 2), max_wait=0.05)
+        self.assertGreater(e.exception.wait, 0.05)
+        self.assertEqual(lim.reserve("api", Limit(1, 2)).seq, 6, "a refusal changes nothing")
+
+    def test_two_bands_and_settle(self) -> None:
+        lim = self.limiter()
+        pol = Policy((Bucket("rps", 1, 1, "requests"), Bucket("tps", 1, 5, "tokens")))
+        r1 = lim.reserve("llm", pol, {"requests": 1, "tokens": 4})
+        r2 = lim.reserve("llm", pol, {"requests": 1, "tokens": 4})
+        self.assertEqual(r2.band, "tps")  # 3 tokens short at 1/s: 3 s, more than rps's 1 s
+        self.assertEqual(r2.slot_ns - r1.slot_ns, 3000 * MS)
+        self.assertTrue(lim.settle(r2, {"requests": 1, "tokens": 1}))  # 3 tokens back
+        r3 = lim.reserve("llm", pol, {"requests": 1, "tokens": 1})
+        self.assertEqual(r3.band, "rps")
+        self.assertEqual(r3.slot_ns - r2.slot_ns, 1000 * MS)
+        self.assertFalse(lim.settle(r2, {"requests": 1, "tokens": 1}), "an adjustment applies once")
+
+    def test_cancel(self) -> None:
+        lim = self.limiter()
+        rs = [lim.reserve("c", Limit(1, 1)) for _ in range(3)]
+        self.assertTrue(lim.cancel(rs[2]))
+        self.assertFalse(rs[2].cancel(), "sent twice, applied once")
+        r4 = lim.reserve("c", Limit(1, 1))
+        self.assertEqual(r4.slot_ns, rs[2].slot_ns, "the last slot came back")
+
+    def check_pause_honoured(self) -> tuple[int, int, int]:
+        """Sleeps to a slot 200 ms ahead, into a pause of 500 ms made
+        meanwhile: returns the time it returned (Redis's clock), the slot it
+        returned at and (at least) the pause's end."""
+        lim = self.limiter()
+        r = [lim.reserve("p", Limit(10, 1)) for _ in range(3)][-1]  # slot 200 ms ahead
+        other = self.limiter(limiter_id="operator")
+        ns = other.pause("p", 0.5)
+        pause_end = server_now_ns(self.c) + ns - 5 * MS  # at least this
+        got = lim.sleep(r)
+        return server_now_ns(self.c), got.slot_ns, pause_end
+
+    def test_pause_honoured(self) -> None:
+        now, slot, pause_end = self.check_pause_honoured()
+        self.assertGreaterEqual(slot, pause_end)
+        self.assertGreaterEqual(now, pause_end, "sleep returned inside the pause")
+
+    def test_pause_ignored_mutant_fails(self) -> None:
+        real = protocol.parse_state
+        ignored = lambda t: dataclasses.replace(real(t), pause=0.0)  # noqa: E731
+        # (No fresh slot for waking late either: a loaded machine's would
+        # come after the pause.)
+        with mock.patch.object(protocol, "parse_state", ignored), mock.patch.object(limiter, "_max_lateness", lambda r: math.inf):
+            now, slot, pause_end = self.check_pause_honoured()
+        self.assertLess(slot, pause_end, "the mutant that ignores pauses would pass test_pause_honoured")
+
+    def test_bad_input_changes_nothing(self) -> None:
+        lim = self.limiter()
+        bad_policies = [
+            lambda: Limit(0, 1), lambda: Limit(-1, 1), lambda: Limit(math.nan, 1), lambda: Limit(math.inf, 1),
+            lambda: Limit(10, 0), lambda: Limit(10, 1.5), lambda: Limit(10, math.inf), lambda: Limit(10, True),
+            lambda: Window("w", 0.5, 1_000_000), lambda: Window("w", math.nan, 1_000_000),
+            lambda: Window("w", 3, 0), lambda: Bucket("~x", 1, 1), lambda: Bucket("a b", 1, 1), lambda: Policy(()),
+            lambda: Policy((Bucket("a", 1, 1), Bucket("a", 2, 1))),
+        ]
+        for make in bad_policies:
+            with self.subTest(policy=make), self.assertRaises(ValueError):
+                make()
+        ok = Limit(10, 3)
+        two = Policy((Bucket("rps", 10, 1, "requests"), Bucket("tps", 1000, 500, "tokens")))
+        calls = [
+            lambda: lim.reserve("", ok), lambda: lim.reserve("limiters", ok),
+            lambda: lim.reserve("k", ok, cost=-1), lambda: lim.reserve("k", ok, cost=math.nan),
+            lambda: lim.reserve("k", ok, cost=math.inf), lambda: lim.reserve("k", ok, cost=4),  # above the burst
+            lambda: lim.reserve("k", two, cost=1), lambda: lim.reserve("k", two, cost={"bogus": 1}),
+            lambda: lim.reserve("k", ok, max_wait=-1), lambda: lim.reserve("k", ok, max_wait=math.nan),
+            lambda: lim.pause("k", 0), lambda: lim.pause("k", -1), lambda: lim.pause("k", math.nan),
+            lambda: lim.pause("k", math.inf), lambda: lim.wait("", ok),
+        ]
+        for call in calls:
+            with self.subTest(call=call), self.assertRaises(ValueError):
+                call()
+        with self.assertRaises(TypeError):
+            lim.reserve("k", "10/s")  # type: ignore[arg-type]
+        self.assertEqual(self.keys(), [], "bad input wrote to Redis")
+        # A key of another type: refused by the scripts, left as it is.
+        k = protocol.redis_key(self.prefix, "h")
+        self.c.hset(k, "a", "b")
+        for call in (lambda: lim.reserve("h", ok), lambda: lim.pause("h", 1)):
+            with self.assertRaises(PacerError) as e:
+                call()
+            self.assertEqual(e.exception.code, "PACER_WRONGTYPE")
+        self.assertEqual(self.c.type(k), b"hash")
+        self.assertEqual(self.c.hgetall(k), {b"a": b"b"})
+
+    def test_fleet_shares(self) -> None:
+        a = self.limiter(limiter_id="a")
+        b = self.limiter(limiter_id="b")
+        a._beat()
+        self.assertEqual((a._n, b._n), (2, 2))
+        self.assertEqual(a._share(), "1")
+        # b paces locally: a leaves it its share, at its next heartbeat.
+        b._go_local("test")
+        b._beat()
+        a._beat()
+        self.assertEqual(a._held, [b._rank])
+        self.assertEqual(a._share(), f"2 {b._rank}")
+        rs = [a.reserve("s", Limit(1, 1)) for _ in range(4)]
+        self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(rs, rs[1:])], [2000 * MS] * 3,
+                         "half the rate on Redis while the other half is held")
+        # b joined right after a (the heartbeats' "before" is 1): a may
+        # pace locally on a fleet without b, so b has no local share yet
+        # (docs/protocol.md, Heartbeat). a's local share is tested below.
+        self.assertIsNone(b._local_share)
+
+    def test_stored_limit(self) -> None:
+        lim = self.limiter()
+        k = protocol.redis_key(self.prefix, "st")
+        lim.scripts.run(self.c, "Admin", [k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"],
+                        ["set", "enforce 1 permits permits b 0.5 1", "test", "ops said 1 per 2 s", "50", ""])
+        rs = [lim.reserve("st", Limit(1, 1)) for _ in range(3)]
+        self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(rs, rs[1:])], [2000 * MS] * 2)
+
+    def test_policies_reported(self) -> None:
+        lim = self.limiter()
+        lim.reserve("rep", Limit(10, 2))
+        pol = Policy((Bucket("rps", 10, 1, "requests"), Window("daily", 3, 86_400_000_000, 0, "requests")))
+        lim.reserve("rep2", pol, {"requests": 1})
+        lim._beat()
+        got = {k.decode(): v.decode().split(" ", 1)[1] for k, v in self.c.hgetall(self.prefix + "{limiters}:policies").items()}
+        self.assertEqual(got, {"rep": "1 permits permits b 10 2",
+                               "rep2": "2 rps requests b 10 1 daily requests w 3 86400000000:0"})
+
+    def test_format_follows_the_fleet(self) -> None:
+        lim = self.limiter()
+        lim.reserve("f1", Limit(10, 1))
+        self.assertEqual(protocol.parse_state(self.c.get(protocol.redis_key(self.prefix, "f1")).decode()).format, 1)
+        self.c.set(self.prefix + "{limiters}:format", "2")
+        lim._beat()
+        lim.reserve("f1", Limit(10, 1))
+        self.assertEqual(protocol.parse_state(self.c.get(protocol.redis_key(self.prefix, "f1")).decode()).format, 2)
+
+
+@unittest.skipUnless(localstore.AVAILABLE, "lupa is not installed: the local fallback waits for Redis")
+class FallbackTest(unittest.TestCase):
+    """Redis stopped and restarted empty, on a server of the test's own."""
+
+    def setUp(self) -> None:
+        self.srv = support.Server()
+        self.addCleanup(self.srv.close)
+        self.c = support.client(self.srv.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self.lims: list[Limiter] = []
+
+    def tearDown(self) -> None:
+        for lim in self.lims:
+            lim.close()
+
+    def limiter(self, name: str) -> Limiter:
+        lim = Limiter(self.c, prefix="pacer:", limiter_id=name, heartbeat_interval=3600)
+        self.lims.append(lim)
+        return lim
+
+    def test_outage_restart_empty(self) -> None:
+        a, b = self.limiter("a"), self.limiter("b")
+        a._beat()
+        lim = Limit(1, 1)
+        before = [a.reserve("k", lim) for _ in range(5)]  # slots up to 4 s ahead
+        self.srv.stop()
+        local = [a.reserve("k", lim) for _ in range(4)]
+        self.assertTrue(a.is_local and all(r.local for r in local))
+        self.assertTrue(a._local_share and a._local_share.startswith(f"m 2 {a._rank} "), a._local_share)
+        self.assertGreater(local[0].slot_ns, before[-1].slot_ns, "a local slot before Redis's last grant")
+        self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(local, local[1:])], [2000 * MS] * 3,
+                         "locally at its share: half the rate")
+        self.srv.start()  # empty
+        a._beat()  # back: hands the local grants back, as Reserve's floor
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._share(), f"2 {b._rank}", "b, not back yet, keeps its share")
+        r = a.reserve("k", lim)
+        self.assertFalse(r.local)
+        self.assertGreater(r.slot_ns, local[-1].slot_ns, "Redis granted again what the store had granted")
+
+    def test_restart_between_calls(self) -> None:
+        """Redis restarted empty between two calls: the slots it granted
+        are not granted again (Reserve's lost horizon, "!<h2_us>:<seq>")."""
+        a = self.limiter("a")
+        before = [a.reserve("k", Limit(1, 1)) for _ in range(5)]  # up to 4 s ahead
+        self.srv.stop()
+        self.srv.start()
+        r = a.reserve("k", Limit(1, 1))
+        self.assertFalse(r.local)
+        self.assertGreaterEqual(r.slot_ns - before[-1].slot_ns, 1000 * MS, "a slot Redis granted before it restarted, again")
+
+    def test_cancel_while_redis_hangs(self) -> None:
+        """A cancel of Redis's reservation made while Redis does not answer
+        is made on Redis when it answers again."""
+        a = self.limiter("a")
+        rs = [a.reserve("k", Limit(1, 1)) for _ in range(3)]  # 0, 1 s, 2 s
+        self.srv.freeze()
+        try:
+            self.assertTrue(a.cancel(rs[2]))  # times out: kept for Redis
+            self.assertTrue(a.is_local)
+        finally:
+            self.srv.thaw()
+        a._beat()  # back: the cancel goes to Redis
+        self.assertFalse(a.is_local)
+        self.assertEqual(self.c.get("pacer:{k}:done"), str(rs[2].seq).encode())
+        r = a.reserve("k", Limit(1, 1))
+        self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
+
+    def test_handback_of_windows_pauses_and_stored_limits(self) -> None:
+        """Locally: the stored limit Redis showed, at the share; back on a
+        Redis restarted empty, the window units and the pause the store
+        granted are handed back."""
+        a = self.limiter("a")
+        k = "pacer:{w}"
+        a.scripts.run(self.c, "Admin", [k, k + ":limit", k + ":shadow", k + ":history", k + ":weights"],
+                      ["set", "enforce 1 rps requests b 0.5 1", "test", "", "50", ""])
+        pol = Policy((Bucket("rps", 1, 1, "requests"), Window("day", 1000, 86_400_000_000, 0, "requests")))
+        a.reserve("w", pol, {"requests": 1})
+        self.srv.stop()
+        local = [a.reserve("w", pol, {"requests": 1}) for _ in range(3)]
+        self.assertTrue(all(r.local for r in local))
+        self.assertEqual([y.slot_ns - x.slot_ns for x, y in zip(local, local[1:])], [2000 * MS] * 2,
+                         "the stored 0.5/s, alone (n = 1)")
+        left = a.pause("w", 3.0)
+        pause_end = a._server_now() + left
+        self.srv.start()  # empty
+        a._beat()
+        self.assertFalse(a.is_local)
+        st = protocol.parse_state(self.c.get(k).decode())
+        day = [r for r in st.recs if r.name == "day"]
+        self.assertEqual([(r.w, r.u) for r in day], [(local[0].slot_ns // 86_400_000_000_000, 3.0)],
+                         "the 3 units granted locally, handed back")
+        self.assertGreaterEqual(st.pause_end_ns, pause_end - MS, "the local pause, handed back")
+        r = a.reserve("w", pol, {"requests": 1})
+        self.assertGreaterEqual(r.slot_ns, st.pause_end_ns)
+
+    def test_without_lupa_waits_for_redis(self) -> None:
+        with mock.patch.object(localstore, "AVAILABLE", False):
+            a = self.limiter("a")
+        self.srv.stop()
+        with self.assertRaises(Unavailable):
+            a.reserve("k", Limit(10, 1), max_wait=0.2)
+        threading.Timer(0.5, self.srv.start).start()
+        r = a.wait("k", Limit(10, 1))  # a caller who can wait waits for Redis
+        self.assertFalse(r.local)
+        self.assertEqual(r.seq, 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
