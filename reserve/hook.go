@@ -11,9 +11,9 @@ import (
 // The hooks through which the packages built on reserve (adaptive, hold)
 // reach a Limiter's path to Redis; see package internal/hook.
 func init() {
-	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.UniversalClient) (any, error)) (any, error) {
+	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.Scripter) (any, error)) (any, error) {
 		lim := l.(*Limiter)
-		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.rdb) }, nil)
+		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.scripts) }, nil)
 	}
 	hook.FailClosed = func(l any) bool { return l.(*Limiter).opts.FailClosed }
 	hook.Claim = func(l any, ctx context.Context, id string, req any, maxWait, staleAfter, early time.Duration, mayKeep bool) (any, bool, int, error) {

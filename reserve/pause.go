@@ -65,7 +65,7 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	var sentReal time.Time
 	res, err := l.run(ctx, "pause", key, func(ctx context.Context) (any, error) {
 		sent, sentReal = l.clock.Now(), time.Now()
-		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
+		return pauseScript.Run(ctx, l.scripts, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 			}
 			keys := l.keys(key)
 			return l.run(ctx, "peek", key, func(ctx context.Context) (any, error) {
-				return peekScript.Run(ctx, l.rdb, keys, args...).Result()
+				return peekScript.Run(ctx, l.scripts, keys, args...).Result()
 			}, nil)
 		}
 		shareArg, err := l.localShareArg(key)
