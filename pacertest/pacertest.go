@@ -41,6 +41,9 @@ var ErrClock = errors.New("pacertest: Options.Clock must be nil: the Limiter run
 // synctest bubble. Options are otherwise checked as reserve.New checks
 // them; Options.Clock must be nil (ErrClock).
 func (s *Store) NewLimiter(opts reserve.Options) (*reserve.Limiter, error) {
+	if s == nil || s.s == nil {
+		return nil, errors.New("pacertest: NewLimiter on a Store not made by NewStore")
+	}
 	if opts.Clock != nil {
 		return nil, ErrClock
 	}

@@ -144,6 +144,14 @@ func TestBadInput(t *testing.T) {
 	if _, err := store.NewLimiter(reserve.Options{LeaseQueue: 1}); !errors.Is(err, reserve.ErrInvalidOptions) || !strings.HasPrefix(err.Error(), "pacertest: ") {
 		t.Errorf("LeaseQueue 1: %v, want pacertest: ... ErrInvalidOptions", err)
 	}
+	if _, err := new(pacertest.Store).NewLimiter(reserve.Options{}); err == nil || !strings.Contains(err.Error(), "NewStore") {
+		t.Errorf("a zero Store: %v, want an error naming NewStore", err)
+	}
+	rec := httptest.NewRecorder()
+	new(pacertest.Provider).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != 500 || !strings.Contains(rec.Body.String(), "NewProvider") {
+		t.Errorf("a zero Provider: %d %q, want 500 naming NewProvider", rec.Code, rec.Body.String())
+	}
 	lim, err := store.NewLimiter(reserve.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -439,4 +447,94 @@ func TestPacehttpCounts(t *testing.T) {
 	if refused[false] >= refused[true] {
 		t.Errorf("refused %d times counting, %d not: the count did not help", refused[false], refused[true])
 	}
+}
+
+// 64 callers on a key at 10,000/s: the queue is deep enough (6.4 ms) that
+// a call is held for the callers coming meanwhile, LeaseQueue of them
+// queue behind it, and the Limiter leases runs of slots, on the Store as on
+// Redis. Every slot is on the schedule, 100 µs apart, none twice.
+func TestLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := new(pacertest.Recorder)
+		calls := &countCalls{n: map[string]int{}}
+		lim := pacertest.New(t, reserve.Options{Tracer: rec, Metrics: calls})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				for range 50 {
+					if err := lim.Wait(context.Background(), "hot", reserve.Limit{Rate: 10_000, Burst: 1}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		want := make([]time.Duration, 3200)
+		for i := range want {
+			want[i] = time.Duration(i) * 100 * time.Microsecond
+		}
+		if err := pacertest.CheckSchedule(rec.Slots("hot"), pacertest.Schedule(start, want...)); err != nil {
+			t.Error(err)
+		}
+		calls.mu.Lock()
+		defer calls.mu.Unlock()
+		if calls.n["lease"] == 0 {
+			t.Errorf("no lease among the calls to the store: %v", calls.n)
+		}
+		t.Logf("calls to the store: %v", calls.n)
+	})
+}
+
+// countCalls is a reserve.Metrics that counts the calls to the store by op.
+type countCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countCalls) RedisCall(op string, d time.Duration, err error) {
+	c.mu.Lock()
+	c.n[op]++
+	c.mu.Unlock()
+}
+func (*countCalls) Reserved(string, []string, []float64, time.Duration, bool) {}
+func (*countCalls) Moved(string, string)                                      {}
+func (*countCalls) Fallback(bool)                                             {}
+func (*countCalls) Paused(string, time.Duration)                              {}
+func (*countCalls) Evictable(string)                                          {}
+
+// Fair callers (two tenants, one of them with an Urgent lane too) on a
+// Store's Limiter: the fair script and its queue's pump run in the bubble,
+// and the 40 calls take the key's slots one after the other, 100 ms apart.
+func TestFair(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := new(pacertest.Recorder)
+		lim := pacertest.New(t, reserve.Options{Tracer: rec})
+		every := reserve.Every(100 * time.Millisecond)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for g, who := range []string{"a", "b", "a", "b"} {
+			wg.Go(func() {
+				for range 10 {
+					req := reserve.Request{Key: "k", Policy: every.Policy(), Cost: reserve.Permits(1), Tenant: who}
+					if g == 0 {
+						req.Lane = reserve.Urgent
+					}
+					if err := lim.WaitN(context.Background(), req); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		want := make([]time.Duration, 40)
+		for i := range want {
+			want[i] = time.Duration(i) * 100 * time.Millisecond
+		}
+		if err := pacertest.CheckSchedule(rec.Slots("k"), pacertest.Schedule(start, want...)); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -56,6 +56,10 @@ func NewProvider(opts ProviderOptions) (*Provider, error) {
 // ServeHTTP accepts r, and passes it to the Handler, if fewer than Limit
 // requests were accepted in the Window up to now; else it answers 429.
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.opts.Limit < 1 {
+		http.Error(w, "pacertest: a Provider not made by NewProvider", http.StatusInternalServerError)
+		return
+	}
 	p.mu.Lock()
 	now := time.Now() // under the lock: the logs stay in order
 	wait := p.admit(now)
