@@ -6,9 +6,10 @@
 // memory and runs pacer's own scripts on them, in-process, as Redis runs
 // them: the same scripts, the same code from the call to the slot, held to
 // Redis by a differential test. It runs on time.Now and Go's timers, so in
-// a testing/synctest bubble its time is the bubble's: a Wait sleeps to its
-// slot at once, and an hour of pacing at 10/s (36,000 Waits) passes in
-// about two seconds of wall time. Code that takes a *reserve.Limiter (or a
+// a testing/synctest bubble its time is the bubble's: a Wait's sleep to
+// its slot takes no wall time, and an hour of pacing at 10/s (36,000 Waits) passes in a
+// couple of seconds of wall time, most of it the scripts' runs on
+// gopher-lua (TestHour logs how long). Code that takes a *reserve.Limiter (or a
 // pacehttp.Transport built on one) is tested unchanged. Make the Limiter
 // inside the test's bubble, synctest.Test(t, func(t *testing.T) { ... }),
 // as the Example would be in a test.
@@ -42,7 +43,8 @@
 //
 // The Limiter is a fleet of one: it sends no heartbeats and takes the whole
 // of every key; several Limiters on one Store share its keys, as processes
-// share a Redis. The Store is never unavailable, so there is no local
+// share a Redis (without Redis's events: a pause one makes reaches the
+// others' sleepers at their check just before their slots). The Store is never unavailable, so there is no local
 // fallback, and the options about Redis and the fleet have no effect. Its
 // time is the client's (Options.ClientTime), and it sleeps on Go's timers
 // (Options.PreciseWake has no effect). It starts no goroutine of its own,
