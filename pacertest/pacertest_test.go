@@ -538,3 +538,42 @@ func TestFair(t *testing.T) {
 		}
 	})
 }
+
+// A pause made on one Limiter while a caller of another (on the same
+// Store) sleeps to its slot: the sleeper finds it at its check before the
+// slot and takes the first slot after the pause: the pause ends at 35 s
+// with the bucket empty, so 10 s later at one call per 10 s.
+func TestPauseWhileSleeping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := pacertest.NewStore()
+		a, err := store.NewLimiter(reserve.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := new(pacertest.Recorder)
+		b, err := store.NewLimiter(reserve.Options{Tracer: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		every := reserve.Every(10 * time.Second)
+		start := time.Now()
+		if err := b.Wait(context.Background(), "k", every); err != nil { // the burst
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() { done <- b.Wait(context.Background(), "k", every) }() // its slot at 10 s
+		time.Sleep(5 * time.Second)
+		if err := a.Pause(context.Background(), "k", 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := pacertest.CheckSchedule(rec.Slots("k"), pacertest.Schedule(start, 0, 45*time.Second)); err != nil {
+			t.Error(err)
+		}
+		if w := rec.Waits()[1]; w.Moves != 1 || !w.Woke.Equal(w.Slot) {
+			t.Errorf("the sleeper moved %d times, woke at %v for its slot %v: want moved once, woke at its slot", w.Moves, w.Woke.Sub(start), w.Slot.Sub(start))
+		}
+	})
+}
