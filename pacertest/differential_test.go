@@ -223,7 +223,7 @@ func runDiff(t *testing.T, rdb *redis.Client, prefix string, seed uint64) {
 		if out[0] != out[1] {
 			t.Fatalf("seed %d step %d %s on %q %v cost %v:\n redis: %s\n store: %s", seed, step, op, key, pol, cost, out[0], out[1])
 		}
-		compareKeys(t, ctx, rdb, st, redisKeys, time.Since(start), func() string { return fmt.Sprintf("seed %d step %d %s", seed, step, op) })
+		compareKeys(t, ctx, rdb, st, redisKeys, start, func() string { return fmt.Sprintf("seed %d step %d %s", seed, step, op) })
 	}
 	t.Logf("steps: %v", stats)
 }
@@ -335,15 +335,16 @@ return out`)
 
 // compareKeys compares the keys on Redis and in the store (the same
 // script reads both): type and value byte for byte (a hash as its set of
-// fields), and expiry within ran (the store's clock stands still, Redis's
-// runs on) and 10 ms (Redis reads its clock for a script from a snapshot
-// that may be a few ms old).
-func compareKeys(t *testing.T, ctx context.Context, rdb *redis.Client, st *luastore.Store, keys []string, ran time.Duration, where func() string) {
+// fields), and expiry within the time since start (the store's clock
+// stands still, Redis's runs on) and 10 ms (Redis reads its clock for a
+// script from a snapshot that may be a few ms old).
+func compareKeys(t *testing.T, ctx context.Context, rdb *redis.Client, st *luastore.Store, keys []string, start time.Time, where func() string) {
 	t.Helper()
 	r, err := dumpScript.Run(ctx, rdb, keys).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ran := time.Since(start) // read after Redis's PTTL: a bound on the time its keys have run
 	s, err := dumpScript.Run(ctx, st, keys).Slice()
 	if err != nil {
 		t.Fatal(err)
