@@ -287,7 +287,7 @@ func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Lim
 	args := append([]any{op}, r.args...)
 	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64), demand)
 	keys := []string{r.l.RedisKey(r.key) + ":rate"}
-	res, err := hook.Run(r.l, ctx, names.OpAdaptive, r.key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+	res, err := hook.Run(r.l, ctx, names.OpAdaptive, r.key, func(ctx context.Context, rdb redis.Scripter) (any, error) {
 		return script.Run(ctx, rdb, keys, args...).Result()
 	})
 	if errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(r.l) {

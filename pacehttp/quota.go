@@ -84,7 +84,7 @@ func (t *Transport) quotaKeys(key string) []string {
 // runQuota runs the quota script on key.
 func (t *Transport) runQuota(ctx context.Context, key string, args ...any) (any, error) {
 	keys := t.quotaKeys(key)
-	return hook.Run(t.lim, ctx, names.OpQuota, key, func(ctx context.Context, rdb redis.UniversalClient) (any, error) {
+	return hook.Run(t.lim, ctx, names.OpQuota, key, func(ctx context.Context, rdb redis.Scripter) (any, error) {
 		return quotaScript.Run(ctx, rdb, keys, args...).Result()
 	})
 }

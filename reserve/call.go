@@ -82,6 +82,10 @@ func (l *Limiter) mapError(op, key string, err error) error {
 		}
 		return fmt.Errorf("reserve: %s %q: %w", op, key, err)
 	}
+	if l.onStore != nil {
+		// The store is in-process: it cannot be unavailable.
+		return fmt.Errorf("reserve: %s %q (store): %w", op, key, err)
+	}
 	l.failed(key, err)
 	return fmt.Errorf("reserve: %s %q: %w: %w", op, key, ErrUnavailable, err)
 }

@@ -355,6 +355,9 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 
 // leave removes this Limiter from the heartbeat set (Close).
 func (l *Limiter) leave(ctx context.Context) error {
+	if l.onStore != nil {
+		return nil // no fleet: it never joined one
+	}
 	_, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave").Result()
 	}, nil)

@@ -63,7 +63,7 @@ func (l *Limiter) claimHeld(ctx context.Context, id string, req Request, maxWait
 	}
 	keys := l.keys(req.Key, holdSuffix(id))
 	res, err := l.run(ctx, names.OpClaim, req.Key, func(ctx context.Context) (any, error) {
-		return claimScript.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
+		return claimScript.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
 	}, func(res any) {
 		// The caller left: give back a fresh slot handed over to it.
 		if g, err := l.parseClaim(now, req.Key, s, id, res); err == nil && g.r != nil && g.source != sourceRedeemed && !g.kept {
@@ -161,6 +161,9 @@ func (l *Limiter) holdHeld(ctx context.Context, ids []string, reqs []Request, st
 		}
 	}
 	_, err := l.run(ctx, names.OpHold, order[0].key, func(ctx context.Context) (any, error) {
+		if l.onStore != nil {
+			return nil, runEach(ctx, l.onStore, holdScript, calls)
+		}
 		return nil, runPipelined(ctx, l.rdb, holdScript, calls)
 	}, nil)
 	if err != nil {
@@ -235,6 +238,20 @@ func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.
 			return err
 		}
 		pending = missing
+	}
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runEach is runPipelined on a Scripter that has no pipeline (a
+// Limiter's store, onstore.go): the calls one after the other.
+func runEach(ctx context.Context, sc redis.Scripter, script *redis.Script, calls []*holdCall) error {
+	for _, c := range calls {
+		c.cmd = script.Run(ctx, sc, c.keys, c.args...)
 	}
 	for _, c := range calls {
 		if err := c.cmd.Err(); err != nil {

@@ -13,12 +13,12 @@ import (
 // reach a Limiter's path to Redis; see package internal/hook.
 func init() {
 	hook.CheckKey = checkKey
-	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.UniversalClient) (any, error)) (any, error) {
+	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.Scripter) (any, error)) (any, error) {
 		if err := checkKey(key); err != nil {
 			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)
 		}
 		lim := l.(*Limiter)
-		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.rdb) }, nil)
+		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.scripts) }, nil)
 	}
 	hook.FailClosed = func(l any) bool { return l.(*Limiter).opts.FailClosed }
 	hook.Claim = func(l any, ctx context.Context, id string, req any, maxWait, staleAfter, early time.Duration, mayKeep bool) (any, bool, int, error) {

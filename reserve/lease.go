@@ -321,7 +321,7 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 	var sentReal time.Time // for the pause read the reply stands for
 	res, err := l.run(ctx, names.OpLease, key, func(ctx context.Context) (any, error) {
 		sentReal = time.Now()
-		return leaseScript.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
+		return leaseScript.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
 	}, nil)
 	if err != nil {
 		return nil, err

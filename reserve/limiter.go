@@ -62,7 +62,9 @@ type Limiter struct {
 
 	// The path to Redis (call.go) and its health.
 	rdb        redis.UniversalClient
-	ownsClient bool // rdb was made by New (see tunedClient): Close closes it
+	scripts    redis.Scripter  // where the scripts run: rdb, or onStore
+	onStore    *luastore.Store // the keyspace in place of Redis, for package pacertest (onstore.go); nil: Redis
+	ownsClient bool            // rdb was made by New (see tunedClient): Close closes it
 	serverTime bool
 	reload     func() // asks a Cluster client to reload its slot map
 	health     health // (health.go)
@@ -115,36 +117,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := newID()
 	c, owned, err := tunedClient(rdb)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{
-		rdb:        c,
-		ownsClient: owned,
-		opts:       opts,
-		clock:      opts.Clock,
-		id:         id,
-		sleeper:    wake.Sleeper{Margin: opts.PreciseWake},
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		listening:  make(chan struct{}),
-	}
-	l.health.wake = make(chan struct{}, 1)
-	l.health.since = time.Now()
-	l.started = l.health.since
-	l.fleet.id, l.fleet.hint = l.id, opts.FleetSize
-	// After an outage, the members Redis does not show yet are kept back
-	// until they could have heartbeated again (a probe, then a heartbeat).
-	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
-	l.fleet.join = opts.ProbeInterval * 3 / 2
-	l.fleet.settle = 2 * opts.HeartbeatInterval
-	if l.clock == nil {
-		l.clock = systemClockValue
-	}
-	l.serverTime = !opts.ClientTime
-	l.store = l.newStore()
+	l := newLimiter(opts, c)
+	l.rdb, l.ownsClient = c, owned
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		// After a master fails over, go-redis keeps sending a slot's
 		// commands to the dead master until its periodic refresh, which
@@ -178,6 +156,37 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	go l.loop()
 	go l.listen()
 	return l, nil
+}
+
+// newLimiter returns a Limiter on opts (defaults filled in) whose scripts
+// run on sc, with no client and no background goroutine yet: New's and
+// newOnStore's common part.
+func newLimiter(opts Options, sc redis.Scripter) *Limiter {
+	l := &Limiter{
+		scripts:   sc,
+		opts:      opts,
+		clock:     opts.Clock,
+		id:        newID(),
+		sleeper:   wake.Sleeper{Margin: opts.PreciseWake},
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		listening: make(chan struct{}),
+	}
+	l.health.wake = make(chan struct{}, 1)
+	l.health.since = time.Now()
+	l.started = l.health.since
+	l.fleet.id, l.fleet.hint = l.id, opts.FleetSize
+	// After an outage, the members Redis does not show yet are kept back
+	// until they could have heartbeated again (a probe, then a heartbeat).
+	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
+	l.fleet.join = opts.ProbeInterval * 3 / 2
+	l.fleet.settle = 2 * opts.HeartbeatInterval
+	if l.clock == nil {
+		l.clock = systemClockValue
+	}
+	l.serverTime = !opts.ClientTime
+	l.store = l.newStore()
+	return l
 }
 
 // startError is New's error when the first heartbeat failed and

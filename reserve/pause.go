@@ -66,7 +66,7 @@ func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Du
 	var sentReal time.Time
 	res, err := l.run(ctx, names.OpPause, key, func(ctx context.Context) (any, error) {
 		sent, sentReal = l.clock.Now(), time.Now()
-		return pauseScript.Run(ctx, l.rdb, keys, args...).Result()
+		return pauseScript.Run(ctx, l.scripts, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return err
@@ -145,7 +145,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 			}
 			keys := l.keys(key)
 			return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
-				return peekScript.Run(ctx, l.rdb, keys, args...).Result()
+				return peekScript.Run(ctx, l.scripts, keys, args...).Result()
 			}, nil)
 		}
 		shareArg, err := l.localShareArg(key)

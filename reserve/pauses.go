@@ -155,6 +155,10 @@ func (ks *keyState) ownEnd(redisEnd, nowNS, slotNS int64) (int64, *spec, bool) {
 // getState reads key's state: one GET ("" if none).
 func (l *Limiter) getState(ctx context.Context, key string) (string, error) {
 	res, err := l.run(ctx, names.OpCheck, key, func(ctx context.Context) (any, error) {
+		if l.onStore != nil {
+			v, _ := l.onStore.Get(l.RedisKey(key))
+			return v, nil
+		}
 		v, err := l.rdb.Get(ctx, l.RedisKey(key)).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil

@@ -275,7 +275,7 @@ func (r *Reservation) adjustRedis(ctx context.Context, id string, actual []float
 	var sent time.Time
 	res, err := l.run(ctx, op, r.key, func(ctx context.Context) (any, error) {
 		sent = time.Now()
-		return adjustScript.Run(ctx, l.rdb, keys, args...).Result()
+		return adjustScript.Run(ctx, l.scripts, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return err

@@ -174,7 +174,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 			sent = l.clock.Now()
 		}
 		sentReal = time.Now()
-		res, err := script.Run(ctx, l.rdb, keys, l.withDeadline(ctx, args)...).Result()
+		res, err := script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
@@ -258,7 +258,7 @@ func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor stri
 	var sent time.Time
 	res, err := l.run(ctx, names.OpReserve, key, func(ctx context.Context) (any, error) {
 		sent = time.Now()
-		return reserveScript.Run(ctx, l.rdb, keys, args...).Result()
+		return reserveScript.Run(ctx, l.scripts, keys, args...).Result()
 	}, nil)
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ const permits = "permits"
 
 // ParseState reads a state string.
 func ParseState(text string) (State, error) {
-	bad := fmt.Errorf("unreadable state %q", text)
+	bad := func() error { return fmt.Errorf("unreadable state %q", text) } // made only when needed: states are parsed on every reply
 	f := strings.Fields(text)
 	var st State
 	var err1, err2, err3 error
@@ -39,7 +39,7 @@ func ParseState(text string) (State, error) {
 	v1 := len(f) > 0 && f[0] == "1"
 	if v1 {
 		if len(f) < 6 || (len(f)-6)%3 != 0 {
-			return st, bad
+			return st, bad()
 		}
 		st.T, err1 = strconv.ParseInt(f[1], 10, 64)
 		st.Seq, err2 = strconv.ParseInt(f[3], 10, 64)
@@ -47,7 +47,7 @@ func ParseState(text string) (State, error) {
 		recs = f[6:]
 	} else {
 		if len(f) < 4 || len(f[0]) < 2 {
-			return st, bad
+			return st, bad()
 		}
 		st.T, err1 = strconv.ParseInt(f[0], 10, 64)
 		st.Seq, err2 = strconv.ParseInt(f[2], 10, 64)
@@ -58,11 +58,11 @@ func ParseState(text string) (State, error) {
 			recs = []string{permits, recs[0], recs[1]}
 		}
 		if len(recs)%3 != 0 {
-			return st, bad
+			return st, bad()
 		}
 	}
 	if err1 != nil || err2 != nil || err3 != nil {
-		return st, bad
+		return st, bad()
 	}
 	for i := 0; i < len(recs); i += 3 {
 		if strings.HasPrefix(recs[i], "~") {
@@ -81,7 +81,7 @@ func ParseState(text string) (State, error) {
 		r.X, e1 = strconv.ParseFloat(x, 64)
 		r.Y, e2 = strconv.ParseFloat(recs[i+2], 64)
 		if e1 != nil || e2 != nil {
-			return st, bad
+			return st, bad()
 		}
 		st.Records = append(st.Records, r)
 	}
