@@ -5,7 +5,7 @@
 //
 //	go run ./examples/crawler                          # embedded Redis (miniredis)
 //	go run ./examples/crawler -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
-//	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
+//	go run -tags chart ./examples/crawler -plot calls.svg  # and a chart of the calls
 //	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
 //	go run ./examples/crawler -adaptive -retry-after-ms # and its 429s say the exact wait, not whole seconds
 //	go run ./examples/crawler -trace                   # and a line per request's wait: what it waited for (package otelpacer)
@@ -119,7 +119,7 @@ func main() {
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit per host: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
-	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file (a build with -tags chart)")
 	flag.BoolVar(&c.Adaptive, "adaptive", false, "hide the provider's limit: the fleet learns each host's rate from the 429s (package adaptive)")
 	flag.Float64Var(&c.Start, "start", 5, "with -adaptive: the rate per host the fleet starts from")
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
@@ -142,6 +142,11 @@ func main() {
 
 // run crawls and returns the provider's summary; progress goes to out.
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Plot != "" {
+		if err := chart.Check("./examples/crawler"); err != nil {
+			return summary{}, err
+		}
+	}
 	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
 	}
