@@ -44,7 +44,10 @@ var (
 	// The crawler as `go run -tags chart ./examples/crawler -plot FILE.svg`
 	// builds it: with the chart (examples/internal/chart/svg).
 	crawlerChart = example{name: "crawler", tags: "chart"}
-	batch        = example{name: "batch", extra: []string{"archived"}}
+	// The crawler as `go run -tags otel ./examples/crawler -trace` builds it:
+	// with the OTel SDK (examples/internal/spanlines).
+	crawlerOtel = example{name: "crawler", tags: "otel"}
+	batch       = example{name: "batch", extra: []string{"archived"}}
 )
 
 // The crawler's defaults (its -hosts, -pages, -rate and -burst flags).
@@ -130,25 +133,47 @@ func TestExampleCrawlerChart(t *testing.T) {
 	}
 }
 
-// TestExampleCrawlerNoChart: the default build (go run ./examples/crawler)
-// refuses -plot before it starts anything, with the command that draws,
-// and writes no file.
-func TestExampleCrawlerNoChart(t *testing.T) {
+// TestExampleCrawlerTrace: built as the docs say (go run -tags otel
+// ./examples/crawler -trace), the crawler prints a line per request's wait
+// span.
+func TestExampleCrawlerTrace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewPreferContainer(t)
+	const pages = 10
+	r := crawlerOtel.run(t, "-redis", srv.URL, "-pages", strconv.Itoa(pages), "-progress", "0", "-trace")
+	checkPaced(t, r.summary, crawlerHosts*pages)
+	if n := strings.Count(r.stderr+r.stdout, "trace h0.example: waited "); n < pages {
+		t.Errorf("%d trace lines of h0.example, want one per call (%d or more):\n%s", n, pages, r.stderr)
+	}
+}
+
+// TestExampleCrawlerNoExtras: the default build (go run ./examples/crawler)
+// refuses -plot and -trace before it starts anything, with the command
+// that has them, and writes no file.
+func TestExampleCrawlerNoExtras(t *testing.T) {
 	t.Parallel()
 	bin := crawler.binary(t)
 	svg := filepath.Join(t.TempDir(), "calls.svg")
-	ctx, cancel := context.WithTimeout(t.Context(), exampleTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-progress", "0", "-plot", svg).CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) {
-		t.Fatalf("crawler -plot without -tags chart: %v, want an exit status\n%s", err, out)
-	}
-	if want := "go run -tags chart ./examples/crawler -plot FILE.svg"; !strings.Contains(string(out), want) {
-		t.Errorf("the refusal does not say %q:\n%s", want, out)
-	}
-	if strings.Contains(string(out), "Redis") || strings.Contains(string(out), "summary") {
-		t.Errorf("the crawler started before it refused -plot:\n%s", out)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-plot", svg}, "go run -tags chart ./examples/crawler -plot FILE.svg"},
+		{[]string{"-trace"}, "go run -tags otel ./examples/crawler -trace"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), exampleTimeout)
+		out, err := exec.CommandContext(ctx, bin, append([]string{"-progress", "0"}, tt.args...)...).CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("crawler %s without its tag: %v, want an exit status\n%s", tt.args[0], err, out)
+		}
+		if !strings.Contains(string(out), tt.want) {
+			t.Errorf("the refusal of %s does not say %q:\n%s", tt.args[0], tt.want, out)
+		}
+		if strings.Contains(string(out), "Redis") || strings.Contains(string(out), "summary") {
+			t.Errorf("the crawler started before it refused %s:\n%s", tt.args[0], out)
+		}
 	}
 	if _, err := os.Stat(svg); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("it left %s (%v)", svg, err)
@@ -156,13 +181,15 @@ func TestExampleCrawlerNoChart(t *testing.T) {
 }
 
 // TestExampleCrawlerDeps: the demo's default build (go run
-// ./examples/crawler) needs none of the chart's modules, so a first run
-// on empty caches neither downloads nor compiles them (issue 44: 24
-// modules and 3.5 minutes with them). With -tags chart it does.
+// ./examples/crawler) needs none of the chart's modules nor the OTel SDK,
+// so a first run on empty caches neither downloads nor compiles them
+// (issue 44: 24 modules and 3.5 minutes with them). With -tags chart and
+// -tags otel it does.
 func TestExampleCrawlerDeps(t *testing.T) {
 	t.Parallel()
 	chartMods := []string{"gonum.org/v1/plot", "codeberg.org/go-fonts/liberation", "codeberg.org/go-latex/latex",
-		"codeberg.org/go-pdf/fpdf", "git.sr.ht/~sbinet/gg", "github.com/golang/freetype", "github.com/ajstarks/svgo", "golang.org/x/image"}
+		"codeberg.org/go-pdf/fpdf", "git.sr.ht/~sbinet/gg", "github.com/golang/freetype", "github.com/ajstarks/svgo", "golang.org/x/image",
+		"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/sdk", "github.com/pacer-go/pacer/otelpacer"}
 	mods := func(tags string) []string {
 		out, err := exec.CommandContext(t.Context(), "go", "list", "-tags", tags, "-deps",
 			"-f", "{{with .Module}}{{.Path}}{{end}}", "github.com/pacer-go/pacer/examples/crawler").Output()
@@ -174,11 +201,14 @@ func TestExampleCrawlerDeps(t *testing.T) {
 	def := mods("")
 	for _, m := range chartMods {
 		if slices.Contains(def, m) {
-			t.Errorf("go run ./examples/crawler builds %s, a module of the chart", m)
+			t.Errorf("go run ./examples/crawler builds %s, a module of the chart or of -trace", m)
 		}
 	}
 	if withChart := mods("chart"); !slices.Contains(withChart, "gonum.org/v1/plot") {
 		t.Errorf("-tags chart builds no gonum.org/v1/plot: the test's list of the chart's modules is out of date")
+	}
+	if withOtel := mods("otel"); !slices.Contains(withOtel, "go.opentelemetry.io/otel/sdk") {
+		t.Errorf("-tags otel builds no go.opentelemetry.io/otel/sdk: the test's list of -trace's modules is out of date")
 	}
 }
 

@@ -8,7 +8,7 @@
 //	go run -tags chart ./examples/crawler -plot calls.svg  # and a chart of the calls
 //	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
 //	go run ./examples/crawler -adaptive -retry-after-ms # and its 429s say the exact wait, not whole seconds
-//	go run ./examples/crawler -trace                   # and a line per request's wait: what it waited for (package otelpacer)
+//	go run -tags otel ./examples/crawler -trace  # and a line per request's wait: what it waited for (package otelpacer)
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. Requests go through pacehttp's Transport: it paces each host
@@ -125,7 +125,7 @@ func main() {
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
 	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
 	flag.BoolVar(&c.RetryAfterMs, "retry-after-ms", false, "the provider's 429s also say retry-after-ms, the exact wait, beside Retry-After in whole seconds")
-	flag.BoolVar(&c.Trace, "trace", false, "print each request's wait span (OpenTelemetry, package otelpacer): the host, the band it waited for, the wait")
+	flag.BoolVar(&c.Trace, "trace", false, "print each request's wait span (OpenTelemetry, package otelpacer): the host, the band it waited for, the wait (a build with -tags otel)")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -144,6 +144,11 @@ func main() {
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	if c.Plot != "" {
 		if err := chart.Check("./examples/crawler"); err != nil {
+			return summary{}, err
+		}
+	}
+	if c.Trace {
+		if err := demo.CheckTracing("./examples/crawler"); err != nil {
 			return summary{}, err
 		}
 	}
@@ -338,7 +343,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	}
 	var tracer reserve.Tracer
 	if c.Trace {
-		tel, stop, err := tracing(out)
+		tel, stop, err := demo.Tracing(out)
 		if err != nil {
 			return err
 		}
