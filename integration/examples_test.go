@@ -36,11 +36,18 @@ import (
 type example struct {
 	name  string   // its directory under examples/
 	extra []string // summary fields beyond summaryFields
+	tags  string   // go build -tags, or ""
 }
 
 var (
 	crawler = example{name: "crawler"}
-	batch   = example{name: "batch", extra: []string{"archived"}}
+	// The crawler as `go run -tags chart ./examples/crawler -plot FILE.svg`
+	// builds it: with the chart (examples/internal/chart/svg).
+	crawlerChart = example{name: "crawler", tags: "chart"}
+	// The crawler as `go run -tags otel ./examples/crawler -trace` builds it:
+	// with the OTel SDK (examples/internal/spanlines).
+	crawlerOtel = example{name: "crawler", tags: "otel"}
+	batch       = example{name: "batch", extra: []string{"archived"}}
 )
 
 // The crawler's defaults (its -hosts, -pages, -rate and -burst flags).
@@ -104,6 +111,105 @@ func TestExampleCrawlerEmbedded(t *testing.T) {
 	r.wantStderr(t, "using an embedded Redis")
 	r.wantStderr(t, "-prefix pacer:crawler:")
 	checkPaced(t, r.summary, crawlerHosts*crawlerPages)
+}
+
+// TestExampleCrawlerChart: built as the docs say (go run -tags chart
+// ./examples/crawler -plot FILE.svg), the crawler writes the chart of the
+// hosts' calls.
+func TestExampleCrawlerChart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewPreferContainer(t)
+	const pages = 20
+	svg := filepath.Join(t.TempDir(), "calls.svg")
+	r := crawlerChart.run(t, "-redis", srv.URL, "-pages", strconv.Itoa(pages), "-progress", "0", "-plot", svg)
+	checkPaced(t, r.summary, crawlerHosts*pages)
+	r.wantStderr(t, "wrote the chart of each host's calls per 100 ms to "+svg)
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), fmt.Sprintf("h2.example (%d calls)", pages)) {
+		t.Errorf("%s (%d bytes) is not the chart of the 3 hosts", svg, len(b))
+	}
+}
+
+// TestExampleCrawlerTrace: built as the docs say (go run -tags otel
+// ./examples/crawler -trace), the crawler prints a line per request's wait
+// span.
+func TestExampleCrawlerTrace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.NewPreferContainer(t)
+	const pages = 10
+	r := crawlerOtel.run(t, "-redis", srv.URL, "-pages", strconv.Itoa(pages), "-progress", "0", "-trace")
+	checkPaced(t, r.summary, crawlerHosts*pages)
+	if n := strings.Count(r.stderr+r.stdout, "trace h0.example: waited "); n < pages {
+		t.Errorf("%d trace lines of h0.example, want one per call (%d or more):\n%s", n, pages, r.stderr)
+	}
+}
+
+// TestExampleCrawlerNoExtras: the default build (go run ./examples/crawler)
+// refuses -plot and -trace before it starts anything, with the command
+// that has them, and writes no file.
+func TestExampleCrawlerNoExtras(t *testing.T) {
+	t.Parallel()
+	bin := crawler.binary(t)
+	svg := filepath.Join(t.TempDir(), "calls.svg")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-plot", svg}, "go run -tags chart ./examples/crawler -plot FILE.svg"},
+		{[]string{"-trace"}, "go run -tags otel ./examples/crawler -trace"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), exampleTimeout)
+		out, err := exec.CommandContext(ctx, bin, append([]string{"-progress", "0"}, tt.args...)...).CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("crawler %s without its tag: %v, want an exit status\n%s", tt.args[0], err, out)
+		}
+		if !strings.Contains(string(out), tt.want) {
+			t.Errorf("the refusal of %s does not say %q:\n%s", tt.args[0], tt.want, out)
+		}
+		if strings.Contains(string(out), "Redis") || strings.Contains(string(out), "summary") {
+			t.Errorf("the crawler started before it refused %s:\n%s", tt.args[0], out)
+		}
+	}
+	if _, err := os.Stat(svg); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("it left %s (%v)", svg, err)
+	}
+}
+
+// TestExampleCrawlerDeps: the demo's default build (go run
+// ./examples/crawler) needs none of the chart's modules nor the OTel SDK,
+// so a first run on empty caches neither downloads nor compiles them
+// (issue 44: 24 modules and 3.5 minutes with them). With -tags chart and
+// -tags otel it does.
+func TestExampleCrawlerDeps(t *testing.T) {
+	t.Parallel()
+	chartMods := []string{"gonum.org/v1/plot", "codeberg.org/go-fonts/liberation", "codeberg.org/go-latex/latex",
+		"codeberg.org/go-pdf/fpdf", "git.sr.ht/~sbinet/gg", "github.com/golang/freetype", "github.com/ajstarks/svgo", "golang.org/x/image",
+		"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/sdk", "github.com/pacer-go/pacer/otelpacer"}
+	mods := func(tags string) []string {
+		out, err := exec.CommandContext(t.Context(), "go", "list", "-tags", tags, "-deps",
+			"-f", "{{with .Module}}{{.Path}}{{end}}", "github.com/pacer-go/pacer/examples/crawler").Output()
+		if err != nil {
+			t.Fatalf("go list -tags %q -deps: %v", tags, err)
+		}
+		return strings.Fields(string(out))
+	}
+	def := mods("")
+	for _, m := range chartMods {
+		if slices.Contains(def, m) {
+			t.Errorf("go run ./examples/crawler builds %s, a module of the chart or of -trace", m)
+		}
+	}
+	if withChart := mods("chart"); !slices.Contains(withChart, "gonum.org/v1/plot") {
+		t.Errorf("-tags chart builds no gonum.org/v1/plot: the test's list of the chart's modules is out of date")
+	}
+	if withOtel := mods("otel"); !slices.Contains(withOtel, "go.opentelemetry.io/otel/sdk") {
+		t.Errorf("-tags otel builds no go.opentelemetry.io/otel/sdk: the test's list of -trace's modules is out of date")
+	}
 }
 
 // The batch's defaults (its -tasks, -rate and -burst flags).
@@ -244,7 +350,7 @@ func (e example) run(t *testing.T, args ...string) exampleRun {
 var builds struct {
 	mu   sync.Mutex
 	dir  string
-	bins map[string]builtExample // by example name
+	bins map[string]builtExample // by example name and tags
 }
 
 type builtExample struct {
@@ -259,16 +365,17 @@ func (e example) binary(t *testing.T) string {
 	t.Helper()
 	builds.mu.Lock()
 	defer builds.mu.Unlock()
-	b, ok := builds.bins[e.name]
+	key := e.name + " -tags " + e.tags
+	b, ok := builds.bins[key]
 	if !ok {
 		start := time.Now()
-		b.bin, b.err = buildExample(e.name)
+		b.bin, b.err = buildExample(e.name, e.tags)
 		if builds.bins == nil {
 			builds.bins = map[string]builtExample{}
 		}
-		builds.bins[e.name] = b
+		builds.bins[key] = b
 		if b.err == nil {
-			t.Logf("built examples/%s in %.1fs", e.name, time.Since(start).Seconds())
+			t.Logf("built examples/%s (-tags %q) in %.1fs", e.name, e.tags, time.Since(start).Seconds())
 		}
 	}
 	if b.err != nil {
@@ -277,8 +384,9 @@ func (e example) binary(t *testing.T) string {
 	return b.bin
 }
 
-// buildExample runs go build for examples/name. builds.mu is held.
-func buildExample(name string) (string, error) {
+// buildExample runs go build -tags tags for examples/name. builds.mu is
+// held.
+func buildExample(name, tags string) (string, error) {
 	// go test puts its own GOROOT/bin first on the test's PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -291,6 +399,10 @@ func buildExample(name string) (string, error) {
 	}
 	bin := filepath.Join(builds.dir, name)
 	args := []string{"build", "-o", bin}
+	if tags != "" {
+		bin += "-" + tags
+		args = []string{"build", "-o", bin, "-tags", tags}
+	}
 	if raceEnabled() {
 		args = append(args, "-race")
 	}

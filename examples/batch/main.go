@@ -8,7 +8,7 @@
 //
 //	go run ./examples/batch                          # embedded Redis (miniredis)
 //	go run ./examples/batch -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
-//	go run ./examples/batch -plot calls.svg          # and a chart of the calls
+//	go run -tags chart ./examples/batch -plot calls.svg  # and a chart of the calls
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) for
 // the limiter and for asynq, and says so. A 429 pauses the provider's key for
@@ -87,7 +87,7 @@ func main() {
 	flag.IntVar(&c.Burst, "burst", 0, "pacer's burst (default 1)")
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
-	flag.StringVar(&c.Plot, "plot", "", "write a chart of the calls per 100 ms to this SVG file")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of the calls per 100 ms to this SVG file (a build with -tags chart)")
 	flag.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "how long to wait for every task to complete or be archived")
 	flag.Parse()
 	s, err := run(context.Background(), c, os.Stderr)
@@ -103,6 +103,11 @@ func main() {
 // progress goes to out. If some task was neither completed nor archived
 // within c.Timeout, it returns the summary and an error.
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Plot != "" {
+		if err := chart.Check("./examples/batch"); err != nil {
+			return summary{}, err
+		}
+	}
 	if c.Tasks < 1 || c.Servers < 1 || c.Concurrency < 1 || c.ProviderLimit < 1 || c.Timeout <= 0 {
 		return summary{}, errors.New("batch: -tasks, -servers, -concurrency and -provider-limit must be at least 1, -timeout positive")
 	}

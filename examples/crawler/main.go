@@ -5,10 +5,10 @@
 //
 //	go run ./examples/crawler                          # embedded Redis (miniredis)
 //	go run ./examples/crawler -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
-//	go run ./examples/crawler -plot calls.svg          # and a chart of the calls
+//	go run -tags chart ./examples/crawler -plot calls.svg  # and a chart of the calls
 //	go run ./examples/crawler -adaptive -procs 4       # the provider's limit hidden: the fleet learns it
 //	go run ./examples/crawler -adaptive -retry-after-ms # and its 429s say the exact wait, not whole seconds
-//	go run ./examples/crawler -trace                   # and a line per request's wait: what it waited for (package otelpacer)
+//	go run -tags otel ./examples/crawler -trace  # and a line per request's wait: what it waited for (package otelpacer)
 //
 // With no -redis it uses an embedded Redis (miniredis, in this process) and
 // says so. Requests go through pacehttp's Transport: it paces each host
@@ -119,13 +119,13 @@ func main() {
 	flag.IntVar(&c.ProviderLimit, "provider-limit", 21, "the provider's limit per host: calls in any second; pacer's limit is derived from it (reserve.Sliding)")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress")
 	flag.IntVar(&c.Procs, "procs", 1, "worker processes (each with -workers goroutines), sharing the limit through Redis")
-	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of each host's calls per 100 ms to this SVG file (a build with -tags chart)")
 	flag.BoolVar(&c.Adaptive, "adaptive", false, "hide the provider's limit: the fleet learns each host's rate from the 429s (package adaptive)")
 	flag.Float64Var(&c.Start, "start", 5, "with -adaptive: the rate per host the fleet starts from")
 	flag.DurationVar(&c.ChangeAt, "change-at", 0, "the provider changes its limit to -change-to after this long (0: never)")
 	flag.IntVar(&c.ChangeTo, "change-to", 10, "the provider's limit per host after -change-at")
 	flag.BoolVar(&c.RetryAfterMs, "retry-after-ms", false, "the provider's 429s also say retry-after-ms, the exact wait, beside Retry-After in whole seconds")
-	flag.BoolVar(&c.Trace, "trace", false, "print each request's wait span (OpenTelemetry, package otelpacer): the host, the band it waited for, the wait")
+	flag.BoolVar(&c.Trace, "trace", false, "print each request's wait span (OpenTelemetry, package otelpacer): the host, the band it waited for, the wait (a build with -tags otel)")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(); err != nil {
 			log.Fatal(err)
@@ -142,6 +142,16 @@ func main() {
 
 // run crawls and returns the provider's summary; progress goes to out.
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Plot != "" {
+		if err := chart.Check("./examples/crawler"); err != nil {
+			return summary{}, err
+		}
+	}
+	if c.Trace {
+		if err := demo.CheckTracing("./examples/crawler"); err != nil {
+			return summary{}, err
+		}
+	}
 	if c.Hosts < 1 || c.Pages < 1 || c.Workers < 1 || c.ProviderLimit < 1 {
 		return summary{}, errors.New("crawler: -hosts, -pages, -workers and -provider-limit must be at least 1")
 	}
@@ -333,7 +343,7 @@ func crawl(ctx context.Context, c config, providerURL string, rdb redis.Universa
 	}
 	var tracer reserve.Tracer
 	if c.Trace {
-		tel, stop, err := tracing(out)
+		tel, stop, err := demo.Tracing(out)
 		if err != nil {
 			return err
 		}

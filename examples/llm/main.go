@@ -11,9 +11,9 @@
 //
 //	go run ./examples/llm                          # embedded Redis (miniredis)
 //	go run ./examples/llm -redis 127.0.0.1:6379    # or redis://host:port/db, rediss://...
-//	go run ./examples/llm -plot llm.svg            # and a chart of both bands
+//	go run -tags chart ./examples/llm -plot llm.svg  # and a chart of both bands
 //	go run ./examples/llm -reserve estimate        # reserve the estimate itself
-//	go run ./examples/llm -tenants fair -plot t.svg  # one quota, many customers
+//	go run -tags chart ./examples/llm -tenants fair -plot t.svg  # one quota, many customers
 //
 // The provider's quotas are the flags (-rpm, -tpm); pacer's policy is
 // derived from them (see policyFor).
@@ -202,7 +202,7 @@ func main() {
 	flag.DurationVar(&c.Duration, "duration", 30*time.Second, "how long the fleet calls")
 	flag.DurationVar(&c.Latency, "latency", 200*time.Millisecond, "the provider's time per call")
 	flag.DurationVar(&c.Progress, "progress", time.Second, "how often to print progress (0: never)")
-	flag.StringVar(&c.Plot, "plot", "", "write a chart of both bands (requests and tokens per 100 ms) to this SVG file")
+	flag.StringVar(&c.Plot, "plot", "", "write a chart of both bands (requests and tokens per 100 ms) to this SVG file (a build with -tags chart)")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the simulated costs and estimates")
 	flag.StringVar(&c.Tenants, "tenants", "", "fair or fifo: call for a live user, two light customers and a backfill (see the package doc)")
 	if os.Getenv(childEnv) != "" {
@@ -280,6 +280,11 @@ func (c config) reserved(est float64) float64 {
 // run runs the fleet and returns the provider's summary; progress goes to
 // out.
 func run(ctx context.Context, c config, out io.Writer) (summary, error) {
+	if c.Plot != "" {
+		if err := chart.Check("./examples/llm"); err != nil {
+			return summary{}, err
+		}
+	}
 	if err := c.validate(); err != nil {
 		return summary{}, err
 	}

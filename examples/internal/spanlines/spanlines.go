@@ -1,4 +1,10 @@
-package main
+// Package spanlines prints each request's wait span (package otelpacer,
+// on the OpenTelemetry SDK) as one line: the crawler's -trace. Linked in
+// (the crawler built with -tags otel imports it), it registers itself with
+// package demo (demo.Tracing); the default build leaves the OTel SDK out,
+// so that a first go run ./examples/crawler fetches and compiles only what
+// the run needs.
+package spanlines
 
 import (
 	"context"
@@ -8,7 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/examples/internal/demo"
 	"github.com/pacer-go/pacer/otelpacer"
+	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -21,9 +29,11 @@ import (
 // waited for), the source of the slot, the wait, and its events. A real
 // program would export the spans (OTLP) under its HTTP client spans.
 
+func init() { demo.RegisterTracing(tracing) }
+
 // tracing returns the Telemetry whose spans go to out, one line each, and
 // a function that flushes and stops it.
-func tracing(out io.Writer) (*otelpacer.Telemetry, func(), error) {
+func tracing(out io.Writer) (reserve.Tracer, func(), error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(&lineExporter{out: out}))
 	tel, err := otelpacer.New(otelpacer.Options{MeterProvider: noop.NewMeterProvider(), TracerProvider: tp})
 	if err != nil {
