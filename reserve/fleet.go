@@ -306,7 +306,15 @@ func (f *fleetView) leaving() {
 		f.born, f.joinUntil = true, time.Time{}
 		f.remembered, f.rememberedMembers = 0, 0
 	default:
-		f.remembered, f.rememberedMembers, f.rankBefore = f.n, f.members, f.rank
+		// The fleet its calls on Redis kept to (redisShareOK): the held
+		// members' when they pace on another size, so that, back on a
+		// Redis restarted empty before them, it keeps to their lattice
+		// (TestBackBesideHeldFleet).
+		n := f.n
+		if len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n {
+			n = f.heldN
+		}
+		f.remembered, f.rememberedMembers, f.rankBefore = n, f.members, f.rank
 	}
 	f.backAt, f.toldAt = time.Time{}, time.Time{}
 	f.away = true

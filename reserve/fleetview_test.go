@@ -330,3 +330,30 @@ func TestHeartbeatFailedHoldsOthers(t *testing.T) {
 		t.Fatalf("a heartbeat answered again: the share is %q; want the whole (\"1\")", got)
 	}
 }
+
+// TestBackBesideHeldFleet: a member whose calls on Redis kept to the
+// lattice of a held member's fleet (3, where Redis listed 2: the held one
+// paces locally on the fleet it knew) loses Redis, and comes back on a Redis
+// restarted empty before that member: it keeps to that same lattice, its
+// own rank's instants of 3, leaving the others theirs. Before, it came back
+// on the 2 Redis had listed ("2 0") while the held member still paced
+// locally on rank 0 of 3: their slots met every 0.2 s at 30/s (combination
+// runner, seed 2 under load: two permits at one instant on sliding.example).
+func TestBackBesideHeldFleet(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(2, 1, 2, 3, 0, []int{0}) // rank 1 of 2; rank 0 held, pacing on 3
+	if got := f.redisShare().Arg(); got != "3 0" {
+		t.Fatalf("on Redis beside the held member: share %q, want \"3 0\"", got)
+	}
+	f.leaving()
+	f.update(1, 1, 1, 0, 0, nil) // restarted empty: back alone, at its old rank
+	f.taken([]int{1})
+	f.recovered()
+	if got := f.redisShare().Arg(); got != "3 0 2" {
+		t.Fatalf("back before the held member: share %q, want rank 1's of 3 (\"3 0 2\")", got)
+	}
+	f.back()
+	if ls, _ := f.localShare(); ls.N != 3 || ls.Member != 1 {
+		t.Fatalf("its own share while members are missing: %+v, want rank 1 of 3", ls)
+	}
+}
