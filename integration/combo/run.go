@@ -51,7 +51,7 @@ type Result struct {
 	// interpreter with redis-py and lupa, outside CI): Go processes ran in
 	// its slots.
 	PythonSkipped string `json:",omitempty"`
-	Verdict  Verdict
+	Verdict       Verdict
 }
 
 // Life is one fleet process's life: From when it was told to start (Unix

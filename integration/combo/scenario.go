@@ -109,8 +109,8 @@ type Scenario struct {
 	Procs  int           // fleet processes
 	// Python: the fleet slots whose processes run the Python client
 	// (python.go), drawn from a stream of their own.
-	Python []int `json:",omitempty"`
-	Events []Event       // sorted by At
+	Python []int   `json:",omitempty"`
+	Events []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration

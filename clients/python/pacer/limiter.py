@@ -28,6 +28,7 @@ UNAVAILABLE = (
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
     redis.exceptions.ReadOnlyError,
+    protocol.TransientError,  # OOM, BUSY, TRYAGAIN...
 )
 
 #: Reserve's refusals (seq): the queue would be over 30 years long; a window

@@ -60,10 +60,25 @@ class PacerArgumentError(PacerError, ValueError):
     changed nothing."""
 
 
+class TransientError(redis.exceptions.ResponseError):
+    """An error reply of a Redis that is there but cannot serve now
+    (TRANSIENT_CODES: loading, failing over, a read-only replica, a busy
+    script, or at its maxmemory with noeviction, where OOM refuses the
+    script's write and nothing was granted): the Limiter counts it as Redis
+    being unavailable, as Go's does (reserve/call.go, unavailableCodes)."""
+
+
+#: The error codes TransientError covers: Go's unavailableCodes but
+#: PACER_STALE (this client sends no deadline).
+TRANSIENT_CODES = frozenset({"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS", "BUSY", "OOM"})
+
+
 def script_error(err: redis.exceptions.ResponseError) -> Exception:
     """Returns a script's error reply as a PacerError (Redis's own errors,
-    such as WRONGTYPE, as they are)."""
+    such as WRONGTYPE, as they are; the transient ones as TransientError)."""
     msg = str(err)
+    if msg.split(" ", 1)[0] in TRANSIENT_CODES:
+        return TransientError(msg)
     if not msg.startswith("PACER_"):
         return err
     if msg.split(" ", 1)[0] in ("PACER_ARG", "PACER_EXCEEDS", "PACER_CONFIG"):
@@ -126,7 +141,8 @@ class Scripts:
                 client.execute_command("SCRIPT", "LOAD", self.text[name])
                 v = client.execute_command("EVALSHA", self.sha[name], len(keys), *keys, *args)
         except redis.exceptions.ResponseError as e:
-            if isinstance(e, redis.exceptions.NoScriptError):
+            if isinstance(e, (redis.exceptions.NoScriptError, redis.exceptions.BusyLoadingError,
+                              redis.exceptions.ReadOnlyError)):
                 raise
             raise script_error(e) from None
         return normalize(v)

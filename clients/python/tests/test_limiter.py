@@ -288,6 +288,31 @@ class FallbackTest(unittest.TestCase):
         r = a.reserve("w", pol, {"requests": 1})
         self.assertGreaterEqual(r.slot_ns, st.pause_end_ns)
 
+    def test_out_of_memory_is_an_outage(self) -> None:
+        """A Redis at its maxmemory (noeviction) refuses the scripts' writes
+        with OOM: an outage, as for Go's Limiter (reserve/call.go's
+        unavailableCodes), not an error to the caller (combination runner,
+        seed 2: every reservation of a Python process failed with
+        ResponseError OOM for 3.7 s)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(10, 1)
+        a.reserve("k", lim)
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            r = a.reserve("k", lim)
+            self.assertTrue(r.local, "a reservation on a full Redis is made locally")
+            self.assertTrue(a.is_local)
+            self.assertGreater(a.pause("k", 0.05), 0, "a pause on a full Redis is made locally")
+            a._beat()  # fails with OOM too: still local
+            self.assertTrue(a.is_local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        a._beat()
+        self.assertFalse(a.is_local, "back on Redis once it takes writes")
+        self.assertFalse(a.reserve("k", lim).local)
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
