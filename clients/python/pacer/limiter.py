@@ -99,6 +99,9 @@ class _Key:
     local: bool = False
     local_last_ns: int = 0
     local_pause_ns: int = 0
+    # The end of the latest pause this Limiter made on Redis (server
+    # clock): honoured by its sleepers when Redis cannot be read.
+    own_pause_ns: int = 0
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
     pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
     # The policy's report to the fleet ("Heartbeat"): when last sent, and
@@ -294,6 +297,9 @@ class Limiter:
                                      protocol.common_args(self._share() or "1", policy, fmt=self._format) + [str(d_us)])
                 assert isinstance(v, list)
                 self._saw(key, str(v[-1]), "", None)
+                with self._lock:
+                    st = self._keys.setdefault(key, _Key())
+                    st.own_pause_ns = max(st.own_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
                 return int(v[2])  # type: ignore[arg-type]
             except UNAVAILABLE as e:
                 self._go_local(f"{type(e).__name__}: {e}")
@@ -417,22 +423,30 @@ class Limiter:
         return True
 
     def _pause_end(self, r: Reservation) -> int | None:
-        """The end of the pause in force on r's key (Unix ns), read from the
-        key's state where r was granted; None if it cannot be read."""
+        """The end of the pause in force on r's key (Unix ns, server clock),
+        read from the key's state where the Limiter paces now (Redis, or
+        the local store while it paces locally: a local slot slept on once
+        back on Redis honours the pauses made on Redis meanwhile); where
+        that cannot be read, or while local, the pauses this Limiter made
+        itself count too (it knows them, whichever engine made them). None
+        if nothing is known."""
         k = protocol.redis_key(self.prefix, r.key)
-        client: Any = self._store if r.local else self.redis
-        if client is None:
-            return None
+        with self._lock:
+            local, st = self._local, self._keys.get(r.key)
+            own = max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
+        client: Any = self._store if local else self.redis
+        read: int | None = None
         try:
-            v = protocol.normalize(client.execute_command("GET", k))
+            v = None if client is None else protocol.normalize(client.execute_command("GET", k))
+            if isinstance(v, str) and v:
+                read = protocol.parse_state(v).pause_end_ns
         except UNAVAILABLE:
-            return None
-        if not isinstance(v, str) or not v:
-            return None
-        try:
-            return protocol.parse_state(v).pause_end_ns
+            local = True  # Redis cannot say: what this Limiter knows counts
         except ValueError:
-            return None
+            pass
+        if local and own > (read or 0):
+            return own
+        return read
 
     # -------------------------------------------------------------- the clock
 

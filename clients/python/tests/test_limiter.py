@@ -313,6 +313,41 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local, "back on Redis once it takes writes")
         self.assertFalse(a.reserve("k", lim).local)
 
+    def test_own_pause_honoured_while_redis_is_down(self) -> None:
+        """A sleeper whose check of the key just before its slot cannot
+        reach Redis still honours the pause its own Limiter made
+        (combination runner, seed 2: a Python process paused a key on
+        Redis after a 429, Redis failed 0.3 s later, and a call of the same
+        process fired 0.3 s into that pause)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(2, 1)
+        a.reserve("k", lim)
+        r = a.reserve("k", lim)  # 0.5 s ahead
+        end = a._server_now() + a.pause("k", 3.0)
+        self.srv.stop()  # the check fails at once: the sleeper is on time
+        got = a.sleep(r)
+        self.assertGreaterEqual(got.slot_ns, end - MS, "a slot inside the Limiter's own pause")
+
+    def test_local_reservation_honours_redis_pause_once_back(self) -> None:
+        """A slot the local fallback granted, slept on after the Limiter is
+        back on Redis, honours a pause made on Redis meanwhile (combination
+        runner, seed 2: a Python process's local slot fired 90 ms into an
+        operator's pause made 0.7 s after it was back on Redis)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a._beat()
+        lim = Limit(2, 1)
+        self.srv.stop()
+        rs = [a.reserve("k", lim) for _ in range(3)]
+        self.assertTrue(all(r.local for r in rs))
+        self.srv.start()  # empty
+        a._beat()
+        b._beat()
+        self.assertFalse(a.is_local)
+        end = b._server_now() + b.pause("k", 3.0)  # another member's (or the operator's) pause, on Redis
+        got = a.sleep(rs[-1])
+        self.assertGreaterEqual(got.slot_ns, end - MS, "a local slot inside a pause made on Redis")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
