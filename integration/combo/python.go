@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,6 +103,9 @@ func pythonDraw(sc Scenario) (script, skipped string, err error) {
 	if len(sc.Python) == 0 {
 		return "", "", nil
 	}
+	if os.Getenv(pythonEnv) == "off" {
+		return "", fmt.Sprintf("the Python draw (%s) is skipped (%s=off): Go processes run in those slots", slotsText(sc.Python), pythonEnv), nil
+	}
 	script, err = findPython()
 	if err == nil {
 		return script, "", nil
@@ -109,5 +113,19 @@ func pythonDraw(sc Scenario) (script, skipped string, err error) {
 	if ci := os.Getenv("CI"); ci != "" {
 		return "", "", fmt.Errorf("seed %d draws Python processes, which need %v (CI=%q is set, so this is a failure, not a skip)", sc.Seed, err, ci)
 	}
-	return "", fmt.Sprintf("the Python draw (slots %v) is skipped: Go processes run in those slots: %v", sc.Python, err), nil
+	return "", fmt.Sprintf("the Python draw (%s) is skipped: Go processes run in those slots: %v", slotsText(sc.Python), err), nil
+}
+
+// pythonEnv=off skips every seed's Python draw (Go processes run in its
+// slots): to tell whether a failure needs the Python processes.
+const pythonEnv = "PACER_COMBO_PYTHON"
+
+// slotsText names slots as the timeline does (the IDs of their first
+// processes: slot 0 is child 1).
+func slotsText(slots []int) string {
+	var parts []string
+	for _, s := range slots {
+		parts = append(parts, strconv.Itoa(s+1))
+	}
+	return "slots " + strings.Join(parts, ",")
 }

@@ -61,7 +61,7 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 	if verbose {
 		fmt.Fprintf(w, "seed %d: prefix %s, %d fleet processes, %v\n", res.Scenario.Seed, res.Prefix, res.Scenario.Procs, res.Scenario.Length)
 		if len(res.Scenario.Python) > 0 {
-			fmt.Fprintf(w, "  python  slots %v (processes started in them run clients/python)\n", res.Scenario.Python)
+			fmt.Fprintf(w, "  python  %s (processes started in them run clients/python)\n", slotsText(res.Scenario.Python))
 		}
 		if res.PythonSkipped != "" {
 			fmt.Fprintf(w, "  %s\n", res.PythonSkipped)

@@ -585,8 +585,11 @@ class Limiter:
                 pass  # keep the fleet remembered from the outage before
             elif self._learned:
                 self._remembered, self._remembered_members, self._rank_before = self._n, self._members, self._rank
-            self._back_at = 0.0
+            # The share before _back_at goes: a member of the fleet it knew
+            # that is not back yet may pace on its old share still, so this
+            # one paces on its own old share too (Go's keeps it).
             self._local_share = self._own_share()
+            self._back_at = 0.0
             if self._fallback and self._store is None:
                 self._store = localstore.LocalStore(self.scripts, self._server_now)
         log.warning("pacer: Redis unavailable (%s): pacing locally at share %s", why, self._local_share)

@@ -92,7 +92,7 @@ class SwitchLog(logging.Handler):
         msg = record.getMessage()
         at = int(record.created * 1e9)
         if msg.startswith("pacer: Redis unavailable"):
-            self.out.note(t="switch", at=at, to="local")
+            self.out.note(t="switch", at=at, to="local", a={"share": msg.rsplit(" at share ", 1)[-1]})
         elif msg.startswith("pacer: back on Redis"):
             self.out.note(t="switch", at=at, to="redis")
 
@@ -302,6 +302,23 @@ class Child:
         except Exception as e:  # noqa: BLE001
             self.err("cancel", key, f"{type(e).__name__}: {e}")
 
+    def views(self) -> None:
+        """Notes the Limiter's view of the fleet when it changes (as the Go
+        child notes its Limiter's "fleet view" debug records), for the
+        dump: read from its private fields, as the Go child reads a
+        reservation's."""
+        last = ""
+        while not self.stop.wait(0.05):
+            lim = self.limiter
+            with lim._lock:
+                view = (f"mode={'local' if lim._local else 'redis'} n={lim._n} rank={lim._rank} members={lim._members} "
+                        f"held={lim._held} held_n={lim._held_n} remembered={lim._remembered}/{lim._remembered_members} "
+                        f"rank_before={lim._rank_before} before={lim._before} doubt={lim._doubt} "
+                        f"local={lim._local_share}")
+            if view != last:
+                self.out.note(t="move", op="fleet", at=now_ns(), a={"view": view})
+                last = view
+
     # ------------------------------------------------------------------- run
 
     def run(self) -> int:
@@ -312,6 +329,7 @@ class Child:
             return 1
         self.start, self.end = int(line[1]), int(line[2])
         threading.Thread(target=self.commands, daemon=True).start()
+        threading.Thread(target=self.views, daemon=True).start()
         time.sleep(max(0.0, (self.start - now_ns()) / 1e9))
         threads = [threading.Thread(target=self.caller, args=(KEY_SLIDING, g)) for g in range(SLIDING_THREADS)]
         threads += [threading.Thread(target=self.caller, args=(KEY_POLICY, SLIDING_THREADS + g)) for g in range(POLICY_THREADS)]

@@ -348,6 +348,34 @@ class FallbackTest(unittest.TestCase):
         got = a.sleep(rs[-1])
         self.assertGreaterEqual(got.slot_ns, end - MS, "a local slot inside a pause made on Redis")
 
+    def test_second_outage_keeps_the_old_share(self) -> None:
+        """Back on a Redis restarted empty while members of the fleet it
+        knew are not back yet, a Limiter that loses Redis again paces
+        locally on its old share, as they do (docs/protocol.md: "and
+        locally its old share"), not on the smaller fleet Redis lists
+        (combination runner, seed 8: a Python process paced locally at
+        "m 2 1" beside a Go process at "m 3 0", their slots together every
+        0.2 s)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a):
+            lim._beat()
+        self.assertEqual(a._n, 3)
+        rank = a._rank
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)
+        self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "), a._local_share)
+        self.srv.start()  # empty
+        a._beat()
+        other = b if b._rank != rank else c
+        other._beat()  # one of the others is back; the third is not
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._members, 2)
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)
+        self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "),
+                        f"{a._local_share}: the third member may pace locally on the old fleet still")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
