@@ -179,6 +179,14 @@ class Limiter:
         if local_fallback and not localstore.AVAILABLE:
             log.warning("pacer: lupa is not installed: while Redis is unavailable, callers wait for it")
         self._probed = 0.0
+        # The presence connection (docs/protocol.md, Heartbeat's cid): one
+        # of its own, named pacer-<id>, kept open while the Limiter lives,
+        # so that the fleet tells a process that exited (Redis closed it)
+        # from one stalled or cut off. Used by the heartbeat thread only.
+        self._presence: Any = None
+        self._cid, self._run = 0, ""
+        self._presence_denied = False
+        self._presence_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
@@ -328,6 +336,8 @@ class Limiter:
                                  protocol.heartbeat_args(self.id, "leave", 0, 0, None))
             except (*UNAVAILABLE, PacerError):
                 pass
+        with self._presence_lock:
+            self._absent()
 
     def __enter__(self) -> "Limiter":
         return self
@@ -521,18 +531,32 @@ class Limiter:
                 n = int(self._local_share.split()[1])
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
             reports = self._reports_due()
+        with self._presence_lock:
+            cid, run = self._cid, self._run
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports))
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports, cid=cid, run=run))
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
             if not self.is_local:
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return
+        with self._presence_lock:
+            # For the next heartbeat: after this one, so that a Redis that
+            # does not answer holds up no heartbeat twice.
+            self._present()
         hb = protocol.decode_heartbeat(v)
         if hb is None:
             return
+        if hb.suspects and cid and self._check_suspects(hb.suspects, run):
+            # Members that exited were forgotten: the view without them.
+            try:
+                v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                     protocol.heartbeat_args(self.id, mode, since, n, rank, cid=cid, run=run))
+                hb = protocol.decode_heartbeat(v) or hb
+            except UNAVAILABLE:
+                pass
         with self._lock:
             self._learned, self._doubt = True, False
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
@@ -543,6 +567,97 @@ class Limiter:
             local = self._local
         if local:
             self._come_back()
+
+    def _present(self) -> tuple[int, str]:
+        """Makes sure the presence connection is open (Redis restarted, or
+        its idle timeout, closes it) and returns its client id and its
+        server's run id ((0, ""): none). It carries no command after its
+        name, so no timeout ever closes it from this side (self._presence_lock
+        is held). A Redis that
+        may not name and list connections (an ACL) leaves it out: the
+        fleet then holds this Limiter's share for hold_ms when it goes
+        silent, as before."""
+        if self._presence is not None:
+            try:
+                listed = protocol.normalize(self.redis.execute_command("CLIENT", "LIST", "ID", str(self._cid)))
+                if f"name=pacer-{self.id} " in f"{listed} ":
+                    return self._cid, self._run
+            except UNAVAILABLE:
+                return self._cid, self._run  # Redis does not answer: keep it, the network may
+            except redis.exceptions.ResponseError:
+                pass
+            self._absent()
+        if self._presence_denied:
+            return 0, ""
+        conn = None
+        try:
+            pool = self.redis.connection_pool
+            conn = pool.connection_class(**pool.connection_kwargs)
+            conn.connect()
+            conn.send_command("CLIENT", "SETNAME", f"pacer-{self.id}")
+            conn.read_response()
+            conn.send_command("CLIENT", "ID")
+            cid = int(conn.read_response())
+            conn.send_command("INFO", "server")
+            info = protocol.normalize(conn.read_response())
+            run = str(info).split("run_id:", 1)[1].split()[0] if "run_id:" in str(info) else ""
+            self.redis.execute_command("CLIENT", "LIST", "ID", str(cid))
+        except UNAVAILABLE:
+            if conn is not None:
+                conn.disconnect()
+            return 0, ""
+        except redis.exceptions.ResponseError as e:
+            if conn is not None:
+                conn.disconnect()
+            if str(e).startswith("NOPERM"):
+                self._presence_denied = True
+                log.info("pacer: the Redis user may not name and list connections (CLIENT SETNAME, ID, LIST, INFO "
+                         "server): a process that exits without close() keeps its share held for hold_ms")
+            return 0, ""
+        if not run:
+            conn.disconnect()
+            return 0, ""
+        self._presence, self._cid, self._run = conn, cid, run
+        return cid, run
+
+    def _absent(self) -> None:
+        """Closes the presence connection."""
+        if self._presence is not None:
+            self._presence.disconnect()
+        self._presence, self._cid, self._run = None, 0, ""
+
+    def _check_suspects(self, suspects: list[str], run: str) -> bool:
+        """Looks for each suspect's presence connection (by client id, and
+        its name) in CLIENT LIST, as Go's Limiter does: a member whose
+        connection is gone has exited and is forgotten at once; one still
+        connected is stalled or cut off and stays held. Only the suspects
+        whose connection was opened on this Limiter's server (run) are
+        checked. True if any was forgotten."""
+        cids: dict[str, int] = {}
+        for i in range(0, len(suspects) - 2, 3):
+            member, c, on = str(suspects[i]), str(suspects[i + 1]), str(suspects[i + 2])
+            if member and member != self.id and run and on == run and c.isdigit():
+                cids[member] = int(c)
+        if not cids:
+            return False
+        try:
+            listed = str(protocol.normalize(self.redis.execute_command("CLIENT", "LIST", "ID", *map(str, cids.values()))))
+        except (*UNAVAILABLE, redis.exceptions.ResponseError):
+            return False
+        connected = set()
+        for line in listed.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            name = fields.get("name", "")
+            if name.startswith("pacer-") and fields.get("id") == str(cids.get(name[len("pacer-"):], -1)):
+                connected.add(name[len("pacer-"):])
+        gone = sorted(m for m in cids if m not in connected)
+        alive = sorted(m for m in cids if m in connected)
+        try:
+            self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                             [self.id, "check", " ".join(gone), " ".join(alive)])
+        except (*UNAVAILABLE, PacerError):
+            return False
+        return bool(gone)
 
     def _reports_due(self) -> list[tuple[str, str]]:
         """The policies to report: of keys used since their last report and

@@ -391,7 +391,7 @@ class Heartbeat:
     rank: int
     n: int
     held_ranks: list[int]
-    suspects: list[list[str]]
+    suspects: list[str]  # flat: id, client id, run id, ...
     held_n: int
     before: int
     ranks: list[int]
@@ -399,11 +399,14 @@ class Heartbeat:
 
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
-                   times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = ()) -> list[str]:
-    """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>" (no connection of
-    its own: cid 0), the four times, the rank asked for, no deadline, then
-    the reports: key and "<Unix ms> <policy>" pairs."""
-    out = [member, mode, f"{since_ms} 0 {n}", *times, "" if rank is None else str(rank), ""]
+                   times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = (),
+                   cid: int = 0, run: str = "") -> list[str]:
+    """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>[ <run>]" (cid: the
+    client id of its presence connection and run the run id of the server
+    that gave it; 0: none), the four times, the rank asked for, no
+    deadline, then the reports: key and "<Unix ms> <policy>" pairs."""
+    since = f"{since_ms} {cid} {n}" + (f" {run}" if cid and run else "")
+    out = [member, mode, since, *times, "" if rank is None else str(rank), ""]
     for key, report in reports:
         out += [key, report]
     return out

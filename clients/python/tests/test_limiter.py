@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -375,6 +376,28 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(a.reserve("k", Limit(30, 1)).local)
         self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "),
                         f"{a._local_share}: the third member may pace locally on the old fleet still")
+
+    def test_exited_member_forgotten_by_its_presence_connection(self) -> None:
+        """A member that exits without close() (killed) is forgotten once
+        it is a suspect and its presence connection is gone, as a Go
+        process is; one silent but connected (stalled) stays (combination
+        runner, seed 10: a Python process SIGKILLed kept its share held for
+        hold_ms, a minute, and the fleet on Redis used a quarter less of
+        every key for the rest of the run)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a, b, c, a):
+            lim._beat()  # the second carries the presence connection's id
+        self.assertEqual(a._members, 3)
+        info = self.c.hget("pacer:{limiters}:info", "b").decode().split()
+        self.assertNotEqual(info[2], "0", f"b's heartbeat names no presence connection: {info}")
+        names = [x.get("name") for x in self.c.client_list()]
+        self.assertIn("pacer-b", names)
+        b._absent()  # killed: Redis closes its connections; it beats no more
+        time.sleep(1.3)  # silent longer than suspect_ms (1.1 s): a suspect
+        a._beat()
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone, is still a member")
+        self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "c"), "c, silent but connected, was forgotten")
+        self.assertEqual(a._members, 2)
 
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
