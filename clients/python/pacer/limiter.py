@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -71,6 +72,7 @@ class Reservation:
     local: bool
     deadline: float  # time.monotonic() at the slot
     limiter: "Limiter" = field(repr=False)
+    shifted: int = field(default=0, repr=False)  # the last resume that moved it (its "~s" r)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -102,6 +104,7 @@ class _Key:
     # The end of the latest pause this Limiter made on Redis (server
     # clock): honoured by its sleepers when Redis cannot be read.
     own_pause_ns: int = 0
+    own_pause_seq: int = 0  # the key's last reservation number then
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
     pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
     # The policy's report to the fleet ("Heartbeat"): when last sent, and
@@ -250,6 +253,8 @@ class Limiter:
         use now. It never returns inside a pause made meanwhile: just
         before the slot it reads the key's state, and if a pause covers the
         slot it cancels r and takes a fresh slot (docs/protocol.md, Pause).
+        While it sleeps it reads the state every _POLL, and uses its slot d
+        earlier when a resume moved its reservation ("~s q:r d").
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
         stalled process) takes a fresh slot instead, once, rather than fire
@@ -257,6 +262,11 @@ class Limiter:
         (time.monotonic()) bounds a fresh slot's wait (WaitTooLong)."""
         moved = False
         while True:
+            while r.delay() > _PRECHECK + _POLL:
+                # A resume may move the slot earlier meanwhile: Redis then
+                # grants the times it left to others.
+                time.sleep(_POLL)
+                self._pause_end(r)
             if r.delay() > _PRECHECK:
                 time.sleep(r.delay() - _PRECHECK)
             pause = self._pause_end(r)
@@ -308,6 +318,10 @@ class Limiter:
                 with self._lock:
                     st = self._keys.setdefault(key, _Key())
                     st.own_pause_ns = max(st.own_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
+                    try:
+                        st.own_pause_seq = protocol.parse_state(str(v[-1])).seq
+                    except ValueError:
+                        pass
                 return int(v[2])  # type: ignore[arg-type]
             except UNAVAILABLE as e:
                 self._go_local(f"{type(e).__name__}: {e}")
@@ -450,6 +464,8 @@ class Limiter:
             v = None if client is None else protocol.normalize(client.execute_command("GET", k))
             if isinstance(v, str) and v:
                 read = protocol.parse_state(v).pause_end_ns
+                if not local:
+                    self._shift(r, v)
         except UNAVAILABLE:
             local = True  # Redis cannot say: what this Limiter knows counts
         except ValueError:
@@ -457,6 +473,25 @@ class Limiter:
         if local and own > (read or 0):
             return own
         return read
+
+    def _shift(self, r: Reservation, state: str) -> None:
+        """Moves r earlier by the resume the state on Redis records ("~s
+        q:r d": reservations q+1 to r, d ns earlier; lua/resume.lua), once,
+        if it applies to r; forgets this Limiter's own pause on the key if
+        the resume came after it."""
+        m = _SHIFT.search(state)
+        if m is None:
+            return
+        q, last, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        with self._lock:
+            st = self._keys.get(r.key)
+            if st is not None and st.own_pause_ns and last >= st.own_pause_seq:
+                st.own_pause_ns = 0  # an operator resumed the key after it
+            if r.local or d <= 0 or not (q < r.seq <= last) or r.shifted >= last:
+                return
+            r.shifted = last
+            r.slot_ns -= d
+            r.deadline -= d / 1e9
 
     # -------------------------------------------------------------- the clock
 
@@ -855,6 +890,12 @@ _REPORT_BATCH, _REPORT_EVERY = 500, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
+#: How often a sleeper reads the key's state for a resume that moved it.
+_POLL = 0.1
+
+#: A resume's move in a state: "~s q:r d".
+_SHIFT = re.compile(r" ~s ([0-9]+):([0-9]+) ([0-9]+)")
 
 
 def _max_lateness(r: Reservation) -> float:
