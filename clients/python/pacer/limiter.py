@@ -226,6 +226,10 @@ class Limiter:
                     except _NoShare:
                         pass
                     except UNAVAILABLE as e:
+                        if not self._lost(e):
+                            if give_up is not None and time.monotonic() > give_up:
+                                raise Unavailable("pacer: Redis does not answer in time") from e
+                            continue  # Redis answered a ping: the call goes to Redis again
                         self._go_local(f"{type(e).__name__}: {e}")
                         r = self._reserve_local(key, k, policy, costs, max_us)
                 else:
@@ -324,6 +328,8 @@ class Limiter:
                         pass
                 return int(v[2])  # type: ignore[arg-type]
             except UNAVAILABLE as e:
+                if not self._lost(e):
+                    return self.pause(key, seconds, policy)  # Redis answered a ping: again
                 self._go_local(f"{type(e).__name__}: {e}")
         with self._handback_lock:
             if not self.is_local:
@@ -440,6 +446,8 @@ class Limiter:
                 self._saw(r.key, str(v[1] or ""), st.stored, None)
                 return v[0] == 1
             except UNAVAILABLE as e:
+                if not self._lost(e):
+                    return self._adjust(r, op, actual)  # Redis answered a ping: again (Adjust is idempotent)
                 self._go_local(f"{type(e).__name__}: {e}")
         with self._lock:
             if len(st.pending) < 10_000:
@@ -574,7 +582,7 @@ class Limiter:
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
-            if not self.is_local:
+            if not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return
         with self._presence_lock:
@@ -602,6 +610,30 @@ class Limiter:
             local = self._local
         if local:
             self._come_back()
+
+    def _lost(self, e: BaseException) -> bool:
+        """Whether e means Redis is unavailable. A call that timed out is no
+        evidence that Redis is gone (a slow or paused Redis, a busy
+        process): Redis is pinged on a connection of its own with a longer
+        timeout (4 times the client's, at least 2 s), and only if that
+        fails too is it unavailable, as for Go's Limiter
+        (Options.CallTimeout); meanwhile the call waits."""
+        if not isinstance(e, redis.exceptions.TimeoutError):
+            return True
+        pool = self.redis.connection_pool
+        kw = dict(pool.connection_kwargs)
+        t = max(_PING_TIMEOUT, 4 * float(kw.get("socket_timeout") or 0))
+        kw["socket_timeout"] = kw["socket_connect_timeout"] = t
+        conn = pool.connection_class(**kw)
+        try:
+            conn.connect()
+            conn.send_command("PING")
+            conn.read_response()
+            return False
+        except (*UNAVAILABLE, redis.exceptions.ResponseError):
+            return True
+        finally:
+            conn.disconnect()
 
     def _present(self) -> tuple[int, str]:
         """Makes sure the presence connection is open (Redis restarted, or
@@ -890,6 +922,9 @@ _REPORT_BATCH, _REPORT_EVERY = 500, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
+#: The least time a ping after a timed-out call waits for Redis (_lost).
+_PING_TIMEOUT = 2.0
 
 #: How often a sleeper reads the key's state for a resume that moved it.
 _POLL = 0.1

@@ -268,7 +268,7 @@ class FallbackTest(unittest.TestCase):
         """A cancel of Redis's reservation made while Redis does not answer
         is made on Redis when it answers again."""
         a = self.limiter("a")
-        rs = [a.reserve("k", Limit(1, 1)) for _ in range(3)]  # 0, 1 s, 2 s
+        rs = [a.reserve("k", Limit(0.2, 1)) for _ in range(3)]  # 0, 5 s, 10 s: ahead of the ping a timeout makes
         self.srv.freeze()
         try:
             self.assertTrue(a.cancel(rs[2]))  # times out: kept for Redis
@@ -278,7 +278,7 @@ class FallbackTest(unittest.TestCase):
         a._beat()  # back: the cancel goes to Redis
         self.assertFalse(a.is_local)
         self.assertEqual(self.c.get("pacer:{k}:done"), str(rs[2].seq).encode())
-        r = a.reserve("k", Limit(1, 1))
+        r = a.reserve("k", Limit(0.2, 1))
         self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
 
     def test_handback_of_windows_pauses_and_stored_limits(self) -> None:
@@ -418,6 +418,21 @@ class FallbackTest(unittest.TestCase):
         self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone, is still a member")
         self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "c"), "c, silent but connected, was forgotten")
         self.assertEqual(a._members, 2)
+
+    def test_paused_redis_is_no_outage(self) -> None:
+        """A call that times out is no evidence that Redis is gone: the
+        Limiter pings it with a longer timeout and paces locally only if
+        that fails too, as Go's does (Options.CallTimeout). A CLIENT PAUSE
+        shorter than that is waited out on Redis (combination runner, seed
+        10: a Python process paced locally through a 2.1 s CLIENT PAUSE the
+        Go processes waited out on Redis, and its local slots met theirs)."""
+        a = self.limiter("a")
+        a._beat()
+        self.c.execute_command("CLIENT", "PAUSE", "1200", "ALL")
+        r = a.reserve("k", Limit(10, 1))
+        self.assertFalse(r.local, "a reservation made locally while Redis was paused")
+        self.assertFalse(a.is_local)
+        self.assertEqual(r.seq, 1)
 
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
