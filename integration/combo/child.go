@@ -29,6 +29,9 @@ type ChildSpec struct {
 	Redis    string // host:port
 	Prefix   string // the run's KeyPrefix
 	Provider string // the provider's base URL
+	// Script, if set, makes the process a Python child: it execs
+	// pythonBin on this script (python.go).
+	Script string `json:",omitempty"`
 }
 
 // The fleet's demand, per process: goroutines that call the Sliding key and

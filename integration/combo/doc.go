@@ -39,6 +39,27 @@
 //     weight always backlogged, one estimating its tokens low and one
 //     high, settled to the same actual costs, and a light tenant per
 //     process, half its calls with a deadline of their own;
+//   - Python processes among them (python.go): a seed draws none, one or
+//     two of the fleet's three slots (at least one stays Go), and every
+//     process started in such a slot runs the Python client
+//     (clients/python, on /usr/bin/python3 with redis-py and lupa;
+//     clients/python/tests/combo_child.py). It calls the keys that
+//     client supports, the Sliding key and the policy key (wait,
+//     reserve then sleep, reserve with a maximum wait, cancel; costs
+//     settled to what the provider reports), from eight threads, sends
+//     the provider each call with the slot its reservation gave
+//     (Reservation.slot_ns, on Redis's clock or the local fallback's
+//     estimate of it, as the Go children's), pauses a key on a 429, and
+//     takes the same commands (close, pause); kills, SIGSTOP and the
+//     restarts in its slot reach it as any process. What the client
+//     lacks it does not call: fair turns (tenants, lanes), leases,
+//     deadlines of a call's own, Allow, pacehttp (the hot, http, adaptive
+//     and fair keys are the Go processes'). Its calls are judged as the
+//     Go processes' are, by every judge below. Without such a python3
+//     the draw is skipped (Go processes run in those slots, and the
+//     seed's line says "python skipped"); under CI that is a failure.
+//     PACER_COMBO_PYTHON=off skips it on purpose, to tell whether a
+//     failure needs the Python processes;
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
 //     reports the pacehttp key's window in GitHub's x-ratelimit-* headers,

@@ -29,6 +29,9 @@ const (
 func Main() {
 	var spec ChildSpec
 	if ok, err := fleet.Spec(childEnv, &spec); ok {
+		if err == nil && spec.Script != "" {
+			err = execPython(spec) // returns only if it failed
+		}
 		if err == nil {
 			err = childMain(spec)
 		}
@@ -62,6 +65,7 @@ func exit(err error) {
 type proc struct {
 	id     string
 	slot   int // a fleet process's slot
+	python bool
 	cancel context.CancelFunc
 	f      *fleet.Fleet
 	done   chan struct{} // closed once it has exited

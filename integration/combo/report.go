@@ -19,7 +19,7 @@ func ReplayCommand(seed uint64) string {
 func (res *Result) Progress() string {
 	v := res.Verdict
 	calls := len(res.Calls)
-	var tp []string
+	var tp, py []string
 	for _, key := range Keys {
 		if f, ok := v.Figures.Throughput[key]; ok {
 			tp = append(tp, fmt.Sprintf("%s %.2f", key, f))
@@ -33,6 +33,17 @@ func (res *Result) Progress() string {
 			// time clear of faults and pauses, and of calls refused.
 			tp = append(tp, fmt.Sprintf("%s learned %.2f, refused %s", key, l.Fraction, l.refusedText()))
 		}
+	}
+	for _, l := range res.Lives {
+		if l.Python {
+			py = append(py, l.ID)
+		}
+	}
+	switch {
+	case res.PythonSkipped != "":
+		tp = append(tp, "python skipped")
+	case len(py) > 0:
+		tp = append(tp, "python "+strings.Join(py, ","))
 	}
 	status := "ok"
 	if v.Failed() {
@@ -49,6 +60,12 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 	r := index(res)
 	if verbose {
 		fmt.Fprintf(w, "seed %d: prefix %s, %d fleet processes, %v\n", res.Scenario.Seed, res.Prefix, res.Scenario.Procs, res.Scenario.Length)
+		if len(res.Scenario.Python) > 0 {
+			fmt.Fprintf(w, "  python  %s (processes started in them run clients/python)\n", slotsText(res.Scenario.Python))
+		}
+		if res.PythonSkipped != "" {
+			fmt.Fprintf(w, "  %s\n", res.PythonSkipped)
+		}
 		for _, e := range res.Scenario.Events {
 			fmt.Fprintf(w, "  planned %s\n", e)
 		}

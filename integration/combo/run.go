@@ -47,7 +47,11 @@ type Result struct {
 	// over (stored.go judges it).
 	Stored   []StoredRead
 	Duration time.Duration // of the whole run, set-up and verdict included
-	Verdict  Verdict
+	// PythonSkipped says why the seed's Python draw did not run (no
+	// interpreter with redis-py and lupa, outside CI): Go processes ran in
+	// its slots.
+	PythonSkipped string `json:",omitempty"`
+	Verdict       Verdict
 }
 
 // Life is one fleet process's life: From when it was told to start (Unix
@@ -55,6 +59,7 @@ type Result struct {
 type Life struct {
 	ID       string
 	Slot     int
+	Python   bool `json:",omitempty"` // a Python child (python.go)
 	From, To int64
 }
 
@@ -72,6 +77,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			fmt.Fprintf(cfg.Log, format+"\n", args...)
 		}
 	}
+	script, skipped, err := pythonDraw(sc)
+	if err != nil {
+		return nil, err
+	}
+	if skipped != "" {
+		res.PythonSkipped = skipped
+		logf("seed %d: %s", sc.Seed, skipped)
+	}
 
 	srv, err := redisproc.Start(redisproc.Spec{})
 	if err != nil {
@@ -86,7 +99,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer prov.kill()
 
-	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url}
+	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url, script: script}
 	defer r.killAll()
 	defer func() {
 		for _, h := range r.preHogs {
@@ -154,6 +167,7 @@ type runner struct {
 	ctx     context.Context
 	srvAddr string
 	url     string
+	script  string // the Python child's, if the seed's Python draw runs
 
 	// preHogs: the CPU hogs of a FaultHog at 0, started at preHogAt,
 	// before the fleet's start.
@@ -182,11 +196,16 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	if gen > 0 {
 		id += string(rune('a' + gen))
 	}
-	p, err := startChild(r.ctx, ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url}, r.cfg.Args)
+	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url}
+	python := r.script != "" && r.sc.isPython(slot)
+	if python {
+		spec.Script = r.script
+	}
+	p, err := startChild(r.ctx, spec, r.cfg.Args)
 	if err != nil {
 		return nil, err
 	}
-	p.slot = slot
+	p.slot, p.python = slot, python
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(r.slots) <= slot {
@@ -372,7 +391,7 @@ func (r *runner) lives() {
 		if to == 0 {
 			to = r.res.End.UnixNano()
 		}
-		r.res.Lives = append(r.res.Lives, Life{ID: p.id, Slot: p.slot, From: p.from, To: to})
+		r.res.Lives = append(r.res.Lives, Life{ID: p.id, Slot: p.slot, Python: p.python, From: p.from, To: to})
 	}
 }
 

@@ -107,7 +107,10 @@ type Scenario struct {
 	Seed   uint64
 	Length time.Duration // of the fleet's run
 	Procs  int           // fleet processes
-	Events []Event       // sorted by At
+	// Python: the fleet slots whose processes run the Python client
+	// (python.go), drawn from a stream of their own.
+	Python []int   `json:",omitempty"`
+	Events []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration
@@ -129,6 +132,7 @@ const (
 func Generate(seed uint64) Scenario {
 	sc := generateBase(seed)
 	sc.widen()
+	sc.Python = pythonSlots(seed, sc.Procs)
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }

@@ -10,8 +10,9 @@ import (
 
 // The throughput check: on a key whose demand stays well above its limit,
 // the fleet must use at least minFraction of what the limit allowed. It is
-// judged outside the pauses (and pauseRecovery after them) and outside
-// Redis faults (and faultRecovery after them), from the warm-up to the end,
+// judged outside the pauses (and pauseRecovery after them), outside
+// Redis faults (and faultRecovery after them) and while no fleet process
+// runs (and procGap after), from the warm-up to the end,
 // against the limit in force: the true limit, or an enforced stored limit
 // below it (from the moment it was asked for until the next change was
 // done). A key's fraction is its busiest band's: the band that binds is
@@ -76,6 +77,9 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, f.End + int64(faultRecovery)})
 	}
+	// No demand while no fleet process runs (all killed or closed), and
+	// procGap after (stalls.go's noneRunning).
+	cut = append(cut, r.noneRunning()...)
 	for _, a := range r.res.Actions {
 		if a.Kind == FaultHog {
 			// A loaded machine serves its callers late: the promise is

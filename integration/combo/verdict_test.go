@@ -230,6 +230,35 @@ func TestThroughput(t *testing.T) {
 			}
 		})
 	}
+	// Every process killed from 4 s to 10 s (the combination runner's seed
+	// 10 with Python processes: http.example judged 0.40 over 3.1 s, 1.9 s
+	// of which nobody ran): half the rate while a process runs is judged
+	// on that time alone; with one process left running, the hole counts.
+	half := append(paced("1", warmup, 23, time.Second/15, false), paced("1b", 10*time.Second+procGap, 75, time.Second/15, false)...)
+	killed := []Life{{ID: "1", From: at(0), To: at(4 * time.Second)}, {ID: "1b", From: at(10 * time.Second), To: at(defaultLength)}}
+	for _, tc := range []struct {
+		name  string
+		lives []Life
+		want  bool
+	}{
+		{"half the rate, every process killed between", killed, false},
+		{"half the rate, one process running between", append(killed, Life{ID: "2", From: at(0), To: at(defaultLength)}), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Calls: half, Lives: tc.lives}
+			v := Judge(res)
+			got := 0
+			for _, x := range kinds(v, VThroughput) {
+				if x.Key == KeySliding {
+					got++
+				}
+			}
+			if (got > 0) != tc.want {
+				t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeySliding], v.Figures.Used[KeySliding], tc.want)
+			}
+		})
+	}
 }
 
 func TestEarlyAndErrors(t *testing.T) {

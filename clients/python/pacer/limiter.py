@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ UNAVAILABLE = (
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
     redis.exceptions.ReadOnlyError,
+    protocol.TransientError,  # OOM, BUSY, TRYAGAIN...
 )
 
 #: Reserve's refusals (seq): the queue would be over 30 years long; a window
@@ -70,6 +72,7 @@ class Reservation:
     local: bool
     deadline: float  # time.monotonic() at the slot
     limiter: "Limiter" = field(repr=False)
+    shifted: int = field(default=0, repr=False)  # the last resume that moved it (its "~s" r)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -98,6 +101,10 @@ class _Key:
     local: bool = False
     local_last_ns: int = 0
     local_pause_ns: int = 0
+    # The end of the latest pause this Limiter made on Redis (server
+    # clock): honoured by its sleepers when Redis cannot be read.
+    own_pause_ns: int = 0
+    own_pause_seq: int = 0  # the key's last reservation number then
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
     pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
     # The policy's report to the fleet ("Heartbeat"): when last sent, and
@@ -175,6 +182,14 @@ class Limiter:
         if local_fallback and not localstore.AVAILABLE:
             log.warning("pacer: lupa is not installed: while Redis is unavailable, callers wait for it")
         self._probed = 0.0
+        # The presence connection (docs/protocol.md, Heartbeat's cid): one
+        # of its own, named pacer-<id>, kept open while the Limiter lives,
+        # so that the fleet tells a process that exited (Redis closed it)
+        # from one stalled or cut off. Used by the heartbeat thread only.
+        self._presence: Any = None
+        self._cid, self._run = 0, ""
+        self._presence_denied = False
+        self._presence_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
@@ -211,6 +226,10 @@ class Limiter:
                     except _NoShare:
                         pass
                     except UNAVAILABLE as e:
+                        if not self._lost(e):
+                            if give_up is not None and time.monotonic() > give_up:
+                                raise Unavailable("pacer: Redis does not answer in time") from e
+                            continue  # Redis answered a ping: the call goes to Redis again
                         self._go_local(f"{type(e).__name__}: {e}")
                         r = self._reserve_local(key, k, policy, costs, max_us)
                 else:
@@ -238,6 +257,8 @@ class Limiter:
         use now. It never returns inside a pause made meanwhile: just
         before the slot it reads the key's state, and if a pause covers the
         slot it cancels r and takes a fresh slot (docs/protocol.md, Pause).
+        While it sleeps it reads the state every _POLL, and uses its slot d
+        earlier when a resume moved its reservation ("~s q:r d").
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
         stalled process) takes a fresh slot instead, once, rather than fire
@@ -245,6 +266,11 @@ class Limiter:
         (time.monotonic()) bounds a fresh slot's wait (WaitTooLong)."""
         moved = False
         while True:
+            while r.delay() > _PRECHECK + _POLL:
+                # A resume may move the slot earlier meanwhile: Redis then
+                # grants the times it left to others.
+                time.sleep(_POLL)
+                self._pause_end(r)
             if r.delay() > _PRECHECK:
                 time.sleep(r.delay() - _PRECHECK)
             pause = self._pause_end(r)
@@ -293,8 +319,17 @@ class Limiter:
                                      protocol.common_args(self._share() or "1", policy, fmt=self._format) + [str(d_us)])
                 assert isinstance(v, list)
                 self._saw(key, str(v[-1]), "", None)
+                with self._lock:
+                    st = self._keys.setdefault(key, _Key())
+                    st.own_pause_ns = max(st.own_pause_ns, self._server_now() + int(v[2]))  # type: ignore[arg-type]
+                    try:
+                        st.own_pause_seq = protocol.parse_state(str(v[-1])).seq
+                    except ValueError:
+                        pass
                 return int(v[2])  # type: ignore[arg-type]
             except UNAVAILABLE as e:
+                if not self._lost(e):
+                    return self.pause(key, seconds, policy)  # Redis answered a ping: again
                 self._go_local(f"{type(e).__name__}: {e}")
         with self._handback_lock:
             if not self.is_local:
@@ -321,6 +356,8 @@ class Limiter:
                                  protocol.heartbeat_args(self.id, "leave", 0, 0, None))
             except (*UNAVAILABLE, PacerError):
                 pass
+        with self._presence_lock:
+            self._absent()
 
     def __enter__(self) -> "Limiter":
         return self
@@ -409,6 +446,8 @@ class Limiter:
                 self._saw(r.key, str(v[1] or ""), st.stored, None)
                 return v[0] == 1
             except UNAVAILABLE as e:
+                if not self._lost(e):
+                    return self._adjust(r, op, actual)  # Redis answered a ping: again (Adjust is idempotent)
                 self._go_local(f"{type(e).__name__}: {e}")
         with self._lock:
             if len(st.pending) < 10_000:
@@ -416,22 +455,51 @@ class Limiter:
         return True
 
     def _pause_end(self, r: Reservation) -> int | None:
-        """The end of the pause in force on r's key (Unix ns), read from the
-        key's state where r was granted; None if it cannot be read."""
+        """The end of the pause in force on r's key (Unix ns, server clock),
+        read from the key's state where the Limiter paces now (Redis, or
+        the local store while it paces locally: a local slot slept on once
+        back on Redis honours the pauses made on Redis meanwhile); where
+        that cannot be read, or while local, the pauses this Limiter made
+        itself count too (it knows them, whichever engine made them). None
+        if nothing is known."""
         k = protocol.redis_key(self.prefix, r.key)
-        client: Any = self._store if r.local else self.redis
-        if client is None:
-            return None
+        with self._lock:
+            local, st = self._local, self._keys.get(r.key)
+            own = max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
+        client: Any = self._store if local else self.redis
+        read: int | None = None
         try:
-            v = protocol.normalize(client.execute_command("GET", k))
+            v = None if client is None else protocol.normalize(client.execute_command("GET", k))
+            if isinstance(v, str) and v:
+                read = protocol.parse_state(v).pause_end_ns
+                if not local:
+                    self._shift(r, v)
         except UNAVAILABLE:
-            return None
-        if not isinstance(v, str) or not v:
-            return None
-        try:
-            return protocol.parse_state(v).pause_end_ns
+            local = True  # Redis cannot say: what this Limiter knows counts
         except ValueError:
-            return None
+            pass
+        if local and own > (read or 0):
+            return own
+        return read
+
+    def _shift(self, r: Reservation, state: str) -> None:
+        """Moves r earlier by the resume the state on Redis records ("~s
+        q:r d": reservations q+1 to r, d ns earlier; lua/resume.lua), once,
+        if it applies to r; forgets this Limiter's own pause on the key if
+        the resume came after it."""
+        m = _SHIFT.search(state)
+        if m is None:
+            return
+        q, last, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        with self._lock:
+            st = self._keys.get(r.key)
+            if st is not None and st.own_pause_ns and last >= st.own_pause_seq:
+                st.own_pause_ns = 0  # an operator resumed the key after it
+            if r.local or d <= 0 or not (q < r.seq <= last) or r.shifted >= last:
+                return
+            r.shifted = last
+            r.slot_ns -= d
+            r.deadline -= d / 1e9
 
     # -------------------------------------------------------------- the clock
 
@@ -506,18 +574,32 @@ class Limiter:
                 n = int(self._local_share.split()[1])
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
             reports = self._reports_due()
+        with self._presence_lock:
+            cid, run = self._cid, self._run
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports))
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports, cid=cid, run=run))
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
-            if not self.is_local:
+            if not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return
+        with self._presence_lock:
+            # For the next heartbeat: after this one, so that a Redis that
+            # does not answer holds up no heartbeat twice.
+            self._present()
         hb = protocol.decode_heartbeat(v)
         if hb is None:
             return
+        if hb.suspects and cid and self._check_suspects(hb.suspects, run):
+            # Members that exited were forgotten: the view without them.
+            try:
+                v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                     protocol.heartbeat_args(self.id, mode, since, n, rank, cid=cid, run=run))
+                hb = protocol.decode_heartbeat(v) or hb
+            except UNAVAILABLE:
+                pass
         with self._lock:
             self._learned, self._doubt = True, False
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
@@ -528,6 +610,121 @@ class Limiter:
             local = self._local
         if local:
             self._come_back()
+
+    def _lost(self, e: BaseException) -> bool:
+        """Whether e means Redis is unavailable. A call that timed out is no
+        evidence that Redis is gone (a slow or paused Redis, a busy
+        process): Redis is pinged on a connection of its own with a longer
+        timeout (4 times the client's, at least 2 s), and only if that
+        fails too is it unavailable, as for Go's Limiter
+        (Options.CallTimeout); meanwhile the call waits."""
+        if not isinstance(e, redis.exceptions.TimeoutError):
+            return True
+        pool = self.redis.connection_pool
+        kw = dict(pool.connection_kwargs)
+        t = max(_PING_TIMEOUT, 4 * float(kw.get("socket_timeout") or 0))
+        kw["socket_timeout"] = kw["socket_connect_timeout"] = t
+        conn = pool.connection_class(**kw)
+        try:
+            conn.connect()
+            conn.send_command("PING")
+            conn.read_response()
+            return False
+        except (*UNAVAILABLE, redis.exceptions.ResponseError):
+            return True
+        finally:
+            conn.disconnect()
+
+    def _present(self) -> tuple[int, str]:
+        """Makes sure the presence connection is open (Redis restarted, or
+        its idle timeout, closes it) and returns its client id and its
+        server's run id ((0, ""): none). It carries no command after its
+        name, so no timeout ever closes it from this side (self._presence_lock
+        is held). A Redis that
+        may not name and list connections (an ACL) leaves it out: the
+        fleet then holds this Limiter's share for hold_ms when it goes
+        silent, as before."""
+        if self._presence is not None:
+            try:
+                listed = protocol.normalize(self.redis.execute_command("CLIENT", "LIST", "ID", str(self._cid)))
+                if f"name=pacer-{self.id} " in f"{listed} ":
+                    return self._cid, self._run
+            except UNAVAILABLE:
+                return self._cid, self._run  # Redis does not answer: keep it, the network may
+            except redis.exceptions.ResponseError:
+                pass
+            self._absent()
+        if self._presence_denied:
+            return 0, ""
+        conn = None
+        try:
+            pool = self.redis.connection_pool
+            conn = pool.connection_class(**pool.connection_kwargs)
+            conn.connect()
+            conn.send_command("CLIENT", "SETNAME", f"pacer-{self.id}")
+            conn.read_response()
+            conn.send_command("CLIENT", "ID")
+            cid = int(conn.read_response())
+            conn.send_command("INFO", "server")
+            info = protocol.normalize(conn.read_response())
+            run = str(info).split("run_id:", 1)[1].split()[0] if "run_id:" in str(info) else ""
+            self.redis.execute_command("CLIENT", "LIST", "ID", str(cid))
+        except UNAVAILABLE:
+            if conn is not None:
+                conn.disconnect()
+            return 0, ""
+        except redis.exceptions.ResponseError as e:
+            if conn is not None:
+                conn.disconnect()
+            if str(e).startswith("NOPERM"):
+                self._presence_denied = True
+                log.info("pacer: the Redis user may not name and list connections (CLIENT SETNAME, ID, LIST, INFO "
+                         "server): a process that exits without close() keeps its share held for hold_ms")
+            return 0, ""
+        if not run:
+            conn.disconnect()
+            return 0, ""
+        self._presence, self._cid, self._run = conn, cid, run
+        return cid, run
+
+    def _absent(self) -> None:
+        """Closes the presence connection."""
+        if self._presence is not None:
+            self._presence.disconnect()
+        self._presence, self._cid, self._run = None, 0, ""
+
+    def _check_suspects(self, suspects: list[str], run: str) -> bool:
+        """Looks for each suspect's presence connection (by client id, and
+        its name) in CLIENT LIST, as Go's Limiter does: a member whose
+        connection is gone has exited and is forgotten at once; one still
+        connected is stalled or cut off and stays held. Only the suspects
+        whose connection was opened on this Limiter's server (run) are
+        checked. True if any was forgotten."""
+        cids: dict[str, int] = {}
+        for i in range(0, len(suspects) - 2, 3):
+            member, c, on = str(suspects[i]), str(suspects[i + 1]), str(suspects[i + 2])
+            if member and member != self.id and run and on == run and c.isdigit():
+                cids[member] = int(c)
+        if not cids:
+            return False
+        try:
+            listed = str(protocol.normalize(self.redis.execute_command("CLIENT", "LIST", "ID", *map(str, cids.values()))))
+        except (*UNAVAILABLE, redis.exceptions.ResponseError):
+            return False
+        connected = set()
+        for line in listed.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            name = fields.get("name", "")
+            if name.startswith("pacer-") and fields.get("id") == str(cids.get(name[len("pacer-"):], -1)):
+                connected.add(name[len("pacer-"):])
+        gone = sorted(m for m in cids if m not in connected)
+        alive = sorted(m for m in cids if m in connected)
+        try:
+            self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                             [self.id, "check", " ".join(gone), " ".join(alive)])
+        except (*UNAVAILABLE, PacerError):
+            return False
+        return bool(gone)
 
     def _reports_due(self) -> list[tuple[str, str]]:
         """The policies to report: of keys used since their last report and
@@ -570,8 +767,11 @@ class Limiter:
                 pass  # keep the fleet remembered from the outage before
             elif self._learned:
                 self._remembered, self._remembered_members, self._rank_before = self._n, self._members, self._rank
-            self._back_at = 0.0
+            # The share before _back_at goes: a member of the fleet it knew
+            # that is not back yet may pace on its old share still, so this
+            # one paces on its own old share too (Go's keeps it).
             self._local_share = self._own_share()
+            self._back_at = 0.0
             if self._fallback and self._store is None:
                 self._store = localstore.LocalStore(self.scripts, self._server_now)
         log.warning("pacer: Redis unavailable (%s): pacing locally at share %s", why, self._local_share)
@@ -722,6 +922,15 @@ _REPORT_BATCH, _REPORT_EVERY = 500, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
+#: The least time a ping after a timed-out call waits for Redis (_lost).
+_PING_TIMEOUT = 2.0
+
+#: How often a sleeper reads the key's state for a resume that moved it.
+_POLL = 0.1
+
+#: A resume's move in a state: "~s q:r d".
+_SHIFT = re.compile(r" ~s ([0-9]+):([0-9]+) ([0-9]+)")
 
 
 def _max_lateness(r: Reservation) -> float:

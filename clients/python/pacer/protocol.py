@@ -60,10 +60,25 @@ class PacerArgumentError(PacerError, ValueError):
     changed nothing."""
 
 
+class TransientError(redis.exceptions.ResponseError):
+    """An error reply of a Redis that is there but cannot serve now
+    (TRANSIENT_CODES: loading, failing over, a read-only replica, a busy
+    script, or at its maxmemory with noeviction, where OOM refuses the
+    script's write and nothing was granted): the Limiter counts it as Redis
+    being unavailable, as Go's does (reserve/call.go, unavailableCodes)."""
+
+
+#: The error codes TransientError covers: Go's unavailableCodes but
+#: PACER_STALE (this client sends no deadline).
+TRANSIENT_CODES = frozenset({"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS", "BUSY", "OOM"})
+
+
 def script_error(err: redis.exceptions.ResponseError) -> Exception:
     """Returns a script's error reply as a PacerError (Redis's own errors,
-    such as WRONGTYPE, as they are)."""
+    such as WRONGTYPE, as they are; the transient ones as TransientError)."""
     msg = str(err)
+    if msg.split(" ", 1)[0] in TRANSIENT_CODES:
+        return TransientError(msg)
     if not msg.startswith("PACER_"):
         return err
     if msg.split(" ", 1)[0] in ("PACER_ARG", "PACER_EXCEEDS", "PACER_CONFIG"):
@@ -126,7 +141,8 @@ class Scripts:
                 client.execute_command("SCRIPT", "LOAD", self.text[name])
                 v = client.execute_command("EVALSHA", self.sha[name], len(keys), *keys, *args)
         except redis.exceptions.ResponseError as e:
-            if isinstance(e, redis.exceptions.NoScriptError):
+            if isinstance(e, (redis.exceptions.NoScriptError, redis.exceptions.BusyLoadingError,
+                              redis.exceptions.ReadOnlyError)):
                 raise
             raise script_error(e) from None
         return normalize(v)
@@ -375,7 +391,7 @@ class Heartbeat:
     rank: int
     n: int
     held_ranks: list[int]
-    suspects: list[list[str]]
+    suspects: list[str]  # flat: id, client id, run id, ...
     held_n: int
     before: int
     ranks: list[int]
@@ -383,11 +399,14 @@ class Heartbeat:
 
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
-                   times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = ()) -> list[str]:
-    """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>" (no connection of
-    its own: cid 0), the four times, the rank asked for, no deadline, then
-    the reports: key and "<Unix ms> <policy>" pairs."""
-    out = [member, mode, f"{since_ms} 0 {n}", *times, "" if rank is None else str(rank), ""]
+                   times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = (),
+                   cid: int = 0, run: str = "") -> list[str]:
+    """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>[ <run>]" (cid: the
+    client id of its presence connection and run the run id of the server
+    that gave it; 0: none), the four times, the rank asked for, no
+    deadline, then the reports: key and "<Unix ms> <policy>" pairs."""
+    since = f"{since_ms} {cid} {n}" + (f" {run}" if cid and run else "")
+    out = [member, mode, since, *times, "" if rank is None else str(rank), ""]
     for key, report in reports:
         out += [key, report]
     return out

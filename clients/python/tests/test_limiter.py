@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -105,6 +106,26 @@ class LimiterTest(unittest.TestCase):
         with mock.patch.object(protocol, "parse_state", ignored), mock.patch.object(limiter, "_max_lateness", lambda r: math.inf):
             now, slot, pause_end = self.check_pause_honoured()
         self.assertLess(slot, pause_end, "the mutant that ignores pauses would pass test_pause_honoured")
+
+    def test_resume_moves_a_sleeper_earlier(self) -> None:
+        """A sleeper granted while the key was paused uses its slot d
+        earlier when a resume moved it (the state's "~s q:r d",
+        lua/resume.lua): Redis grants the times it left to others, so one
+        that kept its old slot would fire together with them (combination
+        runner, seed 5: 15 calls in 550 ms on a 20/s burst 2 band after an
+        operator's resume, two of them Python sleepers at their old slots)."""
+        lim = self.limiter()
+        k = self.prefix + "{k}"
+        lim.pause("k", 1.5)
+        r = lim.reserve("k", Limit(10, 1))  # after the pause
+        old = r.slot_ns
+        v = lim.scripts.run(self.c, "Resume", [k, k + ":limit"], protocol.common_args("1", None))
+        d = int(v[3])  # type: ignore[index]
+        self.assertGreater(d, 0, "the resume moved nothing")
+        got = lim.sleep(r)
+        self.assertEqual(got.slot_ns, old - d, "the sleeper kept the slot the resume moved")
+        later = lim.reserve("k", Limit(10, 1))
+        self.assertGreaterEqual(later.slot_ns - got.slot_ns, 100 * MS - 1000, "two slots closer than the rate")
 
     def test_bad_input_changes_nothing(self) -> None:
         lim = self.limiter()
@@ -247,7 +268,7 @@ class FallbackTest(unittest.TestCase):
         """A cancel of Redis's reservation made while Redis does not answer
         is made on Redis when it answers again."""
         a = self.limiter("a")
-        rs = [a.reserve("k", Limit(1, 1)) for _ in range(3)]  # 0, 1 s, 2 s
+        rs = [a.reserve("k", Limit(0.2, 1)) for _ in range(3)]  # 0, 5 s, 10 s: ahead of the ping a timeout makes
         self.srv.freeze()
         try:
             self.assertTrue(a.cancel(rs[2]))  # times out: kept for Redis
@@ -257,7 +278,7 @@ class FallbackTest(unittest.TestCase):
         a._beat()  # back: the cancel goes to Redis
         self.assertFalse(a.is_local)
         self.assertEqual(self.c.get("pacer:{k}:done"), str(rs[2].seq).encode())
-        r = a.reserve("k", Limit(1, 1))
+        r = a.reserve("k", Limit(0.2, 1))
         self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
 
     def test_handback_of_windows_pauses_and_stored_limits(self) -> None:
@@ -287,6 +308,131 @@ class FallbackTest(unittest.TestCase):
         self.assertGreaterEqual(st.pause_end_ns, pause_end - MS, "the local pause, handed back")
         r = a.reserve("w", pol, {"requests": 1})
         self.assertGreaterEqual(r.slot_ns, st.pause_end_ns)
+
+    def test_out_of_memory_is_an_outage(self) -> None:
+        """A Redis at its maxmemory (noeviction) refuses the scripts' writes
+        with OOM: an outage, as for Go's Limiter (reserve/call.go's
+        unavailableCodes), not an error to the caller (combination runner,
+        seed 2: every reservation of a Python process failed with
+        ResponseError OOM for 3.7 s)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(10, 1)
+        a.reserve("k", lim)
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            r = a.reserve("k", lim)
+            self.assertTrue(r.local, "a reservation on a full Redis is made locally")
+            self.assertTrue(a.is_local)
+            self.assertGreater(a.pause("k", 0.05), 0, "a pause on a full Redis is made locally")
+            a._beat()  # fails with OOM too: still local
+            self.assertTrue(a.is_local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        a._beat()
+        self.assertFalse(a.is_local, "back on Redis once it takes writes")
+        self.assertFalse(a.reserve("k", lim).local)
+
+    def test_own_pause_honoured_while_redis_is_down(self) -> None:
+        """A sleeper whose check of the key just before its slot cannot
+        reach Redis still honours the pause its own Limiter made
+        (combination runner, seed 2: a Python process paused a key on
+        Redis after a 429, Redis failed 0.3 s later, and a call of the same
+        process fired 0.3 s into that pause)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(2, 1)
+        a.reserve("k", lim)
+        r = a.reserve("k", lim)  # 0.5 s ahead
+        end = a._server_now() + a.pause("k", 3.0)
+        self.srv.stop()  # the check fails at once: the sleeper is on time
+        got = a.sleep(r)
+        self.assertGreaterEqual(got.slot_ns, end - MS, "a slot inside the Limiter's own pause")
+
+    def test_local_reservation_honours_redis_pause_once_back(self) -> None:
+        """A slot the local fallback granted, slept on after the Limiter is
+        back on Redis, honours a pause made on Redis meanwhile (combination
+        runner, seed 2: a Python process's local slot fired 90 ms into an
+        operator's pause made 0.7 s after it was back on Redis)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a._beat()
+        lim = Limit(2, 1)
+        self.srv.stop()
+        rs = [a.reserve("k", lim) for _ in range(3)]
+        self.assertTrue(all(r.local for r in rs))
+        self.srv.start()  # empty
+        a._beat()
+        b._beat()
+        self.assertFalse(a.is_local)
+        end = b._server_now() + b.pause("k", 3.0)  # another member's (or the operator's) pause, on Redis
+        got = a.sleep(rs[-1])
+        self.assertGreaterEqual(got.slot_ns, end - MS, "a local slot inside a pause made on Redis")
+
+    def test_second_outage_keeps_the_old_share(self) -> None:
+        """Back on a Redis restarted empty while members of the fleet it
+        knew are not back yet, a Limiter that loses Redis again paces
+        locally on its old share, as they do (docs/protocol.md: "and
+        locally its old share"), not on the smaller fleet Redis lists
+        (combination runner, seed 8: a Python process paced locally at
+        "m 2 1" beside a Go process at "m 3 0", their slots together every
+        0.2 s)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a):
+            lim._beat()
+        self.assertEqual(a._n, 3)
+        rank = a._rank
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)
+        self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "), a._local_share)
+        self.srv.start()  # empty
+        a._beat()
+        other = b if b._rank != rank else c
+        other._beat()  # one of the others is back; the third is not
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._members, 2)
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)
+        self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "),
+                        f"{a._local_share}: the third member may pace locally on the old fleet still")
+
+    def test_exited_member_forgotten_by_its_presence_connection(self) -> None:
+        """A member that exits without close() (killed) is forgotten once
+        it is a suspect and its presence connection is gone, as a Go
+        process is; one silent but connected (stalled) stays (combination
+        runner, seed 10: a Python process SIGKILLed kept its share held for
+        hold_ms, a minute, and the fleet on Redis used a quarter less of
+        every key for the rest of the run)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a, b, c, a):
+            lim._beat()  # the second carries the presence connection's id
+        self.assertEqual(a._members, 3)
+        info = self.c.hget("pacer:{limiters}:info", "b").decode().split()
+        self.assertNotEqual(info[2], "0", f"b's heartbeat names no presence connection: {info}")
+        names = [x.get("name") for x in self.c.client_list()]
+        self.assertIn("pacer-b", names)
+        b._absent()  # killed: Redis closes its connections; it beats no more
+        time.sleep(1.3)  # silent longer than suspect_ms (1.1 s): a suspect
+        a._beat()
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone, is still a member")
+        self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "c"), "c, silent but connected, was forgotten")
+        self.assertEqual(a._members, 2)
+
+    def test_paused_redis_is_no_outage(self) -> None:
+        """A call that times out is no evidence that Redis is gone: the
+        Limiter pings it with a longer timeout and paces locally only if
+        that fails too, as Go's does (Options.CallTimeout). A CLIENT PAUSE
+        shorter than that is waited out on Redis (combination runner, seed
+        10: a Python process paced locally through a 2.1 s CLIENT PAUSE the
+        Go processes waited out on Redis, and its local slots met theirs)."""
+        a = self.limiter("a")
+        a._beat()
+        self.c.execute_command("CLIENT", "PAUSE", "1200", "ALL")
+        r = a.reserve("k", Limit(10, 1))
+        self.assertFalse(r.local, "a reservation made locally while Redis was paused")
+        self.assertFalse(a.is_local)
+        self.assertEqual(r.seq, 1)
 
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
