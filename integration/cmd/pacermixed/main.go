@@ -3,7 +3,10 @@
 // Redis stopped and restarted empty and a pause of the key, each call made
 // to one fake provider. It prints what the provider saw (the busiest 100 ms
 // and 1 s, calls per second), each process's calls, and the run's verdict
-// on the slots (no interval over a band's bound, no slot in the pause).
+// on the slots (no interval over a band's bound, no slot in the pause);
+// then the floor, in the same run: as many callers in this one process on
+// one x/time/rate Limiter at the same rate, and the busiest 100 ms the
+// provider saw of them (mixed.Floor).
 //
 //	go run ./integration/cmd/pacermixed            # a Limit of 500/s, burst 1
 //	go run ./integration/cmd/pacermixed -bands     # and 20,000 tokens/s, settled
@@ -34,6 +37,7 @@ func main() {
 	length := flag.Duration("length", 14*time.Second, "the run")
 	py := flag.String("python", "/usr/bin/python3", "the Python interpreter")
 	faults := flag.Bool("faults", true, "stop Redis at 4 s, restart it empty at 6 s, pause the key at 10 s for 1 s")
+	floor := flag.Duration("floor", 4*time.Second, "then run the floor for this long: the same callers in one process on one x/time/rate Limiter (0: none)")
 	flag.Parse()
 	repo, err := mixed.Repo()
 	if err != nil {
@@ -51,7 +55,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "pacermixed:", err)
 		os.Exit(1)
 	}
-	os.Exit(report(res))
+	code := report(res)
+	if *floor > 0 {
+		callers := (*goProcs + *pyProcs) * *threads
+		b, n, err := mixed.Floor(context.Background(), callers, *rate, *floor)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pacermixed: the floor:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("floor: %d callers in one process on one x/time/rate Limiter at %g/s, burst 1, %v: %d calls; busiest 100 ms: %d calls\n",
+			callers, *rate, *floor, n, b)
+	}
+	os.Exit(code)
 }
 
 func report(r *mixed.Result) int {
