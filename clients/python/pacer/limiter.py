@@ -271,14 +271,13 @@ class Limiter:
                 # grants the times it left to others.
                 time.sleep(_POLL)
                 self._pause_end(r)
-            if r.delay() > _PRECHECK:
-                time.sleep(r.delay() - _PRECHECK)
+            _sleep_to(r, _PRECHECK)
             pause = self._pause_end(r)
             if pause is not None and pause > r.slot_ns:
                 r = self._again(r, until)
                 continue
             while r.delay() > 0:
-                time.sleep(r.delay())
+                _sleep_to(r, 0.0)
             if not moved and time.monotonic() - r.deadline > _max_lateness(r):
                 moved = True
                 r = self._again(r, until)
@@ -931,6 +930,15 @@ _POLL = 0.1
 
 #: A resume's move in a state: "~s q:r d".
 _SHIFT = re.compile(r" ~s ([0-9]+):([0-9]+) ([0-9]+)")
+
+
+def _sleep_to(r: Reservation, before: float) -> None:
+    """Sleeps until before seconds ahead of r's slot, reading the clock
+    once: read twice, a slot just beyond before at the first reading may be
+    within it at the second, and time.sleep refuses a negative length."""
+    d = r.delay() - before
+    if d > 0:
+        time.sleep(d)
 
 
 def _max_lateness(r: Reservation) -> float:
