@@ -125,7 +125,13 @@ class Limiter:
     share, and paces locally on it while Redis is unavailable (with lupa);
     without lupa, or before it knows the fleet (``fleet_size`` tells a
     size to assume until then), a caller that can wait waits for Redis.
-    ``close()`` (or ``with``) leaves the fleet and stops the thread.
+    ``probe_interval`` is how often the fleet's members pacing locally
+    probe Redis (Go's Options.ProbeInterval, 1 s by default): a Limiter
+    started while Redis is unavailable learns the fleet only from a
+    heartbeat 1.5 times that after its first one that succeeds, and stays
+    off Redis until then (docs/protocol.md, "Shares and the local
+    fallback"). ``close()`` (or ``with``) leaves the fleet and stops the
+    thread.
     """
 
     def __init__(
@@ -136,6 +142,7 @@ class Limiter:
         lua_dir: str | None = None,
         heartbeat: bool = True,
         heartbeat_interval: float = 1.0,
+        probe_interval: float = 1.0,
         fleet_size: int = 0,
         limiter_id: str | None = None,
         local_fallback: bool = True,
@@ -145,6 +152,9 @@ class Limiter:
         if not (isinstance(heartbeat_interval, (int, float)) and math.isfinite(heartbeat_interval)
                 and heartbeat_interval > 0):
             raise ValueError(f"pacer: heartbeat_interval {heartbeat_interval!r} is not a positive number of seconds")
+        if isinstance(probe_interval, bool) or not (isinstance(probe_interval, (int, float))
+                                                    and math.isfinite(probe_interval) and probe_interval > 0):
+            raise ValueError(f"pacer: probe_interval {probe_interval!r} is not a positive number of seconds")
         if isinstance(fleet_size, bool) or not isinstance(fleet_size, int) or fleet_size < 0:
             raise ValueError(f"pacer: fleet_size {fleet_size!r} is not a whole number >= 0")
         self.redis = client
@@ -171,6 +181,16 @@ class Limiter:
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
         self._back_at = 0.0
         self._remember = 60.0  # the fleet's hold_ms
+        # Started while Redis was unavailable (born), it has never learned
+        # the fleet. When it first reaches Redis, a Redis restarted empty
+        # lists only the members back already; the others, still pacing
+        # locally, probe within probe_interval (+25%). So it learns the
+        # fleet only from a heartbeat at least _join after its first one
+        # that succeeded (_join_until, time.monotonic(); 0: none yet), and
+        # stays off Redis until then (Go's fleetView.born).
+        self._born = False
+        self._join = 1.5 * float(probe_interval)
+        self._join_until = 0.0
         # The mode: on Redis, or local (Redis unavailable); since when.
         self._local = False
         self._since_ms = int(time.time() * 1000)
@@ -194,6 +214,9 @@ class Limiter:
         self._thread: threading.Thread | None = None
         if heartbeat:
             self._beat()
+            with self._lock:
+                if self._local and not self._learned:
+                    self._born = True  # started while Redis was unavailable
             self._thread = threading.Thread(target=self._loop, name="pacer-heartbeat", daemon=True)
             self._thread.start()
 
@@ -552,18 +575,34 @@ class Limiter:
             import zlib
             return f"m {self._hint} {zlib.crc32(self.id.encode()) % self._hint} 0"
         n, rank = self._n, self._rank
-        also = 0
-        if self._held and self._held_n > 0 and self._held_n != n:
-            also = self._held_n
-        elif self._before > 0 and self._before != n:
-            also = self._before
+        also = self._also_n()
         if self._missing():
-            n, rank, also = self._remembered, self._rank_before, 0
+            n, rank = self._remembered, self._rank_before
         elif also > 0 and rank >= also:
             return None
         if n <= 1:
             return "1"
         return f"m {n} {min(rank, n - 1)} {also}"
+
+    def _also_n(self) -> int:
+        """The other fleet size this Limiter's local share keeps within too
+        ("m <n> <rank> <also>"; 0: none): held_n when members are held on
+        another size, else before when it is not 0 and not n. self._lock
+        is held."""
+        if not self._learned or self._missing():
+            return 0
+        if self._held and self._held_n > 0 and self._held_n != self._n:
+            return self._held_n
+        if self._before > 0 and self._before != self._n:
+            return self._before
+        return 0
+
+    def _newcomer(self) -> bool:
+        """Whether this Limiter has no local share because it joined the
+        fleet after members that may pace locally without it (its rank is
+        not below _also_n). self._lock is held."""
+        also = self._also_n()
+        return also > 0 and self._rank >= also
 
     def _beat(self) -> None:
         with self._lock:
@@ -575,6 +614,12 @@ class Limiter:
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
             reports = self._reports_due()
         with self._presence_lock:
+            if mode == "redis" and self._presence is None and not self._presence_denied:
+                # Before its first heartbeat on Redis, as Go's Limiter: that
+                # heartbeat can check the suspects it names at once, so
+                # that a member that exited is forgotten before the next
+                # newcomer takes a rank (combination runner, seed 1).
+                self._present()
             cid, run = self._cid, self._run
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
@@ -582,6 +627,8 @@ class Limiter:
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
+                if self._born:
+                    self._join_until = 0.0  # the fleet did not answer: joining starts again
             if not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return
@@ -592,6 +639,14 @@ class Limiter:
         hb = protocol.decode_heartbeat(v)
         if hb is None:
             return
+        with self._lock:
+            if self._born:
+                now = time.monotonic()
+                if not self._join_until:
+                    self._join_until = now + self._join
+                if now < self._join_until:
+                    return  # not yet: it stays off Redis, and learns nothing
+                self._born = False
         if hb.suspects and cid and self._check_suspects(hb.suspects, run):
             # Members that exited were forgotten: the view without them.
             try:
@@ -765,8 +820,24 @@ class Limiter:
             self._since_ms = int(time.time() * 1000)
             if self._missing():
                 pass  # keep the fleet remembered from the outage before
+            elif self._learned and self._newcomer():
+                # It joined after members that may pace locally without it:
+                # it has no share of their fleet. When Redis answers again
+                # it waits as one started while Redis was down does (born),
+                # until they could be back, and takes nothing meanwhile: as
+                # a member of the fleet it remembers it would take instants
+                # of a lattice they do not pace on (Go's leaving).
+                self._born, self._join_until = True, 0.0
+                self._remembered, self._remembered_members = 0, 0
             elif self._learned:
-                self._remembered, self._remembered_members, self._rank_before = self._n, self._members, self._rank
+                # The fleet its calls on Redis kept to (_share): the held
+                # members' when they pace on another size, so that, back on
+                # a Redis restarted empty before them, it keeps to their
+                # lattice (Go's TestBackBesideHeldFleet).
+                n = self._n
+                if self._held and self._held_n > 1 and self._held_n != self._n:
+                    n = self._held_n
+                self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
             # The share before _back_at goes: a member of the fleet it knew
             # that is not back yet may pace on its old share still, so this
             # one paces on its own old share too (Go's keeps it).

@@ -434,6 +434,121 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(r.seq, 1)
 
+    def test_born_while_redis_is_down_learns_the_fleet_after_join(self) -> None:
+        """A Limiter started while Redis was unavailable has never learned
+        the fleet. When it first reaches a Redis restarted empty, the
+        members still pacing locally are not listed yet (they probe within
+        probe_interval, +25%): it stays off Redis, and takes no share, until
+        a heartbeat at least join (1.5 probe_interval) after its first one
+        that succeeded, as Go's Limiter (reserve/fleet.go, born). A heartbeat
+        that fails meanwhile starts the wait again (combination runner, seed
+        1: two Python processes started during an out-of-memory Redis, one
+        back on Redis at once, the other's local slots handed back: slots of
+        both at the same instants)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)  # a paces locally on "m 2 ..."
+        c = Limiter(self.c, prefix="pacer:", limiter_id="c", heartbeat_interval=3600, probe_interval=3600)
+        self.lims.append(c)
+        self.assertTrue(c.is_local)
+        self.assertTrue(c._born)
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)  # no share: it never learned the fleet
+        self.srv.start()  # empty
+        c._beat()  # its first heartbeat that succeeds: it learns nothing yet
+        self.assertTrue(c.is_local, "back on Redis at its first heartbeat, beside members still pacing locally")
+        self.assertFalse(c._learned)
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)
+        self.srv.stop()
+        c._beat()  # fails: the wait starts again
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local)
+        c._join_until -= 3600 * 1.5  # join has passed since that heartbeat
+        self.srv.stop()
+        c._beat()  # fails: the wait starts again from the next one that succeeds
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local, "a heartbeat that failed did not start the wait again")
+        a._beat()  # a is back, at its old rank
+        self.assertFalse(a.is_local)
+        c._join_until -= 3600 * 1.5
+        c._beat()  # at least join after its first that succeeded: it learns the fleet
+        self.assertFalse(c.is_local)
+        self.assertTrue(c._learned)
+        self.assertEqual(c._members, 2)
+        self.assertFalse(c.reserve("k", Limit(30, 1)).local)
+
+    def test_newcomer_losing_redis_waits_as_one_born(self) -> None:
+        """A member that joined after members that pace locally without it
+        (its rank is not below their fleet's size) has no local share; when
+        it loses Redis it waits, once back, as one started while Redis was
+        down: until its heartbeats could have met theirs (Go's leaving,
+        combination runner seed 71)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        a._go_local("test")  # a paces locally on the fleet of 2
+        a._beat()
+        c = self.limiter("c")
+        self.assertEqual((c._n, c._rank, c._held_n), (3, 2, 2))
+        self.assertIsNone(c._own_share(), "a newcomer has no local share")
+        self.srv.stop()
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)
+        self.assertTrue(c.is_local)
+        self.assertTrue(c._born)
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local, "a newcomer back on Redis at once, beside members that may pace locally")
+
+    def test_remembers_the_held_members_fleet(self) -> None:
+        """A member whose calls on Redis kept to a held member's fleet (3,
+        where Redis listed 2) remembers that fleet when it loses Redis:
+        back on a Redis restarted empty before the held member, it keeps to
+        its rank of that lattice (Go's TestBackBesideHeldFleet; combination
+        runner seed 2)."""
+        x, y, z = self.limiter("x"), self.limiter("y"), self.limiter("z")
+        for lim in (x, y, z, x, y):
+            lim._beat()
+        self.assertEqual([x._rank, y._rank, z._rank], [0, 1, 2])
+        x._go_local("test")  # x paces locally on "m 3 0 0"
+        x._beat()
+        z.close()  # the fleet is 2 on Redis
+        self.lims.remove(z)
+        y._beat()
+        self.assertEqual((y._n, y._held, y._held_n), (2, [0], 3))
+        self.assertEqual(y._share(), "3 0")
+        self.srv.stop()
+        self.assertTrue(y.reserve("k", Limit(30, 1)).local)
+        self.srv.start()  # empty
+        y._beat()  # back alone, at its old rank
+        self.assertFalse(y.is_local)
+        self.assertEqual(y._share(), "3 0 2", "back before the held member: not rank 1's of 3")
+
+    def test_first_heartbeat_checks_suspects(self) -> None:
+        """A Limiter opens its presence connection before its first
+        heartbeat, as Go's does, so that the suspects that first heartbeat
+        names are checked at once: a member that exited is forgotten before
+        the next newcomer takes a rank (combination runner, seed 1: three
+        processes started after the three killed had ranks 3 to 5, the
+        fleet counted 6 ranks for 3 members and paced at a sixth)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        a._absent()  # a and b killed: Redis closes their connections; they beat no more
+        b._absent()
+        time.sleep(1.3)  # silent longer than suspect_ms (1.1 s): suspects
+        c = self.limiter("c")
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "a"), "a, gone, is still a member")
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone, is still a member")
+        self.assertEqual(c._members, 1)
+        d = self.limiter("d")
+        self.assertEqual(d._rank, 0, "the rank of a member gone was not free for the next")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
