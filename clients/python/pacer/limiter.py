@@ -191,6 +191,10 @@ class Limiter:
         self._born = False
         self._join = 1.5 * float(probe_interval)
         self._join_until = 0.0
+        # When it started, and when its latest outage began (its heartbeat
+        # failed, or it went local; 0: none), time.monotonic(): see _live.
+        self._started = time.monotonic()
+        self._outage = 0.0
         # The mode: on Redis, or local (Redis unavailable); since when.
         self._local = False
         self._since_ms = int(time.time() * 1000)
@@ -604,6 +608,27 @@ class Limiter:
         also = self._also_n()
         return also > 0 and self._rank >= also
 
+    def _times(self) -> tuple[str, ...]:
+        """Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms, as Go's
+        Limiter passes them. A member is live if heard from within live_ms
+        (2 s). But right after an outage of this Limiter's own, one not
+        heard from since the outage began most likely lost Redis too and
+        may still pace locally: live_ms is at most the time since it began,
+        so that such a member counts as held. And a Limiter just started has
+        heard from nobody yet: live_ms is at most the time since it started,
+        at least suspect_ms (members beat every interval, +10%)."""
+        live = int(protocol.HEARTBEAT_TIMES[0])
+        suspect = int(protocol.HEARTBEAT_TIMES[2])
+        now = time.monotonic()
+        with self._lock:
+            outage, started = self._outage, self._started
+        if outage:
+            live = min(live, max(int((now - outage) * 1000), 1))
+        d = int((now - started) * 1000)
+        if d < live:
+            live = min(live, max(d, suspect))
+        return (str(live), *protocol.HEARTBEAT_TIMES[1:])
+
     def _beat(self) -> None:
         with self._lock:
             mode = "local" if self._local else "redis"
@@ -623,10 +648,13 @@ class Limiter:
             cid, run = self._cid, self._run
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports, cid=cid, run=run))
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                         reports=reports, cid=cid, run=run))
         except UNAVAILABLE as e:
             with self._lock:
                 self._doubt = self._learned
+                if not self._local:
+                    self._outage = time.monotonic()  # an outage of its own, for _live
                 if self._born:
                     self._join_until = 0.0  # the fleet did not answer: joining starts again
             if not self.is_local and self._lost(e):
@@ -651,7 +679,8 @@ class Limiter:
             # Members that exited were forgotten: the view without them.
             try:
                 v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                     protocol.heartbeat_args(self.id, mode, since, n, rank, cid=cid, run=run))
+                                     protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                             cid=cid, run=run))
                 hb = protocol.decode_heartbeat(v) or hb
             except UNAVAILABLE:
                 pass
@@ -818,6 +847,7 @@ class Limiter:
                 return
             self._local = True
             self._since_ms = int(time.time() * 1000)
+            self._outage = time.monotonic()
             if self._missing():
                 pass  # keep the fleet remembered from the outage before
             elif self._learned and self._newcomer():

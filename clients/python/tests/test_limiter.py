@@ -549,6 +549,40 @@ class FallbackTest(unittest.TestCase):
         d = self.limiter("d")
         self.assertEqual(d._rank, 0, "the rank of a member gone was not free for the next")
 
+    def test_just_started_holds_members_silent_a_heartbeat(self) -> None:
+        """A Limiter just started has heard from nobody yet: a member not
+        heard from within suspect_ms (a little over a heartbeat) counts as
+        held, since it may have lost Redis and pace locally, as for Go's
+        Limiter (its live_ms is at most the time since it started, at least
+        suspect_ms; combination runner seed 136)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        time.sleep(1.3)  # both silent longer than suspect_ms (1.1 s)
+        c = self.limiter("c")
+        self.assertEqual(c._held, sorted([a._rank, b._rank]))
+        self.assertEqual(c._share(), f"3 {' '.join(map(str, sorted([a._rank, b._rank])))}")
+
+    def test_back_from_an_outage_holds_members_not_heard_since(self) -> None:
+        """Right after an outage of its own, a member not heard from since
+        the outage began most likely lost Redis too and may pace locally:
+        it counts as held until heard from again, as for Go's Limiter (its
+        live_ms is at most the time since the outage began; combination
+        runner seed 55)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
+        self.assertEqual(a._share(), f"2 {b._rank}")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
