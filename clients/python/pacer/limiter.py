@@ -629,13 +629,30 @@ class Limiter:
             live = min(live, max(d, suspect))
         return (str(live), *protocol.HEARTBEAT_TIMES[1:])
 
+    def _share_n(self) -> int:
+        """The fleet size this Limiter's local share counts (0: none, or the
+        whole): the one it paces on while local, else the one it would take
+        if it lost Redis now. self._lock is held."""
+        share = self._local_share if self._local else self._own_share()
+        if share and share.startswith("m "):
+            return int(share.split()[1])
+        return 0
+
     def _beat(self) -> None:
+        """A heartbeat (the probe while local), run again at once (twice at
+        most) when the reply changed what the next one says, as Go's
+        Limiter: its local share's size (the others keep to it if this one
+        goes silent), or its mode (it came back to Redis: until the fleet
+        hears "redis", the others hold its share)."""
+        for _ in range(3):
+            if not self._beat_once():
+                return
+
+    def _beat_once(self) -> bool:
         with self._lock:
             mode = "local" if self._local else "redis"
             since = self._since_ms
-            n = 0
-            if self._local and self._local_share and self._local_share.startswith("m "):
-                n = int(self._local_share.split()[1])
+            n = self._share_n()
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
             reports = self._reports_due()
         with self._presence_lock:
@@ -659,21 +676,21 @@ class Limiter:
                     self._join_until = 0.0  # the fleet did not answer: joining starts again
             if not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
-            return
+            return False
         with self._presence_lock:
             # For the next heartbeat: after this one, so that a Redis that
             # does not answer holds up no heartbeat twice.
             self._present()
         hb = protocol.decode_heartbeat(v)
         if hb is None:
-            return
+            return False
         with self._lock:
             if self._born:
                 now = time.monotonic()
                 if not self._join_until:
                     self._join_until = now + self._join
                 if now < self._join_until:
-                    return  # not yet: it stays off Redis, and learns nothing
+                    return False  # not yet: it stays off Redis, and learns nothing
                 self._born = False
         if hb.suspects and cid and self._check_suspects(hb.suspects, run):
             # Members that exited were forgotten: the view without them.
@@ -692,8 +709,11 @@ class Limiter:
             if self._back_at and time.monotonic() - self._back_at >= self._remember:
                 self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0
             local = self._local
+            changed = not local and self._share_n() != n
         if local:
             self._come_back()
+            return not self.is_local  # back: tell the fleet at once
+        return changed
 
     def _lost(self, e: BaseException) -> bool:
         """Whether e means Redis is unavailable. A call that timed out is no

@@ -434,6 +434,13 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(r.seq, 1)
 
+    def tell_local(self, lim: Limiter, n: int) -> None:
+        """A heartbeat of lim's saying it paces locally on a fleet of n, as
+        one whose calls fail while its heartbeats reach Redis (a Cluster's
+        shard down) sends."""
+        lim.scripts.run(self.c, "Heartbeat", protocol.fleet_keys("pacer:"),
+                        protocol.heartbeat_args(lim.id, "local", int(time.time() * 1000) + 1, n, lim._rank))
+
     def test_born_while_redis_is_down_learns_the_fleet_after_join(self) -> None:
         """A Limiter started while Redis was unavailable has never learned
         the fleet. When it first reaches a Redis restarted empty, the
@@ -491,8 +498,7 @@ class FallbackTest(unittest.TestCase):
         a, b = self.limiter("a"), self.limiter("b")
         for lim in (a, b, a):
             lim._beat()
-        a._go_local("test")  # a paces locally on the fleet of 2
-        a._beat()
+        self.tell_local(a, 2)  # a paces locally on the fleet of 2
         c = self.limiter("c")
         self.assertEqual((c._n, c._rank, c._held_n), (3, 2, 2))
         self.assertIsNone(c._own_share(), "a newcomer has no local share")
@@ -515,8 +521,7 @@ class FallbackTest(unittest.TestCase):
         for lim in (x, y, z, x, y):
             lim._beat()
         self.assertEqual([x._rank, y._rank, z._rank], [0, 1, 2])
-        x._go_local("test")  # x paces locally on "m 3 0 0"
-        x._beat()
+        self.tell_local(x, 3)  # x paces locally on "m 3 0 0"
         z.close()  # the fleet is 2 on Redis
         self.lims.remove(z)
         y._beat()
@@ -561,7 +566,7 @@ class FallbackTest(unittest.TestCase):
         time.sleep(1.3)  # both silent longer than suspect_ms (1.1 s)
         c = self.limiter("c")
         self.assertEqual(c._held, sorted([a._rank, b._rank]))
-        self.assertEqual(c._share(), f"3 {' '.join(map(str, sorted([a._rank, b._rank])))}")
+        self.assertIsNone(c._share(), "every rank of the held members' fleet of 2 is held: c takes nothing")
 
     def test_back_from_an_outage_holds_members_not_heard_since(self) -> None:
         """Right after an outage of its own, a member not heard from since
@@ -582,6 +587,26 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
         self.assertEqual(a._share(), f"2 {b._rank}")
+
+    def test_heartbeat_tells_the_local_share_size(self) -> None:
+        """A member on Redis tells the fleet, in every heartbeat, the size
+        its local share would count ("<since_ms> <cid> <n>"), and beats
+        again at once when a reply changed it, as Go's Limiter: if it goes
+        silent (it lost Redis), the others keep to that lattice (held_n;
+        combination runner seed 25). Back on Redis, it tells the fleet at
+        once, so that the others stop holding its share."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a._beat()
+        b._beat()
+        a._beat()  # learns n = 2: and tells it at once
+        self.assertEqual(self.c.hget("pacer:{limiters}:info", "a").decode().split()[3], "2")
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        self.srv.start()  # empty
+        b._beat()
+        a._beat()  # back: and says "redis" at once
+        self.assertFalse(a.is_local)
+        self.assertEqual(self.c.hget("pacer:{limiters}:info", "a").decode().split()[0], "redis")
 
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
