@@ -608,6 +608,22 @@ class Limiter:
         also = self._also_n()
         return also > 0 and self._rank >= also
 
+    def _deadline_ms(self) -> int | None:
+        """A heartbeat's deadline, as Go's Limiter sets it: when this
+        Limiter gives up on it (its client's socket timeout) plus the round
+        trip, Unix ms on the server's clock as estimated; None without a
+        timeout or an estimate. A Redis that stalled (frozen, a long fork)
+        runs the commands queued meanwhile when it resumes, and a heartbeat
+        saying "redis" from before this Limiter went local would show it
+        live on Redis while it paces locally (heartbeat.lua's ARGV[9])."""
+        timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        with self._lock:
+            rtt = self._best_rtt
+        if not timeout or not math.isfinite(rtt):
+            return None
+        ns = self._server_now() + int(float(timeout) * 1e9) + int(rtt)
+        return -(-ns // 1_000_000)
+
     def _times(self) -> tuple[str, ...]:
         """Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms, as Go's
         Limiter passes them. A member is live if heard from within live_ms
@@ -666,15 +682,18 @@ class Limiter:
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                  protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                         reports=reports, cid=cid, run=run))
-        except UNAVAILABLE as e:
+                                                         reports=reports, cid=cid, run=run,
+                                                         deadline_ms=self._deadline_ms() if mode == "redis" else None))
+        except (*UNAVAILABLE, PacerError) as e:
+            if isinstance(e, PacerError) and e.code != "PACER_STALE":
+                raise
             with self._lock:
                 self._doubt = self._learned
                 if not self._local:
                     self._outage = time.monotonic()  # an outage of its own, for _live
                 if self._born:
                     self._join_until = 0.0  # the fleet did not answer: joining starts again
-            if not self.is_local and self._lost(e):
+            if isinstance(e, UNAVAILABLE) and not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return False
         with self._presence_lock:
@@ -697,9 +716,10 @@ class Limiter:
             try:
                 v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                      protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                             cid=cid, run=run))
+                                                             cid=cid, run=run,
+                                                             deadline_ms=self._deadline_ms() if mode == "redis" else None))
                 hb = protocol.decode_heartbeat(v) or hb
-            except UNAVAILABLE:
+            except (*UNAVAILABLE, PacerError):
                 pass
         with self._lock:
             self._learned, self._doubt = True, False

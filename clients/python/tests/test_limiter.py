@@ -608,6 +608,25 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(self.c.hget("pacer:{limiters}:info", "a").decode().split()[0], "redis")
 
+    def test_heartbeat_run_after_its_deadline_changes_nothing(self) -> None:
+        """A heartbeat on Redis carries a deadline (when its Limiter gives
+        up on it, on the server's clock as estimated): a frozen Redis that
+        runs it when it resumes, after the Limiter went local, must not
+        show the Limiter live on Redis, as for Go's Limiter (heartbeat.lua's
+        ARGV[9]; combination runner seed 72)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a.reserve("k", Limit(10, 1))  # a round trip: an estimate of the server's clock
+        for lim in (a, b, a, b):
+            lim._beat()
+        self.srv.freeze()
+        try:
+            a._beat()  # times out; a ping fails too: a paces locally
+            self.assertTrue(a.is_local)
+        finally:
+            self.srv.thaw()  # it runs what was queued, a's heartbeat among it
+        b._beat()
+        self.assertEqual(b._held, [a._rank], "a, pacing locally, counted live on Redis by a stale heartbeat")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
