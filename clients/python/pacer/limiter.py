@@ -215,6 +215,9 @@ class Limiter:
         self._presence_denied = False
         self._presence_lock = threading.Lock()
         self._stop = threading.Event()
+        # Wakes the heartbeat thread at once: the Limiter just went local
+        # (_go_local), and the fleet must hear it.
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
             self._beat()
@@ -375,6 +378,7 @@ class Limiter:
     def close(self) -> None:
         """Stops the heartbeat and leaves the fleet."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -864,7 +868,11 @@ class Limiter:
         return out
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._beat()
             except Exception:  # noqa: BLE001 - the loop must go on; the error is logged
@@ -915,6 +923,12 @@ class Limiter:
             self._back_at = 0.0
             if self._fallback and self._store is None:
                 self._store = localstore.LocalStore(self.scripts, self._server_now)
+            learned = self._learned
+        if learned and self._thread is not None:
+            # Tell the fleet at once, as Go's Limiter: until it hears
+            # "local", the others take the whole beside this one's local
+            # slots. (One that never learned the fleet has told it nothing.)
+            self._wake.set()
         log.warning("pacer: Redis unavailable (%s): pacing locally at share %s", why, self._local_share)
 
     def _seed(self, key: str, k: str) -> localstore.LocalStore | None:

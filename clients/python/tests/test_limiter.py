@@ -619,13 +619,37 @@ class FallbackTest(unittest.TestCase):
         for lim in (a, b, a, b):
             lim._beat()
         self.srv.freeze()
-        try:
-            a._beat()  # times out; a ping fails too: a paces locally
-            self.assertTrue(a.is_local)
-        finally:
-            self.srv.thaw()  # it runs what was queued, a's heartbeat among it
+        # (a's heartbeat thread is not woken when it goes local: its
+        # heartbeat saying "local" would reach Redis at the thaw too.)
+        with mock.patch.object(a, "_wake", threading.Event()):
+            try:
+                a._beat()  # times out; a ping fails too: a paces locally
+                self.assertTrue(a.is_local)
+            finally:
+                self.srv.thaw()  # it runs what was queued, a's heartbeat among it
         b._beat()
         self.assertEqual(b._held, [a._rank], "a, pacing locally, counted live on Redis by a stale heartbeat")
+
+    def test_going_local_tells_the_fleet_at_once(self) -> None:
+        """A member that starts pacing locally heartbeats at once (its
+        heartbeat thread is woken), not an interval later, as Go's Limiter:
+        until the fleet hears "local", the others take the whole beside its
+        local slots. Here its calls failed while Redis answers the fleet:
+        that heartbeat reaches Redis, and is the way back too."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        beaten = threading.Event()
+        beat = a._beat
+
+        def spy() -> None:
+            beat()
+            beaten.set()
+
+        with mock.patch.object(a, "_beat", spy):
+            a._go_local("test: a call failed")
+            self.assertTrue(beaten.wait(30), "no heartbeat after the switch: the fleet still counts a on Redis")
+        self.assertFalse(a.is_local, "that heartbeat reached Redis: a is back")
 
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
