@@ -192,7 +192,7 @@ class Limiter:
         self._join = 1.5 * float(probe_interval)
         self._join_until = 0.0
         # When it started, and when its latest outage began (its heartbeat
-        # failed, or it went local; 0: none), time.monotonic(): see _live.
+        # failed, or it went local; 0: none), time.monotonic(): see _times.
         self._started = time.monotonic()
         self._outage = 0.0
         # The mode: on Redis, or local (Redis unavailable); since when.
