@@ -125,7 +125,13 @@ class Limiter:
     share, and paces locally on it while Redis is unavailable (with lupa);
     without lupa, or before it knows the fleet (``fleet_size`` tells a
     size to assume until then), a caller that can wait waits for Redis.
-    ``close()`` (or ``with``) leaves the fleet and stops the thread.
+    ``probe_interval`` is how often the fleet's members pacing locally
+    probe Redis (Go's Options.ProbeInterval, 1 s by default): a Limiter
+    started while Redis is unavailable learns the fleet only from a
+    heartbeat 1.5 times that after its first one that succeeds, and stays
+    off Redis until then (docs/protocol.md, "Shares and the local
+    fallback"). ``close()`` (or ``with``) leaves the fleet and stops the
+    thread.
     """
 
     def __init__(
@@ -136,6 +142,7 @@ class Limiter:
         lua_dir: str | None = None,
         heartbeat: bool = True,
         heartbeat_interval: float = 1.0,
+        probe_interval: float = 1.0,
         fleet_size: int = 0,
         limiter_id: str | None = None,
         local_fallback: bool = True,
@@ -145,6 +152,9 @@ class Limiter:
         if not (isinstance(heartbeat_interval, (int, float)) and math.isfinite(heartbeat_interval)
                 and heartbeat_interval > 0):
             raise ValueError(f"pacer: heartbeat_interval {heartbeat_interval!r} is not a positive number of seconds")
+        if isinstance(probe_interval, bool) or not (isinstance(probe_interval, (int, float))
+                                                    and math.isfinite(probe_interval) and probe_interval > 0):
+            raise ValueError(f"pacer: probe_interval {probe_interval!r} is not a positive number of seconds")
         if isinstance(fleet_size, bool) or not isinstance(fleet_size, int) or fleet_size < 0:
             raise ValueError(f"pacer: fleet_size {fleet_size!r} is not a whole number >= 0")
         self.redis = client
@@ -171,6 +181,20 @@ class Limiter:
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
         self._back_at = 0.0
         self._remember = 60.0  # the fleet's hold_ms
+        # Started while Redis was unavailable (born), it has never learned
+        # the fleet. When it first reaches Redis, a Redis restarted empty
+        # lists only the members back already; the others, still pacing
+        # locally, probe within probe_interval (+25%). So it learns the
+        # fleet only from a heartbeat at least _join after its first one
+        # that succeeded (_join_until, time.monotonic(); 0: none yet), and
+        # stays off Redis until then (Go's fleetView.born).
+        self._born = False
+        self._join = 1.5 * float(probe_interval)
+        self._join_until = 0.0
+        # When it started, and when its latest outage began (its heartbeat
+        # failed, or it went local; 0: none), time.monotonic(): see _times.
+        self._started = time.monotonic()
+        self._outage = 0.0
         # The mode: on Redis, or local (Redis unavailable); since when.
         self._local = False
         self._since_ms = int(time.time() * 1000)
@@ -191,9 +215,15 @@ class Limiter:
         self._presence_denied = False
         self._presence_lock = threading.Lock()
         self._stop = threading.Event()
+        # Wakes the heartbeat thread at once: the Limiter just went local
+        # (_go_local), and the fleet must hear it.
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
             self._beat()
+            with self._lock:
+                if self._local and not self._learned:
+                    self._born = True  # started while Redis was unavailable
             self._thread = threading.Thread(target=self._loop, name="pacer-heartbeat", daemon=True)
             self._thread.start()
 
@@ -347,6 +377,7 @@ class Limiter:
     def close(self) -> None:
         """Stops the heartbeat and leaves the fleet."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -551,53 +582,147 @@ class Limiter:
             import zlib
             return f"m {self._hint} {zlib.crc32(self.id.encode()) % self._hint} 0"
         n, rank = self._n, self._rank
-        also = 0
-        if self._held and self._held_n > 0 and self._held_n != n:
-            also = self._held_n
-        elif self._before > 0 and self._before != n:
-            also = self._before
+        also = self._also_n()
         if self._missing():
-            n, rank, also = self._remembered, self._rank_before, 0
+            n, rank = self._remembered, self._rank_before
         elif also > 0 and rank >= also:
             return None
         if n <= 1:
             return "1"
         return f"m {n} {min(rank, n - 1)} {also}"
 
+    def _also_n(self) -> int:
+        """The other fleet size this Limiter's local share keeps within too
+        ("m <n> <rank> <also>"; 0: none): held_n when members are held on
+        another size, else before when it is not 0 and not n. self._lock
+        is held."""
+        if not self._learned or self._missing():
+            return 0
+        if self._held and self._held_n > 0 and self._held_n != self._n:
+            return self._held_n
+        if self._before > 0 and self._before != self._n:
+            return self._before
+        return 0
+
+    def _newcomer(self) -> bool:
+        """Whether this Limiter has no local share because it joined the
+        fleet after members that may pace locally without it (its rank is
+        not below _also_n). self._lock is held."""
+        also = self._also_n()
+        return also > 0 and self._rank >= also
+
+    def _deadline_ms(self) -> int | None:
+        """A heartbeat's deadline, as Go's Limiter sets it: when this
+        Limiter gives up on it (its client's socket timeout) plus the round
+        trip, Unix ms on the server's clock as estimated; None without a
+        timeout or an estimate. A Redis that stalled (frozen, a long fork)
+        runs the commands queued meanwhile when it resumes, and a heartbeat
+        saying "redis" from before this Limiter went local would show it
+        live on Redis while it paces locally (heartbeat.lua's ARGV[9])."""
+        timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        with self._lock:
+            rtt = self._best_rtt
+        if not timeout or not math.isfinite(rtt):
+            return None
+        ns = self._server_now() + int(float(timeout) * 1e9) + int(rtt)
+        return -(-ns // 1_000_000)
+
+    def _times(self) -> tuple[str, ...]:
+        """Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms, as Go's
+        Limiter passes them. A member is live if heard from within live_ms
+        (2 s). But right after an outage of this Limiter's own, one not
+        heard from since the outage began most likely lost Redis too and
+        may still pace locally: live_ms is at most the time since it began,
+        so that such a member counts as held. And a Limiter just started has
+        heard from nobody yet: live_ms is at most the time since it started,
+        at least suspect_ms (members beat every interval, +10%)."""
+        live = int(protocol.HEARTBEAT_TIMES[0])
+        suspect = int(protocol.HEARTBEAT_TIMES[2])
+        now = time.monotonic()
+        with self._lock:
+            outage, started = self._outage, self._started
+        if outage:
+            live = min(live, max(int((now - outage) * 1000), 1))
+        d = int((now - started) * 1000)
+        if d < live:
+            live = min(live, max(d, suspect))
+        return (str(live), *protocol.HEARTBEAT_TIMES[1:])
+
+    def _share_n(self) -> int:
+        """The fleet size this Limiter's local share counts (0: none, or the
+        whole): the one it paces on while local, else the one it would take
+        if it lost Redis now. self._lock is held."""
+        share = self._local_share if self._local else self._own_share()
+        if share and share.startswith("m "):
+            return int(share.split()[1])
+        return 0
+
     def _beat(self) -> None:
+        """A heartbeat (the probe while local), run again at once (twice at
+        most) when the reply changed what the next one says, as Go's
+        Limiter: its local share's size (the others keep to it if this one
+        goes silent), or its mode (it came back to Redis: until the fleet
+        hears "redis", the others hold its share)."""
+        for _ in range(3):
+            if not self._beat_once():
+                return
+
+    def _beat_once(self) -> bool:
         with self._lock:
             mode = "local" if self._local else "redis"
             since = self._since_ms
-            n = 0
-            if self._local and self._local_share and self._local_share.startswith("m "):
-                n = int(self._local_share.split()[1])
+            n = self._share_n()
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
             reports = self._reports_due()
         with self._presence_lock:
+            if mode == "redis" and self._presence is None and not self._presence_denied:
+                # Before its first heartbeat on Redis, as Go's Limiter: that
+                # heartbeat can check the suspects it names at once, so
+                # that a member that exited is forgotten before the next
+                # newcomer takes a rank (combination runner, seed 1).
+                self._present()
             cid, run = self._cid, self._run
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank, reports=reports, cid=cid, run=run))
-        except UNAVAILABLE as e:
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                         reports=reports, cid=cid, run=run,
+                                                         deadline_ms=self._deadline_ms() if mode == "redis" else None))
+        except (*UNAVAILABLE, PacerError) as e:
+            if isinstance(e, PacerError) and e.code != "PACER_STALE":
+                raise
             with self._lock:
                 self._doubt = self._learned
-            if not self.is_local and self._lost(e):
+                if not self._local:
+                    self._outage = time.monotonic()  # an outage of its own, for _live
+                if self._born:
+                    self._join_until = 0.0  # the fleet did not answer: joining starts again
+            if isinstance(e, UNAVAILABLE) and not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
-            return
+            return False
         with self._presence_lock:
             # For the next heartbeat: after this one, so that a Redis that
             # does not answer holds up no heartbeat twice.
             self._present()
         hb = protocol.decode_heartbeat(v)
         if hb is None:
-            return
+            return False
+        with self._lock:
+            if self._born:
+                now = time.monotonic()
+                if not self._join_until:
+                    self._join_until = now + self._join
+                if now < self._join_until:
+                    return False  # not yet: it stays off Redis, and learns nothing
+                self._born = False
         if hb.suspects and cid and self._check_suspects(hb.suspects, run):
             # Members that exited were forgotten: the view without them.
             try:
                 v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                     protocol.heartbeat_args(self.id, mode, since, n, rank, cid=cid, run=run))
+                                     protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                             cid=cid, run=run,
+                                                             deadline_ms=self._deadline_ms() if mode == "redis" else None))
                 hb = protocol.decode_heartbeat(v) or hb
-            except UNAVAILABLE:
+            except (*UNAVAILABLE, PacerError):
                 pass
         with self._lock:
             self._learned, self._doubt = True, False
@@ -607,8 +732,11 @@ class Limiter:
             if self._back_at and time.monotonic() - self._back_at >= self._remember:
                 self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0
             local = self._local
+            changed = not local and self._share_n() != n
         if local:
             self._come_back()
+            return not self.is_local  # back: tell the fleet at once
+        return changed
 
     def _lost(self, e: BaseException) -> bool:
         """Whether e means Redis is unavailable. A call that timed out is no
@@ -739,7 +867,11 @@ class Limiter:
         return out
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._beat()
             except Exception:  # noqa: BLE001 - the loop must go on; the error is logged
@@ -762,10 +894,27 @@ class Limiter:
                 return
             self._local = True
             self._since_ms = int(time.time() * 1000)
+            self._outage = time.monotonic()
             if self._missing():
                 pass  # keep the fleet remembered from the outage before
+            elif self._learned and self._newcomer():
+                # It joined after members that may pace locally without it:
+                # it has no share of their fleet. When Redis answers again
+                # it waits as one started while Redis was down does (born),
+                # until they could be back, and takes nothing meanwhile: as
+                # a member of the fleet it remembers it would take instants
+                # of a lattice they do not pace on (Go's leaving).
+                self._born, self._join_until = True, 0.0
+                self._remembered, self._remembered_members = 0, 0
             elif self._learned:
-                self._remembered, self._remembered_members, self._rank_before = self._n, self._members, self._rank
+                # The fleet its calls on Redis kept to (_share): the held
+                # members' when they pace on another size, so that, back on
+                # a Redis restarted empty before them, it keeps to their
+                # lattice (Go's TestBackBesideHeldFleet).
+                n = self._n
+                if self._held and self._held_n > 1 and self._held_n != self._n:
+                    n = self._held_n
+                self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
             # The share before _back_at goes: a member of the fleet it knew
             # that is not back yet may pace on its old share still, so this
             # one paces on its own old share too (Go's keeps it).
@@ -773,6 +922,12 @@ class Limiter:
             self._back_at = 0.0
             if self._fallback and self._store is None:
                 self._store = localstore.LocalStore(self.scripts, self._server_now)
+            learned = self._learned
+        if learned and self._thread is not None:
+            # Tell the fleet at once, as Go's Limiter: until it hears
+            # "local", the others take the whole beside this one's local
+            # slots. (One that never learned the fleet has told it nothing.)
+            self._wake.set()
         log.warning("pacer: Redis unavailable (%s): pacing locally at share %s", why, self._local_share)
 
     def _seed(self, key: str, k: str) -> localstore.LocalStore | None:

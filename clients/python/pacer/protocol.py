@@ -69,7 +69,8 @@ class TransientError(redis.exceptions.ResponseError):
 
 
 #: The error codes TransientError covers: Go's unavailableCodes but
-#: PACER_STALE (this client sends no deadline).
+#: PACER_STALE (a heartbeat run after its deadline: the Limiter counts it
+#: as a heartbeat that failed, no outage).
 TRANSIENT_CODES = frozenset({"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS", "BUSY", "OOM"})
 
 
@@ -400,13 +401,15 @@ class Heartbeat:
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
                    times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = (),
-                   cid: int = 0, run: str = "") -> list[str]:
+                   cid: int = 0, run: str = "", deadline_ms: int | None = None) -> list[str]:
     """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>[ <run>]" (cid: the
     client id of its presence connection and run the run id of the server
-    that gave it; 0: none), the four times, the rank asked for, no
-    deadline, then the reports: key and "<Unix ms> <policy>" pairs."""
+    that gave it; 0: none), the four times, the rank asked for, the
+    deadline (Unix ms on the server's clock; None: none), then the reports:
+    key and "<Unix ms> <policy>" pairs."""
     since = f"{since_ms} {cid} {n}" + (f" {run}" if cid and run else "")
-    out = [member, mode, since, *times, "" if rank is None else str(rank), ""]
+    out = [member, mode, since, *times, "" if rank is None else str(rank),
+           "" if deadline_ms is None else str(deadline_ms)]
     for key, report in reports:
         out += [key, report]
     return out

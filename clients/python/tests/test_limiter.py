@@ -434,6 +434,223 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(r.seq, 1)
 
+    def tell_local(self, lim: Limiter, n: int) -> None:
+        """A heartbeat of lim's saying it paces locally on a fleet of n, as
+        one whose calls fail while its heartbeats reach Redis (a Cluster's
+        shard down) sends."""
+        lim.scripts.run(self.c, "Heartbeat", protocol.fleet_keys("pacer:"),
+                        protocol.heartbeat_args(lim.id, "local", int(time.time() * 1000) + 1, n, lim._rank))
+
+    def test_born_while_redis_is_down_learns_the_fleet_after_join(self) -> None:
+        """A Limiter started while Redis was unavailable has never learned
+        the fleet. When it first reaches a Redis restarted empty, the
+        members still pacing locally are not listed yet (they probe within
+        probe_interval, +25%): it stays off Redis, and takes no share, until
+        a heartbeat at least join (1.5 probe_interval) after its first one
+        that succeeded, as Go's Limiter (reserve/fleet.go, born). A heartbeat
+        that fails meanwhile starts the wait again (combination runner, seed
+        1: two Python processes started during an out-of-memory Redis, one
+        back on Redis at once, the other's local slots handed back: slots of
+        both at the same instants)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(30, 1)).local)  # a paces locally on "m 2 ..."
+        c = Limiter(self.c, prefix="pacer:", limiter_id="c", heartbeat_interval=3600, probe_interval=3600)
+        self.lims.append(c)
+        self.assertTrue(c.is_local)
+        self.assertTrue(c._born)
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)  # no share: it never learned the fleet
+        self.srv.start()  # empty
+        c._beat()  # its first heartbeat that succeeds: it learns nothing yet
+        self.assertTrue(c.is_local, "back on Redis at its first heartbeat, beside members still pacing locally")
+        self.assertFalse(c._learned)
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)
+        self.srv.stop()
+        c._beat()  # fails: the wait starts again
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local)
+        c._join_until -= 3600 * 1.5  # join has passed since that heartbeat
+        self.srv.stop()
+        c._beat()  # fails: the wait starts again from the next one that succeeds
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local, "a heartbeat that failed did not start the wait again")
+        a._beat()  # a is back, at its old rank
+        self.assertFalse(a.is_local)
+        c._join_until -= 3600 * 1.5
+        c._beat()  # at least join after its first that succeeded: it learns the fleet
+        self.assertFalse(c.is_local)
+        self.assertTrue(c._learned)
+        self.assertEqual(c._members, 2)
+        self.assertFalse(c.reserve("k", Limit(30, 1)).local)
+
+    def test_newcomer_losing_redis_waits_as_one_born(self) -> None:
+        """A member that joined after members that pace locally without it
+        (its rank is not below their fleet's size) has no local share; when
+        it loses Redis it waits, once back, as one started while Redis was
+        down: until its heartbeats could have met theirs (Go's leaving,
+        combination runner seed 71)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.tell_local(a, 2)  # a paces locally on the fleet of 2
+        c = self.limiter("c")
+        self.assertEqual((c._n, c._rank, c._held_n), (3, 2, 2))
+        self.assertIsNone(c._own_share(), "a newcomer has no local share")
+        self.srv.stop()
+        with self.assertRaises(Unavailable):
+            c.reserve("k", Limit(30, 1), max_wait=0)
+        self.assertTrue(c.is_local)
+        self.assertTrue(c._born)
+        self.srv.start()
+        c._beat()
+        self.assertTrue(c.is_local, "a newcomer back on Redis at once, beside members that may pace locally")
+
+    def test_remembers_the_held_members_fleet(self) -> None:
+        """A member whose calls on Redis kept to a held member's fleet (3,
+        where Redis listed 2) remembers that fleet when it loses Redis:
+        back on a Redis restarted empty before the held member, it keeps to
+        its rank of that lattice (Go's TestBackBesideHeldFleet; combination
+        runner seed 2)."""
+        x, y, z = self.limiter("x"), self.limiter("y"), self.limiter("z")
+        for lim in (x, y, z, x, y):
+            lim._beat()
+        self.assertEqual([x._rank, y._rank, z._rank], [0, 1, 2])
+        self.tell_local(x, 3)  # x paces locally on "m 3 0 0"
+        z.close()  # the fleet is 2 on Redis
+        self.lims.remove(z)
+        y._beat()
+        self.assertEqual((y._n, y._held, y._held_n), (2, [0], 3))
+        self.assertEqual(y._share(), "3 0")
+        self.srv.stop()
+        self.assertTrue(y.reserve("k", Limit(30, 1)).local)
+        self.srv.start()  # empty
+        y._beat()  # back alone, at its old rank
+        self.assertFalse(y.is_local)
+        self.assertEqual(y._share(), "3 0 2", "back before the held member: not rank 1's of 3")
+
+    def test_first_heartbeat_checks_suspects(self) -> None:
+        """A Limiter opens its presence connection before its first
+        heartbeat, as Go's does, so that the suspects that first heartbeat
+        names are checked at once: a member that exited is forgotten before
+        the next newcomer takes a rank (combination runner, seed 1: three
+        processes started after the three killed had ranks 3 to 5, the
+        fleet counted 6 ranks for 3 members and paced at a sixth)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        a._absent()  # a and b killed: Redis closes their connections; they beat no more
+        b._absent()
+        time.sleep(1.3)  # silent longer than suspect_ms (1.1 s): suspects
+        c = self.limiter("c")
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "a"), "a, gone, is still a member")
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone, is still a member")
+        self.assertEqual(c._members, 1)
+        d = self.limiter("d")
+        self.assertEqual(d._rank, 0, "the rank of a member gone was not free for the next")
+
+    def test_just_started_holds_members_silent_a_heartbeat(self) -> None:
+        """A Limiter just started has heard from nobody yet: a member not
+        heard from within suspect_ms (a little over a heartbeat) counts as
+        held, since it may have lost Redis and pace locally, as for Go's
+        Limiter (its live_ms is at most the time since it started, at least
+        suspect_ms; combination runner seed 136)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        time.sleep(1.3)  # both silent longer than suspect_ms (1.1 s)
+        c = self.limiter("c")
+        self.assertEqual(c._held, sorted([a._rank, b._rank]))
+        self.assertIsNone(c._share(), "every rank of the held members' fleet of 2 is held: c takes nothing")
+
+    def test_back_from_an_outage_holds_members_not_heard_since(self) -> None:
+        """Right after an outage of its own, a member not heard from since
+        the outage began most likely lost Redis too and may pace locally:
+        it counts as held until heard from again, as for Go's Limiter (its
+        live_ms is at most the time since the outage began; combination
+        runner seed 55)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
+        self.assertEqual(a._share(), f"2 {b._rank}")
+
+    def test_heartbeat_tells_the_local_share_size(self) -> None:
+        """A member on Redis tells the fleet, in every heartbeat, the size
+        its local share would count ("<since_ms> <cid> <n>"), and beats
+        again at once when a reply changed it, as Go's Limiter: if it goes
+        silent (it lost Redis), the others keep to that lattice (held_n;
+        combination runner seed 25). Back on Redis, it tells the fleet at
+        once, so that the others stop holding its share."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a._beat()
+        b._beat()
+        a._beat()  # learns n = 2: and tells it at once
+        self.assertEqual(self.c.hget("pacer:{limiters}:info", "a").decode().split()[3], "2")
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        self.srv.start()  # empty
+        b._beat()
+        a._beat()  # back: and says "redis" at once
+        self.assertFalse(a.is_local)
+        self.assertEqual(self.c.hget("pacer:{limiters}:info", "a").decode().split()[0], "redis")
+
+    def test_heartbeat_run_after_its_deadline_changes_nothing(self) -> None:
+        """A heartbeat on Redis carries a deadline (when its Limiter gives
+        up on it, on the server's clock as estimated): a frozen Redis that
+        runs it when it resumes, after the Limiter went local, must not
+        show the Limiter live on Redis, as for Go's Limiter (heartbeat.lua's
+        ARGV[9]; combination runner seed 72)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        a.reserve("k", Limit(10, 1))  # a round trip: an estimate of the server's clock
+        for lim in (a, b, a, b):
+            lim._beat()
+        self.srv.freeze()
+        # (a's heartbeat thread is not woken when it goes local: its
+        # heartbeat saying "local" would reach Redis at the thaw too.)
+        with mock.patch.object(a, "_wake", threading.Event()):
+            try:
+                a._beat()  # times out; a ping fails too: a paces locally
+                self.assertTrue(a.is_local)
+            finally:
+                self.srv.thaw()  # it runs what was queued, a's heartbeat among it
+        b._beat()
+        self.assertEqual(b._held, [a._rank], "a, pacing locally, counted live on Redis by a stale heartbeat")
+
+    def test_going_local_tells_the_fleet_at_once(self) -> None:
+        """A member that starts pacing locally heartbeats at once (its
+        heartbeat thread is woken), not an interval later, as Go's Limiter:
+        until the fleet hears "local", the others take the whole beside its
+        local slots. Here its calls failed while Redis answers the fleet:
+        that heartbeat reaches Redis, and is the way back too."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        beaten = threading.Event()
+        beat = a._beat
+
+        def spy() -> None:
+            beat()
+            beaten.set()
+
+        with mock.patch.object(a, "_beat", spy):
+            a._go_local("test: a call failed")
+            self.assertTrue(beaten.wait(30), "no heartbeat after the switch: the fleet still counts a on Redis")
+        self.assertFalse(a.is_local, "that heartbeat reached Redis: a is back")
+
     def test_without_lupa_waits_for_redis(self) -> None:
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
