@@ -973,13 +973,15 @@ class Limiter:
             st = self._keys[key]
             now = self._server_now()
             # No earlier than the latest slot Redis granted this Limiter,
-            # nor than the end of the queue it last saw, assumed to stay as
-            # long (the others went on reserving).
+            # than the latest slot the state it saw records (another
+            # member's fair turn may lie beyond the queue's end), nor than
+            # the end of the queue it last saw, assumed to stay as long (the
+            # others went on reserving).
             horizon = st.granted_ns
             if st.state:
                 try:
-                    q = protocol.parse_state(st.state).queue_end_ns - st.seen_ns
-                    horizon = max(horizon, now + q)
+                    parsed = protocol.parse_state(st.state)
+                    horizon = max(horizon, parsed.last_event_ns, now + parsed.queue_end_ns - st.seen_ns)
                 except ValueError:
                     pass
             floor = f"{max(0, (horizon - now + 999) // 1000)}" if horizon > now and st.local_last_ns == 0 else ""

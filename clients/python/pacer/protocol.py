@@ -462,6 +462,17 @@ class State:
         return self.t * 1000 + math.ceil(self.pause)
 
     @property
+    def last_event_ns(self) -> int:
+        """The latest slot the state records (its buckets' last events),
+        Unix ns; 0 if none. A slot granted ahead out of the queue's order
+        (a fair turn) lies beyond the queue's end: the local fallback
+        starts no earlier (docs/protocol.md, "Shares and the local
+        fallback")."""
+        es = [r.e for r in self.recs if not r.window and not r.name.startswith("~")]
+        e = max(es, default=0.0)
+        return self.t * 1000 + math.ceil(e) if e > 0 else 0
+
+    @property
     def queue_end_ns(self) -> int:
         """The latest time at which a bucket's balance is zero, Unix ns."""
         zs = [r.z for r in self.recs if not r.window and not r.name.startswith("~")]

@@ -253,6 +253,32 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local)
         self.assertGreater(r.slot_ns, local[-1].slot_ns, "Redis granted again what the store had granted")
 
+    def test_local_floor_covers_the_last_event(self) -> None:
+        """The local store starts no earlier than the latest slot the state
+        Redis showed records (a bucket's last event), as Go's horizon: a
+        slot granted far ahead out of the queue's order (another member's
+        fair turn) lies beyond the queue's end. Before, the floor was the
+        queue's end and this Limiter's own grants: its first local slot fell
+        10 ms from such a slot (combination runner seed 5: 2 permits where
+        1.31 fit, a Go process's fair slot granted 4.6 s ahead)."""
+        a = self.limiter("a")
+        lim = Limit(1, 1)
+        a.reserve("k", lim)
+        st = a._keys["k"]
+        parsed = protocol.parse_state(st.state)
+        rec = next(r for r in parsed.recs if not r.window and not r.name.startswith("~"))
+        ahead = rec.e + 10_000 * MS  # another member's slot, 10 s ahead of the queue's end
+        f = st.state.split(" ")
+        i = f.index(rec.name)
+        f[i + 2] = f"{ahead:.3f}"  # the record's last event: "<name> <z> <e>"
+        st.state = " ".join(f)
+        self.assertEqual(protocol.parse_state(st.state).recs[0].e, ahead, st.state)
+        self.srv.stop()
+        r = a.reserve("k", lim)
+        self.assertTrue(r.local)
+        self.assertGreaterEqual(r.slot_ns, parsed.t * 1000 + math.ceil(ahead),
+                                "a local slot before the latest slot the state records")
+
     def test_restart_between_calls(self) -> None:
         """Redis restarted empty between two calls: the slots it granted
         are not granted again (Reserve's lost horizon, "!<h2_us>:<seq>")."""
