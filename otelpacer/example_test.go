@@ -47,7 +47,7 @@ func Example() {
 	defer limiter.Close()
 
 	policy := reserve.Policy{
-		{Name: "requests", Limit: reserve.Limit{Rate: 100, Burst: 10}},
+		{Name: "requests", Limit: reserve.Limit{Rate: 2, Burst: 10}},
 		{Name: "tokens", Limit: reserve.Limit{Rate: 10, Burst: 10}},
 	}
 	ctx := context.Background()

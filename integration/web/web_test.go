@@ -130,14 +130,14 @@ func TestWebView(t *testing.T) {
 	// reached the history); what is checked is what the page sends.
 	b.setValue(card(llmKey)+" input.reason", "provider maintenance (ticket 99)")
 	b.setValue(card(llmKey)+" input.duration", "5m")
-	b.do(chromedp.Click(chromedp.CSS(card(llmKey) + " button.do-pause")))
+	b.click(card(llmKey) + " button.do-pause")
 	b.waitText(card(llmKey)+" .result.failed", func(s string) bool { return strings.Contains(s, "the token is missing or wrong") })
 	if h, _ := ac.History(context.Background(), llmKey); len(h) != len(before) {
 		t.Fatalf("a pause with a wrong token changed the history: %d entries, then %d", len(before), len(h))
 	}
 	b.setValue("#token", "")
 	b.do(chromedp.SendKeys(chromedp.CSS("#token"), token))
-	b.do(chromedp.Click(chromedp.CSS(card(llmKey) + " button.do-pause")))
+	b.click(card(llmKey) + " button.do-pause")
 	b.waitText(card(llmKey)+" .result", func(s string) bool {
 		return strings.Contains(s, llmKey+": paused by web-operator for 5m0s, fleet-wide")
 	})
@@ -154,7 +154,7 @@ func TestWebView(t *testing.T) {
 	}
 	// And resume the other key from it.
 	b.setValue(card(githubKey)+" input.reason", "the storm is over")
-	b.do(chromedp.Click(chromedp.CSS(card(githubKey) + " button.do-resume")))
+	b.click(card(githubKey) + " button.do-resume")
 	b.waitText(card(githubKey)+" .result", func(s string) bool { return strings.Contains(s, githubKey+": resumed by web-operator") })
 	if n := evaluate[int](b, `document.querySelectorAll('`+card(githubKey)+` .badge.paused').length`); n != 0 {
 		t.Errorf("%s still shows a pause after its resume", githubKey)
@@ -574,6 +574,18 @@ func (p *page) waitText(sel string, ok func(string) bool) string {
 			p.t.Fatalf("the text of %s is %q, not what the test waits for; the page reads:\n%s", sel, s, body)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// click clicks the element sel from within the page, in one step: the
+// cards are redrawn every refresh, and a node found by one DevTools call
+// could be gone at the next ("Could not find node with given id" on a
+// loaded machine, beside a CPU hog).
+func (p *page) click(sel string) {
+	p.t.Helper()
+	q, _ := json.Marshal(sel)
+	if !evaluate[bool](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return false; e.click(); return true; })()`, q)) {
+		p.t.Fatalf("nothing to click at %s", sel)
 	}
 }
 
