@@ -38,8 +38,16 @@ _QUEUE_TOO_LONG, _NEVER = -1, -2
 
 
 class Unavailable(Exception):
-    """Redis is unavailable and the Limiter cannot pace locally now (no
-    lupa, or no known share of the fleet), for a caller that would not wait."""
+    """Redis is unavailable and the Limiter cannot do what was asked
+    locally (a pause without lupa). A caller of reserve or wait never gets
+    it: one with a maximum wait gets WaitTooLong naming OUTAGE_BAND."""
+
+
+#: The binding band of a WaitTooLong raised while Redis is unavailable and
+#: this Limiter has no share to pace on locally (no lupa, or it does not
+#: know its share of the fleet): its maximum wait passed before Redis
+#: answered. Go's reserve.OutageBinding.
+OUTAGE_BAND = "(outage)"
 
 
 class WaitTooLong(Exception):
@@ -258,7 +266,7 @@ class Limiter:
                     except UNAVAILABLE as e:
                         if not self._lost(e):
                             if give_up is not None and time.monotonic() > give_up:
-                                raise Unavailable("pacer: Redis does not answer in time") from e
+                                raise WaitTooLong(max_wait, OUTAGE_BAND) from e
                             continue  # Redis answered a ping: the call goes to Redis again
                         self._go_local(f"{type(e).__name__}: {e}")
                         r = self._reserve_local(key, k, policy, costs, max_us)
@@ -270,7 +278,9 @@ class Limiter:
                 return r
             # No local share now: wait for Redis.
             if give_up is not None and time.monotonic() + delay > give_up:
-                raise Unavailable("pacer: Redis is unavailable and this process has no local share now")
+                # A caller who can wait never gets an outage's error: its
+                # maximum wait is what ends the wait for Redis.
+                raise WaitTooLong(max_wait, OUTAGE_BAND)
             self._stop.wait(delay)
             delay = min(delay * 2, self.interval / 2)
             self._probe()

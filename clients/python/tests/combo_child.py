@@ -195,7 +195,7 @@ class Child:
         if kind in CAN_WAIT:
             # No maximum wait but the run's end (the Go child's context
             # deadline): a slot after it is refused (WaitTooLong), and
-            # waiting for Redis ends there too (Unavailable).
+            # waiting for Redis ends there too (WaitTooLong, "(outage)").
             max_wait = self.left()
         else:
             max_wait = rng.randrange(600) / 1000
@@ -255,10 +255,12 @@ class Child:
 
     def check_band(self, kind: str, key: str, band: str, refused: bool) -> None:
         """The binding band a grant or refusal names: one of the key's, the
-        pause ("~p"), or for a grant none ("~")."""
+        pause ("~p"), for a refusal an outage that left the process no
+        share ("(outage)"), or for a grant none ("~") (Go's checkBand)."""
         policy = SLIDING if key == KEY_SLIDING else POLICY
         names = {b.name for b in policy.bands}
-        if not (band in names or band == "~p" or (band == "~" and not refused)):
+        if not (band in names or band == "~p" or (band == "~" and not refused)
+                or (band == pacer.limiter.OUTAGE_BAND and refused)):
             self.err(kind, key, f"binding band {band!r} (refused {refused}) is none of the key's bands {sorted(names)}, the pause or none")
             return
         self.count("band:" + {"~": "none", "~p": "pause"}.get(band, band))

@@ -488,14 +488,16 @@ class FallbackTest(unittest.TestCase):
         self.lims.append(c)
         self.assertTrue(c.is_local)
         self.assertTrue(c._born)
-        with self.assertRaises(Unavailable):
+        with self.assertRaises(WaitTooLong) as e:
             c.reserve("k", Limit(30, 1), max_wait=0)  # no share: it never learned the fleet
+        self.assertEqual(e.exception.band, limiter.OUTAGE_BAND, "a caller who can wait never gets an outage's error")
         self.srv.start()  # empty
         c._beat()  # its first heartbeat that succeeds: it learns nothing yet
         self.assertTrue(c.is_local, "back on Redis at its first heartbeat, beside members still pacing locally")
         self.assertFalse(c._learned)
-        with self.assertRaises(Unavailable):
+        with self.assertRaises(WaitTooLong) as e:
             c.reserve("k", Limit(30, 1), max_wait=0)
+        self.assertEqual(e.exception.band, "(outage)")
         self.srv.stop()
         c._beat()  # fails: the wait starts again
         self.srv.start()
@@ -530,8 +532,9 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual((c._n, c._rank, c._held_n), (3, 2, 2))
         self.assertIsNone(c._own_share(), "a newcomer has no local share")
         self.srv.stop()
-        with self.assertRaises(Unavailable):
+        with self.assertRaises(WaitTooLong) as e:
             c.reserve("k", Limit(30, 1), max_wait=0)
+        self.assertEqual(e.exception.band, "(outage)")
         self.assertTrue(c.is_local)
         self.assertTrue(c._born)
         self.srv.start()
@@ -682,8 +685,10 @@ class FallbackTest(unittest.TestCase):
         with mock.patch.object(localstore, "AVAILABLE", False):
             a = self.limiter("a")
         self.srv.stop()
-        with self.assertRaises(Unavailable):
+        with self.assertRaises(WaitTooLong) as e:
             a.reserve("k", Limit(10, 1), max_wait=0.2)
+        self.assertEqual(e.exception.band, "(outage)", "a caller with a maximum wait gets Go's refusal, not an outage's error")
+        self.assertEqual(e.exception.wait, 0.2)
         threading.Timer(0.5, self.srv.start).start()
         r = a.wait("k", Limit(10, 1))  # a caller who can wait waits for Redis
         self.assertFalse(r.local)
