@@ -845,7 +845,7 @@ func ownQueues(bands []BandStatus, frees time.Duration) {
 		if b.Wait+spacing < frees {
 			b.Queued = 0
 		}
-		b.Spare = math.Min(b.burst, (frees - b.z).Seconds()*b.rate)
+		b.Spare = math.Min(b.burst, (frees-b.z).Seconds()*b.rate)
 	}
 }
 
