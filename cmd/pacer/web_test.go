@@ -318,7 +318,8 @@ func TestWebWrites(t *testing.T) {
 		{"/api/pause", pause, `^api: paused by alice for 10m0s, fleet-wide`, "pause 10m0s", "alice"},
 		{"/api/resume", `{"key":"api","who":"bob","reason":"provider is back"}`, `^api: resumed by bob \(its pause had 10m0s left\)`, "resume", "bob"},
 		{"/api/set", `{"key":"api","rate":"5","burst":"1","who":"carol","reason":"ticket 812"}`,
-			`^api: stored limit set by carol: none -> permits: 5/s, burst 1; every Limiter enforces it from its next reservation$`, "set", "carol"},
+			`^api: stored limit set by carol: none -> permits: 5/s, burst 1; every Limiter enforces it from its next reservation\n` +
+				`api: the provider sees the new limit from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(in [^:]+: 1\.0 permits already granted at the previous limit\); the calls already granted keep their slots$`, "set", "carol"},
 	}
 	for i, ch := range changes {
 		code, body := w.do("POST", ch.path, ch.body, webToken)
