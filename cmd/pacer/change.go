@@ -254,7 +254,7 @@ func (c *cli) resumeKey(ctx context.Context, key string, cf changeFlags) (string
 		if q.Next <= 0 {
 			msg += fmt.Sprintf("\n%s: the provider sees calls again at once (the sleepers read the resume within about 250 ms)", clean(key))
 		} else {
-			msg += fmt.Sprintf("\n%s: the provider sees calls again from %s (in %v: the slots granted before the pause keep their places, and those granted during it move up behind them; the sleepers read it within about 250 ms)",
+			msg += fmt.Sprintf("\n%s: the provider sees calls again at once: the calls granted during the pause move up (their sleepers read the resume within about 250 ms), behind any slot granted before it; a call reserved now goes at %s (in %v), behind them",
 				clean(key), at(q.At()), human(q.Next))
 		}
 	}
