@@ -347,7 +347,9 @@
     const items = (k.band_texts || []).map((t, i) => {
       const b = k.bands[i];
       const li = el('li', b.name === k.binding ? 'band binding' : 'band', t);
-      if (b.wait_ns > 0) li.append(el('span', 'wait', ' — alone, it holds a call ' + fmtDur(b.wait_ns / 1e6)));
+      // A bucket nothing waits for (queued 0) follows the binding band's
+      // slots: its own wait would only repeat that band's queue.
+      if (b.wait_ns > 0 && !(b.bucket && b.queued === 0)) li.append(el('span', 'wait', ' — alone, it holds a call ' + fmtDur(b.wait_ns / 1e6)));
       return li;
     });
     if (items.length === 0) items.push(el('li', 'band', 'no state: every bucket full, no pause'));
