@@ -455,13 +455,22 @@ type BandStatus struct {
 	Name   string `json:"name"`
 	Bucket bool   `json:"bucket"`
 	// A bucket: LastSlot is the time from now to the last slot granted
-	// (negative once passed), Queued the units reserved beyond what the
-	// bucket holds now (0 when nothing waits; a pause is not counted, see
-	// KeyStatus.Paused), Balance the units it holds now (negative while
-	// reservations are queued or a pause is in force). Queued and Balance
-	// are NaN when the band's rate is unknown.
+	// (negative once passed). Queued is the units reserved beyond what the
+	// bucket holds now that wait for this band: the band that binds (see
+	// KeyStatus.Binding), or one whose own wait comes within one unit's
+	// spacing of it; 0 for the others, whose reservations' slots another
+	// band set and which refill between them (each is charged at its
+	// slot, so the arithmetic of their state alone would count the binding
+	// band's queue in their units); 0 when nothing waits; a pause is not
+	// counted (see KeyStatus.Paused). Spare is the units the bucket holds
+	// when the key frees (KeyStatus.Frees from now; now if nothing
+	// waits): a non-binding band's headroom, 1 for the binding band
+	// freeing a unit cost. Balance is the units it holds now (negative
+	// while reservations are queued or a pause is in force). Queued,
+	// Spare and Balance are NaN when the band's rate is unknown.
 	LastSlot time.Duration `json:"last_slot_ns"`
 	Queued   float64       `json:"queued"`
+	Spare    float64       `json:"spare"`
 	Balance  float64       `json:"balance"`
 	// A window: the units reserved in the latest window holding
 	// reservations, its N (NaN if unknown), and the time from now to its
@@ -475,6 +484,10 @@ type BandStatus struct {
 	// has no unit left; 0 when the band would not delay it, or when its
 	// rate or N is unknown.
 	Wait time.Duration `json:"wait_ns"`
+
+	z     time.Duration // a bucket's zero-balance time from now (its state's z)
+	rate  float64       // a bucket's rate, 0 if unknown
+	burst float64       // and its burst
 }
 
 // MarshalJSON writes NaN (unknown) as null.
@@ -483,6 +496,7 @@ func (b BandStatus) MarshalJSON() ([]byte, error) {
 	out := struct {
 		plain
 		Queued  *float64 `json:"queued"`
+		Spare   *float64 `json:"spare"`
 		Balance *float64 `json:"balance"`
 		N       *float64 `json:"n"`
 	}{plain: plain(b)}
@@ -492,7 +506,7 @@ func (b BandStatus) MarshalJSON() ([]byte, error) {
 		}
 		return &f
 	}
-	out.Queued, out.Balance, out.N = num(b.Queued), num(b.Balance), num(b.N)
+	out.Queued, out.Spare, out.Balance, out.N = num(b.Queued), num(b.Spare), num(b.Balance), num(b.N)
 	return json.Marshal(out)
 }
 
@@ -585,6 +599,7 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 		}
 	}
 	st.Binding, st.Frees = binding(st.Paused, st.Bands)
+	ownQueues(st.Bands, st.Frees)
 	if st.Shadow {
 		st.ShadowFigures = &ShadowFigures{}
 		if hasShadow {
@@ -766,11 +781,12 @@ func (st *KeyStatus) bands(recs []layout.Record, rel func(float64) time.Duration
 			band = &st.Policy[i]
 		}
 		x, y, isBucket := r.X, r.Y, r.Bucket
-		b := BandStatus{Name: r.Name, Bucket: isBucket, Queued: math.NaN(), Balance: math.NaN(), N: math.NaN()}
+		b := BandStatus{Name: r.Name, Bucket: isBucket, Queued: math.NaN(), Spare: math.NaN(), Balance: math.NaN(), N: math.NaN()}
 		if isBucket {
 			z := rel(x)
 			b.LastSlot = rel(y)
 			if band != nil && band.Limit != (reserve.Limit{}) {
+				b.z, b.rate, b.burst = z, band.Limit.Rate, float64(band.Limit.Burst)
 				b.Balance = math.Min(float64(band.Limit.Burst), -z.Seconds()*band.Limit.Rate)
 				// A pause leaves the bucket empty at its end: only what
 				// is reserved beyond that waits in a queue.
@@ -813,6 +829,24 @@ func binding(paused time.Duration, bands []BandStatus) (string, time.Duration) {
 		name, frees = b.Name, b.Wait
 	}
 	return name, frees
+}
+
+// ownQueues leaves each bucket band of bands (binding computed) its own
+// figures, the key freeing frees from now: its Queued only if its wait
+// comes within one unit's spacing of frees (it binds, or as good as), and
+// its Spare then.
+func ownQueues(bands []BandStatus, frees time.Duration) {
+	for i := range bands {
+		b := &bands[i]
+		if !b.Bucket || b.rate == 0 {
+			continue
+		}
+		spacing := time.Duration(float64(time.Second) / b.rate)
+		if b.Wait+spacing < frees {
+			b.Queued = 0
+		}
+		b.Spare = math.Min(b.burst, (frees-b.z).Seconds()*b.rate)
+	}
 }
 
 // readShadow fills st.ShadowFigures from the shadow text (reserve.lua,

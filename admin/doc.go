@@ -4,8 +4,10 @@
 // and history (Client.Status, Keys, History), the fleet's Limiters
 // (Client.Fleet), a limit stored for a key, whole or band by band,
 // enforced or in shadow mode (Client.SetLimit, SetBands, UnsetLimit), and
-// a pause or its end (Client.Pause, Resume). Every change is recorded with
-// who made it and why, in the script call that makes it.
+// a pause or its end (Client.Pause, Resume), and when the provider sees
+// such a change, behind the slots already granted (Client.Queue). Every
+// change is recorded with who made it and why, in the script call that
+// makes it.
 //
 // cmd/pacer (docs/ops.md) is built on it; use it for a dashboard or a tool
 // of your own. A Client is not a Limiter: it reserves nothing and does not

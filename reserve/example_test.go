@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/launcher"
@@ -161,6 +162,61 @@ func ExampleLimiter_Pause() {
 	fmt.Printf("paused for %v, the next call %v after it\n", st.Paused.Round(time.Second), st.Wait-st.Paused)
 	// Output:
 	// paused for 30s, the next call 100ms after it
+}
+
+// Without pacehttp, a call the provider refuses (429 with its wait) takes
+// three calls of the library: give its cost back (the provider did not
+// count it: a window band gets its units back while the window lasts),
+// pause the key for the provider's wait (every process of the fleet waits
+// behind it, its sleepers included; while Redis is unavailable the pause
+// holds locally and reaches Redis when it answers), and reserve again: the
+// slot comes after the pause.
+func ExampleLimiter_Pause_refused() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	llm := reserve.Policy{
+		{Name: "requests", Window: reserve.Window{N: 500, Length: time.Minute}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 500, Burst: 30_000}},
+	}
+	req := reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 2_000}}
+	ctx := context.Background()
+	for attempt := 1; ; attempt++ {
+		r, err := limiter.ReserveN(ctx, req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := r.Sleep(ctx); err != nil {
+			log.Fatal(err)
+		}
+		status, wait := callProvider(attempt) // 429 and its retry-after-ms the first time
+		if status == http.StatusTooManyRequests {
+			_ = r.Cancel(ctx) // not counted by the provider: its cost goes back
+			if err := limiter.Pause(ctx, req.Key, wait); err != nil {
+				log.Fatal(err)
+			}
+			continue // the next slot comes after the pause, fleet-wide
+		}
+		fmt.Printf("attempt %d: %d\n", attempt, status)
+		break
+	}
+	// Output:
+	// attempt 1: 429, retry after 200ms
+	// attempt 2: 200
+}
+
+// callProvider stands for the call: the provider refuses the first with
+// 429 and a wait of 200 ms.
+func callProvider(attempt int) (status int, wait time.Duration) {
+	if attempt == 1 {
+		fmt.Println("attempt 1: 429, retry after 200ms")
+		return http.StatusTooManyRequests, 200 * time.Millisecond
+	}
+	return http.StatusOK, 0
 }
 
 // An LLM API allows 500 requests and 30,000 tokens per minute. Each call

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/reserve"
 )
 
 // changeFlags are the flags every change takes: why, and who.
@@ -69,6 +70,7 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	before := c.queue(ctx, key)
 	ch, err := c.admin.UnsetLimit(ctx, key, cf.who, cf.reason)
 	if errors.Is(err, admin.ErrNotStored) {
 		return fmt.Errorf("unset: key %q has no stored limit under prefix %q: nothing changed", clean(key), clean(c.prefix))
@@ -78,7 +80,54 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "%s: stored limit removed by %s: %s -> none; the fleet goes back to the limit in its code\n",
 		clean(key), clean(ch.Who), orNone(ch.Before))
+	if strings.HasSuffix(ch.Before, "(shadow)") {
+		fmt.Fprintf(c.stdout, "%s: the limit removed was in shadow mode: what the fleet enforces did not change\n", clean(key))
+	} else {
+		fmt.Fprintf(c.stdout, "%s\n", c.limitApplies(ctx, key, before))
+	}
 	return nil
+}
+
+// queue is key's queue (admin.Client.Queue) as read now, nil if it cannot
+// be told: read before a change, for what the change waits behind.
+func (c *cli) queue(ctx context.Context, key string) *admin.Queue {
+	q, err := c.admin.Queue(ctx, key)
+	if err != nil {
+		return nil
+	}
+	return &q
+}
+
+// at is a time the provider sees a change from: Redis's clock, to the ms.
+func at(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// granted says what before (the queue read before a change) had granted
+// under the previous limit: ": 45.0 permits already granted ..." or "".
+func granted(before *admin.Queue, under string) string {
+	if before == nil || before.Granted <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(": %s %s already granted %s", num(before.Granted), clean(before.Unit), under)
+}
+
+// limitApplies says when the provider sees a new limit of key (set, unset):
+// the slots already granted keep their places, so it spaces the calls
+// reserved after them, from the slot a call reserved now gets (read from
+// Redis after the change); before is the queue read before it.
+func (c *cli) limitApplies(ctx context.Context, key string, before *admin.Queue) string {
+	q, err := c.admin.Queue(ctx, key)
+	if err != nil {
+		return fmt.Sprintf("%s: when the provider sees the new limit: unknown (%s)", clean(key), trimAdmin(err))
+	}
+	if q.Next <= 0 {
+		return fmt.Sprintf("%s: the provider sees the new limit at once: no call was queued", clean(key))
+	}
+	pause := ""
+	if q.Binding == reserve.PauseBinding {
+		pause = "; the key's pause ends first"
+	}
+	return fmt.Sprintf("%s: the provider sees the new limit from %s (in %v%s)%s; the calls already granted keep their slots",
+		clean(key), at(q.At()), human(q.Next), granted(before, "at the previous limit"), pause)
 }
 
 // maxPause is the longest pause (reserve's bound: 10 years).
@@ -138,10 +187,21 @@ func (c *cli) pauseKey(ctx context.Context, key string, d time.Duration, cf chan
 	// A pause belongs to the key, whatever its policy: only a key Redis
 	// knows nothing of (a typo) is refused, by Pause itself, which makes
 	// the pause and its history entry in one script call.
+	before := c.queue(ctx, key)
 	if err := c.admin.Pause(ctx, key, d, cf.who, cf.reason); err != nil {
 		return "", c.keyError("pause", key, err)
 	}
-	return fmt.Sprintf("%s: paused by %s for %v, fleet-wide; \"pacer resume\" ends it sooner", clean(key), clean(cf.who), d), nil
+	msg := fmt.Sprintf("%s: paused by %s for %v, fleet-wide; \"pacer resume\" ends it sooner", clean(key), clean(cf.who), d)
+	// The fleet's sleepers honour it at once; a call already sent is not
+	// recalled; a slot granted inside it is taken again after it.
+	msg += fmt.Sprintf("\n%s: the fleet's sleepers hold from now (they read the pause within about 250 ms; a call already sent is not recalled)", clean(key))
+	if before != nil && before.Granted > 0 {
+		msg += fmt.Sprintf("; a call granted before it whose slot falls inside it takes a slot after it (%s %s were queued)", num(before.Granted), clean(before.Unit))
+	}
+	if q, err := c.admin.Queue(ctx, key); err == nil {
+		msg += fmt.Sprintf("; the provider sees calls again from %s (in %v)", at(q.At()), human(q.Next))
+	}
+	return msg, nil
 }
 
 func (c *cli) resume(ctx context.Context, args []string) error {
@@ -189,7 +249,16 @@ func (c *cli) resumeKey(ctx context.Context, key string, cf changeFlags) (string
 	} else if err != nil {
 		return "", c.keyError("resume", key, err)
 	}
-	return fmt.Sprintf("%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now", clean(key), clean(cf.who), human(st.Paused)), nil
+	msg := fmt.Sprintf("%s: resumed by %s (its pause had %v left); the calls waiting for it move up, and the fleet resumes at its rate now", clean(key), clean(cf.who), human(st.Paused))
+	if q, err := c.admin.Queue(ctx, key); err == nil {
+		if q.Next <= 0 {
+			msg += fmt.Sprintf("\n%s: the provider sees calls again at once (the sleepers read the resume within about 250 ms)", clean(key))
+		} else {
+			msg += fmt.Sprintf("\n%s: the provider sees calls again at once: the calls granted during the pause move up (their sleepers read the resume within about 250 ms), behind any slot granted before it; a call reserved now goes at %s (in %v), behind them",
+				clean(key), at(q.At()), human(q.Next))
+		}
+	}
+	return msg, nil
 }
 
 func (c *cli) weight(ctx context.Context, args []string) error {

@@ -255,7 +255,7 @@ var (
 	durAfter  = regexp.MustCompile(`\b(in|wait|queue) ` + dur)
 	durBefore = regexp.MustCompile(dur + ` (ago|left)`)
 	nsRe      = regexp.MustCompile(`"(\w+)_ns": (-?\d+)`)
-	floatRe   = regexp.MustCompile(`"(queued|balance)": (-?[\d.e+-]+)`)
+	floatRe   = regexp.MustCompile(`"(queued|spare|balance)": (-?[\d.e+-]+)`)
 )
 
 func (n *normalizer) replace(old, new string) { n.exact = append(n.exact, old, new) }
@@ -270,7 +270,7 @@ func (n *normalizer) text(s string) string {
 }
 
 // json normalizes pacer's JSON: as text, and the nonzero durations (ns)
-// other than the sample's; queued and balance, which drift as time
+// other than the sample's; queued, spare and balance, which drift as time
 // passes, rounded to a tenth (the tests' limits, one permit per 10,000 s,
 // keep them within 0.05 of a whole number for over 8 minutes).
 func (n *normalizer) json(s string) string {

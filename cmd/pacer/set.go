@@ -186,6 +186,7 @@ func (c *cli) setBands(ctx context.Context, key string, pol reserve.Policy, f se
 		return nil, "", c.keyError("set", key, err)
 	}
 	opts := admin.SetOptions{Shadow: f.shadow, Add: f.add, Replace: f.replace}
+	before := c.queue(ctx, key)
 	ch, err := c.admin.SetBands(ctx, key, pol, opts, cf.who, cf.reason)
 	switch {
 	case errors.Is(err, admin.ErrUnknownBand):
@@ -203,6 +204,9 @@ func (c *cli) setBands(ctx context.Context, key string, pol reserve.Policy, f se
 	}
 	lines = append(lines, fmt.Sprintf("%s: stored limit set by %s: %s -> %s; %s",
 		clean(key), clean(ch.Who), orNone(ch.Before), orNone(ch.After), effect))
+	if !f.shadow {
+		lines = append(lines, c.limitApplies(ctx, key, before))
+	}
 	if unknown {
 		return lines, fmt.Sprintf("no Limiter has used or reported key %q under prefix %q yet: check the name and -prefix", clean(key), clean(c.prefix)), nil
 	}

@@ -25,6 +25,8 @@ type keyView struct {
 	// sampled, or the key's state was created or expired between the
 	// samples). Its JSON name stays admissions_per_s for scripts.
 	Admissions *float64 `json:"admissions_per_s"`
+
+	prev *admin.KeyStatus // the key's read before this one (watch, web), nil if none
 }
 
 func newKeyView(st admin.KeyStatus) keyView { return keyView{KeyStatus: st} }
@@ -374,6 +376,11 @@ func bandText(b admin.BandStatus, unit string) string {
 	queued := num(b.Queued)
 	if b.Queued != b.Queued {
 		queued = "(rate unknown)"
+	}
+	if b.Queued == 0 && b.Spare == b.Spare {
+		// Another band (or the pause) set its slots: its own figure is
+		// its headroom, not that band's queue.
+		return fmt.Sprintf("%s: last slot in %v, none waits for this band (it holds %s %s when the key frees)", name, human(b.LastSlot), num(b.Spare), clean(unit))
 	}
 	return fmt.Sprintf("%s: last slot in %v, %s %s queued", name, human(b.LastSlot), queued, clean(unit))
 }

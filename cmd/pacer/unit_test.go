@@ -212,3 +212,50 @@ func TestBindingNames(t *testing.T) {
 		t.Errorf("watch's legend %q does not name %q", legend, names.BandPause)
 	}
 }
+
+// TestGaugeBand: the gauge's band is the binding bucket, else the bucket
+// closest to binding (least Spare for its burst); its use is the rate
+// less the balance's growth, unknown when the bucket may have been full
+// between the reads.
+func TestGaugeBand(t *testing.T) {
+	pol := reserve.Policy{
+		{Name: "requests", Limit: reserve.Limit{Rate: 10, Burst: 10}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 1000, Burst: 1000}},
+	}
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	st := func(at time.Duration, binding string, reqSpare, reqBal, tokSpare, tokBal float64) admin.KeyStatus {
+		return admin.KeyStatus{Now: t0.Add(at), Policy: pol, Binding: binding, Bands: []admin.BandStatus{
+			{Name: "requests", Bucket: true, Spare: reqSpare, Balance: reqBal},
+			{Name: "tokens", Bucket: true, Spare: tokSpare, Balance: tokBal},
+		}}
+	}
+	// tokens binds: its balance went from -500 to -400 in 1 s at 1000/s:
+	// 900 tokens granted.
+	prev, cur := st(0, "tokens", 10, -20, 1, -500), st(time.Second, "tokens", 10, -20, 1, -400)
+	name, rate, use := gauge(&prev, cur)
+	if name != "tokens" || rate != 1000 || use == nil || *use != 900 {
+		t.Errorf("binding tokens: gauge %q %v %v; want tokens 1000 900", name, rate, use)
+	}
+	// Nothing binds: requests holds 2 of 10, tokens 800 of 1000: requests
+	// is the closer; its balance 2 then 5 over 0.5 s at 10/s: 5 refilled,
+	// 3 kept, 2 granted, 4/s.
+	prev, cur = st(0, "", 2, 2, 800, 800), st(500*time.Millisecond, "", 5, 5, 900, 900)
+	name, rate, use = gauge(&prev, cur)
+	if name != "requests" || rate != 10 || use == nil || *use != 4 {
+		t.Errorf("none binding: gauge %q %v %v; want requests 10 4", name, rate, use)
+	}
+	// A balance that could have reached the burst between the reads (2
+	// refilling 10 in 1 s; 9.5 refilling 5 in 0.5 s): unknown.
+	prev, cur = st(0, "", 2, 2, 800, 800), st(time.Second, "", 5, 5, 900, 900)
+	if name, _, use = gauge(&prev, cur); name != "requests" || use != nil {
+		t.Errorf("full between reads: gauge %q %v; want requests, unknown", name, use)
+	}
+	prev, cur = st(0, "", 9.5, 9.5, 1000, 1000), st(500*time.Millisecond, "", 9, 9, 1000, 1000)
+	if name, _, use = gauge(&prev, cur); name != "requests" || use != nil {
+		t.Errorf("full between reads: gauge %q %v; want requests, unknown", name, use)
+	}
+	// The first read: unknown.
+	if name, _, use = gauge(nil, cur); name != "requests" || use != nil {
+		t.Errorf("first read: gauge %q %v; want requests, unknown", name, use)
+	}
+}

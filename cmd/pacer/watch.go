@@ -180,6 +180,8 @@ func (c *cli) readFrame(ctx context.Context, op, pattern string, keys map[string
 			if r, ok := admissions(k.last, st); ok {
 				v.Admissions, p.rate = &r, r
 			}
+			prev := k.last
+			v.prev = &prev
 		}
 		if st.Now.After(f.Now) {
 			f.Now = st.Now // the sparklines end at the latest reading

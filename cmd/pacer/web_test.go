@@ -99,6 +99,7 @@ type webStatusJSON struct {
 		Admissions  *float64 `json:"admissions_per_s"`
 		RateBand    string   `json:"rate_band"`
 		Rate        float64  `json:"rate"`
+		Use         *float64 `json:"use_per_s"`
 		BandTexts   []string `json:"band_texts"`
 		TenantTexts []string `json:"tenant_texts"`
 		Bands       []struct {
@@ -317,7 +318,8 @@ func TestWebWrites(t *testing.T) {
 		{"/api/pause", pause, `^api: paused by alice for 10m0s, fleet-wide`, "pause 10m0s", "alice"},
 		{"/api/resume", `{"key":"api","who":"bob","reason":"provider is back"}`, `^api: resumed by bob \(its pause had 10m0s left\)`, "resume", "bob"},
 		{"/api/set", `{"key":"api","rate":"5","burst":"1","who":"carol","reason":"ticket 812"}`,
-			`^api: stored limit set by carol: none -> permits: 5/s, burst 1; every Limiter enforces it from its next reservation$`, "set", "carol"},
+			`^api: stored limit set by carol: none -> permits: 5/s, burst 1; every Limiter enforces it from its next reservation\n` +
+				`api: the provider sees the new limit from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(in [^:]+: 1\.0 permits already granted at the previous limit\); the calls already granted keep their slots$`, "set", "carol"},
 	}
 	for i, ch := range changes {
 		code, body := w.do("POST", ch.path, ch.body, webToken)
@@ -565,5 +567,49 @@ func TestWebBadRequests(t *testing.T) {
 	}
 	if after := f.snapshot(); !maps.Equal(before, after) {
 		t.Errorf("the reserved key's requests changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// TestWebGaugeBinding: the gauge compares the key with the band that
+// binds, in that band's units: on requests 1/s and tokens 0.1/s (burst
+// 100), calls of 1 request and 100 tokens are spaced by tokens, so the
+// gauge is tokens's, not the first bucket band's (issue 42: 31% of a band
+// that does not bind while the key ran at 100% of its tokens band). Its
+// use is tokens granted per second: 100 a slot, over the same two reads
+// as the slots granted per second.
+func TestWebGaugeBinding(t *testing.T) {
+	f := newFixture(t)
+	l := f.limiter()
+	ctx := context.Background()
+	req := reserve.Request{Key: "llm", Cost: reserve.Cost{"requests": 1, "tokens": 100}, Policy: reserve.Policy{
+		{Name: "requests", Limit: reserve.Limit{Rate: 1, Burst: 1}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 0.1, Burst: 100}},
+	}}
+	reserveN := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := l.ReserveN(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reserveN(4)
+	f.waitSource("llm", "code")
+	w := f.web(webOptions{})
+	k := w.status().Keys[0]
+	if k.Binding != "tokens" || k.RateBand != "tokens" || k.Rate != 0.1 {
+		t.Errorf("first read: binding %q, gauge band %q at %v/s; want tokens, 0.1/s", k.Binding, k.RateBand, k.Rate)
+	}
+	if k.Use != nil {
+		t.Errorf("first read: use %v, want null (n/a)", *k.Use)
+	}
+	time.Sleep(60 * time.Millisecond) // half an interval: a new read
+	reserveN(2)
+	k = w.status().Keys[0]
+	if k.RateBand != "tokens" || k.Admissions == nil || k.Use == nil {
+		t.Fatalf("second read: gauge band %q, admissions %v, use %v; want tokens and both known", k.RateBand, k.Admissions, k.Use)
+	}
+	if got, want := *k.Use, 100**k.Admissions; got < want*(1-1e-6) || got > want*(1+1e-6) {
+		t.Errorf("second read: tokens granted %v/s with %v slots/s; want 100 tokens a slot", got, *k.Admissions)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,11 +52,21 @@ type webFrame struct {
 // status and history print for it, so that the page says what they say.
 type webKey struct {
 	keyView
-	// RateBand and Rate are the first bucket band of the limit in force and
-	// its rate (units per second), which the slots granted per second are
-	// shown against, as watch's sparkline is ("" and 0: none).
-	RateBand string  `json:"rate_band"`
-	Rate     float64 `json:"rate"`
+	// RateBand and Rate are the band the page's gauge compares the key
+	// with, and its rate (units per second): the bucket band that binds
+	// (KeyStatus.Binding), or when none does (nothing waits, a window or
+	// the pause binds) the bucket band closest to binding, the one whose
+	// Spare is the least part of its burst, the first on a tie ("" and 0:
+	// no bucket band). Use is that band's units granted per second
+	// between the last two reads: its rate less its balance's growth per
+	// second, exact when the bucket stayed below its burst from one read
+	// to the next (as a band with a queue does); nil when it cannot be
+	// told (the first read, the band new or unknown at the previous one,
+	// or the bucket full in between: it ran under its rate). The page then
+	// compares the slots granted per second, which count one unit each.
+	RateBand string   `json:"rate_band"`
+	Rate     float64  `json:"rate"`
+	Use      *float64 `json:"use_per_s"`
 	// Spark is the last minute of slots granted per second, and Queue the
 	// time to the last slot granted, as watch draws them.
 	Spark      string `json:"spark"`
@@ -170,9 +181,9 @@ func (s *webServer) frame(ctx context.Context) webFrame {
 		if k.Bands == nil {
 			k.Bands = []admin.BandStatus{}
 		}
-		k.RateBand, k.Rate = firstBucket(v.Policy)
+		k.RateBand, k.Rate, k.Use = gauge(v.prev, v.KeyStatus)
 		t := fr.trails[v.Key]
-		k.Spark = sparkline(t.buckets(fr.Now, width, func(p point) float64 { return p.rate }, true), k.Rate)
+		k.Spark = sparkline(t.buckets(fr.Now, width, func(p point) float64 { return p.rate }, true), rateOf(v.Policy))
 		k.QueueSpark = sparkline(t.buckets(fr.Now, width, func(p point) float64 { return p.queue.Seconds() }, false), 0)
 		for _, b := range v.Bands {
 			k.BandTexts = append(k.BandTexts, bandText(b, unitOf(v.Policy, b.Name)))
@@ -199,6 +210,55 @@ func (s *webServer) invalidate() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = nil
+}
+
+// gauge is the band a key's gauge compares it with, its rate and its use
+// from prev (nil: none) to st: see webKey.
+func gauge(prev *admin.KeyStatus, st admin.KeyStatus) (string, float64, *float64) {
+	pick, least := -1, 0.0
+	for i, b := range st.Bands {
+		lim := bucketOf(st.Policy, b.Name)
+		if !b.Bucket || !(b.Spare == b.Spare) || lim == nil {
+			continue
+		}
+		if b.Name == st.Binding {
+			pick = i
+			break
+		}
+		if part := b.Spare / float64(lim.Burst); pick < 0 || part < least {
+			pick, least = i, part
+		}
+	}
+	if pick < 0 {
+		name, rate := firstBucket(st.Policy)
+		return name, rate, nil
+	}
+	b := st.Bands[pick]
+	lim := *bucketOf(st.Policy, b.Name)
+	if prev == nil {
+		return b.Name, lim.Rate, nil
+	}
+	dt := st.Now.Sub(prev.Now).Seconds()
+	i := slices.IndexFunc(prev.Bands, func(x admin.BandStatus) bool { return x.Name == b.Name && x.Bucket })
+	was := bucketOf(prev.Policy, b.Name)
+	if dt <= 0 || i < 0 || was == nil || *was != lim || !(prev.Bands[i].Balance == prev.Bands[i].Balance) ||
+		prev.Bands[i].Balance > float64(lim.Burst)-dt*lim.Rate {
+		return b.Name, lim.Rate, nil
+	}
+	// Below its burst throughout, the bucket refilled at its rate: what
+	// it granted is that refill less its balance's growth.
+	use := max(0, lim.Rate-(b.Balance-prev.Bands[i].Balance)/dt)
+	return b.Name, lim.Rate, &use
+}
+
+// bucketOf is the limit of pol's bucket band name, nil if pol has none.
+func bucketOf(pol reserve.Policy, name string) *reserve.Limit {
+	for _, b := range pol {
+		if b.Name == name && b.Limit != (reserve.Limit{}) {
+			return &b.Limit
+		}
+	}
+	return nil
 }
 
 // firstBucket is the first bucket band of pol, its name and rate.

@@ -79,6 +79,11 @@ func TestWebView(t *testing.T) {
 		t.Errorf("the countdown read %q, then 1.5s later %q: want it smaller, above 0", first, second)
 	}
 	b.waitText(card(llmKey)+" li.band.binding", func(s string) bool { return strings.HasPrefix(s, "tokens: last slot in ") })
+	// The gauge compares the key with the band that binds, in its units
+	// (issue 42: it read the first bucket band's).
+	b.waitText(card(llmKey)+" .figure.granted", func(s string) bool {
+		return strings.Contains(s, "of tokens: ") && strings.Contains(s, "/s of its units granted; it binds)")
+	})
 	// The pause, its end, and what binds a paused key.
 	b.waitText(card(githubKey)+" .badge.paused", func(s string) bool {
 		return regexp.MustCompile(`^paused — (9m [0-5]\d|10m 00)s left, until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`).MatchString(s)

@@ -314,9 +314,18 @@
 
     const g = k.admissions_per_s;
     card.granted.value.textContent = g === null ? 'n/a' : g.toFixed(1) + ' slots/s';
-    const pct = g === null || !(k.rate > 0) ? 0 : 100 * g / k.rate;
-    let sub = g === null ? 'known from the second read; ' : k.rate > 0 ? Math.round(pct) + '% ' : '';
+    // The gauge: the band that binds (else the bucket closest to it), in
+    // its own units granted per second when the API could tell them
+    // (use_per_s), else the slots granted per second, one unit each.
+    const u = k.use_per_s;
+    const used = u !== null && u !== undefined ? u : g;
+    const pct = used === null || !(k.rate > 0) ? 0 : 100 * used / k.rate;
+    let sub = used === null ? 'known from the second read; ' : k.rate > 0 ? Math.round(pct) + '% ' : '';
     sub += k.rate > 0 ? 'of ' + k.rate_band + ': ' + rateText(k.rate) + '/s' : 'no bucket band to compare with';
+    if (k.rate > 0 && used !== null) {
+      sub += u !== null && u !== undefined ? ' (' + rateText(u) + '/s of its units granted' : ' (counting the slots granted, one unit each';
+      sub += k.rate_band === k.binding ? '; it binds)' : ')';
+    }
     card.fill.style.width = Math.min(100, pct) + '%';
     card.fill.classList.toggle('over', pct > 100.5);
     card.granted.sub.textContent = sub;
@@ -338,7 +347,9 @@
     const items = (k.band_texts || []).map((t, i) => {
       const b = k.bands[i];
       const li = el('li', b.name === k.binding ? 'band binding' : 'band', t);
-      if (b.wait_ns > 0) li.append(el('span', 'wait', ' — alone, it holds a call ' + fmtDur(b.wait_ns / 1e6)));
+      // A bucket nothing waits for (queued 0) follows the binding band's
+      // slots: its own wait would only repeat that band's queue.
+      if (b.wait_ns > 0 && !(b.bucket && b.queued === 0)) li.append(el('span', 'wait', ' — alone, it holds a call ' + fmtDur(b.wait_ns / 1e6)));
       return li;
     });
     if (items.length === 0) items.push(el('li', 'band', 'no state: every bucket full, no pause'));
