@@ -27,10 +27,11 @@ import (
 // README's quick start builds it (reserve.New, default Options) with a
 // pacehttp Transport whose Adaptive sets only Start (L/10), Min and Max,
 // and learnGoroutines goroutines each calling without pause. The run
-// starts cold (the figures of the cold start), and at learnChange the
+// starts cold (the figures of the cold start), and after 20 s the
 // provider lowers its limit to 0.6 L (those of the lowered limit). With
 // LEARN_DEBUG set in the environment, each run also prints the times of
-// the refusals and the calls accepted in each second, to stderr.
+// the refusals and the calls accepted in each second, to stderr (2: and
+// the calls accepted in the 700 ms before each refusal).
 
 const (
 	learnLowered    = 0.6 // the limit after the change, a fraction of the first
@@ -198,6 +199,17 @@ func (b *bench) learnRun(ctx context.Context, learnL float64, retryAfter bool, c
 			sec = append(sec, fmt.Sprint(countBetween(accepted, start.Add(time.Duration(i)*time.Second), start.Add(time.Duration(i+1)*time.Second))))
 		}
 		fmt.Fprintln(os.Stderr, "refused at", ref, "\naccepted per second", sec)
+		if os.Getenv("LEARN_DEBUG") == "2" {
+			for _, r := range refused {
+				var near []string
+				for _, a := range accepted {
+					if d := r.Sub(a); d > 0 && d < 700*time.Millisecond {
+						near = append(near, fmt.Sprintf("%.3f", a.Sub(start).Seconds()))
+					}
+				}
+				fmt.Fprintf(os.Stderr, "refused %.3f after %v\n", r.Sub(start).Seconds(), near)
+			}
+		}
 	}
 	run.ColdReach = reachedAfter(accepted, start, 0.9*learnL)
 	run.LowReach = reachedAfter(accepted, at, 0.9*learnL*learnLowered)
