@@ -11,9 +11,9 @@
 // probing beyond it, slowly and then faster, until the next episode. A cut
 // below the previous plateau (the limit fell) aims lower still (CUBIC's
 // fast convergence). The rate stays within [Min, Max].
-// Its growth beyond Start in slow start, and its probing beyond the plateau after a
-// cut, stay within twice the calls the fleet made on the key in the last
-// whole second: a key called less often than its rate allows tells nothing
+// Its growth beyond Start in slow start, and its probing beyond the
+// plateau after a cut, stay within twice the calls the fleet made on the
+// key in the last whole second: a key called less often than its rate allows tells nothing
 // about the limit above that, so its rate does not grow there unseen, to
 // hit the provider at once when the demand comes back (RFC 7661's rule for
 // an application-limited flow).
