@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -242,6 +243,19 @@ func TestAdaptiveBadInput(t *testing.T) {
 	n, err := s.Client.Exists(ctx, l.RedisKey("k")+":rate").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "bad input (or a peek) wrote the record")
+
+	// The script itself refuses a plateau outside (decrease, 1], for a
+	// client in another language, and writes nothing.
+	for _, plateau := range []string{"0.75", "0.5", "1.5", "nan", "x"} {
+		err := s.Client.Eval(ctx, lua.Adaptive, []string{l.RedisKey("k") + ":rate"},
+			"read", "10", "1", "100", "10000", "0.75", "2000", "60000", "2000", "0", "1", plateau).Err()
+		assert.ErrorContains(t, err, "PACER_ARG", "plateau %s", plateau)
+	}
+	require.NoError(t, s.Client.Eval(ctx, lua.Adaptive, []string{l.RedisKey("ok") + ":rate"},
+		"peek", "10", "1", "100", "10000", "0.75", "2000", "60000", "2000", "0", "1", "1").Err(), "plateau 1 (CUBIC's)")
+	n, err = s.Client.Exists(ctx, l.RedisKey("k")+":rate").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a bad plateau wrote the record")
 
 	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("h")+":rate", "f", "v").Err())
 	_, err = rate(t, l, "h", good).Limit(ctx)
