@@ -6,20 +6,24 @@
 // The rate starts at Config.Start and doubles every Config.Double until the
 // provider first refuses a call (slow start, as TCP's). Each episode of
 // refusals (429s) then cuts it to Decrease times its rate w at that moment,
-// and it follows CUBIC's curve back: fast at first, level near w around
-// Recover after the cut, then probing beyond w, slowly and then faster,
-// until the next episode. A cut below the previous w (the limit fell) aims
-// lower still (CUBIC's fast convergence). The rate stays within [Min, Max].
-// Its growth beyond Start in slow start, and its probing beyond w after a
-// cut, stay within twice the calls the fleet made on the key in the last
-// whole second: a key called less often than its rate allows tells nothing
+// and it follows CUBIC's curve back: fast at first, level near Plateau
+// times w (just below the rate refused) around Recover after the cut, then
+// probing beyond it, slowly and then faster, until the next episode. A cut
+// below the previous plateau (the limit fell) aims lower still (CUBIC's
+// fast convergence). The rate stays within [Min, Max].
+// Its growth beyond Start in slow start, and its probing beyond the
+// plateau after a cut, stay within twice the calls the fleet made on the
+// key in the last whole second: a key called less often than its rate allows tells nothing
 // about the limit above that, so its rate does not grow there unseen, to
 // hit the provider at once when the demand comes back (RFC 7661's rule for
 // an application-limited flow).
 //
 // An episode is counted once, by the first process to report it (Rate.Cut):
 // reports within Episode of a cut come from calls sent before it and change
-// nothing. Every process reads the shared rate (Rate.Limit) at most once
+// nothing, unless the refused call was paced below the midpoint between the
+// rate cut from and the rate cut to: it was sent at the rate the cut left,
+// and that rate is still too high (the limit fell further than one cut),
+// so it cuts again at once. Every process reads the shared rate (Rate.Limit) at most once
 // per Config.Refresh (100 ms), and its calls meanwhile take the rate it
 // read, counted as demand with its next read: the fleet follows a cut
 // within Refresh, at one Redis call per process per Refresh. The rate given
@@ -65,6 +69,14 @@ type Config struct {
 	// (CUBIC's, RFC 9438: less of the limit held between episodes); see
 	// docs/http.md.
 	Decrease float64
+	// Plateau is where the curve levels off after a cut, as a fraction of
+	// the rate w the refused call was paced at, in (Decrease, 1]. Default 0.95:
+	// a provider that refused w refuses it again, so the curve levels off
+	// just below it (at 1, CUBIC's, it comes back to w within Recover and
+	// costs another episode each time). After a cut below the last
+	// plateau (the limit fell) it levels off at the lower of Plateau and
+	// (1 + Decrease) / 2 times w (CUBIC's fast convergence).
+	Plateau float64
 	// Recover is how long after a cut the rate is back at what it was cut
 	// from (CUBIC's K). Default 10 s: 87% of it is back 2 s after a cut.
 	Recover time.Duration
@@ -129,6 +141,9 @@ func (a Config) withDefaults() (Config, error) {
 	if a.Decrease == 0 {
 		a.Decrease = 0.75
 	}
+	if a.Plateau == 0 {
+		a.Plateau = 0.95
+	}
 	if a.Episode == 0 {
 		a.Episode = 2 * time.Second
 	}
@@ -146,6 +161,8 @@ func (a Config) withDefaults() (Config, error) {
 		return a, fmt.Errorf("%w: adaptive: Burst %d", reserve.ErrInvalidBurst, a.Burst)
 	case !(a.Decrease > 0 && a.Decrease < 1):
 		return a, fmt.Errorf("%w: adaptive: Decrease %v (want 0 < Decrease < 1)", reserve.ErrInvalidRate, a.Decrease)
+	case !(a.Plateau > a.Decrease && a.Plateau <= 1):
+		return a, fmt.Errorf("%w: adaptive: Plateau %v, Decrease %v (want Decrease < Plateau <= 1)", reserve.ErrInvalidRate, a.Plateau, a.Decrease)
 	case a.Episode < 0 || a.Forget < time.Millisecond || a.Double < time.Millisecond || a.Recover < time.Millisecond:
 		return a, fmt.Errorf("%w: adaptive: Episode %v, Forget %v, Double %v, Recover %v", reserve.ErrInvalidOptions, a.Episode, a.Forget, a.Double, a.Recover)
 	}
@@ -262,9 +279,11 @@ func (r *Rate) Peek(ctx context.Context) (reserve.Limit, error) {
 // Cut reports a refusal (a 429) on the key: the first report of an episode
 // cuts the fleet's rate to Config.Decrease times the lower of the rate now
 // and paced, and returns cut true; later reports within Config.Episode
-// change nothing. paced is the rate the refused call was reserved at (0 if
-// unknown): a call that waited for its slot was sent at that rate, and in
-// slow start the rate may have doubled since. It returns the rate in force
+// change nothing, but for a call paced below the midpoint of the last cut
+// (sent at the rate the cut left: it cuts again). paced is the rate the
+// refused call was reserved at (0 if unknown): a call that waited for its
+// slot was sent at that rate, and in slow start the rate may have doubled
+// since. It returns the rate in force
 // after the report. While Redis cannot be reached nothing is cut: the fleet
 // paces locally at its share of the last rate, and the provider's pause
 // (reserve.Limiter.Pause) does the rest.
@@ -285,7 +304,7 @@ func (r *Rate) adapt(ctx context.Context, op string, paced float64) (reserve.Lim
 	}
 	r.mu.Unlock()
 	args := append([]any{op}, r.args...)
-	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64), demand)
+	args = append(args, strconv.FormatFloat(paced, 'f', -1, 64), demand, strconv.FormatFloat(r.cfg.Plateau, 'f', -1, 64))
 	keys := []string{r.l.RedisKey(r.key) + ":rate"}
 	res, err := hook.Run(r.l, ctx, names.OpAdaptive, r.key, func(ctx context.Context, rdb redis.Scripter) (any, error) {
 		return script.Run(ctx, rdb, keys, args...).Result()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -127,7 +128,7 @@ func TestAdaptive(t *testing.T) {
 	// After a cut at 100, CUBIC's probing beyond 100 (fast here: Recover is
 	// 1 ms) is held to twice the calls of the last whole second: reads
 	// count as calls.
-	probe := adaptive.Config{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour, Steps: -1}
+	probe := adaptive.Config{Start: 100, Min: 10, Max: 1000, Recover: time.Millisecond, Episode: time.Hour, Steps: -1, Plateau: 1}
 	_, cut, err := rate(t, ls[0], "probe", probe).Cut(ctx, 0)
 	require.NoError(t, err)
 	require.True(t, cut)
@@ -205,15 +206,20 @@ func TestAdaptiveBadInput(t *testing.T) {
 		a    adaptive.Config
 		want error
 	}{
-		"min zero":       {adaptive.Config{Start: 10, Max: 100}, reserve.ErrInvalidRate},
-		"start below":    {adaptive.Config{Start: 1, Min: 2, Max: 100}, reserve.ErrInvalidRate},
-		"max below":      {adaptive.Config{Start: 10, Min: 1, Max: 5}, reserve.ErrInvalidRate},
-		"NaN":            {adaptive.Config{Start: math.NaN(), Min: 1, Max: 100}, reserve.ErrInvalidRate},
-		"infinite":       {adaptive.Config{Start: 10, Min: 1, Max: math.Inf(1)}, reserve.ErrInvalidRate},
-		"decrease 1":     {adaptive.Config{Start: 10, Min: 1, Max: 100, Decrease: 1}, reserve.ErrInvalidRate},
-		"recover 1 µs":   {adaptive.Config{Start: 10, Min: 1, Max: 100, Recover: time.Microsecond}, reserve.ErrInvalidOptions},
-		"burst negative": {adaptive.Config{Start: 10, Min: 1, Max: 100, Burst: -1}, reserve.ErrInvalidBurst},
-		"double 1 µs":    {adaptive.Config{Start: 10, Min: 1, Max: 100, Double: time.Microsecond}, reserve.ErrInvalidOptions},
+		"min zero":        {adaptive.Config{Start: 10, Max: 100}, reserve.ErrInvalidRate},
+		"start below":     {adaptive.Config{Start: 1, Min: 2, Max: 100}, reserve.ErrInvalidRate},
+		"max below":       {adaptive.Config{Start: 10, Min: 1, Max: 5}, reserve.ErrInvalidRate},
+		"NaN":             {adaptive.Config{Start: math.NaN(), Min: 1, Max: 100}, reserve.ErrInvalidRate},
+		"infinite":        {adaptive.Config{Start: 10, Min: 1, Max: math.Inf(1)}, reserve.ErrInvalidRate},
+		"decrease 1":      {adaptive.Config{Start: 10, Min: 1, Max: 100, Decrease: 1}, reserve.ErrInvalidRate},
+		"recover 1 µs":    {adaptive.Config{Start: 10, Min: 1, Max: 100, Recover: time.Microsecond}, reserve.ErrInvalidOptions},
+		"burst negative":  {adaptive.Config{Start: 10, Min: 1, Max: 100, Burst: -1}, reserve.ErrInvalidBurst},
+		"double 1 µs":     {adaptive.Config{Start: 10, Min: 1, Max: 100, Double: time.Microsecond}, reserve.ErrInvalidOptions},
+		"plateau above 1": {adaptive.Config{Start: 10, Min: 1, Max: 100, Plateau: 1.01}, reserve.ErrInvalidRate},
+		"plateau NaN":     {adaptive.Config{Start: 10, Min: 1, Max: 100, Plateau: math.NaN()}, reserve.ErrInvalidRate},
+		// The curve would fall from the cut to its plateau, and on.
+		"plateau at the decrease":    {adaptive.Config{Start: 10, Min: 1, Max: 100, Plateau: 0.75}, reserve.ErrInvalidRate},
+		"plateau below the decrease": {adaptive.Config{Start: 10, Min: 1, Max: 100, Decrease: 0.5, Plateau: 0.4}, reserve.ErrInvalidRate},
 	} {
 		r, err := adaptive.New(l, "k", tt.a)
 		assert.ErrorIs(t, err, tt.want, name)
@@ -237,6 +243,19 @@ func TestAdaptiveBadInput(t *testing.T) {
 	n, err := s.Client.Exists(ctx, l.RedisKey("k")+":rate").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "bad input (or a peek) wrote the record")
+
+	// The script itself refuses a plateau outside (decrease, 1], for a
+	// client in another language, and writes nothing.
+	for _, plateau := range []string{"0.75", "0.5", "1.5", "nan", "x"} {
+		err := s.Client.Eval(ctx, lua.Adaptive, []string{l.RedisKey("k") + ":rate"},
+			"read", "10", "1", "100", "10000", "0.75", "2000", "60000", "2000", "0", "1", plateau).Err()
+		assert.ErrorContains(t, err, "PACER_ARG", "plateau %s", plateau)
+	}
+	require.NoError(t, s.Client.Eval(ctx, lua.Adaptive, []string{l.RedisKey("ok") + ":rate"},
+		"peek", "10", "1", "100", "10000", "0.75", "2000", "60000", "2000", "0", "1", "1").Err(), "plateau 1 (CUBIC's)")
+	n, err = s.Client.Exists(ctx, l.RedisKey("k")+":rate").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a bad plateau wrote the record")
 
 	require.NoError(t, s.Client.HSet(ctx, l.RedisKey("h")+":rate", "f", "v").Err())
 	_, err = rate(t, l, "h", good).Limit(ctx)
@@ -431,4 +450,71 @@ func (o *observer) ObserveRate(key string, rate float64) {
 	o.mu.Lock()
 	o.got = append(o.got, seen{key, rate})
 	o.mu.Unlock()
+}
+
+// TestAdaptiveFreshRefusal: within an episode, a refusal of a call paced
+// at the rate before the cut (above the midpoint between the rate cut from
+// and the rate cut to) changes nothing, and one of a call paced at the rate
+// the cut left (below the midpoint) cuts again at once, from that rate,
+// levelling off lower (the limit fell): the rates the script computes,
+// exactly, with a curve that does not move within the test (Recover and
+// Double of 1,000 h).
+func TestAdaptiveFreshRefusal(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	c := adaptive.Config{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Hour, Steps: -1}
+	r := rate(t, l, "fell", c)
+	lim, cut, err := r.Cut(ctx, 100)
+	require.NoError(t, err)
+	require.True(t, cut)
+	assert.InDelta(t, 75, lim.Rate, 1e-6, "the first cut: 0.75 x 100")
+	// The midpoint of that cut: (75 + 100) / 2 = 87.5.
+	for _, paced := range []float64{0, 100, 87.6} {
+		lim, cut, err = r.Cut(ctx, paced)
+		require.NoError(t, err)
+		assert.False(t, cut, "a refusal paced at %v within the episode: sent before the cut (or unknown)", paced)
+		assert.InDelta(t, 75, lim.Rate, 1e-6)
+	}
+	lim, cut, err = r.Cut(ctx, 75)
+	require.NoError(t, err)
+	require.True(t, cut, "a refusal paced at the rate the cut left: that rate is still too high")
+	assert.InDelta(t, 56.25, lim.Rate, 1e-6, "0.75 x 75")
+	// This cut's midpoint is (56.25 + 75) / 2 = 65.625: a refusal of a
+	// call paced at the first cut's rate is now an echo.
+	lim, cut, err = r.Cut(ctx, 75)
+	require.NoError(t, err)
+	assert.False(t, cut)
+	assert.InDelta(t, 56.25, lim.Rate, 1e-6)
+	lim, cut, err = r.Cut(ctx, 56)
+	require.NoError(t, err)
+	require.True(t, cut)
+	assert.InDelta(t, 42, lim.Rate, 1e-6, "0.75 x 56")
+
+	// Where the curves level off: with Recover 1 ms they are there at
+	// once, and with no demand the rate stays at the plateau. After a
+	// first cut at 100: Plateau (0.95) x 100; after a cut below that
+	// plateau (the limit fell), the lower of Plateau and (1 + 0.75) / 2 of
+	// the rate cut from (CUBIC's fast convergence); Plateau 1 is CUBIC's.
+	level := func(key string, plateau float64, paced ...float64) float64 {
+		t.Helper()
+		c := adaptive.Config{Start: 100, Min: 1, Max: 1000, Recover: time.Millisecond, Episode: time.Millisecond, Steps: -1, Refresh: -1, Plateau: plateau}
+		r := rate(t, l, key, c)
+		for _, p := range paced {
+			time.Sleep(5 * time.Millisecond) // past the episode
+			_, cut, err := r.Cut(ctx, p)
+			require.NoError(t, err)
+			require.True(t, cut)
+		}
+		time.Sleep(5 * time.Millisecond) // past Recover
+		lim, err := r.Peek(ctx)
+		require.NoError(t, err)
+		return lim.Rate
+	}
+	assert.InDelta(t, 95, level("plateau", 0, 100), 1e-6, "default Plateau: 0.95 x 100")
+	assert.InDelta(t, 100, level("cubic", 1, 100), 1e-6, "Plateau 1: back to 100")
+	assert.InDelta(t, 70, level("fell-level", 0, 100, 80), 1e-6, "80 < 95: 0.875 x 80")
+	assert.InDelta(t, 56, level("fell-low", 0.8, 100, 70), 1e-6, "70 < 80: 0.8 (below 0.875) x 70")
 }

@@ -2,12 +2,13 @@
 -- does not publish (reserve.Adaptive). It does not use core.lua.
 --
 -- Until the first cut the rate doubles every `double` ms from `start` (slow
--- start, as TCP's). A cut (a refusal) takes the rate w at that moment as the
--- last known good maximum wmax and leaves r0 = decrease * w; the rate then
--- follows CUBIC's curve, rate(t) = wmax + (wmax - r0) * ((t - K) / K)^3: it
--- climbs back fast, levels off near wmax around t = K (`recover` ms), and
--- probes beyond it slowly, then faster. A cut below the last wmax (the limit
--- fell) takes wmax = w * (1 + decrease) / 2 (CUBIC's fast convergence).
+-- start, as TCP's). A cut (a refusal) takes the rate w at that moment, sets
+-- the curve's plateau wmax = plateau * w (just below the rate refused) and
+-- leaves r0 = decrease * w; the rate then follows CUBIC's curve,
+-- rate(t) = wmax + (wmax - r0) * ((t - K) / K)^3: it climbs back fast,
+-- levels off near wmax around t = K (`recover` ms), and probes beyond it
+-- slowly, then faster. A cut below the last wmax (the limit fell) takes
+-- wmax = w * min(plateau, (1 + decrease) / 2) (CUBIC's fast convergence).
 -- The curve is computed on read. Its growth beyond wmax (beyond start in
 -- slow start) is also held to twice the demand (RFC 7661's rule for an
 -- application-limited flow): a key
@@ -17,8 +18,11 @@
 -- call of demand, in whole seconds; beyond wmax, the rate is at most
 -- max(wmax, 2 x the calls of the last whole second).
 -- A cut counts once per episode: refusals that arrive within `episode` ms
--- of a cut come from calls sent before it and change nothing. The rate
--- stays within [min, max].
+-- of a cut come from calls sent before it and change nothing, unless the
+-- refused call was paced (ARGV[10]) below the midpoint of that cut,
+-- (r0 + r0 / decrease) / 2: such a call was sent at the rate the cut left,
+-- which is still too high (the limit fell further than the cut), and it
+-- cuts again at once. The rate stays within [min, max].
 --
 -- KEYS[1]  the record, a string: "<r0> <wmax> <cut (or start), Unix ms>
 --          <episode end, Unix ms> <cuts so far> <second of the demand
@@ -39,6 +43,9 @@
 -- ARGV[11] demand: the calls a read counts (integer >= 1; a process that
 --          reads once per refresh counts the calls it served meanwhile);
 --          absent: 1. Ignored by peek and cut.
+-- ARGV[12] plateau: where the curve levels off after a cut, a fraction of
+--          the rate cut from (decrease < plateau <= 1); absent: 1
+--          (CUBIC's).
 -- Reply    {rate as a decimal string, 1 if this call cut else 0, cuts}
 -- Errors   PACER_ARG, PACER_WRONGTYPE
 
@@ -48,8 +55,9 @@ local recover, decrease = tonumber(ARGV[5]), tonumber(ARGV[6])
 local episode, keep, double = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local paced = tonumber(ARGV[10])
 local demand = tonumber(ARGV[11] or '1')
+local plateau = tonumber(ARGV[12] or '1')
 if (op ~= 'read' and op ~= 'peek' and op ~= 'cut') or not start or not min or not max or not recover or not decrease
-    or not episode or not keep or not double or not paced or paced < 0 or not demand or demand < 0 or double <= 0 or recover <= 0 or min <= 0
+    or not episode or not keep or not double or not paced or paced < 0 or not demand or demand < 0 or not plateau or not (plateau > decrease and plateau <= 1) or double <= 0 or recover <= 0 or min <= 0
     or start < min or max < start or decrease <= 0 or decrease >= 1 or episode < 0 or keep <= 0 then
   return redis.error_reply('PACER_ARG bad adaptive arguments')
 end
@@ -105,16 +113,21 @@ if rate < min then
   rate = min
 end
 
+-- A refusal within the episode of a call paced below the midpoint of the
+-- last cut (between the rate cut from, r0 / decrease, and r0) is no echo
+-- of the calls sent before that cut: it was sent at the rate the cut
+-- left, and that rate is still too high. It cuts at once.
+local fresh = now >= ends or (cuts > 0 and paced > 0 and paced < r0 * (1 + decrease) / (2 * decrease))
 local cut = 0
-if op == 'cut' and now >= ends then
+if op == 'cut' and fresh then
   local w = rate
   if paced > 0 and paced < w then
     w = paced
   end
   if cuts > 0 and w < wmax then
-    wmax = w * (1 + decrease) / 2
+    wmax = w * math.min(plateau, (1 + decrease) / 2)
   else
-    wmax = w
+    wmax = w * plateau
   end
   r0 = math.max(min, w * decrease)
   rate = r0

@@ -30,7 +30,8 @@
 // x/time/rate on the same schedule: errors, the busiest second, stalls and
 // recovery; fair share and lanes (fair.go); and pacehttp against
 // providers that report their counts (counts.go) and on a warm key with a
-// learned rate (adaptive.go); many cold keys, the crawler's shape, against
+// learned rate (adaptive.go), and learning a limit nobody publishes
+// (learn.go); many cold keys, the crawler's shape, against
 // redis_rate (cold.go), and the same again with and without CPU hogs
 // beside it (loaded.go); what idle Limiters' heartbeats cost Redis
 // (heartbeat.go); and how keys spread over a Cluster's shards, computed
@@ -272,7 +273,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "cold", "loaded", "heartbeat", "shards"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -384,6 +385,7 @@ type results struct {
 	Fair       *fairResults     // the fair phase, if run
 	Counts     *countsResults   // the counts phase, if run
 	Adaptive   *adaptiveResults // the adaptive phase, if run
+	Learn      *learnResults    // the learn phase, if run
 	Cold       *coldResults     // the cold phase, if run
 	Loaded     *loadedResults   // the loaded phase, if run
 	Heartbeat  *heartbeatResults
@@ -552,6 +554,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("learn") {
+		if res.Learn, err = b.runLearn(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	if c.runs("cold") {
 		if res.Cold, err = b.runCold(ctx, progress); err != nil {
 			return nil, err
@@ -592,6 +599,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Adaptive != nil && len(res.Adaptive.Runs) > 0 {
 		tables += res.Adaptive.tables()
+	}
+	if res.Learn != nil && len(res.Learn.Runs) > 0 {
+		tables += res.Learn.tables()
 	}
 	if res.Cold != nil {
 		tables += res.Cold.tables(c)

@@ -57,7 +57,7 @@ func TestQuick(t *testing.T) {
 		err              error
 	}
 	halves := []*half{
-		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,cold,loaded,heartbeat,shards"},
+		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,learn,cold,loaded,heartbeat,shards"},
 		{phases: "seams,outage,fair"},
 	}
 	var all []string
@@ -193,6 +193,19 @@ func TestQuick(t *testing.T) {
 		for _, r := range ar.Runs {
 			if r.Requests == 0 || r.Evalsha == 0 || r.Commands == 0 {
 				t.Errorf("adaptive phase: %s: nothing counted", r.figures())
+			}
+		}
+	}
+
+	// The learn phase: both runs made calls, and the table shows them.
+	if lr := res.Learn; lr == nil {
+		t.Error("no learn phase")
+	} else if len(lr.Runs) != 2*len(learnLimits) || !strings.Contains(stdout.String(), "### Learning a limit nobody publishes") {
+		t.Errorf("learn phase: %d runs; want one with Retry-After: 1 and one without per limit, and their table", len(lr.Runs))
+	} else {
+		for _, r := range lr.Runs {
+			if r.ColdCalls == 0 || r.LowCalls == 0 {
+				t.Errorf("learn phase: %s: no calls", r.figures())
 			}
 		}
 	}
