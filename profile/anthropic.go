@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -52,8 +53,8 @@ func Anthropic(l AnthropicLimits, s Settings) (*Profile, error) {
 	return &Profile{
 		Name: "anthropic", Key: "api.anthropic.com/" + l.Model, Settings: s,
 		Policy: reserve.Policy{bucket("requests", l.RPM, s.Burst), bucket("input-tokens", l.ITPM, s.Burst), bucket("output-tokens", l.OTPM, s.Burst)},
-		cost: func(c Call, e float64) reserve.Cost {
-			return reserve.Cost{"requests": 1, "input-tokens": least(c.Input, e), "output-tokens": least(c.Output, e)}
+		cost: func(c Call) reserve.Cost {
+			return reserve.Cost{"requests": 1, "input-tokens": math.Ceil(c.Input), "output-tokens": math.Ceil(c.Output)}
 		},
 		usage: func(body []byte, _ Call) (Usage, error) { return anthropicUsage(body) },
 		actual: func(u Usage) reserve.Cost {

@@ -81,8 +81,8 @@ func AzureOpenAI(l AzureLimits, s Settings) (*Profile, error) {
 			{Name: "requests", Limit: requests},
 			{Name: "tokens", Limit: reserve.Limit{Rate: float64(l.TPM-b) / 60, Burst: b}},
 		},
-		cost: func(c Call, e float64) reserve.Cost {
-			return reserve.Cost{"requests": 1, "tokens": least(c.Input, e) + math.Ceil(c.Output)}
+		cost: func(c Call) reserve.Cost {
+			return reserve.Cost{"requests": 1, "tokens": math.Ceil(c.Input) + math.Ceil(c.Output)}
 		},
 		usage: func(body []byte, c Call) (Usage, error) {
 			prompt, err := promptTokens(body)

@@ -60,7 +60,7 @@ func GitHubPoints(method string) int {
 // band of calls in flight, which pacer does not have yet (keep at most 100
 // requests in flight yourself, as a semaphore); nor the limit of 80
 // content-generating requests per minute and 500 per hour, nor GraphQL's
-// points. Settings.Burst and Settings.Error do not apply.
+// points. Settings.Burst does not apply.
 func GitHub(l GitHubLimits, s Settings) (*Profile, error) {
 	return github(l, s, time.Hour, time.Minute)
 }
@@ -83,12 +83,12 @@ func github(l GitHubLimits, s Settings, hour, minute time.Duration) (*Profile, e
 	}
 	b := l.PerHour / 60
 	return &Profile{
-		Name: "github", Key: "api.github.com/" + l.Account, Settings: s,
+		Name: "github", Key: "api.github.com/" + l.Account, Settings: s, counts: true,
 		Policy: reserve.Policy{
 			{Name: "requests", Limit: reserve.Limit{Rate: float64(l.PerHour-b) / hour.Seconds(), Burst: b}},
 			{Name: "points", Limit: reserve.Limit{Rate: float64(l.PointsPerMinute-githubPostPoints) / minute.Seconds(), Burst: githubPostPoints}},
 		},
-		cost: func(c Call, _ float64) reserve.Cost {
+		cost: func(c Call) reserve.Cost {
 			return reserve.Cost{"requests": 1, "points": float64(GitHubPoints(c.Method))}
 		},
 	}, nil

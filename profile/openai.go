@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -49,8 +50,8 @@ func OpenAI(l OpenAILimits, s Settings) (*Profile, error) {
 	return &Profile{
 		Name: "openai", Key: "api.openai.com/" + l.Model, Settings: s,
 		Policy: reserve.Policy{bucket("requests", l.RPM, s.Burst), bucket("tokens", l.TPM, s.Burst)},
-		cost: func(c Call, e float64) reserve.Cost {
-			return reserve.Cost{"requests": 1, "tokens": least(c.Input+c.Output, e)}
+		cost: func(c Call) reserve.Cost {
+			return reserve.Cost{"requests": 1, "tokens": math.Ceil(c.Input + c.Output)}
 		},
 		usage:  func(body []byte, _ Call) (Usage, error) { return openAIUsage(body) },
 		actual: func(u Usage) reserve.Cost { return reserve.Cost{"tokens": u.Input + u.Output} },

@@ -7,12 +7,12 @@
 // A Profile is a key, a reserve.Policy, and how a call's cost is estimated
 // before it and settled after it. With pacehttp:
 //
-//	p, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 500, TPM: 30_000}, profile.Settings{Error: 0.5})
+//	p, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 500, TPM: 30_000}, profile.Settings{})
 //	transport, err := pacehttp.New(limiter, p.Options())
 //	req = req.WithContext(profile.WithCall(ctx, profile.Call{Input: prompt, Output: maxTokens}))
 //
-// Without HTTP, Request gives the reserve.Request of a call's estimate
-// and Actual the cost to settle once the call reports its usage.
+// Without HTTP, Request gives the reserve.Request of a call's estimate,
+// and Settle settles its reservation once the call reports its usage.
 //
 // # A minute's quota, enforced over shorter periods
 //
@@ -43,6 +43,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/pacehttp"
@@ -63,20 +65,11 @@ type Settings struct {
 	// tokens at once). A provider that enforces its minute's quota per
 	// second holds one second's worth: what Burst leaves of that second is
 	// the margin for calls sent late and for the unsettled part of calls
-	// in flight (see Error). A longer Burst serves a burst of work after a
+	// in flight (see Call). A longer Burst serves a burst of work after a
 	// quiet spell sooner, and lets larger calls through (a call may not
 	// reserve more than the burst); a shorter one leaves more margin.
 	// Default (0): DefaultBurst. At most a minute.
 	Burst time.Duration
-	// Error is how far a Call's estimate may be off the call's actual
-	// cost, as a fraction below 1: the actual lies between
-	// estimate/(1+Error) and estimate/(1-Error). Request reserves the
-	// least, estimate/(1+Error), and settling the actual adds the rest
-	// once the call reports it: the fleet pays for every token, a moment
-	// after the call, and a band runs ahead of its rate by at most the
-	// unsettled rest of the calls in flight. Default (0): estimates are
-	// exact, and the estimate itself is reserved.
-	Error float64
 }
 
 // check checks s and returns it with its defaults.
@@ -87,9 +80,6 @@ func (s Settings) check() (Settings, error) {
 	if s.Burst < 0 || s.Burst > time.Minute {
 		return s, fmt.Errorf("%w: Burst %v (want 0 for %v, or up to a minute)", ErrInvalid, s.Burst, DefaultBurst)
 	}
-	if math.IsNaN(s.Error) || s.Error < 0 || s.Error >= 1 {
-		return s, fmt.Errorf("%w: Error %v (want 0 <= Error < 1)", ErrInvalid, s.Error)
-	}
 	return s, nil
 }
 
@@ -98,6 +88,13 @@ type Call struct {
 	// Input and Output are the call's estimated prompt and completion
 	// tokens: the prompt's tokens (or its length in characters / 4) and
 	// max_tokens, or any better guess. OpenAI and Azure charge their sum.
+	// What a call reserves beyond its use pays for later calls that use
+	// more than they reserved (Profile.Settle): estimates that are right
+	// on average use the whole quota. Calls reserved but not yet settled
+	// run the fleet ahead of its schedule by what they use beyond their
+	// estimates, which a provider enforcing its quota per second must
+	// absorb (Settings.Burst): an estimate that is low on average is paid
+	// after the call, always ahead.
 	Input, Output float64
 	// Method is the call's HTTP method (GitHub charges points by it).
 	// Default GET.
@@ -129,20 +126,24 @@ type Profile struct {
 	// filled in.
 	Settings Settings
 
-	cost   func(c Call, error float64) reserve.Cost // what a call reserves, given Settings.Error
+	cost   func(Call) reserve.Cost                  // a call's estimated cost
 	usage  func(body []byte, c Call) (Usage, error) // the usage an answer's body reports; nil: the cost is known before the call
 	actual func(Usage) reserve.Cost                 // the cost that usage settles
+
+	counts bool // pacehttp paces by the provider's counts of calls (Options.IgnoreCounts off)
+
+	mu     sync.Mutex
+	credit map[string]float64 // per unit: what calls reserved beyond their use, not given back yet
 }
 
 // Request returns the reserve.Request of call on p's key: requests 1 and
-// the least the estimate's tokens may be (see Settings.Error). An
-// estimate that is negative, or reserves more than a band's burst, is an
-// error (raise Settings.Burst for larger calls).
+// the estimate's tokens (see Call and Settle). An estimate that is negative, or that reserves more than a
+// band's burst, is an error (raise Settings.Burst for larger calls).
 func (p *Profile) Request(c Call) (reserve.Request, error) {
 	if math.IsNaN(c.Input) || math.IsNaN(c.Output) || c.Input < 0 || c.Output < 0 || math.IsInf(c.Input, 0) || math.IsInf(c.Output, 0) {
 		return reserve.Request{}, fmt.Errorf("profile %s: estimate %+v: want finite token counts >= 0", p.Name, c)
 	}
-	cost := p.cost(c, p.Settings.Error)
+	cost := p.cost(c)
 	for _, b := range p.Policy {
 		if b.Limit.Burst > 0 && cost[unitOf(b)] > float64(b.Limit.Burst) {
 			return reserve.Request{}, fmt.Errorf("profile %s: %w: the call reserves %v %s, above band %q's burst %d (Settings.Burst %v): raise Settings.Burst for larger calls",
@@ -152,14 +153,60 @@ func (p *Profile) Request(c Call) (reserve.Request, error) {
 	return reserve.Request{Key: p.Key, Policy: p.Policy, Cost: cost}, nil
 }
 
-// Actual returns the cost to settle a call's reservation with
-// (reserve.Reservation.Settle) once its answer reports u. It is nil for a
-// profile whose costs are known before the call (GitHub).
-func (p *Profile) Actual(u Usage) reserve.Cost {
+// Settle settles r, a reservation of a Request of p, with what the call
+// used. What calls reserved beyond their use is this Profile's credit, up
+// to each band's burst: a call that used more than it reserved is paid
+// from the credit first, and the fleet is charged only the rest
+// (reserve.Reservation.Settle); a call that used less adds the rest to
+// the credit rather than giving it back to the key (Settle's refund goes
+// back only where later reservations have not built on it, and under a
+// queue it is lost). So the fleet pays for what the calls used, whether
+// estimates are high or low, and it is charged no more than its schedule
+// for a high one. A profile whose costs are known before the call
+// (GitHub) settles nothing.
+func (p *Profile) Settle(ctx context.Context, r *reserve.Reservation, u Usage) error {
+	cost := p.settlement(r.Cost(), u)
+	if cost == nil {
+		return nil
+	}
+	return r.Settle(ctx, cost)
+}
+
+// settlement returns the cost to settle a reservation of reserved with,
+// for a call that used u, and updates the credit; nil when nothing is to
+// be settled.
+func (p *Profile) settlement(reserved reserve.Cost, u Usage) reserve.Cost {
 	if p.actual == nil {
 		return nil
 	}
-	return p.actual(u)
+	actual := p.actual(u)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.credit == nil {
+		p.credit = map[string]float64{}
+	}
+	for unit, v := range actual {
+		balance := p.credit[unit] + reserved[unit] - v
+		if balance < 0 {
+			actual[unit] = reserved[unit] - balance // the rest of the use, beyond the credit
+			p.credit[unit] = 0
+			continue
+		}
+		actual[unit] = reserved[unit]
+		p.credit[unit] = min(balance, p.burst(unit))
+	}
+	return actual
+}
+
+// burst is the least burst of the bands charging unit.
+func (p *Profile) burst(unit string) float64 {
+	least := math.Inf(1)
+	for _, b := range p.Policy {
+		if unitOf(b) == unit && b.Limit.Burst > 0 {
+			least = min(least, float64(b.Limit.Burst))
+		}
+	}
+	return least
 }
 
 func unitOf(b reserve.Band) string {
@@ -169,22 +216,37 @@ func unitOf(b reserve.Band) string {
 	return b.Name
 }
 
-// callKey is the context key of a request's Call.
+// callKey is the context key of a request's *callState.
 type callKey struct{}
 
-// WithCall returns ctx carrying c, the estimate of the request made with
-// it: Options' Route reads it.
+// callState is a request's Call, and what its route reserved.
+type callState struct {
+	call     Call
+	reserved atomic.Pointer[reserve.Cost]
+}
+
+// WithCall returns ctx carrying c, the estimate of the one request made
+// with it: Options' Route reads it, and its Settle what the request
+// reserved.
 func WithCall(ctx context.Context, c Call) context.Context {
-	return context.WithValue(ctx, callKey{}, c)
+	return context.WithValue(ctx, callKey{}, &callState{call: c})
 }
 
 // Options returns the pacehttp options of p: each request is routed to
 // p's key and policy with the cost of the Call its context carries
 // (WithCall; GitHub needs none: its cost is the method's), and the usage
-// its answer's body reports settles it. Set the other fields (Base,
-// Logger, ...) on the result.
+// its answer's body reports settles it (as Settle does). Set the other
+// fields (Base, Logger, ...) on the result.
+//
+// For the LLM providers it sets IgnoreCounts: their bands are the
+// provider's buckets already, and pacehttp's count of calls reads the
+// reset of a bucket refilled continuously (the time until it is full
+// again) as the end of a window, after which one call goes alone: against
+// internal/provider's LLM model it held a fleet of 3 processes × 8
+// workers to 28-37% of the TPM quota (docs/profiles.md). Pauses on a 429
+// and on a quota the headers report exhausted stay.
 func (p *Profile) Options() pacehttp.Options {
-	o := pacehttp.Options{Route: p.route}
+	o := pacehttp.Options{Route: p.route, IgnoreCounts: !p.counts}
 	if p.usage != nil {
 		o.Settle = p.settle
 	}
@@ -192,16 +254,21 @@ func (p *Profile) Options() pacehttp.Options {
 }
 
 func (p *Profile) route(req *http.Request) (pacehttp.Route, error) {
-	c, ok := req.Context().Value(callKey{}).(Call)
-	if !ok {
-		if p.usage != nil {
-			return pacehttp.Route{}, fmt.Errorf("profile %s: the request carries no estimate: make it with a context from profile.WithCall", p.Name)
-		}
+	st, ok := req.Context().Value(callKey{}).(*callState)
+	if !ok && p.usage != nil {
+		return pacehttp.Route{}, fmt.Errorf("profile %s: the request carries no estimate: make it with a context from profile.WithCall", p.Name)
+	}
+	var c Call
+	if ok {
+		c = st.call
 	}
 	c.Method = req.Method
 	r, err := p.Request(c)
 	if err != nil {
 		return pacehttp.Route{}, err
+	}
+	if ok {
+		st.reserved.Store(&r.Cost)
 	}
 	return pacehttp.Route{Key: r.Key, Policy: r.Policy, Cost: r.Cost}, nil
 }
@@ -214,17 +281,16 @@ func (p *Profile) settle(resp *http.Response) (reserve.Cost, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, _ := resp.Request.Context().Value(callKey{}).(Call)
-	u, err := p.usage(body, c)
+	st, ok := resp.Request.Context().Value(callKey{}).(*callState)
+	if !ok || st.reserved.Load() == nil {
+		return nil, fmt.Errorf("profile %s: the answer's request carries no estimate routed by the profile", p.Name)
+	}
+	u, err := p.usage(body, st.call)
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
-	return p.actual(u), nil
+	return p.settlement(*st.reserved.Load(), u), nil
 }
-
-// least is the least an estimate est may be off by e: est/(1+e), in whole
-// units.
-func least(est, e float64) float64 { return math.Floor(est / (1 + e)) }
 
 // bucket returns the band of a quota of n per minute, holding burst's
 // worth (at least 1 unit) and refilled at n/60 per second.
