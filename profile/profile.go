@@ -7,11 +7,18 @@
 // A Profile is a key, a reserve.Policy, and how a call's cost is estimated
 // before it and settled after it. With pacehttp:
 //
-//	p, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 500, TPM: 30_000}, profile.Settings{})
-//	transport, err := pacehttp.New(limiter, p.Options())
-//	req = req.WithContext(profile.WithCall(ctx, profile.Call{Input: prompt, Output: maxTokens}))
+//	openai, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 5_000, TPM: 450_000}, profile.Settings{})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	transport, err := pacehttp.New(limiter, openai.Options())
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	client := &http.Client{Transport: transport}
 //
-// Without HTTP, Request gives the reserve.Request of a call's estimate,
+// and each request's context carries its estimate (WithCall). Without
+// HTTP, Request gives the reserve.Request of a call's estimate,
 // and Settle settles its reservation once the call reports its usage.
 //
 // # A minute's quota, enforced over shorter periods
@@ -88,9 +95,9 @@ type Call struct {
 	// Input and Output are the call's estimated prompt and completion
 	// tokens: the prompt's tokens (or its length in characters / 4) and
 	// max_tokens, or any better guess. OpenAI and Azure charge their sum.
-	// What a call reserves beyond its use pays for later calls that use
-	// more than they reserved (Profile.Settle): estimates that are right
-	// on average use the whole quota. Calls reserved but not yet settled
+	// What a call's estimate holds beyond its use pays for the next calls
+	// (Profile.Settle): estimates that are right on average use the whole
+	// quota. Calls reserved but not yet settled
 	// run the fleet ahead of its schedule by what they use beyond their
 	// estimates, which a provider enforcing its quota per second must
 	// absorb (Settings.Burst): an estimate that is low on average is paid
@@ -137,7 +144,8 @@ type Profile struct {
 }
 
 // Request returns the reserve.Request of call on p's key: requests 1 and
-// the estimate's tokens (see Call and Settle). An estimate that is negative, or that reserves more than a
+// the estimate's tokens, less what the Profile's credit pays of them (see
+// Settle). An estimate that is negative, or that reserves more than a
 // band's burst, is an error (raise Settings.Burst for larger calls).
 func (p *Profile) Request(c Call) (reserve.Request, error) {
 	if math.IsNaN(c.Input) || math.IsNaN(c.Output) || c.Input < 0 || c.Output < 0 || math.IsInf(c.Input, 0) || math.IsInf(c.Output, 0) {
@@ -145,37 +153,48 @@ func (p *Profile) Request(c Call) (reserve.Request, error) {
 	}
 	cost := p.cost(c)
 	for _, b := range p.Policy {
-		if b.Limit.Burst > 0 && cost[unitOf(b)] > float64(b.Limit.Burst) {
-			return reserve.Request{}, fmt.Errorf("profile %s: %w: the call reserves %v %s, above band %q's burst %d (Settings.Burst %v): raise Settings.Burst for larger calls",
-				p.Name, reserve.ErrExceedsBurst, cost[unitOf(b)], unitOf(b), b.Name, b.Limit.Burst, p.Settings.Burst)
+		if n := cost[unitOf(b)]; b.Limit.Burst > 0 && n > float64(b.Limit.Burst) {
+			need := time.Duration(math.Ceil(n/b.Limit.Rate*1000)) * time.Millisecond
+			return reserve.Request{}, fmt.Errorf("profile %s: %w: the call reserves %v %s, above band %q's burst %d (Settings.Burst %v): a Settings.Burst of %v holds it",
+				p.Name, reserve.ErrExceedsBurst, n, unitOf(b), b.Name, b.Limit.Burst, p.Settings.Burst, need)
 		}
+	}
+	if p.usage != nil {
+		p.mu.Lock()
+		for unit, v := range cost {
+			if take := min(p.credit[unit], v); take > 0 {
+				cost[unit] = v - take
+				p.credit[unit] -= take
+			}
+		}
+		p.mu.Unlock()
 	}
 	return reserve.Request{Key: p.Key, Policy: p.Policy, Cost: cost}, nil
 }
 
-// Settle settles r, a reservation of a Request of p, with what the call
-// used. What calls reserved beyond their use is this Profile's credit, up
-// to each band's burst: a call that used more than it reserved is paid
-// from the credit first, and the fleet is charged only the rest
-// (reserve.Reservation.Settle); a call that used less adds the rest to
-// the credit rather than giving it back to the key (Settle's refund goes
-// back only where later reservations have not built on it, and under a
-// queue it is lost). So the fleet pays for what the calls used, whether
-// estimates are high or low, and it is charged no more than its schedule
-// for a high one. A profile whose costs are known before the call
-// (GitHub) settles nothing.
-func (p *Profile) Settle(ctx context.Context, r *reserve.Reservation, u Usage) error {
-	cost := p.settlement(r.Cost(), u)
+// Settle settles r, the reservation of p.Request(c), with what the call
+// used. Whatever a call's estimate was above its use is this Profile's
+// credit (up to each band's burst), and the next calls' reservations
+// take from it first (Request); a call that used more than its estimate
+// is charged the rest (reserve.Reservation.Settle). So the fleet pays for
+// what its calls use, exactly, whether each estimate is high or low, and
+// a high one is not lost: reserve's refund for it would go back only
+// where later reservations have not built on it, and under a queue it is
+// lost. A profile whose costs are known before the call (GitHub) settles
+// nothing.
+func (p *Profile) Settle(ctx context.Context, r *reserve.Reservation, c Call, u Usage) error {
+	cost := p.settlement(r.Cost(), p.cost(c), u)
 	if cost == nil {
 		return nil
 	}
 	return r.Settle(ctx, cost)
 }
 
-// settlement returns the cost to settle a reservation of reserved with,
-// for a call that used u, and updates the credit; nil when nothing is to
-// be settled.
-func (p *Profile) settlement(reserved reserve.Cost, u Usage) reserve.Cost {
+// settlement returns the cost to settle a reservation of reserved, for a
+// call estimated at est, that used u, and updates the credit; nil when
+// nothing is to be settled. What est holds above reserved was paid from
+// the credit by Request.
+func (p *Profile) settlement(reserved, est reserve.Cost, u Usage) reserve.Cost {
 	if p.actual == nil {
 		return nil
 	}
@@ -186,9 +205,9 @@ func (p *Profile) settlement(reserved reserve.Cost, u Usage) reserve.Cost {
 		p.credit = map[string]float64{}
 	}
 	for unit, v := range actual {
-		balance := p.credit[unit] + reserved[unit] - v
+		balance := p.credit[unit] + est[unit] - v
 		if balance < 0 {
-			actual[unit] = reserved[unit] - balance // the rest of the use, beyond the credit
+			actual[unit] = reserved[unit] - balance // the rest of the use, beyond the estimate and the credit
 			p.credit[unit] = 0
 			continue
 		}
@@ -289,7 +308,7 @@ func (p *Profile) settle(resp *http.Response) (reserve.Cost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 	}
-	return p.settlement(*st.reserved.Load(), u), nil
+	return p.settlement(*st.reserved.Load(), p.cost(st.call), u), nil
 }
 
 // bucket returns the band of a quota of n per minute, holding burst's
