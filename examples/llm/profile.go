@@ -81,7 +81,7 @@ type quota struct {
 // startFake starts c.Profile's provider model and returns it with its
 // quotas and a function returning each accepted call's time and units (in
 // the quotas' order) and the 429s.
-func startFake(c config) (fakeAPI, []quota, func() ([]time.Time, [][]float64, int), error) {
+func startFake(c config) (fakeAPI, []quota, func() ([]time.Time, [][]float64, []time.Time), error) {
 	hold := time.Duration(0)
 	if c.PerSecond {
 		hold = time.Second
@@ -92,39 +92,39 @@ func startFake(c config) (fakeAPI, []quota, func() ([]time.Time, [][]float64, in
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return p, []quota{{"requests", float64(c.RPM)}, {"tokens", float64(c.TPM)}}, func() ([]time.Time, [][]float64, int) {
+		return p, []quota{{"requests", float64(c.RPM)}, {"tokens", float64(c.TPM)}}, func() ([]time.Time, [][]float64, []time.Time) {
 			uses, rej := p.Uses(host)
 			at, units := make([]time.Time, len(uses)), make([][]float64, len(uses))
 			for i, u := range uses {
 				at[i], units[i] = u.At, []float64{1, float64(u.Tokens)}
 			}
-			return at, units, len(rej)
+			return at, units, rej
 		}, nil
 	case "anthropic":
 		p, err := provider.StartAnthropic(provider.AnthropicOptions{RPM: c.RPM, ITPM: c.ITPM, OTPM: c.OTPM, Latency: c.Latency, Hold: hold})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return p, []quota{{"requests", float64(c.RPM)}, {"input-tokens", float64(c.ITPM)}, {"output-tokens", float64(c.OTPM)}}, func() ([]time.Time, [][]float64, int) {
+		return p, []quota{{"requests", float64(c.RPM)}, {"input-tokens", float64(c.ITPM)}, {"output-tokens", float64(c.OTPM)}}, func() ([]time.Time, [][]float64, []time.Time) {
 			uses, rej := p.Uses(host)
 			at, units := make([]time.Time, len(uses)), make([][]float64, len(uses))
 			for i, u := range uses {
 				at[i], units[i] = u.At, []float64{1, float64(u.Input), float64(u.Output)}
 			}
-			return at, units, len(rej)
+			return at, units, rej
 		}, nil
 	case "azure":
 		p, err := provider.StartAzure(provider.AzureOptions{TPM: c.TPM, Period: c.azurePeriod(), Latency: c.Latency})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return p, []quota{{"requests", float64(provider.AzureRPM(c.TPM))}, {"tokens", float64(c.TPM)}}, func() ([]time.Time, [][]float64, int) {
+		return p, []quota{{"requests", float64(provider.AzureRPM(c.TPM))}, {"tokens", float64(c.TPM)}}, func() ([]time.Time, [][]float64, []time.Time) {
 			uses, rej := p.Uses(host)
 			at, units := make([]time.Time, len(uses)), make([][]float64, len(uses))
 			for i, u := range uses {
 				at[i], units[i] = u.At, []float64{1, float64(u.Tokens)}
 			}
-			return at, units, len(rej)
+			return at, units, rej
 		}, nil
 	}
 	return nil, nil, nil, fmt.Errorf("llm: -profile %q: want one of %s", c.Profile, strings.Join(profileNames, ", "))
@@ -134,8 +134,9 @@ func startFake(c config) (fakeAPI, []quota, func() ([]time.Time, [][]float64, in
 type profileSummary struct {
 	Profile   string
 	PerSecond bool
-	Calls     int // accepted
-	Rejected  int // 429s the provider answered
+	Calls     int             // accepted
+	Rejected  int             // 429s the provider answered
+	Refusals  []time.Duration // when the first of them came, from the start
 	Quotas    []quota
 	Steady    []float64 // per quota: units per minute from a third of the run to its end
 	Whole     []float64 // per quota: units accepted by the end / (quota × duration)
@@ -151,6 +152,9 @@ func (s profileSummary) String() string {
 	fmt.Fprintf(&b, "profile=%s per_second=%t calls=%d rejected=%d", s.Profile, s.PerSecond, s.Calls, s.Rejected)
 	for i, q := range s.Quotas {
 		fmt.Fprintf(&b, " %s_per_min=%.0f of_%s=%.1f%%", q.name, s.Steady[i], q.name, 100*s.Steady[i]/q.per)
+	}
+	if len(s.Refusals) > 0 {
+		fmt.Fprintf(&b, " first_429s_at=%v", s.Refusals)
 	}
 	q := s.Quotas[s.Binding]
 	fmt.Fprintf(&b, " binding=%s of_binding=%.1f%% whole_run_of_binding=%.1f%% charged=%.0f settled=%.0f steal=%s duration=%.1f",
@@ -222,7 +226,10 @@ func runProfile(ctx context.Context, c config, out io.Writer) (profileSummary, e
 		s.Steal = steal1 - steal0
 	}
 	at, units, rejected := log()
-	s.Calls, s.Rejected = len(at), rejected
+	s.Calls, s.Rejected = len(at), len(rejected)
+	for _, r := range rejected[:min(len(rejected), 5)] {
+		s.Refusals = append(s.Refusals, r.Sub(start).Round(time.Millisecond))
+	}
 	s.Steady, s.Whole = make([]float64, len(quotas)), make([]float64, len(quotas))
 	if len(at) == 0 {
 		return s, nil
