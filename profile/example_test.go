@@ -96,9 +96,9 @@ func ExampleProfile_Request() {
 	// api.anthropic.com/claude-sonnet-4 map[input-tokens:2000 output-tokens:1024 requests:1]
 }
 
-// OpenAI's quota without HTTP: 500 requests and 30,000 tokens per minute,
-// replenished continuously and enforced over short periods. The profile's
-// policy is two token buckets holding half a second of each; a call
+// OpenAI's quota without HTTP: 5,000 requests and 450,000 tokens per
+// minute, replenished continuously and enforced over short periods. The
+// profile's policy is two token buckets holding 300 ms of each; a call
 // reserves its estimate, and settles what it used.
 func ExampleProfile_Settle() {
 	rdb, stop := embeddedRedis()
@@ -108,7 +108,7 @@ func ExampleProfile_Settle() {
 		log.Fatal(err)
 	}
 	defer limiter.Close()
-	openai, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 500, TPM: 30_000}, profile.Settings{})
+	openai, err := profile.OpenAI(profile.OpenAILimits{Model: "gpt-4o", RPM: 5_000, TPM: 450_000}, profile.Settings{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func ExampleProfile_Settle() {
 	}
 	fmt.Println(openai.Policy)
 	// Output:
-	// requests: 8.333333333333334/s, burst 4; tokens: 500/s, burst 250
+	// requests: 83.33333333333333/s, burst 25; tokens: 7500/s, burst 2250
 }
 
 // embeddedRedis starts an embedded Redis (miniredis, in a child process that

@@ -147,12 +147,12 @@ func TestOpenAIFleet(t *testing.T) {
 // TestAnthropicFleet: the Anthropic profile against an Anthropic-like
 // provider enforcing RPM, ITPM and OTPM per second.
 func TestAnthropicFleet(t *testing.T) {
-	api, err := provider.StartAnthropic(provider.AnthropicOptions{RPM: 600, ITPM: 120_000, OTPM: 24_000, Hold: time.Second, Latency: 20 * time.Millisecond})
+	api, err := provider.StartAnthropic(provider.AnthropicOptions{RPM: 600, ITPM: 120_000, OTPM: 36_000, Hold: time.Second, Latency: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer api.Close()
-	p, err := profile.Anthropic(profile.AnthropicLimits{Model: "m", RPM: 600, ITPM: 120_000, OTPM: 24_000}, profile.Settings{})
+	p, err := profile.Anthropic(profile.AnthropicLimits{Model: "m", RPM: 600, ITPM: 120_000, OTPM: 36_000}, profile.Settings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@
 // windows. A policy that spends a minute's quota at once (a bucket band
 // with a minute's burst, or a Window band of a minute) is refused by such a
 // provider. Every profile's bucket bands therefore hold only
-// Settings.Burst of each quota (DefaultBurst, half a second's worth): the
-// rest of a second is the margin for calls sent a little late and for the
+// Settings.Burst of each quota (DefaultBurst, 300 ms's worth): the rest
+// of a second is the margin for calls sent a little late and for the
 // tokens calls in flight use beyond what they reserved. What it trades: a
 // fleet idle for a while may not spend the minute it saved in one go, so a
 // burst of work after a quiet spell is served at the quota's rate instead
@@ -58,8 +58,11 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
-// DefaultBurst is Settings.Burst's default: half a second of each quota.
-const DefaultBurst = 500 * time.Millisecond
+// DefaultBurst is Settings.Burst's default: 300 ms of each quota. Against
+// a provider that holds one second of its quota, the other 700 ms held the
+// LLM demo's fleet (3 processes × 8 workers, estimates off by up to ±50%)
+// with no 429; 500 ms let 2 of 603 calls be refused (docs/profiles.md).
+const DefaultBurst = 300 * time.Millisecond
 
 // ErrInvalid is wrapped by every error a constructor returns for limits
 // or settings it cannot use.
@@ -68,13 +71,17 @@ var ErrInvalid = errors.New("profile: invalid limits")
 // Settings tune a profile; the zero value is the default.
 type Settings struct {
 	// Burst is how much of each quota the fleet may send at once, as a
-	// time at the quota's rate (TPM 600,000 and Burst 500 ms: 5,000
+	// time at the quota's rate (TPM 600,000 and Burst 300 ms: 3,000
 	// tokens at once). A provider that enforces its minute's quota per
 	// second holds one second's worth: what Burst leaves of that second is
 	// the margin for calls sent late and for the unsettled part of calls
 	// in flight (see Call). A longer Burst serves a burst of work after a
 	// quiet spell sooner, and lets larger calls through (a call may not
-	// reserve more than the burst); a shorter one leaves more margin.
+	// reserve more than the burst); a shorter one leaves more margin. The
+	// margin must hold what the calls reserved and not yet settled use
+	// beyond their estimates: about 4 × √(calls queued) × the typical
+	// error of an estimate, in tokens; estimates that are upper bounds
+	// need none of it (see Call).
 	// Default (0): DefaultBurst. At most a minute.
 	Burst time.Duration
 }

@@ -24,23 +24,23 @@ func TestPolicies(t *testing.T) {
 	lim := func(rate float64, burst int) reserve.Limit { return reserve.Limit{Rate: rate, Burst: burst} }
 	openai, err := OpenAI(OpenAILimits{Model: "gpt-4o", RPM: 1200, TPM: 600_000}, Settings{})
 	check(t, openai, err, "api.openai.com/gpt-4o", reserve.Policy{
-		{Name: "requests", Limit: lim(20, 10)}, {Name: "tokens", Limit: lim(10_000, 5000)}})
+		{Name: "requests", Limit: lim(20, 6)}, {Name: "tokens", Limit: lim(10_000, 3000)}})
 	// A quota of 30 RPM holds less than a request in half a second: burst 1.
 	small, err := OpenAI(OpenAILimits{Model: "m", RPM: 30, TPM: 12_000}, Settings{Burst: 2 * time.Second})
 	check(t, small, err, "api.openai.com/m", reserve.Policy{
 		{Name: "requests", Limit: lim(0.5, 1)}, {Name: "tokens", Limit: lim(200, 400)}})
 	anthropic, err := Anthropic(AnthropicLimits{Model: "claude-sonnet-4", RPM: 4000, ITPM: 2_000_000, OTPM: 400_000}, Settings{})
 	check(t, anthropic, err, "api.anthropic.com/claude-sonnet-4", reserve.Policy{
-		{Name: "requests", Limit: lim(4000.0/60, 33)}, {Name: "input-tokens", Limit: lim(2_000_000.0/60, 16_666)},
-		{Name: "output-tokens", Limit: lim(400_000.0/60, 3333)}})
+		{Name: "requests", Limit: lim(4000.0/60, 20)}, {Name: "input-tokens", Limit: lim(2_000_000.0/60, 10_000)},
+		{Name: "output-tokens", Limit: lim(400_000.0/60, 2000)}})
 	// Azure: 600,000 TPM give 3,600 RPM, 60 a second: at most 60 in any
-	// second; tokens: 5,000 at once and 595,000 a minute.
+	// second; tokens: 3,000 at once and 597,000 a minute.
 	azure, err := AzureOpenAI(AzureLimits{Deployment: "gpt-4o-eu", TPM: 600_000}, Settings{})
 	check(t, azure, err, "azure-openai/gpt-4o-eu", reserve.Policy{
-		{Name: "requests", Limit: lim(59, 1)}, {Name: "tokens", Limit: lim(595_000.0/60, 5000)}})
+		{Name: "requests", Limit: lim(59, 1)}, {Name: "tokens", Limit: lim(597_000.0/60, 3000)}})
 	azure10, err := AzureOpenAI(AzureLimits{Deployment: "d", TPM: 10_000, Period: 10 * time.Second}, Settings{})
 	check(t, azure10, err, "azure-openai/d", reserve.Policy{
-		{Name: "requests", Limit: lim(0.9, 1)}, {Name: "tokens", Limit: lim(9917.0/60, 83)}})
+		{Name: "requests", Limit: lim(0.9, 1)}, {Name: "tokens", Limit: lim(9950.0/60, 50)}})
 	gh, err := GitHub(GitHubLimits{Account: "octocat"}, Settings{})
 	check(t, gh, err, "api.github.com/octocat", reserve.Policy{
 		{Name: "requests", Limit: lim(4917.0/3600, 83)}, {Name: "points", Limit: lim(895.0/60, 5)}})
@@ -132,8 +132,8 @@ func TestRequest(t *testing.T) {
 			t.Errorf("%s %+v: %+v, want cost %v", tc.p.Name, tc.call, r, tc.want)
 		}
 	}
-	// Above the burst (5,000 tokens): refused, naming the setting.
-	if _, err := openai.Request(Call{Input: 4000, Output: 1001}); !errors.Is(err, reserve.ErrExceedsBurst) || !strings.Contains(err.Error(), "a Settings.Burst of 501ms holds it") {
+	// Above the burst (3,000 tokens): refused, naming the setting.
+	if _, err := openai.Request(Call{Input: 2000, Output: 1001}); !errors.Is(err, reserve.ErrExceedsBurst) || !strings.Contains(err.Error(), "a Settings.Burst of 301ms holds it") {
 		t.Errorf("a call above the burst: %v, want ErrExceedsBurst naming the Settings.Burst that holds it", err)
 	}
 	for _, c := range []Call{{Input: -1}, {Output: -1}} {
@@ -159,7 +159,7 @@ func equalCost(a, b reserve.Cost) bool {
 // next calls' reservations, up to the band's burst; a use beyond the
 // estimate and the credit is settled up.
 func TestCredit(t *testing.T) {
-	p := must(OpenAI(OpenAILimits{Model: "m", RPM: 1200, TPM: 600_000}, Settings{})) // tokens burst 5,000
+	p := must(OpenAI(OpenAILimits{Model: "m", RPM: 1200, TPM: 600_000}, Settings{})) // tokens burst 3,000
 	for i, step := range []struct {
 		est, reserve, used, settle, credit float64
 	}{
@@ -168,7 +168,7 @@ func TestCredit(t *testing.T) {
 		{1000, 1000, 1000, 1000, 0},
 		{1000, 1000, 0, 1000, 1000},
 		{500, 0, 200, 0, 800}, // paid from the credit; 300 of it unused
-		{5000, 4200, 0, 4200, 5000},
+		{3000, 2200, 0, 2200, 3000}, // the credit is kept up to the burst
 	} {
 		r, err := p.Request(Call{Input: step.est})
 		if err != nil {

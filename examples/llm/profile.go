@@ -144,6 +144,7 @@ type profileSummary struct {
 	Charged   float64   // token units the provider charged
 	Settled   float64   // token units the workers settled
 	Steal     time.Duration
+	Load      [2]string // the load average over a minute, at the start and at the end
 	Duration  time.Duration
 }
 
@@ -157,8 +158,8 @@ func (s profileSummary) String() string {
 		fmt.Fprintf(&b, " first_429s_at=%v", s.Refusals)
 	}
 	q := s.Quotas[s.Binding]
-	fmt.Fprintf(&b, " binding=%s of_binding=%.1f%% whole_run_of_binding=%.1f%% charged=%.0f settled=%.0f steal=%s duration=%.1f",
-		q.name, 100*s.Steady[s.Binding]/q.per, 100*s.Whole[s.Binding], s.Charged, s.Settled, stealString(s.Steal), s.Duration.Seconds())
+	fmt.Fprintf(&b, " binding=%s of_binding=%.1f%% whole_run_of_binding=%.1f%% charged=%.0f settled=%.0f steal=%s load=%s-%s duration=%.1f",
+		q.name, 100*s.Steady[s.Binding]/q.per, 100*s.Whole[s.Binding], s.Charged, s.Settled, stealString(s.Steal), s.Load[0], s.Load[1], s.Duration.Seconds())
 	return b.String()
 }
 
@@ -188,6 +189,16 @@ func steal() time.Duration {
 	return time.Duration(v / 100 * float64(time.Second))
 }
 
+// loadAverage is the machine's load average over the last minute, "?"
+// where it cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
 // runProfile runs the fleet with -profile and returns the provider's
 // summary; progress goes to out.
 func runProfile(ctx context.Context, c config, out io.Writer) (profileSummary, error) {
@@ -208,7 +219,7 @@ func runProfile(ctx context.Context, c config, out io.Writer) (profileSummary, e
 	fmt.Fprintf(out, "provider %s (per second: %t); profile %s, key %q, policy %+v\n", c.Profile, c.PerSecond, prof.Name, prof.Key, prof.Policy)
 	prefix := fmt.Sprintf("pacer:llm:%d:", time.Now().UnixNano())
 	demo.PrintWatch(out, r, prefix)
-	steal0 := steal()
+	steal0, load0 := steal(), loadAverage()
 	start := time.Now()
 	end := start.Add(c.Duration)
 	var t tally
@@ -221,7 +232,8 @@ func runProfile(ctx context.Context, c config, out io.Writer) (profileSummary, e
 	if err != nil {
 		return profileSummary{}, err
 	}
-	s := profileSummary{Profile: c.Profile, PerSecond: c.PerSecond, Quotas: quotas, Settled: t.Settled, Duration: time.Since(start), Steal: -1}
+	s := profileSummary{Profile: c.Profile, PerSecond: c.PerSecond, Quotas: quotas, Settled: t.Settled, Duration: time.Since(start), Steal: -1,
+		Load: [2]string{load0, loadAverage()}}
 	if steal1 := steal(); steal0 >= 0 && steal1 >= 0 {
 		s.Steal = steal1 - steal0
 	}
