@@ -25,7 +25,7 @@ func TestPolicies(t *testing.T) {
 	openai, err := OpenAI(OpenAILimits{Model: "gpt-4o", RPM: 1200, TPM: 600_000}, Settings{})
 	check(t, openai, err, "api.openai.com/gpt-4o", reserve.Policy{
 		{Name: "requests", Limit: lim(20, 6)}, {Name: "tokens", Limit: lim(10_000, 3000)}})
-	// A quota of 30 RPM holds less than a request in half a second: burst 1.
+	// 30 RPM hold 1 request in a Burst of 2 s, 12,000 TPM 400 tokens.
 	small, err := OpenAI(OpenAILimits{Model: "m", RPM: 30, TPM: 12_000}, Settings{Burst: 2 * time.Second})
 	check(t, small, err, "api.openai.com/m", reserve.Policy{
 		{Name: "requests", Limit: lim(0.5, 1)}, {Name: "tokens", Limit: lim(200, 400)}})
