@@ -167,7 +167,7 @@ func TestCredit(t *testing.T) {
 		{1000, 600, 1300, 900, 0},    // 400 paid from the credit; 300 used beyond the estimate, settled up
 		{1000, 1000, 1000, 1000, 0},
 		{1000, 1000, 0, 1000, 1000},
-		{500, 0, 200, 0, 800}, // paid from the credit; 300 of it unused
+		{500, 0, 200, 0, 800},       // paid from the credit; 300 of it unused
 		{3000, 2200, 0, 2200, 3000}, // the credit is kept up to the burst
 	} {
 		r, err := p.Request(Call{Input: step.est})
