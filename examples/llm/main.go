@@ -211,8 +211,8 @@ func main() {
 	flag.StringVar(&c.Tenants, "tenants", "", "fair or fifo: call for a live user, two light customers and a backfill (see the package doc)")
 	flag.StringVar(&c.Profile, "profile", "", "pace with package profile's profile (openai, anthropic or azure) against a provider model of its rules (profile.go)")
 	flag.BoolVar(&c.PerSecond, "per-second", false, "with -profile: the provider enforces its minute's quota per second")
-	flag.IntVar(&c.ITPM, "itpm", 600_000, "with -profile anthropic: the provider's input tokens per minute")
-	flag.IntVar(&c.OTPM, "otpm", 100_000, "with -profile anthropic: the provider's output tokens per minute")
+	flag.IntVar(&c.ITPM, "itpm", 720_000, "with -profile anthropic: the provider's input tokens per minute")
+	flag.IntVar(&c.OTPM, "otpm", 120_000, "with -profile anthropic: the provider's output tokens per minute")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(os.Stdout); err != nil {
 			log.Fatal(err)
@@ -266,8 +266,7 @@ func (c config) validate() error {
 		return errors.New("llm: -profile reserves as its profile does: no -tenants, -plot or -reserve with it")
 	}
 	if c.Profile != "" {
-		_, err := profileFor(c)
-		return err
+		return largestFits(c)
 	}
 	pol := policyFor(c.RPM, c.TPM)
 	if most := c.reserved(float64(9*c.Tokens/5) * (1 + c.Error)); most > float64(pol[1].Limit.Burst) {

@@ -115,6 +115,7 @@ func TestBadFlags(t *testing.T) {
 		"profile unknown":   func(c *config) { c.Profile = "gemini" },
 		"profile reserve":   func(c *config) { c.Profile, c.Reserve = "openai", "high" },
 		"profile tenants":   func(c *config) { c.Profile, c.Tenants = "openai", "fair" },
+		"profile call big":  func(c *config) { c.Profile, c.Tokens = "openai", 1000 }, // 2,700 tokens, above 300 ms of 300,000 TPM
 	} {
 		c := ok
 		mut(&c)

@@ -57,6 +57,40 @@ func profileFor(c config) (*profile.Profile, error) {
 	return nil, fmt.Errorf("llm: -profile %q: want one of %s", c.Profile, strings.Join(profileNames, ", "))
 }
 
+// largestFits checks that the profile's bands hold the largest call the
+// run may make (its tokens at their largest, estimated at +Error).
+func largestFits(c config) error {
+	p, err := profileFor(c)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Request(estimate(c, float64(9*c.Tokens/5), func(v float64) float64 { return v * (1 + c.Error) })); err != nil {
+		return fmt.Errorf("llm: the largest call does not fit: %w; lower -tokens or raise the quotas", err)
+	}
+	return nil
+}
+
+// estimate is the Call of a call of actual tokens, each part estimated
+// by off (Azure's max_tokens is known exactly), and the body it sends.
+func estimate(c config, actual float64, off func(float64) float64) profile.Call {
+	call, _ := callOf(c, actual, off)
+	return call
+}
+
+// callOf returns the Call of a call of actual tokens, its parts estimated
+// by off, and the body the provider model reads.
+func callOf(c config, actual float64, off func(float64) float64) (profile.Call, string) {
+	in := math.Max(1, math.Round(actual*inputShare))
+	out := actual - in
+	switch c.Profile {
+	case "anthropic":
+		return profile.Call{Input: off(in), Output: off(out)}, fmt.Sprintf(`{"input_tokens": %.0f, "output_tokens": %.0f}`, in, out)
+	case "azure":
+		return profile.Call{Input: off(in), Output: out}, fmt.Sprintf(`{"prompt_tokens": %.0f, "max_tokens": %.0f}`, in, out)
+	}
+	return profile.Call{Input: off(actual)}, fmt.Sprintf(`{"tokens": %.0f}`, actual)
+}
+
 // azurePeriod is the Azure model's (and profile's) request period.
 func (c config) azurePeriod() time.Duration {
 	if c.PerSecond {
@@ -353,18 +387,7 @@ func callProfile(ctx context.Context, c config, client *http.Client, providerURL
 	lo, hi := float64(c.Tokens)/5, float64(9*c.Tokens)/5
 	actual := math.Round(lo + rng.Float64()*(hi-lo))
 	off := func(v float64) float64 { return v * (1 + c.Error*(2*rng.Float64()-1)) }
-	in := math.Max(1, math.Round(actual*inputShare))
-	outTokens := actual - in
-	var call profile.Call
-	var body string
-	switch c.Profile {
-	case "openai":
-		call, body = profile.Call{Input: off(actual)}, fmt.Sprintf(`{"tokens": %.0f}`, actual)
-	case "anthropic":
-		call, body = profile.Call{Input: off(in), Output: off(outTokens)}, fmt.Sprintf(`{"input_tokens": %.0f, "output_tokens": %.0f}`, in, outTokens)
-	case "azure":
-		call, body = profile.Call{Input: off(in), Output: outTokens}, fmt.Sprintf(`{"prompt_tokens": %.0f, "max_tokens": %.0f}`, in, outTokens)
-	}
+	call, body := callOf(c, actual, off)
 	req, err := http.NewRequestWithContext(profile.WithCall(ctx, call), http.MethodPost, providerURL+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return err
