@@ -31,17 +31,23 @@
 // provider. Every profile's bucket bands therefore hold only
 // Settings.Burst of each quota (DefaultBurst, 300 ms's worth): the rest
 // of a second is the margin for calls sent a little late and for the
-// tokens calls in flight use beyond what they reserved. What it trades: a
+// tokens calls reserved and not yet settled use beyond their estimates.
+// What it trades: a
 // fleet idle for a while may not spend the minute it saved in one go, so a
 // burst of work after a quiet spell is served at the quota's rate instead
 // of at once, and a single call may not cost more than the burst.
 //
 // # Adding a provider
 //
-// A provider is one file: a constructor that checks its limits and returns
-// a *Profile built by newProfile with its name, key, policy, the cost of a
-// Call (cost) and, when the cost is known only from the answer, the Usage
-// an answer reports (usage) and the cost it settles (actual).
+// A provider is one file (see github.go, the shortest): a constructor
+// that checks its limits and returns a *Profile with its name, key,
+// policy and settings and three functions: cost, a Call's cost (Input and
+// Output are the call's units in the provider's own terms: a query's
+// points would be Input); and, when the cost is known only from the
+// answer, usage, the Usage an answer's body reports, and actual, the cost
+// that Usage settles; counts keeps pacehttp's count of calls. A band the
+// provider needs that reserve lacks (a calendar day, calls in flight) is
+// reserve's to add first.
 package profile
 
 import (
@@ -104,11 +110,10 @@ type Call struct {
 	// max_tokens, or any better guess. OpenAI and Azure charge their sum.
 	// What a call's estimate holds beyond its use pays for the next calls
 	// (Profile.Settle): estimates that are right on average use the whole
-	// quota. Calls reserved but not yet settled
-	// run the fleet ahead of its schedule by what they use beyond their
-	// estimates, which a provider enforcing its quota per second must
-	// absorb (Settings.Burst): an estimate that is low on average is paid
-	// after the call, always ahead.
+	// quota. Calls reserved but not yet settled run the fleet ahead of its
+	// schedule by what they use beyond their estimates, which a provider
+	// enforcing its quota per second must absorb (Settings.Burst); upper
+	// bounds (the prompt and max_tokens) never run it ahead.
 	Input, Output float64
 	// Method is the call's HTTP method (GitHub charges points by it).
 	// Default GET.
