@@ -80,6 +80,10 @@ type config struct {
 	Plot     string
 	Seed     uint64
 	Tenants  string // "", "fair" or "fifo"
+
+	Profile    string // "", or a profile of package profile (profile.go)
+	PerSecond  bool   // with Profile: the provider enforces the minute's quota per second
+	ITPM, OTPM int    // with -profile anthropic
 }
 
 // childEnv carries a child process's job (see fleet).
@@ -205,6 +209,10 @@ func main() {
 	flag.StringVar(&c.Plot, "plot", "", "write a chart of both bands (requests and tokens per 100 ms) to this SVG file (a build with -tags chart)")
 	flag.Uint64Var(&c.Seed, "seed", 1, "seed of the simulated costs and estimates")
 	flag.StringVar(&c.Tenants, "tenants", "", "fair or fifo: call for a live user, two light customers and a backfill (see the package doc)")
+	flag.StringVar(&c.Profile, "profile", "", "pace with package profile's profile (openai, anthropic or azure) against a provider model of its rules (profile.go)")
+	flag.BoolVar(&c.PerSecond, "per-second", false, "with -profile: the provider enforces its minute's quota per second")
+	flag.IntVar(&c.ITPM, "itpm", 720_000, "with -profile anthropic: the provider's input tokens per minute")
+	flag.IntVar(&c.OTPM, "otpm", 120_000, "with -profile anthropic: the provider's output tokens per minute")
 	if os.Getenv(childEnv) != "" {
 		if err := childMain(os.Stdout); err != nil {
 			log.Fatal(err)
@@ -214,6 +222,17 @@ func main() {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		log.Fatalf("llm: unexpected arguments %q", flag.Args())
+	}
+	if c.Profile != "" {
+		if err := c.validate(); err != nil {
+			log.Fatal(err)
+		}
+		s, err := runProfile(context.Background(), c, os.Stderr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(s)
+		return
 	}
 	s, err := run(context.Background(), c, os.Stderr)
 	if err != nil {
@@ -241,6 +260,13 @@ func (c config) validate() error {
 		return fmt.Errorf("llm: -tenants %q: want fair or fifo", c.Tenants)
 	case c.Tenants != "" && c.Workers < len(roles):
 		return fmt.Errorf("llm: -tenants needs at least %d -workers per process", len(roles))
+	case c.PerSecond && c.Profile == "":
+		return errors.New("llm: -per-second needs -profile")
+	case c.Profile != "" && (c.Tenants != "" || c.Plot != "" || c.Reserve != "low"):
+		return errors.New("llm: -profile reserves as its profile does: no -tenants, -plot or -reserve with it")
+	}
+	if c.Profile != "" {
+		return largestFits(c)
 	}
 	pol := policyFor(c.RPM, c.TPM)
 	if most := c.reserved(float64(9*c.Tokens/5) * (1 + c.Error)); most > float64(pol[1].Limit.Burst) {
@@ -474,6 +500,10 @@ func childMain(out io.Writer) error {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
+	work := work
+	if j.Config.Profile != "" {
+		work = workProfile
+	}
 	t, err := work(context.Background(), j.Config, j.ProviderURL, rdb, j.Prefix, j.Index, j.End, os.Stderr)
 	if err != nil {
 		return err

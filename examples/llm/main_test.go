@@ -111,6 +111,11 @@ func TestBadFlags(t *testing.T) {
 		"redis bad":         func(c *config) { c.RedisURL = "ftp://x" },
 		"tenants unknown":   func(c *config) { c.Tenants = "weighted" },
 		"tenants 3 workers": func(c *config) { c.Tenants, c.Workers = "fair", 3 },
+		"per-second alone":  func(c *config) { c.PerSecond = true },
+		"profile unknown":   func(c *config) { c.Profile = "gemini" },
+		"profile reserve":   func(c *config) { c.Profile, c.Reserve = "openai", "high" },
+		"profile tenants":   func(c *config) { c.Profile, c.Tenants = "openai", "fair" },
+		"profile call big":  func(c *config) { c.Profile, c.Tokens = "openai", 1000 }, // 2,700 tokens, above 300 ms of 300,000 TPM
 	} {
 		c := ok
 		mut(&c)
@@ -174,5 +179,39 @@ func TestWrongRedis(t *testing.T) {
 	_, err = run(context.Background(), short(addr, "low", 2), io.Discard)
 	if want := "llm: -redis: cannot reach Redis at " + addr + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("run with -redis %s = %v, want an error starting %q", addr, err, want)
+	}
+}
+
+// TestProfiles: each -profile against its provider model enforcing the
+// minute's quota per second, 2 processes on the embedded Redis for 3 s:
+// the provider refused no call, and the fleet paid for every token the
+// provider charged (what it settled beyond them is the credit the
+// processes held at the end: at most a burst each).
+func TestProfiles(t *testing.T) {
+	for _, name := range profileNames {
+		t.Run(name, func(t *testing.T) {
+			c := short("", "low", 2)
+			c.Profile, c.PerSecond, c.ITPM, c.OTPM = name, true, 300_000, 60_000
+			var out bytes.Buffer
+			s, err := runProfile(context.Background(), c, &out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, &out)
+			}
+			t.Log(s)
+			if s.Calls == 0 || s.Rejected != 0 {
+				t.Errorf("the provider accepted %d calls and refused %d, want some and none", s.Calls, s.Rejected)
+			}
+			p, err := profileFor(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bursts := 0.0
+			for _, b := range p.Policy[1:] {
+				bursts += float64(b.Limit.Burst)
+			}
+			if s.Settled < s.Charged || s.Settled > s.Charged+float64(c.Procs)*bursts {
+				t.Errorf("the workers settled %.0f tokens, the provider charged %.0f: want from that to %.0f more", s.Settled, s.Charged, float64(c.Procs)*bursts)
+			}
+		})
 	}
 }

@@ -22,6 +22,21 @@ type LLMOptions struct {
 	RPM, TPM int
 	// Latency is added to every call (the model "generating"). Default 0.
 	Latency time.Duration
+	// Hold is how much of each quota a bucket holds: a minute's worth by
+	// default; time.Second enforces the minute's quota per second, as
+	// OpenAI says it may ("RPM 60 may be enforced as 1 request per
+	// second"): a bucket of RPM/60 requests and TPM/60 tokens, refilled at
+	// the same rates. At most a minute.
+	Hold time.Duration
+}
+
+// held is a quota of n per minute as a bucket holding hold's worth (a
+// minute's by default), at least 1 unit.
+func held(n int, hold time.Duration) float64 {
+	if hold <= 0 || hold > time.Minute {
+		return float64(n)
+	}
+	return max(1, float64(n)*hold.Seconds()/60)
 }
 
 // LLM is a running fake LLM API on 127.0.0.1. A call is a POST whose JSON
@@ -62,6 +77,12 @@ type bucket struct {
 	at             time.Time
 }
 
+// newBucket returns a full bucket of capacity units refilled at rate per
+// second.
+func newBucket(capacity, rate float64, now time.Time) bucket {
+	return bucket{capacity: capacity, rate: rate, level: capacity, at: now}
+}
+
 // take reports whether n units are there at now and takes them if so; if
 // not, it returns how long until they are.
 func (b *bucket) take(now time.Time, n float64) (bool, time.Duration) {
@@ -88,6 +109,9 @@ func (b *bucket) untilFull() time.Duration {
 func StartLLM(opts LLMOptions) (*LLM, error) {
 	if opts.RPM < 1 || opts.TPM < 1 {
 		return nil, errors.New("provider: RPM and TPM must be at least 1")
+	}
+	if opts.Hold < 0 || opts.Hold > time.Minute {
+		return nil, errors.New("provider: Hold must be from 0 (a minute) to a minute")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -124,8 +148,8 @@ func (l *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b := l.buckets[r.Host]
 	if b == nil {
 		b = &[2]bucket{
-			{capacity: float64(l.opts.RPM), rate: float64(l.opts.RPM) / 60, level: float64(l.opts.RPM), at: now},
-			{capacity: float64(l.opts.TPM), rate: float64(l.opts.TPM) / 60, level: float64(l.opts.TPM), at: now},
+			newBucket(held(l.opts.RPM, l.opts.Hold), float64(l.opts.RPM)/60, now),
+			newBucket(held(l.opts.TPM, l.opts.Hold), float64(l.opts.TPM)/60, now),
 		}
 		l.buckets[r.Host] = b
 	}
