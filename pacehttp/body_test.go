@@ -383,3 +383,61 @@ func TestShopifyFleet(t *testing.T) {
 	assert.Greater(t, spent, 100.0, "more than the bucket: the settles gave points back")
 }
 
+// TestGoogleDaily: a fleet of 2 processes of 4 goroutines against a
+// Google-like API whose quota per day is 20 (and its retryDelay 43 s at
+// most) spends the 20, and then the first refusal pauses the key until
+// midnight Pacific time for the whole fleet: no more refusals than the
+// calls on their way when it came, one per goroutine. Read with
+// IgnoreBodies, the same refusals pause the key for DefaultWait (a
+// second) each: the fleet keeps calling into the spent quota (logged as a
+// figure).
+func TestGoogleDaily(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		p := &provider.Google{PerDay: 20}
+		srv := httptest.NewServer(p)
+		ls := fleet(t, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		var wg sync.WaitGroup
+		for _, l := range ls {
+			c := &http.Client{Transport: transport(t, l, pacehttp.Options{Limit: fast, MaxRetries: -1, MaxWait: 25 * time.Hour, IgnoreBodies: ignore})}
+			for range 4 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+						resp, err := c.Do(req)
+						if err != nil {
+							continue
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		cancel()
+		srv.Close()
+		var accepted, refused int
+		for _, c := range p.Calls() {
+			if c.Accepted {
+				accepted++
+			} else {
+				refused++
+			}
+		}
+		t.Logf("ignore bodies %v: %d accepted, %d refused", ignore, accepted, refused)
+		assert.Equal(t, 20, accepted)
+		if ignore {
+			continue // a figure (its refusals depend on the run's pace), no bound
+		}
+		assert.Positive(t, refused)
+		assert.LessOrEqual(t, refused, 8, "one refusal per goroutine at most")
+		la, err := time.LoadLocation("America/Los_Angeles")
+		require.NoError(t, err)
+		now := time.Now().In(la)
+		y, m, d := now.Date()
+		midnight := time.Date(y, m, d+1, 0, 0, 0, 0, la).Sub(now)
+		got := paused(t, ls[0], srv.URL)
+		assert.True(t, got > midnight-time.Minute && got <= midnight+time.Second, "paused %v, midnight in %v", got, midnight)
+	}
+}
