@@ -2,6 +2,7 @@ package pacehttp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -56,41 +57,48 @@ func callWindow(p *provider.Window, clients []*http.Client, goroutines int, d ti
 
 // TestCountsDialects: a fleet of 2 processes of 4 goroutines that reads
 // the provider's counts, against a fixed window of 20 calls per 2 s in each
-// dialect of docs/http.md, is refused at most one call in each whole window
-// after the first (whose first calls go out before any count is known), and
-// uses each. Every dialect at once, for 7 s.
+// dialect of docs/http.md, with a round trip of 0 and of 200 ms, is
+// refused at most one call in each whole window after the first (whose
+// first calls go out before any count is known), and uses each. Every
+// dialect and latency at once, for 7 s.
 //
 // The bound is a count of the provider's refusals, not a timing bound. The
 // count paces from what the answers say and from the calls it has taken
-// and not seen answered, so a slow machine makes answers late, which makes
-// the count hold calls back, not let more through; what a window's end
-// rounded up or down may cost is the one probe that goes alone after it.
+// and not seen answered, so a slow machine (or a long round trip) makes
+// answers late, which makes the count hold calls back, not let more
+// through; what a window's end rounded up or down may cost is the one
+// probe that goes alone after it. How much of each window is used is a
+// figure (cmd/pacerbench's counts phase), not asserted here beyond none
+// left unused.
 // With OpenAI's and Anthropic's counts read as buckets refilled at
 // (limit - left) / reset, the openai dialect had up to 36-46 refusals in
 // one window here, anthropic up to 4-8.
 func TestCountsDialects(t *testing.T) {
 	type run struct {
 		dialect string
+		latency time.Duration
 		stats   provider.WindowStats
 	}
 	var runs []*run
-	for _, d := range provider.WindowDialects {
-		runs = append(runs, &run{dialect: d})
+	for _, latency := range []time.Duration{0, 200 * time.Millisecond} {
+		for _, d := range provider.WindowDialects {
+			runs = append(runs, &run{dialect: d, latency: latency})
+		}
 	}
 	var wg sync.WaitGroup
 	for _, r := range runs {
-		p := &provider.Window{Quota: 20, Per: 2 * time.Second, Dialect: r.dialect, Latency: 20 * time.Millisecond}
+		p := &provider.Window{Quota: 20, Per: 2 * time.Second, Dialect: r.dialect, Latency: r.latency}
 		clients := windowClients(t, fleet(t, 2), false)
 		wg.Go(func() { r.stats = callWindow(p, clients, 4, 7*time.Second) })
 	}
 	wg.Wait()
 	for _, r := range runs {
-		s := r.stats
-		t.Logf("%s: %d whole windows of 20: used %v, %d refused (the most in one %d)", r.dialect, s.Windows, s.PerWindow, s.Refused, s.MaxRefused)
-		if !assert.GreaterOrEqual(t, s.Windows, 2, r.dialect) {
+		s, name := r.stats, fmt.Sprintf("%s at %v", r.dialect, r.latency)
+		t.Logf("%s: %d whole windows of 20: used %v, %d refused (the most in one %d)", name, s.Windows, s.PerWindow, s.Refused, s.MaxRefused)
+		if !assert.GreaterOrEqual(t, s.Windows, 2, name) {
 			continue
 		}
-		assert.LessOrEqual(t, s.MaxRefused, 1, "%s: refusals in one window after the first, used %v", r.dialect, s.PerWindow)
-		assert.Positive(t, s.MinUsed, "%s: a window unused: %v", r.dialect, s.PerWindow)
+		assert.LessOrEqual(t, s.MaxRefused, 1, "%s: refusals in one window after the first, used %v", name, s.PerWindow)
+		assert.Positive(t, s.MinUsed, "%s: a window unused: %v", name, s.PerWindow)
 	}
 }
