@@ -1,7 +1,9 @@
 // Package pacehttp paces HTTP calls to rate-limited providers across a
 // fleet: Transport is an http.RoundTripper that reserves each request's slot
 // on a reserve.Limiter before sending it, and acts on what the provider
-// answers, in whatever dialect it speaks (ParseAdvice): a 429 pauses the key
+// answers, in whatever dialect it speaks (ParseAdvice, and ParseBody for
+// the signals some providers send in a body: Google's RetryInfo and quotas
+// per day, OpenAI's error type, Shopify's THROTTLED): a 429 pauses the key
 // fleet-wide for as long as the provider asked and the request is retried;
 // the calls a quota has left are spread over the time until it refills,
 // so that none is refused at its end (Options.IgnoreCounts), and any other
