@@ -441,3 +441,30 @@ func TestGoogleDaily(t *testing.T) {
 		assert.True(t, got > midnight-time.Minute && got <= midnight+time.Second, "paused %v, midnight in %v", got, midnight)
 	}
 }
+
+// TestUnavailableRetryInfo: a 503 whose body carries Google's RetryInfo
+// is a refusal, paused for its delay, as a 503 with Retry-After is; one
+// without is the provider's answer, passed through.
+func TestUnavailableRetryInfo(t *testing.T) {
+	ls := fleet(t, 1)
+	unavailable := func(body string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, body)
+		}
+	}
+	srv := newServer(t, unavailable(`{"error":{"code":503,"status":"UNAVAILABLE"}}`), unavailable(googleBody(perMinute, "43s")))
+	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast, MaxRetries: -1, DefaultWait: time.Millisecond})}
+	for i, want := range []time.Duration{0, 40 * time.Second} {
+		resp, err := c.Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		p := paused(t, ls[0], srv.URL)
+		if want == 0 {
+			assert.Zero(t, p, "answer %d", i+1)
+		} else {
+			assert.True(t, p > want && p <= 43*time.Second, "answer %d: paused %v", i+1, p)
+		}
+	}
+}
