@@ -162,6 +162,7 @@ type WindowStats struct {
 	MaxRefused int   // the most refused in one of them
 	MinUsed    int   // the fewest accepted in one of them
 	PerWindow  []int // the calls accepted in each
+	RefusedPer []int // the calls refused in each
 }
 
 // Stats counts the calls of the windows after the first one with a call
@@ -189,6 +190,7 @@ func (p *Window) Stats() WindowStats {
 		s.MaxRefused = max(s.MaxRefused, refused[win])
 		s.MinUsed = min(s.MinUsed, used[win])
 		s.PerWindow = append(s.PerWindow, used[win])
+		s.RefusedPer = append(s.RefusedPer, refused[win])
 	}
 	if s.Windows == 0 {
 		s.MinUsed = 0
