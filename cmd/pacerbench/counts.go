@@ -132,7 +132,7 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 		return nil, errs[0]
 	}
 	for _, r := range res.Runs {
-		progress("counts      %-20s latency %-6v ignored %-5v %s %v", r.Dialect, r.Latency, r.Ignored, r.figures(), r.Stats.PerWindow)
+		progress("counts      %-20s latency %-6v ignored %-5v %s; used %v, refused %v", r.Dialect, r.Latency, r.Ignored, r.figures(), r.Stats.PerWindow, r.Stats.RefusedPer)
 	}
 	return res, nil
 }
