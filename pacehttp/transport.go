@@ -314,7 +314,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if adv.Calls.Source != "" {
 				t.counted.set(rt.Key, true)
 			}
-			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent))
+			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent), relativeReset(resp.Header, adv.Calls))
 		}
 		for _, e := range bad {
 			var he *headerError
