@@ -60,8 +60,8 @@ func callWindow(p *provider.Window, clients []*http.Client, goroutines int, d ti
 // the provider's counts, against a fixed window of 20 calls per 2 s in each
 // dialect of docs/http.md, with a round trip of 0 and of 200 ms, is
 // refused at most one call in each whole window after the first whole
-// one (see below), and uses each. Every dialect and latency at once, for
-// 11 s.
+// one (see below), and uses each. Every dialect at once, for 9 s, at one
+// latency and then the other.
 //
 // The first whole window is not judged either (its refusals are logged):
 // the fleet's first calls go out before any count is known, and on a
@@ -72,7 +72,12 @@ func callWindow(p *provider.Window, clients []*http.Client, goroutines int, d ti
 // that window (openai at 0 ms; github, openai and draft-10 at 200 ms); none
 // in the windows after it (OpenAI's at 0 ms had 2 in its 4th window once,
 // before a reset given as a delay was counted from within the round trip:
-// TestQuotaRelativeReset). Not fixed yet.
+// TestQuotaRelativeReset). Not fixed yet. Nor this: with every dialect and
+// both latencies at once (14 fleets), on a machine so loaded that windows
+// went nearly unused ([20 2 20 20]: the callers stalled for seconds),
+// draft-10 at 200 ms had 2 refusals in its third whole window; and at a
+// load of 13 on 2 cores this version failed once of 6 runs with 3
+// refusals in one judged window (which run, not recorded).
 //
 // With OpenAI's and Anthropic's counts read as buckets refilled at
 // (limit - left) / reset, the openai dialect had up to 36-46 refusals in
@@ -89,13 +94,20 @@ func TestCountsDialects(t *testing.T) {
 			runs = append(runs, &run{dialect: d, latency: latency})
 		}
 	}
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		p := &provider.Window{Quota: 20, Per: 2 * time.Second, Dialect: r.dialect, Latency: r.latency}
-		clients := windowClients(t, fleet(t, 2), false)
-		wg.Go(func() { r.stats = callWindow(p, clients, 4, 11*time.Second) })
+	// One latency at a time, its dialects at once: 14 fleets at once made
+	// the test its own load.
+	for _, latency := range []time.Duration{0, 200 * time.Millisecond} {
+		var wg sync.WaitGroup
+		for _, r := range runs {
+			if r.latency != latency {
+				continue
+			}
+			p := &provider.Window{Quota: 20, Per: 2 * time.Second, Dialect: r.dialect, Latency: r.latency}
+			clients := windowClients(t, fleet(t, 2), false)
+			wg.Go(func() { r.stats = callWindow(p, clients, 4, 9*time.Second) })
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for _, r := range runs {
 		s, name := r.stats, fmt.Sprintf("%s at %v", r.dialect, r.latency)
 		t.Logf("%s: %d whole windows of 20: used %v, refused %v", name, s.Windows, s.PerWindow, s.RefusedPer)
@@ -103,7 +115,7 @@ func TestCountsDialects(t *testing.T) {
 		if len(judged) > 0 {
 			judged = judged[1:] // the first whole window, logged above
 		}
-		if !assert.GreaterOrEqual(t, len(judged), 2, name) {
+		if !assert.NotEmpty(t, judged, "%s: no whole window after the first", name) {
 			continue
 		}
 		assert.LessOrEqual(t, slices.Max(judged), 1, "%s: refusals in one window judged, used %v, refused %v", name, s.PerWindow, s.RefusedPer)
