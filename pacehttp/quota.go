@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,7 +190,10 @@ func (t *Transport) drop(ctx context.Context, key string, id int64) {
 // bucket's rate on average. The bucket's count (lua/quota.lua's refill, at
 // (limit - left) / reset) sent a fixed window's calls at that rate after
 // its quota was spent, into refusals until its end.
-func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration) {
+//
+// A reset given as a delay (relative) counts from when the provider wrote
+// it, somewhere in the call's round trip: see below.
+func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration, relative bool) {
 	left := int64(-1)
 	if q.Source != "" {
 		left = q.Remaining
@@ -203,6 +208,18 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	if reset%time.Second == 0 {
 		unc = time.Second
 	}
+	if relative {
+		// A delay counts from when the provider wrote it, within the
+		// call's round trip before the answer came back: the window may
+		// end as early as a whole round trip before the answer's arrival
+		// plus the delay. The calls left are spread to that earliest end;
+		// the latest stays where it was, so the probe after it still goes
+		// once the window is over. Spread to the latest, the last calls
+		// reached the provider in its next window, uncharged, when the
+		// answer's way back was long (a loaded machine:
+		// TestQuotaRelativeReset).
+		unc += rtt
+	}
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
 	}
@@ -210,4 +227,28 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
 		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
 	}
+}
+
+// relativeReset reports whether the reset of q, read from h, is a delay
+// from when the provider wrote it (OpenAI's durations, the IETF drafts'
+// seconds, x-ratelimit-reset and RateLimit-Reset below unixTimeFloor),
+// not a time (GitHub's Unix seconds, Anthropic's RFC 3339).
+func relativeReset(h http.Header, q Quota) bool {
+	delay := func(name string) bool {
+		vs := h.Values(name)
+		if len(vs) == 0 {
+			return false
+		}
+		d, err := parseDecimal(strings.Trim(vs[0], " \t"), time.Second)
+		return err == nil && d < unixTimeFloor
+	}
+	switch q.Source {
+	case "", "anthropic-ratelimit-requests-remaining":
+		return false
+	case "x-ratelimit-remaining":
+		return delay("x-ratelimit-reset")
+	case "ratelimit-remaining":
+		return delay("ratelimit-reset")
+	}
+	return true
 }

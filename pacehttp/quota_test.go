@@ -60,7 +60,7 @@ func takeAll(t *testing.T, tr *Transport, key string) int {
 // window answers take id with left calls until a fixed window's end reset
 // away, exact to the millisecond.
 func window(tr *Transport, key string, id, left int64, reset time.Duration) {
-	tr.answer(context.Background(), key, id, Quota{Remaining: left, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+	tr.answer(context.Background(), key, id, Quota{Remaining: left, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
 }
 
 func TestQuotaSpread(t *testing.T) {
@@ -155,7 +155,7 @@ func TestQuotaProbe(t *testing.T) {
 	window(tr, "j", 0, 0, 30*time.Millisecond)
 	time.Sleep(40 * time.Millisecond)
 	_, probe, _ = takeOnce(t, tr, "j")
-	tr.answer(context.Background(), "j", probe, Quota{}, time.Millisecond)
+	tr.answer(context.Background(), "j", probe, Quota{}, time.Millisecond, false)
 	if _, id, known := takeOnce(t, tr, "j"); id != 0 || known {
 		t.Fatalf("after an answer with no count: take number %d, known %v; want no count", id, known)
 	}
@@ -168,13 +168,13 @@ func TestQuotaProbe(t *testing.T) {
 // end.
 func TestQuotaRefillAsWindow(t *testing.T) {
 	tr, _ := quotaTransport(t)
-	tr.answer(context.Background(), "k", 0, Quota{Remaining: 0, Limit: 6, Reset: 599*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
+	tr.answer(context.Background(), "k", 0, Quota{Remaining: 0, Limit: 6, Reset: 599*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond, false)
 	wait, id, known := takeOnce(t, tr, "k")
 	if id != 0 || !known || wait < 590*time.Second || wait > 600*time.Second {
 		t.Fatalf("a take with nothing left until a reset in 599.5 s: number %d, known %v, wait %v; want none taken and a wait for the reset", id, known, wait)
 	}
 	// Calls left are spread to the reset, as a window's are.
-	tr.answer(context.Background(), "j", 0, Quota{Remaining: 3, Limit: 6, Reset: 300*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond)
+	tr.answer(context.Background(), "j", 0, Quota{Remaining: 3, Limit: 6, Reset: 300*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}, time.Millisecond, false)
 	if got := takeAll(t, tr, "j"); got != 3 {
 		t.Fatalf("%d calls taken of the 3 left, want 3", got)
 	}
@@ -220,7 +220,7 @@ func TestQuotaBadInput(t *testing.T) {
 func TestQuotaKnownLimit(t *testing.T) {
 	tr, _ := quotaTransport(t)
 	answer := func(id, left int64) {
-		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
 	}
 	// The window opens on an answer of a call made before any take: 9 left
 	// of 10.
@@ -244,7 +244,7 @@ func TestQuotaKnownLimit(t *testing.T) {
 	// an answer that says 4 are left: the provider counted 6, ours are 3,
 	// others spent 3. 10 - 3 - 3 = 4 are left.
 	answerF := func(id, left int64) {
-		tr.answer(context.Background(), "f", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond)
+		tr.answer(context.Background(), "f", id, Quota{Remaining: left, Limit: 10, Reset: time.Minute + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
 	}
 	answerF(0, 9)
 	_, first, _ := takeOnce(t, tr, "f")
@@ -253,5 +253,44 @@ func TestQuotaKnownLimit(t *testing.T) {
 	got = takeAll(t, tr, "f")
 	if got != 4 {
 		t.Fatalf("%d calls taken after others spent 3, want 4", got)
+	}
+}
+
+// TestQuotaRelativeReset: a reset given as a delay (OpenAI's
+// x-ratelimit-reset-requests, to the millisecond) counts from when the
+// provider wrote it, within the call's round trip before the answer came
+// back: the calls left are spread to the window's earliest end, a whole
+// round trip before the answer's arrival plus the delay, while a call
+// with nothing left still waits for the latest end (the probe goes once
+// the window is over). Spread to the latest end, the last calls reached
+// the provider in its next window, which the count did not charge them
+// to, when the answer's way back was long: TestCountsDialects, openai at
+// 0 ms under -race on a loaded machine, 2 refusals in its 4th window.
+func TestQuotaRelativeReset(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	q := Quota{Remaining: 3, Limit: 20, Reset: 100*time.Second + 500*time.Millisecond, Refill: true, Source: "x-ratelimit-remaining-requests"}
+	spread := func(key string, relative bool) time.Duration {
+		tr.answer(context.Background(), key, 0, q, 40*time.Second, relative)
+		var last time.Duration
+		for range 3 {
+			w, id, _ := takeOnce(t, tr, key)
+			if id == 0 {
+				t.Fatalf("%s: a call of the 3 left not taken", key)
+			}
+			last = w
+		}
+		return last
+	}
+	// 3 calls spread over the 60.5 s to the earliest end: the last at
+	// about 40 s (over 100.5 s: at 67 s).
+	if last := spread("k", true); last > 61*time.Second || last < 30*time.Second {
+		t.Fatalf("a delay of 100.5 s read after a round trip of 40 s: the last of 3 calls left waits %v, want within the 60.5 s to the earliest end", last)
+	}
+	if wait, id, _ := takeOnce(t, tr, "k"); id != 0 || wait < 95*time.Second {
+		t.Fatalf("nothing left: number %d, wait %v; want a wait for the latest end, about 100.5 s", id, wait)
+	}
+	// A reset given as a time is where it says.
+	if last := spread("j", false); last < 61*time.Second {
+		t.Fatalf("a reset given as a time: the last of 3 calls left waits %v, want about 67 s", last)
 	}
 }

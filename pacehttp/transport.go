@@ -1,7 +1,9 @@
 // Package pacehttp paces HTTP calls to rate-limited providers across a
 // fleet: Transport is an http.RoundTripper that reserves each request's slot
 // on a reserve.Limiter before sending it, and acts on what the provider
-// answers, in whatever dialect it speaks (ParseAdvice): a 429 pauses the key
+// answers, in whatever dialect it speaks (ParseAdvice, and ParseBody for
+// the signals some providers send in a body: Google's RetryInfo and quotas
+// per day, OpenAI's error type, Shopify's THROTTLED): a 429 pauses the key
 // fleet-wide for as long as the provider asked and the request is retried;
 // the calls a quota has left are spread over the time until it refills,
 // so that none is refused at its end (Options.IgnoreCounts), and any other
@@ -122,8 +124,33 @@ type Options struct {
 	// only pauses the key when it is exhausted.
 	IgnoreCounts bool
 
-	// Logger receives capped waits, malformed headers (once a minute per
-	// key and header) and failed settles.
+	// IgnoreBodies turns off reading the provider's body. By default the
+	// body of a 429 or a 503 (and of a JSON 200 with ShopifyThrottle) is
+	// read, at most BodyLimit bytes, for the signals ParseBody knows
+	// (Google's RetryInfo and QuotaFailure, OpenAI's error type, Shopify's
+	// THROTTLED), and left whole for the caller. The headers win: a wait
+	// from the body counts only where the headers give none, but for what
+	// the body says more precisely (docs/http.md, "The provider's body").
+	IgnoreBodies bool
+	// ShopifyThrottle reads the body of a JSON 200 as well, for Shopify's
+	// GraphQL refusal: an error THROTTLED, sent with status 200. It is
+	// then a refusal as a 429 is: the key pauses for
+	// (requestedQueryCost - currentlyAvailable) / restoreRate and the
+	// request is retried as a 429's is (GraphQL's POST: with RetryUnsafe or
+	// an Idempotency-Key). Settle with ShopifyCost for the points a call
+	// actually cost.
+	ShopifyThrottle bool
+	// DailyReset is the zone whose midnight a quota per day resets at, for
+	// a body that names one exhausted (Google's QuotaFailure with a quotaId
+	// containing "PerDay"): the key pauses until that midnight, cut to
+	// MaxWait like any wait (so raise MaxWait to 24 h or more to pause
+	// the whole day). Default Pacific() (America/Los_Angeles), as Google
+	// documents for Gemini's and Cloud APIs' quotas per day.
+	DailyReset *time.Location
+
+	// Logger receives capped waits, malformed headers and bodies (once a
+	// minute per key and header, or key and body signal) and failed
+	// settles.
 	// Default slog.Default().
 	Logger *slog.Logger
 
@@ -245,6 +272,9 @@ func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.DailyReset == nil {
+		opts.DailyReset = Pacific()
+	}
 	return &Transport{lim: lim, opts: opts}, nil
 }
 
@@ -284,7 +314,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if adv.Calls.Source != "" {
 				t.counted.set(rt.Key, true)
 			}
-			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent))
+			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent), relativeReset(resp.Header, adv.Calls))
 		}
 		for _, e := range bad {
 			var he *headerError
@@ -297,15 +327,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.opts.Logger.Warn("pacehttp: the provider asked for a longer wait than MaxWait; waiting MaxWait",
 				"key", rt.Key, "asked", adv.Asked, "max_wait", t.opts.MaxWait)
 		}
+		body := t.readBody(resp, rt.Key, now)
+		if body.Billing && resp.StatusCode == http.StatusTooManyRequests {
+			// Not a rate limit: no pause, no retry; nothing was charged.
+			_ = r.Cancel(context.WithoutCancel(ctx))
+			resp.Body.Close()
+			return nil, fmt.Errorf("pacehttp: %s %s: %w: %q", req.Method, req.URL.Redacted(), ErrInsufficientQuota, shown(body.Message))
+		}
 		if resp.StatusCode == http.StatusForbidden && adv.Wait == 0 && !adv.Exhausted && secondaryLimit(resp) {
 			adv.Wait, adv.Source = min(githubSecondaryWait, t.opts.MaxWait), "github-secondary"
 		}
 		// A refusal: a 429; a 503 or 403 that asks for a wait (Retry-After,
 		// GitHub's secondary limit) or says a quota is exhausted until a
 		// reset. Any other 403 is the provider's answer, passed through.
+		// Or a body that says so: Shopify's THROTTLED (status 200), a 503
+		// with Google's RetryInfo.
 		limited := resp.StatusCode == http.StatusTooManyRequests ||
 			((resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusForbidden) && adv.Wait > 0) ||
-			(resp.StatusCode == http.StatusForbidden && adv.Exhausted && adv.ResetSource != "")
+			(resp.StatusCode == http.StatusForbidden && adv.Exhausted && adv.ResetSource != "") ||
+			(resp.StatusCode == http.StatusServiceUnavailable && body.Wait > 0) ||
+			(resp.StatusCode == http.StatusOK && body.Throttled)
 		if !limited {
 			if adv.Exhausted && adv.Reset > 0 && !t.countCovers(rt.Key, adv) {
 				// Nothing left until the reset: stop the fleet before a 429.
@@ -319,13 +360,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		// Refused: the provider charged nothing (give the cost back where
 		// nobody built on it), the fleet pauses, the rate is cut.
-		wait := adv.Wait
-		if wait == 0 && adv.Exhausted {
-			wait = adv.Reset
-		}
-		if wait == 0 {
-			wait = t.opts.DefaultWait
-		}
+		wait := t.refusalWait(rt.Key, resp, adv, body, now)
 		detached := context.WithoutCancel(ctx)
 		_ = r.Cancel(detached)
 		t.pause(ctx, rt, wait)

@@ -132,7 +132,7 @@ func (b *bench) runCounts(ctx context.Context, progress func(string, ...any)) (*
 		return nil, errs[0]
 	}
 	for _, r := range res.Runs {
-		progress("counts      %-20s latency %-6v ignored %-5v %s %v", r.Dialect, r.Latency, r.Ignored, r.figures(), r.Stats.PerWindow)
+		progress("counts      %-20s latency %-6v ignored %-5v %s; used %v, refused %v", r.Dialect, r.Latency, r.Ignored, r.figures(), r.Stats.PerWindow, r.Stats.RefusedPer)
 	}
 	return res, nil
 }
@@ -244,8 +244,14 @@ func (r countsRun) figures() string {
 	if s.Windows == 0 {
 		return "no whole window"
 	}
-	return fmt.Sprintf("%d windows: %.1f%% used (fewest %d of %d), %d refused (most in one %d), %d 429s to callers",
-		s.Windows, 100*float64(s.Used)/float64(s.Windows*r.Quota), s.MinUsed, r.Quota, s.Refused, s.MaxRefused, r.Callers)
+	full := 0 // windows at least 95% used
+	for _, n := range s.PerWindow {
+		if 100*n >= 95*r.Quota {
+			full++
+		}
+	}
+	return fmt.Sprintf("%d windows: %.1f%% used (fewest %d of %d; %d of %d windows ≥ 95%%), %d refused (most in one %d), %d 429s to callers",
+		s.Windows, 100*float64(s.Used)/float64(s.Windows*r.Quota), s.MinUsed, r.Quota, full, s.Windows, s.Refused, s.MaxRefused, r.Callers)
 }
 
 func (r *countsResults) tables() string {

@@ -37,13 +37,14 @@ func Main() {
 		}
 		exit(err)
 	}
-	var none struct{}
-	if ok, err := fleet.Spec(providerEnv, &none); ok {
+	var ps providerSpec
+	if ok, err := fleet.Spec(providerEnv, &ps); ok {
 		if err == nil {
-			err = providerMain()
+			err = providerMain(ps)
 		}
 		exit(err)
 	}
+	var none struct{}
 	if ok, err := fleet.Spec(hogEnv, &none); ok {
 		if err == nil {
 			hog.Spin()
@@ -105,8 +106,8 @@ func (p *proc) firstLine(timeout time.Duration) (string, error) {
 }
 
 // startProvider starts the provider and returns it and its base URL.
-func startProvider(ctx context.Context, args []string) (*proc, string, error) {
-	p, err := startProc(ctx, "provider", providerEnv, struct{}{}, args)
+func startProvider(ctx context.Context, spec providerSpec, args []string) (*proc, string, error) {
+	p, err := startProc(ctx, "provider", providerEnv, spec, args)
 	if err != nil {
 		return nil, "", err
 	}

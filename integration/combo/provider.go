@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	iprovider "github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -40,6 +41,8 @@ const (
 )
 
 type provider struct {
+	dialect string // KeyHTTP's counts' (dialect.go)
+
 	mu      sync.Mutex
 	keys    map[string]*providerKey
 	records []Call
@@ -54,8 +57,13 @@ type providerKey struct {
 	paused   int64           // refused until (Unix ns)
 }
 
-func newProvider() *provider {
-	p := &provider{keys: map[string]*providerKey{}}
+// providerSpec is what the runner tells the provider.
+type providerSpec struct {
+	Dialect string // KeyHTTP's counts' dialect (internal/provider's)
+}
+
+func newProvider(dialect string) *provider {
+	p := &provider{dialect: dialect, keys: map[string]*providerKey{}}
 	for name, def := range keyDefs {
 		pk := &providerKey{bands: bandsOf(def.pol), used: map[int]float64{}, windows: map[int]int64{}}
 		pk.tat = make([]float64, len(pk.bands))
@@ -66,12 +74,12 @@ func newProvider() *provider {
 
 // providerMain runs the provider until the process is killed: it prints
 // "addr <host:port>" and serves.
-func providerMain() error {
+func providerMain(spec providerSpec) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	p := newProvider()
+	p := newProvider(spec.Dialect)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /call", p.handleCall)
 	mux.HandleFunc("POST /announce", p.handleAnnounce)
@@ -120,11 +128,10 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rep.count != nil {
-		// GitHub's dialect: the window's quota, what is left of it, and
-		// its end in Unix seconds.
-		w.Header().Set("X-RateLimit-Limit", strconv.FormatFloat(rep.count.n, 'f', -1, 64))
-		w.Header().Set("X-RateLimit-Remaining", strconv.FormatFloat(max(0, rep.count.left), 'f', -1, 64))
-		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(rep.count.end/int64(time.Second), 10))
+		// The window's quota, what is left of it, and its end, in the
+		// seed's dialect.
+		iprovider.CountHeaders(w.Header(), p.dialect, int64(rep.count.n), int64(max(0, rep.count.left)), rep.count.per,
+			time.Unix(0, rep.count.end), time.Unix(0, rep.Arrive), rep.Status == http.StatusTooManyRequests)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if rep.Status == http.StatusTooManyRequests {
@@ -187,6 +194,7 @@ func (p *provider) call(c *Call, now int64) (Reply, bool) {
 type windowCount struct {
 	n, left float64
 	end     int64 // Unix ns
+	per     time.Duration
 }
 
 // count returns what is left at now of pk's window band "win".
@@ -200,7 +208,7 @@ func (pk *providerKey) count(now int64) *windowCount {
 		if pk.windows[i] != idx {
 			used = 0
 		}
-		return &windowCount{n: b.n, left: b.n - used, end: (idx + 1) * int64(b.length)}
+		return &windowCount{n: b.n, left: b.n - used, end: (idx + 1) * int64(b.length), per: b.length}
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ func (res *Result) Progress() string {
 			py = append(py, l.ID)
 		}
 	}
+	tp = append(tp, "http "+res.Scenario.dialectOf())
 	switch {
 	case res.PythonSkipped != "":
 		tp = append(tp, "python skipped")
@@ -66,6 +67,7 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		if res.PythonSkipped != "" {
 			fmt.Fprintf(w, "  %s\n", res.PythonSkipped)
 		}
+		fmt.Fprintf(w, "  http    %s's dialect for %s's counts\n", res.Scenario.dialectOf(), KeyHTTP)
 		for _, e := range res.Scenario.Events {
 			fmt.Fprintf(w, "  planned %s\n", e)
 		}

@@ -109,8 +109,11 @@ type Scenario struct {
 	Procs  int           // fleet processes
 	// Python: the fleet slots whose processes run the Python client
 	// (python.go), drawn from a stream of their own.
-	Python []int   `json:",omitempty"`
-	Events []Event // sorted by At
+	Python []int `json:",omitempty"`
+	// Dialect: the dialect the provider reports KeyHTTP's window in
+	// (dialect.go), drawn from a stream of its own.
+	Dialect string  `json:",omitempty"`
+	Events  []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration
@@ -133,6 +136,7 @@ func Generate(seed uint64) Scenario {
 	sc := generateBase(seed)
 	sc.widen()
 	sc.Python = pythonSlots(seed, sc.Procs)
+	sc.Dialect = httpDialect(seed)
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }

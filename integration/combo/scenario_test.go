@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	iprovider "github.com/pacer-go/pacer/internal/provider"
 )
 
 func TestGenerate(t *testing.T) {
@@ -124,5 +126,26 @@ func checkStored(t *testing.T, seed uint64, e Event) {
 		case b.unit == unitTokens && b.burst < maxTokens:
 			t.Errorf("seed %d: %v: a tokens burst under the largest estimate", seed, e)
 		}
+	}
+}
+
+// TestDialectDraw: the seeds draw every dialect of KeyHTTP's counts, from
+// a stream of their own (the same seed, the same dialect).
+func TestDialectDraw(t *testing.T) {
+	seen := map[string]int{}
+	for seed := uint64(1); seed <= 100; seed++ {
+		d := Generate(seed).Dialect
+		if d != httpDialect(seed) {
+			t.Fatalf("seed %d: dialect %q, drawn again %q", seed, d, httpDialect(seed))
+		}
+		seen[d]++
+	}
+	for _, d := range iprovider.WindowDialects {
+		if seen[d] == 0 {
+			t.Errorf("no seed of 1-100 draws %s: %v", d, seen)
+		}
+	}
+	if len(seen) != len(iprovider.WindowDialects) {
+		t.Errorf("dialects drawn %v, want only %v", seen, iprovider.WindowDialects)
 	}
 }

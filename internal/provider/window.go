@@ -91,10 +91,29 @@ func (p *Window) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 
 	end := time.Unix(0, (win+1)*int64(p.Per))
+	CountHeaders(w.Header(), p.Dialect, int64(p.Quota), int64(left), p.Per, end, now, !ok)
+	time.Sleep(p.Latency / 2)
+	if !ok {
+		if p.Dialect == DialectOpenAI {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(OpenAIRefusal))
+			return
+		}
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	w.Write([]byte("ok"))
+}
+
+// CountHeaders sets h to report, in dialect, a window of quota calls of
+// length per ending at end, with left calls left at now; refused is true
+// for a 429 (DialectAnthropic's then carries retry-after). The combination
+// runner's provider (integration/combo) speaks each dialect through it.
+func CountHeaders(h http.Header, dialect string, quota, left int64, per time.Duration, end, now time.Time, refused bool) {
 	reset := int64(math.Ceil(end.Sub(now).Seconds()))
-	h := w.Header()
-	q, l, rs, per := strconv.Itoa(p.Quota), strconv.Itoa(left), strconv.FormatInt(reset, 10), int64(p.Per/time.Second)
-	switch p.Dialect {
+	q, l, rs, secs := strconv.FormatInt(quota, 10), strconv.FormatInt(left, 10), strconv.FormatInt(reset, 10), int64(per/time.Second)
+	switch dialect {
 	case DialectGitHub:
 		h.Set("X-RateLimit-Limit", q)
 		h.Set("X-RateLimit-Remaining", l)
@@ -107,12 +126,12 @@ func (p *Window) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("RateLimit-Limit", q)
 		h.Set("RateLimit-Remaining", l)
 		h.Set("RateLimit-Reset", rs)
-		h.Set("RateLimit-Policy", fmt.Sprintf("%s;w=%d", q, per))
+		h.Set("RateLimit-Policy", fmt.Sprintf("%s;w=%d", q, secs))
 	case DialectDraft07:
 		h.Set("RateLimit", fmt.Sprintf("limit=%s, remaining=%s, reset=%s", q, l, rs))
-		h.Set("RateLimit-Policy", fmt.Sprintf("%s;w=%d", q, per))
+		h.Set("RateLimit-Policy", fmt.Sprintf("%s;w=%d", q, secs))
 	case DialectDraft10:
-		h.Set("RateLimit-Policy", fmt.Sprintf(`"window";q=%s;w=%d`, q, per))
+		h.Set("RateLimit-Policy", fmt.Sprintf(`"window";q=%s;w=%d`, q, secs))
 		h.Set("RateLimit", fmt.Sprintf(`"window";r=%s;t=%s`, l, rs))
 	case DialectOpenAI:
 		h.Set("x-ratelimit-limit-requests", q)
@@ -122,22 +141,10 @@ func (p *Window) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("anthropic-ratelimit-requests-limit", q)
 		h.Set("anthropic-ratelimit-requests-remaining", l)
 		h.Set("anthropic-ratelimit-requests-reset", end.UTC().Format(time.RFC3339))
-		if !ok {
+		if refused {
 			h.Set("retry-after", rs)
 		}
 	}
-	time.Sleep(p.Latency / 2)
-	if !ok {
-		if p.Dialect == DialectOpenAI {
-			h.Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusTooManyRequests)
-			w.Write([]byte(OpenAIRefusal))
-			return
-		}
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
-	}
-	w.Write([]byte("ok"))
 }
 
 // Calls returns the calls received so far, in order (a copy).
@@ -155,6 +162,7 @@ type WindowStats struct {
 	MaxRefused int   // the most refused in one of them
 	MinUsed    int   // the fewest accepted in one of them
 	PerWindow  []int // the calls accepted in each
+	RefusedPer []int // the calls refused in each
 }
 
 // Stats counts the calls of the windows after the first one with a call
@@ -182,6 +190,7 @@ func (p *Window) Stats() WindowStats {
 		s.MaxRefused = max(s.MaxRefused, refused[win])
 		s.MinUsed = min(s.MinUsed, used[win])
 		s.PerWindow = append(s.PerWindow, used[win])
+		s.RefusedPer = append(s.RefusedPer, refused[win])
 	}
 	if s.Windows == 0 {
 		s.MinUsed = 0
