@@ -77,6 +77,9 @@ type Limiter struct {
 	// (cmd/pacer format), as the last heartbeat read it. Until one says so,
 	// the Limiter writes format 1, which the previous release reads.
 	format2 atomic.Bool
+	// cals are the calendar windows of stored limits that a script asked
+	// for (PACER_CALENDAR): every call sends their tables from then on.
+	cals atomic.Pointer[[]*calendar]
 
 	closed     atomic.Bool
 	closeOnce  sync.Once

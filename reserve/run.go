@@ -303,13 +303,14 @@ func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string, loca
 	} else {
 		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
 	}
+	var more []*calendar
+	if p := l.cals.Load(); p != nil {
+		more = *p
+	}
+	share = calendarArg(now, s, more) + share
 	if !local && !l.format2.Load() {
 		// Format 1 (core.lua's ARGV[3]).
-		if share == "1" {
-			share = "f1 1"
-		} else {
-			share = "f1 " + share
-		}
+		share = "f1 " + share
 	}
 	args = append(args, share, s.unitsArg)
 	return append(args, s.args...)
