@@ -479,8 +479,10 @@ local function win_of(b, q)
 end
 
 -- win_start returns when band b's window w starts (µs relative to now);
--- nil beyond a calendar table's end, or with loose (an expiry's figure) a
--- time past it, its last length with an hour more per window.
+-- nil for a window a calendar table does not give whole (its last boundary
+-- ends the last window it gives), or with loose (an expiry's figure, a
+-- window's end) a time at or past that boundary, its last length with an
+-- hour more per window.
 local function win_start(b, w, loose)
   if not b.cal then
     return (w - b.cur) * b.len - b.rem
@@ -493,7 +495,7 @@ local function win_start(b, w, loose)
   for s = 1, #t.segs do
     local k
     l, k = t.segs[s][1], t.segs[s][2]
-    if j <= k then
+    if j < k or (j == k and (s < #t.segs or loose)) then
       return rel + j * l - now_frac
     end
     rel, j = rel + l * k, j - k
