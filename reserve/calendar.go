@@ -306,3 +306,39 @@ func (l *Limiter) learnCalendar(err error) {
 		}
 	}
 }
+
+// Span returns the start and end of w's window numbered i: the number a
+// key's state gives its window band's latest window (cmd/pacer status
+// reads it). For fixed windows, i counts Length from Origin (the epoch
+// when zero); for calendar windows, i is the period's ordinal: a day's
+// local date counted from 1970-01-01, an ISO week counted from Monday
+// 1970-01-05, a month (year - 1970) * 12 + month - 1. w must be valid;
+// zero times otherwise.
+func (w Window) Span(i int64) (start, end time.Time) {
+	if w.Calendar == 0 {
+		if w.Length <= 0 {
+			return time.Time{}, time.Time{}
+		}
+		o := w.Origin
+		if o.IsZero() {
+			o = time.Unix(0, 0)
+		}
+		l := w.Length.Truncate(time.Microsecond)
+		start = o.Truncate(time.Microsecond).Add(time.Duration(i) * l)
+		return start, start.Add(l)
+	}
+	c, err := calendarOf(w)
+	if err != nil {
+		return time.Time{}, time.Time{}
+	}
+	var d time.Time
+	switch c.period {
+	case Day:
+		d = time.Unix(i*86400, 0).UTC()
+	case Week:
+		d = time.Unix((4+7*i)*86400, 0).UTC()
+	default:
+		d = time.Date(1970+int(floorDiv(i, 12)), time.Month(i-12*floorDiv(i, 12)+1), 1, 0, 0, 0, 0, time.UTC)
+	}
+	return c.midnight(d), c.midnight(c.next(d))
+}
