@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,23 +142,43 @@ func (c *calendar) next(d time.Time) time.Time {
 }
 
 // midnight returns the instant date d (civil) starts in c's zone: the
-// first instant whose local date is d. Where the zone's clocks skip
-// midnight (a change at 00:00), that is the change.
+// last instant at which the local date turns from an earlier one to d, so
+// that every instant from it to the next period's start has d's date or a
+// later one in that period. Where the clocks are set back from 24:00 to
+// 23:00, that is the second 00:00; where they are set back from 01:00 to
+// 00:00, the first; where they skip 00:00 (set forward over midnight), the
+// change itself.
 func (c *calendar) midnight(d time.Time) time.Time {
-	y, m, day := d.Date()
-	t := time.Date(y, m, day, 0, 0, 0, 0, c.loc)
-	if c.civil(t).Before(d) {
-		// Still the day before (time.Date chose the offset before a
-		// gap): the day starts where that offset ends.
-		_, end := t.ZoneBounds()
-		return end
+	du := d.Unix()
+	var best time.Time
+	var offs []int
+	for _, probe := range []int64{du - 2*86400, du - 86400, du, du + 86400, du + 2*86400} {
+		_, off := time.Unix(probe, 0).In(c.loc).Zone()
+		if slices.Contains(offs, off) {
+			continue
+		}
+		offs = append(offs, off)
+		cand := time.Unix(du-int64(off), 0)
+		if h, m, sec := cand.In(c.loc).Clock(); h == 0 && m == 0 && sec == 0 && c.civil(cand).Equal(d) &&
+			c.civil(cand.Add(-time.Nanosecond)).Before(d) && cand.After(best) {
+			best = cand
+		}
 	}
-	// The first instant of d may lie before t: the zone's period holding
-	// t started after midnight of the day before.
-	if start, _ := t.ZoneBounds(); !start.IsZero() && start.Before(t) && !c.civil(start).Before(d) {
-		return start
+	if !best.IsZero() {
+		return best
 	}
-	return t
+	// No instant reads d's 00:00: the clocks skip it, and d starts at
+	// the change, the first instant whose date is d.
+	lo, hi := du-2*86400, du+2*86400 // lo's date is before d, hi's not
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if c.civil(time.Unix(mid, 0)).Before(d) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return time.Unix(hi, 0)
 }
 
 // start returns the start of the period holding t, and its ordinal.

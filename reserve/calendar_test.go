@@ -2,8 +2,11 @@ package reserve_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -86,9 +89,10 @@ func parseTable(t testing.TB, text string) (string, int64, []time.Time) {
 // Sydney, London), by 30 minutes (Lord Howe), at midnight (Santiago: a day
 // starts at 01:00), a 5:45 offset (Kathmandu), and UTC.
 func TestCalendarTable(t *testing.T) {
-	zones := []string{"UTC", "America/Los_Angeles", "Australia/Lord_Howe", "Australia/Sydney", "America/Santiago", "Asia/Kathmandu", "Europe/London"}
+	zones := []string{"UTC", "America/Los_Angeles", "Australia/Lord_Howe", "Australia/Sydney", "America/Santiago", "America/Havana", "Asia/Kathmandu", "Europe/London"}
 	rng := rand.New(rand.NewPCG(42, 7))
 	lengths := map[string]map[time.Duration]bool{}
+	var golden []calendarCase
 	for _, z := range zones {
 		loc := mustZone(t, z)
 		for _, p := range []reserve.Period{reserve.Day, reserve.Week, reserve.Month} {
@@ -96,6 +100,9 @@ func TestCalendarTable(t *testing.T) {
 				now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i)*25*24*time.Hour + time.Duration(rng.Int64N(int64(24*time.Hour))))
 				text, err := reserve.CalendarTable(reserve.Window{N: 1, Calendar: p, Location: loc}, now)
 				require.NoError(t, err)
+				if i%6 == 0 {
+					golden = append(golden, calendarCase{Period: p.String(), Zone: z, NowUS: now.UnixMicro(), Table: text})
+				}
 				spec, i0, bs := parseTable(t, text)
 				require.Equal(t, p.String()+":"+z, spec)
 				require.Equal(t, ordinalOf(p, loc, now)-2, i0, "%s %v: the table starts two periods before now", spec, now)
@@ -108,12 +115,20 @@ func TestCalendarTable(t *testing.T) {
 						if lengths[z] == nil {
 							lengths[z] = map[time.Duration]bool{}
 						}
-						lengths[z][b.Sub(bs[j-1])] = true
+						l := b.Sub(bs[j-1])
+						lengths[z][l] = true
+						if l != 24*time.Hour {
+							// A day of a change: every instant of it has its date.
+							for x := bs[j-1]; x.Before(b); x = x.Add(5 * time.Minute) {
+								require.Equal(t, want-1, ordinalOf(p, loc, x), "%s: %v in day %d [%v, %v)", spec, x.In(loc), want-1, bs[j-1].In(loc), b.In(loc))
+							}
+						}
 					}
 				}
 			}
 		}
 	}
+	checkGolden(t, "testdata/calendar_tables.json", golden)
 	for z, want := range map[string][]time.Duration{
 		"America/Los_Angeles": {23 * time.Hour, 24 * time.Hour, 25 * time.Hour},
 		"Australia/Lord_Howe": {23*time.Hour + 30*time.Minute, 24 * time.Hour, 24*time.Hour + 30*time.Minute},
@@ -414,4 +429,33 @@ func TestCalendarQueuedAcrossBoundary(t *testing.T) {
 	for range 3 {
 		require.True(t, s.do(t, ctx, req, false).Equal(next))
 	}
+}
+
+// A calendarCase is a table a call at NowUS sends for a calendar window:
+// reserve/testdata/calendar_tables.json holds them, so that a client in
+// another language computes the same tables from its own tz database
+// (clients/python's tests do).
+type calendarCase struct {
+	Period string `json:"period"`
+	Zone   string `json:"zone"`
+	NowUS  int64  `json:"now_us"`
+	Table  string `json:"table"`
+}
+
+var updateCalendar = flag.Bool("update-calendar", false, "rewrite reserve/testdata/calendar_tables.json")
+
+// checkGolden compares cases with the file, or writes it with
+// -update-calendar.
+func checkGolden(t *testing.T, path string, cases []calendarCase) {
+	t.Helper()
+	want, err := json.MarshalIndent(cases, "", " ")
+	require.NoError(t, err)
+	want = append(want, '\n')
+	if *updateCalendar {
+		require.NoError(t, os.WriteFile(path, want, 0o644))
+		return
+	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err, "go test ./reserve -run TestCalendarTable -update-calendar writes it")
+	require.Equal(t, string(want), string(got), "%s is out of date: go test ./reserve -run TestCalendarTable -update-calendar", path)
 }
