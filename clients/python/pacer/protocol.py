@@ -410,6 +410,12 @@ def learn_calendar(spec: str) -> None:
             _learned[spec] = (period, z)
 
 
+def forget_calendars() -> None:
+    """Forgets the calendars learned (tests)."""
+    with _cal_lock:
+        _learned.clear()
+
+
 def calendar_arg(policy: "Policy | None", now_us: int | None) -> str:
     """ARGV[3]'s "c" prefix for the policy's calendar windows and the
     calendars learned ("" if none)."""

@@ -132,6 +132,7 @@ class StoredCalendarTest(unittest.TestCase):
         c = support.client()
         lim = Limiter(c, prefix=support.prefix(), heartbeat_interval=3600)
         self.addCleanup(lim.close)
+        self.addCleanup(protocol.forget_calendars)  # learned for the process: the other tests' encodings are byte for byte
         key = protocol.redis_key(lim.prefix, "stored")
         c.set(key + ":limit", "enforce 1 daily requests c 2 day:Pacific/Chatham")
         p = Policy((protocol.Bucket("rps", 1000, 1000, unit="requests"),))
