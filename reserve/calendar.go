@@ -293,39 +293,52 @@ func calendarArg(now time.Time, s *spec, more []*calendar) string {
 	return b.String()
 }
 
-// learnCalendar notes the calendar a script asked for (err: its
-// PACER_CALENDAR reply, "PACER_CALENDAR <spec> ...", a stored limit's band):
-// every later call sends its table.
-func (l *Limiter) learnCalendar(err error) {
+// learnCalendar notes the calendar a script asked for on key (err: its
+// PACER_CALENDAR reply, "PACER_CALENDAR <spec> ...", a stored limit's
+// band): every later call on key sends its table.
+func (l *Limiter) learnCalendar(key string, err error) {
 	f := strings.Fields(err.Error())
-	for i, w := range f {
-		if w != "PACER_CALENDAR" || i+1 >= len(f) {
+	i := slices.Index(f, "PACER_CALENDAR")
+	if i < 0 || i+1 >= len(f) {
+		return
+	}
+	c, cerr := calendarFromSpec(f[i+1])
+	if cerr != nil {
+		return
+	}
+	for {
+		old, ok := l.cals.Load(key)
+		if !ok {
+			if l.ncals.Load() >= maxKeys {
+				return
+			}
+			if _, loaded := l.cals.LoadOrStore(key, &[]*calendar{c}); !loaded {
+				l.ncals.Add(1)
+				return
+			}
 			continue
 		}
-		c, cerr := calendarFromSpec(f[i+1])
-		if cerr != nil {
+		list := *old.(*[]*calendar)
+		if len(list) >= 16 || slices.ContainsFunc(list, func(x *calendar) bool { return x.spec == c.spec }) {
 			return
 		}
-		for {
-			old := l.cals.Load()
-			var list []*calendar
-			if old != nil {
-				for _, x := range *old {
-					if x.spec == c.spec {
-						return
-					}
-				}
-				list = append(list, *old...)
-			}
-			if len(list) >= 64 {
-				return
-			}
-			list = append(list, c)
-			if l.cals.CompareAndSwap(old, &list) {
-				return
-			}
+		grown := append(slices.Clip(list), c)
+		if l.cals.CompareAndSwap(key, old, &grown) {
+			return
 		}
 	}
+}
+
+// learnedCalendars returns the calendars learned on key.
+func (l *Limiter) learnedCalendars(key string) []*calendar {
+	if l.ncals.Load() == 0 {
+		return nil
+	}
+	v, _ := l.cals.Load(key)
+	if p, ok := v.(*[]*calendar); ok {
+		return *p
+	}
+	return nil
 }
 
 // Span returns the start and end of w's window numbered i: the number a

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -195,9 +195,9 @@ func TestCalendarSignature(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "rpm requests b 10 10;daily requests c 1500 day:America/Los_Angeles;monthly requests c 30000 month:UTC;", sig)
 	l := newLimiter(t, redisBackend(t), fakeclock.New(epoch))
-	a1, err := reserve.CallArgs(l, pol, epoch)
+	a1, err := reserve.CallArgs(l, "k", pol, epoch)
 	require.NoError(t, err)
-	a2, err := reserve.CallArgs(l, pol, epoch.Add(50*24*time.Hour))
+	a2, err := reserve.CallArgs(l, "k", pol, epoch.Add(50*24*time.Hour))
 	require.NoError(t, err)
 	sig2, err := reserve.PolicySig(pol)
 	require.NoError(t, err)
@@ -458,4 +458,41 @@ func checkGolden(t *testing.T, path string, cases []calendarCase) {
 	got, err := os.ReadFile(path)
 	require.NoError(t, err, "go test ./reserve -run TestCalendarTable -update-calendar writes it")
 	require.Equal(t, string(want), string(got), "%s is out of date: go test ./reserve -run TestCalendarTable -update-calendar", path)
+}
+
+// A stored limit's calendar window the caller's code does not pass: the
+// first call is refused (ErrStoredLimit: the script asked for the zone's
+// table, PACER_CALENDAR) and changes nothing; from then on every call on
+// that key carries the table and is held to the window, while calls on
+// other keys carry none (a Limit's keeps the script's fast path).
+func TestCalendarStoredLearned(t *testing.T) {
+	ctx := context.Background()
+	b := redisBackend(t)
+	la := mustZone(t, "America/Los_Angeles")
+	now := time.Date(2026, 11, 1, 12, 0, 0, 0, la) // a day of 25 hours
+	l := newLimiter(t, b, fakeclock.New(now))
+	require.NoError(t, b.client.Set(ctx, l.RedisKey("gem")+":limit", "enforce 1 daily requests c 2 day:America/Los_Angeles", 0).Err())
+	code := reserve.Policy{{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 1000, Burst: 1000}}}
+	req := reserve.Request{Key: "gem", Policy: code, Cost: reserve.Cost{"requests": 1}}
+	_, err := l.TryReserveN(ctx, req, 0)
+	require.ErrorIs(t, err, reserve.ErrStoredLimit)
+	require.ErrorContains(t, err, "PACER_CALENDAR day:America/Los_Angeles")
+	n, err := b.client.Exists(ctx, l.RedisKey("gem")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the refused call wrote the state")
+	for range 2 {
+		_, err := l.TryReserveN(ctx, req, 0)
+		require.NoError(t, err)
+	}
+	_, err = l.TryReserveN(ctx, req, 0)
+	var wt *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &wt)
+	require.Equal(t, "daily", wt.Band)
+	require.Equal(t, time.Date(2026, 11, 2, 0, 0, 0, 0, la).Sub(now), wt.Wait, "the wait is to the next local midnight, 12 hours later")
+	args, err := reserve.CallArgs(l, "gem", code, now)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(args[2].(string), "cday:America/Los_Angeles="), args[2])
+	args, err = reserve.CallArgs(l, "other", reserve.Limit{Rate: 1, Burst: 1}.Policy(), now)
+	require.NoError(t, err)
+	require.Equal(t, "1", args[2], "another key's calls carry no table")
 }

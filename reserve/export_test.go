@@ -206,11 +206,12 @@ func PolicySig(p Policy) (string, error) {
 }
 
 // CallArgs returns the scripts' ARGV up to the operation's own that l
-// sends for p at now (a share of the whole), for tests.
-func CallArgs(l *Limiter, p Policy, now time.Time) ([]any, error) {
+// sends for p on key at now (a share of the whole, the local store's
+// format), for tests.
+func CallArgs(l *Limiter, key string, p Policy, now time.Time) ([]any, error) {
 	s, err := p.compile()
 	if err != nil {
 		return nil, err
 	}
-	return l.argsWith(now, s, 0, "1", true), nil
+	return l.argsWith(key, now, s, 0, "1", true), nil
 }

@@ -78,8 +78,10 @@ type Limiter struct {
 	// the Limiter writes format 1, which the previous release reads.
 	format2 atomic.Bool
 	// cals are the calendar windows of stored limits that a script asked
-	// for (PACER_CALENDAR): every call sends their tables from then on.
-	cals atomic.Pointer[[]*calendar]
+	// for (PACER_CALENDAR), by key: every call on the key sends their
+	// tables from then on. ncals counts the keys (bounded by maxKeys).
+	cals  sync.Map // key -> *[]*calendar
+	ncals atomic.Int64
 
 	closed     atomic.Bool
 	closeOnce  sync.Once
