@@ -883,7 +883,7 @@ func TestStateGrammar(t *testing.T) {
 // numbered by the period's ordinal: here the days of America/Los_Angeles
 // around 2026-03-08, a day of 23 hours. Calls queued past the day's end
 // land at the next local midnight, in window 20521; past the table's end
-// they are refused (-2); a band without its table, or a table that does
+// they are refused as a queue too long (-1); a band without its table, or a table that does
 // not reach now, refuses the call and changes nothing; a stored limit's
 // calendar band needs its table too (docs/protocol.md: Common arguments,
 // Reserve).
@@ -922,10 +922,10 @@ func TestConformanceCalendar(t *testing.T) {
 	}
 	// On 2026-03-10 (window 20522, the table's last: its last boundary
 	// ends it): three now, and the fourth would go past the table:
-	// refused as never grantable (-2).
+	// refused as a queue too long (-1).
 	r = c.reserve("cal2", args("1773130000000000", table, 4)...)
-	if !slices.Equal(r.seqs, []int64{1, 2, 3, -2}) || !slices.Equal(r.waits, []int64{0, 0, 0, 0}) {
-		t.Errorf("4 requests on the table's last day: waits %v seqs %v, want 3 now, the last -2", r.waits, r.seqs)
+	if !slices.Equal(r.seqs, []int64{1, 2, 3, -1}) || !slices.Equal(r.waits, []int64{0, 0, 0, 0}) {
+		t.Errorf("4 requests on the table's last day: waits %v seqs %v, want 3 now, the last -1", r.waits, r.seqs)
 	}
 	// A stored limit's calendar band: refused without its table, enforced
 	// with it.

@@ -118,7 +118,7 @@
 --          Redis's now, seconds off the caller's, lies well inside, and so
 --          do the windows of calls queued into the next periods. A window
 --          past the table's end is never granted (the call is refused as
---          one that can never be, -2); a band whose table is missing
+--          a queue too long, -1); a band whose table is missing
 --          refuses the call, PACER_CALENDAR "<spec>" (a stored limit's
 --          calendar band the caller did not know: it sends the table next
 --          time). The index of a calendar window, its ordinal, is fixed by
@@ -914,7 +914,11 @@ local function earliest(s, cost)
           end
           local ws = win_start(b, w)
           if not ws then
-            return nil -- beyond the calendar table (a queue a year deep)
+            -- Past the calendar table's end (a queue a year deep): a
+            -- slot beyond any queue allowed (max_queue_us), so the call
+            -- is refused as one, never granted into an unknown window.
+            local far = 2 * max_queue_us
+            return far, nil, far, i
           end
           local gws = grid(ws)
           if gws > q then

@@ -496,3 +496,40 @@ func TestCalendarStoredLearned(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "1", args[2], "another key's calls carry no table")
 }
+
+// A queue deeper than the calendar table a call carries (400 days ahead)
+// is refused as a queue too long, and changes nothing: a slot is never
+// granted in a window whose end the script does not know.
+func TestCalendarQueueBeyondTable(t *testing.T) {
+	ctx := context.Background()
+	b := redisBackend(t)
+	l := newLimiter(t, b, fakeclock.New(epoch))
+	pol := reserve.Policy{{Name: "daily", Window: reserve.Window{N: 1, Calendar: reserve.Day}}}
+	req := reserve.Request{Key: "deep", Policy: pol, Cost: reserve.Cost{"daily": 1}}
+	granted := 0
+	var last time.Time
+	for {
+		r, err := l.ReserveN(ctx, req)
+		if err != nil {
+			require.ErrorIs(t, err, reserve.ErrQueueTooLong)
+			break
+		}
+		granted++
+		last = r.Time()
+		require.Less(t, granted, 1000)
+	}
+	// Today and the 400 days the table gives after it.
+	require.Equal(t, 401, granted)
+	y, m, d := epoch.Date()
+	// (A slot 400 days ahead is 3.5e16 ns from now: the scripts' doubles
+	// place it within a few ns of the midnight, core.lua's grid.)
+	want := time.Date(y, m, d+400, 0, 0, 0, 0, time.UTC)
+	require.Less(t, want.Sub(last).Abs(), time.Microsecond, "the last slot %v, want %v", last, want)
+	before, err := b.client.Get(ctx, l.RedisKey("deep")).Result()
+	require.NoError(t, err)
+	_, err = l.ReserveN(ctx, req)
+	require.ErrorIs(t, err, reserve.ErrQueueTooLong)
+	after, err := b.client.Get(ctx, l.RedisKey("deep")).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+}
