@@ -295,36 +295,37 @@ func calendarArg(now time.Time, s *spec, more []*calendar) string {
 
 // learnCalendar notes the calendar a script asked for on key (err: its
 // PACER_CALENDAR reply, "PACER_CALENDAR <spec> ...", a stored limit's
-// band): every later call on key sends its table.
-func (l *Limiter) learnCalendar(key string, err error) {
+// band): every later call on key sends its table. It reports whether the
+// calendar is new to key (a call may then be sent again with its table).
+func (l *Limiter) learnCalendar(key string, err error) bool {
 	f := strings.Fields(err.Error())
 	i := slices.Index(f, "PACER_CALENDAR")
 	if i < 0 || i+1 >= len(f) {
-		return
+		return false
 	}
 	c, cerr := calendarFromSpec(f[i+1])
 	if cerr != nil {
-		return
+		return false
 	}
 	for {
 		old, ok := l.cals.Load(key)
 		if !ok {
 			if l.ncals.Load() >= maxKeys {
-				return
+				return false
 			}
 			if _, loaded := l.cals.LoadOrStore(key, &[]*calendar{c}); !loaded {
 				l.ncals.Add(1)
-				return
+				return true
 			}
 			continue
 		}
 		list := *old.(*[]*calendar)
 		if len(list) >= 16 || slices.ContainsFunc(list, func(x *calendar) bool { return x.spec == c.spec }) {
-			return
+			return false
 		}
 		grown := append(slices.Clip(list), c)
 		if l.cals.CompareAndSwap(key, old, &grown) {
-			return
+			return true
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/names"
 )
 
@@ -175,6 +176,16 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		}
 		sentReal = time.Now()
 		res, err := script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
+		if code, _ := layout.ErrorCode(err); code == "PACER_CALENDAR" && l.learnCalendar(key, err) {
+			// A stored limit's calendar window this call had no table
+			// for: the script changed nothing; again, with its table.
+			args[2] = l.argsWith(key, now, s, 0, shareArg, false)[2]
+			if l.serverTime {
+				sent = l.clock.Now()
+			}
+			sentReal = time.Now()
+			res, err = script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
+		}
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
