@@ -59,7 +59,7 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 
 func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Duration) error {
 	now := l.clock.Now()
-	args := l.args(now, s, 1)
+	args := l.args(key, now, s, 1)
 	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
 	keys := l.keys(key)
 	sent := now
@@ -139,7 +139,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	now := l.clock.Now()
 	run := func(local bool) (any, error) {
 		if !local {
-			args := l.args(now, s, len(amounts))
+			args := l.args(key, now, s, len(amounts))
 			for _, a := range amounts {
 				args = append(args, formatFloat(a))
 			}
@@ -152,7 +152,7 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 		if err != nil {
 			return nil, err
 		}
-		args := l.argsWith(now, s, len(amounts), shareArg, true)
+		args := l.argsWith(key, now, s, len(amounts), shareArg, true)
 		for _, a := range amounts {
 			args = append(args, formatFloat(a))
 		}
