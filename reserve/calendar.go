@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"fmt"
+	"github.com/pacer-go/pacer/internal/layout"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,6 +292,15 @@ func calendarArg(now time.Time, s *spec, more []*calendar) string {
 	}
 	b.WriteByte(' ')
 	return b.String()
+}
+
+// askedCalendar reports whether err is a script's PACER_CALENDAR reply: a
+// stored limit's calendar window the call carried no table for, which
+// changed nothing and which mapError has learned. A call that is not
+// retried otherwise (a peek, a pause) is sent again, once, with the table.
+func askedCalendar(err error) bool {
+	code, _ := layout.ErrorCode(err)
+	return code == "PACER_CALENDAR"
 }
 
 // learnCalendar notes the calendar a script asked for on key (err: its

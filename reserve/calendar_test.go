@@ -464,8 +464,8 @@ func checkGolden(t *testing.T, path string, cases []calendarCase) {
 // script asks for the zone's table (PACER_CALENDAR, changing nothing) and
 // the reservation is sent again with it, once; from then on every call on
 // that key carries the table and is held to the window, while calls on
-// other keys carry none (a Limit's keeps the script's fast path). A peek,
-// which is not sent again, is refused the first time (ErrStoredLimit).
+// other keys carry none (a Limit's keeps the script's fast path). A first
+// peek or pause on such a key is sent again too.
 func TestCalendarStoredLearned(t *testing.T) {
 	ctx := context.Background()
 	b := redisBackend(t)
@@ -475,13 +475,18 @@ func TestCalendarStoredLearned(t *testing.T) {
 	require.NoError(t, b.client.Set(ctx, l.RedisKey("gem")+":limit", "enforce 1 daily requests c 2 day:America/Los_Angeles", 0).Err())
 	code := reserve.Policy{{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 1000, Burst: 1000}}}
 	req := reserve.Request{Key: "gem", Policy: code, Cost: reserve.Cost{"requests": 1}}
-	// A peek on another key with the same stored limit: refused once.
+	// A peek, and a pause (a provider's 429), as the first calls on keys
+	// with the same stored limit: sent again with the table, once, as a
+	// reservation is; neither fails.
 	require.NoError(t, b.client.Set(ctx, l.RedisKey("gem2")+":limit", "enforce 1 daily requests c 2 day:America/Los_Angeles", 0).Err())
-	_, err := l.Peek(ctx, reserve.Request{Key: "gem2", Policy: code, Cost: reserve.Cost{"requests": 1}})
-	require.ErrorIs(t, err, reserve.ErrStoredLimit)
-	require.ErrorContains(t, err, "PACER_CALENDAR day:America/Los_Angeles")
-	_, err = l.Peek(ctx, reserve.Request{Key: "gem2", Policy: code, Cost: reserve.Cost{"requests": 1}})
+	snap, err := l.Peek(ctx, reserve.Request{Key: "gem2", Policy: code, Cost: reserve.Cost{"requests": 1}})
+	require.NoError(t, err, "a first peek on a key with a stored calendar window")
+	require.Zero(t, snap.Wait)
+	require.NoError(t, b.client.Set(ctx, l.RedisKey("gem3")+":limit", "enforce 1 daily requests c 2 day:America/Los_Angeles", 0).Err())
+	require.NoError(t, l.Pause(ctx, "gem3", 30*time.Second), "a first pause on a key with a stored calendar window")
+	snap, err = l.Peek(ctx, reserve.Request{Key: "gem3", Policy: code, Cost: reserve.Cost{"requests": 1}})
 	require.NoError(t, err)
+	require.Equal(t, 30*time.Second+time.Millisecond, snap.Wait, "the pause reached Redis (then one spacing of rps)")
 	for range 2 {
 		_, err := l.TryReserveN(ctx, req, 0)
 		require.NoError(t, err)

@@ -40,6 +40,9 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 		err = fmt.Errorf("reserve: pause %q: %w", key, l.unavailableErr())
 	} else {
 		err = l.pauseRedis(ctx, key, s, d)
+		if askedCalendar(err) {
+			err = l.pauseRedis(ctx, key, s, d) // with the table learned
+		}
 	}
 	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 		// Paced locally until Redis is back, then passed on to it.
@@ -139,14 +142,21 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	now := l.clock.Now()
 	run := func(local bool) (any, error) {
 		if !local {
-			args := l.args(key, now, s, len(amounts))
-			for _, a := range amounts {
-				args = append(args, formatFloat(a))
+			send := func() (any, error) {
+				args := l.args(key, now, s, len(amounts))
+				for _, a := range amounts {
+					args = append(args, formatFloat(a))
+				}
+				keys := l.keys(key)
+				return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
+					return peekScript.Run(ctx, l.scripts, keys, args...).Result()
+				}, nil)
 			}
-			keys := l.keys(key)
-			return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
-				return peekScript.Run(ctx, l.scripts, keys, args...).Result()
-			}, nil)
+			res, err := send()
+			if askedCalendar(err) {
+				res, err = send() // with the table learned
+			}
+			return res, err
 		}
 		shareArg, err := l.localShareArg(key)
 		if err != nil {
