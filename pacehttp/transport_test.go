@@ -398,7 +398,20 @@ func TestReservedKey(t *testing.T) {
 // request.
 func TestAdaptiveAcrossProcesses(t *testing.T) {
 	ls := fleet(t, 2)
-	srv := newServer(t, tooMany("1"), tooMany("1"))
+	// Both calls are sent before either 429 comes back, so both were paced
+	// at the rate before the cut. (A call paced after the cut, at its rate,
+	// and refused cuts again, adaptive's fresh refusal: on a loaded machine
+	// the second process's reservation could come after the first 429.)
+	var arrived atomic.Int32
+	both := make(chan struct{})
+	refuse := func(w http.ResponseWriter) {
+		if arrived.Add(1) == 2 {
+			close(both)
+		}
+		<-both
+		tooMany("1")(w)
+	}
+	srv := newServer(t, refuse, refuse)
 	// (The learned rate exactly, not its steps.)
 	a := adaptive.Config{Start: 100, Min: 1, Max: 1000, Double: 1000 * time.Hour, Recover: 1000 * time.Hour, Episode: time.Minute, Steps: -1}
 	var wg sync.WaitGroup
