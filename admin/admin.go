@@ -798,11 +798,8 @@ func (st *KeyStatus) bands(recs []layout.Record, rel func(float64) time.Duration
 			if band != nil && band.Window != (reserve.Window{}) {
 				w := band.Window
 				b.N = w.N
-				origin := w.Origin
-				if origin.IsZero() {
-					origin = time.Unix(0, 0)
-				}
-				b.WindowEnd = origin.Add(time.Duration(int64(x)+1) * w.Length).Sub(st.Now)
+				_, end := w.Span(int64(x))
+				b.WindowEnd = end.Sub(st.Now)
 				if y+1 > w.N*(1+1e-9) {
 					b.Wait = max(0, b.WindowEnd)
 				}

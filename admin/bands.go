@@ -190,7 +190,7 @@ func (b bandsOf) apply(key string, pol reserve.Policy, opts SetOptions) (string,
 			if nb.Unit == "" {
 				nb.Unit = cmp.Or(prev.Unit, prev.Name)
 			}
-			if nb.Window != (reserve.Window{}) && nb.Window.Origin.IsZero() && prev.Window != (reserve.Window{}) {
+			if nb.Window != (reserve.Window{}) && nb.Window.Calendar == 0 && nb.Window.Origin.IsZero() && prev.Window != (reserve.Window{}) && prev.Window.Calendar == 0 {
 				nb.Window.Origin = prev.Window.Origin
 			}
 		}

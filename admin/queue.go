@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -97,6 +98,13 @@ func (a *Client) Queue(ctx context.Context, key string) (Queue, error) {
 		args = append(args, f[i], strconv.Itoa(u+1), f[i+2], f[i+3], f[i+4])
 	}
 	args[3] = strings.Join(unitNames, " ")
+	// A calendar window's table, around the client's clock, as the fleet's
+	// calls send it (the script finds Redis's now in it).
+	cal, err := hook.CalendarArg(pol, time.Now())
+	if err != nil {
+		return Queue{}, fmt.Errorf("admin: queue %q: %w", key, err)
+	}
+	args[2] = cal + "1"
 	for range unitNames {
 		args = append(args, "1")
 	}

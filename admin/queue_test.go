@@ -149,3 +149,39 @@ func TestQueue(t *testing.T) {
 	assert.False(t, q.At().After(next), "next %v, after r's slot %v + 100 s", q.At(), r.Time())
 	assert.LessOrEqual(t, next.Sub(q.At()), rtt, "r's Time lies at most its round trip after its slot")
 }
+
+// TestQueueCalendar: a key whose limit in force has a calendar window
+// (stored by pacer set --per day) is read with the window's table, as the
+// fleet's calls send it: the queue of a spent day is its next midnight.
+func TestQueueCalendar(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	la, err := time.LoadLocation("America/Los_Angeles")
+	require.NoError(t, err)
+	pol := reserve.Policy{{Name: "daily", Unit: "requests", Window: reserve.Window{N: 2, Calendar: reserve.Day, Location: la}}}
+	_, err = a.SetLimit(ctx, "gemini", pol, false, "ops", "the provider's day")
+	require.NoError(t, err)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	req := reserve.Request{Key: "gemini", Policy: pol, Cost: reserve.Cost{"requests": 1}}
+	for range 2 {
+		_, err := l.ReserveN(ctx, req)
+		require.NoError(t, err)
+	}
+	q, err := a.Queue(ctx, "gemini")
+	require.NoError(t, err)
+	assert.Equal(t, "daily", q.Binding)
+	_, end := pol[0].Window.Span(calendarDay(q.Now.In(la)))
+	assert.Equal(t, end.UTC(), q.At().Truncate(time.Microsecond), "the day's quota spent: a call reserved now goes at the next midnight in Los Angeles")
+}
+
+// calendarDay is t's day number since 1970-01-01 in its location (a
+// calendar day window's index).
+func calendarDay(t time.Time) int64 {
+	y, m, d := t.Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() / 86400
+}

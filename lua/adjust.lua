@@ -153,7 +153,7 @@ for i = 1, nbands do
     end
     changed = true
   elseif d and d ~= 0 then
-    local w = b.cur + math.floor((b.rem + slot) / b.len)
+    local w = win_of(b, slot)
     if w == b.w and w >= b.cur then
       b.u = math.max(0, b.u + d)
       changed = true

@@ -877,3 +877,68 @@ func TestStateGrammar(t *testing.T) {
 		t.Errorf("parseState of a state with the flag c = %+v, %v", st, err)
 	}
 }
+
+// TestConformanceCalendar: a calendar window (kind "c") takes its windows
+// from the table ARGV[3] carries ("c<spec>=<i0>:<b0>:<len>*<count>,..."),
+// numbered by the period's ordinal: here the days of America/Los_Angeles
+// around 2026-03-08, a day of 23 hours. Calls queued past the day's end
+// land at the next local midnight, in window 20521; past the table's end
+// they are refused as a queue too long (-1); a band without its table, or a table that does
+// not reach now, refuses the call and changes nothing; a stored limit's
+// calendar band needs its table too (docs/protocol.md: Common arguments,
+// Reserve).
+func TestConformanceCalendar(t *testing.T) {
+	c := newConn(t)
+	const table = "cday:America/Los_Angeles=20519:1772870400000000:86400000000*1,82800000000*1,86400000000*2 "
+	band := []string{"1", "daily", "1", "c", "3", "day:America/Los_Angeles"}
+	args := func(now string, cal string, m int) []string {
+		return append(append([]string{now, "0", cal + "1", "requests"}, band...), requests(m, "-1", "1")...)
+	}
+	// 2026-03-08 23:59:59.5 in Los Angeles; the next day starts 0.5 s later.
+	r := c.reserve("cal", args("1773039599500000", table, 5)...)
+	if !slices.Equal(r.waits, []int64{0, 0, 0, 500_000_000, 500_000_000}) || !slices.Equal(r.bands, []string{"~", "~", "~", "daily", "daily"}) {
+		t.Fatalf("5 requests at 23:59:59.5: waits %v bands %q, want 3 now and 2 at midnight, set by daily", r.waits, r.bands)
+	}
+	st := c.parse(r.state)
+	if d, _ := st.band("daily"); !d.window || d.w != 20521 || d.u != 2 {
+		t.Errorf("state %q: want daily w20521 2 (the day after, its ordinal)", r.state)
+	}
+	before := c.get(c.key("cal", ""))
+	// Without the table, or with one that starts after now: refused.
+	for _, tc := range []struct{ now, cal, code string }{
+		{"1773039599500000", "", "PACER_CALENDAR"},
+		{"1773039599500000", "cday:UTC=20519:1772870400000000:86400000000*4 ", "PACER_CALENDAR"},
+		{"1772870399999999", table, "PACER_ARG"},
+		{"1773039599500000", "cday:America/Los_Angeles=20519:1772870400000000:0*1 ", "PACER_ARG"},
+		{"1773039599500000", "cday:America/Los_Angeles=x ", "PACER_ARG"},
+	} {
+		_, err := c.eval("RESERVE", c.reserveKeys("cal"), args(tc.now, tc.cal, 1)...)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.code+" ") {
+			t.Errorf("now %s tables %q: error %v, want %s", tc.now, tc.cal, err, tc.code)
+		}
+		if got := c.get(c.key("cal", "")); got != before {
+			t.Errorf("a refused call changed the state: %q, was %q", got, before)
+		}
+	}
+	// On 2026-03-10 (window 20522, the table's last: its last boundary
+	// ends it): three now, and the fourth would go past the table:
+	// refused as a queue too long (-1).
+	r = c.reserve("cal2", args("1773130000000000", table, 4)...)
+	if !slices.Equal(r.seqs, []int64{1, 2, 3, -1}) || !slices.Equal(r.waits, []int64{0, 0, 0, 0}) {
+		t.Errorf("4 requests on the table's last day: waits %v seqs %v, want 3 now, the last -1", r.waits, r.seqs)
+	}
+	// A stored limit's calendar band: refused without its table, enforced
+	// with it.
+	if _, err := c.do("SET", c.key("cal3", ":limit"), "enforce 1 daily requests c 1 day:America/Los_Angeles"); err != nil {
+		t.Fatal(err)
+	}
+	bucket := append([]string{"1773039599500000", "0", "1", "requests"}, "1", "rps", "1", "b", "100", "100")
+	if _, err := c.eval("RESERVE", c.reserveKeys("cal3"), append(bucket, requests(1, "-1", "1")...)...); err == nil || !strings.HasPrefix(err.Error(), "PACER_CALENDAR day:America/Los_Angeles ") {
+		t.Errorf("a stored calendar band without its table: %v, want PACER_CALENDAR day:America/Los_Angeles", err)
+	}
+	bucket[2] = table + "1"
+	r = c.reserve("cal3", append(bucket, requests(2, "-1", "1")...)...)
+	if !slices.Equal(r.waits, []int64{0, 500_000_000}) || r.bands[1] != "daily" {
+		t.Errorf("a stored calendar band of 1 a day: waits %v bands %q, want 0 and the next midnight, set by daily", r.waits, r.bands)
+	}
+}

@@ -11,7 +11,12 @@
 --   balance at time t is min(burst, (t - z) * rate); or
 --   a fixed-window quota: at most N units in each window [origin + i*len,
 --   origin + (i+1)*len), kept as the latest window w holding reservations
---   and the units u reserved in it.
+--   and the units u reserved in it; or
+--   a calendar-window quota: the same, the windows being a time zone's
+--   days, ISO weeks or months, numbered by their ordinal (below), their
+--   boundaries given by the caller for each call (Redis has no tz
+--   database), the clock that says which one is current staying the
+--   script's (Redis's TIME).
 -- A reservation gets one slot, the earliest time at which every band allows
 -- it (see reserve.lua).
 --
@@ -101,6 +106,28 @@
 --          after the fleet changed, members may pace on either size, so it
 --          takes the smaller burst and window quota of the two and only
 --          the instants of rank k on both lattices (k < a).
+--          Before the share (after "d" and "f"), "c<tables> " when a band
+--          in force may be a calendar window: tables separated by ";",
+--          each "<spec>=<i0>:<b0>:<len>*<count>,<len>*<count>...", spec
+--          the band's "<period>:<zone>" (ARGV[5]), b0 the integer Unix µs
+--          at which the window numbered i0 starts, then runs of count
+--          windows of len µs each, one after the other (a day of the
+--          zone's is 86400000000 µs, or 23 or 25 hours at a DST change).
+--          The caller computes them from its tz database, from two
+--          periods before its own clock's now to a year or more ahead:
+--          Redis's now, seconds off the caller's, lies well inside, and so
+--          do the windows of calls queued into the next periods. A window
+--          past the table's end is never granted (the call is refused as
+--          a queue too long, -1); a band whose table is missing
+--          refuses the call, PACER_CALENDAR "<spec>" (a stored limit's
+--          calendar band the caller did not know: it sends the table next
+--          time). The index of a calendar window, its ordinal, is fixed by
+--          the calendar, so a state's record keeps its meaning whatever
+--          the table: a day's is the number of its local date counted
+--          from 1970-01-01, an ISO week's the number of its Monday counted
+--          in weeks from Monday 1970-01-05, a month's (year - 1970) * 12 +
+--          month - 1. A UTC day's ordinal is a fixed window's of one day
+--          from the epoch.
 -- ARGV[4]  the cost units' names, space-separated, in the order requests
 --          give their costs
 -- ARGV[5]  k, the number of bands (0 only for pause.lua and resume.lua,
@@ -108,12 +135,21 @@
 --          five:
 --            name     the band's name (no spaces)
 --            unit     1-based index of the unit it charges
---            kind     "b" (bucket) or "w" (window)
+--            kind     "b" (bucket), "w" (window) or "c" (calendar
+--                     window)
 --            a        bucket: rate, units per second (decimal > 0);
 --                     window: N, units per window (decimal >= 1)
 --            b        bucket: burst (integer >= 1);
 --                     window: "<len_us>:<origin_us>", integer µs, len > 0,
---                     origin = a window boundary modulo len
+--                     origin = a window boundary modulo len;
+--                     calendar window: "<period>:<zone>", period "day",
+--                     "week" or "month", zone a tz database name ("UTC",
+--                     "America/Los_Angeles"), the key of its table in
+--                     ARGV[3]. Earlier versions refuse kind "c"
+--                     (PACER_ARG, or PACER_CONFIG in a stored limit),
+--                     and the "c" tables (PACER_ARG bad share): nothing
+--                     changed; its state record is a window's ("wW u"),
+--                     which they keep as it is.
 -- then the operation's own arguments, from ARGV[opi].
 --
 -- Errors are replies "PACER_<CODE> text"; reserve's Go code maps the code,
@@ -168,6 +204,39 @@ if string.byte(share_arg, 1) == 102 then -- 'f'
     write_v1 = true
   elseif f ~= '2' then
     return redis.error_reply('PACER_ARG bad state format')
+  end
+  share_arg = rest
+end
+
+-- The calendar tables (ARGV[3]'s "c<tables> " prefix): for each calendar
+-- band's "<period>:<zone>", the zone's period boundaries around now (see
+-- ARGV[5]'s kind "c"). cal_tables[spec] = {i0, rel0, segs}: the window
+-- numbered i0 starts rel0 µs after now_us (an exact integer), and segs
+-- lists {len, count}: count windows of len µs each, one after the other.
+local cal_tables = {}
+if string.byte(share_arg, 1) == 99 then -- 'c'
+  local c, rest = string.match(share_arg, '^c(%S+) (.+)$')
+  if not c then
+    return redis.error_reply('PACER_ARG bad calendar tables')
+  end
+  for part in string.gmatch(c, '[^;]+') do
+    local spec, i0, b0, segs = string.match(part, '^([^=]+)=(%-?%d+):(%d+):([%d*,]+)$')
+    if not spec then
+      return redis.error_reply('PACER_ARG bad calendar table')
+    end
+    local t = {i0 = tonumber(i0), rel0 = tonumber(b0) - now_us, segs = {}}
+    for seg in string.gmatch(segs, '[^,]+') do
+      local l, k = string.match(seg, '^(%d+)%*(%d+)$')
+      l, k = tonumber(l), tonumber(k)
+      if not l or l < 1 or k < 1 then
+        return redis.error_reply('PACER_ARG bad calendar table')
+      end
+      t.segs[#t.segs + 1] = {l, k}
+    end
+    if #t.segs == 0 then
+      return redis.error_reply('PACER_ARG bad calendar table')
+    end
+    cal_tables[spec] = t
   end
   share_arg = rest
 end
@@ -325,6 +394,33 @@ local function read_bands(list, i, by_name, zero)
         end
       end
       out[n] = {name = name, unit = unit, bucket = true, rate = a, lat = a, upp = upp, burst = b, eff = eff, fill = eff * upp, z = -eff * upp, e = -eff * upp}
+    elseif kind == 'c' then
+      -- A calendar window: b is "<period>:<zone>", its boundaries are in
+      -- ARGV[3]'s table of that name. The current window is the one the
+      -- table places now in; its length is len (duration's figure).
+      local t = cal_tables[b or '']
+      if not a or a ~= a or a < 1 or a == math.huge or not t then
+        if a and a >= 1 and a ~= math.huge and b then
+          return nil, 'no calendar boundaries for band ' .. tostring(name), b
+        end
+        return nil, 'bad window ' .. tostring(name)
+      end
+      local rel, idx, cur, start, len = t.rel0, t.i0, nil, nil, nil
+      if rel <= 0 then
+        for j = 1, #t.segs do
+          local l, k = t.segs[j][1], t.segs[j][2]
+          if rel + l * k > 0 then
+            local x = math.floor(-rel / l)
+            cur, start, len = idx + x, rel + x * l, l
+            break
+          end
+          rel, idx = rel + l * k, idx + k
+        end
+      end
+      if not cur then
+        return nil, 'the calendar boundaries of band ' .. tostring(name) .. ' do not cover now'
+      end
+      out[n] = {name = name, unit = unit, bucket = false, n = a, burst = a, len = len, rem = now_frac - start, cur = cur, w = cur, u = 0, cal = t}
     elseif kind == 'w' then
       local len, origin = string.match(b or '', '^(%d+):(%d+)$')
       len, origin = tonumber(len), tonumber(origin)
@@ -352,9 +448,62 @@ local function read_bands(list, i, by_name, zero)
   return out, i + 1
 end
 
-local bands, opi = read_bands(ARGV, 5, false, true)
+local bands, opi, missing = read_bands(ARGV, 5, false, true)
 if not bands then
+  if missing then
+    return redis.error_reply('PACER_CALENDAR ' .. missing .. ' ' .. opi)
+  end
   return redis.error_reply('PACER_ARG ' .. opi)
+end
+
+-- win_of returns the index of band b's window holding time q (µs relative
+-- to now): math.huge beyond a calendar table's end, i0 - 1 before its start
+-- (a time long past: only compared).
+local function win_of(b, q)
+  if not b.cal then
+    return b.cur + math.floor((b.rem + q) / b.len)
+  end
+  local t = b.cal
+  local x, rel, idx = q + now_frac, t.rel0, t.i0
+  if x < rel then
+    return idx - 1
+  end
+  for j = 1, #t.segs do
+    local l, k = t.segs[j][1], t.segs[j][2]
+    if x < rel + l * k then
+      return idx + math.floor((x - rel) / l)
+    end
+    rel, idx = rel + l * k, idx + k
+  end
+  return math.huge
+end
+
+-- win_start returns when band b's window w starts (µs relative to now);
+-- nil for a window a calendar table does not give whole (its last boundary
+-- ends the last window it gives), or with loose (an expiry's figure, a
+-- window's end) a time at or past that boundary, its last length with an
+-- hour more per window.
+local function win_start(b, w, loose)
+  if not b.cal then
+    return (w - b.cur) * b.len - b.rem
+  end
+  local t = b.cal
+  local j, rel, l = w - t.i0, t.rel0, 0
+  if j < 0 then
+    return rel - now_frac
+  end
+  for s = 1, #t.segs do
+    local k
+    l, k = t.segs[s][1], t.segs[s][2]
+    if j < k or (j == k and (s < #t.segs or loose)) then
+      return rel + j * l - now_frac
+    end
+    rel, j = rel + l * k, j - k
+  end
+  if loose then
+    return rel + j * (l + 3600000000) - now_frac
+  end
+  return nil
 end
 
 -- The state. GET fails with WRONGTYPE, before anything is written, if the
@@ -447,8 +596,11 @@ if has_cfg == 1 or not raw then
       list[#list + 1] = f
     end
     cfg_mode = list[1]
-    local b, why = read_bands(list, 2, true, false)
+    local b, why, missing = read_bands(list, 2, true, false)
     if not b then
+      if missing then
+        return redis.error_reply('PACER_CALENDAR ' .. missing .. ' ' .. why)
+      end
       return redis.error_reply('PACER_CONFIG ' .. why)
     end
     if cfg_mode == 'enforce' then
@@ -630,7 +782,7 @@ local function load_records(text, list, at, ext, v1)
         -- units count as the current window used.
         local w, u = tonumber(x), tonumber(y)
         if w >= b.cur then
-          if (w + 1 - b.cur) * b.len - b.rem <= expiry + 1000000 then
+          if win_start(b, w + 1, true) <= expiry + 1000000 then
             b.w, b.u = w, u
           elseif u > 0 then
             b.u = b.n
@@ -742,7 +894,7 @@ local function earliest(s, cost)
             end
           end
         else
-          local w = b.cur + math.floor((b.rem + q) / b.len)
+          local w = win_of(b, q)
           if w < b.w then
             -- First come, first served: nothing goes into a window
             -- before the latest one holding reservations.
@@ -760,7 +912,14 @@ local function earliest(s, cost)
               return nil
             end
           end
-          local ws = (w - b.cur) * b.len - b.rem
+          local ws = win_start(b, w)
+          if not ws then
+            -- Past the calendar table's end (a queue a year deep): a
+            -- slot beyond any queue allowed (max_queue_us), so the call
+            -- is refused as one, never granted into an unknown window.
+            local far = 2 * max_queue_us
+            return far, nil, far, i
+          end
           local gws = grid(ws)
           if gws > q then
             s, q, moved = ws, gws, true
@@ -909,7 +1068,7 @@ local function save()
           need = b.z + b.fill
         end
       else
-        local over = (b.w + 1 - b.cur) * b.len - b.rem
+        local over = win_start(b, b.w + 1, true)
         if b.u > 0 and over > need then
           need = over
         end
@@ -974,7 +1133,7 @@ local function save()
         end
       else
         text = text .. string.format(' %s w%d %.17g', b.name, b.w, b.u)
-        local over = (b.w + 1 - b.cur) * b.len - b.rem
+        local over = win_start(b, b.w + 1, true)
         if b.u > 0 and over > need then
           need = over
         end

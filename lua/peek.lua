@@ -48,7 +48,7 @@ for i = 1, nall do
   else
     out[#out + 1] = string.format('%.17g', b.u)
     out[#out + 1] = wait_of(s)
-    out[#out + 1] = ns((b.w + 1 - b.cur) * b.len - b.rem)
+    out[#out + 1] = ns(win_start(b, b.w + 1, true))
   end
 end
 return out

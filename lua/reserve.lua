@@ -118,7 +118,7 @@ if floor ~= '' then
       -- Local grants lie at or before the horizon: a later window was
       -- numbered for another definition of the band (a stored limit
       -- changed meanwhile), and is not applied.
-      if b.name == name and not b.bucket and w and u and w <= b.cur + math.floor((b.rem + h) / b.len) then
+      if b.name == name and not b.bucket and w and u and w <= win_of(b, h) then
         if w > b.w then
           b.w, b.u = w, u
         elseif w == b.w then

@@ -44,11 +44,11 @@ if was > 0 and mark_p then
   for i = 1, nbands do
     local b = bands[i]
     if not b.bucket and shift > 0 then
-      local wp = b.cur + math.floor((b.rem + was) / b.len) -- the pause end's window
+      local wp = win_of(b, was) -- the pause end's window
       if b.w > wp then
         shift = 0
       else
-        local ws = (wp - b.cur) * b.len - b.rem
+        local ws = win_start(b, wp, true)
         if was - ws < shift then
           shift = was - ws
         end

@@ -77,6 +77,9 @@ func (l *Limiter) mapError(op, key string, err error) error {
 		}
 		// Redis answered: it is up, whatever the answer.
 		l.succeeded()
+		if code == "PACER_CALENDAR" {
+			l.learnCalendar(key, err)
+		}
 		if sentinel := scriptCodes[code]; sentinel != nil {
 			return fmt.Errorf("reserve: %s %q: %w: %w", op, key, sentinel, err)
 		}

@@ -34,7 +34,7 @@ func TestAdjustScriptIdempotent(t *testing.T) {
 	}
 	adjustOnce := func(r *Reservation, op string, actual ...float64) Snapshot {
 		t.Helper()
-		args := l.args(clk.Now(), r.spec, 0)
+		args := l.args(r.key, clk.Now(), r.spec, 0)
 		args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), strconv.FormatInt(r.seq, 10), "1")
 		for _, a := range actual {
 			args = append(args, formatFloat(a))

@@ -111,5 +111,6 @@ var scriptCodes = map[string]error{
 	"PACER_WRONGTYPE": ErrWrongType,
 	"PACER_EXCEEDS":   ErrStoredLimit, // the caller's cost was checked: only a stored limit can refuse it
 	"PACER_CONFIG":    ErrStoredLimit,
-	"WRONGTYPE":       ErrWrongType, // a command Redis refused itself
+	"PACER_CALENDAR":  ErrStoredLimit, // a stored limit's calendar band this Limiter had no table for: the next call sends it
+	"WRONGTYPE":       ErrWrongType,   // a command Redis refused itself
 }

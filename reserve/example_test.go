@@ -296,3 +296,43 @@ func ExampleRequest_fair() {
 	fmt.Println(r.Delay() <= 20*time.Millisecond)
 	// Output: true
 }
+
+// A calendar window: a quota per day that resets at midnight in the
+// provider's time zone (Gemini's requests per day, at midnight Pacific
+// time), exact on the days of 23 and 25 hours. Week and Month work alike.
+func ExampleWindow_calendar() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	pacific, err := time.LoadLocation("America/Los_Angeles")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gemini := reserve.Policy{
+		{Name: "rpm", Unit: "requests", Limit: reserve.Limit{Rate: 1, Burst: 60}},
+		{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1500, Calendar: reserve.Day, Location: pacific}},
+	}
+	fmt.Println(gemini)
+
+	ctx := context.Background()
+	call := reserve.Request{Key: "gemini", Policy: gemini, Cost: reserve.Cost{"requests": 1}}
+	if _, err := limiter.TryReserveN(ctx, call, 0); err != nil {
+		log.Fatal(err)
+	}
+	snap, err := limiter.Peek(ctx, call)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, b := range snap.Bands {
+		if b.Name == "daily" {
+			fmt.Printf("daily: %g used today, Pacific time\n", b.Value)
+		}
+	}
+	// Output:
+	// rpm: 1/s, burst 60 (requests); daily: 1500/day America/Los_Angeles (requests)
+	// daily: 1 used today, Pacific time
+}

@@ -184,3 +184,34 @@ func (l *Limiter) LearnedPause(key string) (int64, bool) {
 	defer ks.mu.Unlock()
 	return ks.pause.endNS, !ks.seenAt.IsZero() && ks.pause.err == nil && ks.pause.read == nil
 }
+
+// CalendarTable returns the calendar table a call at now sends for a
+// calendar window w (core.lua's ARGV[3] "c" tables), for tests.
+func CalendarTable(w Window, now time.Time) (string, error) {
+	c, err := calendarOf(w)
+	if err != nil {
+		return "", err
+	}
+	return c.table(now), nil
+}
+
+// PolicySig returns p's signature (what stored limits and coalescing
+// compare), for tests.
+func PolicySig(p Policy) (string, error) {
+	s, err := p.compile()
+	if err != nil {
+		return "", err
+	}
+	return s.sig, nil
+}
+
+// CallArgs returns the scripts' ARGV up to the operation's own that l
+// sends for p on key at now (a share of the whole, the local store's
+// format), for tests.
+func CallArgs(l *Limiter, key string, p Policy, now time.Time) ([]any, error) {
+	s, err := p.compile()
+	if err != nil {
+		return nil, err
+	}
+	return l.argsWith(key, now, s, 0, "1", true), nil
+}

@@ -13,6 +13,13 @@ import (
 // reach a Limiter's path to Redis; see package internal/hook.
 func init() {
 	hook.CheckKey = checkKey
+	hook.CalendarArg = func(policy any, now time.Time) (string, error) {
+		s, err := policy.(Policy).compile()
+		if err != nil {
+			return "", err
+		}
+		return calendarArg(now, s, nil), nil
+	}
 	hook.Run = func(l any, ctx context.Context, op, key string, fn func(context.Context, redis.Scripter) (any, error)) (any, error) {
 		if err := checkKey(key); err != nil {
 			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, err)

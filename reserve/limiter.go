@@ -77,6 +77,11 @@ type Limiter struct {
 	// (cmd/pacer format), as the last heartbeat read it. Until one says so,
 	// the Limiter writes format 1, which the previous release reads.
 	format2 atomic.Bool
+	// cals are the calendar windows of stored limits that a script asked
+	// for (PACER_CALENDAR), by key: every call on the key sends their
+	// tables from then on. ncals counts the keys (bounded by maxKeys).
+	cals  sync.Map // key -> *[]*calendar
+	ncals atomic.Int64
 
 	closed     atomic.Bool
 	closeOnce  sync.Once

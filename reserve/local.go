@@ -261,7 +261,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 		}
 	}
 	if s != keyOnly && (h.last > nowNS || len(h.windows) > 0) {
-		args := l.argsWith(l.clock.Now(), s, 2, shareArg, true)
+		args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
 		args = append(args, h.floorArg(nowNS, 0, 0), "0")
 		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
 			return l.localError(names.OpReserve, ks.name, err)
@@ -383,7 +383,7 @@ func (l *Limiter) pauseLocal(ctx context.Context, key string, s *spec, d time.Du
 		shareArg = "1" // a pause takes no share: the provider's word holds whatever the fleet
 	}
 	now := l.clock.Now()
-	args := l.argsWith(now, s, 1, shareArg, true)
+	args := l.argsWith(key, now, s, 1, shareArg, true)
 	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
 	ks := l.states.get(key)
 	ks.mu.Lock()

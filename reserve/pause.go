@@ -40,6 +40,9 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 		err = fmt.Errorf("reserve: pause %q: %w", key, l.unavailableErr())
 	} else {
 		err = l.pauseRedis(ctx, key, s, d)
+		if askedCalendar(err) {
+			err = l.pauseRedis(ctx, key, s, d) // with the table learned
+		}
 	}
 	if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 		// Paced locally until Redis is back, then passed on to it.
@@ -59,7 +62,7 @@ func (l *Limiter) pause(ctx context.Context, key string, s *spec, d time.Duratio
 
 func (l *Limiter) pauseRedis(ctx context.Context, key string, s *spec, d time.Duration) error {
 	now := l.clock.Now()
-	args := l.args(now, s, 1)
+	args := l.args(key, now, s, 1)
 	args = append(args, strconv.FormatInt(int64((d+time.Microsecond-1)/time.Microsecond), 10))
 	keys := l.keys(key)
 	sent := now
@@ -139,20 +142,27 @@ func (l *Limiter) peek(ctx context.Context, key string, s *spec, amounts []float
 	now := l.clock.Now()
 	run := func(local bool) (any, error) {
 		if !local {
-			args := l.args(now, s, len(amounts))
-			for _, a := range amounts {
-				args = append(args, formatFloat(a))
+			send := func() (any, error) {
+				args := l.args(key, now, s, len(amounts))
+				for _, a := range amounts {
+					args = append(args, formatFloat(a))
+				}
+				keys := l.keys(key)
+				return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
+					return peekScript.Run(ctx, l.scripts, keys, args...).Result()
+				}, nil)
 			}
-			keys := l.keys(key)
-			return l.run(ctx, names.OpPeek, key, func(ctx context.Context) (any, error) {
-				return peekScript.Run(ctx, l.scripts, keys, args...).Result()
-			}, nil)
+			res, err := send()
+			if askedCalendar(err) {
+				res, err = send() // with the table learned
+			}
+			return res, err
 		}
 		shareArg, err := l.localShareArg(key)
 		if err != nil {
 			return nil, err
 		}
-		args := l.argsWith(now, s, len(amounts), shareArg, true)
+		args := l.argsWith(key, now, s, len(amounts), shareArg, true)
 		for _, a := range amounts {
 			args = append(args, formatFloat(a))
 		}

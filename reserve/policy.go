@@ -45,10 +45,58 @@ type Band struct {
 // Length and Origin count in whole microseconds (finer parts are dropped).
 // A window quota is exact and bursty: all N units may go at the start of a
 // window, right after the N of the window before.
+//
+// With Calendar set, the windows are instead the calendar periods of a time
+// zone (Location; nil is UTC): its days, ISO weeks (from Monday 00:00) or
+// months, each from its local midnight, exact across daylight-saving
+// changes (days of 23 and 25 hours) and month lengths. Length and Origin
+// must then be zero. Redis's clock still says which period is current;
+// each call carries the zone's period boundaries around now, computed from
+// the caller's tz database (see docs/protocol.md).
 type Window struct {
 	N      float64
 	Length time.Duration
 	Origin time.Time
+	// Calendar makes the windows the zone's calendar periods: Day, Week
+	// or Month. Zero: fixed windows of Length.
+	Calendar Period
+	// Location is the zone of Calendar's periods; nil means UTC. Its name
+	// (Location.String) is what other processes load, so it must be a tz
+	// database name (time.LoadLocation), not time.Local.
+	Location *time.Location
+}
+
+// A Period is a calendar window's period (Window.Calendar).
+type Period int
+
+// The calendar periods.
+const (
+	Day   Period = iota + 1 // from local midnight to the next
+	Week                    // an ISO week, from Monday 00:00
+	Month                   // from the first of the month, 00:00
+)
+
+// String returns "day", "week" or "month".
+func (p Period) String() string {
+	switch p {
+	case Day:
+		return "day"
+	case Week:
+		return "week"
+	case Month:
+		return "month"
+	}
+	return "Period(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePeriod returns the Period named "day", "week" or "month".
+func ParsePeriod(s string) (Period, error) {
+	for _, p := range []Period{Day, Week, Month} {
+		if s == p.String() {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: calendar period %q (want day, week or month)", ErrInvalidWindow, s)
 }
 
 // A Cost is what one call charges, per unit: Cost{"requests": 1, "tokens":
@@ -76,9 +124,10 @@ type spec struct {
 	units    []string // the cost units, in the order costs are sent
 	unitsArg string   // units joined by ' ' (ARGV[4])
 	bands    []bandSpec
-	args     []any  // ARGV[5...]: k, then the bands' records
-	sig      string // the policy's encoding: equal specs, equal sig
-	single   bool   // one bucket band charging PermitsUnit (a Limit)
+	args     []any       // ARGV[5...]: k, then the bands' records
+	sig      string      // the policy's encoding: equal specs, equal sig
+	cals     []*calendar // the calendar windows' zones and periods (their tables go with each call)
+	single   bool        // one bucket band charging PermitsUnit (a Limit)
 }
 
 type bandSpec struct {
@@ -87,9 +136,10 @@ type bandSpec struct {
 	bucket bool
 	rate   float64 // bucket
 	burst  float64
-	n      float64 // window
-	length time.Duration
+	n      float64       // window
+	length time.Duration // a calendar window's: its period's nominal length
 	origin time.Time
+	cal    *calendar // a calendar window
 }
 
 // maxWindow bounds a window's length, as maxFill bounds a bucket's, and
@@ -161,6 +211,16 @@ func (p Policy) compile() (*spec, error) {
 			if math.IsNaN(w.N) || math.IsInf(w.N, 0) || w.N < 1 || w.N > maxWindowN {
 				return nil, fmt.Errorf("%w: band %q: N %v (want 1 to %g)", ErrInvalidWindow, b.Name, w.N, float64(maxWindowN))
 			}
+			if w.Calendar != 0 || w.Location != nil {
+				c, err := calendarOf(w)
+				if err != nil {
+					return nil, fmt.Errorf("band %q: %w", b.Name, err)
+				}
+				bs.n, bs.cal, bs.length = w.N, c, c.period.nominal()
+				fmt.Fprintf(&sig, "%s %s c %s %s;", b.Name, unit, formatFloat(bs.n), c.spec)
+				s.cals = append(s.cals, c)
+				break
+			}
 			if w.Length < time.Microsecond || w.Length > maxWindow {
 				return nil, fmt.Errorf("%w: band %q: length %v (want 1µs to %v)", ErrInvalidWindow, b.Name, w.Length, maxWindow)
 			}
@@ -176,15 +236,24 @@ func (p Policy) compile() (*spec, error) {
 	s.args = make([]any, 0, 1+5*len(s.bands))
 	s.args = append(s.args, strconv.Itoa(len(s.bands)))
 	for _, b := range s.bands {
-		kind, a, x := "b", formatFloat(b.rate), formatFloat(b.burst)
-		if !b.bucket {
-			kind, a, x = "w", formatFloat(b.n), strconv.FormatInt(b.length.Microseconds(), 10)+":"+strconv.FormatInt(b.originMod(), 10)
-		}
+		kind, a, x := b.record()
 		s.args = append(s.args, b.name, strconv.Itoa(b.unit+1), kind, a, x)
 	}
 	s.sig = sig.String()
 	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
 	return s, nil
+}
+
+// record returns the band's kind and fields as the scripts read them
+// (core.lua's ARGV[5]).
+func (b bandSpec) record() (kind, a, x string) {
+	switch {
+	case b.bucket:
+		return "b", formatFloat(b.rate), formatFloat(b.burst)
+	case b.cal != nil:
+		return "c", formatFloat(b.n), b.cal.spec
+	}
+	return "w", formatFloat(b.n), strconv.FormatInt(b.length.Microseconds(), 10) + ":" + strconv.FormatInt(b.originMod(), 10)
 }
 
 // originMod is the window's origin modulo its length, in µs (what the
@@ -316,6 +385,12 @@ func (s *spec) windowEnd(amounts []float64, t time.Time) time.Time {
 	var end time.Time
 	for _, b := range s.bands {
 		if b.bucket || amounts[b.unit] <= 0 {
+			continue
+		}
+		if b.cal != nil {
+			if e := b.cal.end(t); end.IsZero() || e.Before(end) {
+				end = e
+			}
 			continue
 		}
 		d := t.Sub(b.origin)

@@ -231,7 +231,7 @@ func (l *Limiter) adjustArgs(r *Reservation, id string, actual []float64, share 
 	if actual != nil {
 		op = names.OpSettle
 	}
-	args := l.argsWith(l.clock.Now(), r.spec, 4+2*len(r.amounts), share, local)
+	args := l.argsWith(r.key, l.clock.Now(), r.spec, 4+2*len(r.amounts), share, local)
 	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), id)
 	for _, a := range r.amounts {
 		args = append(args, formatFloat(a))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/names"
 )
 
@@ -106,7 +107,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	if err != nil {
 		return fail(err)
 	}
-	args := l.argsWith(now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)), shareArg, local)
+	args := l.argsWith(key, now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)), shareArg, local)
 	l.reportUse(key, s)
 	args = append(args, fairArgs...)
 	floorAt := len(args)
@@ -175,6 +176,16 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		}
 		sentReal = time.Now()
 		res, err := script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
+		if code, _ := layout.ErrorCode(err); code == "PACER_CALENDAR" && l.learnCalendar(key, err) {
+			// A stored limit's calendar window this call had no table
+			// for: the script changed nothing; again, with its table.
+			args[2] = l.argsWith(key, now, s, 0, shareArg, false)[2]
+			if l.serverTime {
+				sent = l.clock.Now()
+			}
+			sentReal = time.Now()
+			res, err = script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
+		}
 		recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
@@ -252,7 +263,7 @@ func replyHead(res any) []any {
 
 // floorOnly hands a floor to Redis for key, reserving nothing.
 func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor string) error {
-	args := l.args(l.clock.Now(), s, 2)
+	args := l.args(key, l.clock.Now(), s, 2)
 	args = append(args, floor, "0")
 	keys := l.keys(key, ":shadow")
 	var sent time.Time
@@ -277,9 +288,9 @@ func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor stri
 // args returns the scripts' ARGV up to the operation's own arguments (see
 // core.lua), with room for extra more, for a script on Redis that grants
 // no slot.
-func (l *Limiter) args(now time.Time, s *spec, extra int) []any {
+func (l *Limiter) args(key string, now time.Time, s *spec, extra int) []any {
 	share, _ := l.shareArg()
-	return l.argsWith(now, s, extra, share, false)
+	return l.argsWith(key, now, s, extra, share, false)
 }
 
 // grantArgs is args for a script that grants slots on key on Redis; it
@@ -290,26 +301,23 @@ func (l *Limiter) grantArgs(key string, now time.Time, s *spec, extra int) ([]an
 	if !ok {
 		return nil, l.noShareErr(key)
 	}
-	return l.argsWith(now, s, extra, share, false), nil
+	return l.argsWith(key, now, s, extra, share, false), nil
 }
 
 // argsWith returns the scripts' ARGV up to the operation's own, at share,
 // for Redis or (local) for the local fallback's store, which always
 // writes format 2 (its states are its own).
-func (l *Limiter) argsWith(now time.Time, s *spec, extra int, share string, local bool) []any {
+func (l *Limiter) argsWith(key string, now time.Time, s *spec, extra int, share string, local bool) []any {
 	args := make([]any, 0, 4+len(s.args)+extra)
 	if l.serverTime {
 		args = append(args, "", "0")
 	} else {
 		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
 	}
+	share = calendarArg(now, s, l.learnedCalendars(key)) + share
 	if !local && !l.format2.Load() {
 		// Format 1 (core.lua's ARGV[3]).
-		if share == "1" {
-			share = "f1 1"
-		} else {
-			share = "f1 " + share
-		}
+		share = "f1 " + share
 	}
 	args = append(args, share, s.unitsArg)
 	return append(args, s.args...)

@@ -12,7 +12,8 @@ import (
 // a key's stored limit (core.lua, KEYS[2]) and that Limiters report for
 // their keys (the fleet's policies hash): "<k>" then, for each of k bands,
 // " <name> <unit> <kind> <a> <b>", kind "b" (a bucket: a = rate, b = burst)
-// or "w" (a window: a = N, b = "<length µs>:<origin mod length, µs>").
+// or "w" (a window: a = N, b = "<length µs>:<origin mod length, µs>") or
+// "c" (a calendar window: a = N, b = "<period>:<zone>", "day:UTC").
 
 // Validate reports whether p is usable, with an error matching
 // ErrInvalidPolicy, or for a bucket band ErrInvalidRate, ErrInvalidBurst or
@@ -59,10 +60,7 @@ func (s *spec) storedText() string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(len(s.bands)))
 	for _, band := range s.bands {
-		kind, a, x := "b", formatFloat(band.rate), formatFloat(band.burst)
-		if !band.bucket {
-			kind, a, x = "w", formatFloat(band.n), strconv.FormatInt(band.length.Microseconds(), 10)+":"+strconv.FormatInt(band.originMod(), 10)
-		}
+		kind, a, x := band.record()
 		fmt.Fprintf(&b, " %s %s %s %s %s", band.name, s.units[band.unit], kind, a, x)
 	}
 	return b.String()
@@ -104,6 +102,12 @@ func parseStoredText(text string) (Policy, error) {
 			if origin != 0 {
 				band.Window.Origin = time.UnixMicro(origin)
 			}
+		case "c":
+			c, err := calendarFromSpec(r[4])
+			if err != nil {
+				return nil, fmt.Errorf("%w: %q: band %s: %w", ErrInvalidPolicy, text, r[0], err)
+			}
+			band.Window = Window{N: a, Calendar: c.period, Location: c.loc}
 		default:
 			return nil, fmt.Errorf("%w: %q: band %s: kind %q", ErrInvalidPolicy, text, r[0], r[2])
 		}
@@ -121,7 +125,9 @@ func (p Policy) String() string {
 	parts := make([]string, 0, len(p))
 	for _, b := range p {
 		var s string
-		if b.Window != (Window{}) {
+		if w := b.Window; w.Calendar != 0 {
+			s = fmt.Sprintf("%s: %s/%s %s", b.Name, humanFloat(w.N), w.Calendar, zoneName(w.Location))
+		} else if b.Window != (Window{}) {
 			s = fmt.Sprintf("%s: %s per %v", b.Name, humanFloat(b.Window.N), b.Window.Length)
 			if !b.Window.Origin.IsZero() && b.Window.Origin.UnixMicro()%b.Window.Length.Microseconds() != 0 {
 				s += fmt.Sprintf(" from %s", b.Window.Origin.UTC().Format(time.RFC3339Nano))
@@ -143,4 +149,12 @@ func humanFloat(f float64) string {
 		return formatFloat(f)
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// zoneName is loc's name, "UTC" for nil.
+func zoneName(loc *time.Location) string {
+	if loc == nil {
+		return "UTC"
+	}
+	return loc.String()
 }

@@ -25,14 +25,19 @@ import (
 //
 // A bucket is "NAME: RATE/s, burst BURST", a window "NAME: N per
 // DURATION", with "from TIME" (RFC 3339) for windows that do not start on
-// the epoch's grid; "(UNIT)" ends a band whose unit is not its name. The
+// the epoch's grid, a calendar window "NAME: N/day ZONE" (or week, month;
+// ZONE a tz database name such as America/Los_Angeles, or UTC); "(UNIT)"
+// ends a band whose unit is not its name. The
 // text form the scripts store (reserve.Policy.MarshalText, "2 requests
 // requests w 500 60000000:0 ...") is read too.
 
 var (
 	bucketBand = regexp.MustCompile(`^([^\s:;#]+):\s*(\S+)/s,\s*burst\s+(\S+?)(?:\s+\(([^\s()]+)\))?$`)
-	windowBand = regexp.MustCompile(`^([^\s:;#]+):\s*(\S+)\s+per\s+(\S+?)(?:\s+from\s+(\S+?))?(?:\s+\(([^\s()]+)\))?$`)
-	storedForm = regexp.MustCompile(`^\d+(\s|$)`) // a band is "NAME: ...", never digits alone
+	// calendarBand is a calendar window as Policy.String writes it:
+	// "daily: 1500/day America/Los_Angeles (requests)".
+	calendarBand = regexp.MustCompile(`^([^\s:;#]+):\s*(\S+)/(day|week|month)\s+(\S+?)(?:\s+\(([^\s()]+)\))?$`)
+	windowBand   = regexp.MustCompile(`^([^\s:;#]+):\s*(\S+)\s+per\s+(\S+?)(?:\s+from\s+(\S+?))?(?:\s+\(([^\s()]+)\))?$`)
+	storedForm   = regexp.MustCompile(`^\d+(\s|$)`) // a band is "NAME: ...", never digits alone
 )
 
 // maxPolicyFile bounds what --file reads.
@@ -118,6 +123,21 @@ func parseBand(s string) (reserve.Band, error) {
 		}
 		return reserve.Band{Name: m[1], Unit: m[4], Limit: reserve.Limit{Rate: rate, Burst: burst}}, nil
 	}
+	if m := calendarBand.FindStringSubmatch(s); m != nil {
+		n, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return reserve.Band{}, fmt.Errorf("N %q: want a number", m[2])
+		}
+		period, err := reserve.ParsePeriod(m[3])
+		if err != nil {
+			return reserve.Band{}, err
+		}
+		loc, err := time.LoadLocation(m[4])
+		if err != nil || m[4] == "Local" {
+			return reserve.Band{}, fmt.Errorf("zone %q: want a tz database name such as America/Los_Angeles or UTC", m[4])
+		}
+		return reserve.Band{Name: m[1], Unit: m[5], Window: reserve.Window{N: n, Calendar: period, Location: loc}}, nil
+	}
 	if m := windowBand.FindStringSubmatch(s); m != nil {
 		n, err := strconv.ParseFloat(m[2], 64)
 		if err != nil {
@@ -135,5 +155,5 @@ func parseBand(s string) (reserve.Band, error) {
 		}
 		return reserve.Band{Name: m[1], Unit: m[5], Window: w}, nil
 	}
-	return reserve.Band{}, fmt.Errorf("want \"NAME: RATE/s, burst BURST\" or \"NAME: N per DURATION [from TIME]\", then \"(UNIT)\" if the unit is not NAME")
+	return reserve.Band{}, fmt.Errorf("want \"NAME: RATE/s, burst BURST\", \"NAME: N per DURATION [from TIME]\" or \"NAME: N/day|week|month ZONE\", then \"(UNIT)\" if the unit is not NAME")
 }

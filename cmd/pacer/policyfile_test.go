@@ -20,6 +20,9 @@ func TestPolicyFileRoundTrip(t *testing.T) {
 			{Name: "daily", Unit: "requests", Window: reserve.Window{N: 10000, Length: 24 * time.Hour, Origin: eight}},
 			{Name: "huge", Unit: "points", Limit: reserve.Limit{Rate: 1e9, Burst: 1 << 30}},
 			{Name: "odd.name_1-x", Window: reserve.Window{N: 1.5, Length: 1500 * time.Millisecond, Origin: time.UnixMicro(7)}}},
+		{{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1500, Calendar: reserve.Day, Location: mustLoad(t, "America/Los_Angeles")}},
+			{Name: "weekly", Unit: "requests", Window: reserve.Window{N: 9000, Calendar: reserve.Week}},
+			{Name: "monthly", Unit: "requests", Window: reserve.Window{N: 30000, Calendar: reserve.Month, Location: mustLoad(t, "Australia/Lord_Howe")}}},
 	} {
 		want, err := pol.MarshalText()
 		if err != nil {
@@ -60,6 +63,10 @@ func TestPolicyFileBad(t *testing.T) {
 		{"a: 0.5 per 1m", `reserve: a window needs N >= 1`},
 		{"a: 5 per 0s", `reserve: a window needs N >= 1`},
 		{"a: 5 per 1m from yesterday", `from "yesterday": want a time`},
+		{"a: 5/fortnight UTC", `want "NAME: RATE/s`},
+		{"a: 5/day Mars/Olympus", `zone "Mars/Olympus": want a tz database name`},
+		{"a: 5/day Local", `zone "Local": want a tz database name`},
+		{"a: 0/day UTC", `reserve: a window needs N >= 1`},
 		{"a: 1/s, burst 1; a: 2/s, burst 1", `two bands named "a"`},
 		{"a b: 1/s, burst 1", `want "NAME: RATE/s`},
 		{"a: 1/s, burst 1 (two units)", `want "NAME: RATE/s`},
@@ -70,4 +77,13 @@ func TestPolicyFileBad(t *testing.T) {
 			t.Errorf("parsePolicy(%q) = %v, want an error containing %q", tt.text, err, tt.want)
 		}
 	}
+}
+
+func mustLoad(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
 }

@@ -19,8 +19,8 @@ import (
 
 // setFlags are set's flags but the change's own (--reason, --who).
 type setFlags struct {
-	band, rate, burst, n, window, origin, unit, file string
-	add, replace, shadow                             bool
+	band, rate, burst, n, window, origin, per, tz, unit, file string
+	add, replace, shadow                                      bool
 }
 
 func (f *setFlags) register(fs *flag.FlagSet) {
@@ -30,6 +30,8 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.n, "n", "", "a window: units per window (>= 1), with --window")
 	fs.StringVar(&f.window, "window", "", "a window: its length (1m, 1h, 24h), with --n")
 	fs.StringVar(&f.origin, "origin", "", "a window: a time a window starts at, RFC 3339 (default: the replaced band's; else windows start on whole UTC minutes, hours, days)")
+	fs.StringVar(&f.per, "per", "", "a calendar window: day, week (ISO, from Monday) or month, from local midnight in --tz, with --n")
+	fs.StringVar(&f.tz, "tz", "", "a calendar window: the time zone of its days, weeks or months, a tz database name such as America/Los_Angeles (default UTC), with --per")
 	fs.StringVar(&f.unit, "unit", "", "with --add: the cost unit the new band charges (default: its name)")
 	fs.BoolVar(&f.add, "add", false, "allow a band the key does not have (an unknown band is refused without it)")
 	fs.StringVar(&f.file, "file", "", "set the bands of a policy file (- for stdin): one band a line, as status prints a limit")
@@ -40,9 +42,9 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 // policy builds the bands to set from the flags given, checked.
 func (f *setFlags) policy(given map[string]bool, stdin io.Reader) (reserve.Policy, error) {
 	bucket := given["rate"] || given["burst"]
-	window := given["n"] || given["window"] || given["origin"]
+	window := given["n"] || given["window"] || given["origin"] || given["per"] || given["tz"]
 	if given["file"] {
-		for _, name := range []string{"band", "rate", "burst", "n", "window", "origin", "unit"} {
+		for _, name := range []string{"band", "rate", "burst", "n", "window", "origin", "per", "tz", "unit"} {
 			if given[name] {
 				return nil, usagef("set: --file gives the bands: drop --%s", name)
 			}
@@ -58,9 +60,9 @@ func (f *setFlags) policy(given map[string]bool, stdin io.Reader) (reserve.Polic
 	}
 	switch {
 	case bucket && window:
-		return nil, usagef("set: --rate and --burst make a bucket, --n and --window a window: give one of the two")
+		return nil, usagef("set: --rate and --burst make a bucket, --n and --window (or --per) a window: give one of the two")
 	case !bucket && !window:
-		return nil, usagef("set: give --rate and --burst (a bucket), --n and --window (a window), or --file")
+		return nil, usagef("set: give --rate and --burst (a bucket), --n and --window (a window), --n and --per (a calendar window), or --file")
 	case given["unit"] && !f.add:
 		return nil, usagef("set: --unit is the unit of a new band, with --add (a band the key has keeps its unit)")
 	}
@@ -69,6 +71,8 @@ func (f *setFlags) policy(given map[string]bool, stdin io.Reader) (reserve.Polic
 	var err error
 	if bucket {
 		band.Limit, err = parseLimit("set", f.rate, f.burst, units, given)
+	} else if given["per"] || given["tz"] {
+		band.Window, err = parseCalendar("set", f.n, f.per, f.tz, units, given)
 	} else {
 		band.Window, err = parseWindow("set", f.n, f.window, f.origin, units, given)
 	}
@@ -103,6 +107,37 @@ func parseLimit(cmd, rate, burst, units string, given map[string]bool) (reserve.
 		return reserve.Limit{}, usagef("%s: --rate %s --burst %d: %v", cmd, rate, b, err)
 	}
 	return lim, nil
+}
+
+// parseCalendar reads --n, --per and --tz, in units: a calendar window.
+func parseCalendar(cmd, n, per, tz, units string, given map[string]bool) (reserve.Window, error) {
+	if !given["per"] {
+		return reserve.Window{}, usagef("%s: --tz %q is the zone of a calendar window: give --per day, week or month with it", cmd, tz)
+	}
+	if given["window"] || given["origin"] {
+		return reserve.Window{}, usagef("%s: --per makes calendar windows (the zone's days, weeks or months): drop --window and --origin", cmd)
+	}
+	if !given["n"] {
+		return reserve.Window{}, usagef("%s: --n is required with --per (%s per %s, at least 1)", cmd, clean(units), clean(per))
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 1 {
+		return reserve.Window{}, usagef("%s: --n %q: want a finite number of %s per %s, at least 1", cmd, n, clean(units), clean(per))
+	}
+	period, err := reserve.ParsePeriod(strings.TrimSpace(per))
+	if err != nil {
+		return reserve.Window{}, usagef("%s: --per %q: want day, week or month", cmd, per)
+	}
+	zone := cmp.Or(strings.TrimSpace(tz), "UTC")
+	loc, err := time.LoadLocation(zone)
+	if err != nil || zone == "Local" {
+		return reserve.Window{}, usagef("%s: --tz %q: unknown time zone (want a tz database name such as America/Los_Angeles, Europe/Paris or UTC)", cmd, tz)
+	}
+	w := reserve.Window{N: v, Calendar: period, Location: loc}
+	if err := (reserve.Policy{{Name: "w", Window: w}}).Validate(); err != nil {
+		return reserve.Window{}, usagef("%s: --n %s --per %s --tz %s: %v", cmd, n, per, zone, err)
+	}
+	return w, nil
 }
 
 // parseWindow reads --n, --window and --origin, in units.

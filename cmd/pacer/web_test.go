@@ -285,6 +285,9 @@ func TestWebWrites(t *testing.T) {
 		{name: "set no burst", path: "/api/set", body: `{"key":"api","rate":"1","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: --burst is required`},
 		{name: "set nothing", path: "/api/set", body: `{"key":"api","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: give --rate and --burst`},
 		{name: "set bucket and window", path: "/api/set", body: `{"key":"api","rate":"1","burst":"1","n":"5","window":"1m","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: --rate and --burst make a bucket`},
+		{name: "set per unknown", path: "/api/set", body: `{"key":"api","n":"5","per":"fortnight","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: --per "fortnight": want day, week or month`},
+		{name: "set tz unknown", path: "/api/set", body: `{"key":"api","n":"5","per":"day","tz":"Mars/Olympus","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: --tz "Mars/Olympus": unknown time zone`},
+		{name: "set tz without per", path: "/api/set", body: `{"key":"api","n":"5","tz":"UTC","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: --tz "UTC" is the zone of a calendar window`},
 		{name: "set a file", path: "/api/set", body: `{"key":"api","file":"/etc/passwd","who":"a","reason":"b"}`, token: webToken, code: 400, err: `^set: the request's body: json: unknown field "file"`},
 		{name: "set unknown band", path: "/api/set", body: `{"key":"api","band":"tokenz","rate":"1","burst":"1","who":"a","reason":"b"}`, token: webToken, code: 409,
 			err: `^set: unknown band "tokenz" on key "api" \(its bands: permits\): check the name, or add the band with --add; nothing changed`},
@@ -320,6 +323,8 @@ func TestWebWrites(t *testing.T) {
 		{"/api/set", `{"key":"api","rate":"5","burst":"1","who":"carol","reason":"ticket 812"}`,
 			`^api: stored limit set by carol: none -> permits: 5/s, burst 1; every Limiter enforces it from its next reservation\n` +
 				`api: the provider sees the new limit from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(in [^:]+: 1\.0 permits already granted at the previous limit\); the calls already granted keep their slots$`, "set", "carol"},
+		{"/api/set", `{"key":"api","n":"1500","per":"day","tz":"America/Los_Angeles","who":"dave","reason":"the provider's day"}`,
+			`^api: stored limit set by dave: permits: 5/s, burst 1 -> permits: 1500/day America/Los_Angeles;`, "set", "dave"},
 	}
 	for i, ch := range changes {
 		code, body := w.do("POST", ch.path, ch.body, webToken)
@@ -349,7 +354,11 @@ func TestWebWrites(t *testing.T) {
 				t.Errorf("after the resume: paused %v", k.Paused)
 			}
 		case "/api/set":
-			if k.Source != "stored" || k.Limit != "permits: 5/s, burst 1" {
+			want := "permits: 5/s, burst 1"
+			if ch.who == "dave" {
+				want = "permits: 1500/day America/Los_Angeles"
+			}
+			if k.Source != "stored" || k.Limit != want {
 				t.Errorf("after the set: limit %q from %s", k.Limit, k.Source)
 			}
 		}

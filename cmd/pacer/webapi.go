@@ -376,6 +376,8 @@ type setRequest struct {
 	N       string `json:"n"`
 	Window  string `json:"window"`
 	Origin  string `json:"origin"`
+	Per     string `json:"per"`
+	TZ      string `json:"tz"`
 	Unit    string `json:"unit"`
 	Add     bool   `json:"add"`
 	Replace bool   `json:"replace"`
@@ -393,9 +395,9 @@ func (s *webServer) set(ctx context.Context, dec *json.Decoder) (webResult, erro
 		return webResult{}, err
 	}
 	f := setFlags{band: cmp.Or(req.Band, reserve.PermitsUnit), rate: req.Rate, burst: req.Burst, n: req.N,
-		window: req.Window, origin: req.Origin, unit: req.Unit, add: req.Add, replace: req.Replace, shadow: req.Shadow}
+		window: req.Window, origin: req.Origin, per: req.Per, tz: req.TZ, unit: req.Unit, add: req.Add, replace: req.Replace, shadow: req.Shadow}
 	given := map[string]bool{"band": req.Band != "", "rate": req.Rate != "", "burst": req.Burst != "",
-		"n": req.N != "", "window": req.Window != "", "origin": req.Origin != "", "unit": req.Unit != ""}
+		"n": req.N != "", "window": req.Window != "", "origin": req.Origin != "", "per": req.Per != "", "tz": req.TZ != "", "unit": req.Unit != ""}
 	pol, err := f.policy(given, nil)
 	if err != nil {
 		return webResult{}, err

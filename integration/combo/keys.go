@@ -53,6 +53,11 @@ var (
 		{Name: "rps", Unit: unitRequests, Limit: reserve.Limit{Rate: 20, Burst: 2}},
 		{Name: "win", Unit: unitRequests, Window: reserve.Window{N: 36, Length: 2 * time.Second}},
 		{Name: "tokens", Unit: unitTokens, Limit: reserve.Limit{Rate: 2400, Burst: 480}},
+		// A calendar window (a UTC day) too large to bind: it travels with
+		// every call of the key (its table in ARGV[3]), through outages,
+		// stored limits, pauses and the Python processes, and is judged
+		// as the 24-hour window from the epoch a UTC day is.
+		{Name: "daily", Unit: unitRequests, Window: reserve.Window{N: 1e9, Calendar: reserve.Day}},
 	}
 	// fairLimit is KeyFair's: tokens only, about 10 calls a second.
 	fairLimit = reserve.Policy{
@@ -130,7 +135,16 @@ func bandsOf(pol reserve.Policy) []band {
 			unit = b.Name
 		}
 		if b.Window.N > 0 {
-			out = append(out, band{name: b.Name, unit: unit, n: b.Window.N, length: b.Window.Length})
+			length := b.Window.Length
+			if b.Window.Calendar != 0 {
+				// The judges count windows of a fixed length from the
+				// epoch: a UTC day is one (Unix time has no leap seconds).
+				if b.Window.Calendar != reserve.Day || (b.Window.Location != nil && b.Window.Location.String() != "UTC") {
+					panic("combo: a calendar window other than a UTC day")
+				}
+				length = 24 * time.Hour
+			}
+			out = append(out, band{name: b.Name, unit: unit, n: b.Window.N, length: length})
 			continue
 		}
 		out = append(out, band{name: b.Name, unit: unit, bucket: true, rate: b.Limit.Rate, burst: float64(b.Limit.Burst)})

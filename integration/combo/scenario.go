@@ -270,6 +270,12 @@ func drawStored(rng *rand.Rand, key string) reserve.Policy {
 	var out reserve.Policy
 	for len(out) == 0 {
 		for _, b := range def.pol {
+			if b.Window.Calendar != 0 {
+				// Not drawn (the draws of the other bands stay as they
+				// were): the code's calendar window stays in force beside
+				// a stored limit.
+				continue
+			}
 			if rng.Float64() < 0.5 {
 				continue
 			}

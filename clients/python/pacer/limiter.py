@@ -426,7 +426,16 @@ class Limiter:
             raise _NoShare()
         args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt), floor, [(max_us, costs)])
         sent, sent_mono = time.time_ns(), time.monotonic()
-        v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+        try:
+            v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+        except protocol.PacerArgumentError as e:
+            if e.code != "PACER_CALENDAR":
+                raise
+            # A stored limit's calendar window the call had no table for:
+            # the script changed nothing, and learned the zone; again, with it.
+            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt), floor, [(max_us, costs)])
+            sent, sent_mono = time.time_ns(), time.monotonic()
+            v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         recv, recv_mono = time.time_ns(), time.monotonic()
         rep = protocol.decode_reserve(v)
         self._clock_sample(rep.now_ns, sent, recv)

@@ -8,10 +8,14 @@ docs/protocol.md it follows.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import math
 import os
 import re
+import threading
+import time
+import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
@@ -56,8 +60,9 @@ class PacerError(Exception):
 
 
 class PacerArgumentError(PacerError, ValueError):
-    """PACER_ARG, PACER_EXCEEDS or PACER_CONFIG: the call was malformed and
-    changed nothing."""
+    """PACER_ARG, PACER_EXCEEDS, PACER_CONFIG or PACER_CALENDAR: the call
+    was malformed (PACER_CALENDAR: a stored limit has a calendar window
+    whose zone's table the call did not carry) and changed nothing."""
 
 
 class TransientError(redis.exceptions.ResponseError):
@@ -82,7 +87,9 @@ def script_error(err: redis.exceptions.ResponseError) -> Exception:
         return TransientError(msg)
     if not msg.startswith("PACER_"):
         return err
-    if msg.split(" ", 1)[0] in ("PACER_ARG", "PACER_EXCEEDS", "PACER_CONFIG"):
+    if msg.startswith("PACER_CALENDAR "):
+        learn_calendar(msg.split(" ")[1])
+    if msg.split(" ", 1)[0] in ("PACER_ARG", "PACER_EXCEEDS", "PACER_CONFIG", "PACER_CALENDAR"):
         return PacerArgumentError(msg)
     return PacerError(msg)
 
@@ -208,13 +215,23 @@ class Bucket:
 class Window:
     """A fixed-window band: at most ``n`` units in each window of
     ``length_us`` µs, windows starting at ``origin_us`` modulo the length
-    (0: Unix time's, so a day is a UTC day)."""
+    (0: Unix time's, so a day is a UTC day).
+
+    Or, with ``calendar`` ("day", "week" or "month"), a calendar window:
+    the windows are the days, ISO weeks (from Monday) or months of the
+    time zone ``tz`` (a ``zoneinfo.ZoneInfo`` or its name; None: UTC), each
+    from its local midnight, across daylight-saving changes; length and
+    origin stay 0. Each call carries the zone's period boundaries around
+    now ("Common arguments": ARGV[3]'s "c" tables), computed here from the
+    tz database as Go's reserve computes them."""
 
     name: str
     n: float
-    length_us: int
+    length_us: int = 0
     origin_us: int = 0
     unit: str = "permits"
+    calendar: str | None = None
+    tz: zoneinfo.ZoneInfo | str | None = None
 
     def __post_init__(self) -> None:
         _name("a band's name", self.name)
@@ -223,14 +240,198 @@ class Window:
         _name("a unit", self.unit)
         if _finite("a window's N", self.n) < 1:
             raise ValueError(f"pacer: a window's N must be >= 1, not {self.n!r}")
+        if self.calendar is not None or self.tz is not None:
+            if self.calendar not in PERIODS:
+                raise ValueError(f"pacer: a calendar window's period is day, week or month, not {self.calendar!r}"
+                                 + (" (a tz without a calendar period)" if self.calendar is None else ""))
+            if self.length_us != 0 or self.origin_us != 0:
+                raise ValueError("pacer: a calendar window has no length or origin (its periods are the zone's)")
+            object.__setattr__(self, "tz", _zone(self.tz))
+            return
         for what, v in (("length", self.length_us), ("origin", self.origin_us)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"pacer: a window's {what} is whole µs, not {v!r}")
         if self.length_us <= 0 or not 0 <= self.origin_us < self.length_us:
             raise ValueError("pacer: a window's length must be > 0 µs and its origin within it")
 
+    @property
+    def spec(self) -> str | None:
+        """A calendar window's "<period>:<zone>" (None for a fixed window)."""
+        if self.calendar is None:
+            return None
+        return f"{self.calendar}:{self.tz.key}"  # type: ignore[union-attr]
+
     def args(self, unit_index: int) -> list[str]:
+        if self.calendar is not None:
+            return [self.name, str(unit_index), "c", fmt_num(self.n), self.spec]  # type: ignore[list-item]
         return [self.name, str(unit_index), "w", fmt_num(self.n), f"{self.length_us}:{self.origin_us}"]
+
+
+# ---------------------------------------------------------------- Calendars
+#
+# Calendar windows' tables ("Common arguments", ARGV[3]'s "c" prefix): the
+# zone's period boundaries around now, each "<spec>=<i0>:<b0>:<len>*<count>,..."
+# (the window numbered i0, the period's ordinal, starts at Unix µs b0; then
+# runs of count periods of len µs), from two periods before now to 400 days,
+# 60 weeks or 14 months after. The same arithmetic as Go's reserve/calendar.go,
+# on zoneinfo: reserve/testdata/calendar_tables.json holds Go's tables, which
+# the tests compare. Nothing here paces: the scripts count.
+
+PERIODS = ("day", "week", "month")
+_AHEAD = {"day": 400, "week": 60, "month": 14}
+_EPOCH_DAY = datetime.date(1970, 1, 1).toordinal()
+_UTC = datetime.timezone.utc
+
+
+def _zone(tz: zoneinfo.ZoneInfo | str | None) -> zoneinfo.ZoneInfo:
+    """The zone of a calendar window: a ZoneInfo with a tz database key."""
+    if tz is None:
+        tz = "UTC"
+    if isinstance(tz, str):
+        if not re.fullmatch(r"[A-Za-z0-9/_+-]{1,64}", tz) or tz == "Local":
+            raise ValueError(f"pacer: a calendar window's zone {tz!r} is not a tz database name")
+        try:
+            return zoneinfo.ZoneInfo(tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+            raise ValueError(f"pacer: unknown time zone {tz!r}: {e}") from None
+    if not isinstance(tz, zoneinfo.ZoneInfo) or not tz.key or not re.fullmatch(r"[A-Za-z0-9/_+-]{1,64}", tz.key):
+        raise ValueError(f"pacer: a calendar window's zone must be a zoneinfo.ZoneInfo with a tz database key, not {tz!r}")
+    return tz
+
+
+def _civil(zone: zoneinfo.ZoneInfo, t_s: int) -> datetime.date:
+    """The local date at Unix second t_s."""
+    return datetime.datetime.fromtimestamp(t_s, tz=zone).date()
+
+
+def _civil_us(zone: zoneinfo.ZoneInfo, t_us: int) -> datetime.date:
+    return _civil(zone, t_us // 1_000_000)
+
+
+def _period_of(period: str, d: datetime.date) -> tuple[datetime.date, int]:
+    """The first date of the period holding date d, and its ordinal."""
+    days = d.toordinal() - _EPOCH_DAY
+    if period == "week":
+        k = (days - 4) // 7  # 1970-01-05 was a Monday
+        return datetime.date.fromordinal(_EPOCH_DAY + 4 + 7 * k), k
+    if period == "month":
+        return d.replace(day=1), (d.year - 1970) * 12 + d.month - 1
+    return d, days
+
+
+def _next(period: str, d: datetime.date) -> datetime.date:
+    if period == "week":
+        return d + datetime.timedelta(days=7)
+    if period == "month":
+        return (d.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
+    return d + datetime.timedelta(days=1)
+
+
+def _midnight(zone: zoneinfo.ZoneInfo, d: datetime.date) -> int:
+    """The Unix second date d starts in zone: the last instant its date is
+    entered from an earlier one (Go's calendar.midnight)."""
+    du = (d.toordinal() - _EPOCH_DAY) * 86400
+    best = None
+    offs: list[int] = []
+    for probe in (du - 2 * 86400, du - 86400, du, du + 86400, du + 2 * 86400):
+        off = int(datetime.datetime.fromtimestamp(probe, tz=zone).utcoffset().total_seconds())  # type: ignore[union-attr]
+        if off in offs:
+            continue
+        offs.append(off)
+        cand = du - off
+        local = datetime.datetime.fromtimestamp(cand, tz=zone)
+        if (local.hour, local.minute, local.second) == (0, 0, 0) and local.date() == d \
+                and _civil(zone, cand - 1) < d and (best is None or cand > best):
+            best = cand
+    if best is not None:
+        return best
+    lo, hi = du - 2 * 86400, du + 2 * 86400  # the clocks skip 00:00: d starts at the change
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        if _civil(zone, mid) < d:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+_cal_cache: dict[str, tuple[int, int, str]] = {}
+_cal_lock = threading.Lock()
+
+
+def calendar_table(period: str, zone: zoneinfo.ZoneInfo, now_us: int) -> str:
+    """The table a call at now_us carries for a calendar window."""
+    spec = f"{period}:{zone.key}"
+    with _cal_lock:
+        hit = _cal_cache.get(spec)
+    if hit is not None and hit[0] <= now_us < hit[1]:
+        return hit[2]
+    d, i = _period_of(period, _civil_us(zone, now_us))
+    first = d
+    for _ in range(2):
+        d, _ = _period_of(period, _civil_us(zone, _midnight(zone, d) * 1_000_000 - 1))
+        i -= 1
+    at = _midnight(zone, d) * 1_000_000
+    out = f"{spec}={i}:{at}:"
+    runs: list[list[int]] = []
+    for _ in range(2 + 1 + _AHEAD[period]):
+        d = _next(period, d)
+        e = _midnight(zone, d) * 1_000_000
+        if runs and runs[-1][0] == e - at:
+            runs[-1][1] += 1
+        else:
+            runs.append([e - at, 1])
+        at = e
+    out += ",".join(f"{l}*{k}" for l, k in runs)
+    start = _midnight(zone, first) * 1_000_000
+    end = _midnight(zone, _next(period, first)) * 1_000_000
+    with _cal_lock:
+        if len(_cal_cache) > 256:
+            _cal_cache.clear()
+        _cal_cache[spec] = (start, end, out)
+    return out
+
+
+# The calendars of stored limits that a script asked for (PACER_CALENDAR: a
+# stored calendar window the call's policy does not have): every call of
+# this process carries their tables from then on, as Go's Limiter does.
+_learned: dict[str, tuple[str, zoneinfo.ZoneInfo]] = {}
+
+
+def learn_calendar(spec: str) -> None:
+    """Notes a calendar "<period>:<zone>" a script asked for."""
+    period, _, zone = spec.partition(":")
+    try:
+        z = _zone(zone)
+    except ValueError:
+        return
+    if period in PERIODS and len(_learned) < 64:
+        with _cal_lock:
+            _learned[spec] = (period, z)
+
+
+def forget_calendars() -> None:
+    """Forgets the calendars learned (tests)."""
+    with _cal_lock:
+        _learned.clear()
+
+
+def calendar_arg(policy: "Policy | None", now_us: int | None) -> str:
+    """ARGV[3]'s "c" prefix for the policy's calendar windows and the
+    calendars learned ("" if none)."""
+    tables: dict[str, str] = {}
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    for b in policy.bands if policy is not None else ():
+        if isinstance(b, Window) and b.calendar is not None and b.spec not in tables:
+            tables[b.spec] = calendar_table(b.calendar, b.tz, now)  # type: ignore[arg-type,index]
+    with _cal_lock:
+        learned = list(_learned.items())
+    for spec, (period, z) in learned:
+        if spec not in tables:
+            tables[spec] = calendar_table(period, z, now)
+    if not tables:
+        return ""
+    return "c" + ";".join(tables.values()) + " "
 
 
 Band = Union[Bucket, Window]
@@ -313,7 +514,7 @@ def common_args(share: str, policy: Policy | None, now_us: int | None = None, no
                 fmt: int = 2) -> list[str]:
     """"Common arguments": now (None: Redis's TIME), ARGV[3] and the policy
     (None: k = 0, the state's records alone)."""
-    head = ["" if now_us is None else str(now_us), str(now_ns), share_arg(fmt, share)]
+    head = ["" if now_us is None else str(now_us), str(now_ns), share_arg(fmt, calendar_arg(policy, now_us) + share)]
     return head + (policy.args() if policy is not None else ["permits", "0"])
 
 

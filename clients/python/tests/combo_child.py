@@ -49,6 +49,7 @@ POLICY = pacer.Policy((
     pacer.Bucket("rps", 20, 2, unit="requests"),
     pacer.Window("win", 36, 2_000_000, unit="requests"),
     pacer.Bucket("tokens", 2400, 480, unit="tokens"),
+    pacer.Window("daily", 1e9, calendar="day", unit="requests"),
 ))
 MIN_TOKENS, MAX_TOKENS = 40, 200
 SLIDING_THREADS = POLICY_THREADS = 4  # child.go's slidingGoroutines, policyGoroutines

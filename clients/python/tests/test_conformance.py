@@ -121,6 +121,9 @@ class Runner:
             if want_err is None or not want_err.startswith("PACER_ARG"):
                 self.fail(where, f"the client refuses a policy the scripts take: {e}")
             return
+        # The case's own ARGV[3] carries its calendar tables: none learned
+        # (a PACER_CALENDAR reply of an earlier call) is added here.
+        protocol.forget_calendars()
         common = protocol.common_args(share, policy, now_us, now_ns, fmt)
         try:
             if name == "Reserve":

@@ -243,12 +243,15 @@
     const setBtn = el('button', 'do-set', 'Set');
     setBtn.type = 'submit';
     set.append(band.l, rate.l, burst.l, n.l, win.l, shadow, add, setBtn);
+    win.input.title = 'a length (1m, 24h), or a calendar period: day, week or month, then a time zone (day America/Los_Angeles)';
     set.addEventListener('submit', ev => {
       ev.preventDefault();
+      // "day America/Los_Angeles": a calendar window (set's --per and --tz).
+      const per = /^(day|week|month)(?:\s+(\S+))?$/.exec(win.input.value.trim());
       send('set', {
         key, band: band.input.value.trim(), rate: rate.input.value.trim(), burst: burst.input.value.trim(),
-        n: n.input.value.trim(), window: win.input.value.trim(), shadow: shadowBox.checked, add: addBox.checked,
-        reason: reason.input.value,
+        n: n.input.value.trim(), window: per ? '' : win.input.value.trim(), per: per ? per[1] : '', tz: per && per[2] ? per[2] : '',
+        shadow: shadowBox.checked, add: addBox.checked, reason: reason.input.value,
       }, card);
     });
     const result = el('pre', 'result');
