@@ -153,6 +153,9 @@ type Profile struct {
 	exact   bool // settle the actual cost as it is, without the credit (Shopify)
 	shopify bool // Options read Shopify's THROTTLED and retry POSTs (Shopify)
 
+	maxWait time.Duration  // pacehttp's MaxWait, if not 0 (Gemini)
+	daily   *time.Location // pacehttp's DailyReset, if not nil (Gemini)
+
 	mu     sync.Mutex
 	credit map[string]float64 // per unit: what calls reserved beyond their use, not given back yet
 }
@@ -287,6 +290,7 @@ func (p *Profile) Options() pacehttp.Options {
 	if p.usage != nil {
 		o.Settle = p.settle
 	}
+	o.MaxWait, o.DailyReset = p.maxWait, p.daily
 	return o
 }
 
