@@ -46,8 +46,9 @@
 // points would be Input); and, when the cost is known only from the
 // answer, usage, the Usage an answer's body reports, and actual, the cost
 // that Usage settles; counts keeps pacehttp's count of calls. A band the
-// provider needs that reserve lacks (a calendar day, calls in flight) is
-// reserve's to add first.
+// provider needs that reserve lacks (calls in flight) is reserve's to add
+// first; a quota per calendar day is a reserve.Window with Calendar (see
+// gemini.go).
 package profile
 
 import (
