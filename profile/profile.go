@@ -285,7 +285,8 @@ func WithCall(ctx context.Context, c Call) context.Context {
 // internal/provider's LLM model it held a fleet of 3 processes × 8
 // workers to 28-37% of the TPM quota (docs/profiles.md). Pauses on a 429
 // and on a quota the headers report exhausted stay. For Shopify it sets
-// ShopifyThrottle and RetryUnsafe (see Shopify).
+// ShopifyThrottle and RetryUnsafe (see Shopify); for Gemini, MaxWait
+// and DailyReset (see Gemini).
 func (p *Profile) Options() pacehttp.Options {
 	o := pacehttp.Options{Route: p.route, IgnoreCounts: !p.counts, ShopifyThrottle: p.shopify, RetryUnsafe: p.shopify}
 	if p.usage != nil {
