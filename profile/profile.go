@@ -1,6 +1,6 @@
 // Package profile gives, in one call, the pacer policy and pacehttp options
-// for a provider's published rate limits: OpenAI, Anthropic, Azure OpenAI
-// and GitHub. Each constructor cites the rules it implements and says what
+// for a provider's published rate limits: OpenAI, Anthropic, Azure OpenAI,
+// GitHub and Shopify's GraphQL Admin API. Each constructor cites the rules it implements and says what
 // it assumes (tier, model, region); docs/profiles.md has each profile's
 // measured figures against a provider that follows the same rules.
 //
@@ -46,8 +46,9 @@
 // points would be Input); and, when the cost is known only from the
 // answer, usage, the Usage an answer's body reports, and actual, the cost
 // that Usage settles; counts keeps pacehttp's count of calls. A band the
-// provider needs that reserve lacks (a calendar day, calls in flight) is
-// reserve's to add first.
+// provider needs that reserve lacks (calls in flight) is reserve's to add
+// first; a quota per calendar day is a reserve.Window with Calendar (see
+// gemini.go).
 package profile
 
 import (
@@ -133,11 +134,11 @@ type Usage struct {
 // concurrent use.
 type Profile struct {
 	// Name is the provider: "openai", "anthropic", "azure-openai",
-	// "github".
+	// "github", "shopify".
 	Name string
 	// Key is the reserve key the fleet shares, one per quota: the model
 	// for OpenAI and Anthropic, the deployment for Azure, the account for
-	// GitHub.
+	// GitHub, the store for Shopify.
 	Key string
 	// Policy is the quota's bands.
 	Policy reserve.Policy
@@ -149,7 +150,12 @@ type Profile struct {
 	usage  func(body []byte, c Call) (Usage, error) // the usage an answer's body reports; nil: the cost is known before the call
 	actual func(Usage) reserve.Cost                 // the cost that usage settles
 
-	counts bool // pacehttp paces by the provider's counts of calls (Options.IgnoreCounts off)
+	counts  bool // pacehttp paces by the provider's counts of calls (Options.IgnoreCounts off)
+	exact   bool // settle the actual cost as it is, without the credit (Shopify)
+	shopify bool // Options read Shopify's THROTTLED and retry POSTs (Shopify)
+
+	maxWait time.Duration  // pacehttp's MaxWait, if not 0 (Gemini)
+	daily   *time.Location // pacehttp's DailyReset, if not nil (Gemini)
 
 	mu     sync.Mutex
 	credit map[string]float64 // per unit: what calls reserved beyond their use, not given back yet
@@ -211,6 +217,9 @@ func (p *Profile) settlement(reserved, est reserve.Cost, u Usage) reserve.Cost {
 		return nil
 	}
 	actual := p.actual(u)
+	if p.exact {
+		return actual
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.credit == nil {
@@ -275,12 +284,15 @@ func WithCall(ctx context.Context, c Call) context.Context {
 // again) as the end of a window, after which one call goes alone: against
 // internal/provider's LLM model it held a fleet of 3 processes × 8
 // workers to 28-37% of the TPM quota (docs/profiles.md). Pauses on a 429
-// and on a quota the headers report exhausted stay.
+// and on a quota the headers report exhausted stay. For Shopify it sets
+// ShopifyThrottle and RetryUnsafe (see Shopify); for Gemini, MaxWait
+// and DailyReset (see Gemini).
 func (p *Profile) Options() pacehttp.Options {
-	o := pacehttp.Options{Route: p.route, IgnoreCounts: !p.counts}
+	o := pacehttp.Options{Route: p.route, IgnoreCounts: !p.counts, ShopifyThrottle: p.shopify, RetryUnsafe: p.shopify}
 	if p.usage != nil {
 		o.Settle = p.settle
 	}
+	o.MaxWait, o.DailyReset = p.maxWait, p.daily
 	return o
 }
 

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -18,18 +19,30 @@ import (
 // rounded up to whole seconds, for either quota (as Gemini sends a short
 // retryDelay on a day's quota too). A refused call is not counted. Set the
 // fields before serving; Google is an http.Handler.
+//
+// With TokensPerMinute, a call's input tokens (its X-Prompt-Tokens header,
+// standing for the prompt's tokens Google counts; default 0) count against
+// a quota of input tokens in each minute too ("Tokens per minute (input)"),
+// and an accepted call's answer reports them in usageMetadata
+// (promptTokenCount, candidatesTokenCount from X-Output-Tokens,
+// totalTokenCount), as Gemini's generateContent does.
 type Google struct {
-	PerMinute int            // requests in each minute (aligned to the clock's minutes); 0: no such quota
-	PerDay    int            // requests in each day of Zone; 0: no such quota
-	Zone      *time.Location // default America/Los_Angeles
+	PerMinute       int            // requests in each minute (aligned to the clock's minutes); 0: no such quota
+	TokensPerMinute int            // input tokens in each minute; 0: no such quota
+	PerDay          int            // requests in each day of Zone; 0: no such quota
+	Zone            *time.Location // default America/Los_Angeles
+	// Minute is the minute's length (default a minute; a test shortens
+	// it): the minutes are aligned to the Unix epoch.
+	Minute time.Duration
 	// Now is the provider's clock (default time.Now): a test sets it to
 	// meet a day's end.
 	Now func() time.Time
 
 	mu     sync.Mutex
-	minute int64  // the current minute: Unix time / 60 s
+	minute int64  // the current minute: Unix time / Minute
 	day    string // the current day in Zone, "2006-01-02"
 	inMin  int
+	tokMin int // input tokens in the current minute
 	inDay  int
 	calls  []GoogleCall
 }
@@ -39,12 +52,14 @@ type GoogleCall struct {
 	At       time.Time
 	Accepted bool
 	Quota    string // the quotaId that refused it
+	Tokens   int    // its input tokens (X-Prompt-Tokens)
 }
 
 // The quotaIds Google's refusals name (Gemini's free tier's).
 const (
 	GoogleMinuteQuota = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
 	GoogleDayQuota    = "GenerateRequestsPerDayPerProjectPerModel-FreeTier"
+	GoogleTokenQuota  = "GenerateContentInputTokensPerModelPerMinute-FreeTier"
 )
 
 func (p *Google) zone() *time.Location {
@@ -64,11 +79,26 @@ func (p *Google) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.Now != nil {
 		now = p.Now()
 	}
+	tokens, output := 0, 0
+	for h, v := range map[string]*int{"X-Prompt-Tokens": &tokens, "X-Output-Tokens": &output} {
+		if s := r.Header.Get(h); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				http.Error(w, h+": want a whole number >= 0", http.StatusBadRequest)
+				return
+			}
+			*v = n
+		}
+	}
+	length := p.Minute
+	if length <= 0 {
+		length = time.Minute
+	}
 	day := now.In(p.zone()).Format(time.DateOnly)
-	minute := now.Unix() / 60
+	minute := now.UnixNano() / int64(length)
 	p.mu.Lock()
 	if minute != p.minute {
-		p.minute, p.inMin = minute, 0
+		p.minute, p.inMin, p.tokMin = minute, 0, 0
 	}
 	if day != p.day {
 		p.day, p.inDay = day, 0
@@ -79,18 +109,22 @@ func (p *Google) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		quota, metric, value = GoogleDayQuota, "generativelanguage.googleapis.com/generate_content_requests", strconv.Itoa(p.PerDay)
 	case p.PerMinute > 0 && p.inMin >= p.PerMinute:
 		quota, metric, value = GoogleMinuteQuota, "generativelanguage.googleapis.com/generate_content_requests", strconv.Itoa(p.PerMinute)
+	case p.TokensPerMinute > 0 && p.tokMin+tokens > p.TokensPerMinute:
+		quota, metric, value = GoogleTokenQuota, "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count", strconv.Itoa(p.TokensPerMinute)
 	default:
 		p.inMin++
 		p.inDay++
+		p.tokMin += tokens
 	}
-	p.calls = append(p.calls, GoogleCall{At: now, Accepted: quota == "", Quota: quota})
+	p.calls = append(p.calls, GoogleCall{At: now, Accepted: quota == "", Quota: quota, Tokens: tokens})
 	p.mu.Unlock()
 	if quota == "" {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"candidates":[{"content":{"parts":[{"text":"ok"}]}}]}`))
+		fmt.Fprintf(w, `{"candidates":[{"content":{"parts":[{"text":"ok"}]}}],"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d}}`, tokens, output, tokens+output)
 		return
 	}
-	retry := 60 - now.Unix()%60 // seconds to the minute's end, rounded up
+	left := int64(length) - now.UnixNano()%int64(length)
+	retry := (left + int64(time.Second) - 1) / int64(time.Second) // seconds to the minute's end, rounded up
 	body := map[string]any{"error": map[string]any{
 		"code":    429,
 		"message": "You exceeded your current quota, please check your plan and billing details.",

@@ -104,3 +104,55 @@ func TestGoogle(t *testing.T) {
 		t.Fatalf("%d calls recorded, want 10", len(calls))
 	}
 }
+
+// TestGoogleTokens: with TokensPerMinute, a call's input tokens
+// (X-Prompt-Tokens) count against the minute's tokens, a call beyond them
+// is refused naming the tokens' quota, and an accepted call's answer
+// reports its usageMetadata; a shortened Minute ends the minute sooner.
+func TestGoogleTokens(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		now = time.Date(2026, 3, 7, 12, 0, 0, 300_000_000, time.UTC)
+	)
+	p := &Google{TokensPerMinute: 100, Minute: 2 * time.Second, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	call := func(prompt, output string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
+		req.Header.Set("X-Prompt-Tokens", prompt)
+		req.Header.Set("X-Output-Tokens", output)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		return resp.StatusCode, m
+	}
+	st, m := call("60", "25")
+	u, _ := m["usageMetadata"].(map[string]any)
+	if st != http.StatusOK || u["promptTokenCount"] != 60.0 || u["candidatesTokenCount"] != 25.0 || u["totalTokenCount"] != 85.0 {
+		t.Fatalf("first call: %d %v", st, m)
+	}
+	st, m = call("41", "0")
+	if q, d := quotaOf(t, m); st != http.StatusTooManyRequests || q != GoogleTokenQuota || d != "2s" {
+		t.Fatalf("101 tokens in a minute: %d %s %s", st, q, d)
+	}
+	if st, m := call("40", "0"); st != http.StatusOK {
+		t.Fatalf("100 tokens in a minute: %d %v", st, m)
+	}
+	mu.Lock()
+	now = now.Add(1700 * time.Millisecond) // the next 2-second minute
+	mu.Unlock()
+	if st, m := call("100", "0"); st != http.StatusOK {
+		t.Fatalf("the next minute: %d %v", st, m)
+	}
+	if st, _ := call("x", "0"); st != http.StatusBadRequest {
+		t.Errorf("X-Prompt-Tokens x: %d, want 400", st)
+	}
+	if calls := p.Calls(); len(calls) != 4 || calls[0].Tokens != 60 || calls[1].Accepted {
+		t.Errorf("calls %+v", calls)
+	}
+}
