@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -322,7 +323,7 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 		}
 		return 0
 	}
-	rep, ok := c.reply(resp, call.Key)
+	rep, ok := c.httpReply(resp, call.Key)
 	if ok && rep.Status == http.StatusTooManyRequests {
 		return max(time.Duration(rep.Retry), time.Millisecond)
 	}
@@ -423,6 +424,24 @@ func (c *child) reply(resp *http.Response, key string) (Reply, bool) {
 	var rep Reply
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
 		c.errNote("provider", key, fmt.Errorf("%s: %w", resp.Status, err))
+		return Reply{}, false
+	}
+	return rep, true
+}
+
+// httpReply reads the provider's Reply to a call on KeyHTTP: from
+// replyHeader when its body is a provider's refusal (body.go), else as
+// reply does; it closes the body.
+func (c *child) httpReply(resp *http.Response, key string) (Reply, bool) {
+	h := resp.Header.Get(replyHeader)
+	if h == "" {
+		return c.reply(resp, key)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var rep Reply
+	if err := json.Unmarshal([]byte(h), &rep); err != nil {
+		c.errNote("provider", key, fmt.Errorf("%s: %s: %w", resp.Status, replyHeader, err))
 		return Reply{}, false
 	}
 	return rep, true

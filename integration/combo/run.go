@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills every process still running
-	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf()}, cfg.Args)
+	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf(), Body: sc.Body}, cfg.Args)
 	if err != nil {
 		return nil, err
 	}
