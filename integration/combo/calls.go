@@ -59,6 +59,9 @@ type caller struct {
 	c   *child
 	key keyDef
 	rng *rand.Rand
+	// pacedPause: the last 429 paused the key through pacehttp alone (the
+	// google body variant), noted; the caller makes no pause of its own.
+	pacedPause bool
 }
 
 func (c *child) caller(key string, g int) *caller {
@@ -101,6 +104,10 @@ func (cl *caller) one(ctx context.Context, kind string) {
 			return
 		}
 		cl.c.count("429")
+		if cl.pacedPause {
+			cl.pacedPause = false
+			continue
+		}
 		cl.pause(ctx, retry)
 	}
 }
@@ -325,6 +332,15 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 	}
 	rep, ok := c.httpReply(resp, call.Key)
 	if ok && rep.Status == http.StatusTooManyRequests {
+		if c.spec.Body == bodyGoogle {
+			// The wait was in the body alone, and only pacehttp paused
+			// the key for it: noted as a pause from the provider's
+			// arrival (pacehttp's starts after it) for the provider's
+			// wait (pacehttp's is RetryInfo's, rounded up to the ms),
+			// so the pause judge holds the Transport to it.
+			c.note(Note{Type: notePause, Key: call.Key, At: rep.Arrive, End: time.Now().UnixNano(), D: rep.Retry, Op: "pacehttp"})
+			cl.pacedPause = true
+		}
 		return max(time.Duration(rep.Retry), time.Millisecond)
 	}
 	return 0
