@@ -21,8 +21,9 @@ import (
 
 // The provider: an HTTP API in a process of its own that enforces each
 // key's true limit on the calls' arrival, answers 429 with Retry-After
-// beyond it, announces pauses when the runner tells it to, and records
-// every call. It is the oracle's eyes: the verdict judges its records.
+// beyond it (KeyHTTP's in the seed's body variant: body.go), announces
+// pauses when the runner tells it to, and records every call. It is the
+// oracle's eyes: the verdict judges its records.
 //
 //	POST /call      a Call (JSON); the reply is a Reply, status 200 or 429
 //	POST /announce  ?key=K&d=NS: the next call on K gets a 429 with
