@@ -314,7 +314,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if adv.Calls.Source != "" {
 				t.counted.set(rt.Key, true)
 			}
-			t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent), relativeReset(resp.Header, adv.Calls))
+			if adv.Calls.Source == "" && resp.StatusCode == http.StatusTooManyRequests {
+				// A refusal that counts nothing (a body's RetryInfo, a
+				// proxy's 429) says nothing of the count: the provider
+				// charged nothing, so the take is given back as one not
+				// sent (a probe so refused lets the next call probe). As
+				// an answer it would end the count after a window's end.
+				t.drop(ctx, rt.Key, take)
+			} else {
+				t.answer(ctx, rt.Key, take, adv.Calls, now.Sub(sent), relativeReset(resp.Header, adv.Calls))
+			}
 		}
 		for _, e := range bad {
 			var he *headerError

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -58,6 +59,9 @@ type caller struct {
 	c   *child
 	key keyDef
 	rng *rand.Rand
+	// pacedPause: the last 429 paused the key through pacehttp alone (the
+	// google body variant), noted; the caller makes no pause of its own.
+	pacedPause bool
 }
 
 func (c *child) caller(key string, g int) *caller {
@@ -100,6 +104,10 @@ func (cl *caller) one(ctx context.Context, kind string) {
 			return
 		}
 		cl.c.count("429")
+		if cl.pacedPause {
+			cl.pacedPause = false
+			continue
+		}
 		cl.pause(ctx, retry)
 	}
 }
@@ -322,8 +330,17 @@ func (cl *caller) sendHTTP(ctx context.Context, call Call) time.Duration {
 		}
 		return 0
 	}
-	rep, ok := c.reply(resp, call.Key)
+	rep, ok := c.httpReply(resp, call.Key)
 	if ok && rep.Status == http.StatusTooManyRequests {
+		if c.spec.Body == bodyGoogle {
+			// The wait was in the body alone, and only pacehttp paused
+			// the key for it: noted as a pause from the provider's
+			// arrival (pacehttp's starts after it) for the provider's
+			// wait (pacehttp's is RetryInfo's, rounded up to the ms),
+			// so the pause judge holds the Transport to it.
+			c.note(Note{Type: notePause, Key: call.Key, At: rep.Arrive, End: time.Now().UnixNano(), D: rep.Retry, Op: "pacehttp"})
+			cl.pacedPause = true
+		}
 		return max(time.Duration(rep.Retry), time.Millisecond)
 	}
 	return 0
@@ -423,6 +440,24 @@ func (c *child) reply(resp *http.Response, key string) (Reply, bool) {
 	var rep Reply
 	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
 		c.errNote("provider", key, fmt.Errorf("%s: %w", resp.Status, err))
+		return Reply{}, false
+	}
+	return rep, true
+}
+
+// httpReply reads the provider's Reply to a call on KeyHTTP: from
+// replyHeader when its body is a provider's refusal (body.go), else as
+// reply does; it closes the body.
+func (c *child) httpReply(resp *http.Response, key string) (Reply, bool) {
+	h := resp.Header.Get(replyHeader)
+	if h == "" {
+		return c.reply(resp, key)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	var rep Reply
+	if err := json.Unmarshal([]byte(h), &rep); err != nil {
+		c.errNote("provider", key, fmt.Errorf("%s: %s: %w", resp.Status, replyHeader, err))
 		return Reply{}, false
 	}
 	return rep, true

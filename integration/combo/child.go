@@ -32,6 +32,8 @@ type ChildSpec struct {
 	// Script, if set, makes the process a Python child: it execs
 	// pythonBin on this script (python.go).
 	Script string `json:",omitempty"`
+	// Body is the seed's body variant of KeyHTTP's refusals (body.go).
+	Body string `json:",omitempty"`
 }
 
 // The fleet's demand, per process: goroutines that call the Sliding key and
@@ -131,7 +133,11 @@ func childMain(spec ChildSpec) error {
 			return pacehttp.Route{Key: KeyHTTP, Policy: httpFleet, Cost: reserve.Cost{unitRequests: 1}}, nil
 		},
 		MaxRetries: -1,
-		Logger:     slog.New(stderr),
+		// Every 429 of the provider says how long to wait (Retry-After,
+		// or RetryInfo in the google body variant): a Transport that
+		// missed it would pause only this, which the pause judge sees.
+		DefaultWait: time.Millisecond,
+		Logger:      slog.New(stderr),
 	})
 	if err != nil {
 		return err

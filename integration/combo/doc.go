@@ -62,8 +62,9 @@
 //     failure needs the Python processes;
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
-//     reports the pacehttp key's window in GitHub's x-ratelimit-* headers,
-//     and records every call with the slot the caller's reservation gave it
+//     reports the pacehttp key's window in the seed's dialect (dialect.go)
+//     and answers its 429s with the seed's body (body.go: OpenAI's error,
+//     or Google's RetryInfo with no header at all), and records every call with the slot the caller's reservation gave it
 //     (for a call through pacehttp, the slot it was sent on, which the
 //     child's hook.Sending sees and its Base sends in a header).
 //

@@ -21,8 +21,9 @@ import (
 
 // The provider: an HTTP API in a process of its own that enforces each
 // key's true limit on the calls' arrival, answers 429 with Retry-After
-// beyond it, announces pauses when the runner tells it to, and records
-// every call. It is the oracle's eyes: the verdict judges its records.
+// beyond it (KeyHTTP's in the seed's body variant: body.go), announces
+// pauses when the runner tells it to, and records every call. It is the
+// oracle's eyes: the verdict judges its records.
 //
 //	POST /call      a Call (JSON); the reply is a Reply, status 200 or 429
 //	POST /announce  ?key=K&d=NS: the next call on K gets a 429 with
@@ -42,6 +43,7 @@ const (
 
 type provider struct {
 	dialect string // KeyHTTP's counts' (dialect.go)
+	body    string // KeyHTTP's refusals' body (body.go)
 
 	mu      sync.Mutex
 	keys    map[string]*providerKey
@@ -60,10 +62,11 @@ type providerKey struct {
 // providerSpec is what the runner tells the provider.
 type providerSpec struct {
 	Dialect string // KeyHTTP's counts' dialect (internal/provider's)
+	Body    string // KeyHTTP's refusals' body variant (body.go)
 }
 
-func newProvider(dialect string) *provider {
-	p := &provider{dialect: dialect, keys: map[string]*providerKey{}}
+func newProvider(dialect, body string) *provider {
+	p := &provider{dialect: dialect, body: body, keys: map[string]*providerKey{}}
 	for name, def := range keyDefs {
 		pk := &providerKey{bands: bandsOf(def.pol), used: map[int]float64{}, windows: map[int]int64{}}
 		pk.tat = make([]float64, len(pk.bands))
@@ -79,7 +82,7 @@ func providerMain(spec providerSpec) error {
 	if err != nil {
 		return err
 	}
-	p := newProvider(spec.Dialect)
+	p := newProvider(spec.Dialect, spec.Body)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /call", p.handleCall)
 	mux.HandleFunc("POST /announce", p.handleAnnounce)
@@ -127,15 +130,37 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown key "+strconv.Quote(c.Key), http.StatusBadRequest)
 		return
 	}
-	if rep.count != nil {
+	p.answer(w, c.Key, rep)
+}
+
+// answer writes rep, the answer to a call on key: the counts of KeyHTTP's
+// window in the seed's dialect, Retry-After on a 429, and the Reply as the
+// body; or, for KeyHTTP's 429s in a body variant (body.go), the provider's
+// body with the Reply in replyHeader (and in bodyGoogle no rate-limit
+// header at all).
+func (p *provider) answer(w http.ResponseWriter, key string, rep Reply) {
+	refused := rep.Status == http.StatusTooManyRequests
+	var body []byte
+	ctype := "application/json"
+	if httpRefused(p.body, key, rep.Status) {
+		body, ctype = refusalBody(p.body, rep, p.keys[key].countedQuota())
+	}
+	if rep.count != nil && !(body != nil && p.body == bodyGoogle) {
 		// The window's quota, what is left of it, and its end, in the
 		// seed's dialect.
 		iprovider.CountHeaders(w.Header(), p.dialect, int64(rep.count.n), int64(max(0, rep.count.left)), rep.count.per,
-			time.Unix(0, rep.count.end), time.Unix(0, rep.Arrive), rep.Status == http.StatusTooManyRequests)
+			time.Unix(0, rep.count.end), time.Unix(0, rep.Arrive), refused)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	if rep.Status == http.StatusTooManyRequests {
+	w.Header().Set("Content-Type", ctype)
+	if refused && !(body != nil && p.body == bodyGoogle) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(time.Duration(rep.Retry).Seconds()))))
+	}
+	if body != nil {
+		r, _ := json.Marshal(rep)
+		w.Header().Set(replyHeader, string(r))
+		w.WriteHeader(rep.Status)
+		_, _ = w.Write(body)
+		return
 	}
 	w.WriteHeader(rep.Status)
 	_ = json.NewEncoder(w).Encode(rep)

@@ -39,7 +39,7 @@ func (res *Result) Progress() string {
 			py = append(py, l.ID)
 		}
 	}
-	tp = append(tp, "http "+res.Scenario.dialectOf())
+	tp = append(tp, "http "+res.Scenario.dialectOf()+" body "+res.Scenario.bodyOf())
 	switch {
 	case res.PythonSkipped != "":
 		tp = append(tp, "python skipped")
@@ -67,7 +67,7 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		if res.PythonSkipped != "" {
 			fmt.Fprintf(w, "  %s\n", res.PythonSkipped)
 		}
-		fmt.Fprintf(w, "  http    %s's dialect for %s's counts\n", res.Scenario.dialectOf(), KeyHTTP)
+		fmt.Fprintf(w, "  http    %s's dialect for %s's counts, %s body in its 429s\n", res.Scenario.dialectOf(), KeyHTTP, res.Scenario.bodyOf())
 		for _, e := range res.Scenario.Events {
 			fmt.Fprintf(w, "  planned %s\n", e)
 		}

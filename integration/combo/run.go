@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills every process still running
-	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf()}, cfg.Args)
+	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf(), Body: sc.Body}, cfg.Args)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	if gen > 0 {
 		id += string(rune('a' + gen))
 	}
-	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url}
+	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body}
 	python := r.script != "" && r.sc.isPython(slot)
 	if python {
 		spec.Script = r.script

@@ -112,8 +112,11 @@ type Scenario struct {
 	Python []int `json:",omitempty"`
 	// Dialect: the dialect the provider reports KeyHTTP's window in
 	// (dialect.go), drawn from a stream of its own.
-	Dialect string  `json:",omitempty"`
-	Events  []Event // sorted by At
+	Dialect string `json:",omitempty"`
+	// Body: what KeyHTTP's refusals carry in their body (body.go), drawn
+	// from a stream of its own.
+	Body   string  `json:",omitempty"`
+	Events []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration
@@ -137,6 +140,7 @@ func Generate(seed uint64) Scenario {
 	sc.widen()
 	sc.Python = pythonSlots(seed, sc.Procs)
 	sc.Dialect = httpDialect(seed)
+	sc.Body = httpBody(seed, sc.Dialect)
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }
