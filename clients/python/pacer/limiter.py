@@ -1043,10 +1043,12 @@ class Limiter:
                         v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
                         rep = protocol.decode_reserve(v)
                         self._saw(key, rep.state, rep.stored, None)
-                    if st.local_pause_ns > now:
-                        d_us = (st.local_pause_ns - now + 999) // 1000
-                        self.scripts.run(self.redis, "Pause", [k, k + ":limit"],
-                                         protocol.common_args(self._share() or "1", None, fmt=self._format) + [str(d_us)])
+                # A pause made locally, on any key (one this process only
+                # paused has no policy here): handed back.
+                if st.local_pause_ns > now:
+                    d_us = (st.local_pause_ns - now + 999) // 1000
+                    self.scripts.run(self.redis, "Pause", [k, k + ":limit"],
+                                     protocol.common_args(self._share() or "1", None, fmt=self._format) + [str(d_us)])
                 for op, slot, seq, costs, actual, pol in list(st.pending):
                     self.scripts.run(self.redis, "Adjust", [k, k + ":limit", k + ":done"],
                                      protocol.adjust_args(protocol.common_args(self._share() or "1", pol, fmt=self._format),

@@ -336,6 +336,29 @@ class FallbackTest(unittest.TestCase):
         r = a.reserve("w", pol, {"requests": 1})
         self.assertGreaterEqual(r.slot_ns, st.pause_end_ns)
 
+    def test_handback_of_a_pause_on_a_key_never_reserved(self) -> None:
+        """A pause made locally on a key this process never reserved on
+        (a provider's 429 for a key it only pauses) is handed back to a
+        Redis restarted empty, as Go's is (combination runner, seed 26: a
+        Python process paused fair.example while Redis restarted empty, and
+        a Go process back on Redis did not honour it)."""
+        a = self.limiter("a")
+        a._beat()
+        self.srv.stop()
+        a.reserve("other", Limit(10, 1))  # local now
+        self.assertTrue(a.is_local)
+        a.pause("p", 3.0)
+        k = "pacer:{p}"
+        raw = a._store.execute_command("GET", k)
+        pause_end = protocol.parse_state(raw.decode() if isinstance(raw, bytes) else raw).pause_end_ns
+        self.srv.start()  # empty
+        a._beat()
+        self.assertFalse(a.is_local)
+        got = self.c.get(k)
+        self.assertIsNotNone(got, "the local pause never reached Redis")
+        st = protocol.parse_state(got.decode())
+        self.assertGreaterEqual(st.pause_end_ns, pause_end - 1000, "the local pause, handed back (to the µs)")
+
     def test_out_of_memory_is_an_outage(self) -> None:
         """A Redis at its maxmemory (noeviction) refuses the scripts' writes
         with OOM: an outage, as for Go's Limiter (reserve/call.go's
