@@ -174,6 +174,7 @@ type Transport struct {
 	rates   rateCache // with Options.Adaptive: each key's learned rate
 	warned  warnings  // malformed headers logged, per key and header
 	counted counted   // keys whose answers report a quota of calls
+	buckets counted   // keys whose quota of calls the count reads as a bucket refilled continuously
 	gates   gates     // with Options.Adaptive: each key's requests in turn
 }
 
