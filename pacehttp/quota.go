@@ -21,7 +21,8 @@ import (
 // reported a quota of calls (Advice.Calls), every call on it takes one from
 // the fleet's count in Redis before it is sent, and reports its answer.
 // lua/quota.lua keeps the count: the calls the provider said were left,
-// less those in flight, spread over the time to the reset.
+// less those in flight, spread over the time to the reset (a window), or
+// paced at the refill rate (a bucket its answers showed).
 
 var quotaScript = redis.NewScript(lua.Quota)
 
