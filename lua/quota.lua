@@ -215,6 +215,8 @@ if op == 'drop' then
   if f == 0 and e > 0 and id >= w then
     d = d + 1
     b = b + 1
+  elseif f > 0 and id > 0 then
+    b = b + 1 -- a bucket: the unit it took is back
   end
   save()
   return 1

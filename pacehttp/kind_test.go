@@ -91,6 +91,12 @@ func TestQuotaTellsBucket(t *testing.T) {
 	if id == 0 || !known || wait < 99*time.Second || wait > 150*time.Second {
 		t.Fatalf("an empty bucket refilled at 1 call per 100 s: take number %d, known %v, wait %v; want a take after about 100 s, not 600", id, known, wait)
 	}
+	// A take not sent gives its turn back: the next take has it.
+	tr.drop(context.Background(), "k", id)
+	again, id2, _ := takeOnce(t, tr, "k")
+	if id2 == 0 || again > wait {
+		t.Fatalf("a take dropped, then another: number %d, wait %v; want the dropped one's turn, %v", id2, again, wait)
+	}
 }
 
 // TestQuotaTellsWindow: a fixed window's answers (its end fixed, the calls
