@@ -235,7 +235,7 @@ end
 -- A quota whose reset is when it is whole again: the refill rates this
 -- answer allows, if a bucket (see the top).
 local used = limit - left
-if refill == '1' and limit > 0 and left >= 0 and used >= 0 and k ~= 1 and reset >= 2 * unc2 then
+if refill == '1' and limit > 0 and left >= 0 and used >= 0 and k ~= 1 and reset > 0 and reset >= 2 * unc2 then
   if used > 1 then
     q = math.max(q, (used - 1) / (reset + unc2))
   end

@@ -180,3 +180,22 @@ func TestQuotaTellsAnthropicWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaTellsNothingFromZero: an answer with a reset of 0 and no
+// rounding (a full bucket, exact) tells no rate: no division by zero, the
+// kind not known.
+func TestQuotaTellsNothingFromZero(t *testing.T) {
+	tr, s := quotaTransport(t)
+	for range 10 {
+		if _, err := tr.runQuota(context.Background(), "z", "answer", 1000, 0, 5, 0, 10, "1", 1, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.Client.HGetAll(context.Background(), tr.quotaKeys("z")[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["k"] != "0" || m["q"] != "0" || m["h"] != "-1" || m["m"] != "0" {
+		t.Fatalf("answers with a reset of 0: state %v; want nothing told", m)
+	}
+}
