@@ -17,11 +17,30 @@
 --     (the probe) goes first, alone, and its answer tells the new window:
 --     a provider's reset rounded to a second may end the window early or
 --     late, and only its answer says which.
---   - a refilling bucket (the reset is when it is full again): the calls
---     left now, then the refill rate, (limit - left) / reset, in order, each
---     call waiting for its own. pacehttp no longer answers with it (it
---     counts OpenAI's and Anthropic's quotas as fixed windows, which may be
---     either); it stays for the answers of earlier releases.
+--   - a refilling bucket: the calls left now, then the refill, in order,
+--     each call waiting for its own.
+-- A quota whose reset is the time until it is whole again (OpenAI's,
+-- Anthropic's: ARGV[7] 1) may be either: a bucket refilled continuously
+-- (full again at the reset) or a fixed window (whole again at its end).
+-- The answers tell them apart. A bucket refills at one rate, so every
+-- answer's used calls over its reset, (limit - left) / reset, is that rate
+-- up to the rounding: with left rounded down and the reset within unc2
+-- (ARGV[10]) of the truth, the rate lies in
+-- [(limit - left - 1) / (reset + unc2), (limit - left) / (reset - unc2)].
+-- In a window the same ratio grows as the window runs out (more used, less
+-- time left), from 0 to the whole quota over what is left of the window:
+-- two answers of one window with different counts used, further apart in
+-- time than the rounding, have disjoint ranges. An answer whose reset is
+-- below twice its rounding tells nothing (its range is too wide). The
+-- count keeps the ranges' intersection, whatever order the answers come
+-- in: once it is empty, the quota is a window, for good; once at least 8
+-- answers with at least two different counts used share a range of rates
+-- above 0 and no wider than twice its least, it is a bucket, paced at the
+-- least rate the answers allow (never above its true rate),
+-- until an answer no bucket at that rate sends makes it a window. Until
+-- then it is counted as a window: the window's reading never sends more
+-- than either kind allows (a bucket holds at least what it said was left,
+-- less what was spent since), it only uses less of a bucket.
 -- Each call counted is one less to take, when it is taken. With a window's
 -- quota known (its limit), the calls left are the quota less the window's
 -- takes and less what others spent, which every answer bounds from below:
@@ -52,6 +71,12 @@
 --            x  fixed window of a known quota: the calls others spent in it,
 --               at the least (see below)
 --            d  fixed window: its takes dropped (not sent)
+--            k  a quota whose reset is when it is whole again: 0 its kind
+--               not known (counted as a window), 1 a window, 2 a bucket
+--            q, h  the refill rates (per ms) its answers allow: at least q,
+--               at most h (-1: no bound yet)
+--            m  its answers read (that tell something); y, z  the fewest
+--               and most calls used they said
 -- KEYS[2]  the takes in flight, a sorted set: member the take's number,
 --          score when it lapses unanswered (Unix ms)
 -- ARGV[1]  "take", "answer" or "drop"
@@ -65,11 +90,15 @@
 --          take no more until an answer counts.
 -- answer:  ARGV[3] the take answered (0: a call not taken), ARGV[4] the
 --          calls left (-1: the answer counts nothing), ARGV[5] reset ms,
---          ARGV[6] limit (0: unknown), ARGV[7] 1 for a refilling bucket,
---          ARGV[8] the call's round trip, ms, ARGV[9] how much earlier the
---          reset may be than it says, ms
+--          ARGV[6] limit (0: unknown), ARGV[7] 1 for a quota whose reset
+--          is when it is whole again (a bucket or a window, told apart as
+--          above), ARGV[8] the call's round trip, ms, ARGV[9] how much
+--          earlier the reset may be than it says, ms, ARGV[10] (optional,
+--          default ARGV[9]) how far the reset may be from the time until
+--          the quota is whole again, as of when left was counted, ms
 -- drop:    ARGV[3] the take not sent
--- Reply of answer and drop: 1
+-- Reply of answer: 2 when the quota is read as a bucket, else 1.
+-- Reply of drop: 1
 -- Errors   PACER_ARG, PACER_WRONGTYPE
 
 local op = ARGV[1]
@@ -81,7 +110,7 @@ end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
 
-local raw = redis.pcall('HMGET', KEYS[1], 'o', 's', 'w', 'e', 'b', 'n', 'p', 'r', 'l', 'f', 't', 'x', 'd')
+local raw = redis.pcall('HMGET', KEYS[1], 'o', 's', 'w', 'e', 'b', 'n', 'p', 'r', 'l', 'f', 't', 'x', 'd', 'k', 'q', 'h', 'm', 'y', 'z')
 if raw.err then
   return redis.error_reply('PACER_WRONGTYPE the quota key holds another type')
 end
@@ -103,13 +132,20 @@ local f = tonumber(raw[10]) or 0
 local t = tonumber(raw[11]) or 0
 local x = tonumber(raw[12]) or 0
 local d = tonumber(raw[13]) or 0
+local k = tonumber(raw[14]) or 0
+local q = tonumber(raw[15]) or 0
+local h = tonumber(raw[16]) or -1
+local m = tonumber(raw[17]) or 0
+local y = tonumber(raw[18]) or 0
+local z = tonumber(raw[19]) or 0
 
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 
 local function save()
   redis.call('HSET', KEYS[1], 'o', string.format('%.3f', o), 's', s, 'w', w, 'e', string.format('%.3f', e), 'b', string.format('%.17g', b),
     'n', string.format('%.3f', n), 'p', string.format('%.3f', p), 'r', string.format('%.3f', r), 'l', l,
-    'f', string.format('%.17g', f), 't', string.format('%.3f', t), 'x', x, 'd', d)
+    'f', string.format('%.17g', f), 't', string.format('%.3f', t), 'x', x, 'd', d,
+    'k', k, 'q', string.format('%.17g', q), 'h', string.format('%.17g', h), 'm', m, 'y', y, 'z', z)
   local ttl = math.floor(math.max(keep, e - now + keep))
   redis.call('PEXPIRE', KEYS[1], ttl)
   if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -179,6 +215,8 @@ if op == 'drop' then
   if f == 0 and e > 0 and id >= w then
     d = d + 1
     b = b + 1
+  elseif f > 0 and id > 0 then
+    b = b + 1 -- a bucket: the unit it took is back
   end
   save()
   return 1
@@ -186,9 +224,40 @@ end
 
 local left, reset, limit, refill, rtt = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
 local unc = tonumber(ARGV[9])
-if not left or not reset or not limit or not rtt or not unc or reset < 0 or limit < 0 or rtt < 0 or unc < 0
-    or (refill ~= '0' and refill ~= '1') then
+local unc2 = unc
+if ARGV[10] ~= nil then
+  unc2 = tonumber(ARGV[10])
+end
+if not left or not reset or not limit or not rtt or not unc or not unc2 or reset < 0 or limit < 0 or rtt < 0 or unc < 0
+    or unc2 < 0 or (refill ~= '0' and refill ~= '1') then
   return redis.error_reply('PACER_ARG bad quota answer')
+end
+-- A quota whose reset is when it is whole again: the refill rates this
+-- answer allows, if a bucket (see the top).
+local used = limit - left
+if refill == '1' and limit > 0 and left >= 0 and used >= 0 and k ~= 1 and reset > 0 and reset >= 2 * unc2 then
+  if used > 1 then
+    q = math.max(q, (used - 1) / (reset + unc2))
+  end
+  local hi = used / (reset - unc2)
+  if h < 0 or hi < h then
+    h = hi
+  end
+  if m == 0 then
+    y, z = used, used
+  else
+    y, z = math.min(y, used), math.max(z, used)
+  end
+  m = m + 1
+  if h >= 0 and q > h then
+    k = 1 -- no one rate: a window, for good
+  elseif k == 0 and m >= 8 and q > 0 and h >= 0 and h <= 2 * q and z > y then
+    k = 2
+  end
+end
+local kind = 1
+if k == 2 then
+  kind = 2
 end
 if rtt > 0 then
   if r == 0 then
@@ -197,9 +266,9 @@ if rtt > 0 then
     r = 0.8 * r + 0.2 * rtt
   end
 end
-if f == 0 and id > 0 and id < w then
+if f == 0 and id > 0 and id < w and k ~= 2 then
   save() -- an answer from before the window: it counts nothing of it
-  return 1
+  return kind
 end
 if p > 0 then
   p = 0 -- the probe's answer (or a later one): the window is known
@@ -209,33 +278,27 @@ if left < 0 then
     e = 0 -- no count after the window: the provider stopped counting
   end
   save()
-  return 1
+  return kind
 end
 
 local inflight = redis.call('ZCARD', KEYS[2])
 local avail = left - inflight
-if refill == '1' and limit > 0 and reset > 0 and left < limit then
-  -- A refilling bucket: left now, full again in reset.
+if refill == '1' and k == 2 then
+  -- A bucket: its level is what was left, refilled since at the least
+  -- rate the answers allow, and no more than this answer says is left.
   if f > 0 then
     b = math.min(math.min(l, b + f * (now - t)), avail)
   else
     b = avail
   end
-  f = (limit - left) / reset
+  f = q
   l = limit
   t = now
   e = 0
-elseif refill == '1' then
-  -- A full bucket: no refill to read. At the rate known, its level; with
-  -- none known yet, nothing to pace by.
-  if f > 0 then
-    l = math.max(l, limit)
-    b = math.min(math.min(l, b + f * (now - t)), avail)
-    t = now
-  else
-    e = 0
-  end
 else
+  if f > 0 then
+    e = 0 -- a bucket no more: a new window
+  end
   f = 0
   if e <= now then
     -- A new window.
@@ -266,4 +329,4 @@ else
   end
 end
 save()
-return 1
+return kind

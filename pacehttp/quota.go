@@ -21,7 +21,8 @@ import (
 // reported a quota of calls (Advice.Calls), every call on it takes one from
 // the fleet's count in Redis before it is sent, and reports its answer.
 // lua/quota.lua keeps the count: the calls the provider said were left,
-// less those in flight, spread over the time to the reset.
+// less those in flight, spread over the time to the reset (a window), or
+// paced at the refill rate (a bucket its answers showed).
 
 var quotaScript = redis.NewScript(lua.Quota)
 
@@ -179,34 +180,48 @@ func (t *Transport) drop(ctx context.Context, key string, id int64) {
 // key was counted): the quota of calls it reports, if any, and the call's
 // round trip.
 //
-// Every quota of calls is counted as a fixed window that ends at its reset,
-// OpenAI's and Anthropic's too (Quota.Refill). Their headers give the time
-// until the quota is whole again, which a fixed window (the whole quota
-// back at its end) and a bucket refilled continuously both send, and the
-// two cannot be told apart from an answer. A window's count is right for
-// both: a bucket holds at least what it said was left, less what was spent
-// since, until it is full, so the fleet never sends more than either
-// allows, and it spends a bucket's refill too, window after window, at the
-// bucket's rate on average. The bucket's count (lua/quota.lua's refill, at
-// (limit - left) / reset) sent a fixed window's calls at that rate after
-// its quota was spent, into refusals until its end.
+// OpenAI's and Anthropic's quotas (Quota.Refill) give the time until the
+// quota is whole again, which a bucket refilled continuously (full again
+// then) and a fixed window (whole again at its end) both send. The count
+// tells them apart from the answers (lua/quota.lua: in a bucket every
+// answer's (limit - left) / reset is its one refill rate, up to the
+// rounding; in a window it grows as the window runs out), and counts the
+// quota as a window until it knows: a window's count never sends more than
+// either allows. Counted as a window, a bucket refilled continuously ran a
+// fleet at 28-45% of its quota (examples/llm: after each reset one call
+// alone); counted as a bucket at (limit - left) / reset, a fixed window's
+// calls went into refusals once its quota was spent.
 //
 // A reset given as a delay (relative) counts from when the provider wrote
 // it, somewhere in the call's round trip: see below.
 func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, rtt time.Duration, relative bool) {
-	left := int64(-1)
+	left, refill := int64(-1), "0"
 	if q.Source != "" {
 		left = q.Remaining
 	}
 	// A reset beyond MaxWait is cut to it, as a wait the provider asks for
-	// is: no call sleeps longer for a count.
+	// is: no call sleeps longer for a count. A reset cut says nothing of a
+	// bucket's rate: it is counted as a window's.
 	reset := min(q.Reset, t.opts.MaxWait)
+	if q.Refill && q.Source != "" && q.Limit > 0 && reset == q.Reset {
+		refill = "1"
+	}
 	// A reset in whole seconds is taken as rounded up (express-rate-limit,
 	// the IETF drafts' examples): the window may end up to a second
 	// earlier. One from a Unix time (GitHub) is exact to the millisecond.
 	unc := time.Millisecond
 	if reset%time.Second == 0 {
 		unc = time.Second
+	}
+	// How far the reset may be from the time until the quota is whole
+	// again, as of when the provider counted what is left (for telling a
+	// bucket from a window): a delay (OpenAI's) is written with the count,
+	// up to its rounding (whole seconds, rounded either way, from 1 s up);
+	// a time (Anthropic's RFC 3339, in whole seconds) is read against this
+	// clock, after the round trip.
+	unc2 := unc
+	if !relative {
+		unc2 = time.Second + rtt
 	}
 	if relative {
 		// A delay counts from when the provider wrote it, within the
@@ -223,9 +238,13 @@ func (t *Transport) answer(ctx context.Context, key string, id int64, q Quota, r
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
 	}
-	_, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, "0", ms(rtt), ms(unc))
+	res, err := t.runQuota(context.WithoutCancel(ctx), key, "answer", quotaKeep.Milliseconds(), id, left, ms(reset), q.Limit, refill, ms(rtt), ms(unc), ms(unc2))
 	if err != nil && !errors.Is(err, reserve.ErrUnavailable) {
 		t.opts.Logger.Warn("pacehttp: could not update the provider's count", "key", key, "err", err)
+	}
+	if err == nil && refill == "1" {
+		n, _ := res.(int64)
+		t.buckets.set(key, n == 2)
 	}
 }
 

@@ -115,9 +115,11 @@ type Options struct {
 	// the calls left, less those in flight, spread evenly over the time to
 	// the reset, a tenth of them at once; when none are left, calls wait for
 	// the reset, and the first one after it goes alone, to learn the new
-	// window; OpenAI's and Anthropic's quotas are counted as windows ending
-	// at their reset too (safe for a bucket that refills continuously as
-	// well). A call waits for the count first, then for its slot of the
+	// window. OpenAI's and Anthropic's quotas, whose reset is when they are
+	// whole again, are counted as such windows until their answers show a
+	// bucket refilled continuously (one refill rate for all of them), which
+	// is then paced at that rate, each call in its turn (docs/http.md). A
+	// call waits for the count first, then for its slot of the
 	// Limit, so the count never sends a call off the Limit's schedule or
 	// into a pause. This costs two more Redis calls per
 	// request on such a key. The count is of calls: a quota of tokens still
@@ -174,6 +176,7 @@ type Transport struct {
 	rates   rateCache // with Options.Adaptive: each key's learned rate
 	warned  warnings  // malformed headers logged, per key and header
 	counted counted   // keys whose answers report a quota of calls
+	buckets counted   // keys whose quota of calls the count reads as a bucket refilled continuously
 	gates   gates     // with Options.Adaptive: each key's requests in turn
 }
 

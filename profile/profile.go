@@ -279,14 +279,17 @@ func WithCall(ctx context.Context, c Call) context.Context {
 // fields (Base, Logger, ...) on the result.
 //
 // For the LLM providers it sets IgnoreCounts: their bands are the
-// provider's buckets already, and pacehttp's count of calls reads the
-// reset of a bucket refilled continuously (the time until it is full
-// again) as the end of a window, after which one call goes alone: against
-// internal/provider's LLM model it held a fleet of 3 processes × 8
-// workers to 28-37% of the TPM quota (docs/profiles.md). Pauses on a 429
-// and on a quota the headers report exhausted stay. For Shopify it sets
-// ShopifyThrottle and RetryUnsafe (see Shopify); for Gemini, MaxWait
-// and DailyReset (see Gemini).
+// provider's buckets already, and pacehttp's count of calls, which tells a
+// bucket refilled continuously from a fixed window by the answers, cannot
+// tell the buckets these providers may keep: a quota enforced per second
+// holds a second's worth while the headers give the minute's limit (read
+// as a window: OpenAI's profile at 24.5% of TPM with the counts), and
+// Anthropic's resets in whole seconds are too coarse for buckets full
+// again within a second or two (50.6% of its binding quota); Azure's
+// headers give no reset, so there is nothing to count (docs/profiles.md).
+// Pauses on a 429 and on a quota the headers report exhausted stay. For
+// Shopify it sets ShopifyThrottle and RetryUnsafe (see Shopify); for
+// Gemini, MaxWait and DailyReset (see Gemini).
 func (p *Profile) Options() pacehttp.Options {
 	o := pacehttp.Options{Route: p.route, IgnoreCounts: !p.counts, ShopifyThrottle: p.shopify, RetryUnsafe: p.shopify}
 	if p.usage != nil {
