@@ -101,5 +101,5 @@ func ExampleShopify() {
 	resp.Body.Close()
 	fmt.Println(resp.Status, shopify.Key, shopify.Policy)
 	// Output:
-	// 200 OK example.myshopify.com/admin/api/graphql points: 100/s, burst 2000
+	// 200 OK example.myshopify.com/admin/api/graphql points: 100/s, burst 1975
 }

@@ -48,9 +48,14 @@ type ShopifyLimits struct {
 // throttleStatus and give them. It assumes nothing else calls the API for
 // the same app on the same store outside the fleet.
 //
-// The policy is one bucket band, "points", exactly Shopify's: Maximum
-// points at RestoreRate a second (Settings.Burst does not apply: Shopify
-// enforces no shorter period). A Call's Input is the query's requested
+// The policy is one bucket band, "points": Shopify's, RestoreRate points
+// a second, holding Maximum less ShopifyLate of RestoreRate (Settings.Burst
+// does not apply: Shopify enforces no shorter period). That margin is for
+// a query that reaches Shopify late after its slot (a loaded machine, a
+// slow network): Shopify's bucket, full meanwhile, did not take its
+// points while pacer counted them restored, and the next query, on time,
+// would find less than its requested cost (a fleet test on a loaded
+// machine had 1 of 17 queries throttled with the whole Maximum). A Call's Input is the query's requested
 // cost in points (known before the call: a previous answer's
 // requestedQueryCost for the same query, or computed from the schema's
 // costs); Output is not used. The answer's actualQueryCost settles it
@@ -66,6 +71,11 @@ type ShopifyLimits struct {
 // RetryUnsafe: GraphQL calls are POSTs, and pacehttp retries only the
 // refusals (THROTTLED, a 429, a 503 asking for a wait), which Shopify did
 // not run. Shopify's answers carry no count of calls.
+// ShopifyLate is how late after its slot a query may reach Shopify and
+// still find its requested cost in Shopify's bucket: the Shopify profile's
+// bucket holds that much of RestoreRate less than Maximum.
+const ShopifyLate = 250 * time.Millisecond
+
 func Shopify(l ShopifyLimits, s Settings) (*Profile, error) {
 	s, err := s.check()
 	if err != nil {
@@ -80,9 +90,13 @@ func Shopify(l ShopifyLimits, s Settings) (*Profile, error) {
 	if l.Shop == "" || strings.ContainsAny(l.Shop, "/ ") || math.IsNaN(l.RestoreRate) || math.IsInf(l.RestoreRate, 0) || l.RestoreRate <= 0 || l.Maximum < 1 {
 		return nil, fmt.Errorf("%w: Shopify %+v: want a Shop domain (no slash), RestoreRate > 0 and Maximum >= 1", ErrInvalid, l)
 	}
+	burst := l.Maximum - int(math.Ceil(l.RestoreRate*ShopifyLate.Seconds()))
+	if burst < 1 {
+		return nil, fmt.Errorf("%w: Shopify %+v: Maximum must be above %v of RestoreRate (ShopifyLate, a late query's margin)", ErrInvalid, l, ShopifyLate)
+	}
 	return &Profile{
 		Name: "shopify", Key: l.Shop + "/admin/api/graphql", Settings: s, shopify: true, exact: true,
-		Policy: reserve.Policy{{Name: "points", Limit: reserve.Limit{Rate: l.RestoreRate, Burst: l.Maximum}}},
+		Policy: reserve.Policy{{Name: "points", Limit: reserve.Limit{Rate: l.RestoreRate, Burst: burst}}},
 		cost: func(c Call) reserve.Cost {
 			return reserve.Cost{"points": math.Ceil(c.Input)}
 		},

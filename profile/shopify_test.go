@@ -10,24 +10,26 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
-// TestShopifyProfile: Shopify's policy is its bucket, exactly; a call
+// TestShopifyProfile: Shopify's policy is its bucket less ShopifyLate of
+// its rate (a late query's margin); a call
 // costs its requested points, settles its actual cost without the
 // credit; the options read THROTTLED and retry POSTs; bad limits are an
 // error.
 func TestShopifyProfile(t *testing.T) {
 	std, err := Shopify(ShopifyLimits{Shop: "pacer.myshopify.com"}, Settings{})
 	check(t, std, err, "pacer.myshopify.com/admin/api/graphql", reserve.Policy{
-		{Name: "points", Limit: reserve.Limit{Rate: 100, Burst: 2000}}})
+		{Name: "points", Limit: reserve.Limit{Rate: 100, Burst: 2000 - 25}}})
 	plus, err := Shopify(ShopifyLimits{Shop: "p.myshopify.com", Maximum: 10_000, RestoreRate: 500}, Settings{})
 	check(t, plus, err, "p.myshopify.com/admin/api/graphql", reserve.Policy{
-		{Name: "points", Limit: reserve.Limit{Rate: 500, Burst: 10_000}}})
+		{Name: "points", Limit: reserve.Limit{Rate: 500, Burst: 10_000 - 125}}})
 
 	for name, l := range map[string]ShopifyLimits{
-		"no shop":          {},
-		"shop with a path": {Shop: "p.myshopify.com/admin"},
-		"rate negative":    {Shop: "p", RestoreRate: -1},
-		"maximum negative": {Shop: "p", Maximum: -1},
-		"rate tiny":        {Shop: "p", RestoreRate: 0.01}, // a default Maximum of 0 points
+		"no shop":                        {},
+		"shop with a path":               {Shop: "p.myshopify.com/admin"},
+		"rate negative":                  {Shop: "p", RestoreRate: -1},
+		"maximum negative":               {Shop: "p", Maximum: -1},
+		"maximum within the late margin": {Shop: "p", Maximum: 25, RestoreRate: 100},
+		"rate tiny":                      {Shop: "p", RestoreRate: 0.01}, // a default Maximum of 0 points
 	} {
 		if p, err := Shopify(l, Settings{}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, %v; want an error matching ErrInvalid", name, p, err)
