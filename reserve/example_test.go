@@ -179,9 +179,9 @@ func ExampleLimiter_Pause_refused() {
 		log.Fatal(err)
 	}
 	defer limiter.Close()
-	llm := reserve.Policy{
-		{Name: "requests", Window: reserve.Window{N: 500, Length: time.Minute}},
-		{Name: "tokens", Limit: reserve.Limit{Rate: 500, Burst: 30_000}},
+	llm := reserve.Policy{ // 5,000 requests and 450,000 tokens a minute, replenished continuously
+		{Name: "requests", Limit: reserve.Limit{Rate: 5_000.0 / 60, Burst: 25}},
+		{Name: "tokens", Limit: reserve.Limit{Rate: 7_500, Burst: 2_250}},
 	}
 	req := reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 2_000}}
 	ctx := context.Background()
@@ -219,9 +219,9 @@ func callProvider(attempt int) (status int, wait time.Duration) {
 	return http.StatusOK, 0
 }
 
-// An LLM API allows 500 requests and 30,000 tokens per minute. Each call
-// reserves a request and its estimated tokens in one slot, on both limits at
-// once, and settles the tokens the response reports.
+// An API allows 5,000 requests an hour and 2 million tokens a day. Each
+// call reserves a request and its estimated tokens in one slot, on both
+// quotas at once, and settles the tokens the response reports.
 func ExampleLimiter_ReserveN() {
 	rdb, stop := embeddedRedis()
 	defer stop()
@@ -231,13 +231,16 @@ func ExampleLimiter_ReserveN() {
 		log.Fatal(err)
 	}
 	defer limiter.Close()
-	llm := reserve.Policy{
-		{Name: "requests", Window: reserve.Window{N: 500, Length: time.Minute}},
-		{Name: "tokens", Window: reserve.Window{N: 30_000, Length: time.Minute}},
+	// Quotas that reset at instants the caller knows: 5,000 requests each
+	// hour on the hour, 2 million tokens each UTC day. (A quota per minute
+	// replenished continuously is a bucket band: see package profile.)
+	quota := reserve.Policy{
+		{Name: "requests", Window: reserve.Window{N: 5_000, Length: time.Hour}},
+		{Name: "tokens", Window: reserve.Window{N: 2_000_000, Calendar: reserve.Day}},
 	}
 
 	ctx := context.Background()
-	r, err := limiter.ReserveN(ctx, reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 2_000}})
+	r, err := limiter.ReserveN(ctx, reserve.Request{Key: "api.example.com", Policy: quota, Cost: reserve.Cost{"requests": 1, "tokens": 2_000}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -248,16 +251,16 @@ func ExampleLimiter_ReserveN() {
 	if err := r.Settle(ctx, reserve.Cost{"tokens": used}); err != nil {
 		log.Fatal(err)
 	}
-	snap, err := limiter.Peek(ctx, reserve.Request{Key: "api.openai.com", Policy: llm, Cost: reserve.Cost{"requests": 1, "tokens": 1}})
+	snap, err := limiter.Peek(ctx, reserve.Request{Key: "api.example.com", Policy: quota, Cost: reserve.Cost{"requests": 1, "tokens": 1}})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, b := range snap.Bands {
-		fmt.Printf("%s: %g used this minute\n", b.Name, b.Value)
+		fmt.Printf("%s: %g used in this window\n", b.Name, b.Value)
 	}
 	// Output:
-	// requests: 1 used this minute
-	// tokens: 1200 used this minute
+	// requests: 1 used in this window
+	// tokens: 1200 used in this window
 }
 
 // Fair share: one provider quota for many customers. A request names its

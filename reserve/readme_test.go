@@ -7,9 +7,10 @@ import (
 )
 
 // TestReadmeQuickStart keeps README.md's quick start the body of Example,
-// and docs/policies.md's example the body of ExampleLimiter_ReserveN, both of
-// which compile (and run, with their output checked).
+// which compiles (and runs, with its output checked). docs/policies.md's
+// first example is the OpenAI profile's (package profile's Example), not
+// a policy written by hand (issue 42: its Window bands of a minute got
+// 177 429s from a provider of that name); internal/readmetest checks it.
 func TestReadmeQuickStart(t *testing.T) {
 	readmetest.ShowsExamples(t, "../README.md", "example_test.go")
-	readmetest.ShowsPart(t, "../docs/policies.md", "example_test.go", "ExampleLimiter_ReserveN")
 }
