@@ -1,6 +1,6 @@
 // Package profile gives, in one call, the pacer policy and pacehttp options
 // for a provider's published rate limits: OpenAI, Anthropic, Azure OpenAI,
-// GitHub and Shopify's GraphQL Admin API. Each constructor cites the rules it implements and says what
+// GitHub, Gemini and Shopify's GraphQL Admin API. Each constructor cites the rules it implements and says what
 // it assumes (tier, model, region); docs/profiles.md has each profile's
 // measured figures against a provider that follows the same rules.
 //
