@@ -1,8 +1,9 @@
 // Package profile gives, in one call, the pacer policy and pacehttp options
 // for a provider's published rate limits: OpenAI, Anthropic, Azure OpenAI,
-// GitHub, Gemini and Shopify's GraphQL Admin API. Each constructor cites the rules it implements and says what
-// it assumes (tier, model, region); docs/profiles.md has each profile's
-// measured figures against a provider that follows the same rules.
+// GitHub, Gemini and Shopify's GraphQL Admin API. Each constructor cites
+// the rules it implements and says what it assumes (tier, model, region);
+// docs/profiles.md has each profile's measured figures against a provider
+// that follows the same rules.
 //
 // A Profile is a key, a reserve.Policy, and how a call's cost is estimated
 // before it and settled after it. With pacehttp:
