@@ -2,7 +2,9 @@ package reserve
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -274,7 +276,10 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) 
 // one positive, and none above the burst or N of a band charging it.
 func (s *spec) costs(c Cost) ([]float64, error) {
 	out := make([]float64, len(s.units))
-	for unit, v := range c {
+	// In a fixed order (the map's is random): the error a bad cost gets
+	// names the same unit every time, on every Limiter.
+	for _, unit := range slices.Sorted(maps.Keys(c)) {
+		v := c[unit]
 		i := s.unitIndex(unit)
 		if i < 0 {
 			return nil, fmt.Errorf("%w: unit %q is charged by no band (the policy's units: %s)", ErrInvalidCost, unit, strings.Join(s.units, ", "))
