@@ -70,13 +70,11 @@ func StartAnthropic(opts AnthropicOptions) (*Anthropic, error) {
 	if opts.Hold < 0 || opts.Hold > time.Minute {
 		return nil, errors.New("provider: Hold must be from 0 (a minute) to a minute")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	a := &Anthropic{opts: opts, buckets: map[string]*[3]bucket{}, accepted: map[string][]AnthropicUse{}, rejected: map[string][]time.Time{}}
+	var err error
+	if a.ln, a.srv, err = serve(a); err != nil {
 		return nil, err
 	}
-	a := &Anthropic{opts: opts, ln: ln, buckets: map[string]*[3]bucket{}, accepted: map[string][]AnthropicUse{}, rejected: map[string][]time.Time{}}
-	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second}
-	go a.srv.Serve(ln)
 	return a, nil
 }
 

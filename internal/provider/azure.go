@@ -77,15 +77,13 @@ func StartAzure(opts AzureOptions) (*Azure, error) {
 	if opts.Period < 0 || opts.Period > time.Minute {
 		return nil, errors.New("provider: Period must be from 0 (1 s) to a minute")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	rpm := AzureRPM(opts.TPM)
+	a := &Azure{opts: opts, rpm: rpm, perWin: float64(rpm) * opts.Period.Seconds() / 60, start: time.Now(),
+		windows: map[string]*azureCount{}, accepted: map[string][]Use{}, rejected: map[string][]time.Time{}}
+	var err error
+	if a.ln, a.srv, err = serve(a); err != nil {
 		return nil, err
 	}
-	rpm := AzureRPM(opts.TPM)
-	a := &Azure{opts: opts, rpm: rpm, perWin: float64(rpm) * opts.Period.Seconds() / 60, start: time.Now(), ln: ln,
-		windows: map[string]*azureCount{}, accepted: map[string][]Use{}, rejected: map[string][]time.Time{}}
-	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second}
-	go a.srv.Serve(ln)
 	return a, nil
 }
 

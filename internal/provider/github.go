@@ -86,13 +86,11 @@ func StartGitHub(opts GitHubOptions) (*GitHub, error) {
 	if opts.PointsWindow == 0 {
 		opts.PointsWindow = time.Minute
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	g := &GitHub{opts: opts, tokens: map[string]*githubToken{}, rejected: map[string][]time.Time{}}
+	var err error
+	if g.ln, g.srv, err = serve(g); err != nil {
 		return nil, err
 	}
-	g := &GitHub{opts: opts, ln: ln, tokens: map[string]*githubToken{}, rejected: map[string][]time.Time{}}
-	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 5 * time.Second}
-	go g.srv.Serve(ln)
 	return g, nil
 }
 

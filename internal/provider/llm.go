@@ -113,13 +113,11 @@ func StartLLM(opts LLMOptions) (*LLM, error) {
 	if opts.Hold < 0 || opts.Hold > time.Minute {
 		return nil, errors.New("provider: Hold must be from 0 (a minute) to a minute")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	l := &LLM{opts: opts, buckets: map[string]*[2]bucket{}, accepted: map[string][]Use{}, rejected: map[string][]time.Time{}}
+	var err error
+	if l.ln, l.srv, err = serve(l); err != nil {
 		return nil, err
 	}
-	l := &LLM{opts: opts, ln: ln, buckets: map[string]*[2]bucket{}, accepted: map[string][]Use{}, rejected: map[string][]time.Time{}}
-	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 5 * time.Second}
-	go l.srv.Serve(ln)
 	return l, nil
 }
 

@@ -60,13 +60,11 @@ func Start(opts Options) (*Server, error) {
 	if opts.Limit < 1 {
 		return nil, errors.New("provider: Limit must be at least 1")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	s := &Server{opts: opts, leaky: map[string]*Leaky{}, accepted: map[string][]time.Time{}, rejected: map[string][]time.Time{}, byClient: map[string]Counts{}}
+	var err error
+	if s.ln, s.srv, err = serve(s); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, leaky: map[string]*Leaky{}, accepted: map[string][]time.Time{}, rejected: map[string][]time.Time{}, byClient: map[string]Counts{}}
-	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
-	go s.srv.Serve(ln)
 	return s, nil
 }
 
@@ -84,6 +82,18 @@ func (s *Server) SetLimit(n int) {
 
 // Close stops the provider.
 func (s *Server) Close() error { return closeServer(s.srv) }
+
+// serve serves h on a free 127.0.0.1 port until the server is closed
+// (closeServer): every provider of this package starts so.
+func serve(h http.Handler) (net.Listener, *http.Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return ln, srv, nil
+}
 
 // closeServer shuts srv down, giving calls in flight 2 s to finish.
 func closeServer(srv *http.Server) error {
