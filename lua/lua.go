@@ -76,6 +76,13 @@ var Quota string
 //go:embed restore.lua
 var Restore string
 
+// Seats keeps a key's in-flight band: seats taken, queued, handed off and
+// given back, held by the fleet's members. It does not use core.lua. See
+// seats.lua.
+//
+//go:embed seats.lua
+var Seats string
+
 // Heartbeat records a Limiter as live and counts the fleet. It does not use
 // core.lua. See heartbeat.lua.
 //

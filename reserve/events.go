@@ -78,7 +78,16 @@ func (l *Limiter) onEvent(payload string) {
 	}
 	rk, arg, _ := strings.Cut(rest, " ")
 	key, ok := layout.KeyName(l.opts.KeyPrefix, rk)
-	if !ok {
+	if !ok && op != "seat" {
+		return
+	}
+	if op == "seat" {
+		// "seat <the key's seats> <tickets>": rk names the seats hash.
+		if base, ok := strings.CutSuffix(rk, ":seats"); ok {
+			if key, ok := layout.KeyName(l.opts.KeyPrefix, base); ok {
+				l.onSeatEvent(key, arg)
+			}
+		}
 		return
 	}
 	ks := l.states.peek(key)

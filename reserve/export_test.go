@@ -215,3 +215,32 @@ func CallArgs(l *Limiter, key string, p Policy, now time.Time) ([]any, error) {
 	}
 	return l.argsWith(key, now, s, 0, "1", true), nil
 }
+
+// SeatStatus is a key's in-flight band as seats.lua's read gives it.
+type SeatStatus struct {
+	N, Used, Waiting int
+	Holders          []string
+}
+
+// ReadSeats reads key's seats on Redis, as l's fleet view sees them.
+func ReadSeats(ctx context.Context, l *Limiter, key string) (SeatStatus, error) {
+	args := append([]any{"read"}, l.seatArgs(1)...)
+	res, err := seatsScript.Run(ctx, l.rdb, l.seatKeys(key), args...).Result()
+	if err != nil {
+		return SeatStatus{}, err
+	}
+	r := res.([]any)
+	st := SeatStatus{N: int(r[0].(int64)), Used: int(r[1].(int64)), Waiting: int(r[2].(int64))}
+	for _, h := range r[3:] {
+		st.Holders = append(st.Holders, h.(string))
+	}
+	return st, nil
+}
+
+// SetSeatPoll sets how often a seat waiter asks again unprompted; the
+// returned func restores it.
+func SetSeatPoll(d time.Duration) (restore func()) {
+	old := seatPoll
+	seatPoll = d
+	return func() { seatPoll = old }
+}

@@ -443,3 +443,33 @@ func (l *Limiter) shareArg() (arg string, ok bool) {
 	s, ok := l.fleet.redisShareOK()
 	return s.Arg(), ok
 }
+
+// seatView is what an in-flight band's call on Redis tells seats.lua of
+// the fleet (its ARGV[2...4]): this Limiter's place (its rank, or "i<id>"
+// before it has one), the fleet's size, the ranks Redis lists (live or
+// held; "*" when unknown) and those held, and whether Redis lately lost
+// the fleet (members not back yet may hold seats it no longer records).
+func (f *fleetView) seatView(id string) (holder string, n int, taken, held string, lost bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.learned {
+		return "i" + id, 0, "*", "", false
+	}
+	holder, n = strconv.Itoa(f.rank), f.n
+	taken = "*"
+	if len(f.ranks) > 0 {
+		taken = joinInts(f.ranks)
+	}
+	return holder, n, taken, joinInts(f.held), f.missing()
+}
+
+func joinInts(xs []int) string {
+	var b strings.Builder
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(x))
+	}
+	return b.String()
+}

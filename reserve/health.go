@@ -394,6 +394,9 @@ func (l *Limiter) loop() {
 			default:
 				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			}
+			if !l.isDegraded() && err == nil {
+				l.renewSeats(l.loopCtx)
+			}
 			l.sweepKeys()
 			l.store.Sweep()
 		}

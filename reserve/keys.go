@@ -64,6 +64,8 @@ type keyState struct {
 	pending []pendingAdjust // cancels and settles of Redis's grants made while Redis was unavailable
 
 	report report // the policy the code passes, reported to operators (heartbeat.go)
+
+	seats *keySeats // an in-flight band's tickets of this Limiter's (seats.go)
 }
 
 // keyIdle is how long a keyState is kept after its last call when nothing
@@ -164,7 +166,7 @@ func (ks *keyState) idle(nowNS int64) bool {
 		live = live || slot.live != nil
 	}
 	return len(ks.queues) == 0 && !live && len(ks.fair) == 0 && ks.local == nil &&
-		len(ks.pending) == 0 && (ks.own == nil || ks.own.endNS <= nowNS) && ks.pause.read == nil
+		len(ks.pending) == 0 && ks.seats == nil && (ks.own == nil || ks.own.endNS <= nowNS) && ks.pause.read == nil
 }
 
 // forget wakes whoever waits on ks before it leaves the table: they look

@@ -485,6 +485,10 @@ func (l *Limiter) handBack(ctx context.Context) {
 	for _, k := range slices.Sorted(maps.Keys(stored)) {
 		l.restoreStored(ctx, k, stored[k])
 	}
+	// In-flight bands: Redis counts exactly the seats this Limiter holds
+	// now (given back and taken on the store meanwhile), and its waiters
+	// queue on Redis again.
+	l.renewSeats(ctx)
 	slices.SortFunc(todo, func(a, b work) int { return strings.Compare(a.ks.name, b.ks.name) })
 	for _, w := range todo {
 		ks := w.ks

@@ -21,9 +21,9 @@ import (
 // Single(key, lim, n) is the Request of that policy and Permits(n).
 type Policy []Band
 
-// A Band is one limit of a Policy: a token bucket (Limit) or a fixed-window
-// quota (Window), exactly one of the two, charging the Cost's amount for
-// Unit.
+// A Band is one limit of a Policy: a token bucket (Limit), a fixed-window
+// quota (Window) or a concurrency limit (InFlight), exactly one of the
+// three, charging the Cost's amount for Unit.
 type Band struct {
 	// Name identifies the band in its policy (Peek, errors, a stored
 	// limit); unique within the policy. Letters, digits, '.', '_' and '-'.
@@ -37,6 +37,16 @@ type Band struct {
 	Limit Limit
 	// Window makes the band a fixed-window quota.
 	Window Window
+	// InFlight makes the band a concurrency limit: at most InFlight units
+	// of calls open at once, fleet-wide (GitHub's 100 concurrent requests,
+	// an LLM's open streams, a host's connections). A call takes its
+	// seats (its Cost's whole amount for Unit) before its slot on the
+	// other bands, waiting in the key's queue, in order, for seats to be
+	// given back, and holds them until it ends: Reservation.Done, Settle
+	// or Cancel. Only ReserveN, TryReserveN and Acquire take such a
+	// policy; a policy has at most one in-flight band. See docs/design.md,
+	// "In-flight bands".
+	InFlight int
 }
 
 // A Window is a fixed-window quota: at most N units in each window of
@@ -196,6 +206,9 @@ func (p Policy) compile() (*spec, error) {
 			u = len(s.units)
 			unitIndex[unit] = u
 			s.units = append(s.units, unit)
+		}
+		if b.InFlight != 0 {
+			return nil, fmt.Errorf("%w: band %q is an in-flight band: take it with Limiter.Acquire, ReserveN or TryReserveN, and end the call with Reservation.Done (Wait, WaitN, Allow, AllowN, Peek, package hold and stored limits do not take one)", ErrInvalidPolicy, b.Name)
 		}
 		isBucket, isWindow := b.Limit != (Limit{}), b.Window != (Window{})
 		bs := bandSpec{name: b.Name, unit: u, bucket: isBucket}

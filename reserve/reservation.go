@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/names"
@@ -44,6 +45,12 @@ type Reservation struct {
 	offTurn     bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
 	band        string // the binding band (see Band)
 	source      Source
+	// seat is the in-flight band's ticket the call holds (nil: none);
+	// seatUnit and seatCost the unit and seats it charges. spec is nil
+	// when the in-flight band is the policy's only one: no slot.
+	seat     *seatTicket
+	seatUnit string
+	seatDone atomic.Bool
 }
 
 type resState int
@@ -61,7 +68,26 @@ func (r *Reservation) Key() string { return r.key }
 func (r *Reservation) Cost() Cost {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.spec.cost(r.amounts)
+	c := Cost{}
+	if r.spec != nil {
+		c = r.spec.cost(r.amounts)
+	}
+	if r.seat != nil {
+		c[r.seatUnit] = float64(r.seat.cost)
+	}
+	return c
+}
+
+// Done ends the call the reservation was for: the seats it holds on its
+// policy's in-flight band go back to the fleet, to the next caller waiting
+// in any process. It is idempotent, never fails (while Redis is unavailable
+// the seats go back on the local fallback, or from Redis's count at the
+// handback), and does nothing for a reservation without seats. Settle and
+// Cancel end the call too; Done after them does nothing.
+func (r *Reservation) Done() {
+	if r.seat != nil && r.seatDone.CompareAndSwap(false, true) {
+		r.lim.releaseTicket(r.seat)
+	}
 }
 
 // Time returns the slot: the time, on the Limiter's clock, from which the
@@ -129,10 +155,13 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case settled:
 		return fmt.Errorf("reserve: cancel %q: %w (settled)", r.key, ErrDone)
 	}
-	if err := r.adjust(ctx, names.OpCancel, nil); err != nil {
-		return err
+	if r.spec != nil {
+		if err := r.adjust(ctx, names.OpCancel, nil); err != nil {
+			return err
+		}
 	}
 	r.state = canceled
+	r.Done()
 	return nil
 }
 
@@ -161,7 +190,13 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 	}
 	amounts := append([]float64(nil), r.amounts...)
 	for unit, v := range actual {
-		i := r.spec.unitIndex(unit)
+		if r.seat != nil && unit == r.seatUnit && (r.spec == nil || r.spec.unitIndex(unit) < 0) {
+			continue // seats are given back whole
+		}
+		i := -1
+		if r.spec != nil {
+			i = r.spec.unitIndex(unit)
+		}
 		if i < 0 {
 			return fmt.Errorf("reserve: settle %q: %w: unit %q is charged by no band", r.key, ErrInvalidCost, unit)
 		}
@@ -170,11 +205,14 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 		}
 		amounts[i] = v
 	}
-	if err := r.adjust(ctx, names.OpSettle, amounts); err != nil {
-		return err
+	if r.spec != nil {
+		if err := r.adjust(ctx, names.OpSettle, amounts); err != nil {
+			return err
+		}
 	}
 	r.amounts = amounts
 	r.state = settled
+	r.Done()
 	return nil
 }
 
@@ -307,6 +345,9 @@ func (r *Reservation) maxLateness() time.Duration {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.spec == nil {
+		return -1
+	}
 	late := r.spec.lateness(r.amounts)
 	if end := r.spec.windowEnd(r.amounts, r.at); !end.IsZero() {
 		if d := end.Sub(r.at); late < 0 || d < late {

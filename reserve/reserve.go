@@ -36,6 +36,12 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 // Options.FairHorizon), so its Delay is short and its wait was spent
 // before.
 func (l *Limiter) ReserveN(ctx context.Context, req Request) (*Reservation, error) {
+	if sr, err := req.seatPart(); err != nil || sr != nil {
+		if err != nil {
+			return nil, err
+		}
+		return l.reserveSeats(ctx, req, sr, -1)
+	}
 	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return nil, err
@@ -50,12 +56,18 @@ func (l *Limiter) ReserveN(ctx context.Context, req Request) (*Reservation, erro
 // available now (see AllowN). A fair request is refused when its turn
 // cannot come within maxWait, having waited for it as ReserveN does.
 func (l *Limiter) TryReserveN(ctx context.Context, req Request, maxWait time.Duration) (*Reservation, error) {
+	if maxWait < 0 {
+		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
+	}
+	if sr, err := req.seatPart(); err != nil || sr != nil {
+		if err != nil {
+			return nil, err
+		}
+		return l.reserveSeats(ctx, req, sr, maxWait)
+	}
 	s, amounts, f, err := l.check(req)
 	if err != nil {
 		return nil, err
-	}
-	if maxWait < 0 {
-		return nil, fmt.Errorf("%w: maxWait %v", ErrInvalidDuration, maxWait)
 	}
 	return l.reserve(ctx, names.OpReserve, req.Key, s, amounts, f, maxWait)
 }

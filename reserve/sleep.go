@@ -45,6 +45,14 @@ func (r *Reservation) Sleep(ctx context.Context) error {
 // its slot it woke.
 func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Duration, err error) {
 	l := r.lim
+	if r.spec == nil {
+		// Seats alone: nothing to sleep to.
+		if err := ctx.Err(); err != nil {
+			r.cancelDetached()
+			return 0, err
+		}
+		return 0, nil
+	}
 	if tr != nil {
 		tr.Sleeping(r, r.Delay())
 	}

@@ -76,8 +76,9 @@ const (
 	OpConfig    = "config"    // New's read of the server's maxmemory-policy
 	OpAdaptive  = "adaptive"  // package adaptive's learned rate
 	OpQuota     = "quota"     // package pacehttp's count of a provider's quota
+	OpSeats     = "seats"     // an in-flight band's seats: taken, given back, renewed
 )
 
 // Ops lists every operation, in the order docs/otel.md lists them.
 var Ops = []string{OpWait, OpAllow, OpReserve, OpSettle, OpCancel, OpLease, OpPause, OpPeek, OpCheck,
-	OpClaim, OpHold, OpRestore, OpHeartbeat, OpProbe, OpConfirm, OpConfig, OpAdaptive, OpQuota}
+	OpClaim, OpHold, OpRestore, OpHeartbeat, OpProbe, OpConfirm, OpConfig, OpAdaptive, OpQuota, OpSeats}

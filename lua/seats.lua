@@ -1,0 +1,358 @@
+-- seats.lua: a key's in-flight band, "at most N units open at once",
+-- fleet-wide. A call takes its seats before its slot and gives them back
+-- when it ends; a call that finds no seat free waits in the key's queue,
+-- in order, and the call that frees a seat hands it to the queue's head in
+-- the same script (a hand-off), announced on the fleet's events channel.
+-- Seats are held by the fleet's members (heartbeat.lua's ranks), not by a
+-- timeout: the seats of a member the fleet no longer lists are dropped by
+-- the next call on the key, and a member held by the fleet (silent, or
+-- pacing locally on its share) keeps them. It does not use core.lua.
+--
+-- KEYS[1]  the seats, a hash:
+--            "s:<ticket>" -> "<holder> <cost>"  seats held by a call
+--            "w:<ticket>" -> "<holder> <cost>"  a call waiting for seats
+--            "r:<holder>" -> "<limiter id> <Unix ms>"  who holds the
+--                          holder's place, and when it last called
+--            "c"          -> the queue's counter
+--            "N"          -> an operator's N (absent: the caller's)
+--          A holder is a member's rank, or "i<limiter id>" for a Limiter
+--          that has no rank yet.
+-- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
+-- KEYS[3]  the fleet's events channel
+-- ARGV[1]  the operation: acquire, release, cancel, renew or read
+-- ARGV[2]  "<limiter id> <holder> <n> <mode>": n the fleet's size (0:
+--          unknown); mode "r" on Redis, "x" on Redis right after it lost
+--          the fleet (no seat is granted: members not back yet may hold
+--          seats Redis no longer records; they renew them at their next
+--          heartbeat), "l" the local fallback's store (its own seats only,
+--          at most its share of N)
+-- ARGV[3]  the ranks the fleet lists (live or held), space-separated; "*"
+--          when unknown (nobody is dropped for it)
+-- ARGV[4]  the ranks the fleet holds (silent, or pacing locally), which
+--          keep max(their seats, their share of N)
+-- ARGV[5]  N, the band's limit as the caller's code gives it (an integer
+--          >= 1)
+-- ARGV[6]  keep_ms: the keys' expiry after each write
+-- ARGV[7]  the fleet's heartbeat interval I, ms. A ranked holder the
+--          fleet does not list is gone once it has not called on the key for
+--          1.5 I (the caller's view of the fleet lags by up to an interval: a
+--          member that joined since is not listed yet). A holder neither
+--          held nor heard from for 3.5 I is gone too (its rank was taken
+--          again by a member that does not use the key): the fleet holds a
+--          member silent for 2 I, and the caller hears of it within 1.1 I.
+-- acquire: ARGV[8] ticket, ARGV[9] cost (an integer >= 1), ARGV[10] "1" to
+--          wait in the queue when no seat is free, "0" to refuse.
+--          Reply {1, used, N} granted (also when the ticket held its seats
+--          already), {0, place, used, N} queued (place 1 is the head), or
+--          {0, 0, used, N} refused (nothing written); in the store,
+--          {0, -1, used, share} when the cost is above this process's share.
+-- release: ARGV[8] ticket. Reply {1 if it held seats else 0, tickets
+--          handed seats...}.
+-- cancel:  ARGV[8] ticket: out of the queue, or its seats given back if it
+--          held them. Reply as release.
+-- renew:   ARGV[8] the caller's tickets, space-separated "<ticket>:<cost>:<s>"
+--          with s "h" (holds seats: recorded if missing), "w" (waits:
+--          queued if neither holding nor waiting) or "p" (a call in
+--          flight: left as it is); every other ticket of the holder is
+--          dropped. This makes the fleet's count exact again after an
+--          outage or a Redis that lost the key. Reply {tickets of the
+--          caller that hold seats now...}, then the tickets handed seats
+--          after "|".
+-- read:    Reply {N, used, waiting, then per holder "<holder> <limiter id>
+--          <seats>"...}; writes nothing.
+
+local H, Q = KEYS[1], KEYS[2]
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local op = ARGV[1]
+local me, holder, n, mode = string.match(ARGV[2], '^(%S+) (%S+) (%d+) ([rxl])$')
+if not me then
+  return redis.error_reply('PACER_ARG seats: member ' .. tostring(ARGV[2]))
+end
+n = tonumber(n)
+local codeN = tonumber(ARGV[5])
+if not codeN or codeN < 1 or codeN ~= math.floor(codeN) then
+  return redis.error_reply('PACER_ARG seats: N ' .. tostring(ARGV[5]))
+end
+local keep, beat = tonumber(ARGV[6]), tonumber(ARGV[7])
+local grace, lapse = beat * 1.5, beat * 3.5
+
+local taken, held = nil, {}
+if ARGV[3] ~= '*' then
+  taken = {}
+  for r in string.gmatch(ARGV[3], '%S+') do taken[r] = true end
+end
+for r in string.gmatch(ARGV[4], '%S+') do held[r] = true end
+
+-- The hash as it is.
+local N = codeN
+local seats, waits, owners, counter = {}, {}, {}, 0
+local flat = redis.call('HGETALL', H)
+for i = 1, #flat, 2 do
+  local f, v = flat[i], flat[i + 1]
+  local kind, name = string.sub(f, 1, 2), string.sub(f, 3)
+  if kind == 's:' or kind == 'w:' then
+    local h, c = string.match(v, '^(%S+) (%d+)$')
+    if h then
+      local rec = {h = h, c = tonumber(c)}
+      if kind == 's:' then seats[name] = rec else waits[name] = rec end
+    end
+  elseif kind == 'r:' then
+    local id, ms = string.match(v, '^(%S+) (%d+)$')
+    if id then owners[name] = {id = id, ms = tonumber(ms)} end
+  elseif f == 'c' then
+    counter = tonumber(v) or 0
+  elseif f == 'N' then
+    N = tonumber(v) or N
+  end
+end
+if N < 1 then N = codeN end
+
+-- A holder's share of N while it paces locally: N split over the fleet's
+-- ranks, the remainder to the lowest ranks, so the shares add up to N.
+local function share(h)
+  local r = tonumber(h)
+  if n <= 1 or not r then return N end
+  local s = math.floor(N / n)
+  if r < N % n then s = s + 1 end
+  return s
+end
+
+local changed = false
+-- Gone holders: in the store there are none (it holds this process's
+-- seats alone). On Redis, a ranked holder the fleet no longer lists, one
+-- whose rank the caller now holds under another id, and one neither held
+-- nor heard from within lapse_ms.
+local gone = {}
+if mode ~= 'l' then
+  local function check(h)
+    if gone[h] ~= nil or h == holder then return end
+    local o = owners[h]
+    local g = false
+    if taken and tonumber(h) and not taken[h] and (not o or now - o.ms > grace) then
+      g = true
+    elseif not held[h] and (not o or now - o.ms > lapse) then
+      g = true
+    end
+    gone[h] = g
+  end
+  for _, rec in pairs(seats) do check(rec.h) end
+  for _, rec in pairs(waits) do check(rec.h) end
+  for h in pairs(owners) do check(h) end
+  local o = owners[holder]
+  if o and o.id ~= me then gone[holder] = true end
+end
+local dels, zrems = {}, {}
+for name, rec in pairs(seats) do
+  if gone[rec.h] then seats[name] = nil; dels[#dels + 1] = 's:' .. name end
+end
+for name, rec in pairs(waits) do
+  if gone[rec.h] then
+    waits[name] = nil
+    dels[#dels + 1] = 'w:' .. name
+    zrems[#zrems + 1] = name
+  end
+end
+for h, g in pairs(gone) do
+  if g then owners[h] = nil; dels[#dels + 1] = 'r:' .. h end
+end
+if #dels > 0 then redis.call('HDEL', H, unpack(dels)); changed = true end
+if #zrems > 0 then redis.call('ZREM', Q, unpack(zrems)) end
+
+-- Seats in use: each holder's own, and a held holder's share at least
+-- (it may be pacing locally on it). In the store, the limit is the share.
+local limit = N
+if mode == 'l' then limit = share(holder) end
+local function used()
+  local per = {}
+  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
+  if mode ~= 'l' then
+    for h in pairs(held) do
+      if h ~= holder then per[h] = math.max(per[h] or 0, share(h)) end
+    end
+  end
+  local u = 0
+  for _, c in pairs(per) do u = u + c end
+  return u
+end
+
+local function touch()
+  redis.call('HSET', H, 'r:' .. holder, me .. ' ' .. now)
+  owners[holder] = {id = me, ms = now}
+  changed = true
+end
+
+-- The queue's head, its waits record; nil if the queue is empty.
+local function head()
+  while true do
+    local z = redis.call('ZRANGE', Q, 0, 0)
+    if #z == 0 then return nil end
+    if waits[z[1]] then return z[1] end
+    redis.call('ZREM', Q, z[1]) -- a ticket without its record
+  end
+end
+
+-- Hand free seats to the queue's head, in order, while they fit.
+local function handoff()
+  local out = {}
+  if mode == 'x' then return out end
+  local u = used()
+  while true do
+    local tk = head()
+    if not tk then break end
+    local w = waits[tk]
+    if u + w.c > limit then break end
+    redis.call('HSET', H, 's:' .. tk, w.h .. ' ' .. w.c)
+    redis.call('HDEL', H, 'w:' .. tk)
+    redis.call('ZREM', Q, tk)
+    seats[tk], waits[tk] = w, nil
+    u = u + w.c
+    out[#out + 1] = tk
+    changed = true
+  end
+  if #out > 0 and mode ~= 'l' then
+    redis.pcall('PUBLISH', KEYS[3], 'seat ' .. H .. ' ' .. table.concat(out, ' '))
+  end
+  return out
+end
+
+local function expire()
+  if changed then
+    redis.call('PEXPIRE', H, keep)
+    if redis.call('ZCARD', Q) > 0 then redis.call('PEXPIRE', Q, keep) end
+  end
+end
+
+if op == 'read' then
+  local per, ids = {}, {}
+  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
+  local out = {N, used(), redis.call('ZCARD', Q)}
+  for h, c in pairs(per) do
+    local o = owners[h]
+    out[#out + 1] = h .. ' ' .. (o and o.id or '-') .. ' ' .. c
+  end
+  expire()
+  return out
+end
+
+if op == 'acquire' then
+  local tk, cost, wait = ARGV[8], tonumber(ARGV[9]), ARGV[10]
+  if not tk or tk == '' or not cost or cost < 1 or cost ~= math.floor(cost) then
+    return redis.error_reply('PACER_ARG seats: acquire ' .. tostring(tk) .. ' ' .. tostring(ARGV[9]))
+  end
+  if cost > limit then
+    if mode == 'l' then return {0, -1, used(), limit} end -- above this share
+    return redis.error_reply('PACER_EXCEEDS seats: cost ' .. cost .. ' is above N ' .. limit)
+  end
+  if seats[tk] then
+    touch(); expire()
+    return {1, used(), limit}
+  end
+  local h = head()
+  local u = used()
+  if mode ~= 'x' and (h == nil or h == tk) and u + cost <= limit then
+    touch()
+    redis.call('HSET', H, 's:' .. tk, holder .. ' ' .. cost)
+    seats[tk] = {h = holder, c = cost}
+    if waits[tk] then
+      redis.call('HDEL', H, 'w:' .. tk)
+      redis.call('ZREM', Q, tk)
+      waits[tk] = nil
+    end
+    expire()
+    return {1, u + cost, limit}
+  end
+  if wait ~= '1' then
+    expire()
+    return {0, 0, u, limit}
+  end
+  touch()
+  if not waits[tk] then
+    counter = counter + 1
+    redis.call('HSET', H, 'c', counter, 'w:' .. tk, holder .. ' ' .. cost)
+    redis.call('ZADD', Q, counter, tk)
+    waits[tk] = {h = holder, c = cost}
+  end
+  local score = redis.call('ZSCORE', Q, tk)
+  local place = #redis.call('ZRANGEBYSCORE', Q, '-inf', score)
+  expire()
+  return {0, place, u, limit}
+end
+
+if op == 'release' or op == 'cancel' then
+  local tk = ARGV[8]
+  local had = 0
+  if seats[tk] then
+    redis.call('HDEL', H, 's:' .. tk)
+    seats[tk] = nil
+    had = 1
+    changed = true
+  elseif op == 'cancel' and waits[tk] then
+    redis.call('HDEL', H, 'w:' .. tk)
+    redis.call('ZREM', Q, tk)
+    waits[tk] = nil
+    changed = true
+  end
+  local out = handoff()
+  table.insert(out, 1, had)
+  expire()
+  return out
+end
+
+if op == 'renew' then
+  touch()
+  local want = {}
+  for item in string.gmatch(ARGV[8] or '', '%S+') do
+    local tk, c, s = string.match(item, '^(.+):(%d+):([hwp])$')
+    if not tk then
+      return redis.error_reply('PACER_ARG seats: renew ' .. item)
+    end
+    want[tk] = {c = tonumber(c), s = s}
+  end
+  local dels2, zrems2 = {}, {}
+  for tk, rec in pairs(seats) do
+    if rec.h == holder and not want[tk] then seats[tk] = nil; dels2[#dels2 + 1] = 's:' .. tk end
+  end
+  for tk, rec in pairs(waits) do
+    if rec.h == holder and not want[tk] then
+      waits[tk] = nil
+      dels2[#dels2 + 1] = 'w:' .. tk
+      zrems2[#zrems2 + 1] = tk
+    end
+  end
+  if #dels2 > 0 then redis.call('HDEL', H, unpack(dels2)) end
+  if #zrems2 > 0 then redis.call('ZREM', Q, unpack(zrems2)) end
+  -- In ticket order, so that calls queued again keep their order.
+  local order = {}
+  for tk in pairs(want) do order[#order + 1] = tk end
+  table.sort(order)
+  for _, tk in ipairs(order) do
+    local w = want[tk]
+    if w.s == 'h' and not seats[tk] then
+      redis.call('HSET', H, 's:' .. tk, holder .. ' ' .. w.c)
+      seats[tk] = {h = holder, c = w.c}
+      if waits[tk] then
+        redis.call('HDEL', H, 'w:' .. tk)
+        redis.call('ZREM', Q, tk)
+        waits[tk] = nil
+      end
+    elseif w.s == 'w' and not seats[tk] and not waits[tk] then
+      counter = counter + 1
+      redis.call('HSET', H, 'c', counter, 'w:' .. tk, holder .. ' ' .. w.c)
+      redis.call('ZADD', Q, counter, tk)
+      waits[tk] = {h = holder, c = w.c}
+    end
+  end
+  local handed = handoff()
+  local out = {}
+  for tk in pairs(want) do
+    if seats[tk] then out[#out + 1] = tk end
+  end
+  table.sort(out)
+  out[#out + 1] = '|'
+  for _, tk in ipairs(handed) do out[#out + 1] = tk end
+  expire()
+  return out
+end
+
+return redis.error_reply('PACER_ARG seats: operation ' .. tostring(op))

@@ -1,0 +1,656 @@
+package reserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/names"
+	"github.com/pacer-go/pacer/lua"
+)
+
+// In-flight bands (Band.InFlight): at most N units of calls open at once,
+// fleet-wide. A call takes its seats first, in the key's queue (lua/seats.lua),
+// then its slot on the policy's other bands, and gives the seats back when it
+// ends (Reservation.Done, Settle or Cancel). The seats are held by the
+// Limiter's membership in the fleet: see docs/design.md, "In-flight bands".
+
+var seatsScript = redis.NewScript(lua.Seats)
+
+// seatPoll is how often a waiter that heard nothing asks again: the
+// fallback for a hand-off announcement lost (the events channel drops
+// messages while its connection is down). A waiter's heartbeat renews its
+// tickets every HeartbeatInterval as well, which hands it seats granted and
+// not announced.
+var seatPoll = 5 * time.Second
+
+// seatReq is a Request's in-flight band and the rest of it.
+type seatReq struct {
+	band string
+	n    int // the band's N, from the code
+	cost int // the seats the call takes (0: none)
+	// rest is the request on the policy's other bands (hasRest false:
+	// none; the seats are the whole reservation).
+	rest    Request
+	hasRest bool
+}
+
+// seatPart returns req's in-flight band, checked, and the request on its
+// other bands (nil: req has no in-flight band).
+func (req Request) seatPart() (*seatReq, error) {
+	idx := -1
+	for i, b := range req.Policy {
+		if b.InFlight == 0 {
+			continue
+		}
+		if idx >= 0 {
+			return nil, fmt.Errorf("%w: two in-flight bands (%q and %q): a policy has at most one", ErrInvalidPolicy, req.Policy[idx].Name, b.Name)
+		}
+		idx = i
+	}
+	if idx < 0 {
+		return nil, nil
+	}
+	if err := checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	b := req.Policy[idx]
+	if !validName(b.Name) {
+		return nil, fmt.Errorf("%w: band name %q (want letters, digits, '.', '_' or '-')", ErrInvalidPolicy, b.Name)
+	}
+	if b.InFlight < 0 || b.InFlight > maxInFlight {
+		return nil, fmt.Errorf("%w: band %q: in flight %d (want 1 to %d)", ErrInvalidPolicy, b.Name, b.InFlight, maxInFlight)
+	}
+	if b.Limit != (Limit{}) || b.Window != (Window{}) {
+		return nil, fmt.Errorf("%w: band %q needs exactly one of Limit, Window and InFlight", ErrInvalidPolicy, b.Name)
+	}
+	unit := b.Unit
+	if unit == "" {
+		unit = b.Name
+	}
+	if !validName(unit) {
+		return nil, fmt.Errorf("%w: band %q: unit %q (want letters, digits, '.', '_' or '-')", ErrInvalidPolicy, b.Name, unit)
+	}
+	sr := &seatReq{band: b.Name, n: b.InFlight}
+	v, ok := req.Cost[unit]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: no amount for unit %q (give 0 to charge nothing)", ErrInvalidCost, unit)
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v != math.Trunc(v):
+		return nil, fmt.Errorf("%w: %s %v (an in-flight band's seats: want a whole number >= 0)", ErrInvalidCost, unit, v)
+	case v > float64(b.InFlight):
+		return nil, fmt.Errorf("%w: %s %v is above band %q's in flight %d", ErrExceedsBurst, unit, v, b.Name, b.InFlight)
+	}
+	sr.cost = int(v)
+	rest := slices.Delete(slices.Clone(req.Policy), idx, idx+1)
+	restUnits := map[string]bool{}
+	for _, rb := range rest {
+		u := rb.Unit
+		if u == "" {
+			u = rb.Name
+		}
+		restUnits[u] = true
+	}
+	cost := Cost{}
+	for u, a := range req.Cost {
+		switch {
+		case restUnits[u]:
+			cost[u] = a
+		case u != unit:
+			return nil, fmt.Errorf("%w: unit %q is charged by no band", ErrInvalidCost, u)
+		}
+	}
+	for _, rb := range rest {
+		if rb.Name == b.Name {
+			return nil, fmt.Errorf("%w: two bands named %q", ErrInvalidPolicy, b.Name)
+		}
+	}
+	if len(rest) > 0 {
+		sr.rest, sr.hasRest = req, true
+		sr.rest.Policy, sr.rest.Cost = rest, cost
+		if _, _, err := sr.rest.check(); err != nil {
+			return nil, err
+		}
+	} else if req.Fair() {
+		return nil, fmt.Errorf("%w: a fair request needs a band beside its in-flight band (its turn is on a rate)", ErrInvalidFairness)
+	}
+	if sr.cost == 0 && !sr.hasRest {
+		return nil, fmt.Errorf("%w: the cost charges nothing", ErrInvalidCost)
+	}
+	return sr, nil
+}
+
+// maxInFlight bounds an in-flight band's N.
+const maxInFlight = 1_000_000
+
+// A seatState is where a ticket is.
+type seatState int8
+
+const (
+	seatPending seatState = iota // its acquire is in flight
+	seatWaiting                  // queued for seats
+	seatHeld                     // holds its seats
+)
+
+// A seatTicket is one call's claim to seats on a key.
+type seatTicket struct {
+	id    string
+	key   string
+	band  string
+	n     int // the band's N
+	cost  int
+	state seatState
+	local bool          // held on the local fallback's store
+	got   chan struct{} // closed when the ticket holds its seats (handed off)
+	at    time.Time     // when it started waiting
+}
+
+// keySeats is a keyState's in-flight part: the tickets this Limiter has
+// on the key (taken, waiting, or being asked for), and whether the local
+// fallback's store holds the key's seats.
+type keySeats struct {
+	tickets map[string]*seatTicket
+	store   bool // the store holds this Limiter's seats (an outage)
+	dirty   bool // a release failed: Redis may count seats this Limiter gave back until its next renew
+}
+
+// seatsOf returns ks's in-flight part, made if need be. ks.mu is held.
+func (ks *keyState) seatsOf() *keySeats {
+	if ks.seats == nil {
+		ks.seats = &keySeats{tickets: map[string]*seatTicket{}}
+	}
+	return ks.seats
+}
+
+// grantTicket marks a waiting ticket as holding its seats and wakes its
+// caller. ks.mu is held.
+func (ks *keyState) grantTicket(id string) {
+	if ks.seats == nil {
+		return
+	}
+	t := ks.seats.tickets[id]
+	if t == nil || t.state == seatHeld {
+		return
+	}
+	t.state = seatHeld
+	close(t.got)
+}
+
+// dropTicket forgets a ticket. ks.mu is held.
+func (ks *keyState) dropTicket(id string) {
+	if ks.seats == nil {
+		return
+	}
+	delete(ks.seats.tickets, id)
+	if len(ks.seats.tickets) == 0 && !ks.seats.store && !ks.seats.dirty {
+		ks.seats = nil
+	}
+}
+
+// seatKeys are the Redis keys of key's in-flight band: the seats, the
+// queue, and the fleet's events channel.
+func (l *Limiter) seatKeys(key string) []string {
+	k := l.RedisKey(key)
+	return []string{k + ":seats", k + ":seatq", layout.EventsChannel(l.opts.KeyPrefix)}
+}
+
+// seatArgs are seats.lua's ARGV[2...7] for a call on Redis.
+func (l *Limiter) seatArgs(n int) []any {
+	holder, size, taken, held, lost := l.fleet.seatView(l.id)
+	mode := "r"
+	if lost {
+		mode = "x"
+	}
+	return []any{l.id + " " + holder + " " + strconv.Itoa(size) + " " + mode, taken, held,
+		strconv.Itoa(n), l.seatKeep(), l.seatLapse()}
+}
+
+// seatKeep is how long the seat keys outlive their last write: a member
+// cut off from Redis keeps its seats while the fleet holds it.
+func (l *Limiter) seatKeep() string {
+	return strconv.FormatInt((l.opts.SilentHold + 4*l.opts.HeartbeatInterval).Milliseconds(), 10)
+}
+
+// seatLapse is seats.lua's ARGV[7]: the heartbeat interval, from which it
+// tells how long a holder may go without a call on the key.
+func (l *Limiter) seatLapse() string {
+	return strconv.FormatInt(max(l.opts.HeartbeatInterval.Milliseconds(), 1), 10)
+}
+
+var ticketSeq atomic.Uint64
+
+// takeSeats takes sr's seats on key, waiting in the key's queue for at
+// most maxWait (-1: as long as ctx allows; 0: not at all). A caller who
+// can wait never gets an outage's error: it waits for Redis, or for a
+// local share.
+func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWait time.Duration) (*seatTicket, error) {
+	t := &seatTicket{
+		id: l.id + "." + strconv.FormatUint(ticketSeq.Add(1), 36), key: key, band: sr.band,
+		n: sr.n, cost: sr.cost, got: make(chan struct{}), at: time.Now(),
+	}
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	ks.seatsOf().tickets[t.id] = t
+	ks.mu.Unlock()
+	var limit <-chan time.Time
+	if maxWait > 0 {
+		tm := time.NewTimer(maxWait)
+		defer tm.Stop()
+		limit = tm.C
+	}
+	giveUp := func(err error) (*seatTicket, error) {
+		l.cancelTicket(t)
+		return nil, err
+	}
+	for {
+		local := l.isDegraded() && !l.opts.FailClosed
+		moved := l.shareChanged()
+		granted, queued, err := l.acquireSeats(ctx, ks, t, maxWait != 0, local)
+		if err == nil && granted {
+			return t, nil
+		}
+		if err != nil {
+			var ns *noShareError
+			outage := errors.Is(err, ErrUnavailable) && !l.opts.FailClosed
+			if !outage && !errors.As(err, &ns) {
+				return giveUp(err)
+			}
+			if maxWait == 0 {
+				return giveUp(&WaitTooLongError{Wait: l.opts.ProbeInterval, MaxWait: 0, Band: OutageBinding})
+			}
+		} else if !queued {
+			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: sr.band})
+		}
+		poll := time.NewTimer(seatPoll)
+		select {
+		case <-t.got:
+			poll.Stop()
+			return t, nil
+		case <-moved:
+			// A heartbeat or a switch to or from the local fallback: ask
+			// again where calls go now (the same ticket keeps its place).
+		case <-poll.C:
+		case <-limit:
+			poll.Stop()
+			return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band})
+		case <-ctx.Done():
+			poll.Stop()
+			return giveUp(ctx.Err())
+		}
+		poll.Stop()
+		ks.mu.Lock()
+		held := t.state == seatHeld
+		ks.mu.Unlock()
+		if held {
+			return t, nil
+		}
+	}
+}
+
+// acquireSeats runs one acquire of t: on Redis, or (local) on the store at
+// this Limiter's share.
+func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket, wait bool, local bool) (granted, queued bool, err error) {
+	w := "0"
+	if wait {
+		w = "1"
+	}
+	if !local {
+		args := append(l.seatArgs(t.n), t.id, strconv.Itoa(t.cost), w)
+		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
+			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), append([]any{"acquire"}, args...)...).Result()
+		}, func(res any) {
+			// The caller left before the reply: give back what it granted.
+			if r, ok := res.([]any); ok && len(r) > 0 && r[0] == int64(1) {
+				go l.releaseTicket(t)
+			} else {
+				go l.cancelTicket(t)
+			}
+		})
+		if err != nil {
+			return false, false, err
+		}
+		return l.noteAcquire(ks, t, res, false)
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if err := l.seatStore(ctx, ks); err != nil {
+		return false, false, err
+	}
+	arg, err := l.seatLocalArg(ks.name)
+	if err != nil {
+		return false, false, err
+	}
+	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", "", strconv.Itoa(t.n),
+		l.seatKeep(), l.seatLapse(), t.id, strconv.Itoa(t.cost), w).Result()
+	if err != nil {
+		return false, false, l.localError(names.OpSeats, ks.name, err)
+	}
+	r, _ := res.([]any)
+	if len(r) > 1 && r[0] == int64(0) && r[1] == int64(-1) {
+		return false, false, &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter's share of band %q is below the call's %d seats", ks.name, l.unavailableErr(), t.band, t.cost)}
+	}
+	return l.noteAcquireLocked(ks, t, res, true)
+}
+
+// seatLocalArg is seats.lua's ARGV[2] in the store: this Limiter's rank
+// and the fleet's size its local share counts.
+func (l *Limiter) seatLocalArg(key string) (string, error) {
+	sh, ok := l.fleet.localShare()
+	if !ok && l.fleet.newcomer() {
+		return "", l.noShareErr(key)
+	}
+	if !ok {
+		return "", &noShareError{fmt.Errorf("reserve: %q: %w: Redis has never answered this Limiter, so it does not know how many share the limit (set Options.FleetSize to pace locally meanwhile)", key, l.unavailableErr())}
+	}
+	n, rank := 1, 0
+	if sh.IsMember && sh.N > 1 {
+		n, rank = sh.N, sh.Member
+	}
+	return l.id + " " + strconv.Itoa(rank) + " " + strconv.Itoa(n) + " l", nil
+}
+
+// seatStore makes sure the store holds key's seats: the tickets this
+// Limiter held on Redis count against its local share. ks.mu is held.
+func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
+	sts := ks.seatsOf()
+	if sts.store {
+		return nil
+	}
+	arg, err := l.seatLocalArg(ks.name)
+	if err != nil {
+		return err
+	}
+	n := 1
+	for _, t := range sts.tickets {
+		n = max(n, t.n)
+	}
+	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", "", strconv.Itoa(n),
+		l.seatKeep(), l.seatLapse(), ticketList(sts, true)).Result(); err != nil {
+		return l.localError(names.OpSeats, ks.name, err)
+	}
+	sts.store = true
+	return nil
+}
+
+// ticketList is renew's ARGV[8]: every ticket of sts, held ("h"), waiting
+// ("w", or in the store's seeding: not carried over) or being asked for
+// ("p"). ks.mu is held.
+func ticketList(sts *keySeats, seed bool) string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(sts.tickets)) {
+		t := sts.tickets[id]
+		s := "p"
+		switch t.state {
+		case seatHeld:
+			s = "h"
+		case seatWaiting:
+			s = "w"
+		}
+		if seed && s != "h" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(t.id + ":" + strconv.Itoa(t.cost) + ":" + s)
+	}
+	return b.String()
+}
+
+func (l *Limiter) noteAcquire(ks *keyState, t *seatTicket, res any, local bool) (granted, queued bool, err error) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return l.noteAcquireLocked(ks, t, res, local)
+}
+
+// noteAcquireLocked applies an acquire's reply to t. ks.mu is held.
+func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local bool) (granted, queued bool, err error) {
+	r, ok := res.([]any)
+	if !ok || len(r) < 2 {
+		return false, false, fmt.Errorf("reserve: seats %q: unexpected reply %v", ks.name, res)
+	}
+	switch {
+	case r[0] == int64(1):
+		t.local = local
+		if t.state != seatHeld {
+			t.state = seatHeld
+			close(t.got)
+		}
+		return true, false, nil
+	case r[1] != int64(0):
+		if t.state == seatPending {
+			t.state = seatWaiting
+		}
+		t.local = local
+		return false, true, nil
+	}
+	return false, false, nil
+}
+
+// releaseTicket gives t's seats back (a call that ended) and hands them
+// to the queue's head. It does not fail: while Redis is unavailable the
+// seats go back on the store, or are dropped from Redis's count by this
+// Limiter's next renew (the handback).
+func (l *Limiter) releaseTicket(t *seatTicket) { l.endTicket(t, "release") }
+
+// cancelTicket takes t out of the queue, or gives its seats back if it
+// holds them.
+func (l *Limiter) cancelTicket(t *seatTicket) { l.endTicket(t, "cancel") }
+
+func (l *Limiter) endTicket(t *seatTicket, op string) {
+	ks := l.states.get(t.key)
+	ks.mu.Lock()
+	ks.dropTicket(t.id)
+	if ks.seats != nil && ks.seats.store {
+		// The store holds the key's seats: give them back there; Redis's
+		// count follows at the handback.
+		defer ks.mu.Unlock()
+		arg, err := l.seatLocalArg(t.key)
+		if err != nil {
+			return
+		}
+		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", "",
+			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse(), t.id).Result()
+		if err == nil {
+			l.handedOff(ks, res, 1)
+		}
+		return
+	}
+	ks.mu.Unlock()
+	if l.isDegraded() && !l.opts.FailClosed {
+		return // not on the store: Redis's count drops it at the handback
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.callTimeout()+time.Second)
+	defer cancel()
+	res, err := l.run(ctx, names.OpSeats, t.key, func(ctx context.Context) (any, error) {
+		return seatsScript.Run(ctx, l.rdb, l.seatKeys(t.key), append([]any{op}, append(l.seatArgs(t.n), t.id)...)...).Result()
+	}, nil)
+	if err != nil {
+		// Redis's count keeps the seats until this Limiter's next renew
+		// (its heartbeat, or the handback after an outage), which lists
+		// the tickets it has: this one is gone.
+		ks.mu.Lock()
+		ks.seatsOf().dirty = true
+		ks.mu.Unlock()
+		return
+	}
+	ks.mu.Lock()
+	l.handedOff(ks, res, 1)
+	ks.mu.Unlock()
+}
+
+// handedOff wakes this Limiter's tickets among the hand-offs of a reply
+// (from its index from on). ks.mu is held.
+func (l *Limiter) handedOff(ks *keyState, res any, from int) {
+	r, _ := res.([]any)
+	for i := from; i < len(r); i++ {
+		if id, ok := r[i].(string); ok {
+			ks.grantTicket(id)
+		}
+	}
+}
+
+// onSeatEvent applies a hand-off announced on the events channel: the
+// tickets named hold their seats now.
+func (l *Limiter) onSeatEvent(key, arg string) {
+	ks := l.states.peek(key)
+	if ks == nil {
+		return
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for id := range strings.FieldsSeq(arg) {
+		ks.grantTicket(id)
+	}
+}
+
+// renewSeats renews this Limiter's tickets on every key it has some on:
+// the fleet sees it still holds them, a Redis that lost them gets them back
+// exactly, seats handed to its waiters and not announced reach them, and
+// the seats of members gone are dropped and handed on. After an outage
+// (the handback) it also makes Redis's count what the store's was, and the
+// store forgets the key.
+func (l *Limiter) renewSeats(ctx context.Context) {
+	for _, ks := range l.states.all() {
+		ks.mu.Lock()
+		sts := ks.seats
+		if sts == nil {
+			ks.mu.Unlock()
+			continue
+		}
+		list := ticketList(sts, false)
+		n, store := 1, sts.store
+		for _, t := range sts.tickets {
+			n = max(n, t.n)
+		}
+		ks.mu.Unlock()
+		args := append([]any{"renew"}, append(l.seatArgs(n), list)...)
+		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
+			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), args...).Result()
+		}, nil)
+		if err != nil {
+			continue
+		}
+		ks.mu.Lock()
+		l.handedOff(ks, res, 0)
+		if ks.seats != nil {
+			ks.seats.dirty = false
+		}
+		if store && ks.seats != nil {
+			// Handed back: Redis counts this Limiter's seats again.
+			l.store.Del(l.seatKeys(ks.name)[:2]...)
+			ks.seats.store = false
+			for _, t := range ks.seats.tickets {
+				t.local = false
+			}
+		}
+		if ks.seats != nil && len(ks.seats.tickets) == 0 && !ks.seats.store && !ks.seats.dirty {
+			ks.seats = nil
+		}
+		ks.mu.Unlock()
+	}
+}
+
+// reserveSeats takes sr's seats, then reserves the rest of req on its
+// other bands, within maxWait in all (-1: none; as ReserveN).
+func (l *Limiter) reserveSeats(ctx context.Context, req Request, sr *seatReq, maxWait time.Duration) (*Reservation, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	start := time.Now()
+	var t *seatTicket
+	if sr.cost > 0 {
+		var err error
+		if t, err = l.takeSeats(ctx, req.Key, sr, maxWait); err != nil {
+			return nil, err
+		}
+	}
+	var r *Reservation
+	if sr.hasRest {
+		left := maxWait
+		if maxWait > 0 {
+			left = max(maxWait-time.Since(start), 0)
+		}
+		s, amounts, f, err := l.check(sr.rest)
+		if err == nil {
+			r, err = l.reserve(ctx, names.OpReserve, req.Key, s, amounts, f, left)
+		}
+		if err != nil {
+			if t != nil {
+				l.releaseTicket(t)
+			}
+			return nil, err
+		}
+	} else {
+		r = &Reservation{lim: l, key: req.Key, at: l.clock.Now(), source: SourceRedis}
+		if t.local {
+			r.source = SourceLocal
+		}
+		r.band = sr.band
+	}
+	if t != nil {
+		unit := ""
+		for _, b := range req.Policy {
+			if b.InFlight != 0 {
+				unit = b.Unit
+				if unit == "" {
+					unit = b.Name
+				}
+			}
+		}
+		r.seat, r.seatUnit = t, unit
+	}
+	return r, nil
+}
+
+// Acquire is WaitN for a call that must end: it takes req's seats on its
+// in-flight band (if its policy has one), then its slot on the other
+// bands, sleeps until the slot, and returns the Reservation, whose Done
+// (or Settle) gives the seats back when the call ends. ctx's deadline is
+// the longest it waits for both, as for WaitN; nothing is held when it
+// returns an error. A policy without an in-flight band gives a Reservation
+// whose Done does nothing.
+//
+//	r, err := lim.Acquire(ctx, req)
+//	if err != nil {
+//		return err
+//	}
+//	defer r.Done()
+func (l *Limiter) Acquire(ctx context.Context, req Request) (*Reservation, error) {
+	maxWait := time.Duration(-1)
+	if deadline, ok := ctx.Deadline(); ok {
+		maxWait = max(time.Until(deadline), 0)
+	}
+	var (
+		r   *Reservation
+		err error
+	)
+	if maxWait < 0 {
+		r, err = l.ReserveN(ctx, req)
+	} else {
+		r, err = l.TryReserveN(ctx, req, maxWait)
+		var tl *WaitTooLongError
+		if errors.As(err, &tl) {
+			tl.Deadline = true
+			err = fmt.Errorf("reserve: acquire %q: %w: %w", req.Key, context.DeadlineExceeded, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Sleep(ctx); err != nil {
+		r.Done()
+		return nil, err
+	}
+	return r, nil
+}

@@ -1,0 +1,361 @@
+package reserve_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// seatsPolicy is an in-flight band of n, alone.
+func seatsPolicy(n int) reserve.Policy {
+	return reserve.Policy{{Name: "open", Unit: "requests", InFlight: n}}
+}
+
+func seatsReq(key string, n int) reserve.Request {
+	return reserve.Request{Key: key, Policy: seatsPolicy(n), Cost: reserve.Cost{"requests": 1}}
+}
+
+// openCount counts calls open at once and keeps the most.
+type openCount struct {
+	open, most atomic.Int64
+}
+
+func (o *openCount) enter() {
+	n := o.open.Add(1)
+	for {
+		m := o.most.Load()
+		if n <= m || o.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (o *openCount) leave() { o.open.Add(-1) }
+
+// TestSeatsNeverOverN: three Limiters, 24 callers, 300 calls of 0-3 ms on
+// an in-flight band of 3: never more than 3 calls open at once, and every
+// call is made.
+func TestSeatsNeverOverN(t *testing.T) {
+	s := redistest.New(t)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, Logger: quiet}
+	var lims []*reserve.Limiter
+	for range 3 {
+		l, err := reserve.New(s.Client, opts)
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		lims = append(lims, l)
+	}
+	ctx := context.Background()
+	var oc openCount
+	var made atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Go(func() {
+			l := lims[i%3]
+			for j := range 12 {
+				r, err := l.Acquire(ctx, seatsReq("seats:n", 3))
+				if !assert.NoError(t, err) {
+					return
+				}
+				oc.enter()
+				time.Sleep(time.Duration((i+j)%4) * time.Millisecond)
+				oc.leave()
+				r.Done()
+				r.Done() // idempotent
+				made.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(24*12), made.Load())
+	assert.LessOrEqual(t, oc.most.Load(), int64(3), "calls open at once")
+	assert.Equal(t, int64(3), oc.most.Load(), "the band never bound: the test proves nothing")
+	st, err := reserve.ReadSeats(ctx, lims[0], "seats:n")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used, "seats still counted after every call ended")
+	assert.Equal(t, 0, st.Waiting)
+}
+
+// TestSeatsInOrder: callers queued one after the other get their seats in
+// that order, across two Limiters, by hand-off (no second call each).
+func TestSeatsInOrder(t *testing.T) {
+	s := redistest.New(t)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	restore := reserve.SetSeatPoll(time.Hour)
+	defer restore()
+	ctx := context.Background()
+	first, err := a.Acquire(ctx, seatsReq("seats:order", 1))
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		got []int
+		wg  sync.WaitGroup
+	)
+	for i := range 6 {
+		l := []*reserve.Limiter{a, b}[i%2]
+		wg.Go(func() {
+			r, err := l.Acquire(ctx, seatsReq("seats:order", 1))
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			got = append(got, i)
+			mu.Unlock()
+			r.Done()
+		})
+		// The next caller queues only after this one has.
+		require.Eventually(t, func() bool {
+			st, err := reserve.ReadSeats(ctx, a, "seats:order")
+			return err == nil && st.Waiting == i+1
+		}, 30*time.Second, time.Millisecond)
+	}
+	first.Done()
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, got)
+}
+
+// TestSeatsKilledHolder: the seats of a process killed without Close come
+// back to the fleet's waiters once the fleet finds it gone; those of a
+// process cut off from Redis (alive, connected) stay held.
+func TestSeatsKilledHolder(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	c, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 3 }, 30*time.Second, 5*time.Millisecond)
+
+	// c holds the one seat of "cut", then is cut off: a waits, and does not
+	// get it while c is held.
+	_, err = c.Acquire(ctx, seatsReq("seats:cut", 1))
+	require.NoError(t, err)
+	end := c.Cut()
+	defer end()
+	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err = a.Acquire(wctx, seatsReq("seats:cut", 1))
+	cancel()
+	require.Error(t, err, "a took the seat of a member that is cut off but alive")
+	st, err := reserve.ReadSeats(ctx, a, "seats:cut")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.Used)
+	assert.Equal(t, 0, st.Waiting, "a's ticket left the queue when it gave up")
+
+	// b holds the two seats of "kill" and is killed.
+	for range 2 {
+		_, err = b.Acquire(ctx, seatsReq("seats:kill", 2))
+		require.NoError(t, err)
+	}
+	killed := time.Now()
+	b.Kill()
+	r, err := a.Acquire(ctx, seatsReq("seats:kill", 2))
+	require.NoError(t, err)
+	t.Logf("a killed holder's seats came back after %v (heartbeat interval 100 ms)", time.Since(killed).Round(time.Millisecond))
+	r.Done()
+}
+
+// TestSeatsWithRate: an in-flight band beside a bucket: both hold.
+func TestSeatsWithRate(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	p := reserve.Policy{
+		{Name: "open", Unit: "requests", InFlight: 2},
+		{Name: "rate", Unit: "requests", Limit: reserve.Limit{Rate: 200, Burst: 1}},
+	}
+	var oc openCount
+	var wg sync.WaitGroup
+	var slots sync.Map
+	for i := range 8 {
+		wg.Go(func() {
+			for range 5 {
+				r, err := l.Acquire(ctx, reserve.Request{Key: "seats:rate", Policy: p, Cost: reserve.Cost{"requests": 1}})
+				if !assert.NoError(t, err) {
+					return
+				}
+				ns, ok := reserve.ServerSlot(r)
+				assert.True(t, ok)
+				_, dup := slots.LoadOrStore(ns, i)
+				assert.False(t, dup, "two calls on one slot")
+				assert.Equal(t, reserve.Cost{"requests": 1}, r.Cost())
+				oc.enter()
+				time.Sleep(time.Millisecond)
+				oc.leave()
+				require.NoError(t, r.Settle(ctx, reserve.Cost{"requests": 1}))
+				r.Done()
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, oc.most.Load(), int64(2))
+	var sorted []int64
+	slots.Range(func(k, _ any) bool { sorted = append(sorted, k.(int64)); return true })
+	require.Len(t, sorted, 40)
+	// Slots 5 ms apart at least (rate 200/s, burst 1), on the server's clock.
+	for i := range sorted {
+		for j := range sorted {
+			if i != j {
+				d := sorted[i] - sorted[j]
+				assert.False(t, d > 0 && d < int64(5*time.Millisecond)-1, "slots %d ns apart", d)
+			}
+		}
+	}
+	st, err := reserve.ReadSeats(ctx, l, "seats:rate")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used)
+}
+
+// TestSeatsBadInput: every bad input is refused with a clear error and
+// takes nothing.
+func TestSeatsBadInput(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	req := func(p reserve.Policy, c reserve.Cost) reserve.Request {
+		return reserve.Request{Key: "seats:bad", Policy: p, Cost: c}
+	}
+	one := reserve.Cost{"requests": 1}
+	for name, tc := range map[string]struct {
+		req  reserve.Request
+		want error
+	}{
+		"negative":     {req(seatsPolicy(-1), one), reserve.ErrInvalidPolicy},
+		"too many":     {req(seatsPolicy(2_000_000), one), reserve.ErrInvalidPolicy},
+		"with a limit": {req(reserve.Policy{{Name: "open", InFlight: 2, Limit: reserve.Limit{Rate: 1, Burst: 1}}}, reserve.Cost{"open": 1}), reserve.ErrInvalidPolicy},
+		"two":          {req(reserve.Policy{{Name: "a", Unit: "requests", InFlight: 2}, {Name: "b", Unit: "requests", InFlight: 3}}, one), reserve.ErrInvalidPolicy},
+		"fraction":     {req(seatsPolicy(2), reserve.Cost{"requests": 0.5}), reserve.ErrInvalidCost},
+		"NaN":          {req(seatsPolicy(2), reserve.Cost{"requests": math.NaN()}), reserve.ErrInvalidCost},
+		"above N":      {req(seatsPolicy(2), reserve.Cost{"requests": 3}), reserve.ErrExceedsBurst},
+		"no amount":    {req(seatsPolicy(2), reserve.Cost{"tokens": 1}), reserve.ErrInvalidCost},
+		"nothing":      {req(seatsPolicy(2), reserve.Cost{"requests": 0}), reserve.ErrInvalidCost},
+		"empty key":    {reserve.Request{Policy: seatsPolicy(2), Cost: one}, reserve.ErrEmptyKey},
+		"bad name":     {req(reserve.Policy{{Name: "a b", InFlight: 2}}, reserve.Cost{"a b": 1}), reserve.ErrInvalidPolicy},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := l.ReserveN(ctx, tc.req)
+			require.ErrorIs(t, err, tc.want)
+			_, err = l.Acquire(ctx, tc.req)
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+	// Methods that cannot give seats back refuse the policy.
+	err = l.WaitN(ctx, req(seatsPolicy(2), one))
+	require.ErrorIs(t, err, reserve.ErrInvalidPolicy)
+	assert.Contains(t, err.Error(), "Acquire")
+	_, err = l.AllowN(ctx, req(seatsPolicy(2), one))
+	require.ErrorIs(t, err, reserve.ErrInvalidPolicy)
+	// A cancelled context takes nothing.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = l.Acquire(cctx, req(seatsPolicy(2), one))
+	require.ErrorIs(t, err, context.Canceled)
+	st, err := reserve.ReadSeats(ctx, l, "seats:bad")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used)
+	assert.Equal(t, 0, st.Waiting)
+}
+
+// TestSeatsTryAndCancel: TryReserveN with no wait refuses when no seat is
+// free, naming the band; Cancel and Settle give the seats back.
+func TestSeatsTryAndCancel(t *testing.T) {
+	s := redistest.New(t)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	r1, err := l.TryReserveN(ctx, seatsReq("seats:try", 1), 0)
+	require.NoError(t, err)
+	_, err = l.TryReserveN(ctx, seatsReq("seats:try", 1), 0)
+	var tl *reserve.WaitTooLongError
+	require.True(t, errors.As(err, &tl), "%v", err)
+	assert.Equal(t, "open", tl.Band)
+	_, err = l.TryReserveN(ctx, seatsReq("seats:try", 1), 20*time.Millisecond)
+	require.True(t, errors.As(err, &tl), "%v", err)
+	require.NoError(t, r1.Cancel(ctx))
+	r2, err := l.TryReserveN(ctx, seatsReq("seats:try", 1), 0)
+	require.NoError(t, err)
+	require.NoError(t, r2.Settle(ctx, nil))
+	r3, err := l.TryReserveN(ctx, seatsReq("seats:try", 1), 0)
+	require.NoError(t, err)
+	r3.Done()
+	st, err := reserve.ReadSeats(ctx, l, "seats:try")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used)
+	assert.Equal(t, 0, st.Waiting)
+}
+
+// TestSeatsThroughOutage: Redis stops while calls hold seats and others
+// wait: the Limiter paces locally on its share of N (the whole, alone),
+// never over it, and when Redis is back its count is exact again.
+func TestSeatsThroughOutage(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	held, err := l.Acquire(ctx, seatsReq("seats:out", 3))
+	require.NoError(t, err)
+	s.Stop(t)
+	var oc openCount
+	oc.enter() // held's call
+	var wg sync.WaitGroup
+	var made atomic.Int64
+	for range 6 {
+		wg.Go(func() {
+			for range 5 {
+				r, err := l.Acquire(ctx, seatsReq("seats:out", 3))
+				if !assert.NoError(t, err) {
+					return
+				}
+				oc.enter()
+				time.Sleep(2 * time.Millisecond)
+				oc.leave()
+				r.Done()
+				made.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(30), made.Load())
+	assert.LessOrEqual(t, oc.most.Load(), int64(3), "calls open at once during the outage")
+	require.True(t, l.Degraded())
+	// Another call takes a seat locally and holds it through the return.
+	also, err := l.Acquire(ctx, seatsReq("seats:out", 3))
+	require.NoError(t, err)
+	held.Done() // given back on the store
+	s.Restart(t)
+	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st, err := reserve.ReadSeats(ctx, l, "seats:out")
+		return err == nil && st.Used == 1
+	}, 30*time.Second, 10*time.Millisecond, "Redis's count after the handback")
+	also.Done()
+	st, err := reserve.ReadSeats(ctx, l, "seats:out")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used)
+}
