@@ -156,8 +156,9 @@ end
 for h, g in pairs(gone) do
   if g then owners[h] = nil; dels[#dels + 1] = 'r:' .. h end
 end
-if #dels > 0 then redis.call('HDEL', H, unpack(dels)); changed = true end
-if #zrems > 0 then redis.call('ZREM', Q, unpack(zrems)) end
+-- A read writes nothing: the gone are left out of its figures only.
+if #dels > 0 and op ~= 'read' then redis.call('HDEL', H, unpack(dels)); changed = true end
+if #zrems > 0 and op ~= 'read' then redis.call('ZREM', Q, unpack(zrems)) end
 
 -- Seats in use: each holder's own, and a held holder's share at least
 -- (it may be pacing locally on it). In the store, the limit is the share.
@@ -226,12 +227,13 @@ end
 if op == 'read' then
   local per, ids = {}, {}
   for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
-  local out = {N, used(), redis.call('ZCARD', Q)}
+  local nw = 0
+  for _ in pairs(waits) do nw = nw + 1 end
+  local out = {N, used(), nw}
   for h, c in pairs(per) do
     local o = owners[h]
     out[#out + 1] = h .. ' ' .. (o and o.id or '-') .. ' ' .. c
   end
-  expire()
   return out
 end
 

@@ -56,6 +56,23 @@ type FairMetrics interface {
 	Deferred(key, tenant string, lane Lane)
 }
 
+// SeatMetrics is implemented by a Metrics (Options.Metrics) that also wants
+// the figures of in-flight bands (Band.InFlight). Keys and bands are passed
+// as given.
+type SeatMetrics interface {
+	// SeatsTaken is called when a call got its seats on key's in-flight
+	// band: after waiting waited in the key's queue (0: free at once),
+	// handed off by a call that ended (handedOff) or found free; local
+	// when the local fallback granted them.
+	SeatsTaken(key, band string, seats int, waited time.Duration, handedOff, local bool)
+	// SeatsHeld is called when the seats this Limiter holds on key's band
+	// change by delta: +seats when taken, -seats when given back.
+	SeatsHeld(key, band string, delta int)
+	// SeatWaiters is called when the calls of this Limiter waiting for
+	// seats on key's band change by delta.
+	SeatWaiters(key, band string, delta int)
+}
+
 // Values of Metrics.Moved's why.
 const (
 	MovedPause = names.MovedPause

@@ -153,6 +153,8 @@ type seatTicket struct {
 	local bool          // held on the local fallback's store
 	got   chan struct{} // closed when the ticket holds its seats (handed off)
 	at    time.Time     // when it started waiting
+	// counted: SeatMetrics was told the ticket holds its seats.
+	counted atomic.Bool
 }
 
 // keySeats is a keyState's in-flight part: the tickets this Limiter has
@@ -248,6 +250,20 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		defer tm.Stop()
 		limit = tm.C
 	}
+	sm, _ := l.opts.Metrics.(SeatMetrics)
+	waiting := false
+	defer func() {
+		if waiting && sm != nil {
+			sm.SeatWaiters(key, sr.band, -1)
+		}
+	}()
+	gotIt := func(handedOff bool) (*seatTicket, error) {
+		if sm != nil && t.counted.CompareAndSwap(false, true) {
+			sm.SeatsTaken(key, sr.band, t.cost, time.Since(t.at), handedOff, t.local)
+			sm.SeatsHeld(key, sr.band, t.cost)
+		}
+		return t, nil
+	}
 	giveUp := func(err error) (*seatTicket, error) {
 		l.cancelTicket(t)
 		return nil, err
@@ -257,7 +273,13 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		moved := l.shareChanged()
 		granted, queued, err := l.acquireSeats(ctx, ks, t, maxWait != 0, local)
 		if err == nil && granted {
-			return t, nil
+			return gotIt(waiting)
+		}
+		if queued && !waiting {
+			waiting = true
+			if sm != nil {
+				sm.SeatWaiters(key, sr.band, 1)
+			}
 		}
 		if err != nil {
 			var ns *noShareError
@@ -275,7 +297,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		select {
 		case <-t.got:
 			poll.Stop()
-			return t, nil
+			return gotIt(true)
 		case <-moved:
 			// A heartbeat or a switch to or from the local fallback: ask
 			// again where calls go now (the same ticket keeps its place).
@@ -292,7 +314,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		held := t.state == seatHeld
 		ks.mu.Unlock()
 		if held {
-			return t, nil
+			return gotIt(true)
 		}
 	}
 }
@@ -448,6 +470,9 @@ func (l *Limiter) releaseTicket(t *seatTicket) { l.endTicket(t, "release") }
 func (l *Limiter) cancelTicket(t *seatTicket) { l.endTicket(t, "cancel") }
 
 func (l *Limiter) endTicket(t *seatTicket, op string) {
+	if sm, ok := l.opts.Metrics.(SeatMetrics); ok && t.counted.CompareAndSwap(true, false) {
+		sm.SeatsHeld(t.key, t.band, -t.cost)
+	}
 	ks := l.states.get(t.key)
 	ks.mu.Lock()
 	ks.dropTicket(t.id)
