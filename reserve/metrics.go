@@ -27,7 +27,8 @@ type Metrics interface {
 	// "reserve", "settle", "cancel", "lease", "pause", "peek", "check",
 	// "claim", "hold", "restore", "heartbeat", "probe", "confirm",
 	// "config", and "adaptive" and "quota" from packages adaptive and
-	// pacehttp; docs/otel.md says what each is), its duration and its
+	// pacehttp, and "seats" (in-flight bands); docs/otel.md says what
+	// each is), its duration and its
 	// error (nil on success).
 	RedisCall(op string, d time.Duration, err error)
 	// Fallback is called on every switch: active is true when the Limiter
