@@ -15,6 +15,8 @@
 --                          holder's place, and when it last called
 --            "c"          -> the queue's counter
 --            "N"          -> an operator's N (absent: the caller's)
+--            "u"          -> the latest the server can have started (Unix
+--                          ms, from INFO's uptime when the hash was made)
 --          A holder is a member's rank, or "i<limiter id>" for a Limiter
 --          that has no rank yet.
 -- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
@@ -29,25 +31,39 @@
 -- ARGV[3]  the ranks the fleet lists (live or held), space-separated; "*"
 --          when unknown (nobody is dropped for it)
 -- ARGV[4]  the ranks the fleet holds (silent, or pacing locally), which
---          keep max(their seats, their share of N)
+--          keep max(their seats, their share of N). In the store: what the
+--          other holders held beyond their shares when Redis last answered
+--          (excess, below; N when not known lately), by which this
+--          process's share is cut
 -- ARGV[5]  N, the band's limit as the caller's code gives it (an integer
 --          >= 1)
 -- ARGV[6]  keep_ms: the keys' expiry after each write
--- ARGV[7]  the fleet's heartbeat interval I, ms. A ranked holder the
+-- ARGV[7]  "<I> <W> <known>": the fleet's heartbeat interval I, ms; W, ms;
+--          and the start the caller last saw the key's seats show ("u", 0:
+--          none). A caller that saw the key's seats on another server (a
+--          Redis restarted empty, a replica promoted) is granted no seat, as
+--          in mode "x", for W after this server started: every holder renews
+--          its seats within W (at its next heartbeat, or its handback after
+--          an outage). One that never saw them cannot tell a restarted
+--          server from a new one, and is not held back. A ranked holder the
 --          fleet does not list is gone once it has not called on the key for
---          1.5 I (the caller's view of the fleet lags by up to an interval: a
---          member that joined since is not listed yet). A holder neither
+--          2.5 I (the caller's view of the fleet lags: a member that joined,
+--          or came back to a Redis restarted empty, is listed at its next
+--          heartbeat and heard of at the caller's); never in mode "x". A holder neither
 --          held nor heard from for 3.5 I is gone too (its rank was taken
 --          again by a member that does not use the key): the fleet holds a
 --          member silent for 2 I, and the caller hears of it within 1.1 I.
 -- acquire: ARGV[8] ticket, ARGV[9] cost (an integer >= 1), ARGV[10] "1" to
 --          wait in the queue when no seat is free, "0" to refuse.
---          Reply {1, used, N} granted (also when the ticket held its seats
---          already), {0, place, used, N} queued (place 1 is the head), or
---          {0, 0, used, N} refused (nothing written); in the store,
---          {0, -1, used, share} when the cost is above this process's share.
--- release: ARGV[8] ticket. Reply {1 if it held seats else 0, tickets
---          handed seats...}.
+--          Reply {1, 0, used, N, start, excess} granted (also when the
+--          ticket held its seats already), {0, place, used, N, start,
+--          excess} queued (place 1 is the head), or {0, 0, used, N, start,
+--          excess} refused (nothing written); in the store, {0, -1, used,
+--          limit, 0, 0} when the cost is above this process's limit there.
+--          start is the hash's "u" (0: unknown); excess what the other
+--          holders hold beyond their shares of N (see ARGV[4]).
+-- release: ARGV[8] ticket. Reply {1 if it held seats else 0, excess,
+--          tickets handed seats...}.
 -- cancel:  ARGV[8] ticket: out of the queue, or its seats given back if it
 --          held them. Reply as release.
 -- renew:   ARGV[8] the caller's tickets, space-separated "<ticket>:<cost>:<s>"
@@ -55,11 +71,12 @@
 --          queued if neither holding nor waiting) or "p" (a call in
 --          flight: left as it is); every other ticket of the holder is
 --          dropped. This makes the fleet's count exact again after an
---          outage or a Redis that lost the key. Reply {tickets of the
---          caller that hold seats now...}, then the tickets handed seats
---          after "|".
--- read:    Reply {N, used, waiting, then per holder "<holder> <limiter id>
---          <seats>"...}; writes nothing.
+--          outage or a Redis that lost the key. Reply {start, excess,
+--          tickets of the caller that hold seats now...}, then the tickets
+--          handed seats after "|".
+-- read:    Reply {N, seats held, calls waiting, then per holder "<holder>
+--          <limiter id> <seats>"...}; writes nothing. (Held members' shares
+--          are not counted in it.)
 
 local H, Q = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
@@ -74,8 +91,13 @@ local codeN = tonumber(ARGV[5])
 if not codeN or codeN < 1 or codeN ~= math.floor(codeN) then
   return redis.error_reply('PACER_ARG seats: N ' .. tostring(ARGV[5]))
 end
-local keep, beat = tonumber(ARGV[6]), tonumber(ARGV[7])
-local grace, lapse = beat * 1.5, beat * 3.5
+local keep = tonumber(ARGV[6])
+local beat, young, known = string.match(ARGV[7] or '', '^(%d+) (%d+) (%d+)$')
+beat, young, known = tonumber(beat), tonumber(young), tonumber(known)
+if not keep or not beat then
+  return redis.error_reply('PACER_ARG seats: keep ' .. tostring(ARGV[6]) .. ', interval ' .. tostring(ARGV[7]))
+end
+local grace, lapse = beat * 2.5, beat * 3.5
 
 local taken, held = nil, {}
 if ARGV[3] ~= '*' then
@@ -108,6 +130,31 @@ for i = 1, #flat, 2 do
 end
 if N < 1 then N = codeN end
 
+-- A server that started less than W ago, where the caller saw the key's
+-- seats on another, may have lost seats their holders have not renewed
+-- yet: grant none (mode "x"). The start is read once per hash (INFO, which
+-- a Redis user may be denied: then it is not known).
+local changed = false
+local started = nil
+for i = 1, #flat, 2 do
+  if flat[i] == 'u' then started = tonumber(flat[i + 1]) end
+end
+if mode ~= 'l' then
+  if not started then
+    local ok, info = pcall(redis.call, 'INFO', 'server')
+    local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    if up then
+      started = now - up * 1000
+      if op ~= 'read' then redis.call('HSET', H, 'u', started); changed = true end
+    end
+  end
+  if started and known ~= 0 and known ~= started and now - started < young then mode = 'x' end
+end
+-- The start the caller learns: held back, it keeps the one it knew, so
+-- that it is held back until the window passes.
+local learn = started or 0
+if mode == 'x' and known ~= 0 then learn = known end
+
 -- A holder's share of N while it paces locally: N split over the fleet's
 -- ranks, the remainder to the lowest ranks, so the shares add up to N.
 local function share(h)
@@ -118,7 +165,6 @@ local function share(h)
   return s
 end
 
-local changed = false
 -- Gone holders: in the store there are none (it holds this process's
 -- seats alone). On Redis, a ranked holder the fleet no longer lists, one
 -- whose rank the caller now holds under another id, and one neither held
@@ -129,7 +175,7 @@ if mode ~= 'l' then
     if gone[h] ~= nil or h == holder then return end
     local o = owners[h]
     local g = false
-    if taken and tonumber(h) and not taken[h] and (not o or now - o.ms > grace) then
+    if taken and mode ~= 'x' and tonumber(h) and not taken[h] and (not o or now - o.ms > grace) then
       g = true
     elseif not held[h] and (not o or now - o.ms > lapse) then
       g = true
@@ -162,8 +208,11 @@ if #zrems > 0 and op ~= 'read' then redis.call('ZREM', Q, unpack(zrems)) end
 
 -- Seats in use: each holder's own, and a held holder's share at least
 -- (it may be pacing locally on it). In the store, the limit is the share.
+-- In the store, the limit is this process's share, less what the others
+-- held beyond their shares when Redis last answered (ARGV[4] there): they
+-- keep those seats while they pace locally, so the fleet stays within N.
 local limit = N
-if mode == 'l' then limit = share(holder) end
+if mode == 'l' then limit = math.max(0, share(holder) - (tonumber(ARGV[4]) or N)) end
 local function used()
   local per = {}
   for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
@@ -175,6 +224,17 @@ local function used()
   local u = 0
   for _, c in pairs(per) do u = u + c end
   return u
+end
+
+-- What the other holders hold beyond their shares of N: a member that
+-- loses Redis takes that much less of its own share (see limit).
+local function excess()
+  local per, e = {}, 0
+  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
+  for h, c in pairs(per) do
+    if h ~= holder then e = e + math.max(0, c - share(h)) end
+  end
+  return e
 end
 
 local function touch()
@@ -227,9 +287,10 @@ end
 if op == 'read' then
   local per, ids = {}, {}
   for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
-  local nw = 0
+  local nw, u = 0, 0
   for _ in pairs(waits) do nw = nw + 1 end
-  local out = {N, used(), nw}
+  for _, c in pairs(per) do u = u + c end
+  local out = {N, u, nw}
   for h, c in pairs(per) do
     local o = owners[h]
     out[#out + 1] = h .. ' ' .. (o and o.id or '-') .. ' ' .. c
@@ -243,12 +304,12 @@ if op == 'acquire' then
     return redis.error_reply('PACER_ARG seats: acquire ' .. tostring(tk) .. ' ' .. tostring(ARGV[9]))
   end
   if cost > limit then
-    if mode == 'l' then return {0, -1, used(), limit} end -- above this share
+    if mode == 'l' then return {0, -1, used(), limit, learn, excess()} end -- above this share
     return redis.error_reply('PACER_EXCEEDS seats: cost ' .. cost .. ' is above N ' .. limit)
   end
   if seats[tk] then
     touch(); expire()
-    return {1, used(), limit}
+    return {1, 0, used(), limit, learn, excess()}
   end
   local h = head()
   local u = used()
@@ -262,11 +323,11 @@ if op == 'acquire' then
       waits[tk] = nil
     end
     expire()
-    return {1, u + cost, limit}
+    return {1, 0, u + cost, limit, learn, excess()}
   end
   if wait ~= '1' then
     expire()
-    return {0, 0, u, limit}
+    return {0, 0, u, limit, learn, excess()}
   end
   touch()
   if not waits[tk] then
@@ -278,7 +339,7 @@ if op == 'acquire' then
   local score = redis.call('ZSCORE', Q, tk)
   local place = #redis.call('ZRANGEBYSCORE', Q, '-inf', score)
   expire()
-  return {0, place, u, limit}
+  return {0, place, u, limit, learn, excess()}
 end
 
 if op == 'release' or op == 'cancel' then
@@ -296,6 +357,7 @@ if op == 'release' or op == 'cancel' then
     changed = true
   end
   local out = handoff()
+  table.insert(out, 1, excess())
   table.insert(out, 1, had)
   expire()
   return out
@@ -346,11 +408,13 @@ if op == 'renew' then
     end
   end
   local handed = handoff()
-  local out = {}
+  local mine = {}
   for tk in pairs(want) do
-    if seats[tk] then out[#out + 1] = tk end
+    if seats[tk] then mine[#mine + 1] = tk end
   end
-  table.sort(out)
+  table.sort(mine)
+  local out = {learn, excess()}
+  for _, tk in ipairs(mine) do out[#out + 1] = tk end
   out[#out + 1] = '|'
   for _, tk in ipairs(handed) do out[#out + 1] = tk end
   expire()

@@ -224,7 +224,7 @@ type SeatStatus struct {
 
 // ReadSeats reads key's seats on Redis, as l's fleet view sees them.
 func ReadSeats(ctx context.Context, l *Limiter, key string) (SeatStatus, error) {
-	args := append([]any{"read"}, l.seatArgs(1)...)
+	args := append([]any{"read"}, l.seatArgs(nil, 1)...)
 	res, err := seatsScript.Run(ctx, l.rdb, l.seatKeys(key), args...).Result()
 	if err != nil {
 		return SeatStatus{}, err

@@ -66,6 +66,15 @@ type keyState struct {
 	report report // the policy the code passes, reported to operators (heartbeat.go)
 
 	seats *keySeats // an in-flight band's tickets of this Limiter's (seats.go)
+	// seatsStart is the start of the server the key's seats last showed
+	// (seats.lua's "u"; 0: none): a call that finds a younger server may
+	// find seats lost, and waits for their holders to renew them.
+	seatsStart int64
+	// seatsExcess is what the other holders held beyond their shares of
+	// the band as Redis last showed it (seatsExcessAt): the local
+	// fallback takes that much less of this Limiter's share.
+	seatsExcess   int64
+	seatsExcessAt time.Time
 }
 
 // keyIdle is how long a keyState is kept after its last call when nothing

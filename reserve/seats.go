@@ -164,6 +164,9 @@ type keySeats struct {
 	tickets map[string]*seatTicket
 	store   bool // the store holds this Limiter's seats (an outage)
 	dirty   bool // a release failed: Redis may count seats this Limiter gave back until its next renew
+	// excess is seats.lua's ARGV[4] in the store, fixed when the store
+	// took the key (seatExcess).
+	excess string
 }
 
 // seatsOf returns ks's in-flight part, made if need be. ks.mu is held.
@@ -206,15 +209,21 @@ func (l *Limiter) seatKeys(key string) []string {
 	return []string{k + ":seats", k + ":seatq", layout.EventsChannel(l.opts.KeyPrefix)}
 }
 
-// seatArgs are seats.lua's ARGV[2...7] for a call on Redis.
-func (l *Limiter) seatArgs(n int) []any {
+// seatArgs are seats.lua's ARGV[2...7] for a call on Redis on ks's key.
+func (l *Limiter) seatArgs(ks *keyState, n int) []any {
 	holder, size, taken, held, lost := l.fleet.seatView(l.id)
 	mode := "r"
 	if lost {
 		mode = "x"
 	}
+	var known int64
+	if ks != nil {
+		ks.mu.Lock()
+		known = ks.seatsStart
+		ks.mu.Unlock()
+	}
 	return []any{l.id + " " + holder + " " + strconv.Itoa(size) + " " + mode, taken, held,
-		strconv.Itoa(n), l.seatKeep(), l.seatLapse()}
+		strconv.Itoa(n), l.seatKeep(), l.seatLapse() + " " + strconv.FormatInt(known, 10)}
 }
 
 // seatKeep is how long the seat keys outlive their last write: a member
@@ -224,9 +233,14 @@ func (l *Limiter) seatKeep() string {
 }
 
 // seatLapse is seats.lua's ARGV[7]: the heartbeat interval, from which it
-// tells how long a holder may go without a call on the key.
+// tells how long a holder may go without a call on the key, and how long
+// after a server's start no seat is granted: every holder renews its seats
+// by then (at its next heartbeat, or at its handback: a probe within 1.25
+// ProbeInterval).
 func (l *Limiter) seatLapse() string {
-	return strconv.FormatInt(max(l.opts.HeartbeatInterval.Milliseconds(), 1), 10)
+	beat := max(l.opts.HeartbeatInterval.Milliseconds(), 1)
+	young := (3*l.opts.HeartbeatInterval + 3*l.opts.ProbeInterval).Milliseconds()
+	return strconv.FormatInt(beat, 10) + " " + strconv.FormatInt(young, 10)
 }
 
 var ticketSeq atomic.Uint64
@@ -327,7 +341,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 		w = "1"
 	}
 	if !local {
-		args := append(l.seatArgs(t.n), t.id, strconv.Itoa(t.cost), w)
+		args := append(l.seatArgs(ks, t.n), t.id, strconv.Itoa(t.cost), w)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
 			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), append([]any{"acquire"}, args...)...).Result()
 		}, func(res any) {
@@ -352,8 +366,8 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 	if err != nil {
 		return false, false, err
 	}
-	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", "", strconv.Itoa(t.n),
-		l.seatKeep(), l.seatLapse(), t.id, strconv.Itoa(t.cost), w).Result()
+	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", ks.seats.excess, strconv.Itoa(t.n),
+		l.seatKeep(), l.seatLapse()+" 0", t.id, strconv.Itoa(t.cost), w).Result()
 	if err != nil {
 		return false, false, l.localError(names.OpSeats, ks.name, err)
 	}
@@ -396,8 +410,9 @@ func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
 	for _, t := range sts.tickets {
 		n = max(n, t.n)
 	}
-	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", "", strconv.Itoa(n),
-		l.seatKeep(), l.seatLapse(), ticketList(sts, true)).Result(); err != nil {
+	sts.excess = l.seatExcess(ks)
+	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", sts.excess, strconv.Itoa(n),
+		l.seatKeep(), l.seatLapse()+" 0", ticketList(sts, true)).Result(); err != nil {
 		return l.localError(names.OpSeats, ks.name, err)
 	}
 	sts.store = true
@@ -438,8 +453,14 @@ func (l *Limiter) noteAcquire(ks *keyState, t *seatTicket, res any, local bool) 
 // noteAcquireLocked applies an acquire's reply to t. ks.mu is held.
 func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local bool) (granted, queued bool, err error) {
 	r, ok := res.([]any)
-	if !ok || len(r) < 2 {
+	if !ok || len(r) < 6 {
 		return false, false, fmt.Errorf("reserve: seats %q: unexpected reply %v", ks.name, res)
+	}
+	if st, ok := r[4].(int64); ok && st != 0 && !local {
+		ks.seatsStart = st
+	}
+	if !local {
+		ks.noteExcess(r[5])
 	}
 	switch {
 	case r[0] == int64(1):
@@ -484,10 +505,10 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 		if err != nil {
 			return
 		}
-		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", "",
-			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse(), t.id).Result()
+		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", ks.seats.excess,
+			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse()+" 0", t.id).Result()
 		if err == nil {
-			l.handedOff(ks, res, 1)
+			l.handedOff(ks, res, 2)
 		}
 		return
 	}
@@ -498,7 +519,7 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.callTimeout()+time.Second)
 	defer cancel()
 	res, err := l.run(ctx, names.OpSeats, t.key, func(ctx context.Context) (any, error) {
-		return seatsScript.Run(ctx, l.rdb, l.seatKeys(t.key), append([]any{op}, append(l.seatArgs(t.n), t.id)...)...).Result()
+		return seatsScript.Run(ctx, l.rdb, l.seatKeys(t.key), append([]any{op}, append(l.seatArgs(ks, t.n), t.id)...)...).Result()
 	}, nil)
 	if err != nil {
 		// Redis's count keeps the seats until this Limiter's next renew
@@ -510,7 +531,10 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 		return
 	}
 	ks.mu.Lock()
-	l.handedOff(ks, res, 1)
+	if r, ok := res.([]any); ok && len(r) > 1 {
+		ks.noteExcess(r[1])
+	}
+	l.handedOff(ks, res, 2)
 	ks.mu.Unlock()
 }
 
@@ -559,7 +583,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			n = max(n, t.n)
 		}
 		ks.mu.Unlock()
-		args := append([]any{"renew"}, append(l.seatArgs(n), list)...)
+		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list)...)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
 			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), args...).Result()
 		}, nil)
@@ -567,7 +591,13 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			continue
 		}
 		ks.mu.Lock()
-		l.handedOff(ks, res, 0)
+		if r, ok := res.([]any); ok && len(r) > 1 {
+			if st, ok := r[0].(int64); ok && st != 0 {
+				ks.seatsStart = st
+			}
+			ks.noteExcess(r[1])
+		}
+		l.handedOff(ks, res, 2)
 		if ks.seats != nil {
 			ks.seats.dirty = false
 		}
@@ -678,4 +708,38 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Reservation, error
 		return nil, err
 	}
 	return r, nil
+}
+
+// noteExcess records what a reply on Redis says the other holders hold
+// beyond their shares of N. ks.mu is held.
+func (ks *keyState) noteExcess(v any) {
+	if e, ok := v.(int64); ok {
+		ks.seatsExcess, ks.seatsExcessAt = e, time.Now()
+	}
+}
+
+// seatExcess is seats.lua's ARGV[4] in the store: what the other holders
+// held beyond their shares when Redis last answered on the key, by which
+// this Limiter's local share is cut. Known well enough only by a Limiter
+// that had tickets on the key when the outage began (it renews them every
+// heartbeat, and each reply says it) and heard within an interval (+10%)
+// before: otherwise the whole band, so that this Limiter takes nothing
+// locally and its callers wait for Redis. ks.mu is held.
+func (l *Limiter) seatExcess(ks *keyState) string {
+	ref := time.Now()
+	l.health.mu.Lock()
+	if l.health.degraded {
+		ref = l.health.since // as known when the outage began: the others' excess only drains meanwhile
+	}
+	l.health.mu.Unlock()
+	active := false
+	if ks.seats != nil {
+		for _, t := range ks.seats.tickets {
+			active = active || t.at.Before(ref)
+		}
+	}
+	if ks.seatsExcessAt.IsZero() || ref.Sub(ks.seatsExcessAt) > l.opts.HeartbeatInterval*11/10 || !active {
+		return strconv.Itoa(maxInFlight)
+	}
+	return strconv.FormatInt(ks.seatsExcess, 10)
 }

@@ -359,3 +359,104 @@ func TestSeatsThroughOutage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, st.Used)
 }
+
+// TestSeatsRestartedEmpty: a Redis restarted empty has lost the seats its
+// holders still hold; a Limiter that saw the key's seats before takes
+// none until the holders have renewed them (at their next heartbeat), so
+// the fleet stays within N.
+func TestSeatsRestartedEmpty(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.NewClient(t), opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	// b has seen the key's seats.
+	r, err := b.Acquire(ctx, seatsReq("seats:restart", 2))
+	require.NoError(t, err)
+	r.Done()
+	var held []*reserve.Reservation
+	for range 2 {
+		r, err := a.Acquire(ctx, seatsReq("seats:restart", 2))
+		require.NoError(t, err)
+		held = append(held, r)
+	}
+	s.Restart(t)
+	got := make(chan error, 1)
+	go func() {
+		r, err := b.Acquire(ctx, seatsReq("seats:restart", 2))
+		if err == nil {
+			st, _ := reserve.ReadSeats(ctx, b, "seats:restart")
+			t.Logf("b got a seat: source %v, seats then %+v", r.Source(), st)
+			r.Done()
+		}
+		got <- err
+	}()
+	// Several heartbeats (and the young server's window) pass: b still
+	// waits, a's two seats are back on Redis.
+	select {
+	case err := <-got:
+		t.Fatalf("b took a seat while a held both (err %v)", err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	st, err := reserve.ReadSeats(ctx, a, "seats:restart")
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Used, "a's seats renewed on the restarted Redis")
+	for _, r := range held {
+		r.Done()
+	}
+	require.NoError(t, <-got)
+}
+
+// TestSeatsOutageExcess: a member that held more than its share of N when
+// Redis failed keeps those seats while it paces locally; the others take
+// that much less of their shares, so the fleet stays within N.
+func TestSeatsOutageExcess(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.NewClient(t), opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	// N 6 over 2 members: shares of 3. a holds 4, b 1 (both renew at
+	// their heartbeats, so each knows the other's seats).
+	for range 4 {
+		_, err := a.Acquire(ctx, seatsReq("seats:excess", 6))
+		require.NoError(t, err)
+	}
+	mine, err := b.Acquire(ctx, seatsReq("seats:excess", 6))
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // a few heartbeats: renewals
+	s.Stop(t)
+	// b: its share 3, less a's excess 1: one seat more locally, not two.
+	var got []*reserve.Reservation
+	var last error
+	require.Eventually(t, func() bool {
+		r, err := b.TryReserveN(ctx, seatsReq("seats:excess", 6), 0)
+		if err == nil {
+			got = append(got, r)
+		}
+		last = err
+		return b.Degraded() && len(got) >= 1
+	}, 30*time.Second, 10*time.Millisecond, "b's last error: %v", last)
+	_, err = b.TryReserveN(ctx, seatsReq("seats:excess", 6), 0)
+	require.Error(t, err, "b took a third seat locally: a's 4 and b's 3 would be 7 of 6")
+	// a, over its share, takes none locally.
+	require.Eventually(t, func() bool {
+		_, err := a.TryReserveN(ctx, seatsReq("seats:excess", 6), 0)
+		return a.Degraded() && err != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	for _, r := range got {
+		r.Done()
+	}
+	mine.Done()
+}
