@@ -339,3 +339,50 @@ func ExampleWindow_calendar() {
 	// rpm: 1/s, burst 60 (requests); daily: 1500/day America/Los_Angeles (requests)
 	// daily: 1 used today, Pacific time
 }
+
+// Acquire takes a call's seats on an in-flight band (here at most 2 calls
+// open at once to the provider, fleet-wide, beside 20 calls a second),
+// waiting in the key's queue for a seat when none is free, and Done gives
+// them back when the call ends: the next caller waiting, in any process,
+// gets them at once.
+func ExampleLimiter_Acquire() {
+	rdb, stop := embeddedRedis()
+	defer stop()
+	limiter, err := reserve.New(rdb, reserve.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	policy := reserve.Policy{
+		{Name: "open", Unit: "requests", InFlight: 2},
+		{Name: "rate", Unit: "requests", Limit: reserve.Limit{Rate: 20, Burst: 1}},
+	}
+	req := reserve.Request{Key: "api.example.com", Policy: policy, Cost: reserve.Cost{"requests": 1}}
+	ctx := context.Background()
+	var open []*reserve.Reservation
+	for range 2 {
+		r, err := limiter.Acquire(ctx, req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		open = append(open, r) // the call is made here; it ends with Done
+	}
+	// Both seats are taken: a third call waits for one, or with no wait
+	// allowed is refused, naming the band.
+	_, err = limiter.TryReserveN(ctx, req, 0)
+	var tooLong *reserve.WaitTooLongError
+	if errors.As(err, &tooLong) {
+		fmt.Println("no seat free on band", tooLong.Band)
+	}
+	open[0].Done() // a call ended
+	r, err := limiter.Acquire(ctx, req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("a seat after a call ended:", r.Cost())
+	r.Done()
+	open[1].Done()
+	// Output:
+	// no seat free on band open
+	// a seat after a call ended: map[requests:1]
+}
