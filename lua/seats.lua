@@ -38,16 +38,18 @@
 -- ARGV[5]  N, the band's limit as the caller's code gives it (an integer
 --          >= 1)
 -- ARGV[6]  keep_ms: the keys' expiry after each write
--- ARGV[7]  "<I> <W> <known>": the fleet's heartbeat interval I, ms; W, ms;
---          and the start the caller last saw the key's seats show ("u", 0:
---          none). A caller that saw the key's seats on another server (a
---          Redis restarted empty, a replica promoted) is granted no seat, as
---          in mode "x", for W after this server started: every holder renews
---          its seats within W (at its next heartbeat, or its handback after
---          an outage). One that never saw them cannot tell a restarted
+-- ARGV[7]  "<I> <W> <known> <hold>": the fleet's heartbeat interval I,
+--          ms; W, ms; the start the caller last saw the key's seats show
+--          ("u", 0: none); and the fleet's SilentHold, ms. A caller that saw
+--          the key's seats on another server (a Redis restarted empty, a
+--          replica promoted) is granted no seat, as in mode "x", for W after
+--          this server started (every live holder renews its seats by then,
+--          at its next heartbeat or its handback after an outage), and for
+--          as long as the fleet holds members, up to W + hold (a held member
+--          renews its seats only when it is back). One that never saw them cannot tell a restarted
 --          server from a new one, and is not held back. A ranked holder the
 --          fleet does not list is gone once it has not called on the key for
---          2.5 I (the caller's view of the fleet lags: a member that joined,
+--          1.5 I (the caller's view of the fleet lags: a member that joined,
 --          or came back to a Redis restarted empty, is listed at its next
 --          heartbeat and heard of at the caller's); never in mode "x". A holder neither
 --          held nor heard from for 3.5 I is gone too (its rank was taken
@@ -92,12 +94,12 @@ if not codeN or codeN < 1 or codeN ~= math.floor(codeN) then
   return redis.error_reply('PACER_ARG seats: N ' .. tostring(ARGV[5]))
 end
 local keep = tonumber(ARGV[6])
-local beat, young, known = string.match(ARGV[7] or '', '^(%d+) (%d+) (%d+)$')
-beat, young, known = tonumber(beat), tonumber(young), tonumber(known)
+local beat, young, known, holdms = string.match(ARGV[7] or '', '^(%d+) (%d+) (%d+) (%d+)$')
+beat, young, known, holdms = tonumber(beat), tonumber(young), tonumber(known), tonumber(holdms)
 if not keep or not beat then
   return redis.error_reply('PACER_ARG seats: keep ' .. tostring(ARGV[6]) .. ', interval ' .. tostring(ARGV[7]))
 end
-local grace, lapse = beat * 2.5, beat * 3.5
+local grace, lapse = beat * 1.5, beat * 3.5
 
 local taken, held = nil, {}
 if ARGV[3] ~= '*' then
@@ -144,11 +146,18 @@ if mode ~= 'l' then
     local ok, info = pcall(redis.call, 'INFO', 'server')
     local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
     if up then
-      started = now - up * 1000
+      -- INFO counts whole seconds of the clock (a start at x.9 s is 1 s
+      -- old at (x+1).0 s): take the latest start it allows.
+      started = math.min(now, now - up * 1000 + 1000)
       if op ~= 'read' then redis.call('HSET', H, 'u', started); changed = true end
     end
   end
-  if started and known ~= 0 and known ~= started and now - started < young then mode = 'x' end
+  if started and known ~= 0 and known ~= started then
+    -- Held members (silent, or pacing locally) renew theirs only when
+    -- back: until then, or until the fleet forgets them, none either.
+    local anyHeld = next(held) ~= nil
+    if now - started < young or (anyHeld and now - started < young + holdms) then mode = 'x' end
+  end
 end
 -- The start the caller learns: held back, it keeps the one it knew, so
 -- that it is held back until the window passes.

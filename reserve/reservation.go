@@ -155,13 +155,15 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	case settled:
 		return fmt.Errorf("reserve: cancel %q: %w (settled)", r.key, ErrDone)
 	}
+	// The call will not be made: its seats go back whatever the adjust
+	// does (a Cancel that failed may be called again for the slot).
+	r.Done()
 	if r.spec != nil {
 		if err := r.adjust(ctx, names.OpCancel, nil); err != nil {
 			return err
 		}
 	}
 	r.state = canceled
-	r.Done()
 	return nil
 }
 

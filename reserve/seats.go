@@ -223,7 +223,7 @@ func (l *Limiter) seatArgs(ks *keyState, n int) []any {
 		ks.mu.Unlock()
 	}
 	return []any{l.id + " " + holder + " " + strconv.Itoa(size) + " " + mode, taken, held,
-		strconv.Itoa(n), l.seatKeep(), l.seatLapse() + " " + strconv.FormatInt(known, 10)}
+		strconv.Itoa(n), l.seatKeep(), l.seatLapse() + " " + strconv.FormatInt(known, 10) + l.seatHold()}
 }
 
 // seatKeep is how long the seat keys outlive their last write: a member
@@ -241,6 +241,11 @@ func (l *Limiter) seatLapse() string {
 	beat := max(l.opts.HeartbeatInterval.Milliseconds(), 1)
 	young := (3*l.opts.HeartbeatInterval + 3*l.opts.ProbeInterval).Milliseconds()
 	return strconv.FormatInt(beat, 10) + " " + strconv.FormatInt(young, 10)
+}
+
+// seatHold is the last field of seats.lua's ARGV[7]: SilentHold, ms.
+func (l *Limiter) seatHold() string {
+	return " " + strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10)
 }
 
 var ticketSeq atomic.Uint64
@@ -367,7 +372,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 		return false, false, err
 	}
 	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", ks.seats.excess, strconv.Itoa(t.n),
-		l.seatKeep(), l.seatLapse()+" 0", t.id, strconv.Itoa(t.cost), w).Result()
+		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id, strconv.Itoa(t.cost), w).Result()
 	if err != nil {
 		return false, false, l.localError(names.OpSeats, ks.name, err)
 	}
@@ -412,7 +417,7 @@ func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
 	}
 	sts.excess = l.seatExcess(ks)
 	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", sts.excess, strconv.Itoa(n),
-		l.seatKeep(), l.seatLapse()+" 0", ticketList(sts, true)).Result(); err != nil {
+		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), ticketList(sts, true)).Result(); err != nil {
 		return l.localError(names.OpSeats, ks.name, err)
 	}
 	sts.store = true
@@ -506,7 +511,7 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 			return
 		}
 		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", ks.seats.excess,
-			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse()+" 0", t.id).Result()
+			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id).Result()
 		if err == nil {
 			l.handedOff(ks, res, 2)
 		}

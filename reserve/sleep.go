@@ -35,9 +35,15 @@ import (
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
 // Cancel; best effort, bounded by Options.CallTimeout) and returns
 // ctx.Err(). A ctx that ends within the last PreciseWake is not noticed,
-// and Sleep returns at the slot.
+// and Sleep returns at the slot. Whenever Sleep returns an error, the
+// seats the reservation holds on an in-flight band go back (Done): the
+// call is not made at this slot.
 func (r *Reservation) Sleep(ctx context.Context) error {
 	_, err := r.sleep(ctx, nil)
+	if err != nil {
+		// The call will not be made at this slot: its seats go back.
+		r.Done()
+	}
 	return err
 }
 

@@ -125,7 +125,9 @@ func (p Policy) String() string {
 	parts := make([]string, 0, len(p))
 	for _, b := range p {
 		var s string
-		if w := b.Window; w.Calendar != 0 {
+		if b.InFlight != 0 {
+			s = fmt.Sprintf("%s: %d in flight", b.Name, b.InFlight)
+		} else if w := b.Window; w.Calendar != 0 {
 			s = fmt.Sprintf("%s: %s/%s %s", b.Name, humanFloat(w.N), w.Calendar, zoneName(w.Location))
 		} else if b.Window != (Window{}) {
 			s = fmt.Sprintf("%s: %s per %v", b.Name, humanFloat(b.Window.N), b.Window.Length)
