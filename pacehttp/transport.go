@@ -10,7 +10,10 @@
 // quota reported exhausted pauses the key until it refills, before any
 // 429 comes. A cost known only from the response (tokens, points) settles
 // the reservation, and a limit the provider does not publish is learned by
-// the fleet (package adaptive).
+// the fleet (package adaptive). Options.InFlight (or an in-flight band in
+// a Route's policy) also bounds the requests open at once on each host,
+// fleet-wide: a request holds its seat until its response's body is closed
+// or read to the end.
 //
 //	host, err := reserve.Sliding(10, time.Second) // each host: at most 10 calls in any second
 //	if err != nil {
