@@ -42,9 +42,10 @@ func Pause(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("worker: pause %q: %w", key, err)
 	}
 	now := p.clock.Now()
-	if tk.id == "" || tk.req.Fair() {
+	if tk.id == "" || tk.req.Fair() || !tk.slotted() {
 		// No ID to keep a slot for, or a fair task (booked only in its
-		// turn): the middleware reserves a fresh one.
+		// turn), or no slot at all (a policy of seats alone): the
+		// middleware reserves a fresh one.
 		return &RateLimitedError{Key: key, Slot: now.Add(d), RetryIn: d, Paused: true}
 	}
 	g, err := p.holds.Claim(ctx, tk.id, tk.req, 0)
