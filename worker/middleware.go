@@ -68,6 +68,10 @@ func New(l *reserve.Limiter, opts Options) (*Pacer, error) {
 // pause now covers, is dropped and a fresh slot taken, so a backlog drains
 // at the rate rather than as a burst. A slot nobody comes back for expires.
 //
+// With an in-flight band in the task's policy, the handler runs holding its
+// seat on the band, taken once its slot has come, and given back when the
+// handler returns: see the package doc, "In flight".
+//
 // Errors from Redis are returned wrapped, so asynq retries the task as for
 // any failure. While Redis is unavailable, tasks are paced on the Limiter's
 // local fallback instead (see reserve.Options).
