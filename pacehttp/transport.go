@@ -314,7 +314,9 @@ func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
 // answer (see Options). It does not modify req, and closes its body on
 // every error. A slot that would come after req's context deadline fails
 // the request at once, reserving nothing, with an error wrapping a
-// *reserve.WaitTooLongError.
+// *reserve.WaitTooLongError. With an in-flight limit (Options.InFlight, or
+// a Route's in-flight band) it takes the request's seat first, and the
+// response's Body holds it until it is closed or read to io.EOF.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	rt, seats, err := t.route(req)
