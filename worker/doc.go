@@ -95,7 +95,9 @@
 // InFlight set, MaxSleep later, no retry counted) without a seat or a slot
 // kept for it, and waits again at the back of the queue; a task with no
 // retries left waits for its seat however long, within half the time left
-// before its deadline. A policy of seats alone takes no slot. The seats are
+// before its deadline. A policy of seats alone takes no slot, so a pause
+// (Pause, TooManyRequests) holds only the task that made it: it comes back
+// after the pause. The seats are
 // held by the Limiter's membership of the fleet: a server killed with
 // handlers running gives their seats back when the fleet notices its
 // silence (about two heartbeats).

@@ -205,3 +205,61 @@ func TestInFlightBadPolicy(t *testing.T) {
 	assert.ErrorIs(t, err, reserve.ErrInvalidPolicy)
 	assert.False(t, ran)
 }
+
+// TestInFlightPause: a handler that pauses its key (a 429) gives its seat
+// back when it returns: with one seat, a task rescheduled by the pause and
+// one that cannot be (MaxRetry(0): the middleware waits the pause and runs
+// the handler again) both run again, not within the pause, and complete,
+// for a policy with a rate beside the seats and for seats alone.
+func TestInFlightPause(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy reserve.Policy
+	}{
+		{"seats and rate", reserve.Policy{
+			{Name: "open", Unit: "requests", InFlight: 1},
+			{Name: "rate", Unit: "requests", Limit: reserve.Limit{Rate: 100, Burst: 5}},
+		}},
+		{"seats alone", reserve.Policy{{Name: "open", Unit: "requests", InFlight: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				o    opened
+				mu   sync.Mutex
+				runs = map[string]int{}
+				at   = map[string][]time.Time{}
+			)
+			f := newFleet(t, 1, 4, paceSeats(tc.policy), func(int) asynq.HandlerFunc {
+				return func(ctx context.Context, t *asynq.Task) error {
+					o.enter()
+					defer o.leave()
+					id, _ := asynq.GetTaskID(ctx)
+					mu.Lock()
+					runs[id]++
+					run := runs[id]
+					at[id] = append(at[id], time.Now())
+					mu.Unlock()
+					if run == 1 {
+						return worker.Pause(ctx, 300*time.Millisecond)
+					}
+					return nil
+				}
+			})
+			f.enqueue(t, 1)
+			f.enqueue(t, 1, asynq.MaxRetry(0))
+			f.waitDone(t, 2, 30*time.Second)
+			mu.Lock()
+			for id, n := range runs {
+				if assert.Equal(t, 2, n, "runs of task %s", id) {
+					// The pause began after the first run started (less
+					// a few ms of clock between Redis and here).
+					assert.GreaterOrEqual(t, at[id][1].Sub(at[id][0]), 250*time.Millisecond, "task %s ran again within the pause", id)
+				}
+			}
+			mu.Unlock()
+			assert.LessOrEqual(t, o.peak.Load(), int64(1), "handlers running at once")
+			assert.Zero(t, f.env.QueueInfo(t, f.insp).Archived, "archived")
+			assert.Empty(t, f.errorsReported(), "errors reported")
+		})
+	}
+}

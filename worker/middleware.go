@@ -155,7 +155,7 @@ func (p *Pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) 
 			// sleep until it here and run the handler again. A policy of
 			// seats alone has no slot a pause could move: wait the pause.
 			if !tk.slotted() {
-				if err := sleepCtx(ctx, rl.RetryIn); err != nil {
+				if err := sleepCtx(ctx, rl.Slot.Sub(p.clock.Now())); err != nil {
 					return err
 				}
 			}
