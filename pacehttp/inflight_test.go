@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/adaptive"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/pacehttp"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/assert"
@@ -297,4 +299,36 @@ func TestInFlightRouteOwnBandStands(t *testing.T) {
 	var tooLong *reserve.WaitTooLongError
 	require.True(t, errors.As(err, &tooLong), "got %v", err)
 	assert.Equal(t, "open", tooLong.Band)
+}
+
+// TestInFlightSettle: Settle on a Route whose seats are on a unit of their
+// own ("streams") settles the tokens, whatever it says of the streams, and
+// does not end the call: the seat is held until the body is closed.
+func TestInFlightSettle(t *testing.T) {
+	l := fleet(t, 1)[0]
+	srv := newOpenServer(t, 0)
+	var logs syncbuf.Buffer
+	c := &http.Client{Transport: transport(t, l, pacehttp.Options{
+		Route: func(*http.Request) (pacehttp.Route, error) {
+			return pacehttp.Route{Key: "llm", Policy: reserve.Policy{
+				{Name: "open", Unit: "streams", InFlight: 1},
+				{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 1000, Burst: 10000}},
+			}, Cost: reserve.Cost{"streams": 1, "tokens": 500}}, nil
+		},
+		Settle: func(*http.Response) (reserve.Cost, error) {
+			return reserve.Cost{"streams": 1, "tokens": 120}, nil
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})}
+	first, err := get(context.Background(), c, srv.URL)
+	require.NoError(t, err)
+	assert.NotContains(t, logs.String(), "could not settle")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = get(ctx, c, srv.URL)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong, "the settled call's seat was given back before its body was closed")
+	assert.Equal(t, "open", tooLong.Band)
+	first.Body.Close()
 }
