@@ -332,3 +332,53 @@ func TestInFlightSettle(t *testing.T) {
 	assert.Equal(t, "open", tooLong.Band)
 	first.Body.Close()
 }
+
+// TestInFlightUpgrade: a 101 Switching Protocols' body stays the
+// connection it is (an io.ReadWriteCloser) and holds its seat until closed.
+func TestInFlightUpgrade(t *testing.T) {
+	l := fleet(t, 1)[0]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			io.WriteString(w, "ok")
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		rw.Flush()
+		io.Copy(conn, rw) // echo until the client closes
+	}))
+	t.Cleanup(srv.Close)
+	c := &http.Client{Transport: transport(t, l, pacehttp.Options{Limit: fast, InFlight: 1})}
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	conn, ok := resp.Body.(io.ReadWriteCloser)
+	require.True(t, ok, "the upgraded body is no longer writable")
+	_, err = conn.Write([]byte("hi"))
+	require.NoError(t, err)
+	got := make([]byte, 2)
+	_, err = io.ReadFull(conn, got)
+	require.NoError(t, err)
+	assert.Equal(t, "hi", string(got))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = get(ctx, c, srv.URL)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong, "the open connection's seat was given back")
+
+	require.NoError(t, conn.Close())
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ok2, err := get(ctx, c, srv.URL)
+	require.NoError(t, err, "the closed connection kept its seat")
+	ok2.Body.Close()
+}
