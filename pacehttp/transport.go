@@ -10,7 +10,10 @@
 // quota reported exhausted pauses the key until it refills, before any
 // 429 comes. A cost known only from the response (tokens, points) settles
 // the reservation, and a limit the provider does not publish is learned by
-// the fleet (package adaptive).
+// the fleet (package adaptive). Options.InFlight (or an in-flight band in
+// a Route's policy) also bounds the requests open at once on each host,
+// fleet-wide: a request holds its seat until its response's body is closed
+// or read to the end.
 //
 //	host, err := reserve.Sliding(10, time.Second) // each host: at most 10 calls in any second
 //	if err != nil {
@@ -37,6 +40,7 @@ import (
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/internal/hook"
+	"github.com/pacer-go/pacer/internal/inflight"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -70,8 +74,30 @@ type Options struct {
 	Limit reserve.Limit
 
 	// Route, if set, chooses each request's key, policy and cost instead.
-	// An error fails the request before anything is reserved.
+	// An error fails the request before anything is reserved. A policy
+	// may hold an in-flight band (reserve.Band.InFlight): the request
+	// takes its seats, its Cost's amount for the band's unit, and holds
+	// them while it is open (see InFlight).
 	Route func(*http.Request) (Route, error)
+
+	// InFlight, if positive, allows at most InFlight requests open at
+	// once on each key (each host, or each Route's key), fleet-wide: it
+	// adds an in-flight band (InFlightBand, one InFlightUnit per request)
+	// to each key's policy, unless a Route's policy has one of its own,
+	// which then stands. A request waits for its seat in the key's queue,
+	// in order, before its slot, and holds it while it is open: until its
+	// response's Body is closed or read to io.EOF, whichever comes first,
+	// so a body never closed holds its seat until the Limiter is closed.
+	// A request that fails, or whose response has no body, gives its seat
+	// back at once, and so does a refusal (429): a retry takes a seat
+	// again after its wait. A seat that cannot come before the request's
+	// context's deadline fails it with a *reserve.WaitTooLongError whose
+	// Band is InFlightBand. Seats are held by the Limiter's membership of
+	// the fleet: a process killed with requests open gives them back
+	// within about two heartbeats (reserve.Options.HeartbeatInterval).
+	// Default 0: no in-flight limit. Negative, or above reserve's bound
+	// for an in-flight band, New refuses.
+	InFlight int
 
 	// Adaptive, if set, learns each key's rate from the provider's 429s
 	// instead of Limit (see package adaptive): every 429 episode cuts the
@@ -260,6 +286,9 @@ func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
 			return nil, fmt.Errorf("pacehttp: Adaptive: %w", err)
 		}
 	}
+	if err := checkInFlight(lim, opts.InFlight); err != nil {
+		return nil, err
+	}
 	if opts.Base == nil {
 		opts.Base = http.DefaultTransport
 	}
@@ -285,21 +314,34 @@ func New(lim *reserve.Limiter, opts Options) (*Transport, error) {
 // answer (see Options). It does not modify req, and closes its body on
 // every error. A slot that would come after req's context deadline fails
 // the request at once, reserving nothing, with an error wrapping a
-// *reserve.WaitTooLongError.
+// *reserve.WaitTooLongError. With an in-flight limit (Options.InFlight, or
+// a Route's in-flight band) it takes the request's seat first, and the
+// response's Body holds it until it is closed or read to io.EOF.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	rt, err := t.route(req)
+	rt, seats, err := t.route(req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
 	send := req
 	for try := 0; ; try++ {
-		r, take, err := t.admit(ctx, &rt, try > 0)
+		// The call's seats first (an in-flight band), held until it ends;
+		// then its slot.
+		seat, err := t.takeSeats(ctx, seats)
 		if err != nil {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
+		r, take, err := t.admit(ctx, &rt, try > 0)
+		if err != nil {
+			inflight.Done(seat)
+			closeBody(send)
+			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		}
+		// end ends the call: its seats go back (a Reservation holds them
+		// when its policy's in-flight band is its only band).
+		end := done(seat, r)
 		if hook.Sending != nil {
 			hook.Sending(send, r)
 		}
@@ -308,7 +350,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			// The request may have reached the provider: the slot stays
 			// spent, and the call taken from the count stays in flight
-			// until it lapses.
+			// until it lapses. The call has ended: its seats go back.
+			end()
 			return nil, err
 		}
 		now := time.Now()
@@ -344,6 +387,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// Not a rate limit: no pause, no retry; nothing was charged.
 			_ = r.Cancel(context.WithoutCancel(ctx))
 			resp.Body.Close()
+			end()
 			return nil, fmt.Errorf("pacehttp: %s %s: %w: %q", req.Method, req.URL.Redacted(), ErrInsufficientQuota, shown(body.Message))
 		}
 		if resp.StatusCode == http.StatusForbidden && adv.Wait == 0 && !adv.Exhausted && secondaryLimit(resp) {
@@ -365,16 +409,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				t.pause(ctx, rt, adv.Reset)
 			}
 			if t.opts.Settle != nil && resp.StatusCode < 400 {
-				t.settle(ctx, rt, r, resp)
+				t.settle(ctx, rt, seats, r, resp)
 			}
+			holdSeats(resp, end)
 			return resp, nil
 		}
 
 		// Refused: the provider charged nothing (give the cost back where
-		// nobody built on it), the fleet pauses, the rate is cut.
+		// nobody built on it), the call has ended (its seats go back before
+		// a retry waits, and the retry takes seats again), the fleet
+		// pauses, the rate is cut.
 		wait := t.refusalWait(rt.Key, resp, adv, body, now)
 		detached := context.WithoutCancel(ctx)
 		_ = r.Cancel(detached)
+		end()
 		t.pause(ctx, rt, wait)
 		if t.opts.Adaptive != nil {
 			rate, err := t.rate(rt.Key)
@@ -540,28 +588,33 @@ func (t *Transport) adaptiveLimit(ctx context.Context, key string) (reserve.Limi
 	return rate.Limit(ctx)
 }
 
-// route returns req's Route, with the adaptive rate if set.
-func (t *Transport) route(req *http.Request) (Route, error) {
+// route returns req's Route, with the adaptive rate if set, and the
+// request for its seats (nil: none taken apart; see seatsFor).
+func (t *Transport) route(req *http.Request) (Route, *reserve.Request, error) {
 	var rt Route
 	if t.opts.Route != nil {
 		var err error
 		if rt, err = t.opts.Route(req); err != nil {
-			return Route{}, fmt.Errorf("pacehttp: route %s %s: %w", req.Method, req.URL.Redacted(), err)
+			return Route{}, nil, fmt.Errorf("pacehttp: route %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
 	} else {
 		rt = Route{Key: cmp.Or(req.Host, req.URL.Host), Policy: t.opts.Limit.Policy(), Cost: reserve.Permits(1)}
 	}
 	if err := hook.CheckKey(rt.Key); err != nil {
-		return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+		return Route{}, nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+	}
+	seats, rt, err := t.seatsFor(rt)
+	if err != nil {
+		return Route{}, nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
 	if t.opts.Adaptive != nil {
 		lim, err := t.adaptiveLimit(req.Context(), rt.Key)
 		if err != nil {
-			return Route{}, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+			return Route{}, nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
 		rt.Policy, rt.Cost = lim.Policy(), reserve.Permits(1)
 	}
-	return rt, nil
+	return rt, seats, nil
 }
 
 // startWait starts following a wait for key's slot (Options.Tracer): it
@@ -634,8 +687,16 @@ func (t *Transport) pause(ctx context.Context, rt Route, d time.Duration) {
 	}
 }
 
-func (t *Transport) settle(ctx context.Context, rt Route, r *reserve.Reservation, resp *http.Response) {
+func (t *Transport) settle(ctx context.Context, rt Route, seats *reserve.Request, r *reserve.Reservation, resp *http.Response) {
+	if len(rt.Policy) == 1 && rt.Policy[0].InFlight != 0 {
+		// Seats alone: nothing to settle (seats go back whole), and a
+		// settle would end the call before its body is read.
+		return
+	}
 	cost, err := t.opts.Settle(resp)
+	if err == nil && seats != nil {
+		cost = inflight.SettleCost(cost, *seats, rt.Policy)
+	}
 	if err == nil {
 		err = r.Settle(context.WithoutCancel(ctx), cost)
 	}

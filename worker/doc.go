@@ -72,5 +72,35 @@
 // same reason. A rescheduled task rejoins its tenant's queue when it comes
 // back: asynq brings the tasks due in one second back in ID order.
 //
+// # In flight
+//
+// A policy may hold an in-flight band (reserve.Band.InFlight): at most N
+// of the key's tasks run their handlers at once, fleet-wide (an LLM's open
+// streams, a host's connections):
+//
+//	policy := reserve.Policy{
+//		{Name: "streams", Unit: "requests", InFlight: 8}, // at most 8 open at once
+//		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 5, Burst: 5}},
+//		{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 20000.0 / 60, Burst: 20000}},
+//	}
+//
+// The middleware sleeps until the task's slot on the other bands (kept for
+// it, or fresh, as above), then takes its seat, its Cost's amount for the
+// band's unit, waiting in the key's queue in order for at most as long as
+// it may sleep; then it sleeps to its slot again, which a pause made
+// meanwhile, or a slot passed too long ago (reserve.Options.MaxLateness),
+// moves. The handler runs holding the seat, which goes back when it
+// returns, fails or panics: a retry takes a seat again. A task that finds
+// no seat within MaxSleep is rescheduled (a *RateLimitedError with
+// InFlight set, MaxSleep later, no retry counted) without a seat or a slot
+// kept for it, and waits again at the back of the queue; a task with no
+// retries left waits for its seat however long, within half the time left
+// before its deadline. A policy of seats alone takes no slot, so a pause
+// (Pause, TooManyRequests) holds only the task that made it: it comes back
+// after the pause. The seats are
+// held by the Limiter's membership of the fleet: a server killed with
+// handlers running gives their seats back when the fleet notices its
+// silence (about two heartbeats).
+//
 // See the package examples.
 package worker

@@ -90,3 +90,25 @@ func ExampleOptions_perTenant() {
 	// Output:
 	// reports:acme 1200 true
 }
+
+// An LLM provider allows 8 streams open at once and 20,000 tokens a
+// minute: the "complete" tasks of every server run their handlers at most 8
+// at a time, fleet-wide, each holding its seat until its handler returns.
+func ExampleOptions_inFlight() {
+	policy := reserve.Policy{
+		{Name: "streams", Unit: "requests", InFlight: 8}, // at most 8 open at once
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 5, Burst: 5}},
+		{Name: "tpm", Unit: "tokens", Limit: reserve.Limit{Rate: 20000.0 / 60, Burst: 20000}},
+	}
+	pace := func(t *asynq.Task) (reserve.Request, bool) {
+		if t.Type() != "complete" {
+			return reserve.Request{}, false // not paced
+		}
+		return reserve.Request{Key: "llm", Policy: policy, Cost: reserve.Cost{"requests": 1, "tokens": 1500}}, true
+	}
+	opts := worker.Options{Pace: pace}
+	r, ok := opts.Pace(asynq.NewTask("complete", nil))
+	fmt.Println(r.Key, r.Policy[0].InFlight, ok)
+	// Output:
+	// llm 8 true
+}

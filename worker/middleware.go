@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/pacer-go/pacer/hold"
+	"github.com/pacer-go/pacer/internal/inflight"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -67,6 +68,10 @@ func New(l *reserve.Limiter, opts Options) (*Pacer, error) {
 // pause now covers, is dropped and a fresh slot taken, so a backlog drains
 // at the rate rather than as a burst. A slot nobody comes back for expires.
 //
+// With an in-flight band in the task's policy, the handler runs holding its
+// seat on the band, taken once its slot has come, and given back when the
+// handler returns: see the package doc, "In flight".
+//
 // Errors from Redis are returned wrapped, so asynq retries the task as for
 // any failure. While Redis is unavailable, tasks are paced on the Limiter's
 // local fallback instead (see reserve.Options).
@@ -79,12 +84,19 @@ func (p *Pacer) Middleware(next asynq.Handler) asynq.Handler {
 // task is a paced task being run; handlers reach it through the context
 // (see Pause and Settle).
 type task struct {
-	p          *Pacer
-	id         string // "" when not run by an asynq server
+	p  *Pacer
+	id string // "" when not run by an asynq server
+	// req is the task's request on its policy's bands but the in-flight
+	// band (no band: the policy is seats alone, there is no slot).
 	req        reserve.Request
+	seats      *reserve.Request     // the request for the task's seats (nil: no in-flight band)
 	reschedule bool                 // the task has retries left, so it may be rescheduled
 	r          *reserve.Reservation // the slot the handler runs at
 }
+
+// slotted reports whether tk has a slot to take: its policy has bands
+// beside its in-flight band.
+func (tk *task) slotted() bool { return len(tk.req.Policy) > 0 }
 
 type taskKey struct{}
 
@@ -96,50 +108,78 @@ func (p *Pacer) process(ctx context.Context, t *asynq.Task, next asynq.Handler) 
 	id, hasID := asynq.GetTaskID(ctx)
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxRetry, _ := asynq.GetMaxRetry(ctx)
-	tk := &task{p: p, id: id, req: req, reschedule: hasID && retried < maxRetry}
+	seats, rest, hasSeats, err := inflight.Split(req)
+	if err != nil {
+		return fmt.Errorf("worker: task %s on %q: %w", id, req.Key, err)
+	}
+	tk := &task{p: p, id: id, req: rest, reschedule: hasID && retried < maxRetry}
+	if hasSeats {
+		tk.seats = &seats
+	}
 	ctx = context.WithValue(ctx, taskKey{}, tk)
 	for {
-		r, maxWait, err := p.slot(ctx, tk)
-		if err != nil {
-			return err
+		var (
+			r       *reserve.Reservation
+			maxWait = p.maxWait(ctx, tk)
+		)
+		if tk.slotted() {
+			if r, maxWait, err = p.slot(ctx, tk); err != nil {
+				return err
+			}
+			if err := p.sleep(ctx, r, maxWait); err != nil {
+				var tooLong *reserve.WaitTooLongError
+				if tk.reschedule && errors.As(err, &tooLong) {
+					// A pause came to cover the slot and the first slot after
+					// it is further than the task may sleep: claim again, which
+					// keeps a slot for it and reschedules it.
+					continue
+				}
+				return err
+			}
 		}
-		if err := p.sleep(ctx, r, maxWait); err != nil {
+		seat, err := p.takeSeats(ctx, tk, r, maxWait)
+		if err != nil {
 			var tooLong *reserve.WaitTooLongError
 			if tk.reschedule && errors.As(err, &tooLong) {
-				// A pause came to cover the slot and the first slot after
-				// it is further than the task may sleep: claim again, which
-				// keeps a slot for it and reschedules it.
+				// As above: a pause came while it waited for its seat, or
+				// the slot passed and the fresh one is too far.
 				continue
 			}
 			return err
 		}
 		tk.r = r
-		err = next.ProcessTask(ctx, t)
+		err = p.run(ctx, t, next, seat)
 		var rl *RateLimitedError
 		if !tk.reschedule && errors.As(err, &rl) && rl.Paused {
 			// Pause kept a slot for a task that cannot be rescheduled:
-			// sleep until it here and run the handler again.
+			// sleep until it here and run the handler again. A policy of
+			// seats alone has no slot a pause could move: wait the pause.
+			if !tk.slotted() {
+				if err := sleepCtx(ctx, rl.Slot.Sub(p.clock.Now())); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		return err
 	}
 }
 
+// run runs the handler holding seat (nil: none), which goes back when the
+// handler returns, fails or panics.
+func (p *Pacer) run(ctx context.Context, t *asynq.Task, next asynq.Handler, seat *reserve.Reservation) error {
+	defer inflight.Done(seat)
+	return next.ProcessTask(ctx, t)
+}
+
 // slot claims the task's slot and returns it, with the longest the handler
 // may sleep, when the handler should sleep until it, or a *RateLimitedError
 // when the task is rescheduled to it.
 func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.Duration, error) {
-	now := p.clock.Now()
-	limit := time.Duration(math.MaxInt64) // half the time left before the deadline
-	if deadline, ok := ctx.Deadline(); ok {
-		limit = max(0, deadline.Sub(now)/2)
-	}
-	maxWait := limit
+	limit := p.limit(ctx)
+	maxWait := p.maxWait(ctx, tk)
 	holds := p.holds
 	if tk.reschedule {
-		// A wait shorter than Lead is slept whatever MaxSleep says: a
-		// reschedule could not bring the task back before its slot.
-		maxWait = min(max(p.opts.MaxSleep, p.opts.Lead), limit)
 		// A rescheduled task comes back up to Lead + 1 s before its slot
 		// (asynq rounds the retry time down to the second): it sleeps the
 		// rest rather than leaving again.
@@ -181,6 +221,28 @@ func (p *Pacer) slot(ctx context.Context, tk *task) (*reserve.Reservation, time.
 	return g.Reservation, maxWait, nil
 }
 
+// limit is half the time left before ctx's deadline: the longest a
+// handler sleeps.
+func (p *Pacer) limit(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return max(0, deadline.Sub(p.clock.Now())/2)
+	}
+	return time.Duration(math.MaxInt64)
+}
+
+// maxWait is the longest tk's handler waits (for its slot, or its seat)
+// before the task is rescheduled instead, or for a task that cannot be
+// rescheduled before it fails.
+func (p *Pacer) maxWait(ctx context.Context, tk *task) time.Duration {
+	limit := p.limit(ctx)
+	if !tk.reschedule {
+		return limit
+	}
+	// A wait shorter than Lead is slept whatever MaxSleep says: a
+	// reschedule could not bring the task back before its slot.
+	return min(max(p.opts.MaxSleep, p.opts.Lead), limit)
+}
+
 // unheld paces tk with no slot kept for it: a slot (or, for a fair task,
 // its turn) further than maxWait away reschedules the task to about then,
 // and it asks again when it comes back. It serves two cases:
@@ -206,6 +268,66 @@ func (p *Pacer) unheld(ctx context.Context, tk *task, maxWait time.Duration) (*r
 		return nil, fmt.Errorf("worker: task %s: %w", tk.id, err)
 	}
 	return r, nil
+}
+
+// takeSeats takes tk's seats (tk.seats; nil: none, and it returns nil)
+// once the handler has slept until its slot r (nil: the policy is seats
+// alone), waiting in the key's queue at most maxWait. The seat goes back
+// when the handler returns (run).
+//
+// A seat that does not come within maxWait gives the slot up, and a task
+// that may be rescheduled is, without a seat or a slot kept for it: it
+// returns a *RateLimitedError (InFlight) that brings it back MaxSleep
+// later, to wait again at the back of the key's queue. A task that cannot
+// be rescheduled fails with an error wrapping *reserve.WaitTooLongError
+// (asynq archives it, as any task that cannot finish before its deadline;
+// without a deadline it waits as long as it takes).
+//
+// Once it holds its seat, the task sleeps until its slot again
+// (reserve.Reservation.Sleep): a pause made while it waited moves the slot
+// after the pause, and a slot passed by more than reserve's MaxLateness
+// takes a fresh one, so that tasks a hand-off of seats releases together
+// keep the rate's spacing. A move further than maxWait gives the seat back
+// and fails with an error wrapping *reserve.WaitTooLongError (the task is
+// claimed again, and rescheduled).
+func (p *Pacer) takeSeats(ctx context.Context, tk *task, r *reserve.Reservation, maxWait time.Duration) (*reserve.Reservation, error) {
+	if tk.seats == nil {
+		return nil, nil
+	}
+	var (
+		seat *reserve.Reservation
+		err  error
+	)
+	if maxWait >= time.Duration(math.MaxInt64)/2 {
+		seat, err = p.l.ReserveN(ctx, *tk.seats)
+	} else {
+		seat, err = p.l.TryReserveN(ctx, *tk.seats, maxWait)
+	}
+	if err != nil {
+		if r != nil {
+			_ = r.Cancel(context.WithoutCancel(ctx))
+		}
+		var tooLong *reserve.WaitTooLongError
+		if !errors.As(err, &tooLong) {
+			return nil, fmt.Errorf("worker: task %s: seats on %q: %w", tk.id, tk.seats.Key, err)
+		}
+		if tk.reschedule {
+			return nil, &RateLimitedError{
+				Key:      tk.seats.Key,
+				Slot:     p.clock.Now().Add(p.opts.MaxSleep),
+				RetryIn:  p.opts.MaxSleep,
+				InFlight: true,
+			}
+		}
+		return nil, fmt.Errorf("worker: task %s: no seat on %q's in-flight band within %v: %w", tk.id, tk.seats.Key, maxWait, err)
+	}
+	if r != nil {
+		if err := p.sleep(ctx, r, maxWait); err != nil {
+			seat.Done()
+			return nil, err
+		}
+	}
+	return seat, nil
 }
 
 // rescheduled is the error that reschedules tk to the slot kept for it.
@@ -242,15 +364,36 @@ func (p *Pacer) sleep(ctx context.Context, r *reserve.Reservation, maxWait time.
 
 // Settle tells the fleet the actual cost of the running task's call, once
 // it is known (the tokens a completion used): see reserve.Reservation.Settle.
+// It does not end the call: the task's seats on an in-flight band go back
+// when the handler returns (an amount for their unit is ignored unless
+// another band charges it).
 // ctx must be the handler's context. It fails with ErrNotPaced if the task
 // is not paced.
 func Settle(ctx context.Context, actual reserve.Cost) error {
 	tk, ok := ctx.Value(taskKey{}).(*task)
+	if ok && tk.r == nil && tk.seats != nil && !tk.slotted() {
+		return nil // seats alone: given back whole when the handler returns
+	}
 	if !ok || tk.r == nil {
 		return ErrNotPaced
+	}
+	if tk.seats != nil {
+		actual = inflight.SettleCost(actual, *tk.seats, tk.req.Policy)
 	}
 	if err := tk.r.Settle(ctx, actual); err != nil {
 		return fmt.Errorf("worker: settle %q: %w", tk.req.Key, err)
 	}
 	return nil
+}
+
+// sleepCtx sleeps for d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

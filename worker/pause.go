@@ -42,6 +42,13 @@ func Pause(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("worker: pause %q: %w", key, err)
 	}
 	now := p.clock.Now()
+	if !tk.slotted() {
+		// A policy of seats alone: no slot for the pause to hold, so the
+		// task comes back after it (asynq may make it due up to a second
+		// early), or the middleware waits it out. The key's other tasks
+		// of such a policy are not held by it.
+		return &RateLimitedError{Key: key, Slot: now.Add(d), RetryIn: d + secondRounding, Paused: true}
+	}
 	if tk.id == "" || tk.req.Fair() {
 		// No ID to keep a slot for, or a fair task (booked only in its
 		// turn): the middleware reserves a fresh one.
