@@ -34,6 +34,21 @@ func seatLines(s *admin.SeatStatus) []string {
 	return lines
 }
 
+// writeSeats writes a key's in-flight lines (seatLines): "in flight",
+// then "held by" and one line per holder; nothing without seats.
+func writeSeats(line func(label, format string, args ...any), s *admin.SeatStatus) {
+	for i, l := range seatLines(s) {
+		label := ""
+		switch i {
+		case 0:
+			label = "in flight"
+		case 1:
+			label = "held by"
+		}
+		line(label, "%s", l)
+	}
+}
+
 // holderText names a holder: its rank in the fleet and its Limiter.
 func holderText(h admin.SeatHolder) string {
 	if id, ok := strings.CutPrefix(h.Holder, "i"); ok {
