@@ -598,7 +598,7 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 		return st, fmt.Errorf("admin: status %q: %w", key, ErrUnknownKey)
 	}
 	if hasSeats > 0 || hasN {
-		st.Seats = &SeatStatus{}
+		st.Seats = &SeatStatus{Holders: []SeatHolder{}}
 		if hasSeats > 0 {
 			s, err := a.readSeats(ctx, key)
 			if err != nil {

@@ -30,7 +30,7 @@ type SeatStatus struct {
 	// place of the N the fleet's code passes; 0 for none. The code's N is
 	// not recorded in Redis.
 	Stored int `json:"stored_n"`
-	// Holders hold the seats, the most seats first.
+	// Holders hold the seats, the most seats first (empty, never nil).
 	Holders []SeatHolder `json:"holders"`
 }
 
@@ -87,7 +87,7 @@ func parseSeats(res []any) (SeatStatus, error) {
 	if !ok1 || !ok2 {
 		return SeatStatus{}, bad
 	}
-	st := SeatStatus{Used: int(used), Waiting: int(waiting)}
+	st := SeatStatus{Used: int(used), Waiting: int(waiting), Holders: []SeatHolder{}}
 	for _, r := range res[3:] {
 		s, _ := r.(string)
 		f := strings.Fields(s)

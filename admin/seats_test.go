@@ -110,7 +110,7 @@ func TestSetInFlight(t *testing.T) {
 	st, err := a.Status(ctx, "host")
 	require.NoError(t, err, "a key with a stored N is known")
 	require.NotNil(t, st.Seats)
-	assert.Equal(t, admin.SeatStatus{Stored: 8}, *st.Seats)
+	assert.Equal(t, admin.SeatStatus{Stored: 8, Holders: []admin.SeatHolder{}}, *st.Seats)
 
 	ch, err = a.SetInFlight(ctx, "host", 1_000_000, "ops", "more")
 	require.NoError(t, err)
