@@ -59,7 +59,8 @@ var ErrNotStored = errors.New("admin: nothing stored to remove")
 var errChanged = errors.New("admin: the stored limit changed meanwhile")
 
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
-// stored limit and no policy reported by a Limiter.
+// stored limit, no policy reported by a Limiter, no seats taken lately and
+// no stored in-flight N.
 var ErrUnknownKey = errors.New("admin: unknown key")
 
 // New returns a Client on rdb (used as given).
