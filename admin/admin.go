@@ -34,6 +34,7 @@ type Client struct {
 	rdb    redis.UniversalClient
 	prefix string
 	keep   int
+	beat   time.Duration // the fleet's heartbeat interval
 }
 
 // Options configure an Admin.
@@ -42,6 +43,11 @@ type Options struct {
 	KeyPrefix string
 	// History is how many changes each key's history keeps. Default 50.
 	History int
+	// HeartbeatInterval is the fleet's Options.HeartbeatInterval. Default
+	// 1 s (reserve's). An in-flight band's holder not heard from for 3.5
+	// intervals is left out of KeyStatus.Seats: shorter than the fleet's,
+	// it leaves out live holders.
+	HeartbeatInterval time.Duration
 }
 
 // ErrNotStored is returned by Client.UnsetLimit for a key with no stored
@@ -53,7 +59,8 @@ var ErrNotStored = errors.New("admin: nothing stored to remove")
 var errChanged = errors.New("admin: the stored limit changed meanwhile")
 
 // ErrUnknownKey is returned for a key Redis knows nothing of: no state, no
-// stored limit and no policy reported by a Limiter.
+// stored limit, no policy reported by a Limiter, no seats taken lately and
+// no stored in-flight N.
 var ErrUnknownKey = errors.New("admin: unknown key")
 
 // New returns a Client on rdb (used as given).
@@ -71,7 +78,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if opts.History < 1 {
 		return nil, fmt.Errorf("%w: History %d (want at least 1)", reserve.ErrInvalidOptions, opts.History)
 	}
-	return &Client{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History}, nil
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = time.Second
+	}
+	if opts.HeartbeatInterval < time.Millisecond {
+		return nil, fmt.Errorf("%w: HeartbeatInterval %v (want at least 1ms)", reserve.ErrInvalidOptions, opts.HeartbeatInterval)
+	}
+	return &Client{rdb: rdb, prefix: opts.KeyPrefix, keep: opts.History, beat: opts.HeartbeatInterval}, nil
 }
 
 func (a *Client) redisKey(key string) string { return layout.Key(a.prefix, key) }
@@ -81,13 +94,14 @@ func (a *Client) policiesKey() string { return layout.Policies(a.prefix) }
 // A Change is one entry of a key's history.
 type Change struct {
 	At     time.Time `json:"at"`
-	Op     string    `json:"op"`               // "set", "unset", "pause 30s", "resume", "restore" (a Limiter put back a limit Redis lost), "weight"
+	Op     string    `json:"op"`               // "set", "unset", "pause 30s", "resume", "restore" (a Limiter put back a limit Redis lost), "weight", "in-flight"
 	Tenant string    `json:"tenant,omitempty"` // a weight's tenant
 	Who    string    `json:"who"`
 	Reason string    `json:"reason"`
 	// Before and After are the stored limit before and after the change,
 	// as Policy.String gives it with "(shadow)" after a limit in shadow
-	// mode, or for a weight the tenant's stored weight; "" for none.
+	// mode, or for a weight the tenant's stored weight, or for "in-flight"
+	// the stored in-flight N (SetInFlight); "" for none.
 	Before string `json:"before"`
 	After  string `json:"after"`
 }
@@ -239,7 +253,7 @@ func parseChange(text string) (Change, error) {
 	}
 	c := Change{At: time.UnixMilli(e.AtMS).UTC(), Op: e.Op, Tenant: e.Tenant, Who: e.Who, Reason: e.Reason,
 		Before: e.Before, After: e.After}
-	if c.Op != "weight" {
+	if c.Op != "weight" && c.Op != opInFlight {
 		c.Before, c.After = storedForPeople(e.Before), storedForPeople(e.After)
 	}
 	return c, nil
@@ -413,6 +427,11 @@ type KeyStatus struct {
 	// would have done.
 	ShadowFigures *ShadowFigures `json:"shadow_figures,omitempty"`
 
+	// Seats is the key's in-flight band (reserve.Band.InFlight): nil when
+	// Redis holds no seats record of it (no call for seats lately) and no
+	// in-flight N stored.
+	Seats *SeatStatus `json:"seats,omitempty"`
+
 	// Tenants are the fair requests' tenants Redis holds for the key (see
 	// reserve.Request.Tenant): in each lane, those waiting for their turn
 	// and those that booked ahead of the lane's virtual time, at most
@@ -533,6 +552,9 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	stored := pipe.Get(ctx, k+":limit")
 	shadow := pipe.Get(ctx, k+":shadow")
 	reported := pipe.HGet(ctx, a.policiesKey(), key)
+	seatsKey, _, nKey := layout.SeatKeys(a.prefix, key)
+	seats := pipe.Exists(ctx, seatsKey)
+	storedN := pipe.Get(ctx, nKey)
 	_, _ = pipe.Exec(ctx)
 	now, err := tm.Result()
 	if err != nil {
@@ -565,8 +587,31 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if err != nil {
 		return st, err
 	}
-	if !hasState && !hasStored && !hasReport {
+	nText, hasN, err := get(storedN)
+	if err != nil {
+		return st, err
+	}
+	hasSeats, err := seats.Result()
+	if err != nil {
+		return st, adminError("status", key, err)
+	}
+	if !hasState && !hasStored && !hasReport && hasSeats == 0 && !hasN {
 		return st, fmt.Errorf("admin: status %q: %w", key, ErrUnknownKey)
+	}
+	if hasSeats > 0 || hasN {
+		st.Seats = &SeatStatus{Holders: []SeatHolder{}}
+		if hasSeats > 0 {
+			s, err := a.readSeats(ctx, key)
+			if err != nil {
+				return st, adminError("status", key, err)
+			}
+			st.Seats = &s
+		}
+		if hasN {
+			if st.Seats.Stored, err = parseStoredN(nText); err != nil {
+				return st, fmt.Errorf("admin: status %q: %w", key, err)
+			}
+		}
 	}
 	if hasReport {
 		ms, text, _ := strings.Cut(reportText, " ")
@@ -875,8 +920,8 @@ func (st *KeyStatus) readShadow(text string) {
 
 // Keys returns the keys whose names match pattern (Redis glob syntax, on
 // the key as the fleet passes it, braces included; "" or "*" for all),
-// sorted: those with a state, a stored limit or a policy reported by a
-// Limiter.
+// sorted: those with a state, a stored limit, a policy reported by a
+// Limiter, seats taken lately or a stored in-flight N.
 func (a *Client) Keys(ctx context.Context, pattern string) ([]string, error) {
 	if pattern == "" {
 		pattern = "*"
@@ -894,7 +939,7 @@ func (a *Client) Keys(ctx context.Context, pattern string) ([]string, error) {
 				continue
 			}
 			name, suffix := rest[:end], rest[end+1:]
-			if name == "limiters" || (suffix != "" && suffix != ":limit") {
+			if name == "limiters" || (suffix != "" && suffix != ":limit" && suffix != ":seats" && suffix != ":seatn") {
 				continue
 			}
 			seen[layout.Unescape(name)] = true

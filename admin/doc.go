@@ -5,7 +5,10 @@
 // (Client.Fleet), a limit stored for a key, whole or band by band,
 // enforced or in shadow mode (Client.SetLimit, SetBands, UnsetLimit), and
 // a pause or its end (Client.Pause, Resume), and when the provider sees
-// such a change, behind the slots already granted (Client.Queue). Every
+// such a change, behind the slots already granted (Client.Queue); an
+// in-flight band's seats in use, calls waiting and holders
+// (KeyStatus.Seats), and its N set live (Client.SetInFlight,
+// UnsetInFlight). Every
 // change is recorded with who made it and why, in the script call that
 // makes it.
 //

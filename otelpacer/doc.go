@@ -33,6 +33,9 @@
 //	pacer.rate_limiting.fair.deferred         counter   {request}   times a fair queue was told to ask again, by pacer.lane
 //	pacer.redis.evictable                     gauge                 1 when Redis may evict pacer's keys
 //	pacer.adaptive.rate                       gauge     {request}/s a learned rate (adaptive.Config.Observer)
+//	pacer.rate_limiting.seats.held            updown    {seat}      seats held on in-flight bands now, by pacer.band
+//	pacer.rate_limiting.seats.waiters         updown    {request}   calls waiting for seats now, by pacer.band
+//	pacer.rate_limiting.seats.time_in_queue   histogram s           the wait for seats, by pacer.seats.got (handoff, free), pacer.source and pacer.band
 //
 // pacer.band is the binding band: the band whose queue or window set the
 // slot, "(pause)" when a pause did (reserve.PauseBinding), "none" when the

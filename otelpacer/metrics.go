@@ -203,6 +203,35 @@ func (t *Telemetry) Deferred(_, tenant string, lane reserve.Lane) {
 	t.deferred.Add(context.Background(), 1, t.laneOption(tenant, lane))
 }
 
+// seatsOption returns the attributes of the seats instruments: pacer.band
+// (the in-flight band's name), kv, and with Options.KeyAttribute pacer.key.
+func (t *Telemetry) seatsOption(key, band string, kv ...attribute.KeyValue) metric.MeasurementOption {
+	return t.withKey(key, append(kv, attrBand.String(band))...)
+}
+
+// SeatsTaken implements reserve.SeatMetrics: the seats' time_in_queue.
+func (t *Telemetry) SeatsTaken(key, band string, _ int, waited time.Duration, handedOff, local bool) {
+	src, got := names.SourceRedis, names.SeatsFree
+	if local {
+		src = names.SourceLocal
+	}
+	if handedOff {
+		got = names.SeatsHandoff
+	}
+	t.seatWait.Record(context.Background(), waited.Seconds(),
+		t.seatsOption(key, band, attrSource.String(src), attrSeatsGot.String(got)))
+}
+
+// SeatsHeld implements reserve.SeatMetrics: pacer.rate_limiting.seats.held.
+func (t *Telemetry) SeatsHeld(key, band string, delta int) {
+	t.seatsHeld.Add(context.Background(), int64(delta), t.seatsOption(key, band))
+}
+
+// SeatWaiters implements reserve.SeatMetrics.
+func (t *Telemetry) SeatWaiters(key, band string, delta int) {
+	t.seatWaiters.Add(context.Background(), int64(delta), t.seatsOption(key, band))
+}
+
 // ObserveRate implements adaptive.Observer: it records a learned rate on
 // the pacer.adaptive.rate gauge. Set the Telemetry as the Observer of the
 // Config of adaptive.New or of pacehttp.Options.Adaptive:

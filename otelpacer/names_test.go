@@ -74,7 +74,8 @@ func setOf(vs ...string) map[string]bool {
 // TestNames: the values of the attributes that name what pacer did are the
 // ones every surface uses (package internal/names: prommetrics' labels,
 // reserve's API, pacer status and web): pacer.source, the band's own
-// values, pacer.fallback.to, pacer.moved.reason, pacer.redis.operation.
+// values, pacer.fallback.to, pacer.moved.reason, pacer.redis.operation,
+// pacer.seats.got.
 func TestNames(t *testing.T) {
 	g := newRig(t, otelpacer.Options{})
 	tel := g.tel
@@ -97,6 +98,8 @@ func TestNames(t *testing.T) {
 	}
 	_, w := tel.StartWait(context.Background(), "k")
 	w.End(errors.New("other"), 0)
+	tel.SeatsTaken("k", "day", 1, time.Second, true, false)
+	tel.SeatsTaken("k", "day", 1, 0, false, true)
 
 	v := g.attributeValues(t)
 	assert.Equal(t, setOf(names.Sources...), v["pacer.source"], "pacer.source")
@@ -104,4 +107,5 @@ func TestNames(t *testing.T) {
 	assert.Equal(t, setOf(names.Modes...), v["pacer.fallback.to"], "pacer.fallback.to")
 	assert.Equal(t, setOf(names.MovedPause, names.MovedLate), v["pacer.moved.reason"], "pacer.moved.reason")
 	assert.Equal(t, setOf(names.Ops...), v["pacer.redis.operation"], "pacer.redis.operation")
+	assert.Equal(t, setOf(names.SeatsGot...), v["pacer.seats.got"], "pacer.seats.got")
 }

@@ -28,7 +28,7 @@ type Options struct {
 	// KeyAttribute, if set, maps a key to the value of a pacer.key
 	// attribute on the metrics that concern one key (requests,
 	// time_in_queue, queued_requests, units, refused, moved, pauses,
-	// adaptive.rate). Keep the number of distinct values small (a host, a
+	// adaptive.rate, seats.*). Keep the number of distinct values small (a host, a
 	// provider, "other"). Default nil: no pacer.key on metrics. Spans always
 	// carry the key.
 	KeyAttribute func(key string) string
@@ -62,6 +62,9 @@ type Telemetry struct {
 	deferred     metric.Int64Counter
 	evictable    metric.Int64Gauge
 	adaptiveRate metric.Float64Gauge
+	seatsHeld    metric.Int64UpDownCounter
+	seatWaiters  metric.Int64UpDownCounter
+	seatWait     metric.Float64Histogram
 
 	// sets caches the attribute sets of the hot paths (a reservation, its
 	// units, a queued Wait): their values are bounded (sources, bands,
@@ -74,6 +77,7 @@ var (
 	_ reserve.Metrics      = (*Telemetry)(nil)
 	_ reserve.GrantMetrics = (*Telemetry)(nil)
 	_ reserve.FairMetrics  = (*Telemetry)(nil)
+	_ reserve.SeatMetrics  = (*Telemetry)(nil)
 	_ reserve.Tracer       = (*Telemetry)(nil)
 	_ adaptive.Observer    = (*Telemetry)(nil)
 )
@@ -102,6 +106,7 @@ const (
 	attrErrorType   = attribute.Key("error.type")
 	attrLane        = attribute.Key("pacer.lane")
 	attrTenant      = attribute.Key("pacer.tenant")
+	attrSeatsGot    = attribute.Key("pacer.seats.got")
 )
 
 // New makes the instruments on opts.MeterProvider and the tracer on
@@ -167,6 +172,16 @@ func New(opts Options) (*Telemetry, error) {
 	check(err)
 	t.adaptiveRate, err = m.Float64Gauge("pacer.adaptive.rate", metric.WithUnit("{request}/s"),
 		metric.WithDescription("The fleet's learned rate of a key (package adaptive)."))
+	check(err)
+	t.seatsHeld, err = m.Int64UpDownCounter("pacer.rate_limiting.seats.held", metric.WithUnit("{seat}"),
+		metric.WithDescription("Seats this process's Limiters hold on in-flight bands, by band."))
+	check(err)
+	t.seatWaiters, err = m.Int64UpDownCounter("pacer.rate_limiting.seats.waiters", metric.WithUnit("{request}"),
+		metric.WithDescription("Calls of this process's Limiters waiting for seats on in-flight bands, by band."))
+	check(err)
+	t.seatWait, err = m.Float64Histogram("pacer.rate_limiting.seats.time_in_queue", metric.WithUnit("s"),
+		metric.WithDescription("Time calls waited for their seats on in-flight bands, by source, band and how they got them (handoff, free)."),
+		metric.WithExplicitBucketBoundaries(WaitBuckets...))
 	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -99,6 +99,11 @@ func exercised(t *testing.T) (*prometheus.Registry, []prometheus.Collector) {
 		m.Turn("f", "acme", lane, time.Second)
 		m.Deferred("f", "acme", lane)
 	}
+	m.SeatsTaken("a/x", "open", 1, 0, false, false)
+	m.SeatsTaken("a/x", "open", 1, time.Second, true, false)
+	m.SeatsTaken("a/x", "open", 1, 0, false, true)
+	m.SeatsHeld("a/x", "open", 3)
+	m.SeatWaiters("a/x", "open", 1)
 	return reg, rec.collectors
 }
 
@@ -292,6 +297,9 @@ func otelCatalogue(t *testing.T) catalogue {
 			}
 			if s.labels["pacer_redis_operation"] {
 				s.values["pacer_redis_operation"] = setOf(names.Ops)
+			}
+			if s.labels["pacer_seats_got"] {
+				s.values["pacer_seats_got"] = setOf(names.SeatsGot)
 			}
 		}
 	}
@@ -578,7 +586,7 @@ func TestCheckExpr(t *testing.T) {
 // TestNames: the values of the labels that name what pacer did are the
 // ones every surface uses (package internal/names: otelpacer's attributes,
 // reserve's API, pacer status and web): source, the band's own values,
-// the switch's destination, the moved reason. A surface that drifts (a
+// the switch's destination, the moved reason, how a call got its seats. A surface that drifts (a
 // band "pause", a mode label) fails here or in names' own tests.
 func TestNames(t *testing.T) {
 	reg, _ := exercised(t)
@@ -605,6 +613,7 @@ func TestNames(t *testing.T) {
 	assert.Equal(t, setOf(names.Modes), values["to"], "to")
 	assert.Equal(t, setOf([]string{names.MovedPause, names.MovedLate}), values["why"], "why")
 	assert.Equal(t, setOf(names.Ops), values["op"], "op")
+	assert.Equal(t, setOf(names.SeatsGot), values["got"], "got")
 	for f, ls := range labelsOf {
 		assert.NotContains(t, ls, "mode", "%s: a grant's source is its source label", f)
 	}

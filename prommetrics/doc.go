@@ -19,6 +19,9 @@
 //	evictable                          gauge     1 when the Redis server's maxmemory-policy may evict pacer's keys
 //	fair_turn_seconds{lane}            histogram fair requests' wait for their turn, before they were booked
 //	fair_deferred_total{lane}          counter   times a fair queue was told to ask again
+//	seats_held{band}                   gauge     seats this process holds on in-flight bands (reserve.Band.InFlight), by band
+//	seats_waiters{band}                gauge     calls of this process waiting for seats, by band
+//	seats_wait_seconds{source,band,got} histogram time calls waited for their seats; got is "handoff" (handed by a call that ended) or "free"
 //
 // The band label says why a reservation waited (reserve.Grant.Band): the
 // name of the band whose queue or window set its slot ("permits" for a
@@ -36,8 +39,9 @@
 //
 // Keys are not labels by default: a crawler has millions. Options.KeyLabel
 // maps a key to a label value (for instance its host, or "other"), and adds
-// a "key" label to reservations_total, units_total, wait_seconds and
-// pauses_total. Tenants are not labels by default either:
+// a "key" label to reservations_total, units_total, wait_seconds,
+// pauses_total and the seats metrics. The seats metrics' band is the
+// in-flight band's name. Tenants are not labels by default either:
 // Options.TenantLabel adds a "tenant" label to the fair metrics, lane being
 // "urgent", "normal" or "batch".
 //

@@ -39,12 +39,17 @@ type Metrics struct {
 	tenantLabel func(string) string
 	turn        *prometheus.HistogramVec
 	deferred    *prometheus.CounterVec
+
+	seatsHeld   *prometheus.GaugeVec
+	seatWaiters *prometheus.GaugeVec
+	seatWait    *prometheus.HistogramVec
 }
 
 var (
 	_ reserve.Metrics      = (*Metrics)(nil)
 	_ reserve.GrantMetrics = (*Metrics)(nil)
 	_ reserve.FairMetrics  = (*Metrics)(nil)
+	_ reserve.SeatMetrics  = (*Metrics)(nil)
 )
 
 // WaitBuckets are the buckets of wait_seconds: from 1 ms to 30 minutes, for
@@ -95,9 +100,17 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		Help: "Time fair requests waited for their turn before they were booked, by lane.", Buckets: WaitBuckets}, perLane)
 	m.deferred = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fair_deferred_total",
 		Help: "Times a fair queue was told to ask again (not its turn, or beyond the booking horizon), by lane."}, perLane)
+	perSeatBand := append([]string{"band"}, perKey...)
+	m.seatsHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "seats_held",
+		Help: "Seats this process's Limiters hold on in-flight bands, by band."}, perSeatBand)
+	m.seatWaiters = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "seats_waiters",
+		Help: "Calls of this process's Limiters waiting for seats on in-flight bands, by band."}, perSeatBand)
+	m.seatWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "seats_wait_seconds",
+		Help:    "Time calls waited for their seats on in-flight bands, by source, band and how they got them (handoff: handed by a call that ended; free).",
+		Buckets: WaitBuckets}, append(append([]string{"source"}, perSeatBand...), "got"))
 	if reg != nil {
 		reg.MustRegister(m.reservations, m.units, m.moved, m.evictable, m.wait, m.callDuration, m.callErrors, m.fallback, m.switches, m.pauses,
-			m.turn, m.deferred)
+			m.turn, m.deferred, m.seatsHeld, m.seatWaiters, m.seatWait)
 	}
 	return m
 }
@@ -117,6 +130,38 @@ func (m *Metrics) Turn(_, tenant string, lane reserve.Lane, turn time.Duration) 
 // Deferred implements reserve.FairMetrics.
 func (m *Metrics) Deferred(_, tenant string, lane reserve.Lane) {
 	m.deferred.WithLabelValues(m.laneLabels(tenant, lane)...).Inc()
+}
+
+// seatLabels are the labels of the seats metrics: band and, with
+// Options.KeyLabel, key.
+func (m *Metrics) seatLabels(key, band string) []string {
+	if m.keyLabel == nil {
+		return []string{band}
+	}
+	return []string{band, m.keyLabel(key)}
+}
+
+// SeatsTaken implements reserve.SeatMetrics: seats_wait_seconds.
+func (m *Metrics) SeatsTaken(key, band string, _ int, waited time.Duration, handedOff, local bool) {
+	source, got := names.SourceRedis, names.SeatsFree
+	if local {
+		source = names.SourceLocal
+	}
+	if handedOff {
+		got = names.SeatsHandoff
+	}
+	lv := append(append([]string{source}, m.seatLabels(key, band)...), got)
+	m.seatWait.WithLabelValues(lv...).Observe(waited.Seconds())
+}
+
+// SeatsHeld implements reserve.SeatMetrics: seats_held.
+func (m *Metrics) SeatsHeld(key, band string, delta int) {
+	m.seatsHeld.WithLabelValues(m.seatLabels(key, band)...).Add(float64(delta))
+}
+
+// SeatWaiters implements reserve.SeatMetrics: seats_waiters.
+func (m *Metrics) SeatWaiters(key, band string, delta int) {
+	m.seatWaiters.WithLabelValues(m.seatLabels(key, band)...).Add(float64(delta))
 }
 
 // bandLabel returns the band label's value for a binding band as

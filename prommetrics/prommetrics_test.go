@@ -119,8 +119,8 @@ func TestFairMetrics(t *testing.T) {
 	assert.Empty(t, problems)
 }
 
-// sum adds up the values of the counters (or the sample counts of the
-// histograms) of family name whose labels include want.
+// sum adds up the values of the counters and gauges (or the sample counts
+// of the histograms) of family name whose labels include want.
 func sum(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
 	families, err := g.Gather()
@@ -143,6 +143,8 @@ func sum(t *testing.T, g prometheus.Gatherer, name string, want map[string]strin
 			}
 			if h := m.GetHistogram(); h != nil {
 				total += float64(h.GetSampleCount())
+			} else if g := m.GetGauge(); g != nil {
+				total += g.GetValue()
 			} else {
 				total += m.GetCounter().GetValue()
 			}

@@ -54,6 +54,7 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	fs := c.flagSet("unset")
 	var cf changeFlags
 	cf.register(fs)
+	inFlight := fs.Bool("in-flight", false, "remove the in-flight N stored for KEY (pacer set KEY --in-flight N) instead of its stored limit")
 	pos, err := c.parse(fs, "unset", args)
 	if err != nil {
 		return err
@@ -70,6 +71,18 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	}
 	defer c.close()
 
+	if *inFlight {
+		ch, err := c.admin.UnsetInFlight(ctx, key, cf.who, cf.reason)
+		if errors.Is(err, admin.ErrNotStored) {
+			return fmt.Errorf("unset: key %q has no stored in-flight N under prefix %q: nothing changed", clean(key), clean(c.prefix))
+		}
+		if err != nil {
+			return c.keyError("unset", key, err)
+		}
+		fmt.Fprintf(c.stdout, "%s: in-flight N removed by %s: %s -> none; the fleet goes back to the N in its code from its next call for seats\n",
+			clean(key), clean(ch.Who), orNone(ch.Before))
+		return nil
+	}
 	before := c.queue(ctx, key)
 	ch, err := c.admin.UnsetLimit(ctx, key, cf.who, cf.reason)
 	if errors.Is(err, admin.ErrNotStored) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/reserve"
@@ -19,6 +20,7 @@ type cli struct {
 	stdout, stderr io.Writer
 	redisURL       string
 	prefix         string
+	heartbeat      time.Duration // the fleet's HeartbeatInterval (admin.Options)
 	flagsInit      bool
 
 	rdb   *redis.Client
@@ -46,10 +48,10 @@ func init() {
 		{"web", "[pattern] [--addr 127.0.0.1:8080] [--expose] [--write [--token T]] [--interval 1s]",
 			"a live view of the keys and the fleet in a browser, on 127.0.0.1; with --write and a token, set, pause and resume from it", (*cli).web},
 		{"history", "KEY [--json]", "the changes made to KEY, newest first", (*cli).history},
-		{"set", "KEY [--band NAME] (--rate R --burst B | --n N --window D [--origin T] | --file F) [--add [--unit U]] [--replace] [--shadow] --reason TEXT [--who NAME]",
-			"store bands of KEY's limit by name, the others kept, enforced by every Limiter from its next reservation (or only counted, with --shadow)", (*cli).set},
-		{"unset", "KEY --reason TEXT [--who NAME]",
-			"remove KEY's stored limit: the fleet goes back to the limit in its code", (*cli).unset},
+		{"set", "KEY [--band NAME] (--rate R --burst B | --n N --window D [--origin T] | --file F) [--add [--unit U]] [--replace] [--shadow] --reason TEXT [--who NAME] | KEY --in-flight N --reason TEXT",
+			"store bands of KEY's limit by name, the others kept, enforced by every Limiter from its next reservation (or only counted, with --shadow); or the N of its in-flight band", (*cli).set},
+		{"unset", "KEY [--in-flight] --reason TEXT [--who NAME]",
+			"remove KEY's stored limit (or its stored in-flight N): the fleet goes back to the one in its code", (*cli).unset},
 		{"pause", "KEY DURATION --reason TEXT [--who NAME]",
 			"grant no slot on KEY for DURATION, fleet-wide (as a 429 with Retry-After would)", (*cli).pause},
 		{"resume", "KEY --reason TEXT [--who NAME]", "end KEY's pause now", (*cli).resume},
@@ -66,6 +68,8 @@ const globalUsage = `Global flags (before or after the command):
   -redis URL     the fleet's Redis: redis://[user:password@]host:port/db,
                  rediss://... for TLS, or host:port (default $REDIS_URL)
   -prefix TEXT   the fleet's reserve.Options.KeyPrefix (default "pacer:")
+  -heartbeat D   the fleet's reserve.Options.HeartbeatInterval (default 1s),
+                 for the holders of in-flight seats status shows
 
 Patterns are Redis globs on key names (* ? [abc]); a name without any of
 * ? [ \ is one key, and an unknown one is an error. Times are Redis's clock.
@@ -129,10 +133,11 @@ func (c *cli) flagSet(name string) *flag.FlagSet {
 	if !c.flagsInit {
 		// -redis defaults to $REDIS_URL in connect, not here: a default is
 		// printed by -h, and the URL may hold a password.
-		c.prefix, c.flagsInit = reserve.DefaultKeyPrefix, true
+		c.prefix, c.heartbeat, c.flagsInit = reserve.DefaultKeyPrefix, time.Second, true
 	}
 	fs.StringVar(&c.redisURL, "redis", c.redisURL, "the fleet's Redis: redis://..., rediss://... or host:port (default $REDIS_URL)")
 	fs.StringVar(&c.prefix, "prefix", c.prefix, "the fleet's key prefix (reserve.Options.KeyPrefix)")
+	fs.DurationVar(&c.heartbeat, "heartbeat", c.heartbeat, "the fleet's reserve.Options.HeartbeatInterval: a seat holder not heard from for 3.5 of them is left out")
 	return fs
 }
 

@@ -49,6 +49,9 @@ func (c *cli) connect(ctx context.Context) error {
 	if c.redisURL == "" {
 		return usagef("no Redis given: pass -redis URL (redis://host:port/db, rediss://... or host:port) or set REDIS_URL")
 	}
+	if c.heartbeat != 0 && c.heartbeat < time.Millisecond {
+		return usagef("-heartbeat %v: want the fleet's reserve.Options.HeartbeatInterval, at least 1ms (0: the default, 1s)", c.heartbeat)
+	}
 	opts, err := parseRedis(c.redisURL)
 	if err != nil {
 		return usagef("-redis: %v (want redis://host:port/db, rediss://... or host:port)", err)
@@ -72,7 +75,7 @@ func (c *cli) connect(ctx context.Context) error {
 	opts.PoolSize = 4
 	redis.SetLogger(quietLogger{}) // errors are reported, one line each
 	rdb := redis.NewClient(opts)
-	ac, err := admin.New(rdb, admin.Options{KeyPrefix: c.prefix})
+	ac, err := admin.New(rdb, admin.Options{KeyPrefix: c.prefix, HeartbeatInterval: c.heartbeat})
 	if err != nil {
 		_ = rdb.Close()
 		return usagef("-prefix %q: %v", c.prefix, err)

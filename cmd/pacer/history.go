@@ -55,14 +55,16 @@ func (c *cli) history(ctx context.Context, args []string) error {
 }
 
 // changeText says what a change did: the stored limit before and after
-// for set and unset, a tenant's stored weight for weight, the op alone for
-// a pause or a resume.
+// for set and unset, a tenant's stored weight for weight, the stored
+// in-flight N for in-flight, the op alone for a pause or a resume.
 func changeText(ch admin.Change) string {
 	switch ch.Op {
 	case "set", "unset":
 		return fmt.Sprintf("%s: %s -> %s", ch.Op, orNone(ch.Before), orNone(ch.After))
 	case "weight":
 		return fmt.Sprintf("weight of tenant %q: %s -> %s", ch.Tenant, orNone(ch.Before), orNone(ch.After))
+	case "in-flight":
+		return fmt.Sprintf("in-flight N: %s -> %s", orNone(ch.Before), orNone(ch.After))
 	}
 	return ch.Op
 }

@@ -21,6 +21,7 @@ import (
 type setFlags struct {
 	band, rate, burst, n, window, origin, per, tz, unit, file string
 	add, replace, shadow                                      bool
+	inFlight                                                  string
 }
 
 func (f *setFlags) register(fs *flag.FlagSet) {
@@ -37,6 +38,7 @@ func (f *setFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "file", "", "set the bands of a policy file (- for stdin): one band a line, as status prints a limit")
 	fs.BoolVar(&f.replace, "replace", false, "store only the bands given: the stored bands they do not name are removed")
 	fs.BoolVar(&f.shadow, "shadow", false, "shadow mode: do not enforce the limit, count what it would do (see status)")
+	fs.StringVar(&f.inFlight, "in-flight", "", "the N of KEY's in-flight band (at most N calls open at once, fleet-wide), 1 to 1000000, in place of the code's, alone (pacer unset KEY --in-flight removes it)")
 }
 
 // policy builds the bands to set from the flags given, checked.
@@ -183,6 +185,9 @@ func (c *cli) set(ctx context.Context, args []string) error {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	if given["in-flight"] {
+		return c.setInFlight(ctx, pos[0], f, given, cf)
+	}
 	pol, err := f.policy(given, c.stdin)
 	if err != nil {
 		return err
@@ -205,6 +210,43 @@ func (c *cli) set(ctx context.Context, args []string) error {
 	}
 	if note != "" {
 		fmt.Fprintf(c.stderr, "pacer: note: %s\n", note)
+	}
+	return nil
+}
+
+// setInFlight is set --in-flight: it stores key's in-flight N.
+func (c *cli) setInFlight(ctx context.Context, key string, f setFlags, given map[string]bool, cf changeFlags) error {
+	for _, name := range []string{"band", "rate", "burst", "n", "window", "origin", "per", "tz", "unit", "add", "file", "replace", "shadow"} {
+		if given[name] {
+			return usagef("set: --in-flight sets the N of the key's in-flight band, alone: drop --%s (set the other bands in another pacer set)", name)
+		}
+	}
+	n, err := parseInFlight("set", f.inFlight)
+	if err != nil {
+		return err
+	}
+	if err := cf.check("set"); err != nil {
+		return err
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	defer c.close()
+
+	st, err := c.admin.Status(ctx, key)
+	unknown := errors.Is(err, admin.ErrUnknownKey)
+	if err != nil && !unknown {
+		return c.keyError("set", key, err)
+	}
+	ch, err := c.admin.SetInFlight(ctx, key, n, cf.who, cf.reason)
+	if err != nil {
+		return c.keyError("set", key, err)
+	}
+	fmt.Fprintf(c.stdout, "%s: in-flight N set by %s: %s -> %s; every Limiter lets at most %d in flight on the key's in-flight band from its next call for seats (the calls in flight keep theirs)\n",
+		clean(key), clean(ch.Who), orNone(ch.Before), ch.After, n)
+	if unknown || st.Seats == nil || (st.Seats.Used == 0 && st.Seats.Waiting == 0 && len(st.Seats.Holders) == 0 && ch.Before == "") {
+		fmt.Fprintf(c.stderr, "pacer: note: no call holds or waits for seats on key %q under prefix %q now: check the name and -prefix (an N set on a key without an in-flight band limits nothing)\n",
+			clean(key), clean(c.prefix))
 	}
 	return nil
 }

@@ -265,6 +265,7 @@ func writeKey(b *strings.Builder, v keyView, sample time.Duration) {
 			f.Calls, f.Delayed, human(f.MeanWait), human(f.MaxWait), human(max(0, f.Queue)))
 	}
 	writeTenants(line, v.KeyStatus)
+	writeSeats(line, v.Seats)
 }
 
 // bindingText says what makes a call of one unit wait now, and when it

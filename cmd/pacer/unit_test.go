@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -257,5 +258,45 @@ func TestGaugeBand(t *testing.T) {
 	// The first read: unknown.
 	if name, _, use = gauge(nil, cur); name != "requests" || use != nil {
 		t.Errorf("first read: gauge %q %v; want requests, unknown", name, use)
+	}
+}
+
+// TestWriteSeats: a key's in-flight lines, the seats in use, N and the
+// calls waiting, then the holders, the most seats first, are what
+// docs/ops.md shows; watch's column sums them up; a key without seats
+// has none.
+func TestWriteSeats(t *testing.T) {
+	s := &admin.SeatStatus{Used: 7, Waiting: 3, Stored: 8, Holders: []admin.SeatHolder{
+		{Holder: "0", Limiter: "web-1", Seats: 4},
+		{Holder: "2", Limiter: "web-3", Seats: 2},
+		{Holder: "iweb-9", Limiter: "web-9", Seats: 1},
+	}}
+	var b strings.Builder
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(&b, "  %-11s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	writeSeats(line, s)
+	doc, err := os.ReadFile("../../docs/ops.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```\n  in flight")
+	block, _, ok2 := strings.Cut(block, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/ops.md has no block of status's in flight lines")
+	}
+	if want := "  in flight" + block; b.String() != want {
+		t.Errorf("writeSeats:\n%s\ndocs/ops.md shows:\n%s", b.String(), want)
+	}
+	if got, want := seatsShort(s), "7/8 +3 waiting [0:4 2:2 iweb-9:1]"; got != want {
+		t.Errorf("seatsShort = %q, want %q", got, want)
+	}
+	if !strings.Contains(string(doc), "`"+seatsShort(s)+"`") {
+		t.Errorf("docs/ops.md does not show watch's column %q", seatsShort(s))
+	}
+	b.Reset()
+	writeSeats(line, nil)
+	if b.String() != "" || seatsShort(nil) != "-" {
+		t.Errorf("a key without seats: %q, %q", b.String(), seatsShort(nil))
 	}
 }

@@ -224,7 +224,8 @@ func rateOf(pol reserve.Policy) float64 {
 
 // legend says what the columns count.
 const legend = "GRANTED/s: slots granted per second (reservations), not calls sent; QUEUE: the time to the last slot granted; " +
-	"BINDING: what a call of one unit waits for now (a band, or " + names.BandPause + " for the key's pause), and when it frees\n"
+	"BINDING: what a call of one unit waits for now (a band, or " + names.BandPause + " for the key's pause), and when it frees; " +
+	"IN FLIGHT: an in-flight band's seats in use (/N when an operator stored one), the calls waiting, and the holders as rank:seats\n"
 
 // renderFrame draws f: a header, one line per key, the legend, the
 // fleet's line.
@@ -241,7 +242,7 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 	b.WriteString("\n\n")
 	width := sparkWidth(interval)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "KEY\tGRANTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tBINDING\tLIMIT\n")
+	fmt.Fprintf(tw, "KEY\tGRANTED/s\tLAST MINUTE\tQUEUE\tLAST MINUTE\tBINDING\tIN FLIGHT\tLIMIT\n")
 	for _, v := range f.Keys {
 		t := f.trails[v.Key]
 		rates := t.buckets(f.Now, width, func(p point) float64 { return p.rate }, true)
@@ -260,8 +261,8 @@ func (c *cli) renderFrame(f frame, pattern string, interval time.Duration, scree
 		if v.Paused > 0 {
 			limit = fmt.Sprintf("PAUSED %v; %s", human(v.Paused), limit)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", tabless(v.Key), rate, sparkline(rates, rateOf(v.Policy)),
-			human(queueOf(v.KeyStatus)), sparkline(queues, 0), tabless(bindingShort(v.KeyStatus)), limit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\t%s\n", tabless(v.Key), rate, sparkline(rates, rateOf(v.Policy)),
+			human(queueOf(v.KeyStatus)), sparkline(queues, 0), tabless(bindingShort(v.KeyStatus)), tabless(seatsShort(v.Seats)), limit)
 	}
 	_ = tw.Flush()
 	if len(f.Keys) == 0 {

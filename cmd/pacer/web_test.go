@@ -102,6 +102,7 @@ type webStatusJSON struct {
 		Use         *float64 `json:"use_per_s"`
 		BandTexts   []string `json:"band_texts"`
 		TenantTexts []string `json:"tenant_texts"`
+		SeatTexts   []string `json:"seat_texts"`
 		Bands       []struct {
 			Name string `json:"name"`
 			Wait int64  `json:"wait_ns"`
@@ -187,6 +188,9 @@ func TestWebRead(t *testing.T) {
 	}
 	if len(k.TenantTexts) != 1 || k.TenantTexts[0] != `"acme" idle, stored weight 2` {
 		t.Errorf("tenant texts %q", k.TenantTexts)
+	}
+	if k.SeatTexts == nil || len(k.SeatTexts) != 0 {
+		t.Errorf("seat texts %q, want [] (no in-flight band)", k.SeatTexts)
 	}
 	if k.HistoryTotal != 1 || len(k.History) != 1 || k.History[0].Who != "ops" || k.History[0].Reason != "acme's plan" ||
 		k.History[0].Text != `weight of tenant "acme": none -> 2` {

@@ -75,6 +75,9 @@ type webKey struct {
 	// status's tenants lines.
 	BandTexts   []string `json:"band_texts"`
 	TenantTexts []string `json:"tenant_texts"`
+	// SeatTexts are status's in-flight lines (none without an in-flight
+	// band): the seats in use, N and the calls waiting, then the holders.
+	SeatTexts []string `json:"seat_texts"`
 	// History is the latest changes, newest first, of HistoryTotal.
 	History      []webChange `json:"history"`
 	HistoryTotal int         `json:"history_total"`
@@ -177,7 +180,8 @@ func (s *webServer) frame(ctx context.Context) webFrame {
 	}
 	width := sparkWidth(s.o.interval)
 	for _, v := range fr.Keys {
-		k := webKey{keyView: v, BandTexts: []string{}, TenantTexts: []string{}, History: []webChange{}}
+		k := webKey{keyView: v, BandTexts: []string{}, TenantTexts: []string{}, SeatTexts: []string{}, History: []webChange{}}
+		k.SeatTexts = append(k.SeatTexts, seatLines(v.Seats)...)
 		if k.Bands == nil {
 			k.Bands = []admin.BandStatus{}
 		}

@@ -29,13 +29,26 @@ const MaxTenant = 256
 // "}", braces and '%' in key escaped (%7B, %7D, %25), so that every Redis
 // key of key shares one Cluster hash tag and no two keys share a Redis key.
 // A key's other records are this plus a suffix (":limit", ":shadow",
-// ":history", ":rate", ":h:<holder>").
+// ":history", ":rate", ":h:<holder>", and SeatKeys').
 func Key(prefix, key string) string { return prefix + "{" + Escape(key) + "}" }
 
 var (
 	escaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 	unescaper = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
 )
+
+// SeatKeys are the Redis keys of key's in-flight band under prefix
+// (lua/seats.lua): its seats (a hash, expiring when idle), its queue (a
+// sorted set), and the N an operator stored for it (a string, "1" to
+// "1000000", without expiry: it outlives the seats of a key gone idle).
+func SeatKeys(prefix, key string) (seats, queue, storedN string) {
+	k := Key(prefix, key)
+	return k + ":seats", k + ":seatq", k + ":seatn"
+}
+
+// MaxInFlight bounds an in-flight band's N (reserve's Band.InFlight, and
+// the N an operator stores).
+const MaxInFlight = 1_000_000
 
 // KeyName returns the key whose Redis key under prefix is rk (Key's
 // inverse); ok is false when rk is not one.

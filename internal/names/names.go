@@ -54,6 +54,17 @@ const (
 	MovedLate  = "late"  // it woke more than Options.MaxLateness after it
 )
 
+// How a call got its seats on an in-flight band (reserve.SeatMetrics'
+// SeatsTaken: handedOff or not; prommetrics' got label, otelpacer's
+// pacer.seats.got).
+const (
+	SeatsHandoff = "handoff" // handed off, in the queue, by a call that ended
+	SeatsFree    = "free"    // found free (at once, or when it asked again)
+)
+
+// SeatsGot lists how a call gets its seats.
+var SeatsGot = []string{SeatsHandoff, SeatsFree}
+
 // Operations: the op of each call to Redis (reserve.Metrics.RedisCall;
 // prommetrics' op label, otelpacer's pacer.redis.operation), and the word
 // errors name the call by.

@@ -173,6 +173,10 @@
     tenants.append(el('h3', '', 'Tenants and lanes'));
     const tenantList = el('ul');
     tenants.append(tenantList);
+    const seats = el('div', 'seats');
+    seats.append(el('h3', '', 'In flight'));
+    const seatList = el('ul');
+    seats.append(seatList);
     const history = el('div', 'history');
     history.append(el('h3', '', 'History'));
     const histTable = el('table');
@@ -184,9 +188,9 @@
     histTable.append(hh, histBody);
     const histNote = el('p', 'note');
     history.append(histTable, histNote);
-    root.append(bands, tenants, history);
+    root.append(bands, tenants, seats, history);
 
-    const card = { root, badges, granted, fill, limit, queue, bandList, tenants, tenantList, histBody, histNote };
+    const card = { root, badges, granted, fill, limit, queue, bandList, tenants, tenantList, seats, seatList, histBody, histNote };
     if (write) root.append(makeActions(card, key));
     return card;
   }
@@ -360,6 +364,11 @@
 
     card.tenants.hidden = k.tenant_texts.length === 0;
     card.tenantList.replaceChildren(...k.tenant_texts.map(t => el('li', 'tenant', t)));
+
+    // The in-flight band: its seats in use, N and waiters, then the holders.
+    const seatTexts = k.seat_texts || [];
+    card.seats.hidden = seatTexts.length === 0;
+    card.seatList.replaceChildren(...seatTexts.map((t, i) => el('li', i === 0 ? 'seat-total' : 'seat-holder', t)));
 
     card.histBody.replaceChildren(...k.history.map(ch => {
       const tr = el('tr', 'change');
