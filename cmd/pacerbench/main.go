@@ -164,6 +164,9 @@ func main() {
 	if code, ok := runAsOutageChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsInflightChild(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -273,7 +276,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -390,6 +393,7 @@ type results struct {
 	Loaded     *loadedResults   // the loaded phase, if run
 	Heartbeat  *heartbeatResults
 	Shards     []shardSpread
+	Inflight   *inflightResults // the inflight phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -577,6 +581,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	if c.runs("shards") {
 		res.Shards = shardSpreads()
 	}
+	if c.runs("inflight") {
+		if res.Inflight, err = b.runInflight(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -614,6 +623,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Shards != nil {
 		tables += shardsTable(res.Shards)
+	}
+	if res.Inflight != nil {
+		tables += res.Inflight.tables()
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {
