@@ -90,23 +90,22 @@ type noCostRun struct {
 
 // togetherRun is one run of the together-with-rate measurement.
 type togetherRun struct {
-	Binds        string // the band meant to bind
-	N            int
-	Rate         float64
-	Burst        int
-	WinN         int
-	WinLen       time.Duration
-	Hold         time.Duration
-	Calls        int     // slots in the measured span
-	PerSecond    float64 // calls per second in the measured span (its last 2/3)
-	Allowed      float64 // what the binding band allows per second
-	MeanHeld     time.Duration
-	Refused      int // provider: refused over N
-	MaxOpen      int // provider: most open at once
-	Busiest1s    int // the most slots in any second
-	BusiestWin   int // the most slots in one of the window band's windows
-	Fallbacks    int64
-	ErrorsOrNone string
+	Binds      string // the band meant to bind
+	N          int
+	Rate       float64
+	Burst      int
+	WinN       int
+	WinLen     time.Duration
+	Hold       time.Duration
+	Calls      int     // slots in the measured span
+	PerSecond  float64 // calls per second in the measured span (its last 2/3)
+	Allowed    float64 // what the binding band allows per second
+	MeanHeld   time.Duration
+	Refused    int // provider: refused over N
+	MaxOpen    int // provider: most open at once
+	Busiest1s  int // the most slots in any second
+	BusiestWin int // the most slots in one of the window band's windows
+	Fallbacks  int64
 }
 
 // crashRun is one crash run.
