@@ -63,7 +63,7 @@ type inflightSizes struct {
 
 func inflightSizesFor(c config) inflightSizes {
 	s := inflightSizes{Handoff: 5 * time.Second, HandoffHold: 2 * time.Millisecond, Workers: 40, WorkerHold: 20 * time.Millisecond,
-		NoCost: 5 * time.Second, Rounds: 2, Together: 6 * time.Second, TogetherW: 16, Crashes: 3}
+		NoCost: 2500 * time.Millisecond, Rounds: 4, Together: 6 * time.Second, TogetherW: 16, Crashes: 3}
 	if c.Quick {
 		s.Handoff, s.NoCost, s.Rounds, s.Together, s.Crashes = max(c.Phase, 500*time.Millisecond), max(c.Phase/2, 300*time.Millisecond), 1, 1500*time.Millisecond, 1
 	}
@@ -452,9 +452,14 @@ func (b *bench) inflightTogether(ctx context.Context, s inflightSizes, t togethe
 	if err := errors.Join(errs...); err != nil {
 		return t, err
 	}
-	// The measured span: the run's last 2/3, past the first burst and
-	// window; calls by their slot.
+	// The measured span: the run's last 2/3, past the first burst, in
+	// whole windows of the window band (a window cut by the span's edge
+	// may have spent its quota outside it); calls by their slot.
 	from := start.Add(s.Together / 3)
+	if w := int64(t.WinLen); end.Sub(from) >= 2*t.WinLen {
+		from = time.Unix(0, (from.UnixNano()+w-1)/w*w)
+		end = time.Unix(0, end.UnixNano()/w*w)
+	}
 	var slots []time.Time
 	var held time.Duration
 	wins := map[int64]int{}
@@ -604,7 +609,7 @@ func (r *inflightResults) tables() string {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f%% |\n", n.Name, rate, 100*rate/base)
 	}
 	fmt.Fprintf(&b, "\nTogether with rate: one policy of an in-flight band, a bucket and a window (1 request each), %d workers over two Limiters, %s per run, "+
-		"calls per second over its last 2/3 by their slots; the provider judges N:\n\n", s.TogetherW, dur(s.Together))
+		"calls per second by their slots over its last 2/3, in whole windows; the provider judges N:\n\n", s.TogetherW, dur(s.Together))
 	b.WriteString("| binds | policy | calls/s | allowed by the binding band | of it | provider refused | most open | busiest 1 s (bucket allows) | busiest window | fallbacks |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Together {
