@@ -293,12 +293,12 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 					d := time.Since(killedAt)
 					back[h] = true
 					s.SeatsBack = append(s.SeatsBack, d)
-					fmt.Fprintf(out, "t=%5.2fs %s: %d of %d calls open again: the killed worker's seat came back %.2f s after the kill\n",
-						time.Since(start).Seconds(), h, open, c.Conns, d.Seconds())
+					fmt.Fprintf(out, "t=%5.2fs %s: %d of %d calls open again: the killed worker's %s came back %.2f s after the kill\n",
+						time.Since(start).Seconds(), h, open, c.Conns, seats(held[h]), d.Seconds())
 				case !printed[h]:
 					printed[h] = true
-					fmt.Fprintf(out, "t=%5.2fs %s: %d of %d calls open; the dead worker's connection is closed, its seat still held until the fleet notices it is gone\n",
-						time.Since(start).Seconds(), h, open, c.Conns)
+					fmt.Fprintf(out, "t=%5.2fs %s: %d of %d calls open: the killed worker's calls ended at the provider with its connections; its %s still held until the fleet notices it is gone\n",
+						time.Since(start).Seconds(), h, open, c.Conns, seatsAre(held[h]))
 				}
 			}
 			if fetched := func() int { mu.Lock(); defer mu.Unlock(); return fetched }(); fetched >= s.Pages-len(hosts)*c.Conns {
@@ -332,6 +332,22 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 	mu.Unlock()
 	s.Lost = s.Pages - s.Fetched
 	return s, nil
+}
+
+// seats is "seat" or "n seats".
+func seats(n int) string {
+	if n == 1 {
+		return "seat"
+	}
+	return fmt.Sprintf("%d seats", n)
+}
+
+// seatsAre is "seat is" or "n seats are".
+func seatsAre(n int) string {
+	if n == 1 {
+		return "seat is"
+	}
+	return seats(n) + " are"
 }
 
 // childMain is a worker process: it pops pages until none is left.

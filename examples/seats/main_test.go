@@ -50,7 +50,7 @@ func check(t *testing.T, s summary, c config, out string) {
 	if s.HeldHosts < 1 || len(s.SeatsBack) != s.HeldHosts {
 		t.Errorf("seats back on %d of the %d hosts the killed worker held; want all\n%s", len(s.SeatsBack), s.HeldHosts, out)
 	}
-	if !strings.Contains(out, "killed worker process 1") || strings.Count(out, "seat came back") != s.HeldHosts {
+	if !strings.Contains(out, "killed worker process 1") || strings.Count(out, "came back") != s.HeldHosts {
 		t.Errorf("output does not tell the kill and each seat back:\n%s", out)
 	}
 }
