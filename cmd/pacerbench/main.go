@@ -34,8 +34,11 @@
 // (learn.go); many cold keys, the crawler's shape, against
 // redis_rate (cold.go), and the same again with and without CPU hogs
 // beside it (loaded.go); what idle Limiters' heartbeats cost Redis
-// (heartbeat.go); and how keys spread over a Cluster's shards, computed
-// (shards.go).
+// (heartbeat.go); how keys spread over a Cluster's shards, computed
+// (shards.go); and in-flight bands against a provider that refuses any
+// call beyond N open: a seat's hand-off across processes, the band's cost
+// when it does not bind, beside a bucket and a window, and a holder
+// SIGKILLed mid-call (inflight.go).
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
