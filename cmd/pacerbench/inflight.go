@@ -83,9 +83,11 @@ type handoffResult struct {
 
 // noCostRun is one run of the no-cost measurement.
 type noCostRun struct {
-	Name    string
-	Calls   int
-	Seconds float64
+	Name     string
+	Calls    int
+	Seconds  float64
+	RedisCPU float64 // seconds of Redis CPU in the measured runs
+	Usec     int64   // the scripts' µs as Redis counts them (commandstats: EVALSHA and the like)
 }
 
 // togetherRun is one run of the together-with-rate measurement.
@@ -295,13 +297,15 @@ func (b *bench) inflightNoCost(ctx context.Context, s inflightSizes) ([]noCostRu
 			if err := b.flush(ctx); err != nil {
 				return nil, err
 			}
-			calls, secs, err := b.noCostRun(ctx, p, s, n, fmt.Sprintf("nocost%d", round))
+			r, err := b.noCostRun(ctx, p, s, n, fmt.Sprintf("nocost%d", round))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", names[i], err)
 			}
 			sums[i].Name = names[i]
-			sums[i].Calls += calls
-			sums[i].Seconds += secs
+			sums[i].Calls += r.Calls
+			sums[i].Seconds += r.Seconds
+			sums[i].RedisCPU += r.RedisCPU
+			sums[i].Usec += r.Usec
 		}
 	}
 	if st, _ := p.Stats(); st.Refused > 0 {
@@ -312,13 +316,13 @@ func (b *bench) inflightNoCost(ctx context.Context, s inflightSizes) ([]noCostRu
 
 // noCostRun runs the workers for s.NoCost, through an in-flight band of n
 // (0: no pacer; -1: Wait on a bucket of 1,000,000/s, burst 1000, instead),
-// and returns the calls made and the seconds.
-func (b *bench) noCostRun(ctx context.Context, p *provider.Concurrency, s inflightSizes, n int, key string) (int, float64, error) {
+// and returns the calls made, the seconds and what Redis spent.
+func (b *bench) noCostRun(ctx context.Context, p *provider.Concurrency, s inflightSizes, n int, key string) (noCostRun, error) {
 	var l *reserve.Limiter
 	if n != 0 {
 		lim, closeL, err := quickStartLimiter(b.url, newSeatCounts(), b.log)
 		if err != nil {
-			return 0, 0, err
+			return noCostRun{}, err
 		}
 		defer closeL()
 		l = lim
@@ -352,7 +356,11 @@ func (b *bench) noCostRun(ctx context.Context, p *provider.Concurrency, s inflig
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, 0, err
+		return noCostRun{}, err
+	}
+	base, err := startUsage(ctx, b.admin)
+	if err != nil {
+		return noCostRun{}, err
 	}
 	counts := make([]int, s.Workers)
 	start := time.Now()
@@ -370,13 +378,22 @@ func (b *bench) noCostRun(ctx context.Context, p *provider.Concurrency, s inflig
 	wg.Wait()
 	secs := time.Since(start).Seconds()
 	if err := errors.Join(errs...); err != nil {
-		return 0, 0, err
+		return noCostRun{}, err
 	}
-	total := 0
+	u, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return noCostRun{}, err
+	}
+	r := noCostRun{Seconds: secs, RedisCPU: u.CPU}
+	for name, st := range u.Stats {
+		if outer[name] { // pacer's calls are scripts
+			r.Usec += st.Usec
+		}
+	}
 	for _, c := range counts {
-		total += c
+		r.Calls += c
 	}
-	return total, secs, nil
+	return r, nil
 }
 
 // togetherRuns are the together-with-rate runs, each bound by one band.
@@ -599,14 +616,15 @@ func (r *inflightResults) tables() string {
 
 	fmt.Fprintf(&b, "No cost when not binding: %d workers in one process, each call held %s at the provider (N = %d there), %d round(s) of %s per row:\n\n",
 		s.Workers, dur(s.WorkerHold), s.Workers, s.Rounds, dur(s.NoCost))
-	b.WriteString("| run | calls/s | of no pacer's |\n|---|---:|---:|\n")
+	b.WriteString("| run | calls/s | of no pacer's | Redis CPU µs per call | scripts' µs per call (commandstats) |\n|---|---:|---:|---:|---:|\n")
 	var base float64
 	for i, n := range r.NoCost {
 		rate := float64(n.Calls) / n.Seconds
 		if i == 0 {
 			base = rate
 		}
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f%% |\n", n.Name, rate, 100*rate/base)
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f%% | %.1f | %.1f |\n", n.Name, rate, 100*rate/base,
+			n.RedisCPU*1e6/float64(max(n.Calls, 1)), float64(n.Usec)/float64(max(n.Calls, 1)))
 	}
 	fmt.Fprintf(&b, "\nTogether with rate: one policy of an in-flight band, a bucket and a window (1 request each), %d workers over two Limiters, %s per run, "+
 		"calls per second by their slots over its last 2/3, in whole windows; the provider judges N:\n\n", s.TogetherW, dur(s.Together))
