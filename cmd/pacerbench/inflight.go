@@ -108,6 +108,7 @@ type togetherRun struct {
 	Busiest1s  int // the most slots in any second
 	BusiestWin int // the most slots in one of the window band's windows
 	Fallbacks  int64
+	Moved      int64 // slots Sleep moved (woken too late: a loaded machine; or a pause)
 }
 
 // crashRun is one crash run.
@@ -508,6 +509,7 @@ func (b *bench) inflightTogether(ctx context.Context, s inflightSizes, t togethe
 	st, _ := p.Stats()
 	t.Refused, t.MaxOpen = st.Refused, st.MaxOpen
 	t.Fallbacks = ms[0].fallbacks.Load() + ms[1].fallbacks.Load()
+	t.Moved = ms[0].moved.Load() + ms[1].moved.Load()
 	return t, nil
 }
 
@@ -628,13 +630,13 @@ func (r *inflightResults) tables() string {
 	}
 	fmt.Fprintf(&b, "\nTogether with rate: one policy of an in-flight band, a bucket and a window (1 request each), %d workers over two Limiters, %s per run, "+
 		"calls per second by their slots over its last 2/3, in whole windows; the provider judges N:\n\n", s.TogetherW, dur(s.Together))
-	b.WriteString("| binds | policy | calls/s | allowed by the binding band | of it | provider refused | most open | busiest 1 s (bucket allows) | busiest window | fallbacks |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| binds | policy | calls/s | allowed by the binding band | of it | provider refused | most open | busiest 1 s (bucket allows) | busiest window | slots moved | fallbacks |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Together {
 		allow := t.Burst + int(t.Rate)
-		fmt.Fprintf(&b, "| %s | N %d (held %s, mean %s), %g/s burst %d, %d per %s | %.1f | %.1f | %.1f%% | %d | %d of %d | %d (%d) | %d of %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | N %d (held %s, mean %s), %g/s burst %d, %d per %s | %.1f | %.1f | %.1f%% | %d | %d of %d | %d (%d) | %d of %d | %d | %d |\n",
 			t.Binds, t.N, dur(t.Hold), dur(t.MeanHeld), t.Rate, t.Burst, t.WinN, dur(t.WinLen), t.PerSecond, t.Allowed, 100*t.PerSecond/t.Allowed,
-			t.Refused, t.MaxOpen, t.N, t.Busiest1s, allow, t.BusiestWin, t.WinN, t.Fallbacks)
+			t.Refused, t.MaxOpen, t.N, t.Busiest1s, allow, t.BusiestWin, t.WinN, t.Moved, t.Fallbacks)
 	}
 	fmt.Fprintf(&b, "\nCrash: a child process holds both seats of N = 2, each mid-call (the provider holds them an hour), two waiters of this process queue, "+
 		"and the child is SIGKILLed (heartbeat every %s, the default):\n\n", dur(heartbeatEvery))

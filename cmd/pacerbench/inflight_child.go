@@ -60,6 +60,7 @@ type seatCounts struct {
 	mu               sync.Mutex
 	ops              map[string]int64
 	taken, handedOff int64
+	moved            atomic.Int64 // Metrics.Moved: a sleeper's slot moved (a pause, or woken too late)
 	waiters          atomic.Int64
 	fallbacks        atomic.Int64
 }
@@ -67,7 +68,7 @@ type seatCounts struct {
 func newSeatCounts() *seatCounts { return &seatCounts{ops: map[string]int64{}} }
 
 func (*seatCounts) Reserved(string, []string, []float64, time.Duration, bool) {}
-func (*seatCounts) Moved(string, string)                                      {}
+func (m *seatCounts) Moved(string, string)                                    { m.moved.Add(1) }
 func (*seatCounts) Paused(string, time.Duration)                              {}
 func (*seatCounts) Evictable(string)                                          {}
 func (m *seatCounts) Fallback(active bool) {
