@@ -34,8 +34,11 @@
 // (learn.go); many cold keys, the crawler's shape, against
 // redis_rate (cold.go), and the same again with and without CPU hogs
 // beside it (loaded.go); what idle Limiters' heartbeats cost Redis
-// (heartbeat.go); and how keys spread over a Cluster's shards, computed
-// (shards.go).
+// (heartbeat.go); how keys spread over a Cluster's shards, computed
+// (shards.go); and in-flight bands against a provider that refuses any
+// call beyond N open: a seat's hand-off across processes, the band's cost
+// when it does not bind, beside a bucket and a window, and a holder
+// SIGKILLed mid-call (inflight.go).
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
@@ -164,6 +167,9 @@ func main() {
 	if code, ok := runAsOutageChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsInflightChild(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -182,7 +188,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters, an inflight phase of about 10 s")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -273,7 +279,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -390,6 +396,7 @@ type results struct {
 	Loaded     *loadedResults   // the loaded phase, if run
 	Heartbeat  *heartbeatResults
 	Shards     []shardSpread
+	Inflight   *inflightResults // the inflight phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -577,6 +584,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	if c.runs("shards") {
 		res.Shards = shardSpreads()
 	}
+	if c.runs("inflight") {
+		if res.Inflight, err = b.runInflight(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -614,6 +626,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Shards != nil {
 		tables += shardsTable(res.Shards)
+	}
+	if res.Inflight != nil {
+		tables += res.Inflight.tables()
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {

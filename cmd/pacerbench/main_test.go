@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if code, ok := runAsOutageChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsInflightChild(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -58,7 +61,7 @@ func TestQuick(t *testing.T) {
 	}
 	halves := []*half{
 		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,learn,cold,loaded,heartbeat,shards"},
-		{phases: "seams,outage,fair"},
+		{phases: "seams,outage,fair,inflight"},
 	}
 	var all []string
 	for _, h := range halves {
@@ -310,6 +313,7 @@ func TestQuick(t *testing.T) {
 	checkSeams(t, res.Seams, stdout.String())
 	checkCold(t, res, stdout.String())
 	checkOutage(t, res.Outage, stdout.String())
+	checkInflight(t, res.Inflight, stdout.String())
 	checkLoaded(t, res.Loaded, stdout.String())
 
 	// Out of memory: under volatile-lru New warns and the bucket is

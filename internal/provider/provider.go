@@ -4,7 +4,9 @@
 // second (and optionally Limit/10 in any 100 ms), answers 429 with
 // Retry-After beyond that, adds a latency, and counts accepted and rejected
 // calls per host and per client (the X-Client header). StartLLM starts an
-// LLM-style API instead: requests and tokens per minute (llm.go).
+// LLM-style API instead: requests and tokens per minute (llm.go);
+// StartConcurrency one that limits the calls open at once, 429 beyond N
+// (concurrency.go).
 package provider
 
 import (
