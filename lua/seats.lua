@@ -14,13 +14,17 @@
 --            "r:<holder>" -> "<limiter id> <Unix ms>"  who holds the
 --                          holder's place, and when it last called
 --            "c"          -> the queue's counter
---            "N"          -> an operator's N (absent: the caller's)
 --            "u"          -> the latest the server can have started (Unix
 --                          ms, from INFO's uptime when the hash was made)
 --          A holder is a member's rank, or "i<limiter id>" for a Limiter
 --          that has no rank yet.
 -- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
 -- KEYS[3]  the fleet's events channel
+-- KEYS[4]  an operator's N (admin.Client.SetInFlight, pacer set
+--          --in-flight): a string "1" to "1000000", without expiry, so that
+--          it outlives the seats of a key gone idle; absent (or not one):
+--          the caller's ARGV[5]. The local store has none: a process pacing
+--          locally uses the N its last reply on Redis gave (ARGV[5]).
 -- ARGV[1]  the operation: acquire, release, cancel, renew or read
 -- ARGV[2]  "<limiter id> <holder> <n> <mode>": n the fleet's size (0:
 --          unknown); mode "r" on Redis, "x" on Redis right after it lost
@@ -108,8 +112,15 @@ if ARGV[3] ~= '*' then
 end
 for r in string.gmatch(ARGV[4], '%S+') do held[r] = true end
 
--- The hash as it is.
+-- N: an operator's, else the caller's.
 local N = codeN
+if KEYS[4] then
+  local s = redis.pcall('GET', KEYS[4])
+  local v = type(s) == 'string' and tonumber(s) or nil
+  if v and v >= 1 and v <= 1000000 and v == math.floor(v) then N = v end
+end
+
+-- The hash as it is.
 local seats, waits, owners, counter = {}, {}, {}, 0
 local flat = redis.call('HGETALL', H)
 for i = 1, #flat, 2 do
@@ -126,11 +137,8 @@ for i = 1, #flat, 2 do
     if id then owners[name] = {id = id, ms = tonumber(ms)} end
   elseif f == 'c' then
     counter = tonumber(v) or 0
-  elseif f == 'N' then
-    N = tonumber(v) or N
   end
 end
-if N < 1 then N = codeN end
 
 -- A server that started less than W ago, where the caller saw the key's
 -- seats on another, may have lost seats their holders have not renewed

@@ -75,6 +75,7 @@ type keyState struct {
 	// fallback takes that much less of this Limiter's share.
 	seatsExcess   int64
 	seatsExcessAt time.Time
+	seatsN        int64 // the band's N as the last reply on Redis gave it (an operator's, if stored)
 }
 
 // keyIdle is how long a keyState is kept after its last call when nothing

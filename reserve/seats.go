@@ -203,10 +203,11 @@ func (ks *keyState) dropTicket(id string) {
 }
 
 // seatKeys are the Redis keys of key's in-flight band: the seats, the
-// queue, and the fleet's events channel.
+// queue, the fleet's events channel and an operator's N (seats.lua's
+// KEYS[1...4]).
 func (l *Limiter) seatKeys(key string) []string {
-	k := l.RedisKey(key)
-	return []string{k + ":seats", k + ":seatq", layout.EventsChannel(l.opts.KeyPrefix)}
+	seats, queue, storedN := layout.SeatKeys(l.opts.KeyPrefix, key)
+	return []string{seats, queue, layout.EventsChannel(l.opts.KeyPrefix), storedN}
 }
 
 // seatArgs are seats.lua's ARGV[2...7] for a call on Redis on ks's key.
@@ -371,7 +372,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 	if err != nil {
 		return false, false, err
 	}
-	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", ks.seats.excess, strconv.Itoa(t.n),
+	res, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "acquire", arg, "*", ks.seats.excess, ks.storeN(t.n),
 		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id, strconv.Itoa(t.cost), w).Result()
 	if err != nil {
 		return false, false, l.localError(names.OpSeats, ks.name, err)
@@ -416,7 +417,7 @@ func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
 		n = max(n, t.n)
 	}
 	sts.excess = l.seatExcess(ks)
-	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", sts.excess, strconv.Itoa(n),
+	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", sts.excess, ks.storeN(n),
 		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), ticketList(sts, true)).Result(); err != nil {
 		return l.localError(names.OpSeats, ks.name, err)
 	}
@@ -466,6 +467,9 @@ func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local 
 	}
 	if !local {
 		ks.noteExcess(r[5])
+		if n, ok := r[3].(int64); ok {
+			ks.seatsN = n
+		}
 	}
 	switch {
 	case r[0] == int64(1):
@@ -511,7 +515,7 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 			return
 		}
 		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", ks.seats.excess,
-			strconv.Itoa(t.n), l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id).Result()
+			ks.storeN(t.n), l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id).Result()
 		if err == nil {
 			l.handedOff(ks, res, 2)
 		}
@@ -747,4 +751,14 @@ func (l *Limiter) seatExcess(ks *keyState) string {
 		return strconv.Itoa(maxInFlight)
 	}
 	return strconv.FormatInt(ks.seatsExcess, 10)
+}
+
+// storeN is seats.lua's ARGV[5] in the store: the N the key's last reply
+// on Redis gave (an operator's, if one is stored), else the code's n.
+// ks.mu is held.
+func (ks *keyState) storeN(n int) string {
+	if ks.seatsN > 0 {
+		return strconv.FormatInt(ks.seatsN, 10)
+	}
+	return strconv.Itoa(n)
 }
