@@ -8,16 +8,16 @@
 -- the next call on the key, and a member held by the fleet (silent, or
 -- pacing locally on its share) keeps them. It does not use core.lua.
 --
--- KEYS[1]  the seats, a hash:
---            "s:<ticket>" -> "<holder> <cost>"  seats held by a call
---            "w:<ticket>" -> "<holder> <cost>"  a call waiting for seats
---            "r:<holder>" -> "<limiter id> <Unix ms>"  who holds the
---                          holder's place, and when it last called
+-- KEYS[1]  the seats, a hash, small (a field per holder): every call reads
+--          it whole
+--            "r:<holder>" -> "<limiter id> <Unix ms> <seats>"  who holds
+--                          the holder's place, when it last called, and
+--                          the seats its calls hold
 --            "c"          -> the queue's counter
 --            "u"          -> the latest the server can have started (Unix
 --                          ms, from INFO's uptime when the hash was made)
 --          A holder is a member's rank, or "i<limiter id>" for a Limiter
---          that has no rank yet.
+--          that has no rank yet. A ticket is "<limiter id>.<n>".
 -- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
 -- KEYS[3]  the fleet's events channel
 -- KEYS[4]  an operator's N (admin.Client.SetInFlight, pacer set
@@ -25,6 +25,12 @@
 --          it outlives the seats of a key gone idle; absent (or not one):
 --          the caller's ARGV[5]. The local store has none: a process pacing
 --          locally uses the N its last reply on Redis gave (ARGV[5]).
+-- KEYS[5]  the tickets, a hash, read a field at a time (whole only by
+--          renew): "s:<ticket>" -> "<holder> <cost>", seats a call holds;
+--          "w:<ticket>" -> "<holder> <cost>", a call waiting. A ticket
+--          whose holder is gone (or whose holder's place another Limiter
+--          holds now) counts for nothing, and is dropped when met. read
+--          does not use it.
 -- ARGV[1]  the operation: acquire, release, cancel, renew or read
 -- ARGV[2]  "<limiter id> <holder> <n> <mode>": n the fleet's size (0:
 --          unknown); mode "r" on Redis, "x" on Redis right after it lost
@@ -84,13 +90,16 @@
 --          <limiter id> <seats>"...}; writes nothing. (Held members' shares
 --          are not counted in it.)
 
-local H, Q = KEYS[1], KEYS[2]
+local H, Q, T = KEYS[1], KEYS[2], KEYS[5]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local op = ARGV[1]
 local me, holder, n, mode = string.match(ARGV[2], '^(%S+) (%S+) (%d+) ([rxl])$')
 if not me then
   return redis.error_reply('PACER_ARG seats: member ' .. tostring(ARGV[2]))
+end
+if op ~= 'read' and not T then
+  return redis.error_reply('PACER_ARG seats: ' .. tostring(op) .. ' needs the tickets key (KEYS[5])')
 end
 n = tonumber(n)
 local codeN = tonumber(ARGV[5])
@@ -120,23 +129,18 @@ if KEYS[4] then
   if v and v >= 1 and v <= 1000000 and v == math.floor(v) then N = v end
 end
 
--- The hash as it is.
-local seats, waits, owners, counter = {}, {}, {}, 0
+-- The holders.
+local owners, counter, started = {}, 0, nil
 local flat = redis.call('HGETALL', H)
 for i = 1, #flat, 2 do
   local f, v = flat[i], flat[i + 1]
-  local kind, name = string.sub(f, 1, 2), string.sub(f, 3)
-  if kind == 's:' or kind == 'w:' then
-    local h, c = string.match(v, '^(%S+) (%d+)$')
-    if h then
-      local rec = {h = h, c = tonumber(c)}
-      if kind == 's:' then seats[name] = rec else waits[name] = rec end
-    end
-  elseif kind == 'r:' then
-    local id, ms = string.match(v, '^(%S+) (%d+)$')
-    if id then owners[name] = {id = id, ms = tonumber(ms)} end
+  if string.sub(f, 1, 2) == 'r:' then
+    local id, ms, c = string.match(v, '^(%S+) (%d+) (%d+)$')
+    if id then owners[string.sub(f, 3)] = {id = id, ms = tonumber(ms), c = tonumber(c)} end
   elseif f == 'c' then
     counter = tonumber(v) or 0
+  elseif f == 'u' then
+    started = tonumber(v)
   end
 end
 
@@ -145,10 +149,6 @@ end
 -- yet: grant none (mode "x"). The start is read once per hash (INFO, which
 -- a Redis user may be denied: then it is not known).
 local changed = false
-local started = nil
-for i = 1, #flat, 2 do
-  if flat[i] == 'u' then started = tonumber(flat[i + 1]) end
-end
 if mode ~= 'l' then
   if not started then
     local ok, info = pcall(redis.call, 'INFO', 'server')
@@ -184,89 +184,100 @@ end
 
 -- Gone holders: in the store there are none (it holds this process's
 -- seats alone). On Redis, a ranked holder the fleet no longer lists, one
--- whose rank the caller now holds under another id, and one neither held
--- nor heard from within lapse_ms.
-local gone = {}
+-- whose place the caller now holds under another id, and one neither held
+-- nor heard from within 3.5 I. Their seats count for nothing from now on.
 if mode ~= 'l' then
-  local function check(h)
-    if gone[h] ~= nil or h == holder then return end
-    local o = owners[h]
+  local dels = {}
+  for h, o in pairs(owners) do
     local g = false
-    if taken and mode ~= 'x' and tonumber(h) and not taken[h] and (not o or now - o.ms > grace) then
+    if h == holder then
+      g = o.id ~= me
+    elseif taken and mode ~= 'x' and tonumber(h) and not taken[h] and now - o.ms > grace then
       g = true
-    elseif not held[h] and (not o or now - o.ms > lapse) then
+    elseif not held[h] and now - o.ms > lapse then
       g = true
     end
-    gone[h] = g
+    if g then
+      owners[h] = nil
+      dels[#dels + 1] = 'r:' .. h
+    end
   end
-  for _, rec in pairs(seats) do check(rec.h) end
-  for _, rec in pairs(waits) do check(rec.h) end
-  for h in pairs(owners) do check(h) end
-  local o = owners[holder]
-  if o and o.id ~= me then gone[holder] = true end
+  -- A read writes nothing: the gone are left out of its figures only.
+  if #dels > 0 and op ~= 'read' then redis.call('HDEL', H, unpack(dels)); changed = true end
 end
-local dels, zrems = {}, {}
-for name, rec in pairs(seats) do
-  if gone[rec.h] then seats[name] = nil; dels[#dels + 1] = 's:' .. name end
-end
-for name, rec in pairs(waits) do
-  if gone[rec.h] then
-    waits[name] = nil
-    dels[#dels + 1] = 'w:' .. name
-    zrems[#zrems + 1] = name
-  end
-end
-for h, g in pairs(gone) do
-  if g then owners[h] = nil; dels[#dels + 1] = 'r:' .. h end
-end
--- A read writes nothing: the gone are left out of its figures only.
-if #dels > 0 and op ~= 'read' then redis.call('HDEL', H, unpack(dels)); changed = true end
-if #zrems > 0 and op ~= 'read' then redis.call('ZREM', Q, unpack(zrems)) end
 
--- Seats in use: each holder's own, and a held holder's share at least
--- (it may be pacing locally on it). In the store, the limit is the share.
+-- The Limiter id a ticket belongs to.
+local function idOf(tk) return string.match(tk, '^(.*)%.[^.]*$') end
+
+-- Whether a ticket's record (holder h) still counts: its holder is not
+-- gone and is the Limiter that made it.
+local function counts(h, tk)
+  local o = owners[h]
+  return o ~= nil and o.id == idOf(tk)
+end
+
 -- In the store, the limit is this process's share, less what the others
 -- held beyond their shares when Redis last answered (ARGV[4] there): they
 -- keep those seats while they pace locally, so the fleet stays within N.
 local limit = N
 if mode == 'l' then limit = math.max(0, share(holder) - (tonumber(ARGV[4]) or N)) end
+
+-- Seats in use: each holder's own, and a held holder's share at least
+-- (it may be pacing locally on it).
 local function used()
-  local per = {}
-  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
+  local u = 0
+  for h, o in pairs(owners) do
+    if mode ~= 'l' and held[h] and h ~= holder then u = u + math.max(o.c, share(h)) else u = u + o.c end
+  end
   if mode ~= 'l' then
     for h in pairs(held) do
-      if h ~= holder then per[h] = math.max(per[h] or 0, share(h)) end
+      if h ~= holder and not owners[h] then u = u + share(h) end
     end
   end
-  local u = 0
-  for _, c in pairs(per) do u = u + c end
   return u
 end
 
 -- What the other holders hold beyond their shares of N: a member that
 -- loses Redis takes that much less of its own share (see limit).
 local function excess()
-  local per, e = {}, 0
-  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
-  for h, c in pairs(per) do
-    if h ~= holder then e = e + math.max(0, c - share(h)) end
+  local e = 0
+  for h, o in pairs(owners) do
+    if h ~= holder then e = e + math.max(0, o.c - share(h)) end
   end
   return e
 end
 
-local function touch()
-  redis.call('HSET', H, 'r:' .. holder, me .. ' ' .. now)
-  owners[holder] = {id = me, ms = now}
+local function save(h)
+  local o = owners[h]
+  redis.call('HSET', H, 'r:' .. h, o.id .. ' ' .. o.ms .. ' ' .. o.c)
   changed = true
 end
 
--- The queue's head, its waits record; nil if the queue is empty.
+local function touch()
+  local o = owners[holder]
+  if o then o.ms = now else owners[holder] = {id = me, ms = now, c = 0} end
+  save(holder)
+end
+
+local function record(v)
+  if not v then return nil end
+  local h, c = string.match(v, '^(%S+) (%d+)$')
+  if not h then return nil end
+  return {h = h, c = tonumber(c)}
+end
+
+-- The queue's head and its record; nil if the queue is empty. Tickets
+-- without a record, or whose holder is gone, leave the queue.
 local function head()
   while true do
     local z = redis.call('ZRANGE', Q, 0, 0)
     if #z == 0 then return nil end
-    if waits[z[1]] then return z[1] end
-    redis.call('ZREM', Q, z[1]) -- a ticket without its record
+    local tk = z[1]
+    local w = record(redis.call('HGET', T, 'w:' .. tk))
+    if w and counts(w.h, tk) then return tk, w end
+    redis.call('ZREM', Q, tk)
+    redis.call('HDEL', T, 'w:' .. tk)
+    changed = true
   end
 end
 
@@ -276,17 +287,16 @@ local function handoff()
   if mode == 'x' then return out end
   local u = used()
   while true do
-    local tk = head()
+    local tk, w = head()
     if not tk then break end
-    local w = waits[tk]
     if u + w.c > limit then break end
-    redis.call('HSET', H, 's:' .. tk, w.h .. ' ' .. w.c)
-    redis.call('HDEL', H, 'w:' .. tk)
+    redis.call('HSET', T, 's:' .. tk, w.h .. ' ' .. w.c)
+    redis.call('HDEL', T, 'w:' .. tk)
     redis.call('ZREM', Q, tk)
-    seats[tk], waits[tk] = w, nil
+    owners[w.h].c = owners[w.h].c + w.c
+    save(w.h)
     u = u + w.c
     out[#out + 1] = tk
-    changed = true
   end
   if #out > 0 and mode ~= 'l' then
     redis.pcall('PUBLISH', KEYS[3], 'seat ' .. H .. ' ' .. table.concat(out, ' '))
@@ -297,47 +307,50 @@ end
 local function expire()
   if changed then
     redis.call('PEXPIRE', H, keep)
-    if redis.call('ZCARD', Q) > 0 then redis.call('PEXPIRE', Q, keep) end
+    redis.call('PEXPIRE', T, keep)
+    redis.call('PEXPIRE', Q, keep)
   end
 end
 
 if op == 'read' then
-  local per, ids = {}, {}
-  for _, rec in pairs(seats) do per[rec.h] = (per[rec.h] or 0) + rec.c end
-  local nw, u = 0, 0
-  for _ in pairs(waits) do nw = nw + 1 end
-  for _, c in pairs(per) do u = u + c end
-  local out = {N, u, nw}
-  for h, c in pairs(per) do
-    local o = owners[h]
-    out[#out + 1] = h .. ' ' .. (o and o.id or '-') .. ' ' .. c
+  local u = 0
+  local out = {N, 0, redis.call('ZCARD', Q)}
+  for h, o in pairs(owners) do
+    if o.c > 0 then
+      u = u + o.c
+      out[#out + 1] = h .. ' ' .. o.id .. ' ' .. o.c
+    end
   end
+  out[2] = u
   return out
 end
 
 if op == 'acquire' then
   local tk, cost, wait = ARGV[8], tonumber(ARGV[9]), ARGV[10]
-  if not tk or tk == '' or not cost or cost < 1 or cost ~= math.floor(cost) then
+  if not tk or not idOf(tk) or not cost or cost < 1 or cost ~= math.floor(cost) then
     return redis.error_reply('PACER_ARG seats: acquire ' .. tostring(tk) .. ' ' .. tostring(ARGV[9]))
   end
   if cost > limit then
     if mode == 'l' then return {0, -1, used(), limit, learn, excess()} end -- above this share
     return redis.error_reply('PACER_EXCEEDS seats: cost ' .. cost .. ' is above N ' .. limit)
   end
-  if seats[tk] then
+  local s = record(redis.call('HGET', T, 's:' .. tk))
+  if s and counts(s.h, tk) then
     touch(); expire()
     return {1, 0, used(), limit, learn, excess()}
   end
+  local queued = record(redis.call('HGET', T, 'w:' .. tk))
+  if queued and not counts(queued.h, tk) then queued = nil end
   local h = head()
   local u = used()
   if mode ~= 'x' and (h == nil or h == tk) and u + cost <= limit then
     touch()
-    redis.call('HSET', H, 's:' .. tk, holder .. ' ' .. cost)
-    seats[tk] = {h = holder, c = cost}
-    if waits[tk] then
-      redis.call('HDEL', H, 'w:' .. tk)
+    redis.call('HSET', T, 's:' .. tk, holder .. ' ' .. cost)
+    owners[holder].c = owners[holder].c + cost
+    save(holder)
+    if queued then
+      redis.call('HDEL', T, 'w:' .. tk)
       redis.call('ZREM', Q, tk)
-      waits[tk] = nil
     end
     expire()
     return {1, 0, u + cost, limit, learn, excess()}
@@ -347,11 +360,11 @@ if op == 'acquire' then
     return {0, 0, u, limit, learn, excess()}
   end
   touch()
-  if not waits[tk] then
+  if not queued then
     counter = counter + 1
-    redis.call('HSET', H, 'c', counter, 'w:' .. tk, holder .. ' ' .. cost)
+    redis.call('HSET', H, 'c', counter)
+    redis.call('HSET', T, 'w:' .. tk, holder .. ' ' .. cost)
     redis.call('ZADD', Q, counter, tk)
-    waits[tk] = {h = holder, c = cost}
   end
   local score = redis.call('ZSCORE', Q, tk)
   local place = #redis.call('ZRANGEBYSCORE', Q, '-inf', score)
@@ -362,16 +375,20 @@ end
 if op == 'release' or op == 'cancel' then
   local tk = ARGV[8]
   local had = 0
-  if seats[tk] then
-    redis.call('HDEL', H, 's:' .. tk)
-    seats[tk] = nil
-    had = 1
+  local s = record(redis.call('HGET', T, 's:' .. tk))
+  if s then
+    redis.call('HDEL', T, 's:' .. tk)
     changed = true
-  elseif op == 'cancel' and waits[tk] then
-    redis.call('HDEL', H, 'w:' .. tk)
-    redis.call('ZREM', Q, tk)
-    waits[tk] = nil
-    changed = true
+    if counts(s.h, tk) then
+      owners[s.h].c = math.max(0, owners[s.h].c - s.c)
+      save(s.h)
+      had = 1
+    end
+  elseif op == 'cancel' then
+    if redis.call('HDEL', T, 'w:' .. tk) > 0 then
+      redis.call('ZREM', Q, tk)
+      changed = true
+    end
   end
   local out = handoff()
   table.insert(out, 1, excess())
@@ -384,25 +401,31 @@ if op == 'renew' then
   touch()
   local want = {}
   for item in string.gmatch(ARGV[8] or '', '%S+') do
-    local tk, c, s = string.match(item, '^(.+):(%d+):([hwp])$')
-    if not tk then
+    local tk, c, st = string.match(item, '^(.+):(%d+):([hwp])$')
+    if not tk or not idOf(tk) then
       return redis.error_reply('PACER_ARG seats: renew ' .. item)
     end
-    want[tk] = {c = tonumber(c), s = s}
+    want[tk] = {c = tonumber(c), s = st}
   end
-  local dels2, zrems2 = {}, {}
-  for tk, rec in pairs(seats) do
-    if rec.h == holder and not want[tk] then seats[tk] = nil; dels2[#dels2 + 1] = 's:' .. tk end
-  end
-  for tk, rec in pairs(waits) do
-    if rec.h == holder and not want[tk] then
-      waits[tk] = nil
-      dels2[#dels2 + 1] = 'w:' .. tk
-      zrems2[#zrems2 + 1] = tk
+  -- Every ticket: the caller's not in its list go, and those of holders
+  -- gone (met here) with them.
+  local seats, waits = {}, {}
+  local dels, zrems = {}, {}
+  local all = redis.call('HGETALL', T)
+  for i = 1, #all, 2 do
+    local kind, tk = string.sub(all[i], 1, 2), string.sub(all[i], 3)
+    local rec = record(all[i + 1])
+    local keepIt = rec ~= nil and counts(rec.h, tk)
+    if keepIt and rec.h == holder and not want[tk] then keepIt = false end
+    if keepIt then
+      if kind == 's:' then seats[tk] = rec else waits[tk] = rec end
+    else
+      dels[#dels + 1] = all[i]
+      if kind == 'w:' then zrems[#zrems + 1] = tk end
     end
   end
-  if #dels2 > 0 then redis.call('HDEL', H, unpack(dels2)) end
-  if #zrems2 > 0 then redis.call('ZREM', Q, unpack(zrems2)) end
+  if #dels > 0 then redis.call('HDEL', T, unpack(dels)) end
+  if #zrems > 0 then redis.call('ZREM', Q, unpack(zrems)) end
   -- In ticket order, so that calls queued again keep their order.
   local order = {}
   for tk in pairs(want) do order[#order + 1] = tk end
@@ -410,24 +433,32 @@ if op == 'renew' then
   for _, tk in ipairs(order) do
     local w = want[tk]
     if w.s == 'h' and not seats[tk] then
-      redis.call('HSET', H, 's:' .. tk, holder .. ' ' .. w.c)
+      redis.call('HSET', T, 's:' .. tk, holder .. ' ' .. w.c)
       seats[tk] = {h = holder, c = w.c}
       if waits[tk] then
-        redis.call('HDEL', H, 'w:' .. tk)
+        redis.call('HDEL', T, 'w:' .. tk)
         redis.call('ZREM', Q, tk)
         waits[tk] = nil
       end
     elseif w.s == 'w' and not seats[tk] and not waits[tk] then
       counter = counter + 1
-      redis.call('HSET', H, 'c', counter, 'w:' .. tk, holder .. ' ' .. w.c)
+      redis.call('HSET', H, 'c', counter)
+      redis.call('HSET', T, 'w:' .. tk, holder .. ' ' .. w.c)
       redis.call('ZADD', Q, counter, tk)
       waits[tk] = {h = holder, c = w.c}
     end
   end
+  -- The holder's count is what its tickets hold.
+  local c = 0
+  for _, rec in pairs(seats) do
+    if rec.h == holder then c = c + rec.c end
+  end
+  owners[holder].c = c
+  save(holder)
   local handed = handoff()
   local mine = {}
   for tk in pairs(want) do
-    if seats[tk] then mine[#mine + 1] = tk end
+    if seats[tk] or redis.call('HGET', T, 's:' .. tk) then mine[#mine + 1] = tk end
   end
   table.sort(mine)
   local out = {learn, excess()}

@@ -203,11 +203,11 @@ func (ks *keyState) dropTicket(id string) {
 }
 
 // seatKeys are the Redis keys of key's in-flight band: the seats, the
-// queue, the fleet's events channel and an operator's N (seats.lua's
-// KEYS[1...4]).
+// queue, the fleet's events channel, an operator's N and the tickets
+// (seats.lua's KEYS[1...5]).
 func (l *Limiter) seatKeys(key string) []string {
 	seats, queue, storedN := layout.SeatKeys(l.opts.KeyPrefix, key)
-	return []string{seats, queue, layout.EventsChannel(l.opts.KeyPrefix), storedN}
+	return []string{seats, queue, layout.EventsChannel(l.opts.KeyPrefix), storedN, layout.SeatTickets(l.opts.KeyPrefix, key)}
 }
 
 // seatArgs are seats.lua's ARGV[2...7] for a call on Redis on ks's key.
@@ -612,7 +612,8 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 		}
 		if store && ks.seats != nil {
 			// Handed back: Redis counts this Limiter's seats again.
-			l.store.Del(l.seatKeys(ks.name)[:2]...)
+			keys := l.seatKeys(ks.name)
+			l.store.Del(keys[0], keys[1], keys[4])
 			ks.seats.store = false
 			for _, t := range ks.seats.tickets {
 				t.local = false

@@ -46,6 +46,10 @@ func SeatKeys(prefix, key string) (seats, queue, storedN string) {
 	return k + ":seats", k + ":seatq", k + ":seatn"
 }
 
+// SeatTickets is the Redis key of key's in-flight band's tickets (the
+// seats each call holds, the calls waiting): seats.lua's KEYS[5].
+func SeatTickets(prefix, key string) string { return Key(prefix, key) + ":seatt" }
+
 // MaxInFlight bounds an in-flight band's N (reserve's Band.InFlight, and
 // the N an operator stores).
 const MaxInFlight = 1_000_000
