@@ -116,8 +116,12 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 			fmt.Fprintf(w, "  seats %s %s: %d calls, max open %d, mean open %.2f, full %.2f of the run; refused over N %d, by the rate %d; ended by the caller's connection closing %d; seats handed off %d, found free %d, local %d; left in Redis at the end by killed processes %d\n",
 				KeySeats, s.Policy, s.Calls, s.MaxOpen, s.MeanOpen, s.Full, s.Refused, s.Limit, s.Gone, s.Handed, s.Free, s.LocalTaken, s.LeftKilled)
 			for _, k := range s.Kills {
-				fmt.Fprintf(w, "  seats: child %s killed at %s holding %d seats in Redis: freed after %s, a waiting ticket (of %d) held seats after %s\n",
-					k.Child, r.rel(k.At), k.Held, durText(k.Freed), k.Waiting, durText(k.Handed))
+				fault := ""
+				if k.Fault {
+					fault = " (a Redis fault in between)"
+				}
+				fmt.Fprintf(w, "  seats: child %s killed at %s holding %d seats in Redis: freed after %s%s, a ticket of the others waiting then (of %d) held seats after %s\n",
+					k.Child, r.rel(k.At), k.Held, durText(k.Freed), fault, k.Waiting, durText(k.Handed))
 			}
 		}
 		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",

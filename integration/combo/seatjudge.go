@@ -37,6 +37,9 @@ const VSeats = "seats"
 //     (the seats went to a waiter); the seats open at the provider over
 //     the run.
 
+// seatEpisode: refusals over N this close together are one violation.
+const seatEpisode = time.Second
+
 // SeatFigures are what the seats judge measured.
 type SeatFigures struct {
 	Policy  string
@@ -66,7 +69,10 @@ type SeatKill struct {
 	// never within the run); Handed: until a ticket waiting then held
 	// seats (-1: none did, or none waited).
 	Freed, Handed time.Duration
-	Waiting       int // tickets waiting when its seats were freed
+	Waiting       int // the others' tickets waiting when its seats were freed
+	// Fault: a Redis fault was in force between the kill and the seats
+	// freed (no script could drop them meanwhile).
+	Fault bool `json:",omitempty"`
 }
 
 // seats judges KeySeats.
@@ -88,14 +94,31 @@ func (r *run) seats() ([]Violation, SeatFigures) {
 		c     *Call
 	}
 	var evs []ev
+	// The refusals over N, one violation per episode: refusals none more
+	// than seatEpisode after the one before (a process whose call is
+	// refused gives its seats back at once and takes them again).
+	var ep *Violation
+	var epLast int64
+	epCount, epMost := 0, 0
+	closeEp := func() {
+		if ep != nil && epCount > 1 {
+			ep.Msg += fmt.Sprintf("; with it %d refusals over N until %s, at most %d open", epCount-1, r.rel(epLast), epMost)
+		}
+	}
 	for i := range calls {
 		c := &calls[i]
 		switch {
 		case c.Why == "seats":
 			fig.Refused++
+			if ep != nil && c.Arrive-epLast <= int64(seatEpisode) {
+				epCount, epLast, epMost = epCount+1, c.Arrive, max(epMost, c.Open)
+				continue
+			}
+			closeEp()
 			out = append(out, Violation{Kind: VSeats, Key: KeySeats, At: c.Arrive, Msg: fmt.Sprintf(
 				"the provider refused call %s (%s, child %s, %d seats, %s): %d seats open with it, N %d; open then: %s",
 				c.ID, c.Kind, c.Child, int(c.Cost[unitRequests]), origin(*c), c.Open, sd.N, r.openAt(calls, c.ASeq))})
+			ep, epCount, epLast, epMost = &out[len(out)-1], 1, c.Arrive, c.Open
 		case c.Why == "limit":
 			fig.Limit++
 		case c.Status == 200:
@@ -111,6 +134,7 @@ func (r *run) seats() ([]Violation, SeatFigures) {
 			}
 		}
 	}
+	closeEp()
 	slices.SortFunc(evs, func(a, b ev) int { return cmpInt(a.seq, b.seq) })
 	open, last := 0, r.res.Start.UnixNano()
 	var area, full float64
@@ -276,15 +300,20 @@ func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
 				continue
 			}
 			k.Freed = time.Duration(s.At - a.At)
-			// The tickets waiting in the read before: those the seats
-			// could go to.
+			// The tickets of the others waiting in the read before:
+			// those the seats could go to.
 			for p := i - 1; p >= 0; p-- {
 				if snaps[p].Err == "" {
-					waiting = snaps[p].Waiting
+					for _, w := range snaps[p].Waiting {
+						if ticketLimiter(w) != lim {
+							waiting = append(waiting, w)
+						}
+					}
 					break
 				}
 			}
 			k.Waiting = len(waiting)
+			k.Fault = r.faultDuring(a.At, s.At)
 		}
 		for _, h := range s.Held {
 			if slices.Contains(waiting, strings.Fields(h)[0]) {
@@ -302,7 +331,11 @@ func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
 func (s SeatFigures) short(n int) string {
 	var kills []string
 	for _, k := range s.Kills {
-		kills = append(kills, durText(k.Freed))
+		t := durText(k.Freed)
+		if k.Fault {
+			t += " (Redis fault)"
+		}
+		kills = append(kills, t)
 	}
 	out := fmt.Sprintf("seats %s: max open %d/%d, full %.2f, over N %d", s.Policy, s.MaxOpen, n, s.Full, s.Refused)
 	if len(kills) > 0 {

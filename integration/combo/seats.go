@@ -267,7 +267,10 @@ func (c *child) seatSend(ctx context.Context, call Call, r *reserve.Reservation)
 	call.Seq = seqOf(r)
 	call.Slot, call.Exact = grantedSlot(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
-	call.Placed, call.First, call.Fire, call.Local = r.Time().UnixNano(), r.Time().UnixNano(), fire.UnixNano(), r.Local()
+	// Local: the slot, or for a policy of the in-flight band alone the
+	// seats, granted by the local fallback.
+	call.Placed, call.First, call.Fire = r.Time().UnixNano(), r.Time().UnixNano(), fire.UnixNano()
+	call.Local = r.Local() || r.Source() == reserve.SourceLocal
 	body, _ := json.Marshal(call)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.spec.Provider+"/call", bytes.NewReader(body))
 	if err != nil {
