@@ -123,6 +123,10 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 				fmt.Fprintf(w, "  seats: child %s killed at %s holding %d seats in Redis: freed after %s%s, a ticket of the others waiting then (of %d) held seats after %s\n",
 					k.Child, r.rel(k.At), k.Held, durText(k.Freed), fault, k.Waiting, durText(k.Handed))
 			}
+			for _, st := range s.Stops {
+				fmt.Fprintf(w, "  seats: child %s stopped at %s for %v holding %d seats in Redis: at least %d kept while stopped\n",
+					st.Child, r.rel(st.At), st.For.Round(time.Millisecond), st.Held, st.Least)
+			}
 		}
 		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",
 			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)

@@ -53,11 +53,23 @@ type SeatFigures struct {
 	// Full: the fraction of the run with N seats open at the provider.
 	Full  float64
 	Kills []SeatKill
+	Stops []SeatStop
 	// LeftKilled: tickets left in Redis at the end by killed processes.
 	LeftKilled int
 	// Handed, Free, LocalTaken: seats taken by hand-off, found free, on
 	// the local fallback (the processes' SeatMetrics, summed).
 	Handed, Free, LocalTaken int64
+}
+
+// SeatStop is a SIGSTOP of a process holding seats in Redis: the seats it
+// held just before, and the fewest Redis counted for it while it was
+// stopped (the fleet keeps a stopped member's seats: its connections are
+// open).
+type SeatStop struct {
+	Child       string
+	At          int64
+	For         time.Duration
+	Held, Least int
 }
 
 // SeatKill is a kill of a process holding seats in Redis.
@@ -235,6 +247,18 @@ func (r *run) seats() ([]Violation, SeatFigures) {
 			fig.Kills = append(fig.Kills, k)
 		}
 	}
+	for _, a := range r.res.Actions {
+		if a.Kind != FaultStall {
+			continue
+		}
+		for l, c := range lims {
+			if c == a.Child {
+				if st, ok := r.seatStop(a, l); ok {
+					fig.Stops = append(fig.Stops, st)
+				}
+			}
+		}
+	}
 
 	for _, b := range bandsOf(sd.ratePolicy()) {
 		out = append(out, r.windows(KeySeats, b)...)
@@ -254,6 +278,54 @@ func (r *run) openAt(calls []Call, seq int64) string {
 	return strings.Join(parts, " ")
 }
 
+// heldBy returns the seats the tickets of Limiter lim hold in s.
+func heldBy(s SeatSnap, lim string) int {
+	n := 0
+	for _, h := range s.Held {
+		f := strings.Fields(h)
+		if len(f) == 3 && ticketLimiter(f[0]) == lim {
+			var c int
+			_, _ = fmt.Sscan(f[2], &c)
+			n += c
+		}
+	}
+	return n
+}
+
+// seatStop measures stop a (SIGSTOP) of the process whose Limiter is lim:
+// the seats it held in Redis just before, and the fewest it held while
+// stopped (its tickets can only leave while it is stopped by the fleet
+// dropping them); false if it held none.
+func (r *run) seatStop(a Action, lim string) (SeatStop, bool) {
+	st := SeatStop{Child: a.Child, At: a.At, For: time.Duration(a.End - a.At)}
+	if lim == "" {
+		return st, false
+	}
+	before := -1
+	st.Least = math.MaxInt
+	for _, s := range r.res.Seats {
+		if s.Err != "" {
+			continue
+		}
+		if s.At <= a.At {
+			before = heldBy(s, lim)
+			continue
+		}
+		if s.At > a.End {
+			break
+		}
+		st.Least = min(st.Least, heldBy(s, lim))
+	}
+	if before <= 0 {
+		return st, false
+	}
+	st.Held = before
+	if st.Least == math.MaxInt {
+		st.Least = before // no read changed while it was stopped
+	}
+	return st, true
+}
+
 // seatKill measures kill a of the process whose Limiter is lim in the
 // runner's reads of the seats hash; false if it held no seats then.
 func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
@@ -262,18 +334,7 @@ func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
 	if lim == "" {
 		return k, false
 	}
-	mine := func(s SeatSnap) int {
-		n := 0
-		for _, h := range s.Held {
-			f := strings.Fields(h)
-			if len(f) == 3 && ticketLimiter(f[0]) == lim {
-				var c int
-				fmt.Sscan(f[2], &c)
-				n += c
-			}
-		}
-		return n
-	}
+	mine := func(s SeatSnap) int { return heldBy(s, lim) }
 	i := 0
 	for i < len(snaps) && snaps[i].At <= a.At {
 		i++
@@ -340,6 +401,9 @@ func (s SeatFigures) short(n int) string {
 	out := fmt.Sprintf("seats %s: max open %d/%d, full %.2f, over N %d", s.Policy, s.MaxOpen, n, s.Full, s.Refused)
 	if len(kills) > 0 {
 		out += ", killed holder freed " + strings.Join(kills, " ")
+	}
+	for _, st := range s.Stops {
+		out += fmt.Sprintf(", stopped holder %d→%d", st.Held, st.Least)
 	}
 	return out
 }

@@ -128,3 +128,27 @@ func TestSeatKill(t *testing.T) {
 		t.Errorf("kills %+v, want none (child 2 held nothing)", ks)
 	}
 }
+
+func TestSeatStop(t *testing.T) {
+	ready := []Note{{Type: noteReady, Child: "1", Lim: "h:1:a"}}
+	stop := []Action{{Kind: FaultStall, Child: "1", At: at(5 * time.Second), End: at(7 * time.Second)}}
+	for _, tc := range []struct {
+		name        string
+		during      []string
+		held, least int
+	}{
+		{"kept", []string{"h:1:a.1 0 1", "h:1:a.2 0 2", "h:9:z.1 1 1"}, 3, 3},
+		{"one dropped", []string{"h:1:a.2 0 2", "h:9:z.1 1 1"}, 3, 2},
+	} {
+		snaps := []SeatSnap{
+			{At: at(4 * time.Second), Held: []string{"h:1:a.1 0 1", "h:1:a.2 0 2"}},
+			{At: at(6 * time.Second), Held: tc.during},
+			{At: at(8 * time.Second)},
+		}
+		v := seatsJudged(4, nil, ready, stop, snaps, &SeatSnap{At: at(defaultLength)})
+		st := v.Figures.Seats.Stops
+		if len(st) != 1 || st[0].Held != tc.held || st[0].Least != tc.least {
+			t.Errorf("%s: stops %+v, want held %d, least %d", tc.name, st, tc.held, tc.least)
+		}
+	}
+}

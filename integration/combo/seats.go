@@ -112,6 +112,27 @@ func (sc *Scenario) drawSeats() {
 			}
 		}
 	}
+	// A holder stopped with SIGSTOP for 1.5-3.5 s, past the fleet's
+	// silence window (two heartbeats): its connections stay open, so the
+	// fleet holds it and its seats (the provider keeps its calls open
+	// too), and it comes back to end its calls.
+	srng := rand.New(rand.NewPCG(sc.Seed, 0x5ea77))
+	if srng.Float64() < 0.5 {
+		var slots []int
+		for s := range sc.Procs {
+			if !sc.isPython(s) {
+				slots = append(slots, s)
+			}
+		}
+		last := sc.Length - settle
+		for range 6 {
+			d := between2(srng, 1500*time.Millisecond, 3500*time.Millisecond)
+			e := Event{At: between2(srng, warmup, last-d), Kind: FaultStall, For: d, Child: slots[srng.IntN(len(slots))]}
+			if sc.addFitting(e) {
+				break
+			}
+		}
+	}
 }
 
 // The seat callers' demand and draws.
