@@ -124,8 +124,12 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 					k.Child, r.rel(k.At), k.Held, durText(k.Freed), fault, k.Waiting, durText(k.Handed))
 			}
 			for _, st := range s.Stops {
-				fmt.Fprintf(w, "  seats: child %s stopped at %s for %v holding %d seats in Redis: at least %d kept while stopped\n",
-					st.Child, r.rel(st.At), st.For.Round(time.Millisecond), st.Held, st.Least)
+				fault := ""
+				if st.Fault {
+					fault = " (a Redis fault in between)"
+				}
+				fmt.Fprintf(w, "  seats: child %s stopped at %s for %v holding %d seats in Redis: at least %d kept while stopped%s\n",
+					st.Child, r.rel(st.At), st.For.Round(time.Millisecond), st.Held, st.Least, fault)
 			}
 		}
 		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",

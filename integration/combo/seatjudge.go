@@ -70,6 +70,9 @@ type SeatStop struct {
 	At          int64
 	For         time.Duration
 	Held, Least int
+	// Fault: a Redis fault was in force during the stop (a restart loses
+	// every seat until its holders renew them).
+	Fault bool `json:",omitempty"`
 }
 
 // SeatKill is a kill of a process holding seats in Redis.
@@ -301,14 +304,14 @@ func (r *run) seatStop(a Action, lim string) (SeatStop, bool) {
 	if lim == "" {
 		return st, false
 	}
-	before := -1
+	before, beforeAt := -1, a.At
 	st.Least = math.MaxInt
 	for _, s := range r.res.Seats {
 		if s.Err != "" {
 			continue
 		}
 		if s.At <= a.At {
-			before = heldBy(s, lim)
+			before, beforeAt = heldBy(s, lim), s.At
 			continue
 		}
 		if s.At > a.End {
@@ -320,6 +323,9 @@ func (r *run) seatStop(a Action, lim string) (SeatStop, bool) {
 		return st, false
 	}
 	st.Held = before
+	// From the read it held them in (a fault may have kept the reader
+	// from a later one).
+	st.Fault = r.faultDuring(beforeAt, a.End)
 	if st.Least == math.MaxInt {
 		st.Least = before // no read changed while it was stopped
 	}
@@ -374,7 +380,7 @@ func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
 				}
 			}
 			k.Waiting = len(waiting)
-			k.Fault = r.faultDuring(a.At, s.At)
+			k.Fault = r.faultDuring(snaps[j].At, s.At)
 		}
 		for _, h := range s.Held {
 			if slices.Contains(waiting, strings.Fields(h)[0]) {
@@ -404,6 +410,9 @@ func (s SeatFigures) short(n int) string {
 	}
 	for _, st := range s.Stops {
 		out += fmt.Sprintf(", stopped holder %d→%d", st.Held, st.Least)
+		if st.Fault {
+			out += " (Redis fault)"
+		}
 	}
 	return out
 }

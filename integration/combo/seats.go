@@ -236,7 +236,9 @@ func (c *child) seatOne(ctx context.Context, cl *caller, kind string) {
 		return
 	case kindSeatTry:
 		r, err = c.l.TryReserveN(ctx, req, time.Duration(cl.rng.Int64N(int64(seatMaxTry)+1)))
-		if tl, ok := errors.AsType[*reserve.WaitTooLongError](err); ok && !ended(ctx) {
+		// Refused for its maximum wait: counted, never an error (also
+		// when the run's end or a close ended ctx meanwhile).
+		if tl, ok := errors.AsType[*reserve.WaitTooLongError](err); ok {
 			c.count(kind + "-refused")
 			c.count("refused-band:" + tl.Band)
 			sleepCtx(ctx, time.Duration(5+cl.rng.IntN(40))*time.Millisecond)
