@@ -473,7 +473,13 @@ func (r *runner) collect() {
 			}
 		}
 		if err != nil && !p.killed {
-			r.res.Exits[p.id] = fmt.Sprintf("%v\n%s", err, tail(c.Stderr(), 20))
+			msg := tail(c.Stderr(), 20)
+			if i := strings.Index(c.Stderr(), "WARNING: DATA RACE"); i >= 0 {
+				// The race detector's report (a -race build): its
+				// first goroutines, which the tail leaves out.
+				msg = head(c.Stderr()[i:], 60) + "\n...\n" + msg
+			}
+			r.res.Exits[p.id] = fmt.Sprintf("%v\n%s", err, msg)
 		}
 	}
 }
@@ -503,6 +509,12 @@ func randomPrefix() string {
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	sleepCtx(ctx, time.Until(t))
 	return ctx.Err() == nil
+}
+
+// head returns the first n lines of s.
+func head(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 // tail returns the last n lines of s.
