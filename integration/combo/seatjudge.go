@@ -16,7 +16,10 @@ const VSeats = "seats"
 //
 //   - never over N: every call the provider refused for its seats (more
 //     than N open with it, from arrival to the end of the response) is a
-//     violation; and the verdict replays the provider's arrivals and ends
+//     violation, but for those arriving after the run's end (counted:
+//     the end cuts every call at once, each caller gives its seats back
+//     as its call is cut, and the provider sees the connections close a
+//     few ms later); and the verdict replays the provider's arrivals and ends
 //     in their order (ASeq, ESeq) and checks that each admitted call's
 //     count of open seats is the one the provider recorded (a mismatch is
 //     the harness's);
@@ -45,9 +48,12 @@ type SeatFigures struct {
 	Policy  string
 	Calls   int // calls the provider saw on KeySeats
 	Refused int // refused for more than N open
-	Limit   int // refused by the rate band (on arrival)
-	Gone    int // ended by their caller's connection closing
-	MaxOpen int
+	// AfterEnd: refused for more than N open after the run's end, not
+	// judged (see seats).
+	AfterEnd int `json:",omitempty"`
+	Limit    int // refused by the rate band (on arrival)
+	Gone     int // ended by their caller's connection closing
+	MaxOpen  int
 	// MeanOpen: the seats open at the provider, on average over the run.
 	MeanOpen float64
 	// Full: the fraction of the run with N seats open at the provider.
@@ -123,6 +129,13 @@ func (r *run) seats() ([]Violation, SeatFigures) {
 	for i := range calls {
 		c := &calls[i]
 		switch {
+		case c.Why == "seats" && c.Arrive > r.res.End.UnixNano():
+			// After the run's end, which cut every process's calls at
+			// once: their callers gave the seats back (Done after the
+			// cut) before the provider had seen their connections close,
+			// and a call sent just before the end arrived meanwhile.
+			// Counted, not judged: the provider's lag, not the fleet's.
+			fig.AfterEnd++
 		case c.Why == "seats":
 			fig.Refused++
 			if ep != nil && c.Arrive-epLast <= int64(seatEpisode) {
@@ -405,6 +418,9 @@ func (s SeatFigures) short(n int) string {
 		kills = append(kills, t)
 	}
 	out := fmt.Sprintf("seats %s: max open %d/%d, full %.2f, over N %d", s.Policy, s.MaxOpen, n, s.Full, s.Refused)
+	if s.AfterEnd > 0 {
+		out += fmt.Sprintf(" (and %d after the end, not judged)", s.AfterEnd)
+	}
 	if len(kills) > 0 {
 		out += ", killed holder freed " + strings.Join(kills, " ")
 	}

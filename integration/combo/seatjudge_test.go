@@ -152,3 +152,20 @@ func TestSeatStop(t *testing.T) {
 		}
 	}
 }
+
+// TestSeatsAfterEnd: a refusal over N after the run's end is counted, not
+// judged; one a moment before it is judged.
+func TestSeatsAfterEnd(t *testing.T) {
+	calls := []Call{
+		seatCall("1", 2, 1, 3, defaultLength-time.Second, 2*time.Second, 2),
+		seatCall("2", 1, 2, 0, defaultLength+ms2(10), 0, 3),
+	}
+	v := seatsJudged(2, calls, nil, nil, nil, &SeatSnap{At: at(defaultLength + time.Second)})
+	if got := kinds(v, VSeats); len(got) != 0 || v.Figures.Seats.AfterEnd != 1 {
+		t.Errorf("after the end: violations %v, after-end %d; want none and 1", got, v.Figures.Seats.AfterEnd)
+	}
+	calls[1].Arrive = at(defaultLength - ms2(10))
+	if got := kinds(seatsJudged(2, calls, nil, nil, nil, &SeatSnap{At: at(defaultLength + time.Second)}), VSeats); len(got) != 1 {
+		t.Errorf("before the end: violations %v, want 1", got)
+	}
+}
