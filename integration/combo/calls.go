@@ -630,7 +630,8 @@ func (c *child) failed(ctx context.Context, kind, key string, err error) bool {
 // deadline (their refusals go elsewhere: sendAdaptive, fairRefused).
 func canWait(kind string) bool {
 	switch kind {
-	case "wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait:
+	case "wait", "waitp", "reserve", "reservep", "cancel", "cancelp", kindHTTP, kindAdaptive, kindFairReserve, kindFairWait,
+		kindSeatAcquire, kindSeatReserve, kindSeatCancel:
 		return true
 	}
 	return false

@@ -34,6 +34,10 @@ type ChildSpec struct {
 	Script string `json:",omitempty"`
 	// Body is the seed's body variant of KeyHTTP's refusals (body.go).
 	Body string `json:",omitempty"`
+	// Seats is KeySeats's policy (seats.go); N 0: the key is not called.
+	Seats SeatsDraw `json:",omitempty"`
+	// SeatCallers: this process's goroutines calling KeySeats (seats.go).
+	SeatCallers int `json:",omitempty"`
 }
 
 // The fleet's demand, per process: goroutines that call the Sliding key and
@@ -62,7 +66,8 @@ type child struct {
 	paced *http.Client // KeyHTTP's calls, through pacehttp
 	// adaptive: KeyAdaptive's calls, through pacehttp with Options.Adaptive
 	adaptive *http.Client
-	slots    sync.Map // call ID -> the slot pacehttp sends it on (sending)
+	seatHTTP *http.Client // KeySeats's calls (seats.go)
+	slots    sync.Map     // call ID -> the slot pacehttp sends it on (sending)
 	out      *noteWriter
 	seq      atomic.Int64
 	bg       sync.WaitGroup // settles retried after the call returned
@@ -91,8 +96,10 @@ func childMain(spec ChildSpec) error {
 
 	rdb := redis.NewClient(&redis.Options{Addr: spec.Redis})
 	defer rdb.Close()
+	sm := newSeatMetrics()
 	l, err := reserve.New(rdb, reserve.Options{
 		KeyPrefix: spec.Prefix,
+		Metrics:   sm, // the seats it holds (seats.go)
 		Logger:    slog.New(&switchLog{next: stderr, out: out, child: spec.ID}),
 		// No FleetSize: a process started again while Redis is down has
 		// never reached it, does not know its rank in the fleet, and
@@ -102,7 +109,8 @@ func childMain(spec ChildSpec) error {
 		return err
 	}
 	// Its PID, for the runner to stop it with SIGSTOP (FaultStall).
-	out.print(Note{Type: noteReady, Child: spec.ID, Pid: os.Getpid()})
+	// Its Limiter's id: its seat tickets in Redis start with it.
+	out.print(Note{Type: noteReady, Child: spec.ID, Pid: os.Getpid(), Lim: limiterID(l)})
 
 	stdin := bufio.NewReader(os.Stdin)
 	line, err := stdin.ReadString('\n')
@@ -122,6 +130,8 @@ func childMain(spec ChildSpec) error {
 
 	c := &child{spec: spec, l: l, out: out, after: after, counts: map[string]int64{},
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	// KeySeats's calls last up to the run's end: no timeout but ctx's.
+	c.seatHTTP = &http.Client{Transport: c.http.Transport}
 	// The runner's commands, one a line (commands.go): close (stop calling
 	// and Close the Limiter: FaultClose) and pause (Limiter.Pause:
 	// LocalPause).
@@ -174,9 +184,11 @@ func childMain(spec ChildSpec) error {
 	}
 	wg.Go(func() { c.hot(ctx) })
 	c.fairCallers(ctx, wg.Go)
+	c.seatCallers(ctx, wg.Go)
 	wg.Wait()
 	c.bg.Wait()
 	c.mu.Lock()
+	sm.final(c.counts)
 	out.print(Note{Type: noteDone, Child: spec.ID, Counts: c.counts})
 	c.mu.Unlock()
 	closing := time.Now()

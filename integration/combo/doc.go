@@ -60,6 +60,14 @@
 //     seed's line says "python skipped"); under CI that is a failure.
 //     PACER_COMBO_PYTHON=off skips it on purpose, to tell whether a
 //     failure needs the Python processes;
+//   - a seventh key with an in-flight band (seats.go, issue 41), KeySeats:
+//     N drawn per seed (3 to 6), alone or beside a bucket or a window, called
+//     by the Go processes with Acquire and Done, ReserveN, Sleep and
+//     Settle, TryReserveN, and reservations given back before their slot,
+//     each call held by the provider 10 ms to 30 s; the provider refuses a
+//     call over N open (from its arrival to the end of its response, or
+//     its caller's connection closing), and the runner reads the key's
+//     seats hash through the run (seatwatch.go);
 //   - the provider (Provider), an HTTP server in a process of its own that
 //     enforces the true limits on arrival, answers 429 with Retry-After,
 //     reports the pacehttp key's window in the seed's dialect (dialect.go)
@@ -88,7 +96,11 @@
 // the stored limits read after each restart and at the end as the
 // operator last left them (stored.go); the fair key's equal tenants within
 // 1.5 times of each other on actual tokens, and no refusal of a light
-// tenant with nothing in the way (fairness.go); no call fired early. The
+// tenant with nothing in the way (fairness.go); on KeySeats, no call over
+// N open at the provider, and no seats left held or waiting by a process
+// that ended by itself, in its Limiter or in Redis (seatjudge.go, which
+// also reports how soon a killed holder's seats came back); no call fired
+// early. The
 // adaptive key is judged by its own invariants (learned.go): no request
 // reaches the provider twice, nor one pacehttp refused before sending it;
 // every sample of the learned rate lies within [Min, Max]; and outside

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -48,6 +49,11 @@ type provider struct {
 	mu      sync.Mutex
 	keys    map[string]*providerKey
 	records []Call
+	// KeySeats (seats.go): its N, the seats open now, and the counter of
+	// its calls' arrivals and ends.
+	seatsN    int
+	seatsOpen int
+	seatSeq   int64
 }
 
 type providerKey struct {
@@ -63,14 +69,28 @@ type providerKey struct {
 type providerSpec struct {
 	Dialect string // KeyHTTP's counts' dialect (internal/provider's)
 	Body    string // KeyHTTP's refusals' body variant (body.go)
+	Seats   SeatsDraw
 }
 
 func newProvider(dialect, body string) *provider {
 	p := &provider{dialect: dialect, body: body, keys: map[string]*providerKey{}}
 	for name, def := range keyDefs {
-		pk := &providerKey{bands: bandsOf(def.pol), used: map[int]float64{}, windows: map[int]int64{}}
-		pk.tat = make([]float64, len(pk.bands))
-		p.keys[name] = pk
+		p.keys[name] = newProviderKey(def.pol)
+	}
+	return p
+}
+
+func newProviderKey(pol reserve.Policy) *providerKey {
+	pk := &providerKey{bands: bandsOf(pol), used: map[int]float64{}, windows: map[int]int64{}}
+	pk.tat = make([]float64, len(pk.bands))
+	return pk
+}
+
+// withSeats adds KeySeats, with d's policy.
+func (p *provider) withSeats(d SeatsDraw) *provider {
+	if d.N > 0 {
+		p.seatsN = d.N
+		p.keys[KeySeats] = newProviderKey(d.ratePolicy())
 	}
 	return p
 }
@@ -82,7 +102,7 @@ func providerMain(spec providerSpec) error {
 	if err != nil {
 		return err
 	}
-	p := newProvider(spec.Dialect, spec.Body)
+	p := newProvider(spec.Dialect, spec.Body).withSeats(spec.Seats)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /call", p.handleCall)
 	mux.HandleFunc("POST /announce", p.handleAnnounce)
@@ -105,6 +125,10 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 	var c Call
 	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if c.Key == KeySeats {
+		p.seatCall(w, r, &c)
 		return
 	}
 	if c.Kind == kindHTTP || c.Kind == kindAdaptive {
@@ -321,4 +345,66 @@ func (p *provider) handleRecords(w http.ResponseWriter, _ *http.Request) {
 	p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(recs)
+}
+
+// seatCall serves a call on KeySeats: it is open from its arrival until
+// the provider has written its response, after c.Hold, or until its
+// caller's connection closes (a process killed mid-call: what a real
+// provider sees). A call that would make more than N seats open is refused
+// at once (429, Why "seats"): the fleet let it through over its in-flight
+// band. The rate band beside it, if any, is enforced on arrival as every
+// key's is.
+func (p *provider) seatCall(w http.ResponseWriter, r *http.Request, c *Call) {
+	// The whole body read: the server then watches the connection, and
+	// ends r's context when the caller goes.
+	_, _ = io.Copy(io.Discard, r.Body)
+	seats := int(c.Cost[unitRequests])
+	now := time.Now().UnixNano()
+	p.mu.Lock()
+	pk := p.keys[KeySeats]
+	if pk == nil {
+		p.mu.Unlock()
+		http.Error(w, "unknown key "+strconv.Quote(c.Key), http.StatusBadRequest)
+		return
+	}
+	p.seatSeq++
+	c.ASeq = p.seatSeq
+	rep := Reply{Status: http.StatusOK, Arrive: now}
+	if p.seatsOpen+seats > p.seatsN {
+		rep.Status, rep.Retry, rep.Why = http.StatusTooManyRequests, int64(time.Millisecond), "seats"
+		c.Open = p.seatsOpen + seats
+	} else if wait, band := pk.admit(now, func(string) float64 { return float64(seats) }); wait > 0 {
+		rep.Status, rep.Retry, rep.Why, c.Band = http.StatusTooManyRequests, wait, "limit", band
+	} else {
+		p.seatsOpen += seats
+		c.Open = p.seatsOpen
+	}
+	c.Arrive, c.Status, c.Retry, c.Why = rep.Arrive, rep.Status, rep.Retry, rep.Why
+	idx := len(p.records)
+	p.records = append(p.records, *c)
+	p.mu.Unlock()
+	if rep.Status == http.StatusOK {
+		t := time.NewTimer(time.Duration(c.Hold))
+		gone := false
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			gone = true
+		}
+		// Ended before its response can reach the caller: the caller's
+		// Done comes after it.
+		p.mu.Lock()
+		p.seatsOpen -= seats
+		p.seatSeq++
+		rec := &p.records[idx]
+		rec.End, rec.ESeq, rec.Gone = time.Now().UnixNano(), p.seatSeq, gone
+		p.mu.Unlock()
+		if gone {
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(rep.Status)
+	_ = json.NewEncoder(w).Encode(rep)
 }

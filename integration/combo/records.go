@@ -36,6 +36,7 @@ type Call struct {
 
 	Cost   map[string]float64 `json:"cost"`             // reserved
 	Settle bool               `json:"settle,omitempty"` // settled to the actual after the reply
+	Hold   int64              `json:"hold,omitempty"`   // KeySeats: how long the provider is to hold the call, ns
 
 	// Filled in by the provider.
 	Arrive int64   `json:"arrive"`
@@ -44,6 +45,16 @@ type Call struct {
 	Retry  int64   `json:"retry,omitempty"`  // a 429's Retry-After, ns
 	Why    string  `json:"why,omitempty"`    // a 429's reason: limit, pause, announced
 	Band   string  `json:"band,omitempty"`   // the band that refused, for limit
+	// KeySeats (seats.go): when the call ended at the provider (its
+	// response written, or its caller's connection closed: Gone), the
+	// seats open there at its arrival with it (or, refused, with it
+	// counted), and the provider's order of arrivals and ends (ASeq,
+	// ESeq: one counter), which the verdict's sweep replays.
+	End  int64 `json:"end,omitempty"`
+	Gone bool  `json:"gone,omitempty"`
+	Open int   `json:"open,omitempty"`
+	ASeq int64 `json:"aseq,omitempty"`
+	ESeq int64 `json:"eseq,omitempty"`
 }
 
 // Reply is the provider's answer to a Call.
@@ -76,6 +87,7 @@ type Note struct {
 	Attrs map[string]string `json:"a,omitempty"`
 	Rate  float64           `json:"r,omitempty"`   // a rate sample: the learned rate, units/s
 	Pid   int               `json:"pid,omitempty"` // ready: the process's PID
+	Lim   string            `json:"lim,omitempty"` // ready: its Limiter's id (seat tickets start with it)
 }
 
 const (

@@ -40,6 +40,9 @@ func (res *Result) Progress() string {
 		}
 	}
 	tp = append(tp, "http "+res.Scenario.dialectOf()+" body "+res.Scenario.bodyOf())
+	if s := v.Figures.Seats; s.Policy != "" {
+		tp = append(tp, s.short(res.Scenario.Seats.N))
+	}
 	switch {
 	case res.PythonSkipped != "":
 		tp = append(tp, "python skipped")
@@ -108,6 +111,26 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 			strings.Join(gaps, ", "), f.LateP50.Round(time.Millisecond), f.LateMost.Round(time.Millisecond), f.StoredUnjudged)
 		for _, st := range res.Stored {
 			fmt.Fprintf(w, "  stored limit read at %.3fs: %s %q shadow %v %s\n", time.Duration(st.At-res.Start.UnixNano()).Seconds(), st.Key, st.Limit, st.Shadow, st.Err)
+		}
+		if s := f.Seats; s.Policy != "" {
+			fmt.Fprintf(w, "  seats %s %s: %d calls, max open %d, mean open %.2f, full %.2f of the run; refused over N %d, by the rate %d; ended by the caller's connection closing %d; seats handed off %d, found free %d, local %d; left in Redis at the end by killed processes %d\n",
+				KeySeats, s.Policy, s.Calls, s.MaxOpen, s.MeanOpen, s.Full, s.Refused, s.Limit, s.Gone, s.Handed, s.Free, s.LocalTaken, s.LeftKilled)
+			for _, k := range s.Kills {
+				fault := ""
+				if k.Fault {
+					fault = " (a Redis fault in between)"
+				}
+				fmt.Fprintf(w, "  seats: child %s killed at %s holding %d seats in Redis: freed after %s%s, a ticket of the others waiting then (of %d) held seats after %s\n",
+					k.Child, r.rel(k.At), k.Held, durText(k.Freed), fault, k.Waiting, durText(k.Handed))
+			}
+			for _, st := range s.Stops {
+				fault := ""
+				if st.Fault {
+					fault = " (a Redis fault in between)"
+				}
+				fmt.Fprintf(w, "  seats: child %s stopped at %s for %v holding %d seats in Redis: at least %d kept while stopped%s\n",
+					st.Child, r.rel(st.At), st.For.Round(time.Millisecond), st.Held, st.Least, fault)
+			}
 		}
 		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",
 			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)

@@ -51,7 +51,12 @@ type Result struct {
 	// interpreter with redis-py and lupa, outside CI): Go processes ran in
 	// its slots.
 	PythonSkipped string `json:",omitempty"`
-	Verdict       Verdict
+	// Seats: KeySeats's seats hash as the runner read it through the run,
+	// each change (seatwatch.go); SeatsEnd, read once every fleet process
+	// had exited.
+	Seats    []SeatSnap `json:",omitempty"`
+	SeatsEnd *SeatSnap  `json:",omitempty"`
+	Verdict  Verdict
 }
 
 // Life is one fleet process's life: From when it was told to start (Unix
@@ -93,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills every process still running
-	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf(), Body: sc.Body}, cfg.Args)
+	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf(), Body: sc.Body, Seats: sc.Seats}, cfg.Args)
 	if err != nil {
 		return nil, err
 	}
@@ -137,14 +142,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer op.close()
 
+	watchCtx, stopWatch := context.WithDeadline(ctx, res.End.Add(time.Second))
+	watched := make(chan []SeatSnap, 1)
+	go func() { watched <- watchSeats(watchCtx, srv.Addr(), res.Prefix) }()
 	r.play(in, op)
 	if err := ctx.Err(); err != nil {
+		stopWatch()
+		<-watched
 		return nil, err // interrupted: the deferred calls stop everything
 	}
 	r.mu.Lock()
 	res.Stored = append(r.stored, op.readStored(changedKeys(sc))...)
 	r.mu.Unlock()
 	r.waitChildren(res.End.Add(20 * time.Second))
+	stopWatch()
+	res.Seats = <-watched
+	{
+		rdb := newSeatClient(srv.Addr())
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		end := readSeats(rctx, rdb, res.Prefix)
+		cancel()
+		rdb.Close()
+		res.SeatsEnd = &end
+	}
 	calls, err := records(url)
 	if err != nil {
 		return nil, err
@@ -196,10 +216,12 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	if gen > 0 {
 		id += string(rune('a' + gen))
 	}
-	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body}
+	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body, Seats: r.sc.Seats}
 	python := r.script != "" && r.sc.isPython(slot)
 	if python {
 		spec.Script = r.script
+	} else {
+		spec.SeatCallers = r.seatCallers()
 	}
 	p, err := startChild(r.ctx, spec, r.cfg.Args)
 	if err != nil {
@@ -214,6 +236,20 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	r.slots[slot] = p
 	r.all = append(r.all, p)
 	return p, nil
+}
+
+// seatCallers is how many goroutines each Go process runs on KeySeats: at
+// least seatGoroutines, and together at least seatDemand times N, so that
+// the band binds also when the seed's Python processes (which do not call
+// it) take most slots.
+func (r *runner) seatCallers() int {
+	goSlots := 0
+	for s := range r.sc.Procs {
+		if r.script == "" || !r.sc.isPython(s) {
+			goSlots++
+		}
+	}
+	return max(seatGoroutines, (seatDemand*r.sc.Seats.N+goSlots-1)/max(goSlots, 1))
 }
 
 func (r *runner) live() []*proc {
@@ -437,7 +473,13 @@ func (r *runner) collect() {
 			}
 		}
 		if err != nil && !p.killed {
-			r.res.Exits[p.id] = fmt.Sprintf("%v\n%s", err, tail(c.Stderr(), 20))
+			msg := tail(c.Stderr(), 20)
+			if i := strings.Index(c.Stderr(), "WARNING: DATA RACE"); i >= 0 {
+				// The race detector's report (a -race build): its
+				// first goroutines, which the tail leaves out.
+				msg = head(c.Stderr()[i:], 60) + "\n...\n" + msg
+			}
+			r.res.Exits[p.id] = fmt.Sprintf("%v\n%s", err, msg)
 		}
 	}
 }
@@ -467,6 +509,12 @@ func randomPrefix() string {
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	sleepCtx(ctx, time.Until(t))
 	return ctx.Err() == nil
+}
+
+// head returns the first n lines of s.
+func head(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 // tail returns the last n lines of s.

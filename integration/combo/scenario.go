@@ -115,7 +115,9 @@ type Scenario struct {
 	Dialect string `json:",omitempty"`
 	// Body: what KeyHTTP's refusals carry in their body (body.go), drawn
 	// from a stream of its own.
-	Body   string  `json:",omitempty"`
+	Body string `json:",omitempty"`
+	// Seats: KeySeats's policy (seats.go), drawn from a stream of its own.
+	Seats  SeatsDraw
 	Events []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
@@ -141,6 +143,7 @@ func Generate(seed uint64) Scenario {
 	sc.Python = pythonSlots(seed, sc.Procs)
 	sc.Dialect = httpDialect(seed)
 	sc.Body = httpBody(seed, sc.Dialect)
+	sc.drawSeats()
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc
 }

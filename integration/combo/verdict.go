@@ -34,7 +34,7 @@ const (
 
 // VKinds lists the kinds of violations in report order.
 var VKinds = []string{VWindow, VPause, VThroughput, VError, VEarly, VHarness, VTwice, VRate, VLiveness,
-	VUnavailable, VSwitch, VSend, VStored, VFair, VStall, VResume}
+	VUnavailable, VSwitch, VSend, VStored, VFair, VStall, VResume, VSeats}
 
 // Violation is one breach of a promise, At (Unix ns) in the run.
 type Violation struct {
@@ -89,6 +89,8 @@ type Figures struct {
 	StoredUnjudged    int
 	Gaps              map[string]time.Duration
 	Fair              FairFigures
+	// Seats: KeySeats's (seatjudge.go).
+	Seats SeatFigures
 }
 
 // The verdict's tolerances.
@@ -188,6 +190,9 @@ func Judge(res *Result) Verdict {
 	fv, fair := r.fairness()
 	v.Violations = append(v.Violations, fv...)
 	v.Figures.Fair = fair
+	sv2, seats := r.seats()
+	v.Violations = append(v.Violations, sv2...)
+	v.Figures.Seats = seats
 	early, most := r.early()
 	v.Violations = append(v.Violations, early...)
 	v.Figures.MostEarly = most

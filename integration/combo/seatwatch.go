@@ -1,0 +1,99 @@
+package combo
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/redis/go-redis/v9"
+)
+
+// The runner's watch of KeySeats's seats in Redis: it reads the seats hash
+// (lua/seats.lua's layout: "s:<ticket>" -> "<holder> <cost>" held,
+// "w:<ticket>" waiting) every seatWatchEvery through the run, and keeps a
+// snapshot each time it changed; and once more after every fleet process
+// has exited. It only reads (HGETALL): no rule of the script is redone
+// here. The verdict (seatjudge.go) reads in the snapshots when a killed
+// holder's tickets left Redis's count, and in the last read which tickets
+// outlived their process.
+const seatWatchEvery = 20 * time.Millisecond
+
+// SeatSnap is one read of KeySeats's seats hash.
+type SeatSnap struct {
+	At int64 // when the read returned (Unix ns)
+	// Held: "<ticket> <holder> <seats>" per ticket holding seats, sorted;
+	// Waiting: the tickets waiting.
+	Held    []string `json:",omitempty"`
+	Waiting []string `json:",omitempty"`
+	Err     string   `json:",omitempty"` // the read failed (Redis broken)
+}
+
+func (s SeatSnap) same(o SeatSnap) bool {
+	return slices.Equal(s.Held, o.Held) && slices.Equal(s.Waiting, o.Waiting) && (s.Err == "") == (o.Err == "")
+}
+
+// seatsKey is KeySeats's seats hash under prefix.
+func seatsKey(prefix string) string { return layout.Key(prefix, KeySeats) + ":seats" }
+
+// readSeats reads the seats hash once.
+func readSeats(ctx context.Context, rdb *redis.Client, prefix string) SeatSnap {
+	m, err := rdb.HGetAll(ctx, seatsKey(prefix)).Result()
+	s := SeatSnap{At: time.Now().UnixNano()}
+	if err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	for f, v := range m {
+		switch {
+		case strings.HasPrefix(f, "s:"):
+			s.Held = append(s.Held, f[2:]+" "+v)
+		case strings.HasPrefix(f, "w:"):
+			s.Waiting = append(s.Waiting, f[2:])
+		}
+	}
+	slices.Sort(s.Held)
+	slices.Sort(s.Waiting)
+	return s
+}
+
+func newSeatClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 1})
+}
+
+// watchSeats keeps the snapshots of the seats hash that changed, until
+// ctx ends.
+func watchSeats(ctx context.Context, addr, prefix string) []SeatSnap {
+	rdb := newSeatClient(addr)
+	defer rdb.Close()
+	var out []SeatSnap
+	t := time.NewTicker(seatWatchEvery)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		s := readSeats(rctx, rdb, prefix)
+		cancel()
+		if ctx.Err() != nil {
+			return out
+		}
+		if len(out) == 0 || !out[len(out)-1].same(s) {
+			out = append(out, s)
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+	}
+}
+
+// ticketLimiter is the Limiter id a seat ticket starts with
+// ("<limiter id>.<number>").
+func ticketLimiter(ticket string) string {
+	if i := strings.LastIndexByte(ticket, '.'); i > 0 {
+		return ticket[:i]
+	}
+	return ticket
+}
