@@ -73,7 +73,8 @@
 --          excess} refused (nothing written); in the store, {0, -1, used,
 --          limit, 0, 0} when the cost is above this process's limit there.
 --          start is the hash's "u" (0: unknown); excess what the other
---          holders hold beyond their shares of N (see ARGV[4]).
+--          holders hold beyond their shares of N (see ARGV[4]); -1 in mode
+--          "x", where the server may lack seats.
 -- release: ARGV[8] ticket. Reply {1 if it held seats else 0, excess,
 --          tickets handed seats...}.
 -- cancel:  ARGV[8] ticket: out of the queue, or its seats given back if it
@@ -240,6 +241,7 @@ end
 -- What the other holders hold beyond their shares of N: a member that
 -- loses Redis takes that much less of its own share (see limit).
 local function excess()
+  if mode == 'x' then return -1 end -- this server may lack seats: no figure
   local e = 0
   for h, o in pairs(owners) do
     if h ~= holder then e = e + math.max(0, o.c - share(h)) end

@@ -78,6 +78,11 @@ type fleetView struct {
 	awayShareOK bool
 
 	lastView string // the view last logged (logView)
+	lastBeat time.Time // the last heartbeat that reached Redis and told the fleet
+	// rememberedRanks are the ranks Redis listed when this Limiter last
+	// lost it: a member missing by rank, not only by count (a newcomer may
+	// make the count whole), keeps seats.lua careful (seatView).
+	rememberedRanks []int
 }
 
 // joinFailed starts the join wait again: a heartbeat failed before this
@@ -315,6 +320,7 @@ func (f *fleetView) leaving() {
 			n = f.heldN
 		}
 		f.remembered, f.rememberedMembers, f.rankBefore = n, f.members, f.rank
+		f.rememberedRanks = slices.Clone(f.ranks)
 	}
 	f.backAt, f.toldAt = time.Time{}, time.Time{}
 	f.away = true
@@ -351,6 +357,7 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 		f.born = false
 	}
 	f.learned, f.doubt = true, false
+	f.lastBeat = time.Now()
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	f.before = before
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
@@ -460,7 +467,22 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 	if len(f.ranks) > 0 {
 		taken = joinInts(f.ranks)
 	}
-	return holder, n, taken, joinInts(f.held), f.missing()
+	return holder, n, taken, joinInts(f.held), f.missing() || f.missingRank()
+}
+
+// missingRank reports whether, back from an outage of its own, this
+// Limiter finds a rank of the fleet it knew then (not its own) that Redis
+// does not list yet. f.mu is held.
+func (f *fleetView) missingRank() bool {
+	if f.backAt.IsZero() || time.Since(f.backAt) >= f.remember {
+		return false
+	}
+	for _, r := range f.rememberedRanks {
+		if r != f.rank && !slices.Contains(f.ranks, r) {
+			return true
+		}
+	}
+	return false
 }
 
 func joinInts(xs []int) string {
@@ -472,4 +494,23 @@ func joinInts(xs []int) string {
 		b.WriteString(strconv.Itoa(x))
 	}
 	return b.String()
+}
+
+// localSeatsReady reports whether this Limiter, pacing locally, may take
+// seats on its local share of an in-flight band: once the fleet counts it
+// as held, and so leaves it its share. That is once a heartbeat saying it
+// paces locally reached Redis and the others heard it (settle), or once
+// it has been silent long enough for them to hold it by its silence (two
+// intervals, settle, and one more for them to hear it, +10%). A Limiter
+// that never learned the fleet has no members to wait for.
+func (f *fleetView) localSeatsReady() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.learned || !f.away || f.members <= 1 {
+		return true
+	}
+	if !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
+		return true
+	}
+	return !f.lastBeat.IsZero() && time.Since(f.lastBeat) >= f.settle*8/5
 }

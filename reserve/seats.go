@@ -150,7 +150,7 @@ type seatTicket struct {
 	n     int // the band's N
 	cost  int
 	state seatState
-	local bool          // held on the local fallback's store
+	local atomic.Bool   // held on the local fallback's store (read without ks.mu)
 	got   chan struct{} // closed when the ticket holds its seats (handed off)
 	at    time.Time     // when it started waiting
 	// counted: SeatMetrics was told the ticket holds its seats.
@@ -279,7 +279,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 	}()
 	gotIt := func(handedOff bool) (*seatTicket, error) {
 		if sm != nil && t.counted.CompareAndSwap(false, true) {
-			sm.SeatsTaken(key, sr.band, t.cost, time.Since(t.at), handedOff, t.local)
+			sm.SeatsTaken(key, sr.band, t.cost, time.Since(t.at), handedOff, t.local.Load())
 			sm.SeatsHeld(key, sr.band, t.cost)
 		}
 		return t, nil
@@ -313,7 +313,11 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		} else if !queued {
 			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: sr.band})
 		}
-		poll := time.NewTimer(seatPoll)
+		every := seatPoll
+		if err != nil {
+			every = min(every, max(l.opts.ProbeInterval/4, 10*time.Millisecond)) // waiting for a share
+		}
+		poll := time.NewTimer(every)
 		select {
 		case <-t.got:
 			poll.Stop()
@@ -362,6 +366,9 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 			return false, false, err
 		}
 		return l.noteAcquire(ks, t, res, false)
+	}
+	if !l.fleet.localSeatsReady() {
+		return false, false, &noShareError{fmt.Errorf("reserve: %q: %w: the fleet has not heard yet that this Limiter paces locally: until it counts it as held, the members on Redis may take its share of band %q", ks.name, l.unavailableErr(), t.band)}
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -473,7 +480,7 @@ func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local 
 	}
 	switch {
 	case r[0] == int64(1):
-		t.local = local
+		t.local.Store(local)
 		if t.state != seatHeld {
 			t.state = seatHeld
 			close(t.got)
@@ -483,7 +490,7 @@ func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local 
 		if t.state == seatPending {
 			t.state = seatWaiting
 		}
-		t.local = local
+		t.local.Store(local)
 		return false, true, nil
 	}
 	return false, false, nil
@@ -616,7 +623,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			l.store.Del(keys[0], keys[1], keys[4])
 			ks.seats.store = false
 			for _, t := range ks.seats.tickets {
-				t.local = false
+				t.local.Store(false)
 			}
 		}
 		if ks.seats != nil && len(ks.seats.tickets) == 0 && !ks.seats.store && !ks.seats.dirty {
@@ -658,7 +665,7 @@ func (l *Limiter) reserveSeats(ctx context.Context, req Request, sr *seatReq, ma
 		}
 	} else {
 		r = &Reservation{lim: l, key: req.Key, at: l.clock.Now(), source: SourceRedis}
-		if t.local {
+		if t.local.Load() {
 			r.source = SourceLocal
 		}
 		r.band = sr.band
@@ -723,7 +730,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Reservation, error
 // noteExcess records what a reply on Redis says the other holders hold
 // beyond their shares of N. ks.mu is held.
 func (ks *keyState) noteExcess(v any) {
-	if e, ok := v.(int64); ok {
+	if e, ok := v.(int64); ok && e >= 0 {
 		ks.seatsExcess, ks.seatsExcessAt = e, time.Now()
 	}
 }
