@@ -77,7 +77,7 @@ type fleetView struct {
 	awayShare   share
 	awayShareOK bool
 
-	lastView string // the view last logged (logView)
+	lastView string    // the view last logged (logView)
 	lastBeat time.Time // the last heartbeat that reached Redis and told the fleet
 	// rememberedRanks are the ranks Redis listed when this Limiter last
 	// lost it: a member missing by rank, not only by count (a newcomer may
