@@ -155,6 +155,7 @@ type seatTicket struct {
 	at    time.Time     // when it started waiting
 	// counted: SeatMetrics was told the ticket holds its seats.
 	counted atomic.Bool
+	waited  bool // it queued for its seats (set by takeSeats' goroutine only)
 }
 
 // keySeats is a keyState's in-flight part: the tickets this Limiter has
@@ -296,7 +297,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 			return gotIt(waiting)
 		}
 		if queued && !waiting {
-			waiting = true
+			waiting, t.waited = true, true
 			if sm != nil {
 				sm.SeatWaiters(key, sr.band, 1)
 			}
@@ -668,6 +669,10 @@ func (l *Limiter) reserveSeats(ctx context.Context, req Request, sr *seatReq, ma
 		if t.local.Load() {
 			r.source = SourceLocal
 		}
+		r.band = sr.band
+	}
+	if t != nil && t.waited && r.Delay() == 0 {
+		// The seats were what the call waited for: the binding band.
 		r.band = sr.band
 	}
 	if t != nil {

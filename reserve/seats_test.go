@@ -114,6 +114,7 @@ func TestSeatsInOrder(t *testing.T) {
 			if !assert.NoError(t, err) {
 				return
 			}
+			assert.Equal(t, "open", r.Band(), "a call that waited for seats names the in-flight band as binding")
 			mu.Lock()
 			got = append(got, i)
 			mu.Unlock()
