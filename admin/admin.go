@@ -553,7 +553,7 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	shadow := pipe.Get(ctx, k+":shadow")
 	reported := pipe.HGet(ctx, a.policiesKey(), key)
 	seatsKey, _, nKey := layout.SeatKeys(a.prefix, key)
-	seats := pipe.Exists(ctx, seatsKey)
+	seats := pipe.Type(ctx, seatsKey) // TYPE, not EXISTS: the operator's ACL in docs/security.md has it
 	storedN := pipe.Get(ctx, nKey)
 	_, _ = pipe.Exec(ctx)
 	now, err := tm.Result()
@@ -591,16 +591,17 @@ func (a *Client) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if err != nil {
 		return st, err
 	}
-	hasSeats, err := seats.Result()
+	seatsType, err := seats.Result()
+	hasSeats := seatsType != "none"
 	if err != nil {
 		return st, adminError("status", key, err)
 	}
-	if !hasState && !hasStored && !hasReport && hasSeats == 0 && !hasN {
+	if !hasState && !hasStored && !hasReport && !hasSeats && !hasN {
 		return st, fmt.Errorf("admin: status %q: %w", key, ErrUnknownKey)
 	}
-	if hasSeats > 0 || hasN {
+	if hasSeats || hasN {
 		st.Seats = &SeatStatus{Holders: []SeatHolder{}}
-		if hasSeats > 0 {
+		if hasSeats {
 			s, err := a.readSeats(ctx, key)
 			if err != nil {
 				return st, adminError("status", key, err)

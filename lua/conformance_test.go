@@ -37,7 +37,7 @@ var scripts = map[string]string{
 	"Reserve": lua.Reserve, "Fair": lua.Fair, "Adjust": lua.Adjust, "Pause": lua.Pause,
 	"Resume": lua.Resume, "Peek": lua.Peek, "Claim": lua.Claim, "Hold": lua.Hold,
 	"Lease": lua.Lease, "Rewrite": lua.Rewrite, "Heartbeat": lua.Heartbeat, "Admin": lua.Admin,
-	"Restore": lua.Restore, "Adaptive": lua.Adaptive, "Quota": lua.Quota,
+	"Restore": lua.Restore, "Adaptive": lua.Adaptive, "Quota": lua.Quota, "Seats": lua.Seats,
 }
 
 // conn is a Redis connection with every script loaded, and a key prefix of

@@ -112,8 +112,15 @@ func TestSeatsCommands(t *testing.T) {
 		r.stdout != "crawl: in-flight N set by ops: none -> 8; every Limiter lets at most 8 in flight on the key's in-flight band from its next call for seats (the calls in flight keep theirs)\n" {
 		t.Errorf("set --in-flight 8: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	// The stored N is enforced: the waiting call gets its seat at the
+	// Limiter's next call on the key (its renew, every heartbeat), and
+	// gives it back at once.
+	if err := <-waited; err != nil {
+		t.Fatalf("the third call under N 8: %v", err)
+	}
+	waited <- nil // for the deferred receive
 	r = f.pacer(append(hb, "status", "crawl", "-sample", "0")...)
-	if want := "  in flight   2 seats in use, 1 call waiting; N 8 stored by an operator (see history), in place of the code's\n"; !strings.Contains(r.stdout, want) {
+	if want := "  in flight   2 seats in use, 0 calls waiting; N 8 stored by an operator (see history), in place of the code's\n"; !strings.Contains(r.stdout, want) {
 		t.Errorf("status after set: no line %q in:\n%s", want, r.stdout)
 	}
 	r = f.pacer("history", "crawl")

@@ -40,6 +40,7 @@ SCRIPT_FILES: dict[str, tuple[str, ...]] = {
     "Restore": ("restore.lua",),
     "Adaptive": ("adaptive.lua",),
     "Quota": ("quota.lua",),
+    "Seats": ("seats.lua",),
 }
 
 #: Go's defaults for Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms.
