@@ -319,20 +319,29 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 			every = min(every, max(l.opts.ProbeInterval/4, 10*time.Millisecond)) // waiting for a share
 		}
 		poll := time.NewTimer(every)
-		select {
-		case <-t.got:
-			poll.Stop()
-			return gotIt(true)
-		case <-moved:
-			// A heartbeat or a switch to or from the local fallback: ask
-			// again where calls go now (the same ticket keeps its place).
-		case <-poll.C:
-		case <-limit:
-			poll.Stop()
-			return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band})
-		case <-ctx.Done():
-			poll.Stop()
-			return giveUp(ctx.Err())
+	wait:
+		for {
+			select {
+			case <-t.got:
+				poll.Stop()
+				return gotIt(true)
+			case <-moved:
+				// A heartbeat, or a switch to or from the local fallback:
+				// ask again only after a switch (the same ticket keeps its
+				// place), or while waiting for a share.
+				if err != nil || (l.isDegraded() && !l.opts.FailClosed) != local {
+					break wait
+				}
+				moved = l.shareChanged()
+			case <-poll.C:
+				break wait
+			case <-limit:
+				poll.Stop()
+				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band})
+			case <-ctx.Done():
+				poll.Stop()
+				return giveUp(ctx.Err())
+			}
 		}
 		poll.Stop()
 		ks.mu.Lock()
