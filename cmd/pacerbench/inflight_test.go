@@ -33,18 +33,22 @@ func checkInflight(t *testing.T, r *inflightResults, stdout string) {
 	if len(r.Together) != len(togetherRuns()) {
 		t.Errorf("together: %d runs, want %d", len(r.Together), len(togetherRuns()))
 	}
+	calls := 0
 	for _, g := range r.Together {
-		if g.Calls == 0 && g.Fallbacks > 0 {
-			// Redis too slow for pacer's CallTimeout (a busy machine,
-			// -race): the run paced locally for a while; its figures are
-			// moot, its limits are not.
-			t.Logf("together, %s binds: no call in the measured span after %d fallbacks", g.Binds, g.Fallbacks)
-		} else if g.Calls == 0 {
-			t.Errorf("together, %s binds: no call in the measured span", g.Binds)
+		calls += g.Calls
+		if g.Calls == 0 {
+			// A machine loaded enough (CI beside a CPU hog, -race) can
+			// leave a run's short measured span empty (after fallbacks,
+			// or not): its figures are moot, its limits are not. How much
+			// it made is the benchmark's figure, not a test's.
+			t.Logf("together, %s binds: no call in the measured span (%d fallbacks)", g.Binds, g.Fallbacks)
 		}
 		if g.Refused != 0 || g.MaxOpen > g.N || g.BusiestWin > g.WinN || float64(g.Busiest1s) > float64(g.Burst)+g.Rate {
 			t.Errorf("together, %s binds: %+v; want calls, none refused, at most N open, every second and window within its band", g.Binds, g)
 		}
+	}
+	if calls == 0 && len(r.Together) > 0 {
+		t.Errorf("together: no call in any run's measured span: the phase did not run")
 	}
 	if len(r.Crashes) != r.Sizes.Crashes {
 		t.Errorf("crash: %d runs, want %d", len(r.Crashes), r.Sizes.Crashes)

