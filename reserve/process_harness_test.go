@@ -1,6 +1,7 @@
 package reserve_test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -49,8 +50,23 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	flag.Parse()
+	if run := flag.Lookup("test.run"); testing.Short() && run.Value.String() == "" {
+		// README's quick command (go test -short ./lua/ ./reserve/): the
+		// core's contract on a redis-server, and the examples.
+		if err := run.Value.Set(quickTests); err != nil {
+			panic(err)
+		}
+	}
 	os.Exit(m.Run())
 }
+
+// quickTests is what -short runs of this package, unless -run says
+// otherwise: every behaviour of the contract (contract_test.go) on a
+// redis-server of its own, and the examples. The full suite runs the rest:
+// the contract on Cluster, miniredis and a restricted ACL user, the fair
+// rule's simulations, outages, fleets of processes.
+const quickTests = `^(TestContractRedis|Example.*)$`
 
 // childLimiter is a child's Limiter on s's Redis, returned once s.Start has
 // come, with the run's end; done closes the Limiter and its client. Its
