@@ -1,12 +1,15 @@
 package otelpacer_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pacer-go/pacer/otelpacer"
 	"github.com/pacer-go/pacer/reserve"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // TestGrantAllocs: once its attribute sets are made, a grant's metrics
@@ -23,5 +26,83 @@ func TestGrantAllocs(t *testing.T) {
 	g.tel.Granted(grant)
 	if n := testing.AllocsPerRun(1000, func() { g.tel.Granted(grant) }); n > 4 {
 		t.Errorf("Granted allocates %v times, want at most 4", n)
+	}
+}
+
+// newValueAllocs returns the allocations of a grant whose key has a new
+// pacer.key value, on a Telemetry that has cached the sets of cached
+// values already. The MeterProvider is OpenTelemetry's noop one: the
+// allocations counted are the Telemetry's own.
+func newValueAllocs(t *testing.T, cached int) float64 {
+	t.Helper()
+	tel, err := otelpacer.New(otelpacer.Options{MeterProvider: noop.NewMeterProvider(),
+		KeyAttribute: func(key string) string { return key }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 200
+	keys := make([]string, cached+runs+1)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	grant := reserve.Grant{Source: reserve.SourceRedis}
+	for _, k := range keys[:cached] {
+		grant.Key = k
+		tel.Granted(grant)
+	}
+	if got := tel.CachedSets(); got != cached {
+		t.Fatalf("%d sets cached after %d values, want %d", got, cached, cached)
+	}
+	next := cached
+	n := testing.AllocsPerRun(runs, func() {
+		grant.Key = keys[next]
+		next++
+		tel.Granted(grant)
+	})
+	if got, want := tel.CachedSets(), cached+runs+1; got != want {
+		t.Fatalf("%d sets cached, want %d", got, want)
+	}
+	return n
+}
+
+// TestNewKeyValueCost: a new pacer.key value costs the same allocations
+// with 5,000 values cached as with 10: the cache takes the new set in
+// O(1). (It once copied the whole cache under a lock for each new value,
+// on the way from a Wait's grant to its sleep: 23 allocations with 5,000
+// sets cached against 9 with 10, and the sleepers woke late.)
+func TestNewKeyValueCost(t *testing.T) {
+	small, large := newValueAllocs(t, 10), newValueAllocs(t, 5000)
+	t.Logf("allocations of a new value's grant: %v with 10 sets cached, %v with 5,000", small, large)
+	if large > small+1 {
+		t.Errorf("a new value's grant allocates %v times with 5,000 sets cached, %v with 10: it grows with the cache", large, small)
+	}
+}
+
+// TestCacheBound: beyond MaxCachedSets the Telemetry caches no more sets,
+// and every measurement still counts, under its own pacer.key.
+func TestCacheBound(t *testing.T) {
+	g := newRig(t, otelpacer.Options{KeyAttribute: func(key string) string { return key }})
+	g.tel.SetMaxCachedSets(3)
+	for i := range 10 {
+		for range i + 1 {
+			g.tel.Granted(reserve.Grant{Key: "k" + strconv.Itoa(i), Source: reserve.SourceRedis})
+		}
+	}
+	if got := g.tel.CachedSets(); got != 3 {
+		t.Errorf("%d sets cached, want the bound, 3", got)
+	}
+	m, ok := g.metric(t, "pacer.rate_limiting.requests")
+	if !ok {
+		t.Fatal("no requests counted")
+	}
+	got := map[string]int64{}
+	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		v, _ := dp.Attributes.Value("pacer.key")
+		got[v.AsString()] += dp.Value
+	}
+	for i := range 10 {
+		if k := "k" + strconv.Itoa(i); got[k] != int64(i+1) {
+			t.Errorf("requests{pacer.key=%q} = %d, want %d (all: %v)", k, got[k], i+1, got)
+		}
 	}
 }

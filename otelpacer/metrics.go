@@ -3,7 +3,6 @@ package otelpacer
 import (
 	"context"
 	"errors"
-	"maps"
 	"net"
 	"time"
 
@@ -13,54 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
-
-// setKey names one cached attribute set: the instrument's kind and the
-// values of its attributes ("" for those it does not have).
-type setKey struct {
-	kind            setKind
-	source          reserve.Source
-	band, key, unit string
-	hasKey          bool
-}
-
-type setKind uint8
-
-const (
-	grantSet setKind = iota
-	unitSet
-	keySet
-)
-
-// set returns the measurement option of k's attribute set, made once.
-// Reads take the current map without a lock; a new set copies it (they
-// are few: as many as the metrics' series).
-func (t *Telemetry) set(k setKey) metric.MeasurementOption {
-	if o, ok := (*t.sets.Load())[k]; ok {
-		return o
-	}
-	kv := make([]attribute.KeyValue, 0, 4)
-	switch k.kind {
-	case grantSet:
-		kv = append(kv, attrSource.String(k.source.String()), attrBand.String(k.band))
-	case unitSet:
-		kv = append(kv, attrSource.String(k.source.String()), attrUnit.String(k.unit))
-	}
-	if k.hasKey {
-		kv = append(kv, attrKey.String(k.key))
-	}
-	t.setsMu.Lock()
-	defer t.setsMu.Unlock()
-	old := *t.sets.Load()
-	if o, ok := old[k]; ok {
-		return o
-	}
-	m := make(map[setKey]metric.MeasurementOption, len(old)+1)
-	maps.Copy(m, old)
-	o := metric.WithAttributeSet(attribute.NewSet(kv...))
-	m[k] = o
-	t.sets.Store(&m)
-	return o
-}
 
 // keyValue returns key's attribute value, and whether there is one
 // (Options.KeyAttribute).
@@ -74,7 +25,7 @@ func (t *Telemetry) keyValue(key string) (string, bool) {
 // keyOption returns the attribute set of key alone: pacer.key, or none.
 func (t *Telemetry) keyOption(key string) metric.MeasurementOption {
 	v, ok := t.keyValue(key)
-	return t.set(setKey{kind: keySet, key: v, hasKey: ok})
+	return t.sets.get(setKey{kind: keySet, key: v, hasKey: ok})
 }
 
 // withKey returns kv and, with Options.KeyAttribute, pacer.key.
@@ -100,11 +51,11 @@ func bandValue(band string) string {
 func (t *Telemetry) Granted(g reserve.Grant) {
 	ctx := context.Background()
 	kv, hasKey := t.keyValue(g.Key)
-	opt := t.set(setKey{kind: grantSet, source: g.Source, band: bandValue(g.Band), key: kv, hasKey: hasKey})
+	opt := t.sets.get(setKey{kind: grantSet, source: g.Source, band: bandValue(g.Band), key: kv, hasKey: hasKey})
 	t.requests.Add(ctx, 1, opt)
 	t.timeInQueue.Record(ctx, g.Wait.Seconds(), opt)
 	for i, u := range g.Units {
-		t.units.Add(ctx, g.Amounts[i], t.set(setKey{kind: unitSet, source: g.Source, unit: u, key: kv, hasKey: hasKey}))
+		t.units.Add(ctx, g.Amounts[i], t.sets.get(setKey{kind: unitSet, source: g.Source, unit: u, key: kv, hasKey: hasKey}))
 	}
 }
 

@@ -3,8 +3,6 @@ package otelpacer
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/reserve"
@@ -66,11 +64,8 @@ type Telemetry struct {
 	seatWaiters  metric.Int64UpDownCounter
 	seatWait     metric.Float64Histogram
 
-	// sets caches the attribute sets of the hot paths (a reservation, its
-	// units, a queued Wait): their values are bounded (sources, bands,
-	// units, the key attribute's values), and building a set allocates.
-	setsMu sync.Mutex
-	sets   atomic.Pointer[map[setKey]metric.MeasurementOption]
+	// sets caches the attribute sets of the hot paths (sets.go).
+	sets setCache
 }
 
 var (
@@ -122,6 +117,7 @@ func New(opts Options) (*Telemetry, error) {
 	}
 	version := trace.WithInstrumentationVersion(reserve.Version)
 	t := &Telemetry{keyAttr: opts.KeyAttribute, tenantAttr: opts.TenantAttribute, tracer: tp.Tracer(ScopeName, version)}
+	t.sets.init(MaxCachedSets)
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(reserve.Version))
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
@@ -187,6 +183,5 @@ func New(opts Options) (*Telemetry, error) {
 		return nil, err
 	}
 	t.evictable.Record(context.Background(), 0)
-	t.sets.Store(&map[setKey]metric.MeasurementOption{})
 	return t, nil
 }

@@ -92,6 +92,7 @@ type config struct {
 	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
 	LoadedRuns int           // the loaded phase's runs beside the hogs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
+	OtelKeys   int           // fresh keys of the otel phase, one Wait each
 	Only       string        // limiter names separated by ";"; "" for all
 	Phases     string        // comma-separated phases (see phases); "" for all
 	Command    string        // how the program was run, for the report
@@ -125,6 +126,7 @@ func defaults(quick bool) config {
 		// 1,000 idle Limiters took more than a Redis core on this
 		// program's 2-CPU machine, and their heartbeats timed out.
 		Heartbeats: 500,
+		OtelKeys:   10_000,
 		LoadedRun:  20 * time.Second,
 		LoadedHogs: 2,
 		LoadedRuns: 3,
@@ -147,6 +149,7 @@ func defaults(quick bool) config {
 		c.OutageRuns = 2
 		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
+		c.OtelKeys = 1000
 	}
 	return c
 }
@@ -208,6 +211,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
 	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
 	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
+	fs.IntVar(&c.OtelKeys, "otel-keys", full.OtelKeys, "fresh keys of the otel phase, one Wait each (and as many values of otelpacer's KeyAttribute)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
 	if err := fs.Parse(args); err != nil {
@@ -230,6 +234,7 @@ func parseFlags(args []string) (config, error) {
 			"cold-keys":  func() { c.ColdKeys = q.ColdKeys },
 			"cold":       func() { c.ColdRun = q.ColdRun },
 			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
+			"otel-keys":  func() { c.OtelKeys = q.OtelKeys },
 
 			"loaded":      func() { c.LoadedRun = q.LoadedRun },
 			"loaded-runs": func() { c.LoadedRuns = q.LoadedRuns },
@@ -260,8 +265,8 @@ func (c config) validate() error {
 		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
 	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1:
 		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs and -outage-runs must be at least 1")
-	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10:
-		return fmt.Errorf("pacerbench: -procs, -goroutines and -keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
+	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10 || c.OtelKeys < 1:
+		return fmt.Errorf("pacerbench: -procs, -goroutines, -keys and -otel-keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
 		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
 	}
@@ -279,7 +284,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight", "otel"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -397,6 +402,7 @@ type results struct {
 	Heartbeat  *heartbeatResults
 	Shards     []shardSpread
 	Inflight   *inflightResults // the inflight phase, if run
+	Otel       *otelResults     // the otel phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -589,6 +595,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("otel") {
+		if res.Otel, err = b.runOtel(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -629,6 +640,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Inflight != nil {
 		tables += res.Inflight.tables()
+	}
+	if res.Otel != nil {
+		tables += res.Otel.tables()
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {

@@ -61,7 +61,7 @@ func TestQuick(t *testing.T) {
 	}
 	halves := []*half{
 		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,learn,cold,loaded,heartbeat,shards"},
-		{phases: "seams,outage,fair,inflight"},
+		{phases: "seams,outage,fair,inflight,otel"},
 	}
 	var all []string
 	for _, h := range halves {
@@ -79,7 +79,7 @@ func TestQuick(t *testing.T) {
 		// run after the reference's; the loaded phase's four runs 300 ms
 		// each beside one hog. About 9 s of the test's run.
 		c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", h.out, "-phases", h.phases, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
-			"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1"})
+			"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1", "-otel-keys", "500"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,6 +320,7 @@ func TestQuick(t *testing.T) {
 
 	checkSeams(t, res.Seams, stdout.String())
 	checkCold(t, res, stdout.String())
+	checkOtel(t, res, stdout.String())
 	checkOutage(t, res.Outage, stdout.String())
 	checkInflight(t, res.Inflight, stdout.String())
 	checkLoaded(t, res.Loaded, stdout.String())
@@ -561,5 +562,31 @@ func checkLoaded(t *testing.T, lr *loadedResults, stdout string) {
 		if !strings.Contains(stdout, title) {
 			t.Errorf("no table %q", title)
 		}
+	}
+}
+
+// checkOtel checks the otel phase of a quick run: every setup made every
+// Wait, granted at least a slot each, and the SDK counted each grant.
+func checkOtel(t *testing.T, res *results, stdout string) {
+	t.Helper()
+	o := res.Otel
+	if o == nil {
+		t.Fatal("no otel phase")
+	}
+	if !strings.Contains(stdout, "### OpenTelemetry's cost") {
+		t.Error("no otel table printed")
+	}
+	var setups []string
+	for _, r := range o.Runs {
+		setups = append(setups, r.Setup)
+		if r.Waits != int64(o.Keys) || r.Errors != 0 || r.Grants < r.Waits || r.CPU <= 0 || r.P50 <= 0 {
+			t.Errorf("otel %s: %+v; want %d Waits, no errors, a grant each at least", r.Setup, r, o.Keys)
+		}
+		if want := r.Grants; r.Setup != "none" && r.Counted != want {
+			t.Errorf("otel %s: the SDK counted %d requests, the Limiter granted %d", r.Setup, r.Counted, want)
+		}
+	}
+	if !slices.Equal(setups, otelSetups) {
+		t.Errorf("otel setups %v, want %v", setups, otelSetups)
 	}
 }
