@@ -112,6 +112,7 @@ type coldRun struct {
 	// run (the loaded phase's go on after them), WarmFirstError a text.
 	WarmErrors     int64
 	WarmFirstError string
+	CloseError     string // a process's Close error, after the run (printed under the table)
 }
 
 func (r coldRun) perSecond() float64 { return float64(r.Admissions) / r.Seconds }
@@ -259,6 +260,9 @@ func (b *bench) coldFleet(ctx context.Context, name, shape string, run time.Dura
 		r.Local += e.Local
 		if r.FirstError == "" {
 			r.FirstError = e.FirstError
+		}
+		if e.CloseError != "" && r.CloseError == "" {
+			r.CloseError = e.CloseError
 		}
 		r.WarmErrors += e.WarmErrors
 		if r.WarmFirstError == "" {

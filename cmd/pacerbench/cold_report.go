@@ -35,6 +35,11 @@ func (cr *coldResults) tables(c config) string {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.2f | %.3f | %.2f | %d | %s |\n", r.Shape, r.Variant, r.perSecond(),
 			r.Redis.CPUUsec, r.Redis.Usec, r.Redis.Trips, r.clientUsec(), r.Fallbacks, steal)
 	}
+	for _, r := range cr.Runs {
+		if r.CloseError != "" {
+			fmt.Fprintf(&b, "\n%s, %s: a process's Close failed after the run: %s\n", r.Shape, r.Variant, r.CloseError)
+		}
+	}
 	b.WriteString("\npacer on the quick-start client against redis_rate, per admission, in each shape:\n\n| shape | Redis CPU | client CPU |\n|---|---:|---:|\n")
 	for _, sh := range coldShapes {
 		if q, g, ok := cr.pair(sh.Name); ok {
