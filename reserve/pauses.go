@@ -75,6 +75,41 @@ func (ks *keyState) knownPause() int64 {
 	return ks.pause.endNS
 }
 
+// replyCovers marks r, a Wait's reservation about to sleep, as checked by
+// the reply that granted it when the script ran at or after the moment of
+// the slot's pause check (PreciseWake before the slot): that reply showed
+// the key's state as Redis held it then, which is all a read at the check
+// would show, and it is noted in the key's state (keyState.noteSeen) as
+// such a read's answer is. Sleep's first check then reads nothing: a Wait
+// whose slot is now, on a cold key with no pause, makes one round trip
+// however long the reply took to reach Sleep. A Reservation a caller
+// sleeps on itself (Reserve, then Sleep) is not marked: its Sleep may come
+// any time later.
+func (l *Limiter) replyCovers(r *Reservation) {
+	r.mu.Lock()
+	r.replyChecked = r.ranNS > 0 && r.slotNS-r.ranNS <= int64(l.opts.checkAt())
+	r.mu.Unlock()
+}
+
+// takeReplyCheck reports whether r's reply stands for this pause check
+// (replyCovers), once.
+func (r *Reservation) takeReplyCheck() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok := r.replyChecked
+	r.replyChecked = false
+	return ok
+}
+
+// seenPause returns key's pause and resume shift as its state was last
+// seen, with no read.
+func (l *Limiter) seenPause(key string) (int64, resumeShift) {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.pause.endNS, ks.pause.shift
+}
+
 // readPause returns key's pause (its end, server clock Unix ns; 0: none)
 // and resume shift, from a state seen at most checkShare ago, or a read.
 // One read serves every sleeper of the Limiter on the key that asks

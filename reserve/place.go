@@ -176,6 +176,9 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 			}
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
+			if !local {
+				r.ranNS = base.serverNS
+			}
 			r.band = band
 			r.afterPaused = pe > base.serverNS && pe <= r.slotNS // Sleep looks for a resume
 			if local {

@@ -40,11 +40,16 @@ type Reservation struct {
 	// looks for a resume meanwhile.
 	afterPaused bool
 	shifted     int64 // the last resume that moved the slot (its "~s" r)
-	state       resState
-	moved       bool   // Sleep took a fresh slot for lateness once already
-	offTurn     bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
-	band        string // the binding band (see Band)
-	source      Source
+	// ranNS is when the script that granted the slot on Redis ran (Redis's
+	// clock, Unix ns; 0: granted otherwise). replyChecked says that reply
+	// stands for Sleep's first pause check (see Limiter.replyCovers).
+	ranNS        int64
+	replyChecked bool
+	state        resState
+	moved        bool   // Sleep took a fresh slot for lateness once already
+	offTurn      bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
+	band         string // the binding band (see Band)
+	source       Source
 	// seat is the in-flight band's ticket the call holds (nil: none);
 	// seatUnit and seatCost the unit and seats it charges. spec is nil
 	// when the in-flight band is the policy's only one: no slot.

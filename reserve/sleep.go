@@ -218,7 +218,16 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	end := l.localPauseEnd(r.key)
 	redisEnd := int64(-1) // not read
 	if !local || !l.isDegraded() {
-		pe, shift, err := l.readPause(ctx, r.key)
+		var (
+			pe    int64
+			shift resumeShift
+			err   error
+		)
+		if r.takeReplyCheck() {
+			pe, shift = l.seenPause(r.key)
+		} else {
+			pe, shift, err = l.readPause(ctx, r.key)
+		}
 		switch {
 		case err == nil:
 			end, redisEnd = max(end, pe), pe

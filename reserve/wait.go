@@ -123,5 +123,6 @@ func (l *Limiter) waitFor(ctx context.Context, key string, s *spec, amounts []fl
 				&WaitTooLongError{Wait: wait, MaxWait: time.Until(deadline), Deadline: true, Band: r.Band()})
 		}
 	}
+	l.replyCovers(r)
 	return r.sleep(ctx, tr)
 }

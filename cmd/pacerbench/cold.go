@@ -39,8 +39,46 @@ const (
 // other tables (so -only selects them too).
 var coldVariants = []string{coldQuickStart, coldTuned, coldGCRA}
 
-// coldLimit is each key's limit.
+// coldLimit is each key's limit in the shape coldAtLimit (the loaded
+// phase's too).
 var coldLimit = limit{Rate: 1, Burst: 1}
+
+// A coldShape is how the cold phase's keys are called.
+type coldShape struct {
+	Name  string
+	limit limit
+	// paced: each key is called on the caller's schedule, once a second
+	// (coldPaced), rather than by goroutines waiting on their keys in
+	// turn, each call right after the last (every key at its limit).
+	paced bool
+	pairs bool // paced, a quarter of the calls waiting (coldPaced)
+}
+
+const (
+	coldAtLimit = "every key at its limit"
+	coldNone    = "none waiting"
+	coldQuarter = "a quarter waiting"
+)
+
+// coldShapes are the cold phase's shapes, in the order it runs them.
+var coldShapes = []coldShape{
+	{Name: coldAtLimit, limit: coldLimit},
+	// 1 call/s on a limit of 2/s, burst 1: no call waits.
+	{Name: coldNone, limit: limit{Rate: 2, Burst: 1}, paced: true},
+	// The same, half the keys called in pairs every other second: the
+	// second of each pair (a quarter of the calls) waits 0.5 s.
+	{Name: coldQuarter, limit: limit{Rate: 2, Burst: 1}, paced: true, pairs: true},
+}
+
+// shapeOf returns the shape named name ("" is coldAtLimit).
+func shapeOf(name string) coldShape {
+	for _, s := range coldShapes {
+		if s.Name == name {
+			return s
+		}
+	}
+	return coldShapes[0]
+}
 
 // benchCommands are this program's own commands on the admin client,
 // which the cold and heartbeat phases leave out of Redis's figures.
@@ -49,6 +87,7 @@ var benchCommands = map[string]bool{"info": true, "dbsize": true, "memory": true
 // coldRun is one row of the cold table.
 type coldRun struct {
 	Variant     string
+	Shape       string // coldShapes
 	Procs       int
 	Goroutines  int // in all
 	Seconds     float64
@@ -73,9 +112,31 @@ type coldRun struct {
 	// run (the loaded phase's go on after them), WarmFirstError a text.
 	WarmErrors     int64
 	WarmFirstError string
+	CloseError     string // a process's Close error, after the run (printed under the table)
 }
 
 func (r coldRun) perSecond() float64 { return float64(r.Admissions) / r.Seconds }
+
+// clientUsec is the clients' CPU µs per admission.
+func (r coldRun) clientUsec() float64 {
+	return float64(r.ClientCPU.Nanoseconds()) / 1000 / float64(max(r.Admissions, 1))
+}
+
+// pair returns shape's runs of pacer on the quick-start client and of
+// redis_rate, if both ran.
+func (cr *coldResults) pair(shape string) (quick, gcra coldRun, ok bool) {
+	var q, g bool
+	for _, r := range cr.Runs {
+		switch {
+		case r.Shape != shape:
+		case r.Variant == coldQuickStart:
+			quick, q = r, true
+		case r.Variant == coldGCRA:
+			gcra, g = r, true
+		}
+	}
+	return quick, gcra, q && g
+}
 
 // coldResults is the cold phase.
 type coldResults struct {
@@ -91,17 +152,23 @@ func (b *bench) runCold(ctx context.Context, progress func(string, ...any)) (*co
 		return nil, err
 	}
 	res := &coldResults{Keys: c.ColdKeys}
-	for _, name := range coldVariants {
-		if !slices.ContainsFunc(vs, func(v variant) bool { return v.Name == name }) {
-			continue
+	for _, shape := range coldShapes {
+		for _, name := range coldVariants {
+			if !slices.ContainsFunc(vs, func(v variant) bool { return v.Name == name }) {
+				continue
+			}
+			r, err := b.coldFleet(ctx, name, shape.Name, c.ColdRun, false)
+			if err != nil {
+				return nil, fmt.Errorf("cold, %s, %s: %w", shape.Name, name, err)
+			}
+			progress("cold        %-20s %-28s %8.0f admissions/s, Redis CPU %.2f µs, client CPU %.2f µs, %.3f calls per admission, steal %v",
+				shape.Name, name, r.perSecond(), r.Redis.CPUUsec, r.clientUsec(), r.Redis.Trips, r.Steal)
+			res.Runs = append(res.Runs, r)
 		}
-		r, err := b.coldFleet(ctx, name, c.ColdRun, false)
-		if err != nil {
-			return nil, fmt.Errorf("cold, %s: %w", name, err)
+		if q, g, ok := res.pair(shape.Name); ok {
+			progress("cold        %-20s quick-start pacer against redis_rate: Redis CPU %.2fx, client CPU %.2fx", shape.Name,
+				q.Redis.CPUUsec/g.Redis.CPUUsec, q.clientUsec()/g.clientUsec())
 		}
-		progress("cold        %-40s %8.0f admissions/s of %d, Redis CPU %.2f µs per admission, %.3f calls per admission",
-			name, r.perSecond(), c.ColdKeys, r.Redis.CPUUsec, r.Redis.Trips)
-		res.Runs = append(res.Runs, r)
 	}
 	return res, nil
 }
@@ -109,7 +176,7 @@ func (b *bench) runCold(ctx context.Context, progress func(string, ...any)) (*co
 // coldFleet runs c.Procs cold children of variant name for run. With
 // keepGoing a failed wait is counted and the children go on; without, it
 // fails the run.
-func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, keepGoing bool) (coldRun, error) {
+func (b *bench) coldFleet(ctx context.Context, name, shape string, run time.Duration, keepGoing bool) (coldRun, error) {
 	c := b.cfg
 	if err := b.flush(ctx); err != nil {
 		return coldRun{}, err
@@ -117,7 +184,7 @@ func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, k
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills children left behind by an error
 	f, err := fleetproc.Start(ctx, fleetproc.Options{Env: coldChildEnv, Procs: c.Procs, Stdin: true,
-		Spec: coldJob{Variant: name, RedisURL: b.url, Keys: c.ColdKeys, Procs: c.Procs, Chunk: coldChunk, KeepGoing: keepGoing}})
+		Spec: coldJob{Variant: name, RedisURL: b.url, Keys: c.ColdKeys, Procs: c.Procs, Chunk: coldChunk, KeepGoing: keepGoing, Shape: shape}})
 	if err != nil {
 		return coldRun{}, err
 	}
@@ -134,7 +201,7 @@ func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, k
 		return coldRun{}, err
 	}
 	start, _ := beginRun(f, run)
-	r := coldRun{Variant: name, Procs: c.Procs, Seconds: run.Seconds(), Steal: -1}
+	r := coldRun{Variant: name, Shape: shapeOf(shape).Name, Procs: c.Procs, Seconds: run.Seconds(), Steal: -1}
 	sampled := make(chan error, 1)
 	go func() {
 		time.Sleep(time.Until(start.Add(3 * run / 4)))
@@ -193,6 +260,9 @@ func (b *bench) coldFleet(ctx context.Context, name string, run time.Duration, k
 		r.Local += e.Local
 		if r.FirstError == "" {
 			r.FirstError = e.FirstError
+		}
+		if e.CloseError != "" && r.CloseError == "" {
+			r.CloseError = e.CloseError
 		}
 		r.WarmErrors += e.WarmErrors
 		if r.WarmFirstError == "" {

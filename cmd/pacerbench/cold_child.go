@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +24,11 @@ import (
 // coldChildEnv carries a cold child's job (see package internal/fleet).
 const coldChildEnv = "PACERBENCH_COLD_CHILD"
 
+// coldProfileEnv, when set to a directory, has each cold child write a CPU
+// profile of its run there (cold-<shape>-<index>.pprof), for go tool
+// pprof: pacerbench -phases cold -only ... with it set in the environment.
+const coldProfileEnv = "PACERBENCH_COLD_PROFILE"
+
 // coldJob is what each process of the cold phase is told; its share of
 // the keys follows from its index (fleetproc.Index).
 type coldJob struct {
@@ -33,6 +41,8 @@ type coldJob struct {
 	// key after a 10 ms pause (the loaded phase), instead of failing the
 	// process.
 	KeepGoing bool
+	// Shape is how the keys are called (coldShapes); "" is coldAtLimit.
+	Shape string
 }
 
 // coldEnd is a cold child's last line.
@@ -50,6 +60,7 @@ type coldEnd struct {
 	// (KeepGoing), WarmFirstError the first one's text.
 	WarmErrors     int64
 	WarmFirstError string
+	CloseError     string // Close's error, after the run: reported, not fatal
 }
 
 // coldMetrics is pacerCounts, also counting pacer's Redis calls by
@@ -97,7 +108,8 @@ func runAsColdChild() (code int, isChild bool) {
 // README's quick start builds, or on newClient's; or redis_rate on
 // newClient's. count counts what newClient's client sends.
 func openCold(j coldJob, goroutines int, count *counter, m *coldMetrics) (limiter, func(), error) {
-	lim := reserve.Limit{Rate: coldLimit.Rate, Burst: coldLimit.Burst}
+	kl := shapeOf(j.Shape).limit
+	lim := reserve.Limit{Rate: kl.Rate, Burst: kl.Burst}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if j.Variant == coldQuickStart {
 		u, err := redis.ParseURL(j.RedisURL)
@@ -125,7 +137,7 @@ func openCold(j coldJob, goroutines int, count *counter, m *coldMetrics) (limite
 	}
 	done := func() { rdb.Close() }
 	if j.Variant == coldGCRA {
-		return &redisRate{l: redis_rate.NewLimiter(rdb), lim: gcraLimit(coldLimit)}, done, nil
+		return &redisRate{l: redis_rate.NewLimiter(rdb), lim: gcraLimit(kl)}, done, nil
 	}
 	l, err := reserve.New(rdb, reserve.Options{RequireRedis: true, Logger: log, Metrics: m})
 	if err != nil {
@@ -189,6 +201,18 @@ func coldChild(j coldJob) error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	if dir := os.Getenv(coldProfileEnv); dir != "" {
+		// A CPU profile of the run, per process, for go tool pprof.
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cold-%s-%d.pprof", strings.ReplaceAll(j.Shape, " ", "-"), i)))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	count.take()
 	m.take()
 	cpu0 := cpuTime()
@@ -197,7 +221,19 @@ func coldChild(j coldJob) error {
 		admissions, failures atomic.Int64
 		firstFailure         atomic.Pointer[string]
 	)
+	if shape := shapeOf(j.Shape); shape.paced {
+		for g, keys := range chunks {
+			wg.Go(func() {
+				n, err := coldPaced(ctx, l, keys, first+g*j.Chunk, shape.pairs, end, j.KeepGoing, &failures, &firstFailure)
+				admissions.Add(n)
+				errs[g] = err
+			})
+		}
+	}
 	for g, keys := range chunks {
+		if shapeOf(j.Shape).paced {
+			break
+		}
 		wg.Go(func() {
 			n := int64(0)
 			defer func() { admissions.Add(n) }()
@@ -240,7 +276,10 @@ func coldChild(j coldJob) error {
 		return err
 	}
 	if err := l.close(); err != nil {
-		return err
+		// The run's figures are taken; Close's leave may time out on a
+		// loaded machine (its CallTimeout), which they do not depend on.
+		fmt.Fprintf(os.Stderr, "pacerbench cold child: %v\n", err)
+		last2.CloseError = err.Error()
 	}
 	js, err := json.Marshal(last2)
 	if err != nil {
@@ -252,3 +291,64 @@ func coldChild(j coldJob) error {
 
 // coldKey is the n-th key of the cold phase.
 func coldKey(n int) string { return "cold:" + strconv.Itoa(n) }
+
+// coldPaced calls keys (the n-th being the fleet's key number base+n) on
+// a schedule of their own, one call each per second, spread evenly over
+// the second, until end: the caller's schedule, not the limiter's. With
+// pairs, the keys of even numbers are called twice in a row every other
+// second instead of once a second (half of them in even rounds, half in
+// odd), so that a quarter of the calls (the second of a pair) wait for
+// their slot; the waiting call runs on a goroutine of its own, leaving
+// the schedule on time. It returns the admissions that ended before end,
+// and with !keepGoing the first failed wait.
+func coldPaced(ctx context.Context, l limiter, keys []string, base int, pairs bool, end time.Time,
+	keepGoing bool, failures *atomic.Int64, firstFailure *atomic.Pointer[string]) (int64, error) {
+	var (
+		n        atomic.Int64
+		failed   atomic.Pointer[error]
+		inflight sync.WaitGroup
+	)
+	defer inflight.Wait()
+	call := func(key string) {
+		if err := l.wait(ctx, key); err != nil {
+			if endOfRun(ctx, err) {
+				return
+			}
+			if !keepGoing {
+				failed.CompareAndSwap(nil, &err)
+				return
+			}
+			if failures.Add(1) == 1 {
+				text := strings.Join(strings.Fields(err.Error()), " ")
+				firstFailure.Store(&text)
+			}
+			return
+		}
+		if time.Now().Before(end) {
+			n.Add(1)
+		}
+	}
+	step := time.Second / time.Duration(len(keys))
+	// Each goroutine starts at its own offset within the step.
+	next := time.Now().Add(rand.N(step))
+	for round := 0; ; round++ {
+		for i, key := range keys {
+			if sleep(ctx, time.Until(next)) != nil || !time.Now().Before(end) || failed.Load() != nil {
+				inflight.Wait()
+				if p := failed.Load(); p != nil {
+					return n.Load(), *p
+				}
+				return n.Load(), nil
+			}
+			next = next.Add(step)
+			switch k := base + i; {
+			case !pairs || k%2 == 1:
+				call(key)
+			case (k/2+round)%2 == 0:
+				// A pair: the second waits for the slot after the first's.
+				call(key)
+				inflight.Go(func() { call(key) })
+			}
+		}
+	}
+}

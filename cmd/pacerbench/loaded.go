@@ -113,7 +113,7 @@ func (b *bench) loadedOnce(ctx context.Context, name string, n int) (loadedRun, 
 			}
 		}
 	}()
-	cr, err := b.coldFleet(ctx, name, b.cfg.LoadedRun, true)
+	cr, err := b.coldFleet(ctx, name, coldAtLimit, b.cfg.LoadedRun, true)
 	close(stop)
 	r.LoadMax = <-highest
 	cpu1 := readMachineCPU()
