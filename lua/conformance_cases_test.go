@@ -970,7 +970,7 @@ func TestConformanceFairGroups(t *testing.T) {
 		t.Errorf("two tenants' batches: %v, want seq 1 and 2", reply)
 	}
 	for i, args := range [][]string{
-		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "x"},   // a bad cost in the second batch
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "x"},  // a bad cost in the second batch
 		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "nan", "1"}, // a bad max wait there
 		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "9"},  // a cost above the burst
 		{"2 1 0 0 1 0 1 0 w 2", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "1"},  // no request left for b
