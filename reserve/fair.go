@@ -18,9 +18,10 @@ import (
 // Fair share and lanes (docs/design.md, "Fair share and lanes"). A fair
 // request (one naming a Tenant or a Lane) is booked only when it is its
 // tenant's turn and its slot lies within the booking horizon; until then it
-// waits in its process, in a queue of its key, tenant and lane, whose pump
-// asks Redis for the queue's head requests and sleeps until it is told to
-// ask again. The rule itself is in lua/fair.lua.
+// waits in its process, in a queue of its key, tenant and lane; the key's
+// pump asks Redis for the heads of all of the key's queues in one call and
+// sleeps until the first is told to ask again. The rule itself is in
+// lua/fair.lua.
 
 var fairScript = redis.NewScript(lua.Fair)
 
@@ -233,7 +234,7 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 		ks.mu.Lock()
 		now := l.clock.Now()
 		var ready []fairGroup
-		var spec *spec
+		var sp *spec // the policy's, every queue's of the pump
 		var first time.Time // the first retry to come
 		due := false        // a queue's retry has come
 		for ft, q := range ks.fair {
@@ -283,13 +284,13 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			q.inflight = n
 			g.reqs = append([]*request(nil), q.waiting[:n]...)
 			g.queued, g.last = len(q.waiting), n == len(q.waiting)
-			spec = q.spec
+			sp = q.spec
 			batch = append(batch, g.reqs...)
 			groups = append(groups, g)
 		}
 		ks.mu.Unlock()
 
-		results := l.fairCall(l.loopCtx, ks.name, spec, groups, batch)
+		results := l.fairCall(l.loopCtx, ks.name, sp, groups, batch)
 
 		var orphans []*Reservation
 		ks.mu.Lock()
