@@ -234,7 +234,7 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 		ks.mu.Lock()
 		now := l.clock.Now()
 		var ready []fairGroup
-		var sp *spec // the policy's, every queue's of the pump
+		var sp *spec        // the policy's, every queue's of the pump
 		var first time.Time // the first retry to come
 		due := false        // a queue's retry has come
 		for ft, q := range ks.fair {
