@@ -942,3 +942,55 @@ func TestConformanceCalendar(t *testing.T) {
 		t.Errorf("a stored calendar band of 1 a day: waits %v bands %q, want 0 and the next midnight, set by daily", r.waits, r.bands)
 	}
 }
+
+// TestConformanceFairGroups: the fair script's batches of several tenants
+// in one call (fair.lua: a spec ending in the batch's length "<n>", another
+// pair after it). A good call books each batch as calls of their own would;
+// a bad pair or a bad request of any batch refuses the call, PACER_ARG,
+// before anything is written, the first batch's state included.
+func TestConformanceFairGroups(t *testing.T) {
+	c := newConn(t)
+	lim := common(0, 0, "1", "permits", limit("1000", "3")...)
+	keys := func(k string) []string {
+		rk := c.reserveKeys(k)
+		out := []string{rk[0], rk[1], rk[2]}
+		for _, s := range []string{":fair", ":fw:u", ":fw:n", ":fw:b", ":fp:u", ":fp:n", ":fp:b", ":weights", ":fx"} {
+			out = append(out, c.key(k, s))
+		}
+		return out
+	}
+	// Two tenants, one request each, in one call: both booked, a slot
+	// interval apart (the burst of 3 lets both go now).
+	got, err := c.eval("FAIR", keys("good"), append(slices.Clone(lim), "2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "1")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := got.([]any)
+	if reply[3] != int64(1) || reply[5] != int64(2) {
+		t.Errorf("two tenants' batches: %v, want seq 1 and 2", reply)
+	}
+	for i, args := range [][]string{
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "x"},  // a bad cost in the second batch
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "nan", "1"}, // a bad max wait there
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "9"},  // a cost above the burst
+		{"2 1 0 0 1 0 1 0 w 2", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "1"},  // no request left for b
+		{"2 1 0 0 1 0 1 0 w 0", "a", "2 1 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "1"},  // an empty batch
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 0 0 0 1 0 1 0 w", "b", "", "2", "-1", "1", "-1", "1"},  // a bad weight in the second pair
+		{"2 1 0 0 1 0 1 0 w 1", "a", "2 1 0 0 1 0 1 0 w", "b", "", "3", "-1", "1", "-1", "1"},  // m beyond the requests
+	} {
+		k := fmt.Sprintf("badgroups:%d", i)
+		_, err := c.eval("FAIR", keys(k), append(slices.Clone(lim), args...)...)
+		if want := "PACER_ARG"; i == 2 {
+			if code(err) != "PACER_EXCEEDS" {
+				t.Errorf("case %d: %v, want PACER_EXCEEDS", i, err)
+			}
+		} else if code(err) != want {
+			t.Errorf("case %d: %v, want %s", i, err, want)
+		}
+		for _, key := range keys(k) {
+			if n, _ := c.do("EXISTS", key); n != int64(0) {
+				t.Errorf("case %d wrote %s", i, key)
+			}
+		}
+	}
+}

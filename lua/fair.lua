@@ -51,6 +51,15 @@
 --              batch included), age_us how long the first of them has
 --              waited, and id the Limiter's (no spaces), for the figures
 -- ARGV[opi+1]  the tenant (any string, "" included)
+-- Several tenants' batches may share one call: a spec that ends in a
+--              tenth word, "<n>" (>= 1), takes the call's next n requests
+--              and is followed by another spec and tenant pair; the pair
+--              without one takes the rest of the requests (at least one).
+--              The pairs' batches are served in ARGV order, each exactly as
+--              a call of its own for that batch would serve it, one after
+--              the other (the same rule, state written in between; one
+--              now). Every pair and request is checked before anything is
+--              written.
 -- The figures an operator reads (admin.Status), in KEYS[4]: "b<l>" and
 -- "b<l> <tenant>", "<sum> <at>": the lane's and the tenant's booked
 -- durations (µs), decayed by e every 10 s, as of at (Unix µs); and "q<l>
@@ -63,50 +72,110 @@ local idle_us = 10000000
 local max_tenants = 10000
 
 do
-  local spec, tenant = ARGV[opi], ARGV[opi + 1]
-  local lane, weight, hmin, minshare, last, grace, queued, age, id = string.match(spec or '',
-    '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+) (%d+) (%d+) (%S+)$')
-  lane, weight, hmin, minshare, grace = tonumber(lane), tonumber(weight), tonumber(hmin), tonumber(minshare), tonumber(grace)
-  queued, age = tonumber(queued), tonumber(age)
-  if not lane or not tenant or not weight or weight <= 0 or weight == math.huge or weight ~= weight
-      or not finite(hmin) or hmin < 0 or not finite(minshare) or minshare < 0 or minshare >= 1
-      or not finite(grace) or grace < 0 or not queued or not age or not id then
-    return redis.error_reply('PACER_ARG bad fair arguments')
+  -- The pairs of spec and tenant, each a batch of the call's requests.
+  local groups = {}
+  local counted = 0
+  while true do
+    local spec, tenant = ARGV[opi], ARGV[opi + 1]
+    local g = {}
+    local n
+    g.lane, g.weight, g.hmin, g.minshare, g.last, g.grace, g.queued, g.age, g.id, n = string.match(spec or '',
+      '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+) (%d+) (%d+) (%S+) (%d+)$')
+    if not g.lane then
+      g.lane, g.weight, g.hmin, g.minshare, g.last, g.grace, g.queued, g.age, g.id = string.match(spec or '',
+        '^([123]) (%S+) (%S+) (%S+) ([01]) (%S+) (%d+) (%d+) (%S+)$')
+    end
+    g.lane, g.weight, g.hmin, g.minshare, g.grace = tonumber(g.lane), tonumber(g.weight), tonumber(g.hmin), tonumber(g.minshare), tonumber(g.grace)
+    g.queued, g.age, g.tenant, n = tonumber(g.queued), tonumber(g.age), tenant, tonumber(n)
+    local weight = g.weight
+    if not g.lane or not tenant or not weight or weight <= 0 or weight == math.huge or weight ~= weight
+        or not finite(g.hmin) or g.hmin < 0 or not finite(g.minshare) or g.minshare < 0 or g.minshare >= 1
+        or not finite(g.grace) or g.grace < 0 or not g.queued or not g.age or not g.id or (n and n < 1) then
+      return redis.error_reply('PACER_ARG bad fair arguments')
+    end
+    opi = opi + 2
+    groups[#groups + 1] = g
+    if not n then
+      break
+    end
+    counted = counted + n
+    g.n = counted -- the batch's last request
   end
-  opi = opi + 2
 
   local h = KEYS[4]
-  local wkey, pkey = KEYS[4 + lane], KEYS[7 + lane]
   -- Every key this call reads or writes is read first, so that one of
-  -- another type refuses the call before anything is written.
-  local lv = redis.pcall('HMGET', h, 'v' .. lane, 'e' .. lane)
-  local ps = redis.pcall('ZSCORE', pkey, tenant)
-  if lv.err or (type(ps) == 'table' and ps.err) then
-    return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+  -- another type refuses the call before anything is written; so is every
+  -- stored weight.
+  local top = 1
+  for _, g in ipairs(groups) do
+    top = math.max(top, g.lane)
+    local lv = redis.pcall('HMGET', h, 'v' .. g.lane)
+    local ps = redis.pcall('ZSCORE', KEYS[7 + g.lane], g.tenant)
+    if lv.err or (type(ps) == 'table' and ps.err) then
+      return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
+    end
+    local sw = redis.pcall('HMGET', KEYS[11], g.tenant)
+    if sw.err then
+      return redis.error_reply('PACER_WRONGTYPE the stored weights key holds another type')
+    end
+    if sw[1] then
+      g.weight = tonumber(sw[1])
+      if not g.weight or not (g.weight >= 1e-6 and g.weight <= 1e6) then
+        return redis.error_reply('PACER_CONFIG a stored weight is not a number in [1e-6, 1e6]')
+      end
+    end
   end
   if type(redis.pcall('ZCARD', KEYS[12])) == 'table' then
     return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
   end
-  for l = 1, lane do
+  for l = 1, top do
     if type(redis.pcall('ZCARD', KEYS[4 + l])) == 'table' then
       return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
     end
   end
-  local sw = redis.pcall('HMGET', KEYS[11], tenant)
-  if sw.err then
-    return redis.error_reply('PACER_WRONGTYPE the stored weights key holds another type')
-  end
-  if sw[1] then
-    weight = tonumber(sw[1])
-    if not weight or not (weight >= 1e-6 and weight <= 1e6) then
-      return redis.error_reply('PACER_CONFIG a stored weight is not a number in [1e-6, 1e6]')
+  if #groups > 1 then
+    -- The requests, as reserve.lua reads them: a bad one refuses the call
+    -- before a batch's state is written.
+    local m = tonumber(ARGV[opi + 1])
+    local width = 1 + nunits
+    if not m or m <= counted or #ARGV ~= opi + 1 + m * width then
+      return redis.error_reply('PACER_ARG bad fair arguments')
+    end
+    for i = opi + 2, opi + 1 + m * width, width do
+      local max_wait = tonumber(ARGV[i])
+      if not max_wait or max_wait ~= max_wait or max_wait == math.huge or (max_wait < 0 and max_wait ~= -1) then
+        return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+      end
+      local cost = cost_arg(i + 1)
+      if not cost then
+        return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+      end
+      if not fits(cost) then
+        return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
+      end
     end
   end
+
   local now = now_us + now_frac -- Unix µs
-  local ufield = 'u' .. lane .. ':' .. tenant
-  local v = tonumber(lv[1]) or 0
-  local pass = tonumber(ps) or v
-  local entitled_at = tonumber(lv[2]) or 0
+  -- The batch being served (load): its tenant, lane and figures, and the
+  -- lane's and the tenant's state as read.
+  local lane, weight, hmin, minshare, last, grace, queued, age, id, tenant
+  local wkey, pkey, ufield, v, pass, entitled_at
+  local deferred, by_share, kept
+  local nbooked, booked_d -- the figures
+  local function load(g)
+    lane, weight, hmin, minshare, last, grace = g.lane, g.weight, g.hmin, g.minshare, g.last, g.grace
+    queued, age, id, tenant = g.queued, g.age, g.id, g.tenant
+    wkey, pkey = KEYS[4 + lane], KEYS[7 + lane]
+    local lv = redis.call('HMGET', h, 'v' .. lane, 'e' .. lane)
+    ufield = 'u' .. lane .. ':' .. tenant
+    v = tonumber(lv[1]) or 0
+    pass = tonumber(redis.call('ZSCORE', pkey, tenant)) or v
+    entitled_at = tonumber(lv[2]) or 0
+    deferred, by_share, kept = false, false, false
+    nbooked, booked_d = 0, 0
+  end
+  load(groups[1])
 
   -- least_waiting returns the least start of a tenant other than tenant
   -- waiting in lane l, or nil; waiting that lapsed is dropped on the way.
@@ -139,9 +208,6 @@ do
     return nil
   end
 
-  local deferred = false
-  local by_share = false
-  local nbooked, booked_d = 0, 0 -- the figures
   fair = {}
 
   -- gate returns, for a request of cost: true and the most it may wait
@@ -208,7 +274,6 @@ do
   -- outlives notes a request deferred by retry µs whose caller waits at
   -- most max_wait µs (-1: no maximum): the tenant waits on only if one of
   -- them outlives its retry (an AllowN refused holds nobody back).
-  local kept = false
   function fair.outlives(max_wait, retry)
     if max_wait < 0 or retry <= max_wait then
       kept = true
@@ -293,5 +358,25 @@ do
       redis.call('PEXPIRE', KEYS[k], ttl)
     end
     redis.call('PEXPIRE', fx, ttl)
+  end
+  if #groups > 1 then
+    -- reserve.lua reads each request's costs (cost_arg) as it comes to it:
+    -- at the first request of the next batch, this one's state is written
+    -- (as reserve.lua writes it after its last request) and the next one's
+    -- read.
+    local read_cost, first, width, g = cost_arg, opi + 3, 1 + nunits, 1
+    cost_arg = function(i)
+      local r = (i - first) / width + 1
+      if groups[g].n and r > groups[g].n then
+        if fair.stopped then
+          fair.defer(fair.stopped)
+        end
+        fair.finish()
+        fair.stopped = nil
+        g = g + 1
+        load(groups[g])
+      end
+      return read_cost(i)
+    end
   end
 end

@@ -244,3 +244,73 @@ func SetSeatPoll(d time.Duration) (restore func()) {
 	seatPoll = d
 	return func() { seatPoll = old }
 }
+
+// FairWaiting is how many fair requests wait on key in l's queues, not in
+// a call (fair.go), for tests.
+func (l *Limiter) FairWaiting(key string) int {
+	ks := l.states.peek(key)
+	if ks == nil {
+		return 0
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	n := 0
+	for _, q := range ks.fair {
+		n += len(q.waiting) - q.inflight
+	}
+	return n
+}
+
+// FairGroup is one queue's batch in FairAskGroups: n requests of req, the
+// whole queue when last.
+type FairGroup struct {
+	Req  Request
+	N    int
+	Last bool
+}
+
+// FairAskGroups is one call of a key's fair pump (fair.go) for groups, all
+// of one key and policy, and returns per group what FairAsk returns.
+func FairAskGroups(ctx context.Context, l *Limiter, groups []FairGroup) (slots [][]int64, retries []time.Time, err error) {
+	var gs []fairGroup
+	var all []*request
+	var s *spec
+	for _, g := range groups {
+		sp, amounts, f, err := l.check(g.Req)
+		if err != nil {
+			return nil, nil, err
+		}
+		if f == nil {
+			f = &fairness{weight: 1}
+		}
+		s = sp
+		reqs := make([]*request, g.N)
+		for i := range reqs {
+			reqs[i] = &request{op: "reserve", amounts: amounts, maxWait: -1, done: make(chan result, 1)}
+		}
+		gs = append(gs, fairGroup{ft: fairTurn{sp.sig, *f}, reqs: reqs, queued: g.N, last: g.Last})
+		all = append(all, reqs...)
+	}
+	res := l.fairCall(ctx, groups[0].Req.Key, s, gs, all)
+	for _, g := range gs {
+		var got []int64
+		var retry time.Time
+		for _, r := range res[:len(g.reqs)] {
+			var d *errDeferred
+			switch {
+			case errors.As(r.err, &d):
+				retry = d.retry
+			case r.err != nil:
+				return nil, nil, r.err
+			default:
+				got = append(got, r.r.slotNS)
+			}
+			if !retry.IsZero() {
+				break
+			}
+		}
+		res = res[len(g.reqs):]
+		slots, retries = append(slots, got), append(retries, retry)
+	}
+	return slots, retries, nil
+}

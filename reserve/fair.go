@@ -1,10 +1,12 @@
 package reserve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,9 +18,10 @@ import (
 // Fair share and lanes (docs/design.md, "Fair share and lanes"). A fair
 // request (one naming a Tenant or a Lane) is booked only when it is its
 // tenant's turn and its slot lies within the booking horizon; until then it
-// waits in its process, in a queue of its key, tenant and lane, whose pump
-// asks Redis for the queue's head requests and sleeps until it is told to
-// ask again. The rule itself is in lua/fair.lua.
+// waits in its process, in a queue of its key, tenant and lane; the key's
+// pump asks Redis for the heads of all of the key's queues in one call and
+// sleeps until the first is told to ask again. The rule itself is in
+// lua/fair.lua.
 
 var fairScript = redis.NewScript(lua.Fair)
 
@@ -85,8 +88,8 @@ func (req Request) fairness() (*fairness, error) {
 	return &fairness{tenant: req.Tenant, lane: req.Lane, weight: w}, nil
 }
 
-// fairTurn names a fair queue of a key: the requests one call of the fair
-// script can serve, in order (one policy, tenant, lane and weight).
+// fairTurn names a fair queue of a key: the requests one batch of the
+// fair script serves, in order (one policy, tenant, lane and weight).
 type fairTurn struct {
 	sig string
 	fairness
@@ -97,11 +100,23 @@ type fairTurn struct {
 // inflight are in the pump's call.
 type fairQueue struct {
 	spec     *spec
+	seq      uint64 // the order the key's queues were made in, for the pump's turns
 	waiting  []*request
 	inflight int
-	// retry: while the pump sleeps, when it asks again (the head's turn
-	// comes no sooner, nor that of any request behind it); zero otherwise.
+	// retry: when the pump asks for this queue again (the head's turn
+	// comes no sooner, nor that of any request behind it); zero: at its
+	// next call.
 	retry time.Time
+}
+
+// fairPump is the one goroutine that books a key's fair queues of one
+// policy (a field of the key's state, keys.go): each of its calls of the
+// fair script serves the heads of every queue whose retry has come, one
+// batch per queue, as FIFO requests share a call (batch.go).
+type fairPump struct {
+	kick chan struct{} // a request came for a queue without retry while the pump sleeps
+	turn uint64        // which ready queue goes first in the next call
+	seq  uint64        // the next queue's seq
 }
 
 // fairScriptOf is the Limiter's fair script: fairScript, or a mutant of it
@@ -137,21 +152,34 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 	ks.mu.Lock()
 	if ks.fair == nil {
 		ks.fair = make(map[fairTurn]*fairQueue)
+		ks.fairPumps = make(map[string]*fairPump)
+	}
+	p := ks.fairPumps[s.sig]
+	if p == nil {
+		p = &fairPump{kick: make(chan struct{}, 1)}
+		ks.fairPumps[s.sig] = p
+		go l.pump(ks, s.sig, p)
 	}
 	q, ok := ks.fair[ft]
 	if !ok {
-		q = &fairQueue{spec: s}
+		q = &fairQueue{spec: s, seq: p.seq}
+		p.seq++
 		ks.fair[ft] = q
-		go l.pump(ks, ft, q)
 	}
 	if !q.retry.IsZero() && !req.deadline.IsZero() && q.retry.After(req.deadline) {
-		// The pump sleeps until after this request's maximum wait: its
+		// The queue waits until after this request's maximum wait: its
 		// turn, behind the queue's head, cannot come by then.
 		wait := q.retry.Sub(req.since)
 		ks.mu.Unlock()
 		return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: TurnBinding}
 	}
 	q.waiting = append(q.waiting, req)
+	if q.retry.IsZero() {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 	ks.mu.Unlock()
 
 	select {
@@ -177,123 +205,226 @@ func (l *Limiter) reserveFair(ctx context.Context, op, key string, s *spec, amou
 	return res.r, res.err
 }
 
-// pump books ft's queue on the key, from its head, until it is empty or
-// the Limiter closes. While it sleeps until its retry, anything that moves
-// the key's pause (a pause learned, a resume) wakes it to ask again.
-func (l *Limiter) pump(ks *keyState, ft fairTurn, q *fairQueue) {
+// fairGroup is one queue's batch in a call of the fair script: its
+// requests, from the queue's head, and the queue's length.
+type fairGroup struct {
+	ft     fairTurn
+	q      *fairQueue
+	reqs   []*request
+	queued int
+	last   bool // reqs are the whole queue
+}
+
+// pump books the key's fair queues of policy sig, from their heads, until
+// none is left or the Limiter closes. It calls when a queue's retry has
+// come (or it has none), and each call serves the heads of every queue,
+// at most MaxBatch requests in all, the queues taking turns at going
+// first. A queue whose retry has not come is asked early, which the rule
+// allows (it defers it again, telling it when to ask): its tenant's turn
+// comes no sooner, and its own call would cost one more round trip,
+// since a tenant deferred for its turn is told to ask again a slot
+// interval later, and one deferred for the horizon when its slot enters
+// it, and these drift apart. Between calls the pump sleeps until the
+// first retry; a request for a queue without a retry wakes it, and
+// anything that moves the key's pause (a pause learned, a resume) makes
+// every queue's retry come.
+func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 	fm, _ := l.opts.Metrics.(FairMetrics)
 	for {
 		ks.mu.Lock()
-		if len(q.waiting) == 0 {
-			delete(ks.fair, ft)
+		now := l.clock.Now()
+		var ready []fairGroup
+		var sp *spec        // the policy's, every queue's of the pump
+		var first time.Time // the first retry to come
+		due := false        // a queue's retry has come
+		for ft, q := range ks.fair {
+			if ft.sig != sig {
+				continue
+			}
+			if len(q.waiting) == 0 {
+				delete(ks.fair, ft)
+				continue
+			}
+			if q.retry.IsZero() || !q.retry.After(now) {
+				due = true
+			} else if first.IsZero() || q.retry.Before(first) {
+				first = q.retry
+			}
+			ready = append(ready, fairGroup{ft: ft, q: q})
+		}
+		if len(ready) == 0 {
+			delete(ks.fairPumps, sig)
 			ks.mu.Unlock()
 			return
 		}
-		n := min(len(q.waiting), MaxBatch)
-		q.inflight = n
-		batch := append([]*request(nil), q.waiting[:n]...)
-		queued := len(q.waiting)
-		last := n == queued
-		ks.mu.Unlock()
-
-		results := l.fairBatch(l.loopCtx, ks.name, ft, q.spec, batch, queued, last)
-
-		var orphans []*Reservation
-		var retry time.Time
-		ks.mu.Lock()
-		done := 0
-		for i, req := range batch {
-			res := results[i]
-			var d *errDeferred
-			if errors.As(res.err, &d) {
-				retry = d.retry
-				if fm != nil {
-					fm.Deferred(ks.name, ft.tenant, ft.lane)
-				}
+		if !due {
+			wake := ks.wake
+			ks.mu.Unlock()
+			if !l.pumpSleep(ks, sig, p, first, wake) {
+				return
+			}
+			continue
+		}
+		// The queues' turns at going first: in the order they were made,
+		// from the next one on.
+		slices.SortFunc(ready, func(a, b fairGroup) int { return cmp.Compare(a.q.seq, b.q.seq) })
+		start := int(p.turn % uint64(len(ready)))
+		p.turn++
+		ready = append(ready[start:], ready[:start]...)
+		quota := max(1, MaxBatch/len(ready))
+		var batch []*request
+		groups := ready[:0]
+		for _, g := range ready {
+			if len(batch) == MaxBatch {
 				break
 			}
-			done++
-			if fm != nil && res.r != nil {
-				fm.Turn(ks.name, ft.tenant, ft.lane, max(l.clock.Now().Sub(req.since), 0))
-			}
-			if req.abandoned {
-				if res.r != nil {
-					orphans = append(orphans, res.r)
+			q := g.q
+			q.retry = time.Time{}
+			n := min(len(q.waiting), quota, MaxBatch-len(batch))
+			q.inflight = n
+			g.reqs = append([]*request(nil), q.waiting[:n]...)
+			g.queued, g.last = len(q.waiting), n == len(q.waiting)
+			sp = q.spec
+			batch = append(batch, g.reqs...)
+			groups = append(groups, g)
+		}
+		ks.mu.Unlock()
+
+		results := l.fairCall(l.loopCtx, ks.name, sp, groups, batch)
+
+		var orphans []*Reservation
+		ks.mu.Lock()
+		now = l.clock.Now()
+		for _, g := range groups {
+			ft, q := g.ft, g.q
+			res := results[:len(g.reqs)]
+			results = results[len(g.reqs):]
+			var retry time.Time
+			done := 0
+			for i, req := range g.reqs {
+				var d *errDeferred
+				if errors.As(res[i].err, &d) {
+					retry = d.retry
+					if fm != nil {
+						fm.Deferred(ks.name, ft.tenant, ft.lane)
+					}
+					break
 				}
-				continue
-			}
-			req.sent = true
-			req.done <- res
-		}
-		q.inflight = 0
-		rest := q.waiting[:0]
-		now := l.clock.Now()
-		for i, req := range q.waiting {
-			switch {
-			case i < done:
-			case i < n && req.abandoned:
-			case !retry.IsZero() && !req.deadline.IsZero() && retry.After(req.deadline):
-				// Its turn cannot come before its maximum wait is over.
+				done++
+				if fm != nil && res[i].r != nil {
+					fm.Turn(ks.name, ft.tenant, ft.lane, max(now.Sub(req.since), 0))
+				}
+				if req.abandoned {
+					if res[i].r != nil {
+						orphans = append(orphans, res[i].r)
+					}
+					continue
+				}
 				req.sent = true
-				req.done <- result{nil, &WaitTooLongError{Wait: retry.Sub(now), MaxWait: req.maxWait, Band: TurnBinding}}
-			default:
-				rest = append(rest, req)
+				req.done <- res[i]
+			}
+			n := len(g.reqs)
+			q.inflight = 0
+			rest := q.waiting[:0]
+			for i, req := range q.waiting {
+				switch {
+				case i < done:
+				case i < n && req.abandoned:
+				case !retry.IsZero() && !req.deadline.IsZero() && retry.After(req.deadline):
+					// Its turn cannot come before its maximum wait is over.
+					req.sent = true
+					req.done <- result{nil, &WaitTooLongError{Wait: retry.Sub(now), MaxWait: req.maxWait, Band: TurnBinding}}
+				default:
+					rest = append(rest, req)
+				}
+			}
+			clear(q.waiting[len(rest):])
+			q.waiting = rest
+			if len(rest) > 0 {
+				q.retry = retry
 			}
 		}
-		clear(q.waiting[len(rest):])
-		q.waiting = rest
-		if len(rest) > 0 {
-			q.retry = retry
-		}
-		wake := ks.wake
 		ks.mu.Unlock()
 		for _, r := range orphans {
 			r.cancelDetached()
 		}
-		if retry.IsZero() || len(rest) == 0 {
-			// Ask again at once, or (nothing left) end: a request that
-			// comes later asks for itself, and is told its turn.
-			continue
-		}
-		_, err := l.sleeper.CoarseOr(l.loopCtx, l.localDeadline(retry), wake)
+	}
+}
+
+// pumpSleep sleeps until the first retry of the pump's queues comes, a
+// request wakes it (kick), or the key's pause moves (wake: every queue of
+// the pump asks again). It sleeps on Go's timer, which wakes up to a
+// millisecond late, never early: a queue asked before its retry would be
+// deferred again, a call for nothing. When the Limiter closes, it fails
+// every waiting request and reports false.
+func (l *Limiter) pumpSleep(ks *keyState, sig string, p *fairPump, first time.Time, wake <-chan struct{}) bool {
+	t := time.NewTimer(max(time.Until(l.localDeadline(first)), 0))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.kick:
+	case <-wake:
 		ks.mu.Lock()
-		q.retry = time.Time{}
+		for ft, q := range ks.fair {
+			if ft.sig == sig {
+				q.retry = time.Time{}
+			}
+		}
 		ks.mu.Unlock()
-		if err != nil {
-			ks.mu.Lock()
+	case <-l.loopCtx.Done():
+		ks.mu.Lock()
+		for ft, q := range ks.fair {
+			if ft.sig != sig {
+				continue
+			}
 			for _, req := range q.waiting {
 				req.sent = true
 				req.done <- result{nil, ErrClosed}
 			}
-			q.waiting = nil
 			delete(ks.fair, ft)
-			ks.mu.Unlock()
-			return
 		}
+		delete(ks.fairPumps, sig)
+		ks.mu.Unlock()
+		return false
 	}
+	return true
 }
 
-// fairBatch runs the fair script for reqs, ft's queue's head on key, and
-// returns a result for each: a reservation, an error, or errDeferred for
-// the first one not booked and every one after it. queued is the queue's
-// length, and last says reqs are the whole queue. While Redis is
+// fairBatch runs the fair script for reqs, ft's queue's head on key, alone
+// (see fairCall): queued is the queue's length, and last says reqs are the
+// whole queue.
+func (l *Limiter) fairBatch(ctx context.Context, key string, ft fairTurn, s *spec, reqs []*request, queued int, last bool) []result {
+	return l.fairCall(ctx, key, s, []fairGroup{{ft: ft, reqs: reqs, queued: queued, last: last}}, reqs)
+}
+
+// fairCall runs the fair script for groups, the heads of queues on key
+// (reqs: their requests, in order), in one call, and returns a result for
+// each request: a reservation, an error, or errDeferred for the first of
+// a group not booked and every one after it in the group. While Redis is
 // unavailable, the same script books them on the local fallback's store,
 // among this process's fair queues on the key.
-func (l *Limiter) fairBatch(ctx context.Context, key string, ft fairTurn, s *spec, reqs []*request, queued int, last bool) []result {
-	lastArg := "0"
-	if last {
-		lastArg = "1"
-	}
-	// The head's age and the queue's length are figures for operators
-	// (admin.Status), not part of the rule.
-	var age time.Duration
-	if since := reqs[0].since; !since.IsZero() {
-		age = max(l.clock.Now().Sub(since), 0)
-	}
-	fairArgs := []any{
-		fmt.Sprintf("%d %s %d %s %s %d %d %d %s", ft.lane.index(), formatFloat(ft.weight), l.opts.FairHorizon.Microseconds(),
-			formatFloat(l.opts.MinShare[ft.lane]), lastArg, fairGrace.Microseconds(), queued, age.Microseconds(), l.id),
-		ft.tenant,
+func (l *Limiter) fairCall(ctx context.Context, key string, s *spec, groups []fairGroup, reqs []*request) []result {
+	now := l.clock.Now()
+	fairArgs := make([]any, 0, 2*len(groups))
+	for i, g := range groups {
+		ft := g.ft
+		lastArg := "0"
+		if g.last {
+			lastArg = "1"
+		}
+		// The head's age and the queue's length are figures for operators
+		// (admin.Status), not part of the rule.
+		var age time.Duration
+		if since := g.reqs[0].since; !since.IsZero() {
+			age = max(now.Sub(since), 0)
+		}
+		spec := fmt.Sprintf("%d %s %d %s %s %d %d %d %s", ft.lane.index(), formatFloat(ft.weight), l.opts.FairHorizon.Microseconds(),
+			formatFloat(l.opts.MinShare[ft.lane]), lastArg, fairGrace.Microseconds(), g.queued, age.Microseconds(), l.id)
+		if i < len(groups)-1 {
+			// Another group follows this one's requests (see fair.lua).
+			spec += " " + strconv.Itoa(len(g.reqs))
+		}
+		fairArgs = append(fairArgs, spec, ft.tenant)
 	}
 	return l.grantEither(ctx, key, s, reqs, fairArgs)
 }

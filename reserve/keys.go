@@ -59,6 +59,9 @@ type keyState struct {
 	queues  map[string]*queue       // callers sharing a round trip, by policy (batch.go)
 	leases  map[string]*leaseSlot   // hot keys' leases, by policy (lease.go)
 	fair    map[fairTurn]*fairQueue // fair requests waiting for their turn (fair.go)
+	// fairPumps are the goroutines that book the fair queues, by policy
+	// (fair.go).
+	fairPumps map[string]*fairPump
 
 	local   *localKey       // the local fallback's part while it holds the key (local.go)
 	pending []pendingAdjust // cancels and settles of Redis's grants made while Redis was unavailable
@@ -175,7 +178,7 @@ func (ks *keyState) idle(nowNS int64) bool {
 	for _, slot := range ks.leases {
 		live = live || slot.live != nil
 	}
-	return len(ks.queues) == 0 && !live && len(ks.fair) == 0 && ks.local == nil &&
+	return len(ks.queues) == 0 && !live && len(ks.fair) == 0 && len(ks.fairPumps) == 0 && ks.local == nil &&
 		len(ks.pending) == 0 && ks.seats == nil && (ks.own == nil || ks.own.endNS <= nowNS) && ks.pause.read == nil
 }
 

@@ -284,7 +284,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight", "otel"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "faircost", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight", "otel"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -394,6 +394,7 @@ type results struct {
 	Seams      *seamsResults    // the seams phase, if run
 	Outage     *outageResults   // the outage phase, if run
 	Fair       *fairResults     // the fair phase, if run
+	FairCost   *fairCostResults // the faircost phase, if run
 	Counts     *countsResults   // the counts phase, if run
 	Adaptive   *adaptiveResults // the adaptive phase, if run
 	Learn      *learnResults    // the learn phase, if run
@@ -557,6 +558,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("faircost") {
+		if res.FairCost, err = b.runFairCost(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	if c.runs("counts") {
 		if res.Counts, err = b.runCounts(ctx, progress); err != nil {
 			return nil, err
@@ -616,6 +622,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Fair != nil {
 		tables += res.Fair.tables()
+	}
+	if res.FairCost != nil {
+		tables += res.FairCost.tables()
 	}
 	if res.Counts != nil {
 		tables += res.Counts.tables()

@@ -61,7 +61,7 @@ func TestQuick(t *testing.T) {
 	}
 	halves := []*half{
 		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,learn,cold,loaded,heartbeat,shards"},
-		{phases: "seams,outage,fair,inflight,otel"},
+		{phases: "seams,outage,fair,faircost,inflight,otel"},
 	}
 	var all []string
 	for _, h := range halves {

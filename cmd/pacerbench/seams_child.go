@@ -48,6 +48,9 @@ type seamsJob struct {
 	Goroutines int
 	Fair       bool          // callTenants: name the tenant
 	Think      time.Duration // callTenants: the light tenant's pause after each call
+	// Tenants, with callTenants: goroutine g calls for tenant "t<g mod
+	// Tenants>", none of them light (the faircost phase).
+	Tenants int
 	// Killed: the parent SIGKILLs the child at the run's end, so it calls
 	// on past the end, never returns and never closes its Limiter.
 	// Otherwise its calls stop at the end, it closes the Limiter and
@@ -178,7 +181,10 @@ func seamsChild(j seamsJob) error {
 		switch j.Call {
 		case callTenants:
 			tenant := "flood"
-			if g == 0 {
+			switch {
+			case j.Tenants > 0:
+				tenant = "t" + strconv.Itoa(g%j.Tenants)
+			case g == 0:
 				tenant = "light"
 			}
 			req := reserve.Single(key, lim, 1)
