@@ -39,7 +39,7 @@ func TestKeysBounded(t *testing.T) {
 	if l.states.peek("newest") == nil {
 		t.Fatal("the newest key is not kept")
 	}
-	due := l.reportsDue(time.Now())
+	due := l.reportsDue(time.Now(), nil)
 	if len(due) != 2*reportBatch {
 		t.Fatalf("%d reports due, want a batch of %d keys", len(due)/2, reportBatch)
 	}
@@ -168,9 +168,10 @@ func TestReportsDeduplicated(t *testing.T) {
 	}
 }
 
-// TestReportsOnceAcrossFleet: of two Limiters using a key with the same
-// policy, the second's heartbeat finds the first's report fresh and
-// leaves it as it is; a heartbeat carries at most reportBatch reports.
+// TestReportsOnceAcrossFleet: of two Limiters using the same keys with the
+// same policy, the second's heartbeat does not send the reports the first
+// made fresh (it reads them first), and counts them reported; a heartbeat
+// carries at most reportBatch reports.
 func TestReportsOnceAcrossFleet(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
@@ -218,9 +219,11 @@ func TestReportsOnceAcrossFleet(t *testing.T) {
 			kept++
 		}
 	}
-	// b's batch is random keys of its own (map order): those a reported are
-	// a's still; the 10 a did not report (b reported those it drew) are b's.
-	if added := len(both) - len(first); kept != len(first) || added > 10 {
-		t.Fatalf("after b's heartbeat: %d of a's %d reports kept, %d added; want all kept, at most 10 added", kept, len(first), added)
+	// b sends the 10 reports a did not send, and leaves a's as they are.
+	if added := len(both) - len(first); kept != len(first) || added != 10 {
+		t.Fatalf("after b's heartbeat: %d of a's %d reports kept, %d added; want all kept, 10 added", kept, len(first), added)
+	}
+	if due := b.reportsDue(time.Now(), nil); len(due) != 0 {
+		t.Fatalf("b has %d reports due after its heartbeat, want none: a made the others fresh", len(due)/2)
 	}
 }
