@@ -231,8 +231,14 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
 		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
+	// The reports the fleet holds, read first on Redis, unless the last
+	// heartbeat failed: a Redis that does not answer would delay this one
+	// by a CallTimeout more.
 	var heldRead func([]string) []any
-	if mode == names.ModeRedis {
+	l.fleet.mu.Lock()
+	doubt := l.fleet.doubt
+	l.fleet.mu.Unlock()
+	if mode == names.ModeRedis && !doubt {
 		heldRead = l.heldReports(ctx)
 	}
 	args = append(args, l.reportsDue(time.Now(), heldRead)...)
