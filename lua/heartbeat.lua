@@ -65,7 +65,11 @@
 --          look live and on Redis while it paces locally (combination
 --          runner, seed 72).
 -- ARGV[10...]  optional pairs: a key, and "<Unix ms> <policy>", the policy
---          this Limiter's code passes for it (reserve's stored text form)
+--          this Limiter's code passes for it (reserve's stored text form).
+--          A pair whose policy KEYS[3] holds already, in a report younger
+--          than keep_ms / 3 (by its Unix ms), is not written: each member
+--          using a key reports it, and the fleet writes it about once per
+--          keep_ms / 3, which keeps it (docs/protocol.md, Heartbeat)
 -- Reply    {now_ms} for a heartbeat sent before its Limiter's latest change
 --          of mode (its since_ms older than the one recorded for the other
 --          mode: it changes nothing); else
@@ -186,18 +190,42 @@ redis.call('HSET', KEYS[8], id, format)
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end
-if #ARGV > 9 then
-  local zs = {}
+if #ARGV > 10 then
+  -- A report the fleet holds already, of the same policy and younger than
+  -- keep_ms / 3 (another member made it, or this one lately), is not
+  -- written again: every member using a key reports it, and one write per
+  -- keep_ms / 3 keeps it.
+  local ks = {}
   for i = 10, #ARGV - 1, 2 do
-    zs[#zs + 1] = string.match(ARGV[i + 1], '^(%d+)') or now_ms
-    zs[#zs + 1] = ARGV[i]
+    ks[#ks + 1] = ARGV[i]
   end
-  redis.call('HSET', KEYS[3], unpack(ARGV, 10))
-  redis.call('ZADD', KEYS[6], unpack(zs))
+  local held = redis.call('HMGET', KEYS[3], unpack(ks))
+  local fresh = now_ms - math.floor(keep_ms / 3)
+  local hs, zs = {}, {}
+  for j = 1, #ks do
+    local v = ARGV[8 + 2 * j + 1]
+    local ms = string.match(v, '^(%d+)')
+    local h = held[j]
+    local hms, hp = nil, nil
+    if h then
+      hms, hp = string.match(h, '^(%d+) (.*)$')
+    end
+    if not (hms and tonumber(hms) > fresh and hp == string.match(v, '^%d+ (.*)$')) then
+      hs[#hs + 1] = ks[j]
+      hs[#hs + 1] = v
+      zs[#zs + 1] = ms or now_ms
+      zs[#zs + 1] = ks[j]
+    end
+  end
+  if #hs > 0 then
+    redis.call('HSET', KEYS[3], unpack(hs))
+    redis.call('ZADD', KEYS[6], unpack(zs))
+  end
 end
 -- Reports not renewed within keep_ms go (their Limiters stopped using the
--- keys, or are gone).
-local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. string.format('%d', now_ms - keep_ms), 'LIMIT', 0, 1000)
+-- keys, or are gone), 100 at most a heartbeat: a heartbeat's time stays
+-- bounded, and each heartbeat can add no more (reserve's reportBatch).
+local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. string.format('%d', now_ms - keep_ms), 'LIMIT', 0, 100)
 if #stale > 0 then
   redis.call('HDEL', KEYS[3], unpack(stale))
   redis.call('ZREM', KEYS[6], unpack(stale))

@@ -3,6 +3,7 @@ package reserve
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestKeysBounded(t *testing.T) {
 	if l.states.peek("newest") == nil {
 		t.Fatal("the newest key is not kept")
 	}
-	due := l.reportsDue(time.Now())
+	due := l.reportsDue(time.Now(), nil)
 	if len(due) != 2*reportBatch {
 		t.Fatalf("%d reports due, want a batch of %d keys", len(due)/2, reportBatch)
 	}
@@ -115,5 +116,114 @@ func TestStableRanks(t *testing.T) {
 	}
 	if r, _ := beat("z", "0"); r != 4 {
 		t.Errorf("z asked for 0 (taken) and got %d, want the smallest free, 4", r)
+	}
+}
+
+// TestReportsDeduplicated: heartbeat.lua does not rewrite a report of the
+// same policy younger than keep_ms / 3, whichever member made it (issue 43:
+// 4 processes on 10,000 keys each wrote all 10,000, four times what the
+// hash keeps); it writes a changed policy at once, and one older than
+// keep_ms / 3.
+func TestReportsDeduplicated(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	keys := layout.FleetKeys(prefix)
+	now := time.Now().UnixMilli()
+	run := func(id string, pairs ...any) {
+		t.Helper()
+		// keep_ms 30 s: a report younger than 10 s is fresh.
+		base := []any{id, "redis", fmt.Sprint(now, " 0"), 2000, 60_000, 1250, 30_000, "", ""}
+		if err := heartbeatScript.Run(ctx, s.Client, keys, append(base, pairs...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func(key string) (string, float64) {
+		t.Helper()
+		v, err := s.Client.HGet(ctx, keys[2], key).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		at, err := s.Client.ZScore(ctx, keys[5], key).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return v, at
+	}
+	p, q := " 1 permits permits b 1 1", " 2 permits permits b 2 1"
+	a := fmt.Sprint(now-5000, p)
+	run("a", "same", a, "changed", a, "old", fmt.Sprint(now-12_000, p))
+	run("b", "same", fmt.Sprint(now, p), "changed", fmt.Sprint(now, q), "old", fmt.Sprint(now, p), "new", fmt.Sprint(now, p))
+	for key, want := range map[string]string{
+		"same":    a,                  // a's, 5 s old: fresh, not rewritten
+		"changed": fmt.Sprint(now, q), // another policy: written
+		"old":     fmt.Sprint(now, p), // 12 s old: renewed
+		"new":     fmt.Sprint(now, p), // none held
+	} {
+		v, at := held(key)
+		ms, _, _ := strings.Cut(want, " ")
+		if v != want || fmt.Sprint(int64(at)) != ms {
+			t.Errorf("%s: held %q at %v, want %q at %s", key, v, int64(at), want, ms)
+		}
+	}
+}
+
+// TestReportsOnceAcrossFleet: of two Limiters using the same keys with the
+// same policy, the second's heartbeat does not send the reports the first
+// made fresh (it reads them first), and counts them reported; a heartbeat
+// carries at most reportBatch reports.
+func TestReportsOnceAcrossFleet(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	opts := Options{KeyPrefix: prefix, HeartbeatInterval: time.Hour, RequireRedis: true}
+	a, err := New(s.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New(s.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sp, err := Limit{Rate: 1, Burst: 1}.Policy().compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reportBatch + 10 {
+		a.reportUse(fmt.Sprint("k", i), sp)
+		b.reportUse(fmt.Sprint("k", i), sp)
+	}
+	if _, err := a.heartbeatOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Client.HGetAll(ctx, layout.Policies(prefix)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != reportBatch {
+		t.Fatalf("a's heartbeat wrote %d reports, want a batch of %d", len(first), reportBatch)
+	}
+	time.Sleep(2 * time.Millisecond) // b's reports carry a later ms
+	if _, err := b.heartbeatOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	both, err := s.Client.HGetAll(ctx, layout.Policies(prefix)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	for k, v := range first {
+		if both[k] == v {
+			kept++
+		}
+	}
+	// b sends the 10 reports a did not send, and leaves a's as they are.
+	if added := len(both) - len(first); kept != len(first) || added != 10 {
+		t.Fatalf("after b's heartbeat: %d of a's %d reports kept, %d added; want all kept, 10 added", kept, len(first), added)
+	}
+	if due := b.reportsDue(time.Now(), nil); len(due) != 0 {
+		t.Fatalf("b has %d reports due after its heartbeat, want none: a made the others fresh", len(due)/2)
 	}
 }

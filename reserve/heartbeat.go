@@ -28,6 +28,20 @@ func (l *Limiter) fleetKeys() []string { return layout.FleetKeys(l.opts.KeyPrefi
 // stored). Each is reported when first used or changed, and again every
 // reportEvery while in use; the fleet's hash drops a report not renewed
 // within reportKeep. At most reportBatch are reported per heartbeat.
+//
+// Every member that uses a key reports it, but the fleet writes it about
+// once per reportEvery (issue 43: 4 processes on 10,000 keys each wrote
+// all 10,000, 500 a heartbeat, and a heartbeat of 450 reports held Redis
+// 2 to 2.4 ms, up to 13): a heartbeat first reads the reports the fleet
+// holds for the keys due (reportsDue's held) and does not send one another
+// member made fresh, and heartbeat.lua does not rewrite a report of the
+// same policy younger than keep_ms / 3 (reportEvery), whichever member
+// made it. So the member whose report is held writes it again a minute on,
+// and a report is at most reportEvery plus a member's round of its keys
+// old while any member uses the key. The batch bounds a heartbeat's Redis
+// time (docs/sizing.md, "The policies' reports"); a member sends 100
+// reports a second at most, so it keeps the reports of up to
+// (reportKeep - reportEvery) x 100 = 12,000 keys it alone uses.
 type report struct {
 	s    *spec
 	sent time.Time
@@ -35,8 +49,9 @@ type report struct {
 }
 
 const (
-	reportBatch = 500
-	reportEvery = time.Minute
+	reportBatch = 100
+	reportCheck = 500         // due reports whose held ones a heartbeat reads
+	reportEvery = time.Minute // heartbeat.lua's keep_ms / 3
 	reportKeep  = 3 * reportEvery
 )
 
@@ -54,22 +69,103 @@ func (l *Limiter) reportUse(key string, s *spec) {
 }
 
 // reportsDue returns the heartbeat's arguments for the reports due now
-// (key, "<ms> <policy>" pairs): those of keys used since their last report
-// and not reported within reportEvery, and marks them sent.
-func (l *Limiter) reportsDue(now time.Time) []any {
-	var out []any
+// (key, "<ms> <policy>" pairs, reportBatch at most): those of keys used
+// since their last report and not reported within reportEvery, and marks
+// them sent. With held (nil: none), the reports the fleet holds for up
+// to reportCheck due keys are read first (one HMGET): one another member
+// made fresh, of the same policy, is not sent; its key counts as reported
+// when that report was made, and is due again reportEvery after it. Of 4
+// processes starting together on 10,000 keys, each sent all 10,000; the
+// fleet's hash keeps one each.
+func (l *Limiter) reportsDue(now time.Time, held func(keys []string) []any) []any {
+	type due struct {
+		ks   *keyState
+		s    *spec
+		text string
+	}
+	limit := reportBatch
+	if held != nil {
+		limit = reportCheck
+	}
+	var cands []due
 	for _, ks := range l.states.all() {
-		if len(out) >= 2*reportBatch {
+		if len(cands) >= limit {
 			break
 		}
 		ks.mu.Lock()
 		if r := &ks.report; r.s != nil && now.Sub(r.sent) >= reportEvery && r.used.After(r.sent) {
-			out = append(out, ks.name, strconv.FormatInt(now.UnixMilli(), 10)+" "+r.s.storedText())
-			r.sent = now
+			cands = append(cands, due{ks, r.s, r.s.storedText()})
 		}
 		ks.mu.Unlock()
 	}
+	var hv []any
+	if held != nil && len(cands) > 0 {
+		names := make([]string, len(cands))
+		for i, c := range cands {
+			names[i] = c.ks.name
+		}
+		if hv = held(names); len(hv) != len(cands) {
+			hv = nil // unread: send them
+		}
+	}
+	var out []any
+	for i, c := range cands {
+		if hv != nil {
+			if at, ok := freshReport(hv[i], c.text, now); ok {
+				c.ks.mu.Lock()
+				if r := &c.ks.report; r.s == c.s {
+					r.sent = at
+				}
+				c.ks.mu.Unlock()
+				continue
+			}
+		}
+		if len(out) >= 2*reportBatch {
+			continue
+		}
+		out = append(out, c.ks.name, strconv.FormatInt(now.UnixMilli(), 10)+" "+c.text)
+		c.ks.mu.Lock()
+		if r := &c.ks.report; r.s == c.s {
+			r.sent = now
+		}
+		c.ks.mu.Unlock()
+	}
 	return out
+}
+
+// freshReport reports whether v, a report the fleet holds ("<Unix ms>
+// <policy>"), is of policy text and younger than reportEvery at now (this
+// Limiter's clock; heartbeat.lua decides on the server's when it is sent),
+// and when it was made.
+func freshReport(v any, text string, now time.Time) (time.Time, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, p, ok := strings.Cut(s, " ")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || p != text {
+		return time.Time{}, false
+	}
+	t := time.UnixMilli(at)
+	if age := now.Sub(t); age < 0 || age >= reportEvery {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// heldReports reads the reports the fleet holds for keys (HMGET), nil if
+// it cannot (the heartbeat then sends them all).
+func (l *Limiter) heldReports(ctx context.Context) func(keys []string) []any {
+	return func(keys []string) []any {
+		ctx, cancel := context.WithTimeout(ctx, l.opts.CallTimeout)
+		defer cancel()
+		v, err := l.rdb.HMGet(ctx, l.fleetKeys()[2], keys...).Result()
+		if err != nil {
+			return nil
+		}
+		return v
+	}
 }
 
 // heartbeat records this Limiter as live, with its mode, and learns the
@@ -135,7 +231,17 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
 		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
-	args = append(args, l.reportsDue(time.Now())...)
+	// The reports the fleet holds, read first on Redis, unless the last
+	// heartbeat failed: a Redis that does not answer would delay this one
+	// by a CallTimeout more.
+	var heldRead func([]string) []any
+	l.fleet.mu.Lock()
+	doubt := l.fleet.doubt
+	l.fleet.mu.Unlock()
+	if mode == names.ModeRedis && !doubt {
+		heldRead = l.heldReports(ctx)
+	}
+	args = append(args, l.reportsDue(time.Now(), heldRead)...)
 	res, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).

@@ -82,7 +82,7 @@ func shapeOf(name string) coldShape {
 
 // benchCommands are this program's own commands on the admin client,
 // which the cold and heartbeat phases leave out of Redis's figures.
-var benchCommands = map[string]bool{"info": true, "dbsize": true, "memory": true, "config": true, "flushdb": true, "ping": true}
+var benchCommands = map[string]bool{"info": true, "dbsize": true, "memory": true, "config": true, "flushdb": true, "ping": true, "slowlog": true}
 
 // coldRun is one row of the cold table.
 type coldRun struct {

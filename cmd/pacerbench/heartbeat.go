@@ -27,7 +27,9 @@ import (
 // long, and prints per Limiter and second: Redis CPU above the baseline,
 // the commands Redis ran and their µs, and what the fleet's keys and the
 // Limiters' connections hold in Redis. Three fleet sizes show how a
-// heartbeat's cost grows with the fleet.
+// heartbeat's cost grows with the fleet. Each heartbeat's own Redis time
+// (mean, p99, max) comes from SLOWLOG, and a last run has c.Procs Limiters
+// report the same c.ColdKeys keys' policies from a cold start (beats.go).
 
 // heartbeatEvery is reserve.Options.HeartbeatInterval's default.
 const heartbeatEvery = time.Second
@@ -43,12 +45,14 @@ type heartbeatRun struct {
 	MemGrowth int64              // used_memory's growth: the fleet's keys and the connections
 	Conns     int64              // connected_clients' growth
 	Fallbacks int64              // switches to local pacing: Redis too slow for a heartbeat
+	Beats     beatStats          // each heartbeat's Redis time (SLOWLOG)
 }
 
 // heartbeatResults is the heartbeat phase.
 type heartbeatResults struct {
-	Idle float64 // Redis CPU seconds per second with no Limiter
-	Runs []heartbeatRun
+	Idle    float64 // Redis CPU seconds per second with no Limiter
+	Runs    []heartbeatRun
+	Reports *reportsRun // Limiters reporting the same keys (beats.go)
 }
 
 // runHeartbeat runs the heartbeat phase.
@@ -80,6 +84,12 @@ func (b *bench) runHeartbeat(ctx context.Context, progress func(string, ...any))
 			r.RedisCPU*1e6/float64(n)/r.Seconds, float64(r.calls())/float64(n)/r.Seconds)
 		res.Runs = append(res.Runs, r)
 	}
+	if res.Reports, err = b.reportsRun(ctx); err != nil {
+		return nil, err
+	}
+	st := res.Reports.Beats
+	progress("heartbeat   reports, %d Limiters on %d keys: %d heartbeats, Redis µs per call mean %.0f, p99 %.0f, max %.0f, %d over 1 ms",
+		res.Reports.Limiters, res.Reports.Keys, st.Calls, us(st.Mean), us(st.P99), us(st.Max), st.Over1ms)
 	return res, nil
 }
 
@@ -146,12 +156,22 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 	if err != nil {
 		return heartbeatRun{}, err
 	}
+	const logLen = 1_000_000
+	restore, err := slowlogAll(ctx, b.admin, logLen)
+	if err != nil {
+		return heartbeatRun{}, err
+	}
+	defer restore()
 	m.take()
 	cpu0 := cpuTime()
 	time.Sleep(d)
 	cpu := cpuTime() - cpu0
 	ops := m.take()
 	end, err := endUsage(ctx, b.admin, base)
+	if err != nil {
+		return heartbeatRun{}, err
+	}
+	beats, err := heartbeatCalls(ctx, b.url, logLen)
 	if err != nil {
 		return heartbeatRun{}, err
 	}
@@ -164,7 +184,7 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 		return heartbeatRun{}, err
 	}
 	r := heartbeatRun{Limiters: n, Seconds: d.Seconds(), RedisCPU: end.CPU - idle*d.Seconds(), Ops: ops,
-		ClientCPU: cpu, MemGrowth: mem1 - mem0, Conns: conns1 - conns0, Stats: maps.Clone(end.Stats)}
+		ClientCPU: cpu, MemGrowth: mem1 - mem0, Conns: conns1 - conns0, Stats: maps.Clone(end.Stats), Beats: beats}
 	maps.DeleteFunc(r.Stats, func(name string, _ cmdStat) bool { return benchCommands[name] })
 	r.Fallbacks = m.fallbacks.Load()
 	return r, nil
@@ -203,6 +223,12 @@ func (hr *heartbeatResults) table() string {
 			usec/per, strings.Join(ops, ", "), float64(r.ClientCPU.Microseconds())/per,
 			float64(r.MemGrowth)/float64(r.Limiters), float64(r.Conns)/float64(r.Limiters), r.Fallbacks)
 	}
+	b.WriteString("\nEach heartbeat EVALSHA's Redis time, from SLOWLOG (slower-than 0, the command's own execution):\n\n")
+	b.WriteString("| Limiters | heartbeats | mean µs | p50 µs | p99 µs | max µs | over 1 ms |\n|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range hr.Runs {
+		st := r.Beats
+		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f | %.0f | %.0f | %d |\n", r.Limiters, st.Calls, us(st.Mean), us(st.P50), us(st.P99), us(st.Max), st.Over1ms)
+	}
 	b.WriteString("\nCommands Redis ran per Limiter and second, by name (the largest run):\n\n")
 	last := hr.Runs[len(hr.Runs)-1]
 	per := float64(last.Limiters) * last.Seconds
@@ -211,6 +237,9 @@ func (hr *heartbeatResults) table() string {
 		if st := last.Stats[name]; st.Calls > 0 {
 			fmt.Fprintf(&b, "| %s | %.3f | %.2f |\n", name, float64(st.Calls)/per, float64(st.Usec)/float64(st.Calls))
 		}
+	}
+	if hr.Reports != nil {
+		b.WriteString(hr.Reports.table())
 	}
 	return b.String()
 }

@@ -492,6 +492,14 @@ func checkCold(t *testing.T, res *results, stdout string) {
 				t.Errorf("heartbeat, %d Limiters: %+v; want heartbeats, EVALSHAs and connections", r.Limiters, r)
 			}
 		}
+		if rr := hr.Reports; rr == nil || rr.Beats.Calls == 0 || rr.Beats.WithSome == 0 || len(rr.Beats.Reports) != rr.Limiters || rr.Held == 0 {
+			t.Errorf("heartbeat phase's reports run: %+v; want heartbeats that carried reports, from each Limiter, and policies held", rr)
+		} else if rr.Beats.MaxCarry > 100 {
+			t.Errorf("a heartbeat carried %d reports; want 100 at most (reserve's reportBatch)", rr.Beats.MaxCarry)
+		}
+		if !strings.Contains(stdout, "### Reports at a cold start") {
+			t.Error("no reports table")
+		}
 		if !strings.Contains(stdout, "### Idle Limiters: the heartbeat's cost") {
 			t.Error("no heartbeat table")
 		}

@@ -874,7 +874,7 @@ class Limiter:
 
     def _reports_due(self) -> list[tuple[str, str]]:
         """The policies to report: of keys used since their last report and
-        not reported within a minute (at most 500). self._lock is held."""
+        not reported within a minute (at most 100). self._lock is held."""
         now, ms = time.monotonic(), int(time.time() * 1000)
         out = []
         for key, st in self._keys.items():
@@ -1093,9 +1093,9 @@ class Limiter:
         return " ".join(parts)
 
 
-#: The policies' reports (Go's): at most 500 a heartbeat, each again every
+#: The policies' reports (Go's): at most 100 a heartbeat, each again every
 #: minute while the key is in use.
-_REPORT_BATCH, _REPORT_EVERY = 500, 60.0
+_REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
