@@ -186,16 +186,7 @@ func (b *bench) reportsRun(ctx context.Context) (*reportsRun, error) {
 	r := &reportsRun{Limiters: procs, Keys: keys, Window: window, Start: time.Now()}
 	lims := make([]*reserve.Limiter, procs)
 	rdbs := make([]*redis.Client, procs)
-	defer func() {
-		for i := range procs {
-			if lims[i] != nil {
-				lims[i].Close()
-			}
-			if rdbs[i] != nil {
-				rdbs[i].Close()
-			}
-		}
-	}()
+	defer closeLimiters(lims, rdbs)
 	for i := range procs {
 		rdbs[i] = redis.NewClient(&redis.Options{Addr: u.Addr, DB: u.DB})
 		if lims[i], err = reserve.New(rdbs[i], reserve.Options{Logger: b.log}); err != nil {

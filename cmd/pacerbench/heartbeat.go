@@ -123,16 +123,7 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 	m := &coldMetrics{pacerCounts: &pacerCounts{}, ops: map[string]int64{}}
 	lims := make([]*reserve.Limiter, n)
 	rdbs := make([]*redis.Client, n)
-	defer func() {
-		for i := range n {
-			if lims[i] != nil {
-				lims[i].Close()
-			}
-			if rdbs[i] != nil {
-				rdbs[i].Close()
-			}
-		}
-	}()
+	defer closeLimiters(lims, rdbs)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -242,4 +233,17 @@ func (hr *heartbeatResults) table() string {
 		b.WriteString(hr.Reports.table())
 	}
 	return b.String()
+}
+
+// closeLimiters closes the Limiters opened so far and their clients (nil
+// entries were not opened).
+func closeLimiters(lims []*reserve.Limiter, rdbs []*redis.Client) {
+	for i := range lims {
+		if lims[i] != nil {
+			lims[i].Close()
+		}
+		if rdbs[i] != nil {
+			rdbs[i].Close()
+		}
+	}
 }
