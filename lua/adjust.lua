@@ -141,10 +141,15 @@ for i = 1, nbands do
         -- is kept exact, and the slot told is it rounded up to the ns grid
         -- (core.lua's grid): the reservation is the last if its slot lies
         -- within a ns after the last event (and half a ns of float noise
-        -- either side). The one before is counted from the exact time.
+        -- either side). The one before is counted from the exact time, and
+        -- never before the bucket's floor (core.lua's take: the previous
+        -- last event, when this one's slot was set by more than its cost).
         local off = slot - b.e
         if op == 'cancel' and off > -same_us and off < 0.001 + same_us then
           local prev = b.e - c * b.upp
+          if b.eb and prev < b.eb then
+            prev = b.eb
+          end
           if prev >= -same_us then
             b.e = math.max(prev, 0)
           end

@@ -244,6 +244,10 @@ func parseState(text string) (state, error) {
 			if !reDigits.MatchString(r.f1) || !reDigits.MatchString(r.f2) {
 				return bad("bad ~l record")
 			}
+		case r.name == "~e":
+			if strings.HasPrefix(r.f1, "~") || !timeRe.MatchString(r.f2) {
+				return bad("bad ~e record")
+			}
 		case strings.HasPrefix(r.name, "~"):
 			return bad("unknown reserved record " + r.name)
 		case st.format == 2 && strings.HasPrefix(r.f1, "w"):

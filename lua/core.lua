@@ -46,12 +46,17 @@
 --          Records of bands the policy in force does not have (a band of a
 --          stored limit that was removed, or of another caller's policy) are
 --          kept as they are, times rebased, so that a band keeps its queue
---          and its windows across a set, an unset or another policy. Two
+--          and its windows across a set, an unset or another policy. Some
 --          records have reserved names, starting with "~" (no band name
 --          can): "~p q E", the pause in force was made after reservation q,
 --          when the latest slot granted was E (ns relative to t, as z);
 --          "~s q:r d", a resume moved the reservations numbered q+1 to r
---          earlier by d ns (resume.lua); "~l u n", written with "~p", the
+--          earlier by d ns (resume.lua); "~e name B", a cancel of bucket
+--          name's latest reservation moves its last event back to no
+--          earlier than B (ns relative to t), the last event before that
+--          reservation's, written when its slot lay later than the one
+--          before plus its cost's time (take, below) and dropped once B
+--          has passed; "~l u n", written with "~p", the
 --          slots granted during the pause lie on the lattice of spacing u
 --          ns and n ranks (below), "~l 0 0" on lattices of several, so a
 --          resume moves them by whole periods n*u, onto the same ranks'
@@ -706,6 +711,9 @@ end
 -- extra, as they are. The reserved records (~p, ~l, ~s) go to mark_p,
 -- mark_l, mark_s.
 local extra, mark_p, mark_l, mark_s = {}, nil, nil, nil
+-- ebounds: the "~e" records read, by band name (attached below as b.eb to
+-- the buckets, in force or kept in extra).
+local ebounds = nil
 -- load_records reads band records ("name x y" each, see KEYS[1]) from
 -- text into the bands of list, times relative to now by base; records of
 -- no band in list go to ext (if given). A record whose kind (bucket or
@@ -754,7 +762,17 @@ local function load_records(text, list, at, ext, v1)
     -- A window's index: after a "w" (format 2), without a decimal point
     -- (format 1, whose bucket times always have one).
     local win
-    if string.byte(x, 1) == 119 then
+    if ext and name == '~e' then
+      -- A bucket's bound on its last event: "~e <band> B" (see KEYS[1]).
+      -- One that has passed bounds nothing (adjust.lua moves no last event
+      -- into the past).
+      local f = tonumber(y)
+      f = f and f / 1000 + at
+      if f and f >= -same_us then
+        ebounds = ebounds or {}
+        ebounds[x] = f
+      end
+    elseif string.byte(x, 1) == 119 then
       win, x = true, string.sub(x, 2)
     else
       win = v1 and not string.find(x, '.', 1, true)
@@ -801,6 +819,14 @@ local function load_records(text, list, at, ext, v1)
 end
 if rest and rest ~= '' then
   load_records(rest, bands, base, extra, format1)
+  if ebounds then
+    for i = 1, nbands + #extra do
+      local b = bands[i] or extra[i - nbands]
+      if b.bucket and ebounds[b.name] and ebounds[b.name] <= b.e + same_us then
+        b.eb = ebounds[b.name]
+      end
+    end
+  end
 end
 if pause_at then
   -- A pause ends with empty buckets: one without a record (a band added
@@ -985,8 +1011,24 @@ local function take(q, cost, idx, s)
         -- hole left by a cancel gets an earlier slot than a live one, and
         -- adjust.lua must still see the latest slot, or it would give back
         -- more than was reserved (x/time/rate sets lastEvent regardless).
-        if q > b.e then
+        local was = b.e
+        if q > was then
           b.e = q
+        end
+        -- A cancel of the latest reservation moves the last event back by
+        -- its cost's time (adjust.lua). When this reservation is the latest
+        -- but its slot lies later than the previous last event plus its
+        -- cost's time (another band, a window, a pause or a lattice set it,
+        -- or the bucket was not empty), that would land before the previous
+        -- reservation's slot, and a later cancel of an earlier one would
+        -- count too short a distance to the last event and give back what
+        -- later ones built on. The bound keeps it at or after the previous
+        -- last event ("~e", KEYS[1]), while that is still ahead (a cancel
+        -- moves no last event into the past): a burst granted at once, or
+        -- a cold key, writes none.
+        local tol = 0.001 + same_us
+        if q >= was - tol and b.e - c * b.upp < was - tol and was > same_us and not (b.eb and b.eb >= was) then
+          b.eb = was
         end
       else
         if idx[i] > b.w then
@@ -1053,6 +1095,24 @@ local function v1_text(b)
   return string.format(' %s %d %.17g', b.name, b.w, b.u)
 end
 
+-- ebound_text returns the buckets' bounds as "~e" records (KEYS[1]); v1:
+-- with three decimals, as format 1 writes times.
+local function ebound_text(v1)
+  local text = ''
+  for i = 1, nbands + #extra do
+    local b = bands[i] or extra[i - nbands]
+    if b.bucket and b.eb then
+      if v1 then
+        text = text .. string.format(' ~e %s %.3f', b.name, (b.eb + now_frac) * 1000)
+      else
+        local f, v = numfmt((b.eb + now_frac) * 1000)
+        text = text .. string.format(' ~e %s ' .. f, b.name, v)
+      end
+    end
+  end
+  return text
+end
+
 -- save writes the state back (format 2, or 1 when ARGV[3] asks), and
 -- returns it. The expiry is set only when it must move later, one to two
 -- seconds past what the state needs: until every bucket is full and every
@@ -1088,6 +1148,7 @@ local function save()
     if mark_s then
       text = text .. ' ~s ' .. mark_s[1] .. ' ' .. mark_s[2]
     end
+    text = text .. ebound_text(true)
     need = need + 1000000
     if need_at_least and need_at_least > need then
       need = need_at_least
@@ -1115,7 +1176,7 @@ local function save()
     end
     return value
   end
-  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s then
+  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s and not bands[1].f then
     -- A Limit: its record without the name.
     local b = bands[1]
     fz, z = numfmt((b.z + now_frac) * 1000)
@@ -1160,6 +1221,7 @@ local function save()
     if mark_s then
       text = text .. ' ~s ' .. mark_s[1] .. ' ' .. mark_s[2]
     end
+    text = text .. ebound_text(false)
   end
   need = need + 1000000
   if need_at_least and need_at_least > need then

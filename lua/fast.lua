@@ -152,7 +152,7 @@ do
       local w1, s1 = 0, 0 -- the reply of a single request
       local by1 = '~' -- its binding band (earliest in core.lua)
       local bys = out and {}
-      local granted = false
+      local granted, fell = false, false
       -- grid and tell as in core.lua.
       local x0 = (pause + now_frac) * 1000
       local q0 = ceil(x0 - 1e-3 - (x0 < 0 and -x0 or x0) * 4e-16) / 1000 - now_frac
@@ -190,8 +190,15 @@ do
               z = s - fill
             end
             z = z + c * upp
+            local was = e
             if q > e then
               e = q
+            end
+            -- A reservation that needs a floor (core.lua's take): core.lua
+            -- writes it, so the whole call goes there.
+            if q >= was - 0.0015 and e - c * upp < was - 0.0015 and was > 0.0005 then
+              fell = true
+              break
             end
           end
           seq = seq + 1
@@ -202,78 +209,80 @@ do
           out[2 * r + 1], out[2 * r + 2] = w1, s1
         end
       end
-      local state = raw or ''
-      if granted then
-        -- save, as in core.lua.
-        local need = pause
-        if z + fill > need then
-          need = z + fill
-        end
-        need = need + 1000000
-        local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, 0
-        if pause > 0 then
-          pn = (pause + now_frac) * 1000
-        elseif pause_at then
-          pn = (pause_at + now_frac) * 1000
-        end
-        -- A time within half a thousandth of a whole ns is that ns.
-        local whole = true
-        local r = floor(zn + 0.5)
-        if zn - r < 0.0005 and r - zn < 0.0005 then
-          zn = r
-        else
-          whole = false
-        end
-        local fz = whole
-        r = floor(en + 0.5)
-        if en - r < 0.0005 and r - en < 0.0005 then
-          en = r
-        else
-          whole = false
-        end
-        local fe = en == r
-        r = floor(pn + 0.5)
-        if pn - r < 0.0005 and r - pn < 0.0005 then
-          pn = r
-        else
-          whole = false
-        end
-        local f = '%d %d %d %d %d %d'
-        if v1 then
-          -- Format 1 prints them with three decimals: a whole ns (not -0,
-          -- which floor(x + 0.5) never gives) is its integer and ".000".
-          if whole and zn < 1e15 and zn > -1e15 and en < 1e15 and en > -1e15 and pn < 1e15 and pn > -1e15 then
-            f = '1 %d %d %d %d.000 0 permits %d.000 %d.000'
+      if not fell then
+        local state = raw or ''
+        if granted then
+          -- save, as in core.lua.
+          local need = pause
+          if z + fill > need then
+            need = z + fill
+          end
+          need = need + 1000000
+          local zn, en, pn = (z + now_frac) * 1000, (e + now_frac) * 1000, 0
+          if pause > 0 then
+            pn = (pause + now_frac) * 1000
+          elseif pause_at then
+            pn = (pause_at + now_frac) * 1000
+          end
+          -- A time within half a thousandth of a whole ns is that ns.
+          local whole = true
+          local r = floor(zn + 0.5)
+          if zn - r < 0.0005 and r - zn < 0.0005 then
+            zn = r
           else
-            f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
+            whole = false
           end
-        elseif not whole then
-          f = '%d %d %d ' .. (pn == r and '%d' or '%.3f') .. ' ' .. (fz and '%d' or '%.3f') .. ' ' .. (fe and '%d' or '%.3f')
-        end
-        if expiry >= need then
-          local x
-          if v1 then
-            x = floor((expiry + now_frac) * 1000)
+          local fz = whole
+          r = floor(en + 0.5)
+          if en - r < 0.0005 and r - en < 0.0005 then
+            en = r
           else
-            x = floor((expiry + now_frac) / 1000)
+            whole = false
           end
-          state = string.format(f, now_us, x, seq, pn, zn, en)
-          redis.call('SET', KEYS[1], state, 'KEEPTTL')
-        else
-          local x = ceil((need + 1000000) / 1000)
-          local xs = x
+          local fe = en == r
+          r = floor(pn + 0.5)
+          if pn - r < 0.0005 and r - pn < 0.0005 then
+            pn = r
+          else
+            whole = false
+          end
+          local f = '%d %d %d %d %d %d'
           if v1 then
-            xs = x * 1000000
+            -- Format 1 prints them with three decimals: a whole ns (not -0,
+            -- which floor(x + 0.5) never gives) is its integer and ".000".
+            if whole and zn < 1e15 and zn > -1e15 and en < 1e15 and en > -1e15 and pn < 1e15 and pn > -1e15 then
+              f = '1 %d %d %d %d.000 0 permits %d.000 %d.000'
+            else
+              f = '1 %d %d %d %.3f 0 permits %.3f %.3f'
+            end
+          elseif not whole then
+            f = '%d %d %d ' .. (pn == r and '%d' or '%.3f') .. ' ' .. (fz and '%d' or '%.3f') .. ' ' .. (fe and '%d' or '%.3f')
           end
-          state = string.format(f, now_us, xs, seq, pn, zn, en)
-          redis.call('SET', KEYS[1], state, 'PX', x)
+          if expiry >= need then
+            local x
+            if v1 then
+              x = floor((expiry + now_frac) * 1000)
+            else
+              x = floor((expiry + now_frac) / 1000)
+            end
+            state = string.format(f, now_us, x, seq, pn, zn, en)
+            redis.call('SET', KEYS[1], state, 'KEEPTTL')
+          else
+            local x = ceil((need + 1000000) / 1000)
+            local xs = x
+            if v1 then
+              xs = x * 1000000
+            end
+            state = string.format(f, now_us, xs, seq, pn, zn, en)
+            redis.call('SET', KEYS[1], state, 'PX', x)
+          end
         end
+        if out then
+          out[2 * m + 3], out[2 * m + 4], out[2 * m + 5] = state, '', table.concat(bys, ' ')
+          return out
+        end
+        return {now_us, now_ns, w1, s1, state, '', by1}
       end
-      if out then
-        out[2 * m + 3], out[2 * m + 4], out[2 * m + 5] = state, '', table.concat(bys, ' ')
-        return out
-      end
-      return {now_us, now_ns, w1, s1, state, '', by1}
     end
   end
 end

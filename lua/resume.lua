@@ -77,6 +77,9 @@ local function free(b)
     if b.e >= was - same_us then
       b.e = b.e - shift
     end
+    if b.eb and b.eb >= was - same_us then
+      b.eb = b.eb - shift
+    end
   elseif not mark_p or was <= 0 then
     local empty = math.max(0, b.e)
     if b.z > empty then

@@ -118,6 +118,7 @@ func runContract(t *testing.T, b backend) {
 		{"WindowQuota", testWindowQuota},
 		{"Settle", testSettle},
 		{"PolicyProperties", testPolicyProperties},
+		{"CancelBound", testCancelBound},
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
 		{"Fair", testFair},

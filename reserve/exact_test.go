@@ -7,9 +7,11 @@ import (
 
 // exactLimiter is golang.org/x/time/rate's Limiter (reserveN, CancelAt,
 // TokensAt), line for line, in exact rational arithmetic on nanoseconds, with
-// the two changes pacer makes to CancelAt's rules (marked "pacer:" below):
-// reserveN never moves lastEvent back, and CancelAt never restores more than
-// the reservation's n. Without them, a reservation that lands in a hole left
+// the three changes pacer makes to CancelAt's rules (marked "pacer:" below):
+// reserveN never moves lastEvent back, CancelAt never restores more than the
+// reservation's n, and CancelAt moves lastEvent back no earlier than the last
+// event before the canceled one's when that one's time to act lay later than
+// it plus n/rate (lua/core.lua's "~e" bound). Without them, a reservation that lands in a hole left
 // by a cancel sets lastEvent before a live reservation's slot, and canceling
 // that live one then restores more than it held: more permits in a window
 // than burst + rate*T (found by the property test).
@@ -27,6 +29,7 @@ type exactLimiter struct {
 	tokens    *big.Rat
 	last      *big.Rat // ns; nil before the first call (a full bucket)
 	lastEvent *big.Rat // ns
+	bound     *big.Rat // ns; nil while none (pacer's "~e")
 }
 
 type exactReservation struct {
@@ -82,8 +85,20 @@ func (l *exactLimiter) reserveN(at time.Time, n int) *exactReservation {
 		tta.Add(tta, wait.Quo(wait, l.rate))
 	}
 	l.last, l.tokens = t, tokens
+	was := l.lastEvent
 	if tta.Cmp(l.lastEvent) > 0 { // pacer: x/time/rate sets lastEvent = tta unconditionally
 		l.lastEvent = tta
+	}
+	// pacer: the latest reservation (to within pacer's 1.5 ns) whose time to
+	// act lies later than the last event before it plus n/rate bounds how far
+	// back its cancel moves lastEvent, while that last event is still ahead.
+	tol := big.NewRat(3, 2)
+	low := new(big.Rat).Sub(was, tol)
+	prev := new(big.Rat).Quo(big.NewRat(int64(n), 1), l.rate)
+	prev.Sub(l.lastEvent, prev)
+	if tta.Cmp(low) >= 0 && prev.Cmp(low) < 0 && was.Cmp(new(big.Rat).Add(t, big.NewRat(1, 2))) > 0 &&
+		(l.bound == nil || l.bound.Cmp(was) < 0) {
+		l.bound = was
 	}
 	return &exactReservation{n: n, timeToAct: tta}
 }
@@ -132,6 +147,9 @@ func (l *exactLimiter) cancelWith(r *exactReservation, at time.Time, flip uint8)
 	if decide(1, nearNS(r.timeToAct, l.lastEvent), r.timeToAct != l.lastEvent && within(r.timeToAct, l.lastEvent, 1)) {
 		prev := new(big.Rat).Quo(big.NewRat(int64(r.n), 1), l.rate)
 		prev.Sub(r.timeToAct, prev)
+		if l.bound != nil && prev.Cmp(l.bound) < 0 { // pacer: the bound
+			prev = l.bound
+		}
 		d := new(big.Rat).Sub(prev, t)
 		if decide(2, d.Cmp(half) >= 0, within(d, half, 0)) {
 			l.lastEvent = maxRat(prev, t)

@@ -20,7 +20,8 @@ import (
 //   - A reservation's slot is the earliest time at or after now (and after
 //     a pause) at which every band charged can take its amount; each bucket
 //     then takes its amount as a reservation made at the slot.
-//   - Cancel and Settle follow adjust.lua's rules.
+//   - Cancel and Settle follow adjust.lua's rules, with its bound on how far
+//     back a cancel moves e (core.lua's "~e").
 type policyModel struct {
 	bands []modelBand
 	pause *big.Rat
@@ -32,6 +33,7 @@ type modelBand struct {
 	rate   *big.Rat // units per ns
 	burst  *big.Rat
 	z, e   *big.Rat
+	eb     *big.Rat           // nil while none: no cancel moves e back before it ("~e")
 	used   map[int64]*big.Rat // window index -> units
 	latest int64
 	origin *big.Rat // ns
@@ -163,7 +165,17 @@ func (m *policyModel) reserve(now time.Time, cost reserve.Cost, maxWait time.Dur
 			fill := new(big.Rat).Quo(b.burst, b.rate)
 			from := maxRat(b.z, new(big.Rat).Sub(s, fill))
 			b.z = new(big.Rat).Add(from, new(big.Rat).Quo(rat(c), b.rate))
+			was := b.e
 			b.e = maxRat(b.e, q)
+			// The latest reservation (to within pacer's 1.5 ns), its slot
+			// later than the last event before it plus its cost's time:
+			// its cancel moves e back no earlier than that last event.
+			low := new(big.Rat).Sub(was, big.NewRat(3, 2))
+			prev := new(big.Rat).Sub(b.e, new(big.Rat).Quo(rat(c), b.rate))
+			if q.Cmp(low) >= 0 && prev.Cmp(low) < 0 && was.Cmp(new(big.Rat).Add(n, big.NewRat(1, 2))) > 0 &&
+				(b.eb == nil || b.eb.Cmp(was) < 0) {
+				b.eb = was
+			}
 			continue
 		}
 		if b.used[idx[i]] == nil {
@@ -237,6 +249,9 @@ func (m *policyModel) adjust(r *modelReservation, now time.Time, actual reserve.
 		b.z = z
 		if actual == nil && nearNS(b.e, r.slot) {
 			prev := new(big.Rat).Sub(r.slot, new(big.Rat).Quo(rat(c), b.rate))
+			if b.eb != nil && prev.Cmp(b.eb) < 0 {
+				prev = b.eb
+			}
 			if d := new(big.Rat).Sub(prev, n); d.Cmp(big.NewRat(-1, 2)) >= 0 {
 				b.e = maxRat(prev, n)
 			}

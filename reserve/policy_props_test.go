@@ -202,3 +202,37 @@ func checkWindows(t *testing.T, where string, calls []*propCall, band reserve.Ba
 		}
 	}
 }
+
+// testCancelBound is the smallest case of the policy property test's seed
+// 1795717304000841572: a cancel of the latest reservation on a bucket moved
+// its last event back by the cost's time, to before a live reservation's
+// slot, when another band had set that slot; a cancel of an earlier
+// reservation then counted too short a distance to the last event and gave
+// back what the live one built on (1.5 tokens at one instant under a burst
+// of 1). The state now keeps the last event before such a reservation as a
+// bound ("~e", lua/core.lua).
+func testCancelBound(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	l := newLimiter(t, b, clk)
+	tokens := reserve.Band{Name: "a", Unit: "tokens", Limit: reserve.Limit{Rate: 1, Burst: 1}}
+	pol := reserve.Policy{tokens, {Name: "b", Unit: "requests", Limit: reserve.Limit{Rate: 1, Burst: 1}}}
+	reserveN := func(c reserve.Cost) *propCall {
+		r, err := l.ReserveN(ctx, reserve.Request{Key: "bound", Policy: pol, Cost: c})
+		require.NoError(t, err)
+		return &propCall{r: r, slot: r.Time(), reserved: c, actual: c, settled: math.MaxInt}
+	}
+	first := reserveN(reserve.Cost{"tokens": 1, "requests": 1}) // at now
+	r0 := reserveN(reserve.Cost{"tokens": 1, "requests": 1})    // 1 s
+	r2 := reserveN(reserve.Cost{"requests": 1, "tokens": 0.5})  // 2 s, set by b
+	r3 := reserveN(reserve.Cost{"tokens": 0.5, "requests": 0})  // 2 s, set by a: the latest
+	require.Equal(t, 2*time.Second, r3.slot.Sub(epoch), "the setup: a's latest slot")
+	require.Equal(t, r2.slot, r3.slot)
+	require.NoError(t, r3.r.Cancel(ctx)) // the latest: its last event moved back no further than r2's slot
+	require.NoError(t, r0.r.Cancel(ctx)) // r2 built on it: nothing comes back
+	r4 := reserveN(reserve.Cost{"tokens": 1, "requests": 0})
+	kept := []*propCall{first, r2, r4}
+	slices.SortStableFunc(kept, func(a, b *propCall) int { return a.slot.Compare(b.slot) })
+	checkBucket(t, "cancel bound", kept, tokens)
+	require.Equal(t, 2500*time.Millisecond, r4.slot.Sub(epoch), "the next slot on a: r2's half token, then a whole one")
+}

@@ -725,6 +725,10 @@ def parse_state(text: str) -> State:
             if not full(_DIGITS, f1) or not full(_DIGITS, f2):
                 raise bad("bad ~l record")
             recs.append(Record(name))
+        elif name == "~e":
+            if f1.startswith("~") or not full(time_re, f2):
+                raise bad("bad ~e record")
+            recs.append(Record(name))
         elif name.startswith("~"):
             raise bad("unknown reserved record " + name)
         elif fmt == 2 and f1.startswith("w"):
