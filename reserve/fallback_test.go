@@ -292,7 +292,8 @@ func TestShortDeadlinesCountFailures(t *testing.T) {
 // TestCallTimeout: a Redis that accepts connections and never answers holds
 // no call longer than CallTimeout, and Wait goes on locally.
 func TestCallTimeout(t *testing.T) {
-	t.Parallel()                                             // it waits on a black hole: side by side with the others that may
+	// It waits on a black hole: side by side with the other parallel tests.
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: blackHole(t)}) // ReadTimeout 3 s by default
 	defer c.Close()
 	l, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: 100 * time.Millisecond, Logger: quiet, HeartbeatInterval: time.Hour})
