@@ -226,24 +226,27 @@ func (l *Limiter) confirm(key string, cause error) {
 		if err == nil && took >= l.opts.CallTimeout {
 			_ = l.heartbeat(l.loopCtx)
 		}
+		if err != nil && l.loopCtx.Err() == nil { // (not closing)
+			// The Limiter paces locally before the calls waiting on the
+			// verdict wake: they pace locally at once, and the fleet must
+			// count this member as local by then (degrade). Woken first,
+			// a call took a local slot while the Limiter still counted as
+			// on Redis (TestSwitchToldAtOnce, beside a CPU hog).
+			l.countFailure(key, fmt.Errorf("%w (and Redis did not answer a ping within %v: %v)", cause, budget, err), true)
+		}
 		close(v.done)
 		l.opts.Metrics.RedisCall(names.OpConfirm, took, err)
 		if err == nil {
 			l.opts.Logger.Debug("pacer: a call timed out but Redis answered a ping: slow, not gone",
 				"key", key, "ping", took.Round(time.Microsecond), "call_timeout", l.callTimeout(), "err", cause, "limiter", l.id)
-			return
 		}
-		if l.loopCtx.Err() != nil {
-			return // closing
-		}
-		l.countFailure(key, fmt.Errorf("%w (and Redis did not answer a ping within %v: %v)", cause, budget, err), true)
 	}()
 }
 
 // slowNotGone waits for the verdict of the ping a timed-out call started
 // (until ctx ends) and reports whether Redis answered it: the call may go
-// to Redis again. false: Redis is gone (the Limiter paces locally now), or
-// ctx ended first.
+// to Redis again. false: Redis is gone (the Limiter paces locally now: it
+// switched before the verdict woke its callers), or ctx ended first.
 func (l *Limiter) slowNotGone(ctx context.Context) bool {
 	h := &l.health
 	h.mu.Lock()
@@ -349,6 +352,9 @@ func (l *Limiter) loop() {
 	defer close(l.done)
 	timer := time.NewTimer(l.opts.HeartbeatInterval)
 	defer timer.Stop()
+	// tell, while above 0, is when to tell the fleet "local" again: the
+	// tell at the switch failed (Redis frozen, a loaded machine).
+	var tell time.Duration
 	for {
 		select {
 		case <-l.stop:
@@ -360,11 +366,31 @@ func (l *Limiter) loop() {
 			// one. It is not a probe: Redis just failed. (A Limiter that
 			// never learned the fleet has told it nothing, and learns it
 			// only as joining allows.)
+			tell = 0
 			if _, known := l.fleet.size(); known {
-				_, _ = l.heartbeatOnce(l.loopCtx)
+				if _, err := l.heartbeatOnce(l.loopCtx); err != nil {
+					tell = tellRetry
+				}
 			}
-			timer.Reset(jitter(l.opts.ProbeInterval))
+			l.afterTell(timer, tell)
 		case <-timer.C:
+			if tell > 0 {
+				// The tell again, not a probe, doubling its wait up to
+				// the ProbeInterval, where probes take over (each tells
+				// too). A call that timed out on a frozen Redis (CLIENT
+				// PAUSE, SIGSTOP) may never arrive; without this, the
+				// fleet counted this Limiter on Redis for a ProbeInterval
+				// (TestSwitchToldAtOnce beside CPU hogs).
+				if !l.isDegraded() {
+					tell = 0
+				} else if _, err := l.heartbeatOnce(l.loopCtx); err == nil || 2*tell >= l.opts.ProbeInterval {
+					tell = 0
+				} else {
+					tell *= 2
+				}
+				l.afterTell(timer, tell)
+				continue
+			}
 			degraded := l.isDegraded()
 			err := l.heartbeat(l.loopCtx)
 			if degraded && err != nil {
@@ -401,6 +427,20 @@ func (l *Limiter) loop() {
 			l.store.Sweep()
 		}
 	}
+}
+
+// tellRetry is the first wait before a failed tell of the switch to local
+// pacing goes again (loop).
+const tellRetry = 20 * time.Millisecond
+
+// afterTell sets the loop's timer after a tell of the switch to local
+// pacing: to tell again after tell, or (0) to probe a ProbeInterval on.
+func (l *Limiter) afterTell(timer *time.Timer, tell time.Duration) {
+	if tell > 0 {
+		timer.Reset(tell)
+		return
+	}
+	timer.Reset(jitter(l.opts.ProbeInterval))
 }
 
 // jitter10 returns d ± 10%: the fleet's heartbeats do not stay in step.
