@@ -142,7 +142,7 @@ for i = 1, nbands do
         -- (core.lua's grid): the reservation is the last if its slot lies
         -- within a ns after the last event (and half a ns of float noise
         -- either side). The one before is counted from the exact time, and
-        -- never before the bucket's floor (core.lua's take: the previous
+        -- never before the bucket's bound (core.lua's take, "~e": the previous
         -- last event, when this one's slot was set by more than its cost).
         local off = slot - b.e
         if op == 'cancel' and off > -same_us and off < 0.001 + same_us then

@@ -1176,7 +1176,7 @@ local function save()
     end
     return value
   end
-  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s and not bands[1].f then
+  if nbands == 1 and bands[1].bucket and bands[1].name == 'permits' and #extra == 0 and not mark_p and not mark_s and not bands[1].eb then
     -- A Limit: its record without the name.
     local b = bands[1]
     fz, z = numfmt((b.z + now_frac) * 1000)

@@ -194,7 +194,7 @@ do
             if q > e then
               e = q
             end
-            -- A reservation that needs a floor (core.lua's take): core.lua
+            -- A reservation that needs a bound ("~e", core.lua's take): core.lua
             -- writes it, so the whole call goes there.
             if q >= was - 0.0015 and e - c * upp < was - 0.0015 and was > 0.0005 then
               fell = true

@@ -119,6 +119,7 @@ func runContract(t *testing.T, b backend) {
 		{"Settle", testSettle},
 		{"PolicyProperties", testPolicyProperties},
 		{"CancelBound", testCancelBound},
+		{"CancelBoundLimit", testCancelBoundLimit},
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
 		{"Fair", testFair},

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/require"
 )
@@ -235,4 +237,62 @@ func testCancelBound(t *testing.T, b backend) {
 	slices.SortStableFunc(kept, func(a, b *propCall) int { return a.slot.Compare(b.slot) })
 	checkBucket(t, "cancel bound", kept, tokens)
 	require.Equal(t, 2500*time.Millisecond, r4.slot.Sub(epoch), "the next slot on a: r2's half token, then a whole one")
+}
+
+// testCancelBoundLimit is testCancelBound on a Limit (one bucket, whose
+// state format 2 writes without its name), where a settle set the slot:
+// the settle of the latest reservation to half its cost leaves the bucket's
+// zero before the last event, the next reservation is the latest but its
+// slot lies less than its cost's time after the one before, and its cancel
+// must not move the last event back before that one.
+func testCancelBoundLimit(t *testing.T, b backend) {
+	for _, format := range []int{1, 2} {
+		t.Run(fmt.Sprintf("format%d", format), func(t *testing.T) { cancelBoundLimit(t, b, format) })
+	}
+}
+
+// cancelBoundLimit is testCancelBoundLimit with the Limiter writing format
+// (switched through admin, as `pacer format` does).
+func cancelBoundLimit(t *testing.T, b backend, format int) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	prefix := redistest.Prefix(t)
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: prefix,
+		FailClosed: true, CallTimeout: 10 * time.Second, HeartbeatInterval: 20 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	if format == 2 {
+		a, err := admin.New(b.client, admin.Options{KeyPrefix: prefix})
+		require.NoError(t, err)
+		_, err = a.SetFormat(ctx, 2, admin.FormatOptions{Who: "test", Reason: "format 2", Force: true})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			fleet, err := a.Fleet(ctx)
+			return err == nil && len(fleet) == 1 && fleet[0].Writes == "2"
+		}, 30*time.Second, 10*time.Millisecond, "the Limiter writes format 2")
+	}
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	reserveN := func() *propCall {
+		r, err := l.ReserveN(ctx, reserve.Request{Key: "bound1", Policy: lim.Policy(), Cost: reserve.Permits(1)})
+		require.NoError(t, err)
+		return &propCall{r: r, slot: r.Time(), reserved: reserve.Permits(1), actual: reserve.Permits(1), settled: math.MaxInt}
+	}
+	first := reserveN() // now
+	rk := reserveN()    // 1 s
+	rs := reserveN()    // 2 s
+	require.NoError(t, rs.r.Settle(ctx, reserve.Cost{reserve.PermitsUnit: 0.5}))
+	rs.actual, rs.settled = reserve.Cost{reserve.PermitsUnit: 0.5}, 0
+	r := reserveN() // 2.5 s: the latest, half a slot after rs
+	require.Equal(t, 2500*time.Millisecond, r.slot.Sub(epoch), "the setup")
+	require.NoError(t, r.r.Cancel(ctx))  // the last event stays at rs's slot
+	require.NoError(t, rk.r.Cancel(ctx)) // rs built on it: nothing comes back
+	next := reserveN()
+	state, err := b.client.Get(ctx, prefix+"{bound1}").Result()
+	require.NoError(t, err)
+	t.Logf("state %q, slots %v %v %v %v", state, first.slot.Sub(epoch), rk.slot.Sub(epoch), rs.slot.Sub(epoch), next.slot.Sub(epoch))
+	kept := []*propCall{first, rs, next}
+	slices.SortStableFunc(kept, func(a, b *propCall) int { return a.slot.Compare(b.slot) })
+	band := lim.Policy()[0]
+	band.Unit = reserve.PermitsUnit // (a Limit's band charges it by default)
+	checkBucket(t, "cancel bound, one bucket", kept, band)
 }
