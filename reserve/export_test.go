@@ -314,3 +314,6 @@ func FairAskGroups(ctx context.Context, l *Limiter, groups []FairGroup) (slots [
 	}
 	return slots, retries, nil
 }
+
+// RenewSeats runs l's renewal of its seats now, as its heartbeat does.
+func RenewSeats(ctx context.Context, l *Limiter) { l.renewSeats(ctx) }

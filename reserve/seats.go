@@ -542,10 +542,16 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 	if l.isDegraded() && !l.opts.FailClosed {
 		return // not on the store: Redis's count drops it at the handback
 	}
+	l.endOnRedis(ks, op, t.id, t.n)
+}
+
+// endOnRedis sends a ticket's release or cancel to Redis (seats.lua's op,
+// ticket id, n the band's N as the caller's code gives it).
+func (l *Limiter) endOnRedis(ks *keyState, op, id string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.callTimeout()+time.Second)
 	defer cancel()
-	res, err := l.run(ctx, names.OpSeats, t.key, func(ctx context.Context) (any, error) {
-		return seatsScript.Run(ctx, l.rdb, l.seatKeys(t.key), append([]any{op}, append(l.seatArgs(ks, t.n), t.id)...)...).Result()
+	res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
+		return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), append([]any{op}, append(l.seatArgs(ks, n), id)...)...).Result()
 	}, nil)
 	if err != nil {
 		// Redis's count keeps the seats until this Limiter's next renew
@@ -608,6 +614,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 		for _, t := range sts.tickets {
 			n = max(n, t.n)
 		}
+		listed := slices.Collect(maps.Keys(sts.tickets))
 		ks.mu.Unlock()
 		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list)...)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
@@ -636,10 +643,22 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 				t.local.Store(false)
 			}
 		}
+		// A call that ended while the renew was on its way: its release
+		// (or cancel) may have reached Redis first, and the renew, which
+		// listed it, recorded its seats or queued it again. End it again.
+		var ended []string
+		for _, id := range listed {
+			if ks.seats == nil || ks.seats.tickets[id] == nil {
+				ended = append(ended, id)
+			}
+		}
 		if ks.seats != nil && len(ks.seats.tickets) == 0 && !ks.seats.store && !ks.seats.dirty {
 			ks.seats = nil
 		}
 		ks.mu.Unlock()
+		for _, id := range ended {
+			l.endOnRedis(ks, "cancel", id, n)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 )
 
 // seatsPolicy is an in-flight band of n, alone.
@@ -460,4 +462,118 @@ func TestSeatsOutageExcess(t *testing.T) {
 		r.Done()
 	}
 	mine.Done()
+}
+
+// renewGate is a go-redis hook that holds the seats script's next renew,
+// once armed, until the test lets it go.
+type renewGate struct {
+	mu   sync.Mutex
+	held *hold
+}
+
+func (g *renewGate) arm() (entered <-chan struct{}, release func()) {
+	h := &hold{make(chan struct{}), make(chan struct{})}
+	g.mu.Lock()
+	g.held = h
+	g.mu.Unlock()
+	return h.entered, sync.OnceFunc(func() { close(h.release) })
+}
+
+func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
+			if nk, ok := args[2].(int); ok && len(args) > 3+nk && args[3+nk] == "renew" {
+				g.mu.Lock()
+				h := g.held
+				g.held = nil
+				g.mu.Unlock()
+				if h != nil {
+					close(h.entered)
+					<-h.release
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *renewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSeatsEndDuringRenew: a call that ends while its Limiter's renew is on
+// its way to Redis (the renew lists its seats, the release reaches Redis
+// first) leaves no seat counted and no caller queued once the renew is
+// back. Before, the renew recorded the released seats again, or queued
+// the cancelled waiter again, and a hand-off gave that phantom the next
+// free seat, until the Limiter's next heartbeat.
+func TestSeatsEndDuringRenew(t *testing.T) {
+	s := redistest.New(t)
+	g := &renewGate{}
+	c := tunedClient(t, s) // a client pacer uses as it is: the hook sees its calls
+	c.AddHook(g)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: time.Hour, Logger: quiet}
+	a, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	ctx := context.Background()
+
+	// during runs end while l's renew is held, then lets the renew go.
+	during := func(l *reserve.Limiter, end func()) {
+		entered, release := g.arm()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			reserve.RenewSeats(ctx, l)
+		}()
+		<-entered
+		end()
+		release()
+		<-done
+	}
+
+	t.Run("Release", func(t *testing.T) {
+		r, err := a.Acquire(ctx, seatsReq("renew:release", 1))
+		require.NoError(t, err)
+		during(a, r.Done)
+		st, err := reserve.ReadSeats(ctx, a, "renew:release")
+		require.NoError(t, err)
+		assert.Equal(t, 0, st.Used, "seats counted after the call ended")
+		// The seat is free: another Limiter takes it at once.
+		r2, err := b.TryReserveN(ctx, seatsReq("renew:release", 1), 0)
+		require.NoError(t, err, "the released seat was not free")
+		r2.Done()
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		r, err := a.Acquire(ctx, seatsReq("renew:cancel", 1))
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(wctx, seatsReq("renew:cancel", 1))
+			waited <- err
+		}()
+		require.Eventually(t, func() bool {
+			st, err := reserve.ReadSeats(ctx, a, "renew:cancel")
+			return err == nil && st.Waiting == 1
+		}, 10*time.Second, time.Millisecond, "b's call never queued")
+		during(b, func() {
+			cancel()
+			require.ErrorIs(t, <-waited, context.Canceled)
+		})
+		st, err := reserve.ReadSeats(ctx, a, "renew:cancel")
+		require.NoError(t, err)
+		assert.Equal(t, 0, st.Waiting, "a cancelled call still queued")
+		r.Done()
+		st, err = reserve.ReadSeats(ctx, a, "renew:cancel")
+		require.NoError(t, err)
+		assert.Equal(t, 0, st.Used, "the freed seat went to a cancelled call")
+	})
 }
