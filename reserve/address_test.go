@@ -2,6 +2,8 @@ package reserve_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
@@ -114,4 +117,57 @@ func (w *lockedBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// slowFirst is a go-redis hook that holds the first heartbeat script call
+// for a while (a loaded machine, a first call that dials and loads the
+// script); later calls and pings go at once.
+type slowFirst struct {
+	delay time.Duration
+	once  sync.Once
+}
+
+func (h *slowFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
+			if key, _ := args[3].(string); strings.Contains(key, "{limiters}") {
+				h.once.Do(func() {
+					select {
+					case <-time.After(h.delay):
+					case <-ctx.Done():
+					}
+				})
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSlowStart: a first heartbeat that times out on a Redis that answers
+// a ping is a slow machine, not an outage: New (with RequireRedis or not)
+// returns a Limiter on Redis, not an error nor one pacing locally. Before,
+// a worker of examples/seats beside a CPU hog failed to start ("cannot
+// reach redis ... took longer than 250ms").
+func TestSlowStart(t *testing.T) {
+	for _, require_ := range []bool{true, false} {
+		t.Run(fmt.Sprintf("RequireRedis=%v", require_), func(t *testing.T) {
+			c := tunedClient(t, redistest.New(t))
+			c.AddHook(&slowFirst{delay: 300 * time.Millisecond})
+			l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), RequireRedis: require_,
+				CallTimeout: 50 * time.Millisecond, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour, Logger: quiet})
+			require.NoError(t, err)
+			closeLimiter(t, l)
+			assert.False(t, l.Degraded(), "a slow first heartbeat taken for an outage")
+			r, err := l.Reserve(context.Background(), "slow-start", reserve.Limit{Rate: 10, Burst: 1})
+			require.NoError(t, err)
+			assert.Equal(t, reserve.SourceRedis, r.Source())
+		})
+	}
 }

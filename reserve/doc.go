@@ -26,7 +26,9 @@
 // to answer a ping. Close stops the Limiter's background goroutines and
 // gives its share back to the fleet.
 //
-// New reaches Redis once before it returns. With Options.RequireRedis (the
+// New reaches Redis once before it returns; a first call that only times
+// out waits for a ping too, as any call does, so a loaded machine is not
+// taken for an outage at start. With Options.RequireRedis (the
 // quick start in README.md, the package Example, sets it) New fails when
 // Redis does not answer, with an error that matches ErrUnavailable, names
 // the address and says what to check: a wrong address shows at start.

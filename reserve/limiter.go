@@ -137,7 +137,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	l.loopCtx, l.loopCancel = context.WithCancel(context.Background())
 
-	if err := l.heartbeat(l.loopCtx); err != nil && opts.RequireRedis {
+	if err := l.firstHeartbeat(); err != nil && opts.RequireRedis {
 		l.loopCancel()
 		if owned {
 			_ = c.Close()
@@ -161,6 +161,25 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	go l.loop()
 	go l.listen()
 	return l, nil
+}
+
+// firstHeartbeat is New's heartbeat. One that timed out is no evidence
+// that Redis is gone (a loaded machine, a first call that dials and loads
+// the script): as for any call, a ping given confirmBudget decides, and
+// when Redis answered it the heartbeat goes again, its call timeout grown
+// to what the ping took. Twice at most; an error is New's to report.
+func (l *Limiter) firstHeartbeat() error {
+	err := l.heartbeat(l.loopCtx)
+	for i := 0; i < 2 && err != nil && isTimeout(err); i++ {
+		ctx, cancel := context.WithTimeout(l.loopCtx, l.confirmBudget()+time.Second)
+		up := l.slowNotGone(ctx)
+		cancel()
+		if !up {
+			break
+		}
+		err = l.heartbeat(l.loopCtx)
+	}
+	return err
 }
 
 // newLimiter returns a Limiter on opts (defaults filled in) whose scripts

@@ -92,7 +92,9 @@ type Options struct {
 	FleetSize int
 
 	// RequireRedis makes New fail, with an error matching ErrUnavailable
-	// and wrapping the cause, when Redis cannot be reached at start.
+	// and wrapping the cause, when Redis cannot be reached at start (a
+	// first heartbeat that times out counts only when a ping given eight
+	// CallTimeouts, at least 2 s, fails too: see CallTimeout).
 	// Without it, such a Limiter starts off Redis (FleetSize) and learns
 	// the fleet from a heartbeat 1.5 ProbeInterval after its first probe
 	// that succeeded, once the members pacing locally could be back too.
