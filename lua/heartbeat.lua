@@ -41,7 +41,12 @@
 --          in KEYS[1] without a field here)
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
---          reply {now_ms}); or "check": ARGV[3] is a space-separated list of
+--          reply {now_ms}); "report": ARGV[10...]'s reports alone, written
+--          as a heartbeat writes them (ARGV[5] hold_ms and ARGV[7] keep_ms
+--          as there, ARGV[3], [4], [6], [8] and [9] unused), the stale
+--          pruned 20 at most, the fleet's records untouched (a member sends
+--          its reports in chunks after its heartbeat, so that no call holds
+--          Redis long); reply {now_ms}; or "check": ARGV[3] is a space-separated list of
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
 --          suspect_ms); reply {now_ms, the ids forgotten...} (see below)
@@ -106,6 +111,65 @@ local function forget(ids)
     redis.call('HDEL', KEYS[5], unpack(ids))
     redis.call('HDEL', KEYS[8], unpack(ids))
   end
+end
+-- The reports of ARGV[10...] (see there). A report the fleet holds
+-- already, of the same policy and younger than keep_ms / 3 (another member
+-- made it, or this one lately), is not written again: every member using a
+-- key reports it, and one write per keep_ms / 3 keeps it.
+local function write_reports(keep_ms)
+  if #ARGV <= 10 then
+    return
+  end
+  local ks = {}
+  for i = 10, #ARGV - 1, 2 do
+    ks[#ks + 1] = ARGV[i]
+  end
+  local held = redis.call('HMGET', KEYS[3], unpack(ks))
+  local fresh = now_ms - math.floor(keep_ms / 3)
+  local hs, zs = {}, {}
+  for j = 1, #ks do
+    local v = ARGV[8 + 2 * j + 1]
+    local ms = string.match(v, '^(%d+)')
+    local h = held[j]
+    local hms, hp = nil, nil
+    if h then
+      hms, hp = string.match(h, '^(%d+) (.*)$')
+    end
+    if not (hms and tonumber(hms) > fresh and hp == string.match(v, '^%d+ (.*)$')) then
+      hs[#hs + 1] = ks[j]
+      hs[#hs + 1] = v
+      zs[#zs + 1] = ms or now_ms
+      zs[#zs + 1] = ks[j]
+    end
+  end
+  if #hs > 0 then
+    redis.call('HSET', KEYS[3], unpack(hs))
+    redis.call('ZADD', KEYS[6], unpack(zs))
+  end
+end
+-- Reports not renewed within keep_ms go (their Limiters stopped using the
+-- keys, or are gone), at most limit a call: a call's time stays bounded,
+-- and each can add no more.
+local function prune_reports(keep_ms, limit)
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. string.format('%d', now_ms - keep_ms), 'LIMIT', 0, limit)
+  if #stale > 0 then
+    redis.call('HDEL', KEYS[3], unpack(stale))
+    redis.call('ZREM', KEYS[6], unpack(stale))
+  end
+end
+if mode == 'report' then
+  -- Reports alone, a chunk at a time (reserve's reportChunk), after a
+  -- heartbeat: the fleet's records are not touched. Reply {now_ms}.
+  local keep_ms = tonumber(ARGV[7])
+  if not keep_ms or keep_ms <= 0 or #ARGV % 2 ~= 1 then
+    return redis.error_reply('PACER_ARG report: want keep_ms (ARGV[7]) and key, report pairs from ARGV[10]')
+  end
+  write_reports(keep_ms)
+  prune_reports(keep_ms, 20)
+  local keep = math.max(tonumber(ARGV[5]) or 0, keep_ms)
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[6], keep)
+  return {now_ms}
 end
 if mode == 'leave' then
   forget({id})
@@ -190,46 +254,8 @@ redis.call('HSET', KEYS[8], id, format)
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end
-if #ARGV > 10 then
-  -- A report the fleet holds already, of the same policy and younger than
-  -- keep_ms / 3 (another member made it, or this one lately), is not
-  -- written again: every member using a key reports it, and one write per
-  -- keep_ms / 3 keeps it.
-  local ks = {}
-  for i = 10, #ARGV - 1, 2 do
-    ks[#ks + 1] = ARGV[i]
-  end
-  local held = redis.call('HMGET', KEYS[3], unpack(ks))
-  local fresh = now_ms - math.floor(keep_ms / 3)
-  local hs, zs = {}, {}
-  for j = 1, #ks do
-    local v = ARGV[8 + 2 * j + 1]
-    local ms = string.match(v, '^(%d+)')
-    local h = held[j]
-    local hms, hp = nil, nil
-    if h then
-      hms, hp = string.match(h, '^(%d+) (.*)$')
-    end
-    if not (hms and tonumber(hms) > fresh and hp == string.match(v, '^%d+ (.*)$')) then
-      hs[#hs + 1] = ks[j]
-      hs[#hs + 1] = v
-      zs[#zs + 1] = ms or now_ms
-      zs[#zs + 1] = ks[j]
-    end
-  end
-  if #hs > 0 then
-    redis.call('HSET', KEYS[3], unpack(hs))
-    redis.call('ZADD', KEYS[6], unpack(zs))
-  end
-end
--- Reports not renewed within keep_ms go (their Limiters stopped using the
--- keys, or are gone), 100 at most a heartbeat: a heartbeat's time stays
--- bounded, and each heartbeat can add no more (reserve's reportBatch).
-local stale = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', '(' .. string.format('%d', now_ms - keep_ms), 'LIMIT', 0, 100)
-if #stale > 0 then
-  redis.call('HDEL', KEYS[3], unpack(stale))
-  redis.call('ZREM', KEYS[6], unpack(stale))
-end
+write_reports(keep_ms)
+prune_reports(keep_ms, 100)
 redis.call('PEXPIRE', KEYS[3], math.max(hold_ms, keep_ms))
 redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,5 +226,125 @@ func TestReportsOnceAcrossFleet(t *testing.T) {
 	}
 	if due := b.reportsDue(time.Now(), nil); len(due) != 0 {
 		t.Fatalf("b has %d reports due after its heartbeat, want none: a made the others fresh", len(due)/2)
+	}
+}
+
+// scriptArgs is a go-redis hook that records the ARGV of every call of one
+// script (by its SHA, or the script itself after a NOSCRIPT).
+type scriptArgs struct {
+	src, sha string
+	mu       sync.Mutex
+	calls    [][]any
+}
+
+func (h *scriptArgs) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptArgs) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 3 && (a[1] == h.sha || a[1] == h.src) {
+			if nk, ok := a[2].(int); ok {
+				h.mu.Lock()
+				h.calls = append(h.calls, a[3+nk:])
+				h.mu.Unlock()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptArgs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestReportsInChunks: the reports due go after the heartbeat, reportChunk
+// to a call of heartbeat.lua's "report" (a heartbeat carrying 100 held
+// Redis up to 3.7 ms), and a report call writes the reports alone: the
+// fleet's records are the heartbeat's. Bad arguments change nothing.
+func TestReportsInChunks(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	o, err := redis.ParseURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MaxRetries, o.ContextTimeoutEnabled, o.DialerRetries = -1, true, 1
+	c := redis.NewClient(o)
+	defer c.Close()
+	h := &scriptArgs{src: lua.Heartbeat, sha: heartbeatScript.Hash()}
+	c.AddHook(h)
+	l, err := New(c, Options{KeyPrefix: prefix, HeartbeatInterval: time.Hour, RequireRedis: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sp, err := Limit{Rate: 1, Burst: 1}.Policy().compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 2*reportChunk + 5
+	for i := range keys {
+		l.reportUse(fmt.Sprint("k", i), sp)
+	}
+	h.mu.Lock()
+	h.calls = nil
+	h.mu.Unlock()
+	if _, err := l.heartbeatOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	calls := h.calls
+	h.mu.Unlock()
+	var modes []string
+	var pairs []int
+	for _, a := range calls {
+		modes = append(modes, fmt.Sprint(a[1]))
+		pairs = append(pairs, max(len(a)-9, 0)/2)
+	}
+	if want := []string{"redis", "report", "report", "report"}; fmt.Sprint(modes) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", modes, want)
+	}
+	if want := []int{0, reportChunk, reportChunk, 5}; fmt.Sprint(pairs) != fmt.Sprint(want) {
+		t.Fatalf("reports per call %v, want %v", pairs, want)
+	}
+	got, err := c.HLen(ctx, layout.Policies(prefix)).Result()
+	if err != nil || got != keys {
+		t.Fatalf("%d reports held (%v), want %d", got, err, keys)
+	}
+
+	// A report from another id: written, and no member added.
+	fk := layout.FleetKeys(prefix)
+	members := func() []string {
+		m, err := c.ZRange(ctx, fk[0], 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	before := members()
+	keep := fmt.Sprint(reportKeep.Milliseconds())
+	if err := heartbeatScript.Run(ctx, c, fk, "stranger", "report", "", "", "60000", "", keep, "", "", "x1", fmt.Sprint(time.Now().UnixMilli())+" r 1/s b 1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if after := members(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a report call changed the fleet: %v, was %v", after, before)
+	}
+	if v, _ := c.HGet(ctx, layout.Policies(prefix), "x1").Result(); !strings.HasSuffix(v, " r 1/s b 1") {
+		t.Fatalf("the report was not written: %q", v)
+	}
+	// Bad arguments: an error, and nothing written.
+	for _, args := range [][]any{
+		{"stranger", "report", "", "", "60000", "", "", "", "", "x2", "1 r 1/s b 1"},         // no keep_ms
+		{"stranger", "report", "", "", "60000", "", "-5", "", "", "x2", "1 r 1/s b 1"},       // keep_ms < 0
+		{"stranger", "report", "", "", "60000", "", keep, "", "", "x2", "1 r 1/s b 1", "x3"}, // a key without its report
+	} {
+		err := heartbeatScript.Run(ctx, c, fk, args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "PACER_ARG") {
+			t.Fatalf("%v: %v, want PACER_ARG", args, err)
+		}
+	}
+	if n, _ := c.HExists(ctx, layout.Policies(prefix), "x2").Result(); n {
+		t.Fatal("a refused report call wrote a report")
 	}
 }

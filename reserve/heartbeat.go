@@ -27,7 +27,8 @@ func (l *Limiter) fleetKeys() []string { return layout.FleetKeys(l.opts.KeyPrefi
 // (admin.Client.Status shows it as the limit in force when none is
 // stored). Each is reported when first used or changed, and again every
 // reportEvery while in use; the fleet's hash drops a report not renewed
-// within reportKeep. At most reportBatch are reported per heartbeat.
+// within reportKeep. At most reportBatch are reported per heartbeat, after
+// it, reportChunk to a call (sendReports).
 //
 // Every member that uses a key reports it, but the fleet writes it about
 // once per reportEvery (issue 43: 4 processes on 10,000 keys each wrote
@@ -50,6 +51,7 @@ type report struct {
 
 const (
 	reportBatch = 100
+	reportChunk = 20          // reports per call of heartbeat.lua's "report"
 	reportCheck = 500         // due reports whose held ones a heartbeat reads
 	reportEvery = time.Minute // heartbeat.lua's keep_ms / 3
 	reportKeep  = 3 * reportEvery
@@ -241,7 +243,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	if mode == names.ModeRedis && !doubt {
 		heldRead = l.heldReports(ctx)
 	}
-	args = append(args, l.reportsDue(time.Now(), heldRead)...)
+	due := l.reportsDue(time.Now(), heldRead)
 	res, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).
@@ -281,6 +283,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		}
 		return false, err
 	}
+	defer l.sendReports(ctx, due)
 	r, ok := res.([]any)
 	if !ok || len(r) != 11 {
 		return false, nil
@@ -326,6 +329,27 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	now, _ := l.fleet.localShare()
 	return now.N != ls.N, nil
+}
+
+// sendReports sends the reports due (reportsDue's pairs) after a
+// heartbeat, reportChunk to a call of heartbeat.lua's "report": a call of
+// 100 reports held Redis up to 3.7 ms, and a heartbeat carrying them
+// blocked every other client meanwhile (issue 43). A chunk that fails is
+// not sent again: its keys are due again reportEvery on, and the fleet
+// keeps a report reportKeep.
+func (l *Limiter) sendReports(ctx context.Context, due []any) {
+	keep := strconv.FormatInt(reportKeep.Milliseconds(), 10)
+	hold := strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10)
+	for len(due) > 0 {
+		n := min(len(due), 2*reportChunk)
+		args := append([]any{l.id, "report", "", "", hold, "", keep, "", ""}, due[:n]...)
+		due = due[n:]
+		if _, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
+			return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
+		}, nil); err != nil {
+			return
+		}
+	}
 }
 
 // sinceMS is when a mode began (health.since) as heartbeat.lua takes it:

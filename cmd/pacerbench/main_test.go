@@ -494,8 +494,8 @@ func checkCold(t *testing.T, res *results, stdout string) {
 		}
 		if rr := hr.Reports; rr == nil || rr.Beats.Calls == 0 || rr.Beats.WithSome == 0 || len(rr.Beats.Reports) != rr.Limiters || rr.Held == 0 {
 			t.Errorf("heartbeat phase's reports run: %+v; want heartbeats that carried reports, from each Limiter, and policies held", rr)
-		} else if rr.Beats.MaxCarry > 100 {
-			t.Errorf("a heartbeat carried %d reports; want 100 at most (reserve's reportBatch)", rr.Beats.MaxCarry)
+		} else if rr.Beats.MaxCarry > 20 || rr.Beats.ReportCalls == 0 {
+			t.Errorf("a call carried %d reports, %d report calls; want report calls of 20 at most (reserve's reportChunk)", rr.Beats.MaxCarry, rr.Beats.ReportCalls)
 		}
 		if !strings.Contains(stdout, "### Reports at a cold start") {
 			t.Error("no reports table")

@@ -704,7 +704,7 @@ class Limiter:
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                  protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                         reports=reports, cid=cid, run=run,
+                                                         cid=cid, run=run,
                                                          deadline_ms=self._deadline_ms() if mode == "redis" else None))
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
@@ -718,6 +718,7 @@ class Limiter:
             if isinstance(e, UNAVAILABLE) and not self.is_local and self._lost(e):
                 self._go_local(f"heartbeat: {type(e).__name__}: {e}")
             return False
+        self._send_reports(reports)
         with self._presence_lock:
             # For the next heartbeat: after this one, so that a Redis that
             # does not answer holds up no heartbeat twice.
@@ -871,6 +872,17 @@ class Limiter:
         except (*UNAVAILABLE, PacerError):
             return False
         return bool(gone)
+
+    def _send_reports(self, reports: list[tuple[str, str]]) -> None:
+        """Sends the reports due after a heartbeat, protocol.REPORT_CHUNK to
+        a call of the script's "report" (Go's sendReports). A chunk that
+        fails is not sent again: its keys are due again a minute on."""
+        for i in range(0, len(reports), protocol.REPORT_CHUNK):
+            try:
+                self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                 protocol.report_args(self.id, reports[i:i + protocol.REPORT_CHUNK]))
+            except (*UNAVAILABLE, PacerError):
+                return
 
     def _reports_due(self) -> list[tuple[str, str]]:
         """The policies to report: of keys used since their last report and

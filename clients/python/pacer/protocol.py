@@ -617,6 +617,22 @@ def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | No
     return out
 
 
+#: Reports per call of heartbeat.lua's "report" (Go's reportChunk).
+REPORT_CHUNK = 20
+
+
+def report_args(member: str, reports: Sequence[tuple[str, str]],
+                times: Sequence[str] = HEARTBEAT_TIMES) -> list[str]:
+    """ARGV of heartbeat.lua's "report": the reports alone (key and
+    "<Unix ms> <policy>" pairs), sent after a heartbeat, REPORT_CHUNK at a
+    time, so that no call holds Redis long; hold_ms and keep_ms as a
+    heartbeat passes them."""
+    out = [member, "report", "", "", times[1], "", times[3], "", ""]
+    for key, report in reports:
+        out += [key, report]
+    return out
+
+
 def decode_heartbeat(v: Reply) -> Heartbeat | None:
     """Heartbeat's reply; None for ``[now_ms]`` (a heartbeat that changed nothing)."""
     if not isinstance(v, list) or len(v) != 11:
