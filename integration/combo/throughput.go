@@ -11,7 +11,8 @@ import (
 // The throughput check: on a key whose demand stays well above its limit,
 // the fleet must use at least minFraction of what the limit allowed. It is
 // judged outside the pauses (and pauseRecovery after them), outside
-// Redis faults (and faultRecovery after them) and while no fleet process
+// Redis faults (and faultRecovery after them, counted from when the
+// members the fault sent to local pacing were back: backAfter) and while no fleet process
 // runs (and procGap after), from the warm-up to the end,
 // against the limit in force: the true limit, or an enforced stored limit
 // below it (from the moment it was asked for until the next change was
@@ -75,7 +76,7 @@ func (r *run) judgedTime(key string) [][2]int64 {
 		cut = append(cut, [2]int64{p.start, p.end + int64(pauseRecovery)})
 	}
 	for _, f := range r.faults {
-		cut = append(cut, [2]int64{f.At, f.End + int64(faultRecovery)})
+		cut = append(cut, [2]int64{f.At, r.backAfter(f) + int64(faultRecovery)})
 	}
 	// No demand while no fleet process runs (all killed or closed), and
 	// procGap after (stalls.go's noneRunning).
@@ -88,6 +89,39 @@ func (r *run) judgedTime(key string) [][2]int64 {
 		}
 	}
 	return outside(from, to, cut)
+}
+
+// lateBack bounds how long after a Redis fault's end a member it sent to
+// local pacing may take to come back before the throughput check counts
+// the time: a probe a ProbeInterval (±25%) apart, then the fleet's view, on
+// a loaded machine (the combination runner's seed 3 beside other work: a
+// member back 2.4 s after an out-of-memory fault ended, judged from 2 s
+// on at 0.30-0.39).
+const lateBack = 5 * time.Second
+
+// backAfter is when the members pacing locally at fault f's end were all
+// back on Redis: f's end, or the last return after it, lateBack at most.
+func (r *run) backAfter(f Action) int64 {
+	limit := f.End + int64(lateBack)
+	back := f.End
+	for _, ns := range r.modes {
+		local, ret := false, int64(0)
+		for _, n := range ns {
+			if n.At <= f.End {
+				local = n.To == "local"
+			} else if local && n.To == "redis" {
+				ret = n.At
+				break
+			}
+		}
+		switch {
+		case local && (ret == 0 || ret > limit):
+			back = limit
+		case local:
+			back = max(back, ret)
+		}
+	}
+	return back
 }
 
 // allowed integrates band b's rate in force over segs.

@@ -457,3 +457,50 @@ func TestHTTPSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestThroughputLateBack: a member a Redis fault sent to local pacing that
+// comes back late (a loaded machine) is part of the fault's recovery, up
+// to lateBack: the throughput is judged from faultRecovery after its
+// return; one not back within lateBack is judged from lateBack on.
+func TestThroughputLateBack(t *testing.T) {
+	oom := []Action{{Kind: FaultOOM, At: at(3 * time.Second), End: at(5 * time.Second)}}
+	// The full rate before the fault, half of it from 11 s on.
+	calls := append(paced("1", warmup, 15, time.Second/30, false), paced("1", 11*time.Second, 67, time.Second/15, false)...)
+	sw := func(d time.Duration, to string) Note { return Note{Type: noteSwitch, Child: "1", At: at(d), To: to} }
+	for _, tc := range []struct {
+		name  string
+		notes []Note
+		want  bool // a violation
+	}{
+		// Judged from 7 s: 4 s without calls.
+		{"back at the fault's end", []Note{sw(3100*time.Millisecond, "local"), sw(5100*time.Millisecond, "redis")}, true},
+		// Judged from 11 s.
+		{"back 4 s late", []Note{sw(3100*time.Millisecond, "local"), sw(9*time.Second, "redis")}, false},
+		// Judged from 12 s (5 s + lateBack + faultRecovery) with the
+		// member local: no call from 3 s to 11 s would have been judged
+		// from 7 s; here the calls from 11 s are half the rate over 3.5 s
+		// plus the 0.5 s before the fault.
+		{"never back", []Note{sw(3100*time.Millisecond, "local")}, false},
+		// Back during the fault: no later start.
+		{"back during the fault", []Note{sw(3100*time.Millisecond, "local"), sw(4*time.Second, "redis")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged(calls, tc.notes, oom)
+			got := 0
+			for _, x := range kinds(v, VThroughput) {
+				if x.Key == KeySliding {
+					got++
+				}
+			}
+			if (got > 0) != tc.want {
+				t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeySliding], v.Figures.Used[KeySliding], tc.want)
+			}
+		})
+	}
+	// A member local at the end that never comes back: the check still
+	// judges the time from lateBack on, and finds no calls there.
+	v := judged(paced("1", warmup, 15, time.Second/30, false), []Note{sw(3100*time.Millisecond, "local")}, oom)
+	if len(kinds(v, VThroughput)) == 0 {
+		t.Errorf("no throughput violation for a fleet that stopped calling, fraction %v", v.Figures.Throughput[KeySliding])
+	}
+}
