@@ -266,7 +266,9 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		_, before := p.Stats()
 		killedAt := time.Now()
 		killed.cmd.Process.Kill()
+		killed.mu.Lock() // its last lines may still be read
 		s.MidCall = len(killed.open)
+		killed.mu.Unlock()
 		s.HeldHosts = len(held)
 		hosts := slices.Sorted(maps.Keys(held))
 		var what []string
