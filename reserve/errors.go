@@ -80,6 +80,9 @@ type WaitTooLongError struct {
 	Band string
 
 	cause error // with OutageBinding: why this Limiter has no share (shown, not wrapped: the refusal is the maximum's)
+	// seats: Band is an in-flight band with no seat free; the wait, until
+	// a call ends, is not known (Wait is the maximum, or 0).
+	seats bool
 }
 
 func (e *WaitTooLongError) Error() string {
@@ -98,6 +101,13 @@ func (e *WaitTooLongError) Error() string {
 	cause := ""
 	if e.cause != nil {
 		cause = ": " + e.cause.Error()
+	}
+	if e.seats {
+		limit := fmt.Sprintf("the maximum wait %v", e.MaxWait)
+		if e.Deadline {
+			limit = fmt.Sprintf("the %v left before the context's deadline", e.MaxWait)
+		}
+		return fmt.Sprintf("reserve: no seat of in-flight band %s came free within %s (a seat frees when a call ends)", e.Band, limit)
 	}
 	if e.Deadline {
 		return fmt.Sprintf("reserve: wait %v%s exceeds the %v left before the context's deadline%s", e.Wait, why, e.MaxWait, cause)

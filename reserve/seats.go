@@ -312,7 +312,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 				return giveUp(&WaitTooLongError{Wait: l.opts.ProbeInterval, MaxWait: 0, Band: OutageBinding})
 			}
 		} else if !queued {
-			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: sr.band})
+			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: sr.band, seats: true})
 		}
 		every := seatPoll
 		if err != nil {
@@ -337,7 +337,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 				break wait
 			case <-limit:
 				poll.Stop()
-				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band})
+				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band, seats: true})
 			case <-ctx.Done():
 				poll.Stop()
 				return giveUp(ctx.Err())

@@ -296,8 +296,12 @@ func TestSeatsTryAndCancel(t *testing.T) {
 	var tl *reserve.WaitTooLongError
 	require.True(t, errors.As(err, &tl), "%v", err)
 	assert.Equal(t, "open", tl.Band)
+	// The wait is until a call ends, not known: the message says so (it
+	// said "wait 0s (set by band open) exceeds maximum 0s").
+	assert.EqualError(t, err, "reserve: no seat of in-flight band open came free within the maximum wait 0s (a seat frees when a call ends)")
 	_, err = l.TryReserveN(ctx, seatsReq("seats:try", 1), 20*time.Millisecond)
 	require.True(t, errors.As(err, &tl), "%v", err)
+	assert.EqualError(t, err, "reserve: no seat of in-flight band open came free within the maximum wait 20ms (a seat frees when a call ends)")
 	require.NoError(t, r1.Cancel(ctx))
 	r2, err := l.TryReserveN(ctx, seatsReq("seats:try", 1), 0)
 	require.NoError(t, err)
