@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -149,6 +150,29 @@ func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	closeLimiter(t, l)
 	return l
 }
+
+// newLimiterFormat is newLimiter writing state format format (1 or 2): the
+// fleet's format is set under its prefix before the Limiter starts, as
+// `pacer format` sets it, so that its first heartbeat tells it. The
+// property and differential tests take turns (trialFormat): the writer's
+// default alone hid a Limit's bound written in format 2 (55f5548).
+func newLimiterFormat(t *testing.T, b backend, clk reserve.Clock, format int) *reserve.Limiter {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	if format == 2 {
+		require.NoError(t, b.client.Set(context.Background(), layout.FormatKey(prefix), "2", 0).Err())
+	}
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: clk != nil, KeyPrefix: prefix,
+		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	require.Equal(t, format, l.WritesFormat(), "the Limiter's state format")
+	return l
+}
+
+// trialFormat is the state format trial i of a property or differential
+// test writes: 1 and 2 in turn, by pairs.
+func trialFormat(i int) int { return 1 + i/2%2 }
 
 // snapshot returns everything Redis holds for key: the type and value of its
 // state, and of its stored limit and adjustment memory if any.

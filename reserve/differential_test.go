@@ -139,7 +139,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 	for trial := range trials {
 		lim := randomLimit(rng)
 		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
-		l := newLimiter(t, b, clk)
+		l := newLimiterFormat(t, b, clk, trialFormat(trial))
 		ref := rate.NewLimiter(rate.Limit(lim.Rate), lim.Burst)
 		// models are the exact model's branches still in step with pacer:
 		// one, until a cancel decides within rounding of a boundary; then
@@ -326,7 +326,7 @@ func testProperties(t *testing.T, b backend) {
 		withCancel := trial%2 == 1
 		lim := randomLimit(rng)
 		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
-		l := newLimiter(t, b, clk)
+		l := newLimiterFormat(t, b, clk, trialFormat(trial))
 		var slots []slot
 		for step := range 200 {
 			clk.Advance(randomStep(rng, lim))

@@ -110,7 +110,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) {
 	for trial := range trials {
 		pol := randomPolicy(rng)
 		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
-		l := newLimiter(t, b, clk)
+		l := newLimiterFormat(t, b, clk, trialFormat(trial))
 		model := newPolicyModel(pol, clk.Now())
 		// Steps: a mean of a tenth to twice the slowest refill.
 		slow := time.Millisecond

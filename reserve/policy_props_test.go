@@ -46,7 +46,7 @@ func testPolicyProperties(t *testing.T, b backend) {
 		raises := trial%2 == 1
 		pol := randomPolicy(rng)
 		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
-		l := newLimiter(t, b, clk)
+		l := newLimiterFormat(t, b, clk, trialFormat(trial))
 		slow := time.Millisecond
 		for _, band := range pol {
 			if band.Limit != (reserve.Limit{}) {
