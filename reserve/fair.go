@@ -130,8 +130,12 @@ func (l *Limiter) fairScriptOf() *redis.Script {
 }
 
 // errDeferred is a fair request's result when it was not booked: it is to
-// ask again at retry, on the Limiter's clock.
-type errDeferred struct{ retry time.Time }
+// ask again at retry, on the Limiter's clock; local: the local fallback's
+// store said so.
+type errDeferred struct {
+	retry time.Time
+	local bool
+}
 
 func (e *errDeferred) Error() string { return "reserve: deferred to " + e.retry.String() }
 
@@ -317,12 +321,18 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			ft, q := g.ft, g.q
 			res := results[:len(g.reqs)]
 			results = results[len(g.reqs):]
-			var retry time.Time
+			var retry, ask time.Time
 			done := 0
 			for i, req := range g.reqs {
 				var d *errDeferred
 				if errors.As(res[i].err, &d) {
-					retry = d.retry
+					retry, ask = d.retry, d.retry
+					if soon := now.Add(resumePoll); d.local && ask.After(soon) {
+						// The store may hold what Redis no longer does (a
+						// pause an operator resumed, heard by the event):
+						// ask again soon, on Redis once it answers.
+						ask = soon
+					}
 					if fm != nil {
 						fm.Deferred(ks.name, ft.tenant, ft.lane)
 					}
@@ -359,7 +369,7 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			clear(q.waiting[len(rest):])
 			q.waiting = rest
 			if len(rest) > 0 {
-				q.retry = retry
+				q.retry = ask
 			}
 		}
 		ks.mu.Unlock()

@@ -224,3 +224,119 @@ func isFairCall(cmd redis.Cmder) bool {
 	}
 	return false
 }
+
+// TestFairPumpAsksRedisAfterOutage: a fair request the local fallback
+// deferred to a pause it still holds (its store started from the key's
+// state with the operator's pause; Redis's resume reached the Limiter by
+// the event, not the store) is asked for on Redis once Redis answers
+// again, and is served there: neither the store's pause nor the retry it
+// gave holds it to the pause's old end. Before, the pump slept to that
+// retry (the combination runner, seed 4 beside a CPU hog, after the first
+// fix: fair requests of a process frozen across the resume, then paced
+// locally while Redis was frozen, were served at the old end), and the
+// handback gave Redis the store's pause again, undoing the resume.
+func TestFairPumpAsksRedisAfterOutage(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	cli := hookable(t, s)
+	down := &failAll{}
+	cli.AddHook(down)
+	m := &deferrals{ch: make(chan struct{}, 16)}
+	l, err := reserve.New(cli, reserve.Options{KeyPrefix: prefix, FailAfter: 1, HeartbeatInterval: 50 * time.Millisecond,
+		ProbeInterval: 50 * time.Millisecond, Metrics: m, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	listening(t, s, prefix)
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim) // the key is known
+	require.NoError(t, err)
+	require.NoError(t, a.Pause(ctx, "api", time.Hour, "ops", "the provider is down"))
+	require.Eventually(t, func() bool { end, _ := l.LearnedPause("api"); return end != 0 },
+		resumeGrace, time.Millisecond, "the Limiter never heard of the pause")
+
+	// Redis fails for the Limiter (its events still come): the fair
+	// request goes to the local fallback, which defers it to the pause.
+	down.on.Store(true)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.WaitN(wctx, fair("api", lim, "a")) }()
+	deferred := func(what string) {
+		select {
+		case <-m.ch:
+		case err := <-done:
+			t.Fatalf("the fair Wait returned before %s: %v", what, err)
+		case <-time.After(resumeGrace):
+			t.Fatalf("no deferral: %s", what)
+		}
+	}
+	deferred("the local fallback deferred it to the pause")
+	require.True(t, l.Degraded())
+	// The operator resumes the key: the Limiter hears it and asks again;
+	// the local fallback, which still holds the pause, defers it again.
+	require.NoError(t, a.Resume(ctx, "api", "ops", "the provider is back"))
+	deferred("the local fallback deferred it again after the resume")
+	end, _ := l.LearnedPause("api")
+	require.Zero(t, end, "the Limiter did not hear of the resume")
+
+	// Redis answers again.
+	down.on.Store(false)
+	backOnRedis(t, l)
+	stop := time.AfterFunc(resumeGrace, cancel)
+	defer stop.Stop()
+	require.NoError(t, <-done, "the fair Wait was not served within %v of Redis's return (the pause had an hour to run)", resumeGrace)
+	ttl, err := s.Client.PTTL(ctx, l.RedisKey("api")).Result()
+	require.NoError(t, err)
+	paused, err := l.Peek(ctx, reserve.Single("api", lim, 1))
+	require.NoError(t, err)
+	require.Zero(t, paused.Paused, "the key is paused on Redis again (time to live %v)", ttl)
+}
+
+// failAll fails every command of the client it hooks while on (not the
+// messages of its subscriptions), as a Redis that refuses the calls.
+type failAll struct{ on atomic.Bool }
+
+func (h *failAll) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failAll) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			err := errors.New("test: Redis refused")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *failAll) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			err := errors.New("test: Redis refused")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// deferrals counts the fair requests deferred (FairMetrics), on ch.
+type deferrals struct {
+	noMetrics
+	ch chan struct{}
+}
+
+func (m *deferrals) Turn(string, string, reserve.Lane, time.Duration) {}
+
+func (m *deferrals) Deferred(string, string, reserve.Lane) {
+	select {
+	case m.ch <- struct{}{}:
+	default:
+	}
+}
