@@ -130,8 +130,12 @@ func (l *Limiter) fairScriptOf() *redis.Script {
 }
 
 // errDeferred is a fair request's result when it was not booked: it is to
-// ask again at retry, on the Limiter's clock.
-type errDeferred struct{ retry time.Time }
+// ask again at retry, on the Limiter's clock; local: the local fallback's
+// store said so.
+type errDeferred struct {
+	retry time.Time
+	local bool
+}
 
 func (e *errDeferred) Error() string { return "reserve: deferred to " + e.retry.String() }
 
@@ -230,8 +234,26 @@ type fairGroup struct {
 // every queue's retry come.
 func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 	fm, _ := l.opts.Metrics.(FairMetrics)
+	// wake is the key's wake channel as of the pump's last call: closed,
+	// the key's pause moved after the call was sent (a pause learned, a
+	// resume), even if it was heard before the call's reply came back,
+	// which deferred its queues to the old pause.
+	var wake <-chan struct{}
 	for {
 		ks.mu.Lock()
+		select {
+		case <-wake:
+			for ft, q := range ks.fair {
+				if ft.sig == sig {
+					q.retry = time.Time{}
+				}
+			}
+			wake = ks.wake
+		default:
+			if wake == nil {
+				wake = ks.wake
+			}
+		}
 		now := l.clock.Now()
 		var ready []fairGroup
 		var sp *spec        // the policy's, every queue's of the pump
@@ -258,7 +280,6 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			return
 		}
 		if !due {
-			wake := ks.wake
 			ks.mu.Unlock()
 			if !l.pumpSleep(ks, sig, p, first, wake) {
 				return
@@ -288,6 +309,7 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			batch = append(batch, g.reqs...)
 			groups = append(groups, g)
 		}
+		wake = ks.wake
 		ks.mu.Unlock()
 
 		results := l.fairCall(l.loopCtx, ks.name, sp, groups, batch)
@@ -299,12 +321,18 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			ft, q := g.ft, g.q
 			res := results[:len(g.reqs)]
 			results = results[len(g.reqs):]
-			var retry time.Time
+			var retry, ask time.Time
 			done := 0
 			for i, req := range g.reqs {
 				var d *errDeferred
 				if errors.As(res[i].err, &d) {
-					retry = d.retry
+					retry, ask = d.retry, d.retry
+					if soon := now.Add(resumePoll); d.local && ask.After(soon) {
+						// The store may hold what Redis no longer does (a
+						// pause an operator resumed, heard by the event):
+						// ask again soon, on Redis once it answers.
+						ask = soon
+					}
 					if fm != nil {
 						fm.Deferred(ks.name, ft.tenant, ft.lane)
 					}
@@ -341,7 +369,7 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 			clear(q.waiting[len(rest):])
 			q.waiting = rest
 			if len(rest) > 0 {
-				q.retry = retry
+				q.retry = ask
 			}
 		}
 		ks.mu.Unlock()
@@ -352,10 +380,10 @@ func (l *Limiter) pump(ks *keyState, sig string, p *fairPump) {
 }
 
 // pumpSleep sleeps until the first retry of the pump's queues comes, a
-// request wakes it (kick), or the key's pause moves (wake: every queue of
-// the pump asks again). It sleeps on Go's timer, which wakes up to a
-// millisecond late, never early: a queue asked before its retry would be
-// deferred again, a call for nothing. When the Limiter closes, it fails
+// request wakes it (kick), or the key's pause moves (wake closes: the
+// pump then has every queue ask again). It sleeps on Go's timer, which
+// wakes up to a millisecond late, never early: a queue asked before its
+// retry would be deferred again, a call for nothing. When the Limiter closes, it fails
 // every waiting request and reports false.
 func (l *Limiter) pumpSleep(ks *keyState, sig string, p *fairPump, first time.Time, wake <-chan struct{}) bool {
 	t := time.NewTimer(max(time.Until(l.localDeadline(first)), 0))
@@ -364,13 +392,6 @@ func (l *Limiter) pumpSleep(ks *keyState, sig string, p *fairPump, first time.Ti
 	case <-t.C:
 	case <-p.kick:
 	case <-wake:
-		ks.mu.Lock()
-		for ft, q := range ks.fair {
-			if ft.sig == sig {
-				q.retry = time.Time{}
-			}
-		}
-		ks.mu.Unlock()
 	case <-l.loopCtx.Done():
 		ks.mu.Lock()
 		for ft, q := range ks.fair {

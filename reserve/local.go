@@ -56,6 +56,9 @@ type localKey struct {
 	// is read from the store's state).
 	last   int64
 	seeded map[string]layout.WindowUse
+	// seededPause is the end of the pause the state started with (Unix
+	// ns; 0: none): Redis's, not the store's own.
+	seededPause int64
 	// hand is what was taken from the store and has not reached Redis
 	// yet (a call that carried it failed); inflight, what a call in flight
 	// carries.
@@ -269,6 +272,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 	}
 	state, _ := l.store.Get(rk)
 	lk.seeded = layout.Windows(state)
+	lk.seededPause = layout.PauseEnd(state)
 	return nil
 }
 
@@ -287,6 +291,11 @@ func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
 		rk := l.RedisKey(ks.name)
 		state, _ := l.store.Get(rk)
 		g := &handback{last: lk.last, pause: layout.PauseEnd(state), spec: lk.spec}
+		if g.pause <= lk.seededPause && ks.pause.endNS != lk.seededPause {
+			// Redis's pause the store started with, which Redis has moved
+			// since (an operator resumed it): Redis's word is the newer.
+			g.pause = 0
+		}
 		for name, w := range layout.Windows(state) {
 			units := w.U
 			if seed, ok := lk.seeded[name]; ok && seed.W == w.W {
@@ -301,7 +310,7 @@ func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
 		for _, k := range l.store.Keys(rk) {
 			l.store.Del(k)
 		}
-		lk.held, lk.last, lk.seeded = false, 0, nil
+		lk.held, lk.last, lk.seeded, lk.seededPause = false, 0, nil, 0
 		h = h.merge(g)
 	}
 	nowNS, _ := l.serverNow()

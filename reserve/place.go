@@ -168,7 +168,7 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 		case seq == -2:
 			out[i] = result{nil, l.shareError(key)}
 		case seq == -3:
-			out[i] = result{nil, &errDeferred{retry: base.at(base.serverNS + waitNS)}}
+			out[i] = result{nil, &errDeferred{retry: base.at(base.serverNS + waitNS), local: local}}
 		case seq == 0:
 			out[i] = result{nil, &WaitTooLongError{Wait: time.Duration(waitNS), MaxWait: req.maxWait, Band: band}}
 			if !local {

@@ -130,19 +130,25 @@ func (l *Limiter) keyWake(key string) <-chan struct{} {
 // key, to learn of a resume.
 const resumePoll = 250 * time.Millisecond
 
-// afterPause reports whether r's slot lies after a pause that has not
-// ended yet, as the key's state knows it.
+// afterPause reports whether Sleep watches for a resume: r's slot lies
+// after a pause that has not ended yet, as the key's state last showed it
+// (a read that failed since does not end the pause: Redis frozen, the
+// operator may resume it meanwhile), or a resume heard since moves r and
+// r has not taken the move yet (pausedAfter takes it).
 func (r *Reservation) afterPause() bool {
 	r.mu.Lock()
-	slot, after := r.slotNS, r.afterPaused
+	slot, seq, shifted, after := r.slotNS, r.seq, r.shifted, r.afterPaused
 	r.mu.Unlock()
 	if !after {
 		return false
 	}
 	ks := r.lim.states.get(r.key)
 	ks.mu.Lock()
-	end := ks.knownPause()
+	end, shift := ks.pause.endNS, ks.pause.shift
 	ks.mu.Unlock()
+	if shift.applies(seq) && shifted < shift.r {
+		return true
+	}
 	if end == 0 || end > slot {
 		return false
 	}
@@ -231,15 +237,18 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 		switch {
 		case err == nil:
 			end, redisEnd = max(end, pe), pe
-			if !local && shift.applies(seq) && r.shiftBy(shift) {
-				slotNS -= shift.d
-				l.opts.Logger.Debug("pacer: a resume moved a sleeper earlier", "key", r.key, "seq", seq,
-					"to_ns", slotNS, "d_ns", shift.d, "resume", fmt.Sprintf("%d:%d", shift.q, shift.r), "limiter", l.id)
-			}
 		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
-			// Redis cannot tell: the local fallback's pause stands.
+			// Redis cannot tell: the local fallback's pause stands, and a
+			// resume the Limiter heard of (the fleet's event) moves r all
+			// the same.
+			_, shift = l.seenPause(r.key)
 		default:
 			return false, err
+		}
+		if !local && shift.applies(seq) && r.shiftBy(shift) {
+			slotNS -= shift.d
+			l.opts.Logger.Debug("pacer: a resume moved a sleeper earlier", "key", r.key, "seq", seq,
+				"to_ns", slotNS, "d_ns", shift.d, "resume", fmt.Sprintf("%d:%d", shift.q, shift.r), "limiter", l.id)
 		}
 	}
 	nowNS, _ := l.serverNow()
