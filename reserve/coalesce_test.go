@@ -21,8 +21,7 @@ import (
 // armed, so a test can queue callers behind a call in flight. It also counts
 // the script calls on buckets (not the Limiter's heartbeats).
 type gate struct {
-	mu      sync.Mutex
-	held    *hold // the next call to hold, if armed
+	armed
 	scripts atomic.Int64
 }
 
@@ -31,13 +30,33 @@ type hold struct {
 	release chan struct{} // closed to let it go
 }
 
-// arm holds the next script call on a bucket until release is called.
-func (g *gate) arm() (entered <-chan struct{}, release func()) {
+// armed holds the next call a hook chooses, once armed (gate's, and
+// seats_test.go's renewGate).
+type armed struct {
+	mu   sync.Mutex
+	held *hold // the next call to hold, if armed
+}
+
+// arm holds the next chosen call until release is called.
+func (a *armed) arm() (entered <-chan struct{}, release func()) {
 	h := &hold{make(chan struct{}), make(chan struct{})}
-	g.mu.Lock()
-	g.held = h
-	g.mu.Unlock()
+	a.mu.Lock()
+	a.held = h
+	a.mu.Unlock()
 	return h.entered, sync.OnceFunc(func() { close(h.release) })
+}
+
+// stop holds the calling command, if armed, until it is released, and
+// disarms.
+func (a *armed) stop() {
+	a.mu.Lock()
+	h := a.held
+	a.held = nil
+	a.mu.Unlock()
+	if h != nil {
+		close(h.entered)
+		<-h.release
+	}
 }
 
 func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -45,15 +64,8 @@ func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if onBucket(cmd) {
-			var h *hold
 			if cmd.Name() == "evalsha" { // not the EVAL go-redis sends after NOSCRIPT
-				g.mu.Lock()
-				h, g.held = g.held, nil
-				g.mu.Unlock()
-			}
-			if h != nil {
-				close(h.entered)
-				<-h.release
+				g.stop()
 			}
 			err := next(ctx, cmd)
 			if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {

@@ -124,11 +124,7 @@ func TestFairPumpHearsResumeDuringCall(t *testing.T) {
 	listening(t, s, prefix)
 
 	lim := reserve.Limit{Rate: 100, Burst: 1}
-	_, err = l.Reserve(ctx, "api", lim) // the key is known
-	require.NoError(t, err)
-	require.NoError(t, a.Pause(ctx, "api", time.Hour, "ops", "the provider is down"))
-	require.Eventually(t, func() bool { end, _ := l.LearnedPause("api"); return end != 0 },
-		resumeGrace, time.Millisecond, "the Limiter never heard of the pause")
+	pauseKnown(t, l, a, lim)
 	h.armed.Store(true)
 
 	wctx, cancel := context.WithCancel(ctx)
@@ -252,11 +248,7 @@ func TestFairPumpAsksRedisAfterOutage(t *testing.T) {
 	require.NoError(t, err)
 
 	lim := reserve.Limit{Rate: 100, Burst: 1}
-	_, err = l.Reserve(ctx, "api", lim) // the key is known
-	require.NoError(t, err)
-	require.NoError(t, a.Pause(ctx, "api", time.Hour, "ops", "the provider is down"))
-	require.Eventually(t, func() bool { end, _ := l.LearnedPause("api"); return end != 0 },
-		resumeGrace, time.Millisecond, "the Limiter never heard of the pause")
+	pauseKnown(t, l, a, lim)
 
 	// Redis fails for the Limiter (its events still come): the fair
 	// request goes to the local fallback, which defers it to the pause.
@@ -339,4 +331,16 @@ func (m *deferrals) Deferred(string, string, reserve.Lane) {
 	case m.ch <- struct{}{}:
 	default:
 	}
+}
+
+// pauseKnown makes key "api" known to l at lim, has the operator pause it
+// for an hour, and waits until l has heard of the pause.
+func pauseKnown(t *testing.T, l *reserve.Limiter, a *admin.Client, lim reserve.Limit) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := l.Reserve(ctx, "api", lim)
+	require.NoError(t, err)
+	require.NoError(t, a.Pause(ctx, "api", time.Hour, "ops", "the provider is down"))
+	require.Eventually(t, func() bool { end, _ := l.LearnedPause("api"); return end != 0 },
+		resumeGrace, time.Millisecond, "the Limiter never heard of the pause")
 }

@@ -470,18 +470,7 @@ func TestSeatsOutageExcess(t *testing.T) {
 
 // renewGate is a go-redis hook that holds the seats script's next renew,
 // once armed, until the test lets it go.
-type renewGate struct {
-	mu   sync.Mutex
-	held *hold
-}
-
-func (g *renewGate) arm() (entered <-chan struct{}, release func()) {
-	h := &hold{make(chan struct{}), make(chan struct{})}
-	g.mu.Lock()
-	g.held = h
-	g.mu.Unlock()
-	return h.entered, sync.OnceFunc(func() { close(h.release) })
-}
+type renewGate struct{ armed }
 
 func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -490,14 +479,7 @@ func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		args := cmd.Args()
 		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
 			if nk, ok := args[2].(int); ok && len(args) > 3+nk && args[3+nk] == "renew" {
-				g.mu.Lock()
-				h := g.held
-				g.held = nil
-				g.mu.Unlock()
-				if h != nil {
-					close(h.entered)
-					<-h.release
-				}
+				g.stop()
 			}
 		}
 		return next(ctx, cmd)

@@ -248,16 +248,23 @@ func TestThroughput(t *testing.T) {
 			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
 				Calls: half, Lives: tc.lives}
 			v := Judge(res)
-			got := 0
-			for _, x := range kinds(v, VThroughput) {
-				if x.Key == KeySliding {
-					got++
-				}
-			}
-			if (got > 0) != tc.want {
-				t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeySliding], v.Figures.Used[KeySliding], tc.want)
-			}
+			checkSlidingThroughput(t, v, tc.want)
 		})
+	}
+}
+
+// checkSlidingThroughput asserts whether v has a throughput violation on
+// KeySliding.
+func checkSlidingThroughput(t *testing.T, v Verdict, want bool) {
+	t.Helper()
+	got := 0
+	for _, x := range kinds(v, VThroughput) {
+		if x.Key == KeySliding {
+			got++
+		}
+	}
+	if (got > 0) != want {
+		t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeySliding], v.Figures.Used[KeySliding], want)
 	}
 }
 
@@ -486,15 +493,7 @@ func TestThroughputLateBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := judged(calls, tc.notes, oom)
-			got := 0
-			for _, x := range kinds(v, VThroughput) {
-				if x.Key == KeySliding {
-					got++
-				}
-			}
-			if (got > 0) != tc.want {
-				t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeySliding], v.Figures.Used[KeySliding], tc.want)
-			}
+			checkSlidingThroughput(t, v, tc.want)
 		})
 	}
 	// A member local at the end that never comes back: the check still
