@@ -45,6 +45,7 @@ func strtod(s string) (v float64, n int, erange bool) {
 		return math.Copysign(math.Inf(1), sign(neg)), n, false
 	case hasPrefixFold(rest, "nan"):
 		n = i + 3
+		bits := uint64(0x7ff8000000000000) // glibc's NAN
 		if j := strings.IndexByte(rest[3:], ')'); len(rest) > 3 && rest[3] == '(' && j > 0 {
 			ok := true
 			for _, c := range []byte(rest[4 : 3+j]) {
@@ -55,9 +56,12 @@ func strtod(s string) (v float64, n int, erange bool) {
 			}
 			if ok {
 				n = i + 3 + j + 1
+				if mant, all := strtoull0(rest[4 : 3+j]); all {
+					bits |= mant & (1<<51 - 1) // glibc's SET_MANTISSA: below the quiet bit
+				}
 			}
 		}
-		return math.Copysign(math.NaN(), sign(neg)), n, false
+		return math.Copysign(math.Float64frombits(bits), sign(neg)), n, false
 	}
 	if len(rest) > 2 && rest[0] == '0' && (rest[1] == 'x' || rest[1] == 'X') {
 		if end, nonzero := scanHex(rest[2:]); end > 0 {
@@ -77,6 +81,50 @@ func strtod(s string) (v float64, n int, erange bool) {
 	}
 	f, err := strconv.ParseFloat(s[start:i+end], 64)
 	return f, i + end, rangeErr(f, err, nonzero)
+}
+
+// strtoull0 is C's strtoull(s, &end, 0) on the characters of a
+// "nan(...)" (letters, digits and '_'): the value (saturated on
+// overflow), and whether it took all of s, as glibc's strtod requires
+// before it puts the value in a NaN's mantissa.
+func strtoull0(s string) (uint64, bool) {
+	base, i := uint64(10), 0
+	switch {
+	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && hexDigit(s[2]) >= 0:
+		base, i = 16, 2
+	case len(s) > 0 && s[0] == '0':
+		base = 8
+	}
+	var v uint64
+	over := false
+	start := i
+	for ; i < len(s); i++ {
+		d := uint64(hexDigit(s[i]))
+		if hexDigit(s[i]) < 0 || d >= base {
+			break
+		}
+		if v > (math.MaxUint64-d)/base {
+			over = true
+		}
+		v = v*base + d
+	}
+	if over {
+		v = math.MaxUint64
+	}
+	return v, i == len(s) && i > start
+}
+
+// hexDigit is c's value as a hexadecimal digit, -1 if it is none.
+func hexDigit(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
 }
 
 func sign(neg bool) float64 {

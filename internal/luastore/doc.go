@@ -35,7 +35,9 @@
 // The Lua environment: KEYS, ARGV (go-redis's formatting of the Go
 // arguments), the base, string, table and math libraries, redis.call,
 // pcall, error_reply, status_reply, sha1hex, log (discarded), setresp (2
-// only), cjson.encode and decode; read-only globals and libraries, as in
+// only), cjson.encode and decode, struct.pack, unpack and size (Redis's
+// lua_struct.c, its errors included; where C leaves a conversion
+// undefined, x86-64's answer); read-only globals and libraries, as in
 // Redis 7. Numbers follow Lua 5.1 as Redis builds it, not gopher-lua:
 // tostring and .. write "%.14g", string.format is C's printf, tonumber and
 // string coercion are strtod's, a % b is a - floor(a/b)*b, math.exp is
@@ -51,7 +53,9 @@
 // A script's reply reaches go-redis as a RESP3 client (go-redis v9's
 // default) reads it: {double=...} a float64, {map=...} a map.
 //
-// Not there, or not the same: the bit, struct and cmsgpack libraries;
+// Not there, or not the same: the bit and cmsgpack libraries; the
+// argument errors of struct's functions called as methods (struct:pack:
+// Lua 5.1 says "calling 'pack' on bad self");
 // redis.setresp(3); script timeouts (a script that never ends holds the
 // Store's lock); Lua 5.1's wording of runtime errors (gopher-lua has its
 // own; the position, the script and the first word, "ERR", are Redis's);

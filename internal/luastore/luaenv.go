@@ -14,14 +14,14 @@ import (
 // table, string and math libraries (no os, io, package, coroutine or
 // debug), KEYS and ARGV, the redis table (call, pcall, error_reply,
 // status_reply, sha1hex, log, setresp, set_repl, replicate_commands,
-// breakpoint, debug and their constants) and cjson (encode, decode,
-// null), with Lua 5.1's number rules (luanum.go, luaformat.go) in place
-// of gopher-lua's. The globals and the libraries are read-only: a script
+// breakpoint, debug and their constants), cjson (encode, decode, null)
+// and struct (pack, unpack, size: luastruct.go), with Lua 5.1's number
+// rules (luanum.go, luaformat.go) in place of gopher-lua's. The globals and the libraries are read-only: a script
 // can neither create a global ("Script attempted to access nonexistent
 // global variable", "Attempt to modify a readonly table", Redis's errors)
 // nor change a library, so nothing a script does outlives its call but
-// what it writes to the keyspace. Not provided: the bit, struct and
-// cmsgpack libraries, redis.acl_check_cmd and RESP3 (redis.setresp(3)).
+// what it writes to the keyspace. Not provided: the bit and cmsgpack
+// libraries, redis.acl_check_cmd and RESP3 (redis.setresp(3)).
 
 // vm is a Store's interpreter: one LState, reused by every call under the
 // Store's lock.
@@ -123,10 +123,11 @@ func newVM(s *Store) *vm {
 	cjson.RawSetString("decode", L.NewFunction(cjsonDecode))
 	cjson.RawSetString("null", jsonNull)
 	g.RawSetString("cjson", cjson)
+	g.RawSetString("struct", structLib(L))
 
 	// Read-only libraries and globals: each behind an empty table that
 	// reads through to it and refuses writes.
-	for _, name := range []string{"string", "math", "table", "redis", "cjson"} {
+	for _, name := range []string{"string", "math", "table", "redis", "cjson", "struct"} {
 		g.RawSetString(name, v.readOnly(g.RawGetString(name).(*lua.LTable)))
 	}
 	strMeta.RawSetString("__index", str) // s:sub() reads the library itself
