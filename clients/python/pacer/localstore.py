@@ -1,18 +1,29 @@
 """The local fallback's store: pacer's Lua scripts run in-process, on lupa
-(Lua 5.1, the Lua Redis embeds), over a small in-memory emulation of the
-Redis commands the core scripts call. It holds no pacing rule: those are
-the scripts'. A differential test holds it to redis-server.
+(Lua 5.1's language: Debian's python3-lupa runs LuaJIT 2.1), over a small
+in-memory emulation of the Redis commands the core scripts call. It holds
+no pacing rule: those are the scripts'. A differential test holds it to
+redis-server.
 
 Emulated (Redis 7.0's replies as a script sees them): GET SET (PX,
 KEEPTTL) DEL EXISTS TYPE PTTL PEXPIRE TIME HMGET (absent hashes) PUBLISH
 (0 subscribers), on string keys. Any other command fails with "ERR the
 local store does not implement ...". A number handed to redis.call is
 written "%.17g", as Redis 7.0 writes it.
+
+Redis's struct library (struct.pack, unpack and size) is there, as Redis
+7.0.15's lua_struct.c on x86-64 behaves (values and error messages; see
+_Struct), but for the name and position an argument error gives when the
+call is a tail call (``return struct.pack(...)``: LuaJIT names the
+function the call returns from), and a NaN's payload (unpack returns a
+NaN with its sign only: LuaJIT keeps no other NaN from C).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import math
+import struct as pystruct
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -68,6 +79,7 @@ class LocalStore:
             """
         )
         g.redis = setup(self._call)
+        g.struct = _Struct(self._lua).library()
 
     # -------------------------------------------------------- the keyspace
 
@@ -243,3 +255,389 @@ def _arg(a: Any) -> bytes:
     if isinstance(a, str):
         return a.encode()
     raise _CommandError("ERR Lua redis lib command arguments must be strings or integers")
+
+
+# ------------------------------------------------------------------ struct
+
+_M64 = (1 << 64) - 1
+_MAX_INT_SIZE = 32  # MAXINTSIZE
+_MAX_ALIGN = 8  # MAXALIGN: a double's padding after a char
+_MAX_STACK = 8000  # LUAI_MAXCSTACK, which luaL_checkstack checks
+_INT_MAX = (1 << 31) - 1
+
+
+class _StructError(Exception):
+    """An error of the struct library: luaL_argerror's when arg is an
+    argument's number, else luaL_error's."""
+
+    def __init__(self, msg: bytes, arg: int | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.arg = arg
+
+
+class _Struct:
+    """Redis's struct library (deps/lua/src/lua_struct.c, Roberto
+    Ierusalimschy's struct.c 1.7, in Redis 7.0.15), as internal/luastore's
+    luastruct.go has it for Go: the C code's quirks kept (the format ends at
+    a NUL; LP64 sizes, little-endian by default; i/I of 1 to 32 bytes, 8 of
+    which carry the value; pack's missing arguments are "nil" in its
+    errors; "string too short" names the argument after the string;
+    unpack's position wraps as a size_t; c0 takes its length from the
+    previous value, a number or a string that reads as one; size skips
+    letters that are no option; the 8000-slot stack check) and, where C is
+    undefined, x86-64's answers (a double out of range or NaN converted to
+    an integer gives 1<<63; the sign extension of i0 and i9..i32 shifts by
+    size*8-1 mod 64).
+
+    The functions scripts call are Lua wrappers (library()): they read the
+    arguments' types and numbers as Lua does (tonumber: the runtime's own
+    coercion), call the Python code, and raise its errors as
+    luaL_argerror and luaL_error do, naming the function as the call site
+    does (debug.getinfo) and with the caller's position."""
+
+    def __init__(self, lua: Any) -> None:
+        self._lua = lua
+        self._tonumber = lua.globals().tonumber
+
+    def library(self) -> Any:
+        make = self._lua.execute(
+            """
+            local getinfo, select, type, tonumber, error = debug.getinfo, select, type, tonumber, error
+            local unpack, ipairs = unpack or table.unpack, ipairs
+            local PNAN  -- LuaJIT makes every NaN pushed from C its -nan: PNAN is +nan
+            local function wrap(impl)
+              return function(...)
+                local n, a, types, nums = select('#', ...), {...}, {}, {}
+                for i = 1, n do
+                  local v = a[i]
+                  types[i] = type(v)
+                  local x = tonumber(v)
+                  if x ~= nil then
+                    if x == 0 and 1 / x < 0 then x = false end  -- -0: lupa would pass 0
+                    nums[i] = x
+                  end
+                end
+                local r = impl(n, a, types, nums)
+                if r.err ~= nil then
+                  local msg = r.err
+                  if r.arg ~= nil then  -- luaL_argerror
+                    local narg, ar = r.arg, getinfo(1, 'n')
+                    if ar.namewhat == 'method' then
+                      narg = narg - 1
+                      if narg == 0 then
+                        error("calling '" .. ar.name .. "' on bad self (" .. msg .. ")", 2)
+                      end
+                    end
+                    msg = 'bad argument #' .. narg .. " to '" .. (ar.name or '?') .. "' (" .. msg .. ')'
+                  end
+                  error(msg, 2)
+                end
+                local k = r.n
+                if r.pnan ~= nil and PNAN ~= nil then
+                  for _, i in ipairs(r.pnan) do r[i] = PNAN end
+                end
+                if k > 7997 then return r[1], unpack(r, 2, k) end  -- unpack's own stack check
+                return unpack(r, 1, k)
+              end
+            end
+            return function(pack, unpack_, size, nan)
+              if jit then PNAN = -nan end
+              return {pack = wrap(pack), unpack = wrap(unpack_), size = wrap(size)}
+            end
+            """
+        )
+        return make(self._call(self.pack), self._call(self.unpack), self._call(self.size), math.nan)
+
+    def _call(self, f: Callable[[_Args], list[Any]]) -> Callable[..., Any]:
+        table = self._lua.table_from
+
+        def call(n: int, a: Any, types: Any, nums: Any) -> Any:
+            try:
+                out = f(_Args(int(n), a, types, nums))
+            except _StructError as e:
+                return table({b"err": e.msg, b"arg": e.arg} if e.arg is not None else {b"err": e.msg})
+            t = table(out)
+            t[b"n"] = len(out)
+            pnan = [i + 1 for i, v in enumerate(out) if isinstance(v, float) and math.isnan(v) and math.copysign(1, v) > 0]
+            if pnan:
+                t[b"pnan"] = table(pnan)
+            return t
+
+        return call
+
+    # ---------------------------------------------------------- the C code
+
+    def pack(self, args: _Args) -> list[Any]:
+        fmt = _Format(args.string(1, False))
+        little, align = True, 1
+        arg = 2
+        total = 0
+        out = bytearray()
+        while fmt.more():
+            opt = fmt.next()
+            size = fmt.optsize(opt)
+            toalign = _gettoalign(total, align, opt, size)
+            total += toalign
+            out += bytes(toalign)
+            if opt in _INTEGERS:
+                n = args.number(arg)
+                arg += 1
+                v = _cvttsd2si(n) & _M64 if n < 0 else _c_to_uint64(n)
+                out += _put_uint(v, little, size)
+            elif opt == ord("x"):
+                out.append(0)
+            elif opt == ord("f"):
+                n = args.number(arg)
+                arg += 1
+                b = bytes(ctypes.c_float(n))  # C's (float)n, in the host's order (little)
+                out += b if little else b[::-1]
+            elif opt == ord("d"):
+                n = args.number(arg)
+                arg += 1
+                out += pystruct.pack("<d" if little else ">d", n)
+            elif opt in (ord("c"), ord("s")):
+                s = args.string(arg, True)
+                arg += 1
+                if size == 0:
+                    size = len(s)
+                if len(s) < size:
+                    raise _StructError(b"string too short", arg)  # arg: the next one, as in C
+                out += s[:size]
+                if opt == ord("s"):
+                    out.append(0)
+                    size += 1
+            else:
+                little, align = fmt.control(opt, little, align)
+            total += size
+        return [bytes(out)]
+
+    def unpack(self, args: _Args) -> list[Any]:
+        fmt = _Format(args.string(1, False))
+        data = args.string(2, False)
+        ld = len(data)
+        pos = 1
+        if args.n >= 3 and args.type(3) != b"nil":
+            n = args.nums[3]
+            if n is None:
+                raise _StructError(b"number expected, got " + args.type_name(3, False), 3)
+            pos = _cvttsd2si(float(n or 0)) & _M64  # lua_tointeger, then a size_t
+        if pos == 0:
+            raise _StructError(b"offset must be 1 or greater", 3)
+        pos -= 1
+        little, align = True, 1
+        res: list[Any] = []
+        while fmt.more():
+            opt = fmt.next()
+            size = fmt.optsize(opt)
+            pos = (pos + _gettoalign(pos, align, opt, size)) & _M64
+            if not (size <= ld and pos <= ld - size):
+                raise _StructError(b"data string too short", 2)
+            if args.n + len(res) + 2 > _MAX_STACK:
+                raise _StructError(b"stack overflow (too many results)")
+            if opt in _INTEGERS:
+                res.append(_get_integer(data[pos:pos + size], little, opt in _SIGNED, size))
+            elif opt == ord("x"):
+                pass
+            elif opt == ord("f"):
+                b = data[pos:pos + 4]
+                res.append(ctypes.c_float.from_buffer_copy(b if little else b[::-1]).value)
+            elif opt == ord("d"):
+                res.append(pystruct.unpack("<d" if little else ">d", data[pos:pos + 8])[0])
+            elif opt == ord("c"):
+                if size == 0:
+                    prev = None
+                    if res:
+                        prev = res[-1] if isinstance(res[-1], float) else self._tonumber(res[-1])
+                    if prev is None:
+                        raise _StructError(b"format 'c0' needs a previous size")
+                    size = _c_to_uint64(float(prev))
+                    res.pop()
+                    if not (size <= ld and pos <= ld - size):
+                        raise _StructError(b"data string too short", 2)
+                res.append(data[pos:pos + size])
+            elif opt == ord("s"):
+                e = data.find(b"\0", pos)
+                if e < 0:
+                    raise _StructError(b"unfinished string in data")
+                size = e - pos + 1
+                res.append(data[pos:e])
+            else:
+                little, align = fmt.control(opt, little, align)
+            pos = (pos + size) & _M64
+        res.append(float(_int64(pos + 1)))  # lua_pushinteger: a ptrdiff_t
+        return res
+
+    def size(self, args: _Args) -> list[Any]:
+        fmt = _Format(args.string(1, False))
+        little, align = True, 1
+        pos = 0
+        while fmt.more():
+            opt = fmt.next()
+            size = fmt.optsize(opt)
+            pos += _gettoalign(pos, align, opt, size)
+            if opt == ord("s"):
+                raise _StructError(b"option 's' has no fixed size", 1)
+            if opt == ord("c") and size == 0:
+                raise _StructError(b"option 'c0' has no fixed size", 1)
+            if not (ord("0") <= opt <= ord("9") or ord("a") <= opt <= ord("z") or ord("A") <= opt <= ord("Z")):
+                little, align = fmt.control(opt, little, align)
+            pos += size
+        return [float(_int64(pos))]
+
+
+_INTEGERS = frozenset(b"bBhHlLTiI")
+_SIGNED = frozenset(b"bhli")
+
+
+class _Args:
+    """A call's arguments as the wrapper passes them: their number, the
+    values, their Lua types, and tonumber of each (None: not a number;
+    False: -0)."""
+
+    def __init__(self, n: int, a: Any, types: Any, nums: Any) -> None:
+        self.n = n
+        self.a = a
+        self.types = types
+        self.nums = nums
+
+    def type(self, i: int) -> bytes:
+        t = self.types[i]
+        return t if t is not None else b"nil"
+
+    def type_name(self, i: int, pack: bool) -> bytes:
+        """luaL_typename: "no value" past the last argument, but "nil" in
+        pack (the C code has pushed a nil after its arguments)."""
+        if i > self.n and not (pack and i > 1):
+            return b"no value"
+        return self.type(i)
+
+    def number(self, i: int) -> float:
+        """luaL_checknumber (pack's)."""
+        n = self.nums[i]
+        if n is None:
+            raise _StructError(b"number expected, got " + self.type_name(i, True), i)
+        return -0.0 if n is False else float(n)
+
+    def string(self, i: int, pack: bool) -> bytes:
+        """luaL_checklstring: a string, or a number written "%.14g"."""
+        t = self.type(i)
+        if t == b"string":
+            return bytes(self.a[i])
+        if t == b"number":
+            return _g14(self.number(i))
+        raise _StructError(b"string expected, got " + self.type_name(i, pack), i)
+
+
+class _Format:
+    """A format being read, as the C code's const char **fmt."""
+
+    def __init__(self, s: bytes) -> None:
+        self.s = s.split(b"\0", 1)[0]
+        self.i = 0
+
+    def more(self) -> bool:
+        return self.i < len(self.s)
+
+    def next(self) -> int:
+        c = self.s[self.i]
+        self.i += 1
+        return c
+
+    def getnum(self, df: int) -> int:
+        if not self.more() or not 0x30 <= self.s[self.i] <= 0x39:
+            return df
+        a = 0
+        while self.more() and 0x30 <= self.s[self.i] <= 0x39:
+            d = self.s[self.i] - 0x30
+            if a > _INT_MAX // 10 or a * 10 > _INT_MAX - d:
+                raise _StructError(b"integral size overflow")
+            a = a * 10 + d
+            self.i += 1
+        return a
+
+    def optsize(self, opt: int) -> int:
+        c = chr(opt)
+        if c in "bBx":
+            return 1
+        if c in "hH":
+            return 2
+        if c in "lLTd":
+            return 8
+        if c == "f":
+            return 4
+        if c == "c":
+            return self.getnum(1)
+        if c in "iI":
+            sz = self.getnum(4)
+            if sz > _MAX_INT_SIZE:
+                raise _StructError(b"integral size %d is larger than limit of %d" % (sz, _MAX_INT_SIZE))
+            return sz
+        return 0
+
+    def control(self, opt: int, little: bool, align: int) -> tuple[bool, int]:
+        """controloptions: ' ', '>', '<' and '!'; else an invalid option."""
+        if opt == ord(" "):
+            return little, align
+        if opt == ord(">"):
+            return False, align
+        if opt == ord("<"):
+            return True, align
+        if opt == ord("!"):
+            a = self.getnum(_MAX_ALIGN)
+            if a <= 0 or a & (a - 1):
+                raise _StructError(b"alignment %d is not a power of 2" % a)
+            return little, a
+        raise _StructError(b"invalid format option '" + bytes([opt]) + b"'", 1)
+
+
+def _gettoalign(n: int, align: int, opt: int, size: int) -> int:
+    if size == 0 or opt == ord("c"):
+        return 0
+    size = min(size, align)
+    return (size - (n & (size - 1))) & (size - 1)
+
+
+def _cvttsd2si(x: float) -> int:
+    """x86-64's truncating conversion to a 64-bit integer, C's (long)x
+    there: NaN and values out of range give -2^63."""
+    if -(2.0**63) <= x < 2.0**63:
+        return int(x)
+    return -(1 << 63)
+
+
+def _c_to_uint64(x: float) -> int:
+    """C's (unsigned long)x as gcc compiles it for x86-64."""
+    if x >= 2.0**63:
+        return (_cvttsd2si(x - 2.0**63) & _M64) ^ (1 << 63)
+    return _cvttsd2si(x) & _M64
+
+
+def _int64(v: int) -> int:
+    v &= _M64
+    return v - (1 << 64) if v >> 63 else v
+
+
+def _put_uint(v: int, little: bool, size: int) -> bytes:
+    """The low size bytes of v in the order given (past 8, zeros)."""
+    b = (v & ((1 << (8 * min(size, 8))) - 1)).to_bytes(min(size, 8), "little") + bytes(max(size - 8, 0))
+    return b if little else b[::-1]
+
+
+def _get_integer(b: bytes, little: bool, signed: bool, size: int) -> float:
+    """The C code's getinteger: the value read into 64 bits (the last 8
+    bytes read), sign-extended from bit size*8-1 (mod 64), as a double."""
+    v = int.from_bytes(b, "little" if little else "big") & _M64
+    if not signed:
+        return float(v)
+    mask = (_M64 << ((size * 8 - 1) & 63)) & _M64
+    if v & mask:
+        v |= mask
+    return float(_int64(v))
+
+
+def _g14(x: float) -> bytes:
+    """Lua 5.1's number to string, "%.14g" with glibc's "-nan"."""
+    if math.isnan(x):
+        return b"-nan" if math.copysign(1.0, x) < 0 else b"nan"
+    return b"%.14g" % x
