@@ -344,12 +344,12 @@ func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Scri
 	}
 	// The state is written in the format the fleet writes (SetFormat): a
 	// process of the previous release may read it.
-	share, err := a.shareArg(ctx)
+	env, err := a.envArg(ctx)
 	if err != nil {
 		return adminError(op, key, err)
 	}
 	k := a.redisKey(key)
-	args := []any{"", "0", share, "permits", "0"}
+	args := []any{"", env, ""} // no deadline, the whole share, no band (core.lua)
 	for _, e := range extra {
 		args = append(args, e)
 	}
@@ -1035,10 +1035,14 @@ type Member struct {
 	Mode  string    `json:"mode"`  // "redis" or "local" (pacing on its share, Redis unavailable)
 	Since time.Time `json:"since"` // when that mode began (the Limiter's clock)
 	Heard time.Time `json:"heard"` // its last heartbeat (Redis's clock)
-	// Writes is the state format it writes ("1" or "2", see SetFormat),
-	// or "" for a member of a release before the setting existed: it
-	// writes format 1 and reads no other.
+	// Writes is the state format it writes ("1", "2" or "3", see
+	// SetFormat), or "" for a member of a release before the setting
+	// existed: it writes format 1 and reads no other.
 	Writes string `json:"writes"`
+	// Reads is the highest state format it reads: "3" for a member of this
+	// release, "" for an earlier one (it reads format 2 at most, format 1
+	// alone if Writes is "").
+	Reads string `json:"reads,omitempty"`
 }
 
 // Fleet returns the Limiters heard from within the fleet's SilentHold, the
@@ -1049,6 +1053,7 @@ func (a *Client) Fleet(ctx context.Context) ([]Member, error) {
 	zs := pipe.ZRangeWithScores(ctx, k, 0, -1)
 	info := pipe.HGetAll(ctx, k+":info")
 	writes := pipe.HGetAll(ctx, layout.WritersKey(a.prefix))
+	reads := pipe.HGetAll(ctx, layout.ReadersKey(a.prefix))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, adminError("fleet", "", err)
 	}
@@ -1056,7 +1061,7 @@ func (a *Client) Fleet(ctx context.Context) ([]Member, error) {
 	out := make([]Member, 0, len(zs.Val()))
 	for _, z := range zs.Val() {
 		id, _ := z.Member.(string)
-		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown", Writes: writes.Val()[id]}
+		m := Member{ID: id, Heard: time.UnixMilli(int64(z.Score)).UTC(), Mode: "unknown", Writes: writes.Val()[id], Reads: reads.Val()[id]}
 		if f := strings.Fields(details[id]); len(f) >= 2 {
 			m.Mode = f[0]
 			if ms, err := strconv.ParseInt(f[1], 10, 64); err == nil {

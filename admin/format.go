@@ -16,27 +16,31 @@ import (
 
 // The state format a fleet writes, and how an operator switches it.
 //
-// A key's state (lua/core.lua's KEYS[1]) has two formats. Format 1 is the
-// one the previous release writes, and the only one it reads; format 2 is
-// shorter and this release's own. This release reads both, and writes
-// format 1 until the fleet's setting says 2: during a rolling upgrade the
-// processes of the previous release keep reading every key, and a rollback
-// is safe. Once no process of the previous release is left, the operator
-// switches the fleet to format 2 (SetFormat, or `pacer format 2`); before
-// a rollback, back to 1, which also rewrites every key in format 1.
-// docs/protocol.md gives the formats and the rules.
+// A key's state (lua/core.lua's KEYS[1]) has three formats. Format 1 is
+// text, the one the releases before v0.1.0 read; format 2 is shorter text,
+// which v0.1.0 reads too; format 3 is binary, the smallest and cheapest,
+// and this release's own. This release reads all three, and writes format
+// 2 until the fleet's setting says otherwise: during a rolling upgrade from
+// v0.1.0 its processes keep reading every key, and a rollback is safe.
+// Once no process of an earlier release is left, the operator switches the
+// fleet to format 3 (SetFormat, or `pacer format 3`); before a rollback,
+// back to 2 (or to 1 for a release before v0.1.0), which also rewrites
+// every key in a newer format. docs/protocol.md gives the formats and the
+// rules.
 
 // FormatStatus is the fleet's state format as Redis holds it.
 type FormatStatus struct {
-	// Setting is the format the fleet's Limiters are told to write: 1 (the
-	// default, nothing set) or 2.
+	// Setting is the format the fleet's Limiters are told to write: 1, 2
+	// (the default, nothing set) or 3.
 	Setting int `json:"setting"`
 	// Members are the fleet's Limiters, with the format each writes
 	// (Member.Writes: "" for a member of an earlier release).
 	Members []Member `json:"members"`
-	// Format1 and Format2 count the keys whose state is in each format.
+	// Format1, Format2 and Format3 count the keys whose state is in each
+	// format.
 	Format1 int `json:"format1_keys"`
 	Format2 int `json:"format2_keys"`
+	Format3 int `json:"format3_keys"`
 	// History lists the switches, newest first.
 	History []FormatChange `json:"history"`
 }
@@ -48,12 +52,14 @@ type FormatChange struct {
 	Reason string    `json:"reason"`
 	From   int       `json:"from"`
 	To     int       `json:"to"`
-	// Rewritten counts the keys rewritten in format 1 (a switch to 1).
+	// Rewritten counts the keys rewritten in the format switched to (a
+	// switch to 1 or, from 3, to 2).
 	Rewritten int `json:"rewritten"`
 }
 
-// ErrEarlierRelease is returned by SetFormat for a switch to format 2 while
-// a member of an earlier release, which cannot read it, is in the fleet.
+// ErrEarlierRelease is returned by SetFormat for a switch to a format (2
+// or 3) while a member of an earlier release, which cannot read it, is in
+// the fleet.
 var ErrEarlierRelease = errors.New("admin: members of an earlier release are in the fleet")
 
 // ErrMembersBehind is returned by SetFormat when some members did not
@@ -64,14 +70,15 @@ var ErrMembersBehind = errors.New("admin: members still write the other format")
 type FormatOptions struct {
 	// Who and Reason go to the switches' history (Reason is required).
 	Who, Reason string
-	// Force switches to 2 even with members of an earlier release in the
-	// fleet (their calls on keys written in format 2 then fail with
-	// reserve.ErrWrongType), and to 1 without waiting for every member.
+	// Force switches to 2 or 3 even with members of an earlier release in
+	// the fleet (their calls on keys written in a format they do not read
+	// then fail with reserve.ErrWrongType), and back without waiting for
+	// every member.
 	Force bool
-	// Wait bounds how long a switch to 1 waits for every member to report
-	// that it writes format 1, before it rewrites the keys. Default 2m (a
-	// member that is gone stays in the fleet up to its SilentHold, 1m by
-	// default).
+	// Wait bounds how long a switch back (to 1, or from 3 to 2) waits for
+	// every member to report that it writes the format, before it rewrites
+	// the keys. Default 2m (a member that is gone stays in the fleet up to
+	// its SilentHold, 1m by default).
 	Wait time.Duration
 	// Progress, if set, is told what the switch is doing.
 	Progress func(string)
@@ -101,10 +108,13 @@ func (a *Client) Format(ctx context.Context) (FormatStatus, error) {
 		return st, err
 	}
 	for _, f := range keys {
-		if f == 1 {
+		switch f {
+		case 1:
 			st.Format1++
-		} else {
+		case 2:
 			st.Format2++
+		default:
+			st.Format3++
 		}
 	}
 	raw, err := a.rdb.LRange(ctx, a.formatHistoryKey(), 0, -1).Result()
@@ -120,31 +130,39 @@ func (a *Client) Format(ctx context.Context) (FormatStatus, error) {
 	return st, nil
 }
 
-// formatSetting returns the format the fleet writes: 2 once set, else 1.
+// formatSetting returns the format the fleet writes: 1 or 3 once set,
+// else 2 (lua/heartbeat.lua's KEYS[7]).
 func (a *Client) formatSetting(ctx context.Context) (int, error) {
 	v, err := a.rdb.Get(ctx, layout.FormatKey(a.prefix)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
-	if v == "2" {
-		return 2, nil
+	switch v {
+	case "1":
+		return 1, nil
+	case "3":
+		return 3, nil
 	}
-	return 1, nil
+	return 2, nil
 }
 
-// shareArg is core.lua's ARGV[3] for the operator's scripts: the whole
-// share, in the state format the fleet writes ("f1 1" until it is switched
-// to 2).
-func (a *Client) shareArg(ctx context.Context) (string, error) {
+// envArg is core.lua's ARGV[2] for the operator's scripts: the whole
+// share, on the server's clock, in the state format the fleet writes.
+func (a *Client) envArg(ctx context.Context) (string, error) {
 	f, err := a.formatSetting(ctx)
-	if f == 2 {
-		return "1", err
-	}
-	return "f1 1", err
+	return formatEnv(f), err
 }
 
-// stateKeys returns every key with a state, and its format (1 or 2). The
-// states are read in pipelines of stateBatch GETs.
+// formatEnv is core.lua's ARGV[2] for the whole share, writing format f.
+func formatEnv(f int) string {
+	if f == 3 {
+		return "1"
+	}
+	return fmt.Sprintf("f%d 1", f)
+}
+
+// stateKeys returns every key with a state, and its format (1, 2 or 3).
+// The states are read in pipelines of stateBatch GETs.
 func (a *Client) stateKeys(ctx context.Context) (map[string]int, error) {
 	names, err := a.Keys(ctx, "*")
 	if err != nil {
@@ -171,11 +189,7 @@ func (a *Client) stateKeys(ctx context.Context) (map[string]int, error) {
 				}
 				return nil, adminError("format", name, err)
 			}
-			if strings.HasPrefix(v, "1 ") {
-				out[name] = 1
-			} else {
-				out[name] = 2
-			}
+			out[name] = layout.StateFormat(v)
 		}
 	}
 	return out, nil
@@ -183,22 +197,24 @@ func (a *Client) stateKeys(ctx context.Context) (map[string]int, error) {
 
 const stateBatch = 1000
 
-// SetFormat switches the state format the fleet writes to format (1 or 2).
+// SetFormat switches the state format the fleet writes to format (1, 2 or
+// 3).
 //
-// To 2: after every process runs a release that reads format 2. A member
-// of an earlier release in the fleet (one that does not report the format
-// it writes) makes it fail with ErrEarlierRelease, unless opts.Force. The
-// Limiters write format 2 from their next heartbeat; keys still in format 1
-// move to 2 when next written.
+// Forward (to a newer format than the setting): after every process runs a
+// release that reads it. A member of an earlier release in the fleet (one
+// that does not report the format it writes, or for format 3 the formats
+// it reads) makes it fail with ErrEarlierRelease, unless opts.Force. The
+// Limiters write the format from their next heartbeat; keys in an older
+// format move when next written.
 //
-// To 1: before a rollback to the previous release. It waits, up to
-// opts.Wait, until every member reports that it writes format 1
-// (ErrMembersBehind if not; the setting stays 1 and a second run goes on),
-// then rewrites every key still in format 2, until a scan finds none.
+// Back (to an older format, before a rollback): it waits, up to opts.Wait,
+// until every member reports that it writes the format (ErrMembersBehind
+// if not; the setting stays and a second run goes on), then rewrites every
+// key in a newer format, until a scan finds none.
 func (a *Client) SetFormat(ctx context.Context, format int, opts FormatOptions) (FormatChange, error) {
 	ch := FormatChange{Who: opts.Who, Reason: opts.Reason, To: format}
-	if format != 1 && format != 2 {
-		return ch, fmt.Errorf("admin: state format %d: want 1 or 2", format)
+	if format < 1 || format > 3 {
+		return ch, fmt.Errorf("admin: state format %d: want 1, 2 or 3", format)
 	}
 	if strings.TrimSpace(opts.Reason) == "" {
 		return ch, errors.New("admin: a format switch needs a reason, for the history")
@@ -220,16 +236,16 @@ func (a *Client) SetFormat(ctx context.Context, format int, opts FormatOptions) 
 	if err != nil {
 		return ch, err
 	}
-	if format == 2 {
+	if format >= 2 {
 		var earlier []string
 		for _, m := range members {
-			if m.Writes == "" {
+			if m.Writes == "" || (format == 3 && m.Reads != "3") {
 				earlier = append(earlier, m.ID)
 			}
 		}
 		if len(earlier) > 0 && !opts.Force {
-			return ch, fmt.Errorf("%w: %d (%s) cannot read format 2; upgrade them first, or wait until they leave the fleet (up to its SilentHold after they stop)",
-				ErrEarlierRelease, len(earlier), strings.Join(earlier, ", "))
+			return ch, fmt.Errorf("%w: %d (%s) cannot read format %d; upgrade them first, or wait until they leave the fleet (up to its SilentHold after they stop)",
+				ErrEarlierRelease, len(earlier), strings.Join(earlier, ", "), format)
 		}
 	}
 	if err := a.rdb.Set(ctx, layout.FormatKey(a.prefix), fmt.Sprint(format), 0).Err(); err != nil {
@@ -237,12 +253,12 @@ func (a *Client) SetFormat(ctx context.Context, format int, opts FormatOptions) 
 	}
 	ch.At = time.Now().UTC()
 	say("the fleet's setting is now format %d (was %d)", format, from)
-	if format == 1 {
-		if err := a.waitWriters(ctx, "1", opts, say); err != nil {
+	if format < 3 {
+		if err := a.waitWriters(ctx, fmt.Sprint(format), opts, say); err != nil {
 			_ = a.noteFormat(ctx, ch)
 			return ch, err
 		}
-		n, err := a.rewriteAll(ctx, say)
+		n, err := a.rewriteAll(ctx, format, say)
 		ch.Rewritten = n
 		if err != nil {
 			_ = a.noteFormat(ctx, ch)
@@ -267,7 +283,7 @@ func (a *Client) noteFormat(ctx context.Context, ch FormatChange) error {
 }
 
 // waitWriters waits until every member reports that it writes format f
-// (or is of an earlier release, which writes 1).
+// (or is of a release before the setting, which writes 1).
 func (a *Client) waitWriters(ctx context.Context, f string, opts FormatOptions, say func(string, ...any)) error {
 	deadline := time.Now().Add(opts.Wait)
 	said := -1
@@ -307,10 +323,11 @@ func (a *Client) waitWriters(ctx context.Context, f string, opts FormatOptions, 
 	}
 }
 
-// rewriteAll rewrites every key in format 2 in format 1, scanning again
-// until a scan finds none (a write in flight when the members switched may
-// land after a rewrite). It returns how many it rewrote.
-func (a *Client) rewriteAll(ctx context.Context, say func(string, ...any)) (int, error) {
+// rewriteAll rewrites every key in a format newer than to in format to,
+// scanning again until a scan finds none (a write in flight when the
+// members switched may land after a rewrite). It returns how many it
+// rewrote.
+func (a *Client) rewriteAll(ctx context.Context, to int, say func(string, ...any)) (int, error) {
 	total := 0
 	for pass := 1; ; pass++ {
 		keys, err := a.stateKeys(ctx)
@@ -319,22 +336,22 @@ func (a *Client) rewriteAll(ctx context.Context, say func(string, ...any)) (int,
 		}
 		var todo []string
 		for k, f := range keys {
-			if f == 2 {
+			if f > to {
 				todo = append(todo, k)
 			}
 		}
 		if len(todo) == 0 {
-			say("no key left in format 2 (%d keys, %d rewritten)", len(keys), total)
+			say("no key left in a format newer than %d (%d keys, %d rewritten)", to, len(keys), total)
 			return total, nil
 		}
 		if pass > 5 {
-			return total, fmt.Errorf("admin: %d keys are still written in format 2 after %d passes: a member still writes it", len(todo), pass-1)
+			return total, fmt.Errorf("admin: %d keys are still written in a format newer than %d after %d passes: a member still writes it", len(todo), to, pass-1)
 		}
 		slices.Sort(todo)
-		say("pass %d: rewriting %d of %d keys in format 1", pass, len(todo), len(keys))
+		say("pass %d: rewriting %d of %d keys in format %d", pass, len(todo), len(keys), to)
 		for i, k := range todo {
 			rk := a.redisKey(k)
-			err := rewriteScript.Run(ctx, a.rdb, []string{rk, rk + ":limit"}, "", 0, "f1 1", "permits", "0").Err()
+			err := rewriteScript.Run(ctx, a.rdb, []string{rk, rk + ":limit"}, "", formatEnv(to), "").Err()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return total, adminError("format", k, err)
 			}
@@ -344,8 +361,8 @@ func (a *Client) rewriteAll(ctx context.Context, say func(string, ...any)) (int,
 			}
 		}
 		if pass == 1 {
-			// Writes sent with format 2 before the members switched may
-			// still be in flight: let them land before the next scan.
+			// Writes sent in a newer format before the members switched
+			// may still be in flight: let them land before the next scan.
 			time.Sleep(time.Second)
 		}
 	}

@@ -85,26 +85,27 @@ func (a *Client) Queue(ctx context.Context, key string) (Queue, error) {
 		return Queue{}, err
 	}
 	// The stored text ("k name unit kind a x" ...) gives each band's unit
-	// by name; the scripts' ARGV by its index in the units' list.
+	// by name; the scripts' policy argument by its index in the units'
+	// list (core.lua's ARGV[3]).
 	f := strings.Fields(string(text))
 	var unitNames []string
-	args := []any{"", "0", "1", "", f[0]}
+	var bands []string
 	for i := 1; i+4 < len(f); i += 5 {
 		u := slices.Index(unitNames, f[i+1])
 		if u < 0 {
 			unitNames = append(unitNames, f[i+1])
 			u = len(unitNames) - 1
 		}
-		args = append(args, f[i], strconv.Itoa(u+1), f[i+2], f[i+3], f[i+4])
+		bands = append(bands, f[i], strconv.Itoa(u+1), f[i+2], f[i+3], f[i+4])
 	}
-	args[3] = strings.Join(unitNames, " ")
+	policy := strconv.Itoa(len(unitNames)) + " " + strings.Join(unitNames, " ") + " " + f[0] + " " + strings.Join(bands, " ")
 	// A calendar window's table, around the client's clock, as the fleet's
 	// calls send it (the script finds Redis's now in it).
 	cal, err := hook.CalendarArg(pol, time.Now())
 	if err != nil {
 		return Queue{}, fmt.Errorf("admin: queue %q: %w", key, err)
 	}
-	args[2] = cal + "1"
+	args := []any{"", cal + "1", policy}
 	for range unitNames {
 		args = append(args, "1")
 	}

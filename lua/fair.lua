@@ -133,29 +133,6 @@ do
       return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
     end
   end
-  if #groups > 1 then
-    -- The requests, as reserve.lua reads them: a bad one refuses the call
-    -- before a batch's state is written.
-    local m = tonumber(ARGV[opi + 1])
-    local width = 1 + nunits
-    if not m or m <= counted or #ARGV ~= opi + 1 + m * width then
-      return redis.error_reply('PACER_ARG bad fair arguments')
-    end
-    for i = opi + 2, opi + 1 + m * width, width do
-      local max_wait = tonumber(ARGV[i])
-      if not max_wait or max_wait ~= max_wait or max_wait == math.huge or (max_wait < 0 and max_wait ~= -1) then
-        return redis.error_reply('PACER_ARG bad max_wait_us or cost')
-      end
-      local cost = cost_arg(i + 1)
-      if not cost then
-        return redis.error_reply('PACER_ARG bad max_wait_us or cost')
-      end
-      if not fits(cost) then
-        return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
-      end
-    end
-  end
-
   local now = now_us + now_frac -- Unix µs
   -- The batch being served (load): its tenant, lane and figures, and the
   -- lane's and the tenant's state as read.
@@ -209,6 +186,9 @@ do
   end
 
   fair = {}
+  -- counted: the requests the batches before the last take; the last takes
+  -- the rest, at least one (reserve.lua checks it).
+  fair.counted = counted
 
   -- gate returns, for a request of cost: true and the most it may wait
   -- (µs), or false and how long to wait before asking again (µs).
@@ -359,24 +339,20 @@ do
     end
     redis.call('PEXPIRE', fx, ttl)
   end
-  if #groups > 1 then
-    -- reserve.lua reads each request's costs (cost_arg) as it comes to it:
-    -- at the first request of the next batch, this one's state is written
-    -- (as reserve.lua writes it after its last request) and the next one's
-    -- read.
-    local read_cost, first, width, g = cost_arg, opi + 3, 1 + nunits, 1
-    cost_arg = function(i)
-      local r = (i - first) / width + 1
-      if groups[g].n and r > groups[g].n then
-        if fair.stopped then
-          fair.defer(fair.stopped)
-        end
-        fair.finish()
-        fair.stopped = nil
-        g = g + 1
-        load(groups[g])
+  -- next is called by reserve.lua before request r: at the first request
+  -- of the next batch, this one's state is written (as reserve.lua writes
+  -- it after its last request) and the next one's read. (reserve.lua has
+  -- read and checked every request before: nothing is written before.)
+  local g = 1
+  function fair.next(r)
+    if groups[g].n and r > groups[g].n then
+      if fair.stopped then
+        fair.defer(fair.stopped)
       end
-      return read_cost(i)
+      fair.finish()
+      fair.stopped = nil
+      g = g + 1
+      load(groups[g])
     end
   end
 end

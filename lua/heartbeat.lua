@@ -32,13 +32,20 @@
 --          ARGV[2] "check")
 -- KEYS[6]  see KEYS[3]
 -- KEYS[7]  the state format the fleet writes, a string set by the operator
---          (cmd/pacer format): "2", or absent (or anything else) for "1",
---          the format the previous release reads (core.lua's KEYS[1])
+--          (cmd/pacer format): "1", "3", or "2" (absent, or anything
+--          else): format 2 is what the previous release reads and writes
+--          after its own switch (core.lua's KEYS[1])
 -- KEYS[8]  the format each member writes, a hash: Limiter id -> the
 --          format this script told it (KEYS[7] as read), so that the
 --          operator sees when every member writes the format set, and
 --          which members are of a release that does not report (they are
 --          in KEYS[1] without a field here)
+-- KEYS[9]  the highest state format each member reads, a hash: Limiter id
+--          -> "3" (written by this release's heartbeat; a member without a
+--          field, of an earlier release, reads format 2 at most), so that
+--          the operator's switch to format 3 (cmd/pacer format) is refused
+--          while a member that cannot read it is in the fleet. Optional: a
+--          caller that passes 8 keys records nothing there.
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); "report": ARGV[10...]'s reports alone, written
@@ -97,8 +104,8 @@
 --          interval, suspect_ms), else 0: until then members may pace
 --          locally on either size (reserve's fleet.go, a member share's "also").
 --          ranks are the ranks taken, by members live or held. format
---          is the state format this Limiter writes from now on ("1" or
---          "2": KEYS[7]).
+--          is the state format this Limiter writes from now on ("1", "2" or
+--          "3": KEYS[7]).
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -110,6 +117,9 @@ local function forget(ids)
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('HDEL', KEYS[5], unpack(ids))
     redis.call('HDEL', KEYS[8], unpack(ids))
+    if KEYS[9] then
+      redis.call('HDEL', KEYS[9], unpack(ids))
+    end
   end
 end
 -- The reports of ARGV[10...] (see there). A report the fleet holds
@@ -247,10 +257,14 @@ end
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
 redis.call('HDEL', KEYS[5], id)
 local format = redis.pcall('GET', KEYS[7])
-if format ~= '2' then
-  format = '1'
+if format ~= '1' and format ~= '3' then
+  format = '2'
 end
 redis.call('HSET', KEYS[8], id, format)
+if KEYS[9] then
+  redis.call('HSET', KEYS[9], id, '3')
+  redis.call('PEXPIRE', KEYS[9], hold_ms)
+end
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
   redis.call('PEXPIRE', k, hold_ms)
 end

@@ -25,8 +25,7 @@
 --              core.lua's own read: a stored limit refuses the lease).
 -- ARGV[opi]    k, the number of slots wanted (integer >= 2)
 -- ARGV[opi+1]  c, the cost of each slot (decimal > 0, at most the burst)
--- ARGV[opi+2]  optional: "!<h2>[:<seq>]", a lost key's horizon
---              (reserve.lua's floor; core.lua's lost_horizon)
+--              (A lost key's horizon is ARGV[2]'s "!": core.lua.)
 -- Reply        flat array: now_us, now_ns (as in reserve.lua), then
 --                k        the slots granted (k as asked), or 0: not leasable
 --                seq      the number of the first (the i-th is seq + i - 1),
@@ -47,8 +46,7 @@
 
 local k = tonumber(ARGV[opi])
 local cost = cost_arg(opi + 1)
-local lost = ARGV[opi + 2] ~= nil
-if not finite(k) or k < 2 or k ~= math.floor(k) or not cost or #ARGV ~= opi + 1 + (lost and 1 or 0) or nunits ~= 1 or cost[1] <= 0 then
+if not finite(k) or k < 2 or k ~= math.floor(k) or not cost or #ARGV ~= opi + 1 or nunits ~= 1 or cost[1] <= 0 then
   return redis.error_reply('PACER_ARG want k (integer >= 2) and one cost > 0')
 end
 if not fits(cost) then
@@ -62,9 +60,6 @@ if nbands ~= 1 or not bands[1].bucket or stored or lattice then
   return {now_us, now_ns, 0, 1, 0, 0, '0', '0', ''}
 end
 
-if lost and not lost_horizon(ARGV[opi + 2]) then
-  return redis.error_reply('PACER_ARG bad lost horizon')
-end
 local q1, idx1, s1 = earliest(pause, cost)
 if not q1 or q1 > max_queue_us then
   return {now_us, now_ns, 0, 2, 0, 0, '0', '0', ''}

@@ -17,9 +17,6 @@ var core string
 //go:embed reserve.lua
 var reserve string
 
-//go:embed fast.lua
-var fast string
-
 //go:embed fair.lua
 var fair string
 
@@ -49,6 +46,15 @@ var lease string
 
 //go:embed rewrite.lua
 var rewrite string
+
+//go:embed tools.lua
+var tools string
+
+//go:embed head.lua
+var head string
+
+//go:embed fast.lua
+var fast string
 
 // Admin stores or removes a key's limit, or records an operator's action,
 // in the key's history. It does not use core.lua. See admin.lua.
@@ -91,45 +97,44 @@ var Heartbeat string
 
 var (
 	// Reserve reserves slots for one or more requests, or refuses a request
-	// without writing if its wait would exceed its maximum. See reserve.lua;
-	// fast.lua serves its commonest case (a Limit) before core.lua runs.
-	Reserve = fast + core + reserve
+	// without writing if its wait would exceed its maximum. See reserve.lua.
+	Reserve = head + fast + core + reserve
 
 	// Fair is Reserve for one tenant's requests in one lane: it books a
 	// request only in the tenant's turn and within the booking horizon, and
 	// defers it otherwise. See fair.lua.
-	Fair = core + fair + reserve
+	Fair = head + core + tools + fair + reserve
 
 	// Adjust cancels a reservation or settles it at its actual cost. See
 	// adjust.lua.
-	Adjust = core + adjust
+	Adjust = head + core + tools + adjust
 
 	// Pause grants no slot before now + d and leaves every bucket empty
 	// then; an operator's pause is recorded in the key's history by the
 	// same call. See pause.lua and note.lua.
-	Pause = core + note + pause
+	Pause = head + core + tools + note + pause
 
 	// Peek reads a key group without changing it. See peek.lua.
-	Peek = core + peek
+	Peek = head + core + tools + peek
 
 	// Claim hands a holder the slot held for it or a fresh one, and keeps or
 	// refuses a slot that is too far away. See claim.lua.
-	Claim = core + claim
+	Claim = head + core + tools + claim
 
 	// Hold reserves and records a slot for each of several holders. See
 	// hold.lua.
-	Hold = core + hold
+	Hold = head + core + tools + hold
 
 	// Resume ends a key group's pause now; an operator's resume is
 	// recorded in the key's history by the same call. See resume.lua and
 	// note.lua.
-	Resume = core + note + resume
+	Resume = head + core + tools + note + resume
 
 	// Lease reserves a run of consecutive one-bucket slots in one call, as
 	// many unit reservations would have. See lease.lua.
-	Lease = core + lease
+	Lease = head + core + tools + lease
 
 	// Rewrite writes a key group's state back in the format its ARGV[3]
 	// asks for, changing nothing else. See rewrite.lua.
-	Rewrite = core + rewrite
+	Rewrite = head + core + tools + rewrite
 )

@@ -6,7 +6,8 @@
 -- wait too long is refused and changes nothing; the ones after it still run.
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
--- ARGV[opi]    floor: "" or "<h> [<band>:<w>:<u> ...]": what this caller's
+-- ARGV[opi]    floor (optional: "" if absent): "" or "<h> [<band>:<w>:<u>
+--              ...]": what this caller's
 --              local fallback granted while Redis was unavailable, applied
 --              before the requests: every bucket's balance is at most zero
 --              at now + h (integer µs), and each named window band's window
@@ -16,33 +17,30 @@
 --              if w is earlier. Windows of one band come in ascending order.
 --              With a pause in force, now + h also counts as granted before
 --              it ("~p"), so a resume moves nothing onto the local slots.
---              A last word "!<h2>[:<seq>]" (integer µs; the number of
---              the last reservation the caller saw) is a horizon for a key
---              Redis has lost: when the key has no state (it restarted
---              empty), or a state numbered before seq (one rebuilt since,
---              or a replica's that missed the latest writes), every
---              bucket's balance is at most zero at now + h2 too (the slots
---              Redis granted before it forgot them: core.lua's
---              lost_horizon). It may come alone: the floor "!<h2>[:<seq>]"
---              floors nothing else, and writes nothing to a key it does
---              not apply to (a caller with slots still ahead sends it with
---              every call).
--- ARGV[opi+1]  m, the number of requests (integer >= 1; 0 with a floor:
---              the floor alone)
--- then per request: max_wait_us (integer µs; -1: no maximum), then one cost
---              per unit (decimal >= 0), in ARGV[4]'s order.
--- Reply        flat array: now_us, now_ns (the time waits count from, in
---              integer Unix µs and 0..999 ns), then two entries per request,
---              in ARGV order (the layout of every script that grants slots),
---              then the key's state as written (or as read when nothing was
---              written; "" if none) and its stored limit ("" if none), which
---              the caller's local fallback starts from if Redis fails, and
---              last the binding bands: one word per request, in ARGV order,
+--              (A lost key's horizon is ARGV[2]'s "!": core.lua.)
+-- ARGV[opi+1]  the requests (optional: "" if absent): "" for one request of
+--              cost 1 on every unit
+--              with no maximum wait (the common case); "0" for none (a
+--              floor alone, which must then be given); else for each
+--              request, as struct "<d" numbers (8 bytes each, little-
+--              endian doubles): max_wait_us (µs; -1: no maximum), then one
+--              cost per unit (>= 0), in the policy's order of units. The
+--              requests are checked, all of them, before anything is
+--              written.
+-- Reply        one string, struct "<I7HI4": now_us, now_ns (the time waits
+--              count from, in integer Unix µs and 0..999 ns) and m, the
+--              number of requests; then per request, in ARGV order,
+--              "<i8i8": wait_ns and seq (below); then "<I4" and that many
+--              bytes, the key's state as written (or as read when nothing
+--              was written; empty if none), and the same for its stored
+--              limit (empty if none), which the caller's local fallback
+--              starts from if Redis fails; and last, to the end, the
+--              binding bands: one word per request, in ARGV order,
 --              separated by spaces, naming what set its slot (or its
 --              refused wait): a band's name (of the bands in force: a
 --              stored limit's among them), "~p" for a pause, "~" for
 --              nothing (the slot is now, or no slot was computed).
---              The two entries per request:
+--              Per request:
 --                wait_ns  integer ns from now to the slot, rounded up; when
 --                         refused, the wait it would have needed
 --                seq      the reservation's number on the key (> 0) when
@@ -67,51 +65,84 @@
 --              delayed those that would have waited, and the waits they
 --              would have had (from the time of the call; pauses aside).
 
-local floor = ARGV[opi]
-local m = ARGV[opi + 1]
-if m == '1' then
-  m = 1
-else
-  m = tonumber(m)
+local floor = ARGV[opi] or ''
+local reqs = ARGV[opi + 1] or ''
+if nbands < 1 or #ARGV > opi + 1 then
+  return redis.error_reply('PACER_ARG want the floor and the requests')
 end
-local width = 1 + nunits
-if nbands < 1 or not m or m < 0 or (m == 0 and floor == '') or #ARGV ~= opi + 1 + m * width then
-  return redis.error_reply('PACER_ARG want floor, m, then max_wait_us and one cost per unit for each of m requests')
+-- The requests: their maximum waits (-1: none) and costs (by unit), all
+-- read and checked before anything is written (a fair call writes between
+-- its batches).
+local m, waits, costs = 1, nil, nil
+local ones = {}
+for u = 1, nunits do
+  ones[u] = 1
+end
+if reqs == '0' then
+  m = 0
+elseif reqs ~= '' then
+  local width = 8 * (1 + nunits)
+  m = #reqs / width
+  if m < 1 or m ~= math.floor(m) then
+    return redis.error_reply('PACER_ARG bad requests')
+  end
+  waits, costs = {}, {}
+  local pos = 1
+  for r = 1, m do
+    local w = struct.unpack('<d', reqs, pos)
+    if w ~= w or w == math.huge or (w < 0 and w ~= -1) then
+      return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+    end
+    local cost = {}
+    for u = 1, nunits do
+      local c = struct.unpack('<d', reqs, pos + 8 * u)
+      if c ~= c or c == math.huge or c < 0 then
+        return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+      end
+      cost[u] = c
+    end
+    waits[r], costs[r] = w, cost
+    pos = pos + width
+  end
+end
+if m == 0 and floor == '' and not lost_h2 then
+  return redis.error_reply('PACER_ARG want the floor and the requests')
+end
+if fair and m <= fair.counted then
+  return redis.error_reply('PACER_ARG bad fair arguments')
+end
+-- A cost above a band's burst or N could never be granted (tools.lua's
+-- fits).
+for r = 1, m do
+  local cost = costs and costs[r] or ones
+  for i = 1, nbands do
+    local b = bands[i]
+    if (cost[b.unit] or 0) > b.burst + 1e-9 then
+      return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
+    end
+  end
 end
 
-local floor_writes = false -- whether the floor changes the state
+local floor_writes = lost_applied -- whether the floor (or a lost horizon) changes the state
 if floor ~= '' then
   local h, more = string.match(floor, '^(%-?%d+)(.*)$')
   h = tonumber(h)
-  if not h and string.byte(floor, 1) == 33 then -- '!': a lost key's horizon alone
-    more = ' ' .. floor
-  elseif not h then
+  if not h then
     return redis.error_reply('PACER_ARG bad floor')
-  else
-    floor_writes = true
   end
-  if h then
-    for i = 1, nbands do
-      local b = bands[i]
-      if b.bucket and b.z < h then
-        b.z = h
-      end
-    end
-    -- The local slots were granted before any resume: one moves the
-    -- reservations granted during the pause to after them, not onto them.
-    if mark_p and mark_p.e < h then
-      mark_p.e = h
+  floor_writes = true
+  for i = 1, nbands do
+    local b = bands[i]
+    if b.bucket and b.z < h then
+      b.z = h
     end
   end
-  local lost = string.match(more, ' (!%S+)$')
-  if lost then
-    local ok, applied = lost_horizon(lost)
-    if not ok then
-      return redis.error_reply('PACER_ARG bad floor')
-    end
-    floor_writes = floor_writes or applied
+  -- The local slots were granted before any resume: one moves the
+  -- reservations granted during the pause to after them, not onto them.
+  if mark_p and mark_p.e < h then
+    mark_p.e = h
   end
-  for name, w, u in string.gmatch(more, ' ([^:%s!]+):(%-?%d+):(%S+)') do
+  for name, w, u in string.gmatch(more, ' ([^:%s]+):(%-?%d+):(%S+)') do
     w, u = tonumber(w), tonumber(u)
     for i = 1, nbands do
       local b = bands[i]
@@ -140,26 +171,24 @@ if shadow_bands then
   end
 end
 
-local out = {now_us, now_ns}
-local bys = {} -- each request's binding band (earliest)
+-- Each request's wait (ns) and number, and its binding band (earliest's):
+-- w1, s1 and by1 for the one request of most calls, and the lists for more.
+local w1, s1, by1 = 0, 0, '~'
+local waits_ns, seqs, bys = nil, nil, nil
+if m > 1 then
+  waits_ns, seqs, bys = {}, {}, {}
+end
 local granted = false
 local shadow_costs = nil -- the costs granted, while a stored limit is in shadow mode
-local i = opi + 2
 for r = 1, m do
-  local max_wait, cost = ARGV[i], cost_arg(i + 1)
-  if max_wait == '-1' then
-    max_wait = -1
-  else
-    max_wait = tonumber(max_wait)
+  if fair then
+    fair.next(r)
   end
-  if not max_wait or max_wait ~= max_wait or max_wait == math.huge or (max_wait < 0 and max_wait ~= -1) or not cost then
-    return redis.error_reply('PACER_ARG bad max_wait_us or cost')
+  local max_wait, cost = -1, ones
+  if waits then
+    max_wait, cost = waits[r], costs[r]
   end
   local caller_max = max_wait
-  if not fits(cost) then
-    return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
-  end
-  i = i + width
   local turn, retry = true, 0
   if fair then
     if fair.stopped then
@@ -179,31 +208,32 @@ for r = 1, m do
     s, idx, exact, by = earliest(pause, cost)
   end
   if not s or by == 0 then
-    bys[r] = '~'
+    by1 = '~'
   elseif by < 0 then
-    bys[r] = '~p'
+    by1 = '~p'
   else
-    bys[r] = bands[by].name
+    by1 = bands[by].name
   end
-  local w = s and tell(s)
+  -- The slot as ns from now (tools.lua's tell).
+  local w = s and math.floor((s + now_frac) * 1000 + 0.5) - now_ns
   if not turn then
     -- fair.lua: not this tenant's turn; neither it nor the rest of the
     -- batch is booked.
     fair.stopped = retry
     fair.outlives(caller_max, retry)
-    out[2 * r + 1], out[2 * r + 2] = math.ceil(retry * 1000), -3
+    w1, s1 = math.ceil(retry * 1000), -3
   elseif not s then
-    out[2 * r + 1], out[2 * r + 2] = 0, -2
+    w1, s1 = 0, -2
   elseif s > max_queue_us then
-    out[2 * r + 1], out[2 * r + 2] = 0, -1
+    w1, s1 = 0, -1
   elseif max_wait >= 0 and w > max_wait * 1000 then
     if fair then
       -- Beyond the booking horizon: ask again when the slot is within it.
       fair.stopped = math.max(w / 1000 - max_wait, 1)
       fair.outlives(caller_max, fair.stopped)
-      out[2 * r + 1], out[2 * r + 2] = math.ceil(fair.stopped * 1000), -3
+      w1, s1 = math.ceil(fair.stopped * 1000), -3
     else
-      out[2 * r + 1], out[2 * r + 2] = w, 0
+      w1, s1 = w, 0
     end
   else
     if fair then
@@ -212,11 +242,14 @@ for r = 1, m do
     take(s, cost, idx, exact)
     seq = seq + 1
     granted = true
-    out[2 * r + 1], out[2 * r + 2] = w, seq
+    w1, s1 = w, seq
     if shadow_bands then
       shadow_costs = shadow_costs or {}
       shadow_costs[#shadow_costs + 1] = cost
     end
+  end
+  if waits_ns then
+    waits_ns[r], seqs[r], bys[r] = w1, s1, by1
   end
 end
 if fair then
@@ -270,7 +303,13 @@ if shadow_costs then
   bands, nbands = real, nreal
   redis.call('SET', KEYS[3], string.format('1 %d %d %d %.3f %.3f', now_us, calls, delayed, wait_sum, wait_max) .. text)
 end
-out[#out + 1] = state
-out[#out + 1] = stored_text
-out[#out + 1] = table.concat(bys, ' ')
-return out
+if m == 1 then
+  return reply1(w1, s1, state, stored_text, by1)
+end
+local out = {struct.pack('<I7HI4', now_us, now_ns, m)}
+for r = 1, m do -- (m is 0, a floor alone, or more than 1)
+  out[r + 1] = struct.pack('<i8i8', waits_ns[r], seqs[r])
+end
+out[m + 2] = struct.pack('<I4c0I4c0', #state, state, #stored_text, stored_text)
+out[m + 3] = bys and table.concat(bys, ' ') or ''
+return table.concat(out)

@@ -151,16 +151,16 @@ func newLimiter(t *testing.T, b backend, clk reserve.Clock) *reserve.Limiter {
 	return l
 }
 
-// newLimiterFormat is newLimiter writing state format format (1 or 2): the
-// fleet's format is set under its prefix before the Limiter starts, as
+// newLimiterFormat is newLimiter writing state format format (1, 2 or 3):
+// the fleet's format is set under its prefix before the Limiter starts, as
 // `pacer format` sets it, so that its first heartbeat tells it. The
 // property and differential tests take turns (trialFormat): the writer's
 // default alone hid a Limit's bound written in format 2 (55f5548).
 func newLimiterFormat(t *testing.T, b backend, clk reserve.Clock, format int) *reserve.Limiter {
 	t.Helper()
 	prefix := redistest.Prefix(t)
-	if format == 2 {
-		require.NoError(t, b.client.Set(context.Background(), layout.FormatKey(prefix), "2", 0).Err())
+	if format != 2 {
+		require.NoError(t, b.client.Set(context.Background(), layout.FormatKey(prefix), strconv.Itoa(format), 0).Err())
 	}
 	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: clk != nil, KeyPrefix: prefix,
 		FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet})
@@ -171,8 +171,8 @@ func newLimiterFormat(t *testing.T, b backend, clk reserve.Clock, format int) *r
 }
 
 // trialFormat is the state format trial i of a property or differential
-// test writes: 1 and 2 in turn, by pairs.
-func trialFormat(i int) int { return 1 + i/2%2 }
+// test writes: 1, 2 and 3 in turn, by pairs.
+func trialFormat(i int) int { return 1 + i/2%3 }
 
 // snapshot returns everything Redis holds for key: the type and value of its
 // state, and of its stored limit and adjustment memory if any.

@@ -318,11 +318,6 @@ func FairAskGroups(ctx context.Context, l *Limiter, groups []FairGroup) (slots [
 // RenewSeats runs l's renewal of its seats now, as its heartbeat does.
 func RenewSeats(ctx context.Context, l *Limiter) { l.renewSeats(ctx) }
 
-// WritesFormat is the state format the Limiter writes now (1 or 2), as the
-// fleet's heartbeat told it.
-func (l *Limiter) WritesFormat() int {
-	if l.format2.Load() {
-		return 2
-	}
-	return 1
-}
+// WritesFormat is the state format the Limiter writes now (1, 2 or 3), as
+// the fleet's heartbeat told it.
+func (l *Limiter) WritesFormat() int { return int(l.format.Load()) }

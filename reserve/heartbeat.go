@@ -288,7 +288,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	if !ok || len(r) != 11 {
 		return false, nil
 	}
-	l.format2.Store(r[10] == "2")
+	l.format.Store(parseFormat(r[10]))
 	n, ok1 := r[4].(int64)
 	rank, ok2 := r[3].(int64)
 	heldList, ok3 := r[5].([]any)
@@ -492,4 +492,21 @@ func (l *Limiter) leave(ctx context.Context) error {
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "leave").Result()
 	}, nil)
 	return err
+}
+
+// defaultFormat is the state format a Limiter writes until the fleet's
+// setting (its heartbeat's reply) says otherwise: 2, which the previous
+// release reads.
+const defaultFormat = 2
+
+// parseFormat reads the state format a heartbeat's reply names ("1", "2"
+// or "3"); anything else is defaultFormat.
+func parseFormat(v any) int32 {
+	switch v {
+	case "1":
+		return 1
+	case "3":
+		return 3
+	}
+	return defaultFormat
 }

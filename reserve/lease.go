@@ -315,7 +315,9 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 	horizon, seq := ks.horizon(), ks.seenSeq
 	ks.mu.Unlock()
 	if nowNS, _ := l.serverNow(); horizon > nowNS {
-		args = append(args, lostFloor(horizon, nowNS, seq)) // should Redis have lost the key
+		// Should Redis have lost the key, it grants nothing before them.
+		share, _ := l.shareArg()
+		args[1] = l.env(key, now, s, share, false, lostHorizon(horizon, nowNS, seq))
 	}
 	keys := l.keys(key)
 	var sentReal time.Time // for the pause read the reply stands for

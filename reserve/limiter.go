@@ -73,10 +73,11 @@ type Limiter struct {
 	fleet    fleetView // (fleet.go)
 	presence presence  // a named connection kept open while the Limiter lives (presence.go)
 	started  time.Time // when New made it (see heartbeat)
-	// format2 says the fleet writes state format 2: the operator's setting
-	// (cmd/pacer format), as the last heartbeat read it. Until one says so,
-	// the Limiter writes format 1, which the previous release reads.
-	format2 atomic.Bool
+	// format is the state format the fleet writes (1, 2 or 3): the
+	// operator's setting (cmd/pacer format), as the last heartbeat read it.
+	// Until one says otherwise, the Limiter writes format 2, which the
+	// previous release reads (defaultFormat).
+	format atomic.Int32
 	// cals are the calendar windows of stored limits that a script asked
 	// for (PACER_CALENDAR), by key: every call on the key sends their
 	// tables from then on. ncals counts the keys (bounded by maxKeys).
@@ -197,6 +198,7 @@ func newLimiter(opts Options, sc redis.Scripter) *Limiter {
 		listening: make(chan struct{}),
 	}
 	l.health.wake = make(chan struct{}, 1)
+	l.format.Store(defaultFormat)
 	l.health.since = time.Now()
 	l.started = l.health.since
 	l.fleet.id, l.fleet.hint = l.id, opts.FleetSize

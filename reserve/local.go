@@ -116,11 +116,9 @@ func (h *handback) merge(o *handback) *handback {
 	return h
 }
 
-// floorArg returns h as reserve.lua's floor at now (server clock, Unix ns),
-// with granted (Unix ns, 0: none) as the horizon of a key Redis has lost
-// (its "!" part: applied only when the key has no state, or one numbered
-// before seq).
-func (h *handback) floorArg(now, granted, seq int64) string {
+// floorArg returns h as reserve.lua's floor at now (server clock, Unix
+// ns).
+func (h *handback) floorArg(now int64) string {
 	var b strings.Builder
 	us := int64(0)
 	if h != nil && h.last > now {
@@ -138,9 +136,6 @@ func (h *handback) floorArg(now, granted, seq int64) string {
 		for _, w := range ws {
 			b.WriteString(" " + w.band + ":" + strconv.FormatInt(w.w, 10) + ":" + strconv.FormatFloat(w.units, 'f', -1, 64))
 		}
-	}
-	if granted > now {
-		b.WriteString(" " + lostFloor(granted, now, seq))
 	}
 	return b.String()
 }
@@ -265,7 +260,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 	}
 	if s != keyOnly && (h.last > nowNS || len(h.windows) > 0) {
 		args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
-		args = append(args, h.floorArg(nowNS, 0, 0), "0")
+		args = append(args, h.floorArg(nowNS), "0")
 		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
 			return l.localError(names.OpReserve, ks.name, err)
 		}
@@ -545,7 +540,11 @@ func (l *Limiter) giveBack(ctx context.Context, key string, h *handback, granted
 		s = l.states.get(key).lastSpec()
 	}
 	if s != nil && s != keyOnly && (h.matters(nowNS) && (h.last != 0 || len(h.windows) > 0) || granted > nowNS) {
-		if err := l.floorOnly(ctx, key, s, h.floorArg(nowNS, granted, seq)); err != nil {
+		lost := ""
+		if granted > nowNS {
+			lost = lostHorizon(granted, nowNS, seq)
+		}
+		if err := l.floorOnly(ctx, key, s, h.floorArg(nowNS), lost); err != nil {
 			return err
 		}
 	}

@@ -140,13 +140,12 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 // refusals and the slots granted; from the store, its latest slot.
 func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, res any, out []result, local bool) error {
 	op, key := reqs[0].op, ks.name
-	reply, ok := res.([]any)
-	if !ok || len(reply) != 5+2*len(reqs) {
+	b, _ := res.(string)
+	reply, ok := decodeReserve(b)
+	if !ok || len(reply.waits) != len(reqs) {
 		return replyError(op, key, res)
 	}
-	state, _ := reply[len(reply)-3].(string)
-	stored, _ := reply[len(reply)-2].(string)
-	bys, _ := reply[len(reply)-1].(string)
+	state, stored, bys := reply.state, reply.stored, reply.bys
 	pe := layout.PauseEnd(state)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -155,10 +154,9 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 	}
 	var last int64
 	for i, req := range reqs {
-		waitNS, ok1 := reply[2+2*i].(int64)
-		seq, ok2 := reply[3+2*i].(int64)
-		band, rest, ok3 := nextBinding(bys)
-		if !ok1 || !ok2 || !ok3 {
+		waitNS, seq := reply.waits[i], reply.seqs[i]
+		band, rest, ok := nextBinding(bys)
+		if !ok {
 			return replyError(op, key, res)
 		}
 		bys = rest
@@ -198,6 +196,60 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 		ks.noteAhead(last)
 	}
 	return nil
+}
+
+// reserveReply is reserve.lua's reply (the fair script's too), decoded:
+// when the script ran (Unix µs and ns), each request's wait (ns) and
+// number, the key's state and stored limit as the script left them, and
+// the binding bands' words.
+type reserveReply struct {
+	nowUS, nowNS  int64
+	waits, seqs   []int64
+	state, stored string
+	bys           string
+}
+
+// decodeReserve reads reserve.lua's reply (lua/reserve.lua: "<I7HI4", then
+// "<i8i8" per request, then the state and the stored limit each after its
+// "<I4" length, then the binding words); ok is false for anything else.
+func decodeReserve(b string) (r reserveReply, ok bool) {
+	if len(b) < 13 {
+		return r, false
+	}
+	r.nowUS, r.nowNS = int64(le(b[:7])), int64(le(b[7:9]))
+	m := int(le(b[9:13]))
+	pos := 13
+	if m > (len(b)-pos)/16 {
+		return r, false
+	}
+	r.waits, r.seqs = make([]int64, m), make([]int64, m)
+	for i := range m {
+		r.waits[i], r.seqs[i] = int64(le(b[pos:pos+8])), int64(le(b[pos+8:pos+16]))
+		pos += 16
+	}
+	for _, dst := range []*string{&r.state, &r.stored} {
+		if len(b)-pos < 4 {
+			return r, false
+		}
+		n := int(le(b[pos : pos+4]))
+		pos += 4
+		if n > len(b)-pos {
+			return r, false
+		}
+		*dst = b[pos : pos+n]
+		pos += n
+	}
+	r.bys = b[pos:]
+	return r, true
+}
+
+// le reads a little-endian unsigned integer of up to 8 bytes.
+func le(b string) uint64 {
+	var v uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
 }
 
 // shareError is the error of a request a window band can never take at

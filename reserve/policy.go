@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math"
@@ -127,17 +128,17 @@ func Permits(n int) Cost { return Cost{PermitsUnit: float64(n)} }
 func (l Limit) Policy() Policy { return Policy{{Name: PermitsUnit, Limit: l}} }
 
 // keyOnly is the spec of a call that names no policy (Pause): the scripts
-// and the engine then work on the key's records alone (k = 0).
-var keyOnly = &spec{units: []string{PermitsUnit}, unitsArg: PermitsUnit, args: []any{"0"}, sig: "0"}
+// and the engine then work on the key's records alone (no band: the
+// policy argument "").
+var keyOnly = &spec{units: []string{PermitsUnit}, policyArg: "", sig: "0"}
 
 // spec is a Policy checked and compiled for the scripts and the local
 // fallback. It is immutable and shared.
 type spec struct {
-	units    []string // the cost units, in the order costs are sent
-	unitsArg string   // units joined by ' ' (ARGV[4])
-	bands    []bandSpec
-	args     []any       // ARGV[5...]: k, then the bands' records
-	sig      string      // the policy's encoding: equal specs, equal sig
+	units     []string // the cost units, in the order costs are sent
+	bands     []bandSpec
+	policyArg string      // the policy as the scripts read it (core.lua's ARGV[3])
+	sig       string      // the policy's encoding: equal specs, equal sig
 	cals     []*calendar // the calendar windows' zones and periods (their tables go with each call)
 	single   bool        // one bucket band charging PermitsUnit (a Limit)
 }
@@ -247,16 +248,34 @@ func (p Policy) compile() (*spec, error) {
 		}
 		s.bands[i] = bs
 	}
-	s.unitsArg = strings.Join(s.units, " ")
-	s.args = make([]any, 0, 1+5*len(s.bands))
-	s.args = append(s.args, strconv.Itoa(len(s.bands)))
-	for _, b := range s.bands {
-		kind, a, x := b.record()
-		s.args = append(s.args, b.name, strconv.Itoa(b.unit+1), kind, a, x)
-	}
 	s.sig = sig.String()
 	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
+	s.policyArg = policyArg(s)
 	return s, nil
+}
+
+// policyArg returns s's policy as the scripts read it (core.lua's ARGV[3]):
+// a Limit (one bucket band named and charging PermitsUnit) as "L" and its
+// rate and burst, two little-endian doubles (struct "<dd"); any other
+// policy as text: the number of units, their names, the number of bands,
+// then each band's name, unit (1-based), kind and fields.
+func policyArg(s *spec) string {
+	if s.single && s.bands[0].name == PermitsUnit {
+		b := make([]byte, 17)
+		b[0] = 'L'
+		binary.LittleEndian.PutUint64(b[1:], math.Float64bits(s.bands[0].rate))
+		binary.LittleEndian.PutUint64(b[9:], math.Float64bits(s.bands[0].burst))
+		return string(b)
+	}
+	f := make([]string, 0, 2+len(s.units)+5*len(s.bands))
+	f = append(f, strconv.Itoa(len(s.units)))
+	f = append(f, s.units...)
+	f = append(f, strconv.Itoa(len(s.bands)))
+	for _, b := range s.bands {
+		kind, a, x := b.record()
+		f = append(f, b.name, strconv.Itoa(b.unit+1), kind, a, x)
+	}
+	return strings.Join(f, " ")
 }
 
 // record returns the band's kind and fields as the scripts read them

@@ -2,10 +2,12 @@ package reserve
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -107,26 +109,11 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	if err != nil {
 		return fail(err)
 	}
-	args := l.argsWith(key, now, s, 3+len(fairArgs)+len(reqs)*(1+len(s.units)), shareArg, local)
+	args := l.argsWith(key, now, s, 2+len(fairArgs), shareArg, local)
 	l.reportUse(key, s)
 	args = append(args, fairArgs...)
 	floorAt := len(args)
-	args = append(args, "", strconv.Itoa(len(reqs)))
-	for _, req := range reqs {
-		maxWait := int64(-1)
-		if req.maxWait >= 0 {
-			mw := req.maxWait
-			if !req.since.IsZero() {
-				// Time spent queued counts against the maximum.
-				mw = max(mw-l.clock.Now().Sub(req.since), 0)
-			}
-			maxWait = mw.Microseconds()
-		}
-		args = append(args, strconv.FormatInt(maxWait, 10))
-		for _, a := range req.amounts {
-			args = append(args, formatFloat(a))
-		}
-	}
+	args = append(args, "", l.requestsArg(reqs))
 	keys, script := l.keys(key, ":shadow"), reserveScript
 	if fairArgs != nil {
 		keys, script = l.keys(key, fairKeys...), l.fairScriptOf()
@@ -157,13 +144,17 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	horizon, seq := ks.horizon(), ks.seenSeq
 	ks.mu.Unlock()
 	nowNS, _ := l.serverNow()
-	switch {
-	case hasFloor:
-		args[floorAt] = hb.floorArg(nowNS, 0, 0)
-	case horizon > nowNS:
+	lost := ""
+	if hasFloor {
+		args[floorAt] = hb.floorArg(nowNS)
+	} else if horizon > nowNS {
 		// Slots granted on the key still ahead: should Redis have lost it
 		// (restarted empty), it grants nothing before them.
-		args[floorAt] = lostFloor(horizon, nowNS, seq)
+		lost = lostHorizon(horizon, nowNS, seq)
+		args[1] = l.env(key, now, s, shareArg, false, lost)
+	}
+	if fairArgs == nil && args[floorAt] == "" && args[floorAt+1] == "" {
+		args = args[:floorAt] // reserve.lua's floor and requests: none, one plain request
 	}
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
@@ -179,7 +170,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		if code, _ := layout.ErrorCode(err); code == "PACER_CALENDAR" && l.learnCalendar(key, err) {
 			// A stored limit's calendar window this call had no table
 			// for: the script changed nothing; again, with its table.
-			args[2] = l.argsWith(key, now, s, 0, shareArg, false)[2]
+			args[1] = l.env(key, now, s, shareArg, false, lost)
 			if l.serverTime {
 				sent = l.clock.Now()
 			}
@@ -222,22 +213,23 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	return out
 }
 
-// lostFloor is reserve.lua's floor (and lease.lua's last argument) of a
-// key's horizon alone: applied only if Redis lost the key (it has no state,
-// or one numbered before seq, the last reservation this Limiter saw).
-func lostFloor(horizon, nowNS, seq int64) string {
+// lostHorizon is core.lua's lost key's horizon (in ARGV[2]): the slots
+// granted on a key up to horizon (Unix ns on the server's clock), applied
+// only if Redis lost the key (it has no state, or one numbered before seq,
+// the last reservation this Limiter saw).
+func lostHorizon(horizon, nowNS, seq int64) string {
 	return "!" + strconv.FormatInt((horizon-nowNS+999)/1000, 10) + ":" + strconv.FormatInt(seq, 10)
 }
 
-// withDeadline returns a copy of args (a granting script's, built by
-// argsWith) whose share argument carries the deadline of a call made under
-// ctx (core.lua's "d<ms> " prefix): a call that Redis runs long after its
-// caller gave up on it (Redis stalled: frozen, a long fork) grants nothing.
-// Its caller has gone on by then, on a view of the fleet that may be stale:
-// members may pace locally since, and the slots it would grant would not
-// leave them their shares. The deadline is the call's timeout twice over,
-// plus the clock estimate's error, so that a call Redis runs in time is
-// never refused. Without server time or an estimate, args as they are.
+// withDeadline sets args' deadline (core.lua's ARGV[1], in args built by
+// argsWith) to that of a call made under ctx, and returns args: a call
+// that Redis runs long after its caller gave up on it (Redis stalled:
+// frozen, a long fork) grants nothing. Its caller has gone on by then, on
+// a view of the fleet that may be stale: members may pace locally since,
+// and the slots it would grant would not leave them their shares. The
+// deadline is the call's timeout twice over, plus the clock estimate's
+// error, so that a call Redis runs in time is never refused. Without server
+// time or an estimate, none ("").
 func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
 	d, ok := ctx.Deadline()
 	if !ok || !l.serverTime || len(args) < 3 {
@@ -250,20 +242,67 @@ func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
 	}
 	left := time.Until(d)
 	ms := (ns + int64(2*left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	out := slices.Clone(args)
-	out[2] = "d" + strconv.FormatInt(ms, 10) + " " + args[2].(string)
-	return out
+	args[0] = strconv.FormatInt(ms, 10)
+	return args
 }
 
-// replyHead returns a reply as a list, nil if it is not one.
+// replyHead returns a reply as a list whose first two entries are the
+// now_us, now_ns that begin every granting script's reply (reserve.lua's
+// binary reply: those two alone), nil if it is not one.
 func replyHead(res any) []any {
+	if b, ok := res.(string); ok {
+		r, ok := decodeReserve(b)
+		if !ok {
+			return nil
+		}
+		return []any{r.nowUS, r.nowNS}
+	}
 	reply, _ := res.([]any)
 	return reply
 }
 
-// floorOnly hands a floor to Redis for key, reserving nothing.
-func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor string) error {
-	args := l.args(key, l.clock.Now(), s, 2)
+// requestsArg returns reserve.lua's requests argument for reqs: "" for one
+// request of cost 1 on every unit with no maximum wait; else per request
+// its maximum wait (µs, -1: none; the time spent queued counts against
+// it) and its costs, little-endian doubles.
+func (l *Limiter) requestsArg(reqs []*request) string {
+	if len(reqs) == 1 && reqs[0].maxWait < 0 {
+		plain := true
+		for _, a := range reqs[0].amounts {
+			plain = plain && a == 1
+		}
+		if plain {
+			return ""
+		}
+	}
+	b := make([]byte, 0, 8*len(reqs)*(1+len(reqs[0].amounts)))
+	for _, req := range reqs {
+		maxWait := int64(-1)
+		if req.maxWait >= 0 {
+			mw := req.maxWait
+			if !req.since.IsZero() {
+				// Time spent queued counts against the maximum.
+				mw = max(mw-l.clock.Now().Sub(req.since), 0)
+			}
+			maxWait = mw.Microseconds()
+		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(maxWait)))
+		for _, a := range req.amounts {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(a))
+		}
+	}
+	return string(b)
+}
+
+// floorOnly hands a floor to Redis for key, reserving nothing, with lost
+// as the horizon of a key Redis has lost ("": none).
+func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor, lost string) error {
+	now := l.clock.Now()
+	args := l.args(key, now, s, 2)
+	if lost != "" {
+		share, _ := l.shareArg()
+		args[1] = l.env(key, now, s, share, false, lost)
+	}
 	args = append(args, floor, "0")
 	keys := l.keys(key, ":shadow")
 	var sent time.Time
@@ -274,13 +313,13 @@ func (l *Limiter) floorOnly(ctx context.Context, key string, s *spec, floor stri
 	if err != nil {
 		return err
 	}
-	if reply, ok := res.([]any); ok && len(reply) == 5 {
-		state, _ := reply[2].(string)
-		stored, _ := reply[3].(string)
-		ks := l.states.get(key)
-		ks.mu.Lock()
-		ks.noteSeen(state, stored, sent)
-		ks.mu.Unlock()
+	if b, ok := res.(string); ok {
+		if r, ok := decodeReserve(b); ok {
+			ks := l.states.get(key)
+			ks.mu.Lock()
+			ks.noteSeen(r.state, r.stored, sent)
+			ks.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -304,21 +343,46 @@ func (l *Limiter) grantArgs(key string, now time.Time, s *spec, extra int) ([]an
 	return l.argsWith(key, now, s, extra, share, false), nil
 }
 
-// argsWith returns the scripts' ARGV up to the operation's own, at share,
-// for Redis or (local) for the local fallback's store, which always
-// writes format 2 (its states are its own).
+// argsWith returns the scripts' ARGV up to the operation's own (core.lua:
+// the deadline, set by withDeadline; the environment; the policy), at
+// share, for Redis or (local) for the local fallback's store, which always
+// writes format 3 (its states are its own), with room for extra more.
 func (l *Limiter) argsWith(key string, now time.Time, s *spec, extra int, share string, local bool) []any {
-	args := make([]any, 0, 4+len(s.args)+extra)
-	if l.serverTime {
-		args = append(args, "", "0")
-	} else {
-		args = append(args, strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond()%1000))
+	args := make([]any, 3, 3+extra)
+	args[0] = ""
+	args[1] = l.env(key, now, s, share, local, "")
+	args[2] = s.policyArg
+	return args
+}
+
+// env returns core.lua's ARGV[2] for a call on key at now: the client
+// clock (without server time), the state format to write (none: 3), a lost
+// key's horizon (lost, "" for none: see lostHorizon), the calendar tables
+// of s and of the stored limits learned on key, and the share. The common
+// case, server time, format 3 and the whole limit, is "1".
+func (l *Limiter) env(key string, now time.Time, s *spec, share string, local bool, lost string) string {
+	cal := calendarArg(now, s, l.learnedCalendars(key))
+	f := int32(3)
+	if !local {
+		f = l.format.Load()
 	}
-	share = calendarArg(now, s, l.learnedCalendars(key)) + share
-	if !local && !l.format2.Load() {
-		// Format 1 (core.lua's ARGV[3]).
-		share = "f1 " + share
+	if l.serverTime && f == 3 && lost == "" && cal == "" {
+		return share
 	}
-	args = append(args, share, s.unitsArg)
-	return append(args, s.args...)
+	var b strings.Builder
+	if !l.serverTime {
+		b.WriteString("t" + strconv.FormatInt(now.UnixMicro(), 10) + ":" + strconv.Itoa(now.Nanosecond()%1000) + " ")
+	}
+	switch f {
+	case 1:
+		b.WriteString("f1 ")
+	case 2:
+		b.WriteString("f2 ")
+	}
+	if lost != "" {
+		b.WriteString(lost + " ")
+	}
+	b.WriteString(cal)
+	b.WriteString(share)
+	return b.String()
 }

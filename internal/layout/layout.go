@@ -88,11 +88,12 @@ func Unescape(s string) string {
 // FleetKeys are the fleet's records under prefix, in one hash tag: the
 // heartbeat set, the members' details, the policies the fleet's code
 // reports for its keys, the ids in order, the suspects checked, the
-// reports' times, the state format the fleet writes (FormatKey) and the
-// format each member writes (WritersKey).
+// reports' times, the state format the fleet writes (FormatKey), the
+// format each member writes (WritersKey) and the highest it reads
+// (ReadersKey).
 func FleetKeys(prefix string) []string {
 	k := prefix + "{" + FleetName + "}"
-	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix)}
+	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix), ReadersKey(prefix)}
 }
 
 // FleetName is the hash tag of the fleet's records: Key(prefix,
@@ -100,12 +101,18 @@ func FleetKeys(prefix string) []string {
 const FleetName = "limiters"
 
 // FormatKey is the state format the fleet writes, as the operator set it
-// (cmd/pacer format): "2", or absent for "1" (lua/heartbeat.lua's KEYS[7]).
+// (cmd/pacer format): "1", "3", or "2" when absent (lua/heartbeat.lua's
+// KEYS[7]).
 func FormatKey(prefix string) string { return prefix + "{limiters}:format" }
 
 // WritersKey is the hash of the format each member writes, by Limiter id
 // (lua/heartbeat.lua's KEYS[8]).
 func WritersKey(prefix string) string { return prefix + "{limiters}:writes" }
+
+// ReadersKey is the hash of the highest state format each member reads, by
+// Limiter id: "3" for a member of this release, no field for an earlier
+// one (lua/heartbeat.lua's KEYS[9]).
+func ReadersKey(prefix string) string { return prefix + "{limiters}:reads" }
 
 // Policies is the hash of the policies the fleet's code reports, by key
 // (FleetKeys' third).
