@@ -13,16 +13,19 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
@@ -187,10 +190,13 @@ var (
 	reResume = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 )
 
-// parseState reads a state string by "The state"'s grammar, strictly: one
-// space between fields, every field in its form.
+// parseState reads a state string by "The state"'s grammar and format 3's
+// table, strictly: one space between fields, every field in its form.
 func parseState(text string) (state, error) {
 	bad := func(why string) (state, error) { return state{}, fmt.Errorf("state %q: %s", text, why) }
+	if text != "" && text[0] >= 0xA0 {
+		return parseState3(text)
+	}
 	f := strings.Split(text, " ")
 	var st state
 	num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
@@ -226,6 +232,74 @@ func parseState(text string) (state, error) {
 			return st, nil
 		}
 	}
+	return parseRecords(st, rest, timeRe, text)
+}
+
+// parseState3 reads a format 3 state by "The state"'s table: the first
+// byte's form and flag, then the form's fields, little-endian.
+func parseState3(text string) (state, error) {
+	bad := func(why string) (state, error) { return state{}, fmt.Errorf("state %q: %s", text, why) }
+	le := func(b string) uint64 {
+		var v uint64
+		for i := len(b) - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		return v
+	}
+	sle := func(b string) float64 {
+		v := le(b)
+		if n := uint(8 * len(b)); n < 64 && v&(1<<(n-1)) != 0 {
+			v |= ^uint64(0) << n
+		}
+		return float64(int64(v))
+	}
+	dle := func(b string) float64 { return math.Float64frombits(le(b)) }
+	st := state{format: 3, stored: text[0]&1 == 1}
+	switch form := text[0] &^ 1; {
+	case form == 0xA0 && len(text) == 11:
+		st.t, st.x, st.seq = int64(le(text[1:8])), int64(le(text[8:10])), int64(text[10])
+		st.recs = []record{{name: "permits"}}
+	case form == 0xB0 && len(text) == 28:
+		st.t, st.x, st.seq = int64(le(text[1:8])), int64(le(text[8:12])), int64(le(text[12:16]))
+		st.recs = []record{{name: "permits", z: sle(text[16:22]), e: sle(text[22:28])}}
+	case form == 0xC0 && len(text) == 34:
+		st.t, st.x, st.seq = int64(le(text[1:8])), int64(le(text[8:12])), int64(le(text[12:18]))
+		st.recs = []record{{name: "permits", z: dle(text[18:26]), e: dle(text[26:34])}}
+	case form == 0xD0 && len(text) >= 28:
+		st.t, st.x, st.seq, st.pause = int64(le(text[1:8])), int64(le(text[8:14])), int64(le(text[14:20])), dle(text[20:28])
+		rest := text[28:]
+		if rest == "" {
+			return st, nil
+		}
+		if rest[0] != ' ' {
+			return bad("the general form's records do not start with a space")
+		}
+		f := strings.Split(rest[1:], " ")
+		if len(f) == 2 {
+			if !reTime.MatchString(f[0]) || !reTime.MatchString(f[1]) {
+				return bad("a Limit's z e are not times")
+			}
+			z, _ := strconv.ParseFloat(f[0], 64)
+			e, _ := strconv.ParseFloat(f[1], 64)
+			st.recs = []record{{name: "permits", z: z, e: e}}
+			return st, nil
+		}
+		st.format = 2 // its records are format 2's
+		st, err := parseRecords(st, f, reTime, text)
+		st.format = 3
+		return st, err
+	default:
+		return bad("not a form of format 3")
+	}
+	return st, nil
+}
+
+// parseRecords reads a state's records (formats 1 and 2, and format 3's
+// general form) into st.
+func parseRecords(st state, rest []string, timeRe *regexp.Regexp, text string) (state, error) {
+	bad := func(why string) (state, error) { return state{}, fmt.Errorf("state %q: %s", text, why) }
+	num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+	integer := func(s string) int64 { v, _ := strconv.ParseInt(s, 10, 64); return v }
 	if len(rest)%3 != 0 {
 		return bad("records are not of three fields")
 	}
@@ -387,6 +461,14 @@ func (c *conn) runBlock(end int, lines []string) int {
 			c.t.Errorf("block ending at line %d: %s\n got (error) %v\nwant %s", end, cmd, err, want)
 			continue
 		}
+		if isReserve := c.isReserve(args); isReserve {
+			got = decodeReserve(c.t, got)
+		}
+		if want == "?" {
+			c.t.Errorf("block ending at line %d: %s\n got %s\nwant ? (write the reply in the page)", end, cmd, show(got))
+			c.statesOf(args, got)
+			continue
+		}
 		wv, err := parseReply(want)
 		if err != nil {
 			c.t.Fatalf("block ending at line %d: reply %q: %v", end, want, err)
@@ -407,11 +489,9 @@ func (c *conn) statesOf(args []any, reply any) {
 	switch {
 	case name == "GET" && strings.HasSuffix(fmt.Sprint(args[1]), "}") && reply != nil:
 		c.parse(reply.(string))
-	case name == "EVALSHA" && (args[1] == c.sha["RESERVE"] || args[1] == c.sha["FAIR"]):
-		if a, ok := reply.([]any); ok && len(a) >= 5 {
-			if s, _ := a[len(a)-3].(string); s != "" {
-				c.parse(s)
-			}
+	case c.isReserve(args):
+		if r, ok := reply.(reserveReply); ok && r.state != "" {
+			c.parse(r.state)
 		}
 	case name == "EVALSHA" && args[1] == c.sha["REWRITE"]:
 		if s, ok := reply.(string); ok {
@@ -421,20 +501,58 @@ func (c *conn) statesOf(args []any, reply any) {
 }
 
 // command splits a block's command line as redis-cli would (double quotes
-// around an argument), with $NAME for a script's SHA1 and the page's
-// prefix pacer: replaced by this test's own.
+// around an argument, \xHH and \" inside them), with $NAME for a script's
+// SHA1 and the page's prefix pacer: replaced by this test's own; and the
+// page's notation d"<numbers>" for the numbers as little-endian doubles
+// (struct "<d" each), Ld"<rate> <burst>" for "L" and those.
 func (c *conn) command(line string) ([]any, error) {
 	var args []any
 	rest := strings.TrimSpace(line)
 	for rest != "" {
 		var tok string
-		if rest[0] == '"' {
-			j := strings.IndexByte(rest[1:], '"')
+		switch {
+		case strings.HasPrefix(rest, `d"`) || strings.HasPrefix(rest, `Ld"`):
+			lead := ""
+			if rest[0] == 'L' {
+				lead, rest = "L", rest[1:]
+			}
+			j := strings.IndexByte(rest[2:], '"')
 			if j < 0 {
+				return nil, errors.New("unterminated d\"...\"")
+			}
+			var b []byte
+			for _, f := range strings.Fields(rest[2 : 2+j]) {
+				v, err := strconv.ParseFloat(f, 64)
+				if err != nil {
+					return nil, err
+				}
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			}
+			tok, rest = lead+string(b), rest[3+j:]
+		case rest[0] == '"':
+			var b strings.Builder
+			i := 1
+			for ; i < len(rest) && rest[i] != '"'; i++ {
+				switch {
+				case rest[i] == '\\' && i+3 < len(rest) && rest[i+1] == 'x':
+					v, err := strconv.ParseUint(rest[i+2:i+4], 16, 8)
+					if err != nil {
+						return nil, err
+					}
+					b.WriteByte(byte(v))
+					i += 3
+				case rest[i] == '\\' && i+1 < len(rest):
+					b.WriteByte(rest[i+1])
+					i++
+				default:
+					b.WriteByte(rest[i])
+				}
+			}
+			if i >= len(rest) {
 				return nil, errors.New("unterminated quote")
 			}
-			tok, rest = rest[1:1+j], rest[2+j:]
-		} else {
+			tok, rest = b.String(), rest[i+1:]
+		default:
 			tok, rest, _ = strings.Cut(rest, " ")
 			if s, ok := strings.CutPrefix(tok, "$"); ok {
 				sha, ok := c.sha[s]
@@ -450,6 +568,73 @@ func (c *conn) command(line string) ([]any, error) {
 		rest = strings.TrimLeft(rest, " ")
 	}
 	return args, nil
+}
+
+// isReserve reports whether a command runs Reserve or Fair, whose reply
+// is one string of bytes ("Reserve").
+func (c *conn) isReserve(args []any) bool {
+	return len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "EVALSHA") && (args[1] == c.sha["RESERVE"] || args[1] == c.sha["FAIR"])
+}
+
+// reserveReply is Reserve's reply decoded as "Reserve" gives it.
+type reserveReply struct {
+	nowUS, nowNS  int64
+	grants        []int64 // wait_ns, seq per request
+	state, stored string
+	bys           string
+}
+
+// decodeReserve decodes Reserve's reply by "Reserve": "<I7HI4", m times
+// "<i8i8", the state and the stored limit each after its "<I4" length,
+// and the binding bands to the end. A reply it cannot decode fails the test.
+func decodeReserve(t *testing.T, reply any) any {
+	t.Helper()
+	b, ok := reply.(string)
+	if !ok {
+		return reply // an error, or nil
+	}
+	le := func(s string) uint64 {
+		var v uint64
+		for i := len(s) - 1; i >= 0; i-- {
+			v = v<<8 | uint64(s[i])
+		}
+		return v
+	}
+	if len(b) < 13 {
+		t.Fatalf("Reserve's reply %q: shorter than its head", b)
+	}
+	r := reserveReply{nowUS: int64(le(b[:7])), nowNS: int64(le(b[7:9]))}
+	m, pos := int(le(b[9:13])), 13
+	if len(b) < pos+16*m {
+		t.Fatalf("Reserve's reply %q: %d requests do not fit", b, m)
+	}
+	for range m {
+		r.grants = append(r.grants, int64(le(b[pos:pos+8])), int64(le(b[pos+8:pos+16])))
+		pos += 16
+	}
+	for _, dst := range []*string{&r.state, &r.stored} {
+		if len(b) < pos+4 {
+			t.Fatalf("Reserve's reply %q: cut short", b)
+		}
+		n := int(le(b[pos : pos+4]))
+		pos += 4
+		if len(b) < pos+n {
+			t.Fatalf("Reserve's reply %q: cut short", b)
+		}
+		*dst = b[pos : pos+n]
+		pos += n
+	}
+	r.bys = b[pos:]
+	return r
+}
+
+// list is r as the page writes it, "reserve [...]".
+func (r reserveReply) list() []any {
+	out := []any{r.nowUS, r.nowNS}
+	for _, g := range r.grants {
+		out = append(out, g)
+	}
+	return append(out, r.state, r.stored, r.bys)
 }
 
 // wildcard is a reply's "*": any value.
@@ -469,6 +654,19 @@ func replyValue(s string) (any, string, error) {
 	switch {
 	case s == "":
 		return nil, "", errors.New("missing value")
+	case strings.HasPrefix(s, "reserve ["):
+		v, rest, err := replyValue(s[len("reserve "):])
+		if err != nil {
+			return nil, "", err
+		}
+		return reserveList(v.([]any)), rest, nil
+	case strings.HasPrefix(s, `x"`):
+		j := strings.IndexByte(s[2:], '"')
+		if j < 0 {
+			return nil, "", errors.New(`unterminated x"..."`)
+		}
+		b, err := hex.DecodeString(s[2 : 2+j])
+		return string(b), s[3+j:], err
 	case s[0] == '*':
 		return wildcard{}, s[1:], nil
 	case strings.HasPrefix(s, "nil"):
@@ -507,11 +705,17 @@ func replyValue(s string) (any, string, error) {
 	}
 }
 
+// reserveList is a "reserve [...]" reply as the page writes it.
+type reserveList []any
+
 // matches reports whether a reply equals want, * matching anything.
 func matches(got, want any) bool {
 	switch w := want.(type) {
 	case wildcard:
 		return true
+	case reserveList:
+		r, ok := got.(reserveReply)
+		return ok && matches(r.list(), []any(w))
 	case []any:
 		g, ok := got.([]any)
 		if !ok || len(g) != len(w) {
@@ -531,6 +735,8 @@ func matches(got, want any) bool {
 // show writes a reply as the page does.
 func show(v any) string {
 	switch x := v.(type) {
+	case reserveReply:
+		return "reserve " + show(x.list())
 	case nil:
 		return "nil"
 	case []any:
@@ -540,6 +746,9 @@ func show(v any) string {
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
 	case string:
+		if x != "" && (x[0] >= 0xA0 || !utf8.ValidString(x)) {
+			return `x"` + hex.EncodeToString([]byte(x)) + `"`
+		}
 		var b strings.Builder
 		enc := json.NewEncoder(&b)
 		enc.SetEscapeHTML(false)
