@@ -14,8 +14,8 @@ import (
 func (c *cli) stateFormat(ctx context.Context, args []string) error {
 	fs := c.flagSet("format")
 	asJSON := fs.Bool("json", false, "print the status as JSON")
-	force := fs.Bool("force", false, "to 2: switch even with members of an earlier release in the fleet; to 1: do not wait for every member")
-	wait := fs.Duration("wait", 2*time.Minute, "to 1: how long to wait for every member to write format 1 before rewriting the keys")
+	force := fs.Bool("force", false, "forward (to 2 or 3): switch even with members of an earlier release in the fleet; back: do not wait for every member")
+	wait := fs.Duration("wait", 2*time.Minute, "back (to 1, or from 3 to 2): how long to wait for every member to write the format before rewriting the keys")
 	var cf changeFlags
 	cf.register(fs)
 	pos, err := c.parse(fs, "format", args)
@@ -32,8 +32,10 @@ func (c *cli) stateFormat(ctx context.Context, args []string) error {
 			to = 1
 		case "2":
 			to = 2
+		case "3":
+			to = 3
 		default:
-			return usagef("format: %q: want 1 or 2 (the state format the fleet writes)", pos[0])
+			return usagef("format: %q: want 1, 2 or 3 (the state format the fleet writes)", pos[0])
 		}
 		if *asJSON {
 			return usagef("format: --json shows the status: give no format with it")
@@ -60,16 +62,20 @@ func (c *cli) stateFormat(ctx context.Context, args []string) error {
 			return e.Encode(st)
 		}
 		fmt.Fprintf(c.stdout, "The fleet writes state format %d (prefix %q).\n", st.Setting, c.prefix)
-		fmt.Fprintf(c.stdout, "Keys: %d in format 1, %d in format 2.\n", st.Format1, st.Format2)
+		fmt.Fprintf(c.stdout, "Keys: %d in format 1, %d in format 2, %d in format 3.\n", st.Format1, st.Format2, st.Format3)
 		counts := map[string]int{}
+		older := 0 // members that write a format but do not read format 3
 		for _, m := range st.Members {
 			counts[m.Writes]++
+			if m.Writes != "" && m.Reads != "3" {
+				older++
+			}
 		}
-		fmt.Fprintf(c.stdout, "Members: %d write format 1, %d write format 2, %d of an earlier release (they read format 1 only).\n",
-			counts["1"], counts["2"], counts[""])
+		fmt.Fprintf(c.stdout, "Members: %d write format 1, %d write format 2, %d write format 3; %d of v0.1.0 (they read formats 1 and 2), %d of a release before it (format 1 only).\n",
+			counts["1"], counts["2"], counts["3"], older, counts[""])
 		for _, h := range st.History {
 			fmt.Fprintf(c.stdout, "  %s  %d -> %d  by %s: %s", h.At.Format(time.RFC3339), h.From, h.To, clean(h.Who), clean(h.Reason))
-			if h.To == 1 {
+			if h.To < h.From {
 				fmt.Fprintf(c.stdout, " (%d keys rewritten)", h.Rewritten)
 			}
 			fmt.Fprintln(c.stdout)
@@ -81,8 +87,8 @@ func (c *cli) stateFormat(ctx context.Context, args []string) error {
 		return fmt.Errorf("format %d: %w", to, err)
 	}
 	fmt.Fprintf(c.stdout, "The fleet writes state format %d from each member's next heartbeat (was %d)", ch.To, ch.From)
-	if to == 1 {
-		fmt.Fprintf(c.stdout, "; %d keys rewritten in format 1: the previous release reads every key", ch.Rewritten)
+	if to < 3 {
+		fmt.Fprintf(c.stdout, "; %d keys rewritten in format %d: a release that reads it reads every key", ch.Rewritten, to)
 	}
 	fmt.Fprintln(c.stdout, ".")
 	return nil

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/reserve"
 )
 
 // TestStateFormat: pacer format shows the fleet's setting, the members and
-// the keys by format; "format 2" switches the fleet, "format 1" switches it
-// back and rewrites the keys; bad command lines change nothing.
+// the keys by format; "format 3" switches the fleet, "format 2" and
+// "format 1" switch it back and rewrite the keys; bad command lines change
+// nothing.
 func TestStateFormat(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -20,9 +22,9 @@ func TestStateFormat(t *testing.T) {
 	f.reserve(l, "api", reserve.Limit{Rate: 0.0001, Burst: 2}, 1)
 
 	r := f.pacer("format")
-	if r.code != 0 || !strings.Contains(r.stdout, "The fleet writes state format 1") ||
-		!strings.Contains(r.stdout, "Keys: 1 in format 1, 0 in format 2.") ||
-		!strings.Contains(r.stdout, "Members: 1 write format 1, 0 write format 2, 0 of an earlier release") {
+	if r.code != 0 || !strings.Contains(r.stdout, "The fleet writes state format 2") ||
+		!strings.Contains(r.stdout, "Keys: 0 in format 1, 1 in format 2, 0 in format 3.") ||
+		!strings.Contains(r.stdout, "Members: 0 write format 1, 1 write format 2, 0 write format 3; 0 of v0.1.0") {
 		t.Fatalf("pacer format = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -30,7 +32,7 @@ func TestStateFormat(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"format", "3", "--reason", "x"}, `format: "3": want 1 or 2`},
+		{[]string{"format", "4", "--reason", "x"}, `format: "4": want 1, 2 or 3`},
 		{[]string{"format", "2"}, `format: --reason is required`},
 		{[]string{"format", "2", "1", "--reason", "x"}, `format: unexpected argument "1"`},
 		{[]string{"format", "2", "--reason", "x", "--json"}, `format: --json shows the status`},
@@ -48,11 +50,11 @@ func TestStateFormat(t *testing.T) {
 		t.Fatalf("bad command lines changed the setting: %d, %v", n, err)
 	}
 
-	r = f.pacer("format", "2", "--reason", "fleet upgraded", "--who", "ops")
-	if r.code != 0 || !strings.Contains(r.stdout, "The fleet writes state format 2") {
-		t.Fatalf("pacer format 2 = %d\n%s%s", r.code, r.stdout, r.stderr)
+	r = f.pacer("format", "3", "--reason", "fleet upgraded", "--who", "ops")
+	if r.code != 0 || !strings.Contains(r.stdout, "The fleet writes state format 3") {
+		t.Fatalf("pacer format 3 = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	// The Limiter writes format 2 from its next heartbeat.
+	// The Limiter writes format 3 from its next heartbeat.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		f.reserve(l, "api", reserve.Limit{Rate: 0.0001, Burst: 2}, 1)
@@ -60,11 +62,11 @@ func TestStateFormat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(v, "1 ") {
+		if layout.StateFormat(v) == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still format 1 after the switch: %q", v)
+			t.Fatalf("still format 2 after the switch: %q", v)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -80,8 +82,8 @@ func TestStateFormat(t *testing.T) {
 		t.Fatalf("after format 1: %q, %v", v, err)
 	}
 	r = f.pacer("format")
-	if r.code != 0 || !strings.Contains(r.stdout, "2 -> 1  by ops: rollback (1 keys rewritten)") ||
-		!strings.Contains(r.stdout, "1 -> 2  by ops: fleet upgraded") {
+	if r.code != 0 || !strings.Contains(r.stdout, "3 -> 1  by ops: rollback (1 keys rewritten)") ||
+		!strings.Contains(r.stdout, "2 -> 3  by ops: fleet upgraded") {
 		t.Fatalf("pacer format = %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
