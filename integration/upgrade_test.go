@@ -24,7 +24,7 @@ import (
 
 // TestUpgradeMixedVersions runs the previous release and the current code
 // as separate processes on the same keys, through a rolling upgrade, the
-// switch to state format 2, the switch back and a rollback, and checks
+// switch to state format 3, the switch back and a rollback, and checks
 // that no process saw an error and that every band of both keys kept its
 // limit over the whole run, on the slots as granted.
 //
@@ -32,7 +32,7 @@ import (
 // integration/upgrade/PREVIOUS) in a git worktree, with upgrade/testdata/previous/main.go, the
 // twin of cmd/upgradedriver written against that release's API.
 //
-// Its last part is the control: the format switched to 2 (forced) while a
+// Its last part is the control: the format switched to 3 (forced) while a
 // process of the previous release runs makes that process fail, as a
 // release without the writer switch would: the check above can see it.
 func TestUpgradeMixedVersions(t *testing.T) {
@@ -66,13 +66,15 @@ func TestUpgradeMixedVersions(t *testing.T) {
 	}
 
 	// The previous release alone, then a rolling upgrade: the current
-	// code beside it writes format 1 (the fleet's setting is absent).
+	// code beside it writes format 2, which the previous release reads
+	// (the fleet's setting is absent; the previous release writes format 1
+	// then).
 	old1, old2 := start(prevBin, "prev-1"), start(prevBin, "prev-2")
 	step("two processes of the previous release", 2*time.Second)
 	new1 := start(curBin, "cur-1")
 	step("upgrade: one current process joins", time.Second)
 	// An operator's pause and resume while both releases run: written
-	// in format 1 too.
+	// in format 2 too.
 	require.NoError(t, adm.Pause(ctx, "lim", 300*time.Millisecond, "upgrade_test", "a pause mid-upgrade"))
 	require.NoError(t, adm.Pause(ctx, "pol", time.Second, "upgrade_test", "a pause mid-upgrade"))
 	step("both keys paused", 200*time.Millisecond)
@@ -82,17 +84,17 @@ func TestUpgradeMixedVersions(t *testing.T) {
 	new2 := start(curBin, "cur-2")
 	step("a second current process joins", time.Second)
 	st := formats()
-	require.Equal(t, 1, st.Setting)
-	assert.Zero(t, st.Format2, "keys written in format 2 while the previous release runs")
+	require.Equal(t, 2, st.Setting)
+	assert.Zero(t, st.Format3, "keys written in format 3 while the previous release runs")
 	old2.stop(t)
 	step("upgraded: only current processes", time.Second)
 
-	// The switch to format 2, now that no member of the previous release
+	// The switch to format 3, now that no member of the previous release
 	// is left (they left the fleet on Close).
-	_, err = adm.SetFormat(ctx, 2, opts("fleet upgraded"))
+	_, err = adm.SetFormat(ctx, 3, opts("fleet upgraded"))
 	require.NoError(t, err)
-	waitWriters(t, adm, "2")
-	step("every member writes format 2", 2*time.Second)
+	waitWriters(t, adm, "3")
+	step("every member writes format 3", 2*time.Second)
 	// A key written once and idle since (an hourly quota's state lives to
 	// the hour's end): only the switch back rewrites it.
 	lim, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix})
@@ -102,16 +104,16 @@ func TestUpgradeMixedVersions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lim.Close())
 	st = formats()
-	require.Equal(t, 3, st.Format2, "every key in format 2 after the switch: %+v", st)
+	require.Equal(t, 3, st.Format3, "every key in format 3 after the switch: %+v", st)
 
-	// Back to format 1 before a rollback: every member switches, every
+	// Back to format 2 before a rollback: every member switches, every
 	// key is rewritten; then the previous release returns.
-	ch, err := adm.SetFormat(ctx, 1, opts("rollback"))
+	ch, err := adm.SetFormat(ctx, 2, opts("rollback"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, ch.Rewritten, 1, "the idle key")
 	st = formats()
-	require.Equal(t, 3, st.Format1, "%+v", st)
-	require.Zero(t, st.Format2, "%+v", st)
+	require.Equal(t, 3, st.Format1+st.Format2, "%+v", st)
+	require.Zero(t, st.Format3, "%+v", st)
 	old3 := start(prevBin, "prev-3")
 	step("rollback: a previous process joins", time.Second)
 	new1.stop(t)
@@ -133,11 +135,11 @@ func TestUpgradeMixedVersions(t *testing.T) {
 		t.Error(v)
 	}
 
-	// The control: format 2 while the previous release runs, if it cannot
-	// read format 2.
+	// The control: format 3 while the previous release runs, if it cannot
+	// read format 3.
 	t.Run("control", func(t *testing.T) {
-		if _, reads := previous(t); slices.Contains(reads, "2") {
-			t.Skip("the previous release reads format 2")
+		if _, reads := previous(t); slices.Contains(reads, "3") {
+			t.Skip("the previous release reads format 3")
 		}
 		prefix := redistest.Prefix(t)
 		adm, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
@@ -145,17 +147,17 @@ func TestUpgradeMixedVersions(t *testing.T) {
 		old := startDriver(t, prevBin, "prev-control", s.URL, prefix, 10)
 		cur := startDriver(t, curBin, "cur-control", s.URL, prefix, 11)
 		time.Sleep(time.Second)
-		_, err = adm.SetFormat(ctx, 2, admin.FormatOptions{Who: "upgrade_test", Reason: "too early"})
+		_, err = adm.SetFormat(ctx, 3, admin.FormatOptions{Who: "upgrade_test", Reason: "too early"})
 		require.ErrorIs(t, err, admin.ErrEarlierRelease, "a member of the previous release is in the fleet")
-		_, err = adm.SetFormat(ctx, 2, admin.FormatOptions{Who: "upgrade_test", Reason: "too early", Force: true})
+		_, err = adm.SetFormat(ctx, 3, admin.FormatOptions{Who: "upgrade_test", Reason: "too early", Force: true})
 		require.NoError(t, err)
 		time.Sleep(2 * time.Second)
 		old.stop(t)
 		cur.stop(t)
 		require.Empty(t, cur.errors)
-		require.NotEmpty(t, old.errors, "the previous release read format 2")
+		require.NotEmpty(t, old.errors, "the previous release read format 3")
 		require.Contains(t, old.errors[0], "PACER_WRONGTYPE")
-		t.Logf("previous release, format 2 forced: %d errors, first %q", len(old.errors), old.errors[0])
+		t.Logf("previous release, format 3 forced: %d errors, first %q", len(old.errors), old.errors[0])
 	})
 }
 
@@ -191,7 +193,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // previous reads upgrade/PREVIOUS: the previous release's commit, and the
-// state formats it reads ("reads 1" or "reads 1 2").
+// state formats it reads ("reads 1", "reads 1 2", ...).
 func previous(t *testing.T) (hash string, reads []string) {
 	t.Helper()
 	b, err := os.ReadFile("upgrade/PREVIOUS")

@@ -1,5 +1,6 @@
 // The previous release's twin of integration/cmd/upgradedriver: the same
-// program written against that release's API (commit in ../../PREVIOUS).
+// program written against that release's API (commit in ../../PREVIOUS,
+// v0.1.0, whose API this program's is).
 // integration/upgrade_test.go copies it into a git worktree of that commit
 // as cmd/upgradedriver/main.go and builds it there. It is not built here.
 package main
@@ -34,8 +35,10 @@ func main() {
 		log.Fatal(err)
 	}
 	rdb := redis.NewClient(opt)
-	// With a Clock, this release passes its Now to the scripts.
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: *prefix, Clock: clock{}})
+	// The machine's clock, passed to the scripts: every process of the
+	// test runs on one machine, so the slots they print are on one clock,
+	// exactly as Redis granted them.
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: *prefix, Clock: clock{}, ClientTime: true, RequireRedis: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func main() {
 	pol := reserve.Policy{
 		{Name: "requests", Limit: reserve.Limit{Rate: 30, Burst: 3}},
 		{Name: "tokens", Limit: reserve.Limit{Rate: 1500, Burst: 2000}},
-		{Name: "per2s", Unit: "requests", Window: reserve.PerWindow(50, 2*time.Second)},
+		{Name: "per2s", Unit: "requests", Window: reserve.Window{N: 50, Length: 2 * time.Second}},
 	}
 	var out sync.Mutex
 	say := func(format string, args ...any) {
@@ -56,13 +59,11 @@ func main() {
 	}
 	var wg sync.WaitGroup
 	for w := range *workers {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(*seed, uint64(w)))
 			for ctx.Err() == nil {
 				n := 1 + rng.IntN(2)
-				r, err := l.Reserve(ctx, "lim", lim, n)
+				r, err := l.ReserveN(ctx, reserve.Single("lim", lim, n))
 				if err != nil {
 					if ctx.Err() == nil {
 						say("error lim %v", err)
@@ -72,13 +73,12 @@ func main() {
 				say("grant lim %d %t %d", r.Time().UnixNano(), r.Local(), n)
 				sleepUntil(ctx, r.Time())
 			}
-		}()
-		go func() {
-			defer wg.Done()
+		})
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(*seed, 100+uint64(w)))
 			for ctx.Err() == nil {
 				req, tok := float64(rng.IntN(3)), float64(rng.IntN(600))
-				r, err := l.ReservePolicy(ctx, "pol", pol, reserve.Cost{"requests": req, "tokens": tok})
+				r, err := l.ReserveN(ctx, reserve.Request{Key: "pol", Policy: pol, Cost: reserve.Cost{"requests": req, "tokens": tok}})
 				if err != nil {
 					if ctx.Err() == nil {
 						say("error pol %v", err)
@@ -88,7 +88,7 @@ func main() {
 				say("grant pol %d %t %g %g", r.Time().UnixNano(), r.Local(), req, tok)
 				sleepUntil(ctx, r.Time())
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := l.Close(); err != nil {
