@@ -19,9 +19,10 @@
 --              it ("~p"), so a resume moves nothing onto the local slots.
 --              (A lost key's horizon is ARGV[2]'s "!": core.lua.)
 -- ARGV[opi+1]  the requests (optional: "" if absent): "" for one request of
---              cost 1 on every unit
---              with no maximum wait (the common case); "0" for none (a
---              floor alone, which must then be given); else for each
+--              cost 1 on every unit with no maximum wait (the common case);
+--              "<m>", m >= 2 (up to four digits), for m such requests;
+--              "0" for none (a floor alone, which must then be given, or a
+--              lost horizon in ARGV[2]); else for each
 --              request, as struct "<d" numbers (8 bytes each, little-
 --              endian doubles): max_wait_us (µs; -1: no maximum), then one
 --              cost per unit (>= 0), in the policy's order of units. The
@@ -78,8 +79,11 @@ local ones = {}
 for u = 1, nunits do
   ones[u] = 1
 end
+local plain = reqs ~= '' and #reqs <= 4 and tonumber(reqs)
 if reqs == '0' then
   m = 0
+elseif plain and plain >= 2 and plain == math.floor(plain) then
+  m = plain -- m plain requests: cost 1 on every unit, no maximum wait
 elseif reqs ~= '' then
   local width = 8 * (1 + nunits)
   m = #reqs / width
@@ -306,10 +310,16 @@ end
 if m == 1 then
   return reply1(w1, s1, state, stored_text, by1)
 end
-local out = {struct.pack('<I7HI4', now_us, now_ns, m)}
-for r = 1, m do -- (m is 0, a floor alone, or more than 1)
-  out[r + 1] = struct.pack('<i8i8', waits_ns[r], seqs[r])
+-- (m is 0, a floor alone, or more than 1.)
+local out = {now_us, now_ns, m}
+for r = 1, m do
+  out[2 + 2 * r] = waits_ns[r]
+  out[3 + 2 * r] = seqs[r]
 end
-out[m + 2] = struct.pack('<I4c0I4c0', #state, state, #stored_text, stored_text)
-out[m + 3] = bys and table.concat(bys, ' ') or ''
-return table.concat(out)
+local n = 3 + 2 * m
+out[n + 1] = #state
+out[n + 2] = state
+out[n + 3] = #stored_text
+out[n + 4] = stored_text
+out[n + 5] = bys and table.concat(bys, ' ') or ''
+return struct.pack('<I7HI4' .. string.rep('i8i8', m) .. 'I4c0I4c0c0', unpack(out))

@@ -62,10 +62,13 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redisproc"
+	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -94,6 +97,7 @@ type config struct {
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	OtelKeys   int           // fresh keys of the otel phase, one Wait each
 	Only       string        // limiter names separated by ";"; "" for all
+	Format     int           // the state format the fleet (the default prefix's) writes: 1, 2 or 3
 	Phases     string        // comma-separated phases (see phases); "" for all
 	Command    string        // how the program was run, for the report
 
@@ -132,6 +136,7 @@ func defaults(quick bool) config {
 		LoadedRuns: 3,
 		OutageRuns: 6,
 		OutageSeg:  3 * time.Second,
+		Format:     3,
 	}
 	if quick {
 		c.Quick = true
@@ -214,6 +219,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.OtelKeys, "otel-keys", full.OtelKeys, "fresh keys of the otel phase, one Wait each (and as many values of otelpacer's KeyAttribute)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
+	fs.IntVar(&c.Format, "format", full.Format, "the state format the fleet under the default key prefix writes (1, 2 or 3), set before each run as `pacer format` sets it: 3, as a new deployment does; 2 is a fleet's default before it switches")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -269,6 +275,8 @@ func (c config) validate() error {
 		return fmt.Errorf("pacerbench: -procs, -goroutines, -keys and -otel-keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
 		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
+	case c.Format < 1 || c.Format > 3:
+		return fmt.Errorf("pacerbench: -format %d: want 1, 2 or 3", c.Format)
 	}
 	for s := range strings.SplitSeq(c.OutageScenarios, ",") {
 		if s != "" && !slices.Contains(outageScenarioNames(), s) {
@@ -344,6 +352,23 @@ func newClient(url string, goroutines int, count *counter) (*redis.Client, error
 func (b *bench) flush(ctx context.Context) error {
 	if err := b.admin.FlushDB(ctx).Err(); err != nil {
 		return fmt.Errorf("pacerbench: FLUSHDB: %w", err)
+	}
+	return b.setFormat(ctx, b.cfg.Format)
+}
+
+// setFormat sets the state format the fleet under the default key prefix
+// writes, as `pacer format` does (2, the default, is no setting): its
+// Limiters write it from their first heartbeat.
+func (b *bench) setFormat(ctx context.Context, f int) error {
+	k := layout.FormatKey(reserve.DefaultKeyPrefix)
+	var err error
+	if f == 2 {
+		err = b.admin.Del(ctx, k).Err()
+	} else {
+		err = b.admin.Set(ctx, k, strconv.Itoa(f), 0).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("pacerbench: the fleet's state format: %w", err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"bufio"
 	"bytes"
 	"context"
@@ -66,11 +67,16 @@ type scriptCase struct {
 // runScript measures reserve.lua for each of scriptBatches on one Limit, a
 // single reservation on threeBands, and naive.lua's single call, in turns.
 func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([]scriptRow, string, error) {
-	single, err := b.captureArgs(ctx, "script:one", nil, reserve.Permits(1))
+	single, err := b.captureArgs(ctx, "script:one", nil, reserve.Permits(1), 3)
 	if err != nil {
 		return nil, "", err
 	}
-	policy, err := b.captureArgs(ctx, "script:three", threeBands(reserve.Limit{Rate: hotLimit.Rate, Burst: hotLimit.Burst}), threeBandsCost)
+	// The same call in format 2, a fleet's default before it switches.
+	single2, err := b.captureArgs(ctx, "script:two", nil, reserve.Permits(1), 2)
+	if err != nil {
+		return nil, "", err
+	}
+	policy, err := b.captureArgs(ctx, "script:three", threeBands(reserve.Limit{Rate: hotLimit.Rate, Burst: hotLimit.Burst}), threeBandsCost, 3)
 	if err != nil {
 		return nil, "", err
 	}
@@ -78,7 +84,7 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	if err := naive.Load(ctx, b.admin).Err(); err != nil {
 		return nil, "", fmt.Errorf("pacerbench: script: load naive.lua: %w", err)
 	}
-	note := ""
+	note := "redis-benchmark takes its arguments from its command line, where a NUL byte cannot be (a Limit's policy is binary): its column is left empty for those rows."
 	bench, lookErr := exec.LookPath("redis-benchmark")
 	if lookErr != nil {
 		note = "redis-benchmark is not in PATH: its column is left empty."
@@ -90,6 +96,7 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 		args := rekey(batchArgs(single, m), "{script:one}", fmt.Sprintf("{script:one:%d}", m))
 		cases = append(cases, scriptCase{fmt.Sprintf("1 band (Limit), m = %d", m), args, m})
 	}
+	cases = append(cases, scriptCase{"1 band (Limit), m = 1, state format 2", single2, 1})
 	cases = append(cases, scriptCase{"3 bands (requests, tokens, daily), m = 1", policy, 1})
 	cases = append(cases, scriptCase{naiveCase, []any{"evalsha", naive.Hash(), 1, "naive:{script:naive}",
 		strconv.FormatFloat(hotLimit.Rate, 'f', -1, 64), strconv.Itoa(hotLimit.Burst), "1"}, 1})
@@ -126,7 +133,7 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 			st := u.Stats["evalsha"]
 			rows[i].Calls += n
 			acc[i].usec, acc[i].evals, acc[i].cpu = acc[i].usec+st.Usec, acc[i].evals+st.Calls, acc[i].cpu+u.CPU
-			if lookErr != nil {
+			if lookErr != nil || hasNUL(c.args) {
 				continue
 			}
 			if base, err = startUsage(ctx, b.admin); err != nil {
@@ -258,9 +265,15 @@ func perEvalsha(u usage) float64 {
 }
 
 // captureArgs makes one reservation on key with a Limiter of its own
-// (coalescing off) and returns the EVALSHA of reserve.lua it sent, as
-// arguments for Do: on hotLimit when pol is nil, else on pol.
-func (b *bench) captureArgs(ctx context.Context, key string, pol reserve.Policy, cost reserve.Cost) ([]any, error) {
+// (coalescing off), the fleet writing state format format, and returns the
+// EVALSHA of reserve.lua it sent, as arguments for Do, without its
+// deadline (ARGV[1], which would pass): on hotLimit when pol is nil, else
+// on pol.
+func (b *bench) captureArgs(ctx context.Context, key string, pol reserve.Policy, cost reserve.Cost, format int) ([]any, error) {
+	if err := b.setFormat(ctx, format); err != nil {
+		return nil, err
+	}
+	defer b.setFormat(ctx, b.cfg.Format)
 	rdb, err := newClient(b.url, 4, nil)
 	if err != nil {
 		return nil, err
@@ -284,23 +297,36 @@ func (b *bench) captureArgs(ctx context.Context, key string, pol reserve.Policy,
 	if cap.args == nil {
 		return nil, fmt.Errorf("pacerbench: script: no EVALSHA of reserve.lua seen")
 	}
+	nkeys, _ := strconv.Atoi(fmt.Sprint(cap.args[2]))
+	cap.args[3+nkeys] = "" // no deadline
 	return cap.args, nil
 }
 
-// batchArgs turns a captured EVALSHA of one request (reserve.lua's ARGV
-// ends with floor, m, max_wait_us and one cost per unit) into one of m
-// identical requests.
-func batchArgs(one []any, m int) []any {
-	nkeys, _ := strconv.Atoi(fmt.Sprint(one[2]))
-	argv := one[3+nkeys:]
-	nunits := len(strings.Fields(fmt.Sprint(argv[3])))
-	req := one[len(one)-1-nunits:]
-	out := append([]any{}, one[:len(one)-2-nunits]...)
-	out = append(out, strconv.Itoa(m))
-	for range m {
-		out = append(out, req...)
+// hasNUL reports whether an argument holds a NUL byte.
+func hasNUL(args []any) bool {
+	for _, a := range args {
+		if strings.IndexByte(fmt.Sprint(a), 0) >= 0 {
+			return true
+		}
 	}
-	return out
+	return false
+}
+
+// batchArgs turns a captured EVALSHA of one plain request on a Limit
+// (reserve.lua's ARGV: the common three, and no floor or requests) into
+// one of m identical requests: the floor "", and m requests of no maximum
+// wait and cost 1, little-endian doubles.
+func batchArgs(one []any, m int) []any {
+	if m == 1 {
+		return one
+	}
+	out := append([]any{}, one...)
+	var req []byte
+	for range m {
+		req = binary.LittleEndian.AppendUint64(req, math.Float64bits(-1))
+		req = binary.LittleEndian.AppendUint64(req, math.Float64bits(1))
+	}
+	return append(out, "", string(req))
 }
 
 // argsHook keeps the arguments of the first EVALSHA (or EVAL) of sha.
@@ -388,11 +414,13 @@ func (r *results) scriptTable() string {
 			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase, scriptRounds),
 		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
 	}
-	var one, oneBench, three, threeBench, naive, naiveBench float64
+	var one, oneBench, two, three, threeBench, naive, naiveBench float64
 	for _, x := range r.Script {
 		switch {
-		case x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "1 band"):
+		case x.Case == "1 band (Limit), m = 1":
 			one, oneBench = x.Usec, x.BenchUsec
+		case x.Case == "1 band (Limit), m = 1, state format 2":
+			two = x.Usec
 		case x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "3 bands"):
 			three, threeBench = x.Usec, x.BenchUsec
 		case x.Case == naiveCase:
@@ -406,9 +434,10 @@ func (r *results) scriptTable() string {
 		return fmt.Sprintf("%.2f", a/b)
 	}
 	if naive > 0 {
-		t.notes = append(t.notes, fmt.Sprintf("One reservation (1 band, m = 1) over the naive script's call: %s by go-redis, %s by redis-benchmark (the goal: at most 0.75). "+
+		t.notes = append(t.notes, fmt.Sprintf("One reservation (1 band, m = 1, state format 3) over the naive script's call: %s by go-redis, %s by redis-benchmark (the goal: at most 0.75); "+
+			"in format 2, a fleet's default before it switches: %s. "+
 			"3 bands over 1 band (m = 1): %s by go-redis, %s by redis-benchmark (the goal: at most 1.5).",
-			ratio(one, naive), ratio(oneBench, naiveBench), ratio(three, one), ratio(threeBench, oneBench)))
+			ratio(one, naive), ratio(oneBench, naiveBench), ratio(two, naive), ratio(three, one), ratio(threeBench, oneBench)))
 	}
 	for _, x := range r.Script {
 		further, furtherBench := "", ""
