@@ -321,3 +321,17 @@ func RenewSeats(ctx context.Context, l *Limiter) { l.renewSeats(ctx) }
 // WritesFormat is the state format the Limiter writes now (1, 2 or 3), as
 // the fleet's heartbeat told it.
 func (l *Limiter) WritesFormat() int { return int(l.format.Load()) }
+
+// ReserveReply is reserve.lua's reply decoded (DecodeReserve).
+type ReserveReply struct {
+	NowUS, NowNS  int64
+	Waits, Seqs   []int64
+	State, Stored string
+	Bindings      string
+}
+
+// DecodeReserve decodes reserve.lua's reply as the Limiter does.
+func DecodeReserve(b string) (ReserveReply, bool) {
+	r, ok := decodeReserve(b)
+	return ReserveReply{r.nowUS, r.nowNS, r.waits, r.seqs, r.state, r.stored, r.bys}, ok
+}

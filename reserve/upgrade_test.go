@@ -3,9 +3,10 @@ package reserve_test
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
+	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -28,31 +30,45 @@ var (
 	format1Adjust string
 )
 
-// upgradePolicy is a policy as the scripts' ARGV[4...] give it.
+// upgradePolicy is a policy as the format 1 scripts' ARGV[4...] give it,
+// and as the current scripts' ARGV[3].
 type upgradePolicy struct {
-	name  string
-	units string // ARGV[4]
-	bands []any  // ARGV[5...]
-	costs func(rng *rand.Rand) []string
+	name   string
+	units  string // format 1's ARGV[4]
+	bands  []any  // format 1's ARGV[5...]
+	policy string // the current ARGV[3]
+	costs  func(rng *rand.Rand) []string
 }
 
 var upgradePolicies = []upgradePolicy{
-	{"Limit", "permits", []any{"1", "permits", "1", "b", "3", "4"}, func(rng *rand.Rand) []string {
+	{"Limit", "permits", []any{"1", "permits", "1", "b", "3", "4"}, "L" + doubles(3, 4), func(rng *rand.Rand) []string {
 		return []string{strconv.Itoa(1 + rng.IntN(4))}
 	}},
 	{"three bands", "requests tokens", []any{"3", "requests", "1", "b", "7", "3", "tokens", "2", "b", "1000.5", "2000", "daily", "1", "w", "40", "5000000:1234"},
+		"2 requests tokens 3 requests 1 b 7 3 tokens 2 b 1000.5 2000 daily 1 w 40 5000000:1234",
 		func(rng *rand.Rand) []string {
 			return []string{strconv.Itoa(rng.IntN(3)), strconv.FormatFloat(rng.Float64()*700, 'f', 3, 64)}
 		}},
 }
 
+// doubles returns xs as little-endian doubles, as the current scripts read
+// a Limit's policy and Reserve's requests.
+func doubles(xs ...float64) string {
+	var b []byte
+	for _, x := range xs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	return string(b)
+}
+
 // TestUpgradeFormat1 runs the scripts of state format 1 and the current
 // ones side by side, at the same (client clock) times: key old only ever
-// sees the old scripts, key cur only the current ones, and before each call
-// key copy gets old's format 1 state and the current script. Every reply
-// must be the same, to the ns: the current scripts read format 1 exactly
-// (a fleet mid-deploy), and their own format 2 loses nothing. An old
-// script meeting a format 2 state refuses it (PACER_WRONGTYPE) and changes
+// sees the old scripts, key cur only the current ones (writing format 3,
+// and every fourth call format 2), and before each call key copy gets
+// old's format 1 state and the current script. Every reply must be the
+// same, to the ns: the current scripts read format 1 exactly (a fleet
+// mid-deploy), and their own formats 2 and 3 lose nothing. An old script
+// meeting a format 2 or 3 state refuses it (PACER_WRONGTYPE) and changes
 // nothing.
 func TestUpgradeFormat1(t *testing.T) {
 	s := redistest.New(t)
@@ -65,21 +81,22 @@ func TestUpgradeFormat1(t *testing.T) {
 	for _, pol := range upgradePolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(pol.name))))
-			old, cp, cur := prefix+"{old-"+pol.name+"}", prefix+"{copy-"+pol.name+"}", prefix+"{cur-"+pol.name+"}"
+			old, cp, curKey := prefix+"{old-"+pol.name+"}", prefix+"{copy-"+pol.name+"}", prefix+"{cur-"+pol.name+"}"
 			// v1: the current scripts asked to write format 1 (ARGV[3]
 			// "f1 1"), as a fleet mid-upgrade does; v1cp gets its state
 			// before each call, for the old scripts.
 			v1, v1cp := prefix+"{v1-"+pol.name+"}", prefix+"{v1copy-"+pol.name+"}"
-			asV1 := func(args []any) []any {
-				out := slices.Clone(args)
-				out[2] = "f1 1"
-				return out
-			}
 			keysOf := func(k string) []string { return []string{k, k + ":limit", k + ":shadow"} }
 			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			// head is format 1's ARGV up to the operation's own; cur the
+			// current scripts', writing format f (f1 1: format 1).
 			head := func() []any {
 				a := []any{strconv.FormatInt(now.UnixMicro(), 10), strconv.Itoa(now.Nanosecond() % 1000), "1", pol.units}
 				return append(a, pol.bands...)
+			}
+			cur := func(f string, own ...any) []any {
+				env := "t" + strconv.FormatInt(now.UnixMicro(), 10) + ":" + strconv.Itoa(now.Nanosecond()%1000) + " " + f
+				return append([]any{"", env, pol.policy}, own...)
 			}
 			type granted struct {
 				slotNS, seq int64
@@ -97,16 +114,20 @@ func TestUpgradeFormat1(t *testing.T) {
 					require.ErrorIs(t, err, redis.Nil)
 					require.NoError(t, s.Client.Del(ctx, cp).Err())
 				}
-				if curState, err := s.Client.Get(ctx, cur).Result(); err == nil && rng.IntN(8) == 0 {
-					// An old client meets a format 2 state.
+				if curState, err := s.Client.Get(ctx, curKey).Result(); err == nil && rng.IntN(8) == 0 {
+					// An old client meets a format 2 or 3 state.
 					require.False(t, strings.HasPrefix(curState, "1 "), "current key state %q", curState)
 					args := append(head(), "", "1", "-1")
 					args = append(args, anys(pol.costs(rng))...)
-					err := oldReserve.Run(ctx, s.Client, keysOf(cur), args...).Err()
+					err := oldReserve.Run(ctx, s.Client, keysOf(curKey), args...).Err()
 					require.ErrorContains(t, err, "PACER_WRONGTYPE", "step %d: an old script on state %q", step, curState)
-					after, _ := s.Client.Get(ctx, cur).Result()
+					after, _ := s.Client.Get(ctx, curKey).Result()
 					require.Equal(t, curState, after, "step %d: the refused old call changed the state", step)
 					refused++
+				}
+				curFormat := "1" // format 3
+				if step%4 == 0 {
+					curFormat = "f2 1"
 				}
 				if v1State, err := s.Client.Get(ctx, v1).Result(); err == nil {
 					require.True(t, strings.HasPrefix(v1State, "1 "), "step %d: the format 1 writer wrote %q", step, v1State)
@@ -121,49 +142,67 @@ func TestUpgradeFormat1(t *testing.T) {
 					i := rng.IntN(len(live))
 					g := live[i]
 					live = append(live[:i], live[i+1:]...)
-					args := append(head(), "cancel", strconv.FormatInt(g.slotNS/1000, 10), strconv.FormatInt(g.slotNS%1000, 10), strconv.FormatInt(g.seq, 10))
-					args = append(args, anys(g.costs)...)
+					own := []any{"cancel", strconv.FormatInt(g.slotNS/1000, 10), strconv.FormatInt(g.slotNS%1000, 10), strconv.FormatInt(g.seq, 10)}
+					own = append(own, anys(g.costs)...)
 					if rng.IntN(2) == 0 {
-						args[len(head())] = "settle"
-						args = append(args, anys(pol.costs(rng))...)
+						own[0] = "settle"
+						own = append(own, anys(pol.costs(rng))...)
 					}
+					args := append(head(), own...)
 					a, err1 := oldAdjust.Run(ctx, s.Client, keysOf(old), args...).Result()
-					b, err2 := newAdjust.Run(ctx, s.Client, keysOf(cp), args...).Result()
-					c, err3 := newAdjust.Run(ctx, s.Client, keysOf(cur), args...).Result()
+					b, err2 := newAdjust.Run(ctx, s.Client, keysOf(cp), cur(curFormat, own...)...).Result()
+					c, err3 := newAdjust.Run(ctx, s.Client, keysOf(curKey), cur(curFormat, own...)...).Result()
 					// The new script's reply also carries the state: compare
 					// what both say, whether it was applied.
 					b, c = applied(b), applied(c)
-					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(b, err2), "%s: %v on format 1", where, args[len(head())])
-					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(c, err3), "%s: %v on format 2", where, args[len(head())])
-					d, err4 := newAdjust.Run(ctx, s.Client, keysOf(v1), asV1(args)...).Result()
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(b, err2), "%s: %v on format 1", where, own[0])
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(c, err3), "%s: %v on the current formats", where, own[0])
+					d, err4 := newAdjust.Run(ctx, s.Client, keysOf(v1), cur("f1 1", own...)...).Result()
 					e, err5 := oldAdjust.Run(ctx, s.Client, keysOf(v1cp), args...).Result()
 					d = applied(d)
-					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(d, err4), "%s: %v writing format 1", where, args[len(head())])
-					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(e, err5), "%s: %v, old script on the format 1 writer's state", where, args[len(head())])
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(d, err4), "%s: %v writing format 1", where, own[0])
+					require.Equal(t, fmt.Sprint(a, err1), fmt.Sprint(e, err5), "%s: %v, old script on the format 1 writer's state", where, own[0])
 					continue
 				}
 				m := 1 + rng.IntN(3)
 				args := append(head(), "", strconv.Itoa(m))
 				var costs [][]string
+				var reqs []float64
 				for range m {
 					c := pol.costs(rng)
 					costs = append(costs, c)
 					args = append(args, "-1")
 					args = append(args, anys(c)...)
+					reqs = append(reqs, -1)
+					for _, x := range c {
+						v, err := strconv.ParseFloat(x, 64)
+						require.NoError(t, err)
+						reqs = append(reqs, v)
+					}
 				}
+				own := []any{"", doubles(reqs...)}
 				a, err1 := oldReserve.Run(ctx, s.Client, keysOf(old), args...).Result()
-				b, err2 := newReserve.Run(ctx, s.Client, keysOf(cp), args...).Result()
-				c, err3 := newReserve.Run(ctx, s.Client, keysOf(cur), args...).Result()
+				b, err2 := newReserve.Run(ctx, s.Client, keysOf(cp), cur(curFormat, own...)...).Result()
+				c, err3 := newReserve.Run(ctx, s.Client, keysOf(curKey), cur(curFormat, own...)...).Result()
 				require.NoError(t, err1, where)
 				require.NoError(t, err2, where)
 				require.NoError(t, err3, where)
-				// The current reply ends with the state, the stored limit and
-				// the binding bands: the grants before them must be the old
-				// ones.
-				grantsOf := func(v any) []any { r := v.([]any); return r[:len(r)-3] }
+				// The current reply is one string of bytes: its times and
+				// grants must be the old reply's.
+				grantsOf := func(v any) []any {
+					b, ok := v.(string)
+					require.True(t, ok, "%s: a reply %#v", where, v)
+					r, ok := reserve.DecodeReserve(b)
+					require.True(t, ok, "%s: a reply %q", where, b)
+					out := []any{r.NowUS, r.NowNS}
+					for i := range r.Waits {
+						out = append(out, r.Waits[i], r.Seqs[i])
+					}
+					return out
+				}
 				require.Equal(t, a, grantsOf(b), "%s: reserve on format 1", where)
-				require.Equal(t, a, grantsOf(c), "%s: reserve on format 2", where)
-				d, err4 := newReserve.Run(ctx, s.Client, keysOf(v1), asV1(args)...).Result()
+				require.Equal(t, a, grantsOf(c), "%s: reserve on the current formats", where)
+				d, err4 := newReserve.Run(ctx, s.Client, keysOf(v1), cur("f1 1", own...)...).Result()
 				e, err5 := oldReserve.Run(ctx, s.Client, keysOf(v1cp), args...).Result()
 				require.NoError(t, err4, where)
 				require.NoError(t, err5, where)
