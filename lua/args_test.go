@@ -2,16 +2,18 @@ package lua_test
 
 // ARGV of the scripts built on core.lua, for the tests that drive them on
 // a client clock (share_test.go and the tests beside it): the common
-// arguments (now_us, now_ns, the share, the units, k and k band records;
-// core.lua's header, docs/protocol.md's "Common arguments") and the
-// shares of ARGV[3].
+// arguments (ARGV[1] the deadline, ARGV[2] the environment, ARGV[3] the
+// policy; core.lua's header, docs/protocol.md's "Common arguments"), the
+// shares of ARGV[2], and Reserve's requests as little-endian doubles.
 
 import (
+	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 )
 
-// A band is one of ARGV[5]'s records: name, unit, kind, a, b.
+// A band is one of ARGV[3]'s text records: name, unit, kind, a, b.
 type band struct {
 	name string
 	unit int    // 1-based index of the unit it charges in the policy's units
@@ -30,7 +32,7 @@ func window(name string, unit int, n float64, lenUS, originUS int64) band {
 	return band{name, unit, "w", ff(n), strconv.FormatInt(lenUS, 10) + ":" + strconv.FormatInt(originUS, 10)}
 }
 
-// A policy is a caller's units (ARGV[4]) and bands (ARGV[5...]).
+// A policy is a caller's units and bands (ARGV[3]).
 type policy struct {
 	units []string
 	bands []band
@@ -41,15 +43,51 @@ func permits(rate, burst float64) policy {
 	return policy{[]string{"permits"}, []band{bucket("permits", 1, rate, burst)}}
 }
 
-// args returns ARGV[1..opi-1] at the client clock now (Unix ns) with share
-// (ARGV[3]), then more, the operation's own arguments.
-func (p policy) args(now int64, share string, more ...any) []any {
-	a := make([]any, 0, 5+5*len(p.bands)+len(more))
-	a = append(a, strconv.FormatInt(now/1000, 10), strconv.FormatInt(now%1000, 10), share,
-		strings.Join(p.units, " "), strconv.Itoa(len(p.bands)))
-	for _, b := range p.bands {
-		a = append(a, b.name, strconv.Itoa(b.unit), b.kind, b.a, b.b)
+// arg returns p as ARGV[3]: a Limit (one bucket named permits charging the
+// unit permits) as "L" and its rate and burst, two little-endian doubles,
+// as Go's reserve sends it; any other policy as text, "<nunits> <units...>
+// <k> <bands...>".
+func (p policy) arg() string {
+	if len(p.units) == 1 && p.units[0] == "permits" && len(p.bands) == 1 && p.bands[0].name == "permits" && p.bands[0].kind == "b" {
+		rate, err1 := strconv.ParseFloat(p.bands[0].a, 64)
+		burst, err2 := strconv.ParseFloat(p.bands[0].b, 64)
+		if err1 == nil && err2 == nil {
+			return limitArg(rate, burst)
+		}
 	}
+	f := append([]string{strconv.Itoa(len(p.units))}, p.units...)
+	f = append(f, strconv.Itoa(len(p.bands)))
+	for _, b := range p.bands {
+		f = append(f, b.name, strconv.Itoa(b.unit), b.kind, b.a, b.b)
+	}
+	return strings.Join(f, " ")
+}
+
+// limitArg is ARGV[3] of a Limit: "L" then its rate and burst, struct
+// "<dd".
+func limitArg(rate, burst float64) string { return "L" + doubles(rate, burst) }
+
+// doubles returns the numbers as little-endian doubles (struct "<d" each):
+// Reserve's requests, a Limit's rate and burst.
+func doubles(v ...float64) string {
+	b := make([]byte, 0, 8*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	return string(b)
+}
+
+// env returns ARGV[2] at the client clock now (Unix ns), with share (the
+// format to write may lead it: "f2 1").
+func env(now int64, share string) string {
+	return "t" + strconv.FormatInt(now/1000, 10) + ":" + strconv.FormatInt(now%1000, 10) + " " + share
+}
+
+// args returns ARGV[1..opi-1] at the client clock now (Unix ns) with share
+// (ARGV[2]'s last part), then more, the operation's own arguments.
+func (p policy) args(now int64, share string, more ...any) []any {
+	a := make([]any, 0, 3+len(more))
+	a = append(a, "", env(now, share), p.arg())
 	return append(a, more...)
 }
 
@@ -64,7 +102,17 @@ func (p policy) stored() string {
 }
 
 // ones returns one cost of 1 per unit of p, as a request's costs.
-func (p policy) ones() []any {
+func (p policy) ones() []float64 {
+	c := make([]float64, len(p.units))
+	for i := range c {
+		c[i] = 1
+	}
+	return c
+}
+
+// onesText returns one cost of 1 per unit of p, as the text arguments
+// the scripts other than Reserve take (Adjust's, Peek's).
+func (p policy) onesText() []any {
 	c := make([]any, len(p.units))
 	for i := range c {
 		c[i] = "1"
@@ -72,7 +120,7 @@ func (p policy) ones() []any {
 	return c
 }
 
-// The shares of ARGV[3] (core.lua's header).
+// The shares of ARGV[2] (core.lua's header).
 const whole = "1" // the whole limit
 
 // group is the share of a caller on Redis whose fleet of n leaves the held

@@ -587,7 +587,7 @@ type reserveReply struct {
 // decodeReserve decodes Reserve's reply by "Reserve": "<I7HI4", m times
 // "<i8i8", the state and the stored limit each after its "<I4" length,
 // and the binding bands to the end. A reply it cannot decode fails the test.
-func decodeReserve(t *testing.T, reply any) any {
+func decodeReserve(t testing.TB, reply any) any {
 	t.Helper()
 	b, ok := reply.(string)
 	if !ok {

@@ -3,8 +3,8 @@ package lua_test
 // Where the rule tests run the scripts: a key on an internal/luastore
 // Store of its own (a member pacing locally: the local fallback runs the
 // scripts in process), or on a real redis-server (a group on Redis). Both
-// take the same calls, redis.Script.Run on a client clock (ARGV[1],
-// ARGV[2]).
+// take the same calls, redis.Script.Run on a client clock (ARGV[2]'s
+// "t<now_us>:<now_ns> ").
 
 import (
 	"context"
@@ -68,8 +68,9 @@ func onRedis(t testing.TB, srv *redistest.Server) *store {
 	return s
 }
 
-// run runs sc at now with keys (KEYS[1] plus suffixes) and args.
-func (s *store) run(sc *redis.Script, now int64, suffixes []string, args []any) []any {
+// run runs sc at now with keys (KEYS[1] plus suffixes) and args, and
+// returns its reply.
+func (s *store) run(sc *redis.Script, now int64, suffixes []string, args []any) any {
 	s.t.Helper()
 	s.now = now
 	keys := make([]string, len(suffixes))
@@ -80,7 +81,16 @@ func (s *store) run(sc *redis.Script, now int64, suffixes []string, args []any) 
 	if err != nil {
 		s.t.Fatalf("%v %q: %v", keys, args, err)
 	}
-	a, _ := v.([]any)
+	return v
+}
+
+// list runs sc as run does, for a script whose reply is an array.
+func (s *store) list(sc *redis.Script, now int64, suffixes []string, args []any) []any {
+	s.t.Helper()
+	a, ok := s.run(sc, now, suffixes, args).([]any)
+	if !ok {
+		s.t.Fatalf("%v: reply not an array", args)
+	}
 	return a
 }
 
@@ -89,21 +99,28 @@ func (s *store) run(sc *redis.Script, now int64, suffixes []string, args []any) 
 type grant struct{ slot, seq int64 }
 
 // reserve reserves m requests of cost 1 on every unit of p, with no
-// maximum wait, at now with share (Reserve, no floor).
+// maximum wait, at now with share (Reserve, no floor): one request as the
+// common call sends it (no floor, no requests argument), more as
+// little-endian doubles.
 func (s *store) reserve(now int64, share string, p policy, m int) []grant {
 	s.t.Helper()
-	more := []any{"", strconv.Itoa(m)}
-	for range m {
-		more = append(append(more, "-1"), p.ones()...)
+	var more []any
+	if m > 1 {
+		var reqs []float64
+		for range m {
+			reqs = append(append(reqs, -1), p.ones()...)
+		}
+		more = []any{"", doubles(reqs...)}
 	}
-	a := s.run(reserveScript, now, []string{"", ":limit", ":shadow"}, p.args(now, share, more...))
-	if len(a) != 5+2*m {
-		s.t.Fatalf("Reserve: reply %v: want %d entries", a, 5+2*m)
+	v := s.run(reserveScript, now, []string{"", ":limit", ":shadow"}, p.args(now, share, more...))
+	r, ok := decodeReserve(s.t, v).(reserveReply)
+	if !ok || len(r.grants) != 2*m {
+		s.t.Fatalf("Reserve: reply %s: want %d requests", show(v), m)
 	}
-	at := a[0].(int64)*1000 + a[1].(int64)
+	at := r.nowUS*1000 + r.nowNS
 	out := make([]grant, m)
 	for i := range out {
-		out[i] = grant{slot: at + a[2+2*i].(int64), seq: a[3+2*i].(int64)}
+		out[i] = grant{slot: at + r.grants[2*i], seq: r.grants[2*i+1]}
 	}
 	return out
 }
@@ -122,7 +139,7 @@ func (s *store) reserve1(now int64, share string, p policy) int64 {
 // reply, applied or not, is not looked at.)
 func (s *store) cancel(now int64, share string, p policy, g grant) {
 	s.t.Helper()
-	more := append([]any{"cancel", strconv.FormatInt(g.slot/1000, 10), strconv.FormatInt(g.slot%1000, 10), strconv.FormatInt(g.seq, 10)}, p.ones()...)
+	more := append([]any{"cancel", strconv.FormatInt(g.slot/1000, 10), strconv.FormatInt(g.slot%1000, 10), strconv.FormatInt(g.seq, 10)}, p.onesText()...)
 	s.now = now
 	keys := []string{s.key, s.key + ":limit", s.key + ":done"}
 	if err := adjustScript.Run(context.Background(), s.sc, keys, p.args(now, share, more...)...).Err(); err != nil {
@@ -133,14 +150,14 @@ func (s *store) cancel(now int64, share string, p policy, g grant) {
 // pause pauses the key for dUS µs from now (Pause).
 func (s *store) pause(now int64, share string, p policy, dUS int64) {
 	s.t.Helper()
-	s.run(pauseScript, now, []string{"", ":limit"}, p.args(now, share, strconv.FormatInt(dUS, 10)))
+	s.list(pauseScript, now, []string{"", ":limit"}, p.args(now, share, strconv.FormatInt(dUS, 10)))
 }
 
 // resume ends the key's pause at now (Resume): it returns how far (ns)
 // the reservations granted during it moved earlier.
 func (s *store) resume(now int64, share string, p policy) (moved int64) {
 	s.t.Helper()
-	return s.run(resumeScript, now, []string{"", ":limit"}, p.args(now, share))[3].(int64)
+	return s.list(resumeScript, now, []string{"", ":limit"}, p.args(now, share))[3].(int64)
 }
 
 // setStored stores a limit for the key (Admin's set, as cmd/pacer set).
