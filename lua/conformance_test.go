@@ -584,15 +584,26 @@ type reserveReply struct {
 	bys           string
 }
 
-// decodeReserve decodes Reserve's reply by "Reserve": "<I7HI4", m times
-// "<i8i8", the state and the stored limit each after its "<I4" length,
-// and the binding bands to the end. A reply it cannot decode fails the test.
+// decodeReserve decodes Reserve's reply by "Reserve" (decodeReserveBytes);
+// a reply it cannot decode fails the test. An error or nil is returned as
+// it is.
 func decodeReserve(t testing.TB, reply any) any {
 	t.Helper()
 	b, ok := reply.(string)
 	if !ok {
 		return reply // an error, or nil
 	}
+	r, err := decodeReserveBytes(b)
+	if err != nil {
+		t.Fatalf("Reserve's reply %s: %v", show(b), err)
+	}
+	return r
+}
+
+// decodeReserveBytes decodes Reserve's reply by "Reserve": "<I7HI4", m
+// times "<i8i8", the state and the stored limit each after its "<I4"
+// length, and the binding bands to the end.
+func decodeReserveBytes(b string) (reserveReply, error) {
 	le := func(s string) uint64 {
 		var v uint64
 		for i := len(s) - 1; i >= 0; i-- {
@@ -601,12 +612,12 @@ func decodeReserve(t testing.TB, reply any) any {
 		return v
 	}
 	if len(b) < 13 {
-		t.Fatalf("Reserve's reply %q: shorter than its head", b)
+		return reserveReply{}, errors.New("shorter than its head")
 	}
 	r := reserveReply{nowUS: int64(le(b[:7])), nowNS: int64(le(b[7:9]))}
 	m, pos := int(le(b[9:13])), 13
-	if len(b) < pos+16*m {
-		t.Fatalf("Reserve's reply %q: %d requests do not fit", b, m)
+	if m < 0 || len(b) < pos+16*m {
+		return reserveReply{}, fmt.Errorf("%d requests do not fit", m)
 	}
 	for range m {
 		r.grants = append(r.grants, int64(le(b[pos:pos+8])), int64(le(b[pos+8:pos+16])))
@@ -614,18 +625,21 @@ func decodeReserve(t testing.TB, reply any) any {
 	}
 	for _, dst := range []*string{&r.state, &r.stored} {
 		if len(b) < pos+4 {
-			t.Fatalf("Reserve's reply %q: cut short", b)
+			return reserveReply{}, errors.New("cut short")
 		}
 		n := int(le(b[pos : pos+4]))
 		pos += 4
-		if len(b) < pos+n {
-			t.Fatalf("Reserve's reply %q: cut short", b)
+		if n < 0 || len(b) < pos+n {
+			return reserveReply{}, errors.New("cut short")
 		}
 		*dst = b[pos : pos+n]
 		pos += n
 	}
 	r.bys = b[pos:]
-	return r
+	if len(strings.Fields(r.bys)) != m {
+		return reserveReply{}, fmt.Errorf("%d binding bands for %d requests", len(strings.Fields(r.bys)), m)
+	}
+	return r, nil
 }
 
 // list is r as the page writes it, "reserve [...]".
