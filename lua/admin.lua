@@ -3,9 +3,9 @@
 -- history. It does not use core.lua. (An operator's pause and resume are
 -- recorded by pause.lua and resume.lua themselves: see note.lua.)
 --
--- KEYS[1]  the key's state (core.lua's KEYS[1], format 2 or 1); if
---          present, its flag "a stored limit may exist" is set, so the next
---          script reads KEYS[2]
+-- KEYS[1]  the key's state (core.lua's KEYS[1], in any of its three
+--          formats); if present, its flag "a stored limit may exist" is
+--          set, so the next script reads KEYS[2]
 -- KEYS[2]  the stored limit (core.lua's KEYS[2]): "<mode> <k> <bands>"
 -- KEYS[3]  the shadow figures (reserve.lua's KEYS[3]): deleted, so that a
 --          new limit's figures start from zero
@@ -53,7 +53,17 @@ stype = stype.ok or stype
 if stype ~= 'none' and stype ~= 'string' then
   return redis.error_reply('PACER_WRONGTYPE the shadow key holds another type')
 end
-if state and not string.match(state, '^%d%d+ %d+ %d+ c?%-?[%d.]+') and not string.match(state, '^1 %d+ %-?%d+ %d+ %-?[%d.]+ %d') then
+-- Format 3 (binary): a form of core.lua's KEYS[1], by its first byte and
+-- length; its flag is the first byte's lowest bit.
+local b0 = state and string.byte(state, 1)
+local form3 = nil
+if b0 and b0 >= 160 then
+  local form, n = b0 - b0 % 2, #state
+  if (form == 160 and n == 11) or (form == 176 and n == 28) or (form == 192 and n == 34) or (form == 208 and n >= 28) then
+    form3 = b0
+  end
+end
+if state and not form3 and not string.match(state, '^%d%d+ %d+ %d+ c?%-?[%d.]+') and not string.match(state, '^1 %d+ %-?%d+ %d+ %-?[%d.]+ %d') then
   return redis.error_reply('PACER_WRONGTYPE the state key holds something else')
 end
 if op == 'unset' and not before then
@@ -100,10 +110,15 @@ else
 end
 redis.call('DEL', KEYS[3])
 if state and after ~= '' then
-  -- Set the flag, so the next script reads KEYS[2]. Format 2: "c" before
-  -- the pause (field 4); format 1: field 6 is 1.
+  -- Set the flag, so the next script reads KEYS[2]. Format 3: the first
+  -- byte's lowest bit; format 2: "c" before the pause (field 4); format 1:
+  -- field 6 is 1.
   local head, c, rest = string.match(state, '^(%d%d+ %d+ %d+ )(c?)(.*)$')
-  if head then
+  if form3 then
+    if form3 % 2 == 0 then
+      redis.call('SET', KEYS[1], string.char(form3 + 1) .. string.sub(state, 2), 'KEEPTTL')
+    end
+  elseif head then
     if c == '' then
       redis.call('SET', KEYS[1], head .. 'c' .. rest, 'KEEPTTL')
     end
