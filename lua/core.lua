@@ -1113,9 +1113,15 @@ local function save()
     expiry = need + 1000000
   end
   local value
+  -- A Limit's state: its one bucket named permits and nothing else, in
+  -- force, or kept as a record not in force by a call with no band (the
+  -- policy "": Rewrite, an operator's Pause or Resume).
   local b = bands[1]
-  if write_fmt > 1 and nbands == 1 and b.bucket and b.name == 'permits' and #extra == 0 and not mark_p and not mark_s and not b.eb
-      and pause <= 0 and not pause_at then
+  if nbands == 0 then
+    b = extra[1]
+  end
+  local lone = nbands + #extra == 1 and b.bucket and b.name == 'permits' and not mark_p and not mark_s and not b.eb
+  if write_fmt > 1 and lone and pause <= 0 and not pause_at then
     -- A Limit with no pause written (head.lua's limit_state).
     local x
     if keep then
@@ -1153,8 +1159,7 @@ local function save()
       return string.format(v1 and ' %s %d %.17g' or ' %s w%d %.17g', x.name, x.w, x.u)
     end
     local text = ''
-    local limit = not v1 and nbands == 1 and b.bucket and b.name == 'permits' and #extra == 0 and not mark_p and not mark_s and not b.eb
-    if limit then
+    if not v1 and lone then
       -- A Limit: its record without the name (format 2, and format 3's
       -- general form).
       text = bucket_text(b.z, b.e)
