@@ -2,6 +2,7 @@ package luastore
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,17 +13,17 @@ import (
 )
 
 // reservePolicies are the policies BenchmarkReserve and
-// BenchmarkReserveRedis run lua.Reserve on: a Limit (one bucket, fast.lua's
-// case) and a policy of three bands (two buckets and a window, core.lua's
+// BenchmarkReserveRedis run lua.Reserve on: a Limit ("L" and two doubles)
+// and a policy of three bands (two buckets and a window, core.lua's
 // general path), each request costing what the caller charges.
 var reservePolicies = []struct {
 	name    string
-	args    []any // ARGV[3..opi-1]
-	cost    []any // one request's max_wait_us and costs
+	policy  string    // ARGV[3]
+	cost    []float64 // one request's max_wait_us and costs
 	spacing time.Duration
 }{
-	{"limit", []any{"1", "permits", "1", "permits", "1", "b", "1000", "10"}, []any{"-1", "1"}, time.Millisecond},
-	{"policy=3bands", []any{"1", "requests tokens", "3", "rps", "1", "b", "1000", "10", "tpm", "2", "b", "100000", "2000", "day", "1", "w", "1000000000", "86400000000:0"}, []any{"-1", "1", "20"}, time.Millisecond},
+	{"limit", "L" + doubles(1000, 10), []float64{-1, 1}, time.Millisecond},
+	{"policy=3bands", "2 requests tokens 3 rps 1 b 1000 10 tpm 2 b 100000 2000 day 1 w 1000000000 86400000000:0", []float64{-1, 1, 20}, time.Millisecond},
 }
 
 // BenchmarkReserve runs lua.Reserve, as a Limiter sends it, on a Store: a
@@ -33,7 +34,7 @@ func BenchmarkReserve(b *testing.B) {
 		for _, batch := range []int{1, 64} {
 			b.Run(p.name+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
 				keys := []string{"{bench}", "{bench}:limit", "{bench}:shadow"}
-				benchReserve(b, New(nil), nil, keys, p.args, p.cost, batch, p.spacing)
+				benchReserve(b, New(nil), nil, keys, p.policy, p.cost, batch, p.spacing)
 			})
 		}
 	}
@@ -51,23 +52,30 @@ func BenchmarkReserveRedis(b *testing.B) {
 				prefix := redistest.Prefix(b)
 				keys := []string{"{" + prefix + "bench}", "{" + prefix + "bench}:limit", "{" + prefix + "bench}:shadow"}
 				b.Cleanup(func() { srv.Client.Del(context.Background(), keys...) })
-				benchReserve(b, srv.Client, srv, keys, p.args, p.cost, batch, p.spacing)
+				benchReserve(b, srv.Client, srv, keys, p.policy, p.cost, batch, p.spacing)
 			})
 		}
 	}
 }
 
-// benchReserve runs the benchmark on sc, a Store or srv's client.
-func benchReserve(b *testing.B, sc redis.Scripter, srv *redistest.Server, keys []string, pol, cost []any, batch int, spacing time.Duration) {
+// benchReserve runs the benchmark on sc, a Store or srv's client, on a
+// client clock: a batch of one plain request (cost 1 per unit, no maximum
+// wait) as the common call, without the floor and requests arguments;
+// others with the requests as little-endian doubles.
+func benchReserve(b *testing.B, sc redis.Scripter, srv *redistest.Server, keys []string, policy string, cost []float64, batch int, spacing time.Duration) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
-	args := append([]any{"", ""}, pol...)
-	args = append(args, "", strconv.Itoa(batch))
-	for range batch {
-		args = append(args, cost...)
+	args := []any{"", "", policy}
+	plain := batch == 1 && !slices.ContainsFunc(cost, func(c float64) bool { return c != 1 && c != -1 }) && cost[0] == -1
+	if !plain {
+		var reqs []float64
+		for range batch {
+			reqs = append(reqs, cost...)
+		}
+		args = append(args, "", doubles(reqs...))
 	}
 	run := func() {
-		args[0], args[1] = strconv.FormatInt(now/1000, 10), strconv.FormatInt(now%1000, 10)
+		args[1] = "t" + strconv.FormatInt(now/1000, 10) + ":" + strconv.FormatInt(now%1000, 10) + " 1"
 		if err := reserveScript.Run(ctx, sc, keys, args...).Err(); err != nil {
 			b.Fatal(err)
 		}

@@ -2,7 +2,9 @@ package luastore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -21,11 +23,13 @@ import (
 // (reservations, fair turns, leases, holds and claims, cancels and
 // settles, pauses and resumes with and without history, peeks, stored
 // limits set and removed, other policies and shares, a member's own among
-// them, bad arguments, keys of the wrong type) run on a real redis-server
-// and on a Store, with the same arguments and the same client clock
-// (ARGV[1], ARGV[2]). Every reply and error, and after every step every
-// key of the group (type, value byte for byte, expiry), must be the same
-// on both.
+// them, the state's three formats, lost keys' horizons, bad arguments,
+// keys of the wrong type) run on a real redis-server and on a Store, with
+// the same arguments and the same client clock (ARGV[2]'s
+// "t<now_us>:<now_ns> "). Every reply and error (Reserve's, one string of
+// bytes), and after every step every key of the group (type, value byte for
+// byte, format 3's binary states among them, expiry), must be the same on
+// both.
 //
 // PACER_LUASTORE_SEED=n replays seed n alone; PACER_LUASTORE_SEEDS=n runs
 // n seeds.
@@ -43,7 +47,7 @@ var (
 	adminScript   = redis.NewScript(lua.Admin)
 )
 
-// band is one band of a policy (core.lua's ARGV[5] records).
+// band is one band of a policy (core.lua's ARGV[3] records).
 type band struct {
 	name           string
 	unit           int // 0-based; -1: a unit the caller does not charge (stored limits)
@@ -52,10 +56,12 @@ type band struct {
 	lenUS, origin  int64
 }
 
-// policy is a caller's units and bands.
+// policy is a caller's units and bands; text: a Limit sent as text rather
+// than as "L" and two doubles (both are core.lua's ARGV[3]).
 type policy struct {
 	units []string
 	bands []band
+	text  bool
 }
 
 func ff(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
@@ -67,18 +73,47 @@ func (b band) args(unit string) []any {
 	return []any{b.name, unit, "w", ff(b.n), strconv.FormatInt(b.lenUS, 10) + ":" + strconv.FormatInt(b.origin, 10)}
 }
 
-// coreArgs returns ARGV[1..opi-1]: the client clock now (Unix ns), the
-// share argument, the units and the bands (none with noBands).
-func (p policy) coreArgs(now int64, share string, noBands bool) []any {
-	a := []any{strconv.FormatInt(now/1000, 10), strconv.FormatInt(now%1000, 10), share, strings.Join(p.units, " ")}
-	if noBands {
-		return append(a, "0")
+// doubles returns v as little-endian doubles (struct "<d" each): a
+// Limit's rate and burst, Reserve's requests.
+func doubles(v ...float64) string {
+	b := make([]byte, 0, 8*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
 	}
-	a = append(a, strconv.Itoa(len(p.bands)))
+	return string(b)
+}
+
+// arg returns the policy as ARGV[3]: a Limit (one bucket named permits
+// charging permits) as "L" and its rate and burst, unless text; any other
+// as text, "<nunits> <units...> <k> <bands...>".
+func (p policy) arg() string {
+	if !p.text && len(p.units) == 1 && p.units[0] == "permits" && len(p.bands) == 1 && p.bands[0].name == "permits" && p.bands[0].bucket {
+		return "L" + doubles(p.bands[0].rate, p.bands[0].burst)
+	}
+	f := append([]string{strconv.Itoa(len(p.units))}, p.units...)
+	f = append(f, strconv.Itoa(len(p.bands)))
 	for _, b := range p.bands {
-		a = append(a, b.args(strconv.Itoa(b.unit+1))...)
+		for _, a := range b.args(strconv.Itoa(b.unit + 1)) {
+			f = append(f, a.(string))
+		}
 	}
-	return a
+	return strings.Join(f, " ")
+}
+
+// clock is ARGV[2]'s client clock at now (Unix ns): "t<now_us>:<now_ns> ".
+func clock(now int64) string {
+	return "t" + strconv.FormatInt(now/1000, 10) + ":" + strconv.FormatInt(now%1000, 10) + " "
+}
+
+// coreArgs returns ARGV[1..opi-1]: no deadline, the environment (the
+// client clock now, Unix ns, then env: the format, a lost key's horizon,
+// the share) and the policy ("" with noBands).
+func (p policy) coreArgs(now int64, env string, noBands bool) []any {
+	pol := p.arg()
+	if noBands {
+		pol = ""
+	}
+	return []any{"", clock(now) + env, pol}
 }
 
 // storedText is a stored limit's text (units by name).
@@ -102,7 +137,7 @@ var rates = []float64{0.5, 3, 7, 100, 12345.6}
 // three bands, buckets and windows, on one or two units.
 func drawPolicy(r *rand.Rand) policy {
 	if r.IntN(3) == 0 {
-		return policy{units: []string{"permits"}, bands: []band{{name: "permits", bucket: true, rate: rates[r.IntN(len(rates))], burst: float64(1 + r.IntN(10))}}}
+		return policy{units: []string{"permits"}, bands: []band{{name: "permits", bucket: true, rate: rates[r.IntN(len(rates))], burst: float64(1 + r.IntN(10))}}, text: r.IntN(4) == 0}
 	}
 	p := policy{units: []string{"requests", "tokens"}}
 	names := []string{"rps", "quota", "tpm", "day"}
@@ -120,10 +155,11 @@ func drawPolicy(r *rand.Rand) policy {
 	return p
 }
 
-// drawShare returns a share argument: the whole ("1"), a fleet of n with
-// some ranks held (a group on Redis), or member k's own share of a fleet
-// of n ("m n k a": a process pacing locally), maybe also within another
-// fleet size a; now and then asking for format 1.
+// drawShare returns ARGV[2] after the clock: the share, the whole ("1"),
+// a fleet of n with some ranks held (a group on Redis), or member k's own
+// share of a fleet of n ("m n k a": a process pacing locally), maybe also
+// within another fleet size a; now and then after a format to write
+// ("f1 ", "f2 ", "f3 ") and a lost key's horizon ("!<h2_us>[:<seq>] ").
 func drawShare(r *rand.Rand) string {
 	s := "1"
 	switch r.IntN(6) {
@@ -144,7 +180,19 @@ func drawShare(r *rand.Rand) string {
 		s = fmt.Sprintf("m %d %d %d", n, k, a)
 	}
 	if r.IntN(8) == 0 {
+		h := fmt.Sprintf("!%d", r.Int64N(3e6))
+		if r.IntN(3) > 0 {
+			h += fmt.Sprintf(":%d", r.IntN(30))
+		}
+		s = h + " " + s
+	}
+	switch r.IntN(12) {
+	case 0:
 		s = "f1 " + s
+	case 1, 2:
+		s = "f2 " + s
+	case 3:
+		s = "f3 " + s
 	}
 	return s
 }
@@ -186,8 +234,12 @@ func costArgs(c []float64) []any {
 }
 
 // weird are arguments a caller should never send, to hold the scripts'
-// checks (tonumber, comparisons with math.huge) to Redis's.
-var weird = []string{"nan", "inf", "-inf", "-1", "1e400", "0x10", " 5", "5 ", "", "abc", "1e5", "010", "-0", "1.5", "2^3", "0"}
+// checks (tonumber, comparisons with math.huge, struct.unpack of bytes) to
+// Redis's.
+var weird = []string{"nan", "inf", "-inf", "-1", "1e400", "0x10", " 5", "5 ", "", "abc", "1e5", "010", "-0", "1.5", "2^3", "0",
+	"L", "L" + doubles(10), "L" + doubles(math.NaN(), 1), "L" + doubles(10, math.Inf(1)), "L" + doubles(10, 2) + "x",
+	doubles(-1), doubles(-1, 1)[:9], doubles(math.NaN(), 1), doubles(-1, math.Inf(-1)), doubles(-2, 1), doubles(-1, 1, 1),
+	"\xff", "\xd0\x00", "f4 1", "!x 1", "t1:2"}
 
 // granted is a reservation both sides granted, for a later adjust.
 type granted struct {
@@ -247,11 +299,19 @@ func (w *world) fail(format string, args ...any) {
 // Redis's.
 func (w *world) call(name string, sc *redis.Script, keys []string, args []any) (any, error) {
 	w.t.Helper()
-	if w.r.IntN(25) == 0 && len(args) > 3 {
-		// A bad argument, anywhere but the clock.
-		i := 2 + w.r.IntN(len(args)-2)
+	if w.r.IntN(25) == 0 && len(args) > 2 {
+		// A bad argument, anywhere but the clock (ARGV[2]'s part after it
+		// may be).
+		i := w.r.IntN(len(args))
 		args = slices.Clone(args)
-		args[i] = weird[w.r.IntN(len(weird))]
+		x := weird[w.r.IntN(len(weird))]
+		if i == 1 {
+			if c, ok := args[1].(string); ok && strings.HasPrefix(c, "t") {
+				_, rest, _ := strings.Cut(c, " ")
+				x = strings.TrimSuffix(c, rest) + x
+			}
+		}
+		args[i] = x
 		name += fmt.Sprintf(" (ARGV[%d] = %q)", i+1, args[i])
 	}
 	w.log = append(w.log, fmt.Sprintf("%s keys=%q args=%q", name, keys, args))
@@ -280,7 +340,11 @@ func (w *world) reserveArgs(p policy, share string, more ...any) []any {
 	return append(p.coreArgs(w.now, share, false), more...)
 }
 
-// requests returns the floor, m and the requests of a reservation.
+// requests returns Reserve's own arguments, the floor and the requests
+// (little-endian doubles: max_wait_us and a cost per unit each), and the
+// requests' costs. One request of cost 1 with no maximum wait goes as ""
+// or, with no floor, as the common call does: without either argument.
+// Now and then a floor alone ("0": no request).
 func (w *world) requests(p policy) ([]any, [][]float64) {
 	r := w.r
 	m := 1 + r.IntN(3)
@@ -293,37 +357,91 @@ func (w *world) requests(p policy) ([]any, [][]float64) {
 				floor += fmt.Sprintf(" %s:%d:%d", b.name, cur+r.Int64N(3)-1, r.IntN(4))
 			}
 		}
-	}
-	more := []any{floor, strconv.Itoa(m)}
-	costs := make([][]float64, m)
-	for i := range m {
-		maxWait := int64(-1)
 		if r.IntN(3) == 0 {
-			maxWait = r.Int64N(2e6)
+			return []any{floor, "0"}, nil
+		}
+	}
+	costs := make([][]float64, m)
+	var v []float64
+	plain := m == 1
+	for i := range m {
+		maxWait := -1.0
+		if r.IntN(3) == 0 {
+			maxWait = float64(r.Int64N(2e6))
 		}
 		costs[i] = drawCost(r, p)
-		more = append(more, strconv.FormatInt(maxWait, 10))
-		more = append(more, costArgs(costs[i])...)
+		if r.IntN(3) == 0 {
+			costs[i] = make([]float64, len(p.units))
+			for u := range costs[i] {
+				costs[i][u] = 1 // within every band's burst or N (both >= 1)
+			}
+		}
+		v = append(v, maxWait)
+		v = append(v, costs[i]...)
+		plain = plain && maxWait == -1 && !slices.ContainsFunc(costs[i], func(c float64) bool { return c != 1 })
 	}
-	return more, costs
+	switch {
+	case plain && floor == "" && r.IntN(2) == 0:
+		return nil, costs
+	case plain && r.IntN(2) == 0:
+		return []any{floor, ""}, costs
+	}
+	return []any{floor, doubles(v...)}, costs
 }
 
-// noteGrants records the grants of a reserve-like reply (now_us, now_ns,
-// then wait_ns and seq per request).
+// reserveReply is Reserve's reply decoded (reserve.lua): "<I7HI4" now_us,
+// now_ns and m, "<i8i8" wait_ns and seq per request, the state and the
+// stored limit each after its "<I4" length, then the binding bands.
+type reserveReply struct {
+	nowUS, nowNS int64
+	waits, seqs  []int64
+	state        string
+}
+
+// decodeReserve decodes Reserve's reply; false if it is not one.
+func decodeReserve(v any) (reserveReply, bool) {
+	b, ok := v.(string)
+	if !ok || len(b) < 13 {
+		return reserveReply{}, false
+	}
+	le := func(s string) uint64 {
+		var x uint64
+		for i := len(s) - 1; i >= 0; i-- {
+			x = x<<8 | uint64(s[i])
+		}
+		return x
+	}
+	r := reserveReply{nowUS: int64(le(b[:7])), nowNS: int64(le(b[7:9]))}
+	m, pos := int(le(b[9:13])), 13
+	if len(b) < pos+16*m+4 {
+		return reserveReply{}, false
+	}
+	for range m {
+		r.waits = append(r.waits, int64(le(b[pos:pos+8])))
+		r.seqs = append(r.seqs, int64(le(b[pos+8:pos+16])))
+		pos += 16
+	}
+	n := int(le(b[pos : pos+4]))
+	if len(b) < pos+4+n {
+		return reserveReply{}, false
+	}
+	r.state = b[pos+4 : pos+4+n]
+	return r, true
+}
+
+// noteGrants records the grants of Reserve's or Fair's reply.
 func (w *world) noteGrants(p policy, share string, res any, costs [][]float64) {
-	a, ok := res.([]any)
+	d, ok := decodeReserve(res)
 	if !ok {
 		return
 	}
-	nowNS := a[0].(int64)*1000 + a[1].(int64)
+	nowNS := d.nowUS*1000 + d.nowNS
 	for i := range costs {
-		if 3+2*i >= len(a) {
+		if i >= len(d.seqs) {
 			return
 		}
-		wait, _ := a[2+2*i].(int64)
-		seq, _ := a[3+2*i].(int64)
-		if seq > 0 {
-			w.live = append(w.live, granted{p, share, nowNS + wait, strconv.FormatInt(seq, 10), costs[i], ""})
+		if d.seqs[i] > 0 {
+			w.live = append(w.live, granted{p, share, nowNS + d.waits[i], strconv.FormatInt(d.seqs[i], 10), costs[i], ""})
 		}
 	}
 }

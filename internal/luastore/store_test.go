@@ -133,9 +133,12 @@ func TestExpiryInScripts(t *testing.T) {
 	}
 }
 
-// TestServerTime runs the project's scripts with server time (ARGV[1] ""):
-// TIME is the Store's clock, and the script computes exactly what it does
-// with that time passed as a client clock.
+// TestServerTime runs the project's scripts with server time (ARGV[2]
+// without a client clock): TIME is the Store's clock, and the script
+// computes exactly what it does with that time passed as a client clock
+// ("t<now_us>:<now_ns> "): the same reply, byte for byte, and the same
+// state. One plain request on a Limit is fast.lua's (server time only),
+// the client clock's core.lua's: they agree too.
 func TestServerTime(t *testing.T) {
 	clock := newTestClock(t0)
 	server := New(clock.Now)
@@ -146,36 +149,45 @@ func TestServerTime(t *testing.T) {
 		t.Errorf("TIME = %s, want the clock's", got)
 	}
 	reserve := redis.NewScript(lua.Reserve)
-	for i, pol := range [][]any{
-		{"permits", "1", "permits", "1", "b", "10", "5"},
-		{"requests tokens", "2", "rps", "1", "b", "100", "10", "day", "2", "w", "100000", "86400000000:0"},
+	for i, tc := range []struct {
+		policy string
+		reqs   []any
+	}{
+		{"L" + doubles(10, 5), nil}, // the common call: fast.lua on server time
+		{"L" + doubles(10, 5), []any{"", doubles(-1, 1, -1, 1)}},
+		{"1 permits 1 permits 1 b 10 5", nil},
+		{"2 requests tokens 2 rps 1 b 100 10 day 2 w 100000 86400000000:0", []any{"", doubles(-1, 1, 1, -1, 1, 1)}},
 	} {
-		for step := range 5 {
-			clock.Add(time.Duration(step*37) * time.Millisecond)
-			now := clock.Now()
-			reqs := []any{"", "2", "-1", "1", "1", "-1", "1", "1"}
-			if i == 0 {
-				reqs = []any{"", "2", "-1", "1", "-1", "1"}
+		for _, env := range []string{"1", "f2 1"} {
+			for step := range 5 {
+				clock.Add(time.Duration(step*37) * time.Millisecond)
+				now := clock.Now()
+				args := append([]any{"", env, tc.policy}, tc.reqs...)
+				sv, err := reserve.Run(ctx, server, keys, args...).Text()
+				if err != nil {
+					t.Fatalf("policy %d %q step %d: server time: %v", i, env, step, err)
+				}
+				args[1] = fmt.Sprintf("t%d:0 %s", now.UnixMicro(), env)
+				cv, err := reserve.Run(ctx, client, keys, args...).Text()
+				if err != nil {
+					t.Fatalf("policy %d %q step %d: client clock: %v", i, env, step, err)
+				}
+				d, ok := decodeReserve(sv)
+				if !ok || d.nowUS != now.UnixMicro() || d.nowNS != 0 {
+					t.Errorf("policy %d %q step %d: now = %+v, want %d 0", i, env, step, d, now.UnixMicro())
+				}
+				if sv != cv {
+					t.Errorf("policy %d %q step %d: server time %q, client clock %q", i, env, step, sv, cv)
+				}
+				a, _ := server.Get(keys[0])
+				b, _ := client.Get(keys[0])
+				if a != b {
+					t.Errorf("policy %d %q step %d: states %q and %q", i, env, step, a, b)
+				}
 			}
-			args := append([]any{"", "0", "1"}, append(pol, reqs...)...)
-			sv, err := reserve.Run(ctx, server, keys, args...).Slice()
-			if err != nil {
-				t.Fatalf("policy %d step %d: server time: %v", i, step, err)
-			}
-			args[0], args[1] = strconv.FormatInt(now.UnixMicro(), 10), "0"
-			cv, err := reserve.Run(ctx, client, keys, args...).Slice()
-			if err != nil {
-				t.Fatalf("policy %d step %d: client clock: %v", i, step, err)
-			}
-			if sv[0] != now.UnixMicro() || sv[1] != int64(0) {
-				t.Errorf("policy %d step %d: now = %v %v, want %d 0", i, step, sv[0], sv[1], now.UnixMicro())
-			}
-			if fmt.Sprint(sv) != fmt.Sprint(cv) {
-				t.Errorf("policy %d step %d: server time %v, client clock %v", i, step, sv, cv)
-			}
+			server.Del(keys...)
+			client.Del(keys...)
 		}
-		server.Del(keys...)
-		client.Del(keys...)
 	}
 	// The history's at_ms is the clock's too.
 	admin := redis.NewScript(lua.Admin)
