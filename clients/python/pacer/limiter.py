@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 import socket
 import threading
 import time
@@ -174,7 +173,10 @@ class Limiter:
         # The fallback's lock: local grants and the handback, one at a time.
         self._handback_lock = threading.RLock()
         self._keys: dict[str, _Key] = {}
-        self._format = 1  # the state format to write ("Versions"): 1 until told 2
+        # The state format to write on Redis ("Versions"): 2 until the
+        # fleet's setting (its last heartbeat reply) says 1 or 3. The local
+        # store's states are its own: it writes format 3.
+        self._format = 2
         # The fleet ("Heartbeat"): n members, this one's rank, the held
         # ranks (they may pace locally: leave them their shares).
         self._learned = False
@@ -377,7 +379,7 @@ class Limiter:
             if store is None:
                 raise Unavailable("pacer: Redis is unavailable and the local fallback cannot pause (no lupa)")
             v = self.scripts.run(store, "Pause", keys,
-                                 protocol.common_args(self._local_share or "1", policy, fmt=2) + [str(d_us)])
+                                 protocol.common_args(self._local_share or "1", policy, fmt=3) + [str(d_us)])
             assert isinstance(v, list)
             with self._lock:
                 st = self._keys[key]
@@ -417,14 +419,16 @@ class Limiter:
         with self._lock:
             st = self._keys.setdefault(key, _Key())
             share = self._share()
-            floor = ""
+            lost = ""
             now = self._server_now()
             if st.granted_ns > now:
-                floor = protocol.lost_floor(st.granted_ns, now, st.seq)
+                # Slots granted on the key still ahead: should Redis have
+                # lost it (restarted empty), it grants nothing before them.
+                lost = protocol.lost_horizon(st.granted_ns, now, st.seq)
             fmt = self._format
         if share is None:
             raise _NoShare()
-        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt), floor, [(max_us, costs)])
+        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
         sent, sent_mono = time.time_ns(), time.monotonic()
         try:
             v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
@@ -433,7 +437,7 @@ class Limiter:
                 raise
             # A stored limit's calendar window the call had no table for:
             # the script changed nothing, and learned the zone; again, with it.
-            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt), floor, [(max_us, costs)])
+            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
             sent, sent_mono = time.time_ns(), time.monotonic()
             v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         recv, recv_mono = time.time_ns(), time.monotonic()
@@ -481,7 +485,7 @@ class Limiter:
         if r.local:
             if not local or self._store is None:
                 return False  # handed back to Redis already: its slot stands
-            args = protocol.adjust_args(protocol.common_args(self._local_share or "1", r.policy, fmt=2), op,
+            args = protocol.adjust_args(protocol.common_args(self._local_share or "1", r.policy, fmt=3), op,
                                         r.slot_ns, r.seq, r.costs, actual)
             v = self.scripts.run(self._store, "Adjust", keys, args)
             return isinstance(v, list) and v[0] == 1
@@ -520,9 +524,10 @@ class Limiter:
         try:
             v = None if client is None else protocol.normalize(client.execute_command("GET", k))
             if isinstance(v, str) and v:
-                read = protocol.parse_state(v).pause_end_ns
+                state = protocol.parse_state(v)
+                read = state.pause_end_ns
                 if not local:
-                    self._shift(r, v)
+                    self._shift(r, state)
         except UNAVAILABLE:
             local = True  # Redis cannot say: what this Limiter knows counts
         except ValueError:
@@ -531,15 +536,15 @@ class Limiter:
             return own
         return read
 
-    def _shift(self, r: Reservation, state: str) -> None:
+    def _shift(self, r: Reservation, state: protocol.State) -> None:
         """Moves r earlier by the resume the state on Redis records ("~s
         q:r d": reservations q+1 to r, d ns earlier; lua/resume.lua), once,
         if it applies to r; forgets this Limiter's own pause on the key if
         the resume came after it."""
-        m = _SHIFT.search(state)
-        if m is None:
+        resumed = state.resumed
+        if resumed is None:
             return
-        q, last, d = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        q, last, d = resumed
         with self._lock:
             st = self._keys.get(r.key)
             if st is not None and st.own_pause_ns and last >= st.own_pause_seq:
@@ -567,7 +572,7 @@ class Limiter:
 
     def _share(self) -> str | None:
         """The share of each key this Limiter takes on Redis (core.lua's
-        ARGV[3]): "1", or "<n> <held ranks...>"; None: none now."""
+        ARGV[2]): "1", or "<n> <held ranks...>"; None: none now."""
         with self._lock:
             if not self._learned or self._n < 1:
                 return "1"
@@ -1016,7 +1021,7 @@ class Limiter:
                 except ValueError:
                     pass
             floor = f"{max(0, (horizon - now + 999) // 1000)}" if horizon > now and st.local_last_ns == 0 else ""
-        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=2), floor, [(max_us, costs)])
+        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=3), floor, [(max_us, costs)])
         try:
             v = self.scripts.run(store, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         except PacerError as e:
@@ -1048,10 +1053,10 @@ class Limiter:
             for key, st in keys:
                 k = protocol.redis_key(self.prefix, key)
                 if st.local and store is not None and st.policy is not None:
-                    floor = self._handback(store, k, st, now)
-                    if floor:
-                        args = protocol.reserve_args(protocol.common_args(self._share() or "1", st.policy, fmt=self._format),
-                                                     floor, [])
+                    floor, lost = self._handback(store, k, st, now)
+                    if floor or lost:
+                        args = protocol.reserve_args(protocol.common_args(self._share() or "1", st.policy, fmt=self._format,
+                                                                          lost=lost), floor, [])
                         v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
                         rep = protocol.decode_reserve(v)
                         self._saw(key, rep.state, rep.stored, None)
@@ -1078,9 +1083,11 @@ class Limiter:
             self._local_share = None
         log.warning("pacer: back on Redis")
 
-    def _handback(self, store: localstore.LocalStore, k: str, st: _Key, now: int) -> str:
+    def _handback(self, store: localstore.LocalStore, k: str, st: _Key, now: int) -> tuple[str, str]:
         """Reserve's floor for what the store granted on a key: its latest
-        slot and each window band's own units ("Reserve", floor)."""
+        slot and each window band's own units ("Reserve", floor), "" if
+        nothing; and the key's lost horizon (ARGV[2]'s "!<h2_us>:<seq>"),
+        "" if no slot Redis granted is still ahead."""
         parts = []
         if st.local_last_ns:
             parts.append(str(max(0, (st.local_last_ns - now + 999) // 1000)))
@@ -1098,11 +1105,10 @@ class Limiter:
                         parts.append(f"{r.name}:{r.w}:{protocol.fmt_num(units)}")
             except ValueError:
                 pass
-        if st.granted_ns > now:
-            parts.append(protocol.lost_floor(st.granted_ns, now, st.seq))
+        lost = protocol.lost_horizon(st.granted_ns, now, st.seq) if st.granted_ns > now else ""
         if parts == ["0"]:
-            return ""
-        return " ".join(parts)
+            return "", lost
+        return " ".join(parts), lost
 
 
 #: The policies' reports (Go's): at most 100 a heartbeat, each again every
@@ -1117,10 +1123,6 @@ _PING_TIMEOUT = 2.0
 
 #: How often a sleeper reads the key's state for a resume that moved it.
 _POLL = 0.1
-
-#: A resume's move in a state: "~s q:r d".
-_SHIFT = re.compile(r" ~s ([0-9]+):([0-9]+) ([0-9]+)")
-
 
 def _sleep_to(r: Reservation, before: float) -> None:
     """Sleeps until before seconds ahead of r's slot, reading the clock

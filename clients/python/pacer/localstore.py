@@ -190,12 +190,12 @@ class LocalStore:
         if isinstance(v, (int, float)):
             return int(v)  # truncated, as Redis does
         if isinstance(v, bytes):
-            return v.decode()
+            return protocol.normalize(v)
         if lupa.lua_type(v) == "table":
             if v[b"err"] is not None:
-                raise redis.exceptions.ResponseError(_arg(v[b"err"]).decode())
+                raise redis.exceptions.ResponseError(protocol.normalize(_arg(v[b"err"])))
             if v[b"ok"] is not None:
-                return _arg(v[b"ok"]).decode()
+                return protocol.normalize(_arg(v[b"ok"]))
             out: list[protocol.Reply] = []
             i = 1
             while v[i] is not None:
@@ -253,7 +253,7 @@ def _arg(a: Any) -> bytes:
             return str(int(a)).encode()
         return ("%.17g" % a).encode()
     if isinstance(a, str):
-        return a.encode()
+        return protocol.to_bytes(a)  # a str as protocol.normalize read it
     raise _CommandError("ERR Lua redis lib command arguments must be strings or integers")
 
 

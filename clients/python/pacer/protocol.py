@@ -13,28 +13,29 @@ import hashlib
 import math
 import os
 import re
+import struct as pystruct
 import threading
 import time
 import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import redis
 
 # The scripts, as the concatenation of lua/ files ("Scripts"; a test holds
 # this table to the page's).
 SCRIPT_FILES: dict[str, tuple[str, ...]] = {
-    "Reserve": ("fast.lua", "core.lua", "reserve.lua"),
-    "Fair": ("core.lua", "fair.lua", "reserve.lua"),
-    "Adjust": ("core.lua", "adjust.lua"),
-    "Pause": ("core.lua", "note.lua", "pause.lua"),
-    "Resume": ("core.lua", "note.lua", "resume.lua"),
-    "Peek": ("core.lua", "peek.lua"),
-    "Claim": ("core.lua", "claim.lua"),
-    "Hold": ("core.lua", "hold.lua"),
-    "Lease": ("core.lua", "lease.lua"),
-    "Rewrite": ("core.lua", "rewrite.lua"),
+    "Reserve": ("head.lua", "fast.lua", "core.lua", "reserve.lua"),
+    "Fair": ("head.lua", "core.lua", "tools.lua", "fair.lua", "reserve.lua"),
+    "Adjust": ("head.lua", "core.lua", "tools.lua", "adjust.lua"),
+    "Pause": ("head.lua", "core.lua", "tools.lua", "note.lua", "pause.lua"),
+    "Resume": ("head.lua", "core.lua", "tools.lua", "note.lua", "resume.lua"),
+    "Peek": ("head.lua", "core.lua", "tools.lua", "peek.lua"),
+    "Claim": ("head.lua", "core.lua", "tools.lua", "claim.lua"),
+    "Hold": ("head.lua", "core.lua", "tools.lua", "hold.lua"),
+    "Lease": ("head.lua", "core.lua", "tools.lua", "lease.lua"),
+    "Rewrite": ("head.lua", "core.lua", "tools.lua", "rewrite.lua"),
     "Heartbeat": ("heartbeat.lua",),
     "Admin": ("admin.lua",),
     "Restore": ("restore.lua",),
@@ -46,8 +47,15 @@ SCRIPT_FILES: dict[str, tuple[str, ...]] = {
 #: Go's defaults for Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms.
 HEARTBEAT_TIMES = ("2000", "60000", "1100", "180000")
 
-#: The fleet's keys under the prefix ("Keys", "Heartbeat"), in Heartbeat's order.
-FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes")
+#: The fleet's keys under the prefix ("Keys", "Heartbeat"), in Heartbeat's
+#: order: the ninth, where a member records the highest state format it
+#: reads (3), lets an operator's ``pacer format 3`` see this client as one
+#: that reads format 3.
+FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes", ":reads")
+
+#: The state formats this client reads ("The state"); it writes the one the
+#: fleet's setting says ("Versions": 2 unless told 1 or 3).
+FORMATS = (1, 2, 3)
 
 Reply = Union[int, str, None, list["Reply"]]
 
@@ -109,7 +117,7 @@ def redis_key(prefix: str, key: str, suffix: str = "") -> str:
 
 
 def fleet_keys(prefix: str) -> list[str]:
-    """Heartbeat's eight keys ("Heartbeat")."""
+    """Heartbeat's nine keys ("Heartbeat")."""
     return [f"{prefix}{{limiters}}{s}" for s in FLEET_SUFFIXES]
 
 
@@ -140,9 +148,12 @@ class Scripts:
         self.text: dict[str, bytes] = {n: b"".join(read(f) for f in fs) for n, fs in SCRIPT_FILES.items()}
         self.sha: dict[str, str] = {n: hashlib.sha1(t).hexdigest() for n, t in self.text.items()}
 
-    def run(self, client: Any, name: str, keys: Sequence[str], args: Sequence[str]) -> Reply:
+    def run(self, client: Any, name: str, keys: Sequence[str], args: Sequence[str | bytes]) -> Reply:
         """Runs script name with EVALSHA, loading it on NOSCRIPT ("Scripts").
-        A script's error reply is raised as a PacerError."""
+        An argument is bytes, or a str sent as its bytes (``to_bytes``: a
+        state or a reply's string, read with ``normalize``, goes back as it
+        came). A script's error reply is raised as a PacerError."""
+        args = [to_bytes(a) for a in args]
         try:
             try:
                 v = client.execute_command("EVALSHA", self.sha[name], len(keys), *keys, *args)
@@ -158,12 +169,22 @@ class Scripts:
 
 
 def normalize(v: Any) -> Reply:
-    """A reply with bytes decoded: int, str, None or lists of them."""
+    """A reply with bytes decoded: int, str, None or lists of them. A
+    string's bytes are UTF-8 with the bytes that are not (a format 3 state,
+    Reserve's reply, little-endian doubles) kept as lone surrogates
+    ("surrogateescape"): ``to_bytes`` gives them back exactly."""
     if isinstance(v, bytes):
-        return v.decode()
+        return v.decode("utf-8", "surrogateescape")
     if isinstance(v, (list, tuple)):
         return [normalize(x) for x in v]
     return v
+
+
+def to_bytes(v: str | bytes) -> bytes:
+    """A string's bytes, as ``normalize`` read them (an argument, a state)."""
+    if isinstance(v, bytes):
+        return v
+    return v.encode("utf-8", "surrogateescape")
 
 
 # ---------------------------------------------------------------- Policies
@@ -223,7 +244,7 @@ class Window:
     time zone ``tz`` (a ``zoneinfo.ZoneInfo`` or its name; None: UTC), each
     from its local midnight, across daylight-saving changes; length and
     origin stay 0. Each call carries the zone's period boundaries around
-    now ("Common arguments": ARGV[3]'s "c" tables), computed here from the
+    now ("Common arguments": ARGV[2]'s "c" tables), computed here from the
     tz database as Go's reserve computes them."""
 
     name: str
@@ -270,7 +291,7 @@ class Window:
 
 # ---------------------------------------------------------------- Calendars
 #
-# Calendar windows' tables ("Common arguments", ARGV[3]'s "c" prefix): the
+# Calendar windows' tables ("Common arguments", ARGV[2]'s "c" part): the
 # zone's period boundaries around now, each "<spec>=<i0>:<b0>:<len>*<count>,..."
 # (the window numbered i0, the period's ordinal, starts at Unix µs b0; then
 # runs of count periods of len µs), from two periods before now to 400 days,
@@ -418,7 +439,7 @@ def forget_calendars() -> None:
 
 
 def calendar_arg(policy: "Policy | None", now_us: int | None) -> str:
-    """ARGV[3]'s "c" prefix for the policy's calendar windows and the
+    """ARGV[2]'s "c" part for the policy's calendar windows and the
     calendars learned ("" if none)."""
     tables: dict[str, str] = {}
     now = time.time_ns() // 1000 if now_us is None else now_us
@@ -473,12 +494,18 @@ class Policy:
             out += [b.name, b.unit] + b.args(1)[2:]
         return " ".join(out)
 
-    def args(self) -> list[str]:
-        """ARGV[4..]: the units, k and the bands."""
-        out = [" ".join(self.units), str(len(self.bands))]
+    def arg(self) -> str | bytes:
+        """ARGV[3], the policy in one argument ("Common arguments"): a
+        Limit (one bucket named permits charging the one unit permits) as
+        b"L" and its rate and burst, little-endian doubles; any other as
+        text: the number of units, their names, k, then the bands."""
+        b = self.bands[0]
+        if self.units == ("permits",) and len(self.bands) == 1 and isinstance(b, Bucket) and b.name == "permits":
+            return b"L" + pystruct.pack("<dd", float(b.rate), float(b.burst))
+        out = [str(len(self.units)), *self.units, str(len(self.bands))]
         for b in self.bands:
             out += b.args(self.units.index(b.unit) + 1)
-        return out
+        return " ".join(out)
 
     def costs(self, cost: float | Mapping[str, float]) -> list[float]:
         """A request's costs per unit, in the units' order: a number for a
@@ -506,33 +533,67 @@ def Limit(rate: float, burst: int = 1) -> Policy:
 # ---------------------------------------------------------------- Arguments
 
 
-def share_arg(fmt: int, share: str) -> str:
-    """ARGV[3]: the format to write ("f1 " for format 1) and the share."""
-    return ("f1 " if fmt == 1 else "") + share
+def env_arg(share: str, policy: Policy | None, now_us: int | None = None, now_ns: int = 0, fmt: int = 2,
+            lost: str = "") -> str:
+    """ARGV[2], the call's environment ("Common arguments"): "1" in the
+    common case (server time, format 3, the whole limit); else the client
+    clock "t<now_us>:<now_ns> " (now_us None: Redis's TIME), the format to
+    write ("f1 ", "f2 "; nothing for 3), a lost key's horizon (lost:
+    "!<h2_us>:<seq>", see lost_horizon), the calendar tables of the
+    policy's calendar windows and of those learned, then the share."""
+    if fmt not in FORMATS:
+        raise ValueError(f"pacer: a state format is 1, 2 or 3, not {fmt!r}")
+    head = "" if now_us is None else f"t{now_us}:{now_ns} "
+    if fmt != 3:
+        head += f"f{fmt} "
+    if lost:
+        head += lost + " "
+    return head + calendar_arg(policy, now_us) + share
 
 
 def common_args(share: str, policy: Policy | None, now_us: int | None = None, now_ns: int = 0,
-                fmt: int = 2) -> list[str]:
-    """"Common arguments": now (None: Redis's TIME), ARGV[3] and the policy
-    (None: k = 0, the state's records alone)."""
-    head = ["" if now_us is None else str(now_us), str(now_ns), share_arg(fmt, calendar_arg(policy, now_us) + share)]
-    return head + (policy.args() if policy is not None else ["permits", "0"])
+                fmt: int = 2, lost: str = "") -> list[str | bytes]:
+    """"Common arguments": ARGV[1] the deadline (none: this client sends
+    none), ARGV[2] the environment (env_arg: now, None for Redis's TIME;
+    the format to write; a lost key's horizon; the share) and ARGV[3] the
+    policy (None: "", the state's records alone)."""
+    return ["", env_arg(share, policy, now_us, now_ns, fmt, lost), policy.arg() if policy is not None else ""]
 
 
-def reserve_args(common: list[str], floor: str, requests: Sequence[tuple[int, Sequence[float]]]) -> list[str]:
-    """Reserve's own arguments after the common ones: the floor, m, then
-    per request its maximum wait (µs, -1: none) and costs ("Reserve")."""
-    out = common + [floor, str(len(requests))]
+def requests_arg(requests: Sequence[tuple[int, Sequence[float]]], short: bool = True) -> str | bytes:
+    """Reserve's requests ("Reserve"): "" for one request of cost 1 on
+    every unit with no maximum wait (unless not short); "0" for none; else
+    per request its maximum wait (integer µs, -1: none) and its costs,
+    little-endian doubles."""
+    if not requests:
+        return "0"
     for max_wait_us, costs in requests:
-        out.append(str(max_wait_us))
-        out += [fmt_num(c) for c in costs]
-    return out
+        if isinstance(max_wait_us, bool) or not isinstance(max_wait_us, int) or max_wait_us < -1:
+            raise ValueError(f"pacer: a maximum wait is -1 or a whole number of µs >= 0, not {max_wait_us!r}")
+        for c in costs:
+            if _finite("a cost", c) < 0:
+                raise ValueError(f"pacer: a cost must be >= 0, not {c!r}")
+    if short and len(requests) == 1 and requests[0][0] == -1 and all(c == 1 for c in requests[0][1]):
+        return ""
+    return b"".join(pystruct.pack(f"<{1 + len(costs)}d", float(w), *map(float, costs)) for w, costs in requests)
 
 
-def adjust_args(common: list[str], op: str, slot_ns: int, seq: int, costs: Sequence[float],
-                actual: Sequence[float] | None = None) -> list[str]:
+def reserve_args(common: list[str | bytes], floor: str, requests: Sequence[tuple[int, Sequence[float]]],
+                 short: bool = True) -> list[str | bytes]:
+    """Reserve's arguments: the common ones, then its own, the floor and
+    the requests (requests_arg), both left out when neither says anything
+    (no floor, one plain request: the common call). Not short: a plain
+    request written out as its doubles (the scripts take both)."""
+    reqs = requests_arg(requests, short)
+    if floor == "" and reqs == "":
+        return list(common)
+    return list(common) + [floor, reqs]
+
+
+def adjust_args(common: list[str | bytes], op: str, slot_ns: int, seq: int, costs: Sequence[float],
+                actual: Sequence[float] | None = None) -> list[str | bytes]:
     """Adjust's ("Adjust"): cancel, or settle with the actual costs."""
-    out = common + [op, str(slot_ns // 1000), str(slot_ns % 1000), str(seq)] + [fmt_num(c) for c in costs]
+    out = list(common) + [op, str(slot_ns // 1000), str(slot_ns % 1000), str(seq)] + [fmt_num(c) for c in costs]
     if op == "settle":
         if actual is None:
             raise ValueError("pacer: settle takes the actual costs")
@@ -540,8 +601,10 @@ def adjust_args(common: list[str], op: str, slot_ns: int, seq: int, costs: Seque
     return out
 
 
-def lost_floor(horizon_ns: int, now_ns: int, seq: int) -> str:
-    """Reserve's floor for a key Redis lost: "!<h2_us>:<seq>"."""
+def lost_horizon(horizon_ns: int, now_ns: int, seq: int) -> str:
+    """A lost key's horizon for ARGV[2] ("Reserve"): "!<h2_us>:<seq>", the
+    slots granted on the key up to horizon_ns (server clock), applied only
+    if Redis lost the key (no state, or one numbered before seq)."""
     return f"!{(horizon_ns - now_ns + 999) // 1000}:{seq}"
 
 
@@ -569,19 +632,42 @@ class ReserveReply:
     stored: str
 
 
-def decode_reserve(v: Reply) -> ReserveReply:
-    """Reserve's reply: now_us, now_ns, wait_ns and seq per request, the
-    state, the stored limit, the binding bands ("Reserve")."""
-    if not isinstance(v, list) or len(v) < 5 or len(v) % 2 != 1:
+def decode_reserve(v: Reply | bytes) -> ReserveReply:
+    """Reserve's reply, one string of bytes ("Reserve"): "<I7HI4" now_us,
+    now_ns and m; "<i8i8" wait_ns and seq per request; the state and the
+    stored limit, each after its "<I4" length; then to the end the binding
+    bands, one word per request."""
+    if not isinstance(v, (str, bytes)):
         raise PacerError(f"PACER_REPLY Reserve replied {v!r}")
-    now_us, now_ns = int(v[0]), int(v[1])  # type: ignore[arg-type]
-    bands = str(v[-1]).split()
-    pairs = v[2:-3]
-    grants = []
-    for i in range(0, len(pairs), 2):
-        w, s = int(pairs[i]), int(pairs[i + 1])  # type: ignore[arg-type]
-        grants.append(Grant(w, s, slot_ns(now_us, now_ns, w), bands[i // 2] if i // 2 < len(bands) else "~"))
-    return ReserveReply(now_us * 1000 + now_ns, grants, str(v[-3] or ""), str(v[-2] or ""))
+    b = to_bytes(v)
+
+    def bad(why: str) -> PacerError:
+        return PacerError(f"PACER_REPLY Reserve replied {b!r}: {why}")
+
+    if len(b) < 13:
+        raise bad("shorter than its head")
+    now_us, now_ns = int.from_bytes(b[:7], "little"), int.from_bytes(b[7:9], "little")
+    m, pos = int.from_bytes(b[9:13], "little"), 13
+    if len(b) < pos + 16 * m:
+        raise bad(f"{m} requests do not fit")
+    pairs = []
+    for _ in range(m):
+        pairs.append(pystruct.unpack_from("<qq", b, pos))
+        pos += 16
+    strs = []
+    for _ in range(2):
+        if len(b) < pos + 4:
+            raise bad("cut short")
+        n = int.from_bytes(b[pos:pos + 4], "little")
+        if len(b) < pos + 4 + n:
+            raise bad("cut short")
+        strs.append(b[pos + 4:pos + 4 + n].decode("utf-8", "surrogateescape"))
+        pos += 4 + n
+    bands = b[pos:].decode("utf-8", "surrogateescape").split()
+    if len(bands) != m:
+        raise bad(f"{len(bands)} binding bands for {m} requests")
+    grants = [Grant(w, s, slot_ns(now_us, now_ns, w), bands[i]) for i, (w, s) in enumerate(pairs)]
+    return ReserveReply(now_us * 1000 + now_ns, grants, strs[0], strs[1])
 
 
 @dataclass(frozen=True)
@@ -598,7 +684,7 @@ class Heartbeat:
     held_n: int
     before: int
     ranks: list[int]
-    format: int
+    format: int  # the state format to write: 1, 2 or 3 (P{limiters}:format; absent: 2)
 
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
@@ -639,7 +725,7 @@ def decode_heartbeat(v: Reply) -> Heartbeat | None:
         return None
     ints = lambda a: [int(x) for x in a]  # noqa: E731
     return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), ints(v[5]), v[6],  # type: ignore
-                     int(v[7]), int(v[8]), ints(v[9]), 2 if v[10] == "2" else 1)  # type: ignore
+                     int(v[7]), int(v[8]), ints(v[9]), {"1": 1, "3": 3}.get(str(v[10]), 2))  # type: ignore
 
 
 # ---------------------------------------------------------------- The state
@@ -660,15 +746,17 @@ class Record:
     e: float = 0.0
     w: int = 0  # a window's
     u: float = 0.0
+    fields: tuple[str, str] = ("", "")  # a reserved record's ("~p", "~s", "~l", "~e") two fields, as written
 
 
 @dataclass(frozen=True)
 class State:
-    """A key's state ("The state"); times in ns after ``t`` (Unix µs)."""
+    """A key's state ("The state"), in any of the three formats; times in
+    ns after ``t`` (Unix µs)."""
 
     format: int
     t: int
-    x: int
+    x: int  # the expiry after t: ms (formats 2 and 3), ns (format 1)
     seq: int
     pause: float
     stored: bool
@@ -696,14 +784,32 @@ class State:
         zs = [r.z for r in self.recs if not r.window and not r.name.startswith("~")]
         return self.t * 1000 + math.ceil(max(zs, default=0.0))
 
+    @property
+    def resumed(self) -> tuple[int, int, int] | None:
+        """The resume the state records ("~s q:r d": reservations q+1 to r
+        moved d ns earlier; lua/resume.lua), None if none."""
+        for r in self.recs:
+            if r.name == "~s":
+                q, last = r.fields[0].split(":")
+                return int(q), int(last), int(r.fields[1])
+        return None
 
-def parse_state(text: str) -> State:
-    """Reads a state by "The state"'s grammar, strictly; ValueError if it is not one."""
-    f = text.split(" ")
+
+def parse_state(text: str | bytes) -> State:
+    """Reads a state by "The state"'s grammar (formats 1 and 2) and format
+    3's table, strictly; ValueError if it is not one. ``text`` is the
+    state's bytes, or a str as ``normalize`` read them."""
+    raw = to_bytes(text)
 
     def bad(why: str) -> ValueError:
-        return ValueError(f"pacer: state {text!r}: {why}")
+        return ValueError(f"pacer: state {raw!r}: {why}")
 
+    if raw and raw[0] >= 0xA0:
+        return _parse_state3(raw, bad)
+    try:
+        f = raw.decode("ascii").split(" ")
+    except UnicodeDecodeError:
+        raise bad("not text") from None
     full = lambda r, s: r.fullmatch(s) is not None  # noqa: E731
     time_re = _TIME
     if f[0] == "1":
@@ -724,6 +830,51 @@ def parse_state(text: str) -> State:
             if not full(_TIME, rest[0]) or not full(_TIME, rest[1]):
                 raise bad("a Limit's z e are not times")
             return State(fmt, t, x, seq, pause, stored, (Record("permits", z=float(rest[0]), e=float(rest[1])),))
+    return State(fmt, t, x, seq, pause, stored, _records(rest, fmt, time_re, bad))
+
+
+def _parse_state3(raw: bytes, bad: Callable[[str], ValueError]) -> State:
+    """Format 3 ("The state"'s table): the first byte a form, its lowest
+    bit the flag, then the form's fields, little-endian."""
+    stored, form, n = bool(raw[0] & 1), raw[0] & ~1, len(raw)
+    le = lambda a, b: int.from_bytes(raw[a:b], "little")  # noqa: E731
+    sle = lambda a, b: int.from_bytes(raw[a:b], "little", signed=True)  # noqa: E731
+    t = le(1, 8)
+    if form == 0xA0 and n == 11:
+        return State(3, t, le(8, 10), raw[10], 0.0, stored, (Record("permits"),))
+    if form == 0xB0 and n == 28:
+        return State(3, t, le(8, 12), le(12, 16), 0.0, stored, (Record("permits", z=float(sle(16, 22)), e=float(sle(22, 28))),))
+    if form == 0xC0 and n == 34:
+        z, e = pystruct.unpack_from("<dd", raw, 18)
+        if not (math.isfinite(z) and math.isfinite(e)):
+            raise bad("a Limit's z e are not finite")
+        return State(3, t, le(8, 12), le(12, 18), 0.0, stored, (Record("permits", z=z, e=e),))
+    if form == 0xD0 and n >= 28:
+        (pause,) = pystruct.unpack_from("<d", raw, 20)
+        if not math.isfinite(pause):
+            raise bad("p is not finite")
+        x, seq, rest = le(8, 14), le(14, 20), raw[28:]
+        if not rest:
+            return State(3, t, x, seq, pause, stored, ())
+        try:
+            text = rest.decode("ascii")
+        except UnicodeDecodeError:
+            raise bad("the records are not text") from None
+        if not text.startswith(" "):
+            raise bad("the general form's records do not start with a space")
+        f = text[1:].split(" ")
+        if len(f) == 2:
+            if not _TIME.fullmatch(f[0]) or not _TIME.fullmatch(f[1]):
+                raise bad("a Limit's z e are not times")
+            return State(3, t, x, seq, pause, stored, (Record("permits", z=float(f[0]), e=float(f[1])),))
+        return State(3, t, x, seq, pause, stored, _records(f, 2, _TIME, bad))
+    raise bad("not a form of format 3")
+
+
+def _records(rest: list[str], fmt: int, time_re: re.Pattern[str], bad: Callable[[str], ValueError]) -> tuple[Record, ...]:
+    """A state's records (formats 1 and 2, and format 3's general form,
+    whose records are format 2's)."""
+    full = lambda r, s: r.fullmatch(s) is not None  # noqa: E731
     if len(rest) % 3:
         raise bad("records are not of three fields")
     recs = []
@@ -732,19 +883,19 @@ def parse_state(text: str) -> State:
         if name == "~p":
             if not full(_DIGITS, f1) or not full(time_re, f2):
                 raise bad("bad ~p record")
-            recs.append(Record(name))
+            recs.append(Record(name, fields=(f1, f2)))
         elif name == "~s":
             if not re.fullmatch(r"[0-9]+:[0-9]+", f1) or not full(_DIGITS, f2):
                 raise bad("bad ~s record")
-            recs.append(Record(name))
+            recs.append(Record(name, fields=(f1, f2)))
         elif name == "~l":
             if not full(_DIGITS, f1) or not full(_DIGITS, f2):
                 raise bad("bad ~l record")
-            recs.append(Record(name))
+            recs.append(Record(name, fields=(f1, f2)))
         elif name == "~e":
             if f1.startswith("~") or not full(time_re, f2):
                 raise bad("bad ~e record")
-            recs.append(Record(name))
+            recs.append(Record(name, fields=(f1, f2)))
         elif name.startswith("~"):
             raise bad("unknown reserved record " + name)
         elif fmt == 2 and f1.startswith("w"):
@@ -759,4 +910,4 @@ def parse_state(text: str) -> State:
             if not full(time_re, f1) or not full(time_re, f2):
                 raise bad("bad bucket record " + name)
             recs.append(Record(name, z=float(f1), e=float(f2)))
-    return State(fmt, t, x, seq, pause, stored, tuple(recs))
+    return tuple(recs)

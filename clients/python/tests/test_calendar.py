@@ -42,11 +42,12 @@ class CalendarTest(unittest.TestCase):
         p = Policy((w, Window("monthly", 30000, calendar="month", unit="requests")))
         # As Go's reserve.Policy.MarshalText writes it (reserve's TestCalendarSignature).
         self.assertEqual(p.stored_text(), "2 daily requests c 1500 day:America/Los_Angeles monthly requests c 30000 month:UTC")
-        head = protocol.common_args("1", p, 1773039599500000)[2]
-        self.assertTrue(head.startswith("cday:America/Los_Angeles=20518:"), head)
-        self.assertIn(";month:UTC=672:", head)
-        self.assertTrue(head.endswith(" 1"), head)
-        self.assertTrue(protocol.common_args("1", p, 1773039599500000, fmt=1)[2].startswith("f1 cday:"))
+        env = protocol.common_args("1", p, 1773039599500000, fmt=3)[1]
+        self.assertTrue(env.startswith("t1773039599500000:0 cday:America/Los_Angeles=20518:"), env)  # type: ignore[union-attr]
+        self.assertIn(";month:UTC=672:", env)
+        self.assertTrue(env.endswith(" 1"), env)  # type: ignore[union-attr]
+        self.assertTrue(protocol.common_args("1", p, 1773039599500000, fmt=1)[1].startswith("t1773039599500000:0 f1 cday:"))  # type: ignore[union-attr]
+        self.assertTrue(protocol.common_args("1", p, None, fmt=2, lost="!5:1")[1].startswith("f2 !5:1 cday:"))  # type: ignore[union-attr]
 
     def test_bad_windows(self) -> None:
         for kw in (dict(calendar="fortnight"), dict(tz="UTC"), dict(calendar="day", length_us=86_400_000_000),

@@ -205,13 +205,33 @@ class LimiterTest(unittest.TestCase):
                                "rep2": "2 rps requests b 10 1 daily requests w 3 86400000000:0"})
 
     def test_format_follows_the_fleet(self) -> None:
+        """The state format written is the fleet's setting (docs/protocol.md,
+        Versions): 2 when none is set, then 3, 1 and 2 as the operator sets
+        them; each heartbeat records what the member writes, and that it
+        reads format 3 (P{limiters}:reads), so that pacer format 3 counts
+        it as one that does."""
         lim = self.limiter()
-        lim.reserve("f1", Limit(10, 1))
-        self.assertEqual(protocol.parse_state(self.c.get(protocol.redis_key(self.prefix, "f1")).decode()).format, 1)
-        self.c.set(self.prefix + "{limiters}:format", "2")
+        k = protocol.redis_key(self.prefix, "f")
         lim._beat()
-        lim.reserve("f1", Limit(10, 1))
-        self.assertEqual(protocol.parse_state(self.c.get(protocol.redis_key(self.prefix, "f1")).decode()).format, 2)
+        for setting, want in [(None, 2), ("3", 3), ("1", 1), ("2", 2)]:
+            if setting is not None:
+                self.c.set(self.prefix + "{limiters}:format", setting)
+                lim._beat()
+            lim.reserve("f", Limit(10, 1))
+            self.assertEqual(protocol.parse_state(self.c.get(k)).format, want, f"the fleet's setting {setting}")
+            self.assertEqual(self.c.hget(self.prefix + "{limiters}:writes", lim.id), str(want).encode())
+            self.assertEqual(self.c.hget(self.prefix + "{limiters}:reads", lim.id), b"3")
+        # Every format is read: a key in format 3, read and written back in 2.
+        self.c.set(self.prefix + "{limiters}:format", "3")
+        lim._beat()
+        r3 = lim.reserve("f", Limit(10, 1))
+        self.assertEqual(protocol.parse_state(self.c.get(k)).format, 3)
+        self.c.delete(self.prefix + "{limiters}:format")
+        lim._beat()
+        r2 = lim.reserve("f", Limit(10, 1))
+        self.assertEqual(protocol.parse_state(self.c.get(k)).format, 2)
+        self.assertEqual(r2.seq, r3.seq + 1)
+        self.assertGreaterEqual(r2.slot_ns - r3.slot_ns, 100 * MS - 1000)
 
 
 @unittest.skipUnless(localstore.AVAILABLE, "lupa is not installed: the local fallback waits for Redis")
@@ -268,9 +288,9 @@ class FallbackTest(unittest.TestCase):
         parsed = protocol.parse_state(st.state)
         rec = next(r for r in parsed.recs if not r.window and not r.name.startswith("~"))
         ahead = rec.e + 10_000 * MS  # another member's slot, 10 s ahead of the queue's end
+        self.assertEqual(parsed.format, 2, "the fleet's default: format 2, a Limit's state \"t x s p z e\"")
         f = st.state.split(" ")
-        i = f.index(rec.name)
-        f[i + 2] = f"{ahead:.3f}"  # the record's last event: "<name> <z> <e>"
+        f[-1] = f"{ahead:.3f}"  # the record's last event, e
         st.state = " ".join(f)
         self.assertEqual(protocol.parse_state(st.state).recs[0].e, ahead, st.state)
         self.srv.stop()
@@ -324,11 +344,11 @@ class FallbackTest(unittest.TestCase):
                          "the stored 0.5/s, alone (n = 1)")
         a.pause("w", 3.0)
         raw = a._store.execute_command("GET", k)
-        pause_end = protocol.parse_state(raw.decode() if isinstance(raw, bytes) else raw).pause_end_ns  # the store's
+        pause_end = protocol.parse_state(raw).pause_end_ns  # the store's
         self.srv.start()  # empty
         a._beat()
         self.assertFalse(a.is_local)
-        st = protocol.parse_state(self.c.get(k).decode())
+        st = protocol.parse_state(self.c.get(k))
         day = [r for r in st.recs if r.name == "day"]
         self.assertEqual([(r.w, r.u) for r in day], [(local[0].slot_ns // 86_400_000_000_000, 3.0)],
                          "the 3 units granted locally, handed back")
@@ -350,13 +370,13 @@ class FallbackTest(unittest.TestCase):
         a.pause("p", 3.0)
         k = "pacer:{p}"
         raw = a._store.execute_command("GET", k)
-        pause_end = protocol.parse_state(raw.decode() if isinstance(raw, bytes) else raw).pause_end_ns
+        pause_end = protocol.parse_state(raw).pause_end_ns
         self.srv.start()  # empty
         a._beat()
         self.assertFalse(a.is_local)
         got = self.c.get(k)
         self.assertIsNotNone(got, "the local pause never reached Redis")
-        st = protocol.parse_state(got.decode())
+        st = protocol.parse_state(got)
         self.assertGreaterEqual(st.pause_end_ns, pause_end - 1000, "the local pause, handed back (to the µs)")
 
     def test_out_of_memory_is_an_outage(self) -> None:
