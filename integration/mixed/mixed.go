@@ -322,7 +322,8 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	return res, nil
 }
 
-// pause pauses key for d as an operator would: Pause with k = 0.
+// pause pauses key for d as an operator would: Pause with no band (the
+// policy ""), on server time, writing format 1 (docs/protocol.md, Pause).
 func pause(ctx context.Context, url, key string, d time.Duration, res *Result) error {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -332,7 +333,7 @@ func pause(ctx context.Context, url, key string, d time.Duration, res *Result) e
 	defer rdb.Close()
 	k := "pacer:{" + key + "}"
 	v, err := redis.NewScript(lua.Pause).Run(ctx, rdb, []string{k, k + ":limit"},
-		"", "0", "f1 1", "permits", "0", strconv.FormatInt(d.Microseconds(), 10)).Slice()
+		"", "f1 1", "", strconv.FormatInt(d.Microseconds(), 10)).Slice()
 	if err != nil {
 		return err
 	}
