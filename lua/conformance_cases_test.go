@@ -1357,3 +1357,48 @@ func hexDecode(s string) (string, error) {
 	b, err := hex.DecodeString(s)
 	return string(b), err
 }
+
+// TestConformancePlainRequests: Reserve's requests "<m>" (lua/reserve.lua:
+// m >= 2, up to four digits) are m plain requests, cost 1 on every unit
+// and no maximum wait: the same replies and states, byte for byte, as the
+// m requests written out as doubles, on a Limit and on a policy of two
+// units. Anything else of four bytes or fewer that is not "", "0" or such
+// digits is no whole number of requests: PACER_ARG, nothing written, on
+// the client's clock (core.lua) and on the server's (fast.lua's way for a
+// Limit).
+func TestConformancePlainRequests(t *testing.T) {
+	c := newConn(t)
+	for i, pol := range []struct {
+		policy string
+		ones   []float64
+	}{{limit(10, 3), []float64{-1, 1}}, {threeBands, []float64{-1, 1, 1}}} {
+		for _, m := range []int{2, 3, 7} {
+			a, b := fmt.Sprintf("plain:%d:%d:a", i, m), fmt.Sprintf("plain:%d:%d:b", i, m)
+			var v []float64
+			for range m {
+				v = append(v, pol.ones...)
+			}
+			for _, us := range []int64{0, 250_000} {
+				ra := c.mustEval("RESERVE", c.reserveKeys(a), append(common(us, 0, "1", pol.policy), "", strconv.Itoa(m))...)
+				rb := c.mustEval("RESERVE", c.reserveKeys(b), append(common(us, 0, "1", pol.policy), "", doubles(v...))...)
+				if ra != rb || len(c.decode(ra).seqs) != m {
+					t.Errorf("policy %d: %d plain requests at %d µs: %s; as doubles: %s", i, m, us, show(decodeReserve(t, ra)), show(decodeReserve(t, rb)))
+				}
+				if sa, sb := c.get(c.key(a, "")), c.get(c.key(b, "")); sa != sb {
+					t.Errorf("policy %d: %d plain requests: state %s; as doubles: %s", i, m, show(sa), show(sb))
+				}
+			}
+		}
+	}
+	for _, reqs := range []string{"1", "1e1", " 2", "2 ", "0x2", "2.0", "-2", "+2", "12345", "2\x00"} {
+		for _, env := range []string{clock(t0, 0) + "1", "1"} {
+			k := fmt.Sprintf("plainbad:%x:%d", reqs, len(env))
+			if _, err := c.eval("RESERVE", c.reserveKeys(k), "", env, limit(10, 3), "", reqs); code(err) != "PACER_ARG" {
+				t.Errorf("requests %q (ARGV[2] %q): %v, want PACER_ARG", reqs, env, err)
+			}
+			if got := c.get(c.key(k, "")); got != "" {
+				t.Errorf("requests %q (ARGV[2] %q) wrote %s", reqs, env, show(got))
+			}
+		}
+	}
+}
