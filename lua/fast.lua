@@ -15,8 +15,8 @@ do
   -- nreq bytes of (max_wait_us, cost) doubles.
   local m, nreq = 1, 0
   if reqs ~= '' then
-    m = tonumber(reqs)
-    if not m or m ~= math.floor(m) or m < 2 or #reqs > 4 then
+    m = string.match(reqs, '^%d+$') and tonumber(reqs)
+    if not m or m < 2 or #reqs > 4 then
       nreq = #reqs
       m = nreq / 16
     end

@@ -79,7 +79,7 @@ local ones = {}
 for u = 1, nunits do
   ones[u] = 1
 end
-local plain = reqs ~= '' and #reqs <= 4 and tonumber(reqs)
+local plain = #reqs <= 4 and string.match(reqs, '^%d+$') and tonumber(reqs)
 if reqs == '0' then
   m = 0
 elseif plain and plain >= 2 and plain == math.floor(plain) then
