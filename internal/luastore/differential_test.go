@@ -239,7 +239,7 @@ func costArgs(c []float64) []any {
 var weird = []string{"nan", "inf", "-inf", "-1", "1e400", "0x10", " 5", "5 ", "", "abc", "1e5", "010", "-0", "1.5", "2^3", "0",
 	"L", "L" + doubles(10), "L" + doubles(math.NaN(), 1), "L" + doubles(10, math.Inf(1)), "L" + doubles(10, 2) + "x",
 	doubles(-1), doubles(-1, 1)[:9], doubles(math.NaN(), 1), doubles(-1, math.Inf(-1)), doubles(-2, 1), doubles(-1, 1, 1),
-	"\xff", "\xd0\x00", "f4 1", "!x 1", "t1:2"}
+	"\xff", "\xd0\x00", "f4 1", "!x 1", "t1:2", "1e1", " 2", "12345"}
 
 // granted is a reservation both sides granted, for a later adjust.
 type granted struct {
@@ -343,8 +343,9 @@ func (w *world) reserveArgs(p policy, share string, more ...any) []any {
 // requests returns Reserve's own arguments, the floor and the requests
 // (little-endian doubles: max_wait_us and a cost per unit each), and the
 // requests' costs. One request of cost 1 with no maximum wait goes as ""
-// or, with no floor, as the common call does: without either argument.
-// Now and then a floor alone ("0": no request).
+// or, with no floor, as the common call does: without either argument;
+// m > 1 such requests now and then as "<m>". Now and then a floor alone
+// ("0": no request).
 func (w *world) requests(p policy) ([]any, [][]float64) {
 	r := w.r
 	m := 1 + r.IntN(3)
@@ -363,7 +364,7 @@ func (w *world) requests(p policy) ([]any, [][]float64) {
 	}
 	costs := make([][]float64, m)
 	var v []float64
-	plain := m == 1
+	plain := true // every request of cost 1, no maximum wait
 	for i := range m {
 		maxWait := -1.0
 		if r.IntN(3) == 0 {
@@ -381,10 +382,12 @@ func (w *world) requests(p policy) ([]any, [][]float64) {
 		plain = plain && maxWait == -1 && !slices.ContainsFunc(costs[i], func(c float64) bool { return c != 1 })
 	}
 	switch {
-	case plain && floor == "" && r.IntN(2) == 0:
+	case plain && m == 1 && floor == "" && r.IntN(2) == 0:
 		return nil, costs
-	case plain && r.IntN(2) == 0:
+	case plain && m == 1 && r.IntN(2) == 0:
 		return []any{floor, ""}, costs
+	case plain && m > 1 && r.IntN(2) == 0:
+		return []any{floor, strconv.Itoa(m)}, costs // "<m>": m plain requests
 	}
 	return []any{floor, doubles(v...)}, costs
 }
