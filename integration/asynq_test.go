@@ -281,6 +281,30 @@ func (c *counter) read(cmd redis.Cmder) {
 	if !ok || rc.Err() != nil {
 		return
 	}
+	if b, ok := rc.Val().(string); ok && script(cmd) == reserveSHA {
+		// reserve.lua's reply, one string of bytes (docs/protocol.md,
+		// Reserve): "<I7HI4" (now_us, now_ns, m), then "<i8i8" (wait_ns,
+		// seq) per request.
+		le := func(s string) uint64 {
+			var v uint64
+			for i := len(s) - 1; i >= 0; i-- {
+				v = v<<8 | uint64(s[i])
+			}
+			return v
+		}
+		if len(b) < 13 {
+			return
+		}
+		m := int(le(b[9:13]))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i := 0; i < m && 13+16*i+16 <= len(b); i++ {
+			if seq := int64(le(b[13+16*i+8 : 13+16*i+16])); seq > 0 {
+				c.counts.moved++
+			}
+		}
+		return
+	}
 	v, ok := rc.Val().([]any)
 	if !ok {
 		return
@@ -301,13 +325,6 @@ func (c *counter) read(cmd redis.Cmder) {
 			}
 			if status == 2 {
 				c.counts.held++
-			}
-		}
-	case reserveSHA:
-		// now_us, now_ns, then (wait_ns, seq) per request (lua/reserve.lua)
-		for i := 3; i < len(v); i += 2 {
-			if seq, _ := v[i].(int64); seq > 0 {
-				c.counts.moved++
 			}
 		}
 	case holdSHA:
