@@ -3,6 +3,7 @@ package reserve
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -26,6 +27,9 @@ import (
 // key up again each time they wake, so a swept keyState is never written.
 type keyState struct {
 	name string
+	// rkeys is Reserve's KEYS for the key (state, stored limit, shadow),
+	// made at its first reservation and never changed.
+	rkeys atomic.Pointer[[]string]
 
 	mu   sync.Mutex
 	used time.Time // the last call on the key (system clock)

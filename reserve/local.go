@@ -419,18 +419,26 @@ func (l *Limiter) pauseLocal(ctx context.Context, key string, s *spec, d time.Du
 // whose TIME is the server's clock as estimated (serverNow); with a client
 // clock, the now the script was given.
 func (l *Limiter) localBase(now time.Time, reply []any) (replyTime, error) {
+	if len(reply) < 2 {
+		return replyTime{}, errors.New("bad reply time")
+	}
 	us, ok1 := reply[0].(int64)
 	ns, ok2 := reply[1].(int64)
 	if !ok1 || !ok2 {
 		return replyTime{}, errors.New("bad reply time")
 	}
-	b := replyTime{serverNS: us*1000 + ns, local: now}
+	return l.localBaseNS(now, us*1000+ns), nil
+}
+
+// localBaseNS is localBase for a script of the store that ran at serverNS.
+func (l *Limiter) localBaseNS(now time.Time, serverNS int64) replyTime {
+	b := replyTime{serverNS: serverNS, local: now}
 	if l.serverTime {
 		// The store read the server's clock as estimated (serverNow): the
 		// same estimate places the instant back on the local clock.
 		b.local = l.sync.localOf(b.serverNS)
 	}
-	return b, nil
+	return b
 }
 
 // adjustLocal cancels or settles a reservation the store granted and

@@ -138,12 +138,10 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 // the local fallback's store, and applies what it shows of the key to the
 // key's state: from Redis, the state and stored limit, the pause, the
 // refusals and the slots granted; from the store, its latest slot.
-func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, res any, out []result, local bool) error {
+func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, reply reserveReply, out []result, local bool) error {
 	op, key := reqs[0].op, ks.name
-	b, _ := res.(string)
-	reply, ok := decodeReserve(b)
-	if !ok || len(reply.waits) != len(reqs) {
-		return replyError(op, key, res)
+	if len(reply.waits) != len(reqs) {
+		return replyError(op, key, reply)
 	}
 	state, stored, bys := reply.state, reply.stored, reply.bys
 	pe := layout.PauseEnd(state)
@@ -157,7 +155,7 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 		waitNS, seq := reply.waits[i], reply.seqs[i]
 		band, rest, ok := nextBinding(bys)
 		if !ok {
-			return replyError(op, key, res)
+			return replyError(op, key, reply)
 		}
 		bys = rest
 		switch {
@@ -208,6 +206,9 @@ type reserveReply struct {
 	state, stored string
 	bys           string
 }
+
+// serverNS is when the script ran, Unix ns on its clock.
+func (r reserveReply) serverNS() int64 { return r.nowUS*1000 + r.nowNS }
 
 // decodeReserve reads reserve.lua's reply (lua/reserve.lua: "<I7HI4", then
 // "<i8i8" per request, then the state and the stored limit each after its
@@ -284,18 +285,27 @@ func (l *Limiter) replyBase(now time.Time, reply []any) (replyTime, error) {
 // replyBaseAt is replyBase for a call sent at sent whose reply arrived at
 // recv. With a client clock, sent is the now the script was given.
 func (l *Limiter) replyBaseAt(sent, recv time.Time, reply []any) (replyTime, error) {
+	if len(reply) < 2 {
+		return replyTime{}, errors.New("bad reply time")
+	}
 	us, ok1 := reply[0].(int64)
 	ns, ok2 := reply[1].(int64)
 	if !ok1 || !ok2 {
 		return replyTime{}, errors.New("bad reply time")
 	}
-	b := replyTime{serverNS: us*1000 + ns, local: sent}
+	return l.baseAt(sent, recv, us*1000+ns), nil
+}
+
+// baseAt is replyBaseAt for a script that ran at serverNS (Unix ns on its
+// clock).
+func (l *Limiter) baseAt(sent, recv time.Time, serverNS int64) replyTime {
+	b := replyTime{serverNS: serverNS, local: sent}
 	if l.serverTime {
 		// The script measured waits from its own TIME: place that instant
 		// on the local clock (see MaxEarly).
 		b.local = l.sync.place(b.serverNS, sent, recv)
 	}
-	return b, nil
+	return b
 }
 
 // replyTime is when a script ran: on the server's clock (Unix ns), and on

@@ -114,21 +114,20 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	args = append(args, fairArgs...)
 	floorAt := len(args)
 	args = append(args, "", l.requestsArg(reqs))
-	keys, script := l.keys(key, ":shadow"), reserveScript
+	ks := l.states.get(key)
+	keys, script := ks.reserveKeys(l), reserveScript
 	if fairArgs != nil {
 		keys, script = l.keys(key, fairKeys...), l.fairScriptOf()
 	}
-	ks := l.states.get(key)
 	if local {
 		ks.mu.Lock()
 		res, err := l.runLocal(ctx, reqs[0].op, ks, s, script, keys, args, shareArg)
 		ks.mu.Unlock()
 		if err == nil {
-			base, berr := l.localBase(now, replyHead(res))
-			if berr != nil {
-				err = replyError(reqs[0].op, key, res)
+			if rr, ok := decodeReserveReply(res); ok {
+				err = l.parseReserve(l.localBaseNS(now, rr.serverNS()), time.Time{}, ks, s, reqs, rr, out, true)
 			} else {
-				err = l.parseReserve(base, time.Time{}, ks, s, reqs, res, out, true)
+				err = replyError(reqs[0].op, key, res)
 			}
 		}
 		if err != nil {
@@ -182,7 +181,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		orphans := make([]result, len(reqs))
-		if base, err := l.replyBaseAt(sent, recv, replyHead(res)); err == nil && l.parseReserve(base, sentReal, ks, s, reqs, res, orphans, false) == nil {
+		if rr, ok := decodeReserveReply(res); ok && l.parseReserve(l.baseAt(sent, recv, rr.serverNS()), sentReal, ks, s, reqs, rr, orphans, false) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -199,18 +198,26 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		ks.mu.Unlock()
 	}
 	if err == nil {
-		var base replyTime
-		base, err = l.replyBaseAt(sent, recv, replyHead(res))
-		if err != nil {
-			err = replyError(reqs[0].op, key, res)
+		if rr, ok := decodeReserveReply(res); ok {
+			err = l.parseReserve(l.baseAt(sent, recv, rr.serverNS()), sentReal, ks, s, reqs, rr, out, false)
 		} else {
-			err = l.parseReserve(base, sentReal, ks, s, reqs, res, out, false)
+			err = replyError(reqs[0].op, key, res)
 		}
 	}
 	if err != nil {
 		return fail(err)
 	}
 	return out
+}
+
+// reserveKeys is reserve.lua's KEYS for the key, made once.
+func (ks *keyState) reserveKeys(l *Limiter) []string {
+	if k := ks.rkeys.Load(); k != nil {
+		return *k
+	}
+	k := l.keys(ks.name, ":shadow")
+	ks.rkeys.Store(&k)
+	return k
 }
 
 // lostHorizon is core.lua's lost key's horizon (in ARGV[2]): the slots
@@ -246,19 +253,13 @@ func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
 	return args
 }
 
-// replyHead returns a reply as a list whose first two entries are the
-// now_us, now_ns that begin every granting script's reply (reserve.lua's
-// binary reply: those two alone), nil if it is not one.
-func replyHead(res any) []any {
-	if b, ok := res.(string); ok {
-		r, ok := decodeReserve(b)
-		if !ok {
-			return nil
-		}
-		return []any{r.nowUS, r.nowNS}
+// decodeReserveReply decodes reserve.lua's reply (one string of bytes).
+func decodeReserveReply(res any) (reserveReply, bool) {
+	b, ok := res.(string)
+	if !ok {
+		return reserveReply{}, false
 	}
-	reply, _ := res.([]any)
-	return reply
+	return decodeReserve(b)
 }
 
 // requestsArg returns reserve.lua's requests argument for reqs: "" for one

@@ -57,6 +57,14 @@ func (p *Policy) UnmarshalText(text []byte) error {
 
 // storedText returns s in the stored text form.
 func (s *spec) storedText() string {
+	if s.stored != "" {
+		return s.stored
+	}
+	return s.storedForm()
+}
+
+// storedForm builds storedText's text.
+func (s *spec) storedForm() string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(len(s.bands)))
 	for _, band := range s.bands {

@@ -122,6 +122,9 @@ func Policies(prefix string) string { return prefix + "{limiters}:policies" }
 // PACER_* code, or Redis's own: LOADING, OOM, ...); ok is false for other
 // errors (connections refused or reset, timeouts, a closed pool).
 func ErrorCode(err error) (code string, ok bool) {
+	if err == nil {
+		return "", false
+	}
 	var reply redis.Error
 	if !errors.As(err, &reply) || isNetError(err) {
 		return "", false

@@ -248,6 +248,15 @@ func Queue(state string) int64 {
 // LastEvent returns the latest slot a state's buckets record (their last
 // events: the latest slot granted on them), Unix ns; 0 if none.
 func LastEvent(state string) int64 {
+	if StateFormat(state) == 3 {
+		// A Limit's forms from the head alone: every reply is read.
+		if t, _, _, _, _, _, e, limit, _, ok := head3(state); ok && limit {
+			if e <= 0 {
+				return 0
+			}
+			return t*1000 + int64(math.Ceil(e))
+		}
+	}
 	st, err := ParseState(state)
 	if err != nil {
 		return 0
