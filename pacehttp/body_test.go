@@ -206,19 +206,30 @@ func TestBodyWaits(t *testing.T) {
 }
 
 // TestBodyDailyCapped: a quota per day's pause is cut to MaxWait (1 h by
-// default), and says so in the log.
+// default), and says so in the log. The day resets in a zone where it is
+// noon now, so the day's end is 12 h away whatever the hour the test runs
+// at (in Pacific time it is less than MaxWait away for an hour a day).
 func TestBodyDailyCapped(t *testing.T) {
 	ls := fleet(t, 1)
 	srv := newServer(t, refusal(googleBody(perDay, "43s"), nil))
 	var logs syncbuf.Buffer
 	c := &http.Client{Transport: transport(t, ls[0], pacehttp.Options{Limit: fast, MaxRetries: -1,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})}
+		DailyReset: noonZone(time.Now()),
+		Logger:     slog.New(slog.NewTextHandler(&logs, nil))})}
 	resp, err := c.Get(srv.URL)
 	require.NoError(t, err)
 	resp.Body.Close()
 	p := paused(t, ls[0], srv.URL)
 	assert.True(t, p > 59*time.Minute && p <= time.Hour, "paused %v", p)
 	assert.Contains(t, logs.String(), "longer wait than MaxWait")
+}
+
+// noonZone returns a fixed zone in which now is between noon and one
+// o'clock.
+func noonZone(now time.Time) *time.Location {
+	u := now.UTC()
+	h := 12 - u.Hour() // noon's offset from UTC's hour, -11..12
+	return time.FixedZone("noon", h*3600)
 }
 
 // TestInsufficientQuota: OpenAI's insufficient_quota is no rate limit: the
