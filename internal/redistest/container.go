@@ -25,6 +25,12 @@ const (
 	// launchTimeout bounds the start of a launcher (see package
 	// internal/launcher): the go command may build it first.
 	launchTimeout = 5 * time.Minute
+	// containerReady bounds the wait for a new container's published port
+	// to answer PING. Redis has logged "Ready to accept connections" by
+	// then, but Docker's proxy on the host port may still answer EOF for a
+	// while: CI saw the first six containers of a run, started together
+	// on a fresh dockerd, answer EOF through go-redis's retries.
+	containerReady = 30 * time.Second
 )
 
 // dockerProbeResult caches whether a Docker engine answered, once per test
@@ -176,11 +182,33 @@ func newContainer(t testing.TB) *Server {
 	}
 	opts := &redis.Options{Addr: c.First}
 	report(t, SourceContainer, "server", c.First)
+	if err := awaitPing(opts, containerReady); err != nil {
+		t.Fatalf("redistest: PING %s (from testcontainers %s) for %v: %v", c.First, containerImage, containerReady, err)
+	}
 	return &Server{
 		Addr:   c.First,
 		URL:    "redis://" + c.First + "/0",
 		Source: SourceContainer,
 		Client: newClient(t, opts, "testcontainers "+containerImage),
 		opts:   opts,
+	}
+}
+
+// awaitPing sends PING to opts.Addr until it is answered, for at most d,
+// and returns the last error if it never is.
+func awaitPing(opts *redis.Options, d time.Duration) error {
+	o := *opts
+	o.MaxRetries = -1
+	c := redis.NewClient(&o)
+	defer c.Close()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
