@@ -167,8 +167,11 @@ func checkFairBucket(t testing.TB, grants []simGrant, rate float64, burst int) {
 	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
 	for i := range slots {
 		for j := i + burst; j < len(slots) && j < i+burst+50; j++ {
-			allowed := float64(burst) + rate*slots[j].Sub(slots[i]).Seconds() + 1e-6
-			require.LessOrEqualf(t, float64(j-i+1), allowed, "slots %d..%d (%v to %v) over the limit", i, j, slots[i], slots[j])
+			// require only on a failure: called for each of the ~50,000
+			// pairs, it took about 6% of a simulation's CPU under -race.
+			if allowed := float64(burst) + rate*slots[j].Sub(slots[i]).Seconds() + 1e-6; float64(j-i+1) > allowed {
+				require.LessOrEqualf(t, float64(j-i+1), allowed, "slots %d..%d (%v to %v) over the limit", i, j, slots[i], slots[j])
+			}
 		}
 	}
 }
