@@ -7,10 +7,12 @@
 // A launcher prints one line, the address it serves (or "unavailable:
 // <why>"), then answers each command line written to its stdin with one
 // line, "ok" or "error: <why>", and exits when its stdin closes. Each is
-// run with `go run` from the testkit module's directory, which this package
-// finds from its own source file. The go command builds a launcher on its
-// first use (about a minute for rediscontainer on a fresh machine; .ci/run
-// builds them before the tests) and caches the program after that.
+// built and run with `go run` from the testkit module's directory, which
+// this package finds from its own source file. The go command builds a
+// launcher on its first use (about a minute for rediscontainer on a fresh
+// machine; .ci/run builds them before the tests) and keeps the program in
+// its build cache; a test process asks it where once per launcher, and
+// runs the program from there after that (see program).
 package launcher
 
 import (
@@ -83,7 +85,11 @@ func Start(ctx context.Context, name string, args ...string) (*Child, error) {
 	c := &Child{name: name, lines: make(chan string, 16), done: make(chan struct{})}
 	life, cancel := context.WithCancel(context.Background()) // not ctx: it bounds the start only
 	c.cancel = cancel
-	c.cmd = exec.CommandContext(life, goBin, append([]string{"run", "./cmd/" + name}, args...)...)
+	if bin := program(ctx, goBin, dir, name); bin != "" {
+		c.cmd = exec.CommandContext(life, bin, args...)
+	} else {
+		c.cmd = exec.CommandContext(life, goBin, append([]string{"run", "./cmd/" + name}, args...)...)
+	}
 	c.cmd.Dir = dir
 	c.cmd.Stderr = &c.stderr
 	procgroup.Own(c.cmd)
@@ -122,6 +128,55 @@ func Start(ctx context.Context, name string, args ...string) (*Child, error) {
 		c.kill()
 		return nil, fmt.Errorf("launcher: %s printed nothing before %w:\n%s", name, ctx.Err(), c.Stderr())
 	}
+}
+
+// programs holds, by name, where each launcher's program is once program
+// has found it in this process.
+var programs = struct {
+	sync.Mutex
+	m map[string]*found
+}{m: map[string]*found{}}
+
+type found struct {
+	sync.Mutex // held while the go command looks: one look per launcher
+	path       string
+}
+
+// program returns the path of launcher name's program in the go command's
+// build cache, or "" if it cannot tell: Start then runs the launcher with
+// `go run`. `go run -exec echo ./cmd/<name>` builds the program if need be
+// and prints where it is instead of running it: since Go 1.24, go run
+// keeps the programs it builds in the build cache, under their content's
+// hash, and they stay there. It is asked once per process and launcher: a
+// go run costs about 0.3 s of CPU for the go command to check that the
+// build is up to date, and seconds on a loaded machine, and a test binary
+// starts launchers dozens of times (each example of package reserve starts
+// a miniredis).
+func program(ctx context.Context, goBin, dir, name string) string {
+	programs.Lock()
+	f := programs.m[name]
+	if f == nil {
+		f = &found{}
+		programs.m[name] = f
+	}
+	programs.Unlock()
+	f.Lock()
+	defer f.Unlock()
+	if f.path != "" {
+		return f.path
+	}
+	cmd := exec.CommandContext(ctx, goBin, "run", "-exec", "echo", "./cmd/"+name)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	p := strings.TrimSpace(string(out))
+	if err != nil || !filepath.IsAbs(p) {
+		return "" // go run says why, from Start
+	}
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return "" // a Go that removes the program when go run exits
+	}
+	f.path = p
+	return p
 }
 
 // Do sends one command line to the launcher and returns its answer's error.

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,23 @@ func TestStartTimeout(t *testing.T) {
 	cancel()
 	if _, err := Start(short, "miniredis"); err == nil || !strings.Contains(err.Error(), "printed nothing") {
 		t.Errorf("Start with an ended context = %v, want an error", err)
+	}
+}
+
+// TestProgramFromCache: a launcher runs as the program the go command
+// built and keeps in its build cache, found once per process, not through
+// `go run` at each start.
+func TestProgramFromCache(t *testing.T) {
+	for range 2 {
+		c, err := Start(ctx(t), "miniredis")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := filepath.Base(c.cmd.Path); got != "miniredis" {
+			t.Errorf("the launcher ran as %s %q, want the miniredis program itself", c.cmd.Path, c.cmd.Args)
+		}
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }
