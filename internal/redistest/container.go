@@ -56,7 +56,7 @@ func containerRequired() bool { return os.Getenv("REDISTEST_DOCKER") == "require
 // probeDocker first checks, with nothing but the standard library, that a
 // Docker engine answers where testcontainers-go would look for one; only
 // then does it ask testcontainers-go itself (internal/testkit's
-// rediscontainer -probe), which costs a go run.
+// rediscontainer -probe), which costs a child process.
 func probeDocker() error {
 	if err := pingDocker(); err != nil {
 		return err

@@ -48,8 +48,9 @@
 // move time with FastForward, or that run on what the examples embed.
 //
 // The container, the proxy and miniredis run in child processes: launchers
-// of the internal/testkit module, which package internal/launcher runs with
-// `go run`. This module's go.mod so lists neither testcontainers-go nor
+// of the internal/testkit module, which package internal/launcher builds
+// with `go run` and runs from the go command's build cache. This module's
+// go.mod so lists neither testcontainers-go nor
 // Toxiproxy nor miniredis.
 //
 // Where each server came from is logged (go test -v), and, when the
