@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +26,29 @@ import (
 // and golang.org/x/time/rate with as many goroutines in one process at the
 // same limit, the machine's floor. Steal time over the phase ends it.
 
-// waitRates are the limits of the waitrate phase (burst 1).
+// waitRates are the limits of the waitrate phase (burst 1), unless
+// waitRatesEnv names others ("200000" or "50000,200000"), for a quicker
+// look at one.
 var waitRates = []float64{50_000, 200_000}
+
+const waitRatesEnv = "PACERBENCH_WAITRATE_RATES"
+
+// phaseRates returns waitRates, or those waitRatesEnv names.
+func phaseRates() ([]float64, error) {
+	env := os.Getenv(waitRatesEnv)
+	if env == "" {
+		return waitRates, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(env, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r <= 0 {
+			return nil, fmt.Errorf("%s=%q: want rates separated by commas", waitRatesEnv, env)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
 
 // waitRow is one row of the waitrate table.
 type waitRow struct {
@@ -37,8 +61,12 @@ type waitRow struct {
 func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(string, ...any)) error {
 	c := b.cfg
 	steal0 := readMachineCPU()
+	rates, err := phaseRates()
+	if err != nil {
+		return err
+	}
 	var rows []waitRow
-	for _, r := range waitRates {
+	for _, r := range rates {
 		for _, v := range []struct {
 			name  string
 			quick bool
@@ -47,8 +75,9 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 			if err != nil {
 				return fmt.Errorf("waitrate %s at %.0f/s: %w", v.name, r, err)
 			}
-			progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%), %d moved, %d granted unused",
-				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions)
+			progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%), %d moved, %d granted unused, %d never granted; CPU per admission: clients %.2f µs, Redis %.2f µs, %.3f Redis calls",
+				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions, int64(r*run.Seconds)-run.Granted,
+				float64(run.ClientCPU.Microseconds())/float64(max(run.Admissions, 1)), run.RedisCPUUse, float64(run.RedisCalls)/float64(max(run.Admissions, 1)))
 			rows = append(rows, waitRow{Rate: r, Variant: v.name, Run: run})
 		}
 		n, secs := rateFloor(c.Procs*leaseGoroutines, rate.NewLimiter(rate.Limit(r), 1), c.Phase)
