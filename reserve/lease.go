@@ -189,8 +189,13 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 		l.retireLease(slot, now)
 	}
 	l.leased.handed.Add(1)
+	// ranNS: the lease's reply showed the key's state as it was when the
+	// lease ran, and stands for a Wait's first pause check when that was
+	// at or after the check's moment (Limiter.replyCovers), as a
+	// reservation's own reply does; a pause this Limiter heard of since
+	// lapsed the slots inside it above.
 	r := &Reservation{lim: l, key: ks.name, spec: s, amounts: req.amounts, at: at, slotNS: ls.slotNS(i), seq: ls.seq0 + int64(i),
-		source: SourceLease}
+		source: SourceLease, ranNS: ls.base.serverNS}
 	if wait > 0 {
 		// A lease's slots are its one bucket's, spaced 1/rate apart.
 		r.band = s.bands[0].name

@@ -553,3 +553,58 @@ func TestLeaseSweep(t *testing.T) {
 	granted, handed, lapsed, held := l.LeaseCounts()
 	require.Equal(t, [4]int64{2051, 0, 2048, 3}, [4]int64{granted, handed, lapsed, held})
 }
+
+// TestLeaseReplyStandsForCheck: a lease's reply stands for a leased Wait's
+// pause check as a reservation's own reply does (Limiter.replyCovers) when
+// the lease ran within PreciseWake of the slot: such Waits read nothing
+// however long after the lease they come (a hot key's sleepers made a GET
+// each half millisecond, which a busy machine's Redis answered late and
+// made them miss their slots). A leased slot further ahead than that (after
+// a pause) is checked with a read. The clock stands still, so no slot
+// lapses and no sleeper is late, however slow the machine.
+func TestLeaseReplyStandsForCheck(t *testing.T) {
+	s := redistest.New(t)
+	c := tunedClient(t, s)
+	h := &keyCommands{mark: "{hotcheck", cmds: map[string][]string{}}
+	c.AddHook(h)
+	clk := fakeclock.New(epoch)
+	l := leaseLimiter(t, c, clk, reserve.Options{})
+	ctx := t.Context()
+	lim := reserve.Limit{Rate: 1e6, Burst: 1}
+	gets := func(key string) int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		n := 0
+		for _, c := range h.cmds[l.RedisKey(key)] {
+			if c == "get" {
+				n++
+			}
+		}
+		return n
+	}
+
+	// The lease's slots are 1 µs apart from its run: all within
+	// PreciseWake of it.
+	_, _, ok, err := l.LeaseSlots(ctx, "hotcheck", lim, 100, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	// Longer than any state seen stands for a check (0.5 ms).
+	time.Sleep(5 * time.Millisecond)
+	for i := range 100 {
+		require.NoError(t, l.Wait(ctx, "hotcheck", lim), "Wait %d", i)
+	}
+	granted, handed, lapsed, _ := l.LeaseCounts()
+	require.Equal(t, [3]int64{100, 100, 0}, [3]int64{granted, handed, lapsed})
+	require.Zero(t, gets("hotcheck"), "pause reads of leased Waits whose lease ran within PreciseWake of their slots")
+
+	// After a pause of 300 ms the lease's slots lie 300 ms after its run:
+	// a Wait on one checks the pause with a read.
+	require.NoError(t, l.Pause(ctx, "hotcheck2", 300*time.Millisecond))
+	_, _, ok, err = l.LeaseSlots(ctx, "hotcheck2", lim, 10, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	time.Sleep(5 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
+	require.NoError(t, l.Wait(ctx, "hotcheck2", lim))
+	require.Equal(t, 1, gets("hotcheck2"), "pause reads of a leased Wait 300 ms after its lease ran")
+}
