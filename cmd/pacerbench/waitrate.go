@@ -20,11 +20,14 @@ import (
 // {Wait} on one key, burst 1, at each of waitRates, for c.Phase; a Wait
 // returning nil is an admission. It prints, per rate, admissions per second
 // as a share of the rate, the sleepers that took a fresh slot (woke too
-// late, Metrics.Moved), and the slots the key granted that nobody used
-// (the key's last number less the admissions), for pacer with the tuned
-// client and with the client exactly as README's quick start builds it;
-// and golang.org/x/time/rate with as many goroutines in one process at the
-// same limit, the machine's floor. Steal time over the phase ends it.
+// late, Metrics.Moved), the slots the key granted that nobody used (the
+// key's last number less the admissions), the slots it never granted (the
+// rate times the run less its last number: the key's queue ran dry), and
+// the clients' and Redis's CPU and the Redis calls per admission, for pacer
+// with the tuned client and with the client exactly as README's quick start
+// builds it; and golang.org/x/time/rate with as many goroutines in one
+// process at the same limit, the machine's floor. Steal time over the phase
+// ends it.
 
 // waitRates are the limits of the waitrate phase (burst 1), unless
 // waitRatesEnv names others ("200000" or "50000,200000"), for a quicker
@@ -86,15 +89,17 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 	}
 	steal1 := readMachineCPU()
 	fmt.Fprintf(w, "\n### Wait at high rates (burst 1; %d processes x %d goroutines, %v per run)\n\n", c.Procs, leaseGoroutines, c.Phase)
-	fmt.Fprintln(w, "| rate /s | limiter | admissions/s | share of the rate | moved to a fresh slot | slots granted unused | client CPU µs per admission |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| rate /s | limiter | admissions/s | share of the rate | moved to a fresh slot | slots granted unused | slots never granted | client CPU µs per admission | Redis CPU µs per admission | Redis calls per admission |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		if r.Floor {
-			fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | – | – | – |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate)
+			fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | – | – | – | – | – | – |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate)
 			continue
 		}
-		fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | %d | %d | %.2f |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate,
-			r.Run.Moved, r.Run.Granted-r.Run.Admissions, float64(r.Run.ClientCPU.Microseconds())/float64(max(r.Run.Admissions, 1)))
+		adm := float64(max(r.Run.Admissions, 1))
+		fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | %d | %d | %d | %.2f | %.2f | %.3f |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate,
+			r.Run.Moved, r.Run.Granted-r.Run.Admissions, max(int64(r.Rate*r.Run.Seconds)-r.Run.Granted, 0),
+			float64(r.Run.ClientCPU.Microseconds())/adm, r.Run.RedisCPUUse, float64(r.Run.RedisCalls)/adm)
 	}
 	if steal0.ok && steal1.ok {
 		steal := time.Duration((steal1.steal - steal0.steal) / ticksPerSecond * float64(time.Second))
