@@ -38,8 +38,9 @@ import (
 // ever happens, at 10M/s up to 10,000), and at most maxLease. The first
 // lease of a key is twice the batch that found it hot; after that the size
 // follows the demand: the slots the last lease handed out over the time it
-// lived, times half the lateness allowance (so a lease is handed out well
-// before its slots lapse).
+// lived, times half the lateness allowance plus how far the key's queue
+// reached at the last reply (the lease's slots start at least that far
+// ahead), so a lease is handed out well before its slots lapse.
 //
 // Hand-out: slots go out in order. A slot that has passed by more than the
 // lateness allowance (Options.MaxLateness if positive, else the default,
@@ -51,10 +52,11 @@ import (
 // caller's maximum wait is checked against its leased slot as against one
 // from Redis.
 //
-// Lapsed slots are capacity lost. A lease lasts at most LeaseSpan of rate,
-// so a key that cools wastes at most one lease, rate × LeaseSpan slots, and
-// so does a process that dies holding one: the rest of the fleet cannot use
-// those slots (their time passes unused), and nothing else is lost.
+// Lapsed slots are capacity lost. The leases a key holds (the live one and
+// the next, fetched ahead) hold at most LeaseSpan of rate together, so a
+// key that cools wastes at most rate × LeaseSpan slots, and so does a
+// process that dies holding them: the rest of the fleet cannot use those
+// slots (their time passes unused), and nothing else is lost.
 //
 // Cancel and Settle of a leased reservation go to Redis as for any other
 // (adjust.lua, by its slot and number). A cancel gives back only what later
@@ -76,13 +78,19 @@ const maxLease = 1 << 16
 const notLeasableFor = time.Second
 
 // leaseSlot is one key and policy's leasing (a field of the key's state,
-// keys.go): its live lease, the size of the next, and when lease.lua last
-// refused it.
+// keys.go): its live lease, the lease fetched ahead to follow it, the size
+// of the next, and when lease.lua last refused it.
 type leaseSlot struct {
-	live      *lease
-	next      int       // the size of the next lease (0: twice the batch that found the key hot)
-	sized     time.Time // when next was set (the Limiter's clock)
-	refusedAt time.Time // lease.lua said "not leasable" then
+	live *lease
+	// ahead is the lease fetched while live still had slots (prefetch):
+	// its slots follow live's, and it goes live when live is spent.
+	ahead     *lease
+	fetching  bool          // a prefetch is on its way
+	fetched   chan struct{} // closed when the last prefetch is done (tests wait on it)
+	next      int           // the size of the next lease (0: twice the batch that found the key hot)
+	demand    float64       // the slots the last lease handed out per second of its life
+	sized     time.Time     // when next was set (the Limiter's clock)
+	refusedAt time.Time     // lease.lua said "not leasable" then
 }
 
 // leaseCounts are a Limiter's leased slots, for tests and figures.
@@ -100,6 +108,7 @@ type lease struct {
 	k, next int     // next: the next slot to hand out
 	lapsed  int
 	allow   time.Duration // the lateness allowance
+	since   time.Time     // when it went live (the Limiter's clock): its demand is counted from then
 }
 
 // slotNS returns slot i on the server's clock (Unix ns): core.lua's grid
@@ -147,30 +156,38 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 	if slot == nil || slot.live == nil {
 		return result{}, false
 	}
-	ls := slot.live
 	now := l.clock.Now()
-	// The earliest slot that may still go out, on the server's clock: not
-	// passed by more than the allowance, not inside a pause known since.
-	nowNS := ls.base.serverNS + int64(now.Sub(ls.base.local))
 	paused := ks.knownPause()
-	oldest := max(nowNS-int64(ls.allow), paused)
-	if ls.slotNS(ls.next) < oldest {
-		// Demand is below the lease's rate, and its next slot has fallen
-		// behind: skip to slots passed by at most half the allowance, so
-		// that the caller's own lateness check (Sleep's, against the same
-		// allowance, a moment later) does not move it to a fresh slot.
-		// Skipping only to the allowance's edge handed out slots about to
-		// pass it, and Sleep moved one Wait in thirteen.
-		fresh := max(nowNS-int64(ls.allow/2), paused)
-		rest := ls.k - ls.next
-		skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= fresh })
-		ls.next += skip
-		ls.lapsed += skip
-		l.leased.lapsed.Add(int64(skip))
-	}
-	if ls.next == ls.k {
-		l.retireLease(slot, now)
-		return result{}, false
+	var ls *lease
+	for {
+		ls = slot.live
+		if ls == nil {
+			return result{}, false
+		}
+		// The earliest slot that may still go out, on the server's clock:
+		// not passed by more than the allowance, not inside a pause known
+		// since.
+		nowNS := ls.base.serverNS + int64(now.Sub(ls.base.local))
+		oldest := max(nowNS-int64(ls.allow), paused)
+		if ls.slotNS(ls.next) < oldest {
+			// Demand is below the lease's rate, and its next slot has
+			// fallen behind: skip to slots passed by at most half the
+			// allowance, so that the caller's own lateness check (Sleep's,
+			// against the same allowance, a moment later) does not move it
+			// to a fresh slot. Skipping only to the allowance's edge handed
+			// out slots about to pass it, and Sleep moved one Wait in
+			// thirteen.
+			fresh := max(nowNS-int64(ls.allow/2), paused)
+			rest := ls.k - ls.next
+			skip := sort.Search(rest, func(j int) bool { return ls.slotNS(ls.next+j) >= fresh })
+			ls.next += skip
+			ls.lapsed += skip
+			l.leased.lapsed.Add(int64(skip))
+		}
+		if ls.next < ls.k {
+			break
+		}
+		l.retireLease(slot, now) // the lease fetched ahead, if any, goes live
 	}
 	i := ls.next
 	at := ls.base.at(ls.slotNS(i))
@@ -188,9 +205,15 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 	if ls.next == ls.k {
 		l.retireLease(slot, now)
 	}
+	l.prefetch(ks, s, slot)
 	l.leased.handed.Add(1)
+	// ranNS: the lease's reply showed the key's state as it was when the
+	// lease ran, and stands for a Wait's first pause check when that was
+	// at or after the check's moment (Limiter.replyCovers), as a
+	// reservation's own reply does; a pause this Limiter heard of since
+	// lapsed the slots inside it above.
 	r := &Reservation{lim: l, key: ks.name, spec: s, amounts: req.amounts, at: at, slotNS: ls.slotNS(i), seq: ls.seq0 + int64(i),
-		source: SourceLease}
+		source: SourceLease, ranNS: ls.base.serverNS}
 	if wait > 0 {
 		// A lease's slots are its one bucket's, spaced 1/rate apart.
 		r.band = s.bands[0].name
@@ -202,7 +225,8 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 // retireLease ends slot's live lease at now (the Limiter's clock), and
 // sizes the next from its use: the demand it saw (slots handed out over the
 // time it lived) times half the lateness allowance, so that the next lease
-// is handed out well before its slots lapse. The key's lock is held.
+// is handed out well before its slots lapse. The lease fetched ahead, if
+// any, goes live. The key's lock is held.
 func (l *Limiter) retireLease(slot *leaseSlot, now time.Time) {
 	ls := slot.live
 	if ls == nil {
@@ -214,45 +238,121 @@ func (l *Limiter) retireLease(slot *leaseSlot, now time.Time) {
 		ls.next = ls.k
 		l.leased.lapsed.Add(int64(rest))
 	}
-	lived := max(now.Sub(ls.base.local), time.Microsecond)
-	next := int(min(float64(ls.k-ls.lapsed)*float64(ls.allow/2)/float64(lived), maxLease))
+	lived := max(now.Sub(ls.since), time.Microsecond)
+	slot.demand = float64(ls.k-ls.lapsed) / lived.Seconds()
+	next := int(min(slot.demand*(ls.allow/2).Seconds(), maxLease))
 	slot.next, slot.sized = max(next, 2), now
+	if ahead := slot.ahead; ahead != nil {
+		slot.live, slot.ahead = ahead, nil
+		ahead.since = now
+	}
 }
 
-// dropLeases lets every lease on the key lapse (this Limiter paused the
-// key: the leased slots may lie inside the pause). The key's lock is held.
+// dropLeases lets every lease on the key lapse, the live ones and those
+// fetched ahead (this Limiter paused the key: the leased slots may lie
+// inside the pause). The key's lock is held.
 func (l *Limiter) dropLeases(ks *keyState) {
 	for _, slot := range ks.leases {
-		if ls := slot.live; ls != nil {
-			l.retireLease(slot, ls.base.local.Add(ls.allow))
+		for slot.live != nil {
+			ls := slot.live
+			l.retireLease(slot, ls.since.Add(ls.allow))
 		}
 	}
+}
+
+// Prefetch: a caller that takes a slot from the second half of a live
+// lease starts the next lease's call, when no call for the key and policy
+// is in flight, so that the callers who come after the last slot find the
+// next lease there instead of waiting for a round trip, and no lone
+// caller's call (one slot) comes between two leases. Redis grants its
+// slots after the live lease's, so they go out after them, in order. The
+// call holds the key's queue (batch.go) as any call does: callers who
+// find both leases spent wait for it, and it serves them when it returns.
+// The lease fetched ahead and the live one's rest hold at most LeaseSpan of
+// the rate together, as one lease does.
+
+// prefetch starts the call for the lease to follow slot's live one, if it
+// is due (see Prefetch), and sizes it now: as the demand asks (as large as
+// the live one before any demand is measured), and with the live one's
+// rest at most LeaseSpan of the rate, as a lease alone is. The key's lock
+// is held.
+func (l *Limiter) prefetch(ks *keyState, s *spec, slot *leaseSlot) {
+	ls := slot.live
+	if ls == nil || slot.ahead != nil || slot.fetching || 2*(ls.k-ls.next) > ls.k || l.noPrefetch {
+		return
+	}
+	if _, busy := ks.queues[s.sig]; busy || ks.local != nil {
+		return
+	}
+	nowNS, _ := l.serverNow()
+	size := l.sizeLocked(ks, s, nowNS, ls.k, 2, ls.k-ls.next)
+	if size < 2 {
+		return
+	}
+	slot.fetching, slot.fetched = true, make(chan struct{})
+	ks.setQueue(s.sig, &queue{spec: s})
+	go l.fetchAhead(ks, s, size, slot.fetched)
+}
+
+// fetchAhead runs the prefetch's call (on no caller's context, bounded by
+// CallTimeout like a drain's), then serves the callers who queued
+// meanwhile.
+func (l *Limiter) fetchAhead(ks *keyState, s *spec, size int, done chan struct{}) {
+	defer close(done)
+	if !l.isDegraded() && !l.hasLocal(ks.name) {
+		// An error is the next call's to meet: the callers who queued
+		// take the normal way (drain), a fallback included.
+		_, _ = l.newLease(context.Background(), ks.name, s, size, true)
+	}
+	ks.mu.Lock()
+	if slot := ks.leases[s.sig]; slot != nil {
+		slot.fetching = false
+	}
+	ks.mu.Unlock()
+	l.handOff(ks, s.sig)
 }
 
 // leaseSize returns how many slots a lease for the key's policy s should
 // have when a batch of n found it hot; below 2, none.
 func (l *Limiter) leaseSize(key string, s *spec, n int) int {
-	if l.opts.LeaseSpan <= 0 || !s.single {
-		return 0
-	}
-	span := s.bands[0].rate * l.fleet.rateShare() * l.opts.LeaseSpan.Seconds()
-	if span < 2 {
-		return 0
-	}
+	nowNS, _ := l.serverNow()
 	ks := l.states.get(key)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
+	return l.sizeLocked(ks, s, nowNS, 2*n, n, 0)
+}
+
+// sizeLocked returns how many slots a lease for the key's policy s should
+// have at nowNS (server clock): first before any demand is measured, then
+// as the demand asks (see Sizing); at least least, and with held slots
+// already leased, at most LeaseSpan of the rate and maxLease. Below 2, or
+// lease.lua refused the key lately: 0. ks.mu is held.
+func (l *Limiter) sizeLocked(ks *keyState, s *spec, nowNS int64, first, least, held int) int {
+	if l.opts.LeaseSpan <= 0 || !s.single {
+		return 0
+	}
+	span := min(s.bands[0].rate*l.fleet.rateShare()*l.opts.LeaseSpan.Seconds(), maxLease) - float64(held)
+	if span < 2 {
+		return 0
+	}
 	slot := ks.leases[s.sig]
-	want := 2 * n
+	want := first
 	if slot != nil {
 		if !slot.refusedAt.IsZero() && time.Since(slot.refusedAt) < notLeasableFor {
 			return 0
 		}
 		if slot.next > 0 {
 			want = slot.next
+			if queue := ks.ahead - nowNS; queue > 0 {
+				// The key's queue reaches queue ahead (as the last reply
+				// showed it): the lease's first slot lies at least that far
+				// ahead, and its slots may be handed out over that much
+				// longer before they lapse.
+				want += int(math.Round(min(slot.demand*time.Duration(queue).Seconds(), maxLease)))
+			}
 		}
 	}
-	return int(min(float64(max(want, n)), span, maxLease))
+	return int(min(float64(max(want, least)), span))
 }
 
 // leaseBatch serves reqs, a hot key's batch, from a new lease, and the
@@ -267,7 +367,7 @@ func (l *Limiter) leaseBatch(ctx context.Context, key string, s *spec, reqs []*r
 	if l.hasLocal(key) {
 		return l.reserveBatch(ctx, key, s, reqs)
 	}
-	ls, err := l.newLease(ctx, key, s, size)
+	ls, err := l.newLease(ctx, key, s, size, false)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 			return l.grantBatch(ctx, key, s, reqs, nil, true)
@@ -302,8 +402,10 @@ func (l *Limiter) leaseBatch(ctx context.Context, key string, s *spec, reqs []*r
 }
 
 // newLease runs lease.lua for size slots of the key's policy s and
-// installs the lease; nil without error when the key is not leasable.
-func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (*lease, error) {
+// installs the lease: to follow the live one when ahead (a prefetch) and
+// the live one still has slots, else as the live one (the live one's rest
+// lapses); nil without error when the key is not leasable.
+func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int, ahead bool) (*lease, error) {
 	now := l.clock.Now()
 	args, err := l.grantArgs(key, now, s, 2)
 	if err != nil {
@@ -349,10 +451,16 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int) (
 		slot.refusedAt = time.Now()
 		return nil, nil
 	}
-	l.retireLease(slot, ls.base.local)
-	slot.live = ls
 	l.leased.granted.Add(int64(ls.k))
 	ks.noteAhead(ls.last)
+	if live := slot.live; ahead && live != nil && live.next < live.k && slot.ahead == nil {
+		slot.ahead = ls
+		return ls, nil
+	}
+	for slot.live != nil {
+		l.retireLease(slot, ls.base.local)
+	}
+	slot.live, ls.since = ls, ls.base.local
 	return ls, nil
 }
 

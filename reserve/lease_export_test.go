@@ -15,7 +15,7 @@ func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, 
 	if err != nil {
 		return nil, nil, false, err
 	}
-	ls, err := l.newLease(ctx, key, s, k)
+	ls, err := l.newLease(ctx, key, s, k, false)
 	if err != nil || ls == nil {
 		return nil, nil, false, err
 	}
@@ -38,8 +38,10 @@ func (l *Limiter) LeaseCounts() (granted, handed, lapsed, held int64) {
 	for _, ks := range l.states.all() {
 		ks.mu.Lock()
 		for _, slot := range ks.leases {
-			if ls := slot.live; ls != nil {
-				held += int64(ls.k - ls.next)
+			for _, ls := range []*lease{slot.live, slot.ahead} {
+				if ls != nil {
+					held += int64(ls.k - ls.next)
+				}
 			}
 		}
 		ks.mu.Unlock()
@@ -69,4 +71,27 @@ func SeqOf(r *Reservation) int64 {
 func StateSeq(state string) (int64, error) {
 	st, err := layout.ParseState(state)
 	return st.Seq, err
+}
+
+// NoPrefetch turns off fetching leases ahead, for tests of the hand-out's
+// arithmetic.
+func NoPrefetch(l *Limiter) { l.noPrefetch = true }
+
+// AwaitPrefetch waits until the call of the last lease fetched ahead on
+// key for lim (if any) has returned, for tests.
+func (l *Limiter) AwaitPrefetch(key string, lim Limit) {
+	s, err := l.specOf(lim)
+	if err != nil {
+		return
+	}
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	var done chan struct{}
+	if slot := ks.leases[s.sig]; slot != nil {
+		done = slot.fetched
+	}
+	ks.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }

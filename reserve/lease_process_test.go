@@ -71,6 +71,7 @@ func leaseChild(s childSpec) error {
 		})
 	}
 	wg.Wait()
+	l.AwaitPrefetch("shared", lim) // a lease fetched ahead by the last hand-outs
 	granted, handed, lapsed, held := l.LeaseCounts()
 	// The key's last number, once every process's calls have returned
 	// (read before the key expires, a second after its last write).

@@ -242,11 +242,18 @@ func TestLeaseHandOut(t *testing.T) {
 			require.Equal(t, seqs[i], reserve.SeqOf(r), "hand-out %d", i)
 			require.Equal(t, time.Duration(slots[i]-epoch.UnixNano()), r.Delay(), "hand-out %d: delay", i)
 		}
-		require.Equal(t, calls, g.scripts.Load(), "the hand-outs called Redis")
+		// The hand-out of the lease's second half fetched the next lease
+		// (as large: no demand measured yet), one call; none else.
+		l.AwaitPrefetch("k", lim)
+		require.Equal(t, calls+1, g.scripts.Load(), "the hand-outs' calls to Redis")
 		granted, handed, lapsed, held := l.LeaseCounts()
-		require.Equal(t, [4]int64{100, 100, 0, 0}, [4]int64{granted, handed, lapsed, held})
+		require.Equal(t, [4]int64{200, 100, 0, 100}, [4]int64{granted, handed, lapsed, held})
+		// The lease fetched ahead follows the first: the next reservation
+		// is the 101st unit reservation's, from it, with no call.
 		want := reserveSlots(t, l, "twin", lim, 101)
+		calls = g.scripts.Load()
 		require.Equal(t, want[100], reserveSlots(t, l, "k", lim, 1)[0], "the reservation after the lease")
+		require.Equal(t, calls, g.scripts.Load(), "the reservation after the lease called Redis")
 	})
 
 	t.Run("lapse", func(t *testing.T) {
@@ -336,7 +343,9 @@ func TestLeaseSize(t *testing.T) {
 	s := redistest.New(t)
 	c := s.NewClient(t)
 	clk := fakeclock.New(epoch)
-	l := leaseLimiter(t, c, clk, reserve.Options{})
+	prefix := redistest.Prefix(t)
+	l := leaseLimiter(t, c, clk, reserve.Options{KeyPrefix: prefix})
+	reserve.NoPrefetch(l) // each lease here is the test's
 	ctx := t.Context()
 	require.Zero(t, l.LeaseSize("k", reserve.Limit{Rate: 500, Burst: 1}, 64), "500/s, span 1 ms")
 	require.Zero(t, l.LeaseSize("k", reserve.Limit{Rate: 1999, Burst: 1}, 64), "1999/s, span 1 ms")
@@ -368,6 +377,17 @@ func TestLeaseSize(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 16, l.LeaseSize("k", lim, 16), "after 30 in 2 ms (7), at least the batch")
 	require.Equal(t, 7, l.LeaseSize("k", lim, 4), "after 30 in 2 ms")
+
+	// The key's queue reaches 2 ms ahead (another process paused it for
+	// 2 ms, and the last reply's slot lies after the pause): a lease's
+	// slots lie that far ahead, and may be handed out over 2 ms more
+	// before they lapse: 15,000/s times 2.5 ms.
+	other := leaseLimiter(t, c, clk, reserve.Options{KeyPrefix: prefix})
+	require.NoError(t, other.Pause(ctx, "k", 2*time.Millisecond))
+	r, err := l.Reserve(ctx, "k", lim)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Millisecond+100*time.Nanosecond, r.Delay(), "the slot after the pause (it ends with an empty bucket)")
+	require.Equal(t, 37, l.LeaseSize("k", lim, 4), "after 30 in 2 ms, the queue 2 ms ahead")
 
 	off := leaseLimiter(t, c, clk, reserve.Options{LeaseSpan: -1})
 	require.Zero(t, off.LeaseSize("k", lim, 256), "LeaseSpan < 0")
@@ -552,4 +572,148 @@ func TestLeaseSweep(t *testing.T) {
 	l.SweepKeys()
 	granted, handed, lapsed, held := l.LeaseCounts()
 	require.Equal(t, [4]int64{2051, 0, 2048, 3}, [4]int64{granted, handed, lapsed, held})
+}
+
+// TestLeaseReplyStandsForCheck: a lease's reply stands for a leased Wait's
+// pause check as a reservation's own reply does (Limiter.replyCovers) when
+// the lease ran within PreciseWake of the slot: such Waits read nothing
+// however long after the lease they come (a hot key's sleepers made a GET
+// each half millisecond, which a busy machine's Redis answered late and
+// made them miss their slots). A leased slot further ahead than that (after
+// a pause) is checked with a read. The clock stands still, so no slot
+// lapses and no sleeper is late, however slow the machine.
+func TestLeaseReplyStandsForCheck(t *testing.T) {
+	s := redistest.New(t)
+	c := tunedClient(t, s)
+	h := &keyCommands{mark: "{hotcheck", cmds: map[string][]string{}}
+	c.AddHook(h)
+	clk := fakeclock.New(epoch)
+	l := leaseLimiter(t, c, clk, reserve.Options{})
+	ctx := t.Context()
+	lim := reserve.Limit{Rate: 1e6, Burst: 1}
+	gets := func(key string) int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		n := 0
+		for _, c := range h.cmds[l.RedisKey(key)] {
+			if c == "get" {
+				n++
+			}
+		}
+		return n
+	}
+
+	// The lease's slots are 1 µs apart from its run: all within
+	// PreciseWake of it.
+	_, _, ok, err := l.LeaseSlots(ctx, "hotcheck", lim, 100, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	// Longer than any state seen stands for a check (0.5 ms).
+	time.Sleep(5 * time.Millisecond)
+	for i := range 100 {
+		require.NoError(t, l.Wait(ctx, "hotcheck", lim), "Wait %d", i)
+	}
+	// (The second half of the lease fetched the next lease ahead: its
+	// reply came after the Waits before it.)
+	_, handed, lapsed, _ := l.LeaseCounts()
+	require.Equal(t, [2]int64{100, 0}, [2]int64{handed, lapsed})
+	require.Zero(t, gets("hotcheck"), "pause reads of leased Waits whose lease ran within PreciseWake of their slots")
+
+	// After a pause of 300 ms the lease's slots lie 300 ms after its run:
+	// a Wait on one checks the pause with a read.
+	require.NoError(t, l.Pause(ctx, "hotcheck2", 300*time.Millisecond))
+	_, _, ok, err = l.LeaseSlots(ctx, "hotcheck2", lim, 10, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	time.Sleep(5 * time.Millisecond)
+	clk.Advance(300 * time.Millisecond)
+	require.NoError(t, l.Wait(ctx, "hotcheck2", lim))
+	require.Equal(t, 1, gets("hotcheck2"), "pause reads of a leased Wait 300 ms after its lease ran")
+}
+
+// TestLeasePrefetch: the hand-out of a lease's second half fetches the
+// next lease, once, with no call in flight: its slots follow the live
+// lease's, and the hand-outs go on from one to the other with no other
+// call and exactly the slots and numbers unit reservations one after the
+// other would have got (on a twin key). A pause this Limiter makes lets
+// both leases lapse. The clock stands still: no slot lapses on a slow
+// machine.
+func TestLeasePrefetch(t *testing.T) {
+	g := &gate{}
+	c := tunedClient(t, redistest.New(t))
+	c.AddHook(g)
+	lim := reserve.Limit{Rate: 1e6, Burst: 1}
+	ctx := t.Context()
+	clk := fakeclock.New(epoch)
+	l := leaseLimiter(t, c, clk, reserve.Options{})
+	want := reserveSlots(t, l, "twin", lim, 20)
+	_, _, ok, err := l.LeaseSlots(ctx, "k", lim, 10, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	calls := g.scripts.Load()
+	reserveK := func(i int) {
+		t.Helper()
+		r, err := l.Reserve(ctx, "k", lim)
+		require.NoError(t, err)
+		slot, ok := reserve.ServerSlot(r)
+		require.True(t, ok)
+		require.Equal(t, want[i], slot, "hand-out %d: the slot of unit reservation %d", i, i)
+		require.Equal(t, int64(i+1), reserve.SeqOf(r), "hand-out %d: its number", i)
+	}
+	for i := range 4 {
+		reserveK(i)
+	}
+	l.AwaitPrefetch("k", lim)
+	require.Equal(t, calls, g.scripts.Load(), "a call before the lease's second half")
+	reserveK(4) // the first of the second half: 5 left
+	l.AwaitPrefetch("k", lim)
+	require.Equal(t, calls+1, g.scripts.Load(), "calls after the first hand-out of the second half")
+	granted, handed, lapsed, held := l.LeaseCounts()
+	require.Equal(t, [4]int64{20, 5, 0, 15}, [4]int64{granted, handed, lapsed, held})
+	for i := 5; i < 10; i++ {
+		reserveK(i) // the live lease's rest: no second fetch while one is ahead
+	}
+	l.AwaitPrefetch("k", lim)
+	require.Equal(t, calls+1, g.scripts.Load(), "calls while a lease was fetched ahead")
+	for i := 10; i < 20; i++ {
+		reserveK(i) // the lease fetched ahead; its second half fetches again
+	}
+	l.AwaitPrefetch("k", lim)
+	require.Equal(t, calls+2, g.scripts.Load(), "calls after the second lease's second half")
+	granted, handed, lapsed, held = l.LeaseCounts()
+	require.Equal(t, int64(20), handed)
+	require.Zero(t, lapsed)
+	require.Equal(t, granted, handed+held)
+
+	// With the live lease's rest, the lease fetched ahead holds at most
+	// LeaseSpan of the rate, as one lease does: at 10,000/s, 10 slots.
+	slow := reserve.Limit{Rate: 1e4, Burst: 1}
+	g0, _, _, h0 := l.LeaseCounts()
+	_, _, ok, err = l.LeaseSlots(ctx, "cap", slow, 10, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for range 5 {
+		_, err := l.Reserve(ctx, "cap", slow)
+		require.NoError(t, err)
+	}
+	l.AwaitPrefetch("cap", slow)
+	g1, _, _, h1 := l.LeaseCounts()
+	require.Equal(t, [2]int64{15, 10}, [2]int64{g1 - g0, h1 - h0}, "leased and held on a key whose span is 10 slots")
+
+	// A pause lets the live lease and the one fetched ahead lapse.
+	granted, handed, lapsed, held = l.LeaseCounts()
+	_, _, ok, err = l.LeaseSlots(ctx, "p", lim, 10, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for range 5 {
+		_, err := l.Reserve(ctx, "p", lim)
+		require.NoError(t, err)
+	}
+	l.AwaitPrefetch("p", lim)
+	_, _, _, heldBefore := l.LeaseCounts()
+	require.Equal(t, held+15, heldBefore, "held on p: the live lease's 5 and 10 fetched ahead")
+	require.NoError(t, l.Pause(ctx, "p", time.Second))
+	_, _, lapsedAfter, heldAfter := l.LeaseCounts()
+	require.Equal(t, held, heldAfter, "held after the pause")
+	require.Equal(t, lapsed+15, lapsedAfter, "lapsed after the pause")
 }

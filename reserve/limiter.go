@@ -56,6 +56,7 @@ type Limiter struct {
 	sleeper wake.Sleeper // 4: the precise timer
 
 	leased         leaseCounts   // slots leased, handed out, lapsed (lease.go)
+	noPrefetch     bool          // leases are not fetched ahead, set by tests (lease_export_test.go)
 	localIDs       atomic.Uint64 // local reservations' numbers
 	droppedAdjusts atomic.Int64  // pending adjustments dropped (over maxPending)
 	fairMutant     *redis.Script // a mutant of the fair script, set by tests (export_test.go)

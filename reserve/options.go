@@ -159,7 +159,9 @@ type Options struct {
 	// exactly those as many one-permit reservations would have had, so
 	// every guarantee on the schedule holds; slots a process does not hand
 	// out in time (or holds when it dies) lapse: at most rate × LeaseSpan
-	// per lease. Only one-permit requests on a single Limit lease, and only
+	// per key (the live lease and the next, fetched ahead before the live
+	// one is spent, together). Only one-permit requests on a single Limit
+	// lease, and only
 	// on a key with no stored limit (see lease.go). Default 1 ms; negative:
 	// no leases.
 	LeaseSpan time.Duration

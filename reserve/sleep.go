@@ -66,9 +66,10 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		at := r.Time()
 		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
-		if poll := l.clock.Now().Add(resumePoll); poll.Before(check) && r.afterPause() {
+		if r.afterPause() && l.clock.Now().Add(resumePoll).Before(check) {
 			// A slot after a pause: look for a resume meanwhile, and wake
 			// at once when one is heard of.
+			poll := l.clock.Now().Add(resumePoll)
 			if _, err := l.sleeper.CoarseOr(ctx, l.localDeadline(poll), l.keyWake(r.key)); err != nil {
 				r.cancelDetached()
 				return 0, err
@@ -223,16 +224,22 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	r.mu.Unlock()
 	end := l.localPauseEnd(r.key)
 	redisEnd := int64(-1) // not read
+	var ks *keyState      // looked up once the read, if any, is in
 	if !local || !l.isDegraded() {
 		var (
 			pe    int64
 			shift resumeShift
 			err   error
 		)
-		if r.takeReplyCheck() {
-			pe, shift = l.seenPause(r.key)
-		} else {
+		if !r.takeReplyCheck() {
 			pe, shift, err = l.readPause(ctx, r.key)
+		}
+		ks = l.states.get(r.key)
+		if err == nil {
+			ks.mu.Lock()
+			// The reply's check, or the read's: the key's state holds it.
+			pe, shift = ks.pause.endNS, ks.pause.shift
+			ks.mu.Unlock()
 		}
 		switch {
 		case err == nil:
@@ -252,7 +259,9 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 		}
 	}
 	nowNS, _ := l.serverNow()
-	ks := l.states.get(r.key)
+	if ks == nil {
+		ks = l.states.get(r.key)
+	}
 	ks.mu.Lock()
 	own, s, again := ks.ownEnd(redisEnd, nowNS, slotNS)
 	ks.mu.Unlock()

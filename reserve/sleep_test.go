@@ -120,3 +120,64 @@ func TestOwnPauseAfterItEnds(t *testing.T) {
 		t.Logf("Sleep: %v; slot %v (was %v), the pause until %v", err, r.Time().Sub(epoch), slot.Sub(epoch), end.Sub(epoch))
 	}
 }
+
+// TestStalledProcessLosesOnlyItsStall: a process whose sleepers all wake
+// late by the same stall (the clock jumps 5.5 ms at once, as when the
+// process is left off the CPU) loses the slots that passed more than
+// MaxLateness before it woke, and no others: those sleepers take fresh
+// slots, each after every slot granted before it (after another process's
+// queue: a mover never fires together with callers that are on time), and
+// the rest fire on their own slots, in order. No rule can keep the lost
+// slots (docs/design.md, "A stalled process"); this one loses no more.
+// The clock is a fake one: the lateness is exact however slow the machine.
+func TestStalledProcessLosesOnlyItsStall(t *testing.T) {
+	s := redistest.New(t)
+	ctx := t.Context()
+	clk := fakeclock.New(epoch)
+	prefix := redistest.Prefix(t)
+	rec := newRecorder()
+	newL := func(m reserve.Metrics) *reserve.Limiter {
+		l, err := reserve.New(s.NewClient(t), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: prefix, FailClosed: true,
+			CallTimeout: 10 * time.Second, Logger: quiet, Metrics: m, LeaseSpan: -1})
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		return l
+	}
+	stalled, other := newL(rec), newL(nil)
+	lim := reserve.Limit{Rate: 1000, Burst: 1} // 1 ms apart: MaxLateness 1 ms
+	var rs []*reserve.Reservation
+	for range 10 { // slots at +0 ... +9 ms
+		r, err := stalled.Reserve(ctx, "k", lim)
+		require.NoError(t, err)
+		rs = append(rs, r)
+	}
+	var others []time.Time
+	for range 5 { // the other process's queue: +10 ... +14 ms
+		r, err := other.Reserve(ctx, "k", lim)
+		require.NoError(t, err)
+		others = append(others, r.Time())
+	}
+	var slots []time.Time
+	for i, r := range rs {
+		require.Equal(t, epoch.Add(time.Duration(i)*time.Millisecond), r.Time(), "slot %d", i)
+		slots = append(slots, r.Time())
+	}
+	clk.Advance(5500 * time.Microsecond) // the stall: +5.5 ms at once
+	before := len(rec.snapshot().moved)
+	var last time.Time // the latest slot a sleeper fired on
+	for i, r := range rs {
+		require.NoError(t, r.Sleep(ctx), "sleeper %d", i)
+		late := epoch.Add(5500 * time.Microsecond).Sub(slots[i])
+		if late > time.Millisecond {
+			assert.True(t, r.Time().After(others[len(others)-1]), "sleeper %d, %v late: a fresh slot %v after the queue granted before (last %v)",
+				i, late, r.Time().Sub(epoch), others[len(others)-1].Sub(epoch))
+			assert.True(t, r.Time().After(last), "sleeper %d: the movers' fresh slots in order", i)
+		} else {
+			assert.Equal(t, slots[i], r.Time(), "sleeper %d, %v late: its own slot", i, late)
+		}
+		last = r.Time()
+	}
+	moved := rec.snapshot().moved[before:]
+	assert.Equal(t, []string{reserve.MovedLate, reserve.MovedLate, reserve.MovedLate, reserve.MovedLate, reserve.MovedLate}, moved,
+		"moved: the sleepers whose slots passed more than MaxLateness before the stall ended (+0 ... +4 ms)")
+}

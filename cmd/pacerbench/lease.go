@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +40,22 @@ import (
 
 // leaseChildEnv carries a lease child's job (see package internal/fleet).
 const leaseChildEnv = "PACERBENCH_LEASE_CHILD"
+
+// Diagnostics of the lease and waitrate phases' children, for whoever
+// looks for where the time goes (they cost the children some CPU: figures
+// taken with them on are not the phase's figures):
+//   - leaseProfileEnv, set to a directory, has each child write a CPU
+//     profile of its run there (lease-<call>-<rate>[-quick]-<index>.pprof),
+//     for go tool pprof;
+//   - leaseTraceEnv, set to anything, has each child trace its Waits
+//     (reserve.Options.Tracer) and print, on stderr, how late they woke,
+//     how late the moved ones were when they moved, in how many distinct
+//     milliseconds the moves fell, and the runtime's scheduling latencies
+//     and GC pauses over the run (runtime/metrics).
+const (
+	leaseProfileEnv = "PACERBENCH_LEASE_PROFILE"
+	leaseTraceEnv   = "PACERBENCH_LEASE_TRACE"
+)
 
 const leaseGoroutines = 64
 
@@ -213,6 +232,9 @@ func (b *bench) jobFleet(ctx context.Context, j leaseJob, d time.Duration) (leas
 	}
 	r := leaseRun{Leases: on, Wait: wait, QuickStart: j.QuickStart, Seconds: d.Seconds(), RedisCPU: time.Duration(u.CPU * float64(time.Second))}
 	for _, ch := range f.Children() {
+		if os.Getenv(leaseTraceEnv) != "" {
+			fmt.Fprintf(os.Stderr, "lease process %d (rate %.0f, wait %v, quick %v):\n%s", ch.Index, j.Rate, j.Wait, j.QuickStart, ch.Stderr())
+		}
 		lines := ch.Lines()
 		js, ok := strings.CutPrefix(lines[len(lines)-1], "end ")
 		var e leaseEnd
@@ -280,6 +302,11 @@ func leaseChild(j leaseJob) error {
 	if j.QuickStart {
 		opts = reserve.Options{RequireRedis: true, Metrics: counts}
 	}
+	var tracer *waitTracer
+	if os.Getenv(leaseTraceEnv) != "" {
+		tracer = newWaitTracer()
+		opts.Tracer, opts.Metrics = tracer, tracedCounts{counts, tracer}
+	}
 	l, err := reserve.New(rdb, opts)
 	if err != nil {
 		return err
@@ -302,6 +329,24 @@ func leaseChild(j leaseJob) error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	if dir := os.Getenv(leaseProfileEnv); dir != "" {
+		name := fmt.Sprintf("lease-%s-%.0f%s-%d.pprof", strings.ToLower(callName(j.Wait)), lim.Rate,
+			map[bool]string{true: "-quick"}[j.QuickStart], fleetproc.Index())
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var m0 []metrics.Sample
+	if tracer != nil {
+		m0 = runtimeSamples()
+		tracer.started.Store(0) // the warm-up's Waits are not the run's
+	}
 	cpu0 := cpuTime()
 	var (
 		admissions atomic.Int64
@@ -333,6 +378,9 @@ func leaseChild(j leaseJob) error {
 		})
 	}
 	wg.Wait()
+	if tracer != nil {
+		tracer.report(os.Stderr, m0)
+	}
 	if err := l.Close(); err != nil {
 		return err
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,14 +20,38 @@ import (
 // {Wait} on one key, burst 1, at each of waitRates, for c.Phase; a Wait
 // returning nil is an admission. It prints, per rate, admissions per second
 // as a share of the rate, the sleepers that took a fresh slot (woke too
-// late, Metrics.Moved), and the slots the key granted that nobody used
-// (the key's last number less the admissions), for pacer with the tuned
-// client and with the client exactly as README's quick start builds it;
-// and golang.org/x/time/rate with as many goroutines in one process at the
-// same limit, the machine's floor. Steal time over the phase ends it.
+// late, Metrics.Moved), the slots the key granted that nobody used (the
+// key's last number less the admissions), the slots it never granted (the
+// rate times the run less its last number: the key's queue ran dry), and
+// the clients' and Redis's CPU and the Redis calls per admission, for pacer
+// with the tuned client and with the client exactly as README's quick start
+// builds it; and golang.org/x/time/rate with as many goroutines in one
+// process at the same limit, the machine's floor. Steal time over the phase
+// ends it.
 
-// waitRates are the limits of the waitrate phase (burst 1).
+// waitRates are the limits of the waitrate phase (burst 1), unless
+// waitRatesEnv names others ("200000" or "50000,200000"), for a quicker
+// look at one.
 var waitRates = []float64{50_000, 200_000}
+
+const waitRatesEnv = "PACERBENCH_WAITRATE_RATES"
+
+// phaseRates returns waitRates, or those waitRatesEnv names.
+func phaseRates() ([]float64, error) {
+	env := os.Getenv(waitRatesEnv)
+	if env == "" {
+		return waitRates, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(env, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r <= 0 {
+			return nil, fmt.Errorf("%s=%q: want rates separated by commas", waitRatesEnv, env)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
 
 // waitRow is one row of the waitrate table.
 type waitRow struct {
@@ -37,8 +64,12 @@ type waitRow struct {
 func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(string, ...any)) error {
 	c := b.cfg
 	steal0 := readMachineCPU()
+	rates, err := phaseRates()
+	if err != nil {
+		return err
+	}
 	var rows []waitRow
-	for _, r := range waitRates {
+	for _, r := range rates {
 		for _, v := range []struct {
 			name  string
 			quick bool
@@ -47,8 +78,9 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 			if err != nil {
 				return fmt.Errorf("waitrate %s at %.0f/s: %w", v.name, r, err)
 			}
-			progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%), %d moved, %d granted unused",
-				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions)
+			progress("waitrate    %-26s %7.0f/s: %9.0f admissions/s (%5.1f%%), %d moved, %d granted unused, %d never granted; CPU per admission: clients %.2f µs, Redis %.2f µs, %.3f Redis calls",
+				v.name, r, run.perSecond(), 100*run.perSecond()/r, run.Moved, run.Granted-run.Admissions, int64(r*run.Seconds)-run.Granted,
+				float64(run.ClientCPU.Microseconds())/float64(max(run.Admissions, 1)), run.RedisCPUUse, float64(run.RedisCalls)/float64(max(run.Admissions, 1)))
 			rows = append(rows, waitRow{Rate: r, Variant: v.name, Run: run})
 		}
 		n, secs := rateFloor(c.Procs*leaseGoroutines, rate.NewLimiter(rate.Limit(r), 1), c.Phase)
@@ -57,15 +89,17 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 	}
 	steal1 := readMachineCPU()
 	fmt.Fprintf(w, "\n### Wait at high rates (burst 1; %d processes x %d goroutines, %v per run)\n\n", c.Procs, leaseGoroutines, c.Phase)
-	fmt.Fprintln(w, "| rate /s | limiter | admissions/s | share of the rate | moved to a fresh slot | slots granted unused | client CPU µs per admission |")
-	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| rate /s | limiter | admissions/s | share of the rate | moved to a fresh slot | slots granted unused | slots never granted | client CPU µs per admission | Redis CPU µs per admission | Redis calls per admission |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		if r.Floor {
-			fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | – | – | – |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate)
+			fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | – | – | – | – | – | – |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate)
 			continue
 		}
-		fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | %d | %d | %.2f |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate,
-			r.Run.Moved, r.Run.Granted-r.Run.Admissions, float64(r.Run.ClientCPU.Microseconds())/float64(max(r.Run.Admissions, 1)))
+		adm := float64(max(r.Run.Admissions, 1))
+		fmt.Fprintf(w, "| %.0f | %s | %.0f | %.1f%% | %d | %d | %d | %.2f | %.2f | %.3f |\n", r.Rate, r.Variant, r.Run.perSecond(), 100*r.Run.perSecond()/r.Rate,
+			r.Run.Moved, r.Run.Granted-r.Run.Admissions, max(int64(r.Rate*r.Run.Seconds)-r.Run.Granted, 0),
+			float64(r.Run.ClientCPU.Microseconds())/adm, r.Run.RedisCPUUse, float64(r.Run.RedisCalls)/adm)
 	}
 	if steal0.ok && steal1.ok {
 		steal := time.Duration((steal1.steal - steal0.steal) / ticksPerSecond * float64(time.Second))

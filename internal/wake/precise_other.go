@@ -4,5 +4,5 @@ package wake
 
 import "time"
 
-// preciseSleep is time.Sleep: precise sleeps are implemented on Linux only.
-func preciseSleep(d time.Duration) bool { time.Sleep(d); return true }
+// preciseUntil is time.Sleep: precise sleeps are implemented on Linux only.
+func preciseUntil(deadline time.Time) bool { time.Sleep(time.Until(deadline)); return true }

@@ -39,13 +39,14 @@ type sharedTimer struct {
 
 type waiter struct {
 	deadline time.Time
-	done     chan struct{}
+	done     chan bool // receives whether the deadline has passed (false: the timer failed)
 }
 
 // sleep sleeps until deadline on the shared timer; false if the timerfd
-// could not be made or set (the caller falls back to Go's timer).
+// could not be made or set, or failed before the deadline (the caller
+// sleeps the rest on Go's timer).
 func (s *sharedTimer) sleep(deadline time.Time) bool {
-	w := waiter{deadline: deadline, done: make(chan struct{})}
+	w := waiter{deadline: deadline, done: make(chan bool, 1)}
 	s.mu.Lock()
 	if s.f == nil {
 		fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
@@ -67,8 +68,7 @@ func (s *sharedTimer) sleep(deadline time.Time) bool {
 		}
 	}
 	s.mu.Unlock()
-	<-w.done
-	return true
+	return <-w.done
 }
 
 // arm sets the timerfd to expire at t. s.mu is held.
@@ -90,7 +90,8 @@ func (s *sharedTimer) loop(f *os.File) {
 		s.mu.Lock()
 		now := time.Now()
 		for len(s.waiters) > 0 && (err != nil || !s.waiters[0].deadline.After(now)) {
-			close(heap.Pop(&s.waiters).(waiter).done)
+			w := heap.Pop(&s.waiters).(waiter)
+			w.done <- err == nil || !w.deadline.After(now)
 		}
 		s.armed = time.Time{}
 		if len(s.waiters) == 0 {
@@ -102,7 +103,7 @@ func (s *sharedTimer) loop(f *os.File) {
 		if !s.arm(s.waiters[0].deadline.Add(Slack)) {
 			// Wake them all; each sleeps out its rest on Go's timer.
 			for len(s.waiters) > 0 {
-				close(heap.Pop(&s.waiters).(waiter).done)
+				heap.Pop(&s.waiters).(waiter).done <- false
 			}
 			s.f = nil
 			s.mu.Unlock()

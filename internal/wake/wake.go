@@ -75,7 +75,7 @@ func (s Sleeper) Fine(deadline time.Time) {
 		}
 		return
 	}
-	sleepUntil(deadline, preciseSleep)
+	sleepUntil(deadline, preciseUntil)
 }
 
 // Sleep is Coarse then Fine: it sleeps until deadline, or returns ctx.Err()
@@ -88,15 +88,19 @@ func (s Sleeper) Sleep(ctx context.Context, deadline time.Time) error {
 	return nil
 }
 
-// sleepUntil sleeps with sleepFor until deadline has passed, falling back to
-// time.Sleep if sleepFor fails.
-func sleepUntil(deadline time.Time, sleepFor func(time.Duration) bool) {
+// sleepUntil sleeps with until until deadline has passed, falling back to
+// time.Sleep when until fails. until reports whether it returned once the
+// deadline had passed (it was woken for it: no clock read needed).
+func sleepUntil(deadline time.Time, until func(time.Time) bool) {
 	for {
 		d := time.Until(deadline)
 		if d <= 0 {
 			return
 		}
-		if !sleepFor(d) {
+		if until(deadline) {
+			return
+		}
+		if d := time.Until(deadline); d > 0 {
 			time.Sleep(d)
 		}
 	}

@@ -45,8 +45,9 @@ func TestNeverEarly(t *testing.T) {
 func TestPreciseSleep(t *testing.T) {
 	for _, d := range []time.Duration{time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
 		start := time.Now()
-		require.True(t, preciseSleep(d), "preciseSleep(%v) failed", d)
-		assert.GreaterOrEqual(t, time.Since(start), d, "preciseSleep(%v) returned early", d)
+		deadline := start.Add(d)
+		require.True(t, preciseUntil(deadline), "preciseUntil(now + %v) failed", d)
+		assert.False(t, time.Now().Before(deadline), "preciseUntil(now + %v) returned early", d)
 	}
 }
 
