@@ -34,7 +34,10 @@ import (
 //
 // The run, for each fleet size of c.ClusterProcs, on a new Cluster:
 //
-//	warm       c.ClusterSeg: the fleet starts, heartbeats and reports settle
+//	warm       c.ClusterSeg: the fleet starts, heartbeats and reports
+//	           settle; the judged keys' callers begin halfway through (a
+//	           fleet that grows while some members look held stretched a
+//	           judged key's schedule for minutes: see docs/sizing.md)
 //	steady     c.ClusterSeg: each node's CPU (INFO cpu), commands (INFO
 //	           commandstats), connections, memory and keys; each process's CPU
 //	heartbeats c.ClusterSeg / 2, SLOWLOG (slower-than 0) on every master:
@@ -158,15 +161,27 @@ type failoverStats struct {
 // clusterResults is the cluster phase.
 type clusterResults struct {
 	Runs []*clusterRun
+	// Failed is the fleet size whose run failed (0: none), and why: the
+	// phase stops there, and reports the runs before it.
+	Failed    int
+	FailedErr string
 }
 
-// runCluster runs the cluster phase, a run per fleet size.
+// runCluster runs the cluster phase, a run per fleet size. A run that
+// fails (a process that could not start, a Cluster that would not form)
+// ends the phase: the runs before it are reported, and the failure with
+// them; an error only if the first failed.
 func (b *bench) runCluster(ctx context.Context, progress func(string, ...any)) (*clusterResults, error) {
 	res := &clusterResults{}
 	for _, n := range b.cfg.ClusterProcs {
 		r, err := b.clusterRun(ctx, n, progress)
-		if err != nil {
+		if err != nil && len(res.Runs) == 0 {
 			return nil, fmt.Errorf("cluster phase, %d processes: %w", n, err)
+		}
+		if err != nil {
+			res.Failed, res.FailedErr = n, shorten(strings.Join(strings.Fields(err.Error()), " "), 1000)
+			progress("cluster     %d processes: the run failed: %v", n, err)
+			break
 		}
 		res.Runs = append(res.Runs, r)
 	}
@@ -217,7 +232,8 @@ func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string,
 	}
 
 	job := clusterJob{Seeds: nodes.addrs, Procs: procs, Keys: c.ClusterKeys, ColdRate: c.ClusterRate, ColdLimit: r.ColdLimit,
-		Judged: r.Judged, JudgedLimit: r.JudgedLimit, Waiters: clusterWaiters, StartGap: clusterStartGap}
+		Judged: r.Judged, JudgedLimit: r.JudgedLimit, Waiters: clusterWaiters, StartGap: clusterStartGap,
+		JudgedAfter: c.ClusterSeg / 2}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := time.Now()
@@ -275,7 +291,11 @@ func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string,
 	time.Sleep(c.ClusterSeg / 2)
 	next("kill")
 
-	if r.Failover, err = nodes.failover(ctx, plan.failover, f); err != nil {
+	// The master of the third judged key's shard now (a master may have
+	// failed over since the plan, on its own).
+	if _, _, shard, err := nodes.current(r.JudgedSlots[2], r.JudgedSlots[2]); err != nil {
+		return nil, err
+	} else if r.Failover, err = nodes.failover(ctx, shard, f); err != nil {
 		return nil, err
 	}
 	time.Sleep(c.ClusterSeg / 2)

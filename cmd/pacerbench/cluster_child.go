@@ -47,13 +47,16 @@ type clusterJob struct {
 	Judged      []string
 	JudgedLimit limit
 	Waiters     int
+	// JudgedAfter is when, after the start, the judged keys' waiters
+	// begin: once the fleet has settled.
+	JudgedAfter time.Duration
 	// StartGap is the time between two processes' starts (New).
 	StartGap time.Duration
 }
 
-// clusterNewTries is how many times a process calls New before it gives
-// up.
-const clusterNewTries = 5
+// clusterNewTries is how many times a process calls New, a second apart,
+// before it gives up.
+const clusterNewTries = 30
 
 // round is the cold keys' period: each key is called once a round.
 func (j clusterJob) round() time.Duration {
@@ -98,7 +101,7 @@ func (j clusterJob) coldCall(i, r, m int) (k int, at time.Duration, ok bool) {
 //	                   when it differs from the previous one's
 //	u <ns> <cpu ns> <op>=<n>...
 //	                   this process's CPU time (user + system), and its
-//	                   Redis calls by operation so far, every 500 ms
+//	                   Redis calls by operation so far, every second
 //	end                the run is over and the Limiter closed
 
 // clusterMetrics is a cluster child's reserve.Metrics. It prints from the
@@ -216,6 +219,10 @@ func clusterChild(j clusterJob) error {
 	if i < 0 || i >= j.Procs {
 		return fmt.Errorf("fleet index %d of %d", i, j.Procs)
 	}
+	// One P, as a worker in a container of one CPU: hundreds of processes
+	// share this machine's few cores, and each runtime's threads and
+	// parallel GC would only contend for them.
+	runtime.GOMAXPROCS(1)
 	var out seamsOut
 	m := &clusterMetrics{out: out, judged: map[string]int{}, ops: map[string]int64{}}
 	for n, k := range j.Judged {
@@ -330,9 +337,9 @@ func clusterChild(j clusterJob) error {
 		errTxt = text
 		out.line('e', at, kind, text)
 	}
-	// CPU, every 500 ms.
+	// CPU, every second.
 	wg.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			out.line('u', time.Now().UnixNano(), strconv.FormatInt(int64(cpuTime()), 10), m.opsLine())
@@ -347,6 +354,9 @@ func clusterChild(j clusterJob) error {
 	for n, key := range j.Judged {
 		for range j.Waiters {
 			wg.Go(func() {
+				if sleep(ctx, time.Until(start.Add(j.JudgedAfter))) != nil {
+					return
+				}
 				idx := strconv.Itoa(n)
 				tr := &judgedTrace{}
 				tctx := context.WithValue(ctx, judgedTraceKey{}, tr)

@@ -140,7 +140,6 @@ type reshardPlan struct {
 	moves       []slotMove
 	judged      []string
 	judgedSlots []int
-	failover    redisproc.ClusterNode // the master whose replica takes over by CLUSTER FAILOVER
 }
 
 // A slotMove moves slots from one master to another.
@@ -162,9 +161,10 @@ func (p *reshardPlan) masterAddrs() []string {
 // gives the top slots/3 of its range to the next (o to k, k to t, t to
 // o), and fleetSlot moves from o to k in any case, so k holds the fleet's
 // records after the resharding; it is killed later, and o fails over by
-// CLUSTER FAILOVER. The judged keys: one in a slot that moves from k to t
-// (the resharding), one in a slot k keeps (the kill), one in a slot o
-// keeps (the manual failover).
+// CLUSTER FAILOVER (the master of the third judged key's slot then). The
+// judged keys: one in a slot that moves from k to t (the resharding), one
+// in a slot k keeps (the kill), one in a slot o keeps (the manual
+// failover).
 func (n *clusterNodes) plan(ctx context.Context, slots, fleetSlot int) (*reshardPlan, error) {
 	nodes, err := redisproc.ClusterNodes(n.addrs[0])
 	if err != nil {
@@ -218,7 +218,6 @@ func (n *clusterNodes) plan(ctx context.Context, slots, fleetSlot int) (*reshard
 		name, slot := judgedName(i, in)
 		p.judged, p.judgedSlots = append(p.judged, name), append(p.judgedSlots, slot)
 	}
-	p.failover = p.masters[o]
 	return p, nil
 }
 
@@ -240,7 +239,8 @@ func (n *clusterNodes) reshard(ctx context.Context, p *reshardPlan, progress fun
 		keys := 0
 		start := time.Now()
 		from, to := mv.from, mv.to
-		anchor := to.Slots[0][0] // a slot the destination keeps: it finds its master after a failover
+		// Slots each shard keeps: they find its master after a failover.
+		fromAnchor, toAnchor := mv.from.Slots[0][0], mv.to.Slots[0][0]
 		for _, slot := range mv.slots {
 			k, err := n.moveSlot(ctx, masters, from, to, slot)
 			for try := 1; err != nil && try <= reshardRetries; try++ {
@@ -250,11 +250,15 @@ func (n *clusterNodes) reshard(ctx context.Context, p *reshardPlan, progress fun
 				// hold the two shards.
 				progress("cluster     resharding: slot %d from %s to %s: %v; again on the masters of now (%d)", slot, from.Addr, to.Addr, err, try)
 				st.Retries = append(st.Retries, fmt.Sprintf("slot %d: %v", slot, err))
-				if masters, from, to, err = n.current(slot, anchor); err == nil {
-					if from.ID == to.ID {
-						break // moved already
-					}
-					k, err = n.moveSlot(ctx, masters, from, to, slot)
+				var owner redisproc.ClusterNode
+				if masters, owner, to, err = n.current(slot, toAnchor); err != nil {
+					continue
+				}
+				if owner.ID == to.ID {
+					break // moved already
+				}
+				if _, from, _, err = n.current(fromAnchor, fromAnchor); err == nil {
+					k, err = n.moveSlot(ctx, masters, owner, to, slot)
 				}
 			}
 			if err != nil {
@@ -436,9 +440,14 @@ func (n *clusterNodes) kill(ctx context.Context, cl *redisproc.Cluster, slot int
 // replica has caught up), waits until ROLE shows the roles swapped, and
 // then until every process that switched to local pacing since is back.
 func (n *clusterNodes) failover(ctx context.Context, master redisproc.ClusterNode, f *fleetproc.Fleet) (failoverStats, error) {
-	st := failoverStats{Node: master.Addr, Replica: n.replicaOf(master)}
-	if st.Replica == "" {
-		return st, fmt.Errorf("pacerbench: master %s has no replica", master.Addr)
+	st := failoverStats{Node: master.Addr}
+	if err := redisproc.WaitUntil(clusterSettle, 100*time.Millisecond, func() string {
+		if st.Replica = n.replicaOf(master); st.Replica == "" {
+			return "master " + master.Addr + " has no healthy replica"
+		}
+		return ""
+	}); err != nil {
+		return st, err
 	}
 	// The replica refuses while it sees its master failing: after the
 	// kill, or a node starved on a loaded machine past its node timeout.

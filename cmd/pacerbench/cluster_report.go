@@ -14,6 +14,9 @@ func (res *clusterResults) tables() string {
 	for _, r := range res.Runs {
 		b.WriteString(r.tables())
 	}
+	if res.Failed > 0 {
+		fmt.Fprintf(&b, "\n### Cluster: %d processes: the run failed\n\n`%s`\n", res.Failed, res.FailedErr)
+	}
 	if len(res.Runs) >= 2 {
 		b.WriteString(res.fitTables())
 	}
