@@ -154,8 +154,13 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 // cannot serve now (loading, failing over, read-only replica, busy script,
 // or at its maxmemory with noeviction: OOM refuses the script's write, so
 // nothing was granted), or that ran a heartbeat after its deadline
-// (PACER_STALE: it stalled; the heartbeat changed nothing).
+// (PACER_STALE: it stalled; the heartbeat changed nothing). MOVED and ASK
+// reach pacer only after the Cluster client has spent its redirects
+// (ClusterOptions.MaxRedirects): the masters disagree on who owns the
+// key's slot while a failover or a resharding settles, and none serves it
+// (TestClusterMovedIsNotAnError).
 var unavailableCodes = map[string]bool{
 	"LOADING": true, "READONLY": true, "CLUSTERDOWN": true, "MASTERDOWN": true,
 	"TRYAGAIN": true, "NOREPLICAS": true, "BUSY": true, "OOM": true, "PACER_STALE": true,
+	"MOVED": true, "ASK": true,
 }

@@ -37,6 +37,10 @@ type health struct {
 	wake      chan struct{} // tells the loop to start probing
 
 	check *verdict // the ping under way after a call timed out; nil: none
+	// recovering is set while recovered hands back what the local
+	// fallback granted: no reservation is granted locally meanwhile (see
+	// grantLocal). Set and read under local as well.
+	recovering bool
 	// moved is closed, and replaced, when the Limiter's shares may have
 	// changed: a heartbeat, a switch to or from local pacing. Callers
 	// waiting for a share wait on it (awaitShare).
@@ -113,6 +117,14 @@ func (l *Limiter) sharesMoved() {
 		close(h.moved)
 		h.moved = nil
 	}
+}
+
+// isRecovering reports whether the Limiter is handing back what it
+// granted locally (recovered).
+func (l *Limiter) isRecovering() bool {
+	l.health.mu.Lock()
+	defer l.health.mu.Unlock()
+	return l.health.recovering
 }
 
 // isDegraded reports whether the Limiter is pacing locally.
@@ -322,14 +334,23 @@ func (l *Limiter) recovered(ctx context.Context) {
 		return
 	}
 	// The share after an outage first: calls go to Redis as soon as the
-	// Limiter is no longer degraded. Then the handback, while calls still
-	// go to the local fallback: none of this Limiter's calls reaches Redis
-	// before its local slots, its pauses and its stored limits have.
+	// Limiter is no longer degraded. Then the handback, while calls wait:
+	// none of this Limiter's calls reaches Redis before its local slots,
+	// its pauses and its stored limits have, and the local fallback grants
+	// nothing more, which would never reach Redis (a key handed back
+	// already, or one the handback did not list: TestNoLocalGrantDuringHandback).
+	// Grants under way finish first (grantLocal holds local).
 	l.fleet.recovered()
 	l.logView(ctx, "back")
+	l.local.Lock()
+	h.mu.Lock()
+	h.recovering = true
+	h.mu.Unlock()
+	l.local.Unlock()
 	l.handBack(context.WithValue(ctx, recoveryKey{}, true))
 	h.mu.Lock()
 	h.degraded = false
+	h.recovering = false
 	h.failures = 0
 	down := time.Since(h.since)
 	h.since = time.Now()

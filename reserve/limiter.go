@@ -69,6 +69,9 @@ type Limiter struct {
 	serverTime bool
 	reload     func() // asks a Cluster client to reload its slot map
 	health     health // (health.go)
+	// local is held (read) by each reservation the local fallback grants,
+	// and (write) by recovered as the handback begins (grantLocal).
+	local sync.RWMutex
 
 	// The fleet: heartbeats, shares and what is reported to operators.
 	fleet    fleetView // (fleet.go)

@@ -33,7 +33,9 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 // not gone (health.go), a few times at most.
 func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) []result {
 	if l.isDegraded() && !l.opts.FailClosed {
-		return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+		if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
+			return out
+		}
 	}
 	backoff := blipRetry
 	for try := 0; ; try++ {
@@ -47,7 +49,10 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 			return out
 		case isTimeout(out[0].err):
 			if try == maxSlowTries || !l.slowNotGone(ctx) {
-				return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+				if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
+					return out
+				}
+				continue
 			}
 		case !l.isDegraded() && l.opts.FailAfter > 1:
 			// Redis refused (restarted, a connection reset): wait for it
@@ -64,12 +69,42 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 			}
 			backoff = min(2*backoff, maxBlipRetry)
 		default:
-			return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+			if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
+				return out
+			}
+			continue
 		}
 		if l.isDegraded() {
-			return l.grantBatch(ctx, key, s, reqs, fairArgs, true)
+			if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
+				return out
+			}
 		}
 	}
+}
+
+// grantLocal runs the batch on the local fallback, unless the Limiter is
+// handing back what it granted locally (recovered): then it waits until
+// the Limiter is back on Redis (or ctx ends: the results say so), and ok
+// is false: the batch goes to Redis. A slot granted locally during the
+// handback would never reach Redis, which would grant its instant again
+// to another member (TestNoLocalGrantDuringHandback).
+func (l *Limiter) grantLocal(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) (out []result, ok bool) {
+	l.local.RLock()
+	if !l.isRecovering() {
+		defer l.local.RUnlock()
+		return l.grantBatch(ctx, key, s, reqs, fairArgs, true), true
+	}
+	l.local.RUnlock()
+	for l.isRecovering() {
+		if err := l.awaitShare(ctx, -1); err != nil {
+			out = make([]result, len(reqs))
+			for i := range out {
+				out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", reqs[0].op, key, err)}
+			}
+			return out, true
+		}
+	}
+	return nil, false
 }
 
 // A batch that Redis refused is tried again after blipRetry, doubling up

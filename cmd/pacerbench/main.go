@@ -38,7 +38,11 @@
 // (shards.go); and in-flight bands against a provider that refuses any
 // call beyond N open: a seat's hand-off across processes, the band's cost
 // when it does not bind, beside a bucket and a window, and a holder
-// SIGKILLed mid-call (inflight.go).
+// SIGKILLed mid-call (inflight.go); and fleets of hundreds of processes on a
+// Redis Cluster of 3 masters and 3 replicas started for them, through a
+// live resharding, a master killed and a manual failover, with what each
+// shard spends and a line through each cost against the fleet's size
+// (cluster.go).
 //
 //	go run ./cmd/pacerbench             # the full run, a few minutes
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
@@ -50,7 +54,8 @@
 // before each measurement, so -redis must name a database nobody else uses:
 // one that is not empty is refused unless -force is given. The seams and
 // outage phases stop and freeze redis-servers of their own, from PATH,
-// whatever -redis says.
+// whatever -redis says, and the cluster phase starts a Cluster of its own
+// (redis-server and redis-cli from PATH).
 package main
 
 import (
@@ -106,6 +111,16 @@ type config struct {
 	OutageRuns      int
 	OutageSeg       time.Duration
 	OutageScenarios string
+
+	// The cluster phase: fleet sizes (a run each), cold keys and their
+	// calls per second, the length of its segments, the slots its
+	// resharding moves, the Cluster's cluster-node-timeout.
+	ClusterProcs       []int
+	ClusterKeys        int
+	ClusterRate        float64
+	ClusterSeg         time.Duration
+	ClusterSlots       int
+	ClusterNodeTimeout time.Duration
 }
 
 // defaults returns the full run's settings, or the smoke run's.
@@ -137,6 +152,13 @@ func defaults(quick bool) config {
 		OutageRuns: 6,
 		OutageSeg:  3 * time.Second,
 		Format:     3,
+
+		ClusterProcs:       []int{200},
+		ClusterKeys:        100_000,
+		ClusterRate:        500,
+		ClusterSeg:         20 * time.Second,
+		ClusterSlots:       4096,
+		ClusterNodeTimeout: 5 * time.Second,
 	}
 	if quick {
 		c.Quick = true
@@ -155,6 +177,12 @@ func defaults(quick bool) config {
 		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
 		c.OtelKeys = 1000
+		c.ClusterProcs = []int{4}
+		c.ClusterKeys = 1000
+		c.ClusterRate = 100
+		c.ClusterSeg = 2 * time.Second
+		c.ClusterSlots = 300
+		c.ClusterNodeTimeout = time.Second
 	}
 	return c
 }
@@ -178,6 +206,9 @@ func main() {
 	if code, ok := runAsInflightChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsClusterChild(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -196,7 +227,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.RedisURL, "redis", "", "Redis URL (redis://host:port/db); empty: start a redis-server from PATH")
 	fs.BoolVar(&c.Force, "force", false, "flush the -redis database even if it is not empty")
 	fs.StringVar(&c.Out, "out", full.Out, "the Markdown file to write (empty: none); a run with -phases or -only writes none unless -out is given")
-	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters, an inflight phase of about 10 s")
+	fs.BoolVar(&c.Quick, "quick", false, "a smoke run: 1 s phases, a 2 s fleet run of 2 processes, 1,000 memory keys, 2 s eviction runs, a seams phase of about 20 s, 1,000 cold keys for 2 s (and for 2 s without and once beside hogs), 2 outage runs of each scenario with 1.5 s faults, 50 idle Limiters, an inflight phase of about 10 s, a cluster phase of 4 processes on 1,000 keys with 2 s segments")
 	fs.DurationVar(&c.Phase, "phase", full.Phase, "length of each throughput and latency measurement")
 	fs.DurationVar(&c.Fleet, "fleet", full.Fleet, "length of each fleet run")
 	fs.IntVar(&c.Procs, "procs", full.Procs, "processes in the fleet")
@@ -218,6 +249,13 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
 	fs.IntVar(&c.OtelKeys, "otel-keys", full.OtelKeys, "fresh keys of the otel phase, one Wait each (and as many values of otelpacer's KeyAttribute)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
+	clusterProcs := fmt.Sprint(full.ClusterProcs[0])
+	fs.StringVar(&clusterProcs, "cluster-procs", clusterProcs, "the cluster phase's fleet sizes, comma-separated, in increasing order: a run each on a new Cluster, and with two or more a line through each cost")
+	fs.IntVar(&c.ClusterKeys, "cluster-keys", full.ClusterKeys, "the cluster phase's cold keys")
+	fs.Float64Var(&c.ClusterRate, "cluster-rate", full.ClusterRate, "the cluster phase's cold calls per second, the whole fleet's (each key called once every keys/rate seconds)")
+	fs.DurationVar(&c.ClusterSeg, "cluster-seg", full.ClusterSeg, "the cluster phase's warm-up and steady segments (the heartbeats segment and the time after each fault: half)")
+	fs.IntVar(&c.ClusterSlots, "cluster-slots", full.ClusterSlots, "slots the cluster phase's resharding moves (a third from each master)")
+	fs.DurationVar(&c.ClusterNodeTimeout, "cluster-node-timeout", full.ClusterNodeTimeout, "the cluster phase's cluster-node-timeout (a killed master is replaced about this long and a second or two after)")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
 	fs.IntVar(&c.Format, "format", full.Format, "the state format the fleet under the default key prefix writes (1, 2 or 3), set before each run as `pacer format` sets it: 3, as a new deployment does; 2 is a fleet's default before it switches")
 	if err := fs.Parse(args); err != nil {
@@ -246,11 +284,22 @@ func parseFlags(args []string) (config, error) {
 			"loaded-runs": func() { c.LoadedRuns = q.LoadedRuns },
 			"outage-runs": func() { c.OutageRuns = q.OutageRuns },
 			"outage-seg":  func() { c.OutageSeg = q.OutageSeg },
+
+			"cluster-procs":        func() { clusterProcs = fmt.Sprint(q.ClusterProcs[0]) },
+			"cluster-keys":         func() { c.ClusterKeys = q.ClusterKeys },
+			"cluster-rate":         func() { c.ClusterRate = q.ClusterRate },
+			"cluster-seg":          func() { c.ClusterSeg = q.ClusterSeg },
+			"cluster-slots":        func() { c.ClusterSlots = q.ClusterSlots },
+			"cluster-node-timeout": func() { c.ClusterNodeTimeout = q.ClusterNodeTimeout },
 		}
 		fs.Visit(func(f *flag.Flag) { delete(use, f.Name) })
 		for _, set := range use {
 			set()
 		}
+	}
+	var err error
+	if c.ClusterProcs, err = clusterProcsFlag(clusterProcs); err != nil {
+		return config{}, err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -277,6 +326,9 @@ func (c config) validate() error {
 		return fmt.Errorf("pacerbench: -rate and -mem-rate must be positive, -burst at least 1")
 	case c.Format < 1 || c.Format > 3:
 		return fmt.Errorf("pacerbench: -format %d: want 1, 2 or 3", c.Format)
+	case len(c.ClusterProcs) == 0 || c.ClusterKeys < slices.Max(c.ClusterProcs) || c.ClusterRate <= 0 || c.ClusterSeg <= 0 ||
+		c.ClusterSlots < 3 || c.ClusterSlots > 16000 || c.ClusterNodeTimeout < 100*time.Millisecond:
+		return fmt.Errorf("pacerbench: -cluster-keys must be at least the largest of -cluster-procs, -cluster-rate and -cluster-seg positive, -cluster-slots 3 to 16000, -cluster-node-timeout at least 100ms")
 	}
 	for s := range strings.SplitSeq(c.OutageScenarios, ",") {
 		if s != "" && !slices.Contains(outageScenarioNames(), s) {
@@ -292,7 +344,7 @@ func (c config) validate() error {
 }
 
 // phases are the parts of a run, in order.
-var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "faircost", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight", "otel"}
+var phases = []string{"hot", "lone", "fleet", "busy", "memory", "eviction", "script", "lease", "waitrate", "seams", "outage", "fair", "faircost", "counts", "adaptive", "learn", "cold", "loaded", "heartbeat", "shards", "inflight", "otel", "cluster"}
 
 // runs reports whether c runs phase p.
 func (c config) runs(p string) bool {
@@ -429,6 +481,7 @@ type results struct {
 	Shards     []shardSpread
 	Inflight   *inflightResults // the inflight phase, if run
 	Otel       *otelResults     // the otel phase, if run
+	Cluster    *clusterResults  // the cluster phase, if run
 }
 
 // run runs every phase, writes c.Out and prints the tables to stdout;
@@ -631,6 +684,11 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 			return nil, err
 		}
 	}
+	if c.runs("cluster") {
+		if res.Cluster, err = b.runCluster(ctx, progress); err != nil {
+			return nil, err
+		}
+	}
 	rdb.Close()
 	admin.Close()
 	if srv != nil {
@@ -677,6 +735,9 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	if res.Otel != nil {
 		tables += res.Otel.tables()
+	}
+	if res.Cluster != nil {
+		tables += res.Cluster.tables()
 	}
 	fmt.Fprint(stdout, tables)
 	if c.Out != "" {

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if code, ok := runAsInflightChild(); ok {
 		os.Exit(code)
 	}
+	if code, ok := runAsClusterChild(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -63,7 +66,8 @@ func TestQuick(t *testing.T) {
 		{phases: "hot,lone,fleet,busy,memory,eviction,script,lease,waitrate,counts,adaptive,learn,cold,loaded,heartbeat,shards"},
 		{phases: "seams,outage,fair,faircost,inflight,otel"},
 	}
-	var all []string
+	// The cluster phase has a test of its own (TestClusterPhase).
+	all := []string{"cluster"}
 	for _, h := range halves {
 		all = append(all, strings.Split(h.phases, ",")...)
 	}

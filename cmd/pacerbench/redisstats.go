@@ -49,6 +49,11 @@ func readUsage(ctx context.Context, admin *redis.Client) (usage, error) {
 	if err != nil {
 		return usage{}, fmt.Errorf("pacerbench: INFO: %w", err)
 	}
+	return parseUsage(info)
+}
+
+// parseUsage reads commandstats and the CPU counters from the text of INFO.
+func parseUsage(info string) (usage, error) {
 	u := usage{Stats: map[string]cmdStat{}}
 	for line := range strings.SplitSeq(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")

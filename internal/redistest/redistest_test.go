@@ -121,8 +121,8 @@ func TestNewCluster(t *testing.T) {
 	if c == nil {
 		t.Skip("the sub-test got no cluster")
 	}
-	for i, addr := range c.Addrs {
-		assertStopped(t, addr, c.nodes[i].Process())
+	for _, addr := range c.Addrs {
+		assertStopped(t, addr, c.proc.Node(addr).Process())
 	}
 }
 
@@ -134,7 +134,7 @@ func checkCluster(t *testing.T, c *Cluster) {
 		timeout, err := node.ConfigGet(ctx(t), "cluster-node-timeout").Result()
 		node.Close()
 		require.NoError(t, err)
-		assert.Equal(t, clusterNodeTimeout, timeout["cluster-node-timeout"], "on %s", addr)
+		assert.Equal(t, "5000", timeout["cluster-node-timeout"], "on %s (NewCluster's, once formed)", addr)
 	}
 
 	// Find one hash tag per master.
