@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/binary"
 	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os/exec"
