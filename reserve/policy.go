@@ -140,8 +140,8 @@ type spec struct {
 	policyArg string      // the policy as the scripts read it (core.lua's ARGV[3])
 	stored    string      // the policy in the stored limit's form (storedText)
 	sig       string      // the policy's encoding: equal specs, equal sig
-	cals     []*calendar // the calendar windows' zones and periods (their tables go with each call)
-	single   bool        // one bucket band charging PermitsUnit (a Limit)
+	cals      []*calendar // the calendar windows' zones and periods (their tables go with each call)
+	single    bool        // one bucket band charging PermitsUnit (a Limit)
 }
 
 type bandSpec struct {
