@@ -214,3 +214,34 @@ func packageDocs(t *testing.T) map[string]string {
 	})
 	return docs
 }
+
+// TestCIRunsREADMETestCommand: .ci/run runs README's test command (the
+// first line of the block under "## Tests") exactly, as a line of its own.
+func TestCIRunsREADMETestCommand(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "\n## Tests\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Tests" section`)
+	}
+	_, block, ok := strings.Cut(after, "```\n")
+	if !ok {
+		t.Fatal(`README.md's "## Tests" section has no code block`)
+	}
+	cmd, _, _ := strings.Cut(block, "\n")
+	if !strings.HasPrefix(cmd, "go test ") {
+		t.Fatalf("README's test command is %q, want a go test command", cmd)
+	}
+	run, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(run), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), cmd+" ") || strings.TrimSpace(line) == cmd {
+			return
+		}
+	}
+	t.Errorf(".ci/run does not run README's test command %q", cmd)
+}
