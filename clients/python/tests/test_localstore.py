@@ -26,6 +26,11 @@ def outcome(scripts: protocol.Scripts, client: Any, name: str, keys: list[str], 
         return ("error", str(e).split(" ", 1)[0])
 
 
+# expiry_slack_ms: a key's copy that expires within this may be gone on the
+# other side already (a state's TTL is its refill time plus 1 to 2 s).
+expiry_slack_ms = 3000
+
+
 @unittest.skipUnless(localstore.AVAILABLE, "lupa is not installed")
 class DifferentialTest(unittest.TestCase):
     def setUp(self) -> None:
@@ -40,8 +45,21 @@ class DifferentialTest(unittest.TestCase):
         for k in keys:
             r = protocol.normalize(self.c.execute_command("GET", k)) if self.c.type(k) == b"string" else None
             loc = protocol.normalize(self.store.execute_command("GET", k))
+            if (r is None) != (loc is None) and self.expiring(k):
+                # A state lives a second or two past its bucket's refill,
+                # on each side's own clock: on a loaded machine one side's
+                # copy expired between the two calls (CI saw it).
+                continue
             self.assertEqual(loc, r, f"{where}: {k} after {name} {args}")
         return got_redis
+
+    def expiring(self, k: str) -> bool:
+        """Whether k's copy that is left, on Redis or in the store, expires
+        within expiry_slack_ms."""
+        for ttl in (self.c.pttl(k), self.store.execute_command("PTTL", k)):
+            if 0 <= ttl <= expiry_slack_ms:
+                return True
+        return False
 
     def test_conformance_calls(self) -> None:
         cases = load_cases()
