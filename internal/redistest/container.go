@@ -26,10 +26,12 @@ const (
 	// internal/launcher): the go command may build it first.
 	launchTimeout = 5 * time.Minute
 	// containerReady bounds the wait for a new container's published port
-	// to answer PING. Redis has logged "Ready to accept connections" by
-	// then, but Docker's proxy on the host port may still answer EOF for a
-	// while: CI saw the first six containers of a run, started together
-	// on a fresh dockerd, answer EOF through go-redis's retries.
+	// to answer PING: Docker's proxy can accept connections before Redis
+	// listens. (The EOFs CI saw from the first containers of a run, even
+	// after a PING had worked, were another matter: a killed dockerd's
+	// leftover network namespaces on docker0 holding the same addresses,
+	// which .ci/run now removes before it starts dockerd; see
+	// clear_stale_bridge there.)
 	containerReady = 30 * time.Second
 )
 
