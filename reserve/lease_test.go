@@ -102,17 +102,24 @@ func TestLeaseExact(t *testing.T) {
 			// key left alone for over a second of real time (a machine so
 			// busy that one call of the thousands took that long) expires,
 			// and the twins' histories part. Such a run proves nothing, and
-			// it is run again (up to three times); a mismatch on a run
-			// with no key expired fails.
+			// it is run again (up to five times); a mismatch on a run with
+			// no key expired fails. Five runs each with a key expired (CI
+			// beside a CPU hog saw three) prove nothing either: skipped,
+			// saying so.
+			const attempts = 5
 			for attempt := 1; ; attempt++ {
 				expired := expiredKeys(t, c)
 				err := leaseExactCase(t, c, tc.lim, tc.k, tc.setup)
 				if err == nil {
 					return
 				}
-				if n := expiredKeys(t, c) - expired; n == 0 || attempt == 3 {
-					t.Fatalf("attempt %d: %v (%d keys expired on the server meanwhile)", attempt, err, n)
-				} else {
+				n := expiredKeys(t, c) - expired
+				switch {
+				case n == 0:
+					t.Fatalf("attempt %d: %v (no key expired on the server meanwhile)", attempt, err)
+				case attempt == attempts:
+					t.Skipf("attempt %d: %v; in each of %d runs keys expired on the server's clock (%d in the last): the machine is too loaded for this check", attempt, err, attempts, n)
+				default:
 					t.Logf("attempt %d: %v; but %d keys expired on the server meanwhile (the real clock): again", attempt, err, n)
 				}
 			}
