@@ -165,8 +165,12 @@ func TestQuick(t *testing.T) {
 			m, ok := find(res.Memory, func(x memory) bool { return x.Variant == v.Name })
 			if !ok {
 				t.Errorf("no memory row for %q", v.Name)
-			} else if m.Stored != int64(c.MemKeys) || m.SampleBytes <= 0 || m.PerKeyBytes <= 0 || m.PTTL <= 0 {
-				t.Errorf("memory, %q: %+v; want %d keys stored, sizes and PTTL > 0", v.Name, m, c.MemKeys)
+			} else if m.Stored <= 0 || m.Stored > int64(c.MemKeys) || m.SampleBytes <= 0 || m.PerKeyBytes <= 0 || m.PTTL <= 0 {
+				// Stored may fall short of MemKeys: a key's TTL runs on the
+				// real clock (the fixed window's is the window's end, a
+				// second at most), and on a loaded machine writing them
+				// all takes longer (CI beside a CPU hog: 492 of 500).
+				t.Errorf("memory, %q: %+v; want 1 to %d keys stored, sizes and PTTL > 0", v.Name, m, c.MemKeys)
 			}
 		}
 		if !strings.Contains(stdout.String(), "| "+v.Name+" |") {
