@@ -346,23 +346,6 @@ func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string,
 	return r, nil
 }
 
-// awaitReadyWithin is awaitReady with a longer bound: a few hundred
-// processes take a while to start on a small machine.
-func awaitReadyWithin(ctx context.Context, f *fleetproc.Fleet, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	for _, ch := range f.Children() {
-		line, err := ch.FirstLine(ctx)
-		if err == nil && line != "ready" {
-			err = fmt.Errorf("no ready line (got %q)", line)
-		}
-		if err != nil {
-			return fmt.Errorf("process %d: %w: %s", ch.Index, err, ch.Stderr())
-		}
-	}
-	return nil
-}
-
 // shorten returns s cut to n bytes at most.
 func shorten(s string, n int) string {
 	if len(s) <= n {

@@ -299,15 +299,11 @@ func clusterChild(j clusterJob) error {
 	}()
 	time.Sleep(time.Until(start))
 	if dir := os.Getenv(clusterProfileEnv); dir != "" {
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cluster-%d-%d.pprof", j.Procs, i)))
+		stop, err := startCPUProfile(dir, fmt.Sprintf("cluster-%d-%d.pprof", j.Procs, i))
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 		defer func() {
 			if h, err := os.Create(filepath.Join(dir, fmt.Sprintf("cluster-%d-%d.heap", j.Procs, i))); err == nil {
 				_ = pprof.WriteHeapProfile(h)

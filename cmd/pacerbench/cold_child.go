@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,15 +201,11 @@ func coldChild(j coldJob) error {
 	defer cancel()
 	if dir := os.Getenv(coldProfileEnv); dir != "" {
 		// A CPU profile of the run, per process, for go tool pprof.
-		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("cold-%s-%d.pprof", strings.ReplaceAll(j.Shape, " ", "-"), i)))
+		stop, err := startCPUProfile(dir, fmt.Sprintf("cold-%s-%d.pprof", strings.ReplaceAll(j.Shape, " ", "-"), i))
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	count.take()
 	m.take()

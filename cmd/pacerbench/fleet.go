@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -345,7 +347,13 @@ func readyToStart() (end time.Time, err error) {
 // awaitReady waits, 30 s at most, until every child of f has said "ready"
 // (its limiter made and warmed up); the error names the first that did not.
 func awaitReady(ctx context.Context, f *fleetproc.Fleet) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	return awaitReadyWithin(ctx, f, 30*time.Second)
+}
+
+// awaitReadyWithin is awaitReady with a bound of d: a few hundred
+// processes take a while to start on a small machine.
+func awaitReadyWithin(ctx context.Context, f *fleetproc.Fleet, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for _, ch := range f.Children() {
 		line, err := ch.FirstLine(ctx)
@@ -357,6 +365,23 @@ func awaitReady(ctx context.Context, f *fleetproc.Fleet) error {
 		}
 	}
 	return nil
+}
+
+// startCPUProfile starts a CPU profile of this process into dir/name, for
+// go tool pprof; stop ends it and closes the file.
+func startCPUProfile(dir, name string) (stop func(), err error) {
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // beginRun tells every child of f that the run starts 50 ms from now and

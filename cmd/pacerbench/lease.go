@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -332,15 +330,11 @@ func leaseChild(j leaseJob) error {
 	if dir := os.Getenv(leaseProfileEnv); dir != "" {
 		name := fmt.Sprintf("lease-%s-%.0f%s-%d.pprof", strings.ToLower(callName(j.Wait)), lim.Rate,
 			map[bool]string{true: "-quick"}[j.QuickStart], fleetproc.Index())
-		f, err := os.Create(filepath.Join(dir, name))
+		stop, err := startCPUProfile(dir, name)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var m0 []metrics.Sample
 	if tracer != nil {
