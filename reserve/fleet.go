@@ -97,14 +97,22 @@ func (f *fleetView) joinFailed() {
 }
 
 // joining returns how long this Limiter, started while Redis was
-// unavailable, still waits before it learns the fleet (0: it has).
+// unavailable (or a newcomer when it lost Redis), still waits before it
+// learns the fleet (0: it has). The wait ends with the heartbeat that
+// teaches the fleet (update), not when its time is up: a heartbeat that
+// ran just before then taught nothing, and the Limiter must not go back on
+// Redis with the view it had before (TestJoinWaitUntilLearned). Before any
+// heartbeat succeeded, the whole join is still ahead.
 func (f *fleetView) joining() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.born || f.joinUntil.IsZero() {
+	switch {
+	case !f.born:
 		return 0
+	case f.joinUntil.IsZero():
+		return f.join
 	}
-	return max(time.Until(f.joinUntil), 0)
+	return max(time.Until(f.joinUntil), time.Millisecond)
 }
 
 // size returns the fleet size: the number learned (known true), or

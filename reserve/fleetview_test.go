@@ -66,6 +66,32 @@ func TestJoinWaitStartsAgain(t *testing.T) {
 	}
 }
 
+// TestJoinWaitUntilLearned: the join wait ends only with a heartbeat that
+// teaches the fleet, not when its time is up. Before, a heartbeat that ran
+// just before the wait's end (so it taught nothing) followed by a slow
+// probe of a key (a loaded machine) found the wait over: the Limiter went
+// back on Redis without having learned the fleet, on the view it had
+// before the outage, and took the whole rate beside a member still pacing
+// locally (TestOutageFirstBack, beside CPU hogs: 3 failures in 40).
+func TestJoinWaitUntilLearned(t *testing.T) {
+	f := &fleetView{born: true, join: 10 * time.Millisecond}
+	if f.joining() == 0 {
+		t.Fatal("no join wait before any heartbeat succeeded")
+	}
+	f.update(2, 1, 2, 0, 0, nil) // the first heartbeat that succeeds
+	time.Sleep(2 * f.join)       // the wait's time is up, with no heartbeat since
+	if f.joining() == 0 {
+		t.Fatal("the join wait ended with no heartbeat to learn the fleet from")
+	}
+	f.update(2, 1, 2, 0, 0, []int{0}) // the heartbeat after the wait
+	if w := f.joining(); w != 0 {
+		t.Fatalf("joining %v after the fleet was learned", w)
+	}
+	if n, known := f.size(); !known || n != 2 {
+		t.Fatalf("size %d (known %v), want 2", n, known)
+	}
+}
+
 // TestOutageWhileMembersMissing: back from an outage on a Redis restarted
 // empty, a Limiter takes its own rank's share of the fleet it knew while
 // members are missing; when Redis fails again before they are back, it
