@@ -172,10 +172,30 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				t.Fatal(msg)
 			}
 		}
-		checkTokens := func(step int, now time.Time) {
+		// expired reports whether the key expired on the server's clock,
+		// which the fake clock says is not full yet: what follows is a
+		// fresh bucket to pacer and not to the models. The trial ends
+		// there; too many such ends fail the test (below).
+		expired := func(step int, now time.Time) bool {
+			if !expiredOnServer(t, b, l.RedisKey("diff"), lim, func() float64 { return models[0].m.tokensAt(now) }) {
+				return false
+			}
+			t.Logf("trial %d step %d %+v: the key expired on the server's clock (real time passed: a loaded machine); trial cut", trial, step, lim)
+			cut++
+			return true
+		}
+		// checkTokens compares Peek with the models; false when the key
+		// expired on the server's clock since the step began (the trial
+		// is cut: a Peek of an absent key is a full bucket).
+		checkTokens := func(step int, now time.Time) bool {
 			st, err := l.Peek(ctx, reserve.Single("diff", lim, 1))
 			require.NoError(t, err)
 			tol := lim.Rate*1e-6 + 1e-9
+			if !slices.ContainsFunc(models, func(br branch) bool {
+				return math.Abs(st.Bands[0].Value-br.m.tokensAt(now)) <= tol
+			}) && expired(step, now) {
+				return false
+			}
 			keep(func(br branch) string {
 				if exact := br.m.tokensAt(now); math.Abs(st.Bands[0].Value-exact) > tol {
 					return fmt.Sprintf("trial %d step %d %+v: Peek tokens = %v, exact model %v", trial, step, lim, st.Bands[0].Value, exact)
@@ -191,6 +211,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 					t.Fatalf("trial %d step %d %+v: Peek tokens = %v, x/time/rate %v", trial, step, lim, st.Bands[0].Value, theirs)
 				}
 			}
+			return true
 		}
 		type pair struct {
 			id     int
@@ -201,13 +222,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 		made := 0
 		for step := range steps {
 			now := clk.Advance(randomStep(rng, lim))
-			if expiredOnServer(t, b, l.RedisKey("diff"), lim, func() float64 { return models[0].m.tokensAt(now) }) {
-				// The server's own clock expired the key, which the fake
-				// clock says is not full yet: what follows is a fresh
-				// bucket to pacer and not to the models. The trial ends
-				// here; too many such ends fail the test (below).
-				t.Logf("trial %d step %d %+v: the key expired on the server's clock (real time passed: a loaded machine); trial cut", trial, step, lim)
-				cut++
+			if expired(step, now) {
 				break
 			}
 			if withCancel && len(live) > 0 && rng.IntN(4) == 0 {
@@ -254,7 +269,9 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				}
 				// Peek prunes the branches it contradicts; only those it
 				// cannot tell apart count against the bound.
-				checkTokens(step, now)
+				if !checkTokens(step, now) {
+					break
+				}
 				require.LessOrEqual(t, len(models), 16, "branches of the exact model that Peek cannot tell apart")
 				continue
 			}
@@ -304,8 +321,8 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				}
 			}
 			live = append(live, pair{made, ours, theirs})
-			if step%8 == 0 {
-				checkTokens(step, now)
+			if step%8 == 0 && !checkTokens(step, now) {
+				break
 			}
 		}
 	}
