@@ -27,10 +27,10 @@ import (
 // Store's lock.
 type vm struct {
 	L       *lua.LState
-	globals *lua.LTable          // the globals themselves, behind env
-	env     *lua.LTable          // what scripts see as their globals: read-only
-	handler *lua.LFunction       // the error handler of a script's call
-	frozen  map[*lua.LTable]bool // the read-only tables
+	globals *lua.LTable                 // the globals themselves, behind env
+	env     *lua.LTable                 // what scripts see as their globals: read-only
+	handler *lua.LFunction              // the error handler of a script's call
+	frozen  map[*lua.LTable]*lua.LTable // the read-only tables (proxies), to the tables they show
 	store   *Store
 	ro      bool // the script runs read-only (EVAL_RO)
 }
@@ -50,7 +50,7 @@ func newVM(s *Store) *vm {
 		RegistryMaxSize:  1024 * 256,
 		RegistryGrowStep: 1024,
 	})
-	v := &vm{L: L, store: s, frozen: map[*lua.LTable]bool{}}
+	v := &vm{L: L, store: s, frozen: map[*lua.LTable]*lua.LTable{}}
 	for _, lib := range []struct {
 		name string
 		open lua.LGFunction
@@ -77,6 +77,7 @@ func newVM(s *Store) *vm {
 	g.RawSetString("assert", L.NewFunction(luaAssert))
 	g.RawSetString("loadstring", L.NewFunction(v.loadString))
 	g.RawSetString("rawset", L.NewFunction(v.rawSet))
+	g.RawSetString("rawget", L.NewFunction(v.rawGet))
 	g.RawSetString(modName, L.NewFunction(modFunc))
 	g.RawSetString(catName, L.NewFunction(concatFunc))
 	g.RawSetString(numName, L.NewFunction(forNumFunc))
@@ -157,14 +158,14 @@ func (v *vm) readOnly(t *lua.LTable) *lua.LTable {
 	}))
 	mt.RawSetString("__metatable", lua.LFalse)
 	L.SetMetatable(proxy, mt)
-	v.frozen[proxy] = true
+	v.frozen[proxy] = t
 	return proxy
 }
 
 // rawSet is rawset, refusing the read-only tables.
 func (v *vm) rawSet(L *lua.LState) int {
 	t := L.CheckTable(1)
-	if v.frozen[t] {
+	if v.frozen[t] != nil {
 		L.Error(lua.LString("Attempt to modify a readonly table"), 0) // without a position, as Redis
 	}
 	k := L.CheckAny(2)
@@ -173,6 +174,19 @@ func (v *vm) rawSet(L *lua.LState) int {
 	}
 	t.RawSet(k, L.CheckAny(3))
 	L.SetTop(1)
+	return 1
+}
+
+// rawGet is rawget, reading a read-only table's own fields: Redis makes a
+// table read-only in place, so rawget(_G, 'struct') finds the library
+// there (head.lua looks for it so: miniredis has none), where the proxy
+// itself holds nothing.
+func (v *vm) rawGet(L *lua.LState) int {
+	t := L.CheckTable(1)
+	if u := v.frozen[t]; u != nil {
+		t = u
+	}
+	L.Push(t.RawGet(L.CheckAny(2)))
 	return 1
 }
 
