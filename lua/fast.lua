@@ -1,6 +1,6 @@
 -- fast.lua: reserve.lua's way for a Limit, between head.lua and core.lua
 -- (lua.go): the commonest calls, requests on a Limit (ARGV[3]'s "L" form)
--- at the whole share, on server time, writing format 3 or 2, on a key
+-- at the whole share, on either clock, writing format 3 or 2, on a key
 -- whose state is absent or a Limit's with no pause and no stored limit,
 -- with no floor and no lost horizon that applies (a key Redis lost). It
 -- applies the rule through head.lua's helpers (grid, charge, limit_state,
@@ -21,7 +21,7 @@ do
       m = nreq / 16
     end
   end
-  if share_arg == '1' and server_time and write_fmt > 1 and not cal_arg and #ARGV <= 5 and (ARGV[4] or '') == ''
+  if share_arg == '1' and write_fmt > 1 and not cal_arg and #ARGV <= 5 and (ARGV[4] or '') == ''
       and #policy == 17 and string.byte(policy, 1) == 76 and nreq % 16 == 0 and m >= 1 and m <= 2048 then
     local rate, burst = struct.unpack('<dd', policy, 2)
     -- Well formed, or core.lua says why not. (NaN fails every comparison.)
@@ -53,6 +53,12 @@ do
         t = t + 0
         if t <= now_us then
           base = t - now_us - now_frac
+        elseif not server_time then
+          -- A client's clock behind the state's writer: core.lua grants
+          -- nothing before the state's t (its pause). On server time, a
+          -- clock that stepped back reads the state as if no time had
+          -- passed (base stays).
+          ok = false
         end
         expiry, seq = x * 1000 + base, s + 0
         z, e = rz / 1000 + base, re / 1000 + base
