@@ -12,9 +12,10 @@
 -- B, H, I<n>, i<n> (n <= 8, integers within 2^53), d and c0.
 local struct = rawget(_G, 'struct')
 if not struct then
+  local sizes = {B = 1, H = 2, d = 8}
   local function ints(fmt, pos)
     local c = string.sub(fmt, pos, pos)
-    local n = ({B = 1, H = 2, d = 8})[c]
+    local n = sizes[c]
     local j = pos + 1
     if c == 'I' or c == 'i' or c == 'c' then
       local d = string.match(fmt, '^%d+', j)
@@ -32,10 +33,10 @@ if not struct then
     local out = {}
     for k = 1, n do
       local b = v % 256
-      out[k] = string.char(neg and 255 - b or b)
+      out[k] = neg and 255 - b or b
       v = math.floor(v / 256)
     end
-    return table.concat(out)
+    return string.char(unpack(out, 1, n))
   end
   local function double(x)
     if x ~= x then
@@ -61,14 +62,11 @@ if not struct then
     local hi = math.floor(mant / 2 ^ 48) + (ex % 16) * 16
     return lo .. string.char(hi, math.floor(ex / 16) + sign)
   end
-  local function undouble(b)
-    local b7, b8 = string.byte(b, 7, 8)
+  local function undouble(data, at)
+    local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(data, at, at + 7)
     local sign = b8 >= 128 and -1 or 1
     local ex = (b8 % 128) * 16 + math.floor(b7 / 16)
-    local mant = b7 % 16
-    for k = 6, 1, -1 do
-      mant = mant * 256 + string.byte(b, k)
-    end
+    local mant = (((((b7 % 16) * 256 + b6) * 256 + b5) * 256 + b4) * 256 + b3) * 65536 + b2 * 256 + b1
     if ex == 2047 then
       return mant == 0 and sign * math.huge or 0 / 0
     elseif ex == 0 then
@@ -103,7 +101,7 @@ if not struct then
       elseif #data < at + n - 1 then
         error('data string too short')
       elseif c == 'd' then
-        out[#out + 1] = undouble(string.sub(data, at, at + 7))
+        out[#out + 1] = undouble(data, at)
       else
         local neg = c == 'i' and string.byte(data, at + n - 1) >= 128
         local v = 0
