@@ -181,3 +181,49 @@ func TestStalledProcessLosesOnlyItsStall(t *testing.T) {
 	assert.Equal(t, []string{reserve.MovedLate, reserve.MovedLate, reserve.MovedLate, reserve.MovedLate, reserve.MovedLate}, moved,
 		"moved: the sleepers whose slots passed more than MaxLateness before the stall ended (+0 ... +4 ms)")
 }
+
+// TestLostKeyReadKeepsHorizon: a sleeper's pause check that reads a key
+// Redis lost (restarted empty, flushed) must not make its Limiter forget
+// the slots Redis granted it ahead: its next call on the key still tells
+// Redis their horizon (the lost key's floor), so that Redis grants nothing
+// before the slots its other sleepers hold. Before, the read replaced the
+// key's seen state, horizon included, and the next call took a slot among
+// theirs: with the key absent, and with a state another Limiter wrote
+// since (numbered from 1 again).
+func TestLostKeyReadKeepsHorizon(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "absent", true: "rewritten"}[other], func(t *testing.T) {
+			s := redistest.New(t)
+			ctx := t.Context()
+			opts := reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true,
+				CallTimeout: 10 * time.Second, Logger: quiet, LeaseSpan: -1, HeartbeatInterval: time.Hour}
+			l, err := reserve.New(s.Client, opts)
+			require.NoError(t, err)
+			closeLimiter(t, l)
+			lim := reserve.Limit{Rate: 10, Burst: 1} // 100 ms apart
+			var rs []*reserve.Reservation
+			for range 5 { // slots at +0, +100, ..., +400 ms
+				r, err := l.Reserve(ctx, "k", lim)
+				require.NoError(t, err)
+				rs = append(rs, r)
+			}
+			require.NoError(t, s.Client.FlushAll(ctx).Err()) // Redis lost the key
+			if other {
+				// Another Limiter reserves on the key Redis lost: a state
+				// numbered 1, which knows nothing of l's slots.
+				o, err := reserve.New(s.Client, opts)
+				require.NoError(t, err)
+				closeLimiter(t, o)
+				_, err = o.Reserve(ctx, "k", lim)
+				require.NoError(t, err)
+			}
+			// The second sleeper's pause check reads the key.
+			require.NoError(t, rs[1].Sleep(ctx))
+			r, err := l.Reserve(ctx, "k", lim)
+			require.NoError(t, err)
+			last := rs[len(rs)-1].Time()
+			assert.False(t, r.Time().Before(last.Add(99*time.Millisecond)),
+				"a slot %v after the last slot this Limiter's sleepers hold, want 100 ms after it at least", r.Time().Sub(last))
+		})
+	}
+}
