@@ -237,16 +237,19 @@ func (ks *keyState) noteSeen(state, stored string, sent time.Time) {
 		return
 	}
 	last := layout.LastEvent(state)
-	if state == "" || seq < ks.seenSeq {
+	if state == "" || (seq < ks.seenSeq && ks.horizon() > t*1000) {
 		// No state, or one numbered before the one seen (numbers never go
-		// back on a key): Redis lost the key (restarted empty, flushed, a
-		// replica promoted), and maybe others reserved on it since; or it
-		// lapsed with its bucket full. The slots Redis granted this
-		// Limiter ahead are still its sleepers': their horizon and number
-		// stay, so that the next call tells Redis the lost key's floor.
-		// (A sleeper's check read such a state, and the next call took a
-		// slot among theirs: TestLostKeyReadKeepsHorizon.) A horizon
-		// passed is never sent.
+		// back on a key) and written before slots Redis granted this
+		// Limiter: Redis lost the key (restarted empty, flushed, a replica
+		// promoted), and maybe others reserved on it since. (Or, with no
+		// state, the key lapsed with its bucket full.) The slots Redis
+		// granted this Limiter ahead are still its sleepers': their
+		// horizon and number stay, so that the next call tells Redis the
+		// lost key's floor. (A sleeper's check read such a state, and the
+		// next call took a slot among theirs: TestLostKeyReadKeepsHorizon.)
+		// A horizon passed is never sent, and a state written after it
+		// (the key lapsed, then a new reservation) is taken whole: its
+		// numbers start again (pacertest's TestXRateExact).
 		seq, last = ks.seenSeq, max(ks.horizon(), last)
 	}
 	ks.seen, ks.stored, ks.seenT, ks.seenSeq, ks.seenAt, ks.extra = state, stored, t, seq, time.Now(), 0
