@@ -755,14 +755,27 @@ func TestDifferential(t *testing.T) {
 		}
 		seeds = []uint64{v}
 	}
+	judged := 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			// A run that failed while the server expired keys is run again
-			// under a fresh prefix (retryExpired), three times at most; a
-			// failure with no key expired fails at once.
-			for attempt := 1; !runWorldOnce(t, srv.Client, fmt.Sprintf("%s%d:", prefix, attempt), seed, attempt < 3); attempt++ {
+			// under a fresh prefix (retryExpired), three times in all; a
+			// failure with no key expired fails at once. A seed whose three
+			// runs all saw keys expire (on a loaded machine the same steps
+			// take as long each time: CI beside a CPU hog failed a hold key
+			// so three times) is not judged, and says so; the test fails
+			// if no seed was judged.
+			for attempt := 1; attempt <= 3; attempt++ {
+				if runWorldOnce(t, srv.Client, fmt.Sprintf("%s%d:", prefix, attempt), seed, true) {
+					judged++
+					return
+				}
 			}
+			t.Skipf("seed %d: the server expired keys on its real clock in each of 3 runs (a loaded machine): not judged; replay with PACER_LUASTORE_SEED=%d", seed, seed)
 		})
+	}
+	if judged == 0 {
+		t.Fatalf("none of %d seeds judged: the server expired keys in every run", len(seeds))
 	}
 }
 
