@@ -14,9 +14,11 @@
 -- call was made at the slot; what it did not use is given back).
 --
 -- KEYS[1..2], ARGV[1..opi-1]: see core.lua.
--- KEYS[3]  the reservations already adjusted on this key: a string of their
---          numbers, space-separated (the last 32), so that an adjustment run
---          twice (a client that resent it) changes nothing the second time
+-- KEYS[3]  the reservations already adjusted on this key: a string of
+--          "<number>@<slot_us>[.<slot_ns>]", space-separated (the last 32),
+--          so that an adjustment run twice (a client that resent it)
+--          changes nothing the second time; the slot tells a reservation of
+--          a state Redis lost from the new state's of the same number
 -- KEYS[4]  optional: a hold (claim.lua) to delete with the reservation;
 --          or, for a fair request (fair.lua), KEYS[4..7]: the key's fair
 --          hash, its lane's passes, the stored weights and its lane's
@@ -76,9 +78,14 @@ local done = redis.pcall('GET', KEYS[3])
 if type(done) == 'table' then
   return redis.error_reply('PACER_WRONGTYPE the adjusted-reservations key holds another type')
 end
+-- A reservation is known by its number and its slot: numbers start again
+-- at 1 on a key Redis lost (restarted empty, flushed), and a client may
+-- adjust a reservation of the lost state once Redis is back. An entry
+-- without a slot is an older version's, known by its number alone.
+local id = rseq .. '@' .. ARGV[opi + 1] .. (slot_ns ~= 0 and ('.' .. ARGV[opi + 2]) or '')
 local seen = {}
 for s in string.gmatch(done or '', '%S+') do
-  if s == rseq then
+  if s == id or s == rseq then
     return {0, raw or ''}
   end
   seen[#seen + 1] = s
@@ -202,7 +209,7 @@ if fair_lane then
     end
   end
 end
-seen[#seen + 1] = rseq
+seen[#seen + 1] = id
 while #seen > 32 do
   table.remove(seen, 1)
 end

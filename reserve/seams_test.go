@@ -219,6 +219,44 @@ func TestOutageSettle(t *testing.T) {
 	assert.InDelta(t, -60, balance(), 1e-9, "a local reservation settled after Redis came back")
 }
 
+// TestOutageSettleLostState: a settle kept while Redis was unavailable, of
+// a reservation of a state Redis then lost (restarted empty: here flushed),
+// is made when Redis answers again; the new state numbers its reservations
+// from 1 again, and its reservation of the same number is still settled:
+// its raise is paid. Before, Adjust knew a reservation by its number alone,
+// took the new one's settle for the replayed one and refused it, and the
+// raise was never paid (the combination runner's seed 2, over the limit).
+func TestOutageSettleLostState(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 100}}}
+	req := reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 10}}
+	old, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.False(t, old.Local())
+	heal := outage(t, s)
+	local, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.True(t, local.Local())
+	require.NoError(t, old.Settle(ctx, reserve.Cost{"tokens": 10}), "a settle while Redis is unavailable")
+	require.NoError(t, s.Client.FlushAll(ctx).Err(), "Redis loses the key")
+	heal()
+	backOnRedis(t, l)
+	clk.Advance(2 * time.Second) // the bucket full again
+	r, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.False(t, r.Local())
+	require.NoError(t, r.Settle(ctx, reserve.Cost{"tokens": 50}))
+	snap, err := l.Peek(ctx, req)
+	require.NoError(t, err)
+	require.False(t, snap.Local)
+	assert.InDelta(t, 100-10-40, snap.Bands[0].Value, 1e-9, "the new state's reservation, settled at 50: its raise paid")
+}
+
 // TestOutagePause (finding 7): a pause made while Redis is unavailable (a
 // 429 then) is honoured by a sleeper holding a slot Redis granted before:
 // it sleeps past the pause (before, the failed pause read counted as "no

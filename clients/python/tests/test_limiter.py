@@ -323,7 +323,9 @@ class FallbackTest(unittest.TestCase):
             self.srv.thaw()
         a._beat()  # back: the cancel goes to Redis
         self.assertFalse(a.is_local)
-        self.assertEqual(self.c.get("pacer:{k}:done"), str(rs[2].seq).encode())
+        # adjust.lua knows it by its number and slot (docs/protocol.md: Adjust).
+        us, ns = divmod(rs[2].slot_ns, 1000)
+        self.assertEqual(self.c.get("pacer:{k}:done"), f"{rs[2].seq}@{us}{f'.{ns}' if ns else ''}".encode())
         r = a.reserve("k", Limit(0.2, 1))
         self.assertEqual(r.slot_ns, rs[2].slot_ns, "the cancelled slot came back")
 
