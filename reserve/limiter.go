@@ -59,6 +59,7 @@ type Limiter struct {
 	noPrefetch     bool          // leases are not fetched ahead, set by tests (lease_export_test.go)
 	localIDs       atomic.Uint64 // local reservations' numbers
 	droppedAdjusts atomic.Int64  // pending adjustments dropped (over maxPending)
+	anyPending     atomic.Bool   // a key may have pending adjustments (retryPending)
 	fairMutant     *redis.Script // a mutant of the fair script, set by tests (export_test.go)
 
 	// The path to Redis (call.go) and its health.

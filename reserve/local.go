@@ -464,6 +464,7 @@ func (l *Limiter) addPending(ks *keyState, p pendingAdjust) {
 		return
 	}
 	ks.pending = append(ks.pending, p)
+	l.anyPending.Store(true)
 }
 
 // handBack runs when Redis answers again: every key the store holds, every
@@ -517,18 +518,58 @@ func (l *Limiter) handBack(ctx context.Context) {
 			l.handbackDone(ks, h, err == nil)
 			ks.mu.Unlock()
 		}
-		for i, p := range w.pending {
-			r := &Reservation{lim: l, key: ks.name, spec: p.spec, amounts: p.amounts, slotNS: p.slotNS}
-			if err := r.adjustRedis(ctx, p.id, p.actual); err != nil && errors.Is(err, ErrUnavailable) {
-				ks.mu.Lock()
-				for _, q := range w.pending[i:] {
-					l.addPending(ks, q)
-				}
-				ks.mu.Unlock()
-				break
+		_ = l.makePending(ctx, ks, w.pending)
+	}
+	l.warnDropped()
+}
+
+// makePending makes on Redis the adjustments pending of ks's key, taken
+// from ks.pending, in order; from the first that finds Redis unavailable
+// on, they are kept again, and it reports false.
+func (l *Limiter) makePending(ctx context.Context, ks *keyState, pending []pendingAdjust) bool {
+	for i, p := range pending {
+		r := &Reservation{lim: l, key: ks.name, spec: p.spec, amounts: p.amounts, slotNS: p.slotNS}
+		if err := r.adjustRedis(ctx, p.id, p.actual); err != nil && errors.Is(err, ErrUnavailable) {
+			ks.mu.Lock()
+			ks.pending = append(slices.Clone(pending[i:]), ks.pending...)
+			l.anyPending.Store(true)
+			if n := len(ks.pending) - maxPending; n > 0 {
+				l.droppedAdjusts.Add(int64(n))
+				ks.pending = ks.pending[:maxPending]
 			}
+			ks.mu.Unlock()
+			return false
 		}
 	}
+	return true
+}
+
+// retryPending makes the adjustments Redis refused while this Limiter
+// stayed on it (a failure under FailAfter: a timeout, a Redis at its
+// maxmemory): the loop calls it after a heartbeat that found Redis, so
+// that a raise settled then is paid within a heartbeat, not at the end of
+// the next outage. (handBack makes them after an outage.) It stops at the
+// first key that finds Redis unavailable again: the others wait for the
+// next heartbeat, so that a slow Redis holds the loop one call at most.
+func (l *Limiter) retryPending(ctx context.Context) {
+	if !l.anyPending.Swap(false) {
+		return
+	}
+	for _, ks := range l.states.all() {
+		ks.mu.Lock()
+		pending := ks.pending
+		ks.pending = nil
+		ks.mu.Unlock()
+		if len(pending) > 0 && !l.makePending(ctx, ks, pending) {
+			l.anyPending.Store(true)
+			break
+		}
+	}
+	l.warnDropped()
+}
+
+// warnDropped logs the adjustments dropped since the last call, if any.
+func (l *Limiter) warnDropped() {
 	if dropped := l.droppedAdjusts.Swap(0); dropped > 0 {
 		l.opts.Logger.Warn("pacer: cancels and settles made while Redis was unavailable were too many to keep; some were not applied",
 			"dropped", dropped, "limiter", l.id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,6 +256,37 @@ func TestOutageSettleLostState(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, snap.Local)
 	assert.InDelta(t, 100-10-40, snap.Bands[0].Value, 1e-9, "the new state's reservation, settled at 50: its raise paid")
+}
+
+// TestSettleRefusedOnceIsMade: a settle Redis refused (here at its
+// maxmemory, OOM) while the Limiter stays on Redis (one failure, under
+// FailAfter) returns nil and is kept for Redis; it is made once Redis
+// answers, by the next heartbeat. Before, it waited for the end of the next
+// outage, which may never come: the raise was not paid meanwhile (the
+// combination runner's seed 2 kept settles from its OOM for 7 s).
+func TestSettleRefusedOnceIsMade(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 20 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	// A rate so low that the bucket does not refill measurably in the test.
+	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 1e-6, Burst: 100}}}
+	req := reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 10}}
+	r, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.False(t, r.Local())
+	heal := outage(t, s)
+	require.NoError(t, r.Settle(ctx, reserve.Cost{"tokens": 50}), "a settle Redis refuses")
+	heal()
+	require.False(t, l.Degraded(), "one failure, under FailAfter")
+	balance := func() float64 {
+		snap, err := l.Peek(ctx, req)
+		require.NoError(t, err)
+		return snap.Bands[0].Value
+	}
+	require.Eventually(t, func() bool { return math.Abs(balance()-50) < 1e-3 }, 30*time.Second, 10*time.Millisecond,
+		"the raise of 40 never reached Redis: balance %v, want 50", balance())
 }
 
 // TestOutagePause (finding 7): a pause made while Redis is unavailable (a
