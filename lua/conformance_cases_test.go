@@ -282,17 +282,15 @@ func TestConformanceWindow(t *testing.T) {
 	}
 }
 
-// TestConformanceCancel: cancel gives back what later reservations have
-// not built on, once; a passed slot gets nothing back; settle charges the
-// difference (docs/protocol.md: Adjust).
-func TestConformanceCancel(t *testing.T) {
-	c := newConn(t)
-	lim := limit(10, 1)
-	keys := []string{c.key("c", ""), c.key("c", ":limit"), c.key("c", ":done")}
-	// adjust returns the reply's applied (docs/protocol.md: Adjust), and
-	// checks that its state is the key's.
-	adjust := func(us int64, op string, slotUS int64, seq string, costs ...string) any {
-		args := append(common(us, 0, "1", lim), op, at(slotUS), "0", seq)
+// adjuster returns Adjust's keys for key k, and a call of Adjust on them
+// at us (client clock, policy pol) of the reservation seq at slotUS: it
+// returns the reply's applied (docs/protocol.md: Adjust), and checks that
+// its state is the key's.
+func adjuster(t *testing.T, c *conn, k, pol string) ([]string, func(us int64, op string, slotUS int64, seq string, costs ...string) any) {
+	keys := []string{c.key(k, ""), c.key(k, ":limit"), c.key(k, ":done")}
+	return keys, func(us int64, op string, slotUS int64, seq string, costs ...string) any {
+		t.Helper()
+		args := append(common(us, 0, "1", pol), op, at(slotUS), "0", seq)
 		v := c.mustEval("ADJUST", keys, append(args, costs...)...)
 		reply, ok := v.([]any)
 		if !ok || len(reply) != 2 {
@@ -303,6 +301,15 @@ func TestConformanceCancel(t *testing.T) {
 		}
 		return reply[0]
 	}
+}
+
+// TestConformanceCancel: cancel gives back what later reservations have
+// not built on, once; a passed slot gets nothing back; settle charges the
+// difference (docs/protocol.md: Adjust).
+func TestConformanceCancel(t *testing.T) {
+	c := newConn(t)
+	lim := limit(10, 1)
+	keys, adjust := adjuster(t, c, "c", lim)
 	// one is the common call: one request of cost 1, no maximum wait (no
 	// floor, no requests argument).
 	one := func(us int64) reply {
@@ -365,15 +372,7 @@ func TestConformanceCancel(t *testing.T) {
 func TestConformanceAdjustNewLineage(t *testing.T) {
 	c := newConn(t)
 	lim := limit(10, 1)
-	keys := []string{c.key("n", ""), c.key("n", ":limit"), c.key("n", ":done")}
-	adjust := func(us int64, op string, slotUS int64, seq string, costs ...string) any {
-		args := append(common(us, 0, "1", lim), op, at(slotUS), "0", seq)
-		reply, ok := c.mustEval("ADJUST", keys, append(args, costs...)...).([]any)
-		if !ok || len(reply) != 2 {
-			t.Fatalf("Adjust's reply %#v: want [applied, state]", reply)
-		}
-		return reply[0]
-	}
+	_, adjust := adjuster(t, c, "n", lim)
 	// The lost state's reservation 2, slotted a second before Redis came
 	// back empty, settled at what it reserved.
 	if v := adjust(0, "settle", -1_000_000, "2", "1", "1"); v != int64(1) {

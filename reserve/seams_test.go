@@ -61,10 +61,7 @@ func TestStoredLimitKeepsOtherBands(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, clk := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: prefix, FailClosed: true})
 	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 
@@ -83,10 +80,7 @@ func TestStoredLimitKeepsOtherBands(t *testing.T) {
 func TestPauseKeepsOtherBands(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, Logger: quiet, FailClosed: true})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, clk := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true})
 
 	fillHour(t, l, "api")
 	require.NoError(t, l.Pause(ctx, "api", time.Second))
@@ -105,6 +99,19 @@ func outage(t *testing.T, s *redistest.Server) func() {
 		t.Helper()
 		require.NoError(t, s.Client.ConfigSet(ctx, "maxmemory", "0").Err())
 	}
+}
+
+// onFakeClock returns a Limiter on rdb with opts, on a fake clock at
+// 2026-11-23 10:00 UTC (ClientTime: the scripts run on it too), quiet,
+// closed at the test's end.
+func onFakeClock(t *testing.T, rdb redis.UniversalClient, opts reserve.Options) (*reserve.Limiter, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	opts.Clock, opts.ClientTime, opts.Logger = clk, true, quiet
+	l, err := reserve.New(rdb, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l, clk
 }
 
 // backOnRedis waits for l to find Redis again (its probe).
@@ -160,10 +167,7 @@ func TestOutageStoredLimit(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: time.Hour, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, _ := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: time.Hour})
 	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	code := reserve.Limit{Rate: 100, Burst: 1}
@@ -191,10 +195,7 @@ func TestOutageStoredLimit(t *testing.T) {
 func TestOutageSettle(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, _ := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailAfter: 1, ProbeInterval: 10 * time.Millisecond})
 	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 100}}}
 	balance := func() float64 {
 		t.Helper()
@@ -230,10 +231,7 @@ func TestOutageSettle(t *testing.T) {
 func TestOutageSettleLostState(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, clk := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), FailAfter: 1, ProbeInterval: 10 * time.Millisecond})
 	pol := reserve.Policy{{Name: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 100}}}
 	req := reserve.Request{Key: "llm", Policy: pol, Cost: reserve.Cost{"tokens": 10}}
 	old, err := l.ReserveN(ctx, req)
@@ -554,10 +552,7 @@ func TestRefusalsRemembered(t *testing.T) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	rec := newRecorder()
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, ClientTime: true, Metrics: rec, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, clk := onFakeClock(t, s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Metrics: rec})
 	lim := reserve.Limit{Rate: 1, Burst: 1}
 	for range 5 {
 		_, err := l.Reserve(ctx, "api", lim) // a queue of 4 s
@@ -572,7 +567,7 @@ func TestRefusalsRemembered(t *testing.T) {
 	}
 	assert.Equal(t, 1, rec.snapshot().calls["reserve"]-before, "script calls for 1,000 refused tries within 100 ms")
 	clk.Advance(200 * time.Millisecond) // Redis is asked again
-	_, err = l.TryReserveN(ctx, reserve.Single("api", lim, 1), time.Second)
+	_, err := l.TryReserveN(ctx, reserve.Single("api", lim, 1), time.Second)
 	require.Error(t, err)
 	assert.Equal(t, 2, rec.snapshot().calls["reserve"]-before)
 
@@ -669,10 +664,8 @@ func TestRestoreStoredLimit(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	clk := fakeclock.New(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	l, err := reserve.New(s.NewClient(t), reserve.Options{KeyPrefix: prefix, Clock: clk, ClientTime: true, FailAfter: 1, ProbeInterval: 10 * time.Millisecond, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, _ := onFakeClock(t, s.NewClient(t), reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 10 * time.Millisecond})
+	var err error
 	newAdmin := func() *admin.Client {
 		a, err := admin.New(s.NewClient(t), admin.Options{KeyPrefix: prefix})
 		require.NoError(t, err)
@@ -683,7 +676,7 @@ func TestRestoreStoredLimit(t *testing.T) {
 	for _, key := range []string{"api", "unset"} {
 		_, err = newAdmin().SetLimit(ctx, key, stored, false, "ops", "the provider lowered us")
 		require.NoError(t, err)
-		_, err := l.Reserve(ctx, key, code)
+		_, err = l.Reserve(ctx, key, code)
 		require.NoError(t, err)
 	}
 	s.Stop(t)
