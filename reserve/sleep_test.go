@@ -221,9 +221,15 @@ func TestLostKeyReadKeepsHorizon(t *testing.T) {
 			require.NoError(t, rs[1].Sleep(ctx))
 			r, err := l.Reserve(ctx, "k", lim)
 			require.NoError(t, err)
-			last := rs[len(rs)-1].Time()
-			assert.False(t, r.Time().Before(last.Add(99*time.Millisecond)),
-				"a slot %v after the last slot this Limiter's sleepers hold, want 100 ms after it at least", r.Time().Sub(last))
+			// On the server's clock: the local times place the slots by the
+			// clock estimate of their replies, which a loaded machine's
+			// round trips shift by milliseconds (CI beside a CPU hog: 97.3 ms).
+			last, ok := reserve.ServerSlot(rs[len(rs)-1])
+			require.True(t, ok)
+			slot, ok := reserve.ServerSlot(r)
+			require.True(t, ok)
+			assert.GreaterOrEqual(t, slot-last, int64(99*time.Millisecond),
+				"a slot %v after the last slot this Limiter's sleepers hold, want 100 ms after it at least", time.Duration(slot-last))
 		})
 	}
 }
