@@ -471,9 +471,18 @@ class Limiter:
             if state:
                 st.state, st.stored, st.seen_ns = state, stored, self._server_now()
                 try:
-                    st.seq = max(st.seq, protocol.parse_state(state).seq)
+                    s = protocol.parse_state(state)
                 except ValueError:
                     pass
+                else:
+                    # A state numbered before the one seen (numbers never go
+                    # back on a key) and written before slots Redis granted
+                    # this Limiter: Redis lost the key, and the number stays
+                    # for the lost key's floor. One written after them (the
+                    # key lapsed, then a new reservation) is taken whole:
+                    # its numbers start again (Go's noteSeen).
+                    if s.seq >= st.seq or st.granted_ns <= s.t * 1000:
+                        st.seq = s.seq
             if g is not None and g.seq > 0:
                 st.granted_ns = max(st.granted_ns, g.slot_ns)
 

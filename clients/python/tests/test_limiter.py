@@ -60,6 +60,23 @@ class LimiterTest(unittest.TestCase):
         self.assertGreater(e.exception.wait, 0.05)
         self.assertEqual(lim.reserve("api", Limit(1, 2)).seq, 6, "a refusal changes nothing")
 
+    def test_lapsed_key_numbered_again(self) -> None:
+        """A key that lapsed with its slots passed (here deleted) and was
+        reserved on again numbers from 1: the Limiter takes the new numbers,
+        and sends no lost key's floor with the next calls (Go's noteSeen:
+        a state numbered before the one seen but written after the slots
+        granted is taken whole). Before, it kept the old number as a running
+        maximum, and each call while its queue lay ahead sent a floor."""
+        lim = self.limiter()
+        rs = [lim.reserve("k", Limit(1000, 1)) for _ in range(5)]
+        self.assertEqual(rs[-1].seq, 5)
+        while time.time_ns() <= rs[-1].slot_ns + 100 * MS:
+            time.sleep(0.02)  # every slot passed (Redis's clock is this machine's)
+        self.c.delete(self.prefix + "{k}")  # lapsed
+        again = [lim.reserve("k", Limit(1000, 1)) for _ in range(3)]
+        self.assertEqual([r.seq for r in again], [1, 2, 3])
+        self.assertEqual(lim._keys["k"].seq, 3, "the new state's numbers")
+
     def test_two_bands_and_settle(self) -> None:
         lim = self.limiter()
         pol = Policy((Bucket("rps", 1, 1, "requests"), Bucket("tps", 1, 5, "tokens")))
