@@ -56,6 +56,11 @@ var regressionSeeds = []struct {
 	// grid-rounded slots, each up to 1 ns late, and gave back up to 1 ns
 	// of rate too much each time: 5 ns early after some forty cancels.
 	{2129, "cancels on grid-rounded slots"},
+	// 1,000,000/s, burst 5: x/time/rate's CancelAt left the exact model by
+	// one token, which at that rate is 1 µs, the balance's tolerance, so
+	// the test did not see it leave; pacer, 1 ns of rate from the exact
+	// model on the other side, failed against x/time/rate by 1.001 tokens.
+	{1795790703805952122, "x/time/rate leaving the exact model by the tolerance"},
 }
 
 // randomLimit draws rates log-uniformly over 0.001/s to 1,000,000/s, mostly
@@ -205,7 +210,14 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 			if refValid {
 				exact := models[0].m.tokensAt(now)
 				theirs := ref.TokensAt(now)
-				if math.Abs(theirs-exact) > tol {
+				// x/time/rate follows the exact model to its float
+				// noise (ns of rate) or has left it by one of the
+				// CancelAt rules pacer changes, which gives back whole
+				// tokens: at 1,000,000/s a token is tol itself, so it
+				// left by tol and was not seen to, and pacer, on the
+				// exact model, was then over tol from it (seed
+				// 1795790703805952122). Half of tol tells the two apart.
+				if math.Abs(theirs-exact) > tol/2 {
 					leave(step, "tokens")
 				} else if math.Abs(st.Bands[0].Value-theirs) > tol {
 					t.Fatalf("trial %d step %d %+v: Peek tokens = %v, x/time/rate %v", trial, step, lim, st.Bands[0].Value, theirs)
