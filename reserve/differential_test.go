@@ -308,13 +308,25 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 					t.Logf("trial %d step %d branch %d: reserve n=%d ours-exact %.3f ns", trial, step, bi, n, float64(od)-br.res[made].delayFrom(now))
 				}
 			}
-			keep(func(br branch) string {
+			badDelay := func(br branch) string {
 				if ed := br.res[made].delayFrom(now); float64(od) < ed-earlyNS || float64(od)-ed > 1001 {
 					return fmt.Sprintf("trial %d step %d %+v: Reserve(n=%d) delay = %v, exact model %.1fns",
 						trial, step, lim, n, od, ed)
 				}
 				return ""
-			})
+			}
+			if !slices.ContainsFunc(models, func(br branch) bool { return badDelay(br) == "" }) && reserve.SeqOf(ours) != int64(made) {
+				// The key expired on the server's clock between the step's
+				// check and this reservation (a loaded machine): a new state,
+				// numbered from 1, which the lost key's floor started at the
+				// Limiter's horizon rounded up to the µs (CI beside a hog:
+				// 1.08 µs over the exact model). The trial ends here.
+				t.Logf("trial %d step %d %+v: the key expired on the server's clock during the reservation (number %d, the trial's %d); trial cut",
+					trial, step, lim, reserve.SeqOf(ours), made)
+				cut++
+				break
+			}
+			keep(badDelay)
 			if refValid {
 				ed := models[0].res[made].delayFrom(now)
 				if math.Abs(float64(td)-ed) > 10 {
