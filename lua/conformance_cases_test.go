@@ -721,7 +721,7 @@ func TestConformanceWrongType(t *testing.T) {
 func TestConformanceHeartbeatOrder(t *testing.T) {
 	c := newConn(t)
 	fleet := []string{c.key("limiters", "")}
-	for _, s := range []string{":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes"} {
+	for _, s := range fleetSuffixes {
 		fleet = append(fleet, c.key("limiters", s))
 	}
 	beat := func(mode, since string) []any {
@@ -754,7 +754,7 @@ func TestConformanceHeartbeatOrder(t *testing.T) {
 func TestConformanceHeartbeat(t *testing.T) {
 	c := newConn(t)
 	fleet := []string{c.key("limiters", "")}
-	for _, s := range []string{":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes"} {
+	for _, s := range fleetSuffixes {
 		fleet = append(fleet, c.key("limiters", s))
 	}
 	beat := func(id, mode, deadline string, more ...string) ([]any, error) {
@@ -772,15 +772,15 @@ func TestConformanceHeartbeat(t *testing.T) {
 	if err != nil || len(r) != 11 {
 		t.Fatalf("Heartbeat = %s, %v; want 11 entries", show(r), err)
 	}
-	if want := "[*, 1, 0, 0, 1, [], [], 0, 0, [0], \"1\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 1, 0, 0, 1, [], [], 0, 0, [], \"1\"]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("Heartbeat = %s, want %s", show(r), want)
 	}
 	r, _ = beat("w2", "local", "")
-	if want := "[*, 2, 0, 1, 2, [], [], 0, 1, [0, 1], \"1\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 2, 0, 1, 2, [], [], 0, 1, [], \"1\"]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("second member's Heartbeat = %s, want %s", show(r), want)
 	}
 	r, _ = beat("w1", "redis", "")
-	if want := "[*, 1, 1, 0, 2, [1], [], 0, 1, [0, 1], \"1\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 1, 1, 0, 2, [1], [], 0, 1, [], \"1\"]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("Heartbeat beside a member pacing locally = %s, want %s", show(r), want)
 	}
 	for _, q := range []struct {
@@ -994,3 +994,7 @@ func TestConformanceFairGroups(t *testing.T) {
 		}
 	}
 }
+
+// fleetSuffixes are the fleet's keys after the first (docs/protocol.md,
+// Heartbeat: KEYS[2...11]).
+var fleetSuffixes = []string{":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes", ":x:w", ":x:local", ":x:holes"}

@@ -39,6 +39,18 @@
 --          operator sees when every member writes the format set, and
 --          which members are of a release that does not report (they are
 --          in KEYS[1] without a field here)
+-- KEYS[9..11] the fleet's indexes, written only by the members told
+--          format "3" or higher (the writers), so that a heartbeat's cost
+--          does not grow with the fleet (docs/protocol.md, Heartbeat):
+-- KEYS[9]  the writers, a sorted set: member = Limiter id, score = Unix ms
+--          of its last heartbeat (KEYS[1]'s, for the writers alone)
+-- KEYS[10] the writers pacing locally (their last heartbeat said
+--          "local"), the same
+-- KEYS[11] the holes, a sorted set: the free ranks below the highest
+--          taken (member and score the rank), and member "v" scored -1
+--          while it is kept whole; absent or without "v": not kept (a
+--          member that does not write it took a rank), and the next
+--          writer builds it again from KEYS[4]
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); "report": ARGV[10...]'s reports alone, written
@@ -61,6 +73,7 @@
 --          (CLIENT LIST), at most once per suspect_ms each
 -- ARGV[7]  keep_ms: how long a reported policy is kept after its report
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
+--          (taken if free and below 1,000,000, else the smallest free)
 -- ARGV[9]  the heartbeat's deadline, Unix ms on the server's clock as the
 --          caller estimates it ("" or absent: none): one that runs later
 --          is refused (PACER_STALE) and changes nothing. Its caller has
@@ -96,20 +109,93 @@
 --          2 * suspect_ms (every member hears of it within about one
 --          interval, suspect_ms), else 0: until then members may pace
 --          locally on either size (reserve's fleet.go, a member share's "also").
---          ranks are the ranks taken, by members live or held. format
---          is the state format this Limiter writes from now on ("1" or
---          "2": KEYS[7]).
+--          holes are the ranks below n that no member holds (every
+--          other rank below n is taken, by a member live or held). format
+--          is the state format this Limiter writes from now on ("1", "2"
+--          or "3": KEYS[7]).
+--          Cost: when every member of KEYS[1] is a writer (KEYS[9]), the
+--          reply comes from the indexes, and the heartbeat's time grows
+--          with what changed (members silent, pacing locally, suspects,
+--          joined or forgotten, holes), not with the fleet; otherwise
+--          (a member of an earlier release, or one not told "3" yet) it
+--          reads every member, as the release before did.
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local id, mode = ARGV[1], ARGV[2]
+-- The top rank taken (-1: none).
+local function top_rank()
+  local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  return tonumber(top[2]) or -1
+end
+-- ZADD of the ranks rs to the holes (members and scores the ranks).
+local function add_holes(rs)
+  local zs = {}
+  for _, r in ipairs(rs) do
+    zs[#zs + 1] = r
+    zs[#zs + 1] = string.format('%d', r)
+    if #zs >= 1000 then
+      redis.call('ZADD', KEYS[11], unpack(zs))
+      zs = {}
+    end
+  end
+  if #zs > 0 then
+    redis.call('ZADD', KEYS[11], unpack(zs))
+  end
+end
+-- The holes, built again from the ranks (a writer, when they are not kept).
+local function build_holes()
+  local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  local taken, top = {}, -1
+  for i = 2, #used, 2 do
+    local r = tonumber(used[i])
+    taken[r] = true
+    if r > top then
+      top = r
+    end
+  end
+  redis.call('DEL', KEYS[11])
+  local rs = {}
+  for r = 0, top - 1 do
+    if not taken[r] then
+      rs[#rs + 1] = r
+    end
+  end
+  add_holes(rs)
+  redis.call('ZADD', KEYS[11], -1, 'v')
+end
 local function forget(ids)
   if #ids > 0 then
+    -- The holes, when kept: the ranks freed below the new top join them,
+    -- and those above it leave.
+    local kept = redis.call('ZSCORE', KEYS[11], 'v')
+    local freed = {}
+    if kept then
+      for _, x in ipairs(ids) do
+        local r = tonumber(redis.call('ZSCORE', KEYS[4], x))
+        if r then
+          freed[#freed + 1] = r
+        end
+      end
+    end
     redis.call('ZREM', KEYS[1], unpack(ids))
     redis.call('ZREM', KEYS[4], unpack(ids))
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('HDEL', KEYS[5], unpack(ids))
     redis.call('HDEL', KEYS[8], unpack(ids))
+    redis.call('ZREM', KEYS[9], unpack(ids))
+    redis.call('ZREM', KEYS[10], unpack(ids))
+    if #freed > 0 then
+      local top = top_rank()
+      redis.call('ZREMRANGEBYSCORE', KEYS[11], '(' .. string.format('%d', top), '+inf')
+      local below = {}
+      for _, r in ipairs(freed) do
+        if r < top then
+          below[#below + 1] = r
+        end
+      end
+      add_holes(below)
+    end
   end
 end
 -- The reports of ARGV[10...] (see there). A report the fleet holds
@@ -227,39 +313,91 @@ if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 o
   return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
 end
 forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
+-- The writers' records are forgotten with the fleet's (above), and by the
+-- same rule here too: one a member of an earlier release forgot (by its
+-- own hold_ms, or its leave) would otherwise stay.
+redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+local format = redis.pcall('GET', KEYS[7])
+-- A writer: told format 3 or higher (the operator switched the fleet, so
+-- no member of an earlier release is left).
+local writer = tonumber(format) ~= nil and tonumber(format) >= 3
+if format ~= '2' and format ~= '3' then
+  format = '1'
+end
 redis.call('ZADD', KEYS[1], now_ms, id)
+if writer then
+  redis.call('ZADD', KEYS[9], now_ms, id)
+  if mode == 'local' then
+    redis.call('ZADD', KEYS[10], now_ms, id)
+  else
+    redis.call('ZREM', KEYS[10], id)
+  end
+  if not redis.call('ZSCORE', KEYS[11], 'v') then
+    build_holes()
+  end
+else
+  -- Not a writer (any more): out of the indexes, so that a writer that
+  -- counts one member of the fleet not indexed reads them all.
+  redis.call('ZREM', KEYS[9], id)
+  redis.call('ZREM', KEYS[10], id)
+end
 if not redis.call('ZSCORE', KEYS[4], id) then
   local want = tonumber(ARGV[8])
-  if not (want and want >= 0 and want == math.floor(want) and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
-    -- The smallest free rank.
-    local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-    local taken = {}
-    for i = 2, #used, 2 do
-      taken[tonumber(used[i])] = true
+  if not (want and want >= 0 and want == math.floor(want) and want < 1000000 and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
+    want = nil
+  end
+  if writer then
+    -- The holes are kept (built above if they were not): the smallest
+    -- free rank is the first hole, else the one above the top.
+    local top = top_rank()
+    if not want then
+      local h = redis.call('ZRANGEBYSCORE', KEYS[11], 0, '+inf', 'LIMIT', 0, 1)
+      want = tonumber(h[1]) or top + 1
     end
-    want = 0
-    while taken[want] do
-      want = want + 1
+    if want < top then
+      redis.call('ZREM', KEYS[11], string.format('%d', want))
+    elseif want > top + 1 then
+      local rs = {}
+      for r = top + 1, want - 1 do
+        rs[#rs + 1] = r
+      end
+      add_holes(rs)
     end
+  else
+    if not want then
+      -- The smallest free rank.
+      local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+      local taken = {}
+      for i = 2, #used, 2 do
+        taken[tonumber(used[i])] = true
+      end
+      want = 0
+      while taken[want] do
+        want = want + 1
+      end
+    end
+    -- Holes no writer keeps now: the next builds them again.
+    redis.call('DEL', KEYS[11])
   end
   redis.call('ZADD', KEYS[4], want, id)
 end
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
 redis.call('HDEL', KEYS[5], id)
-local format = redis.pcall('GET', KEYS[7])
-if format ~= '2' then
-  format = '1'
-end
 redis.call('HSET', KEYS[8], id, format)
 for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
   redis.call('PEXPIRE', k, hold_ms)
+end
+if writer then
+  for _, k in ipairs({KEYS[9], KEYS[10], KEYS[11]}) do
+    redis.call('PEXPIRE', k, hold_ms)
+  end
 end
 write_reports(keep_ms)
 prune_reports(keep_ms, 100)
 redis.call('PEXPIRE', KEYS[3], math.max(hold_ms, keep_ms))
 redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
 
-local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
 local held_ranks = {}
 local held_n = 0
 local function note_n(detail)
@@ -268,33 +406,56 @@ local function note_n(detail)
     held_n = hn
   end
 end
-local live = #heard
-if live > 1 then
-  local modes = redis.call('HMGET', KEYS[2], unpack(heard))
-  for i = 1, #heard do
-    local m = modes[i]
-    if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
-      live = live - 1
-      note_n(m)
-      local r = redis.call('ZSCORE', KEYS[4], heard[i])
-      if r then
-        held_ranks[#held_ranks + 1] = tonumber(r)
-      end
-    end
+local function hold_rank(x)
+  -- (An earlier version's member has no rank: it is counted, not ranked.)
+  local r = redis.call('ZSCORE', KEYS[4], x)
+  if r then
+    held_ranks[#held_ranks + 1] = tonumber(r)
   end
 end
+local members = redis.call('ZCARD', KEYS[1])
+local live
 local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
 if #silent > 0 then
   local ds = redis.call('HMGET', KEYS[2], unpack(silent))
   for i = 1, #silent do
     note_n(ds[i])
+    hold_rank(silent[i])
   end
 end
-for i = 1, #silent do
-  -- (An earlier version's member has no rank: it is counted, not ranked.)
-  local r = redis.call('ZSCORE', KEYS[4], silent[i])
-  if r then
-    held_ranks[#held_ranks + 1] = tonumber(r)
+if writer and redis.call('ZCARD', KEYS[9]) == members then
+  -- Every member is a writer: the members heard from within live_ms that
+  -- pace locally are those of KEYS[10] so heard, and the others are live.
+  live = members - #silent
+  local locals = redis.call('ZRANGE', KEYS[10], 0, -1, 'WITHSCORES')
+  local heard = {}
+  for i = 1, #locals, 2 do
+    if locals[i] ~= id and tonumber(locals[i + 1]) >= now_ms - live_ms then
+      heard[#heard + 1] = locals[i]
+    end
+  end
+  if #heard > 0 then
+    local ds = redis.call('HMGET', KEYS[2], unpack(heard))
+    for i = 1, #heard do
+      live = live - 1
+      note_n(ds[i])
+      hold_rank(heard[i])
+    end
+  end
+else
+  -- Every member heard from within live_ms, and its mode.
+  local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+  live = #heard
+  if live > 1 then
+    local modes = redis.call('HMGET', KEYS[2], unpack(heard))
+    for i = 1, #heard do
+      local m = modes[i]
+      if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
+        live = live - 1
+        note_n(m)
+        hold_rank(heard[i])
+      end
+    end
   end
 end
 local suspects = {}
@@ -312,9 +473,7 @@ if #quiet > 0 then
     end
   end
 end
-local members = redis.call('ZCARD', KEYS[1])
-local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-local n = tonumber(top[2]) + 1
+local n = top_rank() + 1
 -- The fleet's size as of when: a change younger than 2 * suspect_ms
 -- reports the size before it.
 local before = 0
@@ -334,9 +493,23 @@ elseif rn ~= n then
 elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
   before = rbefore
 end
-local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-local ranks = {}
-for i = 2, #ranked, 2 do
-  ranks[#ranks + 1] = tonumber(ranked[i])
+-- The holes below n: kept by the writers, else from every rank.
+local holes = {}
+if writer then
+  local hs = redis.call('ZRANGEBYSCORE', KEYS[11], 0, '(' .. string.format('%d', n))
+  for i = 1, #hs do
+    holes[i] = tonumber(hs[i])
+  end
+else
+  local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  local taken = {}
+  for i = 2, #ranked, 2 do
+    taken[tonumber(ranked[i])] = true
+  end
+  for r = 0, n - 1 do
+    if not taken[r] then
+      holes[#holes + 1] = r
+    end
+  end
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks, format}
+return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, holes, format}

@@ -47,7 +47,8 @@ SCRIPT_FILES: dict[str, tuple[str, ...]] = {
 HEARTBEAT_TIMES = ("2000", "60000", "1100", "180000")
 
 #: The fleet's keys under the prefix ("Keys", "Heartbeat"), in Heartbeat's order.
-FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes")
+FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes",
+                  ":x:w", ":x:local", ":x:holes")
 
 Reply = Union[int, str, None, list["Reply"]]
 
@@ -597,7 +598,7 @@ class Heartbeat:
     suspects: list[str]  # flat: id, client id, run id, ...
     held_n: int
     before: int
-    ranks: list[int]
+    ranks: list[int]  # taken: every rank below n but the reply's holes
     format: int
 
 
@@ -638,8 +639,12 @@ def decode_heartbeat(v: Reply) -> Heartbeat | None:
     if not isinstance(v, list) or len(v) != 11:
         return None
     ints = lambda a: [int(x) for x in a]  # noqa: E731
-    return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), ints(v[5]), v[6],  # type: ignore
-                     int(v[7]), int(v[8]), ints(v[9]), 2 if v[10] == "2" else 1)  # type: ignore
+    n, holes = int(v[4]), set(ints(v[9]))  # type: ignore
+    # Format 3 (a fleet switched to it keeps the heartbeat's indexes)
+    # writes the states of format 2 here: this client writes no format 3.
+    return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), n, ints(v[5]), v[6],  # type: ignore
+                     int(v[7]), int(v[8]), [k for k in range(n) if k not in holes],
+                     2 if v[10] in ("2", "3") else 1)  # type: ignore
 
 
 # ---------------------------------------------------------------- The state

@@ -185,7 +185,12 @@ class Runner:
             if (hb is None) != (len(got) == 1):
                 self.fail(where, f"decoded {got!r} as {hb!r}")
             elif hb is not None:
-                want = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], got[9], got[10])
+                # The reply gives the holes; the client keeps the ranks
+                # taken (every rank below n but the holes), and writes
+                # format 2 when told "3".
+                ranks = [k for k in range(got[4]) if k not in got[9]]
+                fmt = {"3": "2"}.get(got[10], got[10])
+                want = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], ranks, fmt)
                 if (hb.live, hb.held, hb.rank, hb.n, hb.held_ranks, hb.held_n, hb.before, hb.ranks, str(hb.format)) != want:
                     self.fail(where, f"decoded {hb!r} of {got!r}")
 
