@@ -326,3 +326,11 @@ func (l *Limiter) WritesFormat() int {
 	}
 	return 1
 }
+
+// Rank exposes the Limiter's rank in the fleet as it last learned it, for
+// tests.
+func (l *Limiter) Rank() int {
+	l.fleet.mu.Lock()
+	defer l.fleet.mu.Unlock()
+	return l.fleet.rank
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,7 @@ type heartbeatResults struct {
 	Idle    float64 // Redis CPU seconds per second with no Limiter
 	Runs    []heartbeatRun
 	Reports *reportsRun // Limiters reporting the same keys (beats.go)
+	Format  string      // the fleet's state format setting ("": unset)
 }
 
 // runHeartbeat runs the heartbeat phase.
@@ -74,7 +76,7 @@ func (b *bench) runHeartbeat(ctx context.Context, progress func(string, ...any))
 	if err != nil {
 		return nil, err
 	}
-	res := &heartbeatResults{Idle: u.CPU / d.Seconds()}
+	res := &heartbeatResults{Idle: u.CPU / d.Seconds(), Format: c.FleetFormat}
 	for _, n := range []int{c.Heartbeats / 10, 3 * c.Heartbeats / 10, c.Heartbeats} {
 		r, err := b.heartbeatRun(ctx, n, d, res.Idle)
 		if err != nil {
@@ -106,6 +108,9 @@ func (r heartbeatRun) calls() int64 {
 // measures them idle for d.
 func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle float64) (heartbeatRun, error) {
 	if err := b.flush(ctx); err != nil {
+		return heartbeatRun{}, err
+	}
+	if err := b.fleetFormat(ctx); err != nil {
 		return heartbeatRun{}, err
 	}
 	mem0, err := usedMemory(ctx, b.admin)
@@ -181,6 +186,21 @@ func (b *bench) heartbeatRun(ctx context.Context, n int, d time.Duration, idle f
 	return r, nil
 }
 
+// fleetFormat switches the fleet to the state format c.FleetFormat before
+// its Limiters start, as `pacer format` does ("": left unset, format 1):
+// from format 3 on, the members keep the heartbeat's indexes, and a
+// heartbeat's cost no longer grows with the fleet (docs/protocol.md,
+// Heartbeat).
+func (b *bench) fleetFormat(ctx context.Context) error {
+	if b.cfg.FleetFormat == "" {
+		return nil
+	}
+	if err := b.admin.Set(ctx, layout.FormatKey(reserve.DefaultKeyPrefix), b.cfg.FleetFormat, 0).Err(); err != nil {
+		return fmt.Errorf("pacerbench: the fleet's format: %w", err)
+	}
+	return nil
+}
+
 // connectedClients returns INFO clients' connected_clients.
 func connectedClients(ctx context.Context, admin *redis.Client) (int64, error) {
 	info, err := admin.Info(ctx, "clients").Result()
@@ -194,6 +214,11 @@ func connectedClients(ctx context.Context, admin *redis.Client) (int64, error) {
 func (hr *heartbeatResults) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### Idle Limiters: the heartbeat's cost (each Limiter on a client of its own, heartbeat every %v)\n\n", heartbeatEvery)
+	if hr.Format != "" {
+		fmt.Fprintf(&b, "The fleet is switched to format %s (`pacer format %s`) before its Limiters start: from 3 on they keep the heartbeat's indexes (docs/protocol.md, Heartbeat). ", hr.Format, hr.Format)
+	} else {
+		b.WriteString("The fleet's format is left unset (format 1): every heartbeat reads every member. ")
+	}
 	fmt.Fprintf(&b, "Redis with no Limiter (its own background work): %.0f µs of CPU per second, taken off the rows below. "+
 		"Per Limiter and second of an idle fleet of the row's size:\n\n", hr.Idle*1e6)
 	b.WriteString("| Limiters | Redis CPU µs | commands Redis ran (a script's own included) | Redis µs (commandstats, EVALSHA and the rest sent) | Limiter's Redis calls, by operation | client CPU µs | Redis bytes per Limiter (its connections included) | connections per Limiter | fallbacks |\n")

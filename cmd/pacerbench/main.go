@@ -71,31 +71,32 @@ import (
 
 // config is what the flags set.
 type config struct {
-	RedisURL   string        // "" to start a redis-server
-	Force      bool          // flush a -redis database that is not empty
-	Out        string        // the Markdown file to write; "" for none
-	Quick      bool          // smoke-run defaults
-	Phase      time.Duration // each throughput and latency measurement
-	Hot        []int         // goroutines of the throughput phases
-	Fleet      time.Duration // the fleet's run
-	Procs      int           // the fleet's processes
-	Goroutines int           // goroutines per fleet process
-	FleetRate  float64       // the fleet's limit, permits per second
-	FleetBurst int
-	MemKeys    int           // keys created in the memory phase
-	MemRate    float64       // their limit's rate (burst 1): the TTL follows from it
-	EvictRun   time.Duration // each run of the eviction phase
-	CrashRun   time.Duration // each crash run of the seams phase
-	ColdKeys   int           // keys of the cold phase, at 1/s each
-	ColdRun    time.Duration // each run of the cold phase
-	LoadedRun  time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
-	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
-	LoadedRuns int           // the loaded phase's runs beside the hogs
-	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
-	OtelKeys   int           // fresh keys of the otel phase, one Wait each
-	Only       string        // limiter names separated by ";"; "" for all
-	Phases     string        // comma-separated phases (see phases); "" for all
-	Command    string        // how the program was run, for the report
+	RedisURL    string        // "" to start a redis-server
+	Force       bool          // flush a -redis database that is not empty
+	Out         string        // the Markdown file to write; "" for none
+	Quick       bool          // smoke-run defaults
+	Phase       time.Duration // each throughput and latency measurement
+	Hot         []int         // goroutines of the throughput phases
+	Fleet       time.Duration // the fleet's run
+	Procs       int           // the fleet's processes
+	Goroutines  int           // goroutines per fleet process
+	FleetRate   float64       // the fleet's limit, permits per second
+	FleetBurst  int
+	MemKeys     int           // keys created in the memory phase
+	MemRate     float64       // their limit's rate (burst 1): the TTL follows from it
+	EvictRun    time.Duration // each run of the eviction phase
+	CrashRun    time.Duration // each crash run of the seams phase
+	ColdKeys    int           // keys of the cold phase, at 1/s each
+	ColdRun     time.Duration // each run of the cold phase
+	LoadedRun   time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
+	LoadedHogs  int           // CPU hogs beside the loaded phase's loaded runs
+	LoadedRuns  int           // the loaded phase's runs beside the hogs
+	Heartbeats  int           // idle Limiters of the heartbeat phase's larger run
+	FleetFormat string        // the heartbeat phase's fleet's state format setting ("": unset)
+	OtelKeys    int           // fresh keys of the otel phase, one Wait each
+	Only        string        // limiter names separated by ";"; "" for all
+	Phases      string        // comma-separated phases (see phases); "" for all
+	Command     string        // how the program was run, for the report
 
 	// The outage phase: runs of each scenario, the length of each fault
 	// and of the time after each heal, and the scenarios ("" for all).
@@ -125,13 +126,14 @@ func defaults(quick bool) config {
 		ColdRun:  10 * time.Second,
 		// 1,000 idle Limiters took more than a Redis core on this
 		// program's 2-CPU machine, and their heartbeats timed out.
-		Heartbeats: 500,
-		OtelKeys:   10_000,
-		LoadedRun:  20 * time.Second,
-		LoadedHogs: 2,
-		LoadedRuns: 3,
-		OutageRuns: 6,
-		OutageSeg:  3 * time.Second,
+		Heartbeats:  500,
+		FleetFormat: "3",
+		OtelKeys:    10_000,
+		LoadedRun:   20 * time.Second,
+		LoadedHogs:  2,
+		LoadedRuns:  3,
+		OutageRuns:  6,
+		OutageSeg:   3 * time.Second,
 	}
 	if quick {
 		c.Quick = true
@@ -211,6 +213,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
 	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
 	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
+	fs.StringVar(&c.FleetFormat, "fleet-format", full.FleetFormat, `the state format the heartbeat phase's fleet is switched to before its Limiters start, as "pacer format" sets it (3 and up: the members keep the heartbeat's indexes; "": left unset)`)
 	fs.IntVar(&c.OtelKeys, "otel-keys", full.OtelKeys, "fresh keys of the otel phase, one Wait each (and as many values of otelpacer's KeyAttribute)")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
