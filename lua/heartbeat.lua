@@ -163,6 +163,10 @@ local function build_holes()
   end
   add_holes(rs)
   redis.call('ZADD', KEYS[11], -1, 'v')
+  local hold = tonumber(ARGV[5])
+  if hold then
+    redis.call('PEXPIRE', KEYS[11], hold + math.floor(hold / 4))
+  end
 end
 local function forget(ids)
   if #ids > 0 then
@@ -286,6 +290,11 @@ if mode == 'check' then
       redis.call('HSET', KEYS[5], x, now_ms)
     end
   end
+  -- The checks expire with the fleet (a heartbeat renews both).
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[5], ttl)
+  end
   return out
 end
 local deadline = tonumber(ARGV[9] or '')
@@ -299,8 +308,10 @@ end
 -- to local pacing must not undo the one saying "local" (combination runner,
 -- seed 37: a member counted on Redis while it paced locally, and two calls
 -- at one instant).
+-- (This member's record, and the fleet's size as of when: see below.)
+local recs = redis.call('HMGET', KEYS[2], id, '~n', '~t') -- HMGET: in docs/security.md's ACL
 do
-  local rec = redis.call('HMGET', KEYS[2], id)[1] -- HMGET: in docs/security.md's ACL
+  local rec = recs[1]
   local rmode, rsince = string.match(rec or '', '^(%S+) (%d+)')
   local since = tonumber(string.match(ARGV[3] or '', '^(%d+)'))
   if rmode and rmode ~= mode and since and tonumber(rsince) > since then
@@ -317,7 +328,6 @@ forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', n
 -- same rule here too: one a member of an earlier release forgot (by its
 -- own hold_ms, or its leave) would otherwise stay.
 redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
-redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
 local format = redis.pcall('GET', KEYS[7])
 -- A writer: told format 3 or higher (the operator switched the fleet, so
 -- no member of an earlier release is left).
@@ -325,24 +335,38 @@ local writer = tonumber(format) ~= nil and tonumber(format) >= 3
 if format ~= '2' and format ~= '3' then
   format = '1'
 end
-redis.call('ZADD', KEYS[1], now_ms, id)
+-- The keys' expiry is renewed to hold_ms + hold_ms / 4 at least every
+-- hold_ms / 4 (the fleet's "~t", when it was last), and whenever a key may
+-- have been made: so they live at least hold_ms after the last heartbeat,
+-- and most heartbeats renew none (ten commands fewer).
+local renewed = tonumber(recs[3])
+local renew = not renewed or now_ms - renewed >= hold_ms / 4 or #ARGV > 10
+if redis.call('ZADD', KEYS[1], now_ms, id) == 1 then
+  renew = true -- a member new to the fleet: its records may be new too
+end
+local rmode = string.match(recs[1] or '', '^(%S+) ')
 if writer then
-  redis.call('ZADD', KEYS[9], now_ms, id)
+  if redis.call('ZADD', KEYS[9], now_ms, id) == 1 then
+    renew = true
+  end
   if mode == 'local' then
-    redis.call('ZADD', KEYS[10], now_ms, id)
-  else
+    if redis.call('ZADD', KEYS[10], now_ms, id) == 1 then
+      renew = true
+    end
+  elseif rmode == 'local' then
     redis.call('ZREM', KEYS[10], id)
   end
-  if not redis.call('ZSCORE', KEYS[11], 'v') then
-    build_holes()
-  end
-else
-  -- Not a writer (any more): out of the indexes, so that a writer that
+elseif redis.call('ZREM', KEYS[9], id) == 1 then
+  -- Not a writer any more: out of the indexes, so that a writer that
   -- counts one member of the fleet not indexed reads them all.
-  redis.call('ZREM', KEYS[9], id)
   redis.call('ZREM', KEYS[10], id)
 end
-if not redis.call('ZSCORE', KEYS[4], id) then
+local my_rank = tonumber(redis.call('ZSCORE', KEYS[4], id))
+if not my_rank then
+  renew = true
+  if writer and not redis.call('ZSCORE', KEYS[11], 'v') then
+    build_holes()
+  end
   local want = tonumber(ARGV[8])
   if not (want and want >= 0 and want == math.floor(want) and want < 1000000 and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
     want = nil
@@ -381,22 +405,22 @@ if not redis.call('ZSCORE', KEYS[4], id) then
     redis.call('DEL', KEYS[11])
   end
   redis.call('ZADD', KEYS[4], want, id)
+  my_rank = want
 end
 redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
 redis.call('HDEL', KEYS[5], id)
 redis.call('HSET', KEYS[8], id, format)
-for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
-  redis.call('PEXPIRE', k, hold_ms)
-end
-if writer then
-  for _, k in ipairs({KEYS[9], KEYS[10], KEYS[11]}) do
-    redis.call('PEXPIRE', k, hold_ms)
-  end
-end
 write_reports(keep_ms)
 prune_reports(keep_ms, 100)
-redis.call('PEXPIRE', KEYS[3], math.max(hold_ms, keep_ms))
-redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
+if renew then
+  redis.call('HSET', KEYS[2], '~t', string.format('%d', now_ms))
+  local ttl = hold_ms + math.floor(hold_ms / 4)
+  for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8], KEYS[9], KEYS[10], KEYS[11]}) do
+    redis.call('PEXPIRE', k, ttl)
+  end
+  redis.call('PEXPIRE', KEYS[3], math.max(ttl, keep_ms))
+  redis.call('PEXPIRE', KEYS[6], math.max(ttl, keep_ms))
+end
 
 local held_ranks = {}
 local held_n = 0
@@ -415,13 +439,36 @@ local function hold_rank(x)
 end
 local members = redis.call('ZCARD', KEYS[1])
 local live
-local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
-if #silent > 0 then
-  local ds = redis.call('HMGET', KEYS[2], unpack(silent))
-  for i = 1, #silent do
-    note_n(ds[i])
-    hold_rank(silent[i])
+-- The members not heard from within live_ms (silent: held) or suspect_ms
+-- (quiet: suspects, see below), in one range of the heartbeat set.
+local silent, quiet = {}, {}
+do
+  local edge = now_ms - math.min(live_ms, suspect_ms)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', edge), 'WITHSCORES')
+  for i = 1, #old, 2 do
+    local at = tonumber(old[i + 1])
+    if at < now_ms - live_ms then
+      silent[#silent + 1] = old[i]
+    end
+    if at < now_ms - suspect_ms then
+      quiet[#quiet + 1] = old[i]
+    end
   end
+end
+local details = {}
+if #silent > 0 or #quiet > 0 then
+  local xs = {}
+  for _, x in ipairs(#silent > #quiet and silent or quiet) do
+    xs[#xs + 1] = x
+  end
+  local ds = redis.call('HMGET', KEYS[2], unpack(xs))
+  for i = 1, #xs do
+    details[xs[i]] = ds[i]
+  end
+end
+for _, x in ipairs(silent) do
+  note_n(details[x])
+  hold_rank(x)
 end
 if writer and redis.call('ZCARD', KEYS[9]) == members then
   -- Every member is a writer: the members heard from within live_ms that
@@ -442,6 +489,10 @@ if writer and redis.call('ZCARD', KEYS[9]) == members then
       hold_rank(heard[i])
     end
   end
+  if #locals > 2 * #heard + 2 then
+    -- Writers forgotten by a member that does not keep the indexes.
+    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+  end
 else
   -- Every member heard from within live_ms, and its mode.
   local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
@@ -459,17 +510,16 @@ else
   end
 end
 local suspects = {}
-local quiet = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - suspect_ms))
 if #quiet > 0 then
   local checked = redis.call('HMGET', KEYS[5], unpack(quiet))
-  local details = redis.call('HMGET', KEYS[2], unpack(quiet))
   for i = 1, #quiet do
-    local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)')
+    local d = details[quiet[i]]
+    local cid = d and string.match(d, '^%S+ %S+ (%d+)')
     local c = tonumber(checked[i])
     if cid and cid ~= '0' and (not c or (c > 0 and c < now_ms - suspect_ms) or (c <= 0 and -c < now_ms - 2 * suspect_ms)) then
       suspects[#suspects + 1] = quiet[i]
       suspects[#suspects + 1] = cid
-      suspects[#suspects + 1] = string.match(details[i], '^%S+ %S+ %d+ %d+ (%S+)') or ''
+      suspects[#suspects + 1] = string.match(d, '^%S+ %S+ %d+ %d+ (%S+)') or ''
     end
   end
 end
@@ -477,7 +527,7 @@ local n = top_rank() + 1
 -- The fleet's size as of when: a change younger than 2 * suspect_ms
 -- reports the size before it.
 local before = 0
-local rec = redis.call('HMGET', KEYS[2], '~n')[1]
+local rec = recs[2]
 local rn, rsince, rbefore = nil, nil, nil
 if rec then
   rn, rsince, rbefore = string.match(rec, '^(%d+) (%d+) (%d+)$')
@@ -496,9 +546,14 @@ end
 -- The holes below n: kept by the writers, else from every rank.
 local holes = {}
 if writer then
-  local hs = redis.call('ZRANGEBYSCORE', KEYS[11], 0, '(' .. string.format('%d', n))
-  for i = 1, #hs do
-    holes[i] = tonumber(hs[i])
+  local hs = redis.call('ZRANGEBYSCORE', KEYS[11], -1, '(' .. string.format('%d', n))
+  if hs[1] ~= 'v' then
+    -- Not kept (a member that is not a writer took a rank): built again.
+    build_holes()
+    hs = redis.call('ZRANGEBYSCORE', KEYS[11], -1, '(' .. string.format('%d', n))
+  end
+  for i = 2, #hs do
+    holes[#holes + 1] = tonumber(hs[i])
   end
 else
   local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
@@ -512,4 +567,4 @@ else
     end
   end
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, holes, format}
+return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format}
