@@ -12,9 +12,13 @@
 --          the client id of its presence connection, named "pacer-<id>", 0
 --          if none; n the fleet's size its local share counts, 0 if none;
 --          run the run id of the server that gave cid, absent if none or
---          written by an earlier version); and one field of its own, "~n":
+--          written by an earlier version); and two fields of its own, "~n":
 --          "<n> <since_ms> <before>", the fleet's size n as of since_ms
---          (server time), when a heartbeat first saw it, and the size before it
+--          (server time), when a heartbeat first saw it, and the size before
+--          it; "~t": Unix ms when a heartbeat last renewed the fleet's keys'
+--          expiry (to hold_ms + hold_ms / 4: every hold_ms / 4, and when a
+--          key may be new, so that they outlive the last heartbeat by
+--          hold_ms at least)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[10...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
