@@ -434,15 +434,9 @@ local function note_n(detail)
     held_n = hn
   end
 end
-local function hold_rank(x)
-  -- (An earlier version's member has no rank: it is counted, not ranked.)
-  local r = redis.call('ZSCORE', KEYS[4], x)
-  if r then
-    held_ranks[#held_ranks + 1] = tonumber(r)
-  end
-end
 local members = redis.call('ZCARD', KEYS[1])
-local live
+-- Every member a writer: the indexes tell the fleet (below).
+local fast = writer and redis.call('ZCARD', KEYS[9]) == members
 -- The members not heard from within live_ms (silent: held) or suspect_ms
 -- (quiet: suspects, see below), in one range of the heartbeat set.
 local silent, quiet = {}, {}
@@ -459,58 +453,66 @@ do
     end
   end
 end
-local details = {}
-if #silent > 0 or #quiet > 0 then
-  local xs = {}
-  for _, x in ipairs(#silent > #quiet and silent or quiet) do
-    xs[#xs + 1] = x
-  end
-  local ds = redis.call('HMGET', KEYS[2], unpack(xs))
-  for i = 1, #xs do
-    details[xs[i]] = ds[i]
-  end
-end
-for _, x in ipairs(silent) do
-  note_n(details[x])
-  hold_rank(x)
-end
-if writer and redis.call('ZCARD', KEYS[9]) == members then
-  -- Every member is a writer: the members heard from within live_ms that
-  -- pace locally are those of KEYS[10] so heard, and the others are live.
-  live = members - #silent
-  local locals = redis.call('ZRANGE', KEYS[10], 0, -1, 'WITHSCORES')
-  local heard = {}
-  for i = 1, #locals, 2 do
-    if locals[i] ~= id and tonumber(locals[i + 1]) >= now_ms - live_ms then
-      heard[#heard + 1] = locals[i]
+-- The others held: heard from within live_ms, pacing locally.
+local locals = {}
+if fast then
+  -- Those of KEYS[10] so heard.
+  local ls = redis.call('ZRANGE', KEYS[10], 0, -1, 'WITHSCORES')
+  for i = 1, #ls, 2 do
+    if ls[i] ~= id and tonumber(ls[i + 1]) >= now_ms - live_ms then
+      locals[#locals + 1] = ls[i]
     end
   end
-  if #heard > 0 then
-    local ds = redis.call('HMGET', KEYS[2], unpack(heard))
-    for i = 1, #heard do
-      live = live - 1
-      note_n(ds[i])
-      hold_rank(heard[i])
-    end
-  end
-  if #locals > 2 * #heard + 2 then
+  if #ls > 2 * #locals + 2 then
     -- Writers forgotten by a member that does not keep the indexes.
     redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
   end
 else
   -- Every member heard from within live_ms, and its mode.
   local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
-  live = #heard
-  if live > 1 then
+  if #heard > 1 then
     local modes = redis.call('HMGET', KEYS[2], unpack(heard))
     for i = 1, #heard do
       local m = modes[i]
       if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
-        live = live - 1
-        note_n(m)
-        hold_rank(heard[i])
+        locals[#locals + 1] = heard[i]
       end
     end
+  end
+end
+local live = members - #silent - #locals
+-- The details of the silent, the quiet and the local ones (one read).
+local details = {}
+do
+  local xs = {}
+  for _, x in ipairs(#silent > #quiet and silent or quiet) do
+    xs[#xs + 1] = x
+  end
+  for _, x in ipairs(locals) do
+    xs[#xs + 1] = x
+  end
+  if #xs > 0 then
+    local ds = redis.call('HMGET', KEYS[2], unpack(xs))
+    for i = 1, #xs do
+      details[xs[i]] = ds[i]
+    end
+  end
+end
+local held = {}
+for _, x in ipairs(silent) do
+  held[#held + 1] = x
+end
+for _, x in ipairs(locals) do
+  held[#held + 1] = x
+end
+for _, x in ipairs(held) do
+  note_n(details[x])
+end
+for _, x in ipairs(held) do
+  -- (An earlier version's member has no rank: it is counted, not ranked.)
+  local r = tonumber(redis.call('ZSCORE', KEYS[4], x))
+  if r then
+    held_ranks[#held_ranks + 1] = r
   end
 end
 local suspects = {}
