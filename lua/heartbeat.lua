@@ -63,8 +63,9 @@
 -- KEYS[12] the holes, a sorted set: the free ranks below the highest
 --          taken (member and score the rank), and member "v" scored -1
 --          while it is kept whole; absent or without "v": not kept (a
---          member that does not write it took a rank), and the next
---          writer builds it again from KEYS[4]
+--          member that does not write it took a rank, or a writer found a
+--          member that is not one in the fleet), and the next writer that
+--          finds every member a writer builds it again from KEYS[4]
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); "report": ARGV[10...]'s reports alone, written
@@ -386,17 +387,24 @@ elseif indexed and redis.call('ZREM', KEYS[10], id) == 1 then
   -- counts one member of the fleet not indexed reads them all.
   redis.call('ZREM', KEYS[11], id)
 end
+local members = redis.call('ZCARD', KEYS[1])
+-- Every member a writer: the indexes tell the fleet (below). Otherwise the
+-- holes are not trusted (a member of an earlier release, with 8 keys, takes
+-- and frees ranks without them): this heartbeat reads every rank, a writer
+-- deletes the holes, and the first to find every member a writer again
+-- builds them.
+local fast = writer and redis.call('ZCARD', KEYS[10]) == members
 local my_rank = tonumber(redis.call('ZSCORE', KEYS[4], id))
 if not my_rank then
   renew = true
-  if writer and not redis.call('ZSCORE', KEYS[12], 'v') then
+  if fast and not redis.call('ZSCORE', KEYS[12], 'v') then
     build_holes()
   end
   local want = tonumber(ARGV[8])
   if not (want and want >= 0 and want == math.floor(want) and want < 1000000 and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
     want = nil
   end
-  if writer then
+  if fast then
     -- The holes are kept (built above if they were not): the smallest
     -- free rank is the first hole, else the one above the top.
     local top = top_rank()
@@ -426,7 +434,8 @@ if not my_rank then
         want = want + 1
       end
     end
-    -- Holes no writer keeps now: the next builds them again.
+    -- Holes not kept now: the next writer that finds every member a
+    -- writer builds them again.
     if indexed then
       redis.call('DEL', KEYS[12])
     end
@@ -464,9 +473,6 @@ local function note_n(detail)
     held_n = hn
   end
 end
-local members = redis.call('ZCARD', KEYS[1])
--- Every member a writer: the indexes tell the fleet (below).
-local fast = writer and redis.call('ZCARD', KEYS[10]) == members
 -- The members not heard from within live_ms (silent: held) or suspect_ms
 -- (quiet: suspects, see below), in one range of the heartbeat set.
 local silent, quiet = {}, {}
@@ -579,12 +585,14 @@ elseif rn ~= n then
 elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
   before = rbefore
 end
--- The holes below n: kept by the writers, else from every rank.
+-- The holes below n: kept by the writers when every member is one, else
+-- from every rank.
 local holes = {}
-if writer then
+if fast then
   local hs = redis.call('ZRANGEBYSCORE', KEYS[12], -1, '(' .. string.format('%d', n))
   if hs[1] ~= 'v' then
-    -- Not kept (a member that is not a writer took a rank): built again.
+    -- Not kept (a member that is not a writer took a rank, or was in the
+    -- fleet at a writer's heartbeat): built again.
     build_holes()
     hs = redis.call('ZRANGEBYSCORE', KEYS[12], -1, '(' .. string.format('%d', n))
   end
@@ -601,6 +609,9 @@ else
     if not taken[r] then
       holes[#holes + 1] = r
     end
+  end
+  if writer then
+    redis.call('DEL', KEYS[12])
   end
 end
 return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format}

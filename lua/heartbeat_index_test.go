@@ -156,3 +156,50 @@ func members(zs []redis.Z) []redis.Z {
 	slices.SortFunc(out, func(x, y redis.Z) int { return strings.Compare(x.Member.(string), y.Member.(string)) })
 	return out
 }
+
+// TestHeartbeatIndexesBesideEarlierRelease: in a fleet switched to format 3
+// with a member of the release before in it (`pacer format 3 --force`: it
+// passes 8 keys, and keeps no indexes), a member of this release answers
+// as one that reads every member: the rank the earlier member took, a hole
+// in the indexes a moment before, is taken, not a hole; and once that
+// member is forgotten, the indexes are right again.
+func TestHeartbeatIndexesBesideEarlierRelease(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	hb := redis.NewScript(lua.Heartbeat)
+	k := redistest.Prefix(t) + "{limiters}"
+	keys := []string{k}
+	for _, x := range fleetSuffixes {
+		keys = append(keys, k+x)
+	}
+	s.Client.Set(ctx, keys[6], "3", 0)
+	beat := func(keys []string, id, mode string) []any {
+		t.Helper()
+		r, err := hb.Run(ctx, s.Client, keys, id, mode, "1700000000000 0 0", 60_000, 120_000, 60_000, 180_000, "", "").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		beat(keys, id, "redis")
+	}
+	beat(keys, "w2", "leave")
+	if r := beat(keys, "w1", "redis"); fmt.Sprint(r[3:5], r[9]) != "[0 3] [1]" {
+		t.Fatalf("w1 after w2 left: rank, n %v, holes %v; want [0 3], [1]", r[3:5], r[9])
+	}
+	// The earlier release's member takes the smallest free rank, 1.
+	if r := beat(keys[:8], "old", "redis"); r[3] != int64(1) {
+		t.Fatalf("the earlier member's rank %v, want 1", r[3])
+	}
+	if r := beat(keys, "w1", "redis"); fmt.Sprint(r[9]) != "[]" {
+		t.Errorf("w1 beside the earlier member: holes %v, want [] (rank 1 is the earlier member's)", r[9])
+	}
+	beat(keys[:8], "old", "leave")
+	if r := beat(keys, "w3", "redis"); fmt.Sprint(r[9]) != "[1]" {
+		t.Errorf("w3 after the earlier member left: holes %v, want [1]", r[9])
+	}
+	if r := beat(keys, "w4", "redis"); r[3] != int64(1) || fmt.Sprint(r[9]) != "[]" {
+		t.Errorf("the newcomer: rank %v, holes %v; want 1, []", r[3], r[9])
+	}
+}
