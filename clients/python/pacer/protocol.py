@@ -119,7 +119,7 @@ def redis_key(prefix: str, key: str, suffix: str = "") -> str:
 
 
 def fleet_keys(prefix: str) -> list[str]:
-    """Heartbeat's nine keys ("Heartbeat")."""
+    """Heartbeat's twelve keys ("Heartbeat")."""
     return [f"{prefix}{{limiters}}{s}" for s in FLEET_SUFFIXES]
 
 
