@@ -23,7 +23,8 @@ import (
 // phase logs every command in SLOWLOG (slower-than 0) over its windows and
 // reads back each heartbeat EVALSHA's own time (the command's execution,
 // not its queueing) and its argument count, from which the reports it
-// carried follow (heartbeat.lua: 20 arguments and a pair per report). The
+// carried follow (heartbeat.lua: the keys, 12 arguments more and a pair per
+// report). The
 // reports run: c.Procs Limiters (each on a client of its own, as the
 // processes of a fleet) start together and each calls the same c.ColdKeys
 // keys once, so that every one has c.ColdKeys policies to report; the
@@ -99,10 +100,21 @@ func heartbeatCalls(ctx context.Context, url string, logLen int) (beatStats, err
 	var ds, with []time.Duration
 	for _, e := range log {
 		a := e.Args
-		if len(a) < 13 || !strings.EqualFold(a[0], "evalsha") || a[1] != heartbeatSHA || (a[12] != "redis" && a[12] != "local" && a[12] != "report") {
+		if len(a) < 3 || !strings.EqualFold(a[0], "evalsha") || a[1] != heartbeatSHA {
 			continue
 		}
-		if a[12] == "report" {
+		// EVALSHA sha numkeys keys... id mode ...: the mode follows the
+		// keys and the id (8 keys before format 3's P{limiters}:reads, 9 with it, 12 with
+		// issue 43's indexes).
+		nk, err := strconv.Atoi(a[2])
+		if err != nil || len(a) < 5+nk {
+			continue
+		}
+		id, mode := a[3+nk], a[4+nk]
+		if mode != "redis" && mode != "local" && mode != "report" {
+			continue
+		}
+		if mode == "report" {
 			st.ReportCalls++
 		}
 		argc := len(a)
@@ -113,8 +125,10 @@ func heartbeatCalls(ctx context.Context, url string, logLen int) (beatStats, err
 				argc = 31 + more
 			}
 		}
-		n := max(argc-20, 0) / 2
-		st.Reports[a[11]] += int64(n)
+		// EVALSHA, sha, numkeys, the keys, then 9 arguments before the
+		// reports' pairs.
+		n := max(argc-(12+nk), 0) / 2
+		st.Reports[id] += int64(n)
 		if n > 0 {
 			with = append(with, e.Duration)
 			if e.Duration > time.Millisecond {

@@ -16,7 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redisproc"
+	"github.com/redis/go-redis/v9"
 )
 
 // Config says how to run one seed.
@@ -104,6 +106,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer prov.kill()
 
+	if sc.FleetFormat != "" {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		err := c.Set(ctx, layout.FormatKey(res.Prefix), sc.FleetFormat, 0).Err()
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("the fleet's format: %w", err)
+		}
+	}
 	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url, script: script}
 	defer r.killAll()
 	defer func() {
