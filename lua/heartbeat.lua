@@ -347,12 +347,6 @@ if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 o
   return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
 end
 forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
--- The writers' records are forgotten with the fleet's (above), and by the
--- same rule here too: one a member of an earlier release forgot (by its
--- own hold_ms, or its leave) would otherwise stay.
-if indexed then
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
-end
 local format = redis.pcall('GET', KEYS[7])
 if format ~= '1' and format ~= '3' then
   format = '2'
@@ -367,8 +361,25 @@ local writer = indexed and format == '3'
 -- and most heartbeats renew none (ten commands fewer).
 local renewed = tonumber(recs[3])
 local renew = not renewed or now_ms - renewed >= hold_ms / 4 or #ARGV > 10
+-- This ZADD is the heartbeat's first write (but forget's, above, when
+-- members are forgotten): at its maxmemory (noeviction) Redis refuses it
+-- with OOM, and the whole heartbeat fails, as every script does there, so
+-- that its member paces locally until Redis has room (an outage,
+-- reserve/call.go). Redis lets a script that has written anything already
+-- go on (it cannot stop it midway), so no write may come before it: a
+-- heartbeat that went through a full Redis would bring its member back
+-- while its reservations fail, and a newcomer would join the fleet
+-- meanwhile (combination runner, seed 1: members flapped between Redis and
+-- local pacing every few ms; lua's TestHeartbeatRefusedWhenFull).
 if redis.call('ZADD', KEYS[1], now_ms, id) == 1 then
   renew = true -- a member new to the fleet: its records may be new too
+end
+-- The writers' records are forgotten with the fleet's (above), and by the
+-- same rule here too: one a member of an earlier release forgot (by its
+-- own hold_ms, or its leave) would otherwise stay. (This member's own
+-- record is added below.)
+if indexed then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
 end
 local rmode = string.match(recs[1] or '', '^(%S+) ')
 if writer then
