@@ -341,6 +341,35 @@ func TestHeartbeatFailedHoldsOthers(t *testing.T) {
 	}
 }
 
+// TestHeartbeatFailedWhileMembersMissing: back on a Redis restarted
+// empty with a member missing, a Limiter leaves on Redis the missing
+// member's rank and takes the others' but those pacing locally; after a
+// heartbeat that failed, it leaves every rank but its own, as when none is
+// missing (TestHeartbeatFailedHoldsOthers): a member back on Redis may have
+// lost it too and pace locally on its rank. Before, it took that member's
+// rank until a heartbeat answered (combination runner, seed 7: Redis froze
+// 2.3 s; the member pacing locally on rank 1 and this one on Redis granted
+// permits at the same instants).
+func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(3, 2, 3, 0, 0, nil)
+	f.leaving()
+	f.update(3, 2, 2, 0, 0, nil) // back: rank 0's member missing
+	f.taken([]int{1, 2})
+	f.recovered()
+	if got := f.redisShare().Arg(); got != "3 0" {
+		t.Fatalf("on Redis with rank 0's member missing: share %q, want \"3 0\"", got)
+	}
+	f.heartbeatFailed()
+	if got := f.redisShare().Arg(); got != "3 0 1" {
+		t.Fatalf("after a failed heartbeat, a member missing: share %q, want rank 2's of 3 (\"3 0 1\")", got)
+	}
+	f.update(3, 2, 2, 0, 0, nil)
+	if got := f.redisShare().Arg(); got != "3 0" {
+		t.Fatalf("a heartbeat answered again: share %q, want \"3 0\"", got)
+	}
+}
+
 // TestBackBesideHeldFleet: a member whose calls on Redis kept to the
 // lattice of a held member's fleet (3, where Redis listed 2: the held one
 // paces locally on the fleet it knew) loses Redis, and comes back on a Redis

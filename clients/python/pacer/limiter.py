@@ -579,7 +579,9 @@ class Limiter:
             n, held = self._n, list(self._held)
             if self._missing():
                 n = self._remembered
-                held = [k for k in range(n) if k != self._rank_before and (k not in self._ranks or k in self._held)]
+                # After a failed heartbeat (doubt), every rank but its own,
+                # as below (Go's redisShareOK; combination runner, seed 7).
+                held = [k for k in range(n) if k != self._rank_before and (self._doubt or k not in self._ranks or k in self._held)]
             elif self._doubt:
                 held = [k for k in range(n) if k != self._rank]
             elif held and self._held_n > 1 and self._held_n != n:

@@ -631,6 +631,25 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(y.is_local)
         self.assertEqual(y._share(), "3 0 2", "back before the held member: not rank 1's of 3")
 
+    def test_failed_heartbeat_while_members_missing(self) -> None:
+        """Back on a Redis restarted empty with a member missing, a Limiter
+        leaves on Redis the missing member's rank; after a heartbeat that
+        failed it leaves every rank but its own, as when none is missing: a
+        member back on Redis may have lost it too and pace locally on its
+        rank (Go's TestHeartbeatFailedWhileMembersMissing; combination
+        runner, seed 7: Redis froze, and this client on Redis granted
+        permits at the instants of a Go member pacing locally on rank 1)."""
+        y = self.limiter("y")
+        y._beat()
+        with y._lock:  # rank 2 of the 3 it knew; rank 0's member missing
+            y._n, y._rank, y._members, y._held, y._held_n, y._ranks = 3, 2, 2, [], 0, [1, 2]
+            y._remembered, y._remembered_members, y._rank_before = 3, 3, 2
+            y._back_at = time.monotonic()
+        self.assertEqual(y._share(), "3 0")
+        with y._lock:
+            y._doubt = True  # a heartbeat failed
+        self.assertEqual(y._share(), "3 0 1", "after a failed heartbeat: rank 2's of 3 alone")
+
     def test_first_heartbeat_checks_suspects(self) -> None:
         """A Limiter opens its presence connection before its first
         heartbeat, as Go's does, so that the suspects that first heartbeat
