@@ -12,9 +12,13 @@
 --          the client id of its presence connection, named "pacer-<id>", 0
 --          if none; n the fleet's size its local share counts, 0 if none;
 --          run the run id of the server that gave cid, absent if none or
---          written by an earlier version); and one field of its own, "~n":
+--          written by an earlier version); and two fields of its own, "~n":
 --          "<n> <since_ms> <before>", the fleet's size n as of since_ms
---          (server time), when a heartbeat first saw it, and the size before it
+--          (server time), when a heartbeat first saw it, and the size before
+--          it; "~t": Unix ms when a heartbeat last renewed the fleet's keys'
+--          expiry (to hold_ms + hold_ms / 4: every hold_ms / 4, and when a
+--          key may be new, so that they outlive the last heartbeat by
+--          hold_ms at least)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[10...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -45,7 +49,23 @@
 --          field, of an earlier release, reads format 2 at most), so that
 --          the operator's switch to format 3 (cmd/pacer format) is refused
 --          while a member that cannot read it is in the fleet. Optional: a
---          caller that passes 8 keys records nothing there.
+--          caller that passes 8 keys records nothing there (nor in
+--          KEYS[10..12]).
+-- KEYS[10..12] the fleet's indexes, written only by the members told
+--          format "3" (the writers), so that a heartbeat's cost does not
+--          grow with the fleet (docs/protocol.md, Heartbeat). Optional: a
+--          caller that passes fewer than 12 keys keeps none, as a member
+--          of an earlier release.
+-- KEYS[10] the writers, a sorted set: member = Limiter id, score = Unix ms
+--          of its last heartbeat (KEYS[1]'s, for the writers alone)
+-- KEYS[11] the writers pacing locally (their last heartbeat said
+--          "local"), the same
+-- KEYS[12] the holes, a sorted set: the free ranks below the highest
+--          taken (member and score the rank), and member "v" scored -1
+--          while it is kept whole; absent or without "v": not kept (a
+--          member that does not write it took a rank, or a writer found a
+--          member that is not one in the fleet), and the next writer that
+--          finds every member a writer builds it again from KEYS[4]
 -- ARGV[1]  this Limiter's id
 -- ARGV[2]  "redis" or "local" (a heartbeat); "leave" (Close: remove it;
 --          reply {now_ms}); "report": ARGV[10...]'s reports alone, written
@@ -68,6 +88,7 @@
 --          (CLIENT LIST), at most once per suspect_ms each
 -- ARGV[7]  keep_ms: how long a reported policy is kept after its report
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
+--          (taken if free and below 1,000,000, else the smallest free)
 -- ARGV[9]  the heartbeat's deadline, Unix ms on the server's clock as the
 --          caller estimates it ("" or absent: none): one that runs later
 --          is refused (PACER_STALE) and changes nothing. Its caller has
@@ -86,7 +107,7 @@
 --          of mode (its since_ms older than the one recorded for the other
 --          mode: it changes nothing); else
 --          {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
---          before, ranks, format}:
+--          before, holes, format}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -103,15 +124,82 @@
 --          2 * suspect_ms (every member hears of it within about one
 --          interval, suspect_ms), else 0: until then members may pace
 --          locally on either size (reserve's fleet.go, a member share's "also").
---          ranks are the ranks taken, by members live or held. format
---          is the state format this Limiter writes from now on ("1", "2" or
---          "3": KEYS[7]).
+--          holes are the ranks below n that no member holds (every
+--          other rank below n is taken, by a member live or held). format
+--          is the state format this Limiter writes from now on ("1", "2"
+--          or "3": KEYS[7]).
+--          Cost: when every member of KEYS[1] is a writer (KEYS[10]), the
+--          reply comes from the indexes, and the heartbeat's time grows
+--          with what changed (members silent, pacing locally, suspects,
+--          joined or forgotten, holes), not with the fleet; otherwise
+--          (a member of an earlier release, or one not told "3" yet) it
+--          reads every member, as the release before did.
 
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local id, mode = ARGV[1], ARGV[2]
+-- The indexes (KEYS[10..12]) are passed (12 keys): this caller keeps them
+-- when told format 3.
+local indexed = KEYS[12] ~= nil
+-- The top rank taken (-1: none).
+local function top_rank()
+  local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  return tonumber(top[2]) or -1
+end
+-- ZADD of the ranks rs to the holes (members and scores the ranks).
+local function add_holes(rs)
+  local zs = {}
+  for _, r in ipairs(rs) do
+    zs[#zs + 1] = r
+    zs[#zs + 1] = string.format('%d', r)
+    if #zs >= 1000 then
+      redis.call('ZADD', KEYS[12], unpack(zs))
+      zs = {}
+    end
+  end
+  if #zs > 0 then
+    redis.call('ZADD', KEYS[12], unpack(zs))
+  end
+end
+-- The holes, built again from the ranks (a writer, when they are not kept).
+local function build_holes()
+  local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  local taken, top = {}, -1
+  for i = 2, #used, 2 do
+    local r = tonumber(used[i])
+    taken[r] = true
+    if r > top then
+      top = r
+    end
+  end
+  redis.call('DEL', KEYS[12])
+  local rs = {}
+  for r = 0, top - 1 do
+    if not taken[r] then
+      rs[#rs + 1] = r
+    end
+  end
+  add_holes(rs)
+  redis.call('ZADD', KEYS[12], -1, 'v')
+  local hold = tonumber(ARGV[5])
+  if hold then
+    redis.call('PEXPIRE', KEYS[12], hold + math.floor(hold / 4))
+  end
+end
 local function forget(ids)
   if #ids > 0 then
+    -- The holes, when kept: the ranks freed below the new top join them,
+    -- and those above it leave.
+    local kept = indexed and redis.call('ZSCORE', KEYS[12], 'v')
+    local freed = {}
+    if kept then
+      for _, x in ipairs(ids) do
+        local r = tonumber(redis.call('ZSCORE', KEYS[4], x))
+        if r then
+          freed[#freed + 1] = r
+        end
+      end
+    end
     redis.call('ZREM', KEYS[1], unpack(ids))
     redis.call('ZREM', KEYS[4], unpack(ids))
     redis.call('HDEL', KEYS[2], unpack(ids))
@@ -119,6 +207,21 @@ local function forget(ids)
     redis.call('HDEL', KEYS[8], unpack(ids))
     if KEYS[9] then
       redis.call('HDEL', KEYS[9], unpack(ids))
+    end
+    if indexed then
+      redis.call('ZREM', KEYS[10], unpack(ids))
+      redis.call('ZREM', KEYS[11], unpack(ids))
+    end
+    if #freed > 0 then
+      local top = top_rank()
+      redis.call('ZREMRANGEBYSCORE', KEYS[12], '(' .. string.format('%d', top), '+inf')
+      local below = {}
+      for _, r in ipairs(freed) do
+        if r < top then
+          below[#below + 1] = r
+        end
+      end
+      add_holes(below)
     end
   end
 end
@@ -210,6 +313,11 @@ if mode == 'check' then
       redis.call('HSET', KEYS[5], x, now_ms)
     end
   end
+  -- The checks expire with the fleet (a heartbeat renews both).
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[5], ttl)
+  end
   return out
 end
 local deadline = tonumber(ARGV[9] or '')
@@ -223,8 +331,10 @@ end
 -- to local pacing must not undo the one saying "local" (combination runner,
 -- seed 37: a member counted on Redis while it paced locally, and two calls
 -- at one instant).
+-- (This member's record, and the fleet's size as of when: see below.)
+local recs = redis.call('HMGET', KEYS[2], id, '~n', '~t') -- HMGET: in docs/security.md's ACL
 do
-  local rec = redis.call('HMGET', KEYS[2], id)[1] -- HMGET: in docs/security.md's ACL
+  local rec = recs[1]
   local rmode, rsince = string.match(rec or '', '^(%S+) (%d+)')
   local since = tonumber(string.match(ARGV[3] or '', '^(%d+)'))
   if rmode and rmode ~= mode and since and tonumber(rsince) > since then
@@ -237,43 +347,135 @@ if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 o
   return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
 end
 forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
-redis.call('ZADD', KEYS[1], now_ms, id)
-if not redis.call('ZSCORE', KEYS[4], id) then
-  local want = tonumber(ARGV[8])
-  if not (want and want >= 0 and want == math.floor(want) and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
-    -- The smallest free rank.
-    local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-    local taken = {}
-    for i = 2, #used, 2 do
-      taken[tonumber(used[i])] = true
-    end
-    want = 0
-    while taken[want] do
-      want = want + 1
-    end
-  end
-  redis.call('ZADD', KEYS[4], want, id)
-end
-redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
-redis.call('HDEL', KEYS[5], id)
 local format = redis.pcall('GET', KEYS[7])
 if format ~= '1' and format ~= '3' then
   format = '2'
 end
+-- A writer: told format 3 (the operator switched the fleet, which
+-- cmd/pacer format refuses while a member that does not read format 3,
+-- of an earlier release, is in the fleet: KEYS[9]).
+local writer = indexed and format == '3'
+-- The keys' expiry is renewed to hold_ms + hold_ms / 4 at least every
+-- hold_ms / 4 (the fleet's "~t", when it was last), and whenever a key may
+-- have been made: so they live at least hold_ms after the last heartbeat,
+-- and most heartbeats renew none (ten commands fewer).
+local renewed = tonumber(recs[3])
+local renew = not renewed or now_ms - renewed >= hold_ms / 4 or #ARGV > 10
+-- This ZADD is the heartbeat's first write (but forget's, above, when
+-- members are forgotten): at its maxmemory (noeviction) Redis refuses it
+-- with OOM, and the whole heartbeat fails, as every script does there, so
+-- that its member paces locally until Redis has room (an outage,
+-- reserve/call.go). Redis lets a script that has written anything already
+-- go on (it cannot stop it midway), so no write may come before it: a
+-- heartbeat that went through a full Redis would bring its member back
+-- while its reservations fail, and a newcomer would join the fleet
+-- meanwhile (combination runner, seed 1: members flapped between Redis and
+-- local pacing every few ms; lua's TestHeartbeatRefusedWhenFull).
+if redis.call('ZADD', KEYS[1], now_ms, id) == 1 then
+  renew = true -- a member new to the fleet: its records may be new too
+end
+-- The writers' records are forgotten with the fleet's (above), and by the
+-- same rule here too: one a member of an earlier release forgot (by its
+-- own hold_ms, or its leave) would otherwise stay. (This member's own
+-- record is added below.)
+if indexed then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+end
+local rmode = string.match(recs[1] or '', '^(%S+) ')
+if writer then
+  if redis.call('ZADD', KEYS[10], now_ms, id) == 1 then
+    renew = true
+  end
+  if mode == 'local' then
+    if redis.call('ZADD', KEYS[11], now_ms, id) == 1 then
+      renew = true
+    end
+  elseif rmode == 'local' then
+    redis.call('ZREM', KEYS[11], id)
+  end
+elseif indexed and redis.call('ZREM', KEYS[10], id) == 1 then
+  -- Not a writer any more: out of the indexes, so that a writer that
+  -- counts one member of the fleet not indexed reads them all.
+  redis.call('ZREM', KEYS[11], id)
+end
+local members = redis.call('ZCARD', KEYS[1])
+-- Every member a writer: the indexes tell the fleet (below). Otherwise the
+-- holes are not trusted (a member of an earlier release, with 8 keys, takes
+-- and frees ranks without them): this heartbeat reads every rank, a writer
+-- deletes the holes, and the first to find every member a writer again
+-- builds them.
+local fast = writer and redis.call('ZCARD', KEYS[10]) == members
+local my_rank = tonumber(redis.call('ZSCORE', KEYS[4], id))
+if not my_rank then
+  renew = true
+  if fast and not redis.call('ZSCORE', KEYS[12], 'v') then
+    build_holes()
+  end
+  local want = tonumber(ARGV[8])
+  if not (want and want >= 0 and want == math.floor(want) and want < 1000000 and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
+    want = nil
+  end
+  if fast then
+    -- The holes are kept (built above if they were not): the smallest
+    -- free rank is the first hole, else the one above the top.
+    local top = top_rank()
+    if not want then
+      local h = redis.call('ZRANGEBYSCORE', KEYS[12], 0, '+inf', 'LIMIT', 0, 1)
+      want = tonumber(h[1]) or top + 1
+    end
+    if want < top then
+      redis.call('ZREM', KEYS[12], string.format('%d', want))
+    elseif want > top + 1 then
+      local rs = {}
+      for r = top + 1, want - 1 do
+        rs[#rs + 1] = r
+      end
+      add_holes(rs)
+    end
+  else
+    if not want then
+      -- The smallest free rank.
+      local used = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+      local taken = {}
+      for i = 2, #used, 2 do
+        taken[tonumber(used[i])] = true
+      end
+      want = 0
+      while taken[want] do
+        want = want + 1
+      end
+    end
+    -- Holes not kept now: the next writer that finds every member a
+    -- writer builds them again.
+    if indexed then
+      redis.call('DEL', KEYS[12])
+    end
+  end
+  redis.call('ZADD', KEYS[4], want, id)
+  my_rank = want
+end
+redis.call('HSET', KEYS[2], id, mode .. ' ' .. ARGV[3])
+redis.call('HDEL', KEYS[5], id)
 redis.call('HSET', KEYS[8], id, format)
-if KEYS[9] then
-  redis.call('HSET', KEYS[9], id, '3')
-  redis.call('PEXPIRE', KEYS[9], hold_ms)
-end
-for _, k in ipairs({KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[8]}) do
-  redis.call('PEXPIRE', k, hold_ms)
-end
 write_reports(keep_ms)
 prune_reports(keep_ms, 100)
-redis.call('PEXPIRE', KEYS[3], math.max(hold_ms, keep_ms))
-redis.call('PEXPIRE', KEYS[6], math.max(hold_ms, keep_ms))
+if renew then
+  redis.call('HSET', KEYS[2], '~t', string.format('%d', now_ms))
+  -- What this member reads: written when it joins (a member forgotten
+  -- joins again) and with each renewal, not every heartbeat.
+  if KEYS[9] then
+    redis.call('HSET', KEYS[9], id, '3')
+  end
+  local ttl = hold_ms + math.floor(hold_ms / 4)
+  for i = 1, #KEYS do
+    if i ~= 3 and i ~= 6 and i ~= 7 then
+      redis.call('PEXPIRE', KEYS[i], ttl)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[3], math.max(ttl, keep_ms))
+  redis.call('PEXPIRE', KEYS[6], math.max(ttl, keep_ms))
+end
 
-local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
 local held_ranks = {}
 local held_n = 0
 local function note_n(detail)
@@ -282,57 +484,103 @@ local function note_n(detail)
     held_n = hn
   end
 end
-local live = #heard
-if live > 1 then
-  local modes = redis.call('HMGET', KEYS[2], unpack(heard))
-  for i = 1, #heard do
-    local m = modes[i]
-    if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
-      live = live - 1
-      note_n(m)
-      local r = redis.call('ZSCORE', KEYS[4], heard[i])
-      if r then
-        held_ranks[#held_ranks + 1] = tonumber(r)
+-- The members not heard from within live_ms (silent: held) or suspect_ms
+-- (quiet: suspects, see below), in one range of the heartbeat set.
+local silent, quiet = {}, {}
+do
+  local edge = now_ms - math.min(live_ms, suspect_ms)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', edge), 'WITHSCORES')
+  for i = 1, #old, 2 do
+    local at = tonumber(old[i + 1])
+    if at < now_ms - live_ms then
+      silent[#silent + 1] = old[i]
+    end
+    if at < now_ms - suspect_ms then
+      quiet[#quiet + 1] = old[i]
+    end
+  end
+end
+-- The others held: heard from within live_ms, pacing locally.
+local locals = {}
+if fast then
+  -- Those of KEYS[11] so heard.
+  local ls = redis.call('ZRANGE', KEYS[11], 0, -1, 'WITHSCORES')
+  for i = 1, #ls, 2 do
+    if ls[i] ~= id and tonumber(ls[i + 1]) >= now_ms - live_ms then
+      locals[#locals + 1] = ls[i]
+    end
+  end
+  if #ls > 2 * #locals + 2 then
+    -- Writers forgotten by a member that does not keep the indexes.
+    redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', '(' .. string.format('%d', now_ms - hold_ms))
+  end
+else
+  -- Every member heard from within live_ms, and its mode.
+  local heard = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now_ms - live_ms), '+inf')
+  if #heard > 1 then
+    local modes = redis.call('HMGET', KEYS[2], unpack(heard))
+    for i = 1, #heard do
+      local m = modes[i]
+      if heard[i] ~= id and m and string.sub(m, 1, 6) == 'local ' then
+        locals[#locals + 1] = heard[i]
       end
     end
   end
 end
-local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - live_ms))
-if #silent > 0 then
-  local ds = redis.call('HMGET', KEYS[2], unpack(silent))
-  for i = 1, #silent do
-    note_n(ds[i])
+local live = members - #silent - #locals
+-- The details of the silent, the quiet and the local ones (one read).
+local details = {}
+do
+  local xs = {}
+  for _, x in ipairs(#silent > #quiet and silent or quiet) do
+    xs[#xs + 1] = x
+  end
+  for _, x in ipairs(locals) do
+    xs[#xs + 1] = x
+  end
+  if #xs > 0 then
+    local ds = redis.call('HMGET', KEYS[2], unpack(xs))
+    for i = 1, #xs do
+      details[xs[i]] = ds[i]
+    end
   end
 end
-for i = 1, #silent do
+local held = {}
+for _, x in ipairs(silent) do
+  held[#held + 1] = x
+end
+for _, x in ipairs(locals) do
+  held[#held + 1] = x
+end
+for _, x in ipairs(held) do
+  note_n(details[x])
+end
+for _, x in ipairs(held) do
   -- (An earlier version's member has no rank: it is counted, not ranked.)
-  local r = redis.call('ZSCORE', KEYS[4], silent[i])
+  local r = tonumber(redis.call('ZSCORE', KEYS[4], x))
   if r then
-    held_ranks[#held_ranks + 1] = tonumber(r)
+    held_ranks[#held_ranks + 1] = r
   end
 end
 local suspects = {}
-local quiet = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - suspect_ms))
 if #quiet > 0 then
   local checked = redis.call('HMGET', KEYS[5], unpack(quiet))
-  local details = redis.call('HMGET', KEYS[2], unpack(quiet))
   for i = 1, #quiet do
-    local cid = details[i] and string.match(details[i], '^%S+ %S+ (%d+)')
+    local d = details[quiet[i]]
+    local cid = d and string.match(d, '^%S+ %S+ (%d+)')
     local c = tonumber(checked[i])
     if cid and cid ~= '0' and (not c or (c > 0 and c < now_ms - suspect_ms) or (c <= 0 and -c < now_ms - 2 * suspect_ms)) then
       suspects[#suspects + 1] = quiet[i]
       suspects[#suspects + 1] = cid
-      suspects[#suspects + 1] = string.match(details[i], '^%S+ %S+ %d+ %d+ (%S+)') or ''
+      suspects[#suspects + 1] = string.match(d, '^%S+ %S+ %d+ %d+ (%S+)') or ''
     end
   end
 end
-local members = redis.call('ZCARD', KEYS[1])
-local top = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-local n = tonumber(top[2]) + 1
+local n = top_rank() + 1
 -- The fleet's size as of when: a change younger than 2 * suspect_ms
 -- reports the size before it.
 local before = 0
-local rec = redis.call('HMGET', KEYS[2], '~n')[1]
+local rec = recs[2]
 local rn, rsince, rbefore = nil, nil, nil
 if rec then
   rn, rsince, rbefore = string.match(rec, '^(%d+) (%d+) (%d+)$')
@@ -348,9 +596,33 @@ elseif rn ~= n then
 elseif now_ms - rsince < 2 * suspect_ms and rbefore ~= n then
   before = rbefore
 end
-local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
-local ranks = {}
-for i = 2, #ranked, 2 do
-  ranks[#ranks + 1] = tonumber(ranked[i])
+-- The holes below n: kept by the writers when every member is one, else
+-- from every rank.
+local holes = {}
+if fast then
+  local hs = redis.call('ZRANGEBYSCORE', KEYS[12], -1, '(' .. string.format('%d', n))
+  if hs[1] ~= 'v' then
+    -- Not kept (a member that is not a writer took a rank, or was in the
+    -- fleet at a writer's heartbeat): built again.
+    build_holes()
+    hs = redis.call('ZRANGEBYSCORE', KEYS[12], -1, '(' .. string.format('%d', n))
+  end
+  for i = 2, #hs do
+    holes[#holes + 1] = tonumber(hs[i])
+  end
+else
+  local ranked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+  local taken = {}
+  for i = 2, #ranked, 2 do
+    taken[tonumber(ranked[i])] = true
+  end
+  for r = 0, n - 1 do
+    if not taken[r] then
+      holes[#holes + 1] = r
+    end
+  end
+  if writer then
+    redis.call('DEL', KEYS[12])
+  end
 end
-return {now_ms, live, members - live, tonumber(redis.call('ZSCORE', KEYS[4], id)), n, held_ranks, suspects, held_n, before, ranks, format}
+return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format}

@@ -335,3 +335,11 @@ func DecodeReserve(b string) (ReserveReply, bool) {
 	r, ok := decodeReserve(b)
 	return ReserveReply{r.nowUS, r.nowNS, r.waits, r.seqs, r.state, r.stored, r.bys}, ok
 }
+
+// Rank exposes the Limiter's rank in the fleet as it last learned it, for
+// tests.
+func (l *Limiter) Rank() int {
+	l.fleet.mu.Lock()
+	defer l.fleet.mu.Unlock()
+	return l.fleet.rank
+}

@@ -554,9 +554,13 @@ func TestOutageFirstBack(t *testing.T) {
 // healthy shard while its keys' shard fails over) reports mode "local".
 // The others count it as held, not live, and take only their own shares:
 // otherwise they would take the whole rate while it paces on its share.
+// In a fleet switched to format 3 too (the heartbeat's indexes).
 func TestFleetCountsLocalMembersHeld(t *testing.T) {
-	s := redistest.New(t)
-	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
+	forFleetFormats(t, testFleetCountsLocalMembersHeld)
+}
+
+func testFleetCountsLocalMembersHeld(t *testing.T, s *redistest.Server, prefix string) {
+	opts := reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 20 * time.Millisecond, Logger: quiet}
 	a, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)

@@ -116,11 +116,21 @@ func TestOutageWhileMembersMissing(t *testing.T) {
 
 // TestHeartbeatFleetChange: the heartbeat reports the fleet's size before
 // its latest change while that change is younger than two suspect
-// intervals, so that a member losing Redis then keeps to both sizes.
+// intervals, so that a member losing Redis then keeps to both sizes. In a
+// fleet switched to format 3 too (the heartbeat's indexes).
 func TestHeartbeatFleetChange(t *testing.T) {
+	for _, format := range []string{"2", "3"} {
+		t.Run("format="+format, func(t *testing.T) { testHeartbeatFleetChange(t, format) })
+	}
+}
+
+func testHeartbeatFleetChange(t *testing.T, format string) {
 	s := redistest.New(t)
 	ctx := context.Background()
 	keys := layout.FleetKeys(redistest.Prefix(t))
+	if err := s.Client.Set(ctx, keys[6], format, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	beat := func(id string, suspectMS int) (n, before int64) {
 		t.Helper()
 		r, err := heartbeatScript.Run(ctx, s.Client, keys, id, "redis", "0 0 0", 60000, 60000, suspectMS, 60000, "").Slice()

@@ -308,14 +308,16 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	heldN, _ := r[2].(int64)
 	latticeN, _ := r[7].(int64)
 	before, _ := r[8].(int64)
-	var ranks []int
-	if rs, ok := r[9].([]any); ok {
-		for _, x := range rs {
+	// The ranks taken: every rank below n but the holes.
+	var holes []int
+	if hs, ok := r[9].([]any); ok {
+		for _, x := range hs {
 			if k, ok := x.(int64); ok {
-				ranks = append(ranks, int(k))
+				holes = append(holes, int(k))
 			}
 		}
 	}
+	ranks := takenRanks(int(n), holes)
 	l.fleet.told(mode == names.ModeLocal)
 	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
 	l.fleet.taken(ranks)
@@ -350,6 +352,22 @@ func (l *Limiter) sendReports(ctx context.Context, due []any) {
 			return
 		}
 	}
+}
+
+// takenRanks returns the ranks below n but holes (heartbeat.lua replies
+// with the holes: a fleet's ranks are nearly all taken).
+func takenRanks(n int, holes []int) []int {
+	holes = slices.Sorted(slices.Values(holes))
+	ranks := make([]int, 0, max(n-len(holes), 0))
+	for k := range n {
+		for len(holes) > 0 && holes[0] < k {
+			holes = holes[1:]
+		}
+		if len(holes) == 0 || holes[0] != k {
+			ranks = append(ranks, k)
+		}
+	}
+	return ranks
 }
 
 // sinceMS is when a mode began (health.since) as heartbeat.lua takes it:

@@ -401,10 +401,12 @@ func TestCloseConcurrent(t *testing.T) {
 // Close (killed, crashed) gives its share back to the fleet as soon as the
 // fleet sees that it holds no connection to Redis any more, not after
 // SilentHold (here 10 min; before the fix the other kept half the rate for
-// all of it). A member silent but still connected stays held.
-func TestExitWithoutClose(t *testing.T) {
-	s := redistest.New(t)
-	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+// all of it). A member silent but still connected stays held. In a fleet
+// switched to format 3 too (the heartbeat's indexes).
+func TestExitWithoutClose(t *testing.T) { forFleetFormats(t, testExitWithoutClose) }
+
+func testExitWithoutClose(t *testing.T, s *redistest.Server, prefix string) {
+	opts := reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
 	a, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)

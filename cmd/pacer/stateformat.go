@@ -73,6 +73,13 @@ func (c *cli) stateFormat(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(c.stdout, "Members: %d write format 1, %d write format 2, %d write format 3; %d of v0.1.0 (they read formats 1 and 2), %d of a release before it (format 1 only).\n",
 			counts["1"], counts["2"], counts["3"], older, counts[""])
+		if w := counts["3"]; w > 0 {
+			// Told format 3, a member keeps the heartbeat's indexes
+			// (docs/protocol.md, Heartbeat): heartbeats cost what
+			// changed, not the fleet's size, once every member does.
+			fmt.Fprintf(c.stdout, "Heartbeats: %d of %d members keep the fleet's indexes (told format 3); until all do, each heartbeat reads every member.\n",
+				w, len(st.Members))
+		}
 		for _, h := range st.History {
 			fmt.Fprintf(c.stdout, "  %s  %d -> %d  by %s: %s", h.At.Format(time.RFC3339), h.From, h.To, clean(h.Who), clean(h.Reason))
 			if h.To < h.From {

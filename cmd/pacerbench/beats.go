@@ -23,8 +23,8 @@ import (
 // phase logs every command in SLOWLOG (slower-than 0) over its windows and
 // reads back each heartbeat EVALSHA's own time (the command's execution,
 // not its queueing) and its argument count, from which the reports it
-// carried follow (heartbeat.lua: the keys, 12 arguments more and a pair
-// per report). The
+// carried follow (heartbeat.lua: the keys, 12 arguments more and a pair per
+// report). The
 // reports run: c.Procs Limiters (each on a client of its own, as the
 // processes of a fleet) start together and each calls the same c.ColdKeys
 // keys once, so that every one has c.ColdKeys policies to report; the
@@ -104,7 +104,8 @@ func heartbeatCalls(ctx context.Context, url string, logLen int) (beatStats, err
 			continue
 		}
 		// EVALSHA sha numkeys keys... id mode ...: the mode follows the
-		// keys and the id (8 keys before P{limiters}:reads, 9 with it).
+		// keys and the id (8 keys before format 3's P{limiters}:reads, 9 with it, 12 with
+		// issue 43's indexes).
 		nk, err := strconv.Atoi(a[2])
 		if err != nil || len(a) < 5+nk {
 			continue

@@ -53,6 +53,7 @@ type heartbeatResults struct {
 	Idle    float64 // Redis CPU seconds per second with no Limiter
 	Runs    []heartbeatRun
 	Reports *reportsRun // Limiters reporting the same keys (beats.go)
+	Format  int         // the state format the fleet writes (-format)
 }
 
 // runHeartbeat runs the heartbeat phase.
@@ -74,7 +75,7 @@ func (b *bench) runHeartbeat(ctx context.Context, progress func(string, ...any))
 	if err != nil {
 		return nil, err
 	}
-	res := &heartbeatResults{Idle: u.CPU / d.Seconds()}
+	res := &heartbeatResults{Idle: u.CPU / d.Seconds(), Format: c.Format}
 	for _, n := range []int{c.Heartbeats / 10, 3 * c.Heartbeats / 10, c.Heartbeats} {
 		r, err := b.heartbeatRun(ctx, n, d, res.Idle)
 		if err != nil {
@@ -194,6 +195,11 @@ func connectedClients(ctx context.Context, admin *redis.Client) (int64, error) {
 func (hr *heartbeatResults) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### Idle Limiters: the heartbeat's cost (each Limiter on a client of its own, heartbeat every %v)\n\n", heartbeatEvery)
+	if hr.Format == 3 {
+		b.WriteString("The fleet is switched to format 3 (`pacer format 3`, pacerbench's `-format 3`) before its Limiters start: they keep the heartbeat's indexes (docs/protocol.md, Heartbeat). ")
+	} else {
+		fmt.Fprintf(&b, "The fleet writes format %d (pacerbench's `-format %d`): its members keep no indexes, and every heartbeat reads every member. ", hr.Format, hr.Format)
+	}
 	fmt.Fprintf(&b, "Redis with no Limiter (its own background work): %.0f µs of CPU per second, taken off the rows below. "+
 		"Per Limiter and second of an idle fleet of the row's size:\n\n", hr.Idle*1e6)
 	b.WriteString("| Limiters | Redis CPU µs | commands Redis ran (a script's own included) | Redis µs (commandstats, EVALSHA and the rest sent) | Limiter's Redis calls, by operation | client CPU µs | Redis bytes per Limiter (its connections included) | connections per Limiter | fallbacks |\n")

@@ -65,7 +65,7 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 	if verbose {
 		fmt.Fprintf(w, "seed %d: prefix %s, %d fleet processes, %v\n", res.Scenario.Seed, res.Prefix, res.Scenario.Procs, res.Scenario.Length)
 		if res.Scenario.FleetFormat != "" {
-			fmt.Fprintf(w, "  fleet   format %s set before the start (state format 3)\n", res.Scenario.FleetFormat)
+			fmt.Fprintf(w, "  fleet   format %s set before the start (the heartbeat's indexes)\n", res.Scenario.FleetFormat)
 		}
 		if len(res.Scenario.Python) > 0 {
 			fmt.Fprintf(w, "  python  %s (processes started in them run clients/python)\n", slotsText(res.Scenario.Python))

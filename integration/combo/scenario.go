@@ -119,9 +119,11 @@ type Scenario struct {
 	// Seats: KeySeats's policy (seats.go), drawn from a stream of its own.
 	Seats SeatsDraw
 	// FleetFormat: the fleet's format setting before its processes start
-	// ("3": they write state format 3, docs/protocol.md; "": unset, format
-	// 2), drawn from a stream of its own. An OpFormat switch moves it as it
-	// would any setting, and a Redis restarted empty loses it.
+	// ("3": they write state format 3 and keep the heartbeat's indexes,
+	// answering heartbeats from them, docs/protocol.md; "": unset, format
+	// 2), drawn from a stream of its own.
+	// An OpFormat switch moves it as it would any setting (to 2: the
+	// members leave the indexes), and a Redis restarted empty loses it.
 	FleetFormat string  `json:",omitempty"`
 	Events      []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
@@ -155,7 +157,7 @@ func Generate(seed uint64) Scenario {
 }
 
 // fleetFormat draws seed's fleet format setting at the start: "3" for half
-// the seeds (state format 3), else unset.
+// the seeds (state format 3 and the heartbeat's indexes), else unset.
 func fleetFormat(seed uint64) string {
 	rng := rand.New(rand.NewPCG(seed, seed^0x666c656574330a)) // "fleet3\n"
 	if rng.IntN(2) == 0 {

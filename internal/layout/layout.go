@@ -89,11 +89,14 @@ func Unescape(s string) string {
 // heartbeat set, the members' details, the policies the fleet's code
 // reports for its keys, the ids in order, the suspects checked, the
 // reports' times, the state format the fleet writes (FormatKey), the
-// format each member writes (WritersKey) and the highest it reads
-// (ReadersKey).
+// format each member writes (WritersKey), the highest it reads
+// (ReadersKey), and the indexes the members told format 3 keep
+// (lua/heartbeat.lua's KEYS[10..12]: the writers, those pacing locally, the
+// holes in the ranks).
 func FleetKeys(prefix string) []string {
 	k := prefix + "{" + FleetName + "}"
-	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix), ReadersKey(prefix)}
+	return []string{k, k + ":info", k + ":policies", k + ":ids", k + ":checked", k + ":policies:at", FormatKey(prefix), WritersKey(prefix), ReadersKey(prefix),
+		k + ":x:w", k + ":x:local", k + ":x:holes"}
 }
 
 // FleetName is the hash tag of the fleet's records: Key(prefix,

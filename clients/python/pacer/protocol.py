@@ -50,8 +50,10 @@ HEARTBEAT_TIMES = ("2000", "60000", "1100", "180000")
 #: The fleet's keys under the prefix ("Keys", "Heartbeat"), in Heartbeat's
 #: order: the ninth, where a member records the highest state format it
 #: reads (3), lets an operator's ``pacer format 3`` see this client as one
-#: that reads format 3.
-FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes", ":reads")
+#: that reads format 3; the tenth to twelfth are the indexes a member told
+#: format 3 keeps (the writers, those pacing locally, the holes in the ranks).
+FLEET_SUFFIXES = ("", ":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes", ":reads",
+                  ":x:w", ":x:local", ":x:holes")
 
 #: The state formats this client reads ("The state"); it writes the one the
 #: fleet's setting says ("Versions": 2 unless told 1 or 3).
@@ -117,7 +119,7 @@ def redis_key(prefix: str, key: str, suffix: str = "") -> str:
 
 
 def fleet_keys(prefix: str) -> list[str]:
-    """Heartbeat's nine keys ("Heartbeat")."""
+    """Heartbeat's twelve keys ("Heartbeat")."""
     return [f"{prefix}{{limiters}}{s}" for s in FLEET_SUFFIXES]
 
 
@@ -683,7 +685,7 @@ class Heartbeat:
     suspects: list[str]  # flat: id, client id, run id, ...
     held_n: int
     before: int
-    ranks: list[int]
+    ranks: list[int]  # taken: every rank below n but the reply's holes
     format: int  # the state format to write: 1, 2 or 3 (P{limiters}:format; absent: 2)
 
 
@@ -724,8 +726,10 @@ def decode_heartbeat(v: Reply) -> Heartbeat | None:
     if not isinstance(v, list) or len(v) != 11:
         return None
     ints = lambda a: [int(x) for x in a]  # noqa: E731
-    return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), ints(v[5]), v[6],  # type: ignore
-                     int(v[7]), int(v[8]), ints(v[9]), {"1": 1, "3": 3}.get(str(v[10]), 2))  # type: ignore
+    n, holes = int(v[4]), set(ints(v[9]))  # type: ignore
+    return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), n, ints(v[5]), v[6],  # type: ignore
+                     int(v[7]), int(v[8]), [k for k in range(n) if k not in holes],
+                     {"1": 1, "3": 3}.get(str(v[10]), 2))  # type: ignore
 
 
 # ---------------------------------------------------------------- The state

@@ -221,7 +221,10 @@ class Runner:
             if (hb is None) != (len(got) == 1):
                 self.fail(where, f"decoded {got!r} as {hb!r}")
             elif hb is not None:
-                want_hb = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], got[9], got[10])
+                # The reply gives the holes; the client keeps the ranks
+                # taken (every rank below n but the holes).
+                ranks = [k for k in range(got[4]) if k not in got[9]]
+                want_hb = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], ranks, got[10])
                 if (hb.live, hb.held, hb.rank, hb.n, hb.held_ranks, hb.held_n, hb.before, hb.ranks, str(hb.format)) != want_hb:
                     self.fail(where, f"decoded {hb!r} of {got!r}")
 

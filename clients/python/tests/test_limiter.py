@@ -203,6 +203,30 @@ class LimiterTest(unittest.TestCase):
         # (docs/protocol.md, Heartbeat). a's local share is tested below.
         self.assertIsNone(b._local_share)
 
+    def test_fleet_shares_in_a_fleet_switched_to_3(self) -> None:
+        """Switched to format 3, the members keep the heartbeat's indexes
+        (docs/protocol.md, Heartbeat) and learn the fleet from them as
+        before: a member pacing locally is held; one that leaves frees its
+        rank as a hole, the next newcomer's."""
+        self.c.set(self.prefix + "{limiters}:format", "3")
+        a = self.limiter(limiter_id="a")
+        b = self.limiter(limiter_id="b")
+        c = self.limiter(limiter_id="c")
+        a._beat()
+        self.assertEqual((a._n, a._rank, b._rank, c._rank), (3, 0, 1, 2))
+        self.assertEqual(self.c.zcard(self.prefix + "{limiters}:x:w"), 3)
+        b._go_local("test")
+        b._beat()
+        a._beat()
+        self.assertEqual((a._held, a._share()), ([1], "3 1"))
+        b.close()
+        a._beat()
+        self.assertEqual((a._n, a._ranks, a._held), (3, [0, 2], []))
+        d = self.limiter(limiter_id="d")
+        self.assertEqual(d._rank, 1, "the newcomer takes the hole")
+        a._beat()
+        self.assertEqual((a._n, a._ranks), (3, [0, 1, 2]))
+
     def test_stored_limit(self) -> None:
         lim = self.limiter()
         k = protocol.redis_key(self.prefix, "st")
