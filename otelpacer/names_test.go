@@ -85,8 +85,9 @@ func TestNames(t *testing.T) {
 			tel.Granted(reserve.Grant{Key: "k", Units: units, Amounts: one, Wait: time.Second, Source: src, Band: band})
 		}
 	}
-	tel.Moved("k", reserve.MovedPause)
-	tel.Moved("k", reserve.MovedLate)
+	for _, why := range names.Moved {
+		tel.Moved("k", why)
+	}
 	tel.Fallback(true)
 	tel.Fallback(false)
 	for _, op := range names.Ops {
@@ -105,7 +106,7 @@ func TestNames(t *testing.T) {
 	assert.Equal(t, setOf(names.Sources...), v["pacer.source"], "pacer.source")
 	assert.Equal(t, setOf(names.BandNone, names.BandPause, "day", names.BandUnknown, names.BandTurn, names.BandOutage), v["pacer.band"], "pacer.band")
 	assert.Equal(t, setOf(names.Modes...), v["pacer.fallback.to"], "pacer.fallback.to")
-	assert.Equal(t, setOf(names.MovedPause, names.MovedLate), v["pacer.moved.reason"], "pacer.moved.reason")
+	assert.Equal(t, setOf(names.Moved...), v["pacer.moved.reason"], "pacer.moved.reason")
 	assert.Equal(t, setOf(names.Ops...), v["pacer.redis.operation"], "pacer.redis.operation")
 	assert.Equal(t, setOf(names.SeatsGot...), v["pacer.seats.got"], "pacer.seats.got")
 }

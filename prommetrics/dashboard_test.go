@@ -85,8 +85,9 @@ func exercised(t *testing.T) (*prometheus.Registry, []prometheus.Collector) {
 		m.Granted(g)
 	}
 	m.Reserved("b/y", permits, one, 0, false)
-	m.Moved("a/x", reserve.MovedPause)
-	m.Moved("a/x", reserve.MovedLate)
+	for _, why := range names.Moved {
+		m.Moved("a/x", why)
+	}
 	for _, op := range names.Ops {
 		m.RedisCall(op, time.Millisecond, nil)
 		m.RedisCall(op, time.Millisecond, errors.New("down"))
@@ -285,7 +286,7 @@ func otelCatalogue(t *testing.T) catalogue {
 				}
 			}
 			if s.labels["pacer_moved_reason"] {
-				s.values["pacer_moved_reason"] = map[string]bool{reserve.MovedPause: true, reserve.MovedLate: true}
+				s.values["pacer_moved_reason"] = setOf(names.Moved)
 			}
 			if s.labels["pacer_band"] {
 				// Bands are the user's but for these; a refusal's band
@@ -611,7 +612,7 @@ func TestNames(t *testing.T) {
 	assert.True(t, values["band"][names.BandPause] && values["band"][names.BandNone], "band: %v", values["band"])
 	assert.False(t, values["band"]["pause"], "band: pause")
 	assert.Equal(t, setOf(names.Modes), values["to"], "to")
-	assert.Equal(t, setOf([]string{names.MovedPause, names.MovedLate}), values["why"], "why")
+	assert.Equal(t, setOf(names.Moved), values["why"], "why")
 	assert.Equal(t, setOf(names.Ops), values["op"], "op")
 	assert.Equal(t, setOf(names.SeatsGot), values["got"], "got")
 	for f, ls := range labelsOf {

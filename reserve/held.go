@@ -111,7 +111,7 @@ func (l *Limiter) parseClaim(now time.Time, key string, s *spec, id string, res 
 		return g, nil
 	}
 	g.r = l.newReservation(key, s, amounts, base, waitNS, seq)
-	l.noteGranted(key, g.r.slotNS)
+	g.r.epoch = l.noteGranted(key, g.r.slotNS)
 	if g.kept {
 		g.r.holdID = id
 	}
@@ -285,7 +285,7 @@ func (l *Limiter) parseHold(now time.Time, c *holdCall, ids []string, out []held
 			return fmt.Errorf("reserve: hold %q: %w", c.key, ErrQueueTooLong)
 		}
 		r := l.newReservation(c.key, c.spec, got, base, waitNS, seq)
-		l.noteGranted(c.key, r.slotNS)
+		r.epoch = l.noteGranted(c.key, r.slotNS)
 		r.holdID = ids[i]
 		out[i] = heldGrant{r: r, kept: true, source: int(origin)}
 		if origin != sourceRedeemed {

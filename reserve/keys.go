@@ -50,6 +50,17 @@ type keyState struct {
 	// ahead is the latest slot of the last reply: how deep the key's queue
 	// was then (gatherFor).
 	extra, ahead int64
+	// epoch counts the states Redis was found to have lost (noteSeen): a
+	// reservation Redis granted, and a lease, carries the epoch it was
+	// granted in, and a sleeper of an earlier one takes a fresh slot
+	// (Reservation.sleep), since the state that Redis may have granted its
+	// instants to others from since knows nothing of it. lost says the
+	// state seen is such a state, and lostSeq is its own number, so that
+	// one loss counts once: the states that follow it (numbered on from
+	// it) are the same loss, and one numbered before it another.
+	epoch   uint64
+	lost    bool
+	lostSeq int64
 
 	pause pauseView // what seen says of the key's pause, and the read that refreshes it (pauses.go)
 	own   *ownPause // the pause this Limiter made, kept while it lasts
@@ -211,6 +222,7 @@ func (l *Limiter) lapse(ks *keyState, now, clock time.Time, nowNS int64) {
 	}
 	if !ks.seenAt.IsZero() && now.Sub(ks.seenAt) > seenAge {
 		ks.seen, ks.stored, ks.seenAt, ks.seenT, ks.seenSeq, ks.seenLast, ks.ahead = "", "", time.Time{}, 0, 0, 0, 0
+		ks.lost = false
 	}
 	for sig, slot := range ks.leases {
 		if ls := slot.live; ls != nil && ls.base.at(ls.last).Add(ls.allow).Before(clock) {
@@ -237,7 +249,14 @@ func (ks *keyState) noteSeen(state, stored string, sent time.Time) {
 		return
 	}
 	last := layout.LastEvent(state)
-	if state == "" || (seq < ks.seenSeq && ks.horizon() > t*1000) {
+	lost := state == "" || (seq < ks.seenSeq && ks.horizon() > t*1000)
+	if lost && (!ks.lost || state == "" || seq < ks.lostSeq) {
+		// A loss not seen before: the slots granted until now belong to
+		// the state Redis lost (see epoch).
+		ks.epoch++
+	}
+	ks.lost, ks.lostSeq = lost, seq
+	if lost {
 		// No state, or one numbered before the one seen (numbers never go
 		// back on a key) and written before slots Redis granted this
 		// Limiter: Redis lost the key (restarted empty, flushed, a replica
@@ -262,12 +281,29 @@ func (ks *keyState) noteSeen(state, stored string, sent time.Time) {
 }
 
 // noteGranted records a slot Redis granted this Limiter on key by a call
-// whose reply carries no state (a hold, a claim).
-func (l *Limiter) noteGranted(key string, slotNS int64) {
+// whose reply carries no state (a hold, a claim), and returns the key's
+// epoch, which the reservation carries.
+func (l *Limiter) noteGranted(key string, slotNS int64) uint64 {
 	ks := l.states.get(key)
 	ks.mu.Lock()
+	defer ks.mu.Unlock()
 	ks.extra = max(ks.extra, slotNS)
-	ks.mu.Unlock()
+	return ks.epoch
+}
+
+// lostSince reports whether Redis has lost the key's state since it
+// granted r (a Redis reservation of an earlier epoch: see keyState.epoch).
+func (r *Reservation) lostSince() bool {
+	r.mu.Lock()
+	epoch, redis := r.epoch, r.localID == "" && r.seq > 0
+	r.mu.Unlock()
+	if !redis {
+		return false
+	}
+	ks := r.lim.states.get(r.key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.epoch != epoch
 }
 
 // horizon returns the latest slot Redis is known to have granted on the

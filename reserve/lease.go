@@ -107,6 +107,7 @@ type lease struct {
 	x, step float64 // slot k-1's exact time (ns after usNS) and the spacing (ns)
 	k, next int     // next: the next slot to hand out
 	lapsed  int
+	epoch   uint64        // the key's epoch when Redis granted it (keyState.epoch)
 	allow   time.Duration // the lateness allowance
 	since   time.Time     // when it went live (the Limiter's clock): its demand is counted from then
 }
@@ -164,6 +165,12 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 		if ls == nil {
 			return result{}, false
 		}
+		if ls.epoch != ks.epoch {
+			// Redis lost the state that granted the lease (keyState.epoch):
+			// its slots may be others' now.
+			l.retireLease(slot, now)
+			continue
+		}
 		// The earliest slot that may still go out, on the server's clock:
 		// not passed by more than the allowance, not inside a pause known
 		// since.
@@ -213,7 +220,7 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 	// reservation's own reply does; a pause this Limiter heard of since
 	// lapsed the slots inside it above.
 	r := &Reservation{lim: l, key: ks.name, spec: s, amounts: req.amounts, at: at, slotNS: ls.slotNS(i), seq: ls.seq0 + int64(i),
-		source: SourceLease, ranNS: ls.base.serverNS}
+		source: SourceLease, ranNS: ls.base.serverNS, epoch: ls.epoch}
 	if wait > 0 {
 		// A lease's slots are its one bucket's, spaced 1/rate apart.
 		r.band = s.bands[0].name
@@ -438,6 +445,9 @@ func (l *Limiter) newLease(ctx context.Context, key string, s *spec, size int, a
 	defer ks.mu.Unlock()
 	if state != "" {
 		ks.noteSeen(state, ks.stored, sentReal)
+	}
+	if ls != nil {
+		ls.epoch = ks.epoch
 	}
 	if ks.leases == nil {
 		ks.leases = make(map[string]*leaseSlot)

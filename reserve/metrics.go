@@ -19,8 +19,10 @@ type Metrics interface {
 	// local fallback granted it.
 	Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool)
 	// Moved is called when a sleeper gave up its slot for a fresh one:
-	// why is MovedPause (a pause came to cover its slot) or MovedLate (it
-	// woke more than Options.MaxLateness after its slot).
+	// why is MovedPause (a pause came to cover its slot), MovedLate (it
+	// woke more than Options.MaxLateness after its slot) or MovedLost
+	// (Redis lost the key's state that granted it: restarted empty,
+	// flushed).
 	Moved(key string, why string)
 	// RedisCall is called after every call to Redis: the operation (one
 	// of a set the code fixes, never the input: "wait", "allow",
@@ -78,6 +80,7 @@ type SeatMetrics interface {
 const (
 	MovedPause = names.MovedPause
 	MovedLate  = names.MovedLate
+	MovedLost  = names.MovedLost
 )
 
 type noMetrics struct{}

@@ -173,7 +173,7 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 		default:
 			r := l.newReservation(key, s, req.amounts, base, waitNS, seq)
 			if !local {
-				r.ranNS = base.serverNS
+				r.ranNS, r.epoch = base.serverNS, ks.epoch
 			}
 			r.band = band
 			r.afterPaused = pe > base.serverNS && pe <= r.slotNS // Sleep looks for a resume

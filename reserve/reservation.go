@@ -47,6 +47,7 @@ type Reservation struct {
 	replyChecked bool
 	state        resState
 	moved        bool   // Sleep took a fresh slot for lateness once already
+	epoch        uint64 // the key's epoch when Redis granted the slot (keyState.epoch)
 	offTurn      bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
 	band         string // the binding band (see Band)
 	source       Source

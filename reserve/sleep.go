@@ -28,7 +28,11 @@ import (
 // schedule. Nor does Sleep return much later than the slot: a sleeper that
 // wakes more than Options.MaxLateness after it (a stalled process) takes a
 // fresh slot, once, rather than fire together with callers that are on
-// time. Time then returns the new slot. Either move respects ctx's
+// time. Nor does it fire on a slot of a state Redis has lost since the
+// reservation (restarted empty, flushed: its check reads a state numbered
+// before the one that granted the slot, or none), since Redis may have
+// granted the same instant to others from the new state: it takes a fresh
+// slot. Time then returns the new slot. Either move respects ctx's
 // deadline: when the new slot would come after it, Sleep returns an error
 // wrapping *WaitTooLongError.
 //
@@ -96,6 +100,21 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			}
 			if tr != nil {
 				tr.Moved(r, MovedPause)
+			}
+			continue
+		}
+		if r.lostSince() {
+			// Redis lost the state that granted the slot (restarted empty,
+			// flushed) and may have granted its instant to others since:
+			// a process stopped across the restart, whose sleepers would
+			// fire on slots nobody knows of (the combination runner, seed
+			// 8).
+			l.opts.Metrics.Moved(r.key, MovedLost)
+			if err := r.move(ctx); err != nil {
+				return 0, err
+			}
+			if tr != nil {
+				tr.Moved(r, MovedLost)
 			}
 			continue
 		}
@@ -207,6 +226,7 @@ func (r *Reservation) move(ctx context.Context) error {
 	// A hold redeemed was deleted by its claim; the fresh slot is nobody's.
 	r.mu.Lock()
 	r.at, r.slotNS, r.seq, r.localID, r.holdID, r.afterPaused, r.shifted = n.at, n.slotNS, n.seq, n.localID, "", n.afterPaused, 0
+	r.epoch = n.epoch
 	r.offTurn = r.fair != nil
 	r.band, r.source = n.band, n.source
 	r.mu.Unlock()

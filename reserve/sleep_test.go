@@ -2,6 +2,8 @@ package reserve_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,6 +232,82 @@ func TestLostKeyReadKeepsHorizon(t *testing.T) {
 			require.True(t, ok)
 			assert.GreaterOrEqual(t, slot-last, int64(99*time.Millisecond),
 				"a slot %v after the last slot this Limiter's sleepers hold, want 100 ms after it at least", time.Duration(slot-last))
+		})
+	}
+}
+
+// TestLostKeySleepersMove: sleepers whose slots Redis granted from a state
+// it has lost since (restarted empty, flushed), and from which another
+// Limiter has reserved since, take fresh slots: the new state knows
+// nothing of theirs, and the other's slots fall among them. (The
+// combination runner's seed 8: a process stopped across a Redis restart
+// empty, whose sleepers fired on its old slots when it resumed, among the
+// others'.) Sleepers whose state Redis kept keep their slots.
+func TestLostKeySleepersMove(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kept", true: "lost"}[lost], func(t *testing.T) {
+			s := redistest.New(t)
+			ctx := t.Context()
+			rec := newRecorder()
+			opts := reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true,
+				CallTimeout: 10 * time.Second, Logger: quiet, LeaseSpan: -1, HeartbeatInterval: time.Hour}
+			withRec := opts
+			withRec.Metrics = rec
+			l, err := reserve.New(s.Client, withRec)
+			require.NoError(t, err)
+			closeLimiter(t, l)
+			o, err := reserve.New(s.Client, opts)
+			require.NoError(t, err)
+			closeLimiter(t, o)
+			lim := reserve.Limit{Rate: 10, Burst: 1} // 100 ms apart
+			slot := func(r *reserve.Reservation) int64 {
+				t.Helper()
+				ns, ok := reserve.ServerSlot(r)
+				require.True(t, ok)
+				return ns
+			}
+			var rs []*reserve.Reservation
+			var granted []int64
+			for range 5 { // slots at +0, +100, ..., +400 ms
+				r, err := l.Reserve(ctx, "k", lim)
+				require.NoError(t, err)
+				rs, granted = append(rs, r), append(granted, slot(r))
+			}
+			if lost {
+				require.NoError(t, s.Client.FlushAll(ctx).Err()) // Redis lost the key
+			}
+			var all []int64
+			for range 3 { // lost: a state numbered from 1, at +0, +100, +200 ms again
+				r, err := o.Reserve(ctx, "k", lim)
+				require.NoError(t, err)
+				all = append(all, slot(r))
+			}
+			errs := make([]error, len(rs))
+			var wg sync.WaitGroup
+			for i, r := range rs {
+				wg.Go(func() { errs[i] = r.Sleep(ctx) })
+			}
+			wg.Wait()
+			moved := 0
+			for i, r := range rs {
+				require.NoError(t, errs[i])
+				all = append(all, slot(r))
+				if slot(r) != granted[i] {
+					moved++
+				}
+			}
+			slices.Sort(all)
+			for i := 1; i < len(all); i++ {
+				assert.GreaterOrEqual(t, all[i]-all[i-1], int64(100*time.Millisecond)-int64(time.Microsecond),
+					"slots %d and %d of both Limiters' %d only %v apart, want 100 ms", i-1, i, len(all), time.Duration(all[i]-all[i-1]))
+			}
+			if lost {
+				assert.Equal(t, len(rs), moved, "sleepers that took a fresh slot")
+				assert.Equal(t, slices.Repeat([]string{reserve.MovedLost}, len(rs)), rec.snapshot().moved)
+			} else {
+				assert.Zero(t, moved, "sleepers that took a fresh slot")
+				assert.Empty(t, rec.snapshot().moved)
+			}
 		})
 	}
 }

@@ -176,7 +176,7 @@ func TestDocsSayTheNames(t *testing.T) {
 	check("docs/otel.md, pacer.redis.operation", ops, names.Ops)
 	check("docs/otel.md, pacer.source", backticked(t, otel, "pacer.source", plain), names.Sources)
 	check("docs/otel.md, pacer.fallback.to", backticked(t, otel, "pacer.fallback.to", plain), names.Modes)
-	check("docs/otel.md, pacer.moved.reason", backticked(t, otel, "pacer.moved.reason", plain), []string{names.MovedPause, names.MovedLate})
+	check("docs/otel.md, pacer.moved.reason", backticked(t, otel, "pacer.moved.reason", plain), names.Moved)
 	check("docs/otel.md, pacer.seats.got", backticked(t, otel, "pacer.seats.got", plain), names.SeatsGot)
 	bands := backticked(t, otel, "pacer.band", regexp.MustCompile(`^\(?[a-z]+\)?$`))
 	bands = slices.DeleteFunc(bands, func(s string) bool { return s == "band" || s == "refused" }) // a label's and an instrument's names
