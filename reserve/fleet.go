@@ -146,6 +146,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		return share{}, true
 	}
 	n, held := f.n, f.held
+	doubt := f.doubt || f.stale()
 	if f.missing() {
 		// Redis (restarted empty) lost the fleet: members not back yet
 		// may still pace locally on their ranks of the fleet this Limiter
@@ -162,18 +163,19 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// Redis the instants of one that paced locally meanwhile).
 		n, held = f.remembered, make([]int, 0, f.remembered-1)
 		for k := range f.remembered {
-			if k != f.rankBefore && (f.doubt || !slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
+			if k != f.rankBefore && (doubt || !slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
 				held = append(held, k)
 			}
 		}
 	}
-	if f.doubt && !f.missing() {
+	if doubt && !f.missing() {
 		// The last heartbeat failed: the others may have lost Redis too
 		// and pace locally now, which this Limiter learns only at its
 		// next heartbeat. Until then, leave every other rank its share
 		// (combination runner, seed 16: after an out-of-memory Redis, two
 		// members back on Redis took the whole rate for a second beside
-		// one still pacing locally).
+		// one still pacing locally). So too while the view is stale: its
+		// heartbeats stopped (see stale).
 		held = make([]int, 0, n-1)
 		for k := range n {
 			if k != f.rank {
@@ -323,20 +325,46 @@ func (f *fleetView) leaving() {
 		f.born, f.joinUntil = true, time.Time{}
 		f.remembered, f.rememberedMembers = 0, 0
 	default:
-		// The fleet its calls on Redis kept to (redisShareOK): the held
-		// members' when they pace on another size, so that, back on a
-		// Redis restarted empty before them, it keeps to their lattice
-		// (TestBackBesideHeldFleet).
-		n := f.n
-		if len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n {
-			n = f.heldN
-		}
-		f.remembered, f.rememberedMembers, f.rankBefore = n, f.members, f.rank
-		f.rememberedRanks = slices.Clone(f.ranks)
+		f.rememberFleet()
 	}
 	f.backAt, f.toldAt = time.Time{}, time.Time{}
 	f.away = true
 	f.awayShare, f.awayShareOK = f.ownShare()
+}
+
+// rememberFleet keeps the fleet as this Limiter's calls on Redis kept to
+// it (redisShareOK), for missing: the held members' when they pace on
+// another size, so that, back on a Redis restarted empty before them, it
+// keeps to their lattice (TestBackBesideHeldFleet). f.mu is held.
+func (f *fleetView) rememberFleet() {
+	n := f.n
+	if len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n {
+		n = f.heldN
+	}
+	f.remembered, f.rememberedMembers, f.rankBefore = n, f.members, f.rank
+	f.rememberedRanks = slices.Clone(f.ranks)
+}
+
+// stale reports whether the view is older than settle while this Limiter
+// is on Redis: its heartbeats stopped (its process stalled: stopped, a
+// virtual machine paused, a long GC; or a heartbeat ran late), so members
+// may have lost Redis and paced locally meanwhile, and Redis may have lost
+// the fleet (restarted empty), without its knowing. Its calls on Redis
+// leave every other rank its share until a heartbeat tells it the fleet
+// again (redisShareOK), and that heartbeat is taken as a return from an
+// outage (update). (The combination runner, seed 8: a process stopped for
+// 3 s across a Redis restart empty took the whole rate when it resumed,
+// beside members that still paced locally.) f.mu is held.
+func (f *fleetView) stale() bool {
+	return f.learned && !f.away && !f.lastBeat.IsZero() && time.Since(f.lastBeat) > f.settle
+}
+
+// staleSince returns when the view was last told the fleet, if it is
+// stale (see stale).
+func (f *fleetView) staleSince() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastBeat, f.stale()
 }
 
 // back ends the outage's local share (see leaving): the Limiter's calls go
@@ -367,6 +395,13 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 			return
 		}
 		f.born = false
+	}
+	if f.stale() && !f.missing() {
+		// The first heartbeat after the view went stale: as one back from
+		// an outage of its own, keep back the shares of members the view
+		// knew that Redis does not list (it lost them), for remember.
+		f.rememberFleet()
+		f.backAt = time.Now()
 	}
 	f.learned, f.doubt = true, false
 	f.lastBeat = time.Now()

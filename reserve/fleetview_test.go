@@ -422,3 +422,45 @@ func TestBackBesideHeldFleet(t *testing.T) {
 		t.Fatalf("its own share while members are missing: %+v, want rank 1 of 3", ls)
 	}
 }
+
+// TestStaleViewAfterStall: a view older than settle (this Limiter's
+// heartbeats stopped: its process was stopped, as the combination runner's
+// seed 8 stops one for 3 s) leaves every other rank its share, and the
+// first heartbeat after it keeps back the members Redis no longer lists
+// (it restarted empty meanwhile), as a return from an outage does: they
+// may pace locally on their ranks. A view that is not stale takes what the
+// heartbeat shows.
+func TestStaleViewAfterStall(t *testing.T) {
+	for _, stalled := range []bool{false, true} {
+		f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+		f.update(3, 1, 3, 0, 0, nil) // rank 1 of 3, every member on Redis
+		f.taken([]int{0, 1, 2})
+		if got := f.redisShare().Arg(); got != "1" {
+			t.Fatalf("every member on Redis: share %q, want the whole (\"1\")", got)
+		}
+		if !stalled {
+			continue
+		}
+		f.lastBeat = time.Now().Add(-3 * time.Second) // stopped for 3 s
+		if got := f.redisShare().Arg(); got != "3 0 2" {
+			t.Fatalf("a stale view: share %q, want rank 1's of 3 (\"3 0 2\")", got)
+		}
+		f.update(1, 1, 1, 0, 0, nil) // Redis restarted empty meanwhile: alone, at its old rank
+		f.taken([]int{1})
+		if got := f.redisShare().Arg(); got != "3 0 2" {
+			t.Fatalf("the first heartbeat after the stall, the others missing: share %q, want rank 1's of 3 (\"3 0 2\")", got)
+		}
+		f.update(3, 1, 3, 0, 0, nil) // they are back
+		f.taken([]int{0, 1, 2})
+		if got := f.redisShare().Arg(); got != "1" {
+			t.Fatalf("the others back: share %q, want the whole (\"1\")", got)
+		}
+	}
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(3, 1, 3, 0, 0, nil)
+	f.update(1, 1, 1, 0, 0, nil) // a fresh view: the heartbeat is the fleet
+	f.taken([]int{1})
+	if got := f.redisShare().Arg(); got != "1" {
+		t.Fatalf("a fresh view of a fleet of one: share %q, want the whole (\"1\")", got)
+	}
+}

@@ -207,6 +207,12 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	// strength of heartbeats the others sent before it (combination
 	// runner, seed 136).
 	live := 2 * l.opts.HeartbeatInterval
+	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
+		// This Limiter's view is stale (its heartbeats stopped, see
+		// fleetView.stale): as after an outage of its own, from its last
+		// heartbeat.
+		outage = last
+	}
 	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
 	}

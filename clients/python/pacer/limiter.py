@@ -186,6 +186,9 @@ class Limiter:
         self._ranks: list[int] = []
         self._hint = fleet_size
         self._doubt = False  # the last heartbeat failed
+        # The last heartbeat that told the fleet (time.monotonic(); None:
+        # none): a view older than two intervals is stale (_stale).
+        self._last_beat: float | None = None
         # After an outage, Redis (restarted empty) may list fewer members
         # than the fleet had: those not back yet may pace locally still.
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
@@ -586,12 +589,13 @@ class Limiter:
             if not self._learned or self._n < 1:
                 return "1"
             n, held = self._n, list(self._held)
+            doubt = self._doubt or self._stale()
             if self._missing():
                 n = self._remembered
                 # After a failed heartbeat (doubt), every rank but its own,
                 # as below (Go's redisShareOK; combination runner, seed 7).
-                held = [k for k in range(n) if k != self._rank_before and (self._doubt or k not in self._ranks or k in self._held)]
-            elif self._doubt:
+                held = [k for k in range(n) if k != self._rank_before and (doubt or k not in self._ranks or k in self._held)]
+            elif doubt:
                 held = [k for k in range(n) if k != self._rank]
             elif held and self._held_n > 1 and self._held_n != n:
                 n = self._held_n
@@ -601,6 +605,29 @@ class Limiter:
             if not held or len(held) >= n:
                 return "1"
             return " ".join(str(x) for x in [n, *held])
+
+    def _stale(self) -> bool:
+        """Whether the view is older than two heartbeat intervals while on
+        Redis: its heartbeats stopped (the process was stopped, a virtual
+        machine paused), so members may have lost Redis and paced locally
+        meanwhile, and Redis may have lost the fleet, without its knowing.
+        Its calls on Redis leave every other rank its share until a
+        heartbeat tells it the fleet, which counts as a return from an
+        outage (Go's fleetView.stale; combination runner, seed 8).
+        self._lock is held."""
+        return (self._learned and not self._local and self._last_beat is not None
+                and time.monotonic() - self._last_beat > 2 * self.interval)
+
+    def _remember_fleet(self) -> None:
+        """Keeps the fleet its calls on Redis kept to (_share), for
+        _missing: the held members' when they pace on another size, so
+        that, back on a Redis restarted empty before them, it keeps to
+        their lattice (Go's TestBackBesideHeldFleet). self._lock is
+        held."""
+        n = self._n
+        if self._held and self._held_n > 1 and self._held_n != self._n:
+            n = self._held_n
+        self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
 
     def _missing(self) -> bool:
         return (self._back_at > 0 and time.monotonic() - self._back_at < self._remember
@@ -676,6 +703,9 @@ class Limiter:
         now = time.monotonic()
         with self._lock:
             outage, started = self._outage, self._started
+            if self._stale() and self._last_beat is not None:
+                # As after an outage of its own, from its last heartbeat.
+                outage = max(outage, self._last_beat)
         if outage:
             live = min(live, max(int((now - outage) * 1000), 1))
         d = int((now - started) * 1000)
@@ -761,7 +791,14 @@ class Limiter:
             except (*UNAVAILABLE, PacerError):
                 pass
         with self._lock:
+            if self._stale() and not self._missing():
+                # The first heartbeat after the view went stale: as one back
+                # from an outage of its own, keep back the shares of members
+                # it knew that Redis does not list (it lost them).
+                self._remember_fleet()
+                self._back_at = time.monotonic()
             self._learned, self._doubt = True, False
+            self._last_beat = time.monotonic()
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
             self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks
             self._format = hb.format
@@ -954,14 +991,7 @@ class Limiter:
                 self._born, self._join_until = True, 0.0
                 self._remembered, self._remembered_members = 0, 0
             elif self._learned:
-                # The fleet its calls on Redis kept to (_share): the held
-                # members' when they pace on another size, so that, back on
-                # a Redis restarted empty before them, it keeps to their
-                # lattice (Go's TestBackBesideHeldFleet).
-                n = self._n
-                if self._held and self._held_n > 1 and self._held_n != self._n:
-                    n = self._held_n
-                self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
+                self._remember_fleet()
             # The share before _back_at goes: a member of the fleet it knew
             # that is not back yet may pace on its old share still, so this
             # one paces on its own old share too (Go's keeps it).

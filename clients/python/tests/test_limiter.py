@@ -669,6 +669,28 @@ class FallbackTest(unittest.TestCase):
             y._doubt = True  # a heartbeat failed
         self.assertEqual(y._share(), "3 0 1", "after a failed heartbeat: rank 2's of 3 alone")
 
+    def test_stale_view_after_stall(self) -> None:
+        """A view older than two heartbeat intervals (the process was
+        stopped) leaves every other rank its share, and the first heartbeat
+        after it keeps back the members Redis no longer lists (it restarted
+        empty meanwhile), as a return from an outage does (Go's
+        TestStaleViewAfterStall; combination runner, seed 8: a process
+        stopped for 3 s across a Redis restart empty took the whole rate
+        beside members that still paced locally)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a, b, c):
+            lim._beat()
+        self.assertEqual((b._n, b._rank, b._share()), (3, 1, "1"))
+        with b._lock:
+            assert b._last_beat is not None
+            b._last_beat -= 3 * b.interval  # stopped meanwhile
+        self.assertEqual(b._share(), "3 0 2", "a stale view: rank 1's of 3 alone")
+        self.srv.stop()
+        self.srv.start()  # empty: a and c, pacing locally, are not back
+        b._beat()
+        self.assertEqual(b._members, 1)
+        self.assertEqual(b._share(), "3 0 2", "the first heartbeat after the stall, the others missing")
+
     def test_first_heartbeat_checks_suspects(self) -> None:
         """A Limiter opens its presence connection before its first
         heartbeat, as Go's does, so that the suspects that first heartbeat
