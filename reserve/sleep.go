@@ -105,10 +105,9 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		}
 		if r.lostSince() {
 			// Redis lost the state that granted the slot (restarted empty,
-			// flushed) and may have granted its instant to others since:
-			// a process stopped across the restart, whose sleepers would
-			// fire on slots nobody knows of (the combination runner, seed
-			// 8).
+			// flushed) and may have granted its instant to others since
+			// (a process stopped across the restart resumes with such
+			// sleepers): nobody else knows of this slot.
 			l.opts.Metrics.Moved(r.key, MovedLost)
 			if err := r.move(ctx); err != nil {
 				return 0, err

@@ -239,10 +239,9 @@ func TestLostKeyReadKeepsHorizon(t *testing.T) {
 // TestLostKeySleepersMove: sleepers whose slots Redis granted from a state
 // it has lost since (restarted empty, flushed), and from which another
 // Limiter has reserved since, take fresh slots: the new state knows
-// nothing of theirs, and the other's slots fall among them. (The
-// combination runner's seed 8: a process stopped across a Redis restart
-// empty, whose sleepers fired on its old slots when it resumed, among the
-// others'.) Sleepers whose state Redis kept keep their slots.
+// nothing of theirs, and the other's slots fall among them (a process
+// stopped across a Redis restart empty resumes with such sleepers).
+// Sleepers whose state Redis kept keep their slots.
 func TestLostKeySleepersMove(t *testing.T) {
 	for _, lost := range []bool{false, true} {
 		t.Run(map[bool]string{false: "kept", true: "lost"}[lost], func(t *testing.T) {
