@@ -80,6 +80,7 @@ class Reservation:
     deadline: float  # time.monotonic() at the slot
     limiter: "Limiter" = field(repr=False)
     shifted: int = field(default=0, repr=False)  # the last resume that moved it (its "~s" r)
+    epoch: int = field(default=0, repr=False)  # the key's epoch when Redis granted it (_Key.epoch)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -102,6 +103,14 @@ class _Key:
     seen_ns: int = 0  # when (server clock)
     seq: int = 0  # the last reservation number Redis showed
     granted_ns: int = 0  # the latest slot Redis granted this Limiter
+    # The states Redis was found to have lost (none, or one numbered before
+    # the one seen and written before this Limiter's slots): a reservation
+    # carries the epoch Redis granted it in, and a sleeper of an earlier
+    # one takes a fresh slot (Go's keyState.epoch). lost: the state seen is
+    # such a state, lost_seq its number, so that one loss counts once.
+    epoch: int = 0
+    lost: bool = False
+    lost_seq: int = 0
     # The local fallback's part: whether the store holds the key, what the
     # store granted (latest slot), the window units it started with, a
     # pause made locally.
@@ -304,6 +313,9 @@ class Limiter:
         slot it cancels r and takes a fresh slot (docs/protocol.md, Pause).
         While it sleeps it reads the state every _POLL, and uses its slot d
         earlier when a resume moved its reservation ("~s q:r d").
+        Nor does it fire on a slot of a state Redis has lost since (its read
+        shows none, or one numbered before the one seen): it takes a fresh
+        slot (Go's MovedLost).
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
         stalled process) takes a fresh slot instead, once, rather than fire
@@ -321,6 +333,13 @@ class Limiter:
             if pause is not None and pause > r.slot_ns:
                 r = self._again(r, until)
                 continue
+            if self._lost_since(r):
+                # Redis lost the state that granted the slot (restarted
+                # empty, flushed) and may have granted its instant to
+                # others since: a fresh slot. Not cancelled: the state
+                # Redis holds now never had it.
+                r = self._again(r, until, cancel=False)
+                continue
             while r.delay() > 0:
                 _sleep_to(r, 0.0)
             if not moved and time.monotonic() - r.deadline > _max_lateness(r):
@@ -329,9 +348,10 @@ class Limiter:
                 continue
             return r
 
-    def _again(self, r: Reservation, until: float | None) -> Reservation:
-        """Cancels r and reserves the same again."""
-        self.cancel(r)
+    def _again(self, r: Reservation, until: float | None, cancel: bool = True) -> Reservation:
+        """Cancels r (if cancel) and reserves the same again."""
+        if cancel:
+            self.cancel(r)
         left = None if until is None else max(0.0, until - time.monotonic())
         return self.reserve(r.key, r.policy, dict(zip(r.policy.units, r.costs)), max_wait=left)
 
@@ -447,8 +467,10 @@ class Limiter:
         rep = protocol.decode_reserve(v)
         self._clock_sample(rep.now_ns, sent, recv)
         g = rep.grants[0]
-        self._saw(key, rep.state, rep.stored, policy, g)
-        return self._result(key, policy, costs, g, False, recv_mono)
+        epoch = self._saw(key, rep.state, rep.stored, policy, g)
+        r = self._result(key, policy, costs, g, False, recv_mono)
+        r.epoch = epoch
+        return r
 
     def _result(self, key: str, policy: Policy, costs: list[float], g: protocol.Grant, local: bool,
                 recv_mono: float) -> Reservation:
@@ -462,8 +484,9 @@ class Limiter:
             raise Refused(f"pacer: refused ({g.seq})")
         return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
 
-    def _saw(self, key: str, state: str, stored: str, policy: Policy | None, g: protocol.Grant | None = None) -> None:
-        """Records what a reply showed of a key."""
+    def _saw(self, key: str, state: str, stored: str, policy: Policy | None, g: protocol.Grant | None = None) -> int:
+        """Records what a reply or a read showed of a key, and returns the
+        key's epoch then."""
         with self._lock:
             st = self._keys.setdefault(key, _Key())
             if policy is not None:
@@ -484,10 +507,29 @@ class Limiter:
                     # for the lost key's floor. One written after them (the
                     # key lapsed, then a new reservation) is taken whole:
                     # its numbers start again (Go's noteSeen).
-                    if s.seq >= st.seq or st.granted_ns <= s.t * 1000:
+                    lost = s.seq < st.seq and st.granted_ns > s.t * 1000
+                    if lost and (not st.lost or s.seq < st.lost_seq):
+                        st.epoch += 1  # a loss not seen before
+                    st.lost, st.lost_seq = lost, s.seq
+                    if not lost:
                         st.seq = s.seq
+            else:
+                # No state: Redis lost the key (or it lapsed with every
+                # slot passed).
+                st.epoch += 1
+                st.lost, st.lost_seq = True, 0
             if g is not None and g.seq > 0:
                 st.granted_ns = max(st.granted_ns, g.slot_ns)
+            return st.epoch
+
+    def _lost_since(self, r: Reservation) -> bool:
+        """Whether Redis lost the state that granted r since (see
+        _Key.epoch)."""
+        if r.local or r.seq <= 0:
+            return False
+        with self._lock:
+            st = self._keys.get(r.key)
+            return st is not None and st.epoch != r.epoch
 
     def _adjust(self, r: Reservation, op: str, actual: list[float] | None) -> bool:
         k = protocol.redis_key(self.prefix, r.key)
@@ -535,6 +577,8 @@ class Limiter:
         read: int | None = None
         try:
             v = None if client is None else protocol.normalize(client.execute_command("GET", k))
+            if not local:
+                self._saw(r.key, v if isinstance(v, str) else "", st.stored if st is not None else "", None)
             if isinstance(v, str) and v:
                 state = protocol.parse_state(v)
                 read = state.pause_end_ns

@@ -77,6 +77,44 @@ class LimiterTest(unittest.TestCase):
         self.assertEqual([r.seq for r in again], [1, 2, 3])
         self.assertEqual(lim._keys["k"].seq, 3, "the new state's numbers")
 
+    def test_lost_state_sleepers_move(self) -> None:
+        """Sleepers whose slots Redis granted from a state it has lost since
+        (here deleted), and from which another Limiter has reserved since,
+        take fresh slots: the new state knows nothing of theirs, and the
+        other's slots fall among them (Go's TestLostKeySleepersMove).
+        Sleepers whose state Redis kept keep their slots, but for lateness."""
+        for lost in (False, True):
+            with self.subTest(lost=lost):
+                key = f"lost{lost}"
+                lim, other = self.limiter(), self.limiter()
+                rs = [lim.reserve(key, Limit(10, 1)) for _ in range(5)]  # 100 ms apart
+                granted = [r.slot_ns for r in rs]
+                if lost:
+                    self.c.delete(self.prefix + "{" + key + "}")  # Redis lost the key
+                slots = [other.reserve(key, Limit(10, 1)).slot_ns for _ in range(3)]
+                done: list[limiter.Reservation | None] = [None] * len(rs)
+
+                def sleep(i: int) -> None:
+                    done[i] = lim.sleep(rs[i])
+
+                threads = [threading.Thread(target=sleep, args=(i,)) for i in range(len(rs))]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+                final = [d.slot_ns for d in done if d is not None]
+                self.assertEqual(len(final), len(rs))
+                moved = sum(1 for a, b in zip(granted, final) if a != b)
+                slots = sorted(slots + final)
+                gaps = [b - a for a, b in zip(slots, slots[1:])]
+                self.assertGreaterEqual(min(gaps), 100 * MS - 1000, f"slots too close: {gaps}")
+                # One loss, counted once; kept, no epoch, so no sleeper
+                # moved for it (one late by more than its lateness, as a
+                # thread started late, takes a fresh slot either way).
+                self.assertEqual(lim._keys[key].epoch, 1 if lost else 0)
+                if lost:
+                    self.assertEqual(moved, len(rs))
+
     def test_two_bands_and_settle(self) -> None:
         lim = self.limiter()
         pol = Policy((Bucket("rps", 1, 1, "requests"), Bucket("tps", 1, 5, "tokens")))
