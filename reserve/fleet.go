@@ -354,9 +354,10 @@ func (f *fleetView) rememberFleet() {
 // again (redisShareOK), and that heartbeat is taken as a return from an
 // outage (update). (The combination runner, seed 8: a process stopped for
 // 3 s across a Redis restart empty took the whole rate when it resumed,
-// beside members that still paced locally.) f.mu is held.
+// beside members that still paced locally.) A view without a settle (0)
+// is never stale. f.mu is held.
 func (f *fleetView) stale() bool {
-	return f.learned && !f.away && !f.lastBeat.IsZero() && time.Since(f.lastBeat) > f.settle
+	return f.learned && !f.away && f.settle > 0 && !f.lastBeat.IsZero() && time.Since(f.lastBeat) > f.settle
 }
 
 // staleSince returns when the view was last told the fleet, if it is

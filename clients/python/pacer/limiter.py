@@ -102,6 +102,7 @@ class _Key:
     stored: str = ""  # the stored limit Redis last showed
     seen_ns: int = 0  # when (server clock)
     seq: int = 0  # the last reservation number Redis showed
+    seen_t: int = 0  # the write time of the state Redis last showed (Unix µs)
     granted_ns: int = 0  # the latest slot Redis granted this Limiter
     # The states Redis was found to have lost (none, or one numbered before
     # the one seen and written before this Limiter's slots): a reservation
@@ -508,9 +509,11 @@ class Limiter:
                     # key lapsed, then a new reservation) is taken whole:
                     # its numbers start again (Go's noteSeen).
                     lost = s.seq < st.seq and st.granted_ns > s.t * 1000
-                    if lost and (not st.lost or s.seq < st.lost_seq):
-                        st.epoch += 1  # a loss not seen before
-                    st.lost, st.lost_seq = lost, s.seq
+                    # A loss not seen before; one written no later than the
+                    # state seen is an older read of it, arriving late.
+                    if lost and s.t > st.seen_t and (not st.lost or s.seq < st.lost_seq):
+                        st.epoch += 1
+                    st.lost, st.lost_seq, st.seen_t = lost, s.seq, s.t
                     if not lost:
                         st.seq = s.seq
             else:
