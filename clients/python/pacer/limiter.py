@@ -513,7 +513,7 @@ class Limiter:
                     # state seen is an older read of it, arriving late.
                     if lost and s.t > st.seen_t and (not st.lost or s.seq < st.lost_seq):
                         st.epoch += 1
-                    st.lost, st.lost_seq, st.seen_t = lost, s.seq, s.t
+                    st.lost, st.lost_seq, st.seen_t = lost, s.seq, max(st.seen_t, s.t)
                     if not lost:
                         st.seq = s.seq
             else:
