@@ -94,12 +94,8 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			return 0, err
 		}
 		if paused {
-			l.opts.Metrics.Moved(r.key, MovedPause)
-			if err := r.move(ctx); err != nil {
+			if err := r.moveFor(ctx, MovedPause, tr); err != nil {
 				return 0, err
-			}
-			if tr != nil {
-				tr.Moved(r, MovedPause)
 			}
 			continue
 		}
@@ -108,12 +104,8 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			// flushed) and may have granted its instant to others since
 			// (a process stopped across the restart resumes with such
 			// sleepers): nobody else knows of this slot.
-			l.opts.Metrics.Moved(r.key, MovedLost)
-			if err := r.move(ctx); err != nil {
+			if err := r.moveFor(ctx, MovedLost, tr); err != nil {
 				return 0, err
-			}
-			if tr != nil {
-				tr.Moved(r, MovedLost)
 			}
 			continue
 		}
@@ -124,12 +116,8 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		late := l.clock.Now().Sub(at)
 		if m := r.maxLateness(); m >= 0 && late > m && !r.moved {
 			r.moved = true
-			l.opts.Metrics.Moved(r.key, MovedLate)
-			if err := r.move(ctx); err != nil {
+			if err := r.moveFor(ctx, MovedLate, tr); err != nil {
 				return 0, err
-			}
-			if tr != nil {
-				tr.Moved(r, MovedLate)
 			}
 			continue
 		}
@@ -187,6 +175,19 @@ func (l *Limiter) localDeadline(at time.Time) time.Time {
 	}
 	cn := l.clock.Now()
 	return time.Now().Add(at.Sub(cn))
+}
+
+// moveFor moves r to a fresh slot (move) for reason why, counted in the
+// metrics and told to tr (nil: no Tracer).
+func (r *Reservation) moveFor(ctx context.Context, why string, tr WaitTrace) error {
+	r.lim.opts.Metrics.Moved(r.key, why)
+	if err := r.move(ctx); err != nil {
+		return err
+	}
+	if tr != nil {
+		tr.Moved(r, why)
+	}
+	return nil
 }
 
 // move gives r a fresh slot (its own has been paused over, or passed
