@@ -15,10 +15,20 @@ import (
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
-// small is a short batch: 100 tasks at 20/s on 2 servers of 20 workers,
-// about 5 s.
+// small is a short batch: 100 tasks at 16/s on 2 servers of 20 workers,
+// about 6 s.
+//
+// The provider counts calls as they arrive, and a call arrives some time
+// after its slot: the worker wakes, then sends. At the demo's default,
+// 20/s burst 1 against a provider's 21 in any second, 22 slots span
+// 1.05 s, so a call that arrives 50 ms later than the one 21 slots after
+// it is refused; a loaded machine delays one that much (CI beside a CPU
+// hog: one 429 in 100 calls). At 16/s, 22 slots span 1.31 s: the tests
+// check that pacer keeps the provider's limit, with 310 ms of room for
+// the machine; how close to the limit the demo runs is a figure
+// (docs/demos.md), not a test.
 func small(redisURL string, providerLimit int) config {
-	return config{RedisURL: redisURL, Tasks: 100, Servers: 2, Concurrency: 20, Rate: 20, Burst: 1,
+	return config{RedisURL: redisURL, Tasks: 100, Servers: 2, Concurrency: 20, Rate: 16, Burst: 1,
 		ProviderLimit: providerLimit, Timeout: time.Minute}
 }
 
@@ -35,7 +45,7 @@ func accounted(t *testing.T, s summary, c config) {
 }
 
 // check asserts what the provider saw: one call per task, no 429, no
-// second over rate + burst; and that every task is accounted for. The rate
+// second over its limit; and that every task is accounted for. The rate
 // held is timing, logged: a loaded machine lowers it.
 func check(t *testing.T, s summary, c config) {
 	t.Helper()
@@ -46,8 +56,8 @@ func check(t *testing.T, s summary, c config) {
 	if s.Calls != c.Tasks {
 		t.Errorf("calls = %d, want %d", s.Calls, c.Tasks)
 	}
-	if s.Busiest1s > int(c.Rate)+c.Burst {
-		t.Errorf("busiest 1 s = %d, want at most %d", s.Busiest1s, int(c.Rate)+c.Burst)
+	if s.Busiest1s > c.ProviderLimit {
+		t.Errorf("busiest 1 s = %d, want at most the provider's limit, %d", s.Busiest1s, c.ProviderLimit)
 	}
 	accounted(t, s, c)
 }
@@ -96,13 +106,13 @@ func TestRealRedis(t *testing.T) {
 	}
 }
 
-// TestProviderBelowLimit: a provider 10% below pacer's limit must answer
+// TestProviderBelowLimit: a provider 12% below pacer's limit must answer
 // 429s, or the checks above could not fail. Each 429 pauses the key for
 // every server and reschedules the task without using a retry: nothing is
 // archived, every task's result is collected.
 func TestProviderBelowLimit(t *testing.T) {
 	asynqtest.LockMachine(t)
-	c := small("", 18)
+	c := small("", 14) // pacer lets 17 into the first second, 16 into each after
 	c.Tasks = 60
 	s, err := run(context.Background(), c, io.Discard)
 	if err != nil {
@@ -110,7 +120,7 @@ func TestProviderBelowLimit(t *testing.T) {
 	}
 	t.Log(s)
 	if s.Rejected == 0 {
-		t.Error("no 429 from a provider 10% below the limit")
+		t.Error("no 429 from a provider 12% below the limit")
 	}
 	if s.Calls-s.Rejected != c.Tasks {
 		t.Errorf("accepted = %d, want one per task (%d)", s.Calls-s.Rejected, c.Tasks)
