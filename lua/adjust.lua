@@ -90,10 +90,6 @@ for s in string.gmatch(done or '', '%S+') do
   end
   seen[#seen + 1] = s
 end
-if #KEYS == 4 then
-  redis.call('DEL', KEYS[4])
-end
-
 -- The slot as the reservation was told it: slots lie on a ns grid
 -- (core.lua's grid), so it is exact; less what a resume moved it by.
 local slot = (slot_us - now_us) + slot_ns / 1000 - now_frac - resumed(rseq)
@@ -176,6 +172,23 @@ local state = raw or ''
 if changed then
   state = save()
 end
+-- The reservation is adjusted: recorded before any removal below (the
+-- hold's, a tenant's pass), since a full Redis (maxmemory, noeviction)
+-- refuses a script's first write that may add memory but lets one that
+-- has written already go on: this SET, or the state's, comes first, and a
+-- full Redis refuses the call whole (docs/protocol.md, "A full Redis").
+seen[#seen + 1] = id
+while #seen > 32 do
+  table.remove(seen, 1)
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 1000 then
+  ttl = 1000
+end
+redis.call('SET', KEYS[3], table.concat(seen, ' '), 'PX', ttl)
+if #KEYS == 4 then
+  redis.call('DEL', KEYS[4])
+end
 -- A fair request's turns count what it cost: its tenant's pass (fair.lua)
 -- moves by the difference between its duration at the actual cost and at
 -- the cost it was booked for, over its weight; a cancel before the slot
@@ -209,13 +222,4 @@ if fair_lane then
     end
   end
 end
-seen[#seen + 1] = id
-while #seen > 32 do
-  table.remove(seen, 1)
-end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 1000 then
-  ttl = 1000
-end
-redis.call('SET', KEYS[3], table.concat(seen, ' '), 'PX', ttl)
 return {1, state}

@@ -82,9 +82,18 @@ if h then
     end
     return out
   end
-  redis.call('DEL', KEYS[3])
 end
 
+-- The hold, stale or behind a pause, goes (origin 2 or 3): after the
+-- state's write when a slot is taken, since a full Redis (maxmemory,
+-- noeviction) refuses a script's first write that may add memory but lets
+-- one that has written already go on, so that a full Redis refuses the
+-- call whole (docs/protocol.md, "A full Redis"); alone, when none is.
+local function unhold()
+  if h then
+    redis.call('DEL', KEYS[3])
+  end
+end
 local s, idx, exact = earliest(pause, cost)
 local out = {now_us, now_ns, s and tell(s) or 0, 0, 0, origin}
 for u = 1, nunits do
@@ -92,9 +101,11 @@ for u = 1, nunits do
 end
 if not s or s > max_queue_us then
   out[3], out[4] = 0, s and -1 or -2
+  unhold()
   return out
 end
 if out[3] > max_wait * 1000 and not may_keep then
+  unhold()
   return out
 end
 take(s, cost, idx, exact)
@@ -103,6 +114,7 @@ save()
 out[4] = seq
 if out[3] <= max_wait * 1000 then
   out[5] = 1
+  unhold()
   return out
 end
 out[5] = 2

@@ -1455,3 +1455,75 @@ func TestConformancePlainRequests(t *testing.T) {
 // fleetSuffixes are the fleet's keys after the first (docs/protocol.md,
 // Heartbeat: KEYS[2...12]).
 var fleetSuffixes = []string{":info", ":policies", ":ids", ":checked", ":policies:at", ":format", ":writes", ":reads", ":x:w", ":x:local", ":x:holes"}
+
+// TestConformanceFairLapsed: a tenant whose request was deferred waits
+// until grace after the time it was told to ask again; past that, the next
+// call of the lane drops its waiting and books another tenant's request
+// at once (docs/protocol.md: Fair; lua/fair.lua's least_waiting).
+func TestConformanceFairLapsed(t *testing.T) {
+	c := newConn(t)
+	keys := c.fairKeys("lapsed")
+	waiting := c.key("lapsed", ":fw:n")
+	lim := limit(10, 1) // a slot every 100 ms
+	// a's three requests at t0: booked now and 100 ms on, the third deferred.
+	r := c.decode(c.mustEval("FAIR", keys, append(common(0, 0, "1", lim), "2 1 0 0 1 0 3 0 w", "a", "", doubles(-1, 1, -1, 1, -1, 1))...))
+	if !slices.Equal(r.seqs, []int64{1, 2, -3}) {
+		t.Fatalf("a's three requests: seq %v, want 1, 2 and -3 (deferred)", r.seqs)
+	}
+	if n, _ := c.do("ZCARD", waiting); n != int64(1) {
+		t.Fatalf("after a's deferred request, %v tenants wait in the Normal lane, want 1", n)
+	}
+	// 2 s on, a has not asked again: b's request drops a's waiting, which
+	// lapsed, and is booked at once.
+	r = c.decode(c.mustEval("FAIR", keys, append(common(2_000_000, 0, "1", lim), "2 1 0 0 1 0 1 0 w", "b", "", doubles(-1, 1))...))
+	if !slices.Equal(r.seqs, []int64{3}) || r.waits[0] != 0 {
+		t.Errorf("b's request behind a lapsed a: seq %v wait %v, want 3, booked now", r.seqs, r.waits)
+	}
+	if n, _ := c.do("ZCARD", waiting); n != int64(0) {
+		t.Errorf("after b's request, %v tenants wait in the Normal lane, want none (a lapsed)", n)
+	}
+}
+
+// TestConformanceClaimStale: a hold claimed after it went stale is dropped
+// and a fresh slot taken in its place (origin 2); a reservation cancelled
+// with its hold deletes the hold (docs/protocol.md: Claim, Hold, Adjust).
+func TestConformanceClaimStale(t *testing.T) {
+	c := newConn(t)
+	lim := limit(10, 1) // a slot every 100 ms
+	keys := func(holder string) []string {
+		return []string{c.key("cs", ""), c.key("cs", ":limit"), c.key("cs", ":h:"+holder)}
+	}
+	// a's hold at t0, stale 1 s after its slot.
+	if _, err := c.eval("HOLD", keys("a"), append(common(0, 0, "1", lim), "1000000", "0", "1", "1")...); err != nil {
+		t.Fatal(err)
+	}
+	if c.get(c.key("cs", ":h:a")) == "" {
+		t.Fatal("HOLD recorded no hold for a")
+	}
+	// 5 s on, a claims: the hold is stale, dropped, and a fresh slot
+	// handed over (state 1, origin 2).
+	v := c.mustEval("CLAIM", keys("a"), append(common(5_000_000, 0, "1", lim), "1000000", "1", "1000000", "0", "1")...)
+	r, _ := v.([]any)
+	if len(r) < 6 || r[4] != int64(1) || r[5] != int64(2) {
+		t.Errorf("CLAIM of a stale hold: %v, want state 1 (handed over), origin 2 (fresh after dropping a stale hold)", show(v))
+	}
+	if h := c.get(c.key("cs", ":h:a")); h != "" {
+		t.Errorf("after the claim, a's stale hold is still there: %q", h)
+	}
+	// b's hold, kept 100 ms on (state 2), then its reservation cancelled
+	// with the hold: the hold goes.
+	v = c.mustEval("CLAIM", keys("b"), append(common(5_000_000, 0, "1", lim), "0", "1", "1000000", "0", "1")...)
+	r, _ = v.([]any)
+	if len(r) < 6 || r[4] != int64(2) {
+		t.Fatalf("CLAIM for b 100 ms away with may_keep: %v, want state 2 (kept)", show(v))
+	}
+	seq := fmt.Sprint(r[3])
+	slot := t0 + 5_000_000 + r[2].(int64)/1000
+	if _, err := c.eval("ADJUST", append(keys("b")[:2], c.key("cs", ":done"), c.key("cs", ":h:b")),
+		append(common(5_000_000, 0, "1", lim), "cancel", strconv.FormatInt(slot, 10), "0", seq, "1")...); err != nil {
+		t.Fatal(err)
+	}
+	if h := c.get(c.key("cs", ":h:b")); h != "" {
+		t.Errorf("after the cancel with b's hold, the hold is still there: %q", h)
+	}
+}

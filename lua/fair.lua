@@ -133,6 +133,14 @@ do
       return redis.error_reply('PACER_WRONGTYPE a fair key holds another type')
     end
   end
+  -- A full Redis (maxmemory, noeviction) refuses a script's first write
+  -- that may add memory, but lets one that has written already go on, and
+  -- this call may drop a lapsed tenant (a removal) before it books: it
+  -- asks first. ZADD XX GT -inf changes no member of the sorted set
+  -- KEYS[12], so with room it does nothing; a full Redis refuses it, and
+  -- the call ends with OOM, nothing written (docs/protocol.md, "A full
+  -- Redis").
+  redis.call('ZADD', KEYS[12], 'XX', 'GT', '-inf', 'full')
   local now = now_us + now_frac -- Unix µs
   -- The batch being served (load): its tenant, lane and figures, and the
   -- lane's and the tenant's state as read.

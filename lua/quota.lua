@@ -139,6 +139,13 @@ local m = tonumber(raw[17]) or 0
 local y = tonumber(raw[18]) or 0
 local z = tonumber(raw[19]) or 0
 
+-- A full Redis (maxmemory, noeviction) refuses a script's first write
+-- that may add memory, but lets one that has written already go on, and
+-- the removal below comes before the count's write: ask first. ZADD XX GT
+-- -inf changes no member of KEYS[2], so with room it does nothing; a full
+-- Redis refuses it, and the call ends with OOM, nothing written
+-- (docs/protocol.md, "A full Redis").
+redis.call('ZADD', KEYS[2], 'XX', 'GT', '-inf', 'full')
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 
 local function save()

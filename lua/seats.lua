@@ -145,6 +145,15 @@ for i = 1, #flat, 2 do
   end
 end
 
+-- A full Redis (maxmemory, noeviction) refuses a script's first write
+-- that may add memory, but lets one that has written already go on, and
+-- a call may drop gone holders and tickets (removals) before it adds: it
+-- asks first. ZADD XX GT -inf changes no member of the queue, so with room
+-- it does nothing; a full Redis refuses it, and the call ends with OOM,
+-- nothing written (docs/protocol.md, "A full Redis"). A read writes
+-- nothing.
+if op ~= 'read' then redis.call('ZADD', Q, 'XX', 'GT', '-inf', 'full') end
+
 -- A server that started less than W ago, where the caller saw the key's
 -- seats on another, may have lost seats their holders have not renewed
 -- yet: grant none (mode "x"). The start is read once per hash (INFO, which

@@ -34,8 +34,9 @@ type Server struct {
 	Source string        // SourceURL, SourceProcess or SourceContainer
 	Client *redis.Client // ready (PING ok), closed on t.Cleanup
 
-	opts *redis.Options    // how to reach the server; copied by NewClient
-	proc *redisproc.Server // set when Source is SourceProcess
+	opts  *redis.Options    // how to reach the server; copied by NewClient
+	proc  *redisproc.Server // set when Source is SourceProcess
+	check *FullCheck        // the check its clients run under, if any (NewFullCheck)
 }
 
 // New returns a real Redis for t, found in this order:
@@ -51,6 +52,9 @@ type Server struct {
 // will not start, fails the test rather than falling through.
 func New(t testing.TB) *Server {
 	t.Helper()
+	if s := checked(t); s != nil {
+		return s
+	}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		return fromURL(t, url)
 	}
@@ -93,6 +97,9 @@ func NewPreferContainer(t testing.TB) *Server {
 // stop or pause it. Without redis-server it skips, or fails when CI is set.
 func NewProcess(t testing.TB) *Server {
 	t.Helper()
+	if s := checked(t); s != nil {
+		return s
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server is not on PATH: %v", err)
@@ -104,7 +111,11 @@ func NewProcess(t testing.TB) *Server {
 func (s *Server) NewClient(t testing.TB) *redis.Client {
 	t.Helper()
 	opts := *s.opts
-	return newClient(t, &opts, s.Source)
+	c := newClient(t, &opts, s.Source)
+	if s.check != nil {
+		c.AddHook(s.check)
+	}
+	return c
 }
 
 func fromURL(t testing.TB, url string) *Server {

@@ -1,0 +1,30 @@
+package pacehttp
+
+import (
+	"testing"
+
+	"github.com/pacer-go/pacer/internal/redistest"
+)
+
+// TestScriptsRefusedWholeWhenFull runs the quota tests under redistest's
+// FullCheck: each script call that would add memory is made on a full
+// Redis too (maxmemory, noeviction), where it must fail with OOM and
+// change none of its keys (docs/protocol.md, "A full Redis"). quota.lua
+// drops the takes that lapsed before it writes the count.
+func TestScriptsRefusedWholeWhenFull(t *testing.T) {
+	f := redistest.NewFullCheck(t)
+	for _, run := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"QuotaSpread", TestQuotaSpread}, {"QuotaInFlight", TestQuotaInFlight}, {"QuotaProbe", TestQuotaProbe},
+		{"QuotaKnownLimit", TestQuotaKnownLimit},
+	} {
+		f.Run(t, run.name, run.test)
+	}
+	calls, adding, whole := f.Counts()
+	t.Logf("%d script calls checked; %d of them add with room: %d were refused whole when full, %d are leaves and unsets", calls, adding, adding-whole, whole)
+	if adding-whole == 0 {
+		t.Error("no script call added anything: the check checked nothing")
+	}
+}
