@@ -79,12 +79,18 @@ func (f *FullCheck) Run(t *testing.T, name string, test func(*testing.T)) bool {
 	return t.Run(name, test)
 }
 
-// Counts are the script calls checked, those that add with room, and of
-// those the leaves and unsets.
-func (f *FullCheck) Counts() (calls, adding, whole int) {
+// Report logs what the check saw, and fails t if no call it held to the
+// rule was made: a check that checked nothing.
+func (f *FullCheck) Report(t *testing.T) {
+	t.Helper()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.adding, f.whole
+	calls, adding, whole := f.calls, f.adding, f.whole
+	f.mu.Unlock()
+	t.Logf("%d script calls checked; %d of them add with room: %d were refused whole when full, %d are leaves and unsets",
+		calls, adding, adding-whole, whole)
+	if adding-whole == 0 {
+		t.Error("no script call added anything: the check checked nothing")
+	}
 }
 
 // UnderFullCheck reports whether t runs under a FullCheck (Run).
