@@ -15,23 +15,26 @@ import (
 // a full Redis lets through) before it booked, so a full Redis let the
 // whole call through.
 func TestScriptsRefusedWholeWhenFull(t *testing.T) {
-	f := redistest.NewFullCheck(t)
-	for _, run := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"Spacing", TestConformanceSpacing}, {"Formats", TestConformanceFormats},
-		{"Window", TestConformanceWindow}, {"Cancel", TestConformanceCancel},
-		{"AdjustNewLineage", TestConformanceAdjustNewLineage}, {"Pause", TestConformancePause},
-		{"LostHorizon", TestConformanceLostHorizon}, {"Stale", TestConformanceStale},
-		{"BadArguments", TestConformanceBadArguments}, {"NaN", TestConformanceNaN},
-		{"WrongType", TestConformanceWrongType}, {"Format3", TestConformanceFormat3},
-		{"HeartbeatOrder", TestConformanceHeartbeatOrder}, {"Heartbeat", TestConformanceHeartbeat},
-		{"Calendar", TestConformanceCalendar}, {"FairGroups", TestConformanceFairGroups},
-		{"PlainRequests", TestConformancePlainRequests}, {"FairLapsed", TestConformanceFairLapsed}, {"ClaimStale", TestConformanceClaimStale},
-		{"ProtocolDoc", TestProtocolDoc},
-	} {
-		f.Run(t, run.name, run.test)
-	}
-	f.Report(t)
+	redistest.RunFullCheck(t,
+		redistest.NamedTest{Name: "Spacing", Test: TestConformanceSpacing},
+		redistest.NamedTest{Name: "Formats", Test: TestConformanceFormats},
+		redistest.NamedTest{Name: "Window", Test: TestConformanceWindow},
+		redistest.NamedTest{Name: "Cancel", Test: TestConformanceCancel},
+		redistest.NamedTest{Name: "AdjustNewLineage", Test: TestConformanceAdjustNewLineage},
+		redistest.NamedTest{Name: "Pause", Test: TestConformancePause},
+		redistest.NamedTest{Name: "LostHorizon", Test: TestConformanceLostHorizon},
+		redistest.NamedTest{Name: "Stale", Test: TestConformanceStale},
+		redistest.NamedTest{Name: "BadArguments", Test: TestConformanceBadArguments},
+		redistest.NamedTest{Name: "NaN", Test: TestConformanceNaN},
+		redistest.NamedTest{Name: "WrongType", Test: TestConformanceWrongType},
+		redistest.NamedTest{Name: "Format3", Test: TestConformanceFormat3},
+		redistest.NamedTest{Name: "HeartbeatOrder", Test: TestConformanceHeartbeatOrder},
+		redistest.NamedTest{Name: "Heartbeat", Test: TestConformanceHeartbeat},
+		redistest.NamedTest{Name: "Calendar", Test: TestConformanceCalendar},
+		redistest.NamedTest{Name: "FairGroups", Test: TestConformanceFairGroups},
+		redistest.NamedTest{Name: "PlainRequests", Test: TestConformancePlainRequests},
+		redistest.NamedTest{Name: "FairLapsed", Test: TestConformanceFairLapsed},
+		redistest.NamedTest{Name: "ClaimStale", Test: TestConformanceClaimStale},
+		redistest.NamedTest{Name: "ProtocolDoc", Test: TestProtocolDoc},
+	)
 }

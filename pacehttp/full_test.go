@@ -14,15 +14,9 @@ import (
 // measure time from the wall clock are left out: each call takes a few
 // round trips more here.)
 func TestScriptsRefusedWholeWhenFull(t *testing.T) {
-	f := redistest.NewFullCheck(t)
-	for _, run := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"QuotaSpread", TestQuotaSpread}, {"QuotaInFlight", TestQuotaInFlight},
-		{"QuotaKnownLimit", TestQuotaKnownLimit},
-	} {
-		f.Run(t, run.name, run.test)
-	}
-	f.Report(t)
+	redistest.RunFullCheck(t,
+		redistest.NamedTest{Name: "QuotaSpread", Test: TestQuotaSpread},
+		redistest.NamedTest{Name: "QuotaInFlight", Test: TestQuotaInFlight},
+		redistest.NamedTest{Name: "QuotaKnownLimit", Test: TestQuotaKnownLimit},
+	)
 }

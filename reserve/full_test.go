@@ -13,17 +13,10 @@ import (
 // (docs/protocol.md, "A full Redis"). seats.lua may drop gone holders
 // and tickets before it takes seats; adjust.lua moves a tenant's pass.
 func TestScriptsRefusedWholeWhenFull(t *testing.T) {
-	f := redistest.NewFullCheck(t)
-	for _, run := range []struct {
-		name string
-		test func(*testing.T)
-	}{
-		{"FairSettleReachesTurns", TestFairSettleReachesTurns},
-		{"SeatsInOrder", TestSeatsInOrder},
-		{"SeatsTryAndCancel", TestSeatsTryAndCancel},
-		{"SeatsWithRate", TestSeatsWithRate},
-	} {
-		f.Run(t, run.name, run.test)
-	}
-	f.Report(t)
+	redistest.RunFullCheck(t,
+		redistest.NamedTest{Name: "FairSettleReachesTurns", Test: TestFairSettleReachesTurns},
+		redistest.NamedTest{Name: "SeatsInOrder", Test: TestSeatsInOrder},
+		redistest.NamedTest{Name: "SeatsTryAndCancel", Test: TestSeatsTryAndCancel},
+		redistest.NamedTest{Name: "SeatsWithRate", Test: TestSeatsWithRate},
+	)
 }

@@ -79,6 +79,23 @@ func (f *FullCheck) Run(t *testing.T, name string, test func(*testing.T)) bool {
 	return t.Run(name, test)
 }
 
+// A NamedTest is one of RunFullCheck's tests.
+type NamedTest struct {
+	Name string
+	Test func(*testing.T)
+}
+
+// RunFullCheck runs tests in order, each as a subtest of t, under one
+// FullCheck (NewFullCheck, Run), and reports it (Report).
+func RunFullCheck(t *testing.T, tests ...NamedTest) {
+	t.Helper()
+	f := NewFullCheck(t)
+	for _, nt := range tests {
+		f.Run(t, nt.Name, nt.Test)
+	}
+	f.Report(t)
+}
+
 // Report logs what the check saw, and fails t if no call it held to the
 // rule was made: a check that checked nothing.
 func (f *FullCheck) Report(t *testing.T) {
