@@ -92,7 +92,11 @@ func (b *bench) adaptiveRun(ctx context.Context, url string, rate float64, learn
 		return run, err
 	}
 	client := &http.Client{Transport: tr}
-	rctx, cancel := context.WithTimeout(ctx, res.Warmup+span)
+	// The callers run until the usage over span is read: a deadline of
+	// warm-up + span from here ran out before the count began when the
+	// usage read that starts it was slow (TestQuick beside a CPU hog: 0
+	// requests counted).
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		counting atomic.Bool
@@ -137,6 +141,7 @@ func (b *bench) adaptiveRun(ctx context.Context, url string, rate float64, learn
 	counting.Store(false)
 	run.Requests, run.Span = done.Load(), time.Since(start)
 	u, err := endUsage(ctx, b.admin, base)
+	cancel()
 	wg.Wait()
 	if usageErr != nil {
 		return run, usageErr
