@@ -49,15 +49,19 @@ type FullCheck struct {
 	whole   int // of which leaves and unsets
 }
 
-// NewFullCheck starts a redis-server of t's own whose clients (Client,
-// NewClient) run under the check. Run runs a test under it: the test's New
-// returns this server. The clients are set up as reserve.New wants them
-// (no retries, the context's deadline on reads, one dial), so that a
-// Limiter uses them as they are rather than a client of its own.
-func NewFullCheck(t testing.TB) *FullCheck {
+// newFullCheck starts a redis-server of t's own, under noeviction, whose
+// clients (Client, NewClient) run under the check; run runs a test under
+// it: the test's New returns this server. The clients are set up as
+// reserve.New wants them (no retries, the context's deadline on reads, one
+// dial), so that a Limiter uses them as they are rather than a client of
+// its own.
+func newFullCheck(t testing.TB) *FullCheck {
 	t.Helper()
 	p := NewProcess(t)
 	f := &FullCheck{t: t, admin: p.NewClient(t), denyOOM: map[string]bool{}}
+	if err := f.admin.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatalf("redistest: CONFIG SET maxmemory-policy noeviction: %v", err)
+	}
 	opts := *p.opts
 	opts.MaxRetries, opts.ContextTimeoutEnabled, opts.DialerRetries = -1, true, 1
 	s := *p
@@ -67,12 +71,9 @@ func NewFullCheck(t testing.TB) *FullCheck {
 	return f
 }
 
-// Server is the checked server; NewClient's clients are checked too.
-func (f *FullCheck) Server() *Server { return f.server }
-
-// Run runs test as a subtest of t named name, under the check: its calls
+// run runs test as a subtest of t named name, under the check: its calls
 // of New (and NewProcess) return the check's server.
-func (f *FullCheck) Run(t *testing.T, name string, test func(*testing.T)) bool {
+func (f *FullCheck) run(t *testing.T, name string, test func(*testing.T)) bool {
 	full := t.Name() + "/" + name
 	checks.Store(full, f)
 	defer checks.Delete(full)
@@ -86,19 +87,19 @@ type NamedTest struct {
 }
 
 // RunFullCheck runs tests in order, each as a subtest of t, under one
-// FullCheck (NewFullCheck, Run), and reports it (Report).
+// FullCheck on a server of its own, and reports it.
 func RunFullCheck(t *testing.T, tests ...NamedTest) {
 	t.Helper()
-	f := NewFullCheck(t)
+	f := newFullCheck(t)
 	for _, nt := range tests {
-		f.Run(t, nt.Name, nt.Test)
+		f.run(t, nt.Name, nt.Test)
 	}
-	f.Report(t)
+	f.report(t)
 }
 
-// Report logs what the check saw, and fails t if no call it held to the
+// report logs what the check saw, and fails t if no call it held to the
 // rule was made: a check that checked nothing.
-func (f *FullCheck) Report(t *testing.T) {
+func (f *FullCheck) report(t *testing.T) {
 	t.Helper()
 	f.mu.Lock()
 	calls, adding, whole := f.calls, f.adding, f.whole
@@ -110,7 +111,7 @@ func (f *FullCheck) Report(t *testing.T) {
 	}
 }
 
-// UnderFullCheck reports whether t runs under a FullCheck (Run).
+// UnderFullCheck reports whether t runs under a FullCheck (RunFullCheck).
 func UnderFullCheck(t testing.TB) bool { return checked(t) != nil }
 
 // checks are the FullChecks running tests, by the name of the test.
@@ -268,14 +269,10 @@ func (f *FullCheck) restore(ctx context.Context, keys, dumps []string) bool {
 	return true
 }
 
-// maxmemory sets the server's maxmemory under noeviction: "1" refuses
-// every write that may add memory, "0" gives room.
+// maxmemory sets the server's maxmemory (its policy is noeviction): "1"
+// refuses every write that may add memory, "0" gives room.
 func (f *FullCheck) maxmemory(ctx context.Context, v string) bool {
-	err := f.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err()
-	if err == nil {
-		err = f.admin.ConfigSet(ctx, "maxmemory", v).Err()
-	}
-	if err != nil {
+	if err := f.admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
 		f.t.Errorf("redistest: CONFIG SET maxmemory %s: %v", v, err)
 		return false
 	}

@@ -36,7 +36,7 @@ type Server struct {
 
 	opts  *redis.Options    // how to reach the server; copied by NewClient
 	proc  *redisproc.Server // set when Source is SourceProcess
-	check *FullCheck        // the check its clients run under, if any (NewFullCheck)
+	check *FullCheck        // the check its clients run under, if any (RunFullCheck)
 }
 
 // New returns a real Redis for t, found in this order:
