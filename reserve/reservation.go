@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -197,7 +199,10 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 		return fmt.Errorf("reserve: settle %q: %w", r.key, ErrDone)
 	}
 	amounts := append([]float64(nil), r.amounts...)
-	for unit, v := range actual {
+	// In sorted order, as spec.costs checks a reservation's: the error a
+	// bad settle gets names the same unit every time.
+	for _, unit := range slices.Sorted(maps.Keys(actual)) {
+		v := actual[unit]
 		if r.seat != nil && unit == r.seatUnit && (r.spec == nil || r.spec.unitIndex(unit) < 0) {
 			continue // seats are given back whole
 		}

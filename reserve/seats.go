@@ -102,7 +102,8 @@ func (req Request) seatPart() (*seatReq, error) {
 		restUnits[u] = true
 	}
 	cost := Cost{}
-	for u, a := range req.Cost {
+	for _, u := range slices.Sorted(maps.Keys(req.Cost)) {
+		a := req.Cost[u]
 		switch {
 		case restUnits[u]:
 			cost[u] = a
