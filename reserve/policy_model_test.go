@@ -247,7 +247,10 @@ func (m *policyModel) adjust(r *modelReservation, now time.Time, actual reserve.
 			z = new(big.Rat).Set(m.pause)
 		}
 		b.z = z
-		if actual == nil && nearNS(b.e, r.slot) {
+		// The last reservation, as adjust.lua tells it: the last event is
+		// kept exact and the slot is it rounded up to the ns grid, so the
+		// slot lies within a ns after it (half a ns of noise either side).
+		if off := new(big.Rat).Sub(r.slot, b.e); actual == nil && off.Cmp(big.NewRat(-1, 2)) > 0 && off.Cmp(big.NewRat(3, 2)) < 0 {
 			prev := new(big.Rat).Sub(r.slot, new(big.Rat).Quo(rat(c), b.rate))
 			if b.eb != nil && prev.Cmp(b.eb) < 0 {
 				prev = b.eb
