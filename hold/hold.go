@@ -160,6 +160,13 @@ func (b *Book) claim(ctx context.Context, id string, req reserve.Request, maxWai
 	return &Grant{Reservation: r.(*reserve.Reservation), Kept: kept, Source: Source(source)}, nil
 }
 
+// Hold's waits between tries while Redis is unavailable: doubling from
+// holdRetryMin to holdRetryMax (the Limiter probes Redis meanwhile).
+const (
+	holdRetryMin = 50 * time.Millisecond
+	holdRetryMax = time.Second
+)
+
 // A Request asks for a slot for holder ID.
 type Request struct {
 	ID string
@@ -180,6 +187,13 @@ type Request struct {
 // failure without reserving twice. If Hold fails, some groups may have been
 // reserved; their holds expire unused. Bad input (an empty ID, a bad
 // request) fails before anything is sent.
+//
+// The holds are Redis's alone: while Redis is unavailable (down, or slower
+// than the Limiter's CallTimeout) Hold waits for it and tries again, as
+// long as ctx allows (a caller who can wait gets no outage's error; the
+// IDs make the repeat safe). When ctx ends first, the error matches
+// ctx.Err(). A Limiter with Options.FailClosed returns
+// reserve.ErrUnavailable at once.
 func (b *Book) Hold(ctx context.Context, reqs []Request) ([]*Grant, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -196,6 +210,16 @@ func (b *Book) Hold(ctx context.Context, reqs []Request) ([]*Grant, error) {
 		ids[i], rreqs[i] = r.ID, r.Request
 	}
 	rs, sources, err := hook.Hold(b.l, ctx, ids, rreqs, b.opts.StaleAfter, b.opts.NotBefore)
+	for wait := holdRetryMin; err != nil && errors.Is(err, reserve.ErrUnavailable) && !hook.FailClosed(b.l); wait = min(2*wait, holdRetryMax) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("hold: waiting for Redis (%v): %w", err, ctx.Err())
+		case <-t.C:
+		}
+		rs, sources, err = hook.Hold(b.l, ctx, ids, rreqs, b.opts.StaleAfter, b.opts.NotBefore)
+	}
 	if err != nil {
 		return nil, err
 	}

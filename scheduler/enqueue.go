@@ -86,8 +86,10 @@ func NewEnqueuer(c *asynq.Client, l *reserve.Limiter, opts Options) (*Enqueuer, 
 //
 // It returns the TaskInfo of each task, in order. If some tasks could not be
 // enqueued, their entries are nil and the error joins one error per task
-// ("scheduler: task i: ..."); the slots reserved for them expire unused. If
-// the slots could not be reserved, nothing is enqueued. opts must not hold
+// ("scheduler: task i: ..."); the slots reserved for them expire unused.
+// While Redis is unavailable, reserving them waits for it as long as ctx
+// allows (hold.Book.Hold); if they could not be reserved, nothing is
+// enqueued. opts must not hold
 // TaskID, ProcessAt or ProcessIn: Enqueue sets them.
 func (e *Enqueuer) Enqueue(ctx context.Context, tasks []*asynq.Task, opts ...asynq.Option) ([]*asynq.TaskInfo, error) {
 	for _, o := range opts {
