@@ -83,7 +83,12 @@
 --          with s "h" (holds seats: recorded if missing), "w" (waits:
 --          queued if neither holding nor waiting) or "p" (a call in
 --          flight: left as it is); every other ticket of the holder is
---          dropped. This makes the fleet's count exact again after an
+--          dropped, but for one numbered after ARGV[9] (optional): the
+--          last ticket number the caller had made when it listed them,
+--          base 36 as in a ticket ("<limiter id>.<n>"). A ticket made
+--          after the list, granted before the renew ran, is a call open
+--          (before, its seats were dropped and the fleet went over N).
+--          This makes the fleet's count exact again after an
 --          outage or a Redis that lost the key. Reply {start, excess,
 --          tickets of the caller that hold seats now...}, then the tickets
 --          handed seats after "|".
@@ -418,6 +423,18 @@ if op == 'renew' then
     end
     want[tk] = {c = tonumber(c), s = st}
   end
+  local upTo = nil
+  if ARGV[9] and ARGV[9] ~= '' then
+    upTo = tonumber(ARGV[9], 36)
+    if not upTo then
+      return redis.error_reply('PACER_ARG seats: renew up to ' .. ARGV[9])
+    end
+  end
+  -- Whether ticket tk (the caller's) was made after the list.
+  local function after(tk)
+    local x = upTo and tonumber(string.match(tk, '%.([^.]*)$') or '', 36)
+    return x ~= nil and x > upTo
+  end
   -- Every ticket: the caller's not in its list go, and those of holders
   -- gone (met here) with them.
   local seats, waits = {}, {}
@@ -427,7 +444,7 @@ if op == 'renew' then
     local kind, tk = string.sub(all[i], 1, 2), string.sub(all[i], 3)
     local rec = record(all[i + 1])
     local keepIt = rec ~= nil and counts(rec.h, tk)
-    if keepIt and rec.h == holder and not want[tk] then keepIt = false end
+    if keepIt and rec.h == holder and not want[tk] and not after(tk) then keepIt = false end
     if keepIt then
       if kind == 's:' then seats[tk] = rec else waits[tk] = rec end
     else

@@ -259,11 +259,15 @@ var ticketSeq atomic.Uint64
 // local share.
 func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWait time.Duration) (*seatTicket, error) {
 	t := &seatTicket{
-		id: l.id + "." + strconv.FormatUint(ticketSeq.Add(1), 36), key: key, band: sr.band,
+		key: key, band: sr.band,
 		n: sr.n, cost: sr.cost, got: make(chan struct{}), at: time.Now(),
 	}
 	ks := l.states.get(key)
 	ks.mu.Lock()
+	// Numbered and listed in one step: a renew that lists the key's
+	// tickets reads the last number under ks.mu too, so that every ticket
+	// it has not listed is numbered after it (renewSeats).
+	t.id = l.id + "." + strconv.FormatUint(ticketSeq.Add(1), 36)
 	ks.seatsOf().tickets[t.id] = t
 	ks.mu.Unlock()
 	var limit <-chan time.Time
@@ -611,13 +615,17 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			continue
 		}
 		list := ticketList(sts, false)
+		// The last ticket number made when the list was: a ticket made
+		// since (numbered after it) may be granted on Redis before this
+		// renew runs, and must not go as one not listed.
+		upTo := strconv.FormatUint(ticketSeq.Load(), 36)
 		n, store := 1, sts.store
 		for _, t := range sts.tickets {
 			n = max(n, t.n)
 		}
 		listed := slices.Collect(maps.Keys(sts.tickets))
 		ks.mu.Unlock()
-		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list)...)
+		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list, upTo)...)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
 			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), args...).Result()
 		}, nil)
