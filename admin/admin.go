@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
@@ -329,18 +330,50 @@ func (a *Client) Pause(ctx context.Context, key string, d time.Duration, who, re
 }
 
 // runCore runs a script built on core.lua and note.lua (pause.lua,
-// resume.lua) on key's records alone (no policy: k = 0), as the server's
-// clock and the whole share, with extra as the operation's arguments; the
-// script records the change in the key's history itself. The fleet's
-// reported policies live under another hash tag than the key, so whether a
-// Limiter reports key is read before; the script refuses a key with no
-// state and no stored limit when none does (ErrUnknownKey).
+// resume.lua) as the server's clock and the whole share, with extra as the
+// operation's arguments; the script records the change in the key's
+// history itself. The fleet's reported policies live under another hash
+// tag than the key, so the policy a Limiter reports for key is read
+// before: the script runs under it (a stored limit over it, merged by the
+// script), so that it knows the bands' windows (a resume moves a window's
+// queue by whole windows); on the key's records alone (no policy: k = 0)
+// when none is reported or it does not read. The script refuses a key
+// with no state and no stored limit when no Limiter reports it
+// (ErrUnknownKey).
 func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Script, who, reason string, extra ...string) error {
-	check := "0"
-	if _, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result(); errors.Is(err, redis.Nil) {
+	check, policy := "0", ""
+	var code reserve.Policy
+	report, err := a.rdb.HGet(ctx, a.policiesKey(), key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
 		check = "1"
-	} else if err != nil {
+	case err != nil:
 		return adminError(op, key, err)
+	default:
+		// "<ms> <policy>", as Status reads it.
+		_, text, _ := strings.Cut(report, " ")
+		var pol reserve.Policy
+		if pol.UnmarshalText([]byte(text)) == nil && len(pol) > 0 {
+			if p, _, err := scriptPolicy(pol); err == nil {
+				policy, code = p, pol
+			}
+		}
+	}
+	// The calendar tables of the code's policy and of a stored limit's
+	// bands, which the script merges in (as the fleet's calls send them).
+	withStored := code
+	if raw, err := a.rdb.Get(ctx, a.redisKey(key)+":limit").Result(); err == nil {
+		if stored, _, err := parseStored(raw); err == nil {
+			withStored = mergePolicy(code, stored)
+		}
+	} else if !errors.Is(err, redis.Nil) {
+		return adminError(op, key, err)
+	}
+	cal := ""
+	if len(withStored) > 0 {
+		if cal, err = hook.CalendarArg(withStored, time.Now()); err != nil {
+			return fmt.Errorf("admin: %s %q: %w", op, key, err)
+		}
 	}
 	// The state is written in the format the fleet writes (SetFormat): a
 	// process of the previous release may read it.
@@ -349,7 +382,10 @@ func (a *Client) runCore(ctx context.Context, op, key string, script *redis.Scri
 		return adminError(op, key, err)
 	}
 	k := a.redisKey(key)
-	args := []any{"", env, ""} // no deadline, the whole share, no band (core.lua)
+	// No deadline; the format's part, the calendar tables, the whole share
+	// (core.lua's ARGV[2], in that order); the policy.
+	env = strings.TrimSuffix(env, "1") + cal + "1"
+	args := []any{"", env, policy}
 	for _, e := range extra {
 		args = append(args, e)
 	}
@@ -367,9 +403,12 @@ var ErrNotPaused = errors.New("admin: the key is not paused")
 // Resume ends key's pause now and frees the key at once: the reservations
 // granted while the pause was in force move earlier, as if it had ended
 // now (the fleet's sleepers read the move within about 250 ms; see
-// Reservation.Sleep), unless slots granted before the pause lie later, or
-// a window band's queue reaches past the window the pause ends in. It
-// records the resume in the history, in the same script call.
+// Reservation.Sleep), unless slots granted before the pause lie later. A
+// window band's queue that fills more than the window the pause ends in
+// moves by whole windows, into none holding calls granted before the
+// pause, under the policy the fleet reports for key; with none reported,
+// it does not move. It records the resume in the history, in the same
+// script call.
 // ErrNotPaused if no pause is in force, ErrUnknownKey as for Pause:
 // nothing is written then.
 func (a *Client) Resume(ctx context.Context, key, who, reason string) error {

@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,4 +110,92 @@ func TestLimiterPauseRecordsNothing(t *testing.T) {
 	n, err := s.Client.Exists(ctx, l.RedisKey("api")+":history").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "a Limiter's pause wrote a history")
+}
+
+// TestResumeMovesWindowQueue: an operator's resume frees a key whose
+// window band's queue, granted during the pause, fills more than one
+// window. The resume runs under the policy the fleet reports, so it knows
+// the windows, and moves the queue earlier by whole windows, each
+// window's calls with it. The combination runner's seeds 22 and 28: a
+// resume on the key's records alone moved such a queue not at all, and
+// the key carried almost nothing until the pause's first end.
+func TestResumeMovesWindowQueue(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet, FailClosed: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	const length = 2 * time.Second
+	pol := reserve.Policy{
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 10, Burst: 1}},
+		{Name: "win", Unit: "requests", Window: reserve.Window{N: 12, Length: length}},
+	}
+	report(t, s, prefix, "api", pol)
+	req := reserve.Request{Key: "api", Policy: pol, Cost: reserve.Cost{"requests": 1}}
+	var slots []time.Time
+	r, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	slots = append(slots, r.Time())
+	require.NoError(t, a.Pause(ctx, "api", time.Minute, "ops", "the provider is down"))
+	for range 40 { // a queue of four windows behind the pause
+		r, err := l.ReserveN(ctx, req)
+		require.NoError(t, err)
+		slots = append(slots, r.Time())
+	}
+	st, err := a.Status(ctx, "api")
+	require.NoError(t, err)
+	end := st.Now.Add(st.Paused)
+
+	require.NoError(t, a.Resume(ctx, "api", "ops", "the provider is back"))
+	state, err := s.Client.Get(ctx, layout.Key(prefix, "api")).Result()
+	require.NoError(t, err)
+	var from, to, d int64
+	i := strings.Index(state, " ~s ")
+	require.GreaterOrEqual(t, i, 0, "no resume record in %q", state)
+	_, err = fmt.Sscanf(state[i+4:], "%d:%d %d", &from, &to, &d)
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 41}, []int64{from, to}, "the reservations granted during the pause")
+	require.Positive(t, d, "the queue moved")
+	require.Zero(t, d%int64(length), "moved %v: want whole windows", time.Duration(d))
+	for i := 1; i < len(slots); i++ {
+		slots[i] = slots[i].Add(-time.Duration(d))
+	}
+	fresh, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.True(t, fresh.Time().Before(end), "a call after the resume goes at %v, after the pause's end %v", fresh.Time(), end)
+	slots = append(slots, fresh.Time())
+	count := map[int64]int{}
+	for _, at := range slots {
+		w := at.UnixNano() / int64(length)
+		count[w]++
+		require.LessOrEqual(t, count[w], 12, "window %d", w)
+	}
+}
+
+// TestPauseStoredCalendar: an operator pauses and resumes a key whose
+// stored limit has a calendar window, reported by the fleet with a policy
+// of its own or not at all: the scripts get the stored window's table too.
+func TestPauseStoredCalendar(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	a, err := admin.New(s.Client, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	la, err := time.LoadLocation("America/Los_Angeles")
+	require.NoError(t, err)
+	daily := reserve.Policy{{Name: "daily", Unit: "requests", Window: reserve.Window{N: 100, Calendar: reserve.Day, Location: la}}}
+	for _, reported := range []bool{true, false} {
+		key := "cal-unreported"
+		if reported {
+			key = "cal-reported"
+			report(t, s, prefix, key, reserve.Policy{{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 5, Burst: 1}}})
+		}
+		_, err = a.SetLimit(ctx, key, daily, false, "ops", "the provider's day")
+		require.NoError(t, err)
+		require.NoError(t, a.Pause(ctx, key, time.Minute, "ops", "down"), key)
+		require.NoError(t, a.Resume(ctx, key, "ops", "up"), key)
+	}
 }

@@ -80,25 +80,10 @@ func (a *Client) Queue(ctx context.Context, key string) (Queue, error) {
 		}
 		return Queue{}, fmt.Errorf("admin: queue %q: %w", key, ErrPolicyUnknown)
 	}
-	text, err := pol.MarshalText()
+	policy, units, err := scriptPolicy(pol)
 	if err != nil {
 		return Queue{}, err
 	}
-	// The stored text ("k name unit kind a x" ...) gives each band's unit
-	// by name; the scripts' policy argument by its index in the units'
-	// list (core.lua's ARGV[3]).
-	f := strings.Fields(string(text))
-	var unitNames []string
-	var bands []string
-	for i := 1; i+4 < len(f); i += 5 {
-		u := slices.Index(unitNames, f[i+1])
-		if u < 0 {
-			unitNames = append(unitNames, f[i+1])
-			u = len(unitNames) - 1
-		}
-		bands = append(bands, f[i], strconv.Itoa(u+1), f[i+2], f[i+3], f[i+4])
-	}
-	policy := strconv.Itoa(len(unitNames)) + " " + strings.Join(unitNames, " ") + " " + f[0] + " " + strings.Join(bands, " ")
 	// A calendar window's table, around the client's clock, as the fleet's
 	// calls send it (the script finds Redis's now in it).
 	cal, err := hook.CalendarArg(pol, time.Now())
@@ -106,7 +91,7 @@ func (a *Client) Queue(ctx context.Context, key string) (Queue, error) {
 		return Queue{}, fmt.Errorf("admin: queue %q: %w", key, err)
 	}
 	args := []any{"", cal + "1", policy}
-	for range unitNames {
+	for range units {
 		args = append(args, "1")
 	}
 	k := a.redisKey(key)
@@ -162,4 +147,27 @@ func (a *Client) Queue(ctx context.Context, key string) (Queue, error) {
 		}
 	}
 	return q, nil
+}
+
+// scriptPolicy returns pol as the scripts' policy argument (core.lua's
+// ARGV[3], in its text form) and the number of its cost units. The stored
+// text ("k name unit kind a x" ...) gives each band's unit by name; the
+// scripts' argument by its index in the units' list.
+func scriptPolicy(pol reserve.Policy) (string, int, error) {
+	text, err := pol.MarshalText()
+	if err != nil {
+		return "", 0, err
+	}
+	f := strings.Fields(string(text))
+	var unitNames []string
+	var bands []string
+	for i := 1; i+4 < len(f); i += 5 {
+		u := slices.Index(unitNames, f[i+1])
+		if u < 0 {
+			unitNames = append(unitNames, f[i+1])
+			u = len(unitNames) - 1
+		}
+		bands = append(bands, f[i], strconv.Itoa(u+1), f[i+2], f[i+3], f[i+4])
+	}
+	return strconv.Itoa(len(unitNames)) + " " + strings.Join(unitNames, " ") + " " + f[0] + " " + strings.Join(bands, " "), len(unitNames), nil
 }

@@ -43,11 +43,14 @@ func permits(rate, burst float64) policy {
 	return policy{[]string{"permits"}, []band{bucket("permits", 1, rate, burst)}}
 }
 
-// arg returns p as ARGV[3]: a Limit (one bucket named permits charging the
+// arg returns p as ARGV[3]: "" for none (no band), a Limit (one bucket named permits charging the
 // unit permits) as "L" and its rate and burst, two little-endian doubles,
 // as Go's reserve sends it; any other policy as text, "<nunits> <units...>
 // <k> <bands...>".
 func (p policy) arg() string {
+	if len(p.units) == 0 && len(p.bands) == 0 {
+		return "" // no band: the state's records alone
+	}
 	if len(p.units) == 1 && p.units[0] == "permits" && len(p.bands) == 1 && p.bands[0].name == "permits" && p.bands[0].kind == "b" {
 		rate, err1 := strconv.ParseFloat(p.bands[0].a, 64)
 		burst, err2 := strconv.ParseFloat(p.bands[0].b, 64)

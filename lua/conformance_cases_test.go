@@ -1527,3 +1527,42 @@ func TestConformanceClaimStale(t *testing.T) {
 		t.Errorf("after the cancel with b's hold, the hold is still there: %q", h)
 	}
 }
+
+// TestConformanceResumeWindows: a pause on a policy with a window band
+// records each window band's latest window holding units ("~w"); a
+// resume moves a window's queue that fills more than the window the pause
+// ends in by whole windows, into none holding a call granted before the
+// pause (docs/protocol.md: The state, Resume).
+func TestConformanceResumeWindows(t *testing.T) {
+	c := newConn(t)
+	// 10 requests per second (burst 1) and 12 per 2 s window.
+	pol := "1 requests 2 rps 1 b 10 1 win 1 w 12 2000000:0"
+	k := c.reserveKeys("rw")
+	c.reserve("rw", append(common(0, 0, "1", pol), requests(1, -1, 1)...)...) // window 0
+	c.mustEval("PAUSE", k[:2], append(common(300_000, 0, "1", pol), "11000000")...)
+	st := c.parse(c.get(k[0]))
+	var w *record
+	for i := range st.recs {
+		if st.recs[i].name == "~w" {
+			w = &st.recs[i]
+		}
+	}
+	// The window of reservation 1, the latest holding units.
+	if w == nil || w.f1 != "1" || w.f2 != fmt.Sprintf("win:%d", t0/2_000_000) {
+		t.Fatalf("paused state %q: want a record ~w 1 win:W (after reservation 1, its window W)", c.get(k[0]))
+	}
+	// 40 behind the pause (its end at 11.3 s, in window 5): windows 5 to 8.
+	r := c.reserve("rw", append(common(400_000, 0, "1", pol), requests(40, -1, 1)...)...)
+	if last := r.waits[39]/1000 + 400_000; last < 16_000_000 {
+		t.Fatalf("the queue's last slot at %d µs: want in window 8", last)
+	}
+	// Resumed at 1 s: the queue moves 4 windows, to 1 to 4, after window 0.
+	v := c.mustEval("RESUME", k[:2], common(1_000_000, 0, "1", pol)...)
+	if show(v) != show([]any{t0 + 1_000_000, int64(0), int64(10_300_000_000), int64(8_000_000_000)}) {
+		t.Errorf("Resume = %s, want the pause's 10.3 s left and d 8 s (4 windows)", show(v))
+	}
+	st = c.parse(c.get(k[0]))
+	if b, ok := st.band("win"); !ok || b.w != t0/2_000_000+4 {
+		t.Errorf("resumed state %q: want the window record moved to window 4", c.get(k[0]))
+	}
+}

@@ -170,7 +170,7 @@ type state struct {
 }
 
 // record is one record of a state: a bucket's z and e, a window's w and u,
-// or a reserved record ("~p", "~s", "~l") as its two fields.
+// or a reserved record ("~p", "~s", "~l", "~w", "~e") as its two fields.
 type record struct {
 	name   string
 	window bool
@@ -188,6 +188,8 @@ var (
 	reUnits  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(e[+-][0-9]+)?$`)
 	reT      = regexp.MustCompile(`^[0-9]{2,}$`)
 	reResume = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
+	// A pause's windows ("~w"): "-", or name:W pairs by name, comma-separated.
+	reWindows = regexp.MustCompile(`^(-|[A-Za-z0-9._-]+:-?[0-9]+(,[A-Za-z0-9._-]+:-?[0-9]+)*)$`)
 )
 
 // parseState reads a state string by "The state"'s grammar and format 3's
@@ -309,6 +311,10 @@ func parseRecords(st state, rest []string, timeRe *regexp.Regexp, text string) (
 		case r.name == "~p":
 			if !reDigits.MatchString(r.f1) || !timeRe.MatchString(r.f2) {
 				return bad("bad ~p record")
+			}
+		case r.name == "~w":
+			if !reDigits.MatchString(r.f1) || !reWindows.MatchString(r.f2) {
+				return bad("bad ~w record")
 			}
 		case r.name == "~s":
 			if !reResume.MatchString(r.f1) || !reDigits.MatchString(r.f2) {

@@ -765,9 +765,9 @@ end
 -- Each band's stored state, relative to now. Records are matched by name:
 -- one written under another policy (a stored limit set or removed) keeps
 -- the state of the bands both policies have, and the others are kept in
--- extra, as they are. The reserved records (~p, ~l, ~s) go to mark_p,
--- mark_l, mark_s.
-local extra, mark_p, mark_l, mark_s = {}, nil, nil, nil
+-- extra, as they are. The reserved records (~p, ~l, ~s, ~w) go to mark_p,
+-- mark_l, mark_s, mark_w.
+local extra, mark_p, mark_l, mark_s, mark_w = {}, nil, nil, nil, nil
 -- ebounds: the "~e" records read, by band name (attached below as b.eb to
 -- the buckets, in force or kept in extra).
 local ebounds = nil
@@ -828,6 +828,12 @@ if rest or shadow_bands then
           mark_l = {u = tonumber(x), n = tonumber(y)}
         elseif ext and name == '~s' then
           mark_s = {x, y}
+        elseif ext and name == '~w' then
+          -- "-", or "name:W,..." (see pause.lua).
+          mark_w = {q = tonumber(x), w = {}}
+          for n, w in string.gmatch(y, '([^:,]+):(%-?%d+)') do
+            mark_w.w[n] = tonumber(w)
+          end
         end
       elseif b then
         if b.bucket and not win then
@@ -1184,6 +1190,17 @@ local function save()
         end
         if mark_l then
           text = text .. string.format(' ~l %d %d', mark_l.u, mark_l.n)
+        end
+        if mark_w and mark_w.q == mark_p.q then
+          local names = {}
+          for n in pairs(mark_w.w) do
+            names[#names + 1] = n
+          end
+          table.sort(names) -- by name: the same state on every run
+          for j = 1, #names do
+            names[j] = string.format('%s:%d', names[j], mark_w.w[names[j]])
+          end
+          text = text .. string.format(' ~w %d ', mark_w.q) .. (#names > 0 and table.concat(names, ',') or '-')
         end
       end
       if mark_s then

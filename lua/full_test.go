@@ -35,6 +35,7 @@ func TestScriptsRefusedWholeWhenFull(t *testing.T) {
 		redistest.NamedTest{Name: "PlainRequests", Test: TestConformancePlainRequests},
 		redistest.NamedTest{Name: "FairLapsed", Test: TestConformanceFairLapsed},
 		redistest.NamedTest{Name: "ClaimStale", Test: TestConformanceClaimStale},
+		redistest.NamedTest{Name: "ResumeWindows", Test: TestConformanceResumeWindows},
 		redistest.NamedTest{Name: "SeatsRenew", Test: TestSeatsRenewKeepsLaterTickets},
 		redistest.NamedTest{Name: "ProtocolDoc", Test: TestProtocolDoc},
 	)

@@ -58,6 +58,21 @@ if longer then
       end
     end
     mark_p, mark_l = {q = seq, e = last}, nil
+    -- "~w": the latest window holding units, of each window band (in
+    -- force, or a record not in force: its index needs no length). The
+    -- reservations granted during the pause come after them: resume.lua
+    -- moves them by whole windows, into windows after these. Written when
+    -- the state has a window band; one not named held no units then.
+    mark_w = nil
+    for i = 1, nbands + #extra do
+      local b = bands[i] or extra[i - nbands]
+      if not b.bucket then
+        mark_w = mark_w or {q = seq, w = {}}
+        if b.u > 0 then
+          mark_w.w[b.name] = b.w
+        end
+      end
+    end
   end
   pause = d
   pause_at = d

@@ -154,6 +154,11 @@ if floor ~= '' then
       -- numbered for another definition of the band (a stored limit
       -- changed meanwhile), and is not applied.
       if b.name == name and not b.bucket and w and u and w <= win_of(b, h) then
+        -- Granted before any resume: the pause's queue moves into no
+        -- window holding them.
+        if mark_w and u > 0 and (mark_w.w[name] or w) <= w then
+          mark_w.w[name] = w
+        end
         if w > b.w then
           b.w, b.u = w, u
         elseif w == b.w then

@@ -137,3 +137,118 @@ func TestResumeAfterLongerPause(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeWindowQueue: a resume frees a key whose window band's queue,
+// granted during the pause, fills more than one window: the reservations
+// move earlier by whole windows, each window's units with them, and never
+// into a window holding reservations granted before the pause. The
+// combination runner's seeds 22 and 28: a queue of dozens of calls behind
+// an operator's 11.7 s pause, on a band of a 2 s window, did not move at
+// all (d 0), and the key carried almost nothing until the pause's first
+// end, after the operator had resumed it. Without the pause's record of
+// its windows ("~w", which a pause of an earlier release does not write),
+// a resume keeps the old rule and moves such a queue not at all; nor does
+// one with no band (an operator's, when the fleet reports no policy: the
+// window's length is not known), which moved it by the pause's time left,
+// out of its windows.
+func TestResumeWindowQueue(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	const lenNS = int64(2_000_000_000)
+	for _, c := range []struct {
+		name    string
+		p       policy
+		n       int   // a window's N
+		before  int   // reservations granted before the pause
+		queued  int   // granted during it
+		windows int64 // whole windows the queue must move (0: none)
+		oldRule bool  // the pause's "~w" record taken away
+		noBand  bool  // paused and resumed with no band, as an operator is when the fleet reports no policy (admin.Client)
+		pauseNo bool  // paused with no band, resumed under the policy (the fleet's report came between)
+	}{
+		// Before the pause: slots at +0, +0.1 s and +0.2 s (at 10/s, burst
+		// 1), in window 0. The pause ends at +11.3 s (window 6 of those
+		// after at's) and the queue fills windows 6 to 9: it moves into 1
+		// to 4, the resume being made at +1 s.
+		{"bucket and window", policy{[]string{"requests"}, []band{bucket("rps", 1, 10, 1), window("win", 1, 12, 2_000_000, 0)}}, 12, 3, 40, 5, false, false, false},
+		// Before the pause: 10 units in windows 0 to 3 (3, 3, 3, 1). The
+		// queue, in windows 6 to 12, moves to 4 to 10: not into 3.
+		{"window alone, queued before the pause", policy{[]string{"requests"}, []band{window("win", 1, 3, 2_000_000, 0)}}, 3, 10, 20, 2, false, false, false},
+		{"a pause of an earlier release", policy{[]string{"requests"}, []band{bucket("rps", 1, 10, 1), window("win", 1, 12, 2_000_000, 0)}}, 12, 3, 40, 0, true, false, false},
+		{"an operator's", policy{[]string{"requests"}, []band{bucket("rps", 1, 10, 1), window("win", 1, 12, 2_000_000, 0)}}, 12, 3, 40, 0, false, true, false},
+		{"an operator's, queued before the pause", policy{[]string{"requests"}, []band{window("win", 1, 3, 2_000_000, 0)}}, 3, 10, 20, 0, false, true, false},
+		// The combination runner's seed 23: a pause made before the fleet
+		// reported its policy, a resume after. The pause's "~w" needs no
+		// window's length: its windows move as under the policy.
+		{"paused with no band", policy{[]string{"requests"}, []band{bucket("rps", 1, 10, 1), window("win", 1, 12, 2_000_000, 0)}}, 12, 3, 40, 5, false, false, true},
+		{"paused with no band, queued before the pause", policy{[]string{"requests"}, []band{window("win", 1, 3, 2_000_000, 0)}}, 3, 10, 20, 2, false, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := onRedis(t, srv)
+			at := start + 987_654_321 // in window 0 (start is on a boundary)
+			var before, queued []int64
+			for i := range c.before {
+				before = append(before, st.reserve1(at+int64(i)*1_000, whole, c.p))
+			}
+			none := policy{}
+			if c.noBand || c.pauseNo {
+				st.pause(at+300_000_000, whole, none, 11_000_000)
+			} else {
+				st.pause(at+300_000_000, whole, c.p, 11_000_000)
+			}
+			if c.oldRule {
+				st.dropRecord(at+300_000_000, "~w")
+			}
+			for i := range c.queued {
+				queued = append(queued, st.reserve1(at+400_000_000+int64(i)*10_000_000, whole, c.p))
+			}
+			resumed := at + 1_000_000_000
+			var moved int64
+			if c.noBand {
+				moved = st.resume(resumed, whole, none)
+			} else {
+				moved = st.resume(resumed, whole, c.p)
+			}
+			if moved != c.windows*lenNS {
+				t.Fatalf("moved %d ns: want %d windows of %d ns (state %q)", moved, c.windows, lenNS, st.state(resumed))
+			}
+			all := slices.Clone(before)
+			for _, s := range queued {
+				all = append(all, s-moved)
+			}
+			last := all[len(all)-1]
+			for now := resumed; len(all) < c.before+c.queued+2*c.n; now += 5_000_000 {
+				all = append(all, st.reserve1(now, whole, c.p))
+			}
+			if fresh := all[c.before+c.queued]; fresh < last {
+				t.Fatalf("a fresh reservation at %d ns after at, before the queue's last at %d", fresh-at, last-at)
+			} else if c.windows > 0 && fresh > last+lenNS {
+				t.Fatalf("a fresh reservation at %d ns after at, more than a window after the queue's last at %d", fresh-at, last-at)
+			}
+			count := map[int64]int{}
+			for _, s := range all {
+				count[s/lenNS]++
+				if count[s/lenNS] > c.n {
+					t.Fatalf("window %d holds more than %d reservations (slots, ns after at: %v)", s/lenNS-start/lenNS, c.n, offsets(all, at))
+				}
+			}
+			slices.Sort(all)
+			if c.p.bands[0].kind == "b" {
+				for i := 1; i < len(all); i++ {
+					if d := all[i] - all[i-1]; d < 100_000_000 {
+						t.Fatalf("slots %d and %d ns after at only %d ns apart at 10/s, burst 1", all[i-1]-at, all[i]-at, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// offsets returns slots as ns after at.
+func offsets(slots []int64, at int64) []int64 {
+	out := make([]int64, len(slots))
+	for i, s := range slots {
+		out[i] = s - at
+	}
+	return out
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,8 +37,9 @@ type store struct {
 	t   testing.TB
 	sc  redis.Scripter
 	get func(key string) (string, bool)
-	key string // KEYS[1], the state; the others add a suffix
-	now int64  // the client clock of the call in progress, Unix ns: a luastore's clock
+	key string        // KEYS[1], the state; the others add a suffix
+	rdb *redis.Client // on a redis-server: its client (nil on a luastore)
+	now int64         // the client clock of the call in progress, Unix ns: a luastore's clock
 }
 
 // local returns a key on a luastore.Store of its own, whose clock is the
@@ -55,7 +57,7 @@ func local(t testing.TB) *store {
 // keys on its own clock, the test's client clock runs far faster: no key
 // expires within a test (a missing state reads as the one that expired).
 func onRedis(t testing.TB, srv *redistest.Server) *store {
-	s := &store{t: t, sc: srv.Client, key: redistest.Prefix(t) + "{k}"}
+	s := &store{t: t, sc: srv.Client, rdb: srv.Client, key: redistest.Prefix(t) + "{k}"}
 	s.get = func(key string) (string, bool) {
 		v, err := srv.Client.Get(context.Background(), key).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -175,4 +177,31 @@ func (s *store) state(now int64) string {
 	s.now = now
 	v, _ := s.get(s.key)
 	return v
+}
+
+// dropRecord takes the reserved record name ("~w") out of the key's state
+// as a script of an earlier release would on its next write (it drops the
+// records it does not know), keeping the rest and the key's expiry.
+func (s *store) dropRecord(now int64, name string) {
+	s.t.Helper()
+	v := s.state(now)
+	i := strings.Index(v, " "+name+" ")
+	if i < 0 {
+		s.t.Fatalf("no %s record in %q", name, v)
+	}
+	j := i + len(name) + 2
+	for k := 0; k < 2; k++ { // its two fields
+		for j < len(v) && v[j] != ' ' {
+			j++
+		}
+		if k == 0 {
+			j++
+		}
+	}
+	if s.rdb == nil {
+		s.t.Fatalf("dropRecord: the key is not on a redis-server")
+	}
+	if err := s.rdb.SetArgs(context.Background(), s.key, v[:i]+v[j:], redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		s.t.Fatalf("SET %s: %v", s.key, err)
+	}
 }

@@ -738,6 +738,7 @@ _TIME = re.compile(r"-?[0-9]+(\.[0-9]{3})?")
 _DEC3 = re.compile(r"-?[0-9]+\.[0-9]{3}")
 _DIGITS = re.compile(r"[0-9]+")
 _INT = re.compile(r"-?[0-9]+")
+_WINDOWS = re.compile(r"-|[A-Za-z0-9._-]+:-?[0-9]+(,[A-Za-z0-9._-]+:-?[0-9]+)*")  # a pause's windows ("~w")
 _UNITS = re.compile(r"[0-9]+(\.[0-9]+)?(e[+-][0-9]+)?")
 _T = re.compile(r"[0-9]{2,}")
 
@@ -750,7 +751,7 @@ class Record:
     e: float = 0.0
     w: int = 0  # a window's
     u: float = 0.0
-    fields: tuple[str, str] = ("", "")  # a reserved record's ("~p", "~s", "~l", "~e") two fields, as written
+    fields: tuple[str, str] = ("", "")  # a reserved record's ("~p", "~w", "~s", "~l", "~e") two fields, as written
 
 
 @dataclass(frozen=True)
@@ -887,6 +888,10 @@ def _records(rest: list[str], fmt: int, time_re: re.Pattern[str], bad: Callable[
         if name == "~p":
             if not full(_DIGITS, f1) or not full(time_re, f2):
                 raise bad("bad ~p record")
+            recs.append(Record(name, fields=(f1, f2)))
+        elif name == "~w":
+            if not full(_DIGITS, f1) or not full(_WINDOWS, f2):
+                raise bad("bad ~w record")
             recs.append(Record(name, fields=(f1, f2)))
         elif name == "~s":
             if not re.fullmatch(r"[0-9]+:[0-9]+", f1) or not full(_DIGITS, f2):
