@@ -31,6 +31,8 @@ type health struct {
 	firstFail time.Time // the first of the failures in a row
 	degraded  bool
 	since     time.Time     // when the current mode began
+	answered  time.Time     // when Redis last answered a call of this Limiter
+	upUntil   time.Time     // answered when the Limiter last switched to local pacing: its outage began after it
 	outage    time.Time     // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
 	lastKey   string        // the key of the last failed call, probed with the heartbeat
 	lastErr   error         // the last failure: what the logs and ErrUnavailable name
@@ -146,11 +148,13 @@ func (l *Limiter) unavailableErr() error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
-// succeeded records a Redis call that worked.
+// succeeded records a Redis call that worked (Redis answered).
 func (l *Limiter) succeeded() {
+	now := time.Now()
 	l.health.mu.Lock()
 	defer l.health.mu.Unlock()
 	l.health.failures = 0
+	l.health.answered = now
 }
 
 // failed records a Redis call that could not reach Redis, and switches to
@@ -301,6 +305,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	h.degraded = true
 	h.since = time.Now()
 	h.outage = h.since
+	h.upUntil = h.answered
 	h.lastErr = err
 	h.mu.Unlock()
 	l.fleet.leaving()

@@ -780,15 +780,20 @@ func (ks *keyState) noteExcess(v any) {
 // seatExcess is seats.lua's ARGV[4] in the store: what the other holders
 // held beyond their shares when Redis last answered on the key, by which
 // this Limiter's local share is cut. Known well enough only by a Limiter
-// that had tickets on the key when the outage began (it renews them every
+// that had tickets on the key when its outage began (it renews them every
 // heartbeat, and each reply says it) and heard within an interval (+10%)
-// before: otherwise the whole band, so that this Limiter takes nothing
-// locally and its callers wait for Redis. ks.mu is held.
+// before Redis last answered it: what the others took in that span is in
+// no figure this Limiter has. Otherwise the whole band, so that this
+// Limiter takes nothing locally and its callers wait for Redis. The age
+// is judged at Redis's last answer, not at the switch to local pacing: a
+// loaded machine, or a call that had to time out, notices an outage late,
+// and that makes the figure no older (TestSeatsOutageExcess). ks.mu is
+// held.
 func (l *Limiter) seatExcess(ks *keyState) string {
 	ref := time.Now()
 	l.health.mu.Lock()
 	if l.health.degraded {
-		ref = l.health.since // as known when the outage began: the others' excess only drains meanwhile
+		ref = l.health.upUntil // as known when the outage began: the others' excess only drains meanwhile
 	}
 	l.health.mu.Unlock()
 	active := false

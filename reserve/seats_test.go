@@ -419,9 +419,15 @@ func TestSeatsRestartedEmpty(t *testing.T) {
 	require.NoError(t, <-got)
 }
 
-// TestSeatsOutageExcess: a member that held more than its share of N when
-// Redis failed keeps those seats while it paces locally; the others take
-// that much less of their shares, so the fleet stays within N.
+// TestSeatsOutageExcess: a member pacing locally takes seats at its share
+// of N less what the other holders held beyond theirs when Redis last
+// answered it, and a member over its share takes none. b notices the
+// outage late, as a loaded machine does (lateHook): its figure is judged
+// at Redis's last answer, so it is fresh still. Before, it was judged at
+// the switch to local pacing, over an interval after b's last renew
+// whenever a heartbeat found the outage (0.9 to 1.1 intervals after the
+// renew, plus the machine's delays), and b took no seat (CI beside a CPU
+// hog).
 func TestSeatsOutageExcess(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
@@ -430,7 +436,10 @@ func TestSeatsOutageExcess(t *testing.T) {
 	a, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)
-	b, err := reserve.New(s.NewClient(t), opts)
+	late := newLateHook(500 * time.Millisecond)
+	cb := tunedClient(t, s) // a client pacer uses as it is: the hook sees its calls
+	cb.AddHook(late)
+	b, err := reserve.New(cb, opts)
 	require.NoError(t, err)
 	closeLimiter(t, b)
 	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
@@ -443,6 +452,14 @@ func TestSeatsOutageExcess(t *testing.T) {
 	mine, err := b.Acquire(ctx, seatsReq("seats:excess", 6))
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond) // a few heartbeats: renewals
+	// b's next renew is the last call Redis answers it in time; Redis
+	// stops right after, and b notices late.
+	late.arm()
+	select {
+	case <-late.renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("b never renewed its seats")
+	}
 	s.Stop(t)
 	// b: its share 3, less a's excess 1: one seat more locally, not two.
 	var got []*reserve.Reservation
@@ -468,6 +485,156 @@ func TestSeatsOutageExcess(t *testing.T) {
 	mine.Done()
 }
 
+// TestSeatsOutageStaleExcess: a member whose figure of the others' excess
+// is over an interval older than Redis's last answer to it takes no seat
+// locally: what the others took meanwhile is in no figure it has, and its
+// callers wait for Redis instead. b's renews are refused (refusedRenews)
+// while its heartbeats and other calls are answered, so that its view of
+// the fleet stays fresh and only the figure ages.
+func TestSeatsOutageStaleExcess(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	const interval = 100 * time.Millisecond
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: interval,
+		ProbeInterval: interval, CallTimeout: interval, FailAfter: 1, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	refuse := &refusedRenews{}
+	cb := tunedClient(t, s)
+	cb.AddHook(refuse)
+	b, err := reserve.New(cb, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	// As in TestSeatsOutageExcess: with a fresh figure, b would take one
+	// seat locally.
+	for range 4 {
+		_, err := a.Acquire(ctx, seatsReq("seats:stale", 6))
+		require.NoError(t, err)
+	}
+	mine, err := b.Acquire(ctx, seatsReq("seats:stale", 6))
+	require.NoError(t, err)
+	defer mine.Done()
+	refuse.on.Store(true)
+	heard := time.Now() // b's figure is at most this old
+	for time.Since(heard) < 3*interval || refuse.refused.Load() < 2 {
+		_, err := b.Reserve(ctx, "seats:stale-other", reserve.Limit{Rate: 1000, Burst: 1000})
+		require.NoError(t, err)
+		time.Sleep(interval / 10)
+	}
+	s.Stop(t)
+	require.Eventually(t, b.Degraded, 30*time.Second, 5*time.Millisecond)
+	// The figure stays what it was for the whole outage: no seat, now or
+	// once the fleet would count b as held (silent 3.2 intervals).
+	for i := range 30 {
+		r, err := b.TryReserveN(ctx, seatsReq("seats:stale", 6), 0)
+		if err == nil {
+			r.Done()
+			t.Fatalf("try %d: b took a seat locally on a figure over an interval old", i)
+		}
+		time.Sleep(interval / 2)
+	}
+	require.True(t, b.Degraded(), "b left its outage: the tries were not all local")
+}
+
+// refusedRenews is a go-redis hook that, once on, answers every seats
+// renew with an error reply of its own, without sending it: Redis
+// answers, and the renew's figures are not heard.
+type refusedRenews struct {
+	on      atomic.Bool
+	refused atomic.Int64
+}
+
+// replyError is an error reply, as Redis's own (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+func (h *refusedRenews) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *refusedRenews) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && isRenew(cmd) {
+			h.refused.Add(1)
+			err := replyError("ERR renew refused by the test")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *refusedRenews) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// lateHook makes a Limiter notice an outage late, as a loaded machine
+// does: once armed, the reply to its next seats renew is the last one it
+// gets in time, and every command after it waits delay (or until its
+// context ends) before it reaches the wire.
+type lateHook struct {
+	armed, late atomic.Bool
+	renewed     chan struct{} // closed at that renew's reply
+	delay       time.Duration
+}
+
+func newLateHook(delay time.Duration) *lateHook {
+	return &lateHook{renewed: make(chan struct{}), delay: delay}
+}
+
+func (h *lateHook) arm() { h.armed.Store(true) }
+
+func (h *lateHook) wait(ctx context.Context) error {
+	if !h.late.Load() {
+		return nil
+	}
+	t := time.NewTimer(h.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		err := next(ctx, cmd)
+		if err == nil && isRenew(cmd) && h.armed.CompareAndSwap(true, false) {
+			h.late.Store(true)
+			close(h.renewed)
+		}
+		return err
+	}
+}
+
+func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// isRenew reports whether cmd runs the seats script's renew.
+func isRenew(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
+		nk, ok := args[2].(int)
+		return ok && len(args) > 3+nk && args[3+nk] == "renew"
+	}
+	return false
+}
+
 // renewGate is a go-redis hook that holds the seats script's next renew,
 // once armed, until the test lets it go.
 type renewGate struct{ armed }
@@ -476,11 +643,8 @@ func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
-			if nk, ok := args[2].(int); ok && len(args) > 3+nk && args[3+nk] == "renew" {
-				g.stop()
-			}
+		if isRenew(cmd) {
+			g.stop()
 		}
 		return next(ctx, cmd)
 	}
