@@ -87,6 +87,7 @@ const clusterSettle = time.Minute
 // clusterRun is one fleet size's run.
 type clusterRun struct {
 	Procs       int
+	Format      int // the state format the fleet writes (-format, set on the Cluster before it starts)
 	Keys        int
 	ColdRate    float64
 	ColdLimit   limit
@@ -194,13 +195,20 @@ var clusterSegNames = []string{"warm", "steady", "heartbeats", "reshard", "kill"
 // clusterRun runs a fleet of procs processes on a new Cluster.
 func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string, ...any)) (*clusterRun, error) {
 	c := b.cfg
-	r := &clusterRun{Procs: procs, Keys: c.ClusterKeys, ColdRate: c.ClusterRate, NodeTimeout: c.ClusterNodeTimeout,
+	r := &clusterRun{Procs: procs, Format: c.Format, Keys: c.ClusterKeys, ColdRate: c.ClusterRate, NodeTimeout: c.ClusterNodeTimeout,
 		JudgedLimit: clusterJudgedLimit, FleetSlot: keySlot(layout.FleetKeys(reserve.DefaultKeyPrefix)[0])}
 	if c.Quick {
 		r.JudgedLimit = clusterJudgedQuick
 	}
 	// Each key once a round, at twice that: no call waits.
 	r.ColdLimit = limit{Rate: 2 * c.ClusterRate / float64(c.ClusterKeys), Burst: 1}
+	// The directory for the children's lines, made first: a run of
+	// minutes is not lost to a directory that does not exist at its end.
+	if keep := os.Getenv(clusterKeepEnv); keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			return nil, fmt.Errorf("%s: %w", clusterKeepEnv, err)
+		}
+	}
 	r.Machine = startMachineLoad()
 	own0 := ownCPUTime()
 
@@ -216,6 +224,16 @@ func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string,
 		return nil, err
 	}
 	r.Judged, r.JudgedSlots = plan.judged, plan.judgedSlots
+	// The fleet's state format, as `pacer format` sets it (-format; 2 is
+	// no setting): the Limiters read it at their first heartbeat.
+	if c.Format != 2 {
+		fc := nodes.cluster()
+		err := fc.Set(ctx, layout.FormatKey(reserve.DefaultKeyPrefix), strconv.Itoa(c.Format), 0).Err()
+		fc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("the fleet's state format: %w", err)
+		}
+	}
 	for _, m := range plan.masters {
 		r.Masters = append(r.Masters, shardRange{m.Addr, m.Slots[0][0], m.Slots[len(m.Slots)-1][1]})
 	}

@@ -34,10 +34,11 @@ func (r *clusterRun) tables() string {
 		"Cold keys: %d host names, called %.0f times a second by the whole fleet, each once every %.0f s, by another process each round, limit %s/s burst %d (twice the calls: none waits). "+
 		"Judged keys (limit %g/s burst %d, so at most %.0f calls in any second): %s, each called by %d goroutine(s) of every process in a loop of Wait; "+
 		"a call fires when its Wait returns, and every window [t, t+1 s) of the run is counted. "+
+		"The fleet writes state format %d (`-format`, set as `pacer format` sets it before the processes start). "+
 		"cluster-node-timeout %v. The %d processes took %v from the first start to the last ready.\n\n",
 		r.Keys, r.ColdRate, float64(r.Keys)/r.ColdRate, fmtRate(r.ColdLimit.Rate), r.ColdLimit.Burst,
 		r.JudgedLimit.Rate, r.JudgedLimit.Burst, r.bound(), r.judgedList(), clusterWaiters,
-		r.NodeTimeout, r.Procs, r.StartTook.Round(time.Millisecond))
+		r.Format, r.NodeTimeout, r.Procs, r.StartTook.Round(time.Millisecond))
 	fmt.Fprintf(&b, "%s This program, its processes and its redis-servers used %.1f CPU-seconds over the run.\n\n", r.Machine.note(), r.OwnCPU.Seconds())
 	fails, procs, text := 0, 0, ""
 	for _, p := range r.Children {
