@@ -39,28 +39,32 @@ func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x706163
 var regressionSeeds = []struct {
 	seed uint64
 	why  string
+	// lim is the limit of the trial that failed: only the seed's trials
+	// of that limit run (each trial is drawn whole before it runs: the
+	// others are drawn, not run), and a seed with none fails.
+	lim reserve.Limit
 }{
 	// A permit every 683 s, burst 38: pacer's state, doubles of µs, carried
 	// 1e-6 µs of rounding, so a cancel decided "the previous slot has
 	// passed" where it was now exactly, and a later cancel gave back a
 	// whole token less than x/time/rate's rule (cancel.lua now treats times
 	// within a nanosecond as the same instant).
-	{1795336153413353379, "rounding at a very low rate"},
+	{1795336153413353379, "rounding at a very low rate", reserve.Limit{Rate: 0.001464991321826297, Burst: 38}},
 	// 1037.58/s, burst 1: a cancel rolled the latest slot back to a computed
 	// time that the exact model found equal to a live reservation's slot,
 	// and pacer, its slots on a ns grid, 0.9 ns apart; canceling that one
 	// then restored a token in the model and none in pacer. Both are right
 	// to within rounding: the test now follows both branches.
-	{903, "a cancel's decision within rounding of its boundary"},
+	{903, "a cancel's decision within rounding of its boundary", reserve.Limit{Rate: 1037.5835369546935, Burst: 1}},
 	// 212,335/s, burst 1: cancels counted the distance between two
 	// grid-rounded slots, each up to 1 ns late, and gave back up to 1 ns
 	// of rate too much each time: 5 ns early after some forty cancels.
-	{2129, "cancels on grid-rounded slots"},
+	{2129, "cancels on grid-rounded slots", reserve.Limit{Rate: 212335.1103905492, Burst: 1}},
 	// 1,000,000/s, burst 5: x/time/rate's CancelAt left the exact model by
 	// one token, which at that rate is 1 µs, the balance's tolerance, so
 	// the test did not see it leave; pacer, 1 ns of rate from the exact
 	// model on the other side, failed against x/time/rate by 1.001 tokens.
-	{1795790703805952122, "x/time/rate leaving the exact model by the tolerance"},
+	{1795790703805952122, "x/time/rate leaving the exact model by the tolerance", reserve.Limit{Rate: 1e6, Burst: 5}},
 }
 
 // randomLimit draws rates log-uniformly over 0.001/s to 1,000,000/s, mostly
@@ -101,21 +105,70 @@ func randomStep(rng *rand.Rand, lim reserve.Limit) time.Duration {
 // slots themselves.
 const earlyNS = 5
 
-func testDifferential(t *testing.T, b backend)       { runDifferential(t, b, newRand(t), false) }
-func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, newRand(t), true) }
+func testDifferential(t *testing.T, b backend)       { runDifferential(t, b, newRand(t), false, nil) }
+func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, newRand(t), true, nil) }
 
-// testDifferentialRegressions replays the seeds that once failed.
+// testDifferentialRegressions replays the seeds that once failed: of each,
+// the trial that failed (drawn as it was, the trials before it drawn and
+// not run).
 func testDifferentialRegressions(t *testing.T, b backend) {
 	if b.routed {
 		t.Skip("the regression seeds replay the scripts' arithmetic: run on a single redis-server and on miniredis")
 	}
-	b.embedded = false // every trial of a seed: the one that failed may be its last
+	b.embedded = false // a seed's trials as drawn on a single server: the one that failed may be its last
 	for _, r := range regressionSeeds {
 		t.Run(strconv.FormatUint(r.seed, 10), func(t *testing.T) {
 			t.Logf("PACER_SEED=%d: %s", r.seed, r.why)
-			runDifferential(t, b, seeded(r.seed), true)
+			ran := runDifferential(t, b, seeded(r.seed), true, func(lim reserve.Limit) bool { return lim == r.lim })
+			if ran == 0 {
+				t.Fatalf("no trial of seed %d has the limit %+v of the trial that failed: the draws changed; record the seed's limit again", r.seed, r.lim)
+			}
 		})
 	}
+}
+
+// diffSteps is how many steps a differential trial takes.
+const diffSteps = 250
+
+// A diffTrial is one trial of the differential test, drawn whole from the
+// rng before it runs, so that a trial's draws do not depend on the
+// trials run before it (a regression seed runs only the trial that
+// failed) nor on where a trial was cut.
+type diffTrial struct {
+	lim   reserve.Limit
+	start time.Time
+	steps []diffStep
+}
+
+// A diffStep advances the clock, then cancels a live reservation (cancel
+// >= 0: that many from the newest) or reserves n.
+type diffStep struct {
+	advance time.Duration
+	cancel  int
+	n       int
+}
+
+// drawTrial draws a trial: a limit (randomLimit), a start on the fake
+// clock, and the steps, cancels among them with withCancel.
+func drawTrial(rng *rand.Rand, withCancel bool) diffTrial {
+	lim := randomLimit(rng)
+	tr := diffTrial{lim: lim, start: epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))), steps: make([]diffStep, diffSteps)}
+	live := 0
+	for i := range tr.steps {
+		st := diffStep{advance: randomStep(rng, lim), cancel: -1}
+		if withCancel && live > 0 && rng.IntN(4) == 0 {
+			st.cancel = rng.IntN(min(live, 4))
+			live--
+		} else {
+			st.n = 1 + rng.IntN(lim.Burst)
+			if rng.IntN(2) == 0 {
+				st.n = 1
+			}
+			live++
+		}
+		tr.steps[i] = st
+	}
+	return tr
 }
 
 // runDifferential drives a bucket, golang.org/x/time/rate's Limiter and
@@ -135,15 +188,22 @@ func testDifferentialRegressions(t *testing.T, b backend) {
 // exactLimiter); from that step on, that trial is compared with the exact
 // model only, and the divergence is counted and logged. Without cancels a
 // divergence fails the test.
-func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
+//
+// With only, the trials are drawn as always and only those whose limit it
+// takes run; runDifferential returns how many ran.
+func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, only func(reserve.Limit) bool) (ran int) {
 	ctx := context.Background()
-	const steps = 250
 	trials := b.trials(24)
 	var reservations, cancels, diverged, noise, boundaries, cut int
 	var maxSlow time.Duration
 	for trial := range trials {
-		lim := randomLimit(rng)
-		clk := fakeclock.New(epoch.Add(time.Duration(rng.Int64N(int64(time.Hour)))))
+		plan := drawTrial(rng, withCancel)
+		lim := plan.lim
+		if only != nil && !only(lim) {
+			continue
+		}
+		ran++
+		clk := fakeclock.New(plan.start)
 		l := newLimiterFormat(t, b, clk, trialFormat(trial))
 		ref := rate.NewLimiter(rate.Limit(lim.Rate), lim.Burst)
 		// models are the exact model's branches still in step with pacer:
@@ -232,13 +292,13 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 		}
 		var live []pair
 		made := 0
-		for step := range steps {
-			now := clk.Advance(randomStep(rng, lim))
+		for step, st := range plan.steps {
+			now := clk.Advance(st.advance)
 			if expired(step, now) {
 				break
 			}
-			if withCancel && len(live) > 0 && rng.IntN(4) == 0 {
-				i := len(live) - 1 - rng.IntN(min(len(live), 4))
+			if st.cancel >= 0 {
+				i := len(live) - 1 - st.cancel
 				p := live[i]
 				live = slices.Delete(live, i, i+1)
 				require.NoError(t, p.ours.Cancel(ctx))
@@ -287,10 +347,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 				require.LessOrEqual(t, len(models), 16, "branches of the exact model that Peek cannot tell apart")
 				continue
 			}
-			n := 1 + rng.IntN(lim.Burst)
-			if rng.IntN(2) == 0 {
-				n = 1
-			}
+			n := st.n
 			ours, err := l.ReserveN(ctx, reserve.Single("diff", lim, n))
 			require.NoError(t, err)
 			theirs := ref.ReserveN(now, n)
@@ -353,13 +410,14 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool) {
 	t.Logf("%d reservations and %d cancels compared; largest difference from x/time/rate %v, never faster "+
 		"(%d times x/time/rate was 1 ns above the exact delay); %d of %d trials saw x/time/rate leave its exact model; "+
 		"%d cancels fell within rounding of a decision's boundary",
-		reservations, cancels, maxSlow, noise, diverged, trials, boundaries)
+		reservations, cancels, maxSlow, noise, diverged, ran, boundaries)
 	if !withCancel && diverged > 0 {
 		t.Fatalf("x/time/rate left the exact model without any cancel: the model is wrong")
 	}
-	if cut > trials/2 {
-		t.Fatalf("%d of %d trials cut short: their keys expired on the server's clock", cut, trials)
+	if cut > ran/2 {
+		t.Fatalf("%d of %d trials cut short: their keys expired on the server's clock", cut, ran)
 	}
+	return ran
 }
 
 // expiredOnServer reports whether the state key is gone from the server
