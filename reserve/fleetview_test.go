@@ -464,3 +464,44 @@ func TestStaleViewAfterStall(t *testing.T) {
 		t.Fatalf("a fresh view of a fleet of one: share %q, want the whole (\"1\")", got)
 	}
 }
+
+// TestGuessedViewWaitsForHeartbeat: a view in doubt (a heartbeat failed)
+// or stale is a guess, and calls that would take slots on Redis wait for
+// a heartbeat (redisShareOK: not ok) with the guess as the share the other
+// calls send; after two heartbeats in a row failed, or guessWait from the
+// first call that found it, they take the guess: every rank but their own.
+func TestGuessedViewWaitsForHeartbeat(t *testing.T) {
+	f := &fleetView{settle: 2 * time.Second, guessWait: time.Minute}
+	f.update(3, 1, 3, 0, 0, nil)
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
+		t.Fatalf("all on Redis: share %q ok %v, want the whole and ok", s.Arg(), ok)
+	}
+	f.heartbeatFailed()
+	if s, ok := f.redisShareOK(); ok || s.Arg() != "3 0 2" {
+		t.Fatalf("a heartbeat failed: share %q ok %v, want rank 1's of 3 (\"3 0 2\") and a wait", s.Arg(), ok)
+	}
+	if _, ok := f.awaitingHeartbeat(); !ok {
+		t.Fatal("a heartbeat failed: awaitingHeartbeat says no")
+	}
+	f.heartbeatFailed()
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "3 0 2" {
+		t.Fatalf("two heartbeats failed: share %q ok %v, want rank 1's of 3, taken", s.Arg(), ok)
+	}
+	f.update(3, 1, 3, 0, 0, nil)
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
+		t.Fatalf("a heartbeat answered: share %q ok %v, want the whole and ok", s.Arg(), ok)
+	}
+
+	// A stale view (the process stalled): a wait, until guessWait passed.
+	f.lastBeat = time.Now().Add(-3 * time.Second)
+	if s, ok := f.redisShareOK(); ok || s.Arg() != "3 0 2" {
+		t.Fatalf("a stale view: share %q ok %v, want rank 1's of 3 and a wait", s.Arg(), ok)
+	}
+	f.guessSince = time.Now().Add(-2 * time.Minute)
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "3 0 2" {
+		t.Fatalf("a stale view past guessWait: share %q ok %v, want rank 1's of 3, taken", s.Arg(), ok)
+	}
+	if _, ok := f.awaitingHeartbeat(); ok {
+		t.Fatal("past guessWait: awaitingHeartbeat says yes")
+	}
+}

@@ -212,6 +212,9 @@ func newLimiter(opts Options, sc redis.Scripter) *Limiter {
 	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
 	l.fleet.join = opts.ProbeInterval * 3 / 2
 	l.fleet.settle = 2 * opts.HeartbeatInterval
+	// A guessed view waits for the heartbeat due within an interval (+10%)
+	// and its longest call (maxCallTimeout), and one more interval.
+	l.fleet.guessWait = 3*opts.HeartbeatInterval + maxCallTimeout
 	if l.clock == nil {
 		l.clock = systemClockValue
 	}

@@ -199,6 +199,9 @@ func (e *noShareError) Unwrap() error { return e.err }
 // noShareErr is the refusal of a Limiter that joined the fleet after
 // members that pace locally without it (fleetView.alsoN, redisShareOK).
 func (l *Limiter) noShareErr(key string) error {
+	if wait, ok := l.fleet.awaitingHeartbeat(); ok {
+		return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter's last heartbeat failed or ran late, so it does not know whether the other members pace locally now: its calls on Redis wait for the next heartbeat, %v at the most, before they take its own share", key, l.unavailableErr(), wait.Round(time.Millisecond))}
+	}
 	return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter joined the fleet after members that may pace locally without it (Redis failed just after it joined, or they lost Redis before): it has no share to pace on until they are back on Redis", key, l.unavailableErr())}
 }
 

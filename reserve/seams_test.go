@@ -944,3 +944,73 @@ func TestHeartbeatReportsShareAsLearned(t *testing.T) {
 	require.NoError(t, b.Beat(ctx))
 	assert.Equal(t, "2", n(), "b reports the share it had before the heartbeat, not the one it paces on now")
 }
+
+// TestDoubtWaitsForHeartbeat: after a heartbeat that failed, a Limiter's
+// calls on Redis wait for the next one instead of reserving on the guess
+// that every other member paces locally. On a key whose burst is under the
+// fleet's size, such a slot lies on the caller's own rank's instants, and
+// moves the key's queue past the other ranks' instants, which no member
+// on Redis can take any more: two of them put a key idle before a second
+// ahead for the others. Before, a fleet of 300 processes on a loaded
+// machine, whose heartbeats failed or ran late for a few seconds, put its
+// keys' queues minutes ahead and ran them at 1-5% of their rate
+// (pacerbench's cluster phase). After two heartbeats in a row failed, the
+// calls take the Limiter's own share, as before.
+func TestDoubtWaitsForHeartbeat(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	k := prefix + "{limiters}"
+	// Hour-long intervals: the loop stays out of the way, and the test
+	// runs the heartbeats.
+	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	// A third member, heard from now.
+	keys := reserve.FleetKeysOf(prefix)
+	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
+	require.NoError(t, a.Beat(ctx))
+	require.NoError(t, b.Beat(ctx))
+	require.Equal(t, 3, a.FleetSize())
+	require.Equal(t, 1.0, a.Share())
+
+	fail := func() {
+		t.Helper()
+		require.NoError(t, s.Client.Rename(ctx, k, k+":saved").Err())
+		require.NoError(t, s.Client.Set(ctx, k, "x", 0).Err())
+		require.Error(t, a.Beat(ctx))
+		require.NoError(t, s.Client.Del(ctx, k).Err())
+		require.NoError(t, s.Client.Rename(ctx, k+":saved", k).Err())
+	}
+	lim := reserve.Limit{Rate: 10, Burst: 1} // a burst under the fleet's 3: the lattice
+	key := "doubt.example"
+	fail()
+	for range 2 {
+		c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		r, err := a.Reserve(c, key, lim)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "a heartbeat failed: a's call waits for the next; got %v", r)
+	}
+	r, err := b.Reserve(ctx, key, lim)
+	require.NoError(t, err)
+	assert.Zero(t, r.Delay(), "b's call on a key nobody used waits")
+
+	// The next heartbeat answers: a reserves on the whole share.
+	require.NoError(t, a.Beat(ctx))
+	r, err = a.Reserve(ctx, key, lim)
+	require.NoError(t, err)
+	require.Equal(t, reserve.SourceRedis, r.Source())
+
+	// Two heartbeats in a row failed: a's calls take its own share.
+	fail()
+	fail()
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err = a.Reserve(c, key, lim)
+	require.NoError(t, err, "two heartbeats failed: a takes its own share")
+	require.Equal(t, reserve.SourceRedis, r.Source())
+}

@@ -196,6 +196,13 @@ class Limiter:
         self._ranks: list[int] = []
         self._hint = fleet_size
         self._doubt = False  # the last heartbeat failed
+        # A view in doubt or stale is a guess: calls that take slots on
+        # Redis wait for a heartbeat (_guessing) until two failed in a row
+        # or _guess_wait passed since a call first found it (Go's
+        # fleetView.guessing).
+        self._fails = 0
+        self._guess_since = 0.0
+        self._guess_wait = 3 * self.interval + 2.0
         # The last heartbeat that told the fleet (time.monotonic(); None:
         # none): a view older than two intervals is stale (_stale).
         self._last_beat: float | None = None
@@ -442,7 +449,7 @@ class Limiter:
     def _reserve_redis(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation:
         with self._lock:
             st = self._keys.setdefault(key, _Key())
-            share = self._share()
+            share = self._share(grant=True)
             lost = ""
             now = self._server_now()
             if st.granted_ns > now:
@@ -629,9 +636,11 @@ class Limiter:
 
     # -------------------------------------------------------------- the fleet
 
-    def _share(self) -> str | None:
+    def _share(self, grant: bool = False) -> str | None:
         """The share of each key this Limiter takes on Redis (core.lua's
-        ARGV[2]): "1", or "<n> <held ranks...>"; None: none now."""
+        ARGV[2]): "1", or "<n> <held ranks...>"; None: none now. grant: for
+        a call that takes slots, which waits (None) while the view is a
+        guess (_guessing)."""
         with self._lock:
             if not self._learned or self._n < 1:
                 return "1"
@@ -644,6 +653,12 @@ class Limiter:
                 held = [k for k in range(n) if k != self._rank_before and (doubt or k not in self._ranks or k in self._held)]
             elif doubt:
                 held = [k for k in range(n) if k != self._rank]
+                if grant and self._guessing():
+                    # Wait for the next heartbeat: a slot on this rank's own
+                    # instants moves the key's queue past every other
+                    # rank's, which no member on Redis can take (Go's
+                    # redisShareOK; TestDoubtWaitsForHeartbeat).
+                    return None
             elif held and self._held_n > 1 and self._held_n != n:
                 n = self._held_n
                 held = [k for k in held if k < n]
@@ -652,6 +667,15 @@ class Limiter:
             if not held or len(held) >= n:
                 return "1"
             return " ".join(str(x) for x in [n, *held])
+
+    def _guessing(self) -> bool:
+        """Whether calls that take slots on Redis wait for a heartbeat
+        rather than reserve on a view in doubt. self._lock is held."""
+        if self._fails >= 2:
+            return False
+        if not self._guess_since:
+            self._guess_since = time.monotonic()
+        return time.monotonic() - self._guess_since < self._guess_wait
 
     def _stale(self) -> bool:
         """Whether the view is older than two heartbeat intervals while on
@@ -804,6 +828,8 @@ class Limiter:
                 raise
             with self._lock:
                 self._doubt = self._learned
+                if self._learned:
+                    self._fails += 1
                 if not self._local:
                     self._outage = time.monotonic()  # an outage of its own, for _live
                 if self._born:
@@ -845,6 +871,7 @@ class Limiter:
                 self._remember_fleet()
                 self._back_at = time.monotonic()
             self._learned, self._doubt = True, False
+            self._fails, self._guess_since = 0, 0.0
             self._last_beat = time.monotonic()
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
             self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks

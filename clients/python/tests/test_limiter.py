@@ -707,6 +707,36 @@ class FallbackTest(unittest.TestCase):
             y._doubt = True  # a heartbeat failed
         self.assertEqual(y._share(), "3 0 1", "after a failed heartbeat: rank 2's of 3 alone")
 
+    def test_doubt_waits_for_heartbeat(self) -> None:
+        """After a heartbeat that failed, or on a stale view, a call that
+        takes slots on Redis waits for the next heartbeat (no share yet)
+        instead of taking this rank's own instants, which moves the key's
+        queue past every other rank's; after two failed in a row, or past
+        the wait, it takes its own share (Go's TestDoubtWaitsForHeartbeat,
+        TestGuessedViewWaitsForHeartbeat)."""
+        y = self.limiter("y")
+        y._beat()
+        with y._lock:  # rank 1 of 3, every member on Redis
+            y._n, y._rank, y._members, y._held, y._held_n, y._ranks = 3, 1, 3, [], 0, [0, 1, 2]
+            y._doubt, y._fails = True, 1  # a heartbeat failed
+        self.assertIsNone(y._share(grant=True), "a heartbeat failed: a call that takes slots waits")
+        self.assertEqual(y._share(), "3 0 2", "the other calls send rank 1's of 3")
+        with self.assertRaises(WaitTooLong):
+            y.reserve("k", Limit(10, 1), max_wait=0.1)
+        with y._lock:
+            y._fails = 2  # two in a row
+        self.assertEqual(y._share(grant=True), "3 0 2", "two heartbeats failed: rank 1's of 3, taken")
+        y._beat()
+        self.assertEqual(y._share(grant=True), "1", "a heartbeat answered: the whole")
+        with y._lock:
+            y._n, y._rank, y._members, y._held, y._held_n, y._ranks = 3, 1, 3, [], 0, [0, 1, 2]
+            assert y._last_beat is not None
+            y._last_beat -= 3 * y.interval  # stopped meanwhile
+        self.assertIsNone(y._share(grant=True), "a stale view: a call that takes slots waits")
+        with y._lock:
+            y._guess_since -= y._guess_wait + 1
+        self.assertEqual(y._share(grant=True), "3 0 2", "past the wait: rank 1's of 3, taken")
+
     def test_stale_view_after_stall(self) -> None:
         """A view older than two heartbeat intervals (the process was
         stopped) leaves every other rank its share, and the first heartbeat
