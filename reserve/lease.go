@@ -376,6 +376,14 @@ func (l *Limiter) leaseBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}
 	ls, err := l.newLease(ctx, key, s, size, false)
 	if err != nil {
+		var noShare *noShareError
+		if errors.As(err, &noShare) {
+			// No share on Redis now (a view in doubt, or shut): the
+			// normal path, whose callers wait for one. The local fallback
+			// is for a Limiter off Redis; the fleet counts this one on it
+			// (TestDoubtLeaseWaitsForHeartbeat).
+			return l.reserveBatch(ctx, key, s, reqs)
+		}
 		if errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
 			return l.grantBatch(ctx, key, s, reqs, nil, true)
 		}
