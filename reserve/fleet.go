@@ -197,7 +197,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 			// key's queue past every other rank's, n-1 instants that no
 			// member on Redis can take. A heartbeat that failed or ran late
 			// on a loaded machine is no outage, and at 300 processes such
-			// slots put a key's queue minutes ahead, its calls at 1-5% of
+			// slots put a key's queue minutes ahead, its calls at 1-6% of
 			// its rate (pacerbench's cluster phase;
 			// TestGuessedViewWaitsForHeartbeat).
 			return share{N: n, Held: held}, false
