@@ -239,7 +239,7 @@ func (f *fleetView) guessing() bool {
 func (f *fleetView) awaitingHeartbeat() (time.Duration, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !(f.doubt || f.stale()) || f.guessSince.IsZero() || f.fails >= 2 {
+	if !(f.doubt || f.stale()) || f.missing() || f.guessSince.IsZero() || f.fails >= 2 {
 		return 0, false
 	}
 	left := f.guessWait - time.Since(f.guessSince)

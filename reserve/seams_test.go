@@ -894,7 +894,7 @@ func TestHeartbeatFailureHoldsSilentOnes(t *testing.T) {
 	// Another member, on Redis, last heard from an hour ago: within a
 	// heartbeat (+10%), so live even to a Limiter just started.
 	keys := reserve.FleetKeysOf(prefix)
-	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
+	hourMember(t, s.Client, keys, "other")
 	require.NoError(t, s.Client.ZAdd(ctx, k, redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "other"}).Err())
 	require.NoError(t, a.Beat(ctx))
 	require.Equal(t, 2, a.FleetSize())
@@ -925,12 +925,8 @@ func TestHeartbeatReportsShareAsLearned(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	keys := reserve.FleetKeysOf(prefix)
 	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour}
-	a, err := reserve.New(s.Client, opts)
-	require.NoError(t, err)
-	closeLimiter(t, a)
-	b, err := reserve.New(s.Client, opts)
-	require.NoError(t, err)
-	closeLimiter(t, b)
+	manualLimiter(t, s.Client, opts) // a, the first member
+	b := manualLimiter(t, s.Client, opts)
 	n := func() string {
 		d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
 		require.NoError(t, err)
@@ -953,7 +949,7 @@ func TestHeartbeatReportsShareAsLearned(t *testing.T) {
 // on Redis can take any more: two of them put a key idle before a second
 // ahead for the others. Before, a fleet of 300 processes on a loaded
 // machine, whose heartbeats failed or ran late for a few seconds, put its
-// keys' queues minutes ahead and ran them at 1-5% of their rate
+// keys' queues minutes ahead and ran them at 1-6% of their rate
 // (pacerbench's cluster phase). After two heartbeats in a row failed, the
 // calls take the Limiter's own share, as before.
 func TestDoubtWaitsForHeartbeat(t *testing.T) {
@@ -964,15 +960,10 @@ func TestDoubtWaitsForHeartbeat(t *testing.T) {
 	// Hour-long intervals: the loop stays out of the way, and the test
 	// runs the heartbeats.
 	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour}
-	a, err := reserve.New(s.Client, opts)
-	require.NoError(t, err)
-	closeLimiter(t, a)
-	b, err := reserve.New(s.Client, opts)
-	require.NoError(t, err)
-	closeLimiter(t, b)
+	a, b := manualLimiter(t, s.Client, opts), manualLimiter(t, s.Client, opts)
 	// A third member, heard from now.
 	keys := reserve.FleetKeysOf(prefix)
-	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, keys, "other", "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
+	hourMember(t, s.Client, keys, "other")
 	require.NoError(t, a.Beat(ctx))
 	require.NoError(t, b.Beat(ctx))
 	require.Equal(t, 3, a.FleetSize())
@@ -1013,4 +1004,21 @@ func TestDoubtWaitsForHeartbeat(t *testing.T) {
 	r, err = a.Reserve(c, key, lim)
 	require.NoError(t, err, "two heartbeats failed: a takes its own share")
 	require.Equal(t, reserve.SourceRedis, r.Source())
+}
+
+// manualLimiter is a Limiter on rdb with opts, closed when the test ends;
+// the tests that call it set hour-long heartbeats and run them (Beat).
+func manualLimiter(t *testing.T, rdb *redis.Client, opts reserve.Options) *reserve.Limiter {
+	t.Helper()
+	l, err := reserve.New(rdb, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l
+}
+
+// hourMember heartbeats member id into the fleet's keys on Redis, heard
+// from now, live for two hours, as a Limiter with hour-long heartbeats.
+func hourMember(t *testing.T, rdb *redis.Client, keys []string, id string) {
+	t.Helper()
+	require.NoError(t, redis.NewScript(lua.Heartbeat).Run(context.Background(), rdb, keys, id, "redis", fmt.Sprint(time.Now().UnixMilli(), " 0 0"), 7_200_000, 10_800_000, 3_960_000, 60_000, "").Err())
 }
