@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -294,6 +295,46 @@ func TestHeartbeatStale(t *testing.T) {
 	}
 	if _, err := s.Client.ZScore(ctx, k, "a").Result(); err != nil {
 		t.Fatalf("the heartbeat within its deadline was not recorded: %v", err)
+	}
+}
+
+// TestHeartbeatDeadlineIsTheCalls: a heartbeat's deadline is when its
+// Limiter gives up on it, the call's timeout, which a slow machine
+// lengthens (callTimeout), not CallTimeout. Here Redis holds the heartbeat
+// back 300 ms (CLIENT PAUSE) while this Limiter, which learned slow round
+// trips, waits up to 2 s for it: it must be recorded. Before, its
+// deadline was CallTimeout (50 ms) after it was sent and Redis refused it
+// (PACER_STALE): on a loaded machine, heartbeats their Limiters still
+// waited for failed by the hundreds, and views in doubt followed
+// (pacerbench's cluster phase, 300 processes).
+func TestHeartbeatDeadlineIsTheCalls(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	l, err := New(s.Client, Options{KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler), CallTimeout: 50 * time.Millisecond, HeartbeatInterval: time.Hour, SilentHold: 3 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A call that reads the server's clock: the estimate.
+	if _, err := l.Reserve(ctx, "deadline.example", Limit{Rate: 1, Burst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := l.sync.bestServer(l.clock.Now()); !ok || !l.serverTime {
+		t.Fatal("no estimate of the server's clock: the heartbeat carries no deadline")
+	}
+	l.roundTrip(time.Second) // a slow machine: the call timeout is 2 s
+	if got := l.callTimeout(); got != maxCallTimeout {
+		t.Fatalf("call timeout %v after a slow round trip, want %v", got, maxCallTimeout)
+	}
+	if err := s.Client.Do(ctx, "CLIENT", "PAUSE", 300, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.heartbeat(ctx); err != nil {
+		t.Fatalf("a heartbeat Redis ran 300 ms late, within the 2 s its Limiter waited: %v", err)
 	}
 }
 

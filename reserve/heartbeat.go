@@ -266,7 +266,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		// runs (a later "redis" has a later since, which it does not undo),
 		// and a Limiter that just switched needs it to arrive.
 		args[8] = ""
-		if d, ok := l.heartbeatDeadline(); ok && mode == names.ModeRedis {
+		if d, ok := l.heartbeatDeadline(ctx); ok && mode == names.ModeRedis {
 			args[8] = strconv.FormatInt(d, 10)
 		}
 		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
@@ -383,11 +383,17 @@ func (l *Limiter) sinceMS(since time.Time) string {
 	return strconv.FormatInt(l.started.Add(since.Sub(l.started)).UnixMilli(), 10)
 }
 
-// heartbeatDeadline returns the deadline of a heartbeat sent now, Unix ms
-// on the server's clock: when this Limiter gives up on it (CallTimeout),
-// plus the estimate's error. ok is false without an estimate of the
-// server's clock (a Clock set, or no round trip yet).
-func (l *Limiter) heartbeatDeadline() (int64, bool) {
+// heartbeatDeadline returns the deadline of a heartbeat sent now on ctx,
+// Unix ms on the server's clock: when this Limiter gives up on it (ctx's
+// deadline, the call's timeout: CallTimeout, or longer on a slow machine,
+// see callTimeout), plus the estimate's error. ok is false without an
+// estimate of the server's clock (a Clock set, or no round trip yet).
+// Before, the deadline was CallTimeout whatever the call's timeout: on a
+// loaded machine, heartbeats its Limiter still waited for ran past it and
+// failed (PACER_STALE), by the hundreds in a few seconds at 300 processes
+// (pacerbench's cluster phase), and views in doubt followed
+// (TestHeartbeatDeadlineIsTheCalls).
+func (l *Limiter) heartbeatDeadline(ctx context.Context) (int64, bool) {
 	if !l.serverTime {
 		return 0, false
 	}
@@ -395,7 +401,11 @@ func (l *Limiter) heartbeatDeadline() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return (ns + int64(l.opts.CallTimeout+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
+	left := l.opts.CallTimeout
+	if d, ok := ctx.Deadline(); ok {
+		left = max(time.Until(d), 0)
+	}
+	return (ns + int64(left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
 }
 
 // logView logs the fleet's view at Debug when it changed: the shares this
