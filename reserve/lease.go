@@ -220,7 +220,7 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 	// reservation's own reply does; a pause this Limiter heard of since
 	// lapsed the slots inside it above.
 	r := &Reservation{lim: l, key: ks.name, spec: s, amounts: req.amounts, at: at, slotNS: ls.slotNS(i), seq: ls.seq0 + int64(i),
-		source: SourceLease, ranNS: ls.base.serverNS, epoch: ls.epoch}
+		source: SourceLease, ranNS: ls.base.serverNS, epoch: ls.epoch, placedLate: ls.base.late}
 	if wait > 0 {
 		// A lease's slots are its one bucket's, spaced 1/rate apart.
 		r.band = s.bands[0].name

@@ -35,16 +35,25 @@ import (
 //
 // The estimate is checked against every reply: one whose bounds exclude it
 // (a clock stepped or drifted, a failover to another host, a Cluster shard
-// with its own clock) replaces it at once, and an estimate is kept 10 s at
-// most. The true slot lies between the call's sending and its reply's
-// arrival, plus the wait, so a slot placed within MaxEarly of the later
-// bound is early by at most MaxEarly, whatever the clocks do.
+// with its own clock) replaces it at once. A call whose round trip is
+// shorter than the estimate's error replaces it too: that error is the
+// anchor's round trip plus what the clocks may have drifted since
+// (maxDrift of its age). The true slot lies between the call's sending and
+// its reply's arrival, plus the wait, so a slot placed within MaxEarly of
+// the later bound is early by at most MaxEarly, whatever the clocks do.
+//
+// A reply that arrived late (its process was off the CPU, the machine is
+// busy) is placed MaxEarly before its arrival, later than the estimate
+// says the script ran: its slot is late by the difference, and a sleeper
+// counts it as lateness (Options.MaxLateness), as if it had woken that
+// late.
 const MaxEarly = time.Millisecond
 
-// anchorAge is how long an offset estimate is kept when no call improves
-// on it: clocks on two hosts drift apart by a few ppm, and the estimate
-// follows them.
-const anchorAge = 10 * time.Second
+// maxDrift bounds how fast the server's clock and the local one drift
+// apart, in parts per million: 500, the fastest an NTP daemon slews a
+// clock (real drift is a few ppm). An estimate's error grows by this much
+// of its age.
+const maxDrift = 500
 
 // clockSync estimates where the server's clock stands against the local
 // one.
@@ -105,17 +114,28 @@ func (c *clockSync) bestServer(local time.Time) (ns int64, rtt time.Duration, ok
 	return c.best.serverS + int64(local.Sub(c.best.local)), c.best.rtt, true
 }
 
+// drifted is how far two clocks may have drifted apart over age (maxDrift).
+func drifted(age time.Duration) time.Duration { return max(age, 0) / 1_000_000 * maxDrift }
+
 // place returns the local time of serverNS, an instant read from the
 // server's clock by a script on a call sent at send whose reply arrived at
 // recv (both on the local clock), and takes the call into the estimate.
-func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
+// late is how much later than the estimate places serverNS the result is:
+// the reply arrived more than MaxEarly after it (see MaxEarly).
+func (c *clockSync) place(serverNS int64, send, recv time.Time) (at time.Time, late time.Duration) {
 	rtt := max(recv.Sub(send), 0)
 	c.mu.Lock()
 	est := recv
 	if c.ok {
 		est = c.local.Add(time.Duration(serverNS - c.serverS))
 	}
-	if !c.ok || est.Before(send) || est.After(recv) || rtt <= c.rtt || recv.Sub(c.taken) > anchorAge {
+	// An anchor is kept against a slower call whose bounds hold it: its
+	// error, however old, is smaller. Before, one over 10 s old was
+	// replaced by the next call however slow: at the start of a busy
+	// run, by a reply that waited 80 ms for its process, whose slots were
+	// then placed 80 ms late and fired together with the others' (57
+	// calls in a second under a limit of 55, pacerbench's cluster phase).
+	if !c.ok || est.Before(send) || est.After(recv) || rtt <= c.rtt+drifted(recv.Sub(c.taken)) {
 		c.ok, c.serverS, c.local, c.rtt, c.taken = true, serverNS, recv, rtt, recv
 		est = recv
 	}
@@ -128,9 +148,9 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) time.Time {
 	}
 	c.mu.Unlock()
 	if lo := recv.Add(-MaxEarly); est.Before(lo) {
-		est = lo
+		return lo, lo.Sub(est)
 	}
-	return est
+	return est, 0
 }
 
 // parseReserve fills out from reserve.lua's reply, whose waits count from
@@ -303,16 +323,19 @@ func (l *Limiter) baseAt(sent, recv time.Time, serverNS int64) replyTime {
 	if l.serverTime {
 		// The script measured waits from its own TIME: place that instant
 		// on the local clock (see MaxEarly).
-		b.local = l.sync.place(b.serverNS, sent, recv)
+		b.local, b.late = l.sync.place(b.serverNS, sent, recv)
 	}
 	return b
 }
 
 // replyTime is when a script ran: on the server's clock (Unix ns), and on
-// the Limiter's clock the instant waits are counted from.
+// the Limiter's clock the instant waits are counted from; late is how much
+// later than the clock estimate places it that instant is (the reply
+// arrived late: see MaxEarly).
 type replyTime struct {
 	serverNS int64
 	local    time.Time
+	late     time.Duration
 }
 
 // at returns the local time of a slot the script granted, given in Unix ns
@@ -324,13 +347,14 @@ func (b replyTime) at(slotNS int64) time.Time {
 // newReservation builds a Redis reservation waitNS after base.
 func (l *Limiter) newReservation(key string, s *spec, amounts []float64, base replyTime, waitNS, seq int64) *Reservation {
 	r := &Reservation{
-		lim:     l,
-		key:     key,
-		spec:    s,
-		amounts: amounts,
-		at:      base.at(base.serverNS + waitNS),
-		slotNS:  base.serverNS + waitNS,
-		seq:     seq,
+		lim:        l,
+		key:        key,
+		spec:       s,
+		amounts:    amounts,
+		at:         base.at(base.serverNS + waitNS),
+		slotNS:     base.serverNS + waitNS,
+		seq:        seq,
+		placedLate: base.late,
 	}
 	return r
 }

@@ -48,11 +48,15 @@ type Reservation struct {
 	ranNS        int64
 	replyChecked bool
 	state        resState
-	moved        bool   // Sleep took a fresh slot for lateness once already
-	epoch        uint64 // the key's epoch when Redis granted the slot (keyState.epoch)
-	offTurn      bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
-	band         string // the binding band (see Band)
-	source       Source
+	moved        bool // Sleep took a fresh slot for lateness once already
+	// placedLate: the slot was placed this much later than the clock
+	// estimate places the instant Redis granted (its reply arrived late:
+	// see MaxEarly). Sleep counts it as lateness.
+	placedLate time.Duration
+	epoch      uint64 // the key's epoch when Redis granted the slot (keyState.epoch)
+	offTurn    bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
+	band       string // the binding band (see Band)
+	source     Source
 	// seat is the in-flight band's ticket the call holds (nil: none);
 	// seatUnit and seatCost the unit and seats it charges. spec is nil
 	// when the in-flight band is the policy's only one: no slot.

@@ -21,42 +21,58 @@ func TestClockSyncPlacement(t *testing.T) {
 	var c clockSync
 	// First call: round trip 100 µs, the script ran 70 µs after sending.
 	send := t0
-	got := c.place(serverAt(send.Add(us(70))), send, send.Add(us(100)))
+	got, _ := c.place(serverAt(send.Add(us(70))), send, send.Add(us(100)))
 	assert.Equal(t, send.Add(us(100)), got, "the first call is placed at its reply's arrival")
 
 	// A call with a 20 µs round trip, the script 5 µs in: the new anchor,
 	// 15 µs late of the truth.
 	send = t0.Add(time.Second)
-	got = c.place(serverAt(send.Add(us(5))), send, send.Add(us(20)))
+	got, _ = c.place(serverAt(send.Add(us(5))), send, send.Add(us(20)))
 	assert.Equal(t, send.Add(us(20)), got)
 
 	// A slow call (1 ms round trip, the reply delayed 900 µs): placed by
 	// the anchor, 15 µs late of the truth, not at its reply's arrival.
 	send = t0.Add(2 * time.Second)
 	truth := send.Add(us(100))
-	got = c.place(serverAt(truth), send, send.Add(time.Millisecond))
+	got, late := c.place(serverAt(truth), send, send.Add(time.Millisecond))
 	assert.Equal(t, truth.Add(us(15)), got)
+	assert.Zero(t, late)
 
 	// A reply delayed 5 ms: the estimate would be 4.9 ms before the
 	// arrival; it is placed MaxEarly before it.
 	send = t0.Add(3 * time.Second)
 	truth = send.Add(us(100))
 	recv := send.Add(5 * time.Millisecond)
-	got = c.place(serverAt(truth), send, recv)
+	got, late = c.place(serverAt(truth), send, recv)
 	assert.Equal(t, recv.Add(-MaxEarly), got)
+	assert.Equal(t, recv.Add(-MaxEarly).Sub(truth.Add(us(15))), late, "late: from the estimate to where it is placed")
 
 	// The server's clock steps back 2 s: the anchor would place this
 	// call's reading before the call was sent; the call replaces it.
 	send = t0.Add(4 * time.Second)
-	got = c.place(serverAt(send.Add(us(40)))-int64(2*time.Second), send, send.Add(us(60)))
+	got, _ = c.place(serverAt(send.Add(us(40)))-int64(2*time.Second), send, send.Add(us(60)))
 	assert.Equal(t, send.Add(us(60)), got)
 	assert.Equal(t, us(60), c.rtt)
 
-	// An anchor older than anchorAge is replaced by the next call, however
-	// slow.
-	send = t0.Add(4*time.Second + anchorAge + time.Millisecond)
-	c.place(serverAt(send.Add(us(200)))-int64(2*time.Second), send, send.Add(us(400)))
-	assert.Equal(t, us(400), c.rtt)
+	// An old anchor is kept against a call slower than its round trip plus
+	// the drift its age allows (maxDrift: 5.5 ms at 11 s): a reply that
+	// waited 80 ms for its process is placed by it, late by 79 ms. Before,
+	// an anchor over 10 s old was replaced by the next call, however slow,
+	// and its slot placed 80 ms late with nothing to say so.
+	stepped := func(local time.Time) int64 { return serverAt(local) - int64(2*time.Second) }
+	send = t0.Add(15 * time.Second)
+	truth = send.Add(us(200))
+	recv = send.Add(80 * time.Millisecond)
+	got, late = c.place(stepped(truth), send, recv)
+	assert.Equal(t, recv.Add(-MaxEarly), got)
+	assert.Equal(t, recv.Add(-MaxEarly).Sub(truth.Add(us(20))), late)
+	assert.Equal(t, us(60), c.rtt, "the 11 s old anchor of 60 µs is kept")
+	// A call within that allowance replaces it.
+	send = t0.Add(15*time.Second + 500*time.Millisecond)
+	got, late = c.place(stepped(send.Add(time.Millisecond)), send, send.Add(5*time.Millisecond))
+	assert.Equal(t, send.Add(5*time.Millisecond), got)
+	assert.Zero(t, late)
+	assert.Equal(t, 5*time.Millisecond, c.rtt)
 }
 
 // TestClockSyncBounds: whatever the calls, a reading is placed within the
@@ -86,7 +102,11 @@ func TestClockSyncBounds(t *testing.T) {
 		}
 		truth := send.Add(toServer)
 		recv := truth.Add(back)
-		got := c.place(truth.UnixNano()+offset, send, recv)
+		got, late := c.place(truth.UnixNano()+offset, send, recv)
+		est := got.Add(-late) // where the estimate placed it
+		require.False(t, est.Before(truth), "call %d estimated early", i)
+		require.True(t, est.Sub(truth) <= c.rtt+drifted(recv.Sub(c.taken)), "call %d: estimated late by more than its anchor's error", i)
+		require.True(t, late == 0 || got.Equal(recv.Add(-MaxEarly)), "call %d: late %v, not placed MaxEarly before its reply", i, late)
 		require.False(t, got.Before(send), "call %d placed before it was sent", i)
 		require.False(t, got.After(recv), "call %d placed after its reply arrived", i)
 		require.False(t, got.Before(recv.Add(-MaxEarly)), "call %d placed more than MaxEarly early", i)

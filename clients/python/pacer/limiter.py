@@ -81,6 +81,10 @@ class Reservation:
     limiter: "Limiter" = field(repr=False)
     shifted: int = field(default=0, repr=False)  # the last resume that moved it (its "~s" r)
     epoch: int = field(default=0, repr=False)  # the key's epoch when Redis granted it (_Key.epoch)
+    # How much later than the clock estimate says Redis granted it the slot
+    # was placed, in seconds: the reply arrived late (its process was off
+    # the CPU). sleep counts it as lateness, as Go's Limiter does.
+    placed_late: float = field(default=0.0, repr=False)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -350,7 +354,7 @@ class Limiter:
                 continue
             while r.delay() > 0:
                 _sleep_to(r, 0.0)
-            if not moved and time.monotonic() - r.deadline > _max_lateness(r):
+            if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
                 moved = True
                 r = self._again(r, until)
                 continue
@@ -478,7 +482,22 @@ class Limiter:
         epoch = self._saw(key, rep.state, rep.stored, policy, g)
         r = self._result(key, policy, costs, g, False, recv_mono)
         r.epoch = epoch
+        r.placed_late = self._placed_late(rep.now_ns, recv)
         return r
+
+    def _placed_late(self, server_ns: int, recv: int) -> float:
+        """How much later than the clock estimate places server_ns (the
+        instant a script ran) its reply arrived at recv (time.time_ns()),
+        less _MAX_EARLY, in seconds; 0 without an estimate. Slots are
+        placed from the reply's arrival: one that waited for its process
+        is late by this much (Go's MaxEarly: at a busy start, callers whose
+        replies waited 80 ms fired 80 ms late, together with callers on
+        time)."""
+        with self._lock:
+            if not math.isfinite(self._best_rtt):
+                return 0.0
+            est = server_ns - self._offset_ns
+        return max(0.0, (recv - est) / 1e9 - _MAX_EARLY)
 
     def _result(self, key: str, policy: Policy, costs: list[float], g: protocol.Grant, local: bool,
                 recv_mono: float) -> Reservation:
@@ -1232,6 +1251,11 @@ _REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
+#: How much later than the clock estimate a reply may arrive before its
+#: slots count as placed late (Go's MaxEarly, 1 ms): the estimate's own
+#: error.
+_MAX_EARLY = 0.001
 
 #: The least time a ping after a timed-out call waits for Redis (_lost).
 _PING_TIMEOUT = 2.0

@@ -162,6 +162,31 @@ class LimiterTest(unittest.TestCase):
             now, slot, pause_end = self.check_pause_honoured()
         self.assertLess(slot, pause_end, "the mutant that ignores pauses would pass test_pause_honoured")
 
+    def test_placed_late_moves(self) -> None:
+        """A slot whose reply arrived late (placed_late: later than the
+        clock estimate says Redis granted it) is late by that much when its
+        sleeper wakes, and takes a fresh slot as one that woke that late
+        does, rather than fire with the callers on time (Go's
+        TestPlacedLateMoves). The lateness allowed is a minute here: a
+        loaded machine's own never moves a sleeper."""
+        lim = self.limiter()
+        with mock.patch.object(limiter, "_max_lateness", lambda r: 60.0):
+            for placed, moves in ((0.0, False), (59.0, False), (61.0, True)):
+                r = lim.reserve("late", Limit(10, 1))
+                r.placed_late = max(r.placed_late, placed)
+                got = lim.sleep(r)
+                self.assertEqual(got.seq != r.seq, moves, f"placed {placed} s late: seq {r.seq} -> {got.seq}")
+
+    def test_placed_late_measured(self) -> None:
+        """placed_late is how much later than the clock estimate a reply
+        arrived, less 1 ms: 0 for one on time."""
+        lim = self.limiter()
+        lim.reserve("est", Limit(10, 1))  # an estimate of Redis's clock
+        now = time.time_ns()
+        server = now + lim._offset_ns
+        self.assertEqual(lim._placed_late(server, now), 0.0)
+        self.assertAlmostEqual(lim._placed_late(server, now + 80_000_000), 0.079, places=6)
+
     def test_resume_moves_a_sleeper_earlier(self) -> None:
         """A sleeper granted while the key was paused uses its slot d
         earlier when a resume moved it (the state's "~s q:r d",
