@@ -86,12 +86,16 @@ func (j clusterJob) coldCall(i, r, m int) (k int, at time.Duration, ok bool) {
 //	ready              the Limiter is made and warmed up
 //	n <ns> <k> <text>  New failed k times before it worked (the first error)
 //	c <ns> <k>         a Wait on cold key k returned nil
-//	j <ns> <i> <slot ns> <source> <late ns> <moves> <start ns> <granted ns>
+//	j <ns> <i> <slot ns> <source> <late ns> <moves> <start ns> <granted ns> <first ns> <whys> <moved ns> <moved late ns>
 //	                   a Wait on judged key i returned nil: the caller fires;
 //	                   the slot it woke for, what granted it (reserve.Source:
 //	                   0 Redis, 1 local, ...), how late after the slot Wait
 //	                   says it woke, its fresh slots, when the Wait began
-//	                   and when its slot was granted (Options.Tracer)
+//	                   and when its slot was granted (Options.Tracer);
+//	                   then the slot first granted and why it moved
+//	                   ("-": it did not; else the reasons, comma-separated),
+//	                   when the last move's fresh slot came and how long
+//	                   after the slot it left (0 0: none)
 //	e <ns> <c|j> [text] a Wait failed; the text when it differs from this
 //	                   process's previous error's
 //	f <ns> <0|1>       Metrics.Fallback: 1 to local pacing, 0 back on Redis
@@ -171,17 +175,33 @@ type judgedTrace struct {
 	source         reserve.Source
 	late           time.Duration
 	moves          int
+	first          time.Time     // the slot first granted
+	whys           []string      // why each move (reserve.MovedLate, ...)
+	movedAt        time.Time     // when the last move's fresh slot came
+	movedLate      time.Duration // how late after the slot it left the last move came
 }
 
 func (t *judgedTrace) Reserved(r *reserve.Reservation) {
 	t.slot, t.source, t.moves, t.granted = r.Time(), r.Source(), 0, time.Now()
+	t.first, t.whys, t.movedAt, t.movedLate = t.slot, t.whys[:0], time.Time{}, 0
 }
 func (*judgedTrace) Sleeping(*reserve.Reservation, time.Duration) {}
-func (t *judgedTrace) Moved(r *reserve.Reservation, _ string) {
+func (t *judgedTrace) Moved(r *reserve.Reservation, why string) {
+	t.movedAt = time.Now()
+	t.movedLate = t.movedAt.Sub(t.slot)
 	t.slot, t.source = r.Time(), r.Source()
 	t.moves++
+	t.whys = append(t.whys, why)
 }
 func (t *judgedTrace) End(_ error, late time.Duration) { t.late = late }
+
+// whysField is a j line's last field: the moves' reasons, "-" for none.
+func whysField(whys []string) string {
+	if len(whys) == 0 {
+		return "-"
+	}
+	return strings.Join(whys, ",")
+}
 
 // judgedTraceKey carries a judged Wait's trace in its context.
 type judgedTraceKey struct{}
@@ -372,7 +392,9 @@ func clusterChild(j clusterJob) error {
 					}
 					out.line('j', at.UnixNano(), idx, strconv.FormatInt(tr.slot.UnixNano(), 10), strconv.Itoa(int(tr.source)),
 						strconv.FormatInt(int64(tr.late), 10), strconv.Itoa(tr.moves),
-						strconv.FormatInt(tr.start.UnixNano(), 10), strconv.FormatInt(tr.granted.UnixNano(), 10))
+						strconv.FormatInt(tr.start.UnixNano(), 10), strconv.FormatInt(tr.granted.UnixNano(), 10),
+						strconv.FormatInt(tr.first.UnixNano(), 10), whysField(tr.whys),
+						strconv.FormatInt(tr.movedAt.UnixNano(), 10), strconv.FormatInt(int64(tr.movedLate), 10))
 				}
 			})
 		}
