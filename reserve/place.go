@@ -132,8 +132,8 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) (at time.Time, l
 	// An anchor is kept against a slower call whose bounds hold it: its
 	// error, however old, is smaller. Before, one over 10 s old was
 	// replaced by the next call however slow: at the start of a busy
-	// run, by a reply that waited 80 ms for its process, whose slots were
-	// then placed 80 ms late and fired together with the others' (57
+	// run, by a reply that waited 75 ms for its process, whose slots were
+	// then placed 75 ms late and fired together with the others' (57
 	// calls in a second under a limit of 55, pacerbench's cluster phase).
 	if !c.ok || est.Before(send) || est.After(recv) || rtt <= c.rtt+drifted(recv.Sub(c.taken)) {
 		c.ok, c.serverS, c.local, c.rtt, c.taken = true, serverNS, recv, rtt, recv

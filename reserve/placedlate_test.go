@@ -15,7 +15,7 @@ import (
 // woke that late does (Options.MaxLateness), rather than fire with the
 // callers on time. Before, lateness counted only from the placed slot: at
 // the busy start of pacerbench's cluster phase (300 processes), 19 callers
-// of one key whose replies waited 80 ms for their processes fired 80 ms
+// of one key whose replies waited 75 ms for their processes fired 75 ms
 // after their slots, together with the callers on time: 57 calls in one
 // second under a limit of 55.
 func TestPlacedLateMoves(t *testing.T) {

@@ -116,7 +116,7 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		late := l.clock.Now().Sub(at)
 		// A slot placed late (its reply arrived late) is late by that
 		// much more: at a busy start, 19 callers of one key whose replies
-		// waited 80 ms for their processes fired 80 ms after their slots,
+		// waited 75 ms for their processes fired 75 ms after their slots,
 		// together with callers on time (TestPlacedLateMoves).
 		r.mu.Lock()
 		placed := r.placedLate

@@ -491,7 +491,7 @@ class Limiter:
         less _MAX_EARLY, in seconds; 0 without an estimate. Slots are
         placed from the reply's arrival: one that waited for its process
         is late by this much (Go's MaxEarly: at a busy start, callers whose
-        replies waited 80 ms fired 80 ms late, together with callers on
+        replies waited 75 ms fired 75 ms late, together with callers on
         time)."""
         with self._lock:
             if not math.isfinite(self._best_rtt):
