@@ -64,6 +64,15 @@ func (d SeatsDraw) Policy() reserve.Policy {
 	return pol
 }
 
+// maxCost is the most seats one call may take: the rate band's burst when
+// it is a bucket (a cost above it is refused as bad input), else 2.
+func (d SeatsDraw) maxCost() int {
+	if d.Rate == "bucket" && d.Burst < 2 {
+		return max(d.Burst, 1)
+	}
+	return 2
+}
+
 // ratePolicy is the policy without its in-flight band: what the provider's
 // rate check and the window judge see.
 func (d SeatsDraw) ratePolicy() reserve.Policy { return d.Policy()[1:] }
@@ -221,6 +230,11 @@ func (c *child) seatOne(ctx context.Context, cl *caller, kind string) {
 	if cl.rng.IntN(seatTwoOdds) == 0 {
 		seats = 2
 	}
+	// No more than the rate band's burst: a cost above it is bad input,
+	// refused with ErrExceedsBurst (seeds 56 and 60 drew a bucket of
+	// burst 1 beside calls of 2 seats, and their verdicts counted the
+	// refusals as errors). The draw stays, so that the stream is as before.
+	seats = min(seats, c.spec.Seats.maxCost())
 	hold := seatHold(cl.rng)
 	call := Call{ID: fmt.Sprintf("%s-%d", c.spec.ID, c.seq.Add(1)), Key: KeySeats, Child: c.spec.ID, Kind: kind,
 		Cost: map[string]float64{unitRequests: float64(seats)}, Hold: int64(hold)}
