@@ -9,7 +9,7 @@
 //
 //	reservations_total{source,band}    counter   reservations granted; source is "redis", "local" (fallback) or "lease", band the binding band
 //	units_total{source,unit}           counter   cost reserved, per unit ("permits" for a single Limit, "tokens", ...)
-//	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs), "late" (they woke too late) or "lost" (Redis lost the state that granted theirs)
+//	moved_total{why}                   counter   sleepers that took a fresh slot: "pause" (a pause covered theirs), "late" (they woke too late), "lost" (Redis lost the state that granted theirs) or "back" (the local fallback granted theirs, and Redis answered before it)
 //	wait_seconds{source,band}          histogram wait granted, buckets from 1 ms to 30 min, by source and binding band
 //	redis_call_duration_seconds{op}    histogram every call to Redis, by operation (docs/otel.md lists them)
 //	redis_errors_total{op}             counter   calls that failed

@@ -343,3 +343,26 @@ func (l *Limiter) Rank() int {
 	defer l.fleet.mu.Unlock()
 	return l.fleet.rank
 }
+
+// LocalSlot returns the slot the local fallback granted r (Unix ns on the
+// server's clock as the Limiter estimates it); ok is false for Redis's.
+func LocalSlot(r *Reservation) (ns int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.localID == "" {
+		return 0, false
+	}
+	return r.slotNS, true
+}
+
+// LocalSleepers returns how many of key's local grants have callers asleep
+// in Sleep before their last check (localKey.asleep).
+func (l *Limiter) LocalSleepers(key string) int {
+	ks := l.states.get(key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.local == nil {
+		return 0
+	}
+	return len(ks.local.asleep)
+}

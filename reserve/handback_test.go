@@ -2,6 +2,8 @@ package reserve_test
 
 import (
 	"context"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -125,4 +128,131 @@ func TestNoLocalGrantDuringHandback(t *testing.T) {
 	require.GreaterOrEqual(t, second-first, int64(99*time.Millisecond),
 		"slots of a at burst 1, 10/s: one reserved during the handback at %v, one after it, by another member, %v later",
 		during.Time().Format("15:04:05.000"), time.Duration(second-first))
+}
+
+// TestHandbackMovesSleepers: a process paces locally at its share of the
+// fleet, so its local queue runs far ahead of the fleet's (a 200-process
+// Cluster run: slots of its rank 12 to 28 s ahead). Back on Redis, it
+// handed its latest local slot to Redis as the key's floor, and the whole
+// fleet's callers waited behind a few sleepers: the judged keys ran at 0.4
+// to 0.7 calls/s of 50 after a master's kill. Now the sleepers whose local
+// slots lie ahead take slots on Redis instead (MovedBack), and the floor
+// is the latest slot still used as granted. a and b share the fleet (a
+// share of 1/s each at 2/s); a loses Redis and puts 6 sleepers on local
+// slots up to 6 s ahead; back on Redis, its sleepers move to Redis, which
+// grants slots before the end of a's local queue, and every slot fired
+// on, local or Redis, a's or b's, is a whole 1/rate from the next.
+func TestHandbackMovesSleepers(t *testing.T) {
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1}
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, b)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	opts.Metrics = rec
+	a, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	// Both know the fleet, and each knows the other knows it (a is no
+	// newcomer: its share is its own in an outage).
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(3 * opts.HeartbeatInterval)
+	lim := reserve.Limit{Rate: 2, Burst: 1} // 500 ms apart; a's share 1/s
+	const key = "back"
+	var fired []int64 // server-clock slots used, local or Redis
+	first, err := b.Reserve(ctx, key, lim)
+	require.NoError(t, err)
+	ns, ok := reserve.ServerSlot(first)
+	require.True(t, ok)
+	fired = append(fired, ns)
+
+	p.Disable(t)
+	var rs []*reserve.Reservation
+	for len(rs) < 6 {
+		r, err := a.Reserve(ctx, key, lim)
+		require.NoError(t, err)
+		if !r.Local() {
+			ns, ok := reserve.ServerSlot(r) // reached Redis before a noticed
+			require.True(t, ok)
+			fired = append(fired, ns)
+			continue
+		}
+		rs = append(rs, r)
+	}
+	locals := make([]int64, len(rs))
+	for i, r := range rs {
+		locals[i], ok = reserve.LocalSlot(r)
+		require.True(t, ok)
+	}
+	horizon := locals[len(rs)-1]
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for i, r := range rs {
+		wg.Go(func() { errs[i] = r.Sleep(sctx) })
+	}
+	require.Eventually(t, func() bool { return a.LocalSleepers(key) == len(rs) }, 30*time.Second, time.Millisecond)
+	p.Enable(t)
+	backOnRedis(t, a)
+	// Another member, on Redis: it knows only what Redis knows.
+	after, err := b.Reserve(ctx, key, lim)
+	require.NoError(t, err)
+	afterNS, ok := reserve.ServerSlot(after)
+	require.True(t, ok)
+	fired = append(fired, afterNS)
+	wg.Wait()
+	movedBack := 0
+	for i, r := range rs {
+		require.NoError(t, errs[i])
+		if ns, ok := reserve.ServerSlot(r); ok {
+			movedBack++
+			fired = append(fired, ns)
+		} else {
+			ns, _ := reserve.LocalSlot(r)
+			fired = append(fired, ns)
+		}
+	}
+	earliest := int64(math.MaxInt64) // the earliest slot Redis granted a moved sleeper
+	for i, r := range rs {
+		ns, ok := reserve.ServerSlot(r)
+		if ok {
+			earliest = min(earliest, ns)
+		} else {
+			ns, _ = reserve.LocalSlot(r)
+		}
+		t.Logf("sleeper %d: local at %+v of the horizon, now on Redis %v at %+v", i, time.Duration(locals[i]-horizon), ok, time.Duration(ns-horizon))
+	}
+	t.Logf("b before at %+v, after at %+v of a's local horizon", time.Duration(fired[0]-horizon), time.Duration(afterNS-horizon))
+	require.Positive(t, movedBack, "no local sleeper took a slot on Redis")
+	assert.False(t, rs[len(rs)-1].Local(), "the last local sleeper kept its local slot")
+	// The floor a handed Redis is not the end of its local queue. (Which
+	// of b's call and the moved sleepers' reaches Redis first, and whether
+	// a still holds b's rank then, right after its outage, varies.)
+	assert.Less(t, earliest, horizon, "Redis granted nothing before the end of a's local queue: the handback's floor held the key there")
+	assert.Equal(t, movedBack, countOf(rec.snapshot().moved, reserve.MovedBack), "sleepers counted as moved back")
+	// Local slots are placed by a's estimate of the server's clock, Redis's
+	// exactly: 10 ms of estimate error allowed.
+	slices.Sort(fired)
+	for i := 1; i < len(fired); i++ {
+		assert.GreaterOrEqual(t, fired[i]-fired[i-1], int64(490*time.Millisecond),
+			"slots %d and %d of %d only %v apart, want 500 ms", i-1, i, len(fired), time.Duration(fired[i]-fired[i-1]))
+	}
+}
+
+// countOf counts v in xs.
+func countOf(xs []string, v string) int {
+	n := 0
+	for _, x := range xs {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }

@@ -63,6 +63,53 @@ type localKey struct {
 	// yet (a call that carried it failed); inflight, what a call in flight
 	// carries.
 	hand, inflight *handback
+	// grants are the store's grants whose slots may still be ahead (local
+	// id to slot, server clock, Unix ns); past is the latest slot of those
+	// swept out of it once passed. asleep are the grants whose callers
+	// sleep in Sleep, not yet past their last check: at the handback when
+	// Redis answers again they take slots on Redis instead (backMove), and
+	// the floor leaves them out (backFloor).
+	grants map[string]int64
+	past   int64
+	asleep map[string]*Reservation
+}
+
+// sweepGrantsAt is how many grants a key's table holds before the passed
+// ones are swept out of it (into past).
+const sweepGrantsAt = 256
+
+// noteGrant records a grant of the store, its id and slot, at nowNS (server
+// clock). ks.mu is held.
+func (lk *localKey) noteGrant(id string, slotNS, nowNS int64) {
+	if lk.grants == nil {
+		lk.grants = map[string]int64{}
+	}
+	if len(lk.grants) >= sweepGrantsAt {
+		for g, s := range lk.grants {
+			if s <= nowNS {
+				lk.past = max(lk.past, s)
+				delete(lk.grants, g)
+			}
+		}
+	}
+	lk.grants[id] = slotNS
+}
+
+// backFloor returns the latest slot of the store's grants that will be
+// used as granted: every one but those whose callers sleep before their
+// last check (asleep), which it tells to take a slot on Redis instead.
+// ks.mu is held.
+func (lk *localKey) backFloor() (last int64, moved int) {
+	last = lk.past
+	for id, slot := range lk.grants {
+		if r := lk.asleep[id]; r != nil {
+			r.backMove.Store(true)
+			moved++
+			continue
+		}
+		last = max(last, slot)
+	}
+	return last, moved
 }
 
 // A handback is what the store granted on a key, for Redis to take into
@@ -277,8 +324,19 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 // takeHandback takes what must go to Redis for the key: what the store
 // granted (the store forgets the key) and what earlier calls could not
 // hand back. The caller gives it back (handbackDone) if its call fails.
+//
+// back is set at the handback when Redis answers again (handBack): the
+// store's grants whose callers still sleep before their last check then
+// take slots on Redis instead (Sleep's MovedBack), and the floor is the
+// latest of the other grants, not of every grant. At a fleet's share a
+// process's local queue runs far ahead (at 200 processes and 50/s, a
+// slot every 4 s of its rank: 12 to 28 s ahead), and a floor at its end
+// held the whole key there: the fleet's other callers waited behind a
+// few sleepers. A call that carries a handback after a single failed
+// call (run.go) keeps every grant in the floor: the Limiter is not
+// degraded, and the sleepers' calls could reach Redis before its floor.
 // ks.mu is held.
-func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
+func (l *Limiter) takeHandback(ks *keyState, back bool) (*handback, bool) {
 	lk := ks.local
 	if lk == nil {
 		return nil, false
@@ -288,7 +346,14 @@ func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
 	if lk.held {
 		rk := l.RedisKey(ks.name)
 		state, _ := l.store.Get(rk)
-		g := &handback{last: lk.last, pause: layout.PauseEnd(state), spec: lk.spec}
+		last := lk.last
+		if back {
+			var moved int
+			if last, moved = lk.backFloor(); moved > 0 {
+				ks.changed() // wake them
+			}
+		}
+		g := &handback{last: last, pause: layout.PauseEnd(state), spec: lk.spec}
 		if g.pause <= lk.seededPause && ks.pause.endNS != lk.seededPause {
 			// Redis's pause the store started with, which Redis has moved
 			// since (an operator resumed it): Redis's word is the newer.
@@ -309,6 +374,7 @@ func (l *Limiter) takeHandback(ks *keyState) (*handback, bool) {
 			l.store.Del(k)
 		}
 		lk.held, lk.last, lk.seeded, lk.seededPause = false, 0, nil, 0
+		lk.grants, lk.past, lk.asleep = nil, 0, nil
 		h = h.merge(g)
 	}
 	nowNS, _ := l.serverNow()
@@ -509,7 +575,7 @@ func (l *Limiter) handBack(ctx context.Context) {
 	for _, w := range todo {
 		ks := w.ks
 		ks.mu.Lock()
-		h, ok := l.takeHandback(ks)
+		h, ok := l.takeHandback(ks, true)
 		granted, seq := ks.horizon(), ks.seenSeq
 		ks.mu.Unlock()
 		var err error

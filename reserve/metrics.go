@@ -20,9 +20,10 @@ type Metrics interface {
 	Reserved(key string, units []string, amounts []float64, wait time.Duration, local bool)
 	// Moved is called when a sleeper gave up its slot for a fresh one:
 	// why is MovedPause (a pause came to cover its slot), MovedLate (it
-	// woke more than Options.MaxLateness after its slot) or MovedLost
+	// woke more than Options.MaxLateness after its slot), MovedLost
 	// (Redis lost the key's state that granted it: restarted empty,
-	// flushed).
+	// flushed) or MovedBack (the local fallback granted it, and Redis
+	// answered again before it: it takes a slot on Redis).
 	Moved(key string, why string)
 	// RedisCall is called after every call to Redis: the operation (one
 	// of a set the code fixes, never the input: "wait", "allow",
@@ -81,6 +82,7 @@ const (
 	MovedPause = names.MovedPause
 	MovedLate  = names.MovedLate
 	MovedLost  = names.MovedLost
+	MovedBack  = names.MovedBack
 )
 
 type noMetrics struct{}

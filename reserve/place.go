@@ -200,6 +200,9 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 			if local {
 				r.seq, r.source = 0, SourceLocal
 				r.localID = "l" + l.id + "." + strconv.FormatUint(l.localIDs.Add(1), 10)
+				if ks.local != nil {
+					ks.local.noteGrant(r.localID, r.slotNS, base.serverNS)
+				}
 			}
 			last = max(last, r.slotNS)
 			l.granted(r, time.Duration(waitNS))

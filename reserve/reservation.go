@@ -63,6 +63,13 @@ type Reservation struct {
 	seat     *seatTicket
 	seatUnit string
 	seatDone atomic.Bool
+	// backMove: the handback told the sleeper of this local grant to take
+	// a slot on Redis instead (localKey.backFloor). noted: Sleep noted it
+	// among the key's local sleepers (localKey.asleep), as asleepAs, which
+	// is read and written with the key's lock held.
+	backMove atomic.Bool
+	noted    atomic.Bool
+	asleepAs string
 }
 
 type resState int

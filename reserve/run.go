@@ -174,7 +174,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// What the local fallback granted that Redis has not seen goes first,
 	// exactly once: taken now, given back if the call fails.
 	ks.mu.Lock()
-	hb, hasFloor := l.takeHandback(ks)
+	hb, hasFloor := l.takeHandback(ks, false)
 	horizon, seq := ks.horizon(), ks.seenSeq
 	ks.mu.Unlock()
 	nowNS, _ := l.serverNow()

@@ -28,11 +28,14 @@ import (
 // schedule. Nor does Sleep return much later than the slot: a sleeper that
 // wakes more than Options.MaxLateness after it (a stalled process) takes a
 // fresh slot, once, rather than fire together with callers that are on
-// time. Nor does it fire on a slot of a state Redis has lost since the
+// time. Nor does it fire on a slot the local fallback granted (Redis
+// unavailable) when Redis answers again before its last check: the fleet
+// paces on Redis from then on, and it takes a slot there (MovedBack). Nor
+// does it fire on a slot of a state Redis has lost since the
 // reservation (restarted empty, flushed: its check reads a state numbered
 // before the one that granted the slot, or none), since Redis may have
 // granted the same instant to others from the new state: it takes a fresh
-// slot. Time then returns the new slot. Either move respects ctx's
+// slot. Time then returns the new slot. Every move respects ctx's
 // deadline: when the new slot would come after it, Sleep returns an error
 // wrapping *WaitTooLongError.
 //
@@ -66,10 +69,20 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 	if tr != nil {
 		tr.Sleeping(r, r.Delay())
 	}
+	defer l.awakeLocal(r)
 	for {
+		if r.backMove.Load() && l.awakeLocal(r) {
+			// The local fallback granted the slot, and Redis answered
+			// again before it: a slot on Redis instead (takeHandback).
+			if err := r.moveFor(ctx, MovedBack, tr); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		at := r.Time()
 		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
+		backWake := l.asleepLocal(r)
 		if r.afterPause() && l.clock.Now().Add(resumePoll).Before(check) {
 			// A slot after a pause: look for a resume meanwhile, and wake
 			// at once when one is heard of.
@@ -84,7 +97,17 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			}
 			continue
 		}
-		if err := l.sleeper.Coarse(ctx, check); err != nil {
+		if backWake != nil {
+			// A local grant: woken by the handback too.
+			woken, err := l.sleeper.CoarseOr(ctx, check, backWake)
+			if err != nil {
+				r.cancelDetached()
+				return 0, err
+			}
+			if woken {
+				continue
+			}
+		} else if err := l.sleeper.Coarse(ctx, check); err != nil {
 			r.cancelDetached()
 			return 0, err
 		}
@@ -112,6 +135,14 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		if !r.Time().Equal(at) {
 			continue // a resume moved the slot earlier
 		}
+		if l.awakeLocal(r) {
+			// The last check: from here the slot is used as granted, and a
+			// handback counts it in its floor; the handback came first.
+			if err := r.moveFor(ctx, MovedBack, tr); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		l.sleeper.Fine(deadline)
 		late := l.clock.Now().Sub(at)
 		// A slot placed late (its reply arrived late) is late by that
@@ -130,6 +161,63 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		}
 		return max(late, 0), nil
 	}
+}
+
+// asleepLocal notes r, a grant of the local fallback's store whose caller
+// sleeps in Sleep, among the key's local sleepers (localKey.asleep): at the
+// handback when Redis answers again it takes a slot on Redis instead. It
+// returns the key's wake channel, which the handback closes; nil when r is
+// not such a grant (Redis granted it, or the store handed it back already:
+// its slot is in the floor Redis was given).
+func (l *Limiter) asleepLocal(r *Reservation) <-chan struct{} {
+	r.mu.Lock()
+	id := r.localID
+	r.mu.Unlock()
+	if id == "" && !r.noted.Load() {
+		return nil
+	}
+	ks := l.states.get(r.key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	lk := ks.local
+	if r.asleepAs != "" && r.asleepAs != id {
+		if lk != nil && lk.asleep[r.asleepAs] == r {
+			delete(lk.asleep, r.asleepAs)
+		}
+		r.asleepAs = ""
+		r.noted.Store(false)
+	}
+	if id == "" || lk == nil || !lk.held {
+		return nil
+	}
+	if _, ok := lk.grants[id]; !ok {
+		return nil
+	}
+	if lk.asleep == nil {
+		lk.asleep = map[string]*Reservation{}
+	}
+	lk.asleep[id] = r
+	r.asleepAs = id
+	r.noted.Store(true)
+	return ks.wake
+}
+
+// awakeLocal takes r out of the key's local sleepers (asleepLocal): it is
+// past its last check, or Sleep returns. It reports whether the handback
+// told r to take a slot on Redis first, which it did if it ran before.
+func (l *Limiter) awakeLocal(r *Reservation) bool {
+	if !r.noted.Load() {
+		return false
+	}
+	ks := l.states.get(r.key)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if lk := ks.local; lk != nil && r.asleepAs != "" && lk.asleep[r.asleepAs] == r {
+		delete(lk.asleep, r.asleepAs)
+	}
+	r.asleepAs = ""
+	r.noted.Store(false)
+	return r.backMove.Swap(false)
 }
 
 // keyWake returns the channel closed when key's pause next changes.

@@ -96,9 +96,9 @@ type WaitTrace interface {
 	Reserved(r *Reservation)
 	// Sleeping: the Wait sleeps, d from now until r's slot.
 	Sleeping(r *Reservation, d time.Duration)
-	// Moved: the sleeper took a fresh slot, r's Time now: why is MovedPause
-	// (a pause came to cover its slot) or MovedLate (it woke more than
-	// Options.MaxLateness after its slot).
+	// Moved: the sleeper took a fresh slot, r's Time now: why is one of
+	// Metrics.Moved's reasons (MovedPause, MovedLate, MovedLost,
+	// MovedBack).
 	Moved(r *Reservation, why string)
 	// End: the Wait returns err. With err nil it woke at its slot: late
 	// is how long after the slot it woke.

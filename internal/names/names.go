@@ -48,16 +48,17 @@ const (
 )
 
 // Moved reasons: why a sleeper took a fresh slot (reserve.MovedPause,
-// MovedLate and MovedLost; prommetrics' why label, otelpacer's
+// MovedLate, MovedLost and MovedBack; prommetrics' why label, otelpacer's
 // pacer.moved.reason).
 const (
 	MovedPause = "pause" // a pause came to cover its slot
 	MovedLate  = "late"  // it woke more than Options.MaxLateness after it
 	MovedLost  = "lost"  // Redis lost the key's state that granted it
+	MovedBack  = "back"  // the local fallback granted it, and Redis answered again before it
 )
 
 // Moved lists the Moved reasons.
-var Moved = []string{MovedPause, MovedLate, MovedLost}
+var Moved = []string{MovedPause, MovedLate, MovedLost, MovedBack}
 
 // How a call got its seats on an in-flight band (reserve.SeatMetrics'
 // SeatsTaken: handedOff or not; prommetrics' got label, otelpacer's
