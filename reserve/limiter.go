@@ -215,6 +215,9 @@ func newLimiter(opts Options, sc redis.Scripter) *Limiter {
 	// A guessed view waits for the heartbeat due within an interval (+10%)
 	// and its longest call (maxCallTimeout), and one more interval.
 	l.fleet.guessWait = 3*opts.HeartbeatInterval + maxCallTimeout
+	// Back from an outage, the others probe back within a ProbeInterval
+	// (+25%) and are heard at their next heartbeats.
+	l.fleet.backWait = max(l.fleet.guessWait, l.fleet.remember+opts.HeartbeatInterval)
 	if l.clock == nil {
 		l.clock = systemClockValue
 	}
