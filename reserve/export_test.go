@@ -355,14 +355,14 @@ func LocalSlot(r *Reservation) (ns int64, ok bool) {
 	return r.slotNS, true
 }
 
-// LocalSleepers returns how many of key's local grants have callers asleep
-// in Sleep before their last check (localKey.asleep).
-func (l *Limiter) LocalSleepers(key string) int {
-	ks := l.states.get(key)
+// LocalSleeping reports whether r is among its key's local grants whose
+// callers sleep in Sleep before their last check (localKey.asleep).
+func (l *Limiter) LocalSleeping(r *Reservation) bool {
+	r.mu.Lock()
+	id := r.localID
+	r.mu.Unlock()
+	ks := l.states.get(r.key)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if ks.local == nil {
-		return 0
-	}
-	return len(ks.local.asleep)
+	return id != "" && ks.local != nil && ks.local.asleep[id] == r
 }
