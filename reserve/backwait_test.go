@@ -98,10 +98,13 @@ func TestBackWaitsForFleetOnRedis(t *testing.T) {
 }
 
 // fleetCut is a go-redis hook that, while on, fails every script call on
-// the fleet's records (its first key) as a refused connection would.
+// the fleet's records (its first key) as a refused connection would, or
+// (timeout) as one that timed out.
 type fleetCut struct {
-	key string
-	on  atomic.Bool
+	key     string
+	on      atomic.Bool
+	timeout bool         // fail as a call that timed out instead
+	hits    atomic.Int64 // calls failed
 }
 
 func (h *fleetCut) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -110,7 +113,11 @@ func (h *fleetCut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		if name := strings.ToLower(cmd.Name()); h.on.Load() && (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key {
-			err := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+			h.hits.Add(1)
+			var err error = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+			if h.timeout {
+				err = context.DeadlineExceeded
+			}
 			cmd.SetErr(err)
 			return err
 		}
@@ -171,6 +178,30 @@ func TestFleetUnreachablePacesLocally(t *testing.T) {
 	cut.on.Store(false)
 	backOnRedis(t, a)
 	r, err := a.Reserve(ctx, "k", lim)
+	require.NoError(t, err)
+	assert.Equal(t, reserve.SourceRedis, r.Source())
+}
+
+// TestSlowHeartbeatsStayOnRedis: heartbeats that time out (a loaded
+// machine, a slow shard) are no evidence that the fleet's records are gone:
+// the timed-out call pings, Redis answers, and the Limiter stays on Redis
+// however many fail in a row (TestFleetUnreachablePacesLocally has those
+// that fail for want of Redis).
+func TestSlowHeartbeatsStayOnRedis(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	cut := &fleetCut{key: reserve.FleetKeysOf(prefix)[0], timeout: true}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(cut)
+	a, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 20 * time.Millisecond, ProbeInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	cut.on.Store(true)
+	require.Eventually(t, func() bool { return cut.hits.Load() >= 4 }, 30*time.Second, time.Millisecond, "the heartbeats never ran")
+	assert.False(t, a.Degraded(), "%d heartbeats timed out in a row: a switched to local pacing", cut.hits.Load())
+	r, err := a.Reserve(ctx, "k", reserve.Limit{Rate: 1000, Burst: 1})
 	require.NoError(t, err)
 	assert.Equal(t, reserve.SourceRedis, r.Source())
 }

@@ -286,11 +286,13 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 			}
 			l.health.mu.Unlock()
 			fails := l.fleet.heartbeatFailed()
-			if fails >= 2 && errors.Is(err, ErrUnavailable) && !l.opts.FailClosed {
+			if fails >= 2 && errors.Is(err, ErrUnavailable) && !isTimeout(err) && !l.opts.FailClosed {
 				// Two in a row for want of Redis: the fleet's records are
 				// out of reach (on a Cluster, their shard may fail while
 				// the keys' answer), and every other member may pace
-				// locally. Pace locally too, on this Limiter's share, until
+				// locally. Not timeouts: a slow machine is not an outage
+				// (a timed-out call pings, and only a ping that fails
+				// switches; TestSlowHeartbeatsStayOnRedis). Pace locally too, on this Limiter's share, until
 				// a probe finds them. On Redis, its calls would take its
 				// own rank's instants of keys whose burst is under the
 				// fleet's size, each moving the key's queue past every
