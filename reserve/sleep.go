@@ -79,10 +79,12 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			}
 			continue
 		}
-		at := r.Time()
+		r.mu.Lock()
+		at, localID := r.at, r.localID
+		r.mu.Unlock()
 		deadline := l.localDeadline(at)
 		check := deadline.Add(-l.opts.checkAt())
-		backWake := l.asleepLocal(r)
+		backWake := l.asleepLocal(r, localID)
 		if r.afterPause() && l.clock.Now().Add(resumePoll).Before(check) {
 			// A slot after a pause: look for a resume meanwhile, and wake
 			// at once when one is heard of.
@@ -168,11 +170,9 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 // handback when Redis answers again it takes a slot on Redis instead. It
 // returns the key's wake channel, which the handback closes; nil when r is
 // not such a grant (Redis granted it, or the store handed it back already:
-// its slot is in the floor Redis was given).
-func (l *Limiter) asleepLocal(r *Reservation) <-chan struct{} {
-	r.mu.Lock()
-	id := r.localID
-	r.mu.Unlock()
+// its slot is in the floor Redis was given). id is r's local id ("": a
+// slot Redis granted).
+func (l *Limiter) asleepLocal(r *Reservation, id string) <-chan struct{} {
 	if id == "" && !r.noted.Load() {
 		return nil
 	}
