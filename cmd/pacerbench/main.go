@@ -101,6 +101,7 @@ type config struct {
 	LoadedRuns int           // the loaded phase's runs beside the hogs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	OtelKeys   int           // fresh keys of the otel phase, one Wait each
+	OtelRuns   int           // runs of the otel phase, each on OtelKeys fresh keys
 	Only       string        // limiter names separated by ";"; "" for all
 	Format     int           // the state format the fleet (the default prefix's) writes: 1, 2 or 3
 	Phases     string        // comma-separated phases (see phases); "" for all
@@ -146,6 +147,7 @@ func defaults(quick bool) config {
 		// program's 2-CPU machine, and their heartbeats timed out.
 		Heartbeats: 500,
 		OtelKeys:   10_000,
+		OtelRuns:   4,
 		LoadedRun:  20 * time.Second,
 		LoadedHogs: 2,
 		LoadedRuns: 3,
@@ -177,6 +179,7 @@ func defaults(quick bool) config {
 		c.OutageSeg = 1500 * time.Millisecond
 		c.Heartbeats = 50
 		c.OtelKeys = 1000
+		c.OtelRuns = 1
 		c.ClusterProcs = []int{4}
 		c.ClusterKeys = 1000
 		c.ClusterRate = 100
@@ -187,26 +190,20 @@ func defaults(quick bool) config {
 	return c
 }
 
+// runAsAnyChild runs this process as a child of one of the phases, if it
+// is one, and returns its exit code and true.
+func runAsAnyChild() (code int, isChild bool) {
+	for _, run := range []func() (int, bool){runAsChild, runAsLeaseChild, runAsSeamsChild, runAsColdChild,
+		runAsOutageChild, runAsInflightChild, runAsClusterChild, runAsOtelChild} {
+		if code, ok := run(); ok {
+			return code, true
+		}
+	}
+	return 0, false
+}
+
 func main() {
-	if code, ok := runAsChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsLeaseChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsSeamsChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsColdChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsOutageChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsInflightChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsClusterChild(); ok {
+	if code, ok := runAsAnyChild(); ok {
 		os.Exit(code)
 	}
 	c, err := parseFlags(os.Args[1:])
@@ -248,6 +245,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.OutageScenarios, "outage-scenarios", "", "run only these scenarios of the outage phase (comma-separated: "+strings.Join(outageScenarioNames(), ", ")+")")
 	fs.IntVar(&c.Heartbeats, "heartbeats", full.Heartbeats, "idle Limiters of the heartbeat phase's larger run (the smaller has a tenth)")
 	fs.IntVar(&c.OtelKeys, "otel-keys", full.OtelKeys, "fresh keys of the otel phase, one Wait each (and as many values of otelpacer's KeyAttribute)")
+	fs.IntVar(&c.OtelRuns, "otel-runs", full.OtelRuns, "runs of the otel phase, each with new processes on -otel-keys fresh keys, their figures summed")
 	fs.StringVar(&c.Only, "only", "", "run only these limiters (names as in the tables, separated by ';')")
 	clusterProcs := fmt.Sprint(full.ClusterProcs[0])
 	fs.StringVar(&clusterProcs, "cluster-procs", clusterProcs, "the cluster phase's fleet sizes, comma-separated, in increasing order: a run each on a new Cluster, and with two or more a line through each cost")
@@ -279,6 +277,7 @@ func parseFlags(args []string) (config, error) {
 			"cold":       func() { c.ColdRun = q.ColdRun },
 			"heartbeats": func() { c.Heartbeats = q.Heartbeats },
 			"otel-keys":  func() { c.OtelKeys = q.OtelKeys },
+			"otel-runs":  func() { c.OtelRuns = q.OtelRuns },
 
 			"loaded":      func() { c.LoadedRun = q.LoadedRun },
 			"loaded-runs": func() { c.LoadedRuns = q.LoadedRuns },
@@ -318,8 +317,8 @@ func (c config) validate() error {
 	switch {
 	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.LoadedRun <= 0 || c.OutageSeg <= 0:
 		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
-	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1:
-		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs and -outage-runs must be at least 1")
+	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1 || c.OtelRuns < 1:
+		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs, -outage-runs and -otel-runs must be at least 1")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10 || c.OtelKeys < 1:
 		return fmt.Errorf("pacerbench: -procs, -goroutines, -keys and -otel-keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:

@@ -20,25 +20,7 @@ import (
 // TestMain runs one fleet process when the test binary is re-run as one
 // (see runFleet).
 func TestMain(m *testing.M) {
-	if code, ok := runAsChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsLeaseChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsSeamsChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsColdChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsOutageChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsInflightChild(); ok {
-		os.Exit(code)
-	}
-	if code, ok := runAsClusterChild(); ok {
+	if code, ok := runAsAnyChild(); ok {
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
@@ -83,7 +65,7 @@ func TestQuick(t *testing.T) {
 		// run after the reference's; the loaded phase's four runs 300 ms
 		// each beside one hog. About 9 s of the test's run.
 		c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-out", h.out, "-phases", h.phases, "-phase", "300ms", "-fleet", "1s", "-keys", "500",
-			"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1", "-otel-keys", "500"})
+			"-outage-runs", "1", "-outage-scenarios", "C1", "-outage-seg", "200ms", "-loaded", "300ms", "-loaded-hogs", "1", "-otel-keys", "500", "-otel-runs", "2"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -610,8 +592,8 @@ func checkOtel(t *testing.T, res *results, stdout string) {
 	var setups []string
 	for _, r := range o.Runs {
 		setups = append(setups, r.Setup)
-		if r.Waits != int64(o.Keys) || r.Errors != 0 || r.Grants < r.Waits || r.CPU <= 0 || r.P50 <= 0 {
-			t.Errorf("otel %s: %+v; want %d Waits, no errors, a grant each at least", r.Setup, r, o.Keys)
+		if r.Waits != int64(o.Keys*o.Repeats) || r.Errors != 0 || r.Grants < r.Waits || r.CPU <= 0 || r.P50 <= 0 {
+			t.Errorf("otel %s: %+v; want %d Waits, no errors, a grant each at least", r.Setup, r, o.Keys*o.Repeats)
 		}
 		if want := r.Grants; r.Setup != "none" && r.Counted != want {
 			t.Errorf("otel %s: the SDK counted %d requests, the Limiter granted %d", r.Setup, r.Counted, want)

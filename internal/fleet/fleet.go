@@ -117,7 +117,7 @@ func Start(ctx context.Context, o Options) (*Fleet, error) {
 
 func start(ctx context.Context, i int, exe string, args, env []string, stdin bool) (*Child, error) {
 	c := &Child{Index: i, done: make(chan struct{})}
-	c.stdout.first = make(chan struct{})
+	c.stdout.more = make(chan struct{})
 	c.cmd = exec.CommandContext(ctx, exe, args...)
 	c.cmd.Env = append(env[:len(env):len(env)], fmt.Sprintf("%s=%d", IndexEnv, i))
 	c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
@@ -164,17 +164,29 @@ func (c *Child) Wait() error {
 
 // FirstLine waits until the child has printed its first line on stdout and
 // returns it, or an error if the child closed its stdout first or ctx ended.
-func (c *Child) FirstLine(ctx context.Context) (string, error) {
-	select {
-	case <-c.stdout.first:
-	case <-ctx.Done():
-		return "", fmt.Errorf("fleet: child %d printed no line: %w", c.Index, ctx.Err())
+func (c *Child) FirstLine(ctx context.Context) (string, error) { return c.Line(ctx, 0) }
+
+// Line waits until the child has printed its line number n (from 0) on
+// stdout and returns it, or an error if the child closed its stdout first
+// or ctx ended: a parent that writes a request to Stdin reads the answer
+// with it.
+func (c *Child) Line(ctx context.Context, n int) (string, error) {
+	for {
+		lines, more, closed := c.stdout.since(n)
+		if len(lines) > 0 {
+			return lines[0], nil
+		}
+		if closed {
+			<-c.done // stdout closed: the child has exited or is about to
+			return "", fmt.Errorf("fleet: child %d exited after %d lines, without line %d (%v)\n%s",
+				c.Index, len(c.Lines()), n, c.err, strings.TrimSpace(c.Stderr()))
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return "", fmt.Errorf("fleet: child %d printed no line %d: %w", c.Index, n, ctx.Err())
+		}
 	}
-	if lines := c.Lines(); len(lines) > 0 {
-		return lines[0], nil
-	}
-	<-c.done // stdout closed: the child has exited or is about to
-	return "", fmt.Errorf("fleet: child %d exited without printing a line (%v)\n%s", c.Index, c.err, strings.TrimSpace(c.Stderr()))
 }
 
 // Lines returns the lines the child has printed on stdout so far: all of
@@ -209,7 +221,7 @@ type lineWriter struct {
 	mu      sync.Mutex
 	lines   []string
 	partial []byte
-	first   chan struct{} // closed at the first complete line, or by close
+	more    chan struct{} // closed, and replaced, at each complete line; closed by close
 	closed  bool
 }
 
@@ -230,7 +242,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-// close keeps a last line without a newline and wakes FirstLine.
+// close keeps a last line without a newline and wakes Line.
 func (w *lineWriter) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -239,14 +251,26 @@ func (w *lineWriter) close() {
 		w.partial = nil
 	}
 	w.signal()
+	w.closed = true
 }
 
-// signal closes first, once. w.mu is held.
+// signal wakes those waiting for a line. w.mu is held.
 func (w *lineWriter) signal() {
 	if !w.closed {
-		w.closed = true
-		close(w.first)
+		close(w.more)
+		w.more = make(chan struct{})
 	}
+}
+
+// since returns the lines from number n on, a channel closed at the next
+// line, and whether no more will come.
+func (w *lineWriter) since(n int) (lines []string, more <-chan struct{}, closed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n < len(w.lines) {
+		lines = w.lines[n:]
+	}
+	return lines, w.more, w.closed
 }
 
 func (w *lineWriter) get() []string {

@@ -151,6 +151,37 @@ func TestStdin(t *testing.T) {
 	}
 }
 
+// TestLine: a parent reads each answer to what it writes on the child's
+// stdin as it comes; a line the child never prints is an error.
+func TestLine(t *testing.T) {
+	f, err := Start(t.Context(), Options{Env: childEnv, Procs: 1, Stdin: true, Spec: job{Lines: []string{"ready"}, Echo: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Children()[0]
+	for i, req := range []string{"a", "b", "c"} {
+		fmt.Fprintln(c.Stdin, req)
+		if got, err := c.Line(t.Context(), i+1); err != nil || got != "echo "+req {
+			t.Fatalf("Line(%d) = %q, %v, want %q", i+1, got, err, "echo "+req)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Line(ctx, 4); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Line(4) before the child printed it, with a context that ends: %v, want its deadline", err)
+	}
+	c.Stdin.Close()
+	if err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Line(t.Context(), 2); err != nil || got != "echo b" {
+		t.Errorf("Line(2) after the exit = %q, %v, want echo b", got, err)
+	}
+	if _, err := c.Line(t.Context(), 4); err == nil || !strings.Contains(err.Error(), "without line 4") {
+		t.Errorf("Line(4) of a child that exited after 4 lines = %v, want an error", err)
+	}
+}
+
 // TestCancelKills: a child that would hang is killed when the context ends.
 func TestCancelKills(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
