@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,11 @@ type keyState struct {
 	// made at its first reservation and never changed.
 	rkeys atomic.Pointer[[]string]
 
-	mu   sync.Mutex
-	used time.Time // the last call on the key (system clock)
+	// used is when the key was last looked up (keyTable.get; Unix ns,
+	// system clock), marked under the table's lock.
+	used atomic.Int64
+
+	mu sync.Mutex
 
 	// What Redis last showed of the key: the state and the stored limit
 	// that every granting script's reply carries (the local fallback
@@ -108,40 +112,52 @@ const maxKeys = 100_000
 
 // keyTable holds a Limiter's keyStates by name.
 type keyTable struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]*keyState
+	// gotHook, for tests, runs in get once the table's lock is released.
+	gotHook func(*keyState)
 }
 
-// get returns key's state, made if needed, and marks it used now.
+// get returns key's state, made if needed, and marks it used now. The use
+// is marked under the table's lock: a sweep, which holds it to drop a key,
+// sees it, so the state get returns is the one the table holds.
 func (t *keyTable) get(key string) *keyState {
-	now := time.Now()
-	t.mu.Lock()
+	now := time.Now().UnixNano()
+	t.mu.RLock()
 	ks := t.m[key]
-	if ks == nil {
-		if t.m == nil {
-			t.m = make(map[string]*keyState)
-		}
-		ks = &keyState{name: key, wake: make(chan struct{})}
-		t.m[key] = ks
+	if ks != nil {
+		ks.used.Store(now)
 	}
-	t.mu.Unlock()
-	ks.mu.Lock()
-	ks.used = now
-	ks.mu.Unlock()
+	t.mu.RUnlock()
+	if ks == nil {
+		t.mu.Lock()
+		if ks = t.m[key]; ks == nil {
+			if t.m == nil {
+				t.m = make(map[string]*keyState)
+			}
+			ks = &keyState{name: key, wake: make(chan struct{})}
+			t.m[key] = ks
+		}
+		ks.used.Store(now)
+		t.mu.Unlock()
+	}
+	if t.gotHook != nil {
+		t.gotHook(ks)
+	}
 	return ks
 }
 
 // peek returns key's state if the table holds it, without marking it used.
 func (t *keyTable) peek(key string) *keyState {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	return t.m[key]
 }
 
 // all returns every keyState the table holds.
 func (t *keyTable) all() []*keyState {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
 	out := make([]*keyState, 0, len(t.m))
 	for _, ks := range t.m {
 		out = append(out, ks)
@@ -158,7 +174,7 @@ func (l *Limiter) sweepKeys() {
 	nowNS, _ := l.serverNow()
 	type idleKey struct {
 		ks   *keyState
-		used time.Time
+		used int64
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -168,16 +184,17 @@ func (l *Limiter) sweepKeys() {
 		ks.mu.Lock()
 		l.lapse(ks, now, clock, nowNS)
 		free := ks.idle(nowNS)
-		if free && now.Sub(ks.used) > keyIdle {
+		used := ks.used.Load()
+		if free && now.Sub(time.Unix(0, used)) > keyIdle {
 			ks.forget()
 			delete(t.m, name)
 		} else if free {
-			idle = append(idle, idleKey{ks, ks.used})
+			idle = append(idle, idleKey{ks, used})
 		}
 		ks.mu.Unlock()
 	}
 	if over := len(t.m) - maxKeys; over > 0 {
-		slices.SortFunc(idle, func(a, b idleKey) int { return a.used.Compare(b.used) })
+		slices.SortFunc(idle, func(a, b idleKey) int { return cmp.Compare(a.used, b.used) })
 		for _, k := range idle[:min(over, len(idle))] {
 			k.ks.mu.Lock()
 			k.ks.forget()
