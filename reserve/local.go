@@ -418,10 +418,13 @@ func (l *Limiter) hasLocal(key string) bool {
 	return ks.local != nil
 }
 
-// localPauseEnd returns the end of key's pause in the store (server clock,
-// Unix ns; 0: none).
-func (l *Limiter) localPauseEnd(key string) int64 {
-	state, ok := l.store.Get(l.RedisKey(key))
+// localPauseEnd returns the end of the pause of ks's key in the store
+// (server clock, Unix ns; 0: none).
+func (l *Limiter) localPauseEnd(ks *keyState) int64 {
+	if l.store.Empty() {
+		return 0 // Redis has been answering: nothing to read
+	}
+	state, ok := l.store.Get(l.RedisKey(ks.name))
 	if !ok {
 		return 0
 	}

@@ -101,26 +101,17 @@ func (r *Reservation) takeReplyCheck() bool {
 	return ok
 }
 
-// seenPause returns key's pause and resume shift as its state was last
-// seen, with no read.
-func (l *Limiter) seenPause(key string) (int64, resumeShift) {
-	ks := l.states.get(key)
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	return ks.pause.endNS, ks.pause.shift
-}
-
-// readPause returns key's pause (its end, server clock Unix ns; 0: none)
-// and resume shift, from a state seen at most checkShare ago, or a read.
+// readPause makes sure the key's state (ks) holds its pause as Redis
+// showed it at most checkShare ago: a state seen that recently, or a read.
 // One read serves every sleeper of the Limiter on the key that asks
 // meanwhile; it runs on no caller's context (a caller whose context ends
-// stops waiting for it, the others do not), bounded by CallTimeout.
-func (l *Limiter) readPause(ctx context.Context, key string) (int64, resumeShift, error) {
-	ks := l.states.get(key)
+// stops waiting for it, the others do not), bounded by CallTimeout. The
+// error is the read's, or ctx's.
+func (l *Limiter) readPause(ctx context.Context, ks *keyState) error {
 	ks.mu.Lock()
 	if ks.pause.read == nil && !ks.seenAt.IsZero() && ks.pause.err == nil && time.Since(ks.seenAt) <= checkShare {
-		defer ks.mu.Unlock()
-		return ks.pause.endNS, ks.pause.shift, nil
+		ks.mu.Unlock()
+		return nil
 	}
 	pr := ks.pause.read
 	if pr == nil {
@@ -129,15 +120,10 @@ func (l *Limiter) readPause(ctx context.Context, key string) (int64, resumeShift
 	ks.mu.Unlock()
 	select {
 	case <-pr.done:
+		return pr.err
 	case <-ctx.Done():
-		return 0, resumeShift{}, ctx.Err()
+		return ctx.Err()
 	}
-	if pr.err != nil {
-		return 0, resumeShift{}, pr.err
-	}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	return ks.pause.endNS, ks.pause.shift, nil
 }
 
 // startRead starts a read of the key's state, which the key's state notes

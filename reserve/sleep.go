@@ -338,33 +338,27 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	r.mu.Lock()
 	slotNS, seq, local := r.slotNS, r.seq, r.localID != ""
 	r.mu.Unlock()
-	end := l.localPauseEnd(r.key)
+	// Looked up once: a read in flight holds the key in the table
+	// (keyState.idle), and nothing here sleeps.
+	ks := l.states.get(r.key)
+	end := l.localPauseEnd(ks)
 	redisEnd := int64(-1) // not read
-	var ks *keyState      // looked up once the read, if any, is in
 	if !local || !l.isDegraded() {
-		var (
-			pe    int64
-			shift resumeShift
-			err   error
-		)
+		var err error
 		if !r.takeReplyCheck() {
-			pe, shift, err = l.readPause(ctx, r.key)
+			err = l.readPause(ctx, ks)
 		}
-		ks = l.states.get(r.key)
-		if err == nil {
-			ks.mu.Lock()
-			// The reply's check, or the read's: the key's state holds it.
-			pe, shift = ks.pause.endNS, ks.pause.shift
-			ks.mu.Unlock()
-		}
+		// The reply's check, or the read's: the key's state holds it. A
+		// read that failed leaves the pause as last seen, and a resume
+		// the Limiter heard of (the fleet's event) moves r all the same.
+		ks.mu.Lock()
+		pe, shift := ks.pause.endNS, ks.pause.shift
+		ks.mu.Unlock()
 		switch {
 		case err == nil:
 			end, redisEnd = max(end, pe), pe
 		case errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
-			// Redis cannot tell: the local fallback's pause stands, and a
-			// resume the Limiter heard of (the fleet's event) moves r all
-			// the same.
-			_, shift = l.seenPause(r.key)
+			// Redis cannot tell: the local fallback's pause stands.
 		default:
 			return false, err
 		}
@@ -375,9 +369,6 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 		}
 	}
 	nowNS, _ := l.serverNow()
-	if ks == nil {
-		ks = l.states.get(r.key)
-	}
 	ks.mu.Lock()
 	own, s, again := ks.ownEnd(redisEnd, nowNS, slotNS)
 	ks.mu.Unlock()

@@ -47,7 +47,7 @@ func (s *Store) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolS
 	}
 	cmd := redis.NewBoolSliceCmd(ctx, args...)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	out := make([]bool, len(hashes))
 	for i, h := range hashes {
 		out[i] = s.scripts[strings.ToLower(h)] != nil
@@ -61,7 +61,7 @@ func (s *Store) ScriptLoad(ctx context.Context, script string) *redis.StringCmd 
 	cmd := redis.NewStringCmd(ctx, "script", "load", script)
 	sha := sha1Hex(script)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if _, err := s.load(sha, script, true); err != nil {
 		cmd.SetErr(err)
 		return cmd
@@ -95,7 +95,7 @@ func (s *Store) eval(ctx context.Context, name, payload, sha string, hasSrc bool
 		src = payload
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	p, err := s.load(sha, src, hasSrc)
 	if err != nil {
 		cmd.SetErr(err)

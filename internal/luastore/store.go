@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -32,8 +33,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	keys    map[string]*entry
-	now     time.Time // the time of the script or method in progress
-	nowMs   int64     // now in Unix ms, for expiry
+	n       atomic.Int64 // len(keys) as the last holder of mu left it (Empty)
+	now     time.Time    // the time of the script or method in progress
+	nowMs   int64        // now in Unix ms, for expiry
 	scripts map[string]*lua.FunctionProto
 	vm      *vm // created by the first script
 }
@@ -46,6 +48,16 @@ func New(clock func() time.Time) *Store {
 	return &Store{clock: clock, keys: map[string]*entry{}, scripts: map[string]*lua.FunctionProto{}}
 }
 
+// unlock releases the Store's lock, noting how many keys it holds.
+func (s *Store) unlock() {
+	s.n.Store(int64(len(s.keys)))
+	s.mu.Unlock()
+}
+
+// Empty reports whether the Store holds no key (expired ones included),
+// without its lock: a caller that finds it empty needs no Get.
+func (s *Store) Empty() bool { return s.n.Load() == 0 }
+
 // tick reads the clock for the operation that holds the lock.
 func (s *Store) tick() {
 	s.now = s.clock()
@@ -56,7 +68,7 @@ func (s *Store) tick() {
 // when it is missing, expired or of another type).
 func (s *Store) Get(key string) (string, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.keys[key] == nil {
 		return "", false // no need of the clock (a sleeper's check asks every time)
 	}
@@ -73,7 +85,7 @@ func (s *Store) Get(key string) (string, bool) {
 // zero or less: no expiry.
 func (s *Store) Set(key, value string, ttl time.Duration) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.tick()
 	e := &entry{kind: kindString, str: value}
 	if ttl > 0 {
@@ -87,7 +99,7 @@ func (s *Store) Set(key, value string, ttl time.Duration) {
 // when the key is missing, -1 (-1ns) when it has no expiry.
 func (s *Store) PTTL(key string) time.Duration {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.tick()
 	t := s.ttl(key)
 	if t < 0 {
@@ -99,7 +111,7 @@ func (s *Store) PTTL(key string) time.Duration {
 // Del deletes keys and returns how many of them existed.
 func (s *Store) Del(keys ...string) int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.tick()
 	n := 0
 	for _, k := range keys {
@@ -114,7 +126,7 @@ func (s *Store) Del(keys ...string) int {
 // Keys returns the live keys that start with prefix, sorted.
 func (s *Store) Keys(prefix string) []string {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.tick()
 	var out []string
 	for k, e := range s.keys {
@@ -130,7 +142,7 @@ func (s *Store) Keys(prefix string) []string {
 // expire without it (they are absent once expired); it frees their memory.
 func (s *Store) Sweep() int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	s.tick()
 	n := 0
 	for k, e := range s.keys {

@@ -97,6 +97,38 @@ func TestGoAPI(t *testing.T) {
 	}
 }
 
+// TestEmpty: Empty follows every way a key comes and goes: a method, a
+// script, an expiry swept.
+func TestEmpty(t *testing.T) {
+	clock := newTestClock(t0)
+	s := New(clock.Now)
+	ctx := context.Background()
+	check := func(step string, want bool) {
+		t.Helper()
+		if got := s.Empty(); got != want {
+			t.Errorf("after %s: Empty() = %v, want %v", step, got, want)
+		}
+	}
+	check("New", true)
+	s.Set("a", "1", time.Second)
+	check("Set", false)
+	s.Del("a")
+	check("Del", true)
+	if err := s.Eval(ctx, "redis.call('SET', KEYS[1], 'v', 'PX', 1000)", []string{"k"}).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("SET: %v", err)
+	}
+	check("a script's SET", false)
+	if err := s.Eval(ctx, "redis.call('DEL', KEYS[1])", []string{"k"}).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("DEL: %v", err)
+	}
+	check("a script's DEL", true)
+	s.Set("b", "2", time.Second)
+	clock.Add(2 * time.Second)
+	check("an expiry not swept yet", false)
+	s.Sweep()
+	check("Sweep", true)
+}
+
 func TestExpiryInScripts(t *testing.T) {
 	clock := newTestClock(t0)
 	s := New(clock.Now)
