@@ -322,7 +322,10 @@ func (r *Reservation) lostSince() bool {
 	if !redis {
 		return false
 	}
-	ks := r.lim.states.get(r.key)
+	ks := r.lim.states.peek(r.key) // a read: the check before it marked the key used
+	if ks == nil {
+		ks = r.lim.states.get(r.key)
+	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	return ks.epoch != epoch
