@@ -85,6 +85,11 @@ class Reservation:
     # was placed, in seconds: the reply arrived late (its process was off
     # the CPU). sleep counts it as lateness, as Go's Limiter does.
     placed_late: float = field(default=0.0, repr=False)
+    # A slot the local fallback granted: its number among the key's local
+    # grants (_Key.grants; 0: Redis granted it), and whether the handback
+    # told its sleeper to take a slot on Redis instead (back_move).
+    local_id: int = field(default=0, repr=False)
+    back_move: bool = field(default=False, repr=False)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -122,6 +127,14 @@ class _Key:
     local: bool = False
     local_last_ns: int = 0
     local_pause_ns: int = 0
+    # The store's grants, by local number, and the latest slot of those
+    # dropped since (past); the sleepers among them before their last
+    # check (asleep). At the handback, the sleepers take slots on Redis
+    # instead, and Redis's floor is the latest of the others (Go's
+    # localKey.grants, past and asleep; MovedBack).
+    grants: dict[int, int] = field(default_factory=dict)
+    past: int = 0
+    asleep: dict[int, "Reservation"] = field(default_factory=dict)
     # The end of the latest pause this Limiter made on Redis (server
     # clock): honoured by its sleepers when Redis cannot be read.
     own_pause_ns: int = 0
@@ -215,6 +228,15 @@ class Limiter:
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
         self._back_at = 0.0
         self._remember = 60.0  # the fleet's hold_ms
+        # Back from an outage of its own, while fewer than a quarter of the
+        # fleet's ranks are not held (the others not back yet), calls that
+        # take slots on Redis wait for them, until _back_until at the most
+        # (time.monotonic(); 0: not back): a slot on this rank's own
+        # instants moves the key's queue past every other rank's (Go's
+        # fleetView.sparse and backWait: the others probe back within a
+        # probe interval, +25%, and are heard at their next heartbeats).
+        self._back_until = 0.0
+        self._back_wait = max(self._guess_wait, max(3 * self.interval, 2 * float(probe_interval)) + self.interval)
         # Started while Redis was unavailable (born), it has never learned
         # the fleet. When it first reaches Redis, a Redis restarted empty
         # lists only the members back already; the others, still pacing
@@ -233,6 +255,9 @@ class Limiter:
         self._local = False
         self._since_ms = int(time.time() * 1000)
         self._local_share: str | None = None  # the share taken while local
+        self._local_ids = 0  # the last number given to a local grant (Reservation.local_id)
+        # Sleepers told by the handback to take a slot on Redis (MovedBack).
+        self._moved_back = 0
         self._offset_ns = 0  # server clock - time.time_ns(), from the replies
         self._best_rtt = math.inf
         self._store: localstore.LocalStore | None = None
@@ -331,34 +356,80 @@ class Limiter:
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
         stalled process) takes a fresh slot instead, once, rather than fire
-        together with callers that are on time. ``until``
-        (time.monotonic()) bounds a fresh slot's wait (WaitTooLong)."""
+        together with callers that are on time.
+        Nor does it fire on a slot the local fallback granted (Redis
+        unavailable) when Redis answers again before its last check: the
+        fleet paces on Redis from then on, and it takes a slot there (Go's
+        MovedBack). ``until`` (time.monotonic()) bounds a fresh slot's
+        wait (WaitTooLong)."""
         moved = False
-        while True:
-            while r.delay() > _PRECHECK + _POLL:
-                # A resume may move the slot earlier meanwhile: Redis then
-                # grants the times it left to others.
-                time.sleep(_POLL)
-                self._pause_end(r)
+        try:
+            while True:
+                r = self._sleep_once(r, until, moved)
+                if isinstance(r, tuple):
+                    r, moved = r
+                    continue
+                return r
+        finally:
+            self._awake(r)
+
+    def _sleep_once(self, r: Reservation, until: float | None, moved: bool) -> Reservation | tuple[Reservation, bool]:
+        """One round of sleep: r to return, or (the fresh reservation,
+        moved) to sleep on."""
+        self._asleep(r)
+        while r.delay() > _PRECHECK + _POLL and not r.back_move:
+            # A resume may move the slot earlier meanwhile: Redis then
+            # grants the times it left to others.
+            time.sleep(_POLL)
+            self._pause_end(r)
+        if not r.back_move:
             _sleep_to(r, _PRECHECK)
-            pause = self._pause_end(r)
-            if pause is not None and pause > r.slot_ns:
-                r = self._again(r, until)
-                continue
-            if self._lost_since(r):
-                # Redis lost the state that granted the slot (restarted
-                # empty, flushed) and may have granted its instant to
-                # others since: a fresh slot. Not cancelled: the state
-                # Redis holds now never had it.
-                r = self._again(r, until, cancel=False)
-                continue
-            while r.delay() > 0:
-                _sleep_to(r, 0.0)
-            if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
-                moved = True
-                r = self._again(r, until)
-                continue
-            return r
+        pause = self._pause_end(r)
+        if pause is not None and pause > r.slot_ns:
+            self._awake(r)  # cancelled: out of the floor, and no sleeper
+            return self._again(r, until), moved
+        if self._lost_since(r):
+            # Redis lost the state that granted the slot (restarted
+            # empty, flushed) and may have granted its instant to
+            # others since: a fresh slot. Not cancelled: the state
+            # Redis holds now never had it.
+            return self._again(r, until, cancel=False), moved
+        if self._awake(r):
+            # The last check: from here the slot is used as granted,
+            # and a handback counts it in Redis's floor. The local
+            # fallback granted it, and Redis answered again first: a
+            # slot on Redis instead. Not cancelled: the store that
+            # granted it is gone, and Redis's floor leaves it out.
+            with self._lock:
+                self._moved_back += 1
+            return self._again(r, until, cancel=False), moved
+        while r.delay() > 0:
+            _sleep_to(r, 0.0)
+        if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
+            return self._again(r, until), True
+        return r
+
+    def _asleep(self, r: Reservation) -> None:
+        """Notes r, a grant of the store that still counts (_Key.grants),
+        among its key's sleepers: the handback tells it to move (MovedBack)."""
+        if not r.local_id:
+            return
+        with self._lock:
+            st = self._keys.get(r.key)
+            if st is not None and st.local and r.local_id in st.grants:
+                st.asleep[r.local_id] = r
+
+    def _awake(self, r: Reservation) -> bool:
+        """Takes r out of its key's sleepers (_asleep), and reports whether
+        the handback told it to take a slot on Redis."""
+        if not r.local_id:
+            return False
+        with self._lock:
+            st = self._keys.get(r.key)
+            if st is not None and st.asleep.get(r.local_id) is r:
+                del st.asleep[r.local_id]
+            back, r.back_move = r.back_move, False
+            return back
 
     def _again(self, r: Reservation, until: float | None, cancel: bool = True) -> Reservation:
         """Cancels r (if cancel) and reserves the same again."""
@@ -685,7 +756,16 @@ class Limiter:
                     return None
             if not held or len(held) >= n:
                 return "1"
+            if grant and self._sparse(n, held):
+                return None
             return " ".join(str(x) for x in [n, *held])
+
+    def _sparse(self, n: int, held: list[int]) -> bool:
+        """Whether, back from an outage of its own within _back_wait, this
+        Limiter sees fewer than a quarter of the fleet's n ranks not held:
+        its calls that take slots wait for the others (a fleet of 4 or
+        fewer never waits). self._lock is held."""
+        return bool(self._back_until) and time.monotonic() < self._back_until and 4 * (n - len(held)) < n
 
     def _guessing(self) -> bool:
         """Whether calls that take slots on Redis wait for a heartbeat
@@ -1167,7 +1247,20 @@ class Limiter:
         g = rep.grants[0]
         r = self._result(key, policy, costs, g, True, recv_mono)
         with self._lock:
+            # The policy the handback floors Redis with, on a key no reply
+            # from Redis has shown yet too.
+            st.policy = policy
             st.local_last_ns = max(st.local_last_ns, g.slot_ns)
+            self._local_ids += 1
+            r.local_id = self._local_ids
+            st.grants[r.local_id] = g.slot_ns
+            if len(st.grants) > 256:
+                # Grants passed a second ago have fired or moved: their
+                # latest slot is all the floor needs of them.
+                for lid, slot in list(st.grants.items()):
+                    if slot < now - 1_000_000_000 and lid not in st.asleep:
+                        st.past = max(st.past, slot)
+                        del st.grants[lid]
         return r
 
     def _come_back(self) -> None:
@@ -1182,12 +1275,26 @@ class Limiter:
                 return
             keys = list(self._keys.items())
             store = self._store
+            # The store's sleepers before their last check take slots on
+            # Redis instead (_sleep_once), and Redis's floor is the latest
+            # of the other grants: a process pacing locally takes slots at
+            # its share of the fleet, so its queue runs far ahead, and
+            # floored at its last slot the whole fleet would wait behind a
+            # few sleepers (Go's takeHandback; a 200-process Cluster run's
+            # keys at 0.2-4 calls/s of 50).
+            floors: dict[str, int] = {}
+            told: list[Reservation] = []
+            for key, st in keys:
+                floors[key] = max([st.past] + [slot for lid, slot in st.grants.items() if lid not in st.asleep])
+                for r in st.asleep.values():
+                    r.back_move = True
+                    told.append(r)
         now = self._server_now()
         try:
             for key, st in keys:
                 k = protocol.redis_key(self.prefix, key)
                 if st.local and store is not None and st.policy is not None:
-                    floor, lost = self._handback(store, k, st, now)
+                    floor, lost = self._handback(store, k, st, now, floors[key])
                     if floor or lost:
                         args = protocol.reserve_args(protocol.common_args(self._share() or "1", st.policy, fmt=self._format,
                                                                           lost=lost), floor, [])
@@ -1206,25 +1313,31 @@ class Limiter:
                                                           op, slot, seq, costs, actual))
                     st.pending.remove((op, slot, seq, costs, actual, pol))
         except UNAVAILABLE:
-            return  # still away: the next heartbeat tries again
+            with self._lock:
+                for r in told:
+                    r.back_move = False  # still away: they may fire on the store's slots
+            return  # the next heartbeat tries again
         with self._lock:
             for key, st in keys:
                 st.local, st.local_last_ns, st.local_pause_ns, st.seeded = False, 0, 0, {}
+                st.grants, st.past = {}, 0
             self._store = localstore.LocalStore(self.scripts, self._server_now) if self._fallback else None
             self._local = False
             self._since_ms = int(time.time() * 1000)
             self._back_at = time.monotonic()
+            self._back_until = self._back_at + self._back_wait
             self._local_share = None
         log.warning("pacer: back on Redis")
 
-    def _handback(self, store: localstore.LocalStore, k: str, st: _Key, now: int) -> tuple[str, str]:
-        """Reserve's floor for what the store granted on a key: its latest
-        slot and each window band's own units ("Reserve", floor), "" if
-        nothing; and the key's lost horizon (ARGV[2]'s "!<h2_us>:<seq>"),
-        "" if no slot Redis granted is still ahead."""
+    def _handback(self, store: localstore.LocalStore, k: str, st: _Key, now: int, last_ns: int) -> tuple[str, str]:
+        """Reserve's floor for what the store granted on a key: the latest
+        slot it counts (last_ns: those of sleepers that move are left out)
+        and each window band's own units ("Reserve", floor), "" if nothing;
+        and the key's lost horizon (ARGV[2]'s "!<h2_us>:<seq>"), "" if no
+        slot Redis granted is still ahead."""
         parts = []
-        if st.local_last_ns:
-            parts.append(str(max(0, (st.local_last_ns - now + 999) // 1000)))
+        if last_ns:
+            parts.append(str(max(0, (last_ns - now + 999) // 1000)))
         else:
             parts.append("0")
         raw = protocol.normalize(store.execute_command("GET", k))

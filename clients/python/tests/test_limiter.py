@@ -838,6 +838,121 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
         self.assertEqual(a._share(), f"2 {b._rank}")
 
+    def test_handback_of_a_key_used_only_locally(self) -> None:
+        """The local grants on a key this Limiter never reserved on Redis
+        are handed back too: Redis grants nothing before them. (Before, the
+        handback skipped a key whose policy only a Redis reply had noted,
+        and Redis granted the local slots' instants again.)"""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(1, 1)
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            local = [a.reserve("fresh", lim, max_wait=10) for _ in range(3)]  # now, 1 s, 2 s
+        finally:
+            self.c.config_set("maxmemory", "0")
+        self.assertTrue(all(r.local for r in local))
+        a._beat()  # back
+        self.assertFalse(a.is_local)
+        r = a.reserve("fresh", lim)
+        self.assertFalse(r.local)
+        self.assertGreaterEqual(r.slot_ns - local[-1].slot_ns, 1000 * MS - 1000,
+                                "Redis granted a slot within 1/rate of the store's last")
+
+    def test_handback_moves_sleepers(self) -> None:
+        """Back on Redis, the store's sleepers that have not made their
+        last check take slots on Redis, and Redis's floor is the latest of
+        the other local grants, as Go's Limiter (MovedBack,
+        TestHandbackMovesSleepers). A Limiter pacing locally takes slots at
+        its share, so its queue runs ahead: floored at its last local slot,
+        the fleet waited behind a few sleepers (a 200-process Cluster run's
+        keys at 0.2-4 calls/s of 50)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b):
+            lim._beat()
+        lim2 = Limit(2, 1)  # locally 1/s, a's share of 2
+        results: list[limiter.Reservation | None] = [None] * 4
+        errors: list[BaseException] = []
+
+        def sleeper(i: int) -> None:
+            try:
+                results[i] = a.wait("k", lim2)
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=sleeper, args=(i,)) for i in range(4)]
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            first = a.reserve("k", lim2, max_wait=1)  # not slept on: it counts in the floor
+            self.assertTrue(first.local)
+            for t in threads:
+                t.start()
+            st = a._keys["k"]
+            deadline = time.monotonic() + 10
+            while len(st.asleep) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(len(st.asleep), 4, "the sleepers on local slots")
+            local_last = max(st.grants.values())
+            self.assertGreater(local_last - first.slot_ns, 3500 * MS, "local slots 1 s apart, 4 s ahead")
+        finally:
+            self.c.config_set("maxmemory", "0")
+        b._beat()  # heard from since the outage: not held
+        a._beat()  # back: the sleepers move
+        for t in threads:
+            t.join(10)
+        self.assertEqual(errors, [])
+        self.assertEqual(a._moved_back, 4)
+        got = [r for r in results if r is not None]
+        self.assertEqual(len(got), 4)
+        self.assertTrue(all(not r.local for r in got), "a sleeper fired on its local slot after the handback")
+        self.assertLess(max(r.slot_ns for r in got), local_last - 1000 * MS,
+                        "Redis granted nothing before the end of the local queue: the floor counted the sleepers")
+        slots = sorted([first.slot_ns] + [r.slot_ns for r in got])
+        self.assertTrue(all(y - x >= 500 * MS - 1000 for x, y in zip(slots, slots[1:])),
+                        f"slots closer than 1/rate: {[(y - x) / MS for x, y in zip(slots, slots[1:])]} ms")
+
+    def test_back_first_of_the_fleet_waits_for_it(self) -> None:
+        """Back from an outage while four of the fleet's five members still
+        pace locally (held), a Limiter's calls that take slots wait for
+        them rather than take its own rank's instants, which would run the
+        key's queue ahead of theirs, as Go's Limiter does (fleetView.sparse,
+        TestBackWaitsForFleetOnRedis; a 200-process Cluster run put its keys'
+        queues 20 s ahead). A call with a maximum wait gets WaitTooLong
+        ("(outage)"); once the others are back, calls go to Redis."""
+        lims = [Limiter(self.c, prefix="pacer:", limiter_id=name, heartbeat_interval=3600, probe_interval=3600)
+                for name in "abcde"]
+        self.lims.extend(lims)
+        a, others = lims[0], lims[1:]
+        for lim in lims + lims:
+            lim._beat()
+        self.assertEqual(a._n, 5)
+        lim5 = Limit(50, 1)  # a burst under the fleet's 5: the lattice
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            self.assertTrue(a.reserve("k", lim5, max_wait=1).local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        for lim in others:
+            self.tell_local(lim, 5)  # they lost Redis too, and are still away
+        a._beat()  # back, first of the five
+        self.assertFalse(a.is_local)
+        self.assertEqual(len(a._held), 4, a._held)
+        before = self.c.get("pacer:{k}")
+        with self.assertRaises(WaitTooLong) as e:
+            a.reserve("k", lim5, max_wait=0.05)
+        self.assertEqual(e.exception.band, limiter.OUTAGE_BAND)
+        self.assertEqual(self.c.get("pacer:{k}"), before, "a reserved on Redis while waiting for the fleet")
+        for lim in others:  # back on Redis
+            lim.scripts.run(self.c, "Heartbeat", protocol.fleet_keys("pacer:"),
+                            protocol.heartbeat_args(lim.id, "redis", int(time.time() * 1000) + 2, 5, lim._rank))
+        a._beat()
+        self.assertEqual(a._held, [])
+        for _ in range(3):
+            self.assertFalse(a.reserve("k", lim5).local)
+
     def test_heartbeat_tells_the_local_share_size(self) -> None:
         """A member on Redis tells the fleet, in every heartbeat, the size
         its local share would count ("<since_ms> <cid> <n>"), and beats
