@@ -179,10 +179,13 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// own: a member back on Redis may have lost it again and pace
 		// locally on its rank, as below (combination runner, seed 7: a
 		// member missing, Redis froze, and a member back on Redis took on
-		// Redis the instants of one that paced locally meanwhile).
+		// Redis the instants of one that paced locally meanwhile). Its
+		// own rank on Redis, when it is not its old one (a member pacing
+		// locally took that first), is no member back: that rank's owner
+		// may pace locally still (TestBackAtAnotherRank).
 		n, held = f.remembered, make([]int, 0, f.remembered-1)
 		for k := range f.remembered {
-			if k != f.rankBefore && (doubt || !slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
+			if k != f.rankBefore && (doubt || k == f.rank || !slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
 				held = append(held, k)
 			}
 		}

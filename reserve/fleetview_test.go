@@ -464,6 +464,27 @@ func TestBackBesideHeldFleet(t *testing.T) {
 	}
 }
 
+// TestBackAtAnotherRank: back on a Redis restarted empty, this Limiter
+// asked for its old rank (0 of 3), but a member pacing locally had taken it
+// first, and it got rank 1. Rank 1 of the fleet it knew is another
+// member's, which may still pace locally on it: left to it, as a rank no
+// member back on Redis holds. Before, this Limiter's own new rank counted
+// as that member back, and it took rank 1's instants of 3 beside it
+// (combination runner, seed 2 with the Python client's MovedBack: two
+// permits at one instant every 0.1 s on sliding.example).
+func TestBackAtAnotherRank(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(3, 0, 3, 0, 0, nil) // rank 0 of 3, every member on Redis
+	f.taken([]int{0, 1, 2})
+	f.leaving()
+	f.update(2, 1, 2, 0, 0, []int{0}) // restarted empty: rank 1 here, rank 0 held
+	f.taken([]int{0, 1})
+	f.recovered()
+	if got := f.redisShare().Arg(); got != "3 1 2" {
+		t.Fatalf("back at rank 1 while its old rank 0 was taken: share %q, want rank 0's of 3 (\"3 1 2\")", got)
+	}
+}
+
 // TestStaleViewAfterStall: a view older than settle (this Limiter's
 // heartbeats stopped: its process was stopped, as the combination runner's
 // seed 8 stops one for 3 s) leaves every other rank its share, and the

@@ -740,7 +740,11 @@ class Limiter:
                 n = self._remembered
                 # After a failed heartbeat (doubt), every rank but its own,
                 # as below (Go's redisShareOK; combination runner, seed 7).
-                held = [k for k in range(n) if k != self._rank_before and (doubt or k not in self._ranks or k in self._held)]
+                # Its own rank on Redis, when not its old one, is no member
+                # back: that rank's owner may pace locally still (Go's
+                # TestBackAtAnotherRank).
+                held = [k for k in range(n) if k != self._rank_before
+                        and (doubt or k == self._rank or k not in self._ranks or k in self._held)]
             elif doubt:
                 held = [k for k in range(n) if k != self._rank]
                 if grant and self._guessing():

@@ -838,6 +838,20 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
         self.assertEqual(a._share(), f"2 {b._rank}")
 
+    def test_back_at_another_rank(self) -> None:
+        """Back on a Redis restarted empty at rank 1 where it had rank 0 of
+        3 (a member pacing locally took rank 0 first), rank 1 of the fleet
+        it knew is another member's, which may still pace locally on it:
+        left to it, as Go's Limiter does (TestBackAtAnotherRank; combination
+        runner, seed 2: two permits at one instant every 0.1 s)."""
+        a = self.limiter("a")
+        with a._lock:
+            a._learned, a._n, a._rank, a._members = True, 2, 1, 2
+            a._held, a._ranks, a._held_n = [0], [0, 1], 0
+            a._remembered, a._remembered_members, a._rank_before = 3, 3, 0
+            a._back_at, a._last_beat = time.monotonic(), time.monotonic()
+        self.assertEqual(a._share(), "3 1 2")
+
     def test_handback_of_a_key_used_only_locally(self) -> None:
         """The local grants on a key this Limiter never reserved on Redis
         are handed back too: Redis grants nothing before them. (Before, the
