@@ -343,17 +343,20 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 	ks := l.states.get(r.key)
 	end := l.localPauseEnd(ks)
 	redisEnd := int64(-1) // not read
-	if !local || !l.isDegraded() {
-		var err error
-		if !r.takeReplyCheck() {
-			err = l.readPause(ctx, ks)
-		}
-		// The reply's check, or the read's: the key's state holds it. A
-		// read that failed leaves the pause as last seen, and a resume
-		// the Limiter heard of (the fleet's event) moves r all the same.
-		ks.mu.Lock()
-		pe, shift := ks.pause.endNS, ks.pause.shift
-		ks.mu.Unlock()
+	checked := !local || !l.isDegraded()
+	var err error
+	if checked && !r.takeReplyCheck() {
+		err = l.readPause(ctx, ks)
+	}
+	// The reply's check, or the read's: the key's state holds it. A read
+	// that failed leaves the pause as last seen, and a resume the Limiter
+	// heard of (the fleet's event) moves r all the same. One lock: on a
+	// hot key every sleeper takes it.
+	ks.mu.Lock()
+	pe, shift := ks.pause.endNS, ks.pause.shift
+	hasOwn := ks.own != nil
+	ks.mu.Unlock()
+	if checked {
 		switch {
 		case err == nil:
 			end, redisEnd = max(end, pe), pe
@@ -368,9 +371,6 @@ func (l *Limiter) pausedAfter(ctx context.Context, r *Reservation) (bool, error)
 				"to_ns", slotNS, "d_ns", shift.d, "resume", fmt.Sprintf("%d:%d", shift.q, shift.r), "limiter", l.id)
 		}
 	}
-	ks.mu.Lock()
-	hasOwn := ks.own != nil
-	ks.mu.Unlock()
 	if !hasOwn {
 		return end > slotNS, nil // the common case: no clock to read
 	}
