@@ -134,6 +134,7 @@ class _Key:
     # localKey.grants, past and asleep; MovedBack).
     grants: dict[int, int] = field(default_factory=dict)
     past: int = 0
+    prune_at: int = 256  # grants kept before the next pruning (doubles: amortized)
     asleep: dict[int, "Reservation"] = field(default_factory=dict)
     # The end of the latest pause this Limiter made on Redis (server
     # clock): honoured by its sleepers when Redis cannot be read.
@@ -362,20 +363,18 @@ class Limiter:
         fleet paces on Redis from then on, and it takes a slot there (Go's
         MovedBack). ``until`` (time.monotonic()) bounds a fresh slot's
         wait (WaitTooLong)."""
-        moved = False
+        moved = fired = False
         try:
-            while True:
-                r = self._sleep_once(r, until, moved)
-                if isinstance(r, tuple):
-                    r, moved = r
-                    continue
-                return r
+            while not fired:
+                r, moved, fired = self._sleep_once(r, until, moved)
+            return r
         finally:
             self._awake(r)
 
-    def _sleep_once(self, r: Reservation, until: float | None, moved: bool) -> Reservation | tuple[Reservation, bool]:
-        """One round of sleep: r to return, or (the fresh reservation,
-        moved) to sleep on."""
+    def _sleep_once(self, r: Reservation, until: float | None, moved: bool) -> tuple[Reservation, bool, bool]:
+        """One round of sleep: the reservation, whether it moved for
+        lateness, and whether it is the one to use now (else it is a fresh
+        one to sleep on)."""
         self._asleep(r)
         while r.delay() > _PRECHECK + _POLL and not r.back_move:
             # A resume may move the slot earlier meanwhile: Redis then
@@ -387,13 +386,13 @@ class Limiter:
         pause = self._pause_end(r)
         if pause is not None and pause > r.slot_ns:
             self._awake(r)  # cancelled: out of the floor, and no sleeper
-            return self._again(r, until), moved
+            return self._again(r, until), moved, False
         if self._lost_since(r):
             # Redis lost the state that granted the slot (restarted
             # empty, flushed) and may have granted its instant to
             # others since: a fresh slot. Not cancelled: the state
             # Redis holds now never had it.
-            return self._again(r, until, cancel=False), moved
+            return self._again(r, until, cancel=False), moved, False
         if self._awake(r):
             # The last check: from here the slot is used as granted,
             # and a handback counts it in Redis's floor. The local
@@ -402,12 +401,12 @@ class Limiter:
             # granted it is gone, and Redis's floor leaves it out.
             with self._lock:
                 self._moved_back += 1
-            return self._again(r, until, cancel=False), moved
+            return self._again(r, until, cancel=False), moved, False
         while r.delay() > 0:
             _sleep_to(r, 0.0)
         if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
-            return self._again(r, until), True
-        return r
+            return self._again(r, until), True, False
+        return r, moved, True
 
     def _asleep(self, r: Reservation) -> None:
         """Notes r, a grant of the store that still counts (_Key.grants),
@@ -1258,13 +1257,16 @@ class Limiter:
             self._local_ids += 1
             r.local_id = self._local_ids
             st.grants[r.local_id] = g.slot_ns
-            if len(st.grants) > 256:
+            if len(st.grants) > st.prune_at:
                 # Grants passed a second ago have fired or moved: their
-                # latest slot is all the floor needs of them.
+                # latest slot is all the floor needs of them. The next
+                # pruning waits for twice what is left, so that a long
+                # queue of grants still ahead is not scanned at each grant.
                 for lid, slot in list(st.grants.items()):
                     if slot < now - 1_000_000_000 and lid not in st.asleep:
                         st.past = max(st.past, slot)
                         del st.grants[lid]
+                st.prune_at = max(256, 2 * len(st.grants))
         return r
 
     def _come_back(self) -> None:
@@ -1324,7 +1326,7 @@ class Limiter:
         with self._lock:
             for key, st in keys:
                 st.local, st.local_last_ns, st.local_pause_ns, st.seeded = False, 0, 0, {}
-                st.grants, st.past = {}, 0
+                st.grants, st.past, st.prune_at = {}, 0, 256
             self._store = localstore.LocalStore(self.scripts, self._server_now) if self._fallback else None
             self._local = False
             self._since_ms = int(time.time() * 1000)
