@@ -280,7 +280,7 @@ class Limiter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         if heartbeat:
-            self._beat()
+            self._first_beat()
             with self._lock:
                 if self._local and not self._learned:
                     self._born = True  # started while Redis was unavailable
@@ -894,6 +894,22 @@ class Limiter:
         if share and share.startswith("m "):
             return int(share.split()[1])
         return 0
+
+    def _first_beat(self) -> None:
+        """The heartbeat that starts the Limiter, as Go's New makes it
+        (firstHeartbeat). One that timed out is no evidence that Redis is
+        gone (a paused or frozen Redis, a loaded machine): when the ping
+        that decides (_lost) found Redis, the heartbeat goes again, twice
+        at most. A Limiter still without a view of the fleet then starts
+        off Redis, as one started while Redis was unavailable: on Redis it
+        would take the whole rate, beside members that may pace locally on
+        their shares (combination runner, seed 37)."""
+        for _ in range(3):
+            self._beat()
+            with self._lock:
+                if self._learned or self._local:
+                    return
+        self._go_local("the first heartbeat timed out three times")
 
     def _beat(self) -> None:
         """A heartbeat (the probe while local), run again at once (twice at

@@ -610,6 +610,24 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local)
         self.assertEqual(r.seq, 1)
 
+
+    def test_first_heartbeat_timed_out_on_a_paused_redis(self) -> None:
+        """A Limiter started while Redis is paused (its first heartbeat
+        times out, the ping waits the pause out) heartbeats again before it
+        takes anything, as Go's New does (firstHeartbeat). Before, it took
+        the whole rate on Redis until its next heartbeat, a second later
+        (combination runner, seed 37: a Python process restarted during a
+        3 s freeze took all of a key's 30/s beside two Go processes pacing
+        locally on their shares)."""
+        a = self.limiter("a")
+        a._beat()
+        self.c.execute_command("CLIENT", "PAUSE", "1200", "ALL")
+        b = self.limiter("b")
+        self.assertFalse(b.is_local, "a paused Redis is no outage")
+        self.assertTrue(b._learned, "b did not learn the fleet at its start")
+        self.assertEqual(b._n, 2, "b's view of the fleet")
+        r = b.reserve("k", Limit(10, 1))
+        self.assertFalse(r.local)
     def tell_local(self, lim: Limiter, n: int) -> None:
         """A heartbeat of lim's saying it paces locally on a fleet of n, as
         one whose calls fail while its heartbeats reach Redis (a Cluster's
