@@ -186,7 +186,7 @@ func (r *run) liveness(key string, fig *Learned) []Violation {
 		cuts = append(cuts, [2]int64{f.At, f.End + int64(faultRecovery)})
 	}
 	// And while no fleet process runs (all killed: nobody calls).
-	cuts = append(cuts, r.noneRunning()...)
+	cuts = append(cuts, r.noneRunning(key)...)
 	clearTime := outside(start, end, cuts)
 	for _, s := range clearTime {
 		fig.Clear += time.Duration(s[1] - s[0])

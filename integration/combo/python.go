@@ -45,6 +45,10 @@ func pythonSlots(seed uint64, procs int) []int {
 	return slots
 }
 
+// pythonCalls reports whether the Python processes call key: the keys the
+// client supports (combo_child.py), the Sliding key and the policy key.
+func pythonCalls(key string) bool { return key == KeySliding || key == KeyPolicy }
+
 // isPython reports whether slot runs Python in sc.
 func (sc Scenario) isPython(slot int) bool { return slices.Contains(sc.Python, slot) }
 

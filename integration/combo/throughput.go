@@ -80,7 +80,7 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	}
 	// No demand while no fleet process runs (all killed or closed), and
 	// procGap after (stalls.go's noneRunning).
-	cut = append(cut, r.noneRunning()...)
+	cut = append(cut, r.noneRunning(key)...)
 	for _, a := range r.res.Actions {
 		if a.Kind == FaultHog {
 			// A loaded machine serves its callers late: the promise is

@@ -405,6 +405,9 @@ func TestLearnedLiveness(t *testing.T) {
 	}{
 		{"a hole while every process was killed", killed, 0},
 		{"a hole while one process ran", append(killed, Life{ID: "2", From: at(0), To: at(defaultLength)}), 1},
+		// The one running was a Python process, which does not call the
+		// adaptive key (the combination runner's seed 38).
+		{"a hole while only a Python process ran", append(killed, Life{ID: "2", From: at(0), To: at(defaultLength), Python: true}), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
