@@ -494,6 +494,15 @@ func (l *Limiter) noteAcquireLocked(ks *keyState, t *seatTicket, res any, local 
 		}
 	}
 	switch {
+	case r[0] == int64(1) && !local && !ks.redisHandOff():
+		// Redis granted it, but the store holds the key's seats now (the
+		// Limiter went local while the call was on its way): the seat is
+		// in no share (see redisHandOff). The ticket waits, and asks the
+		// store.
+		if t.state == seatPending {
+			t.state = seatWaiting
+		}
+		return false, true, nil
 	case r[0] == int64(1):
 		t.local.Store(local)
 		if t.state != seatHeld {
@@ -539,7 +548,7 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 		res, err := seatsScript.Run(context.Background(), l.store, l.seatKeys(t.key), op, arg, "*", ks.seats.excess,
 			ks.storeN(t.n), l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), t.id).Result()
 		if err == nil {
-			l.handedOff(ks, res, 2)
+			l.handedOff(ks, res, 2, false)
 		}
 		return
 	}
@@ -571,23 +580,38 @@ func (l *Limiter) endOnRedis(ks *keyState, op, id string, n int) {
 	if r, ok := res.([]any); ok && len(r) > 1 {
 		ks.noteExcess(r[1])
 	}
-	l.handedOff(ks, res, 2)
+	l.handedOff(ks, res, 2, true)
 	ks.mu.Unlock()
 }
 
 // handedOff wakes this Limiter's tickets among the hand-offs of a reply
-// (from its index from on). ks.mu is held.
-func (l *Limiter) handedOff(ks *keyState, res any, from int) {
+// (from its index from on): the store's, or Redis's (onRedis; see
+// redisHandOff). ks.mu is held.
+func (l *Limiter) handedOff(ks *keyState, res any, from int, onRedis bool) {
 	r, _ := res.([]any)
 	for i := from; i < len(r); i++ {
-		if id, ok := r[i].(string); ok {
+		if id, ok := r[i].(string); ok && (!onRedis || ks.redisHandOff()) {
 			ks.grantTicket(id)
 		}
 	}
 }
 
+// redisHandOff reports whether a seat Redis hands to one of this
+// Limiter's tickets may be used: not while the key's seats are on the
+// local fallback's store. The store counts this Limiter's seats against
+// its share of N, and a seat Redis hands over is in no share: the members
+// pacing locally each use theirs. A release that Redis ran late (it was
+// paused; its sender paced locally by then, on a share its store counted
+// free) handed a seat to a ticket waiting on a member pacing locally, and
+// 5 calls were open on a band of 4 (the combination runner's seed 21,
+// after a 3.6 s CLIENT PAUSE). The ticket waits for a seat of its share;
+// Redis's count follows the store's at the handback. ks.mu is held.
+func (ks *keyState) redisHandOff() bool {
+	return ks.seats == nil || !ks.seats.store
+}
+
 // onSeatEvent applies a hand-off announced on the events channel: the
-// tickets named hold their seats now.
+// tickets named hold their seats now (see redisHandOff).
 func (l *Limiter) onSeatEvent(key, arg string) {
 	ks := l.states.peek(key)
 	if ks == nil {
@@ -595,6 +619,9 @@ func (l *Limiter) onSeatEvent(key, arg string) {
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
+	if !ks.redisHandOff() {
+		return
+	}
 	for id := range strings.FieldsSeq(arg) {
 		ks.grantTicket(id)
 	}
@@ -639,7 +666,6 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			}
 			ks.noteExcess(r[1])
 		}
-		l.handedOff(ks, res, 2)
 		if ks.seats != nil {
 			ks.seats.dirty = false
 		}
@@ -652,6 +678,9 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 				t.local.Store(false)
 			}
 		}
+		// After the handback: its hand-offs are on Redis's count, which
+		// is the store's now.
+		l.handedOff(ks, res, 2, true)
 		// A call that ended while the renew was on its way: its release
 		// (or cancel) may have reached Redis first, and the renew, which
 		// listed it, recorded its seats or queued it again. End it again.
