@@ -609,7 +609,22 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 	if len(f.ranks) > 0 {
 		taken = joinInts(f.ranks)
 	}
-	return holder, n, taken, joinInts(f.held), f.missing() || f.missingRank()
+	heldRanks := f.held
+	if (f.doubt || f.stale()) && !f.missing() {
+		// As redisShareOK: the others may have lost Redis and pace
+		// locally on their shares of N, which this Limiter learns only at
+		// its next heartbeat (the combination runner's seed 57: a process
+		// stopped 3 s took seats on Redis on resuming beside the others'
+		// local ones, 6 open on a band of 5). Every other rank keeps
+		// max(its seats, its share).
+		heldRanks = make([]int, 0, max(f.n-1, 0))
+		for k := range f.n {
+			if k != f.rank {
+				heldRanks = append(heldRanks, k)
+			}
+		}
+	}
+	return holder, n, taken, joinInts(heldRanks), f.missing() || f.missingRank()
 }
 
 // missingRank reports whether, back from an outage of its own, this

@@ -608,3 +608,32 @@ func TestBackWaitsForFleet(t *testing.T) {
 		t.Fatalf("one of 4 back: no share (%q); want its own", s.Arg())
 	}
 }
+
+// TestSeatViewInDoubt: an in-flight band's call on Redis with a view in
+// doubt (a heartbeat failed) or stale (the process was stopped) names
+// every other rank held, as redisShare leaves every other rank its share:
+// the others may pace locally on their shares of N meanwhile. Before, a
+// process stopped 3 s while the others lost Redis took seats on Redis
+// beside their local ones on resuming, and 6 calls were open on a band of
+// 5 (the combination runner's seed 57).
+func TestSeatViewInDoubt(t *testing.T) {
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(3, 1, 3, 0, 0, nil) // rank 1 of 3, every member on Redis
+	f.taken([]int{0, 1, 2})
+	if _, _, _, held, _ := f.seatView("me"); held != "" {
+		t.Fatalf("every member on Redis: held %q, want none", held)
+	}
+	f.lastBeat = time.Now().Add(-3 * time.Second) // stopped for 3 s
+	if _, _, _, held, _ := f.seatView("me"); held != "0 2" {
+		t.Fatalf("a stale view: held %q, want every other rank (\"0 2\")", held)
+	}
+	f.update(3, 1, 3, 0, 0, nil)
+	f.taken([]int{0, 1, 2})
+	if _, _, _, held, _ := f.seatView("me"); held != "" {
+		t.Fatalf("a heartbeat answered: held %q, want none", held)
+	}
+	f.heartbeatFailed()
+	if _, _, _, held, _ := f.seatView("me"); held != "0 2" {
+		t.Fatalf("after a failed heartbeat: held %q, want every other rank (\"0 2\")", held)
+	}
+}
