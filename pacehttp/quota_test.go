@@ -256,6 +256,39 @@ func TestQuotaKnownLimit(t *testing.T) {
 	}
 }
 
+// TestQuotaKnownLimitOldInFlight: with the quota known, the calls a new
+// window leaves are the quota less its takes and what others spent, and
+// less the takes of the window before still in flight: sent before the
+// end the count knew, they may reach the provider in its new window (its
+// end is known to a second at best), after the probe's answer counted.
+// Before, they were in neither figure, and the combination runner's seed
+// 45 (calls 50 ms on their way, 30/s on a window of 24 per 2 s) had 27
+// calls in one of the provider's windows.
+func TestQuotaKnownLimitOldInFlight(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	answer := func(id, left int64, reset time.Duration) {
+		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
+	}
+	answer(0, 3, 30*time.Millisecond) // 3 left of 10, the window ending in 30 ms
+	for i := range 3 {
+		if _, id, _ := takeOnce(t, tr, "k"); id == 0 {
+			t.Fatalf("take %d of the old window's 3: none", i+1)
+		}
+	}
+	var probe int64
+	for probe == 0 { // the old window's end: the probe goes
+		wait, id, _ := takeOnce(t, tr, "k")
+		probe = id
+		time.Sleep(max(wait, time.Millisecond))
+	}
+	// The provider counted the probe alone: the old window's 3 calls are
+	// still on their way.
+	answer(probe, 9, time.Minute)
+	if got := takeAll(t, tr, "k"); got != 6 {
+		t.Fatalf("%d calls taken in the new window, want 6 (10 less the probe and the old window's 3 in flight)", got)
+	}
+}
+
 // TestQuotaRelativeReset: a reset given as a delay (OpenAI's
 // x-ratelimit-reset-requests, to the millisecond) counts from when the
 // provider wrote it, within the call's round trip before the answer came
