@@ -377,6 +377,34 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local)
         self.assertGreater(r.slot_ns, local[-1].slot_ns, "Redis granted again what the store had granted")
 
+    def test_handback_floor_covers_the_clock_estimate(self) -> None:
+        """The handback's floor is the last local slot, sent relative to the
+        estimate of Redis's clock: with the estimate ahead of Redis's clock,
+        the local callers fired early by that much, and the first slot on
+        Redis came less than its spacing after the last of them. The floor
+        leaves the estimate's error, half the round trip that set it
+        (combination runner, seed 77: the first slot on Redis 32.6 ms
+        after the last local one, at 30/s)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(10, 1)
+        a.reserve("k", lim)
+        with a._lock:
+            # The estimate 4 ms ahead of Redis's clock, set by a reply that
+            # took 10 ms (the midpoint: off by 5 ms at most).
+            a._offset_ns += 4_000_000
+            a._offset_rtt = 10_000_000
+        self.srv.stop()
+        local = [a.reserve("k", lim) for _ in range(3)]
+        self.assertTrue(all(r.local for r in local))
+        self.srv.start()
+        a._beat()  # back: the handback
+        self.assertFalse(a.is_local)
+        r = a.reserve("k", lim)
+        self.assertFalse(r.local)
+        self.assertGreaterEqual(r.slot_ns - local[-1].slot_ns, 100 * MS,
+                                "the first slot on Redis within the spacing of the last local one")
+
     def test_local_floor_covers_the_last_event(self) -> None:
         """The local store starts no earlier than the latest slot the state
         Redis showed records (a bucket's last event), as Go's horizon: a
