@@ -37,6 +37,15 @@ type health struct {
 	lastKey   string        // the key of the last failed call, probed with the heartbeat
 	lastErr   error         // the last failure: what the logs and ErrUnavailable name
 	wake      chan struct{} // tells the loop to start probing
+	// probeDue is when the loop's next probe is due while the Limiter
+	// paces locally, and probing when the probe under way, if any, began
+	// (zero: none): a loop far behind them was off the CPU (a stopped
+	// process, a paused virtual machine), and so were its callers; see
+	// probesStalled.
+	probeDue, probing time.Time
+	kick              chan struct{} // tells the loop to probe now (probesStalled)
+	// stallHook, in tests, holds the loop before a probe (a stall).
+	stallHook func()
 
 	check *verdict // the ping under way after a call timed out; nil: none
 	// recovering is set while recovered hands back what the local
@@ -127,6 +136,52 @@ func (l *Limiter) isRecovering() bool {
 	l.health.mu.Lock()
 	defer l.health.mu.Unlock()
 	return l.health.recovering
+}
+
+// probesStalled reports whether, pacing locally, this Limiter's probes of
+// Redis fell behind their schedule by more than probeSlack: its process
+// was off the CPU for that long (SIGSTOP, a paused virtual machine), and so
+// were its callers. Meanwhile the fleet may have come back to Redis, and
+// the members back keep this one's share only for a while (fleetView's
+// remember, 3 s by default) after their own return. Until a probe has
+// answered, its calls take no local slot: on its share's instants they
+// met the whole rate that the members back on Redis took (the combination
+// runner's seed 78: a process stopped 3.5 s while pacing locally, back on
+// Redis 0.9 s after resuming, its local slots beside another's on Redis
+// at the whole rate). It tells the loop to probe at once.
+func (l *Limiter) probesStalled() bool {
+	h := &l.health
+	budget := l.probeBudget() // takes h.mu
+	h.mu.Lock()
+	stalled := false
+	if h.degraded && !h.probeDue.IsZero() {
+		due := h.probeDue
+		if !h.probing.IsZero() {
+			due = h.probing.Add(budget)
+		}
+		stalled = time.Since(due) > probeSlack(l.opts.ProbeInterval)
+	}
+	h.mu.Unlock()
+	if stalled {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+	return stalled
+}
+
+// probeBudget bounds a probe's duration: its heartbeat and, after a
+// timeout, the ping that decides.
+func (l *Limiter) probeBudget() time.Duration {
+	return 2*l.callTimeout() + l.confirmBudget()
+}
+
+// probeSlack is how far behind its schedule a probe may run before the
+// Limiter counts itself stalled: a loaded machine runs its goroutines
+// late by far less.
+func probeSlack(probeEvery time.Duration) time.Duration {
+	return probeEvery/2 + 250*time.Millisecond
 }
 
 // isDegraded reports whether the Limiter is pacing locally.
@@ -305,6 +360,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	h.degraded = true
 	h.since = time.Now()
 	h.outage = h.since
+	h.probeDue = h.since.Add(l.opts.ProbeInterval * 5 / 4) // the loop sets it at its tell
 	h.upUntil = h.answered
 	h.lastErr = err
 	h.mu.Unlock()
@@ -385,6 +441,11 @@ func (l *Limiter) loop() {
 		select {
 		case <-l.stop:
 			return
+		case <-l.health.kick:
+			// A caller found the probes stalled (probesStalled): probe now.
+			if l.isDegraded() {
+				timer.Reset(0)
+			}
 		case <-l.health.wake:
 			// Tell the fleet at once that this Limiter paces locally: a
 			// heartbeat made before the switch may still reach Redis (one
@@ -418,7 +479,26 @@ func (l *Limiter) loop() {
 				continue
 			}
 			degraded := l.isDegraded()
+			if hook := l.health.stallHook; hook != nil && degraded {
+				hook()
+			}
+			began := time.Now()
+			l.health.mu.Lock()
+			if degraded {
+				l.health.probing = began
+			}
+			l.health.mu.Unlock()
 			err := l.heartbeat(l.loopCtx)
+			l.health.mu.Lock()
+			l.health.probing = time.Time{}
+			l.health.mu.Unlock()
+			if degraded && err != nil && time.Since(began) > l.probeBudget()+probeSlack(l.opts.ProbeInterval) {
+				// The probe spanned a stall (the process was off the CPU
+				// while it was under way): its failure says nothing of
+				// Redis now. Probe again at once; callers wait for it.
+				timer.Reset(0)
+				continue
+			}
 			if degraded && err != nil {
 				// The fleet did not answer: joining starts again. (A key
 				// that still fails, below, does not restart it: the
@@ -431,7 +511,7 @@ func (l *Limiter) loop() {
 			if wait := l.fleet.joining(); degraded && err == nil && wait > 0 {
 				// Started while Redis was down: learn the fleet once the
 				// members pacing locally could have probed too.
-				timer.Reset(wait + time.Millisecond)
+				l.setProbeTimer(timer, wait+time.Millisecond)
 				continue
 			}
 			switch {
@@ -442,7 +522,7 @@ func (l *Limiter) loop() {
 				_ = l.heartbeat(l.loopCtx)
 				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			case degraded:
-				timer.Reset(jitter(l.opts.ProbeInterval))
+				l.setProbeTimer(timer, jitter(l.opts.ProbeInterval))
 			default:
 				timer.Reset(jitter10(l.opts.HeartbeatInterval))
 			}
@@ -464,10 +544,19 @@ const tellRetry = 20 * time.Millisecond
 // pacing: to tell again after tell, or (0) to probe a ProbeInterval on.
 func (l *Limiter) afterTell(timer *time.Timer, tell time.Duration) {
 	if tell > 0 {
-		timer.Reset(tell)
+		l.setProbeTimer(timer, tell)
 		return
 	}
-	timer.Reset(jitter(l.opts.ProbeInterval))
+	l.setProbeTimer(timer, jitter(l.opts.ProbeInterval))
+}
+
+// setProbeTimer sets the loop's timer to d, the next probe's (or tell's)
+// due time, which probesStalled checks.
+func (l *Limiter) setProbeTimer(timer *time.Timer, d time.Duration) {
+	l.health.mu.Lock()
+	l.health.probeDue = time.Now().Add(d)
+	l.health.mu.Unlock()
+	timer.Reset(d)
 }
 
 // jitter10 returns d ± 10%: the fleet's heartbeats do not stay in step.

@@ -203,6 +203,7 @@ func newLimiter(opts Options, sc redis.Scripter) *Limiter {
 		listening: make(chan struct{}),
 	}
 	l.health.wake = make(chan struct{}, 1)
+	l.health.kick = make(chan struct{}, 1)
 	l.format.Store(defaultFormat)
 	l.health.since = time.Now()
 	l.started = l.health.since

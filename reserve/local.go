@@ -268,6 +268,12 @@ func (l *Limiter) localShareArg(key string) (string, error) {
 	return sh.Arg(), nil
 }
 
+// stalledErr is the refusal of a local slot while the probes are stalled
+// (probesStalled).
+func (l *Limiter) stalledErr(key string) error {
+	return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter's probes of Redis fell behind (its process was off the CPU): the fleet may be back on Redis, and its calls wait for a probe before they pace locally", key, l.unavailableErr())}
+}
+
 // localKeys are key's Redis keys in the store: its state and stored limit,
 // then more.
 func (l *Limiter) localKeys(key string, more ...string) []string { return l.keys(key, more...) }

@@ -132,7 +132,9 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	now := l.clock.Now()
 	var shareArg string
 	var err error
-	if local {
+	if local && l.probesStalled() {
+		err = l.stalledErr(key)
+	} else if local {
 		shareArg, err = l.localShareArg(key)
 	} else {
 		var ok bool

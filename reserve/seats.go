@@ -382,6 +382,9 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 		}
 		return l.noteAcquire(ks, t, res, false)
 	}
+	if l.probesStalled() {
+		return false, false, l.stalledErr(ks.name)
+	}
 	if !l.fleet.localSeatsReady() {
 		return false, false, &noShareError{fmt.Errorf("reserve: %q: %w: the fleet has not heard yet that this Limiter paces locally: until it counts it as held, the members on Redis may take its share of band %q", ks.name, l.unavailableErr(), t.band)}
 	}

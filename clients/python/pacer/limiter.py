@@ -269,6 +269,11 @@ class Limiter:
         if local_fallback and not localstore.AVAILABLE:
             log.warning("pacer: lupa is not installed: while Redis is unavailable, callers wait for it")
         self._probed = 0.0
+        # When the next heartbeat (the probe while local) is due, and when
+        # the one under way began (0: none), time.monotonic(): a Limiter
+        # far behind them was off the CPU (_probes_stalled).
+        self._probe_due = time.monotonic() + self.interval
+        self._probing = 0.0
         # The presence connection (docs/protocol.md, Heartbeat's cid): one
         # of its own, named pacer-<id>, kept open while the Limiter lives,
         # so that the fleet tells a process that exited (Redis closed it)
@@ -926,6 +931,49 @@ class Limiter:
                 return
 
     def _beat_once(self) -> bool:
+        began = time.monotonic()
+        with self._lock:
+            self._probing = began
+        ok = False
+        try:
+            ok = self._beat_once_timed()
+            return ok
+        finally:
+            with self._lock:
+                if self._probing == began:
+                    self._probing = 0.0
+                # One that failed after spanning a stall (the process was off
+                # the CPU while it was under way) says nothing of Redis now:
+                # the next is due at once.
+                if ok or not self._local or time.monotonic() - began <= self._probe_budget() + self._probe_slack():
+                    self._probe_due = time.monotonic() + self.interval
+
+    def _probe_budget(self) -> float:
+        """How long a heartbeat may take: its call and, after a timeout, the
+        ping that decides (_lost)."""
+        timeout = float(self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 0)
+        return 2 * timeout + max(_PING_TIMEOUT, 4 * timeout)
+
+    def _probe_slack(self) -> float:
+        return self.interval / 2 + 0.25
+
+    def _probes_stalled(self) -> bool:
+        """Whether, pacing locally, this Limiter's heartbeats fell behind
+        their schedule by more than _probe_slack: its process was off the
+        CPU for that long (SIGSTOP, a paused virtual machine). The fleet
+        may be back on Redis meanwhile, and the members back keep this
+        one's share only for a while after their own return: until a
+        probe has answered, it takes no local slot (Go's probesStalled;
+        the combination runner's seed 78)."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._local:
+                return False
+            if self._probing:
+                return now - self._probing > self._probe_budget() + self._probe_slack()
+            return now > self._probe_due + self._probe_slack()
+
+    def _beat_once_timed(self) -> bool:
         with self._lock:
             mode = "local" if self._local else "redis"
             since = self._since_ms
@@ -1227,6 +1275,14 @@ class Limiter:
         """A reservation on the store, or None when there is no local share
         now. One at a time with the handback (_come_back), so that every
         slot the store grants is handed back: _Back once on Redis again."""
+        if self._probes_stalled():
+            # A probe first, from this caller: the fleet may be back on
+            # Redis.
+            self._beat()
+            if not self.is_local:
+                raise _Back()
+            if self._probes_stalled():
+                return None  # no local slot yet: the caller waits for Redis
         with self._handback_lock:
             if not self.is_local:
                 raise _Back()

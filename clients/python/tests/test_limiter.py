@@ -405,6 +405,26 @@ class FallbackTest(unittest.TestCase):
         self.assertGreaterEqual(r.slot_ns - local[-1].slot_ns, 100 * MS,
                                 "the first slot on Redis within the spacing of the last local one")
 
+    def test_stalled_probes_take_no_local_slot(self) -> None:
+        """A Limiter pacing locally whose heartbeats (its probes) fell
+        behind their schedule (its process was stopped) probes before it
+        takes a local slot: the fleet may be back on Redis, and the members
+        back keep its share only for a while (Go's probesStalled; the
+        combination runner's seed 78, a process stopped 3.5 s while it
+        paced locally, took local slots for 0.9 s after it resumed beside
+        another member on Redis at the whole rate)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(10, 1)
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", lim).local)
+        self.srv.start()
+        with a._lock:
+            a._probe_due = time.monotonic() - 3 * a.interval  # far behind: the process was stopped
+        r = a.reserve("k", lim)
+        self.assertFalse(r.local, "a local slot while the probes were stalled")
+        self.assertFalse(a.is_local)
+
     def test_local_floor_covers_the_last_event(self) -> None:
         """The local store starts no earlier than the latest slot the state
         Redis showed records (a bucket's last event), as Go's horizon: a
