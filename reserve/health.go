@@ -479,7 +479,10 @@ func (l *Limiter) loop() {
 				continue
 			}
 			degraded := l.isDegraded()
-			if hook := l.health.stallHook; hook != nil && degraded {
+			l.health.mu.Lock()
+			hook := l.health.stallHook
+			l.health.mu.Unlock()
+			if hook != nil && degraded {
 				hook()
 			}
 			began := time.Now()
