@@ -934,18 +934,16 @@ class Limiter:
         began = time.monotonic()
         with self._lock:
             self._probing = began
-        ok = False
         try:
-            ok = self._beat_once_timed()
-            return ok
+            return self._beat_once_timed()
         finally:
             with self._lock:
                 if self._probing == began:
                     self._probing = 0.0
-                # One that failed after spanning a stall (the process was off
-                # the CPU while it was under way) says nothing of Redis now:
-                # the next is due at once.
-                if ok or not self._local or time.monotonic() - began <= self._probe_budget() + self._probe_slack():
+                # One that left the Limiter local after spanning a stall
+                # (the process was off the CPU while it was under way) says
+                # nothing of Redis now: the next is due at once.
+                if not self._local or time.monotonic() - began <= self._probe_budget() + self._probe_slack():
                     self._probe_due = time.monotonic() + self.interval
 
     def _probe_budget(self) -> float:
