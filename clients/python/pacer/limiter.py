@@ -1442,7 +1442,12 @@ class Limiter:
             except ValueError:
                 pass
         lost = protocol.lost_horizon(st.granted_ns, now, st.seq) if st.granted_ns > now else ""
-        if parts == ["0"]:
+        if parts == ["0"] and not last_ns:
+            # Nothing granted locally. A local grant whose slot has passed
+            # still floors Redis at now ("0", as Go's handback.matters):
+            # the bucket may not have refilled since, and without it Redis
+            # (restarted empty) granted a slot at once, less than a spacing
+            # after the last local one (combination runner, seed 77).
             return "", lost
         return " ".join(parts), lost
 

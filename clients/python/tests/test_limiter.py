@@ -405,6 +405,29 @@ class FallbackTest(unittest.TestCase):
         self.assertGreaterEqual(r.slot_ns - local[-1].slot_ns, 100 * MS,
                                 "the first slot on Redis within the spacing of the last local one")
 
+    def test_handback_of_a_local_slot_passed(self) -> None:
+        """A local grant whose slot has passed still floors Redis at the
+        handback (Go's handback.matters: the bucket may not have refilled
+        since): its next slot comes a spacing after the last local one.
+        Before, the handback sent no floor when the last local slot lay
+        before now, and Redis (restarted empty) granted a slot at once
+        (combination runner, seed 77: 32.1 ms after the last local slot
+        at 30/s)."""
+        a = self.limiter("a")
+        a._beat()
+        lim = Limit(10, 1)
+        self.srv.stop()
+        local = a.reserve("k", lim)
+        self.assertTrue(local.local)
+        time.sleep(max(0.0, local.delay()) + 0.01)  # its slot has passed
+        self.srv.start()  # empty
+        a._beat()  # back: the handback
+        self.assertFalse(a.is_local)
+        r = a.reserve("k", lim)
+        self.assertFalse(r.local)
+        self.assertGreaterEqual(r.slot_ns - local.slot_ns, 100 * MS,
+                                "the first slot on Redis within the spacing of the last local one")
+
     def test_stalled_probes_take_no_local_slot(self) -> None:
         """A Limiter pacing locally whose heartbeats (its probes) fell
         behind their schedule (its process was stopped) probes before it
