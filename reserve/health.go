@@ -151,24 +151,29 @@ func (l *Limiter) isRecovering() bool {
 // at the whole rate). It tells the loop to probe at once.
 func (l *Limiter) probesStalled() bool {
 	h := &l.health
-	budget := l.probeBudget() // takes h.mu
 	h.mu.Lock()
-	stalled := false
-	if h.degraded && !h.probeDue.IsZero() {
-		due := h.probeDue
-		if !h.probing.IsZero() {
-			due = h.probing.Add(budget)
-		}
-		stalled = time.Since(due) > probeSlack(l.opts.ProbeInterval)
-	}
+	degraded, due, probing := h.degraded, h.probeDue, h.probing
 	h.mu.Unlock()
-	if stalled {
-		select {
-		case h.kick <- struct{}{}:
-		default:
-		}
+	if !degraded || due.IsZero() {
+		return false
 	}
-	return stalled
+	if !probing.IsZero() {
+		due = probing.Add(l.probeBudget())
+	}
+	if !l.overdue(due) {
+		return false
+	}
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// overdue reports whether due, a probe's due time or the latest end of one
+// under way, passed more than probeSlack ago.
+func (l *Limiter) overdue(due time.Time) bool {
+	return time.Since(due) > probeSlack(l.opts.ProbeInterval)
 }
 
 // probeBudget bounds a probe's duration: its heartbeat and, after a
@@ -495,7 +500,7 @@ func (l *Limiter) loop() {
 			l.health.mu.Lock()
 			l.health.probing = time.Time{}
 			l.health.mu.Unlock()
-			if degraded && err != nil && time.Since(began) > l.probeBudget()+probeSlack(l.opts.ProbeInterval) {
+			if degraded && err != nil && l.overdue(began.Add(l.probeBudget())) {
 				// The probe spanned a stall (the process was off the CPU
 				// while it was under way): its failure says nothing of
 				// Redis now. Probe again at once; callers wait for it.

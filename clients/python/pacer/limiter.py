@@ -863,12 +863,12 @@ class Limiter:
         runs the commands queued meanwhile when it resumes, and a heartbeat
         saying "redis" from before this Limiter went local would show it
         live on Redis while it paces locally (heartbeat.lua's ARGV[9])."""
-        timeout = self.redis.connection_pool.connection_kwargs.get("socket_timeout")
+        timeout = self._socket_timeout()
         with self._lock:
             rtt = self._best_rtt
         if not timeout or not math.isfinite(rtt):
             return None
-        ns = self._server_now() + int(float(timeout) * 1e9) + int(rtt)
+        ns = self._server_now() + int(timeout * 1e9) + int(rtt)
         return -(-ns // 1_000_000)
 
     def _times(self) -> tuple[str, ...]:
@@ -949,8 +949,12 @@ class Limiter:
     def _probe_budget(self) -> float:
         """How long a heartbeat may take: its call and, after a timeout, the
         ping that decides (_lost)."""
-        timeout = float(self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 0)
+        timeout = self._socket_timeout()
         return 2 * timeout + max(_PING_TIMEOUT, 4 * timeout)
+
+    def _socket_timeout(self) -> float:
+        """The client's socket timeout, seconds (0: none)."""
+        return float(self.redis.connection_pool.connection_kwargs.get("socket_timeout") or 0)
 
     def _probe_slack(self) -> float:
         return self.interval / 2 + 0.25
