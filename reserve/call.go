@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,6 +37,12 @@ func (e *timeoutError) Unwrap() error { return e.err }
 // still seen as a failure, and the caller returns at its deadline. A result
 // that arrives after the caller left goes to orphan (if set), which gives
 // back whatever it granted.
+//
+// A call that changes state is not cut at its timeout: it may have run,
+// and sent again it would be charged twice (a window band's unit is then
+// lost for the whole window: TestTimedOutCallChargedOnce). It waits on for
+// its reply while the ping a timeout starts decides (confirm), and ends
+// when that ping finds Redis gone; see call.
 func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Context) (any, error), orphan func(any)) (any, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
@@ -55,7 +62,7 @@ func (l *Limiter) run(ctx context.Context, op, key string, fn func(context.Conte
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < l.callTimeout() {
 		res, err, left = l.callDetached(ctx, op, key, fn, orphan)
 	} else {
-		res, err = l.call(ctx, op, fn)
+		res, err = l.call(ctx, op, key, fn)
 		left = err != nil && ctx.Err() != nil
 	}
 	if left {
@@ -95,11 +102,37 @@ func (l *Limiter) mapError(op, key string, err error) error {
 
 // call runs fn, one call to Redis, bounded by the call timeout (CallTimeout,
 // or longer on a slow machine: callTimeout), and reports it to Metrics.
-func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) (any, error)) (any, error) {
+//
+// A call that changes state (patient) runs on past its timeout: the
+// timeout starts the ping that tells slow from gone (confirm), as a
+// timed-out call's error would, and the call ends when that ping fails
+// (the Limiter has switched to local pacing) or after probeBudget. Its
+// reply, when Redis was only slow, is the outcome: sent again instead, a
+// call that ran would take its units twice.
+func (l *Limiter) call(ctx context.Context, op, key string, fn func(context.Context) (any, error)) (any, error) {
 	start := time.Now()
 	timeout := l.callTimeout()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	patient := !cutOps[op]
+	bound := timeout
+	if patient {
+		bound = l.probeBudget()
+	}
+	cctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	if patient {
+		// The script's own deadline (withDeadline) stays the timeout's: a
+		// call Redis runs after a stall changes nothing (PACER_STALE), its
+		// caller's view of the fleet may be stale by then.
+		end := start.Add(timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(end) {
+			end = d
+		}
+		cctx = context.WithValue(cctx, callEndKey{}, end)
+		ended := make(chan struct{})
+		defer close(ended)
+		t := time.AfterFunc(timeout, func() { l.awaitSlowCall(key, timeout, cancel, ended) })
+		defer t.Stop()
+	}
 	res, err := fn(cctx)
 	took := time.Since(start)
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
@@ -110,6 +143,54 @@ func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) 
 	}
 	l.opts.Metrics.RedisCall(op, took, err)
 	return res, err
+}
+
+// callEndKey is the context key of a patient call's timeout (a
+// time.Time), which the scripts' deadline counts from (withDeadline).
+type callEndKey struct{}
+
+// callEnd returns when the call made under ctx times out: its timeout's end
+// for a patient call, else its context's deadline.
+func callEnd(ctx context.Context) (time.Time, bool) {
+	if end, ok := ctx.Value(callEndKey{}).(time.Time); ok {
+		return end, true
+	}
+	return ctx.Deadline()
+}
+
+// cutOps are the calls cut at their timeout, whose error starts the ping
+// that decides (failed): those that change nothing on Redis; heartbeats
+// and probes, which decide Redis's health themselves; and an in-flight
+// band's seats, whose scripts carry no deadline: an acquire Redis runs
+// after a stall, on the view of before, must not be used (it may take
+// seats of members pacing locally since), and its ticket, never renewed,
+// lapses within seatLapse.
+var cutOps = map[string]bool{
+	names.OpHeartbeat: true, names.OpProbe: true, names.OpConfirm: true, names.OpConfig: true,
+	names.OpPeek: true, names.OpCheck: true, names.OpSeats: true,
+}
+
+// awaitSlowCall runs when a patient call (see call) passes its timeout:
+// it starts the ping that decides whether Redis is slow or gone, and
+// cancels the call when Redis is found gone (or was already), or returns
+// when the call ended.
+func (l *Limiter) awaitSlowCall(key string, timeout time.Duration, cancel func(), ended <-chan struct{}) {
+	l.confirm(key, &timeoutError{after: timeout, err: context.DeadlineExceeded})
+	h := &l.health
+	h.mu.Lock()
+	v, gone := h.check, h.degraded
+	h.mu.Unlock()
+	if v != nil {
+		select {
+		case <-v.done:
+			gone = !v.up
+		case <-ended:
+			return
+		}
+	}
+	if gone {
+		cancel()
+	}
 }
 
 // callDetached runs fn on a goroutine of its own, bounded by CallTimeout
@@ -124,7 +205,7 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 	ch := make(chan result, 1)
 	gone := make(chan struct{})
 	go func() {
-		v, err := l.call(context.WithoutCancel(ctx), op, fn)
+		v, err := l.call(context.WithoutCancel(ctx), op, key, fn)
 		ch <- result{v, err}
 		<-gone // closed by the caller once it has taken the result or left
 		select {
@@ -149,6 +230,18 @@ func (l *Limiter) callDetached(ctx context.Context, op, key string, fn func(cont
 		return nil, nil, true
 	}
 }
+
+// isStale reports whether err is a script's refusal of a call Redis ran
+// after its deadline (withDeadline): Redis stalled, and the call changed
+// nothing; or a grant given back for that reason (errStaleView).
+func isStale(err error) bool {
+	code, ok := layout.ErrorCode(err)
+	return ok && code == "PACER_STALE" || errors.Is(err, errStaleView)
+}
+
+// errStaleView is a grant given back because the reply came after a stall
+// that moved the share it was made on (grantBatch).
+var errStaleView = errors.New("granted on a share a stall has moved since; given back")
 
 // unavailableCodes are the error replies of a Redis that is there but
 // cannot serve now (loading, failing over, read-only replica, busy script,

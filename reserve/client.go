@@ -110,7 +110,7 @@ func describeClient(rdb redis.UniversalClient) string {
 // the allkeys-* policies may too. A server that refuses CONFIG (a managed
 // Redis, an ACL without it) is not checked.
 func (l *Limiter) checkEviction(ctx context.Context) {
-	res, err := l.call(ctx, names.OpConfig, func(ctx context.Context) (any, error) {
+	res, err := l.call(ctx, names.OpConfig, "", func(ctx context.Context) (any, error) {
 		return l.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	})
 	if err != nil {

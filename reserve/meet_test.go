@@ -491,6 +491,67 @@ func TestSlowRedisIsNotAnOutage(t *testing.T) {
 	assert.Empty(t, rec.snapshot().switches, "switches to local pacing with Redis answering slowly")
 }
 
+// TestTimedOutCallChargedOnce (nothing lost): a reservation whose reply
+// comes after CallTimeout, from a Redis that is slow, not gone, ran there.
+// Sent again, it was charged twice: on a daily window of 1 its caller got
+// tomorrow's slot (a CI run's otelpacer test slept towards it). The call
+// now waits for its own reply while the ping decides.
+func TestTimedOutCallChargedOnce(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	p := redistest.NewProxy(t, s.Addr)
+	// Set up as pacer needs it, so that the Limiter uses it as is and the
+	// hook sees its calls (tunedClient).
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 100 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	sent := &keyCalls{key: l.RedisKey("q")}
+	c.AddHook(sent)
+	daily := reserve.Policy{{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1, Length: 24 * time.Hour, Origin: time.Now().Add(-time.Hour)}}}
+	req := reserve.Request{Key: "q", Policy: daily, Cost: reserve.Cost{"requests": 1}}
+	// The script loaded and a connection open, so that the slow call is
+	// the reservation itself.
+	_, err = l.ReserveN(ctx, reserve.Request{Key: "warm", Policy: daily, Cost: reserve.Cost{"requests": 1}})
+	require.NoError(t, err)
+	p.AddLatency(t, 300*time.Millisecond)
+	r, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	assert.False(t, r.Local(), "slow, not gone")
+	assert.LessOrEqual(t, r.Delay(), time.Duration(0), "today's unit, not tomorrow's")
+	assert.Equal(t, int64(1), sent.n.Load(), "the reservation went to Redis once")
+	p.Clear(t)
+	st, err := l.Peek(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, st.Bands[0].Value, "one unit taken, in today's window")
+	assert.WithinDuration(t, daily[0].Window.Origin.Add(24*time.Hour), st.Bands[0].WindowEnd, time.Millisecond)
+}
+
+// keyCalls counts the commands a client sends that name key.
+type keyCalls struct {
+	key string
+	n   atomic.Int64
+}
+
+func (h *keyCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *keyCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if a == h.key {
+				h.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *keyCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // TestBlipIsWaitedOut (an outage is never an error, and a blip is not an
 // outage): Redis refuses connections for a moment (restarted, a connection
 // reset) well within FailAfter failures' blip budget (one CallTimeout).

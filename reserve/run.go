@@ -47,7 +47,10 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 		switch {
 		case errors.As(out[0].err, &noShare):
 			return out
-		case isTimeout(out[0].err):
+		case isTimeout(out[0].err) || isStale(out[0].err):
+			// Timed out, or run by Redis after its deadline (it stalled)
+			// and changed nothing: again once the ping the timeout started
+			// answered, on the fleet as it is after the stall.
 			if try == maxSlowTries || !l.slowNotGone(ctx) {
 				if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
 					return out
@@ -197,6 +200,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// script counts from now.
 	sent, recv := now, now
 	var sentReal time.Time // for the pause reads a reply stands for (keyState.noteSeen)
+	timeout := l.callTimeout()
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		if l.serverTime {
 			sent = l.clock.Now()
@@ -244,6 +248,24 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	if err != nil {
 		return fail(err)
 	}
+	if d, _ := args[0].(string); d == "" && time.Since(sentReal) >= timeout {
+		// A reply after the call's timeout, for a script that had no
+		// deadline to refuse it by (no estimate of the server's clock yet,
+		// or a client clock): Redis may have run it after a stall, on the
+		// shares of before. The ping the timeout started tells the fleet
+		// after the stall; if that moved this Limiter's share, the grants
+		// are given back and the batch goes again on the new one, as a
+		// stale call's (TestStallRefreshesFleet).
+		l.slowNotGone(ctx)
+		if now, ok := l.shareArg(); !ok || now != shareArg {
+			for _, o := range out {
+				if o.r != nil {
+					o.r.cancelDetached()
+				}
+			}
+			return fail(fmt.Errorf("reserve: %s %q: %w: %w", reqs[0].op, key, ErrUnavailable, errStaleView))
+		}
+	}
 	return out
 }
 
@@ -267,15 +289,17 @@ func lostHorizon(horizon, nowNS, seq int64) string {
 
 // withDeadline sets args' deadline (core.lua's ARGV[1], in args built by
 // argsWith) to that of a call made under ctx, and returns args: a call
-// that Redis runs long after its caller gave up on it (Redis stalled:
-// frozen, a long fork) grants nothing. Its caller has gone on by then, on
-// a view of the fleet that may be stale: members may pace locally since,
-// and the slots it would grant would not leave them their shares. The
-// deadline is the call's timeout twice over, plus the clock estimate's
-// error, so that a call Redis runs in time is never refused. Without server
+// that Redis runs long after it timed out (Redis stalled: frozen, a long
+// fork) grants nothing. Its view of the fleet may be stale by then:
+// members may pace locally since, and the slots it would grant would not
+// leave them their shares. Its caller, waiting for the reply (a patient
+// call: see call), sends it again once the ping the timeout started has
+// told it the fleet after the stall (grantEither). The deadline is the
+// call's timeout (callEnd) twice over, plus the clock estimate's error, so
+// that a call Redis runs in time is never refused. Without server
 // time or an estimate, none ("").
 func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
-	d, ok := ctx.Deadline()
+	d, ok := callEnd(ctx)
 	if !ok || !l.serverTime || len(args) < 3 {
 		return args
 	}

@@ -543,8 +543,9 @@ class Limiter:
             raise _NoShare()
         args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
         sent, sent_mono = time.time_ns(), time.monotonic()
+        patient = _Patient(self)
         try:
-            v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+            v = self.scripts.run(patient, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         except protocol.PacerArgumentError as e:
             if e.code != "PACER_CALENDAR":
                 raise
@@ -552,7 +553,7 @@ class Limiter:
             # the script changed nothing, and learned the zone; again, with it.
             args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
             sent, sent_mono = time.time_ns(), time.monotonic()
-            v = self.scripts.run(self.redis, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+            v = self.scripts.run(patient, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         recv, recv_mono = time.time_ns(), time.monotonic()
         rep = protocol.decode_reserve(v)
         self._clock_sample(rep.now_ns, sent, recv)
@@ -1489,6 +1490,46 @@ def _max_lateness(r: Reservation) -> float:
     spacings = [c / b.rate for b in r.policy.bands if isinstance(b, protocol.Bucket)
                 for u, c in zip(r.policy.units, r.costs) if u == b.unit and c > 0]
     return max(0.001, min(spacings, default=0.0) / 2)
+
+
+class _Patient:
+    """A client for one call that changes state (Reserve), with
+    ``execute_command`` only: the call is not cut at the client's socket
+    timeout. It may have run, and sent again it would be charged twice (a
+    daily window of 1 gave its caller tomorrow's slot); and on a Redis
+    steadily slower than the timeout, every try timed out and went again,
+    for ever. Past the timeout, Redis is pinged (Limiter._lost) as for any
+    call that timed out: if it answers, the call waits for its own reply as
+    long again as the ping may take; if not, Redis is gone. Go's Limiter
+    does the same (reserve's call, TestTimedOutCallChargedOnce)."""
+
+    def __init__(self, lim: Limiter) -> None:
+        self.lim = lim
+
+    def execute_command(self, *args: Any) -> Any:
+        lim = self.lim
+        timeout = lim._socket_timeout()
+        if not timeout:
+            return lim.redis.execute_command(*args)
+        pool = lim.redis.connection_pool
+        conn = pool.get_connection(args[0])
+        done = False
+        try:
+            conn.send_command(*args)
+            if not conn.can_read(timeout=timeout):
+                e = redis.exceptions.TimeoutError(f"Timeout reading from socket (a reply later than {timeout} s)")
+                if lim._lost(e):
+                    # Raised as a ConnectionError: the ping has decided.
+                    raise redis.exceptions.ConnectionError(f"{e}, and Redis did not answer a ping") from e
+                if not conn.can_read(timeout=max(_PING_TIMEOUT, 4 * timeout)):
+                    raise e
+            v = conn.read_response()
+            done = True
+            return v
+        finally:
+            if not done:
+                conn.disconnect()  # its reply may still come: not for the next caller
+            pool.release(conn)
 
 
 class _Back(Exception):

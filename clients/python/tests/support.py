@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import uuid
@@ -94,6 +95,93 @@ def redis_url() -> str:
         _shared = Server()
         atexit.register(_shared.close)
     return _shared.url
+
+
+class Proxy:
+    """A TCP proxy on a free 127.0.0.1 port in front of a server, whose
+    replies can be made late (``latency``, seconds: a slow Redis or
+    network, the commands running on time), as Go's redistest.Proxy.
+    ``sent(needle)`` counts the commands sent through it that contain
+    needle."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream = port
+        self.latency = 0.0
+        self._lsn = socket.socket()
+        self._lsn.bind(("127.0.0.1", 0))
+        self._lsn.listen(16)
+        self.port = self._lsn.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sent: list[bytes] = []
+        self._socks: list[socket.socket] = []
+        self._closed = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def sent(self, needle: bytes) -> int:
+        with self._lock:
+            return sum(1 for b in self._sent if needle in b)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._lsn.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            with self._lock:
+                if self._closed:
+                    down.close()
+                    up.close()
+                    return
+                self._socks += [down, up]
+            for src, dst, late in ((down, up, False), (up, down, True)):
+                th = threading.Thread(target=self._pump, args=(src, dst, late), daemon=True)
+                th.start()
+                self._threads.append(th)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, late: bool) -> None:
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if late:
+                    time.sleep(self.latency)
+                else:
+                    with self._lock:
+                        self._sent.append(b)
+                dst.sendall(b)
+        except OSError:
+            pass
+        finally:
+            for sk in (src, dst):
+                try:
+                    sk.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            socks = list(self._socks)
+        try:
+            self._lsn.shutdown(socket.SHUT_RDWR)  # wakes accept (Linux)
+        except OSError:
+            pass
+        self._lsn.close()
+        for sk in socks:
+            try:
+                sk.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sk.close()
+        for th in self._threads:
+            th.join(timeout=5)
 
 
 def client(url: str | None = None, **kw: object) -> redis.Redis:

@@ -377,6 +377,38 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local)
         self.assertGreater(r.slot_ns, local[-1].slot_ns, "Redis granted again what the store had granted")
 
+    def test_timed_out_reservation_charged_once(self) -> None:
+        """A reservation whose reply comes after the client's socket
+        timeout, from a Redis that is slow, not gone, ran there. Sent again
+        once the ping answered, it was charged twice: on a daily window of 1
+        its caller got tomorrow's slot; and on a Redis steadily slower than
+        the timeout it went again for ever. It now waits for its own reply
+        while the ping decides, as Go's Limiter (TestTimedOutCallChargedOnce)."""
+        proxy = support.Proxy(self.srv.port)
+        self.addCleanup(proxy.close)
+        c = support.client(proxy.url, socket_timeout=0.2, socket_connect_timeout=0.5)
+        self.addCleanup(c.close)
+        lim = Limiter(c, prefix="pacer:", limiter_id="a", heartbeat_interval=3600)
+        self.lims.append(lim)
+        day = 86_400_000_000
+        now_us = int(time.time() * 1e6)
+        origin = (now_us - 3600_000_000) % day  # today's window began an hour ago
+        daily = Policy((Window("daily", 1, day, origin, "requests"),))
+        lim.reserve("warm", daily)  # the script loaded, a connection open
+        proxy.latency = 0.5
+        got: list[limiter.Reservation] = []
+        th = threading.Thread(target=lambda: got.append(lim.reserve("q", daily)), daemon=True)
+        th.start()
+        th.join(10)  # before, every try timed out and went again, for ever
+        self.assertEqual(len(got), 1, "the reservation did not return within 10 s")
+        r = got[0]
+        self.assertFalse(r.local, "slow, not gone")
+        self.assertLessEqual(r.delay(), 0.0, "today's unit, not tomorrow's")
+        self.assertEqual(proxy.sent(protocol.redis_key("pacer:", "q").encode()), 1, "the reservation went to Redis once")
+        proxy.latency = 0.0
+        nxt = lim.reserve("q", daily)
+        self.assertEqual(nxt.slot_ns // 1000, now_us - 3600_000_000 + day, "tomorrow's unit is left: one was taken today")
+
     def test_handback_floor_covers_the_clock_estimate(self) -> None:
         """The handback's floor is the last local slot, sent relative to the
         estimate of Redis's clock: with the estimate ahead of Redis's clock,
