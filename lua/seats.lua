@@ -48,9 +48,13 @@
 -- ARGV[5]  N, the band's limit as the caller's code gives it (an integer
 --          >= 1)
 -- ARGV[6]  keep_ms: the keys' expiry after each write
--- ARGV[7]  "<I> <W> <known> <hold>": the fleet's heartbeat interval I,
---          ms; W, ms; the start the caller last saw the key's seats show
---          ("u", 0: none); and the fleet's SilentHold, ms. A caller that saw
+-- ARGV[7]  "<I> <W> <known> <hold> [<deadline>]": the fleet's heartbeat
+--          interval I, ms; W, ms; the start the caller last saw the key's
+--          seats show ("u", 0: none); the fleet's SilentHold, ms; and,
+--          optional, the call's deadline, Unix ms on the server's clock: a
+--          call run after it is refused (PACER_STALE) and changes nothing
+--          (the caller's view of the fleet is from before the stall:
+--          holders silent across it would be taken for gone). A caller that saw
 --          the key's seats on another server (a Redis restarted empty, a
 --          replica promoted) is granted no seat, as in mode "x", for W after
 --          this server started (every live holder renews its seats by then,
@@ -65,6 +69,9 @@
 --          held nor heard from for 3.5 I is gone too (its rank was taken
 --          again by a member that does not use the key): the fleet holds a
 --          member silent for 2 I, and the caller hears of it within 1.1 I.
+--          The 1.5 I and 3.5 I count from when the call runs: a caller
+--          sends a deadline, or a call Redis ran long after it was sent
+--          (Redis stalled) could drop live holders.
 -- acquire: ARGV[8] ticket, ARGV[9] cost (an integer >= 1), ARGV[10] "1" to
 --          wait in the queue when no seat is free, "0" to refuse.
 --          Reply {1, 0, used, N, start, excess} granted (also when the
@@ -113,10 +120,17 @@ if not codeN or codeN < 1 or codeN ~= math.floor(codeN) then
   return redis.error_reply('PACER_ARG seats: N ' .. tostring(ARGV[5]))
 end
 local keep = tonumber(ARGV[6])
-local beat, young, known, holdms = string.match(ARGV[7] or '', '^(%d+) (%d+) (%d+) (%d+)$')
-beat, young, known, holdms = tonumber(beat), tonumber(young), tonumber(known), tonumber(holdms)
+local beat, young, known, holdms, deadline = string.match(ARGV[7] or '', '^(%d+) (%d+) (%d+) (%d+) ?(%d*)$')
+beat, young, known, holdms, deadline = tonumber(beat), tonumber(young), tonumber(known), tonumber(holdms), tonumber(deadline)
 if not keep or not beat then
   return redis.error_reply('PACER_ARG seats: keep ' .. tostring(ARGV[6]) .. ', interval ' .. tostring(ARGV[7]))
+end
+-- A call Redis runs after its deadline (it stalled) changes nothing: its
+-- caller has given up on it, and its view of the fleet (ARGV[3], [4]) is
+-- from before the stall, against which holders silent across it would be
+-- dropped as gone, their seats forgotten while their calls are open.
+if deadline and now > deadline then
+  return redis.error_reply('PACER_STALE seats: ran after its deadline')
 end
 local grace, lapse = beat * 1.5, beat * 3.5
 

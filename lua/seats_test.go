@@ -2,7 +2,9 @@ package lua_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
@@ -51,5 +53,51 @@ func TestSeatsRenewKeepsLaterTickets(t *testing.T) {
 	}
 	if _, err := sc.Run(ctx, srv.Client, keys, "renew", "L 0 1 r", "*", "", "4", "60000", "1000 6000 0 60000", "L.a:1:h", "!").Result(); err == nil {
 		t.Fatal("a renew with a bad number: no error")
+	}
+}
+
+// TestSeatsStaleCallDropsNothing: a call Redis runs after the deadline in
+// ARGV[7] (it stalled) is refused with PACER_STALE and changes nothing. Its
+// view of the fleet is from before the stall: run, it would drop a live
+// holder the view does not list, silent across the stall (combination
+// runner, seed 128: a freeze of 1.53 s, a holder dropped at the thaw, 7
+// calls open on N = 6). Without a deadline, the same call drops it.
+func TestSeatsStaleCallDropsNothing(t *testing.T) {
+	srv := redistest.New(t)
+	ctx := context.Background()
+	sc := redis.NewScript(lua.Seats)
+	p := redistest.Prefix(t)
+	keys := []string{p + "{s}:seats", p + "{s}:seatq", p + "{limiters}:events", p + "{s}:seatn", p + "{s}:seatt"}
+	// I = 10 ms: a holder the caller's view does not list is gone after
+	// 15 ms of silence.
+	run := func(member, taken, times string, more ...any) (any, error) {
+		args := append([]any{more[0], member, taken, "", "2", "60000", times}, more[1:]...)
+		return sc.Run(ctx, srv.Client, keys, args...).Result()
+	}
+	if _, err := run("B 1 2 r", "0 1", "10 0 0 60000", "acquire", "B.1", "1", "0"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	past := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
+	if _, err := run("A 0 1 r", "0", "10 0 0 60000 "+past, "acquire", "A.1", "1", "0"); code(err) != "PACER_STALE" {
+		t.Fatalf("an acquire run after its deadline: %v, want PACER_STALE", err)
+	}
+	read := func() []any {
+		t.Helper()
+		v, err := run("A 0 1 r", "*", "10 0 0 60000", "read")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.([]any)
+	}
+	if v := read(); v[1] != int64(1) {
+		t.Fatalf("after the stale acquire: %v seats used, want B's 1", v)
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+	if _, err := run("A 0 1 r", "0", "10 0 0 60000 "+future, "acquire", "A.1", "1", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(); v[1] != int64(1) {
+		t.Fatalf("an acquire in time, on a view without B, silent 30 ms: %v seats used, want A's 1 (B gone)", v)
 	}
 }

@@ -596,7 +596,8 @@ func (l *Limiter) shareArg() (arg string, ok bool) {
 // seatView is what an in-flight band's call on Redis tells seats.lua of
 // the fleet (its ARGV[2...4]): this Limiter's place (its rank, or "i<id>"
 // before it has one), the fleet's size, the ranks Redis lists (live or
-// held; "*" when unknown) and those held, and whether Redis lately lost
+// held; "*" when unknown, or when the view is in doubt or stale) and those
+// held, and whether Redis lately lost
 // the fleet (members not back yet may hold seats it no longer records).
 func (f *fleetView) seatView(id string) (holder string, n int, taken, held string, lost bool) {
 	f.mu.Lock()
@@ -610,6 +611,14 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 		taken = joinInts(f.ranks)
 	}
 	heldRanks := f.held
+	if f.doubt || f.stale() {
+		// Members may have joined since (the view lags while heartbeats
+		// fail): a rank not listed is not known gone, and no holder is
+		// dropped for it (seats.lua's "*"). Before, a view of before a
+		// freeze dropped a live holder silent across it, whose calls
+		// were open (combination runner, seed 128).
+		taken = "*"
+	}
 	if (f.doubt || f.stale()) && !f.missing() {
 		// As redisShareOK: the others may have lost Redis and pace
 		// locally on their shares of N, which this Limiter learns only at

@@ -637,3 +637,28 @@ func TestSeatViewInDoubt(t *testing.T) {
 		t.Fatalf("after a failed heartbeat: held %q, want every other rank (\"0 2\")", held)
 	}
 }
+
+// TestSeatViewInDoubtDropsNobody: a view in doubt (a heartbeat failed) or
+// stale lists no ranks to seats.lua ("*"): members may have joined since,
+// and a holder it does not list is not known gone. Before, a view of
+// before a freeze listed rank 0 alone, and a call at the thaw dropped a
+// live holder silent across the freeze, its calls open (combination
+// runner, seed 128: 7 calls open on N = 6).
+func TestSeatViewInDoubtDropsNobody(t *testing.T) {
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(1, 0, 1, 0, 0, nil) // alone, as far as it knows
+	f.taken([]int{0})
+	if _, _, taken, _, _ := f.seatView("me"); taken != "0" {
+		t.Fatalf("a fresh view: taken %q, want \"0\"", taken)
+	}
+	f.heartbeatFailed()
+	if _, _, taken, _, _ := f.seatView("me"); taken != "*" {
+		t.Fatalf("after a failed heartbeat: taken %q, want \"*\"", taken)
+	}
+	f.update(1, 0, 1, 0, 0, nil)
+	f.taken([]int{0})
+	f.lastBeat = time.Now().Add(-3 * time.Second) // stopped for 3 s
+	if _, _, taken, _, _ := f.seatView("me"); taken != "*" {
+		t.Fatalf("a stale view: taken %q, want \"*\"", taken)
+	}
+}

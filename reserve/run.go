@@ -299,19 +299,29 @@ func lostHorizon(horizon, nowNS, seq int64) string {
 // that a call Redis runs in time is never refused. Without server
 // time or an estimate, none ("").
 func (l *Limiter) withDeadline(ctx context.Context, args []any) []any {
-	d, ok := callEnd(ctx)
-	if !ok || !l.serverTime || len(args) < 3 {
+	if len(args) < 3 {
 		return args
 	}
-	now := l.clock.Now()
-	ns, rtt, ok := l.sync.bestServer(now)
+	if ms, ok := l.scriptDeadline(ctx); ok {
+		args[0] = strconv.FormatInt(ms, 10)
+	}
+	return args
+}
+
+// scriptDeadline is the deadline of a script run under ctx, Unix ms on the
+// server's clock (see withDeadline); false without server time or an
+// estimate of it, or without a deadline.
+func (l *Limiter) scriptDeadline(ctx context.Context) (int64, bool) {
+	d, ok := callEnd(ctx)
+	if !ok || !l.serverTime {
+		return 0, false
+	}
+	ns, rtt, ok := l.sync.bestServer(l.clock.Now())
 	if !ok {
-		return args
+		return 0, false
 	}
 	left := time.Until(d)
-	ms := (ns + int64(2*left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-	args[0] = strconv.FormatInt(ms, 10)
-	return args
+	return (ns + int64(2*left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
 }
 
 // decodeReserveReply decodes reserve.lua's reply (one string of bytes).

@@ -229,6 +229,20 @@ func (l *Limiter) seatArgs(ks *keyState, n int) []any {
 		strconv.Itoa(n), l.seatKeep(), l.seatLapse() + " " + strconv.FormatInt(known, 10) + l.seatHold()}
 }
 
+// seatsOnRedis runs seats.lua on Redis for key with args (the operation,
+// seatArgs', its own), its ARGV[7] ending with the call's deadline
+// (scriptDeadline): a call Redis runs after a stall changes nothing. Its
+// view of the fleet is from before the stall, and the holders silent
+// across it would be dropped as gone, their seats forgotten while their
+// calls are open (combination runner, seed 128: 7 calls open on N = 6 after
+// a freeze of 1.53 s; TestSeatsStaleCallDropsNothing).
+func (l *Limiter) seatsOnRedis(ctx context.Context, key string, args []any) (any, error) {
+	if ms, ok := l.scriptDeadline(ctx); ok {
+		args[6] = args[6].(string) + " " + strconv.FormatInt(ms, 10)
+	}
+	return seatsScript.Run(ctx, l.rdb, l.seatKeys(key), args...).Result()
+}
+
 // seatKeep is how long the seat keys outlive their last write: a member
 // cut off from Redis keeps its seats while the fleet holds it.
 func (l *Limiter) seatKeep() string {
@@ -368,7 +382,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 	if !local {
 		args := append(l.seatArgs(ks, t.n), t.id, strconv.Itoa(t.cost), w)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
-			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), append([]any{"acquire"}, args...)...).Result()
+			return l.seatsOnRedis(ctx, ks.name, append([]any{"acquire"}, args...))
 		}, func(res any) {
 			// The caller left before the reply: give back what it granted.
 			if r, ok := res.([]any); ok && len(r) > 0 && r[0] == int64(1) {
@@ -568,7 +582,7 @@ func (l *Limiter) endOnRedis(ks *keyState, op, id string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.callTimeout()+time.Second)
 	defer cancel()
 	res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
-		return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), append([]any{op}, append(l.seatArgs(ks, n), id)...)...).Result()
+		return l.seatsOnRedis(ctx, ks.name, append([]any{op}, append(l.seatArgs(ks, n), id)...))
 	}, nil)
 	if err != nil {
 		// Redis's count keeps the seats until this Limiter's next renew
@@ -657,7 +671,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 		ks.mu.Unlock()
 		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list, upTo)...)
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
-			return seatsScript.Run(ctx, l.rdb, l.seatKeys(ks.name), args...).Result()
+			return l.seatsOnRedis(ctx, ks.name, args)
 		}, nil)
 		if err != nil {
 			continue

@@ -53,7 +53,7 @@ type Result struct {
 	// interpreter with redis-py and lupa, outside CI): Go processes ran in
 	// its slots.
 	PythonSkipped string `json:",omitempty"`
-	// Seats: KeySeats's seats hash as the runner read it through the run,
+	// Seats: KeySeats's tickets' hash as the runner read it through the run,
 	// each change (seatwatch.go); SeatsEnd, read once every fleet process
 	// had exited.
 	Seats    []SeatSnap `json:",omitempty"`

@@ -28,7 +28,7 @@ const VSeats = "seats"
 //     still held and its calls still waiting (SeatMetrics), once all its
 //     calls had returned: anything but 0 is a violation;
 //   - every call ended, in Redis: once every fleet process has exited, a
-//     ticket still holding or waiting for seats in the seats hash is a
+//     ticket still holding or waiting for seats in the tickets' hash is a
 //     violation when its Limiter's process exited by itself; one of a
 //     process killed is reported (the fleet drops it at the next call on
 //     the key after it forgot the process, and none may come);
@@ -346,7 +346,7 @@ func (r *run) seatStop(a Action, lim string) (SeatStop, bool) {
 }
 
 // seatKill measures kill a of the process whose Limiter is lim in the
-// runner's reads of the seats hash; false if it held no seats then.
+// runner's reads of the tickets' hash; false if it held no seats then.
 func (r *run) seatKill(a Action, lim string) (SeatKill, bool) {
 	snaps := r.res.Seats
 	k := SeatKill{Child: a.Child, At: a.At, Freed: -1, Handed: -1}

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The runner's watch of KeySeats's seats in Redis: it reads the seats hash
-// (lua/seats.lua's layout: "s:<ticket>" -> "<holder> <cost>" held,
+// The runner's watch of KeySeats's seats in Redis: it reads the tickets'
+// hash (lua/seats.lua's KEYS[5]: "s:<ticket>" -> "<holder> <cost>" held,
 // "w:<ticket>" waiting) every seatWatchEvery through the run, and keeps a
 // snapshot each time it changed; and once more after every fleet process
 // has exited. It only reads (HGETALL): no rule of the script is redone
@@ -20,32 +20,53 @@ import (
 // outlived their process.
 const seatWatchEvery = 20 * time.Millisecond
 
-// SeatSnap is one read of KeySeats's seats hash.
+// SeatSnap is one read of KeySeats's tickets' hash.
 type SeatSnap struct {
 	At int64 // when the read returned (Unix ns)
 	// Held: "<ticket> <holder> <seats>" per ticket holding seats, sorted;
 	// Waiting: the tickets waiting.
 	Held    []string `json:",omitempty"`
 	Waiting []string `json:",omitempty"`
+	// Holders: "<holder> <limiter id> <Unix ms> <seats>" per holder of the
+	// holders' hash (seats.lua's KEYS[1]): the seats Redis counts. A
+	// ticket counts only while its holder's place is its Limiter's, and
+	// is dropped lazily: Held may list tickets Holders does not count.
+	Holders []string `json:",omitempty"`
 	Err     string   `json:",omitempty"` // the read failed (Redis broken)
 }
 
 func (s SeatSnap) same(o SeatSnap) bool {
-	return slices.Equal(s.Held, o.Held) && slices.Equal(s.Waiting, o.Waiting) && (s.Err == "") == (o.Err == "")
+	return slices.Equal(s.Held, o.Held) && slices.Equal(s.Waiting, o.Waiting) && slices.Equal(s.Holders, o.Holders) &&
+		(s.Err == "") == (o.Err == "")
 }
 
-// seatsKey is KeySeats's seats hash under prefix.
-func seatsKey(prefix string) string { return layout.Key(prefix, KeySeats) + ":seats" }
+// seatsKey is KeySeats's tickets' hash under prefix. (Before, the
+// holders' hash, KEYS[1], where no ticket is: every read was empty;
+// TestReadSeats.)
+func seatsKey(prefix string) string { return layout.SeatTickets(prefix, KeySeats) }
 
-// readSeats reads the seats hash once.
+// readSeats reads the tickets' hash and the holders' once (in one
+// MULTI: the same instant).
 func readSeats(ctx context.Context, rdb *redis.Client, prefix string) SeatSnap {
-	m, err := rdb.HGetAll(ctx, seatsKey(prefix)).Result()
+	var tickets, holders *redis.MapStringStringCmd
+	seats, _, _ := layout.SeatKeys(prefix, KeySeats)
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		tickets = p.HGetAll(ctx, seatsKey(prefix))
+		holders = p.HGetAll(ctx, seats)
+		return nil
+	})
 	s := SeatSnap{At: time.Now().UnixNano()}
 	if err != nil {
 		s.Err = err.Error()
 		return s
 	}
-	for f, v := range m {
+	for f, v := range holders.Val() {
+		if h, ok := strings.CutPrefix(f, "r:"); ok {
+			s.Holders = append(s.Holders, h+" "+v)
+		}
+	}
+	slices.Sort(s.Holders)
+	for f, v := range tickets.Val() {
 		switch {
 		case strings.HasPrefix(f, "s:"):
 			s.Held = append(s.Held, f[2:]+" "+v)
