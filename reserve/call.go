@@ -161,10 +161,10 @@ func callEnd(ctx context.Context) (time.Time, bool) {
 // cutOps are the calls cut at their timeout, whose error starts the ping
 // that decides (failed): those that change nothing on Redis; heartbeats
 // and probes, which decide Redis's health themselves; and an in-flight
-// band's seats, whose scripts carry no deadline: an acquire Redis runs
-// after a stall, on the view of before, must not be used (it may take
-// seats of members pacing locally since), and its ticket, never renewed,
-// lapses within seatLapse.
+// band's seats, which are sent again at no cost: seats.lua knows each
+// call by its ticket (an acquire of a ticket that holds its seats is
+// granted them again, a release or cancel of one that holds none changes
+// nothing, a renew lists them all).
 var cutOps = map[string]bool{
 	names.OpHeartbeat: true, names.OpProbe: true, names.OpConfirm: true, names.OpConfig: true,
 	names.OpPeek: true, names.OpCheck: true, names.OpSeats: true,

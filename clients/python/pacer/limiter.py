@@ -1512,7 +1512,10 @@ class _Patient:
         if not timeout:
             return lim.redis.execute_command(*args)
         pool = lim.redis.connection_pool
-        conn = pool.get_connection(args[0])
+        try:
+            conn = pool.get_connection()  # redis-py 5.1 on: no command name
+        except TypeError:
+            conn = pool.get_connection(args[0])
         done = False
         try:
             conn.send_command(*args)
@@ -1523,7 +1526,11 @@ class _Patient:
                     raise redis.exceptions.ConnectionError(f"{e}, and Redis did not answer a ping") from e
                 if not conn.can_read(timeout=max(_PING_TIMEOUT, 4 * timeout)):
                     raise e
-            v = conn.read_response()
+            try:
+                v = conn.read_response()
+            except redis.exceptions.ResponseError:
+                done = True  # an error reply, read whole
+                raise
             done = True
             return v
         finally:
