@@ -645,8 +645,8 @@ func TestSeatViewInDoubt(t *testing.T) {
 // live holder silent across the freeze, its calls open (combination
 // runner, seed 128: 7 calls open on N = 6).
 func TestSeatViewInDoubtDropsNobody(t *testing.T) {
-	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
-	f.update(1, 0, 1, 0, 0, nil) // alone, as far as it knows
+	f := &fleetView{remember: time.Minute, settle: time.Hour} // no machine is that slow between two lines
+	f.update(1, 0, 1, 0, 0, nil)                              // alone, as far as it knows
 	f.taken([]int{0})
 	if _, _, taken, _, _ := f.seatView("me"); taken != "0" {
 		t.Fatalf("a fresh view: taken %q, want \"0\"", taken)
@@ -657,7 +657,7 @@ func TestSeatViewInDoubtDropsNobody(t *testing.T) {
 	}
 	f.update(1, 0, 1, 0, 0, nil)
 	f.taken([]int{0})
-	f.lastBeat = time.Now().Add(-3 * time.Second) // stopped for 3 s
+	f.lastBeat = time.Now().Add(-2 * time.Hour) // stopped for 2 h
 	if _, _, taken, _, _ := f.seatView("me"); taken != "*" {
 		t.Fatalf("a stale view: taken %q, want \"*\"", taken)
 	}

@@ -519,13 +519,17 @@ func TestTimedOutCallChargedOnce(t *testing.T) {
 	r, err := l.ReserveN(ctx, req)
 	require.NoError(t, err)
 	assert.False(t, r.Local(), "slow, not gone")
-	assert.LessOrEqual(t, r.Delay(), time.Duration(0), "today's unit, not tomorrow's")
+	assert.Less(t, r.Delay(), time.Hour, "today's unit, not tomorrow's (a day away)")
 	assert.Equal(t, int64(1), sent.n.Load(), "the reservation went to Redis once")
 	p.Clear(t)
 	st, err := l.Peek(ctx, req)
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, st.Bands[0].Value, "one unit taken, in today's window")
-	assert.WithinDuration(t, daily[0].Window.Origin.Add(24*time.Hour), st.Bands[0].WindowEnd, time.Millisecond)
+	// Today's window, not tomorrow's (a day apart). WindowEnd is placed on
+	// the local clock through the estimate of the server's, whose error
+	// grows on a loaded machine (3.5 ms in a CI run): an hour is no bound
+	// on it, only on which window.
+	assert.WithinDuration(t, daily[0].Window.Origin.Add(24*time.Hour), st.Bands[0].WindowEnd, time.Hour)
 }
 
 // keyCalls counts the commands a client sends that name key.
