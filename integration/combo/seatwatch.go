@@ -12,7 +12,9 @@ import (
 
 // The runner's watch of KeySeats's seats in Redis: it reads the tickets'
 // hash (lua/seats.lua's KEYS[5]: "s:<ticket>" -> "<holder> <cost>" held,
-// "w:<ticket>" waiting) every seatWatchEvery through the run, and keeps a
+// "w:<ticket>" waiting) and the holders' hash (KEYS[1]: "r:<holder>" ->
+// "<limiter id> <Unix ms> <seats>", Redis's count) every seatWatchEvery
+// through the run, and keeps a
 // snapshot each time it changed; and once more after every fleet process
 // has exited. It only reads (HGETALL): no rule of the script is redone
 // here. The verdict (seatjudge.go) reads in the snapshots when a killed
@@ -20,7 +22,7 @@ import (
 // outlived their process.
 const seatWatchEvery = 20 * time.Millisecond
 
-// SeatSnap is one read of KeySeats's tickets' hash.
+// SeatSnap is one read of KeySeats's tickets' and holders' hashes.
 type SeatSnap struct {
 	At int64 // when the read returned (Unix ns)
 	// Held: "<ticket> <holder> <seats>" per ticket holding seats, sorted;
