@@ -17,11 +17,8 @@ import (
 // on its way is open, and its seats count. TestSeatsAcquireDuringRenew
 // (reserve) saw 5 or 6 calls open on an in-flight band of 4 before.
 func TestSeatsRenewKeepsLaterTickets(t *testing.T) {
-	srv := redistest.New(t)
+	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
-	sc := redis.NewScript(lua.Seats)
-	p := redistest.Prefix(t)
-	keys := []string{p + "{s}:seats", p + "{s}:seatq", p + "{limiters}:events", p + "{s}:seatn", p + "{s}:seatt"}
 	run := func(op string, more ...any) any {
 		t.Helper()
 		args := append([]any{op, "L 0 1 r", "*", "", "4", "60000", "1000 6000 0 60000"}, more...)
@@ -63,11 +60,8 @@ func TestSeatsRenewKeepsLaterTickets(t *testing.T) {
 // runner, seed 128: a freeze of 1.53 s, a holder dropped at the thaw, 7
 // calls open on N = 6). Without a deadline, the same call drops it.
 func TestSeatsStaleCallDropsNothing(t *testing.T) {
-	srv := redistest.New(t)
+	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
-	sc := redis.NewScript(lua.Seats)
-	p := redistest.Prefix(t)
-	keys := []string{p + "{s}:seats", p + "{s}:seatq", p + "{limiters}:events", p + "{s}:seatn", p + "{s}:seatt"}
 	// I = 10 ms: a holder the caller's view does not list is gone after
 	// 15 ms of silence.
 	run := func(member, taken, times string, more ...any) (any, error) {
@@ -102,4 +96,12 @@ func TestSeatsStaleCallDropsNothing(t *testing.T) {
 	if v := read(); v[1] != int64(1) {
 		t.Fatalf("an acquire in time, on a view without B, silent 30 ms: %v seats used, want A's 1 (B gone)", v)
 	}
+}
+
+// seatsRig returns a real Redis, seats.lua and its KEYS (seats, queue,
+// events, an operator's N, tickets) under a prefix of t's own.
+func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
+	p := redistest.Prefix(t)
+	return redistest.New(t), redis.NewScript(lua.Seats),
+		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{limiters}:events", p + "{s}:seatn", p + "{s}:seatt"}
 }
