@@ -465,6 +465,65 @@ func TestNewcomerWaitsInOutage(t *testing.T) {
 	require.NoError(t, <-done, "a Wait without a deadline, Redis back")
 }
 
+// lateDeadline is a context whose deadline passes before it says so: Err is
+// nil, and Done open, until late after its deadline, as a context's timer
+// fires late on a loaded machine.
+type lateDeadline struct {
+	context.Context
+	deadline time.Time
+	done     <-chan struct{}
+}
+
+func newLateDeadline(t *testing.T, in, late time.Duration) *lateDeadline {
+	done := make(chan struct{})
+	timer := time.AfterFunc(in+late, func() { close(done) })
+	t.Cleanup(func() { timer.Stop() })
+	return &lateDeadline{Context: context.Background(), deadline: time.Now().Add(in), done: done}
+}
+
+func (c *lateDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *lateDeadline) Done() <-chan struct{}       { return c.done }
+func (c *lateDeadline) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// TestOutageWaitEndsWithItsDeadline (an outage is never an error to a
+// caller who can wait): a Wait with no share to pace on, whose context's
+// deadline passes before the context says so (its timer late, on a loaded
+// machine), ends with its deadline's error. Before, its wait for a share
+// woke after the deadline, found no time left and returned the outage's
+// refusal, "wait 299.9ms (set by an outage ...) exceeds the 49.9ms left"
+// (a quiet CI run's TestNewcomerWaitsInOutage).
+func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: quiet}
+	old, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, old)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	l, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	require.NoError(t, old.Beat(ctx)) // the old member hears of it
+	p.Disable(t)                      // no share for the newcomer
+	// The deadline passes while the Wait waits for a share; the context
+	// says so only after the wait's next look (shareRecheck, 250 ms).
+	dctx := newLateDeadline(t, 50*time.Millisecond, time.Second)
+	err = l.Wait(dctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.DeadlineExceeded), "got %v, want the deadline's error", err)
+	var tooLong *reserve.WaitTooLongError
+	assert.False(t, errors.As(err, &tooLong), "got an outage's refusal: %v", err)
+}
+
 // TestSlowRedisIsNotAnOutage (a slow process is not an outage): calls
 // slower than CallTimeout, from a Redis that answers, do not switch the
 // Limiter to local pacing, and no call fails. Before, three calls over

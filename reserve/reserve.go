@@ -149,6 +149,12 @@ func (l *Limiter) check(req Request) (*spec, []float64, *fairness, error) {
 func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
 	start := l.clock.Now()
 	asked := maxWait
+	// The maximum is the context's (Wait's) when its deadline comes no
+	// later: the deadline then ends the wait, with its own error. Decided
+	// once: a deadline passed whose context does not say so yet (its timer
+	// late, on a loaded machine) is still the deadline's.
+	dl, byDeadline := ctx.Deadline()
+	byDeadline = byDeadline && maxWait > 0 && !dl.After(time.Now().Add(maxWait))
 	for {
 		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
 		var ns *noShareError
@@ -156,20 +162,23 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 			return r, err
 		}
 		wait := time.Duration(-1)
-		if maxWait >= 0 {
-			wait = maxWait - l.clock.Now().Sub(start)
-			if dl, ok := ctx.Deadline(); ok && maxWait > 0 && !dl.After(time.Now().Add(wait)) {
-				// The maximum is the context's: the deadline ends the
-				// wait, with its own error.
-				wait = -1
-			} else if wait <= 0 {
+		switch {
+		case byDeadline:
+			if time.Until(dl) <= 0 {
+				return nil, fmt.Errorf("reserve: %s %q: %w", op, key, context.DeadlineExceeded)
+			}
+		case maxWait >= 0:
+			if wait = maxWait - l.clock.Now().Sub(start); wait <= 0 {
 				return nil, &WaitTooLongError{Wait: asked + shareRecheck, MaxWait: asked, Band: OutageBinding, cause: err}
 			}
 		}
 		if werr := l.awaitShare(ctx, wait); werr != nil {
 			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, werr)
 		}
-		if maxWait > 0 {
+		switch {
+		case byDeadline:
+			maxWait = max(time.Until(dl), 0) // wall-clock time, whatever Options.Clock is
+		case maxWait > 0:
 			maxWait = max(maxWait-l.clock.Now().Sub(start), 0)
 			start = l.clock.Now()
 		}
