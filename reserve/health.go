@@ -284,7 +284,6 @@ func (l *Limiter) confirm(key string, cause error) {
 		took := time.Since(start)
 		cancel()
 		h.mu.Lock()
-		h.check = nil
 		if err == nil {
 			v.up = true
 			h.failures = 0
@@ -310,6 +309,15 @@ func (l *Limiter) confirm(key string, cause error) {
 			// on Redis (TestSwitchToldAtOnce, beside a CPU hog).
 			l.countFailure(key, fmt.Errorf("%w (and Redis did not answer a ping within %v: %v)", cause, budget, err), true)
 		}
+		// The verdict is concluded only now, after the heartbeat or the
+		// switch: a call that asks for it earlier waits (slowNotGone,
+		// awaitSlowCall). Cleared as soon as the ping answered, it let a
+		// call that had waited out the stall go on the view of before it
+		// (TestStallRefreshesFleet, under -race), and a call past its
+		// timeout run on after the ping had failed.
+		h.mu.Lock()
+		h.check = nil
+		h.mu.Unlock()
 		close(v.done)
 		l.opts.Metrics.RedisCall(names.OpConfirm, took, err)
 		if err == nil {
