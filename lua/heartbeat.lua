@@ -18,7 +18,9 @@
 --          it; "~t": Unix ms when a heartbeat last renewed the fleet's keys'
 --          expiry (to hold_ms + hold_ms / 4: every hold_ms / 4, and when a
 --          key may be new, so that they outlive the last heartbeat by
---          hold_ms at least)
+--          hold_ms at least); and "~r": "<n> <rank> <until_ms>...", the
+--          ranks kept for members not back yet (see ARGV[8]), each until
+--          its Unix ms, of a fleet of n (absent: none)
 -- KEYS[3]  the policies reported: a hash key -> "<Unix ms> <policy>" (see
 --          ARGV[10...]), with KEYS[6] the same keys scored by that time, so
 --          that reports older than keep_ms are dropped
@@ -88,7 +90,19 @@
 --          (CLIENT LIST), at most once per suspect_ms each
 -- ARGV[7]  keep_ms: how long a reported policy is kept after its report
 -- ARGV[8]  the rank this Limiter asks for ("" for any): the one it had
---          (taken if free and below 1,000,000, else the smallest free)
+--          (taken if free and below 1,000,000, else the smallest free that
+--          is not kept); then optionally " keep <keep_ms> <n> <rank>...":
+--          back from an outage of its own on a Redis that lost the fleet
+--          (restarted empty), this Limiter remembers a fleet of n whose
+--          members at these ranks are not back yet and may still pace
+--          locally on their shares. The ranks are kept for keep_ms (each
+--          heartbeat that sends them renews them): a member that takes no
+--          rank it asks for is not given one of them, and each kept rank
+--          below the reply's n that no member holds counts as held, with
+--          the keep's n as their fleet's size (held_n), in every member's
+--          reply. A malformed keep is refused (PACER_ARG). Without it, a
+--          newcomer took the rank of a member still pacing locally, and
+--          the whole key on Redis beside it (combination runner, seed 49)
 -- ARGV[9]  the heartbeat's deadline, Unix ms on the server's clock as the
 --          caller estimates it ("" or absent: none): one that runs later
 --          is refused (PACER_STALE) and changes nothing. Its caller has
@@ -332,7 +346,7 @@ end
 -- seed 37: a member counted on Redis while it paced locally, and two calls
 -- at one instant).
 -- (This member's record, and the fleet's size as of when: see below.)
-local recs = redis.call('HMGET', KEYS[2], id, '~n', '~t') -- HMGET: in docs/security.md's ACL
+local recs = redis.call('HMGET', KEYS[2], id, '~n', '~t', '~r') -- HMGET: in docs/security.md's ACL
 do
   local rec = recs[1]
   local rmode, rsince = string.match(rec or '', '^(%S+) (%d+)')
@@ -345,6 +359,32 @@ local live_ms, hold_ms, suspect_ms, keep_ms = tonumber(ARGV[4]), tonumber(ARGV[5
 if not live_ms or not hold_ms or not suspect_ms or not keep_ms or live_ms <= 0 or hold_ms < live_ms
     or suspect_ms <= 0 or keep_ms <= 0 or (mode ~= 'redis' and mode ~= 'local') then
   return redis.error_reply('PACER_ARG want id, mode, since_ms, live_ms <= hold_ms, suspect_ms, keep_ms')
+end
+-- ARGV[8]: the rank asked for, and the ranks to keep (see there).
+local want_arg, keep_ms_arg, keep_n, keep_ranks = ARGV[8] or '', nil, nil, {}
+do
+  local w, rest = string.match(want_arg, '^(%S*)%s*(.*)$')
+  want_arg = w
+  if rest ~= '' then
+    local ts = {}
+    for x in string.gmatch(rest, '%S+') do
+      ts[#ts + 1] = x
+    end
+    keep_ms_arg, keep_n = tonumber(ts[2]), tonumber(ts[3])
+    local ok = ts[1] == 'keep' and keep_ms_arg and keep_ms_arg > 0 and keep_n and keep_n >= 1
+      and keep_n == math.floor(keep_n) and keep_n <= 1000000 and #ts >= 4
+    for i = 4, #ts do
+      local r = tonumber(ts[i])
+      if not (r and r >= 0 and r == math.floor(r) and r < keep_n) then
+        ok = false
+        break
+      end
+      keep_ranks[#keep_ranks + 1] = r
+    end
+    if not ok then
+      return redis.error_reply('PACER_ARG ARGV[8] want "[<rank>][ keep <keep_ms> <n> <rank>...]", ranks below n')
+    end
+  end
 end
 forget(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now_ms - hold_ms)))
 local format = redis.pcall('GET', KEYS[7])
@@ -373,6 +413,48 @@ local renew = not renewed or now_ms - renewed >= hold_ms / 4 or #ARGV > 10
 -- local pacing every few ms; lua's TestHeartbeatRefusedWhenFull).
 if redis.call('ZADD', KEYS[1], now_ms, id) == 1 then
   renew = true -- a member new to the fleet: its records may be new too
+end
+-- The ranks kept (KEYS[2]'s "~r"): those not expired, and this heartbeat's
+-- (ARGV[8]), renewed. Written after the ZADD above: no write before it.
+local kept, kept_n = {}, 0
+do
+  local ts = {}
+  for x in string.gmatch(recs[4] or '', '%S+') do
+    ts[#ts + 1] = tonumber(x)
+  end
+  local changed = false
+  for i = 2, #ts - 1, 2 do
+    if ts[i] and ts[i + 1] and ts[i + 1] > now_ms then
+      kept[ts[i]] = ts[i + 1]
+      kept_n = math.max(kept_n, tonumber(ts[1]) or 0)
+    else
+      changed = true
+    end
+  end
+  if keep_ms_arg then
+    local untl = now_ms + math.floor(keep_ms_arg)
+    for _, r in ipairs(keep_ranks) do
+      kept[r] = math.max(kept[r] or 0, untl)
+    end
+    kept_n = math.max(kept_n, keep_n)
+    changed = true
+  end
+  if changed then
+    local rs = {}
+    for r in pairs(kept) do
+      rs[#rs + 1] = r
+    end
+    table.sort(rs)
+    local out = {}
+    for _, r in ipairs(rs) do
+      out[#out + 1] = string.format('%d %d', r, kept[r])
+    end
+    if #out > 0 then
+      redis.call('HSET', KEYS[2], '~r', string.format('%d', kept_n) .. ' ' .. table.concat(out, ' '))
+    else
+      redis.call('HDEL', KEYS[2], '~r')
+    end
+  end
 end
 -- The writers' records are forgotten with the fleet's (above), and by the
 -- same rule here too: one a member of an earlier release forgot (by its
@@ -411,17 +493,33 @@ if not my_rank then
   if fast and not redis.call('ZSCORE', KEYS[12], 'v') then
     build_holes()
   end
-  local want = tonumber(ARGV[8])
+  local want = tonumber(want_arg)
   if not (want and want >= 0 and want == math.floor(want) and want < 1000000 and #redis.call('ZRANGEBYSCORE', KEYS[4], want, want, 'LIMIT', 0, 1) == 0) then
     want = nil
   end
+  local nkept = 0
+  for _ in pairs(kept) do
+    nkept = nkept + 1
+  end
   if fast then
     -- The holes are kept (built above if they were not): the smallest
-    -- free rank is the first hole, else the one above the top.
+    -- free rank not kept is the first such hole, else the first above
+    -- the top.
     local top = top_rank()
     if not want then
-      local h = redis.call('ZRANGEBYSCORE', KEYS[12], 0, '+inf', 'LIMIT', 0, 1)
-      want = tonumber(h[1]) or top + 1
+      local hs = redis.call('ZRANGEBYSCORE', KEYS[12], 0, '+inf', 'LIMIT', 0, nkept + 1)
+      for _, h in ipairs(hs) do
+        if not kept[tonumber(h)] then
+          want = tonumber(h)
+          break
+        end
+      end
+      if not want then
+        want = top + 1
+        while kept[want] do
+          want = want + 1
+        end
+      end
     end
     if want < top then
       redis.call('ZREM', KEYS[12], string.format('%d', want))
@@ -441,7 +539,7 @@ if not my_rank then
         taken[tonumber(used[i])] = true
       end
       want = 0
-      while taken[want] do
+      while taken[want] or kept[want] do
         want = want + 1
       end
     end
@@ -623,6 +721,15 @@ else
   end
   if writer then
     redis.call('DEL', KEYS[12])
+  end
+end
+-- The ranks kept for members not back yet that are holes (below n, no
+-- member holds them): held, on their fleet's size. (One above the top
+-- taken becomes a hole when a newcomer takes a rank above it.)
+for _, r in ipairs(holes) do
+  if kept[r] then
+    held_ranks[#held_ranks + 1] = r
+    held_n = math.max(held_n, kept_n)
   end
 end
 return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format}

@@ -22,7 +22,8 @@ import (
 // scores moved back, as a member that stopped beating), forgotten after
 // hold_ms, checked and forgotten as suspects, and members of the indexed
 // fleet told format 2 for a heartbeat (a switch back: they leave the
-// indexes, and the others read every member until they are back). Both
+// indexes, and the others read every member until they are back), and
+// ranks kept for members not back yet (ARGV[8]'s keep). Both
 // fleets get the same calls, in lockstep, on one server.
 func TestHeartbeatIndexesMatch(t *testing.T) {
 	s := redistest.New(t)
@@ -88,6 +89,15 @@ func TestHeartbeatIndexesMatch(t *testing.T) {
 					want := ""
 					if rng.IntN(3) == 0 {
 						want = strconv.Itoa(rng.IntN(12))
+					}
+					if rng.IntN(6) == 0 {
+						// Back on a Redis that lost the fleet: ranks kept
+						// for members not back yet.
+						n := 2 + rng.IntN(8)
+						want += fmt.Sprintf(" keep %d %d", []int{60_000, 120_000}[rng.IntN(2)], n)
+						for range 1 + rng.IntN(3) {
+							want += " " + strconv.Itoa(rng.IntN(n))
+						}
 					}
 					live := []int{60_000, 20_000, 5_000}[rng.IntN(3)]
 					args = []any{id, mode, fmt.Sprintf("%d %d %d run1", since, cid, rng.IntN(6)), live, 120_000, 40_000, 180_000, want, ""}

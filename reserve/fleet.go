@@ -365,18 +365,49 @@ func (f *fleetView) newcomer() bool {
 	return a > 0 && f.rank >= a
 }
 
-// wantRank is the rank a heartbeat asks for: the one this Limiter had
-// (Redis restarted empty gives it back if free), "" before it had one.
+// wantRank is heartbeat.lua's ARGV[8]: the rank a heartbeat asks for, the
+// one this Limiter had (Redis restarted empty gives it back if free), ""
+// before it had one; then, while members it remembers are missing, "keep
+// <keep_ms> <n> <ranks...>": the ranks of its remembered fleet's n not
+// back yet (keptRanks), which the fleet keeps for them for keep_ms (no
+// newcomer takes one, and each is held in every member's view, on that
+// n). Without it, a newcomer took the rank of a member still pacing
+// locally, heard of nobody held, and took the whole key on Redis beside
+// it (combination runner, seed 49). A keep lasts one and a half settles
+// (three heartbeat intervals): each heartbeat renews it, and it ends soon
+// after this Limiter stops sending it (the members are back, or it lost
+// Redis again).
 func (f *fleetView) wantRank() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	w := ""
 	switch {
 	case f.remembered > 0:
-		return strconv.Itoa(f.rankBefore)
+		w = strconv.Itoa(f.rankBefore)
 	case f.learned:
-		return strconv.Itoa(f.rank)
+		w = strconv.Itoa(f.rank)
 	}
-	return ""
+	if ks := f.keptRanks(); len(ks) > 0 {
+		keep := max(f.settle*3/2, time.Second)
+		w += " keep " + strconv.FormatInt(keep.Milliseconds(), 10) + " " + strconv.Itoa(f.remembered) + " " + joinInts(ks)
+	}
+	return w
+}
+
+// keptRanks returns the ranks of the fleet this Limiter remembers, other
+// than its own, that Redis does not list yet, while members are missing
+// (missing); else none. f.mu is held.
+func (f *fleetView) keptRanks() []int {
+	if !f.missing() {
+		return nil
+	}
+	var ks []int
+	for k := range f.remembered {
+		if k != f.rankBefore && !slices.Contains(f.ranks, k) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
 }
 
 // missing reports whether, back from an outage of its own, this Limiter

@@ -662,3 +662,33 @@ func TestSeatViewInDoubtDropsNobody(t *testing.T) {
 		t.Fatalf("a stale view: taken %q, want \"*\"", taken)
 	}
 }
+
+// TestBackKeepsMissingRanks: back on a Redis restarted empty while members
+// it remembers are missing, a Limiter's heartbeat asks the fleet to keep
+// their ranks (heartbeat.lua's ARGV[8] "keep", for three heartbeat
+// intervals, renewed by each heartbeat), and stops once they are back.
+func TestBackKeepsMissingRanks(t *testing.T) {
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(3, 2, 3, 0, 0, nil) // rank 2 of 3, every member on Redis
+	f.taken([]int{0, 1, 2})
+	if got := f.wantRank(); got != "2" {
+		t.Fatalf("on Redis: ARGV[8] %q, want \"2\"", got)
+	}
+	f.leaving()
+	f.update(1, 2, 1, 0, 0, nil) // restarted empty: back alone
+	f.taken([]int{2})
+	f.recovered()
+	if got := f.wantRank(); got != "2 keep 3000 3 0 1" {
+		t.Fatalf("back alone: ARGV[8] %q, want ranks 0 and 1 kept", got)
+	}
+	f.update(3, 2, 2, 0, 0, nil) // the member of rank 0 is back
+	f.taken([]int{0, 2})
+	if got := f.wantRank(); got != "2 keep 3000 3 1" {
+		t.Fatalf("one back: ARGV[8] %q, want rank 1 kept", got)
+	}
+	f.update(3, 2, 3, 0, 0, nil) // every member back
+	f.taken([]int{0, 1, 2})
+	if got := f.wantRank(); got != "2" {
+		t.Fatalf("every member back: ARGV[8] %q, want \"2\"", got)
+	}
+}

@@ -812,6 +812,21 @@ class Limiter:
             n = self._held_n
         self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
 
+    def _keep(self) -> tuple[int, int, list[int]] | None:
+        """The ranks a heartbeat asks the fleet to keep (heartbeat.lua's
+        ARGV[8] "keep"): while members it remembers are missing, the ranks
+        of that fleet, other than its own, that Redis does not list yet,
+        for three heartbeat intervals (each heartbeat renews them). No
+        newcomer takes one, and every member holds them (Go's
+        fleetView.wantRank; combination runner, seed 49). self._lock is
+        held."""
+        if not self._missing():
+            return None
+        ranks = [k for k in range(self._remembered) if k != self._rank_before and k not in self._ranks]
+        if not ranks:
+            return None
+        return max(int(3 * self.interval * 1000), 1000), self._remembered, ranks
+
     def _missing(self) -> bool:
         return (self._back_at > 0 and time.monotonic() - self._back_at < self._remember
                 and self._remembered_members > self._members)
@@ -982,6 +997,7 @@ class Limiter:
             since = self._since_ms
             n = self._share_n()
             rank = self._rank_before if self._remembered else (self._rank if self._learned else None)
+            keep = self._keep()
             reports = self._reports_due()
         with self._presence_lock:
             if mode == "redis" and self._presence is None and not self._presence_denied:
@@ -994,7 +1010,7 @@ class Limiter:
         try:
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                  protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                         cid=cid, run=run,
+                                                         cid=cid, run=run, keep=keep,
                                                          deadline_ms=self._deadline_ms() if mode == "redis" else None))
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
@@ -1031,7 +1047,7 @@ class Limiter:
             try:
                 v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                      protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                             cid=cid, run=run,
+                                                             cid=cid, run=run, keep=keep,
                                                              deadline_ms=self._deadline_ms() if mode == "redis" else None))
                 hb = protocol.decode_heartbeat(v) or hb
             except (*UNAVAILABLE, PacerError):

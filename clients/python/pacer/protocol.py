@@ -691,14 +691,20 @@ class Heartbeat:
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
                    times: Sequence[str] = HEARTBEAT_TIMES, reports: Sequence[tuple[str, str]] = (),
-                   cid: int = 0, run: str = "", deadline_ms: int | None = None) -> list[str]:
+                   cid: int = 0, run: str = "", deadline_ms: int | None = None,
+                   keep: tuple[int, int, Sequence[int]] | None = None) -> list[str]:
     """Heartbeat's ARGV: id, mode, "<since_ms> <cid> <n>[ <run>]" (cid: the
     client id of its presence connection and run the run id of the server
-    that gave it; 0: none), the four times, the rank asked for, the
-    deadline (Unix ms on the server's clock; None: none), then the reports:
-    key and "<Unix ms> <policy>" pairs."""
+    that gave it; 0: none), the four times, the rank asked for (then, with
+    keep = (keep_ms, n, ranks), " keep <keep_ms> <n> <ranks...>": the ranks
+    of the fleet of n it remembers that are not back yet, kept for them),
+    the deadline (Unix ms on the server's clock; None: none), then the
+    reports: key and "<Unix ms> <policy>" pairs."""
     since = f"{since_ms} {cid} {n}" + (f" {run}" if cid and run else "")
-    out = [member, mode, since, *times, "" if rank is None else str(rank),
+    want = "" if rank is None else str(rank)
+    if keep is not None and keep[2]:
+        want += f" keep {keep[0]} {keep[1]} " + " ".join(str(r) for r in keep[2])
+    out = [member, mode, since, *times, want,
            "" if deadline_ms is None else str(deadline_ms)]
     for key, report in reports:
         out += [key, report]

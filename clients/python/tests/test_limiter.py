@@ -973,6 +973,30 @@ class FallbackTest(unittest.TestCase):
             a._back_at, a._last_beat = time.monotonic(), time.monotonic()
         self.assertEqual(a._share(), "3 1 2")
 
+    def test_newcomer_leaves_missing_share(self) -> None:
+        """Back on a Redis restarted empty with the members of ranks 1 and
+        2 of 3 missing (they may pace locally still), a Limiter's heartbeat
+        asks the fleet to keep their ranks: a newcomer takes rank 3, and
+        leaves them their shares on their fleet's lattice (Go's
+        TestNewcomerLeavesMissingShare; combination runner, seed 49: this
+        client's newcomer took a missing Go member's rank and the whole key
+        on Redis beside its local slots)."""
+        y = self.limiter("y")
+        y._beat()
+        self.assertEqual(y._rank, 0)
+        with y._lock:  # back alone at rank 0 of the 3 it knew
+            y._remembered, y._remembered_members, y._rank_before = 3, 3, 0
+            y._back_at = time.monotonic()
+            self.assertEqual(y._keep(), (int(3 * y.interval * 1000), 3, [1, 2]), "three intervals, ranks 1 and 2 of 3")
+        y._beat()
+        self.assertEqual(y._share(), "3 1 2")
+        z = self.limiter("z")
+        z._beat()
+        self.assertEqual((z._rank, z._held, z._held_n), (3, [1, 2], 3), "the newcomer takes no kept rank")
+        self.assertEqual(z._share(), "3 1 2", "the newcomer leaves the missing members their shares")
+        y._beat()
+        self.assertEqual(y._share(), "3 1 2")
+
     def test_handback_of_a_key_used_only_locally(self) -> None:
         """The local grants on a key this Limiter never reserved on Redis
         are handed back too: Redis grants nothing before them. (Before, the
