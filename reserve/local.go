@@ -278,6 +278,23 @@ func (l *Limiter) stalledErr(key string) error {
 // then more.
 func (l *Limiter) localKeys(key string, more ...string) []string { return l.keys(key, more...) }
 
+// dropLocalState deletes the store's keys of key's rate state (all under
+// its Redis key), not those of its in-flight band: seats.go keeps the
+// seats held on the store, and hands them back itself (renewSeats).
+// Before, seeding a key's rate state deleted every store key under its
+// name, the seats' too: a call of a policy with both bands took its seat,
+// then its slot's first local grant forgot the seats held, and the process
+// took its share of N again beside them (TestSeatsWithRateThroughOutage;
+// combination runner, seed 21: 5 calls open on N = 4). ks.mu is held.
+func (l *Limiter) dropLocalState(key string) {
+	seats := l.seatKeys(key)
+	for _, k := range l.store.Keys(l.RedisKey(key)) {
+		if !slices.Contains(seats, k) {
+			l.store.Del(k)
+		}
+	}
+}
+
 // startLocal makes sure the store holds key, seeded as the file's comment
 // says, for s (keyOnly: a pause alone). ks.mu is held.
 func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareArg string) error {
@@ -294,9 +311,7 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 	}
 	rk := l.RedisKey(ks.name)
 	nowNS, _ := l.serverNow()
-	for _, k := range l.store.Keys(rk) {
-		l.store.Del(k)
-	}
+	l.dropLocalState(ks.name)
 	if ks.seen != "" {
 		if exp := layout.Expiry(ks.seen); exp > nowNS {
 			l.store.Set(rk, ks.seen, time.Duration(exp-nowNS))
@@ -379,9 +394,7 @@ func (l *Limiter) takeHandback(ks *keyState, back bool) (*handback, bool) {
 				g.windows = append(g.windows, windowUnits{band: name, w: int64(w.W), units: units})
 			}
 		}
-		for _, k := range l.store.Keys(rk) {
-			l.store.Del(k)
-		}
+		l.dropLocalState(ks.name)
 		lk.held, lk.last, lk.seeded, lk.seededPause = false, 0, nil, 0
 		lk.grants, lk.past, lk.asleep = nil, 0, nil
 		h = h.merge(g)

@@ -367,6 +367,46 @@ func TestSeatsThroughOutage(t *testing.T) {
 	assert.Equal(t, 0, st.Used)
 }
 
+// TestSeatsWithRateThroughOutage: while pacing locally, a call of a policy
+// with an in-flight band and a rate band takes its seat on the store, then
+// its slot; the slot's first local grant on the key, which seeds the
+// store's state of the key, leaves its seats alone. Before, that seeding
+// deleted every store key under the key's name, the seats' too: the seats
+// held were forgotten, and a process took its share of N again beside
+// them (combination runner, seed 21: 5 calls open on N = 4, a process
+// holding 4 on a share of 2).
+func TestSeatsWithRateThroughOutage(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	req := reserve.Request{Key: "seats:rate-out", Cost: reserve.Cost{"requests": 1}, Policy: reserve.Policy{
+		{Name: "open", Unit: "requests", InFlight: 2},
+		{Name: "rate", Unit: "requests", Limit: reserve.Limit{Rate: 1000, Burst: 10}},
+	}}
+	held, err := l.Acquire(ctx, req) // on Redis: the store is seeded with it
+	require.NoError(t, err)
+	s.Stop(t)
+	var got *reserve.Reservation
+	require.Eventually(t, func() bool {
+		r, err := l.TryReserveN(ctx, req, 0)
+		if err == nil {
+			got = r
+		}
+		return l.Degraded() && got != nil
+	}, 30*time.Second, 10*time.Millisecond, "no seat locally")
+	require.True(t, got.Local(), "the second seat on the store")
+	// N is 2: both held. A third call finds none free, on the store.
+	_, err = l.TryReserveN(ctx, req, 0)
+	assert.Error(t, err, "a third seat on a band of 2")
+	var tooLong *reserve.WaitTooLongError
+	assert.ErrorAs(t, err, &tooLong)
+	got.Done()
+	held.Done()
+}
+
 // TestSeatsRestartedEmpty: a Redis restarted empty has lost the seats its
 // holders still hold; a Limiter that saw the key's seats before takes
 // none until the holders have renewed them (at their next heartbeat), so
