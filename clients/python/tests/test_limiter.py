@@ -422,10 +422,15 @@ class FallbackTest(unittest.TestCase):
         lim = Limit(10, 1)
         a.reserve("k", lim)
         with a._lock:
-            # The estimate 4 ms ahead of Redis's clock, set by a reply that
-            # took 10 ms (the midpoint: off by 5 ms at most).
+            # The estimate 4 ms further ahead of Redis's clock than the
+            # sample that set it allows, as if its reply had taken 8 ms
+            # longer (the midpoint is off by half the round trip at most).
+            # Before, the round trip was set to 10 ms: the sample's own
+            # error came on top of the 4 ms, and on a loaded machine (a
+            # round trip of 2 ms or more) the floor fell short of it (a CI
+            # run beside a CPU hog: 99.09 ms, want 100).
             a._offset_ns += 4_000_000
-            a._offset_rtt = 10_000_000
+            a._offset_rtt += 8_000_000
         self.srv.stop()
         local = [a.reserve("k", lim) for _ in range(3)]
         self.assertTrue(all(r.local for r in local))
