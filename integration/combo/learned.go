@@ -223,14 +223,18 @@ func (r *run) liveness(key string, fig *Learned) []Violation {
 // with learnedRecovery after it: every pause of the key, whether or not its
 // maker saw it succeed (pacehttp's Transport pauses the key itself on a
 // 429, for its Retry-After in whole seconds, before the child's own pause
-// of the exact Retry); every operator's pause, until a resume that
+// of the exact Retry), to its length after its call returned (the latest
+// Redis can have run it); every operator's pause, until a resume that
 // succeeded; and the provider's own pauses, from every 429 it answered.
 func (r *run) learnedCuts(key string) [][2]int64 {
 	rec := int64(learnedRecovery)
 	var cuts [][2]int64
 	for _, n := range r.res.Notes {
 		if n.Type == notePause && n.Key == key {
-			cuts = append(cuts, [2]int64{n.At, n.At + wholeSeconds(n.D) + rec})
+			// Its length counts from when Redis ran it: as late as the
+			// call's return (a CLIENT PAUSE or a stall held it; seed 28:
+			// a pause sent at 10.42 s ran at 11.40 s).
+			cuts = append(cuts, [2]int64{n.At, max(n.At, n.End) + wholeSeconds(n.D) + rec})
 		}
 	}
 	for _, c := range r.calls[key] {

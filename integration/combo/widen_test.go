@@ -350,24 +350,38 @@ func TestResumed(t *testing.T) {
 		c.Grant, c.Slot, c.Lo, c.Hi, c.Fire, c.Arrive = at(grant), at(fire), at(fire), at(fire), at(fire), at(fire)
 		return c
 	}
+	// A process's own pause of the key at 8.5 s for 2.8 s (3 s as
+	// Retry-After counts), its call returned at once, or 1.3 s later: Redis
+	// ran it then (a CLIENT PAUSE held it), and its 2.8 s count from there.
+	ownPause := func(took time.Duration) []Note {
+		return []Note{{Type: notePause, Child: "2", Key: KeyFair, At: at(8500 * time.Millisecond),
+			End: at(8500*time.Millisecond + took), D: int64(2800 * time.Millisecond), Op: "command"}}
+	}
 	for _, tc := range []struct {
 		name    string
 		call    Call
 		actions []Action
 		want    int
+		notes   []Note
 	}{
-		{"fired soon after the resume", call(2*time.Second, 3700*time.Millisecond), []Action{pause, resume}, 0},
-		{"held to the old end", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 1},
-		{"asked for late, fired at the old end", call(12*time.Second, 13*time.Second), []Action{pause, resume}, 0},
+		{"fired soon after the resume", call(2*time.Second, 3700*time.Millisecond), []Action{pause, resume}, 0, nil},
+		{"held to the old end", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 1, nil},
+		{"asked for late, fired at the old end", call(12*time.Second, 13*time.Second), []Action{pause, resume}, 0, nil},
 		// Asked for after the resume, fired at the old end: held there with
 		// the key (nothing fired on it before), or queued behind others
 		// (the combination runner's seed 1: callers that waited out an
 		// outage, then a fair queue).
-		{"asked for after the resume, the key idle to the old end", call(5*time.Second, 13*time.Second), []Action{pause, resume}, 1},
-		{"asked for after the resume, queued behind others", call(5*time.Second, 13*time.Second), []Action{pause, resume}, -1},
-		{"not resumed", call(2*time.Second, 13*time.Second), []Action{pause}, 0},
+		{"asked for after the resume, the key idle to the old end", call(5*time.Second, 13*time.Second), []Action{pause, resume}, 1, nil},
+		{"asked for after the resume, queued behind others", call(5*time.Second, 13*time.Second), []Action{pause, resume}, -1, nil},
+		{"not resumed", call(2*time.Second, 13*time.Second), []Action{pause}, 0, nil},
 		{"held to the old end in a Redis fault", call(2*time.Second, 13*time.Second),
-			[]Action{pause, resume, {Kind: FaultFreeze, At: at(12 * time.Second), End: at(13500 * time.Millisecond)}}, 0},
+			[]Action{pause, resume, {Kind: FaultFreeze, At: at(12 * time.Second), End: at(13500 * time.Millisecond)}}, 0, nil},
+		{"a process's pause over before the old end", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 1, ownPause(time.Millisecond)},
+		// Its 2.8 s from 9.8 s, and the call at the next window: the
+		// combination runner's seed 28 (a window band of 2 s put it 45 ms
+		// from the resumed pause's end). Before, the cut ran from the
+		// call's start, and this was taken for a hold to the old end.
+		{"a process's pause that Redis ran late", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 0, ownPause(1300 * time.Millisecond)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls, want := []Call{tc.call}, tc.want
@@ -377,7 +391,7 @@ func TestResumed(t *testing.T) {
 					calls = append(calls, call(d-time.Second, d))
 				}
 			}
-			if got := kinds(judged(calls, nil, tc.actions), VResume); len(got) != want {
+			if got := kinds(judged(calls, tc.notes, tc.actions), VResume); len(got) != want {
 				t.Errorf("%s violations = %d, want %d: %v", VResume, len(got), want, got)
 			}
 		})
