@@ -31,12 +31,7 @@ func TestHeartbeatKeepsRanks(t *testing.T) {
 	hb := redis.NewScript(lua.Heartbeat)
 	for _, format := range []string{"2", "3"} {
 		t.Run("format="+format, func(t *testing.T) {
-			k := redistest.Prefix(t) + format + "{limiters}"
-			keys := []string{k}
-			for _, x := range fleetSuffixes {
-				keys = append(keys, k+x)
-			}
-			s.Client.Set(ctx, keys[6], format, 0)
+			keys := fleetOf(t, s.Client, redistest.Prefix(t)+format+"{limiters}", format)
 			type reply struct {
 				rank, n, heldN int64
 				held           []int64
@@ -79,13 +74,7 @@ func TestHeartbeatKeepsRanks(t *testing.T) {
 
 			// A keep not renewed expires: on a fleet of its own, x keeps
 			// rank 0 for 1 ms; the next newcomer takes it.
-			kx := keys[0] + "x"
-			xkeys := []string{kx}
-			for _, x := range fleetSuffixes {
-				xkeys = append(xkeys, kx+x)
-			}
-			s.Client.Set(ctx, xkeys[6], format, 0)
-			keys = xkeys
+			keys = fleetOf(t, s.Client, keys[0]+"x", format)
 			assert.Equal(t, reply{rank: 1, n: 2, heldN: 2, held: []int64{0}}, beat("x", "1 keep 1 2 0"), "kept for 1 ms")
 			time.Sleep(20 * time.Millisecond)
 			assert.Equal(t, reply{rank: 0, n: 2}, beat("y", ""), "a newcomer after the keep expired")
@@ -103,12 +92,7 @@ func TestHeartbeatKeepsRanksAboveTop(t *testing.T) {
 	hb := redis.NewScript(lua.Heartbeat)
 	for _, format := range []string{"2", "3"} {
 		t.Run("format="+format, func(t *testing.T) {
-			k := redistest.Prefix(t) + format + "{limiters}"
-			keys := []string{k}
-			for _, x := range fleetSuffixes {
-				keys = append(keys, k+x)
-			}
-			s.Client.Set(ctx, keys[6], format, 0)
+			keys := fleetOf(t, s.Client, redistest.Prefix(t)+format+"{limiters}", format)
 			run := func(id, want string) []any {
 				r, err := hb.Run(ctx, s.Client, keys, id, "redis", "1700000000000 0 0", 2000, 60_000, 1100, 180_000, want, "").Slice()
 				require.NoError(t, err)
@@ -121,4 +105,16 @@ func TestHeartbeatKeepsRanksAboveTop(t *testing.T) {
 			assert.Equal(t, "[1 2]", fmt.Sprint(r[9]), "holes")
 		})
 	}
+}
+
+// fleetOf returns heartbeat.lua's 12 keys of a fleet named k (KEYS[1]),
+// told format (KEYS[7]).
+func fleetOf(t *testing.T, c *redis.Client, k, format string) []string {
+	t.Helper()
+	keys := []string{k}
+	for _, x := range fleetSuffixes {
+		keys = append(keys, k+x)
+	}
+	require.NoError(t, c.Set(t.Context(), keys[6], format, 0).Err())
+	return keys
 }

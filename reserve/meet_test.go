@@ -417,28 +417,36 @@ func TestNeverReachedWaits(t *testing.T) {
 	require.NoError(t, <-done, "a Wait without a deadline, Redis back")
 }
 
-// TestNewcomerWaitsInOutage (an outage is never an error to a caller who
-// can wait): a Limiter that joined the fleet just before Redis failed
-// (the others may pace locally on a fleet without it) waits for Redis
-// instead of failing its Waits. Before: "it has no share to pace on until
-// they are back on Redis", on every call.
-func TestNewcomerWaitsInOutage(t *testing.T) {
+// newcomerCutOff returns a Limiter that joined the fleet just before
+// Redis failed for it (an old member heard of it), so that it has no share
+// to pace on, and the proxy that cut it off (Enable brings Redis back).
+func newcomerCutOff(t *testing.T) (*reserve.Limiter, *redistest.Proxy) {
+	t.Helper()
 	s := redistest.New(t)
-	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	opts := reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: quiet}
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: quiet}
 	old, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, old)
 	time.Sleep(300 * time.Millisecond)
 	p := redistest.NewProxy(t, s.Addr)
 	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	l, err := reserve.New(c, opts)
 	require.NoError(t, err)
 	closeLimiter(t, l)
-	require.NoError(t, old.Beat(ctx)) // the old member hears of it
-	p.Disable(t)                      // Redis fails for the newcomer at once
+	require.NoError(t, old.Beat(t.Context())) // the old member hears of it
+	p.Disable(t)                              // Redis fails for the newcomer at once
+	return l, p
+}
+
+// TestNewcomerWaitsInOutage (an outage is never an error to a caller who
+// can wait): a Limiter that joined the fleet just before Redis failed
+// (the others may pace locally on a fleet without it) waits for Redis
+// instead of failing its Waits. Before: "it has no share to pace on until
+// they are back on Redis", on every call.
+func TestNewcomerWaitsInOutage(t *testing.T) {
+	ctx := context.Background()
+	l, p := newcomerCutOff(t)
 	lim := reserve.Limit{Rate: 10, Burst: 1}
 	var errs []error
 	for range 20 {
@@ -500,24 +508,11 @@ func (c *lateDeadline) Err() error {
 // refusal, "wait 299.9ms (set by an outage ...) exceeds the 49.9ms left"
 // (a quiet CI run's TestNewcomerWaitsInOutage).
 func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
-	s := redistest.New(t)
-	ctx := context.Background()
-	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: quiet}
-	old, err := reserve.New(s.Client, opts)
-	require.NoError(t, err)
-	closeLimiter(t, old)
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	defer c.Close()
-	l, err := reserve.New(c, opts)
-	require.NoError(t, err)
-	closeLimiter(t, l)
-	require.NoError(t, old.Beat(ctx)) // the old member hears of it
-	p.Disable(t)                      // no share for the newcomer
+	l, _ := newcomerCutOff(t) // no share for the newcomer
 	// The deadline passes while the Wait waits for a share; the context
 	// says so only after the wait's next look (shareRecheck, 250 ms).
 	dctx := newLateDeadline(t, 50*time.Millisecond, time.Second)
-	err = l.Wait(dctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	err := l.Wait(dctx, "api", reserve.Limit{Rate: 10, Burst: 1})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "got %v, want the deadline's error", err)
 	var tooLong *reserve.WaitTooLongError
