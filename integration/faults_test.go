@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,8 +176,8 @@ func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 	// The invariant: every 1 s of the whole run, start to end.
 	busiest, at := run.busiest(time.Second)
 	if float64(busiest) > windowBound {
-		t.Errorf("busiest 1 s of the run (from %v after the start) held %d calls, want at most %.0f (1.1 x rate + burst)",
-			at.Sub(start).Round(time.Millisecond), busiest, windowBound)
+		t.Errorf("busiest 1 s of the run (from %v after the start) held %d calls, want at most %.0f (1.1 x rate + burst)\n%s\nthe children's logs:\n%s",
+			at.Sub(start).Round(time.Millisecond), busiest, windowBound, run.window(at, time.Second, start), strings.Join(run.stderr, "\n"))
 	}
 	// Liveness: the fleet went on calling while Redis was broken.
 	if n := run.countIn(localAt, healedAt); nLocal == procs && healedAt.After(localAt) && n == 0 {
@@ -184,22 +186,28 @@ func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 
 	// Figures, not asserted (timing on a shared machine).
 	before := float64(run.countIn(start.Add(time.Second), injectAt)) / (warmup - time.Second).Seconds()
-	firstBack := firstSwitch(run, "redis", injectAt)
-	degraded := firstBack.Sub(localAt)
-	var degradedRate float64
-	if degraded > 500*time.Millisecond {
-		degradedRate = float64(run.countIn(localAt, firstBack)) / degraded.Seconds()
+	after := float64(run.countIn(healedAt.Add(500*time.Millisecond), end.Add(-200*time.Millisecond))) /
+		end.Add(-200*time.Millisecond).Sub(healedAt.Add(500*time.Millisecond)).Seconds()
+	local := "no child switched to local pacing"
+	if nLocal > 0 {
+		firstBack := firstSwitch(run, "redis", injectAt)
+		degraded := firstBack.Sub(localAt)
+		var degradedRate float64
+		if degraded > 500*time.Millisecond {
+			degradedRate = float64(run.countIn(localAt, firstBack)) / degraded.Seconds()
+		}
+		after = float64(run.countIn(redisAt.Add(500*time.Millisecond), end.Add(-200*time.Millisecond))) /
+			end.Add(-200*time.Millisecond).Sub(redisAt.Add(500*time.Millisecond)).Seconds()
+		local = fmt.Sprintf("local %v after the fault (all %d that switched local for %v) at %.1f/s; back on Redis %v after it answered",
+			localAt.Sub(injectAt).Round(time.Millisecond), nLocal, degraded.Round(time.Millisecond), degradedRate,
+			redisAt.Sub(healedAt).Round(time.Millisecond))
 	}
-	after := float64(run.countIn(redisAt.Add(500*time.Millisecond), end.Add(-200*time.Millisecond))) /
-		end.Add(-200*time.Millisecond).Sub(redisAt.Add(500*time.Millisecond)).Seconds()
 	t.Logf("busiest 1 s of the whole run: %d calls (bound %.0f), at %v after the start (fault at %v, healed at %v); "+
-		"switches per child %v; before %.1f/s; local %v after the fault (both local for %v) at %.1f/s; after %.1f/s; "+
-		"longest stall %v, longest Wait %v; both back on Redis %v after it answered; calls %d",
+		"switches per child %v; before %.1f/s; %s; after %.1f/s; longest stall %v, longest Wait %v; calls %d",
 		busiest, windowBound, at.Sub(start).Round(time.Millisecond), injectAt.Sub(start).Round(time.Millisecond),
-		healedAt.Sub(start).Round(time.Millisecond), run.switchCounts(), before,
-		localAt.Sub(injectAt).Round(time.Millisecond), degraded.Round(time.Millisecond), degradedRate, after,
+		healedAt.Sub(start).Round(time.Millisecond), run.switchCounts(), before, local, after,
 		run.longestGap(start.Add(500*time.Millisecond), end.Add(-500*time.Millisecond)).Round(time.Millisecond),
-		run.longestWait().Round(time.Millisecond), redisAt.Sub(healedAt).Round(time.Millisecond), len(run.calls))
+		run.longestWait().Round(time.Millisecond), len(run.calls))
 }
 
 // firstSwitch returns the first switch to "to" after after, by any child.

@@ -504,7 +504,11 @@ func (f *fleetView) recovered() {
 	}
 }
 
-func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
+// update applies a heartbeat's reply. late: the reply came back too late
+// for its view to stand (Limiter.lateView): it is applied, and doubted as
+// after a heartbeat that failed (doubt, and one more of fails in a row, so
+// that calls stop waiting for a heartbeat when the next is late too).
+func (f *fleetView) update(n, rank, members, heldN, before int, held []int, late bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.born {
@@ -524,8 +528,12 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int) {
 		f.rememberFleet()
 		f.backAt = time.Now()
 	}
-	f.learned, f.doubt = true, false
-	f.fails, f.guessSince = 0, time.Time{}
+	f.learned, f.doubt = true, late
+	if late {
+		f.fails++
+	} else {
+		f.fails, f.guessSince = 0, time.Time{}
+	}
 	f.lastBeat = time.Now()
 	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
 	f.before = before

@@ -294,7 +294,11 @@ func (l *Limiter) confirm(key string, cause error) {
 				// calls waiting on this verdict go to Redis on the fleet's
 				// view after the stall, not before: members silent for a
 				// confirmBudget count as held (heartbeat.go).
-				h.outage = time.Now().Add(-budget)
+				// (Not earlier than one recorded meanwhile: a heartbeat
+				// that failed, or answered late, during the ping.)
+				if at := time.Now().Add(-budget); at.After(h.outage) {
+					h.outage = at
+				}
 			}
 		}
 		h.mu.Unlock()

@@ -188,38 +188,11 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 
 func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	l.health.mu.Lock()
-	mode, since, outage := names.ModeRedis, l.health.since, l.health.outage
+	mode, since := names.ModeRedis, l.health.since
 	if l.health.degraded {
 		mode = names.ModeLocal
 	}
 	l.health.mu.Unlock()
-	// A Limiter is live if heard from within two intervals. But right after
-	// an outage of this Limiter's own (it paced locally, or its heartbeat
-	// failed), one that has not been heard from since the outage began
-	// most likely lost Redis too and may still pace locally on its share:
-	// it counts as held (the shares of the Limiters on Redis leave room
-	// for it) until it is heard from again. Without this, the first
-	// Limiter back would take the whole rate from Redis while the others
-	// still paced locally. A Limiter just started has
-	// heard from nobody yet: a member not heard from within a heartbeat
-	// (suspectAfter: they come every interval ± 10%) counts as held too,
-	// since it may have lost Redis and pace locally; a process started
-	// again as an outage ended otherwise took the whole rate on the
-	// strength of heartbeats the others sent before it (combination
-	// runner, seed 136).
-	live := 2 * l.opts.HeartbeatInterval
-	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
-		// This Limiter's view is stale (its heartbeats stopped, see
-		// fleetView.stale): as after an outage of its own, from its last
-		// heartbeat.
-		outage = last
-	}
-	if !outage.IsZero() {
-		live = min(live, max(time.Since(outage), time.Millisecond))
-	}
-	if d := time.Since(l.started); d < live {
-		live = min(live, max(d, l.suspectAfter()))
-	}
 	// The presence connection first: the heartbeat says whether it is
 	// named (a named member can be found to have exited).
 	var (
@@ -235,8 +208,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	if cid != 0 {
 		flag += " " + run
 	}
-	args := []any{l.id, mode, l.sinceMS(since) + flag,
-		strconv.FormatInt(live.Milliseconds(), 10),
+	args := []any{l.id, mode, l.sinceMS(since) + flag, "",
 		strconv.FormatInt(l.opts.SilentHold.Milliseconds(), 10),
 		strconv.FormatInt(l.suspectAfter().Milliseconds(), 10),
 		strconv.FormatInt(reportKeep.Milliseconds(), 10), l.fleet.wantRank(), ""}
@@ -251,6 +223,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		heldRead = l.heldReports(ctx)
 	}
 	due := l.reportsDue(time.Now(), heldRead)
+	var took time.Duration // the script's round trip, the last try's
 	res, err := l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
 		// A deadline per try: a heartbeat Redis runs after its caller gave
 		// up changes nothing (heartbeat.lua's ARGV[9]).
@@ -270,7 +243,15 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		if d, ok := l.heartbeatDeadline(ctx); ok && mode == names.ModeRedis {
 			args[8] = strconv.FormatInt(d, 10)
 		}
-		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
+		// The live window as the heartbeat leaves: it counts back from
+		// when the script runs, and the presence and the reports read
+		// above take round trips of their own (a second each through a
+		// proxy that delayed replies by one: TestFaultLatency).
+		args[3] = strconv.FormatInt(l.liveWindow().Milliseconds(), 10)
+		sent := time.Now()
+		res, err := heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
+		took = time.Since(sent)
+		return res, err
 	}, nil)
 	if err != nil {
 		if mode == names.ModeRedis {
@@ -341,11 +322,27 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		}
 	}
 	ranks := takenRanks(int(n), holes)
+	// A reply that came back late tells the fleet as it was when the
+	// script ran: a member may have lost Redis since and paced locally,
+	// its "local" landing after this heartbeat ran (lateView).
+	late := mode == names.ModeRedis && l.lateView(took)
+	if late {
+		l.health.mu.Lock()
+		if !l.health.degraded {
+			l.health.outage = time.Now()
+		}
+		l.health.mu.Unlock()
+	}
 	l.fleet.told(mode == names.ModeLocal)
-	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held)
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held, late)
 	l.fleet.taken(ranks)
 	l.sharesMoved()
 	l.logView(ctx, mode)
+	if late {
+		// Heartbeat again at once: the next counts as held every member
+		// not heard from since this reply arrived.
+		return true, nil
+	}
 	// Only a member connected to the fleet's server itself checks (not one
 	// pacing locally: its client may reach another node, or none).
 	if len(suspects) > 0 && cid != 0 && l.checkSuspects(ctx, node, run, suspects) {
@@ -354,6 +351,66 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	now, _ := l.fleet.localShare()
 	return now.N != ls.N, nil
+}
+
+// liveWindow is how recently a member must have been heard from to count
+// as live in a heartbeat sent now (heartbeat.lua's ARGV[4]).
+//
+// A Limiter is live if heard from within two intervals. But right after
+// an outage of this Limiter's own (it paced locally, or its heartbeat
+// failed or answered late), one that has not been heard from since the
+// outage began most likely lost Redis too and may still pace locally on
+// its share: it counts as held (the shares of the Limiters on Redis leave
+// room for it) until it is heard from again. Without this, the first
+// Limiter back would take the whole rate from Redis while the others
+// still paced locally. A Limiter just started has heard from nobody yet:
+// a member not heard from within a heartbeat (suspectAfter: they come
+// every interval ± 10%) counts as held too, since it may have lost Redis
+// and pace locally; a process started again as an outage ended otherwise
+// took the whole rate on the strength of heartbeats the others sent
+// before it (combination runner, seed 136).
+func (l *Limiter) liveWindow() time.Duration {
+	l.health.mu.Lock()
+	outage := l.health.outage
+	l.health.mu.Unlock()
+	live := 2 * l.opts.HeartbeatInterval
+	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
+		// This Limiter's view is stale (its heartbeats stopped, see
+		// fleetView.stale): as after an outage of its own, from its last
+		// heartbeat.
+		outage = last
+	}
+	if !outage.IsZero() {
+		live = min(live, max(time.Since(outage), time.Millisecond))
+	}
+	if d := time.Since(l.started); d < live {
+		live = min(live, max(d, l.suspectAfter()))
+	}
+	return live
+}
+
+// lateView reports whether a heartbeat whose script's round trip took
+// took answered too late for its view of the fleet to stand: later than
+// CallTimeout beyond the shortest round trip of the clock estimate (a
+// Redis far away answers every call that late, and its views stand). The
+// view is as old as the reply's return trip, and a member that lost Redis
+// meanwhile paces locally on its share, its "local" landing after this
+// heartbeat ran: taken for the whole fleet on Redis, the view let this
+// Limiter take the whole rate beside it. So a late view is doubted as
+// after a heartbeat that failed, the reply's arrival is an outage of this
+// Limiter's own (liveWindow), and the Limiter heartbeats again at once. A
+// call timeout learned from slow round trips (callTimeout) keeps such a
+// heartbeat from failing, not its view from aging: before, a proxy that
+// delayed replies by a second for 4 s let a member take the whole rate on
+// a view that left Redis 1.8 s before it arrived, beside a member that had
+// paced locally since (TestFaultLatency: 301 calls in a second, bound 221;
+// TestLateHeartbeatViewDoubted).
+func (l *Limiter) lateView(took time.Duration) bool {
+	var best time.Duration
+	if l.serverTime {
+		_, best, _ = l.sync.bestServer(l.clock.Now())
+	}
+	return took > l.opts.CallTimeout+best
 }
 
 // sendReports sends the reports due (reportsDue's pairs) after a

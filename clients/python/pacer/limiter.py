@@ -1008,10 +1008,12 @@ class Limiter:
                 self._present()
             cid, run = self._cid, self._run
         try:
+            sent = time.monotonic()
             v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                  protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
                                                          cid=cid, run=run, keep=keep,
                                                          deadline_ms=self._deadline_ms() if mode == "redis" else None))
+            took = time.monotonic() - sent
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
                 raise
@@ -1045,22 +1047,35 @@ class Limiter:
         if hb.suspects and cid and self._check_suspects(hb.suspects, run):
             # Members that exited were forgotten: the view without them.
             try:
+                sent = time.monotonic()
                 v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                                      protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
                                                              cid=cid, run=run, keep=keep,
                                                              deadline_ms=self._deadline_ms() if mode == "redis" else None))
+                took = time.monotonic() - sent
                 hb = protocol.decode_heartbeat(v) or hb
             except (*UNAVAILABLE, PacerError):
                 pass
         with self._lock:
+            # A reply that came back late tells the fleet as it was when the
+            # script ran: a member may have lost Redis since and paced
+            # locally, its "local" landing after this heartbeat ran. The view
+            # is doubted as after a heartbeat that failed, its arrival is an
+            # outage of this Limiter's own (_times), and the heartbeat goes
+            # again at once (Go's lateView).
+            late = mode == "redis" and took > _LATE_VIEW + (self._best_rtt / 1e9 if math.isfinite(self._best_rtt) else 0)
             if self._stale() and not self._missing():
                 # The first heartbeat after the view went stale: as one back
                 # from an outage of its own, keep back the shares of members
                 # it knew that Redis does not list (it lost them).
                 self._remember_fleet()
                 self._back_at = time.monotonic()
-            self._learned, self._doubt = True, False
-            self._fails, self._guess_since = 0, 0.0
+            self._learned, self._doubt = True, late
+            if late:
+                self._fails += 1
+                self._outage = time.monotonic()
+            else:
+                self._fails, self._guess_since = 0, 0.0
             self._last_beat = time.monotonic()
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
             self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks
@@ -1068,7 +1083,7 @@ class Limiter:
             if self._back_at and time.monotonic() - self._back_at >= self._remember:
                 self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0
             local = self._local
-            changed = not local and self._share_n() != n
+            changed = not local and (late or self._share_n() != n)
         if local:
             self._come_back()
             return not self.is_local  # back: tell the fleet at once
@@ -1487,6 +1502,11 @@ _MAX_EARLY = 0.001
 
 #: The least time a ping after a timed-out call waits for Redis (_lost).
 _PING_TIMEOUT = 2.0
+
+#: How much longer than the shortest round trip seen a heartbeat's script
+#: may take before its view of the fleet is too old to stand (Go's default
+#: CallTimeout: its lateView).
+_LATE_VIEW = 0.25
 
 #: How often a sleeper reads the key's state for a resume that moved it.
 _POLL = 0.1

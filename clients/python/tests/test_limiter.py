@@ -888,6 +888,43 @@ class FallbackTest(unittest.TestCase):
             y._guess_since -= y._guess_wait + 1
         self.assertEqual(y._share(grant=True), "3 0 2", "past the wait: rank 1's of 3, taken")
 
+    def test_late_heartbeat_view_doubted(self) -> None:
+        """A heartbeat whose reply comes back late tells the fleet as it was
+        when the script ran, and a member may have lost Redis meanwhile and
+        paced locally on its share: the late view is doubted, and the next
+        heartbeat, made at once, holds every member not heard from since the
+        reply arrived, and those that said "local" meanwhile (Go's
+        TestLateHeartbeatViewDoubted; TestFaultLatency: a Go member took
+        the whole rate on a view that left Redis 1.8 s before it arrived)."""
+        for told in (True, False):
+            with self.subTest(told=told):
+                self.c.flushall()
+                a, b = self.limiter("a"), self.limiter("b")
+                for lim in (a, b, a, b):
+                    lim._beat()
+                self.assertEqual((b._n, b._rank, b._share()), (2, 1, "1"))
+                run = b.scripts.run
+
+                def late(*args: object, **kw: object) -> object:
+                    b.scripts.run = run  # once
+                    v = run(*args, **kw)  # type: ignore[arg-type]
+                    if told:
+                        self.tell_local(a, 2)  # a loses Redis after b's heartbeat ran
+                    time.sleep(0.4)
+                    return v
+
+                b.scripts.run = late  # type: ignore[method-assign]
+                b._beat()
+                self.assertIs(b.scripts.run, run, "the late heartbeat never ran")
+                self.assertEqual(b._share(), "2 0", "the whole rate on a view that left Redis before a could be held")
+                if not told:
+                    a._beat()  # a heard from since
+                    b._beat()
+                    self.assertEqual(b._share(), "1", "a, heard from since, is still held")
+                for lim in (a, b):
+                    lim.close()
+                    self.lims.remove(lim)
+
     def test_stale_view_after_stall(self) -> None:
         """A view older than two heartbeat intervals (the process was
         stopped) leaves every other rank its share, and the first heartbeat
