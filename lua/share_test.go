@@ -205,3 +205,93 @@ func TestMembersAcrossFleetChange(t *testing.T) {
 		}
 	}
 }
+
+// TestMemberCostsAddUp: members pacing locally whose requests cost more
+// than one unit still add up to the limit. A cost above a member's burst
+// (B_k, its share of the bucket's) can never be taken at its share: the
+// request is refused as a window band's is when its share is below the
+// cost in every window (-2; its caller waits for Redis), and every cost
+// within B_k is granted. Before, such a cost was charged from its own
+// spacing: an idle member took it at once, above its share, and members
+// back from idling together passed the limit (the combination runner's
+// seed 21: three processes pacing locally on a tokens bucket of burst 400
+// granted 591 tokens in 57.5 ms, where 560 were allowed).
+func TestMemberCostsAddUp(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 43))
+	for _, c := range []struct {
+		rate, burst float64
+		n           int
+	}{
+		{12, 4, 3}, // B_k 2, 1, 1
+		{30, 10, 3},
+		{1200, 400, 3}, // seed 21's tokens
+		{50, 7, 4},
+		{20, 2, 3}, // burst under n: the lattice, B_k 2, 1, 1
+	} {
+		t.Run(fmt.Sprintf("rate=%v/burst=%v/n=%d", c.rate, c.burst, c.n), func(t *testing.T) {
+			p := permits(c.rate, c.burst)
+			at := start + r.Int64N(1e9)
+			stores := make([]*store, c.n)
+			next := make([]int64, c.n)
+			for k := range stores {
+				stores[k] = local(t)
+				next[k] = at + r.Int64N(1e8)
+			}
+			type fired struct {
+				slot int64
+				cost float64
+			}
+			var all []fired
+			refused := 0
+			for len(all) < trials(300, 60) {
+				k := 0
+				for i := range next {
+					if next[i] < next[k] {
+						k = i
+					}
+				}
+				cost := float64(1 + r.IntN(int(c.burst)))
+				g := stores[k].reserveCost(next[k], member(c.n, k, 0), p, cost)
+				bk := memberBurst(c.burst, k, c.n)
+				switch {
+				case cost > bk && g.seq != -2:
+					t.Fatalf("member %d of %d (B_k %v): a cost of %v got %+v; want it refused at the share (-2)", k, c.n, bk, cost, g)
+				case cost > bk:
+					refused++
+					next[k] += r.Int64N(2e9) // its caller waits for Redis; the member idles
+					continue
+				case g.seq <= 0:
+					t.Fatalf("member %d of %d (B_k %v): a cost of %v refused: %+v", k, c.n, bk, cost, g)
+				}
+				all = append(all, fired{g.slot, cost})
+				next[k] = max(next[k], g.slot)
+				if r.IntN(3) == 0 {
+					next[k] += r.Int64N(2e9) // idle: its bucket fills
+				}
+			}
+			slices.SortFunc(all, func(a, b fired) int { return int(a.slot - b.slot) })
+			for i := range all {
+				units := 0.0
+				for j := i; j < len(all); j++ {
+					units += all[j].cost
+					T := float64(all[j].slot-all[i].slot) / 1e9
+					if units > c.burst+c.rate*T+1e-6 {
+						t.Fatalf("%v units in [%d, %d] (%.6f s): want at most burst + rate*T = %.6f", units, all[i].slot, all[j].slot, T, c.burst+c.rate*T)
+					}
+				}
+			}
+			if refused == 0 {
+				t.Fatal("no cost above a member's burst was drawn")
+			}
+		})
+	}
+}
+
+// memberBurst is core.lua's B_k: member k's burst of b in a fleet of n.
+func memberBurst(b float64, k, n int) float64 {
+	if int(b) >= n {
+		return float64(int(b)/n + map[bool]int{true: 1}[k < int(b)%n])
+	}
+	return float64(1 + map[bool]int{true: 1}[k < int(b)-1])
+}
