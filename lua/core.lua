@@ -968,9 +968,8 @@ end
 -- the binding band: its index, -1 for the pause (s being the pause, or a
 -- bucket the pause emptied and nothing queued beyond), 0 for nothing (the
 -- slot is s). A band charged nothing holds nobody. It returns nil when a
--- band can never take the cost at the share: a member's (a process pacing
--- alone) bucket band whose burst B_k is below the cost, or a window band
--- whose N_k is below it in every window.
+-- window band can never take the cost at the share (a share's N_k below
+-- the cost in every window).
 local function earliest(s, cost)
   local idx = nil
   local q = grid(s)
@@ -984,16 +983,6 @@ local function earliest(s, cost)
       local b = bands[i]
       local c = cost[b.unit] or 0
       if c > 0 then
-        if b.bucket and member and c > b.eff * (1 + 1e-9) then
-          -- A member pacing alone can never take more than its burst (B_k)
-          -- at once: its share of the bucket. Charged from its own spacing
-          -- instead, a cost above it was granted at once by a member idle
-          -- long enough, and members back from idling together passed the
-          -- limit (combination runner, seed 21: 591 tokens in 57.5 ms
-          -- where 560 were allowed). Its caller waits for Redis, as for a
-          -- window band whose share is below the cost.
-          return nil
-        end
         if b.bucket then
           -- Moved only when the grid moves: t may lie a hair above its own
           -- ns (float noise), which grid(t) does not pass.

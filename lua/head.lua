@@ -203,10 +203,8 @@ end
 -- reservation takes cu µs of it (cost / rate at the share). It returns the
 -- new z, e and eb.
 local function charge(z, e, eb, f, cu, q, s)
-  -- At a group's share (members held), the burst may be under the cost:
-  -- charged from its own spacing then, or each slot would leave a debt
-  -- behind it. (A member's cost is never above its burst: core.lua's
-  -- earliest refuses it.)
+  -- At a share, the burst may be under the cost: charged from its own
+  -- spacing then, or each slot would leave a debt behind it.
   if f < cu then
     f = cu
   end

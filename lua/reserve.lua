@@ -49,9 +49,8 @@
 --                         longer than its maximum; -1 when refused because
 --                         the queue would be over 30 years long
 --                         (reserve.ErrQueueTooLong); -2 when refused because
---                         a band can never take the cost at the share (a
---                         member's bucket burst B_k below the cost, or a
---                         window's N_k below it in every window); -3,
+--                         a window band can never take the cost at the share
+--                         (its N_k below the cost in every window); -3,
 --                         in the fair script only (fair.lua), deferred:
 --                         nothing booked, wait_ns being when to ask again
 -- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:

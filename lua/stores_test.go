@@ -127,22 +127,6 @@ func (s *store) reserve(now int64, share string, p policy, m int) []grant {
 	return out
 }
 
-// reserveCost reserves one request of cost on every unit of p, with no
-// maximum wait, at now with share.
-func (s *store) reserveCost(now int64, share string, p policy, cost float64) grant {
-	s.t.Helper()
-	reqs := []float64{-1}
-	for range p.ones() {
-		reqs = append(reqs, cost)
-	}
-	v := s.run(reserveScript, now, []string{"", ":limit", ":shadow"}, p.args(now, share, "", doubles(reqs...)))
-	r, ok := decodeReserve(s.t, v).(reserveReply)
-	if !ok || len(r.grants) != 2 {
-		s.t.Fatalf("Reserve: reply %s: want 1 request", show(v))
-	}
-	return grant{slot: r.nowUS*1000 + r.nowNS + r.grants[0], seq: r.grants[1]}
-}
-
 // reserve1 is reserve of one request, which must be granted.
 func (s *store) reserve1(now int64, share string, p policy) int64 {
 	s.t.Helper()

@@ -596,36 +596,3 @@ func testFleetCountsLocalMembersHeld(t *testing.T, s *redistest.Server, prefix s
 	mode.Store("redis")
 	require.Eventually(t, func() bool { return a.Share() == 1 }, 30*time.Second, 5*time.Millisecond)
 }
-
-// TestLocalCostAboveShareBurstWaits: pacing locally, a Limiter takes a
-// cost above its share of a bucket's burst (B_k) in no local slot: its
-// caller waits for Redis (a maximum wait ends in OutageBinding, a deadline
-// in its own error), and a cost within it is granted at once. Before, the
-// store charged such a cost from its own spacing and granted it to an idle
-// member at once, above its share: three processes pacing locally on a
-// tokens bucket of burst 400 granted 591 tokens in 57.5 ms, where 560
-// were allowed (combination runner, seed 21; lua's TestMemberCostsAddUp).
-func TestLocalCostAboveShareBurstWaits(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
-	defer c.Close()
-	l, err := reserve.New(c, reserve.Options{FleetSize: 4, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
-	require.NoError(t, err)
-	closeLimiter(t, l)
-	ctx := context.Background()
-	lim := reserve.Limit{Rate: 100, Burst: 8} // a burst of 2 at a quarter
-	r, err := l.ReserveN(ctx, reserve.Single("k", lim, 2))
-	require.NoError(t, err)
-	require.True(t, r.Local())
-
-	_, err = l.TryReserveN(ctx, reserve.Single("k", lim, 3), 20*time.Millisecond)
-	var tooLong *reserve.WaitTooLongError
-	require.ErrorAs(t, err, &tooLong, "3 permits above a local burst of 2")
-	assert.Equal(t, reserve.OutageBinding, tooLong.Band)
-	assert.ErrorContains(t, err, "share of a band is below the cost")
-
-	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	err = l.WaitN(dctx, reserve.Single("k", lim, 3))
-	require.ErrorIs(t, err, context.DeadlineExceeded, "a caller who can wait waits for Redis")
-	require.NotErrorIs(t, err, reserve.ErrUnavailable)
-}

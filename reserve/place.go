@@ -276,11 +276,10 @@ func le(b string) uint64 {
 	return v
 }
 
-// shareError is the error of a request a band can never take at this
-// Limiter's share: a bucket band's burst at the share (B_k) or a window
-// band's units in every window (N_k) is below the cost.
+// shareError is the error of a request a window band can never take at
+// this Limiter's share (its N_k is below the cost in every window).
 func (l *Limiter) shareError(key string) error {
-	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a band is below the cost (a bucket's burst at its share, or a window's units in every window)", key, l.unavailableErr())}
+	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a window band is below the cost in every window", key, l.unavailableErr())}
 }
 
 // nextBinding reads the first word of a reply's binding bands (see

@@ -645,7 +645,7 @@ func canWait(kind string) bool {
 // reserve documents for local pacing (see Options.FleetSize).
 func documentedUnavailable(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "Redis has never answered this Limiter") || strings.Contains(s, "share of a band is below the cost") ||
+	return strings.Contains(s, "Redis has never answered this Limiter") || strings.Contains(s, "share of a window band is below the cost") ||
 		strings.Contains(s, "joined the fleet")
 }
 

@@ -61,8 +61,7 @@ class WaitTooLong(Exception):
 
 class Refused(Exception):
     """A reservation Reserve refused: its queue would be over 30 years long,
-    or a band can never take the cost at this share (while pacing locally,
-    such a call waits for Redis instead)."""
+    or a window band can never take the cost at this share."""
 
 
 @dataclass
@@ -586,7 +585,7 @@ class Limiter:
         if g.seq == _QUEUE_TOO_LONG:
             raise Refused("pacer: the queue would be over 30 years long")
         if g.seq == _NEVER:
-            raise Refused("pacer: a band can never take the cost at this share")
+            raise Refused("pacer: a window band can never take the cost at this share")
         if g.seq < 0:
             raise Refused(f"pacer: refused ({g.seq})")
         return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
@@ -1359,11 +1358,6 @@ class Limiter:
         recv_mono = time.monotonic()
         rep = protocol.decode_reserve(v)
         g = rep.grants[0]
-        if g.seq == _NEVER:
-            # A band can never take the cost at this share (a bucket's
-            # burst at the share, or a window's units in every window): no
-            # local share for it; the caller waits for Redis, as Go's.
-            return None
         r = self._result(key, policy, costs, g, True, recv_mono)
         with self._lock:
             # The policy the handback floors Redis with, on a key no reply

@@ -888,24 +888,6 @@ class FallbackTest(unittest.TestCase):
             y._guess_since -= y._guess_wait + 1
         self.assertEqual(y._share(grant=True), "3 0 2", "past the wait: rank 1's of 3, taken")
 
-    def test_local_cost_above_share_burst_waits(self) -> None:
-        """Pacing locally, a cost above this Limiter's share of a bucket's
-        burst (B_k) takes no local slot: its caller waits for Redis (a
-        maximum wait ends in WaitTooLong naming OUTAGE_BAND), and a cost
-        within it is granted at once (Go's TestLocalCostAboveShareBurstWaits;
-        combination runner, seed 21: members granted such costs at once,
-        above their shares, and passed the limit together)."""
-        a, b = self.limiter("a"), self.limiter("b")
-        for lim in (a, b, a):
-            lim._beat()
-        self.srv.stop()
-        lim = Limit(100, 8)  # a burst of 4 at a half
-        r = a.reserve("k", lim, 4)
-        self.assertTrue(a.is_local and r.local)
-        with self.assertRaises(WaitTooLong) as e:
-            a.reserve("k", lim, 5, max_wait=0.05)
-        self.assertEqual(e.exception.band, limiter.OUTAGE_BAND)
-
     def test_late_heartbeat_view_doubted(self) -> None:
         """A heartbeat whose reply comes back late tells the fleet as it was
         when the script ran, and a member may have lost Redis meanwhile and
