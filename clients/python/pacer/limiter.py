@@ -61,7 +61,8 @@ class WaitTooLong(Exception):
 
 class Refused(Exception):
     """A reservation Reserve refused: its queue would be over 30 years long,
-    or a window band can never take the cost at this share."""
+    or a window band can never take the cost at this share (while pacing
+    locally, such a call waits for Redis instead)."""
 
 
 @dataclass
@@ -1358,6 +1359,11 @@ class Limiter:
         recv_mono = time.monotonic()
         rep = protocol.decode_reserve(v)
         g = rep.grants[0]
+        if g.seq == _NEVER:
+            # A window band can never take the cost at this share (its N_k
+            # is below it in every window): no local share for it, and the
+            # caller waits for Redis, as Go's (noShareError).
+            return None
         r = self._result(key, policy, costs, g, True, recv_mono)
         with self._lock:
             # The policy the handback floors Redis with, on a key no reply

@@ -888,6 +888,23 @@ class FallbackTest(unittest.TestCase):
             y._guess_since -= y._guess_wait + 1
         self.assertEqual(y._share(grant=True), "3 0 2", "past the wait: rank 1's of 3, taken")
 
+    def test_local_cost_above_window_share_waits(self) -> None:
+        """Pacing locally, a cost above this Limiter's share of a window
+        band in every window (N_k) takes no local slot: its caller waits for
+        Redis (a maximum wait ends in WaitTooLong naming OUTAGE_BAND), as
+        Go's does (noShareError). Before, the caller got Refused: an
+        outage's error to a caller who could wait."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.srv.stop()
+        pol = Policy((Window("w", 4, 1_000_000, 0, "requests"),))  # 2 a window at a half
+        r = a.reserve("k", pol, 2)
+        self.assertTrue(a.is_local and r.local)
+        with self.assertRaises(WaitTooLong) as e:
+            a.reserve("k", pol, 3, max_wait=0.05)
+        self.assertEqual(e.exception.band, limiter.OUTAGE_BAND)
+
     def test_late_heartbeat_view_doubted(self) -> None:
         """A heartbeat whose reply comes back late tells the fleet as it was
         when the script ran, and a member may have lost Redis meanwhile and
