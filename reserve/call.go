@@ -112,32 +112,29 @@ func (l *Limiter) mapError(op, key string, err error) error {
 func (l *Limiter) call(ctx context.Context, op, key string, fn func(context.Context) (any, error)) (any, error) {
 	start := time.Now()
 	timeout := l.callTimeout()
-	patient := !cutOps[op]
-	bound := timeout
-	if patient {
-		bound = l.probeBudget()
-	}
-	cctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	if patient {
+	var (
+		res any
+		err error
+	)
+	if cutOps[op] {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		res, err = fn(cctx)
+		if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+			err = &timeoutError{after: timeout, err: err}
+		}
+		cancel()
+	} else {
 		// The script's own deadline (withDeadline) stays the timeout's: a
 		// call Redis runs after a stall changes nothing (PACER_STALE), its
 		// caller's view of the fleet may be stale by then.
-		end := start.Add(timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(end) {
-			end = d
+		c := l.startCall(ctx, key, start, timeout, l.probeBudget())
+		res, err = fn(c)
+		if err != nil && ctx.Err() == nil && (c.Err() != nil || !time.Now().Before(c.bound)) {
+			err = &timeoutError{after: timeout, err: err}
 		}
-		cctx = context.WithValue(cctx, callEndKey{}, end)
-		ended := make(chan struct{})
-		defer close(ended)
-		t := time.AfterFunc(timeout, func() { l.awaitSlowCall(key, timeout, cancel, ended) })
-		defer t.Stop()
+		l.endCall(c)
 	}
-	res, err := fn(cctx)
 	took := time.Since(start)
-	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-		err = &timeoutError{after: timeout, err: err}
-	}
 	if err == nil {
 		l.roundTrip(took)
 	}
@@ -168,29 +165,6 @@ func callEnd(ctx context.Context) (time.Time, bool) {
 var cutOps = map[string]bool{
 	names.OpHeartbeat: true, names.OpProbe: true, names.OpConfirm: true, names.OpConfig: true,
 	names.OpPeek: true, names.OpCheck: true, names.OpSeats: true,
-}
-
-// awaitSlowCall runs when a patient call (see call) passes its timeout:
-// it starts the ping that decides whether Redis is slow or gone, and
-// cancels the call when Redis is found gone (or was already), or returns
-// when the call ended.
-func (l *Limiter) awaitSlowCall(key string, timeout time.Duration, cancel func(), ended <-chan struct{}) {
-	l.confirm(key, &timeoutError{after: timeout, err: context.DeadlineExceeded})
-	h := &l.health
-	h.mu.Lock()
-	v, gone := h.check, h.degraded
-	h.mu.Unlock()
-	if v != nil {
-		select {
-		case <-v.done:
-			gone = !v.up
-		case <-ended:
-			return
-		}
-	}
-	if gone {
-		cancel()
-	}
 }
 
 // callDetached runs fn on a goroutine of its own, bounded by CallTimeout

@@ -370,3 +370,12 @@ func (l *Limiter) LocalSleeping(r *Reservation) bool {
 	defer ks.mu.Unlock()
 	return id != "" && ks.local != nil && ks.local.asleep[id] == r
 }
+
+// SlowWatch reports the patient calls the Limiter's slowWatch holds, whether
+// its timer is armed, and how many calls it saw pass their timeout.
+func (l *Limiter) SlowWatch() (calls int, armed bool, slow int64) {
+	w := &l.slow
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.calls), !w.at.IsZero(), w.slow
+}

@@ -68,8 +68,9 @@ type Limiter struct {
 	onStore    *luastore.Store // the keyspace in place of Redis, for package pacertest (onstore.go); nil: Redis
 	ownsClient bool            // rdb was made by New (see tunedClient): Close closes it
 	serverTime bool
-	reload     func() // asks a Cluster client to reload its slot map
-	health     health // (health.go)
+	reload     func()    // asks a Cluster client to reload its slot map
+	health     health    // (health.go)
+	slow       slowWatch // the patient calls in flight (slowcall.go)
 	// local is held (read) by each reservation the local fallback grants,
 	// and (write) by recovered as the handback begins (grantLocal).
 	local sync.RWMutex
@@ -145,6 +146,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 
 	if err := l.firstHeartbeat(); err != nil && opts.RequireRedis {
 		l.loopCancel()
+		defer l.stopSlowWatch()
 		if owned {
 			_ = c.Close()
 		}
@@ -251,6 +253,7 @@ func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		l.loopCancel()
+		defer l.stopSlowWatch()
 		close(l.stop)
 		<-l.done
 		<-l.listening

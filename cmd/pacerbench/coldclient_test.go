@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkColdClient is the cold phase's client side in one goroutine:
+// a Wait (pacer, on the client README's quick start builds, in state format
+// 3) or an Allow (redis_rate) on each of 8,000 keys in turn, at 10/s each,
+// so that no call waits. It reports the process's CPU per call, all of it
+// and in user mode (the system calls, a write and a read per call, cost
+// both about the same), beside allocations: the figures to compare between
+// builds of pacer's client path, each run beside redis_rate's.
+//
+//	go test -run '^$' -bench BenchmarkColdClient -benchtime 40000x ./cmd/pacerbench/
+func BenchmarkColdClient(b *testing.B) {
+	s := redistest.New(b)
+	ctx := context.Background()
+	names := make([]string, 8000)
+	for i := range names {
+		names[i] = "cold:" + strconv.Itoa(i)
+	}
+	b.Run("pacer", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+		defer rdb.Close()
+		prefix := redistest.Prefix(b)
+		if err := rdb.Set(ctx, layout.FormatKey(prefix), "3", 0).Err(); err != nil {
+			b.Fatal(err)
+		}
+		l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, RequireRedis: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		lim := reserve.Limit{Rate: 10, Burst: 1}
+		measureCold(b, func(i int) error { return l.Wait(ctx, names[i%len(names)], lim) })
+	})
+	b.Run("redis_rate", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+		defer rdb.Close()
+		rl := redis_rate.NewLimiter(rdb)
+		lim := redis_rate.Limit{Rate: 10, Period: time.Second, Burst: 1}
+		prefix := redistest.Prefix(b)
+		measureCold(b, func(i int) error {
+			_, err := rl.Allow(ctx, prefix+names[i%len(names)], lim)
+			return err
+		})
+	})
+}
+
+// measureCold runs call b.N times after one warm-up call, and reports CPU
+// per call (cpu-µs/op, user-µs/op) beside allocations.
+func measureCold(b *testing.B, call func(i int) error) {
+	if err := call(0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	cpu0, user0 := processCPU()
+	i := 0
+	for b.Loop() {
+		i++
+		if err := call(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu1, user1 := processCPU()
+	b.ReportMetric(float64(cpu1-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
+	b.ReportMetric(float64(user1-user0)/float64(b.N)/1e3, "user-µs/op")
+}
+
+// processCPU returns the process's CPU time, all of it and in user mode.
+func processCPU() (all, user time.Duration) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Utime.Nano())
+}
