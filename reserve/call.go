@@ -149,6 +149,9 @@ type callEndKey struct{}
 // callEnd returns when the call made under ctx times out: its timeout's end
 // for a patient call, else its context's deadline.
 func callEnd(ctx context.Context) (time.Time, bool) {
+	if c, ok := ctx.(*callCtx); ok {
+		return c.end, true // (the common case, without Value's interface)
+	}
 	if end, ok := ctx.Value(callEndKey{}).(time.Time); ok {
 		return end, true
 	}

@@ -138,6 +138,7 @@ type spec struct {
 	units     []string // the cost units, in the order costs are sent
 	bands     []bandSpec
 	policyArg string      // the policy as the scripts read it (core.lua's ARGV[3])
+	policyAny any         // policyArg in an interface, made once: every call sends it
 	stored    string      // the policy in the stored limit's form (storedText)
 	sig       string      // the policy's encoding: equal specs, equal sig
 	cals      []*calendar // the calendar windows' zones and periods (their tables go with each call)
@@ -252,6 +253,7 @@ func (p Policy) compile() (*spec, error) {
 	s.sig = sig.String()
 	s.single = len(s.bands) == 1 && s.bands[0].bucket && s.units[0] == PermitsUnit
 	s.policyArg = policyArg(s)
+	s.policyAny = s.policyArg
 	s.stored = s.storedForm()
 	return s, nil
 }

@@ -198,31 +198,32 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	// With server time, the bounds on when the script ran are taken as
 	// close to the call as can be (see MaxEarly); with a client clock, the
 	// script counts from now.
-	sent, recv := now, now
-	var sentReal time.Time // for the pause reads a reply stands for (keyState.noteSeen)
+	// (One value for the three times the closures below set: each
+	// variable a closure sets was an allocation of its own.)
+	tm := &struct{ sent, recv, sentReal time.Time }{sent: now, recv: now} // sentReal: for the pause reads a reply stands for (keyState.noteSeen)
 	timeout := l.callTimeout()
 	res, err := l.run(ctx, reqs[0].op, key, func(ctx context.Context) (any, error) {
 		if l.serverTime {
-			sent = l.clock.Now()
+			tm.sent = l.clock.Now()
 		}
-		sentReal = time.Now()
+		tm.sentReal = time.Now()
 		res, err := script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
 		if code, _ := layout.ErrorCode(err); code == "PACER_CALENDAR" && l.learnCalendar(key, err) {
 			// A stored limit's calendar window this call had no table
 			// for: the script changed nothing; again, with its table.
 			args[1] = l.env(key, now, s, shareArg, false, lost)
 			if l.serverTime {
-				sent = l.clock.Now()
+				tm.sent = l.clock.Now()
 			}
-			sentReal = time.Now()
+			tm.sentReal = time.Now()
 			res, err = script.Run(ctx, l.scripts, keys, l.withDeadline(ctx, args)...).Result()
 		}
-		recv = l.clock.Now()
+		tm.recv = l.clock.Now()
 		return res, err
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		orphans := make([]result, len(reqs))
-		if rr, ok := decodeReserveReply(res); ok && l.parseReserve(l.baseAt(sent, recv, rr.serverNS()), sentReal, ks, s, reqs, rr, orphans, false) == nil {
+		if rr, ok := decodeReserveReply(res); ok && l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, orphans, false) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -240,7 +241,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}
 	if err == nil {
 		if rr, ok := decodeReserveReply(res); ok {
-			err = l.parseReserve(l.baseAt(sent, recv, rr.serverNS()), sentReal, ks, s, reqs, rr, out, false)
+			err = l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, out, false)
 		} else {
 			err = replyError(reqs[0].op, key, res)
 		}
@@ -248,7 +249,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	if err != nil {
 		return fail(err)
 	}
-	if d, _ := args[0].(string); d == "" && time.Since(sentReal) >= timeout {
+	if d, _ := args[0].(string); d == "" && time.Since(tm.sentReal) >= timeout {
 		// A reply after the call's timeout, for a script that had no
 		// deadline to refuse it by (no estimate of the server's clock yet,
 		// or a client clock): Redis may have run it after a stall, on the
@@ -422,10 +423,21 @@ func (l *Limiter) grantArgs(key string, now time.Time, s *spec, extra int) ([]an
 func (l *Limiter) argsWith(key string, now time.Time, s *spec, extra int, share string, local bool) []any {
 	args := make([]any, 3, 3+extra)
 	args[0] = ""
-	args[1] = l.env(key, now, s, share, local, "")
-	args[2] = s.policyArg
+	if e := l.env(key, now, s, share, local, ""); e == "1" {
+		args[1] = envCommon // no interface made per call for the common case
+	} else {
+		args[1] = e
+	}
+	if s.policyAny != nil {
+		args[2] = s.policyAny
+	} else {
+		args[2] = s.policyArg
+	}
 	return args
 }
+
+// envCommon is env's common case, "1", in an interface made once.
+var envCommon any = "1"
 
 // env returns core.lua's ARGV[2] for a call on key at now: the client
 // clock (without server time), the state format to write (none: 3), a lost
