@@ -278,8 +278,7 @@ func (l *Limiter) confirm(key string, cause error) {
 	h.check = v
 	h.mu.Unlock()
 	go func() {
-		base := l.confirmBudget()
-		budget := base
+		budget := l.confirmBudget()
 		if l.rdb.PoolStats().IdleConns == 0 {
 			// The ping opens a connection first: go-redis's HELLO and
 			// CLIENT SETINFO are round trips of their own before it. On a
@@ -306,10 +305,8 @@ func (l *Limiter) confirm(key string, cause error) {
 				// view after the stall, not before: members silent for a
 				// confirmBudget count as held (heartbeat.go).
 				// (Not earlier than one recorded meanwhile: a heartbeat
-				// that failed, or answered late, during the ping. And from
-				// the budget without a dial: a member whose ping did not
-				// dial switched that soon.)
-				if at := time.Now().Add(-base); at.After(h.outage) {
+				// that failed, or answered late, during the ping.)
+				if at := time.Now().Add(-budget); at.After(h.outage) {
 					h.outage = at
 				}
 			}
