@@ -86,8 +86,7 @@ const (
 func (l *Limiter) blipBudget() time.Duration { return l.opts.CallTimeout }
 
 // confirmBudget is how long a ping after a timed-out call may take before
-// Redis counts as gone: eight call timeouts, at least 2 s (twice that for
-// a ping that must open a connection: confirm).
+// Redis counts as gone: eight call timeouts, at least 2 s.
 func (l *Limiter) confirmBudget() time.Duration { return max(2*time.Second, 8*l.opts.CallTimeout) }
 
 // callTimeout is the bound of a call to Redis now: CallTimeout, or four
@@ -279,15 +278,6 @@ func (l *Limiter) confirm(key string, cause error) {
 	h.mu.Unlock()
 	go func() {
 		budget := l.confirmBudget()
-		if l.rdb.PoolStats().IdleConns == 0 {
-			// The ping opens a connection first: go-redis's HELLO and
-			// CLIENT SETINFO are round trips of their own before it. On a
-			// slow Redis (1 s a round trip) the budget passed in those
-			// alone, and a Limiter whose connections were all busy with
-			// slow calls took Redis for gone (the fault test's slow
-			// replies). It gets the budget once more for them.
-			budget *= 2
-		}
 		ctx, cancel := context.WithTimeout(l.loopCtx, budget)
 		start := time.Now()
 		err := l.rdb.Ping(ctx).Err()

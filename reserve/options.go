@@ -57,9 +57,8 @@ type Options struct {
 	// trips seen (four times the slowest recent one, at most 2 s), so that
 	// a busy process does not take itself for cut off. A call that times
 	// out is no evidence that Redis is gone: the Limiter pings Redis,
-	// giving it eight CallTimeouts (at least 2 s; twice that when the ping
-	// must open a connection, whose handshake takes round trips of its
-	// own), and only when that fails too does it pace locally. Meanwhile a call that changes state waits
+	// giving it eight CallTimeouts (at least 2 s), and only when that fails
+	// too does it pace locally. Meanwhile a call that changes state waits
 	// for its own reply (sent again, it would be charged twice); a read
 	// waits for the ping and goes to Redis again if Redis answered.
 	CallTimeout time.Duration
