@@ -130,7 +130,7 @@ func (l Limit) Policy() Policy { return Policy{{Name: PermitsUnit, Limit: l}} }
 // keyOnly is the spec of a call that names no policy (Pause): the scripts
 // and the engine then work on the key's records alone (no band: the
 // policy argument "").
-var keyOnly = &spec{units: []string{PermitsUnit}, policyArg: "", sig: "0"}
+var keyOnly = &spec{units: []string{PermitsUnit}, policyArg: "", policyAny: "", sig: "0"}
 
 // spec is a Policy checked and compiled for the scripts and the local
 // fallback. It is immutable and shared.

@@ -428,11 +428,7 @@ func (l *Limiter) argsWith(key string, now time.Time, s *spec, extra int, share 
 	} else {
 		args[1] = e
 	}
-	if s.policyAny != nil {
-		args[2] = s.policyAny
-	} else {
-		args[2] = s.policyArg
-	}
+	args[2] = s.policyAny
 	return args
 }
 
