@@ -167,7 +167,7 @@ func runFault(t *testing.T, f fault, usePrefix ...func(string)) {
 	case f.slow && nRedis != nLocal:
 		t.Errorf("%d children switched to local pacing, %d came back to Redis\n%s", nLocal, nRedis, run.stderr)
 	case f.slow:
-		t.Logf("%d of %d children switched to local pacing (a slow Redis: each switches only if its ping outlasted the budget)", nLocal, procs)
+		t.Logf("%d of %d children switched to local pacing (a slow Redis: each switches only if its ping outlasted the budget and no other call of it got an answer meanwhile)", nLocal, procs)
 	case nLocal != procs:
 		t.Errorf("%d of %d children switched to local pacing", nLocal, procs)
 	case nRedis != procs:

@@ -20,7 +20,8 @@ import (
 // A slow process is not an outage: a loaded machine, a GC pause or a slow
 // network make calls slow, not Redis absent. A call that timed out is
 // evidence of nothing until Redis also fails to answer a ping given much
-// longer (confirmBudget): the first timeout starts one such ping, the calls
+// longer (confirmBudget), and every other call of the Limiter meanwhile:
+// the first timeout starts one such ping, the calls
 // that timed out wait for its verdict, and when Redis answers they go to
 // Redis again, with a call timeout learned from the round trips seen
 // (callTimeout: from CallTimeout up to maxCallTimeout). Only a ping that
@@ -264,8 +265,9 @@ func (l *Limiter) countFailure(key string, err error, now bool) {
 
 // confirm starts a ping of Redis after a call timed out, unless one is
 // under way or the Limiter paces locally already: if Redis answers within
-// confirmBudget, it is slow, not gone, and the call timeout grows to what
-// the ping took; if not, the Limiter switches to local pacing.
+// confirmBudget (the ping, or any other call of the Limiter meanwhile), it
+// is slow, not gone, and the call timeout grows to what the ping took; if
+// not, the Limiter switches to local pacing.
 func (l *Limiter) confirm(key string, cause error) {
 	h := &l.health
 	h.mu.Lock()
@@ -280,10 +282,21 @@ func (l *Limiter) confirm(key string, cause error) {
 		budget := l.confirmBudget()
 		ctx, cancel := context.WithTimeout(l.loopCtx, budget)
 		start := time.Now()
-		err := l.rdb.Ping(ctx).Err()
+		pingErr := l.rdb.Ping(ctx).Err()
 		took := time.Since(start)
 		cancel()
+		err := pingErr
 		h.mu.Lock()
+		if err != nil && h.answered.After(start) {
+			// Redis answered another call of this Limiter while the ping
+			// waited: slow, not gone. The ping may have had to open a
+			// connection (every one busy with the slow calls), and
+			// go-redis's handshake takes round trips of its own before
+			// the PING: at 1.1 s a round trip those outlast the budget
+			// (TestSlowRedisDialIsNotAnOutage). A Redis frozen or gone
+			// answers nothing.
+			err = nil
+		}
 		if err == nil {
 			v.up = true
 			h.failures = 0
@@ -323,10 +336,14 @@ func (l *Limiter) confirm(key string, cause error) {
 		h.check = nil
 		h.mu.Unlock()
 		close(v.done)
-		l.opts.Metrics.RedisCall(names.OpConfirm, took, err)
-		if err == nil {
+		l.opts.Metrics.RedisCall(names.OpConfirm, took, pingErr)
+		switch {
+		case pingErr == nil:
 			l.opts.Logger.Debug("pacer: a call timed out but Redis answered a ping: slow, not gone",
 				"key", key, "ping", took.Round(time.Microsecond), "call_timeout", l.callTimeout(), "err", cause, "limiter", l.id)
+		case err == nil:
+			l.opts.Logger.Debug("pacer: a call timed out and so did the ping, but Redis answered a call meanwhile: slow, not gone",
+				"key", key, "ping", took.Round(time.Microsecond), "ping_err", pingErr, "call_timeout", l.callTimeout(), "err", cause, "limiter", l.id)
 		}
 	}()
 }

@@ -545,6 +545,46 @@ func TestSlowRedisIsNotAnOutage(t *testing.T) {
 	assert.Empty(t, rec.snapshot().switches, "switches to local pacing with Redis answering slowly")
 }
 
+// TestSlowRedisDialIsNotAnOutage (a slow process is not an outage): when
+// a call times out on a slow Redis and the Limiter's connections are all
+// busy with calls, the ping that decides must open a connection first, and
+// go-redis's HELLO and CLIENT SETINFO are round trips before the PING: at
+// 1.1 s a round trip, those and the ping outlast the 2 s budget, and the
+// Limiter switched to local pacing while Redis answered (the fault test's
+// slow replies: one child of two switched). The calls in flight answered
+// meanwhile: Redis answering any call of the Limiter while the ping waits
+// is as good an answer as the ping's. (A Redis frozen answers none:
+// TestFaultSIGSTOP.)
+func TestSlowRedisDialIsNotAnOutage(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	rec := newRecorder()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 100 * time.Millisecond, HeartbeatInterval: time.Hour, Metrics: rec, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim)
+	require.NoError(t, err)
+	p.AddLatency(t, 1100*time.Millisecond)
+	// Two calls at once, on the Limiter's connections: the ping finds
+	// none idle.
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			r, err := l.Reserve(ctx, "api", lim)
+			if assert.NoError(t, err, "call %d", i) {
+				assert.False(t, r.Local(), "call %d was paced locally", i)
+			}
+		})
+	}
+	wg.Wait()
+	assert.False(t, l.Degraded())
+	assert.Empty(t, rec.snapshot().switches, "switches to local pacing with Redis answering slowly")
+}
+
 // TestTimedOutCallChargedOnce (nothing lost): a reservation whose reply
 // comes after CallTimeout, from a Redis that is slow, not gone, ran there.
 // Sent again, it was charged twice: on a daily window of 1 its caller got

@@ -58,7 +58,8 @@ type Options struct {
 	// a busy process does not take itself for cut off. A call that times
 	// out is no evidence that Redis is gone: the Limiter pings Redis,
 	// giving it eight CallTimeouts (at least 2 s), and only when that fails
-	// too does it pace locally. Meanwhile a call that changes state waits
+	// too, with no other call answered meanwhile, does it pace locally.
+	// Meanwhile a call that changes state waits
 	// for its own reply (sent again, it would be charged twice); a read
 	// waits for the ping and goes to Redis again if Redis answered.
 	CallTimeout time.Duration
