@@ -166,9 +166,8 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 	// late, on a loaded machine) is still the deadline's.
 	dl, byDeadline := ctx.Deadline()
 	byDeadline = byDeadline && maxWait > 0 && !dl.After(wall.Add(maxWait))
-	now := start
 	for {
-		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait, now)
+		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
 		if err == nil {
 			return r, nil
 		}
@@ -199,13 +198,11 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 			maxWait = max(maxWait-l.clock.Now().Sub(start), 0)
 			start = l.clock.Now()
 		}
-		now = l.clock.Now()
 	}
 }
 
-// reserveOnce is one try of reserve; now is the Limiter's clock as it
-// began.
-func (l *Limiter) reserveOnce(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration, now time.Time) (*Reservation, error) {
+// reserveOnce is one try of reserve.
+func (l *Limiter) reserveOnce(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -228,6 +225,9 @@ func (l *Limiter) reserveOnce(ctx context.Context, op, key string, s *spec, amou
 	if maxWait >= 0 || leasing {
 		if ks := l.states.peek(key); ks != nil {
 			ks.mu.Lock()
+			// One reading for both, taken with the lock held: a caller
+			// that waited for the lock judges the key as it is now.
+			now := l.clock.Now()
 			if maxWait >= 0 {
 				if wait, band, refused := ks.refusedAt(s, amounts, maxWait, now); refused {
 					ks.mu.Unlock()
