@@ -31,17 +31,7 @@ func BenchmarkColdClient(b *testing.B) {
 		names[i] = "cold:" + strconv.Itoa(i)
 	}
 	b.Run("pacer", func(b *testing.B) {
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
-		defer rdb.Close()
-		prefix := redistest.Prefix(b)
-		if err := rdb.Set(ctx, layout.FormatKey(prefix), "3", 0).Err(); err != nil {
-			b.Fatal(err)
-		}
-		l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, RequireRedis: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
+		l := benchLimiter(b, s.URL)
 		lim := reserve.Limit{Rate: 10, Burst: 1}
 		measureCold(b, func(i int) error { return l.Wait(ctx, names[i%len(names)], lim) })
 	})
@@ -56,6 +46,27 @@ func BenchmarkColdClient(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// benchLimiter is a Limiter on the client the README's quick start builds
+// (quickStartClient), on a key prefix of b's own whose fleet writes state
+// format 3; both are closed when b ends.
+func benchLimiter(b *testing.B, url string) *reserve.Limiter {
+	rdb, err := quickStartClient(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rdb.Close() })
+	prefix := redistest.Prefix(b)
+	if err := rdb.Set(context.Background(), layout.FormatKey(prefix), "3", 0).Err(); err != nil {
+		b.Fatal(err)
+	}
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, RequireRedis: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // measureCold runs call b.N times after one warm-up call, and reports CPU

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkLeasedWait is one process of the lease phase's leased Wait: 64
@@ -23,20 +21,9 @@ import (
 //	go test -run '^$' -bench BenchmarkLeasedWait -benchtime 2000000x ./cmd/pacerbench/
 func BenchmarkLeasedWait(b *testing.B) {
 	s := redistest.New(b)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer rdb.Close()
-	prefix := redistest.Prefix(b)
-	bg := context.Background()
-	if err := rdb.Set(bg, layout.FormatKey(prefix), "3", 0).Err(); err != nil {
-		b.Fatal(err)
-	}
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, RequireRedis: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
+	l := benchLimiter(b, s.URL)
 	lim := reserve.Limit{Rate: 10_000_000, Burst: 10_000}
-	ctx, cancel := context.WithTimeout(bg, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	if err := l.Wait(ctx, "hot", lim); err != nil {
 		b.Fatal(err)
