@@ -34,6 +34,10 @@ func (l *Limiter) Share() float64 { return l.fleet.rateShare() }
 // Degraded exposes whether the Limiter paces locally, for tests.
 func (l *Limiter) Degraded() bool { return l.isDegraded() }
 
+// Degrade switches the Limiter to local pacing as a failed call confirmed
+// by a ping would, for tests.
+func (l *Limiter) Degrade(err error) { l.degrade(1, err) }
+
 // Queued returns how many callers wait on key and lim for a call in flight to
 // return, for tests.
 func (l *Limiter) Queued(key string, lim Limit) int {

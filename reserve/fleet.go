@@ -701,6 +701,26 @@ func joinInts(xs []int) string {
 	return b.String()
 }
 
+// localSlotsReady reports whether this Limiter, pacing locally, may take
+// local slots though a heartbeat of its saying "redis" may have run on
+// Redis after its switch, until mayRun (Limiter.localSlotsReady): once a
+// heartbeat saying "local" reached Redis and the others heard it (settle;
+// a "redis" run after that changes nothing, heartbeat.lua keeping the
+// latest mode), or once they hold it by its silence counted from mayRun
+// (as localSeatsReady counts it from the last heartbeat). A Limiter that
+// never learned the fleet has no members to wait for.
+func (f *fleetView) localSlotsReady(mayRun time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.learned || !f.away || f.members <= 1 {
+		return true
+	}
+	if !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
+		return true
+	}
+	return time.Since(mayRun) >= f.settle*8/5
+}
+
 // localSeatsReady reports whether this Limiter, pacing locally, may take
 // seats on its local share of an in-flight band: once the fleet counts it
 // as held, and so leaves it its share. That is once a heartbeat saying it

@@ -49,6 +49,12 @@ type health struct {
 	stallHook func()
 
 	check *verdict // the ping under way after a call timed out; nil: none
+	// beatsOut counts this Limiter's heartbeats saying "redis" under way,
+	// and beatUntil is until when the last of those that ended may have
+	// run on Redis (its answer, or its deadline: local clock); see
+	// localSlotsReady.
+	beatsOut  int
+	beatUntil time.Time
 	// recovering is set while recovered hands back what the local
 	// fallback granted: no reservation is granted locally meanwhile (see
 	// grantLocal). Set and read under local as well.
@@ -169,6 +175,64 @@ func (l *Limiter) probesStalled() bool {
 	default:
 	}
 	return true
+}
+
+// localSlotsReady reports whether this Limiter, pacing locally, may take
+// local slots as far as its own heartbeats go. A heartbeat of its saying
+// "redis" that Redis ran after the switch to local pacing (a CLIENT PAUSE
+// queued it, a frozen Redis held it; the caller gave up on it meanwhile)
+// marks it heard from on Redis: a member back from the same outage, which
+// held it by its silence, stops holding it and takes its share on Redis,
+// beside its local slots, until it hears "local". So when such a
+// heartbeat may have run after the switch (one under way, answered since,
+// or failed with its deadline after the switch), the local slots wait
+// until the fleet has heard "local" (fleetView.localSlotsReady). Callers
+// wait as for any share the Limiter lacks. (Combination runner, seed 28:
+// two grants at one instant on a band of burst 1, 0.6 s after a CLIENT
+// PAUSE of 2.35 s; TestLateRedisBeatHoldsLocalSlots.)
+func (l *Limiter) localSlotsReady() bool {
+	h := &l.health
+	h.mu.Lock()
+	out, until, since := h.beatsOut, h.beatUntil, h.since
+	h.mu.Unlock()
+	if out == 0 && !until.After(since) {
+		return true
+	}
+	if out > 0 {
+		until = time.Now().Add(l.probeBudget()) // not back yet: its deadline, at the most
+	}
+	return l.fleet.localSlotsReady(until)
+}
+
+// beatBack records the end of a heartbeat saying "redis" (beatsOut): until
+// when it may have run on Redis, or may still: now if Redis answered it,
+// its deadline if it may still run, zero if it never reached Redis or was
+// sent without a deadline (a Limiter with no estimate of Redis's clock:
+// taken as never run). A Limiter pacing locally is told: its callers
+// waiting for a share look again, and an answer is Redis answering, so it
+// probes at once.
+func (l *Limiter) beatBack(answered bool, until time.Time) {
+	if answered {
+		until = time.Now()
+	}
+	h := &l.health
+	h.mu.Lock()
+	h.beatsOut--
+	if until.After(h.beatUntil) {
+		h.beatUntil = until
+	}
+	degraded := h.degraded
+	h.mu.Unlock()
+	if !degraded {
+		return
+	}
+	l.sharesMoved()
+	if answered {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // overdue reports whether due, a probe's due time or the latest end of one

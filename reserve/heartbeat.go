@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,18 +231,25 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		// The mode as it is when the heartbeat leaves: a switch to local
 		// pacing while it was made (a stalled process) must not be
 		// reported as "redis" (heartbeat.lua keeps the latest mode's).
+		// A "redis" under way is counted in the same lock: a switch
+		// after this sees it (localSlotsReady).
 		l.health.mu.Lock()
 		if now := l.health.since; l.health.degraded && mode == names.ModeRedis {
 			mode, since = names.ModeLocal, now
 			args[1], args[2] = mode, l.sinceMS(since)+flag
+		}
+		out := mode == names.ModeRedis
+		if out {
+			l.health.beatsOut++
 		}
 		l.health.mu.Unlock()
 		// Only "redis" has a deadline: "local" is true however late it
 		// runs (a later "redis" has a later since, which it does not undo),
 		// and a Limiter that just switched needs it to arrive.
 		args[8] = ""
-		if d, ok := l.heartbeatDeadline(ctx); ok && mode == names.ModeRedis {
-			args[8] = strconv.FormatInt(d, 10)
+		var until time.Time
+		if d, at, ok := l.heartbeatDeadline(ctx); ok && out {
+			args[8], until = strconv.FormatInt(d, 10), at
 		}
 		// The live window as the heartbeat leaves: it counts back from
 		// when the script runs, and the presence and the reports read
@@ -251,6 +259,17 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		sent := time.Now()
 		res, err := heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 		took = time.Since(sent)
+		if out {
+			// Answered (a reply, or an error Redis sent): it ran, or
+			// never will, by now. Else it may still run, until its
+			// deadline, if it reached Redis.
+			var reply redis.Error
+			answered := err == nil || errors.As(err, &reply)
+			if !maySent(err) {
+				until = time.Time{}
+			}
+			l.beatBack(answered, until)
+		}
 		return res, err
 	}, nil)
 	if err != nil {
@@ -458,28 +477,42 @@ func (l *Limiter) sinceMS(since time.Time) string {
 }
 
 // heartbeatDeadline returns the deadline of a heartbeat sent now on ctx,
-// Unix ms on the server's clock: when this Limiter gives up on it (ctx's
-// deadline, the call's timeout: CallTimeout, or longer on a slow machine,
-// see callTimeout), plus the estimate's error. ok is false without an
+// Unix ms on the server's clock, and at, the same on the local clock: when
+// this Limiter gives up on it (ctx's deadline, the call's timeout:
+// CallTimeout, or longer on a slow machine, see callTimeout), plus the
+// estimate's error. ok is false without an
 // estimate of the server's clock (a Clock set, or no round trip yet).
 // Before, the deadline was CallTimeout whatever the call's timeout: on a
 // loaded machine, heartbeats its Limiter still waited for ran past it and
 // failed (PACER_STALE), by the hundreds in a few seconds at 300 processes
 // (pacerbench's cluster phase), and views in doubt followed
 // (TestHeartbeatDeadlineIsTheCalls).
-func (l *Limiter) heartbeatDeadline(ctx context.Context) (int64, bool) {
+func (l *Limiter) heartbeatDeadline(ctx context.Context) (int64, time.Time, bool) {
 	if !l.serverTime {
-		return 0, false
+		return 0, time.Time{}, false
 	}
-	ns, rtt, ok := l.sync.bestServer(l.clock.Now())
+	now := l.clock.Now()
+	ns, rtt, ok := l.sync.bestServer(now)
 	if !ok {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	left := l.opts.CallTimeout
 	if d, ok := ctx.Deadline(); ok {
 		left = max(time.Until(d), 0)
 	}
-	return (ns + int64(left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), true
+	// at: the same instant on the local clock, rounded up as the ms are.
+	return (ns + int64(left+rtt) + int64(time.Millisecond) - 1) / int64(time.Millisecond), now.Add(left + rtt + time.Millisecond), true
+}
+
+// maySent reports whether a call that failed with err may have reached
+// Redis, and so may still run there: not one that never had a connection
+// (a dial refused, the pool's wait timed out, the client closed).
+func maySent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, redis.ErrPoolTimeout) && !errors.Is(err, redis.ErrClosed)
 }
 
 // logView logs the fleet's view at Debug when it changed: the shares this

@@ -2,8 +2,10 @@ package reserve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,6 +101,123 @@ func TestLateHeartbeatViewDoubted(t *testing.T) {
 			member("redis", start.Add(2*time.Millisecond))
 			require.NoError(t, a.Beat(ctx))
 			assert.Equal(t, 1.0, a.Share(), "the other member, heard from since, is still held")
+		})
+	}
+}
+
+// heartbeatSent closes sent when the client sends a heartbeat on key
+// while armed.
+type heartbeatSent struct {
+	key   string
+	armed atomic.Bool
+	once  sync.Once
+	sent  chan struct{}
+}
+
+func (h *heartbeatSent) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heartbeatSent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		name := strings.ToLower(cmd.Name())
+		if (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key && h.armed.Load() {
+			h.once.Do(func() { close(h.sent) })
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heartbeatSent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestLateRedisBeatHoldsLocalSlots: a Limiter that switches to local
+// pacing while a heartbeat of its saying "redis" is under way, or after
+// one it gave up on whose deadline is still ahead, takes no local slot
+// until the fleet has heard it say "local" (settle: two heartbeat
+// intervals after a "local" reached Redis), or has held it by its silence
+// since that heartbeat could last run. Such a heartbeat, run late (a
+// frozen Redis holds it, a CLIENT PAUSE queues it), marks the Limiter
+// heard from on Redis after its switch, and a member back from the same
+// outage stops holding it. Before, the combination runner's seed 28 saw
+// two grants at one instant on a band of burst 1, 0.6 s after a CLIENT
+// PAUSE of 2.35 s: one member's local slot, and another's on Redis, whose
+// view the late "redis" had just changed. A heartbeat answered is Redis
+// answering: the Limiter probes at once.
+func TestLateRedisBeatHoldsLocalSlots(t *testing.T) {
+	for _, givenUp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "answered", true: "given up"}[givenUp], func(t *testing.T) {
+			t.Parallel()
+			s := redistest.NewProcess(t)
+			ctx := context.Background()
+			prefix := redistest.Prefix(t)
+			keys := reserve.FleetKeysOf(prefix)
+			c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
+			t.Cleanup(func() { c.Close() })
+			// Hour-long intervals: the test runs the heartbeats, and no
+			// probe comes but the one an answer starts. A call timeout
+			// of 3 s: the heartbeat's deadline comes after the thaw, and
+			// the presence's check before it ends at its timeout.
+			l := manualLimiter(t, c, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour,
+				ProbeInterval: time.Hour, SilentHold: 3 * time.Hour, CallTimeout: 3 * time.Second})
+			require.NoError(t, l.Beat(ctx))
+			hourMember(t, s.Client, keys, "other") // joins after this Limiter: the newcomer is the other
+			require.NoError(t, l.Beat(ctx))
+			require.Equal(t, 2, l.FleetSize())
+			// A reservation on Redis: an estimate of its clock, which
+			// heartbeats' deadlines need.
+			_, err := l.Reserve(ctx, "warm", reserve.Limit{Rate: 10, Burst: 1})
+			require.NoError(t, err)
+			try := func() error {
+				_, err := l.TryReserveN(ctx, reserve.Single("api", reserve.Limit{Rate: 10, Burst: 1}, 1), 0)
+				return err
+			}
+			refused := func(when string) {
+				t.Helper()
+				var tooLong *reserve.WaitTooLongError
+				err := try()
+				require.ErrorAs(t, err, &tooLong, "%s: a local slot while the fleet may count this Limiter on Redis", when)
+				assert.Equal(t, reserve.OutageBinding, tooLong.Band, "%s: %v", when, err)
+			}
+
+			hook := &heartbeatSent{key: keys[0], sent: make(chan struct{})}
+			c.AddHook(hook)
+			s.Freeze(t)
+			thawed := false
+			t.Cleanup(func() {
+				if !thawed {
+					s.Thaw(t)
+				}
+			})
+			hook.armed.Store(true)
+			bctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			beat := make(chan error, 1)
+			go func() { beat <- l.Beat(bctx) }()
+			<-hook.sent // "redis", held by the frozen Redis
+			if givenUp {
+				cancel()
+				require.Error(t, <-beat)
+			}
+			l.Degrade(errors.New("the test: a call failed and a ping confirmed it"))
+			require.True(t, l.Degraded())
+			refused("frozen")
+
+			s.Thaw(t)
+			thawed = true
+			if !givenUp {
+				// The heartbeat's answer brings the Limiter back.
+				require.NoError(t, <-beat)
+				require.Eventually(t, func() bool { return !l.Degraded() }, 20*time.Second, 10*time.Millisecond,
+					"back on Redis after the heartbeat's answer")
+				return
+			}
+			// Nobody heard the late "redis" run. The "local" told at the
+			// switch reached Redis after it, and the fleet hears it within
+			// settle (two hours here): until then, no local slot.
+			require.NoError(t, l.Beat(ctx)) // "local", answered
+			refused("thawed, told")
+			assert.True(t, l.Degraded(), "no probe brought the Limiter back")
 		})
 	}
 }

@@ -274,6 +274,12 @@ func (l *Limiter) stalledErr(key string) error {
 	return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter's probes of Redis fell behind (its process was off the CPU): the fleet may be back on Redis, and its calls wait for a probe before they pace locally", key, l.unavailableErr())}
 }
 
+// beatOutErr is the refusal of a local slot while the fleet may count
+// this Limiter on Redis (localSlotsReady).
+func (l *Limiter) beatOutErr(key string) error {
+	return &noShareError{fmt.Errorf("reserve: %q: %w: a heartbeat of this Limiter's saying it is on Redis may have run there after it switched to local pacing (Redis held it), so the fleet may take this Limiter's share on Redis: its calls wait until the fleet has heard it pace locally", key, l.unavailableErr())}
+}
+
 // localKeys are key's Redis keys in the store: its state and stored limit,
 // then more.
 func (l *Limiter) localKeys(key string, more ...string) []string { return l.keys(key, more...) }

@@ -137,6 +137,8 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	var err error
 	if local && l.probesStalled() {
 		err = l.stalledErr(key)
+	} else if local && !l.localSlotsReady() {
+		err = l.beatOutErr(key)
 	} else if local {
 		shareArg, err = l.localShareArg(key)
 	} else {

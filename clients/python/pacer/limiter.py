@@ -256,6 +256,14 @@ class Limiter:
         # The mode: on Redis, or local (Redis unavailable); since when.
         self._local = False
         self._since_ms = int(time.time() * 1000)
+        # Heartbeats saying "redis" under way, and until when the last of
+        # those that ended may have run on Redis (time.monotonic()); when
+        # this Limiter last went local, and when a heartbeat saying "local"
+        # first reached Redis since (0: none): see _local_slots_ready.
+        self._beats_out = 0
+        self._beat_until = 0.0
+        self._local_at = 0.0
+        self._told_at = 0.0
         self._local_share: str | None = None  # the share taken while local
         self._local_ids = 0  # the last number given to a local grant (Reservation.local_id)
         # Sleepers told by the handback to take a slot on Redis (MovedBack).
@@ -1008,12 +1016,31 @@ class Limiter:
                 # newcomer takes a rank (combination runner, seed 1).
                 self._present()
             cid, run = self._cid, self._run
+        # The mode as the heartbeat leaves: a switch to local pacing since
+        # must not be reported as "redis". A "redis" under way is counted
+        # in the same lock: a switch after this sees it (_local_slots_ready).
+        with self._lock:
+            if mode == "redis" and self._local:
+                mode, since = "local", self._since_ms
+            out = mode == "redis"
+            if out:
+                self._beats_out += 1
+        deadline = self._deadline_ms() if out else None
+        until = 0.0
+        if deadline is not None:
+            until = time.monotonic() + (deadline * 1_000_000 - self._server_now()) / 1e9
         try:
             sent = time.monotonic()
-            v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                 protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                         cid=cid, run=run, keep=keep,
-                                                         deadline_ms=self._deadline_ms() if mode == "redis" else None))
+            try:
+                v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                     protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                             cid=cid, run=run, keep=keep, deadline_ms=deadline))
+            except BaseException as e:
+                if out:
+                    self._beat_back(isinstance(e, (redis.exceptions.ResponseError, PacerError)), until if _may_sent(e) else 0.0)
+                raise
+            if out:
+                self._beat_back(True, 0.0)
             took = time.monotonic() - sent
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
@@ -1071,6 +1098,8 @@ class Limiter:
                 # it knew that Redis does not list (it lost them).
                 self._remember_fleet()
                 self._back_at = time.monotonic()
+            if mode == "local" and self._local and not self._told_at:
+                self._told_at = time.monotonic()
             self._learned, self._doubt = True, late
             if late:
                 self._fails += 1
@@ -1257,7 +1286,8 @@ class Limiter:
                 return
             self._local = True
             self._since_ms = int(time.time() * 1000)
-            self._outage = time.monotonic()
+            self._outage = self._local_at = time.monotonic()
+            self._told_at = 0.0
             if self._missing():
                 pass  # keep the fleet remembered from the outage before
             elif self._learned and self._newcomer():
@@ -1306,6 +1336,42 @@ class Limiter:
                     st.seeded = {}
             return store
 
+    def _beat_back(self, answered: bool, until: float) -> None:
+        """The end of a heartbeat saying "redis" (_beats_out): answered if
+        Redis replied to it (it ran by now); else until, if not 0, is when
+        Redis stops running it if it has not yet (its deadline). (A reply
+        that reaches a Limiter pacing locally brings it back to Redis:
+        _beat_once_timed.)"""
+        with self._lock:
+            self._beats_out -= 1
+            if answered:
+                until = time.monotonic()
+            self._beat_until = max(self._beat_until, until)
+
+    def _local_slots_ready(self) -> bool:
+        """Whether this Limiter, pacing locally, may take local slots as far
+        as its own heartbeats go (Go's localSlotsReady). A heartbeat of its
+        saying "redis" that Redis ran after the switch (a CLIENT PAUSE
+        queued it, a frozen Redis held it) marks it heard from on Redis: a
+        member back from the same outage, which held it by its silence,
+        stops holding it and takes its share on Redis beside its local
+        slots (combination runner, seed 28). So when such a heartbeat may
+        have run after the switch, local slots wait until a heartbeat saying
+        "local" reached Redis two intervals ago (the others heard it; a
+        "redis" run after it changes nothing), or until the others hold
+        this one by its silence since that heartbeat could last run."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._beats_out and self._beat_until <= self._local_at:
+                return True
+            if not self._learned or self._members <= 1:
+                return True
+            settle = 2 * self.interval
+            if self._told_at and now - self._told_at >= settle:
+                return True
+            may_run = now + self._probe_budget() if self._beats_out else self._beat_until
+            return now - may_run >= 1.6 * settle
+
     def _reserve_local(self, key: str, k: str, policy: Policy, costs: list[float], max_us: int) -> Reservation | None:
         """A reservation on the store, or None when there is no local share
         now. One at a time with the handback (_come_back), so that every
@@ -1318,6 +1384,8 @@ class Limiter:
                 raise _Back()
             if self._probes_stalled():
                 return None  # no local slot yet: the caller waits for Redis
+        if not self._local_slots_ready():
+            return None  # the fleet may count this Limiter on Redis: wait
         with self._handback_lock:
             if not self.is_local:
                 raise _Back()
@@ -1500,6 +1568,13 @@ _REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
+def _may_sent(e: BaseException) -> bool:
+    """Whether a call that failed with e may have reached Redis, and so may
+    still run there: not one whose connection was never made."""
+    return not (isinstance(e, redis.exceptions.ConnectionError)
+                and not isinstance(e, redis.exceptions.TimeoutError) and "connecting to" in str(e))
+
 
 #: How much later than the clock estimate a reply may arrive before its
 #: slots count as placed late (Go's MaxEarly, 1 ms): the estimate's own

@@ -959,6 +959,50 @@ class FallbackTest(unittest.TestCase):
                     lim.close()
                     self.lims.remove(lim)
 
+    def test_late_redis_beat_holds_local_slots(self) -> None:
+        """A Limiter that goes local while a heartbeat of its saying "redis"
+        is under way takes no local slot until it is answered (then it is
+        back on Redis) or the fleet could have heard "local": such a
+        heartbeat, run late (a frozen Redis holds it, a CLIENT PAUSE queues
+        it), marks it heard from on Redis after its switch, and a member
+        back from the same outage stops holding it (Go's
+        TestLateRedisBeatHoldsLocalSlots; combination runner, seed 28: two
+        grants at one instant on a band of burst 1)."""
+        c = support.client(self.srv.url, socket_timeout=5, socket_connect_timeout=5)
+        a = Limiter(c, prefix="pacer:", limiter_id="a", heartbeat_interval=3600)
+        self.lims.append(a)
+        b = self.limiter("b")
+        a._beat()
+        b._beat()  # joins after a: the newcomer is b
+        a._beat()
+        self.assertEqual(a._n, 2)
+        pol = Limit(10, 1)
+        a.reserve("warm", pol)  # an estimate of Redis's clock: heartbeats' deadlines
+        self.srv.freeze()
+        try:
+            t = threading.Thread(target=a._beat_once)
+            t.start()
+            for _ in range(500):
+                with a._lock:
+                    if a._beats_out:
+                        break
+                time.sleep(0.01)
+            with a._lock:
+                self.assertEqual(a._beats_out, 1, "the heartbeat saying redis, held by the frozen Redis")
+            a._go_local("the test: a call failed and a ping confirmed it")
+            with self.assertRaises(WaitTooLong) as e:
+                a.reserve("api", pol, max_wait=0)
+            self.assertEqual(e.exception.band, limiter.OUTAGE_BAND, "a local slot while the fleet may count a on Redis")
+        finally:
+            self.srv.thaw()
+        t.join(10)
+        # Answered: Redis answers, and the Limiter probes at once.
+        for _ in range(500):
+            if not a.is_local:
+                break
+            time.sleep(0.01)
+        self.assertFalse(a.is_local, "back on Redis after the heartbeat's answer")
+
     def test_stale_view_after_stall(self) -> None:
         """A view older than two heartbeat intervals (the process was
         stopped) leaves every other rank its share, and the first heartbeat
