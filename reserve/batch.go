@@ -27,7 +27,10 @@ type request struct {
 	// deadline is a fair request's (fair.go): it is refused when its turn
 	// cannot come by then; zero: none. Its maxWait is not sent.
 	deadline time.Time
-	done     chan result // receives exactly one result; buffered
+	// done receives exactly one result; buffered. Made only for a request
+	// that queues (a lone caller, or one a lease serves, has its result
+	// returned to it).
+	done chan result
 
 	abandoned bool // the caller left; a granted reservation is canceled (guarded by the key's lock)
 	sent      bool // the result is in done (guarded by the key's lock)
@@ -51,36 +54,35 @@ type queue struct {
 // next call serves all of them at once, in the order they came. A caller
 // who finds no call in flight makes its own at once, on its own goroutine
 // and context: a lone caller pays nothing for coalescing.
+//
+// The key's lease, if any, was tried first (reserveOnce).
 func (l *Limiter) reserveCoalesced(ctx context.Context, key string, s *spec, req *request) (*Reservation, error) {
-	if res, ok := l.fromLease(key, s, req); ok {
-		return res.r, res.err
-	}
 	gather := l.gatherFor(key, req.maxWait)
 	ks := l.states.get(key)
 	ks.mu.Lock()
 	q, busy := ks.queues[s.sig]
 	switch {
 	case busy:
-		req.since = l.clock.Now()
+		req.since, req.done = l.clock.Now(), make(chan result, 1)
 		q.pending = append(q.pending, req)
 		ks.mu.Unlock()
 	case gather > 0:
 		// The key's queue is deep: this caller's slot lies far ahead
 		// anyway. Hold the call a little, so that the callers who come
 		// meanwhile share it (see gatherFor).
-		req.since = l.clock.Now()
+		req.since, req.done = l.clock.Now(), make(chan result, 1)
 		q = &queue{spec: s, pending: []*request{req}}
 		ks.setQueue(s.sig, q)
 		ks.mu.Unlock()
 		time.AfterFunc(gather, func() { l.drain(ks, s.sig) })
 	default:
-		// Lone caller: make the call now, with the caller's context. It
+		// Lone caller: make the call now, with the caller's context, and
+		// take its result here (no channel: nobody else delivers it). It
 		// never leases: a lone caller has no queue.
 		ks.setQueue(s.sig, &queue{spec: s})
 		ks.mu.Unlock()
-		l.runBatch(ctx, ks, s, []*request{req}, false)
+		res := l.reserveBatch(ctx, key, s, []*request{req})[0]
 		l.handOff(ks, s.sig)
-		res := <-req.done
 		return res.r, res.err
 	}
 
@@ -174,8 +176,9 @@ func (l *Limiter) drain(ks *keyState, sig string) {
 		ks.mu.Lock()
 		q := ks.queues[sig]
 		served := 0
+		now := l.clock.Now()
 		for _, req := range q.pending {
-			res, ok := l.fromLeaseLocked(ks, q.spec, req)
+			res, ok := l.fromLeaseLocked(ks, q.spec, req, now)
 			if !ok {
 				break
 			}

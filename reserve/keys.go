@@ -32,8 +32,8 @@ type keyState struct {
 	// made at its first reservation and never changed.
 	rkeys atomic.Pointer[[]string]
 
-	// used is when the key was last looked up (keyTable.get; Unix ns,
-	// system clock), marked under the table's lock.
+	// used is when the key was last looked up (keyTable.get; monoNow),
+	// marked under the table's lock.
 	used atomic.Int64
 
 	mu sync.Mutex
@@ -102,6 +102,14 @@ type keyState struct {
 	seatsN        int64 // the band's N as the last reply on Redis gave it (an operator's, if stored)
 }
 
+// monoNow is the monotonic clock in ns since the package's start: a
+// lookup's mark of use (keyState.used). Cheaper to read than time.Now,
+// which reads the wall clock as well, and a hot key's every call marks
+// it.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+var monoEpoch = time.Now()
+
 // keyIdle is how long a keyState is kept after its last call when nothing
 // else holds it: a report lives that long in the fleet's hash.
 const keyIdle = reportKeep
@@ -122,7 +130,7 @@ type keyTable struct {
 // is marked under the table's lock: a sweep, which holds it to drop a key,
 // sees it, so the state get returns is the one the table holds.
 func (t *keyTable) get(key string) *keyState {
-	now := time.Now().UnixNano()
+	now := monoNow()
 	t.mu.RLock()
 	ks := t.m[key]
 	if ks != nil {
@@ -171,6 +179,7 @@ func (t *keyTable) all() []*keyState {
 func (l *Limiter) sweepKeys() {
 	t := &l.states
 	now := time.Now()
+	mono := monoNow()
 	nowNS, _ := l.serverNow()
 	type idleKey struct {
 		ks   *keyState
@@ -185,7 +194,7 @@ func (l *Limiter) sweepKeys() {
 		l.lapse(ks, now, clock, nowNS)
 		free := ks.idle(nowNS)
 		used := ks.used.Load()
-		if free && now.Sub(time.Unix(0, used)) > keyIdle {
+		if free && time.Duration(mono-used) > keyIdle {
 			ks.forget()
 			delete(t.m, name)
 		} else if free {

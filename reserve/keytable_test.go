@@ -2,7 +2,6 @@ package reserve
 
 import (
 	"testing"
-	"time"
 )
 
 // TestGetKeepsTheKeyItFinds: a key found in the table is not swept before
@@ -13,7 +12,7 @@ import (
 func TestGetKeepsTheKeyItFinds(t *testing.T) {
 	l := &Limiter{clock: systemClockValue}
 	old := l.states.get("k")
-	old.used.Store(time.Now().Add(-2 * keyIdle).UnixNano()) // idle long enough to be swept
+	old.used.Store(monoNow() - int64(2*keyIdle)) // idle long enough to be swept
 	swept := false
 	l.states.gotHook = func(*keyState) {
 		if !swept {

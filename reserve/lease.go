@@ -145,11 +145,12 @@ func (l *Limiter) fromLease(key string, s *spec, req *request) (res result, ok b
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return l.fromLeaseLocked(ks, s, req)
+	return l.fromLeaseLocked(ks, s, req, l.clock.Now())
 }
 
-// fromLeaseLocked is fromLease with ks.mu held.
-func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res result, ok bool) {
+// fromLeaseLocked is fromLease with ks.mu held, at now (the Limiter's
+// clock).
+func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request, now time.Time) (res result, ok bool) {
 	if !l.leasable(s, req) {
 		return result{}, false
 	}
@@ -157,7 +158,6 @@ func (l *Limiter) fromLeaseLocked(ks *keyState, s *spec, req *request) (res resu
 	if slot == nil || slot.live == nil {
 		return result{}, false
 	}
-	now := l.clock.Now()
 	paused := ks.knownPause()
 	var ls *lease
 	for {

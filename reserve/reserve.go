@@ -120,8 +120,15 @@ func (l *Limiter) single(key string, lim Limit, n int) (*spec, []float64, error)
 	if n > lim.Burst {
 		return nil, nil, fmt.Errorf("%w (n %d, burst %d)", ErrExceedsBurst, n, lim.Burst)
 	}
+	if n == 1 {
+		return s, oneUnit, nil
+	}
 	return s, []float64{float64(n)}, nil
 }
+
+// oneUnit is the amounts of a cost of 1, the common case, made once: no
+// code changes a reservation's amounts in place (Settle copies them).
+var oneUnit = []float64{1}
 
 // check checks and compiles req; a Request of a single Limit (Single) takes
 // single's path, whose compiled Limits are cached.
@@ -147,16 +154,25 @@ func (l *Limiter) check(req Request) (*spec, []float64, *fairness, error) {
 // it has one or Redis answers, within maxWait and ctx; a maximum that
 // passes meanwhile is a refusal (OutageBinding), as any other maximum's.
 func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts []float64, f *fairness, maxWait time.Duration) (*Reservation, error) {
-	start := l.clock.Now()
+	wall := time.Now()
+	start := wall // the Limiter's clock: one reading when it is the system's
+	if l.clock != systemClockValue {
+		start = l.clock.Now()
+	}
 	asked := maxWait
 	// The maximum is the context's (Wait's) when its deadline comes no
 	// later: the deadline then ends the wait, with its own error. Decided
 	// once: a deadline passed whose context does not say so yet (its timer
 	// late, on a loaded machine) is still the deadline's.
 	dl, byDeadline := ctx.Deadline()
-	byDeadline = byDeadline && maxWait > 0 && !dl.After(time.Now().Add(maxWait))
+	byDeadline = byDeadline && maxWait > 0 && !dl.After(wall.Add(maxWait))
 	for {
 		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
+		if err == nil {
+			return r, nil
+		}
+		// (Declared here, not before the call: errors.As moves it to the
+		// heap, an allocation per call that a grant need not pay.)
 		var ns *noShareError
 		if !errors.As(err, &ns) {
 			return r, err
@@ -200,17 +216,35 @@ func (l *Limiter) reserveOnce(ctx context.Context, op, key string, s *spec, amou
 		}
 		return r, err
 	}
-	if maxWait >= 0 {
+	// A hot key's caller is handed a slot of the key's lease, if it has a
+	// live one, without a call to Redis; the request, and the channel a
+	// call's result comes on, are made only for the callers who need a
+	// call.
+	probe := request{op: op, amounts: amounts, maxWait: maxWait}
+	leasing := !l.opts.DisableCoalescing && l.leasable(s, &probe)
+	if maxWait >= 0 || leasing {
 		if ks := l.states.peek(key); ks != nil {
 			ks.mu.Lock()
-			wait, band, refused := ks.refusedAt(s, amounts, maxWait, l.clock.Now())
-			ks.mu.Unlock()
-			if refused {
-				return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: band}
+			// One reading for both, taken with the lock held: a caller
+			// that waited for the lock judges the key as it is now.
+			now := l.clock.Now()
+			if maxWait >= 0 {
+				if wait, band, refused := ks.refusedAt(s, amounts, maxWait, now); refused {
+					ks.mu.Unlock()
+					return nil, &WaitTooLongError{Wait: wait, MaxWait: maxWait, Band: band}
+				}
 			}
+			if leasing {
+				if res, ok := l.fromLeaseLocked(ks, s, &probe, now); ok {
+					ks.mu.Unlock()
+					return res.r, res.err
+				}
+			}
+			ks.mu.Unlock()
 		}
 	}
-	req := &request{op: op, amounts: amounts, maxWait: maxWait, done: make(chan result, 1)}
+	// (Its done channel is made only if it queues: reserveCoalesced.)
+	req := &request{op: op, amounts: amounts, maxWait: maxWait}
 	if !l.opts.DisableCoalescing {
 		return l.reserveCoalesced(ctx, key, s, req)
 	}
