@@ -1016,31 +1016,9 @@ class Limiter:
                 # newcomer takes a rank (combination runner, seed 1).
                 self._present()
             cid, run = self._cid, self._run
-        # The mode as the heartbeat leaves: a switch to local pacing since
-        # must not be reported as "redis". A "redis" under way is counted
-        # in the same lock: a switch after this sees it (_local_slots_ready).
-        with self._lock:
-            if mode == "redis" and self._local:
-                mode, since = "local", self._since_ms
-            out = mode == "redis"
-            if out:
-                self._beats_out += 1
-        deadline = self._deadline_ms() if out else None
-        until = 0.0
-        if deadline is not None:
-            until = time.monotonic() + (deadline * 1_000_000 - self._server_now()) / 1e9
         try:
             sent = time.monotonic()
-            try:
-                v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                     protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                             cid=cid, run=run, keep=keep, deadline_ms=deadline))
-            except BaseException as e:
-                if out:
-                    self._beat_back(isinstance(e, (redis.exceptions.ResponseError, PacerError)), until if _may_sent(e) else 0.0)
-                raise
-            if out:
-                self._beat_back(True, 0.0)
+            v, mode = self._send_beat(mode, since, n, rank, cid, run, keep)
             took = time.monotonic() - sent
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
@@ -1076,10 +1054,7 @@ class Limiter:
             # Members that exited were forgotten: the view without them.
             try:
                 sent = time.monotonic()
-                v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                                     protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
-                                                             cid=cid, run=run, keep=keep,
-                                                             deadline_ms=self._deadline_ms() if mode == "redis" else None))
+                v, mode = self._send_beat(mode, since, n, rank, cid, run, keep)
                 took = time.monotonic() - sent
                 hb = protocol.decode_heartbeat(v) or hb
             except (*UNAVAILABLE, PacerError):
@@ -1336,6 +1311,36 @@ class Limiter:
                     st.seeded = {}
             return store
 
+    def _send_beat(self, mode: str, since: int, n: int, rank: int | None, cid: int, run: str,
+                   keep: tuple[int, int, list[int]] | None) -> tuple[Any, str]:
+        """Runs the heartbeat script; returns its reply and the mode it
+        said. The mode is the one as the heartbeat leaves: a switch to local
+        pacing since must not be reported as "redis". A "redis" under way
+        is counted in the same lock, so that a switch after this sees it
+        (_local_slots_ready), and only it carries a deadline."""
+        with self._lock:
+            if mode == "redis" and self._local:
+                mode, since = "local", self._since_ms
+            out = mode == "redis"
+            if out:
+                self._beats_out += 1
+        deadline = self._deadline_ms() if out else None
+        until = 0.0
+        if deadline is not None:
+            until = time.monotonic() + (deadline * 1_000_000 - self._server_now()) / 1e9
+        try:
+            v = self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
+                                 protocol.heartbeat_args(self.id, mode, since, n, rank, times=self._times(),
+                                                         cid=cid, run=run, keep=keep, deadline_ms=deadline))
+        except BaseException as e:
+            if out:
+                answered = isinstance(e, (redis.exceptions.ResponseError, PacerError))
+                self._beat_back(answered, until if _may_sent(e) else 0.0)
+            raise
+        if out:
+            self._beat_back(True, 0.0)
+        return v, mode
+
     def _beat_back(self, answered: bool, until: float) -> None:
         """The end of a heartbeat saying "redis" (_beats_out): answered if
         Redis replied to it (it ran by now); else until, if not 0, is when
@@ -1568,6 +1573,7 @@ _REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause.
 _PRECHECK = 0.002
+
 
 def _may_sent(e: BaseException) -> bool:
     """Whether a call that failed with e may have reached Redis, and so may
