@@ -212,6 +212,10 @@ func TestStored(t *testing.T) {
 		{"unset, a restart one process did not see it before", []Action{set(2*time.Second, older), unset, restart}, saw("1"), read(older), 0, 1},
 		{"set, a restart every process saw it before, lost", []Action{set(2*time.Second, older), set(4*time.Second, lim), restart}, saw("1", "2"), read(nil), 0, 0},
 		{"set, a restart every process saw it before, the older one back", []Action{set(2*time.Second, older), set(4*time.Second, lim), restart}, saw("1", "2"), read(older), 1, 0},
+		{"set, the older one read by a Status under way as it ended", []Action{set(2*time.Second, older), set(4*time.Second, lim)}, nil,
+			[]StoredRead{{Key: KeySliding, Limit: normStored(older), Started: at(4*time.Second + ms2(1)), At: at(4*time.Second + ms2(3))}}, 0, 1},
+		{"set, the older one read by a Status begun after it", []Action{set(2*time.Second, older), set(4*time.Second, lim)}, nil,
+			[]StoredRead{{Key: KeySliding, Limit: normStored(older), Started: at(4*time.Second + ms2(3)), At: at(4*time.Second + ms2(4))}}, 1, 0},
 		{"an unset that failed", []Action{set(2*time.Second, older), {Kind: OpUnset, Key: KeySliding, At: at(4 * time.Second), End: at(5 * time.Second), Err: "context deadline exceeded"}}, nil, read(older), 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
