@@ -703,39 +703,38 @@ func joinInts(xs []int) string {
 
 // localSlotsReady reports whether this Limiter, pacing locally, may take
 // local slots though a heartbeat of its saying "redis" may have run on
-// Redis after its switch, until mayRun (Limiter.localSlotsReady): once a
-// heartbeat saying "local" reached Redis and the others heard it (settle;
-// a "redis" run after that changes nothing, heartbeat.lua keeping the
-// latest mode), or once they hold it by its silence counted from mayRun
-// (as localSeatsReady counts it from the last heartbeat). A Limiter that
-// never learned the fleet has no members to wait for.
+// Redis after its switch, until mayRun (Limiter.localSlotsReady): once the
+// fleet counts it as held (heldSince), its silence counted from mayRun. A
+// "redis" run after a "local" changes nothing, heartbeat.lua keeping the
+// latest mode.
 func (f *fleetView) localSlotsReady(mayRun time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.learned || !f.away || f.members <= 1 {
-		return true
-	}
-	if !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
-		return true
-	}
-	return time.Since(mayRun) >= f.settle*8/5
+	return f.heldSince(mayRun)
 }
 
 // localSeatsReady reports whether this Limiter, pacing locally, may take
 // seats on its local share of an in-flight band: once the fleet counts it
-// as held, and so leaves it its share. That is once a heartbeat saying it
-// paces locally reached Redis and the others heard it (settle), or once
-// it has been silent long enough for them to hold it by its silence (two
-// intervals, settle, and one more for them to hear it, +10%). A Limiter
-// that never learned the fleet has no members to wait for.
+// as held, and so leaves it its share (heldSince), its silence counted
+// from its last heartbeat.
 func (f *fleetView) localSeatsReady() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.heldSince(f.lastBeat)
+}
+
+// heldSince reports whether the fleet counts this Limiter, pacing locally,
+// as held: once a heartbeat saying it paces locally reached Redis and the
+// others heard it (settle), or once it has been silent since from long
+// enough for them to hold it by its silence (two intervals, settle, and
+// one more for them to hear it, +10%). A Limiter that never learned the
+// fleet has no members to wait for. f.mu is held.
+func (f *fleetView) heldSince(from time.Time) bool {
 	if !f.learned || !f.away || f.members <= 1 {
 		return true
 	}
 	if !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
 		return true
 	}
-	return !f.lastBeat.IsZero() && time.Since(f.lastBeat) >= f.settle*8/5
+	return !from.IsZero() && time.Since(from) >= f.settle*8/5
 }
