@@ -18,8 +18,9 @@
 // locally, and new ones started right after the fault; a process's own
 // Limiter.Pause made in a Redis fault and lasting past it; CPU hogs beside
 // the fleet (three or four per CPU, from its start or later); a fleet
-// process stopped with SIGSTOP; more pauses of the pacehttp key. Run plays
-// it against:
+// process stopped with SIGSTOP; more pauses of the pacehttp key. Last,
+// half the seeds draw a slow Redis (slow.go): for a while every reply
+// reaches the fleet late, through a proxy. Run plays it against:
 //
 //   - a fleet of child processes (Child), each built as the README's quick
 //     start builds its client, calling Wait, Reserve, TryReserveN and their

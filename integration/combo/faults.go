@@ -2,6 +2,7 @@ package combo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,23 +13,24 @@ import (
 // injector breaks the run's redis-server and mends it. Its faults never
 // overlap (Generate places them one after the other).
 type injector struct {
-	srv *redisproc.Server
-	rdb *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
+	srv   *redisproc.Server
+	proxy *slowProxy    // the fleet's way to srv in a seed that draws a slow Redis; else nil
+	rdb   *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
 }
 
-func newInjector(srv *redisproc.Server) *injector {
-	return &injector{srv: srv, rdb: redis.NewClient(&redis.Options{
+func newInjector(srv *redisproc.Server, proxy *slowProxy) *injector {
+	return &injector{srv: srv, proxy: proxy, rdb: redis.NewClient(&redis.Options{
 		Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
 	})}
 }
 
 func (in *injector) close() { _ = in.rdb.Close() }
 
-// inject starts fault k, which is to last d.
-func (in *injector) inject(k Kind, d time.Duration) error {
+// inject starts fault e.
+func (in *injector) inject(e Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	switch k {
+	switch k, d := e.Kind, e.For; k {
 	case FaultRestart:
 		in.srv.Stop()
 		return nil
@@ -44,8 +46,13 @@ func (in *injector) inject(k Kind, d time.Duration) error {
 		// CLIENT PAUSE <ms> ALL: every client's commands wait, ours too;
 		// it ends by itself after d.
 		return in.rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
+	case FaultSlow:
+		if in.proxy == nil {
+			return errors.New("inject: a slow Redis without its proxy")
+		}
+		return in.proxy.slow(e.Latency)
 	}
-	return fmt.Errorf("inject: %q is not a Redis fault", k)
+	return fmt.Errorf("inject: %q is not a Redis fault", e.Kind)
 }
 
 // heal ends fault k and returns once Redis answers again.
@@ -68,6 +75,11 @@ func (in *injector) heal(k Kind) error {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	case FaultSlow:
+		if in.proxy == nil {
+			return errors.New("heal: a slow Redis without its proxy")
+		}
+		return in.proxy.clear()
 	}
 	return fmt.Errorf("heal: %q is not a Redis fault", k)
 }

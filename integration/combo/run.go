@@ -115,6 +115,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url, script: script}
+	var proxy *slowProxy
+	if sc.slowRedis() {
+		// The fleet reaches Redis through the proxy that slows it down
+		// (slow.go); the runner, the operator and the injector directly.
+		if proxy, err = startSlowProxy(ctx, srv.Addr()); err != nil {
+			return nil, err
+		}
+		defer proxy.close()
+		r.srvAddr = proxy.addr()
+	}
 	defer r.killAll()
 	defer func() {
 		for _, h := range r.preHogs {
@@ -144,7 +154,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
-	in := newInjector(srv)
+	in := newInjector(srv, proxy)
 	defer in.close()
 	op, err := newOperator(srv.Addr(), res.Prefix, url, cfg.Seed)
 	if err != nil {
@@ -301,7 +311,7 @@ func (r *runner) play(in *injector, op *operator) {
 			var a *Action
 			steps = append(steps, step{e.At, func() {
 				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
-				if err := in.inject(e.Kind, e.For); err != nil {
+				if err := in.inject(e); err != nil {
 					a.Err = err.Error()
 				}
 			}}, step{e.At + e.For, func() {

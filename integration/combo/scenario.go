@@ -34,25 +34,28 @@ const (
 	FaultStall Kind = "stall"       // a fleet process stopped (SIGSTOP) for For, then continued
 	FaultClose Kind = "close"       // a fleet process told to Close its Limiter (while it paces locally); another started in its slot For later
 	LocalPause Kind = "pause-local" // a fleet process's own Limiter.Pause of Key for For (made in a Redis fault: on its local engine)
+	// FaultSlow: every round trip between the fleet and Redis Latency
+	// longer for For (a proxy in front of Redis: slow.go).
+	FaultSlow Kind = "slow-redis"
 )
 
 // Kinds lists every kind, for summaries.
 var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, OpFormat, ProviderPause,
-	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause}
+	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause, FaultSlow}
 
 // IsFault reports whether k breaks Redis, a fleet process or the machine.
 func (k Kind) IsFault() bool {
 	switch k {
-	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose:
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, FaultSlow:
 		return true
 	}
 	return false
 }
 
-// IsRedisFault reports whether k breaks Redis.
+// IsRedisFault reports whether k breaks Redis (or slows it down).
 func (k Kind) IsRedisFault() bool {
 	switch k {
-	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause:
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultSlow:
 		return true
 	}
 	return false
@@ -73,6 +76,8 @@ type Event struct {
 	Weight float64        // OpWeight: its weight stored, 0 to remove it
 	Format int            // OpFormat: the state format switched to
 	Hogs   int            // FaultHog: hog processes per CPU
+	// FaultSlow: how much longer each round trip takes.
+	Latency time.Duration `json:",omitempty"`
 }
 
 func (e Event) String() string {
@@ -86,6 +91,9 @@ func (e Event) String() string {
 	}
 	if e.Kind == FaultHog {
 		fmt.Fprintf(&b, " %d per CPU", e.Hogs)
+	}
+	if e.Kind == FaultSlow {
+		fmt.Fprintf(&b, " +%v a round trip", e.Latency)
 	}
 	if e.For > 0 {
 		fmt.Fprintf(&b, " for %v", e.For.Round(time.Millisecond))
@@ -144,9 +152,16 @@ const (
 // Generate draws seed's scenario. The same seed always gives the same one:
 // the timeline the runner drew before its draws were widened (generateBase),
 // and the wider draws' events (widen.go), each from a stream of its own.
-func Generate(seed uint64) Scenario {
+func Generate(seed uint64) Scenario { return generate(seed, true) }
+
+// generate is Generate, without the slow Redis unless slow (the draw that
+// came last: TestGenerate checks that it only adds itself).
+func generate(seed uint64, slow bool) Scenario {
 	sc := generateBase(seed)
 	sc.widen()
+	if slow {
+		sc.drawSlow()
+	}
 	sc.Python = pythonSlots(seed, sc.Procs)
 	sc.Dialect = httpDialect(seed)
 	sc.Body = httpBody(seed, sc.Dialect)

@@ -33,6 +33,12 @@ func TestGenerate(t *testing.T) {
 				t.Errorf("seed %d: first draws' %v in the warm-up (%v)", seed, e, warmup)
 			}
 		}
+		// The slow Redis, drawn last, adds itself only: every other event
+		// is as the seed drew it before.
+		unslowed := generate(seed, false)
+		if others := slices.DeleteFunc(slices.Clone(sc.Events), func(e Event) bool { return e.Kind == FaultSlow }); !reflect.DeepEqual(others, unslowed.Events) {
+			t.Fatalf("seed %d: drawing the slow Redis changed the other events", seed)
+		}
 		var faultEnd time.Duration
 		slotBusy := map[int]time.Duration{}
 		for i, e := range sc.Events {
@@ -57,6 +63,11 @@ func TestGenerate(t *testing.T) {
 				shortest, longest = 300*time.Millisecond, 3*time.Second+restartGap+300*time.Millisecond
 			case FaultHog:
 				shortest, longest = 2*time.Second, 5*time.Second
+			case FaultSlow:
+				shortest, longest = 1200*time.Millisecond, 3500*time.Millisecond
+				if !slices.Contains(slowLatencies, e.Latency) {
+					t.Errorf("seed %d: %v: a latency not drawn from %v", seed, e, slowLatencies)
+				}
 			}
 			end := sc.Length - settle
 			if e.Kind == FaultHog {
