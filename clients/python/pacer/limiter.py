@@ -332,6 +332,16 @@ class Limiter:
                         return self._reserve_redis(key, k, policy, costs, max_us)
                     except _NoShare:
                         pass
+                    except PacerError as e:
+                        if e.code != "PACER_STALE":
+                            raise
+                        # Run by Redis after its deadline (it stalled), and
+                        # changed nothing: again, once a heartbeat has told
+                        # the fleet as it is after the stall (Go's
+                        # grantEither; TestStallRefreshesFleet).
+                        self._resync_clock()
+                        self._beat()
+                        continue
                     except UNAVAILABLE as e:
                         if not self._lost(e):
                             if give_up is not None and time.monotonic() > give_up:
@@ -550,7 +560,8 @@ class Limiter:
             fmt = self._format
         if share is None:
             raise _NoShare()
-        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
+        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost, deadline_ms=self._deadline_ms(2)),
+                                     "", [(max_us, costs)])
         sent, sent_mono = time.time_ns(), time.monotonic()
         patient = _Patient(self)
         try:
@@ -560,7 +571,8 @@ class Limiter:
                 raise
             # A stored limit's calendar window the call had no table for:
             # the script changed nothing, and learned the zone; again, with it.
-            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost), "", [(max_us, costs)])
+            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost, deadline_ms=self._deadline_ms(2)),
+                                         "", [(max_us, costs)])
             sent, sent_mono = time.time_ns(), time.monotonic()
             v = self.scripts.run(patient, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         recv, recv_mono = time.time_ns(), time.monotonic()
@@ -738,6 +750,24 @@ class Limiter:
                 self._offset_ns = server_ns - (sent + recv) // 2
                 self._offset_rtt = rtt
 
+    def _resync_clock(self) -> None:
+        """Reads Redis's clock again (TIME) after a script refused as run
+        after its deadline (PACER_STALE), and takes it as the estimate,
+        whatever its round trip: the deadlines come from the estimate, and
+        one that is off (Redis's clock stepped) would make every deadline
+        one in the past, and every call stale, for ever. A Redis that does
+        not answer leaves it as it was (the heartbeat decides)."""
+        try:
+            sent = time.time_ns()
+            sec, usec = self.redis.execute_command("TIME")
+            recv = time.time_ns()
+        except (*UNAVAILABLE, redis.exceptions.ResponseError):
+            return
+        with self._lock:
+            self._best_rtt = recv - sent
+            self._offset_ns = int(sec) * 1_000_000_000 + int(usec) * 1000 - (sent + recv) // 2
+            self._offset_rtt = recv - sent
+
     def _server_now(self) -> int:
         """Now on Redis's clock as estimated, Unix ns."""
         return time.time_ns() + self._offset_ns
@@ -880,20 +910,26 @@ class Limiter:
         also = self._also_n()
         return also > 0 and self._rank >= also
 
-    def _deadline_ms(self) -> int | None:
-        """A heartbeat's deadline, as Go's Limiter sets it: when this
-        Limiter gives up on it (its client's socket timeout) plus the round
-        trip, Unix ms on the server's clock as estimated; None without a
-        timeout or an estimate. A Redis that stalled (frozen, a long fork)
-        runs the commands queued meanwhile when it resumes, and a heartbeat
-        saying "redis" from before this Limiter went local would show it
-        live on Redis while it paces locally (heartbeat.lua's ARGV[9])."""
+    def _deadline_ms(self, timeouts: int = 1) -> int | None:
+        """A script's deadline (ARGV[1]), as Go's Limiter sets it: its
+        client's socket timeout, ``timeouts`` times over, plus the round
+        trip, from now, Unix ms on the server's clock as estimated; None
+        without a timeout or an estimate. A Redis that stalled (frozen, a
+        long fork) runs the commands queued meanwhile when it resumes: a
+        heartbeat saying "redis" from before this Limiter went local would
+        show it live on Redis while it paces locally (heartbeat.lua's
+        ARGV[9]; a heartbeat is given up at its timeout: once), and a
+        reservation would take slots on the view of the fleet from before
+        the stall, beside members that paced locally meanwhile (a
+        reservation waits past its timeout for the ping that decides, as
+        Go's patient calls: twice, Go's scriptDeadline). Run later, the
+        script changes nothing and answers PACER_STALE."""
         timeout = self._socket_timeout()
         with self._lock:
             rtt = self._best_rtt
         if not timeout or not math.isfinite(rtt):
             return None
-        ns = self._server_now() + int(timeout * 1e9) + int(rtt)
+        ns = self._server_now() + int(timeouts * timeout * 1e9) + int(rtt)
         return -(-ns // 1_000_000)
 
     def _times(self) -> tuple[str, ...]:
@@ -1023,6 +1059,8 @@ class Limiter:
         except (*UNAVAILABLE, PacerError) as e:
             if isinstance(e, PacerError) and e.code != "PACER_STALE":
                 raise
+            if isinstance(e, PacerError):
+                self._resync_clock()  # for the next heartbeat's deadline
             with self._lock:
                 self._doubt = self._learned
                 if self._learned:

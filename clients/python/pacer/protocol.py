@@ -554,12 +554,14 @@ def env_arg(share: str, policy: Policy | None, now_us: int | None = None, now_ns
 
 
 def common_args(share: str, policy: Policy | None, now_us: int | None = None, now_ns: int = 0,
-                fmt: int = 2, lost: str = "") -> list[str | bytes]:
-    """"Common arguments": ARGV[1] the deadline (none: this client sends
-    none), ARGV[2] the environment (env_arg: now, None for Redis's TIME;
-    the format to write; a lost key's horizon; the share) and ARGV[3] the
-    policy (None: "", the state's records alone)."""
-    return ["", env_arg(share, policy, now_us, now_ns, fmt, lost), policy.arg() if policy is not None else ""]
+                fmt: int = 2, lost: str = "", deadline_ms: int | None = None) -> list[str | bytes]:
+    """"Common arguments": ARGV[1] the deadline (Unix ms on the server's
+    clock, after which the script changes nothing and answers PACER_STALE;
+    None: none), ARGV[2] the environment (env_arg: now, None for Redis's
+    TIME; the format to write; a lost key's horizon; the share) and ARGV[3]
+    the policy (None: "", the state's records alone)."""
+    return ["" if deadline_ms is None else str(deadline_ms), env_arg(share, policy, now_us, now_ns, fmt, lost),
+            policy.arg() if policy is not None else ""]
 
 
 def requests_arg(requests: Sequence[tuple[int, Sequence[float]]], short: bool = True) -> str | bytes:

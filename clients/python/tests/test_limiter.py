@@ -959,6 +959,90 @@ class FallbackTest(unittest.TestCase):
                     lim.close()
                     self.lims.remove(lim)
 
+    def test_stall_refreshes_fleet(self) -> None:
+        """A reservation that a stalled Redis (frozen, a long fork) runs
+        after its deadline changes nothing (PACER_STALE): the members may
+        have paced locally meanwhile, which the view it was sent on did not
+        know. It goes again once a heartbeat has told the fleet after the
+        stall (Go's TestStallRefreshesFleet). Before, Python sent no
+        deadline: the call ran at the thaw on the view of before, taking
+        the whole rate beside a member silent for over two seconds."""
+        b = self.limiter("b")  # heard from at its start, then silent
+        a = self.limiter("a")
+        a._beat()
+        self.assertEqual(a._n, 2)
+        self.assertEqual(a._share(grant=True), "1", "b is live: both on Redis, a takes the whole rate")
+        pol = Limit(1000, 1)
+        a.reserve("warm", pol)  # an estimate of Redis's clock: the call's deadline
+        shares: list[str] = []
+        sending = threading.Event()
+        run = a.scripts.run
+
+        def record(client: object, name: str, keys: list[str], args: list[str | bytes]) -> object:
+            if name == "Reserve":
+                sending.set()
+            v = run(client, name, keys, args)
+            if name == "Reserve":
+                env = args[1].decode() if isinstance(args[1], bytes) else args[1]
+                # The share, after the format and the lost horizon if any.
+                shares.append(" ".join(w for w in env.split(" ") if w[:1] not in ("f", "!")))  # (a stale call raised)
+            return v
+
+        a.scripts.run = record  # type: ignore[method-assign]
+        time.sleep(1.0)
+        got: list[object] = []
+        self.srv.freeze()
+        try:
+            t = threading.Thread(target=lambda: got.append(a.reserve("api", pol)))
+            t.start()
+            self.assertTrue(sending.wait(10))
+            # Its deadline: 2 x 0.5 s (the socket timeout) and the round
+            # trip after it was sent. It times out at 0.5 s, and the ping
+            # that decides waits 2 s: Redis thaws after the one, before the
+            # other.
+            time.sleep(1.6)
+        finally:
+            self.srv.thaw()
+        t.join(20)
+        self.assertEqual(len(got), 1, "the reservation returned")
+        self.assertFalse(a.is_local, "slow, not gone")
+        self.assertEqual(len(shares), 1, shares)
+        self.assertNotEqual(shares[0], "1", "granted on the view of before the stall, b held by none")
+        self.assertTrue(shares[0].startswith(f"2 {1 - a._rank}"), f"b, silent for over two seconds, is held: {shares[0]!r}")
+
+    def test_stale_reads_the_clock_again(self) -> None:
+        """A reservation refused as stale reads Redis's clock again (TIME)
+        before it goes again: an estimate that is off (Redis's clock
+        stepped) would otherwise make every deadline one in the past, and
+        every reservation stale, for ever (and every heartbeat, whose
+        deadline comes from the same estimate)."""
+        a = self.limiter("a")
+        a._beat()
+        pol = Limit(1000, 1)
+        a.reserve("warm", pol)
+        with a._lock:
+            good = a._offset_ns
+            a._offset_ns -= 10 * 1_000_000_000  # Redis's clock taken for 10 s behind
+        stale = 0
+        run = a.scripts.run
+
+        def count(client: object, name: str, keys: list[str], args: list[str | bytes]) -> object:
+            nonlocal stale
+            try:
+                return run(client, name, keys, args)
+            except PacerError as e:
+                if name == "Reserve" and e.code == "PACER_STALE":
+                    stale += 1
+                raise
+
+        a.scripts.run = count  # type: ignore[method-assign]
+        r = a.reserve("api", pol, max_wait=5)  # (stuck, it would raise WaitTooLong)
+        self.assertFalse(r.local)
+        self.assertEqual(stale, 1, "refused as stale once, then sent on the clock read again")
+        with a._lock:
+            self.assertLess(abs(a._offset_ns - good), 1_000_000_000, "the estimate, read again")
+        self.assertIsNotNone(a._deadline_ms(2))
+
     def test_late_redis_beat_holds_local_slots(self) -> None:
         """A Limiter that goes local while a heartbeat of its saying "redis"
         is under way takes no local slot until it is answered (then it is
