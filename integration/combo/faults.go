@@ -50,7 +50,7 @@ func (in *injector) inject(e Event) error {
 		if in.proxy == nil {
 			return errors.New("inject: a slow Redis without its proxy")
 		}
-		return in.proxy.slow(e.Latency)
+		return in.proxy.slow(e.Latency, e.Commands)
 	}
 	return fmt.Errorf("inject: %q is not a Redis fault", e.Kind)
 }

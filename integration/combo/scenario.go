@@ -76,8 +76,11 @@ type Event struct {
 	Weight float64        // OpWeight: its weight stored, 0 to remove it
 	Format int            // OpFormat: the state format switched to
 	Hogs   int            // FaultHog: hog processes per CPU
-	// FaultSlow: how much longer each round trip takes.
-	Latency time.Duration `json:",omitempty"`
+	// FaultSlow: how much longer each round trip takes, and whether the
+	// commands are late on their way to Redis (they run late) rather than
+	// the replies on their way back.
+	Latency  time.Duration `json:",omitempty"`
+	Commands bool          `json:",omitempty"`
 }
 
 func (e Event) String() string {
@@ -93,7 +96,11 @@ func (e Event) String() string {
 		fmt.Fprintf(&b, " %d per CPU", e.Hogs)
 	}
 	if e.Kind == FaultSlow {
-		fmt.Fprintf(&b, " +%v a round trip", e.Latency)
+		late := "replies"
+		if e.Commands {
+			late = "commands"
+		}
+		fmt.Fprintf(&b, " %s %v late", late, e.Latency)
 	}
 	if e.For > 0 {
 		fmt.Fprintf(&b, " for %v", e.For.Round(time.Millisecond))

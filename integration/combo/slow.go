@@ -12,16 +12,18 @@ import (
 )
 
 // The slow Redis (FaultSlow): for a while, every reply from Redis reaches
-// the fleet Latency late, through a proxy (internal/testkit's redisproxy, a
-// Toxiproxy) the fleet's processes reach Redis by in the seeds that draw
-// it. A slow Redis is no outage (DESIGN.md): callers who can wait get no
-// error, and whatever each process decides (on Redis, slow; or pacing
-// locally when its ping outlasts its budget) the provider sees no window
-// over the limit. The latencies run from under the Limiter's call timeout
-// (250 ms by default: calls answer slowly) to over it (calls time out, the
-// pings that decide wait, heartbeats come late), up to a little over a
-// second (go-redis's handshake on a new connection takes round trips of
-// its own).
+// the fleet Latency late, or every command reaches Redis Latency late (so
+// that it runs late: past its deadline when Latency is over twice the call
+// timeout, and the script refuses it, PACER_STALE), through a proxy
+// (internal/testkit's redisproxy, a Toxiproxy) the fleet's processes reach
+// Redis by in the seeds that draw it. A slow Redis is no outage
+// (DESIGN.md): callers who can wait get no error, and whatever each process
+// decides (on Redis, slow; or pacing locally when its ping outlasts its
+// budget) the provider sees no window over the limit. The latencies run
+// from under the Limiter's call timeout (250 ms by default: calls answer
+// slowly) to over it (calls time out, the pings that decide wait,
+// heartbeats come late), up to a little over a second (go-redis's
+// handshake on a new connection takes round trips of its own).
 //
 // It is drawn last, from a stream of its own, so that every other draw of
 // a seed stays as it was; the seeds that do not draw it reach Redis
@@ -40,6 +42,9 @@ func (sc *Scenario) drawSlow() {
 	for range 30 { // tries to find room between the other Redis faults
 		d := between2(rng, 1200*time.Millisecond, 3500*time.Millisecond)
 		if sc.addFitting(Event{At: between2(rng, warmup, last-d), Kind: FaultSlow, For: d, Latency: lat}) {
+			// Commands or replies late: drawn after the rest, so that the
+			// draws above are what they were before it joined.
+			sc.Events[len(sc.Events)-1].Commands = rng.IntN(2) == 0
 			return
 		}
 	}
@@ -75,7 +80,13 @@ func startSlowProxy(ctx context.Context, upstream string) (*slowProxy, error) {
 // addr is the proxy's host:port.
 func (p *slowProxy) addr() string { return p.child.First }
 
-// slow makes every reply d late; clear, on time again.
-func (p *slowProxy) slow(d time.Duration) error { return p.child.Do("latency " + d.String()) }
-func (p *slowProxy) clear() error               { return p.child.Do("clear") }
-func (p *slowProxy) close()                     { _ = p.child.Close() }
+// slow makes every reply d late, or every command (commands); clear, on
+// time again.
+func (p *slowProxy) slow(d time.Duration, commands bool) error {
+	if commands {
+		return p.child.Do("latency-up " + d.String())
+	}
+	return p.child.Do("latency " + d.String())
+}
+func (p *slowProxy) clear() error { return p.child.Do("clear") }
+func (p *slowProxy) close()       { _ = p.child.Close() }

@@ -57,6 +57,15 @@ func (p *Proxy) AddLatency(t testing.TB, d time.Duration) {
 	p.do(t, "latency "+d.String())
 }
 
+// AddCommandLatency delays every command on its way to the server by d
+// (rounded down to whole milliseconds): each runs d late, and each round
+// trip takes d longer. A second call replaces the delay; it adds to
+// AddLatency's.
+func (p *Proxy) AddCommandLatency(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.do(t, "latency-up "+d.String())
+}
+
 // AddTimeout stops all data in both directions, as a network that has gone
 // silent: connections are accepted and stay open, but nothing reaches
 // upstream or comes back. Clear closes the connections hung meanwhile;

@@ -55,6 +55,18 @@ func TestProxy(t *testing.T) {
 		assert.Less(t, rtt(t, c), d)
 	})
 
+	t.Run("command latency", func(t *testing.T) {
+		// The command runs late: Redis's clock, read by the command,
+		// is d or more past its sending (one machine, one clock).
+		const d = 100 * time.Millisecond
+		p.AddCommandLatency(t, d)
+		sent := time.Now()
+		now, err := c.Time(ctx(t)).Result()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, now.Sub(sent), d-time.Millisecond, "TIME ran %v after it was sent", now.Sub(sent))
+		p.Clear(t)
+	})
+
 	t.Run("timeout", func(t *testing.T) {
 		p.AddTimeout(t)
 		start := time.Now()

@@ -60,6 +60,14 @@ func (p *Proxy) AddLatency(d time.Duration) error {
 	return p.setToxic("latency", "latency", "downstream", map[string]any{"latency": d.Milliseconds()}, true)
 }
 
+// AddCommandLatency delays every command on its way to upstream by d
+// (rounded down to whole milliseconds): each runs d late, and each round
+// trip takes d longer. A second call replaces the delay; it adds to
+// AddLatency's.
+func (p *Proxy) AddCommandLatency(d time.Duration) error {
+	return p.setToxic("latency_up", "latency", "upstream", map[string]any{"latency": d.Milliseconds()}, true)
+}
+
 // AddTimeout stops all data in both directions, as a network that has gone
 // silent: connections are still accepted and stay open, but commands never
 // reach upstream and nothing comes back, so clients hang until their own

@@ -8,6 +8,7 @@
 // It prints the proxy's address, then obeys, one per line on stdin:
 //
 //	latency <duration>   delay every reply (Proxy.AddLatency)
+//	latency-up <duration>  delay every command (Proxy.AddCommandLatency)
 //	timeout              stop all data (Proxy.AddTimeout)
 //	reset                reset connections (Proxy.ResetPeer)
 //	disable, enable      refuse connections, and accept them again
@@ -36,17 +37,20 @@ func main() {
 	}
 	defer p.Close()
 	protocol.Serve(p.Addr(), func(name string, args []string) error {
-		if name != "latency" && len(args) != 0 {
+		if name != "latency" && name != "latency-up" && len(args) != 0 {
 			return fmt.Errorf("%s takes no arguments", name)
 		}
 		switch name {
-		case "latency":
+		case "latency", "latency-up":
 			if len(args) != 1 {
-				return errors.New("usage: latency <duration>")
+				return fmt.Errorf("usage: %s <duration>", name)
 			}
 			d, err := time.ParseDuration(args[0])
 			if err != nil {
 				return err
+			}
+			if name == "latency-up" {
+				return p.AddCommandLatency(d)
 			}
 			return p.AddLatency(d)
 		case "timeout":
