@@ -20,8 +20,9 @@
 // the fleet (three or four per CPU, from its start or later); a fleet
 // process stopped with SIGSTOP; more pauses of the pacehttp key. Last,
 // half the seeds draw a slow Redis (slow.go): for a while every reply
-// reaches the fleet late, or every command reaches Redis late, through a
-// proxy. Run plays it against:
+// reaches the fleet late, or every command reaches Redis late, through
+// proxies, for the whole fleet or one process's link. Run plays it
+// against:
 //
 //   - a fleet of child processes (Child), each built as the README's quick
 //     start builds its client, calling Wait, Reserve, TryReserveN and their

@@ -13,13 +13,13 @@ import (
 // injector breaks the run's redis-server and mends it. Its faults never
 // overlap (Generate places them one after the other).
 type injector struct {
-	srv   *redisproc.Server
-	proxy *slowProxy    // the fleet's way to srv in a seed that draws a slow Redis; else nil
-	rdb   *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
+	srv     *redisproc.Server
+	proxies []*slowProxy  // each fleet slot's way to srv in a seed that draws a slow Redis; else none
+	rdb     *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
 }
 
-func newInjector(srv *redisproc.Server, proxy *slowProxy) *injector {
-	return &injector{srv: srv, proxy: proxy, rdb: redis.NewClient(&redis.Options{
+func newInjector(srv *redisproc.Server, proxies []*slowProxy) *injector {
+	return &injector{srv: srv, proxies: proxies, rdb: redis.NewClient(&redis.Options{
 		Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
 	})}
 }
@@ -47,19 +47,38 @@ func (in *injector) inject(e Event) error {
 		// it ends by itself after d.
 		return in.rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 	case FaultSlow:
-		if in.proxy == nil {
-			return errors.New("inject: a slow Redis without its proxy")
+		ps, err := in.slowOnes(e)
+		if err != nil {
+			return fmt.Errorf("inject: %w", err)
 		}
-		return in.proxy.slow(e.Latency, e.Commands)
+		for _, p := range ps {
+			if err := p.slow(e.Latency, e.Commands); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("inject: %q is not a Redis fault", e.Kind)
 }
 
-// heal ends fault k and returns once Redis answers again.
-func (in *injector) heal(k Kind) error {
+// slowOnes are the proxies slow Redis e slows: every slot's, or One's.
+func (in *injector) slowOnes(e Event) ([]*slowProxy, error) {
+	switch {
+	case len(in.proxies) == 0:
+		return nil, errors.New("a slow Redis without its proxies")
+	case !e.One:
+		return in.proxies, nil
+	case e.Child < 0 || e.Child >= len(in.proxies):
+		return nil, fmt.Errorf("a slow link of slot %d, of %d", e.Child, len(in.proxies))
+	}
+	return in.proxies[e.Child : e.Child+1], nil
+}
+
+// heal ends fault e and returns once Redis answers again.
+func (in *injector) heal(e Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	switch k {
+	switch e.Kind {
 	case FaultRestart:
 		return in.srv.Restart() // empty: no state, no scripts, no heartbeats
 	case FaultFreeze:
@@ -76,10 +95,16 @@ func (in *injector) heal(k Kind) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	case FaultSlow:
-		if in.proxy == nil {
-			return errors.New("heal: a slow Redis without its proxy")
+		ps, err := in.slowOnes(e)
+		if err != nil {
+			return fmt.Errorf("heal: %w", err)
 		}
-		return in.proxy.clear()
+		for _, p := range ps {
+			if err := p.clear(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return fmt.Errorf("heal: %q is not a Redis fault", k)
+	return fmt.Errorf("heal: %q is not a Redis fault", e.Kind)
 }

@@ -115,15 +115,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url, script: script}
-	var proxy *slowProxy
+	var proxies []*slowProxy
 	if sc.slowRedis() {
-		// The fleet reaches Redis through the proxy that slows it down
-		// (slow.go); the runner, the operator and the injector directly.
-		if proxy, err = startSlowProxy(ctx, srv.Addr()); err != nil {
-			return nil, err
+		// Each slot's processes reach Redis through a proxy that can slow
+		// them down (slow.go); the runner, the operator and the injector
+		// directly.
+		for range sc.Procs {
+			p, err := startSlowProxy(ctx, srv.Addr())
+			if err != nil {
+				return nil, err
+			}
+			defer p.close()
+			proxies = append(proxies, p)
+			r.slotAddrs = append(r.slotAddrs, p.addr())
 		}
-		defer proxy.close()
-		r.srvAddr = proxy.addr()
 	}
 	defer r.killAll()
 	defer func() {
@@ -154,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
-	in := newInjector(srv, proxy)
+	in := newInjector(srv, proxies)
 	defer in.close()
 	op, err := newOperator(srv.Addr(), res.Prefix, url, cfg.Seed)
 	if err != nil {
@@ -206,8 +211,11 @@ type runner struct {
 	logf    func(string, ...any)
 	ctx     context.Context
 	srvAddr string
-	url     string
-	script  string // the Python child's, if the seed's Python draw runs
+	// slotAddrs: each fleet slot's way to Redis (a proxy's) in a seed that
+	// draws a slow Redis; else none, and srvAddr.
+	slotAddrs []string
+	url       string
+	script    string // the Python child's, if the seed's Python draw runs
 
 	// preHogs: the CPU hogs of a FaultHog at 0, started at preHogAt,
 	// before the fleet's start.
@@ -236,7 +244,11 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	if gen > 0 {
 		id += string(rune('a' + gen))
 	}
-	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: r.srvAddr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body, Seats: r.sc.Seats}
+	addr := r.srvAddr
+	if r.slotAddrs != nil {
+		addr = r.slotAddrs[slot]
+	}
+	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: addr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body, Seats: r.sc.Seats}
 	python := r.script != "" && r.sc.isPython(slot)
 	if python {
 		spec.Script = r.script
@@ -315,7 +327,7 @@ func (r *runner) play(in *injector, op *operator) {
 					a.Err = err.Error()
 				}
 			}}, step{e.At + e.For, func() {
-				if err := in.heal(e.Kind); err != nil {
+				if err := in.heal(e); err != nil {
 					a.Err = strings.TrimSpace(a.Err + " heal: " + err.Error())
 				}
 				a.End = time.Now().UnixNano()

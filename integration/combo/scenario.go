@@ -81,6 +81,9 @@ type Event struct {
 	// the replies on their way back.
 	Latency  time.Duration `json:",omitempty"`
 	Commands bool          `json:",omitempty"`
+	// FaultSlow: one fleet slot's link to Redis only (Child), not the
+	// whole fleet's.
+	One bool `json:",omitempty"`
 }
 
 func (e Event) String() string {
@@ -89,7 +92,7 @@ func (e Event) String() string {
 	if e.Key != "" {
 		fmt.Fprintf(&b, " %s", e.Key)
 	}
-	if e.Kind.IsProcFault() || e.Kind == LocalPause {
+	if e.Kind.IsProcFault() || e.Kind == LocalPause || e.Kind == FaultSlow && e.One {
 		fmt.Fprintf(&b, " child %d", e.Child+1) // the slot's first process's ID
 	}
 	if e.Kind == FaultHog {

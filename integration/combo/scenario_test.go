@@ -68,6 +68,9 @@ func TestGenerate(t *testing.T) {
 				if !slices.Contains(slowLatencies, e.Latency) {
 					t.Errorf("seed %d: %v: a latency not drawn from %v", seed, e, slowLatencies)
 				}
+				if e.One && (e.Child < 0 || e.Child >= sc.Procs) {
+					t.Errorf("seed %d: %v: a slow link of no fleet slot", seed, e)
+				}
 			}
 			end := sc.Length - settle
 			if e.Kind == FaultHog {

@@ -14,9 +14,11 @@ import (
 // The slow Redis (FaultSlow): for a while, every reply from Redis reaches
 // the fleet Latency late, or every command reaches Redis Latency late (so
 // that it runs late: past its deadline when Latency is over twice the call
-// timeout, and the script refuses it, PACER_STALE), through a proxy
-// (internal/testkit's redisproxy, a Toxiproxy) the fleet's processes reach
-// Redis by in the seeds that draw it. A slow Redis is no outage
+// timeout, and the script refuses it, PACER_STALE), through proxies
+// (internal/testkit's redisproxy, a Toxiproxy; one per fleet slot) the
+// fleet's processes reach Redis by in the seeds that draw it; in a third
+// of them, one slot's link only (One): that process alone is slow, and
+// the others hear it late, or not at all while its commands are late. A slow Redis is no outage
 // (DESIGN.md): callers who can wait get no error, and whatever each process
 // decides (on Redis, slow; or pacing locally when its ping outlasts its
 // budget) the provider sees no window over the limit. The latencies run
@@ -44,20 +46,24 @@ func (sc *Scenario) drawSlow() {
 		if sc.addFitting(Event{At: between2(rng, warmup, last-d), Kind: FaultSlow, For: d, Latency: lat}) {
 			// Commands or replies late: drawn after the rest, so that the
 			// draws above are what they were before it joined.
-			sc.Events[len(sc.Events)-1].Commands = rng.IntN(2) == 0
+			e := &sc.Events[len(sc.Events)-1]
+			e.Commands = rng.IntN(2) == 0
+			if rng.IntN(3) == 0 { // drawn after the direction, as it was after the rest
+				e.One, e.Child = true, rng.IntN(sc.Procs)
+			}
 			return
 		}
 	}
 }
 
 // slowRedis reports whether sc draws a slow Redis: its fleet then reaches
-// Redis through a proxy.
+// Redis through proxies, one per slot.
 func (sc Scenario) slowRedis() bool {
 	return slices.ContainsFunc(sc.Events, func(e Event) bool { return e.Kind == FaultSlow })
 }
 
-// slowProxy is the proxy the fleet reaches Redis by in a seed that draws a
-// slow Redis.
+// slowProxy is the proxy a fleet slot's processes reach Redis by in a seed
+// that draws a slow Redis.
 type slowProxy struct {
 	child *launcher.Child
 }
