@@ -34,8 +34,9 @@ const (
 	FaultStall Kind = "stall"       // a fleet process stopped (SIGSTOP) for For, then continued
 	FaultClose Kind = "close"       // a fleet process told to Close its Limiter (while it paces locally); another started in its slot For later
 	LocalPause Kind = "pause-local" // a fleet process's own Limiter.Pause of Key for For (made in a Redis fault: on its local engine)
-	// FaultSlow: every round trip between the fleet and Redis Latency
-	// longer for For (a proxy in front of Redis: slow.go).
+	// FaultSlow: for For, every reply to the fleet (or every command to
+	// Redis: Commands) Latency late, for the whole fleet or one slot's
+	// process (One, Child), through proxies in front of Redis (slow.go).
 	FaultSlow Kind = "slow-redis"
 )
 

@@ -17,15 +17,17 @@ import (
 // timeout, and the script refuses it, PACER_STALE), through proxies
 // (internal/testkit's redisproxy, a Toxiproxy; one per fleet slot) the
 // fleet's processes reach Redis by in the seeds that draw it; in a third
-// of them, one slot's link only (One): that process alone is slow, and
-// the others hear it late, or not at all while its commands are late. A slow Redis is no outage
-// (DESIGN.md): callers who can wait get no error, and whatever each process
-// decides (on Redis, slow; or pacing locally when its ping outlasts its
-// budget) the provider sees no window over the limit. The latencies run
-// from under the Limiter's call timeout (250 ms by default: calls answer
-// slowly) to over it (calls time out, the pings that decide wait,
-// heartbeats come late), up to a little over a second (go-redis's
-// handshake on a new connection takes round trips of its own).
+// of them, one slot's link only (One): that process alone is slow, and the
+// others hear it late, or not at all while its commands are late.
+//
+// A slow Redis is no outage (DESIGN.md): callers who can wait get no
+// error, and whatever each process decides (on Redis, slow; or pacing
+// locally when its ping outlasts its budget) the provider sees no window
+// over the limit. The latencies run from under the Limiter's call timeout
+// (250 ms by default: calls answer slowly) to over it (calls time out, the
+// pings that decide wait, heartbeats come late), up to a little over a
+// second (go-redis's handshake on a new connection takes round trips of
+// its own).
 //
 // It is drawn last, from a stream of its own, so that every other draw of
 // a seed stays as it was; the seeds that do not draw it reach Redis
