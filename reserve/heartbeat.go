@@ -259,6 +259,9 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		sent := time.Now()
 		res, err := heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 		took = time.Since(sent)
+		if code, _ := layout.ErrorCode(err); code == "PACER_STALE" {
+			l.resyncClock(ctx, "") // for the next heartbeat's deadline
+		}
 		if out {
 			// Answered (a reply, or an error Redis sent): it ran, or
 			// never will, by now. Else it may still run, until its

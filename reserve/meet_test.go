@@ -759,6 +759,41 @@ func TestStallRefreshesFleet(t *testing.T) {
 	assert.Equal(t, 0.5, a.Share(), "b, silent for over two seconds, may pace locally: a leaves it its half")
 }
 
+// shiftClock is time.Now moved by d: a Limiter's local clock against which
+// Redis's seems to step.
+type shiftClock struct{ d atomic.Int64 }
+
+func (c *shiftClock) Now() time.Time { return time.Now().Add(time.Duration(c.d.Load())) }
+
+// TestStaleReadsTheClockAgain: the scripts' deadlines count on the
+// Limiter's estimate of Redis's clock, which only replies correct. Once
+// Redis's clock stood 10 s ahead of it (here the local clock steps back;
+// in the field, the server's steps, or a failover lands on a host whose
+// clock differs), every call was refused as run after its deadline
+// (PACER_STALE), none brought a reply to correct the estimate, and after
+// maxSlowTries each batch was paced locally, for good, while the fleet
+// counted the Limiter on Redis. A stale call now reads the server's
+// clock again (TIME) before it goes again.
+func TestStaleReadsTheClockAgain(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	clk := &shiftClock{}
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), Clock: clk, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	_, err = l.Reserve(ctx, "api", lim) // the estimate
+	require.NoError(t, err)
+	clk.d.Store(int64(-10 * time.Second))
+	for i := range 3 {
+		r, err := l.Reserve(ctx, "api", lim)
+		require.NoError(t, err, "call %d", i)
+		assert.False(t, r.Local(), "call %d paced locally while the Limiter is on Redis", i)
+		assert.Less(t, r.Delay(), time.Second, "call %d: its slot placed on the clock read again", i)
+	}
+	assert.False(t, l.Degraded())
+}
+
 // TestSwitchToldAtOnce: a Limiter that switches to local pacing tells the
 // fleet at once (a heartbeat saying "local", which Redis runs when it can:
 // here when it thaws), not at its first probe a ProbeInterval later: until

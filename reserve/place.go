@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
+	"github.com/redis/go-redis/v9"
 )
 
 // Stage 3 of a call's way (see wait.go): placing the slots on the local
@@ -151,6 +153,42 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) (at time.Time, l
 		return lo, lo.Sub(est)
 	}
 	return est, 0
+}
+
+// resyncClock reads the server's clock (TIME, on key's node; "": the
+// fleet's keys') and takes it into the estimate (place), after a call
+// refused as run after its deadline (PACER_STALE). The deadlines count on
+// the estimate, which only replies correct: one that is off by more than
+// a deadline's margin (the server's clock stepped, a failover to a host
+// whose clock differs) made every call stale, none of them a reply, and
+// after maxSlowTries each batch was paced locally while the fleet counted
+// the Limiter on Redis (TestStaleReadsTheClockAgain). A Redis that does
+// not answer leaves the estimate as it was.
+func (l *Limiter) resyncClock(ctx context.Context, key string) {
+	if !l.serverTime || l.onStore != nil {
+		return
+	}
+	// Bounded by the call timeout only: the call it follows may have
+	// used up its context's time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout())
+	defer cancel()
+	var node redis.UniversalClient = l.rdb
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		k := l.fleetKeys()[0]
+		if key != "" {
+			k = l.keys(key)[0]
+		}
+		if n, err := c.MasterForKey(ctx, k); err == nil {
+			node = n
+		}
+	}
+	send := l.clock.Now()
+	t, err := node.Time(ctx).Result()
+	recv := l.clock.Now()
+	if err != nil {
+		return
+	}
+	l.sync.place(t.UnixNano(), send, recv)
 }
 
 // parseReserve fills out from reserve.lua's reply, whose waits count from

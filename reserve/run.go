@@ -50,7 +50,12 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 		case isTimeout(out[0].err) || isStale(out[0].err):
 			// Timed out, or run by Redis after its deadline (it stalled)
 			// and changed nothing: again once the ping the timeout started
-			// answered, on the fleet as it is after the stall.
+			// answered, on the fleet as it is after the stall. A call
+			// refused as stale reads the server's clock again first
+			// (resyncClock).
+			if isStale(out[0].err) {
+				l.resyncClock(ctx, key)
+			}
 			if try == maxSlowTries || !l.slowNotGone(ctx) {
 				if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
 					return out
