@@ -18,8 +18,16 @@ const (
 	rate       = 200.0
 	burst      = 1
 
-	warmup   = 3 * time.Second // both children heartbeat twice: they know the fleet is 2
-	faultFor = 4 * time.Second
+	warmup = 3 * time.Second // both children heartbeat twice: they know the fleet is 2
+	// faultFor: long enough that local pacing has begun before the heal. A
+	// child finds the outage about 2 s in (the ping's budget), and when a
+	// heartbeat of its saying "redis" may still run on Redis (a timeout, a
+	// freeze: one is under way at the switch), its local slots wait until
+	// the fleet holds it, 3.2 s after that heartbeat's deadline
+	// (docs/design.md, "When Redis fails"). With 4 s, TestFaultTimeout's
+	// children paced locally 1.7 s before the heal without a slot in it,
+	// and the liveness check failed (once in about six runs).
+	faultFor = 7 * time.Second
 	tail     = 4 * time.Second // after Redis is back
 )
 
