@@ -256,11 +256,11 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		// above take round trips of their own (a second each through a
 		// proxy that delayed replies by one: TestFaultLatency).
 		args[3] = strconv.FormatInt(l.liveWindow().Milliseconds(), 10)
-		sent := time.Now()
+		sent, sentClock := time.Now(), l.clock.Now()
 		res, err := heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), args...).Result()
 		took = time.Since(sent)
 		if code, _ := layout.ErrorCode(err); code == "PACER_STALE" {
-			l.resyncClock(ctx, "") // for the next heartbeat's deadline
+			l.resyncClock(ctx, "", sentClock) // for the next heartbeat's deadline
 		}
 		if out {
 			// Answered (a reply, or an error Redis sent): it ran, or

@@ -77,6 +77,12 @@ type clockSync struct {
 		local   time.Time
 		rtt     time.Duration
 	}
+
+	// resyncing is closed when the read of the server's clock under way
+	// (resyncClock) ends; nil: none. resynced is when the last one that
+	// ended was sent (the Limiter's clock). Guarded by mu.
+	resyncing chan struct{}
+	resynced  time.Time
 }
 
 // bestAge is how long the best anchor is kept against anchors with longer
@@ -163,11 +169,41 @@ func (c *clockSync) place(serverNS int64, send, recv time.Time) (at time.Time, l
 // whose clock differs) made every call stale, none of them a reply, and
 // after maxSlowTries each batch was paced locally while the fleet counted
 // the Limiter on Redis (TestStaleReadsTheClockAgain). A Redis that does
-// not answer leaves the estimate as it was.
-func (l *Limiter) resyncClock(ctx context.Context, key string) {
+// not answer leaves the estimate as it was. One read serves every call
+// refused meanwhile (after a stall, every key's batch at once), and every
+// call sent (at sent) before a read: they wait for it, or go on, rather
+// than each make a round trip of its own.
+func (l *Limiter) resyncClock(ctx context.Context, key string, sent time.Time) {
 	if !l.serverTime || l.onStore != nil {
 		return
 	}
+	c := &l.sync
+	c.mu.Lock()
+	if !c.resynced.Before(sent) {
+		c.mu.Unlock()
+		return // read since the call was sent
+	}
+	if ch := c.resyncing; ch != nil {
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		return
+	}
+	ch := make(chan struct{})
+	c.resyncing = ch
+	c.mu.Unlock()
+	var read time.Time // when the read was sent, if it was answered
+	defer func() {
+		c.mu.Lock()
+		c.resyncing = nil
+		if read.After(c.resynced) {
+			c.resynced = read
+		}
+		c.mu.Unlock()
+		close(ch)
+	}()
 	// Bounded by the call timeout only: the call it follows may have
 	// used up its context's time.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout())
@@ -189,6 +225,7 @@ func (l *Limiter) resyncClock(ctx context.Context, key string) {
 		return
 	}
 	l.sync.place(t.UnixNano(), send, recv)
+	read = send
 }
 
 // parseReserve fills out from reserve.lua's reply, whose waits count from

@@ -39,6 +39,7 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 	}
 	backoff := blipRetry
 	for try := 0; ; try++ {
+		sent := l.clock.Now()
 		out := l.grantBatch(ctx, key, s, reqs, fairArgs, false)
 		if len(out) == 0 || out[0].err == nil || !errors.Is(out[0].err, ErrUnavailable) || l.opts.FailClosed {
 			return out
@@ -54,7 +55,7 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 			// refused as stale reads the server's clock again first
 			// (resyncClock).
 			if isStale(out[0].err) {
-				l.resyncClock(ctx, key)
+				l.resyncClock(ctx, key, sent)
 			}
 			if try == maxSlowTries || !l.slowNotGone(ctx) {
 				if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
