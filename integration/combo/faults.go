@@ -2,7 +2,6 @@ package combo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,31 +46,29 @@ func (in *injector) inject(e Event) error {
 		// it ends by itself after d.
 		return in.rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 	case FaultSlow:
-		ps, err := in.slowOnes(e)
-		if err != nil {
-			return fmt.Errorf("inject: %w", err)
-		}
-		for _, p := range ps {
-			if err := p.slow(e.Latency, e.Commands); err != nil {
-				return err
-			}
-		}
-		return nil
+		return in.eachSlow(e, func(p *slowProxy) error { return p.slow(e.Latency, e.Commands) })
 	}
 	return fmt.Errorf("inject: %q is not a Redis fault", e.Kind)
 }
 
-// slowOnes are the proxies slow Redis e slows: every slot's, or One's.
-func (in *injector) slowOnes(e Event) ([]*slowProxy, error) {
+// eachSlow runs do on the proxies slow Redis e slows: every slot's, or
+// One's.
+func (in *injector) eachSlow(e Event, do func(*slowProxy) error) error {
+	ps := in.proxies
 	switch {
-	case len(in.proxies) == 0:
-		return nil, errors.New("a slow Redis without its proxies")
-	case !e.One:
-		return in.proxies, nil
-	case e.Child < 0 || e.Child >= len(in.proxies):
-		return nil, fmt.Errorf("a slow link of slot %d, of %d", e.Child, len(in.proxies))
+	case len(ps) == 0:
+		return fmt.Errorf("%s: a slow Redis without its proxies", e.Kind)
+	case e.One && (e.Child < 0 || e.Child >= len(ps)):
+		return fmt.Errorf("%s: a slow link of slot %d, of %d", e.Kind, e.Child, len(ps))
+	case e.One:
+		ps = ps[e.Child : e.Child+1]
 	}
-	return in.proxies[e.Child : e.Child+1], nil
+	for _, p := range ps {
+		if err := do(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heal ends fault e and returns once Redis answers again.
@@ -95,16 +92,7 @@ func (in *injector) heal(e Event) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	case FaultSlow:
-		ps, err := in.slowOnes(e)
-		if err != nil {
-			return fmt.Errorf("heal: %w", err)
-		}
-		for _, p := range ps {
-			if err := p.clear(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return in.eachSlow(e, (*slowProxy).clear)
 	}
 	return fmt.Errorf("heal: %q is not a Redis fault", e.Kind)
 }

@@ -560,21 +560,22 @@ class Limiter:
             fmt = self._format
         if share is None:
             raise _NoShare()
-        args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost, deadline_ms=self._deadline_ms(2)),
-                                     "", [(max_us, costs)])
+        def args() -> list[str | bytes]:  # the deadline counts from when it is sent
+            return protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost, deadline_ms=self._deadline_ms(2)),
+                                         "", [(max_us, costs)])
+
+        keys = [k, k + ":limit", k + ":shadow"]
         sent, sent_mono = time.time_ns(), time.monotonic()
         patient = _Patient(self)
         try:
-            v = self.scripts.run(patient, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+            v = self.scripts.run(patient, "Reserve", keys, args())
         except protocol.PacerArgumentError as e:
             if e.code != "PACER_CALENDAR":
                 raise
             # A stored limit's calendar window the call had no table for:
             # the script changed nothing, and learned the zone; again, with it.
-            args = protocol.reserve_args(protocol.common_args(share, policy, fmt=fmt, lost=lost, deadline_ms=self._deadline_ms(2)),
-                                         "", [(max_us, costs)])
             sent, sent_mono = time.time_ns(), time.monotonic()
-            v = self.scripts.run(patient, "Reserve", [k, k + ":limit", k + ":shadow"], args)
+            v = self.scripts.run(patient, "Reserve", keys, args())
         recv, recv_mono = time.time_ns(), time.monotonic()
         rep = protocol.decode_reserve(v)
         self._clock_sample(rep.now_ns, sent, recv)
