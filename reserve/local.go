@@ -280,6 +280,13 @@ func (l *Limiter) beatOutErr(key string) error {
 	return &noShareError{fmt.Errorf("reserve: %q: %w: a heartbeat of this Limiter's saying it is on Redis may have run there after it switched to local pacing (Redis held it), so the fleet may take this Limiter's share on Redis: its calls wait until the fleet has heard it pace locally", key, l.unavailableErr())}
 }
 
+// onRedisErr is the refusal of a local slot to a Limiter on Redis (not
+// degraded) whose calls on key timed out or ran late maxSlowTries times
+// after its pings found Redis answering (grantEither).
+func (l *Limiter) onRedisErr(key string) error {
+	return &noShareError{fmt.Errorf("reserve: %q: %w: Redis answers this Limiter's pings but did not run its calls on the key in time, and the fleet counts it on Redis, which leaves it no local share: its calls wait for Redis", key, l.unavailableErr())}
+}
+
 // localKeys are key's Redis keys in the store: its state and stored limit,
 // then more.
 func (l *Limiter) localKeys(key string, more ...string) []string { return l.keys(key, more...) }

@@ -30,7 +30,8 @@ func (l *Limiter) reserveBatch(ctx context.Context, key string, s *spec, reqs []
 // grantEither runs the batch on Redis, or on the local fallback while
 // Redis is unavailable, and after a call that could not reach it. A call
 // that only timed out goes to Redis again once a ping shows Redis slow,
-// not gone (health.go), a few times at most.
+// not gone (health.go), a few times at most; then it is paced locally if
+// the Limiter has switched, else its callers wait for Redis (grantLocal).
 func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) []result {
 	if l.isDegraded() && !l.opts.FailClosed {
 		if out, ok := l.grantLocal(ctx, key, s, reqs, fairArgs); ok {
@@ -96,8 +97,20 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 // the Limiter is back on Redis (or ctx ends: the results say so), and ok
 // is false: the batch goes to Redis. A slot granted locally during the
 // handback would never reach Redis, which would grant its instant again
-// to another member (TestNoLocalGrantDuringHandback).
+// to another member (TestNoLocalGrantDuringHandback). A Limiter that has
+// not switched to local pacing (its calls timed out or ran late, and a
+// ping found Redis answering) is counted on Redis by the fleet, which
+// leaves it no local share: its callers wait for Redis, as for any share
+// it lacks (onRedisErr; TestStaleTriesStayOnRedis).
 func (l *Limiter) grantLocal(ctx context.Context, key string, s *spec, reqs []*request, fairArgs []any) (out []result, ok bool) {
+	if !l.isDegraded() {
+		err := l.onRedisErr(key)
+		out = make([]result, len(reqs))
+		for i := range out {
+			out[i] = result{nil, err}
+		}
+		return out, true
+	}
 	l.local.RLock()
 	if !l.isRecovering() {
 		defer l.local.RUnlock()

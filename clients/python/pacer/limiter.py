@@ -322,6 +322,7 @@ class Limiter:
         max_us = -1 if max_wait is None else int(max_wait * 1e6)
         give_up = None if max_wait is None else time.monotonic() + max_wait
         delay = 0.05
+        stale = 0  # tries Redis ran past their deadlines
         while True:
             with self._lock:
                 local = self._local
@@ -338,10 +339,18 @@ class Limiter:
                         # Run by Redis after its deadline (it stalled), and
                         # changed nothing: again, once a heartbeat has told
                         # the fleet as it is after the stall (Go's
-                        # grantEither; TestStallRefreshesFleet).
+                        # grantEither; TestStallRefreshesFleet). After
+                        # _SLOW_TRIES such tries the caller waits for Redis,
+                        # as for a share the client lacks, within its
+                        # maximum wait: the fleet counts this client on
+                        # Redis (Go's TestStaleTriesStayOnRedis).
                         self._resync_clock()
                         self._beat()
-                        continue
+                        stale += 1
+                        if stale <= _SLOW_TRIES:
+                            if give_up is not None and time.monotonic() > give_up:
+                                raise WaitTooLong(max_wait, OUTAGE_BAND) from e
+                            continue
                     except UNAVAILABLE as e:
                         if not self._lost(e):
                             if give_up is not None and time.monotonic() > give_up:
@@ -1636,6 +1645,11 @@ _LATE_VIEW = 0.25
 
 #: How often a sleeper reads the key's state for a resume that moved it.
 _POLL = 0.1
+
+#: How many times a reservation that Redis ran past its deadline goes to
+#: Redis again at once; then its caller waits for Redis between tries (Go's
+#: maxSlowTries).
+_SLOW_TRIES = 4
 
 def _sleep_to(r: Reservation, before: float) -> None:
     """Sleeps until before seconds ahead of r's slot, reading the clock

@@ -1043,6 +1043,58 @@ class FallbackTest(unittest.TestCase):
             self.assertLess(abs(a._offset_ns - good), 1_000_000_000, "the estimate, read again")
         self.assertIsNotNone(a._deadline_ms(2))
 
+    def test_stale_tries_keep_the_maximum_wait(self) -> None:
+        """Reservations that Redis runs past their deadlines every time
+        (PACER_STALE), while it answers the client's other commands, leave
+        the client on Redis: its caller waits for Redis, within its maximum
+        wait, and past it gets WaitTooLong (band "(outage)"), as while
+        Redis is unavailable. Before, each stale try went again at once,
+        past the maximum, for as long as the tries were stale (Go's
+        TestStaleTriesStayOnRedis)."""
+        a = self.limiter("a")
+        a._beat()
+        pol = Limit(1000, 1)
+        a.reserve("warm", pol)
+        stale = 0
+        run = a.scripts.run
+
+        def late(client: object, name: str, keys: list[str], args: list[str | bytes]) -> object:
+            nonlocal stale
+            if name == "Reserve":
+                # Sent as if it had waited 5 s on the way: past its
+                # deadline when Redis runs it.
+                args = list(args)
+                args[0] = str(int(args[0]) - 5000) if args[0] else args[0]
+            try:
+                return run(client, name, keys, args)
+            except PacerError as e:
+                if name == "Reserve" and e.code == "PACER_STALE":
+                    stale += 1
+                raise
+
+        a.scripts.run = late  # type: ignore[method-assign]
+        done: list[BaseException | object] = []
+
+        def call() -> None:
+            try:
+                done.append(a.reserve("api", pol, max_wait=0.3))
+            except BaseException as e:  # noqa: BLE001 (handed to the test)
+                done.append(e)
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        t.join(10)
+        a.scripts.run = run  # type: ignore[method-assign]
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        self.assertGreater(stale, 0, "no reservation ran late")
+        self.assertLess(stale, 20, "the stale tries went again at once (a few a millisecond before)")
+        self.assertEqual(len(done), 1)
+        self.assertIsInstance(done[0], WaitTooLong, f"{done[0]!r} after {stale} stale tries")
+        assert isinstance(done[0], WaitTooLong)
+        self.assertEqual(done[0].band, limiter.OUTAGE_BAND)
+        self.assertFalse(a.is_local)
+
     def test_late_redis_beat_holds_local_slots(self) -> None:
         """A Limiter that goes local while a heartbeat of its saying "redis"
         is under way takes no local slot until it is answered (then it is
