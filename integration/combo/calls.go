@@ -704,3 +704,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// fair reports whether c was a fair request (a tenant or a lane of its
+// own): booked only in its turn, within its horizon.
+func (c Call) fair() bool { return c.Tenant != "" || c.Lane != int(reserve.Normal) }

@@ -345,6 +345,12 @@ func TestCanWait(t *testing.T) {
 	}
 }
 
+// plain returns c as a request with no tenant and the normal lane.
+func plain(c Call) Call {
+	c.Kind, c.Tenant, c.Lane = "reserve", "", int(reserve.Normal)
+	return c
+}
+
 func TestResumed(t *testing.T) {
 	// The operator pauses KeyFair for 10 s at 3 s and resumes it at 3.5 s.
 	pause := Action{Kind: OpPause, Key: KeyFair, For: 10 * time.Second, At: at(3 * time.Second), End: at(3*time.Second + ms2(1))}
@@ -377,6 +383,12 @@ func TestResumed(t *testing.T) {
 		// outage, then a fair queue).
 		{"asked for after the resume, the key idle to the old end", call(5*time.Second, 13*time.Second), []Action{pause, resume}, 1, nil},
 		{"asked for after the resume, queued behind others", call(5*time.Second, 13*time.Second), []Action{pause, resume}, -1, nil},
+		// A fair call asked for before the resume, queued behind its
+		// tenant's backlog (the combination runner's seed 4): booked only
+		// within its horizon, it slept on no slot of the pause. A plain
+		// call fired at the old end among others did: it broke it.
+		{"a fair call asked for before the resume, queued behind others", call(2*time.Second, 13*time.Second), []Action{pause, resume}, -1, nil},
+		{"a plain call asked for before the resume, fired among others at the old end", plain(call(2*time.Second, 13*time.Second)), []Action{pause, resume}, -2, nil},
 		{"not resumed", call(2*time.Second, 13*time.Second), []Action{pause}, 0, nil},
 		{"held to the old end in a Redis fault", call(2*time.Second, 13*time.Second),
 			[]Action{pause, resume, {Kind: FaultFreeze, At: at(12 * time.Second), End: at(13500 * time.Millisecond)}}, 0, nil},
@@ -389,8 +401,8 @@ func TestResumed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls, want := []Call{tc.call}, tc.want
-			if want < 0 { // calls fired on the key every 100 ms before it
-				want = 0
+			if want < 0 { // calls fired on the key every 100 ms before it: -1 want 0, -2 want 1
+				want = -want - 1
 				for d := 11 * time.Second; d < 13*time.Second; d += 100 * time.Millisecond {
 					calls = append(calls, call(d-time.Second, d))
 				}
