@@ -291,6 +291,12 @@ class Limiter:
         self._cid, self._run = 0, ""
         self._presence_denied = False
         self._presence_lock = threading.Lock()
+        # After a stale reservation (_after_stale): whether a read of the
+        # clock and a heartbeat are under way, and when (monotonic) the
+        # last one began.
+        self._stale_cv = threading.Condition(threading.Lock())
+        self._stale_busy = False
+        self._stale_read = -math.inf
         self._stop = threading.Event()
         # Wakes the heartbeat thread at once: the Limiter just went local
         # (_go_local), and the fleet must hear it.
@@ -329,6 +335,7 @@ class Limiter:
             r: Reservation | None = None
             try:
                 if not local:
+                    sent = time.monotonic()
                     try:
                         return self._reserve_redis(key, k, policy, costs, max_us)
                     except _NoShare:
@@ -344,8 +351,7 @@ class Limiter:
                         # as for a share the client lacks, within its
                         # maximum wait: the fleet counts this client on
                         # Redis (Go's TestStaleTriesStayOnRedis).
-                        self._resync_clock()
-                        self._beat()
+                        self._after_stale(sent)
                         stale += 1
                         if stale <= _SLOW_TRIES:
                             if give_up is not None and time.monotonic() > give_up:
@@ -777,6 +783,32 @@ class Limiter:
             self._best_rtt = recv - sent
             self._offset_ns = int(sec) * 1_000_000_000 + int(usec) * 1000 - (sent + recv) // 2
             self._offset_rtt = recv - sent
+
+    def _after_stale(self, sent: float) -> None:
+        """After a reservation sent at ``sent`` (monotonic) was refused as
+        stale: reads Redis's clock again and hears the fleet (a heartbeat)
+        before it goes again, once for every reservation refused meanwhile
+        (after a stall, every thread's at once): one sent before such a
+        read began went out on the estimate and the view the read renews,
+        and waits for a read under way rather than make its own (Go's
+        resyncClock)."""
+        with self._stale_cv:
+            while True:
+                if self._stale_read >= sent:
+                    return
+                if not self._stale_busy:
+                    self._stale_busy = True
+                    break
+                self._stale_cv.wait()
+        began = time.monotonic()
+        try:
+            self._resync_clock()
+            self._beat()
+        finally:
+            with self._stale_cv:
+                self._stale_busy = False
+                self._stale_read = max(self._stale_read, began)
+                self._stale_cv.notify_all()
 
     def _server_now(self) -> int:
         """Now on Redis's clock as estimated, Unix ns."""

@@ -1095,6 +1095,53 @@ class FallbackTest(unittest.TestCase):
         self.assertEqual(done[0].band, limiter.OUTAGE_BAND)
         self.assertFalse(a.is_local)
 
+    def test_stale_reads_the_clock_once_for_all(self) -> None:
+        """Reservations refused as stale together (after a stall, every
+        thread's) read Redis's clock again and hear the fleet once, not
+        once each: every one of them was sent before that read (Go's
+        resyncClock). Before, each thread sent its own TIME and heartbeat."""
+        a = self.limiter("a")
+        a._beat()
+        pol = Limit(1000, 1)
+        a.reserve("warm", pol)
+        threads = 8
+        refused = threading.Barrier(threads, timeout=10)
+        late = threading.local()
+        run = a.scripts.run
+
+        def stale_once(client: object, name: str, keys: list[str], args: list[str | bytes]) -> object:
+            if name != "Reserve" or getattr(late, "done", False):
+                return run(client, name, keys, args)
+            late.done = True
+            args = list(args)
+            args[0] = str(int(args[0]) - 5000)  # past its deadline when Redis runs it
+            try:
+                return run(client, name, keys, args)
+            except PacerError as e:
+                if e.code == "PACER_STALE":
+                    refused.wait()  # every thread's refused before any reads the clock
+                raise
+
+        reads = 0
+        resync = a._resync_clock
+
+        def count() -> None:
+            nonlocal reads
+            reads += 1
+            resync()
+
+        a.scripts.run = stale_once  # type: ignore[method-assign]
+        a._resync_clock = count  # type: ignore[method-assign]
+        got: list[object] = []
+        ts = [threading.Thread(target=lambda: got.append(a.reserve("api", pol, max_wait=5)), daemon=True) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        self.assertEqual(len(got), threads)
+        self.assertTrue(all(isinstance(r, limiter.Reservation) and not r.local for r in got), got)
+        self.assertEqual(reads, 1, "each stale thread read the clock again")
+
     def test_late_redis_beat_holds_local_slots(self) -> None:
         """A Limiter that goes local while a heartbeat of its saying "redis"
         is under way takes no local slot until it is answered (then it is
