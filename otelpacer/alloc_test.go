@@ -8,6 +8,9 @@ import (
 
 	"github.com/pacer-go/pacer/otelpacer"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -36,7 +39,7 @@ func TestGrantAllocs(t *testing.T) {
 func newValueAllocs(t *testing.T, cached int) float64 {
 	t.Helper()
 	tel, err := otelpacer.New(otelpacer.Options{MeterProvider: noop.NewMeterProvider(),
-		KeyAttribute: func(key string) string { return key }})
+		KeyAttribute: func(key string) string { return key }, MaxKeyValues: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +79,81 @@ func TestNewKeyValueCost(t *testing.T) {
 	if large > small+1 {
 		t.Errorf("a new value's grant allocates %v times with 5,000 sets cached, %v with 10: it grows with the cache", large, small)
 	}
+}
+
+// TestKeyValuesBound (Options.MaxKeyValues): the first MaxKeyValues
+// pacer.key values have series of their own, every later one counts as
+// OtherKeyValue, and every measurement counts; on every instrument with
+// pacer.key. By default the bound is DefaultMaxKeyValues; -1 lifts it.
+func TestKeyValuesBound(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		max    int
+		values int
+		own    int // values with series of their own
+	}{
+		{"bound 3", 3, 10, 3},
+		{"the default", 0, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues},
+		{"no bound", -1, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues + 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t, otelpacer.Options{KeyAttribute: func(key string) string { return key }, MaxKeyValues: tc.max})
+			for i := range tc.values {
+				k := "k" + strconv.Itoa(i)
+				for range i%3 + 1 {
+					g.tel.Granted(reserve.Grant{Key: k, Units: []string{"tokens"}, Amounts: []float64{2}, Source: reserve.SourceRedis})
+				}
+				g.tel.Moved(k, "late")
+				g.tel.Paused(k, time.Second)
+			}
+			want := map[string]int64{}
+			total := int64(0)
+			for i := range tc.values {
+				v := "k" + strconv.Itoa(i)
+				if i >= tc.own {
+					v = otelpacer.OtherKeyValue
+				}
+				want[v] += int64(i%3 + 1)
+				total += int64(i%3 + 1)
+			}
+			for _, name := range []string{"pacer.rate_limiting.requests", "pacer.rate_limiting.moved", "pacer.rate_limiting.pauses", "pacer.rate_limiting.units"} {
+				m, ok := g.metric(t, name)
+				require.True(t, ok, name)
+				got := map[string]int64{}
+				var sum int64
+				add := func(attrs attribute.Set, n int64) {
+					v, _ := attrs.Value("pacer.key")
+					got[v.AsString()] += n
+					sum += n
+				}
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, dp := range d.DataPoints {
+						add(dp.Attributes, dp.Value)
+					}
+				case metricdata.Sum[float64]:
+					for _, dp := range d.DataPoints {
+						add(dp.Attributes, int64(dp.Value/2))
+					}
+				}
+				switch name {
+				case "pacer.rate_limiting.requests", "pacer.rate_limiting.units":
+					assert.Equal(t, want, got, name)
+					assert.Equal(t, total, sum, name)
+				default: // one a key
+					assert.Len(t, got, min(tc.own+1, tc.values), name)
+					assert.Equal(t, int64(tc.values), sum, name)
+				}
+			}
+		})
+	}
+}
+
+// TestBadOptions: New refuses a MaxKeyValues below -1, and makes nothing.
+func TestBadOptions(t *testing.T) {
+	tel, err := otelpacer.New(otelpacer.Options{MaxKeyValues: -2})
+	require.ErrorIs(t, err, otelpacer.ErrInvalidOptions)
+	assert.Nil(t, tel)
 }
 
 // TestCacheBound: beyond MaxCachedSets the Telemetry caches no more sets,

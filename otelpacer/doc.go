@@ -42,7 +42,10 @@
 // slot was free at once. Keys are not attributes by default, since a
 // crawler has millions: Options.KeyAttribute maps a key to the value of a
 // pacer.key attribute (its host, or "other"), and Options.TenantAttribute a
-// tenant to pacer.tenant on the fair metrics. The instruments marked
+// tenant to pacer.tenant on the fair metrics. The first
+// Options.MaxKeyValues values (DefaultMaxKeyValues, 100, by default) get
+// series of their own; later ones are recorded as OtherKeyValue,
+// "(other)". The instruments marked
 // Tracer count only when the Telemetry is the Limiter's Tracer too.
 //
 // # Traces

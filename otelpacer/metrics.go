@@ -14,12 +14,13 @@ import (
 )
 
 // keyValue returns key's attribute value, and whether there is one
-// (Options.KeyAttribute).
+// (Options.KeyAttribute): OtherKeyValue once Options.MaxKeyValues others
+// were seen.
 func (t *Telemetry) keyValue(key string) (string, bool) {
 	if t.keyAttr == nil {
 		return "", false
 	}
-	return t.keyAttr(key), true
+	return t.values.admit(t.keyAttr(key)), true
 }
 
 // keyOption returns the attribute set of key alone: pacer.key, or none.

@@ -3,6 +3,7 @@ package otelpacer
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/pacer-go/pacer/adaptive"
 	"github.com/pacer-go/pacer/reserve"
@@ -30,6 +31,16 @@ type Options struct {
 	// provider, "other"). Default nil: no pacer.key on metrics. Spans always
 	// carry the key.
 	KeyAttribute func(key string) string
+	// MaxKeyValues bounds how many distinct pacer.key values get series of
+	// their own: the first MaxKeyValues values the Telemetry sees keep
+	// theirs for its lifetime, and every later one is recorded as
+	// OtherKeyValue. Each value is a series in each instrument that has
+	// pacer.key (and its buckets, in a histogram), so a KeyAttribute that
+	// maps each of a crawler's hosts to itself would make millions.
+	// Default 0: DefaultMaxKeyValues; -1: no bound (the SDK's own
+	// cardinality limit, 2,000 series an instrument by default, still
+	// applies). Below -1: New fails.
+	MaxKeyValues int
 	// TenantAttribute, if set, maps a fair request's tenant to the value of
 	// a pacer.tenant attribute on the fair metrics: name the few tenants to
 	// watch and map the rest to one value. Default nil: per lane only.
@@ -66,6 +77,9 @@ type Telemetry struct {
 
 	// sets caches the attribute sets of the hot paths (sets.go).
 	sets setCache
+	// values are the pacer.key values with series of their own
+	// (Options.MaxKeyValues; sets.go).
+	values keyValues
 }
 
 var (
@@ -76,6 +90,17 @@ var (
 	_ reserve.Tracer       = (*Telemetry)(nil)
 	_ adaptive.Observer    = (*Telemetry)(nil)
 )
+
+// DefaultMaxKeyValues is Options.MaxKeyValues's default: the most distinct
+// pacer.key values with series of their own.
+const DefaultMaxKeyValues = 100
+
+// OtherKeyValue is the pacer.key of a key whose KeyAttribute value came
+// after Options.MaxKeyValues others.
+const OtherKeyValue = "(other)"
+
+// ErrInvalidOptions is New's error for Options out of range.
+var ErrInvalidOptions = errors.New("otelpacer: invalid options")
 
 // WaitBuckets are the bucket boundaries, in seconds, of the histograms of
 // waits (time_in_queue, fair.turn): from 1 ms to 30 minutes, for waits
@@ -108,6 +133,13 @@ const (
 // opts.TracerProvider. It fails only if the MeterProvider refuses an
 // instrument.
 func New(opts Options) (*Telemetry, error) {
+	maxValues := opts.MaxKeyValues
+	switch {
+	case maxValues < -1:
+		return nil, fmt.Errorf("%w: MaxKeyValues %d (want -1 for no bound, 0 for the default, or more)", ErrInvalidOptions, maxValues)
+	case maxValues == 0:
+		maxValues = DefaultMaxKeyValues
+	}
 	mp, tp := opts.MeterProvider, opts.TracerProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -118,6 +150,7 @@ func New(opts Options) (*Telemetry, error) {
 	version := trace.WithInstrumentationVersion(reserve.Version)
 	t := &Telemetry{keyAttr: opts.KeyAttribute, tenantAttr: opts.TenantAttribute, tracer: tp.Tracer(ScopeName, version)}
 	t.sets.init(MaxCachedSets)
+	t.values.init(maxValues)
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(reserve.Version))
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }

@@ -167,3 +167,55 @@ func (k setKey) build() metric.MeasurementOption {
 	}
 	return metric.WithAttributeSet(attribute.NewSet(kv...))
 }
+
+// keyValues are the pacer.key values with series of their own: the first
+// max seen (Options.MaxKeyValues; -1: all). A value found is one read of
+// one shard of a map by value; a new one, one insert: O(1).
+type keyValues struct {
+	shards [setShards]valueShard
+	seed   maphash.Seed
+	n      atomic.Int64 // values admitted
+	max    int64        // < 0: no bound
+}
+
+type valueShard struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+	_  [32]byte // apart from the next shard's lock
+}
+
+func (kv *keyValues) init(maxValues int) {
+	kv.seed, kv.max = maphash.MakeSeed(), int64(maxValues)
+	for i := range kv.shards {
+		kv.shards[i].m = map[string]struct{}{}
+	}
+}
+
+// admit returns v if it has series of its own, admitting it while fewer
+// than max have; else OtherKeyValue.
+func (kv *keyValues) admit(v string) string {
+	if kv.max < 0 {
+		return v
+	}
+	sh := &kv.shards[maphash.String(kv.seed, v)%setShards]
+	sh.mu.RLock()
+	_, ok := sh.m[v]
+	sh.mu.RUnlock()
+	if ok {
+		return v
+	}
+	if kv.n.Load() >= kv.max {
+		return OtherKeyValue
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[v]; ok {
+		return v
+	}
+	if kv.n.Add(1) > kv.max {
+		kv.n.Add(-1) // another value took the last place meanwhile
+		return OtherKeyValue
+	}
+	sh.m[v] = struct{}{}
+	return v
+}

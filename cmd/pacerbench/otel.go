@@ -39,14 +39,17 @@ import (
 //     OpenTelemetry SDK (a manual reader; every span sampled and handed to
 //     an exporter that drops it), without KeyAttribute: the reference;
 //   - otel+key: the same with KeyAttribute mapping every key to itself,
-//     c.OtelKeys values of pacer.key (more than the SDK's cardinality
-//     limit, 2,000: the rest count in its overflow series), the worst
-//     case;
+//     c.OtelKeys values of pacer.key, the worst case, under otelpacer's
+//     default bound (the first DefaultMaxKeyValues values have series of
+//     their own, the rest count as OtherKeyValue);
+//   - otel+key/nobound: otel+key without that bound (MaxKeyValues -1):
+//     more values than the SDK's cardinality limit, 2,000, the rest
+//     counting in its overflow series;
 //   - otel+key/100: KeyAttribute mapping the keys to 100 values (a host,
 //     a provider), as otelpacer's documentation asks;
-//   - otel+key/noex: otel+key on an SDK whose exemplar filter is off
-//     (sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)): what of
-//     otel+key's cost is the reservoirs the SDK makes for each new series.
+//   - otel+key/noex: otel+key/nobound on an SDK whose exemplar filter is
+//     off (sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)): what
+//     of its cost is the reservoirs the SDK makes for each new series.
 //
 // The setups take turns, otelChunk keys at a time (in an order shuffled
 // for each turn; one process works while the others wait for their next
@@ -72,7 +75,7 @@ var otelLimit = reserve.Limit{Rate: 10, Burst: 1}
 const otelChunk = 250
 
 // otelSetups are the setups.
-var otelSetups = []string{"none", "otel", "otel+key", "otel+key/100", "otel+key/noex"}
+var otelSetups = []string{"none", "otel", "otel+key", "otel+key/nobound", "otel+key/100", "otel+key/noex"}
 
 // hundredValues are the values of the otel+key/100 setup's KeyAttribute.
 var hundredValues = func() []string {
@@ -208,8 +211,10 @@ func (s *otelSetup) open(rdb *redis.Client, log *slog.Logger) error {
 		s.shutdown = append(s.shutdown, mp.Shutdown, tp.Shutdown)
 		o := otelpacer.Options{MeterProvider: mp, TracerProvider: tp}
 		switch s.name {
-		case "otel+key", "otel+key/noex":
+		case "otel+key":
 			o.KeyAttribute = func(key string) string { return key }
+		case "otel+key/nobound", "otel+key/noex":
+			o.KeyAttribute, o.MaxKeyValues = func(key string) string { return key }, -1
 		case "otel+key/100":
 			o.KeyAttribute = oneOfHundred
 		}
@@ -505,10 +510,10 @@ func (o *otelResults) tables() string {
 	fmt.Fprintf(&b, "\n### OpenTelemetry's cost: otelpacer with and without KeyAttribute\n\n")
 	fmt.Fprintf(&b, "%d runs, each on a flushed Redis with new processes, of %s fresh keys per setup (limit %s/s, burst %d: each slot free at once; MaxLateness 50 ms), one Wait each, by %d goroutines; "+
 		"the setups take turns, %d keys at a time, in an order shuffled for each turn, each in a process of its own. Setups: `none` (no Metrics, no Tracer), `otel` (a Telemetry as Metrics and Tracer on the SDK, "+
-		"every span sampled), `otel+key` (the same with KeyAttribute: each key its own pacer.key), `otel+key/100` (KeyAttribute: 100 values), `otel+key/noex` (otel+key with the SDK's exemplar filter off). "+
+		"every span sampled), `otel+key` (the same with KeyAttribute: each key its own pacer.key, under otelpacer's default MaxKeyValues, %d), `otel+key/nobound` (the same without the bound), `otel+key/100` (KeyAttribute: 100 values), `otel+key/noex` (otel+key/nobound with the SDK's exemplar filter off). "+
 		"Second slots: grants beyond the Waits (a Wait that woke later than MaxLateness takes a fresh slot). Counted: "+
 		"pacer.rate_limiting.requests as the SDK collected it. Figures summed over the runs; p50: the median of the runs', p99: the largest. CPU µs per Wait: the setup's process's CPU time over its turns, its garbage collection included. CPU against otel: the setup's CPU time over otel's, over all the turns; per turn: the median over the turns of that ratio in each.\n\n",
-		o.Repeats, thousands(float64(o.Keys)), thousands(otelLimit.Rate), otelLimit.Burst, o.Workers, o.Chunk)
+		o.Repeats, thousands(float64(o.Keys)), thousands(otelLimit.Rate), otelLimit.Burst, o.Workers, o.Chunk, otelpacer.DefaultMaxKeyValues)
 	b.WriteString("| setup | Waits | errors | grants | second slots | woke late | counted | wall µs per Wait | CPU µs per Wait | CPU against otel | per turn | p50 | p99 |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range o.Runs {
