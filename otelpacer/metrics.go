@@ -20,7 +20,7 @@ func (t *Telemetry) keyValue(key string) (string, bool) {
 	if t.keyAttr == nil {
 		return "", false
 	}
-	return t.values.admit(t.keyAttr(key)), true
+	return t.values.Admit(t.keyAttr(key)), true
 }
 
 // keyOption returns the attribute set of key alone: pacer.key, or none.

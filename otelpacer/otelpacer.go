@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pacer-go/pacer/adaptive"
+	"github.com/pacer-go/pacer/internal/keyvalues"
 	"github.com/pacer-go/pacer/reserve"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -78,8 +79,8 @@ type Telemetry struct {
 	// sets caches the attribute sets of the hot paths (sets.go).
 	sets setCache
 	// values are the pacer.key values with series of their own
-	// (Options.MaxKeyValues; sets.go).
-	values keyValues
+	// (Options.MaxKeyValues).
+	values *keyvalues.Set
 }
 
 var (
@@ -93,11 +94,11 @@ var (
 
 // DefaultMaxKeyValues is Options.MaxKeyValues's default: the most distinct
 // pacer.key values with series of their own.
-const DefaultMaxKeyValues = 100
+const DefaultMaxKeyValues = keyvalues.Default
 
 // OtherKeyValue is the pacer.key of a key whose KeyAttribute value came
 // after Options.MaxKeyValues others.
-const OtherKeyValue = "(other)"
+const OtherKeyValue = keyvalues.Other
 
 // ErrInvalidOptions is New's error for Options out of range.
 var ErrInvalidOptions = errors.New("otelpacer: invalid options")
@@ -150,7 +151,7 @@ func New(opts Options) (*Telemetry, error) {
 	version := trace.WithInstrumentationVersion(reserve.Version)
 	t := &Telemetry{keyAttr: opts.KeyAttribute, tenantAttr: opts.TenantAttribute, tracer: tp.Tracer(ScopeName, version)}
 	t.sets.init(MaxCachedSets)
-	t.values.init(maxValues)
+	t.values = keyvalues.New(maxValues)
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(reserve.Version))
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }

@@ -40,7 +40,9 @@
 // Keys are not labels by default: a crawler has millions. Options.KeyLabel
 // maps a key to a label value (for instance its host, or "other"), and adds
 // a "key" label to reservations_total, units_total, wait_seconds,
-// pauses_total and the seats metrics. The seats metrics' band is the
+// pauses_total and the seats metrics. The first Options.MaxKeyValues
+// values (DefaultMaxKeyValues, 100, by default) get series of their own;
+// later ones are counted as OtherKeyValue, "(other)". The seats metrics' band is the
 // in-flight band's name. Tenants are not labels by default either:
 // Options.TenantLabel adds a "tenant" label to the fair metrics, lane being
 // "urgent", "normal" or "batch".

@@ -1,8 +1,10 @@
 package prommetrics
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/keyvalues"
 	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +17,14 @@ type Options struct {
 	// KeyLabel, if set, maps a key to the value of a "key" label. Keep the
 	// number of distinct values small. Default nil: no key label.
 	KeyLabel func(key string) string
+	// MaxKeyValues bounds how many distinct key label values get series of
+	// their own: the first MaxKeyValues values seen keep theirs for the
+	// Metrics' lifetime, and every later one is counted as OtherKeyValue.
+	// Each value is a series in each metric with the key label (and its
+	// buckets, in a histogram), so a KeyLabel that maps each of a
+	// crawler's hosts to itself would make millions. Default 0:
+	// DefaultMaxKeyValues; -1: no bound. Below -1, New panics.
+	MaxKeyValues int
 	// TenantLabel, if set, maps a fair request's tenant to the value of a
 	// "tenant" label on the fair metrics (reserve.FairMetrics): name the
 	// few tenants to watch and map the rest to one value ("other"). Default
@@ -56,20 +66,40 @@ var (
 // waits from a free slot to a long queue behind a provider's pause.
 var WaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
 
-// New creates the collectors and registers them with reg (if not nil).
+// DefaultMaxKeyValues is Options.MaxKeyValues's default: the most distinct
+// key label values with series of their own.
+const DefaultMaxKeyValues = keyvalues.Default
+
+// OtherKeyValue is the key label of a key whose KeyLabel value came after
+// Options.MaxKeyValues others.
+const OtherKeyValue = keyvalues.Other
+
+// New creates the collectors and registers them with reg (if not nil). It
+// panics, as reg.MustRegister does, if reg refuses them, or if
+// opts.MaxKeyValues is below -1.
 func New(reg prometheus.Registerer, opts Options) *Metrics {
 	ns := opts.Namespace
 	if ns == "" {
 		ns = "pacer"
 	}
+	maxValues := opts.MaxKeyValues
+	switch {
+	case maxValues < -1:
+		panic(fmt.Sprintf("prommetrics: Options.MaxKeyValues %d (want -1 for no bound, 0 for the default, or more)", maxValues))
+	case maxValues == 0:
+		maxValues = DefaultMaxKeyValues
+	}
 	perKey := []string{}
+	var keyLabel func(string) string
 	if opts.KeyLabel != nil {
 		perKey = []string{"key"}
+		values, label := keyvalues.New(maxValues), opts.KeyLabel
+		keyLabel = func(key string) string { return values.Admit(label(key)) }
 	}
 	perBand := append([]string{"source", "band"}, perKey...)
 	perUnit := append(append([]string{"source"}, perKey...), "unit")
 	m := &Metrics{
-		keyLabel: opts.KeyLabel,
+		keyLabel: keyLabel,
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reservations_total",
 			Help: "Reservations granted, by source (redis, local fallback, lease) and binding band (none when free at once, (pause) when a pause set the slot)."}, perBand),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "units_total",

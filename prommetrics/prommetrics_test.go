@@ -50,6 +50,58 @@ func TestMetricsOnRedis(t *testing.T) {
 	assert.GreaterOrEqual(t, n, 2, "reserve and pause (and heartbeat) call series")
 }
 
+// TestKeyValuesBound (Options.MaxKeyValues): the first MaxKeyValues key
+// label values have series of their own, every later one counts as
+// OtherKeyValue, and every grant and pause counts. By default the bound is
+// DefaultMaxKeyValues; -1 lifts it; below -1, New panics.
+func TestKeyValuesBound(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		max, values int
+		own         int // values with series of their own
+	}{
+		{"bound 3", 3, 10, 3},
+		{"the default", 0, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues},
+		{"no bound", -1, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues + 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			m := prommetrics.New(reg, prommetrics.Options{KeyLabel: func(k string) string { return k }, MaxKeyValues: tc.max})
+			grants := 0
+			for i := range tc.values {
+				k := fmt.Sprintf("k%d", i)
+				for range i%3 + 1 {
+					m.Granted(reserve.Grant{Key: k, Units: []string{"tokens"}, Amounts: []float64{2}, Source: reserve.SourceRedis, Wait: time.Millisecond})
+					grants++
+				}
+				m.Paused(k, time.Second)
+			}
+			for i := range tc.values {
+				k := fmt.Sprintf("k%d", i)
+				want := float64(i%3 + 1)
+				if i >= tc.own {
+					continue
+				}
+				assert.Equal(t, want, sum(t, reg, "pacer_reservations_total", map[string]string{"key": k}), k)
+			}
+			other := 0.0
+			for i := tc.own; i < tc.values; i++ {
+				other += float64(i%3 + 1)
+			}
+			assert.Equal(t, other, sum(t, reg, "pacer_reservations_total", map[string]string{"key": prommetrics.OtherKeyValue}))
+			assert.Equal(t, float64(grants), sum(t, reg, "pacer_reservations_total", nil))
+			assert.Equal(t, float64(grants), sum(t, reg, "pacer_wait_seconds", nil))
+			assert.Equal(t, float64(tc.values), sum(t, reg, "pacer_pauses_total", nil))
+			n, err := testutil.GatherAndCount(reg, "pacer_pauses_total")
+			require.NoError(t, err)
+			assert.Equal(t, min(tc.own+1, tc.values), n, "pauses series")
+		})
+	}
+	assert.PanicsWithValue(t, "prommetrics: Options.MaxKeyValues -2 (want -1 for no bound, 0 for the default, or more)", func() {
+		prommetrics.New(prometheus.NewRegistry(), prommetrics.Options{MaxKeyValues: -2})
+	})
+}
+
 // TestMetricsFallback: a dead Redis shows as errors, one switch to local,
 // the active gauge at 1, and local reservations.
 func TestMetricsFallback(t *testing.T) {
