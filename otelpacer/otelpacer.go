@@ -131,8 +131,8 @@ const (
 )
 
 // New makes the instruments on opts.MeterProvider and the tracer on
-// opts.TracerProvider. It fails only if the MeterProvider refuses an
-// instrument.
+// opts.TracerProvider. It fails if opts.MaxKeyValues is below -1
+// (ErrInvalidOptions) or the MeterProvider refuses an instrument.
 func New(opts Options) (*Telemetry, error) {
 	maxValues := opts.MaxKeyValues
 	switch {
