@@ -1484,6 +1484,34 @@ func TestConformanceFairLapsed(t *testing.T) {
 	}
 }
 
+// TestConformanceFairExpiryOfTheCall: the fair keys of a call of several
+// batches live as long as its longest-lived batch needs (10 s, plus the
+// time it was told to ask again, plus grace), whatever the order of the
+// batches. Before, each batch set the keys' expiry in turn, and the last
+// one's overwrote the others': here b's (10 s), though a was told to ask
+// again 10 s on and waits until then (docs/protocol.md: Fair).
+func TestConformanceFairExpiryOfTheCall(t *testing.T) {
+	c := newConn(t)
+	keys := c.fairKeys("expiry")
+	lim := limit(0.1, 1) // a slot every 10 s
+	// a, in the Batch lane (booked only when due): its first request now,
+	// its second deferred 10 s. b, in the Normal lane: booked 10 s on.
+	r := c.decode(c.mustEval("FAIR", keys, append(common(0, 0, "1", lim),
+		"3 1 0 0 1 0 2 0 w 2", "a", "2 1 0 0 1 0 1 0 w", "b", "", doubles(-1, 1, -1, 1, -1, 1))...))
+	if !slices.Equal(r.seqs, []int64{1, -3, 2}) {
+		t.Fatalf("seq %v, want 1, -3 (a's second, deferred) and 2 (b's)", r.seqs)
+	}
+	for _, k := range []string{":fair", ":fw:b", ":fx"} {
+		ttl, err := c.do("PTTL", c.key("expiry", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms, _ := ttl.(int64); ms < 15_000 {
+			t.Errorf("%s expires in %v ms, want a's 20 s (10 s idle and its 10 s to ask again)", k, ttl)
+		}
+	}
+}
+
 // TestConformanceClaimStale: a hold claimed after it went stale is dropped
 // and a fresh slot taken in its place (origin 2); a reservation cancelled
 // with its hold deletes the hold (docs/protocol.md: Claim, Hold, Adjust).

@@ -273,8 +273,13 @@ do
     deferred = retry
   end
 
-  -- finish writes the lane's and the tenant's state.
-  function fair.finish()
+  -- The call's keys live as long as its longest-lived batch needs:
+  -- finish(true), after the last batch, sets their expiry once, and sweeps
+  -- the lapsed figures once.
+  local call_ttl = 0
+  -- finish writes the lane's and the tenant's state; final: the call's
+  -- last batch.
+  function fair.finish(final)
     local waiting = (deferred and kept) or last ~= '1'
     if not waiting then
       -- V moves past the start of a tenant that is still waiting only
@@ -336,16 +341,19 @@ do
       redis.call('HDEL', h, qfield)
       redis.call('ZREM', fx, qfield)
     end
+    call_ttl = math.max(call_ttl, math.floor(idle_us / 1000 + (deferred or 0) / 1000 + grace / 1000) + 1)
+    if not final then
+      return
+    end
     local lapsed = redis.call('ZRANGEBYSCORE', fx, '-inf', string.format('%.17g', now), 'LIMIT', 0, 16)
     if #lapsed > 0 then
       redis.call('HDEL', h, unpack(lapsed))
       redis.call('ZREM', fx, unpack(lapsed))
     end
-    local ttl = math.floor(idle_us / 1000 + (deferred or 0) / 1000 + grace / 1000) + 1
     for k = 4, 10 do
-      redis.call('PEXPIRE', KEYS[k], ttl)
+      redis.call('PEXPIRE', KEYS[k], call_ttl)
     end
-    redis.call('PEXPIRE', fx, ttl)
+    redis.call('PEXPIRE', fx, call_ttl)
   end
   -- next is called by reserve.lua before request r: at the first request
   -- of the next batch, this one's state is written (as reserve.lua writes
@@ -357,7 +365,7 @@ do
       if fair.stopped then
         fair.defer(fair.stopped)
       end
-      fair.finish()
+      fair.finish(false)
       fair.stopped = nil
       g = g + 1
       load(groups[g])

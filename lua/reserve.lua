@@ -265,7 +265,7 @@ if fair then
   if fair.stopped then
     fair.defer(fair.stopped)
   end
-  fair.finish()
+  fair.finish(true)
 end
 local state = raw or ''
 if granted or floor_writes then
