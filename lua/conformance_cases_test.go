@@ -1103,12 +1103,12 @@ func TestConformanceHeartbeatOrder(t *testing.T) {
 		entries     int
 		record      string
 	}{
-		{"redis", "1000", 11, "redis 1000 0 0"},
-		{"local", "2000", 11, "local 2000 0 0"},
+		{"redis", "1000", 12, "redis 1000 0 0"},
+		{"local", "2000", 12, "local 2000 0 0"},
 		{"redis", "1000", 1, "local 2000 0 0"}, // sent before the switch, run after
-		{"local", "2000", 11, "local 2000 0 0"},
-		{"redis", "3000", 11, "redis 3000 0 0"}, // back on Redis
-		{"redis", "3000", 11, "redis 3000 0 0"},
+		{"local", "2000", 12, "local 2000 0 0"},
+		{"redis", "3000", 12, "redis 3000 0 0"}, // back on Redis
+		{"redis", "3000", 12, "redis 3000 0 0"},
 	} {
 		if got := beat(step.mode, step.since); len(got) != step.entries || rec() != step.record {
 			t.Errorf("step %d: Heartbeat %s since %s = %s, record %q; want %d entries, record %q", i, step.mode, step.since, show(got), rec(), step.entries, step.record)
@@ -1116,7 +1116,43 @@ func TestConformanceHeartbeatOrder(t *testing.T) {
 	}
 }
 
-// TestConformanceHeartbeat: the 11-entry reply, the member recorded in the
+// TestConformanceHeartbeatHeldSizes: the held members' sizes, each once
+// and in order (the reply's held_sizes), and the largest (held_n): two
+// members pacing locally, one on a fleet of 2 (it lost Redis before it
+// heard of the third), one on 3; a kept rank counts its fleet's size
+// (combination runner, seed 15).
+func TestConformanceHeartbeatHeldSizes(t *testing.T) {
+	c := newConn(t)
+	fleet := c.fleetKeys(12)
+	beat := func(id, mode, n string) []any {
+		t.Helper()
+		v, err := c.eval("HEARTBEAT", fleet, id, mode, "1700000000000 0 "+n, "2000", "60000", "30000", "180000", "", "")
+		a, _ := v.([]any)
+		if err != nil || len(a) != 12 {
+			t.Fatalf("Heartbeat %s = %s, %v; want 12 entries", id, show(a), err)
+		}
+		return a
+	}
+	beat("a", "redis", "0")
+	beat("b", "redis", "2")
+	beat("c", "redis", "3")
+	beat("b", "local", "2")
+	beat("c", "local", "3")
+	if r, want := beat("a", "redis", "3"), "[*, 1, 2, 0, 3, [1, 2], [], 3, *, [], \"2\", [2, 3]]"; !matches(r, mustReply(t, want)) {
+		t.Errorf("Heartbeat beside members pacing on 2 and 3 = %s, want %s", show(r), want)
+	}
+	beat("c", "local", "2")
+	if r, want := beat("a", "redis", "3"), "[*, 1, 2, 0, 3, [1, 2], [], 2, *, [], \"2\", [2]]"; !matches(r, mustReply(t, want)) {
+		t.Errorf("Heartbeat beside members pacing on 2 = %s, want %s", show(r), want)
+	}
+	beat("b", "redis", "3")
+	beat("c", "local", "0")
+	if r, want := beat("a", "redis", "3"), "[*, 2, 1, 0, 3, [2], [], 0, *, [], \"2\", []]"; !matches(r, mustReply(t, want)) {
+		t.Errorf("Heartbeat beside a member without a share = %s, want %s", show(r), want)
+	}
+}
+
+// TestConformanceHeartbeat: the 12-entry reply, the member recorded in the
 // fleet's keys, the format each member is told (P{limiters}:format: absent
 // is 2) and recorded as writing, the highest format it reads (the ninth
 // key: a member of the release before passes eight, and records none), and
@@ -1139,23 +1175,23 @@ func TestConformanceHeartbeat(t *testing.T) {
 	nowMS := func() int64 { s, _ := strconv.ParseInt(now.([]any)[0].(string), 10, 64); return s * 1000 }()
 	c.volatile(nowMS, "{ms}")
 	r, err := beat("w1", "redis", "", "api", strconv.FormatInt(nowMS, 10)+" 1 permits permits b 10 2")
-	if err != nil || len(r) != 11 {
-		t.Fatalf("Heartbeat = %s, %v; want 11 entries", show(r), err)
+	if err != nil || len(r) != 12 {
+		t.Fatalf("Heartbeat = %s, %v; want 12 entries", show(r), err)
 	}
-	if want := "[*, 1, 0, 0, 1, [], [], 0, 0, [], \"2\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 1, 0, 0, 1, [], [], 0, 0, [], \"2\", []]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("Heartbeat = %s, want %s", show(r), want)
 	}
 	r, _ = beat("w2", "local", "")
-	if want := "[*, 2, 0, 1, 2, [], [], 0, 1, [], \"2\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 2, 0, 1, 2, [], [], 0, 1, [], \"2\", []]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("second member's Heartbeat = %s, want %s", show(r), want)
 	}
 	r, _ = beat("w1", "redis", "")
-	if want := "[*, 1, 1, 0, 2, [1], [], 0, 1, [], \"2\"]"; !matches(r, mustReply(t, want)) {
+	if want := "[*, 1, 1, 0, 2, [1], [], 0, 1, [], \"2\", []]"; !matches(r, mustReply(t, want)) {
 		t.Errorf("Heartbeat beside a member pacing locally = %s, want %s", show(r), want)
 	}
 	// A member of the release before: eight keys, nothing in :reads.
-	if r, err = beatOn(fleet[:8], "w3", "redis", ""); err != nil || len(r) != 11 || r[10] != "2" {
-		t.Errorf("Heartbeat with eight keys = %s, %v; want 11 entries, format 2", show(r), err)
+	if r, err = beatOn(fleet[:8], "w3", "redis", ""); err != nil || len(r) != 12 || r[10] != "2" {
+		t.Errorf("Heartbeat with eight keys = %s, %v; want 12 entries, format 2", show(r), err)
 	}
 	for _, q := range []struct {
 		cmd  []any

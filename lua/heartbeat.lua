@@ -121,7 +121,7 @@
 --          of mode (its since_ms older than the one recorded for the other
 --          mode: it changes nothing); else
 --          {now_ms, live, held, rank, n, held_ranks, suspects, held_n,
---          before, holes, format}:
+--          before, holes, format, held_sizes}:
 --          live includes this Limiter; live + held is the number of
 --          members, n the highest rank + 1; held_ranks the ranks of the held
 --          members; held_n the largest n the held members count (their
@@ -141,7 +141,13 @@
 --          holes are the ranks below n that no member holds (every
 --          other rank below n is taken, by a member live or held). format
 --          is the state format this Limiter writes from now on ("1", "2"
---          or "3": KEYS[7]).
+--          or "3": KEYS[7]). held_sizes are the fleet sizes the held
+--          members' local shares count, each once, in ascending order
+--          (held_n the largest): when they are more than one, the held
+--          members pace on lattices of different sizes (they lost Redis
+--          around a change of the fleet, and heard of it or not), which no
+--          share of one size keeps within (reserve's fleet.go: the members
+--          on Redis wait for them; combination runner, seed 15).
 --          Cost: when every member of KEYS[1] is a writer (KEYS[10]), the
 --          reply comes from the indexes, and the heartbeat's time grows
 --          with what changed (members silent, pacing locally, suspects,
@@ -576,11 +582,18 @@ end
 
 local held_ranks = {}
 local held_n = 0
-local function note_n(detail)
-  local hn = detail and tonumber(string.match(detail, '^%S+ %S+ %d+ (%d+)'))
-  if hn and hn > held_n then
-    held_n = hn
+-- held_sizes: the sizes noted, as a set.
+local held_sizes = {}
+local function note_size(hn)
+  if hn and hn > 0 then
+    held_sizes[hn] = true
+    if hn > held_n then
+      held_n = hn
+    end
   end
+end
+local function note_n(detail)
+  note_size(detail and tonumber(string.match(detail, '^%S+ %S+ %d+ (%d+)')))
 end
 -- The members not heard from within live_ms (silent: held) or suspect_ms
 -- (quiet: suspects, see below), in one range of the heartbeat set.
@@ -729,7 +742,12 @@ end
 for _, r in ipairs(holes) do
   if kept[r] then
     held_ranks[#held_ranks + 1] = r
-    held_n = math.max(held_n, kept_n)
+    note_size(kept_n)
   end
 end
-return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format}
+local sizes = {}
+for s in pairs(held_sizes) do
+  sizes[#sizes + 1] = s
+end
+table.sort(sizes)
+return {now_ms, live, members - live, my_rank, n, held_ranks, suspects, held_n, before, holes, format, sizes}

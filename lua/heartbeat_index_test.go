@@ -143,7 +143,7 @@ func TestHeartbeatIndexesMatch(t *testing.T) {
 // normal is a heartbeat reply without what depends on the clock (now_ms)
 // or on the format told, with held_ranks sorted and suspects in order.
 func normal(r []any) string {
-	if len(r) < 11 {
+	if len(r) < 12 {
 		return fmt.Sprint(len(r))
 	}
 	held := slices.Clone(r[5].([]any))
@@ -154,7 +154,7 @@ func normal(r []any) string {
 		sus = append(sus, fmt.Sprint(ss[i:i+3]))
 	}
 	slices.Sort(sus)
-	return fmt.Sprint(r[1:5], held, sus, r[7:10])
+	return fmt.Sprint(r[1:5], held, sus, r[7:10], r[11:])
 }
 
 // members are a sorted set's members alone.

@@ -40,12 +40,20 @@ func TestHeartbeatKeepsRanks(t *testing.T) {
 				t.Helper()
 				r, err := hb.Run(ctx, s.Client, keys, id, "redis", "1700000000000 0 0", 2000, 60_000, 1100, 180_000, want, "").Slice()
 				require.NoError(t, err)
-				require.Len(t, r, 11)
+				require.Len(t, r, 12)
 				var held []int64
 				for _, h := range r[5].([]any) {
 					held = append(held, h.(int64))
 				}
-				return reply{rank: r[3].(int64), n: r[4].(int64), heldN: r[7].(int64), held: held}
+				// Every held rank here is a kept one, on the keep's size:
+				// the only size held.
+				sizes, heldN := r[11].([]any), r[7].(int64)
+				if heldN > 0 {
+					assert.Equal(t, []any{heldN}, sizes, "held_sizes beside held_n %d", heldN)
+				} else {
+					assert.Empty(t, sizes, "held_sizes without held_n")
+				}
+				return reply{rank: r[3].(int64), n: r[4].(int64), heldN: heldN, held: held}
 			}
 			// c, back at its rank 2, remembers a fleet of 3: ranks 0 and
 			// 1 are not back yet.

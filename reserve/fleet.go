@@ -37,6 +37,7 @@ type fleetView struct {
 	held              []int
 	members           int       // the members (live and held) Redis lists
 	heldN             int       // the largest fleet size the held members' local shares count
+	heldSizes         []int     // every size they count, ascending (heartbeat.lua's held_sizes; see split)
 	remembered        int       // n when this Limiter last lost Redis
 	rememberedMembers int       // and the members then
 	rankBefore        int       // its rank then
@@ -216,6 +217,24 @@ func (f *fleetView) redisShareOK() (share, bool) {
 			return share{N: n, Held: held}, false
 		}
 	}
+	if f.split() && !f.missing() {
+		// The held members pace on lattices of different sizes: no share
+		// of one size keeps clear of both (combination runner, seed 15:
+		// a member that lost Redis before it heard of a join paced on 2,
+		// one that had heard of it on 3 and 2, and a newcomer on Redis
+		// kept to the 3-lattice's free rank, whose instants meet the
+		// 2-lattice's every 6/rate: two permits at one instant). Take
+		// nothing on Redis until they are back or forgotten, leaving every
+		// other rank its share meanwhile for what ignores ok (a lease's
+		// horizon, a settle).
+		held = make([]int, 0, n-1)
+		for k := range n {
+			if k != f.rank {
+				held = append(held, k)
+			}
+		}
+		return share{N: n, Held: held}, false
+	}
 	if len(held) > 0 && f.heldN > 1 && f.heldN != n && !f.missing() {
 		// The held members pace on the lattice of the fleet they knew
 		// (a member joined or left since): keep to theirs, so that nobody
@@ -319,7 +338,7 @@ func (f *fleetView) ownShare() (share, bool) {
 		// Back from an outage, Redis (restarted empty) does not list the
 		// whole fleet yet: keep the share this Limiter had in it.
 		n, rank = f.remembered, f.rankBefore
-	} else if also > 0 && rank >= also {
+	} else if also < 0 || also > 0 && rank >= also {
 		return share{}, false
 	}
 	if !f.learned {
@@ -336,17 +355,46 @@ func (f *fleetView) ownShare() (share, bool) {
 	return share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
 }
 
+// split reports whether the held members pace on lattices of different
+// sizes (they lost Redis around a change of the fleet, one having heard
+// of it and another not): a share of one size cannot keep clear of both.
+// f.mu is held.
+func (f *fleetView) split() bool {
+	return len(f.held) > 0 && len(f.heldSizes) > 1
+}
+
+// splitSizes returns the sizes the held members pace on, if they are more
+// than one (see split).
+func (f *fleetView) splitSizes() ([]int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.heldSizes), f.split()
+}
+
 // alsoN returns the other fleet size this Limiter's local share keeps
 // within too (share.Also; 0: none): the one the held members pace
 // on, when it differs (they lost Redis before the fleet changed, and pace
 // as they knew it); else the size before a change young enough that
 // another member may not have heard of it. A member whose rank is beyond
 // it joined after them: they pace as if it were not there, and it has no
-// local share. f.mu is held.
+// local share. -1 when the held members' sizes and n make more than two:
+// no share keeps within them all, and it has none. f.mu is held.
 func (f *fleetView) alsoN() int {
 	switch {
 	case !f.learned || f.missing():
 		return 0
+	case f.split():
+		also := 0
+		for _, s := range f.heldSizes {
+			switch {
+			case s == f.n:
+			case also == 0:
+				also = s
+			default:
+				return -1
+			}
+		}
+		return also
 	case len(f.held) > 0 && f.heldN > 0 && f.heldN != f.n:
 		return f.heldN
 	case f.before > 0 && f.before != f.n:
@@ -362,7 +410,7 @@ func (f *fleetView) newcomer() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.alsoN()
-	return a > 0 && f.rank >= a
+	return a < 0 || a > 0 && f.rank >= a
 }
 
 // wantRank is heartbeat.lua's ARGV[8]: the rank a heartbeat asks for, the
@@ -432,8 +480,9 @@ func (f *fleetView) leaving() {
 		// Redis still lacks members of the earlier outage's fleet: pace
 		// locally on this Limiter's share of that fleet, as on Redis.
 		f.n, f.rank = f.remembered, f.rankBefore
-	case a > 0 && f.rank >= a:
-		// It joined after members that may pace locally without it: it
+	case a < 0 || a > 0 && f.rank >= a:
+		// It joined after members that may pace locally without it (or
+		// they pace on more sizes than a share keeps within): it
 		// has no share of their fleet. When Redis answers again, it waits
 		// as one started while Redis was down does (born), until they
 		// could be back, and takes nothing from Redis meanwhile: as a
@@ -508,7 +557,7 @@ func (f *fleetView) recovered() {
 // for its view to stand (Limiter.lateView): it is applied, and doubted as
 // after a heartbeat that failed (doubt, and one more of fails in a row, so
 // that calls stop waiting for a heartbeat when the next is late too).
-func (f *fleetView) update(n, rank, members, heldN, before int, held []int, late bool) {
+func (f *fleetView) update(n, rank, members int, heldSizes []int, before int, held []int, late bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.born {
@@ -535,7 +584,11 @@ func (f *fleetView) update(n, rank, members, heldN, before int, held []int, late
 		f.fails, f.guessSince = 0, time.Time{}
 	}
 	f.lastBeat = time.Now()
-	f.n, f.rank, f.members, f.held, f.heldN = n, rank, members, held, heldN
+	f.n, f.rank, f.members, f.held = n, rank, members, held
+	f.heldSizes, f.heldN = heldSizes, 0
+	if len(heldSizes) > 0 {
+		f.heldN = slices.Max(heldSizes)
+	}
 	f.before = before
 	if !f.backAt.IsZero() && time.Since(f.backAt) >= f.remember {
 		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0

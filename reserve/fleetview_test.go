@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,17 +24,17 @@ import (
 // combination runner, seed 13: three members' slots at one instant).
 func TestOutageSoonAfterOutage(t *testing.T) {
 	f := &fleetView{remember: 300 * time.Millisecond}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	f.leaving() // the first outage
 	f.recovered()
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	f.backAt = time.Now().Add(-100 * time.Millisecond)
 	f.leaving()            // the second, 100 ms after the first ended
 	time.Sleep(f.remember) // the first heartbeat that answers comes later
 	// Redis restarted empty: this Limiter alone, at the rank it asked for.
-	f.update(2, 1, 1, 0, 0, nil, false)
+	f.update(2, 1, 1, nil, 0, nil, false)
 	f.recovered()
-	f.update(2, 1, 1, 0, 0, nil, false)
+	f.update(2, 1, 1, nil, 0, nil, false)
 	if got := f.redisShare().Arg(); got != "3 0 2" {
 		t.Fatalf("back from the second outage, the share on Redis is %q; want rank 1's of 3 (\"3 0 2\")", got)
 	}
@@ -52,13 +53,13 @@ func TestOutageSoonAfterOutage(t *testing.T) {
 // runner, seed 2).
 func TestJoinWaitStartsAgain(t *testing.T) {
 	f := &fleetView{born: true, join: 50 * time.Millisecond}
-	f.update(3, 2, 3, 0, 0, nil, false) // the first heartbeat that succeeds
+	f.update(3, 2, 3, nil, 0, nil, false) // the first heartbeat that succeeds
 	if f.joining() == 0 {
 		t.Fatal("no join wait")
 	}
 	f.joinFailed() // Redis fails again
 	time.Sleep(f.join)
-	f.update(1, 2, 1, 0, 0, nil, false) // back, restarted empty: alone
+	f.update(1, 2, 1, nil, 0, nil, false) // back, restarted empty: alone
 	if _, known := f.size(); known {
 		t.Fatal("learned the fleet from its first heartbeat after the second outage")
 	}
@@ -79,12 +80,12 @@ func TestJoinWaitUntilLearned(t *testing.T) {
 	if f.joining() == 0 {
 		t.Fatal("no join wait before any heartbeat succeeded")
 	}
-	f.update(2, 1, 2, 0, 0, nil, false) // the first heartbeat that succeeds
-	time.Sleep(2 * f.join)              // the wait's time is up, with no heartbeat since
+	f.update(2, 1, 2, nil, 0, nil, false) // the first heartbeat that succeeds
+	time.Sleep(2 * f.join)                // the wait's time is up, with no heartbeat since
 	if f.joining() == 0 {
 		t.Fatal("the join wait ended with no heartbeat to learn the fleet from")
 	}
-	f.update(2, 1, 2, 0, 0, []int{0}, false) // the heartbeat after the wait
+	f.update(2, 1, 2, nil, 0, []int{0}, false) // the heartbeat after the wait
 	if w := f.joining(); w != 0 {
 		t.Fatalf("joining %v after the fleet was learned", w)
 	}
@@ -101,9 +102,9 @@ func TestJoinWaitUntilLearned(t *testing.T) {
 // of the third member's rank, combination runner seed 29).
 func TestOutageWhileMembersMissing(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 0, 3, 0, 0, nil, false)
+	f.update(3, 0, 3, nil, 0, nil, false)
 	f.leaving()
-	f.update(2, 0, 2, 0, 0, nil, false) // restarted empty: two of three back
+	f.update(2, 0, 2, nil, 0, nil, false) // restarted empty: two of three back
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 1 2" {
 		t.Fatalf("on Redis with a member missing: share %q, want rank 0's of 3", got)
@@ -172,42 +173,42 @@ func testHeartbeatFleetChange(t *testing.T, format string) {
 // instant (combination runner, seeds 2 and 15).
 func TestOutageRightAfterFleetChange(t *testing.T) {
 	f := &fleetView{}
-	f.update(3, 1, 3, 0, 2, nil, false) // rank 1 of 3, the fleet was 2 just now
+	f.update(3, 1, 3, nil, 2, nil, false) // rank 1 of 3, the fleet was 2 just now
 	f.leaving()
 	ls, ok := f.localShare()
 	if !ok || ls.N != 3 || ls.Member != 1 || ls.Also != 2 {
 		t.Fatalf("local share %+v (ok %v); want rank 1 of 3, also within 2", ls, ok)
 	}
-	f.update(3, 1, 3, 0, 0, nil, false) // back: the change settled
+	f.update(3, 1, 3, nil, 0, nil, false) // back: the change settled
 	f.recovered()
 	f.back()
 	if ls, _ := f.localShare(); ls.Also != 0 {
 		t.Fatalf("back on Redis the local share keeps %d", ls.Also)
 	}
-	f.update(2, 1, 2, 0, 3, nil, false) // rank 1 of 2, the fleet was 3 just now
+	f.update(2, 1, 2, nil, 3, nil, false) // rank 1 of 2, the fleet was 3 just now
 	f.leaving()
 	if ls, _ := f.localShare(); ls.N != 2 || ls.Also != 3 {
 		t.Fatalf("after a member left: %+v, want 2 also within 3", ls)
 	}
 	for _, c := range []struct{ n, rank, before int }{{3, 2, 2}, {2, 1, 1}} {
 		g := &fleetView{}
-		g.update(c.n, c.rank, c.n, 0, c.before, nil, false) // the newcomer
+		g.update(c.n, c.rank, c.n, nil, c.before, nil, false) // the newcomer
 		g.leaving()
 		if _, ok := g.localShare(); ok || !g.newcomer() {
 			t.Fatalf("a member that joined just now (rank %d of %d, %d before) paces locally", c.rank, c.n, c.before)
 		}
 	}
 	h := &fleetView{}
-	h.update(4, 0, 3, 3, 0, []int{1}, false) // rank 1 paces locally on a fleet of 3 it knew
+	h.update(4, 0, 3, []int{3}, 0, []int{1}, false) // rank 1 paces locally on a fleet of 3 it knew
 	if ls, ok := h.localShare(); !ok || ls.N != 4 || ls.Also != 3 {
 		t.Fatalf("beside a member pacing on 3: %+v (ok %v), want 4 also within 3", ls, ok)
 	}
-	h.update(4, 3, 3, 3, 0, []int{1}, false) // the member that joined after it
+	h.update(4, 3, 3, []int{3}, 0, []int{1}, false) // the member that joined after it
 	if _, ok := h.localShare(); ok || !h.newcomer() {
 		t.Fatal("a member that joined after a held member paces locally")
 	}
 	g := &fleetView{}
-	g.update(2, 0, 2, 0, 1, nil, false) // was alone just now
+	g.update(2, 0, 2, nil, 1, nil, false) // was alone just now
 	g.leaving()
 	if ls, ok := g.localShare(); !ok || ls.N != 2 || ls.Member != 0 {
 		t.Fatalf("the member that was alone: %+v (ok %v), want rank 0 of 2", ls, ok)
@@ -222,20 +223,20 @@ func TestOutageRightAfterFleetChange(t *testing.T) {
 // (combination runner seed 100: 0.36 of the limit used).
 func TestBackTogether(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 2, 3, 0, 0, nil, false)
+	f.update(3, 2, 3, nil, 0, nil, false)
 	f.leaving()
-	f.update(3, 2, 1, 0, 0, nil, false) // back first, at its old rank 2
+	f.update(3, 2, 1, nil, 0, nil, false) // back first, at its old rank 2
 	f.taken([]int{2})
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 0 1" {
 		t.Fatalf("alone back: share %q, want rank 2's of 3 (\"3 0 1\")", got)
 	}
-	f.update(3, 2, 2, 0, 0, nil, false) // rank 1 back too
+	f.update(3, 2, 2, nil, 0, nil, false) // rank 1 back too
 	f.taken([]int{1, 2})
 	if got := f.redisShare().Arg(); got != "3 0" {
 		t.Fatalf("two back: share %q, want ranks 1 and 2's (\"3 0\")", got)
 	}
-	f.update(3, 2, 3, 0, 0, []int{0}, false) // rank 0 heard from, pacing locally (held)
+	f.update(3, 2, 3, nil, 0, []int{0}, false) // rank 0 heard from, pacing locally (held)
 	f.taken([]int{0, 1, 2})
 	if got := f.redisShare().Arg(); got != "3 0" {
 		t.Fatalf("rank 0 held: share %q, want \"3 0\"", got)
@@ -252,12 +253,12 @@ func TestBackTogether(t *testing.T) {
 // seed 71).
 func TestNewcomerWaitsToJoin(t *testing.T) {
 	f := &fleetView{join: 50 * time.Millisecond, remember: time.Minute}
-	f.update(3, 2, 3, 0, 2, nil, false) // rank 2 of 3, the fleet was 2 just now
+	f.update(3, 2, 3, nil, 2, nil, false) // rank 2 of 3, the fleet was 2 just now
 	f.leaving()
 	if !f.born {
 		t.Fatal("the newcomer does not wait to join")
 	}
-	f.update(3, 2, 1, 0, 0, nil, false) // Redis restarted empty: back alone
+	f.update(3, 2, 1, nil, 0, nil, false) // Redis restarted empty: back alone
 	if f.joining() == 0 {
 		t.Fatal("no join wait")
 	}
@@ -265,7 +266,7 @@ func TestNewcomerWaitsToJoin(t *testing.T) {
 		t.Fatal("the newcomer paces locally while it waits")
 	}
 	time.Sleep(f.join)
-	f.update(2, 0, 2, 0, 0, nil, false)
+	f.update(2, 0, 2, nil, 0, nil, false)
 	if f.born || f.joining() != 0 {
 		t.Fatal("did not join after the wait")
 	}
@@ -346,11 +347,11 @@ func TestHeartbeatDeadlineIsTheCalls(t *testing.T) {
 // runner, seed 151: 26 calls in 627 ms of 19.8).
 func TestShutBesideHeldFleet(t *testing.T) {
 	f := &fleetView{}
-	f.update(4, 3, 4, 3, 3, []int{0, 1, 2}, false)
+	f.update(4, 3, 4, []int{3}, 3, []int{0, 1, 2}, false)
 	if _, ok := f.redisShareOK(); ok {
 		t.Fatalf("the newcomer beside a held fleet of 3 may take %q on Redis", f.redisShare().Arg())
 	}
-	f.update(4, 3, 4, 3, 3, []int{0, 2}, false) // rank 1 is back
+	f.update(4, 3, 4, []int{3}, 3, []int{0, 2}, false) // rank 1 is back
 	if share, ok := f.redisShareOK(); !ok || share.Arg() != "3 0 2" {
 		t.Fatalf("with rank 1 back: share %q (ok %v); want rank 1's instants of 3 (\"3 0 2\")", share.Arg(), ok)
 	}
@@ -366,10 +367,10 @@ func TestShutBesideHeldFleet(t *testing.T) {
 // 26: two calls at one instant on a burst of 1).
 func TestLocalShareKeptUntilBack(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 0, 3, 0, 0, nil, false)
+	f.update(3, 0, 3, nil, 0, nil, false)
 	f.leaving()
 	want, _ := f.localShare()
-	f.update(2, 0, 2, 0, 0, nil, false) // the probe: Redis restarted empty
+	f.update(2, 0, 2, nil, 0, nil, false) // the probe: Redis restarted empty
 	if got, ok := f.localShare(); !ok || !reflect.DeepEqual(got, want) {
 		t.Fatalf("pacing locally after the probe: share %+v (ok %v), want %+v as it left", got, ok, want)
 	}
@@ -378,7 +379,7 @@ func TestLocalShareKeptUntilBack(t *testing.T) {
 		t.Fatalf("handing back: share %+v, want %+v as it left", got, want)
 	}
 	f.back()
-	f.update(2, 0, 2, 0, 0, nil, false)
+	f.update(2, 0, 2, nil, 0, nil, false)
 	f.taken([]int{0, 1})
 	if got, _ := f.localShare(); got.N != 3 || got.Member != 0 {
 		t.Fatalf("back, the third member missing: share %+v, want rank 0 of the 3 remembered", got)
@@ -394,7 +395,7 @@ func TestLocalShareKeptUntilBack(t *testing.T) {
 // pacing locally).
 func TestHeartbeatFailedHoldsOthers(t *testing.T) {
 	f := &fleetView{}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	if got := f.redisShare().Arg(); got != "1" {
 		t.Fatalf("all on Redis: the share is %q; want the whole (\"1\")", got)
 	}
@@ -402,7 +403,7 @@ func TestHeartbeatFailedHoldsOthers(t *testing.T) {
 	if got := f.redisShare().Arg(); got != "3 0 2" {
 		t.Fatalf("after a failed heartbeat: the share is %q; want rank 1's of 3 (\"3 0 2\")", got)
 	}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	if got := f.redisShare().Arg(); got != "1" {
 		t.Fatalf("a heartbeat answered again: the share is %q; want the whole (\"1\")", got)
 	}
@@ -414,19 +415,19 @@ func TestHeartbeatFailedHoldsOthers(t *testing.T) {
 // heartbeat, and not once two in a row were late (or failed).
 func TestLateUpdateDoubts(t *testing.T) {
 	f := &fleetView{guessWait: time.Hour}
-	f.update(3, 1, 3, 0, 0, nil, false)
-	f.update(4, 1, 4, 0, 0, nil, true) // late: the fleet grew, as it was then
+	f.update(3, 1, 3, nil, 0, nil, false)
+	f.update(4, 1, 4, nil, 0, nil, true) // late: the fleet grew, as it was then
 	if n, _ := f.size(); n != 4 {
 		t.Fatalf("a late reply's fleet is not applied: size %d, want 4", n)
 	}
 	if s, ok := f.redisShareOK(); ok || s.Arg() != "4 0 2 3" {
 		t.Fatalf("after a late reply: share %q (ok %v), want rank 1's of 4 (\"4 0 2 3\") after a heartbeat", s.Arg(), ok)
 	}
-	f.update(4, 1, 4, 0, 0, nil, true) // late again
+	f.update(4, 1, 4, nil, 0, nil, true) // late again
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "4 0 2 3" {
 		t.Fatalf("after two late replies in a row: share %q (ok %v), want rank 1's of 4 taken at once", s.Arg(), ok)
 	}
-	f.update(4, 1, 4, 0, 0, nil, false)
+	f.update(4, 1, 4, nil, 0, nil, false)
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
 		t.Fatalf("a heartbeat answered in time: share %q (ok %v), want the whole", s.Arg(), ok)
 	}
@@ -443,9 +444,9 @@ func TestLateUpdateDoubts(t *testing.T) {
 // permits at the same instants).
 func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 2, 3, 0, 0, nil, false)
+	f.update(3, 2, 3, nil, 0, nil, false)
 	f.leaving()
-	f.update(3, 2, 2, 0, 0, nil, false) // back: rank 0's member missing
+	f.update(3, 2, 2, nil, 0, nil, false) // back: rank 0's member missing
 	f.taken([]int{1, 2})
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 0" {
@@ -455,9 +456,52 @@ func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 	if got := f.redisShare().Arg(); got != "3 0 1" {
 		t.Fatalf("after a failed heartbeat, a member missing: share %q, want rank 2's of 3 (\"3 0 1\")", got)
 	}
-	f.update(3, 2, 2, 0, 0, nil, false)
+	f.update(3, 2, 2, nil, 0, nil, false)
 	if got := f.redisShare().Arg(); got != "3 0" {
 		t.Fatalf("a heartbeat answered again: share %q, want \"3 0\"", got)
+	}
+}
+
+// TestHeldOnTwoSizes: the held members pace on lattices of two sizes (one
+// lost Redis before it heard of a join, and paces on 2; one had heard of
+// it, and paces on 3 and 2). A member on Redis takes nothing until they
+// are back, and says why; a member's own local share keeps within both
+// sizes when one is its own, and it has none when they make three. Before,
+// the member on Redis kept to the larger (held_n, "3 0 1") and its rank 2
+// of 3 met rank 1 of 2 every 6/rate: two permits at one instant
+// (combination runner, seed 15).
+func TestHeldOnTwoSizes(t *testing.T) {
+	f := &fleetView{}
+	f.update(3, 2, 3, []int{2, 3}, 0, []int{0, 1}, false) // rank 2 of 3; ranks 0 and 1 held, on 2 and 3
+	if s, ok := f.redisShareOK(); ok {
+		t.Fatalf("on Redis beside members held on 2 and 3: share %q with ok, want a wait", s.Arg())
+	} else if s.Arg() != "3 0 1" {
+		t.Fatalf("on Redis beside members held on 2 and 3: share %q, want every other rank held (\"3 0 1\")", s.Arg())
+	}
+	if sizes, ok := f.splitSizes(); !ok || !slices.Equal(sizes, []int{2, 3}) {
+		t.Fatalf("splitSizes = %v, %v; want [2 3], true", sizes, ok)
+	}
+	// Its own share: within 3 and 2, where rank 2 has none.
+	if _, ok := f.localShare(); ok || !f.newcomer() {
+		t.Fatal("rank 2 of 3 has a local share beside members held on 2 and 3")
+	}
+	g := &fleetView{}
+	g.update(3, 0, 3, []int{2, 3}, 0, []int{1, 2}, false)
+	if ls, ok := g.localShare(); !ok || ls.N != 3 || ls.Member != 0 || ls.Also != 2 {
+		t.Fatalf("rank 0 of 3 beside members held on 2 and 3: %+v (ok %v), want rank 0 of 3 also within 2", ls, ok)
+	}
+	h := &fleetView{}
+	h.update(4, 0, 4, []int{2, 3}, 0, []int{1, 2}, false)
+	if _, ok := h.localShare(); ok || !h.newcomer() {
+		t.Fatal("rank 0 of 4 has a local share beside members held on 2 and 3")
+	}
+	// One size again (the member on 2 is back): the held one's lattice.
+	f.update(3, 2, 3, []int{3}, 0, []int{0}, false)
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "3 0" {
+		t.Fatalf("beside one member held on 3: share %q (ok %v), want \"3 0\"", s.Arg(), ok)
+	}
+	if _, ok := f.splitSizes(); ok {
+		t.Fatal("splitSizes with one size held")
 	}
 }
 
@@ -471,12 +515,12 @@ func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 // runner, seed 2 under load: two permits at one instant on sliding.example).
 func TestBackBesideHeldFleet(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(2, 1, 2, 3, 0, []int{0}, false) // rank 1 of 2; rank 0 held, pacing on 3
+	f.update(2, 1, 2, []int{3}, 0, []int{0}, false) // rank 1 of 2; rank 0 held, pacing on 3
 	if got := f.redisShare().Arg(); got != "3 0" {
 		t.Fatalf("on Redis beside the held member: share %q, want \"3 0\"", got)
 	}
 	f.leaving()
-	f.update(1, 1, 1, 0, 0, nil, false) // restarted empty: back alone, at its old rank
+	f.update(1, 1, 1, nil, 0, nil, false) // restarted empty: back alone, at its old rank
 	f.taken([]int{1})
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 0 2" {
@@ -498,10 +542,10 @@ func TestBackBesideHeldFleet(t *testing.T) {
 // permits at one instant every 0.1 s on sliding.example).
 func TestBackAtAnotherRank(t *testing.T) {
 	f := &fleetView{remember: time.Minute}
-	f.update(3, 0, 3, 0, 0, nil, false) // rank 0 of 3, every member on Redis
+	f.update(3, 0, 3, nil, 0, nil, false) // rank 0 of 3, every member on Redis
 	f.taken([]int{0, 1, 2})
 	f.leaving()
-	f.update(2, 1, 2, 0, 0, []int{0}, false) // restarted empty: rank 1 here, rank 0 held
+	f.update(2, 1, 2, nil, 0, []int{0}, false) // restarted empty: rank 1 here, rank 0 held
 	f.taken([]int{0, 1})
 	f.recovered()
 	if got := f.redisShare().Arg(); got != "3 1 2" {
@@ -519,7 +563,7 @@ func TestBackAtAnotherRank(t *testing.T) {
 func TestStaleViewAfterStall(t *testing.T) {
 	for _, stalled := range []bool{false, true} {
 		f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
-		f.update(3, 1, 3, 0, 0, nil, false) // rank 1 of 3, every member on Redis
+		f.update(3, 1, 3, nil, 0, nil, false) // rank 1 of 3, every member on Redis
 		f.taken([]int{0, 1, 2})
 		if got := f.redisShare().Arg(); got != "1" {
 			t.Fatalf("every member on Redis: share %q, want the whole (\"1\")", got)
@@ -531,20 +575,20 @@ func TestStaleViewAfterStall(t *testing.T) {
 		if got := f.redisShare().Arg(); got != "3 0 2" {
 			t.Fatalf("a stale view: share %q, want rank 1's of 3 (\"3 0 2\")", got)
 		}
-		f.update(1, 1, 1, 0, 0, nil, false) // Redis restarted empty meanwhile: alone, at its old rank
+		f.update(1, 1, 1, nil, 0, nil, false) // Redis restarted empty meanwhile: alone, at its old rank
 		f.taken([]int{1})
 		if got := f.redisShare().Arg(); got != "3 0 2" {
 			t.Fatalf("the first heartbeat after the stall, the others missing: share %q, want rank 1's of 3 (\"3 0 2\")", got)
 		}
-		f.update(3, 1, 3, 0, 0, nil, false) // they are back
+		f.update(3, 1, 3, nil, 0, nil, false) // they are back
 		f.taken([]int{0, 1, 2})
 		if got := f.redisShare().Arg(); got != "1" {
 			t.Fatalf("the others back: share %q, want the whole (\"1\")", got)
 		}
 	}
 	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
-	f.update(3, 1, 3, 0, 0, nil, false)
-	f.update(1, 1, 1, 0, 0, nil, false) // a fresh view: the heartbeat is the fleet
+	f.update(3, 1, 3, nil, 0, nil, false)
+	f.update(1, 1, 1, nil, 0, nil, false) // a fresh view: the heartbeat is the fleet
 	f.taken([]int{1})
 	if got := f.redisShare().Arg(); got != "1" {
 		t.Fatalf("a fresh view of a fleet of one: share %q, want the whole (\"1\")", got)
@@ -558,7 +602,7 @@ func TestStaleViewAfterStall(t *testing.T) {
 // first call that found it, they take the guess: every rank but their own.
 func TestGuessedViewWaitsForHeartbeat(t *testing.T) {
 	f := &fleetView{settle: 2 * time.Second, guessWait: time.Minute}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
 		t.Fatalf("all on Redis: share %q ok %v, want the whole and ok", s.Arg(), ok)
 	}
@@ -573,7 +617,7 @@ func TestGuessedViewWaitsForHeartbeat(t *testing.T) {
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "3 0 2" {
 		t.Fatalf("two heartbeats failed: share %q ok %v, want rank 1's of 3, taken", s.Arg(), ok)
 	}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
 		t.Fatalf("a heartbeat answered: share %q ok %v, want the whole and ok", s.Arg(), ok)
 	}
@@ -601,33 +645,33 @@ func TestGuessedViewWaitsForHeartbeat(t *testing.T) {
 // master's kill put its judged keys' queues 20 s ahead.
 func TestBackWaitsForFleet(t *testing.T) {
 	f := &fleetView{remember: time.Minute, backWait: time.Hour}
-	f.update(8, 0, 8, 0, 0, nil, false)
+	f.update(8, 0, 8, nil, 0, nil, false)
 	f.leaving()
 	f.recovered()
-	f.update(8, 0, 8, 0, 0, []int{1, 2, 3, 4, 5, 6, 7}, false) // every other member still paces locally
+	f.update(8, 0, 8, nil, 0, []int{1, 2, 3, 4, 5, 6, 7}, false) // every other member still paces locally
 	if s, ok := f.redisShareOK(); ok {
 		t.Fatalf("back first of 8: calls take share %q on Redis; want them to wait for the fleet", s.Arg())
 	}
 	if _, held, n, ok := f.awaitingFleet(); !ok || held != 7 || n != 8 {
 		t.Fatalf("awaitingFleet: %d held of %d, %v; want 7 of 8, true", held, n, ok)
 	}
-	f.update(8, 0, 8, 0, 0, []int{2, 3, 4, 5, 6, 7}, false) // 2 of 8 back: a quarter
+	f.update(8, 0, 8, nil, 0, []int{2, 3, 4, 5, 6, 7}, false) // 2 of 8 back: a quarter
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "8 2 3 4 5 6 7" {
 		t.Fatalf("2 of 8 back: share %q, %v; want \"8 2 3 4 5 6 7\", true", s.Arg(), ok)
 	}
 	// Past backWait, a Limiter back beside a fleet that stays held (cut
 	// off for long) takes its own share.
-	f.update(8, 0, 8, 0, 0, []int{1, 2, 3, 4, 5, 6, 7}, false)
+	f.update(8, 0, 8, nil, 0, []int{1, 2, 3, 4, 5, 6, 7}, false)
 	f.backUntil = time.Now().Add(-time.Millisecond)
 	if s, ok := f.redisShareOK(); !ok || s.Arg() != "8 1 2 3 4 5 6 7" {
 		t.Fatalf("past backWait: share %q, %v; want its own rank's, true", s.Arg(), ok)
 	}
 	// A small fleet never waits: one of 4 back takes its rank's quarter.
 	g := &fleetView{remember: time.Minute, backWait: time.Hour}
-	g.update(4, 0, 4, 0, 0, nil, false)
+	g.update(4, 0, 4, nil, 0, nil, false)
 	g.leaving()
 	g.recovered()
-	g.update(4, 0, 4, 0, 0, []int{1, 2, 3}, false)
+	g.update(4, 0, 4, nil, 0, []int{1, 2, 3}, false)
 	if s, ok := g.redisShareOK(); !ok {
 		t.Fatalf("one of 4 back: no share (%q); want its own", s.Arg())
 	}
@@ -642,7 +686,7 @@ func TestBackWaitsForFleet(t *testing.T) {
 // 5 (the combination runner's seed 57).
 func TestSeatViewInDoubt(t *testing.T) {
 	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
-	f.update(3, 1, 3, 0, 0, nil, false) // rank 1 of 3, every member on Redis
+	f.update(3, 1, 3, nil, 0, nil, false) // rank 1 of 3, every member on Redis
 	f.taken([]int{0, 1, 2})
 	if _, _, _, held, _ := f.seatView("me"); held != "" {
 		t.Fatalf("every member on Redis: held %q, want none", held)
@@ -651,7 +695,7 @@ func TestSeatViewInDoubt(t *testing.T) {
 	if _, _, _, held, _ := f.seatView("me"); held != "0 2" {
 		t.Fatalf("a stale view: held %q, want every other rank (\"0 2\")", held)
 	}
-	f.update(3, 1, 3, 0, 0, nil, false)
+	f.update(3, 1, 3, nil, 0, nil, false)
 	f.taken([]int{0, 1, 2})
 	if _, _, _, held, _ := f.seatView("me"); held != "" {
 		t.Fatalf("a heartbeat answered: held %q, want none", held)
@@ -670,7 +714,7 @@ func TestSeatViewInDoubt(t *testing.T) {
 // runner, seed 128: 7 calls open on N = 6).
 func TestSeatViewInDoubtDropsNobody(t *testing.T) {
 	f := &fleetView{remember: time.Minute, settle: time.Hour} // no machine is that slow between two lines
-	f.update(1, 0, 1, 0, 0, nil, false)                       // alone, as far as it knows
+	f.update(1, 0, 1, nil, 0, nil, false)                     // alone, as far as it knows
 	f.taken([]int{0})
 	if _, _, taken, _, _ := f.seatView("me"); taken != "0" {
 		t.Fatalf("a fresh view: taken %q, want \"0\"", taken)
@@ -679,7 +723,7 @@ func TestSeatViewInDoubtDropsNobody(t *testing.T) {
 	if _, _, taken, _, _ := f.seatView("me"); taken != "*" {
 		t.Fatalf("after a failed heartbeat: taken %q, want \"*\"", taken)
 	}
-	f.update(1, 0, 1, 0, 0, nil, false)
+	f.update(1, 0, 1, nil, 0, nil, false)
 	f.taken([]int{0})
 	f.lastBeat = time.Now().Add(-2 * time.Hour) // stopped for 2 h
 	if _, _, taken, _, _ := f.seatView("me"); taken != "*" {
@@ -693,24 +737,24 @@ func TestSeatViewInDoubtDropsNobody(t *testing.T) {
 // intervals, renewed by each heartbeat), and stops once they are back.
 func TestBackKeepsMissingRanks(t *testing.T) {
 	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
-	f.update(3, 2, 3, 0, 0, nil, false) // rank 2 of 3, every member on Redis
+	f.update(3, 2, 3, nil, 0, nil, false) // rank 2 of 3, every member on Redis
 	f.taken([]int{0, 1, 2})
 	if got := f.wantRank(); got != "2" {
 		t.Fatalf("on Redis: ARGV[8] %q, want \"2\"", got)
 	}
 	f.leaving()
-	f.update(1, 2, 1, 0, 0, nil, false) // restarted empty: back alone
+	f.update(1, 2, 1, nil, 0, nil, false) // restarted empty: back alone
 	f.taken([]int{2})
 	f.recovered()
 	if got := f.wantRank(); got != "2 keep 3000 3 0 1" {
 		t.Fatalf("back alone: ARGV[8] %q, want ranks 0 and 1 kept", got)
 	}
-	f.update(3, 2, 2, 0, 0, nil, false) // the member of rank 0 is back
+	f.update(3, 2, 2, nil, 0, nil, false) // the member of rank 0 is back
 	f.taken([]int{0, 2})
 	if got := f.wantRank(); got != "2 keep 3000 3 1" {
 		t.Fatalf("one back: ARGV[8] %q, want rank 1 kept", got)
 	}
-	f.update(3, 2, 3, 0, 0, nil, false) // every member back
+	f.update(3, 2, 3, nil, 0, nil, false) // every member back
 	f.taken([]int{0, 1, 2})
 	if got := f.wantRank(); got != "2" {
 		t.Fatalf("every member back: ARGV[8] %q, want \"2\"", got)

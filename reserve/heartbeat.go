@@ -311,7 +311,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	defer l.sendReports(ctx, due)
 	r, ok := res.([]any)
-	if !ok || len(r) != 11 {
+	if !ok || len(r) != 12 {
 		return false, nil
 	}
 	l.format.Store(parseFormat(r[10]))
@@ -332,8 +332,16 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	held = slices.Compact(held)
 	liveN, _ := r[1].(int64)
 	heldN, _ := r[2].(int64)
-	latticeN, _ := r[7].(int64)
 	before, _ := r[8].(int64)
+	// The sizes the held members pace on (held_n, r[7], the largest).
+	var sizes []int
+	if xs, ok := r[11].([]any); ok {
+		for _, x := range xs {
+			if s, ok := x.(int64); ok && s > 0 {
+				sizes = append(sizes, int(s))
+			}
+		}
+	}
 	// The ranks taken: every rank below n but the holes.
 	var holes []int
 	if hs, ok := r[9].([]any); ok {
@@ -356,7 +364,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		l.health.mu.Unlock()
 	}
 	l.fleet.told(mode == names.ModeLocal)
-	l.fleet.update(int(n), int(rank), int(liveN+heldN), int(latticeN), int(before), held, late)
+	l.fleet.update(int(n), int(rank), int(liveN+heldN), sizes, int(before), held, late)
 	l.fleet.taken(ranks)
 	l.sharesMoved()
 	l.logView(ctx, mode)
@@ -527,8 +535,8 @@ func (l *Limiter) logView(ctx context.Context, mode string) {
 	f := &l.fleet
 	ls, _ := f.localShare()
 	f.mu.Lock()
-	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d remembered=%d/%d rank_before=%d missing=%v before=%d also=%d",
-		mode, f.n, f.rank, f.members, f.held, f.heldN, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.alsoN())
+	view := fmt.Sprintf("mode=%s n=%d rank=%d members=%d held=%v held_n=%d held_sizes=%v remembered=%d/%d rank_before=%d missing=%v before=%d also=%d",
+		mode, f.n, f.rank, f.members, f.held, f.heldN, f.heldSizes, f.remembered, f.rememberedMembers, f.rankBefore, f.missing(), f.before, f.alsoN())
 	f.mu.Unlock()
 	view += fmt.Sprintf(" redis=%q local=%d/%d", f.redisShare().Arg(), ls.Member, ls.N)
 	f.mu.Lock()

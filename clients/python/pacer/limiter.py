@@ -212,6 +212,7 @@ class Limiter:
         self._n, self._rank, self._members = 1, 0, 1
         self._held: list[int] = []
         self._held_n, self._before = 0, 0
+        self._held_sizes: list[int] = []
         self._ranks: list[int] = []
         self._hint = fleet_size
         self._doubt = False  # the last heartbeat failed
@@ -843,6 +844,15 @@ class Limiter:
                     # rank's, which no member on Redis can take (Go's
                     # redisShareOK; TestDoubtWaitsForHeartbeat).
                     return None
+            elif held and self._split():
+                # The held members pace on lattices of different sizes,
+                # which no share of one size keeps clear of: take nothing
+                # until they are back or forgotten, leaving every other rank
+                # its share for what takes no slot (Go's redisShareOK;
+                # TestHeldOnTwoSizes, combination runner, seed 15).
+                if grant:
+                    return None
+                held = [k for k in range(n) if k != self._rank]
             elif held and self._held_n > 1 and self._held_n != n:
                 n = self._held_n
                 held = [k for k in held if k < n]
@@ -926,19 +936,30 @@ class Limiter:
         also = self._also_n()
         if self._missing():
             n, rank = self._remembered, self._rank_before
-        elif also > 0 and rank >= also:
+        elif also < 0 or also > 0 and rank >= also:
             return None
         if n <= 1:
             return "1"
         return f"m {n} {min(rank, n - 1)} {also}"
 
+    def _split(self) -> bool:
+        """Whether the held members pace on lattices of different sizes
+        (heartbeat's held_sizes; Go's fleetView.split). self._lock is
+        held."""
+        return bool(self._held) and len(self._held_sizes) > 1
+
     def _also_n(self) -> int:
         """The other fleet size this Limiter's local share keeps within too
-        ("m <n> <rank> <also>"; 0: none): held_n when members are held on
-        another size, else before when it is not 0 and not n. self._lock
-        is held."""
+        ("m <n> <rank> <also>"; 0: none): the held members' size when it is
+        not n (held_sizes of one size other than n, or of n and one other),
+        else before when it is not 0 and not n; -1 when the held members'
+        sizes and n make more than two (no share keeps within them all).
+        self._lock is held."""
         if not self._learned or self._missing():
             return 0
+        if self._split():
+            others = [x for x in self._held_sizes if x != self._n]
+            return others[0] if len(others) == 1 else -1
         if self._held and self._held_n > 0 and self._held_n != self._n:
             return self._held_n
         if self._before > 0 and self._before != self._n:
@@ -950,7 +971,7 @@ class Limiter:
         fleet after members that may pace locally without it (its rank is
         not below _also_n). self._lock is held."""
         also = self._also_n()
-        return also > 0 and self._rank >= also
+        return also < 0 or also > 0 and self._rank >= also
 
     def _deadline_ms(self, timeouts: int = 1) -> int | None:
         """A script's deadline (ARGV[1]), as Go's Limiter sets it: its
@@ -1164,6 +1185,7 @@ class Limiter:
             self._last_beat = time.monotonic()
             self._n, self._rank, self._members = hb.n, hb.rank, hb.live + hb.held
             self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks
+            self._held_sizes = hb.held_sizes
             self._format = hb.format
             if self._back_at and time.monotonic() - self._back_at >= self._remember:
                 self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0

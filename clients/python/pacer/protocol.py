@@ -676,7 +676,7 @@ def decode_reserve(v: Reply | bytes) -> ReserveReply:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Heartbeat's 11-entry reply ("Heartbeat")."""
+    """Heartbeat's 12-entry reply ("Heartbeat")."""
 
     now_ms: int
     live: int
@@ -689,6 +689,7 @@ class Heartbeat:
     before: int
     ranks: list[int]  # taken: every rank below n but the reply's holes
     format: int  # the state format to write: 1, 2 or 3 (P{limiters}:format; absent: 2)
+    held_sizes: list[int]  # the sizes the held members pace on, ascending (held_n the largest)
 
 
 def heartbeat_args(member: str, mode: str, since_ms: int, n: int, rank: int | None,
@@ -731,13 +732,13 @@ def report_args(member: str, reports: Sequence[tuple[str, str]],
 
 def decode_heartbeat(v: Reply) -> Heartbeat | None:
     """Heartbeat's reply; None for ``[now_ms]`` (a heartbeat that changed nothing)."""
-    if not isinstance(v, list) or len(v) != 11:
+    if not isinstance(v, list) or len(v) != 12:
         return None
     ints = lambda a: [int(x) for x in a]  # noqa: E731
     n, holes = int(v[4]), set(ints(v[9]))  # type: ignore
     return Heartbeat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), n, ints(v[5]), v[6],  # type: ignore
                      int(v[7]), int(v[8]), [k for k in range(n) if k not in holes],
-                     {"1": 1, "3": 3}.get(str(v[10]), 2))  # type: ignore
+                     {"1": 1, "3": 3}.get(str(v[10]), 2), [x for x in ints(v[11]) if x > 0])  # type: ignore
 
 
 # ---------------------------------------------------------------- The state

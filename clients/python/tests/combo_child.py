@@ -315,7 +315,7 @@ class Child:
             lim = self.limiter
             with lim._lock:
                 view = (f"mode={'local' if lim._local else 'redis'} n={lim._n} rank={lim._rank} members={lim._members} "
-                        f"held={lim._held} held_n={lim._held_n} remembered={lim._remembered}/{lim._remembered_members} "
+                        f"held={lim._held} held_n={lim._held_n} held_sizes={lim._held_sizes} remembered={lim._remembered}/{lim._remembered_members} "
                         f"rank_before={lim._rank_before} before={lim._before} doubt={lim._doubt} "
                         f"local={lim._local_share}")
             if view != last:

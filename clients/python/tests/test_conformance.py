@@ -224,8 +224,9 @@ class Runner:
                 # The reply gives the holes; the client keeps the ranks
                 # taken (every rank below n but the holes).
                 ranks = [k for k in range(got[4]) if k not in got[9]]
-                want_hb = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], ranks, got[10])
-                if (hb.live, hb.held, hb.rank, hb.n, hb.held_ranks, hb.held_n, hb.before, hb.ranks, str(hb.format)) != want_hb:
+                want_hb = (got[1], got[2], got[3], got[4], got[5], got[7], got[8], ranks, got[10], got[11])
+                if (hb.live, hb.held, hb.rank, hb.n, hb.held_ranks, hb.held_n, hb.before, hb.ranks, str(hb.format),
+                        hb.held_sizes) != want_hb:
                     self.fail(where, f"decoded {hb!r} of {got!r}")
 
     # -- the state's grammar

@@ -816,6 +816,30 @@ class FallbackTest(unittest.TestCase):
         c._beat()
         self.assertTrue(c.is_local, "a newcomer back on Redis at once, beside members that may pace locally")
 
+    def test_held_on_two_sizes_waits(self) -> None:
+        """Members held on lattices of two sizes (one paces on 2: it lost
+        Redis before it heard of the third; one on 3): a member on Redis
+        takes nothing until they are back, and has no local share on 3
+        beside them (Go's TestHeldOnTwoSizes; combination runner, seed 15:
+        its rank 2 of 3 met rank 1 of 2 every 6/rate)."""
+        x, y, z = self.limiter("x"), self.limiter("y"), self.limiter("z")
+        for lim in (x, y, z, x, y):
+            lim._beat()
+        self.assertEqual([x._rank, y._rank, z._rank], [0, 1, 2])
+        self.tell_local(x, 3)
+        self.tell_local(y, 2)
+        z._beat()
+        self.assertEqual((z._n, z._held, z._held_n, z._held_sizes), (3, [0, 1], 3, [2, 3]))
+        self.assertIsNone(z._share(grant=True), "a share on Redis beside members held on 2 and 3")
+        self.assertEqual(z._share(), "3 0 1")
+        self.assertIsNone(z._own_share(), "rank 2 of 3 has a local share beside members held on 2 and 3")
+        with self.assertRaises(WaitTooLong) as e:
+            z.reserve("k", Limit(30, 1), max_wait=0.2)
+        self.assertEqual(e.exception.band, "(outage)")
+        self.tell_local(y, 3)  # one size again
+        z._beat()
+        self.assertEqual((z._held_sizes, z._share(grant=True)), ([3], "3 0 1"))
+
     def test_remembers_the_held_members_fleet(self) -> None:
         """A member whose calls on Redis kept to a held member's fleet (3,
         where Redis listed 2) remembers that fleet when it loses Redis:
