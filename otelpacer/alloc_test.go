@@ -151,9 +151,52 @@ func TestKeyValuesBound(t *testing.T) {
 
 // TestBadOptions: New refuses a MaxKeyValues below -1, and makes nothing.
 func TestBadOptions(t *testing.T) {
-	tel, err := otelpacer.New(otelpacer.Options{MaxKeyValues: -2})
-	require.ErrorIs(t, err, otelpacer.ErrInvalidOptions)
-	assert.Nil(t, tel)
+	for _, o := range []otelpacer.Options{{MaxKeyValues: -2}, {MaxTenantValues: -2}} {
+		tel, err := otelpacer.New(o)
+		require.ErrorIs(t, err, otelpacer.ErrInvalidOptions)
+		assert.Nil(t, tel)
+	}
+}
+
+// TestTenantValuesBound: the first MaxTenantValues pacer.tenant values get
+// series of their own, later ones are recorded as OtherKeyValue, and every
+// measurement still counts.
+func TestTenantValuesBound(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		max, values int
+		own         int
+	}{
+		{"bound 3", 3, 10, 3},
+		{"the default", 0, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues},
+		{"no bound", -1, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues + 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t, otelpacer.Options{TenantAttribute: func(tn string) string { return tn }, MaxTenantValues: tc.max})
+			for i := range tc.values {
+				g.tel.Deferred("k", "t"+strconv.Itoa(i), reserve.Normal)
+			}
+			m, ok := g.metric(t, "pacer.rate_limiting.fair.deferred")
+			require.True(t, ok)
+			got := map[string]int64{}
+			var sum int64
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value("pacer.tenant")
+				got[v.AsString()] += dp.Value
+				sum += dp.Value
+			}
+			want := map[string]int64{}
+			for i := range tc.values {
+				v := "t" + strconv.Itoa(i)
+				if i >= tc.own {
+					v = otelpacer.OtherKeyValue
+				}
+				want[v]++
+			}
+			assert.Equal(t, want, got)
+			assert.Equal(t, int64(tc.values), sum)
+		})
+	}
 }
 
 // TestCacheBound: beyond MaxCachedSets the Telemetry caches no more sets,

@@ -45,7 +45,8 @@
 // tenant to pacer.tenant on the fair metrics. The first
 // Options.MaxKeyValues values (DefaultMaxKeyValues, 100, by default) get
 // series of their own; later ones are recorded as OtherKeyValue,
-// "(other)". The instruments marked
+// "(other)"; Options.MaxTenantValues bounds pacer.tenant's the same way.
+// The instruments marked
 // Tracer count only when the Telemetry is the Limiter's Tracer too.
 //
 // # Traces

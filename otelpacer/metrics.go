@@ -142,7 +142,7 @@ func (t *Telemetry) laneOption(tenant string, lane reserve.Lane) metric.Measurem
 	if t.tenantAttr == nil {
 		return metric.WithAttributes(attrLane.String(lane.String()))
 	}
-	return metric.WithAttributes(attrLane.String(lane.String()), attrTenant.String(t.tenantAttr(tenant)))
+	return metric.WithAttributes(attrLane.String(lane.String()), attrTenant.String(t.tenants.Admit(t.tenantAttr(tenant))))
 }
 
 // Turn implements reserve.FairMetrics.

@@ -46,6 +46,11 @@ type Options struct {
 	// a pacer.tenant attribute on the fair metrics: name the few tenants to
 	// watch and map the rest to one value. Default nil: per lane only.
 	TenantAttribute func(tenant string) string
+	// MaxTenantValues bounds how many distinct pacer.tenant values get
+	// series of their own, as MaxKeyValues does pacer.key's: later values
+	// are recorded as OtherKeyValue. Default 0: DefaultMaxKeyValues; -1:
+	// no bound. Below -1: New fails.
+	MaxTenantValues int
 }
 
 // Telemetry implements reserve.Metrics (with reserve.GrantMetrics and
@@ -79,8 +84,9 @@ type Telemetry struct {
 	// sets caches the attribute sets of the hot paths (sets.go).
 	sets setCache
 	// values are the pacer.key values with series of their own
-	// (Options.MaxKeyValues).
-	values *keyvalues.Set
+	// (Options.MaxKeyValues), tenants the pacer.tenant values
+	// (Options.MaxTenantValues).
+	values, tenants *keyvalues.Set
 }
 
 var (
@@ -130,16 +136,30 @@ const (
 	attrSeatsGot    = attribute.Key("pacer.seats.got")
 )
 
-// New makes the instruments on opts.MeterProvider and the tracer on
-// opts.TracerProvider. It fails if opts.MaxKeyValues is below -1
-// (ErrInvalidOptions) or the MeterProvider refuses an instrument.
-func New(opts Options) (*Telemetry, error) {
-	maxValues := opts.MaxKeyValues
+// bound returns a values bound option's value (0: the default), or
+// ErrInvalidOptions below -1.
+func bound(option string, max int) (int, error) {
 	switch {
-	case maxValues < -1:
-		return nil, fmt.Errorf("%w: MaxKeyValues %d (want -1 for no bound, 0 for the default, or more)", ErrInvalidOptions, maxValues)
-	case maxValues == 0:
-		maxValues = DefaultMaxKeyValues
+	case max < -1:
+		return 0, fmt.Errorf("%w: %s %d (want -1 for no bound, 0 for the default, or more)", ErrInvalidOptions, option, max)
+	case max == 0:
+		return DefaultMaxKeyValues, nil
+	}
+	return max, nil
+}
+
+// New makes the instruments on opts.MeterProvider and the tracer on
+// opts.TracerProvider. It fails if opts.MaxKeyValues or
+// opts.MaxTenantValues is below -1 (ErrInvalidOptions) or the
+// MeterProvider refuses an instrument.
+func New(opts Options) (*Telemetry, error) {
+	maxValues, err := bound("MaxKeyValues", opts.MaxKeyValues)
+	if err != nil {
+		return nil, err
+	}
+	maxTenants, err := bound("MaxTenantValues", opts.MaxTenantValues)
+	if err != nil {
+		return nil, err
 	}
 	mp, tp := opts.MeterProvider, opts.TracerProvider
 	if mp == nil {
@@ -151,11 +171,10 @@ func New(opts Options) (*Telemetry, error) {
 	version := trace.WithInstrumentationVersion(reserve.Version)
 	t := &Telemetry{keyAttr: opts.KeyAttribute, tenantAttr: opts.TenantAttribute, tracer: tp.Tracer(ScopeName, version)}
 	t.sets.init(MaxCachedSets)
-	t.values = keyvalues.New(maxValues)
+	t.values, t.tenants = keyvalues.New(maxValues), keyvalues.New(maxTenants)
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(reserve.Version))
 	var errs []error
 	check := func(err error) { errs = append(errs, err) }
-	var err error
 	t.requests, err = m.Int64Counter("pacer.rate_limiting.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Reservations granted, by source (redis, local, lease) and binding band."))
 	check(err)

@@ -45,7 +45,8 @@
 // later ones are counted as OtherKeyValue, "(other)". The seats metrics' band is the
 // in-flight band's name. Tenants are not labels by default either:
 // Options.TenantLabel adds a "tenant" label to the fair metrics, lane being
-// "urgent", "normal" or "batch".
+// "urgent", "normal" or "batch", its values bounded by
+// Options.MaxTenantValues as the key label's are.
 //
 // docs/grafana/pacer-prometheus.json is a Grafana dashboard of these
 // metrics; docs/grafana/README.md says how to import it and what each of its

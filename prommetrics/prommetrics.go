@@ -30,6 +30,11 @@ type Options struct {
 	// few tenants to watch and map the rest to one value ("other"). Default
 	// nil: the fair metrics are per lane only.
 	TenantLabel func(tenant string) string
+	// MaxTenantValues bounds how many distinct tenant label values get
+	// series of their own, as MaxKeyValues does the key label's: later
+	// values are counted as OtherKeyValue. Default 0: DefaultMaxKeyValues;
+	// -1: no bound. Below -1, New panics.
+	MaxTenantValues int
 }
 
 // Metrics implements reserve.Metrics with Prometheus collectors.
@@ -74,28 +79,36 @@ const DefaultMaxKeyValues = keyvalues.Default
 // Options.MaxKeyValues others.
 const OtherKeyValue = keyvalues.Other
 
+// bounded returns label with its values bounded to max (option's value:
+// 0, the default; -1, no bound), nil if label is. It panics below -1.
+func bounded(label func(string) string, option string, max int) func(string) string {
+	switch {
+	case max < -1:
+		panic(fmt.Sprintf("prommetrics: Options.%s %d (want -1 for no bound, 0 for the default, or more)", option, max))
+	case max == 0:
+		max = DefaultMaxKeyValues
+	}
+	if label == nil {
+		return nil
+	}
+	values := keyvalues.New(max)
+	return func(v string) string { return values.Admit(label(v)) }
+}
+
 // New creates the collectors and registers them with reg (if not nil). It
 // panics, as reg.MustRegister does, if reg refuses them, or if
-// opts.MaxKeyValues is below -1.
+// opts.MaxKeyValues or opts.MaxTenantValues is below -1.
 func New(reg prometheus.Registerer, opts Options) *Metrics {
 	ns := opts.Namespace
 	if ns == "" {
 		ns = "pacer"
 	}
-	maxValues := opts.MaxKeyValues
-	switch {
-	case maxValues < -1:
-		panic(fmt.Sprintf("prommetrics: Options.MaxKeyValues %d (want -1 for no bound, 0 for the default, or more)", maxValues))
-	case maxValues == 0:
-		maxValues = DefaultMaxKeyValues
-	}
 	perKey := []string{}
-	var keyLabel func(string) string
-	if opts.KeyLabel != nil {
+	keyLabel := bounded(opts.KeyLabel, "MaxKeyValues", opts.MaxKeyValues)
+	if keyLabel != nil {
 		perKey = []string{"key"}
-		values, label := keyvalues.New(maxValues), opts.KeyLabel
-		keyLabel = func(key string) string { return values.Admit(label(key)) }
 	}
+	tenantLabel := bounded(opts.TenantLabel, "MaxTenantValues", opts.MaxTenantValues)
 	perBand := append([]string{"source", "band"}, perKey...)
 	perUnit := append(append([]string{"source"}, perKey...), "unit")
 	m := &Metrics{
@@ -122,10 +135,10 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Keys paused (a provider's 429)."}, perKey),
 	}
 	perLane := []string{"lane"}
-	if opts.TenantLabel != nil {
+	if tenantLabel != nil {
 		perLane = []string{"lane", "tenant"}
 	}
-	m.tenantLabel = opts.TenantLabel
+	m.tenantLabel = tenantLabel
 	m.turn = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "fair_turn_seconds",
 		Help: "Time fair requests waited for their turn before they were booked, by lane.", Buckets: WaitBuckets}, perLane)
 	m.deferred = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fair_deferred_total",

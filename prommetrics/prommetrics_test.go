@@ -102,6 +102,42 @@ func TestKeyValuesBound(t *testing.T) {
 	})
 }
 
+// TestTenantValuesBound: the first MaxTenantValues tenant label values get
+// series of their own, later ones are counted as OtherKeyValue, and every
+// measurement still counts; below -1, New panics.
+func TestTenantValuesBound(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		max, values int
+		own         int
+	}{
+		{"bound 3", 3, 10, 3},
+		{"the default", 0, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues},
+		{"no bound", -1, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues + 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			m := prommetrics.New(reg, prommetrics.Options{TenantLabel: func(tn string) string { return tn }, MaxTenantValues: tc.max})
+			for i := range tc.values {
+				m.Deferred("k", fmt.Sprintf("t%d", i), reserve.Normal)
+				m.Turn("k", fmt.Sprintf("t%d", i), reserve.Normal, time.Millisecond)
+			}
+			for i := range tc.own {
+				assert.Equal(t, 1.0, sum(t, reg, "pacer_fair_deferred_total", map[string]string{"tenant": fmt.Sprintf("t%d", i)}))
+			}
+			assert.Equal(t, float64(tc.values-tc.own), sum(t, reg, "pacer_fair_deferred_total", map[string]string{"tenant": prommetrics.OtherKeyValue}))
+			assert.Equal(t, float64(tc.values), sum(t, reg, "pacer_fair_deferred_total", nil))
+			assert.Equal(t, float64(tc.values), sum(t, reg, "pacer_fair_turn_seconds", nil))
+			n, err := testutil.GatherAndCount(reg, "pacer_fair_turn_seconds")
+			require.NoError(t, err)
+			assert.Equal(t, min(tc.own+1, tc.values), n, "turn series")
+		})
+	}
+	assert.PanicsWithValue(t, "prommetrics: Options.MaxTenantValues -2 (want -1 for no bound, 0 for the default, or more)", func() {
+		prommetrics.New(prometheus.NewRegistry(), prommetrics.Options{MaxTenantValues: -2})
+	})
+}
+
 // TestMetricsFallback: a dead Redis shows as errors, one switch to local,
 // the active gauge at 1, and local reservations.
 func TestMetricsFallback(t *testing.T) {
