@@ -725,7 +725,23 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 			}
 		}
 	}
-	return holder, n, taken, joinInts(heldRanks), f.missing() || f.missingRank()
+	lost = f.missing() || f.missingRank()
+	switch {
+	case f.missing() || f.doubt || f.stale():
+	case f.split():
+		// The held members pace on shares of fleets of different sizes,
+		// and seats.lua counts a held holder's share at one: grant no
+		// seat until they are back, as right after Redis lost the fleet
+		// (mode "x"; TestHeldOnTwoSizes).
+		lost = true
+	case len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n:
+		// They pace on shares of the fleet they knew: count a held
+		// holder's share at that size, as they keep to it. At f.n, a
+		// fleet grown since, their shares were counted smaller than they
+		// take.
+		n = f.heldN
+	}
+	return holder, n, taken, joinInts(heldRanks), lost
 }
 
 // missingRank reports whether, back from an outage of its own, this

@@ -465,7 +465,8 @@ func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 // TestHeldOnTwoSizes: the held members pace on lattices of two sizes (one
 // lost Redis before it heard of a join, and paces on 2; one had heard of
 // it, and paces on 3 and 2). A member on Redis takes nothing until they
-// are back, and says why; a member's own local share keeps within both
+// are back, and says why, and an in-flight band grants no seat; a
+// member's own local share keeps within both
 // sizes when one is its own, and it has none when they make three. Before,
 // the member on Redis kept to the larger (held_n, "3 0 1") and its rank 2
 // of 3 met rank 1 of 2 every 6/rate: two permits at one instant
@@ -480,6 +481,11 @@ func TestHeldOnTwoSizes(t *testing.T) {
 	}
 	if sizes, ok := f.splitSizes(); !ok || !slices.Equal(sizes, []int{2, 3}) {
 		t.Fatalf("splitSizes = %v, %v; want [2 3], true", sizes, ok)
+	}
+	// An in-flight band's calls grant no seat meanwhile (seats.lua's
+	// mode "x"): it counts a held holder's share at one size.
+	if _, size, _, held, lost := f.seatView("me"); !lost || size != 3 || held != "0 1" {
+		t.Fatalf("seatView beside members held on 2 and 3: size %d, held %q, lost %v; want 3, \"0 1\", lost", size, held, lost)
 	}
 	// Its own share: within 3 and 2, where rank 2 has none.
 	if _, ok := f.localShare(); ok || !f.newcomer() {
@@ -502,6 +508,13 @@ func TestHeldOnTwoSizes(t *testing.T) {
 	}
 	if _, ok := f.splitSizes(); ok {
 		t.Fatal("splitSizes with one size held")
+	}
+	// Held on 2 where the fleet is 3 now: seats.lua counts a held
+	// holder's share of N at 2, as it takes it (at 3 it would count 2 of
+	// N = 6 where the holder takes 3).
+	f.update(3, 2, 3, []int{2}, 0, []int{1}, false)
+	if _, size, _, held, lost := f.seatView("me"); lost || size != 2 || held != "1" {
+		t.Fatalf("seatView beside a member held on 2: size %d, held %q, lost %v; want 2, \"1\", not lost", size, held, lost)
 	}
 }
 
