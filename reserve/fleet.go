@@ -39,6 +39,7 @@ type fleetView struct {
 	heldN             int       // the largest fleet size the held members' local shares count
 	heldSizes         []int     // every size they count, ascending (heartbeat.lua's held_sizes; see split)
 	remembered        int       // n when this Limiter last lost Redis
+	rememberedAlso    int       // the other size its share kept within then (alsoN; -1: more than one)
 	rememberedMembers int       // and the members then
 	rankBefore        int       // its rank then
 	backAt            time.Time // when it came back
@@ -190,6 +191,15 @@ func (f *fleetView) redisShareOK() (share, bool) {
 				held = append(held, k)
 			}
 		}
+		if f.rememberedAlso != 0 && f.rememberedAlso != n {
+			// When it lost Redis the fleet had just changed: members not
+			// back yet may pace on either size, and no share of one keeps
+			// clear of both lattices. Take nothing on Redis until they
+			// are back or forgotten (combination runner, seed 13: back on
+			// Redis with rank 1 of 4, this Limiter met a member still
+			// pacing on rank 0 of 3 every 12/rate).
+			return share{N: n, Held: held}, false
+		}
 	}
 	if doubt && !f.missing() {
 		// The last heartbeat failed: the others may have lost Redis too
@@ -336,9 +346,11 @@ func (f *fleetView) ownShare() (share, bool) {
 	also := f.alsoN()
 	if f.missing() {
 		// Back from an outage, Redis (restarted empty) does not list the
-		// whole fleet yet: keep the share this Limiter had in it.
-		n, rank = f.remembered, f.rankBefore
-	} else if also < 0 || also > 0 && rank >= also {
+		// whole fleet yet: keep the share this Limiter had in it, within
+		// the sizes it kept within then.
+		n, rank, also = f.remembered, f.rankBefore, f.rememberedAlso
+	}
+	if also < 0 || also > 0 && rank >= also {
 		return share{}, false
 	}
 	if !f.learned {
@@ -368,6 +380,14 @@ func (f *fleetView) split() bool {
 func (f *fleetView) splitSizes() ([]int, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.missing() && f.rememberedAlso != 0 && f.rememberedAlso != f.remembered {
+		// Back from an outage that began just after the fleet changed
+		// (rememberFleet).
+		if f.rememberedAlso < 0 {
+			return nil, true
+		}
+		return []int{min(f.remembered, f.rememberedAlso), max(f.remembered, f.rememberedAlso)}, true
+	}
 	return slices.Clone(f.heldSizes), f.split()
 }
 
@@ -474,12 +494,17 @@ func (f *fleetView) missing() bool {
 func (f *fleetView) leaving() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var share share
+	var shareOK, kept bool
 	switch a := f.alsoN(); {
 	case !f.learned:
 	case f.missing():
 		// Redis still lacks members of the earlier outage's fleet: pace
-		// locally on this Limiter's share of that fleet, as on Redis.
+		// locally on this Limiter's share of that fleet, as on Redis,
+		// within the sizes it kept within then (ownShare while missing).
 		f.n, f.rank = f.remembered, f.rankBefore
+		share, shareOK = f.ownShare()
+		kept = true
 	case a < 0 || a > 0 && f.rank >= a:
 		// It joined after members that may pace locally without it (or
 		// they pace on more sizes than a share keeps within): it
@@ -495,19 +520,34 @@ func (f *fleetView) leaving() {
 	}
 	f.backAt, f.toldAt = time.Time{}, time.Time{}
 	f.away = true
-	f.awayShare, f.awayShareOK = f.ownShare()
+	if !kept {
+		share, shareOK = f.ownShare()
+	}
+	f.awayShare, f.awayShareOK = share, shareOK
 }
 
 // rememberFleet keeps the fleet as this Limiter's calls on Redis kept to
 // it (redisShareOK), for missing: the held members' when they pace on
 // another size, so that, back on a Redis restarted empty before them, it
-// keeps to their lattice (TestBackBesideHeldFleet). f.mu is held.
+// keeps to their lattice (TestBackBesideHeldFleet); and the other size its
+// local share kept within (alsoN: the fleet changed just before), since
+// members still pacing locally may pace on either (TestBackAcrossTwoSizes).
+// f.mu is held.
 func (f *fleetView) rememberFleet() {
-	n := f.n
-	if len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n {
-		n = f.heldN
+	n, also := f.n, f.alsoN()
+	switch {
+	case f.split():
+		also = -1
+	case len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n:
+		// Its calls on Redis kept to the held members' lattice, and
+		// the members that knew of them keep within it too.
+		n, also = f.heldN, 0
+	}
+	if also == 1 {
+		also = 0 // a fleet of 1 paces on the whole: no lattice to keep clear of
 	}
 	f.remembered, f.rememberedMembers, f.rankBefore = n, f.members, f.rank
+	f.rememberedAlso = also
 	f.rememberedRanks = slices.Clone(f.ranks)
 }
 

@@ -462,6 +462,62 @@ func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 	}
 }
 
+// TestBackAcrossTwoSizes: this Limiter lost Redis just after the fleet
+// grew from 3 to 4 (it paced locally on rank 1 of 4 and of 3), and came
+// back on a Redis restarted empty before the others. A member that had not
+// heard of the fourth still paces locally on rank 0 of 3, which Redis does
+// not show (its kept ranks count 4): this Limiter takes nothing on Redis
+// until the members are back or forgotten, and should it lose Redis again
+// it keeps within both sizes. Before, it took rank 1's instants of 4 on
+// Redis ("4 0 2 3"), which meet rank 0's of 3 every 12/rate (combination
+// runner, seed 13: a Go member on Redis and a Python member pacing locally
+// at one instant, a second after Redis came back).
+func TestBackAcrossTwoSizes(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(4, 1, 4, nil, 3, []int{2}, false) // rank 1 of 4, the fleet was 3 just now; rank 2 held
+	f.leaving()
+	if ls, ok := f.localShare(); !ok || ls.N != 4 || ls.Member != 1 || ls.Also != 3 {
+		t.Fatalf("local share %+v (ok %v); want rank 1 of 4 also within 3", ls, ok)
+	}
+	f.update(4, 1, 2, []int{4}, 0, []int{0, 2, 3}, false) // restarted empty: kept ranks 0, 2 and 3 of 4
+	f.taken([]int{0, 1, 2, 3})
+	f.recovered()
+	if s, ok := f.redisShareOK(); ok {
+		t.Fatalf("back on Redis beside members that may pace on 3 or 4: share %q with ok, want a wait", s.Arg())
+	}
+	if sizes, ok := f.splitSizes(); !ok || !slices.Equal(sizes, []int{3, 4}) {
+		t.Fatalf("splitSizes = %v, %v; want [3 4], true", sizes, ok)
+	}
+	f.back()
+	f.leaving() // lost again while they are missing
+	if ls, ok := f.localShare(); !ok || ls.N != 4 || ls.Member != 1 || ls.Also != 3 {
+		t.Fatalf("local share lost again while members are missing: %+v (ok %v); want rank 1 of 4 also within 3", ls, ok)
+	}
+	// Without the change just before (TestBackBesideHeldFleet's case), the
+	// member back takes its rank's share of the fleet it remembers.
+	g := &fleetView{remember: time.Minute}
+	g.update(4, 1, 4, nil, 0, []int{2}, false)
+	g.leaving()
+	g.update(4, 1, 2, []int{4}, 0, []int{0, 2, 3}, false)
+	g.taken([]int{0, 1, 2, 3})
+	g.recovered()
+	if s, ok := g.redisShareOK(); !ok || s.Arg() != "4 0 2 3" {
+		t.Fatalf("back on Redis beside members missing on one size: share %q (ok %v), want \"4 0 2 3\"", s.Arg(), ok)
+	}
+	// Nor when the fleet had just grown from 1: a member that had not
+	// heard of it paces on the whole, rank 0's (this one's), and the one
+	// that joined has no local share.
+	h := &fleetView{remember: time.Minute}
+	h.update(2, 0, 2, nil, 1, nil, false)
+	h.leaving()
+	h.update(1, 0, 1, nil, 0, nil, false)
+	h.taken([]int{0})
+	h.recovered()
+	if s, ok := h.redisShareOK(); !ok || s.Arg() != "2 1" {
+		t.Fatalf("back on Redis after the fleet grew from 1: share %q (ok %v), want \"2 1\"", s.Arg(), ok)
+	}
+}
+
 // TestHeldOnTwoSizes: the held members pace on lattices of two sizes (one
 // lost Redis before it heard of a join, and paces on 2; one had heard of
 // it, and paces on 3 and 2). A member on Redis takes nothing until they

@@ -250,7 +250,7 @@ func (l *Limiter) noShareErr(key string) error {
 		return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter is back from an outage while %d of the fleet's %d members are still held (they may pace locally): its calls on Redis wait for them, %v at the most, rather than take its own rank's few instants, which would run the key's queue ahead of theirs", key, l.unavailableErr(), held, n, wait.Round(time.Millisecond))}
 	}
 	if sizes, ok := l.fleet.splitSizes(); ok {
-		return &noShareError{fmt.Errorf("reserve: %q: %w: the members held (pacing locally, or silent) pace on fleets of %v members (they lost Redis around a change of the fleet), which no share of one size keeps clear of: this Limiter's calls wait until they are back on Redis or forgotten", key, l.unavailableErr(), sizes)}
+		return &noShareError{fmt.Errorf("reserve: %q: %w: members held or not back yet may pace locally on fleets of different sizes %v (they lost Redis around a change of the fleet), which no share of one size keeps clear of: this Limiter's calls wait until they are back on Redis or forgotten", key, l.unavailableErr(), sizes)}
 	}
 	if wait, ok := l.fleet.awaitingHeartbeat(); ok {
 		return &noShareError{fmt.Errorf("reserve: %q: %w: this Limiter's last heartbeat failed or ran late, so it does not know whether the other members pace locally now: its calls on Redis wait for the next heartbeat, %v at the most, before they take its own share", key, l.unavailableErr(), wait.Round(time.Millisecond))}

@@ -229,6 +229,7 @@ class Limiter:
         # After an outage, Redis (restarted empty) may list fewer members
         # than the fleet had: those not back yet may pace locally still.
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
+        self._remembered_also = 0  # the other size its share kept within then (_remember_fleet)
         self._back_at = 0.0
         self._remember = 60.0  # the fleet's hold_ms
         # Back from an outage of its own, while fewer than a quarter of the
@@ -836,6 +837,15 @@ class Limiter:
                 # TestBackAtAnotherRank).
                 held = [k for k in range(n) if k != self._rank_before
                         and (doubt or k == self._rank or k not in self._ranks or k in self._held)]
+                if (grant and self._remembered_also not in (0, n)
+                        and self._back_until and time.monotonic() < self._back_until):
+                    # The fleet had just changed when it lost Redis: members
+                    # not back yet may pace on either size, which no share
+                    # of one keeps clear of. Wait until they are back: the
+                    # living probe back within _back_wait (Go's
+                    # redisShareOK, TestBackAcrossTwoSizes; combination
+                    # runner, seed 13).
+                    return None
             elif doubt:
                 held = [k for k in range(n) if k != self._rank]
                 if grant and self._guessing():
@@ -896,12 +906,17 @@ class Limiter:
         """Keeps the fleet its calls on Redis kept to (_share), for
         _missing: the held members' when they pace on another size, so
         that, back on a Redis restarted empty before them, it keeps to
-        their lattice (Go's TestBackBesideHeldFleet). self._lock is
-        held."""
-        n = self._n
-        if self._held and self._held_n > 1 and self._held_n != self._n:
-            n = self._held_n
+        their lattice (Go's TestBackBesideHeldFleet); and the other size
+        its local share kept within (_also_n; -1: more than one), since
+        members still pacing locally may pace on either (Go's
+        TestBackAcrossTwoSizes). self._lock is held."""
+        n, also = self._n, self._also_n()
+        if self._split():
+            also = -1
+        elif self._held and self._held_n > 1 and self._held_n != self._n:
+            n, also = self._held_n, 0
         self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
+        self._remembered_also = 0 if also == 1 else also  # a fleet of 1 paces on the whole
 
     def _keep(self) -> tuple[int, int, list[int]] | None:
         """The ranks a heartbeat asks the fleet to keep (heartbeat.lua's
@@ -935,8 +950,8 @@ class Limiter:
         n, rank = self._n, self._rank
         also = self._also_n()
         if self._missing():
-            n, rank = self._remembered, self._rank_before
-        elif also < 0 or also > 0 and rank >= also:
+            n, rank, also = self._remembered, self._rank_before, self._remembered_also
+        if also < 0 or also > 0 and rank >= also:
             return None
         if n <= 1:
             return "1"

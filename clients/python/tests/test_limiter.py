@@ -676,7 +676,11 @@ class FallbackTest(unittest.TestCase):
         a._beat()
         self.assertFalse(a.is_local)
         self.assertEqual(a._members, 2)
+        # The fleet had just grown when a lost Redis: its calls on Redis
+        # wait while the third is missing (test_back_across_two_sizes_waits).
+        self.assertIsNone(a._share(grant=True))
         self.srv.stop()
+        a._go_local("test: Redis stopped")  # as its heartbeat thread finds
         self.assertTrue(a.reserve("k", Limit(30, 1)).local)
         self.assertTrue(a._local_share and a._local_share.startswith(f"m 3 {rank} "),
                         f"{a._local_share}: the third member may pace locally on the old fleet still")
@@ -839,6 +843,28 @@ class FallbackTest(unittest.TestCase):
         self.tell_local(y, 3)  # one size again
         z._beat()
         self.assertEqual((z._held_sizes, z._share(grant=True)), ([3], "3 0 1"))
+
+    def test_back_across_two_sizes_waits(self) -> None:
+        """A member that lost Redis just after the fleet grew (it paced on
+        rank 1 of 3 and of 2), back on a Redis restarted empty before the
+        others: a member that had not heard of the third may still pace on
+        2, which Redis does not show. It takes nothing on Redis until they
+        are back, and keeps within both sizes if it loses Redis again (Go's
+        TestBackAcrossTwoSizes; combination runner, seed 13)."""
+        x, y, z = self.limiter("x"), self.limiter("y"), self.limiter("z")
+        for lim in (x, y, z, x, y):
+            lim._beat()
+        self.assertEqual((y._n, y._rank, y._before), (3, 1, 2))
+        self.srv.stop()
+        self.assertTrue(y.reserve("k", Limit(30, 1)).local)
+        self.assertEqual(y._local_share, "m 3 1 2")
+        self.srv.start()  # empty
+        y._beat()  # back alone, at its old rank
+        self.assertFalse(y.is_local)
+        self.assertTrue(y._missing())
+        self.assertIsNone(y._share(grant=True), "a share on Redis beside members that may pace on 2 or 3")
+        self.assertEqual(y._share(), "3 0 2")
+        self.assertEqual(y._own_share(), "m 3 1 2", "its own share while they are missing")
 
     def test_remembers_the_held_members_fleet(self) -> None:
         """A member whose calls on Redis kept to a held member's fleet (3,
