@@ -123,31 +123,23 @@ func (w *lockedBuffer) String() string {
 // for a while (a loaded machine, a first call that dials and loads the
 // script); later calls and pings go at once.
 type slowFirst struct {
+	passHook
 	delay time.Duration
 	once  sync.Once
 }
 
-func (h *slowFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *slowFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
-			if key, _ := args[3].(string); strings.Contains(key, "{limiters}") {
-				h.once.Do(func() {
-					select {
-					case <-time.After(h.delay):
-					case <-ctx.Done():
-					}
-				})
-			}
+		if key, ok := scriptKey(cmd); ok && strings.Contains(key, "{limiters}") {
+			h.once.Do(func() {
+				select {
+				case <-time.After(h.delay):
+				case <-ctx.Done():
+				}
+			})
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *slowFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestSlowStart: a first heartbeat that times out on a Redis that answers

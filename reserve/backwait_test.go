@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,18 +100,16 @@ func TestBackWaitsForFleetOnRedis(t *testing.T) {
 // the fleet's records (its first key) as a refused connection would, or
 // (timeout) as one that timed out.
 type fleetCut struct {
+	passHook
 	key     string
 	on      atomic.Bool
 	timeout bool         // fail as a call that timed out instead
 	hits    atomic.Int64 // calls failed
 }
 
-func (h *fleetCut) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *fleetCut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); h.on.Load() && (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key {
+		if k, ok := scriptKey(cmd); ok && h.on.Load() && k == h.key {
 			h.hits.Add(1)
 			var err error = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
 			if h.timeout {
@@ -123,10 +120,6 @@ func (h *fleetCut) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *fleetCut) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestFleetUnreachablePacesLocally: the fleet's records are out of reach

@@ -128,9 +128,11 @@ func TestNewTunesTheQuickStartClient(t *testing.T) {
 type wrappedClient struct{ *redis.Client }
 
 // countHook counts the commands a client processes.
-type countHook struct{ n atomic.Int64 }
+type countHook struct {
+	passHook
+	n atomic.Int64
+}
 
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.n.Add(1)

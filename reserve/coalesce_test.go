@@ -21,6 +21,7 @@ import (
 // armed, so a test can queue callers behind a call in flight. It also counts
 // the script calls on buckets (not the Limiter's heartbeats).
 type gate struct {
+	passHook
 	armed
 	scripts atomic.Int64
 }
@@ -59,8 +60,6 @@ func (a *armed) stop() {
 	}
 }
 
-func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if onBucket(cmd) {
@@ -80,17 +79,8 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // onBucket reports whether cmd runs a script on a bucket: EVAL or EVALSHA
 // whose first key has a hash tag, other than the fleet's heartbeats.
 func onBucket(cmd redis.Cmder) bool {
-	name := strings.ToLower(cmd.Name())
-	args := cmd.Args()
-	if name != "evalsha" && name != "eval" || len(args) < 4 {
-		return false
-	}
-	key, _ := args[3].(string)
-	return strings.Contains(key, "{") && !strings.Contains(key, "{limiters}")
-}
-
-func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	key, ok := scriptKey(cmd)
+	return ok && strings.Contains(key, "{") && !strings.Contains(key, "{limiters}")
 }
 
 // coalesceBackends are the Redis kinds the coalescing tests run on, each

@@ -16,12 +16,11 @@ import (
 // keyCommands is a go-redis hook that records, for each command naming a
 // key that contains mark, its name: the round trips made for those keys.
 type keyCommands struct {
+	passHook
 	mark string
 	mu   sync.Mutex
 	cmds map[string][]string // by key
 }
-
-func (h *keyCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *keyCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {

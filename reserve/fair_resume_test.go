@@ -159,14 +159,9 @@ func listening(t *testing.T, s *redistest.Server, prefix string) {
 // frozen by CLIENT PAUSE or a connection reset would: lost gets a value
 // (if it has room) each time.
 type loseReads struct {
+	passHook
 	on   atomic.Bool
 	lost chan struct{}
-}
-
-func (h *loseReads) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *loseReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *loseReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -187,14 +182,9 @@ func (h *loseReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // afterFairCall runs during, once armed, after a call of the fair script
 // has run on Redis and before its reply reaches the caller.
 type afterFairCall struct {
+	passHook
 	armed  atomic.Bool
 	during func()
-}
-
-func (h *afterFairCall) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *afterFairCall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *afterFairCall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -290,9 +280,10 @@ func TestFairPumpAsksRedisAfterOutage(t *testing.T) {
 
 // failAll fails every command of the client it hooks while on (not the
 // messages of its subscriptions), as a Redis that refuses the calls.
-type failAll struct{ on atomic.Bool }
-
-func (h *failAll) DialHook(next redis.DialHook) redis.DialHook { return next }
+type failAll struct {
+	passHook
+	on atomic.Bool
+}
 
 func (h *failAll) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {

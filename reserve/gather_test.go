@@ -92,9 +92,11 @@ func TestGather(t *testing.T) {
 }
 
 // sentScripts counts the script calls on buckets as they are sent.
-type sentScripts struct{ n atomic.Int64 }
+type sentScripts struct {
+	passHook
+	n atomic.Int64
+}
 
-func (h *sentScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *sentScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if onBucket(cmd) {
@@ -102,7 +104,4 @@ func (h *sentScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-func (h *sentScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,24 +18,18 @@ import (
 // keyHold is a go-redis hook that, once armed, holds the next script call
 // on one Redis key until released.
 type keyHold struct {
+	passHook
 	armed
 	key string
 }
 
-func (h *keyHold) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *keyHold) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key {
+		if k, ok := scriptKey(cmd); ok && k == h.key {
 			h.stop()
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *keyHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestNoLocalGrantDuringHandback: when Redis answers again, the Limiter

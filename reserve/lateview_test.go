@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,19 +21,16 @@ import (
 // the script runs on Redis at once, then meanwhile runs, then the reply
 // waits delay, as through a network that delays replies.
 type lateFleetReply struct {
+	passHook
 	key       string
 	delay     time.Duration
 	armed     atomic.Bool
 	meanwhile func()
 }
 
-func (h *lateFleetReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *lateFleetReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		name := strings.ToLower(cmd.Name())
-		if (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key && h.armed.CompareAndSwap(true, false) {
+		if k, ok := scriptKey(cmd); ok && k == h.key && h.armed.CompareAndSwap(true, false) {
 			err := next(ctx, cmd)
 			h.meanwhile()
 			time.Sleep(h.delay)
@@ -42,10 +38,6 @@ func (h *lateFleetReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *lateFleetReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestLateHeartbeatViewDoubted: a heartbeat whose reply comes back late
@@ -108,27 +100,20 @@ func TestLateHeartbeatViewDoubted(t *testing.T) {
 // heartbeatSent closes sent when the client sends a heartbeat on key
 // while armed.
 type heartbeatSent struct {
+	passHook
 	key   string
 	armed atomic.Bool
 	once  sync.Once
 	sent  chan struct{}
 }
 
-func (h *heartbeatSent) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *heartbeatSent) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		name := strings.ToLower(cmd.Name())
-		if (name == "evalsha" || name == "eval") && len(args) >= 4 && args[3] == h.key && h.armed.Load() {
+		if k, ok := scriptKey(cmd); ok && k == h.key && h.armed.Load() {
 			h.once.Do(func() { close(h.sent) })
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *heartbeatSent) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestLateRedisBeatHoldsLocalSlots: a Limiter that switches to local

@@ -628,11 +628,10 @@ func TestTimedOutCallChargedOnce(t *testing.T) {
 
 // keyCalls counts the commands a client sends that name key.
 type keyCalls struct {
+	passHook
 	key string
 	n   atomic.Int64
 }
-
-func (h *keyCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *keyCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -644,10 +643,6 @@ func (h *keyCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *keyCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestBlipIsWaitedOut (an outage is never an error, and a blip is not an

@@ -19,9 +19,11 @@ import (
 // failNamed is a go-redis hook that fails, as a lost connection would,
 // every command that names a string containing key: a key on a Cluster
 // shard that is down, while the fleet's keys answer.
-type failNamed struct{ key string }
+type failNamed struct {
+	passHook
+	key string
+}
 
-func (h failNamed) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h failNamed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
@@ -33,9 +35,6 @@ func (h failNamed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-func (h failNamed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestOneKeyDownOnNewcomer: a Limiter that joins a fleet and at once finds

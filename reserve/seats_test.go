@@ -582,6 +582,7 @@ func TestSeatsOutageStaleExcess(t *testing.T) {
 // renew with an error reply of its own, without sending it: Redis
 // answers, and the renew's figures are not heard.
 type refusedRenews struct {
+	passHook
 	on      atomic.Bool
 	refused atomic.Int64
 }
@@ -591,8 +592,6 @@ type replyError string
 
 func (e replyError) Error() string { return string(e) }
 func (replyError) RedisError()     {}
-
-func (h *refusedRenews) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *refusedRenews) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -606,15 +605,12 @@ func (h *refusedRenews) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *refusedRenews) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // lateHook makes a Limiter notice an outage late, as a loaded machine
 // does: once armed, the reply to its next seats renew is the last one it
 // gets in time, and every command after it waits delay (or until its
 // context ends) before it reaches the wire.
 type lateHook struct {
+	passHook
 	armed, late atomic.Bool
 	renewed     chan struct{} // closed at that renew's reply
 	delay       time.Duration
@@ -639,8 +635,6 @@ func (h *lateHook) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -677,9 +671,10 @@ func isRenew(cmd redis.Cmder) bool {
 
 // renewGate is a go-redis hook that holds the seats script's next renew,
 // once armed, until the test lets it go.
-type renewGate struct{ armed }
-
-func (g *renewGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+type renewGate struct {
+	passHook
+	armed
+}
 
 func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -688,10 +683,6 @@ func (g *renewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (g *renewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestSeatsEndDuringRenew: a call that ends while its Limiter's renew is on

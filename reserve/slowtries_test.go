@@ -22,32 +22,25 @@ import (
 // (PACER_STALE) and it changes nothing, however fast the machine. Pings,
 // the clock's reads and the fleet's heartbeats go out as they are.
 type lateScripts struct {
+	passHook
 	tag  string
 	on   atomic.Bool
 	hits atomic.Int64
 }
 
-func (h *lateScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-
 func (h *lateScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := strings.ToLower(cmd.Name()); h.on.Load() && (name == "evalsha" || name == "eval") && len(args) >= 4 {
-			if k, ok := args[3].(string); ok && strings.Contains(k, h.tag) {
-				if n, err := strconv.Atoi(fmt.Sprint(args[2])); err == nil && len(args) > 3+n {
-					if d, ok := args[3+n].(string); ok && d != "" {
-						h.hits.Add(1)
-						args[3+n] = "1" // Unix ms: long past
-					}
+		if k, ok := scriptKey(cmd); ok && h.on.Load() && strings.Contains(k, h.tag) {
+			args := cmd.Args()
+			if n, err := strconv.Atoi(fmt.Sprint(args[2])); err == nil && len(args) > 3+n {
+				if d, ok := args[3+n].(string); ok && d != "" {
+					h.hits.Add(1)
+					args[3+n] = "1" // Unix ms: long past
 				}
 			}
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *lateScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // TestStaleTriesStayOnRedis ("never over the limit"): a member whose
