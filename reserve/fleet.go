@@ -191,13 +191,13 @@ func (f *fleetView) redisShareOK() (share, bool) {
 				held = append(held, k)
 			}
 		}
-		if f.rememberedAlso != 0 && f.rememberedAlso != n {
+		if f.twoSizesBack() {
 			// When it lost Redis the fleet had just changed: members not
 			// back yet may pace on either size, and no share of one keeps
 			// clear of both lattices. Take nothing on Redis until they
-			// are back or forgotten (combination runner, seed 13: back on
-			// Redis with rank 1 of 4, this Limiter met a member still
-			// pacing on rank 0 of 3 every 12/rate).
+			// could be back (combination runner, seed 13: back on Redis
+			// with rank 1 of 4, this Limiter met a member still pacing on
+			// rank 0 of 3 every 12/rate).
 			return share{N: n, Held: held}, false
 		}
 	}
@@ -380,7 +380,7 @@ func (f *fleetView) split() bool {
 func (f *fleetView) splitSizes() ([]int, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.missing() && f.rememberedAlso != 0 && f.rememberedAlso != f.remembered {
+	if f.twoSizesBack() {
 		// Back from an outage that began just after the fleet changed
 		// (rememberFleet).
 		if f.rememberedAlso < 0 {
@@ -389,6 +389,19 @@ func (f *fleetView) splitSizes() ([]int, bool) {
 		return []int{min(f.remembered, f.rememberedAlso), max(f.remembered, f.rememberedAlso)}, true
 	}
 	return slices.Clone(f.heldSizes), f.split()
+}
+
+// twoSizesBack reports whether, back from an outage that began just after
+// the fleet changed (its local share kept within another size too,
+// rememberedAlso), members not back yet may pace on either size. It holds
+// while they are missing and they could still be on their way back: the
+// members pacing locally probe within ProbeInterval (+25%), and come back
+// within join of this Limiter, as a member born waits for them (seed 13:
+// 0.7 s later). Longer, it would keep every key off Redis for the sake of
+// a member gone for good (a killed member's kept rank stays missing for
+// remember): 3.3 s without a call in that run. f.mu is held.
+func (f *fleetView) twoSizesBack() bool {
+	return f.missing() && f.rememberedAlso != 0 && f.rememberedAlso != f.remembered && time.Since(f.backAt) < f.join
 }
 
 // alsoN returns the other fleet size this Limiter's local share keeps

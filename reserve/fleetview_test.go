@@ -473,7 +473,7 @@ func TestHeartbeatFailedWhileMembersMissing(t *testing.T) {
 // runner, seed 13: a Go member on Redis and a Python member pacing locally
 // at one instant, a second after Redis came back).
 func TestBackAcrossTwoSizes(t *testing.T) {
-	f := &fleetView{remember: time.Minute}
+	f := &fleetView{remember: time.Minute, join: time.Minute}
 	f.update(4, 1, 4, nil, 3, []int{2}, false) // rank 1 of 4, the fleet was 3 just now; rank 2 held
 	f.leaving()
 	if ls, ok := f.localShare(); !ok || ls.N != 4 || ls.Member != 1 || ls.Also != 3 {
@@ -488,6 +488,13 @@ func TestBackAcrossTwoSizes(t *testing.T) {
 	if sizes, ok := f.splitSizes(); !ok || !slices.Equal(sizes, []int{3, 4}) {
 		t.Fatalf("splitSizes = %v, %v; want [3 4], true", sizes, ok)
 	}
+	// Past join, the members alive are back: the one still missing is
+	// gone (a killed member's kept rank), and the wait ends.
+	f.join = time.Nanosecond
+	if s, ok := f.redisShareOK(); !ok || s.Arg() != "4 0 2 3" {
+		t.Fatalf("back on Redis past join: share %q (ok %v), want \"4 0 2 3\"", s.Arg(), ok)
+	}
+	f.join = time.Minute
 	f.back()
 	f.leaving() // lost again while they are missing
 	if ls, ok := f.localShare(); !ok || ls.N != 4 || ls.Member != 1 || ls.Also != 3 {

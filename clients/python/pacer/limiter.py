@@ -838,12 +838,12 @@ class Limiter:
                 held = [k for k in range(n) if k != self._rank_before
                         and (doubt or k == self._rank or k not in self._ranks or k in self._held)]
                 if (grant and self._remembered_also not in (0, n)
-                        and self._back_until and time.monotonic() < self._back_until):
+                        and time.monotonic() - self._back_at < self._join):
                     # The fleet had just changed when it lost Redis: members
                     # not back yet may pace on either size, which no share
-                    # of one keeps clear of. Wait until they are back: the
-                    # living probe back within _back_wait (Go's
-                    # redisShareOK, TestBackAcrossTwoSizes; combination
+                    # of one keeps clear of. Wait until they could be back:
+                    # the living probe back within _join (Go's
+                    # twoSizesBack, TestBackAcrossTwoSizes; combination
                     # runner, seed 13).
                     return None
             elif doubt:
