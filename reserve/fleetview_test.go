@@ -525,6 +525,30 @@ func TestBackAcrossTwoSizes(t *testing.T) {
 	}
 }
 
+// TestNewcomerHidesMissing: back first on a Redis restarted empty, this
+// Limiter (rank 0 of the 2 it knew) finds two members listed, itself and
+// one that joined meanwhile (rank 2): as many as it remembers, but rank 1
+// is not back, and may pace locally still. It is missing: this Limiter
+// keeps to the fleet it knew, leaving rank 1 its share. Before, the counts
+// matched, and it took ranks 0 and 2 of 3 on Redis, whose instants meet
+// rank 1's of 2 (combination runner, seed 13).
+func TestNewcomerHidesMissing(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(2, 0, 2, nil, 0, nil, false)
+	f.taken([]int{0, 1})
+	f.leaving()
+	f.update(3, 0, 2, nil, 0, nil, false) // restarted empty: itself and a newcomer at rank 2
+	f.taken([]int{0, 2})
+	f.recovered()
+	if s := f.redisShare().Arg(); s != "2 1" {
+		t.Fatalf("back beside a newcomer, rank 1 missing: share %q, want rank 1 left its share of 2 (\"2 1\")", s)
+	}
+	f.taken([]int{0, 1, 2}) // rank 1 back
+	if f.missing() {
+		t.Fatal("missing with every rank it knew listed")
+	}
+}
+
 // TestHeldOnTwoSizes: the held members pace on lattices of two sizes (one
 // lost Redis before it heard of a join, and paces on 2; one had heard of
 // it, and paces on 3 and 2). A member on Redis takes nothing until they

@@ -230,6 +230,7 @@ class Limiter:
         # than the fleet had: those not back yet may pace locally still.
         self._remembered, self._remembered_members, self._rank_before = 0, 0, 0
         self._remembered_also = 0  # the other size its share kept within then (_remember_fleet)
+        self._remembered_ranks: list[int] = []  # the ranks Redis listed then
         self._back_at = 0.0
         self._remember = 60.0  # the fleet's hold_ms
         # Back from an outage of its own, while fewer than a quarter of the
@@ -916,6 +917,7 @@ class Limiter:
         elif self._held and self._held_n > 1 and self._held_n != self._n:
             n, also = self._held_n, 0
         self._remembered, self._remembered_members, self._rank_before = n, self._members, self._rank
+        self._remembered_ranks = list(self._ranks)
         self._remembered_also = 0 if also == 1 else also  # a fleet of 1 paces on the whole
 
     def _keep(self) -> tuple[int, int, list[int]] | None:
@@ -934,8 +936,15 @@ class Limiter:
         return max(int(3 * self.interval * 1000), 1000), self._remembered, ranks
 
     def _missing(self) -> bool:
-        return (self._back_at > 0 and time.monotonic() - self._back_at < self._remember
-                and self._remembered_members > self._members)
+        """Whether, back from an outage, members of the fleet it knew are not
+        back yet: fewer listed than it knew, or a rank it knew not listed (a
+        member that joined meanwhile hides one missing; Go's
+        fleetView.missing, combination runner seed 13). self._lock is
+        held."""
+        if not (self._back_at > 0 and time.monotonic() - self._back_at < self._remember and self._remembered > 0):
+            return False
+        return (self._remembered_members > self._members
+                or any(r != self._rank and r not in self._ranks for r in self._remembered_ranks))
 
     def _own_share(self) -> str | None:
         """The share this Limiter takes alone while local ("m <n> <rank>
@@ -1390,7 +1399,7 @@ class Limiter:
                 # a member of the fleet it remembers it would take instants
                 # of a lattice they do not pace on (Go's leaving).
                 self._born, self._join_until = True, 0.0
-                self._remembered, self._remembered_members = 0, 0
+                self._remembered, self._remembered_members, self._remembered_ranks = 0, 0, []
             elif self._learned:
                 self._remember_fleet()
             # The share before _back_at goes: a member of the fleet it knew

@@ -844,6 +844,26 @@ class FallbackTest(unittest.TestCase):
         z._beat()
         self.assertEqual((z._held_sizes, z._share(grant=True)), ([3], "3 0 1"))
 
+    def test_newcomer_hides_no_missing_member(self) -> None:
+        """Back first on a Redis restarted empty, a member finds as many
+        members listed as it knew, one of them a newcomer, while a member
+        it knew is not back: that one is missing still, and keeps its share
+        (Go's TestNewcomerHidesMissing; combination runner, seed 13)."""
+        x, y = self.limiter("x"), self.limiter("y")
+        for lim in (x, y, x):
+            lim._beat()
+        self.assertEqual((x._n, x._rank, y._rank), (2, 0, 1))
+        self.srv.stop()
+        self.assertTrue(x.reserve("k", Limit(30, 1)).local)
+        self.srv.start()  # empty
+        x._beat()  # back, asking to keep rank 1
+        z = self.limiter("z")
+        z._beat()
+        x._beat()
+        self.assertEqual((x._members, z._rank), (2, 2))
+        self.assertTrue(x._missing(), "rank 1, not back, hidden by the newcomer")
+        self.assertEqual(x._share(), "2 1")
+
     def test_back_across_two_sizes_waits(self) -> None:
         """A member that lost Redis just after the fleet grew (it paced on
         rank 1 of 3 and of 2), back on a Redis restarted empty before the
