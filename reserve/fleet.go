@@ -209,12 +209,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// members back on Redis took the whole rate for a second beside
 		// one still pacing locally). So too while the view is stale: its
 		// heartbeats stopped (see stale).
-		held = make([]int, 0, n-1)
-		for k := range n {
-			if k != f.rank {
-				held = append(held, k)
-			}
-		}
+		held = otherRanks(n, f.rank)
 		if f.guessing() {
 			// But first wait for the next heartbeat: on a key whose burst
 			// is under n, a slot on this rank's own instants moves the
@@ -237,12 +232,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// nothing on Redis until they are back or forgotten, leaving every
 		// other rank its share meanwhile for what ignores ok (a lease's
 		// horizon, a settle).
-		held = make([]int, 0, n-1)
-		for k := range n {
-			if k != f.rank {
-				held = append(held, k)
-			}
-		}
+		held = otherRanks(n, f.rank)
 		return share{N: n, Held: held}, false
 	}
 	if len(held) > 0 && f.heldN > 1 && f.heldN != n && !f.missing() {
@@ -788,12 +778,7 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 		// stopped 3 s took seats on Redis on resuming beside the others'
 		// local ones, 6 open on a band of 5). Every other rank keeps
 		// max(its seats, its share).
-		heldRanks = make([]int, 0, max(f.n-1, 0))
-		for k := range f.n {
-			if k != f.rank {
-				heldRanks = append(heldRanks, k)
-			}
-		}
+		heldRanks = otherRanks(f.n, f.rank)
 	}
 	lost = f.missing() || f.missingRank()
 	switch {
@@ -827,6 +812,17 @@ func (f *fleetView) missingRank() bool {
 		}
 	}
 	return false
+}
+
+// otherRanks returns the ranks of a fleet of n but rank, ascending.
+func otherRanks(n, rank int) []int {
+	out := make([]int, 0, max(n-1, 0))
+	for k := range n {
+		if k != rank {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func joinInts(xs []int) string {
