@@ -85,17 +85,20 @@ func TestNewKeyValueCost(t *testing.T) {
 // pacer.key values have series of their own, every later one counts as
 // OtherKeyValue, and every measurement counts; on every instrument with
 // pacer.key. By default the bound is DefaultMaxKeyValues; -1 lifts it.
+// boundCases are the bounds TestKeyValuesBound and TestTenantValuesBound
+// try: max, the option's value; values, how many distinct values come; own,
+// how many get series of their own.
+var boundCases = []struct {
+	name             string
+	max, values, own int
+}{
+	{"bound 3", 3, 10, 3},
+	{"the default", 0, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues},
+	{"no bound", -1, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues + 50},
+}
+
 func TestKeyValuesBound(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		max    int
-		values int
-		own    int // values with series of their own
-	}{
-		{"bound 3", 3, 10, 3},
-		{"the default", 0, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues},
-		{"no bound", -1, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues + 50},
-	} {
+	for _, tc := range boundCases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newRig(t, otelpacer.Options{KeyAttribute: func(key string) string { return key }, MaxKeyValues: tc.max})
 			for i := range tc.values {
@@ -162,15 +165,7 @@ func TestBadOptions(t *testing.T) {
 // series of their own, later ones are recorded as OtherKeyValue, and every
 // measurement still counts.
 func TestTenantValuesBound(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		max, values int
-		own         int
-	}{
-		{"bound 3", 3, 10, 3},
-		{"the default", 0, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues},
-		{"no bound", -1, otelpacer.DefaultMaxKeyValues + 50, otelpacer.DefaultMaxKeyValues + 50},
-	} {
+	for _, tc := range boundCases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newRig(t, otelpacer.Options{TenantAttribute: func(tn string) string { return tn }, MaxTenantValues: tc.max})
 			for i := range tc.values {

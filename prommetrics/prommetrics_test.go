@@ -54,16 +54,20 @@ func TestMetricsOnRedis(t *testing.T) {
 // label values have series of their own, every later one counts as
 // OtherKeyValue, and every grant and pause counts. By default the bound is
 // DefaultMaxKeyValues; -1 lifts it; below -1, New panics.
+// boundCases are the bounds TestKeyValuesBound and TestTenantValuesBound
+// try: max, the option's value; values, how many distinct values come; own,
+// how many get series of their own.
+var boundCases = []struct {
+	name             string
+	max, values, own int
+}{
+	{"bound 3", 3, 10, 3},
+	{"the default", 0, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues},
+	{"no bound", -1, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues + 50},
+}
+
 func TestKeyValuesBound(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		max, values int
-		own         int // values with series of their own
-	}{
-		{"bound 3", 3, 10, 3},
-		{"the default", 0, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues},
-		{"no bound", -1, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues + 50},
-	} {
+	for _, tc := range boundCases {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
 			m := prommetrics.New(reg, prommetrics.Options{KeyLabel: func(k string) string { return k }, MaxKeyValues: tc.max})
@@ -106,15 +110,7 @@ func TestKeyValuesBound(t *testing.T) {
 // series of their own, later ones are counted as OtherKeyValue, and every
 // measurement still counts; below -1, New panics.
 func TestTenantValuesBound(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		max, values int
-		own         int
-	}{
-		{"bound 3", 3, 10, 3},
-		{"the default", 0, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues},
-		{"no bound", -1, prommetrics.DefaultMaxKeyValues + 50, prommetrics.DefaultMaxKeyValues + 50},
-	} {
+	for _, tc := range boundCases {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
 			m := prommetrics.New(reg, prommetrics.Options{TenantLabel: func(tn string) string { return tn }, MaxTenantValues: tc.max})

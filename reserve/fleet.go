@@ -187,7 +187,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// may pace locally still (TestBackAtAnotherRank).
 		n, held = f.remembered, make([]int, 0, f.remembered-1)
 		for k := range f.remembered {
-			if k != f.rankBefore && (doubt || k == f.rank || !slices.Contains(f.ranks, k) || slices.Contains(f.held, k)) {
+			if k != f.rankBefore && (doubt || k == f.rank || !f.listed(k) || slices.Contains(f.held, k)) {
 				held = append(held, k)
 			}
 		}
@@ -474,7 +474,7 @@ func (f *fleetView) keptRanks() []int {
 	}
 	var ks []int
 	for k := range f.remembered {
-		if k != f.rankBefore && !slices.Contains(f.ranks, k) {
+		if k != f.rankBefore && !f.listed(k) {
 			ks = append(ks, k)
 		}
 	}
@@ -498,12 +498,26 @@ func (f *fleetView) missing() bool {
 	// it knew in the two listed, a newcomer among them, and took on Redis
 	// the instants of the one still pacing locally). A rank it knew that
 	// Redis does not list is missing.
+	return f.rankNotListed()
+}
+
+// rankNotListed reports whether a rank Redis listed when this Limiter last
+// lost Redis, other than its own now, is not listed now. f.mu is held.
+func (f *fleetView) rankNotListed() bool {
 	for _, r := range f.rememberedRanks {
-		if r != f.rank && !slices.Contains(f.ranks, r) {
+		if r != f.rank && !f.listed(r) {
 			return true
 		}
 	}
 	return false
+}
+
+// listed reports whether Redis's last heartbeat listed rank as taken
+// (f.ranks, kept sorted by taken: a search, since calls on Redis ask
+// while members are missing, and a fleet has hundreds). f.mu is held.
+func (f *fleetView) listed(rank int) bool {
+	_, ok := slices.BinarySearch(f.ranks, rank)
+	return ok
 }
 
 // leaving records the fleet as known when this Limiter loses Redis: as
@@ -690,7 +704,7 @@ func (f *fleetView) told(local bool) {
 func (f *fleetView) taken(ranks []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ranks = ranks
+	f.ranks = slices.Sorted(slices.Values(ranks)) // sorted: listed searches it
 }
 
 // A share is the part of every band a caller takes (core.lua's ARGV[3]).
@@ -806,12 +820,7 @@ func (f *fleetView) missingRank() bool {
 	if f.backAt.IsZero() || time.Since(f.backAt) >= f.remember {
 		return false
 	}
-	for _, r := range f.rememberedRanks {
-		if r != f.rank && !slices.Contains(f.ranks, r) {
-			return true
-		}
-	}
-	return false
+	return f.rankNotListed()
 }
 
 // otherRanks returns the ranks of a fleet of n but rank, ascending.

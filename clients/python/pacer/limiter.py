@@ -943,8 +943,10 @@ class Limiter:
         held."""
         if not (self._back_at > 0 and time.monotonic() - self._back_at < self._remember and self._remembered > 0):
             return False
-        return (self._remembered_members > self._members
-                or any(r != self._rank and r not in self._ranks for r in self._remembered_ranks))
+        if self._remembered_members > self._members:
+            return True
+        listed = set(self._ranks)
+        return any(r != self._rank and r not in listed for r in self._remembered_ranks)
 
     def _own_share(self) -> str | None:
         """The share this Limiter takes alone while local ("m <n> <rank>
