@@ -260,3 +260,100 @@ func countOf(xs []string, v string) int {
 	}
 	return n
 }
+
+// TestHandbackKeepsFullWindow: a process pacing locally fills its window
+// band's window, and its next callers sleep into the next window. The
+// store's state keeps one window per band, the latest, so the units of the
+// full window were gone from it; back on Redis, the sleepers move to
+// Redis (MovedBack) and leave the floor, which then no longer reached the
+// next window, and the handback carried nothing of the full one. Redis
+// (restarted empty, or never told) granted the window's N again in it
+// (combination runner, seed 14: 8 in a window of 6). Every window holds at
+// most N: the local grants that fire and every slot Redis grants.
+func TestHandbackKeepsFullWindow(t *testing.T) {
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1}
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	a, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	require.Eventually(t, func() bool { return a.FleetSize() == 1 }, 30*time.Second, 5*time.Millisecond)
+
+	// A window of 2 an hour that began a minute ago: the test runs in it,
+	// and the next one is an hour away.
+	const n = 2
+	length := time.Hour
+	origin := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	req := reserve.Request{Key: "fullwin", Policy: reserve.Policy{{Name: "win", Unit: reserve.PermitsUnit,
+		Window: reserve.Window{N: n, Length: length, Origin: origin}}}, Cost: reserve.Permits(1)}
+	window := func(ns int64) int64 { return (ns - origin.UnixNano()) / int64(length) }
+
+	p.Disable(t)
+	var redisSlots []int64 // every slot Redis granted
+	var fired []int64      // the local slots used as granted
+	var sleepers []*reserve.Reservation
+	for len(fired)+len(sleepers) < 2*n {
+		r, err := a.ReserveN(ctx, req)
+		require.NoError(t, err)
+		if ns, ok := reserve.ServerSlot(r); ok { // reached Redis before a noticed
+			redisSlots = append(redisSlots, ns)
+			continue
+		}
+		ns, ok := reserve.LocalSlot(r)
+		require.True(t, ok)
+		if window(ns) == 0 {
+			fired = append(fired, ns)
+		} else {
+			sleepers = append(sleepers, r)
+		}
+	}
+	require.NotEmpty(t, sleepers, "no local grant in the next window")
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before the Wait: a sleeper on the next window sleeps an hour
+	for _, r := range sleepers {
+		wg.Go(func() { _ = r.Sleep(sctx) })
+	}
+	for _, r := range sleepers {
+		require.Eventually(t, func() bool { return a.LocalSleeping(r) }, 30*time.Second, time.Millisecond)
+	}
+	p.Enable(t)
+	backOnRedis(t, a)
+	// The sleepers take slots on Redis.
+	for _, r := range sleepers {
+		require.Eventually(t, func() bool { _, ok := reserve.ServerSlot(r); return ok }, 30*time.Second, time.Millisecond,
+			"a sleeper kept its local slot")
+		ns, _ := reserve.ServerSlot(r)
+		redisSlots = append(redisSlots, ns)
+	}
+	// New callers on Redis, until one is granted a slot in the next window.
+	for range 2 * n {
+		r, err := a.ReserveN(ctx, req)
+		require.NoError(t, err)
+		ns, ok := reserve.ServerSlot(r)
+		require.True(t, ok, "a call after the handback was granted locally")
+		redisSlots = append(redisSlots, ns)
+		require.NoError(t, r.Cancel(ctx))
+		if window(ns) > 0 {
+			break
+		}
+	}
+	inFirst := len(fired)
+	for _, ns := range redisSlots {
+		if window(ns) == 0 {
+			inFirst++
+		}
+	}
+	wins := make([]int64, len(redisSlots))
+	for i, ns := range redisSlots {
+		wins[i] = window(ns)
+	}
+	assert.LessOrEqual(t, inFirst, n, "the first window holds %d: %d local grants fired, Redis's slots in windows %v",
+		inFirst, len(fired), wins)
+}

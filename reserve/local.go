@@ -1,6 +1,7 @@
 package reserve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,8 @@ const historyKeep = 50
 //     others went on reserving). The floor is applied by reserve.lua's own
 //     floor argument, run on the store.
 //   - Local to Redis: what the store granted (its latest slot, each window
-//     band's units in its latest window, a pause made locally) is handed
+//     band's units in each window that may still be current: closed, a
+//     pause made locally) is handed
 //     back as reserve.lua's floor and pause.lua's pause: at once for every
 //     key when Redis answers again, and with a key's next call after a
 //     single failed one. Cancels and settles of Redis's grants made while
@@ -72,6 +74,68 @@ type localKey struct {
 	grants map[string]int64
 	past   int64
 	asleep map[string]*Reservation
+	// closed are units the store granted in windows its state no longer
+	// shows: the state keeps a band's latest window only, and a grant in
+	// a later one (a local queue running into the next window) replaces a
+	// window that may still be current. Its units would be lost to the
+	// handback when the grants in the later window move to Redis and leave
+	// the floor (backFloor): Redis would grant that window's N again in it
+	// (TestHandbackKeepsFullWindow). until is the latest slot of the grants
+	// that replaced it (server clock, Unix ns; 0 until they are placed):
+	// the window has ended by then.
+	closed []closedWindow
+}
+
+// A closedWindow is a window's units the store's state no longer shows
+// (localKey.closed).
+type closedWindow struct {
+	windowUnits
+	until int64
+}
+
+// own returns the units of band name's window use w that the store
+// granted itself: those the state started with (seeded) are Redis's.
+func (lk *localKey) own(name string, w layout.WindowUse) float64 {
+	units := w.U
+	if seed, ok := lk.seeded[name]; ok && seed.W == w.W {
+		units -= seed.U
+	} else if ok && seed.W > w.W {
+		units = 0
+	}
+	return units
+}
+
+// noteWindows records, from the store's state before and after a script
+// ran on the key, the units of each window the run replaced by a later
+// one (closed), and forgets those ended by nowNS (server clock). ks.mu is
+// held.
+func (lk *localKey) noteWindows(before, after string, nowNS int64) {
+	lk.closed = slices.DeleteFunc(lk.closed, func(c closedWindow) bool { return c.until != 0 && c.until <= nowNS })
+	if before == after || before == "" {
+		return
+	}
+	was := layout.Windows(before)
+	if len(was) == 0 {
+		return
+	}
+	for name, w := range layout.Windows(after) {
+		if old, ok := was[name]; ok && w.W > old.W {
+			if units := lk.own(name, old); units > 1e-9 {
+				lk.closed = append(lk.closed, closedWindow{windowUnits: windowUnits{band: name, w: int64(old.W), units: units}})
+			}
+		}
+	}
+}
+
+// placed records the latest slot of a run's grants on the store: the
+// windows the run closed have ended by then. ks.mu is held.
+func (lk *localKey) placed(last int64) {
+	lk.last = max(lk.last, last)
+	for i := range lk.closed {
+		if lk.closed[i].until == 0 {
+			lk.closed[i].until = last
+		}
+	}
 }
 
 // sweepGrantsAt is how many grants a key's table holds before the passed
@@ -128,7 +192,15 @@ type windowUnits struct {
 	units float64
 }
 
-// merge adds o to h (nil is nothing).
+// maxHandWindows bounds the windows of one band a handback keeps: past it,
+// the earliest are dropped. A handback holds the windows its key's local
+// grants touched that may still be current; more than a few come only from
+// handbacks that failed again and again, and the earliest of those have
+// long ended.
+const maxHandWindows = 16
+
+// merge adds o to h (nil is nothing): units of one window add up, and
+// each window is kept (Redis applies them in order: reserve.lua's floor).
 func (h *handback) merge(o *handback) *handback {
 	if o == nil {
 		return h
@@ -143,21 +215,21 @@ func (h *handback) merge(o *handback) *handback {
 		h.spec = o.spec
 	}
 	for _, w := range o.windows {
-		found := false
-		for i, x := range h.windows {
-			if x.band != w.band {
-				continue
-			}
-			found = true
-			switch {
-			case w.w > x.w:
-				h.windows[i] = w
-			case w.w == x.w:
-				h.windows[i].units += w.units
+		i := slices.IndexFunc(h.windows, func(x windowUnits) bool { return x.band == w.band && x.w == w.w })
+		if i >= 0 {
+			h.windows[i].units += w.units
+			continue
+		}
+		h.windows = append(h.windows, w)
+		var same []int
+		for j, x := range h.windows {
+			if x.band == w.band {
+				same = append(same, j)
 			}
 		}
-		if !found {
-			h.windows = append(h.windows, w)
+		if len(same) > maxHandWindows {
+			first := slices.MinFunc(same, func(a, b int) int { return cmp.Compare(h.windows[a].w, h.windows[b].w) })
+			h.windows = slices.Delete(h.windows, first, first+1)
 		}
 	}
 	return h
@@ -383,6 +455,7 @@ func (l *Limiter) takeHandback(ks *keyState, back bool) (*handback, bool) {
 	}
 	h := lk.hand
 	lk.hand = nil
+	nowNS, _ := l.serverNow()
 	if lk.held {
 		rk := l.RedisKey(ks.name)
 		state, _ := l.store.Get(rk)
@@ -400,22 +473,20 @@ func (l *Limiter) takeHandback(ks *keyState, back bool) (*handback, bool) {
 			g.pause = 0
 		}
 		for name, w := range layout.Windows(state) {
-			units := w.U
-			if seed, ok := lk.seeded[name]; ok && seed.W == w.W {
-				units -= seed.U
-			} else if ok && seed.W > w.W {
-				units = 0
-			}
-			if units > 1e-9 {
+			if units := lk.own(name, w); units > 1e-9 {
 				g.windows = append(g.windows, windowUnits{band: name, w: int64(w.W), units: units})
+			}
+		}
+		for _, c := range lk.closed {
+			if c.until == 0 || c.until > nowNS {
+				g.windows = append(g.windows, c.windowUnits)
 			}
 		}
 		l.dropLocalState(ks.name)
 		lk.held, lk.last, lk.seeded, lk.seededPause = false, 0, nil, 0
-		lk.grants, lk.past, lk.asleep = nil, 0, nil
+		lk.grants, lk.past, lk.asleep, lk.closed = nil, 0, nil, nil
 		h = h.merge(g)
 	}
-	nowNS, _ := l.serverNow()
 	if !h.matters(nowNS) {
 		if lk.inflight == nil {
 			ks.local = nil
@@ -483,10 +554,15 @@ func (l *Limiter) runLocal(ctx context.Context, op string, ks *keyState, s *spec
 	if err := l.startLocal(ctx, ks, s, shareArg); err != nil {
 		return nil, err
 	}
+	rk := l.RedisKey(ks.name)
+	before, _ := l.store.Get(rk)
 	res, err := script.Run(ctx, l.store, keys, args...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, l.localError(op, ks.name, err)
 	}
+	after, _ := l.store.Get(rk)
+	nowNS, _ := l.serverNow()
+	ks.local.noteWindows(before, after, nowNS)
 	return res, nil
 }
 

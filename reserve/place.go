@@ -287,7 +287,7 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 	switch {
 	case last == 0:
 	case local && ks.local != nil:
-		ks.local.last = max(ks.local.last, last)
+		ks.local.placed(last)
 	case !local:
 		ks.noteAhead(last)
 	}

@@ -142,6 +142,13 @@ class _Key:
     own_pause_ns: int = 0
     own_pause_seq: int = 0  # the key's last reservation number then
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Units the store granted in windows its state no longer shows: it
+    # keeps a band's latest window only, and a grant in a later one (a
+    # local queue running into the next window) replaces one that may still
+    # be current. The handback carries them while they may be: (band,
+    # window, units, until), until the slot of the grant that replaced it,
+    # by which the window has ended (Go's localKey.closed).
+    closed: list[tuple[str, int, float, int]] = field(default_factory=list)
     pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
     # The policy's report to the fleet ("Heartbeat"): when last sent, and
     # when last used (time.monotonic()).
@@ -1551,6 +1558,7 @@ class Limiter:
                     pass
             floor = f"{max(0, (horizon - now + 999) // 1000)}" if horizon > now and st.local_last_ns == 0 else ""
         args = protocol.reserve_args(protocol.common_args(share, policy, fmt=3), floor, [(max_us, costs)])
+        before = store.execute_command("GET", k)
         try:
             v = self.scripts.run(store, "Reserve", [k, k + ":limit", k + ":shadow"], args)
         except PacerError as e:
@@ -1560,6 +1568,8 @@ class Limiter:
         recv_mono = time.monotonic()
         rep = protocol.decode_reserve(v)
         g = rep.grants[0]
+        if g.seq > 0:
+            self._note_windows(st, before, store.execute_command("GET", k), g.slot_ns, now)
         if g.seq == _NEVER:
             # A window band can never take the cost at this share (its N_k
             # is below it in every window): no local share for it, and the
@@ -1585,6 +1595,36 @@ class Limiter:
                         del st.grants[lid]
                 st.prune_at = max(256, 2 * len(st.grants))
         return r
+
+    def _note_windows(self, st: _Key, before: Any, after: Any, slot_ns: int, now: int) -> None:
+        """Records in st.closed the units of each window the store's grant
+        at slot_ns replaced by a later one, from its state before and
+        after, and forgets those ended by now (server clock)."""
+        before, after = protocol.normalize(before), protocol.normalize(after)
+        with self._lock:
+            st.closed = [c for c in st.closed if c[3] > now]
+            if not isinstance(before, str) or not before or before == after or not isinstance(after, str):
+                return
+            try:
+                was = {r.name: (r.w, r.u) for r in protocol.parse_state(before).recs if r.window}
+                if not was:
+                    return
+                for r in protocol.parse_state(after).recs:
+                    if r.window and r.name in was and r.w > was[r.name][0]:
+                        units = self._own_units(st, r.name, *was[r.name])
+                        if units > 1e-9:
+                            st.closed.append((r.name, was[r.name][0], units, slot_ns))
+            except ValueError:
+                pass
+
+    @staticmethod
+    def _own_units(st: _Key, name: str, w: int, u: float) -> float:
+        """The units of band name's window w (u in all) the store granted
+        itself: those the state started with (seeded) are Redis's."""
+        w0, u0 = st.seeded.get(name, (w, 0.0))
+        if w0 == w:
+            return u - u0
+        return 0.0 if w0 > w else u
 
     def _come_back(self) -> None:
         """Redis answers again: hand back what the store granted (Reserve's
@@ -1643,7 +1683,7 @@ class Limiter:
         with self._lock:
             for key, st in keys:
                 st.local, st.local_last_ns, st.local_pause_ns, st.seeded = False, 0, 0, {}
-                st.grants, st.past, st.prune_at = {}, 0, 256
+                st.grants, st.past, st.prune_at, st.closed = {}, 0, 256, []
             self._store = localstore.LocalStore(self.scripts, self._server_now) if self._fallback else None
             self._local = False
             self._since_ms = int(time.time() * 1000)
@@ -1672,18 +1712,21 @@ class Limiter:
             parts.append(str(max(0, (last_ns + err - now + 999) // 1000)))
         else:
             parts.append("0")
+        # Each band's windows in order (Reserve's floor): those the state
+        # no longer shows that may still be current (st.closed), then its
+        # latest.
+        windows = [(name, w, units) for name, w, units, until in st.closed if until > now]
         raw = protocol.normalize(store.execute_command("GET", k))
         if isinstance(raw, str) and raw:
             try:
                 for r in protocol.parse_state(raw).recs:
-                    if not r.window:
-                        continue
-                    w0, u0 = st.seeded.get(r.name, (r.w, 0.0))
-                    units = r.u - u0 if r.w == w0 else r.u
-                    if units > 0:
-                        parts.append(f"{r.name}:{r.w}:{protocol.fmt_num(units)}")
+                    if r.window:
+                        windows.append((r.name, r.w, self._own_units(st, r.name, r.w, r.u)))
             except ValueError:
                 pass
+        for name, w, units in sorted(windows):
+            if units > 1e-9:
+                parts.append(f"{name}:{w}:{protocol.fmt_num(units)}")
         lost = protocol.lost_horizon(st.granted_ns, now, st.seq) if st.granted_ns > now else ""
         if parts == ["0"] and not last_ns:
             # Nothing granted locally. A local grant whose slot has passed

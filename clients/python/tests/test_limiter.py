@@ -1445,6 +1445,66 @@ class FallbackTest(unittest.TestCase):
         self.assertTrue(all(y - x >= 500 * MS - 1000 for x, y in zip(slots, slots[1:])),
                         f"slots closer than 1/rate: {[(y - x) / MS for x, y in zip(slots, slots[1:])]} ms")
 
+    def test_handback_keeps_a_full_window(self) -> None:
+        """The store keeps a window band's latest window only: when its
+        sleepers went into the next window, the full one's units were gone
+        from it, and back on Redis (restarted empty) the sleepers moved to
+        Redis, out of the floor, and Redis granted the full window's N in it
+        again (Go's TestHandbackKeepsFullWindow; combination runner, seed
+        14). Every window holds at most N: the local grants that fired and
+        every slot Redis granted."""
+        a = self.limiter("a")
+        a._beat()
+        n, length = 2, 2_000_000  # µs: windows of 2 s, the first ending 1.9 s from now
+        origin = (server_now_ns(self.c) // 1000 - 100_000) % length
+        pol = Policy((Window("win", n, length, origin, "requests"),))
+
+        def window(ns: int) -> int:
+            return (ns // 1000 - origin) // length
+
+        results: list[limiter.Reservation | None] = [None] * n
+        errors: list[BaseException] = []
+
+        def sleeper(i: int) -> None:
+            try:
+                results[i] = a.wait("fw", pol, {"requests": 1})
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+
+        threads = [threading.Thread(target=sleeper, args=(i,)) for i in range(n)]
+        self.srv.stop()
+        fired = [a.reserve("fw", pol, {"requests": 1}) for _ in range(n)]
+        self.assertTrue(all(r.local for r in fired))
+        for t in threads:
+            t.start()
+        st = a._keys["fw"]
+        deadline = time.monotonic() + 10
+        while len(st.asleep) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(len(st.asleep), n, "the sleepers on local slots")
+        self.srv.start()  # empty
+        a._beat()  # back: the sleepers move
+        self.assertFalse(a.is_local)
+        after = []
+        for _ in range(2 * n):
+            r = a.reserve("fw", pol, {"requests": 1})
+            self.assertFalse(r.local)
+            after.append(r)
+            if window(r.slot_ns) > window(fired[0].slot_ns):
+                break
+        for t in threads:
+            t.join(10)
+        self.assertEqual(errors, [])
+        moved = [r for r in results if r is not None]
+        self.assertEqual(len(moved), n)
+        self.assertTrue(all(not r.local for r in moved), "a sleeper fired on its local slot after the handback")
+        for r in after:
+            a.cancel(r)
+        counts: dict[int, int] = {}
+        for r in fired + moved + after:
+            counts[window(r.slot_ns)] = counts.get(window(r.slot_ns), 0) + 1
+        self.assertLessEqual(max(counts.values()), n, f"units by window: {counts}")
+
     def test_back_first_of_the_fleet_waits_for_it(self) -> None:
         """Back from an outage while four of the fleet's five members still
         pace locally (held), a Limiter's calls that take slots wait for
