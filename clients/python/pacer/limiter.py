@@ -279,8 +279,9 @@ class Limiter:
         # Sleepers told by the handback to take a slot on Redis (MovedBack).
         self._moved_back = 0
         self._offset_ns = 0  # server clock - time.time_ns(), from the replies
-        # The round trip of the reply that set _offset_ns: the estimate,
-        # its midpoint, is off by at most half of it either way.
+        # The round trip of the reply that set _offset_ns: the estimate is
+        # never ahead of Redis's clock, and behind it by at most that
+        # (_clock_sample).
         self._offset_rtt = 0
         self._best_rtt = math.inf
         self._store: localstore.LocalStore | None = None
@@ -769,11 +770,18 @@ class Limiter:
     # -------------------------------------------------------------- the clock
 
     def _clock_sample(self, server_ns: int, sent: int, recv: int) -> None:
+        """Takes a reply's server instant (server_ns, read between sent
+        and recv, time.time_ns()) for the estimate when its round trip is
+        short enough. The instant is taken for the latest local time it can
+        have been, the reply's arrival, as Go's clockSync does: the
+        estimate is then never ahead of Redis's clock, and a local slot
+        never fires before it. Taken for the round trip's midpoint, it was
+        up to half of it ahead (test_clock_estimate_never_ahead)."""
         rtt = recv - sent
         with self._lock:
             if rtt <= self._best_rtt * 1.5 or rtt < 2_000_000:
                 self._best_rtt = min(self._best_rtt, rtt)
-                self._offset_ns = server_ns - (sent + recv) // 2
+                self._offset_ns = server_ns - recv
                 self._offset_rtt = rtt
 
     def _resync_clock(self) -> None:
@@ -791,7 +799,7 @@ class Limiter:
             return
         with self._lock:
             self._best_rtt = recv - sent
-            self._offset_ns = int(sec) * 1_000_000_000 + int(usec) * 1000 - (sent + recv) // 2
+            self._offset_ns = int(sec) * 1_000_000_000 + int(usec) * 1000 - recv  # as _clock_sample
             self._offset_rtt = recv - sent
 
     def _after_stale(self, sent: float) -> None:
@@ -1700,13 +1708,15 @@ class Limiter:
         slot Redis granted is still ahead."""
         parts = []
         if last_ns:
-            # The local slots are on the estimate of Redis's clock, which
-            # may be ahead of it by half the round trip that set it: the
-            # callers fired that much earlier than their slots say, and a
-            # slot on Redis right after the floor, placed by the same
-            # estimate, would come that much less than its spacing after
-            # the last of them (combination runner, seed 77: 32.6 ms at
-            # 30/s). The floor leaves that error.
+            # The local slots are on the estimate of Redis's clock. Were it
+            # ahead of Redis's, the callers fired that much earlier than
+            # their slots say, and a slot on Redis right after the floor,
+            # placed by the same estimate, would come that much less than
+            # its spacing after the last of them (combination runner, seed
+            # 77: 32.6 ms at 30/s, when the estimate was a round trip's
+            # midpoint). It is not ahead when taken (_clock_sample); the
+            # floor still leaves half the round trip that set it, against
+            # the clocks' drift since.
             with self._lock:
                 err = (self._offset_rtt + 1) // 2
             parts.append(str(max(0, (last_ns + err - now + 999) // 1000)))

@@ -187,6 +187,26 @@ class LimiterTest(unittest.TestCase):
         self.assertEqual(lim._placed_late(server, now), 0.0)
         self.assertAlmostEqual(lim._placed_late(server, now + 80_000_000), 0.079, places=6)
 
+    def test_clock_estimate_never_ahead(self) -> None:
+        """The estimate of Redis's clock is never ahead of it, as Go's
+        (clockSync): a sample's server instant is taken for the latest local
+        time it can have been, its reply's arrival. Before, it was taken
+        for the round trip's midpoint, up to half of it ahead: after a
+        sample of a few ms (a CPU hog beside the process), every local slot
+        fired 2 to 3 ms before its slot (combination runner, seed 2)."""
+        lim = self.limiter()
+        lim._best_rtt = 3_000_000
+        recv = time.time_ns()
+        # Redis read its clock (the host's) as the request arrived, late:
+        # 4 ms after it was sent, just before the reply came back.
+        lim._clock_sample(recv, recv - 4_000_000, recv)
+        self.assertEqual(lim._offset_rtt, 4_000_000, "the sample was taken")
+        self.assertLessEqual(lim._offset_ns, 0, "the estimate runs ahead of Redis's clock")
+        # One whose reply came back late (Redis read its clock as the
+        # request was sent) leaves the estimate behind, by its round trip.
+        lim._clock_sample(recv - 4_000_000, recv - 4_000_000, recv)
+        self.assertEqual(lim._offset_ns, -4_000_000)
+
     def test_resume_moves_a_sleeper_earlier(self) -> None:
         """A sleeper granted while the key was paused uses its slot d
         earlier when a resume moved it (the state's "~s q:r d",
