@@ -40,12 +40,12 @@ const historyKeep = 50
 //     others went on reserving). The floor is applied by reserve.lua's own
 //     floor argument, run on the store.
 //   - Local to Redis: what the store granted (its latest slot, each window
-//     band's units in each window that may still be current: closed, a
-//     pause made locally) is handed
-//     back as reserve.lua's floor and pause.lua's pause: at once for every
-//     key when Redis answers again, and with a key's next call after a
-//     single failed one. Cancels and settles of Redis's grants made while
-//     Redis was unavailable are made on Redis then too.
+//     band's units in each window that may still be current, a pause made
+//     locally) is handed back as reserve.lua's floor and pause.lua's
+//     pause: at once for every key when Redis answers again, and with a
+//     key's next call after a single failed one. Cancels and settles of
+//     Redis's grants made while Redis was unavailable are made on Redis
+//     then too.
 
 // localKey is the local fallback's part of a key (a field of its state,
 // keys.go).
