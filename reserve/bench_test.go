@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
@@ -119,5 +120,61 @@ func reportRedisCPU(b *testing.B, s *redistest.Server) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkReserveLocal measures one Reserve paced by the local fallback
+// (Redis behind a proxy that refuses every connection), serial, on one
+// key: a Limit, and a policy of a bucket and a window band, whose grants
+// the Limiter follows window by window for the handback (localKey.closed).
+// Each reservation runs reserve.lua on the in-process store.
+//
+//	go test -run '^$' -bench BenchmarkReserveLocal ./reserve/
+func BenchmarkReserveLocal(b *testing.B) {
+	s := redistest.New(b)
+	p := redistest.NewProxy(b, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(b), Logger: quiet, FailAfter: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 1e6, Burst: 1000}
+	pols := []struct {
+		name string
+		req  reserve.Request
+	}{
+		{"limit", reserve.Single("local-limit", lim, 1)},
+		{"window", reserve.Request{Key: "local-window", Cost: reserve.Permits(1), Policy: reserve.Policy{
+			{Name: "rps", Unit: reserve.PermitsUnit, Limit: lim},
+			{Name: "win", Unit: reserve.PermitsUnit, Window: reserve.Window{N: 1e12, Length: time.Second}},
+		}}},
+	}
+	p.Disable(b)
+	for _, pol := range pols {
+		b.Run(pol.name, func(b *testing.B) {
+			// Until the Limiter paces locally: the first calls find Redis gone.
+			for {
+				r, err := l.ReserveN(ctx, pol.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r.Local() {
+					break
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := l.ReserveN(ctx, pol.req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !r.Local() {
+					b.Fatal("a reservation on Redis: the proxy lets calls through")
+				}
+			}
+		})
 	}
 }

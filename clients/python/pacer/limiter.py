@@ -239,7 +239,13 @@ class Limiter:
         self._remembered_also = 0  # the other size its share kept within then (_remember_fleet)
         self._remembered_ranks: list[int] = []  # the ranks Redis listed then
         self._back_at = 0.0
-        self._remember = 60.0  # the fleet's hold_ms
+        # How long the fleet it knew rules its share once back, while
+        # members are missing: until those alive could have probed back and
+        # heartbeated (a probe, then a heartbeat), as Go's fleetView.remember.
+        # It was the fleet's hold_ms (60 s): a view remembered from one
+        # outage then set the share of the next, on a fleet that had grown
+        # since (combination runner, seed 74).
+        self._remember = max(3 * self.interval, 2 * float(probe_interval))
         # Back from an outage of its own, while fewer than a quarter of the
         # fleet's ranks are not held (the others not back yet), calls that
         # take slots on Redis wait for them, until _back_until at the most
@@ -248,7 +254,7 @@ class Limiter:
         # fleetView.sparse and backWait: the others probe back within a
         # probe interval, +25%, and are heard at their next heartbeats).
         self._back_until = 0.0
-        self._back_wait = max(self._guess_wait, max(3 * self.interval, 2 * float(probe_interval)) + self.interval)
+        self._back_wait = max(self._guess_wait, self._remember + self.interval)
         # Started while Redis was unavailable (born), it has never learned
         # the fleet. When it first reaches Redis, a Redis restarted empty
         # lists only the members back already; the others, still pacing

@@ -1366,6 +1366,35 @@ class FallbackTest(unittest.TestCase):
             a._back_at, a._last_beat = time.monotonic(), time.monotonic()
         self.assertEqual(a._share(), "3 1 2")
 
+    def test_remembered_fleet_lasts_as_go(self) -> None:
+        """Back from an outage, the fleet it knew rules the share for
+        max(3 heartbeat intervals, 2 probe intervals), as Go's Limiter
+        (fleetView.remember), not for 60 s: a Python member back from a
+        client pause at 1.3 s still took its local share on the 2 members it
+        had remembered then at 5.4 s, rank 1 of 2, beside a Go member's
+        rank 2 of the fleet of 3 both knew: the lattices met every 6/rate
+        (combination runner, seed 74: 2 permits at one instant every
+        0.2 s)."""
+        def limiter(interval: float, probe: float) -> Limiter:
+            lim = Limiter(self.c, prefix="pacer:", heartbeat=False, heartbeat_interval=interval, probe_interval=probe)
+            self.lims.append(lim)
+            return lim
+
+        a = limiter(1.0, 0.5)
+        self.assertEqual(a._remember, 3.0)
+        with a._lock:
+            a._learned, a._n, a._rank, a._members = True, 3, 1, 2
+            a._held, a._ranks, a._held_n = [], [1, 2], 0
+            a._remembered, a._remembered_members, a._rank_before = 2, 2, 1
+            a._remembered_ranks = [0, 1]
+            a._back_at, a._last_beat = time.monotonic() - 2.0, time.monotonic()
+            self.assertTrue(a._missing(), "rank 0 of the fleet it knew is not listed")
+            self.assertEqual(a._own_share(), "m 2 1 0", "within remember: the fleet it knew")
+            a._back_at = time.monotonic() - 4.0
+            self.assertFalse(a._missing())
+            self.assertEqual(a._own_share(), "m 3 1 0", "past remember: the fleet Redis lists")
+        self.assertEqual(limiter(0.1, 2.0)._remember, 4.0)
+
     def test_newcomer_leaves_missing_share(self) -> None:
         """Back on a Redis restarted empty with the members of ranks 1 and
         2 of 3 missing (they may pace locally still), a Limiter's heartbeat
