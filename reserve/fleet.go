@@ -700,11 +700,18 @@ func (f *fleetView) told(local bool) {
 	}
 }
 
-// taken records the ranks Redis's fleet has taken (see redisShare).
+// taken records the ranks Redis's fleet has taken (see redisShare), the
+// last of a heartbeat's view. A return from an outage whose heartbeat lists
+// every member this Limiter knew is complete: it stops keeping to the
+// fleet it knew, so that a member that dies after it (its rank freed) does
+// not count as one missing from the outage (TestReturnEndsWhenAllListed).
 func (f *fleetView) taken(ranks []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ranks = slices.Sorted(slices.Values(ranks)) // sorted: listed searches it
+	if !f.backAt.IsZero() && f.remembered > 0 && !f.missing() {
+		f.backAt, f.remembered, f.rememberedMembers = time.Time{}, 0, 0
+	}
 }
 
 // A share is the part of every band a caller takes (core.lua's ARGV[3]).

@@ -549,6 +549,39 @@ func TestNewcomerHidesMissing(t *testing.T) {
 	}
 }
 
+// TestReturnEndsWhenAllListed: back from an outage of its own, a member
+// keeps to the fleet it knew while members it knew are missing. Once a
+// heartbeat lists every rank it knew, its return is complete: a member that
+// dies after it (its rank freed) is not one missing from the outage. Before,
+// the remembering lasted remember whatever the heartbeats listed: a Python
+// member back at 2.4 s with the fleet of 2 it knew saw all 3 ranks listed,
+// then one killed; its rank freed counted as missing, the member asked the
+// fleet to keep it, and when Redis restarted empty at 5.3 s it paced on
+// rank 1 of the 2 it remembered beside a Go member's rank 2 of 3
+// (combination runner, seed 74: 2 permits at one instant every 6/rate).
+func TestReturnEndsWhenAllListed(t *testing.T) {
+	f := &fleetView{remember: time.Minute}
+	f.update(2, 1, 2, nil, 0, nil, false)
+	f.taken([]int{0, 1})
+	f.leaving()
+	f.update(3, 1, 3, nil, 0, nil, false) // back: every rank it knew listed, and a newcomer
+	f.taken([]int{0, 1, 2})
+	f.recovered()
+	f.update(3, 1, 3, nil, 0, nil, false)
+	f.taken([]int{0, 1, 2})
+	if f.missing() {
+		t.Fatal("missing with every rank it knew listed")
+	}
+	f.update(3, 1, 2, nil, 0, nil, false) // rank 0 died after the return: freed
+	f.taken([]int{1, 2})
+	if f.missing() {
+		t.Fatal("a member that died after a complete return counted as missing from the outage")
+	}
+	if s, ok := f.ownShare(); !ok || s.Arg() != "m 3 1 0" {
+		t.Fatalf("local share after a complete return: %q, %v; want the fleet Redis lists (\"m 3 1 0\")", s.Arg(), ok)
+	}
+}
+
 // TestHeldOnTwoSizes: the held members pace on lattices of two sizes (one
 // lost Redis before it heard of a join, and paces on 2; one had heard of
 // it, and paces on 3 and 2). A member on Redis takes nothing until they

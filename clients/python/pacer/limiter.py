@@ -1234,7 +1234,11 @@ class Limiter:
             self._held, self._held_n, self._before, self._ranks = hb.held_ranks, hb.held_n, hb.before, hb.ranks
             self._held_sizes = hb.held_sizes
             self._format = hb.format
-            if self._back_at and time.monotonic() - self._back_at >= self._remember:
+            # The return ends after remember, or once a heartbeat lists every
+            # member it knew: one that dies after that (its rank freed) is
+            # not missing from the outage (Go's fleetView.taken, seed 74).
+            if self._back_at and (time.monotonic() - self._back_at >= self._remember
+                                  or self._remembered > 0 and not self._missing()):
                 self._back_at, self._remembered, self._remembered_members = 0.0, 0, 0
             local = self._local
             changed = not local and (late or self._share_n() != n)

@@ -316,7 +316,8 @@ class Child:
             with lim._lock:
                 view = (f"mode={'local' if lim._local else 'redis'} n={lim._n} rank={lim._rank} members={lim._members} "
                         f"held={lim._held} held_n={lim._held_n} held_sizes={lim._held_sizes} remembered={lim._remembered}/{lim._remembered_members} "
-                        f"rank_before={lim._rank_before} before={lim._before} doubt={lim._doubt} "
+                        f"rank_before={lim._rank_before} missing={lim._missing()} ranks={lim._ranks} "
+                        f"remembered_ranks={lim._remembered_ranks} before={lim._before} doubt={lim._doubt} "
                         f"local={lim._local_share}")
             if view != last:
                 self.out.note(t="move", op="fleet", at=now_ns(), a={"view": view})

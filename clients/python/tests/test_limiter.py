@@ -1395,6 +1395,29 @@ class FallbackTest(unittest.TestCase):
             self.assertEqual(a._own_share(), "m 3 1 0", "past remember: the fleet Redis lists")
         self.assertEqual(limiter(0.1, 2.0)._remember, 4.0)
 
+    def test_return_ends_when_all_listed(self) -> None:
+        """Back from an outage, once a heartbeat lists every member it knew
+        the return is complete: a member that dies after it is not missing
+        from the outage, and the share is the fleet's as Redis lists it
+        (Go's TestReturnEndsWhenAllListed; combination runner, seed 74: a
+        member killed after a complete return counted as missing, and the
+        next outage's local share was rank 1 of the 2 remembered beside a
+        Go member's rank 2 of 3)."""
+        a, b, c = self.limiter("a"), self.limiter("b"), self.limiter("c")
+        for lim in (a, b, c, a):
+            lim._beat()
+        with a._lock:  # back, remembering the fleet of 2 it knew: a and b
+            a._remembered, a._remembered_members, a._rank_before = 2, 2, a._rank
+            a._remembered_ranks = sorted([a._rank, b._rank])
+            a._back_at = time.monotonic()
+        a._beat()
+        self.assertEqual(a._remembered, 0, "every member it knew listed: the return is over")
+        b.close()
+        a._beat()
+        with a._lock:
+            self.assertFalse(a._missing(), "b, gone after the return, counted as missing from the outage")
+            self.assertEqual(a._own_share(), f"m {a._n} {a._rank} {a._also_n()}")
+
     def test_newcomer_leaves_missing_share(self) -> None:
         """Back on a Redis restarted empty with the members of ranks 1 and
         2 of 3 missing (they may pace locally still), a Limiter's heartbeat
