@@ -116,14 +116,20 @@ func (l *Limiter) call(ctx context.Context, op, key string, fn func(context.Cont
 		res any
 		err error
 	)
-	if cutOps[op] {
+	switch {
+	case l.onStore != nil:
+		// The store is in-process: a call to it is never lost and never
+		// an outage, however slow the machine (no timeout, no ping: there
+		// is no Redis to ping; TestOnStoreSlowCallIsNotAnOutage).
+		res, err = fn(ctx)
+	case cutOps[op]:
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		res, err = fn(cctx)
 		if err != nil && ctx.Err() == nil && cctx.Err() != nil {
 			err = &timeoutError{after: timeout, err: err}
 		}
 		cancel()
-	} else {
+	default:
 		// The script's own deadline (withDeadline) stays the timeout's: a
 		// call Redis runs after a stall changes nothing (PACER_STALE), its
 		// caller's view of the fleet may be stale by then.

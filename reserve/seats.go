@@ -240,7 +240,7 @@ func (l *Limiter) seatsOnRedis(ctx context.Context, key string, args []any) (any
 	if ms, ok := l.scriptDeadline(ctx); ok {
 		args[6] = args[6].(string) + " " + strconv.FormatInt(ms, 10)
 	}
-	return seatsScript.Run(ctx, l.rdb, l.seatKeys(key), args...).Result()
+	return seatsScript.Run(ctx, l.scripts, l.seatKeys(key), args...).Result()
 }
 
 // seatKeep is how long the seat keys outlive their last write: a member
