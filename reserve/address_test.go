@@ -51,6 +51,9 @@ func TestWrongAddress(t *testing.T) {
 // TestWrongAddressNamesIt: New's error names where each kind of client
 // points.
 func TestWrongAddressNamesIt(t *testing.T) {
+	// Mostly waiting on addresses that do not answer: beside the other
+	// parallel tests (the package's time in CI).
+	t.Parallel()
 	a, b := deadAddr(t), deadAddr(t)
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	for _, tc := range []struct {

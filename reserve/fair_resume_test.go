@@ -37,6 +37,9 @@ const resumeGrace = time.Minute
 // its slot, an hour on; and a resume heard by the event alone did not
 // move it, since only a read applied the resume's move.
 func TestFairSleeperHearsResumeUnread(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)

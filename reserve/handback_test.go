@@ -136,6 +136,9 @@ func TestNoLocalGrantDuringHandback(t *testing.T) {
 // grants slots before the end of a's local queue, and every slot fired
 // on, local or Redis, a's or b's, is a whole 1/rate from the next.
 func TestHandbackMovesSleepers(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()

@@ -108,6 +108,9 @@ func leaseChild(s childSpec) error {
 // admissions plus the leased slots that lapsed or were still held at
 // Close. Logged: the admissions, the leases and the lapses.
 func TestLeaseAcrossProcesses(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	const (
 		procs      = 2

@@ -490,6 +490,9 @@ func TestLeaseClose(t *testing.T) {
 // not return into it, the lease's other slots lapse (none is handed out
 // inside the pause), and the caller gets a slot after the pause from Redis.
 func TestLeasePause(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	c := s.NewClient(t)
 	prefix := redistest.Prefix(t)

@@ -525,6 +525,9 @@ func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
 // 250 ms made it pace locally (and a busy machine's Limiters switched 8 to
 // 11 times in 20 s).
 func TestSlowRedisIsNotAnOutage(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	ctx := context.Background()
 	p := redistest.NewProxy(t, s.Addr)

@@ -105,6 +105,9 @@ func fairChild(s childSpec) error {
 // weighted shares themselves are asserted exactly on fake clocks
 // (TestFairWeightedShares, and the properties TestFairMutants runs).
 func TestFairAcrossProcesses(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	grants, count := fairRun(t, s, 0)
 	total := count["a"] + count["b"] + count["bulk"]

@@ -31,6 +31,9 @@ import (
 //
 //	go test -count=1 -run TestLiveChangeAcrossProcesses -v ./reserve
 func TestLiveChangeAcrossProcesses(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)

@@ -108,6 +108,9 @@ func childMain(s childSpec) error {
 // mean rate, the excess of the wake-up times over the invariant) and asserts
 // none of them; cmd/pacerbench measures them properly.
 func TestServerTimeAcrossProcesses(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	s := redistest.New(t)
 	const (
 		procs      = 2

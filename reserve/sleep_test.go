@@ -99,6 +99,9 @@ func testSleepLate(t *testing.T, b backend) {
 // and the reservation had already used its one late move. A fake clock
 // makes it exact; MaxLateness -1 stands for the used late move.
 func TestOwnPauseAfterItEnds(t *testing.T) {
+	// Mostly waiting, on a server of its own: beside the other parallel
+	// tests (the package's time in CI).
+	t.Parallel()
 	ctx := context.Background()
 	s := redistest.NewProcess(t)
 	clk := fakeclock.New(epoch)
