@@ -44,7 +44,9 @@
 // The Limiter is a fleet of one: it sends no heartbeats and takes the whole
 // of every key; several Limiters on one Store share its keys, as processes
 // share a Redis (without Redis's events: a pause one makes reaches the
-// others' sleepers at their check just before their slots). The Store is never unavailable, so there is no local
+// others' sleepers at their check just before their slots). An in-flight
+// band's seats (Band.InFlight: Acquire, then Done) are held on the Store,
+// for as long as the call stays open. The Store is never unavailable, so there is no local
 // fallback, and the options about Redis and the fleet have no effect. Its
 // time is the client's (Options.ClientTime), and it sleeps on Go's timers
 // (Options.PreciseWake has no effect). It starts no goroutine of its own,

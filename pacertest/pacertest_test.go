@@ -96,6 +96,55 @@ func TestConcurrentShare(t *testing.T) {
 	})
 }
 
+// An in-flight band on a Store: two Limiters share its N, and a call
+// open for a minute keeps its seat (no heartbeat renews it; nothing
+// drops it). Before, Acquire ran the seats on the nil Redis client and
+// panicked.
+func TestInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := pacertest.NewStore()
+		var lims []*reserve.Limiter
+		for range 2 {
+			l, err := store.NewLimiter(reserve.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			lims = append(lims, l)
+		}
+		req := reserve.Request{Key: "k", Policy: reserve.Policy{{Name: "open", Unit: "calls", InFlight: 1}}, Cost: reserve.Cost{"calls": 1}}
+		ctx := context.Background()
+		a, err := lims[0].Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := lims[1].Acquire(short, req); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a second call while the first is open: %v, want context.DeadlineExceeded", err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			b, err := lims[1].Acquire(ctx, req)
+			if err == nil {
+				b.Done()
+			}
+			got <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter went before the first call ended: %v", err)
+		default:
+		}
+		a.Done()
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // A Pause on a Store's Limiter holds every caller of the key, the other
 // Limiter's too: the bucket is empty when the pause ends, so the first
 // slot at 1/s comes a second after it.

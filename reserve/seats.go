@@ -246,8 +246,20 @@ func (l *Limiter) seatsOnRedis(ctx context.Context, key string, args []any) (any
 // seatKeep is how long the seat keys outlive their last write: a member
 // cut off from Redis keeps its seats while the fleet holds it.
 func (l *Limiter) seatKeep() string {
+	if l.onStore != nil {
+		return strconv.FormatInt(storeSeatLife.Milliseconds(), 10)
+	}
 	return strconv.FormatInt((l.opts.SilentHold + 4*l.opts.HeartbeatInterval).Milliseconds(), 10)
 }
+
+// storeSeatLife stands for the heartbeat interval of the Limiters on a
+// store (package pacertest), in seatKeep and seatLapse. They send no
+// heartbeats, so nothing renews their seats: at their options' interval,
+// a call open for 3.5 of them lost its seat to another Limiter on the
+// store (TestInFlight in pacertest). A store lives in one process, which
+// cannot crash apart from its Limiters: their seats last as long as their
+// calls.
+const storeSeatLife = 100 * 365 * 24 * time.Hour
 
 // seatLapse is seats.lua's ARGV[7]: the heartbeat interval, from which it
 // tells how long a holder may go without a call on the key, and how long
@@ -256,6 +268,9 @@ func (l *Limiter) seatKeep() string {
 // ProbeInterval).
 func (l *Limiter) seatLapse() string {
 	beat := max(l.opts.HeartbeatInterval.Milliseconds(), 1)
+	if l.onStore != nil {
+		beat = storeSeatLife.Milliseconds()
+	}
 	young := (3*l.opts.HeartbeatInterval + 3*l.opts.ProbeInterval).Milliseconds()
 	return strconv.FormatInt(beat, 10) + " " + strconv.FormatInt(young, 10)
 }
