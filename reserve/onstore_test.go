@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
@@ -51,7 +50,9 @@ func TestOnStoreSlowCallIsNotAnOutage(t *testing.T) {
 }
 
 // TestOnStoreInFlight: a Limiter on a store runs an in-flight band's seats
-// on the store, as it runs its other scripts there.
+// on the store, as it runs its other scripts there (it ran them on the nil
+// Redis client and panicked). pacertest's TestInFlight holds seats shared
+// by two Limiters on a store for a minute of fake time.
 func TestOnStoreInFlight(t *testing.T) {
 	v, err := hook.OnStore(luastore.New(nil), reserve.Options{Logger: quiet})
 	require.NoError(t, err)
@@ -72,30 +73,4 @@ func TestOnStoreInFlight(t *testing.T) {
 	require.NoError(t, err)
 	b.Done()
 	c.Done()
-}
-
-// TestOnStoreSeatsOutlastTheHolderTimeout: seats held on a store past the
-// time a member who stops renewing loses them (a store Limiter sends no
-// heartbeats) are still held: a call open for a minute of fake time keeps
-// its seat.
-func TestOnStoreSeatsOutlastTheHolderTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		v, err := hook.OnStore(luastore.New(nil), reserve.Options{Logger: quiet})
-		require.NoError(t, err)
-		l := v.(*reserve.Limiter)
-		defer l.Close()
-		req := seatsReq("k", 1)
-		ctx := context.Background()
-		a, err := l.Acquire(ctx, req)
-		require.NoError(t, err)
-		time.Sleep(time.Minute)
-		short, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		_, err = l.Acquire(short, req)
-		require.ErrorIs(t, err, context.DeadlineExceeded, "a second call while the first is open")
-		a.Done()
-		b, err := l.Acquire(ctx, req)
-		require.NoError(t, err)
-		b.Done()
-	})
 }
