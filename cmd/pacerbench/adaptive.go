@@ -112,6 +112,9 @@ func (b *bench) adaptiveRun(ctx context.Context, url string, rate float64, learn
 				}
 				req.Host = "warm.example"
 				resp, err := client.Do(req)
+				if pastRunEnd(err) {
+					return
+				}
 				if err != nil {
 					continue
 				}

@@ -219,6 +219,9 @@ func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration
 						return
 					}
 					resp, err := c.Do(req)
+					if pastRunEnd(err) {
+						return
+					}
 					if err != nil {
 						continue
 					}
