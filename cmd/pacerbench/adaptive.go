@@ -113,7 +113,8 @@ func (b *bench) adaptiveRun(ctx context.Context, url string, rate float64, learn
 				req.Host = "warm.example"
 				resp, err := client.Do(req)
 				if pastRunEnd(err) {
-					return
+					pauseRetry(rctx)
+					continue
 				}
 				if err != nil {
 					continue

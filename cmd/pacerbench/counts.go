@@ -220,7 +220,8 @@ func (b *bench) countsLoop(ctx context.Context, ignored bool, span time.Duration
 					}
 					resp, err := c.Do(req)
 					if pastRunEnd(err) {
-						return
+						pauseRetry(rctx)
+						continue
 					}
 					if err != nil {
 						continue

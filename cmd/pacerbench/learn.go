@@ -165,7 +165,8 @@ func (b *bench) learnRun(ctx context.Context, learnL float64, retryAfter bool, c
 					req.Host = "learn.example"
 					resp, err := client.Do(req)
 					if pastRunEnd(err) {
-						return
+						pauseRetry(rctx)
+						continue
 					}
 					if err != nil {
 						continue
@@ -298,11 +299,27 @@ func (r *learnResults) tables() string {
 }
 
 // pastRunEnd reports whether err is a call's refusal because its slot lies
-// past its context's deadline: the run's end. That caller is done. Called
-// again at once, each such call was refused again, and the callers spun
-// for the rest of the run (the learn phase's 48 callers: about 800,000
-// refusals in the last seconds of a quick run, 1.6 CPUs for 14 s).
+// past its context's deadline: the run's end, at the rate the key has now.
+// The caller pauses (pauseRetry) before it calls again: the rate may rise
+// meanwhile (the adaptive rate of the learn and adaptive phases), and its
+// slot come before the end. Called again at once, each such call was
+// refused again, and the callers spun: the learn phase's 48 callers made
+// about 800,000 refusals in the last seconds of a quick run, 1.6 CPUs for
+// 14 s, beside the fleet it measures.
 func pastRunEnd(err error) bool {
 	var wt *reserve.WaitTooLongError
 	return errors.As(err, &wt) && wt.Deadline
+}
+
+// retryPause is how long a caller refused by pastRunEnd pauses.
+const retryPause = 100 * time.Millisecond
+
+// pauseRetry pauses for retryPause, or until ctx ends.
+func pauseRetry(ctx context.Context) {
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
