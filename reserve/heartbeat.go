@@ -400,23 +400,28 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 // took the whole rate on the strength of heartbeats the others sent
 // before it (combination runner, seed 136).
 func (l *Limiter) liveWindow() time.Duration {
-	l.health.mu.Lock()
-	outage := l.health.outage
-	l.health.mu.Unlock()
 	live := 2 * l.opts.HeartbeatInterval
-	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
-		// This Limiter's view is stale (its heartbeats stopped, see
-		// fleetView.stale): as after an outage of its own, from its last
-		// heartbeat.
-		outage = last
-	}
-	if !outage.IsZero() {
+	if outage := l.outageBegan(); !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
 	}
 	if d := time.Since(l.started); d < live {
 		live = min(live, max(d, l.suspectAfter()))
 	}
 	return live
+}
+
+// outageBegan returns when this Limiter's latest outage began (zero: none):
+// its last switch to local pacing, a heartbeat that failed or came back
+// late, or, while its view of the fleet is stale (its heartbeats stopped,
+// see fleetView.stale), its last heartbeat.
+func (l *Limiter) outageBegan() time.Time {
+	l.health.mu.Lock()
+	outage := l.health.outage
+	l.health.mu.Unlock()
+	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
+		outage = last
+	}
+	return outage
 }
 
 // lateView reports whether a heartbeat whose script's round trip took
@@ -608,8 +613,17 @@ func (l *Limiter) checkSuspects(ctx context.Context, node redis.UniversalClient,
 		}
 	}
 	slices.Sort(gone)
+	// Back from an outage of its own within SilentHold, this Limiter could
+	// not check the members silent since: most likely cut off by the same
+	// fault, their connections reset as the network healed, they may pace
+	// locally still. Those no check found yet are held one check more
+	// (heartbeat.lua's "check"; TestBackFirstHoldsTheReset).
+	unsure := "0"
+	if o := l.outageBegan(); !o.IsZero() && time.Since(o) < l.opts.SilentHold {
+		unsure = "1"
+	}
 	res, err = l.run(ctx, names.OpHeartbeat, "", func(ctx context.Context) (any, error) {
-		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " ")).Result()
+		return heartbeatScript.Run(ctx, l.rdb, l.fleetKeys(), l.id, "check", strings.Join(gone, " "), strings.Join(alive, " "), unsure).Result()
 	}, nil)
 	if err != nil {
 		return false

@@ -477,6 +477,72 @@ func TestCutOffConnectionResetHeld(t *testing.T) {
 	require.True(t, held, "b was forgotten without being held a check more")
 }
 
+// TestBackFirstHoldsTheReset: the whole fleet loses Redis (the network goes
+// silent), and as it heals it resets the presence connection of b, which
+// still paces locally until its next probe finds Redis. a, back first,
+// finds b silent and its connection gone at the first check anybody could
+// make (nobody reached Redis while the network was down): b is held one
+// check more, not forgotten at once (integration's TestFaultTimeout: 248
+// calls in 1 s, bound 221; a took the whole rate beside b for a second).
+func TestBackFirstHoldsTheReset(t *testing.T) {
+	t.Parallel()
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute,
+		ProbeInterval: 20 * time.Millisecond, FailAfter: 1, Logger: quiet}
+	a, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	keys := a.FleetKeys()
+
+	// The network goes silent: b's loop stops (its presence connection
+	// stays open), a finds Redis gone and paces locally.
+	p.AddTimeout(t)
+	end := b.Cut()
+	t.Cleanup(end)
+	for !a.Degraded() {
+		cc, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, _ = a.Reserve(cc, "api.example", reserve.Limit{Rate: 10, Burst: 1})
+		cancel()
+	}
+	// As it heals, the network resets b's connection; a is back.
+	d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
+	require.NoError(t, err)
+	f := strings.Fields(d)
+	require.GreaterOrEqual(t, len(f), 3, "b's details %q", d)
+	require.NoError(t, s.Client.ClientKillByFilter(ctx, "ID", f[2]).Err())
+	mark, err := s.Client.HGet(ctx, keys[4], b.ID()).Result()
+	require.ErrorIs(t, err, redis.Nil, "a check of b before the heal (%q)", mark)
+	p.Clear(t)
+	backOnRedis(t, a)
+
+	held := false
+	require.Eventually(t, func() bool {
+		// The mark and the membership in one transaction: a later check
+		// removes both.
+		var mark *redis.StringCmd
+		var member *redis.FloatCmd
+		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
+			return nil
+		})
+		if v, err2 := mark.Int64(); err2 == nil && v < 0 {
+			require.NoError(t, member.Err(), "b was forgotten as its connection was first found gone")
+			held = true
+		} else if err != nil && !errors.Is(err, redis.Nil) {
+			require.NoError(t, err)
+		}
+		return a.FleetSize() == 1
+	}, 30*time.Second, time.Millisecond, "b is never forgotten")
+	require.True(t, held, "b was forgotten at the first check after the outage, without being held a check more")
+}
+
 // TestStoredLimitBounds (finding 16): SetLimit refuses what no Limiter could
 // read back or use (before, a burst of 3e9 was stored and every later
 // status, set and pause on the key failed; a rate of 1e300 was stored and

@@ -1042,6 +1042,17 @@ class Limiter:
         ns = self._server_now() + int(timeouts * timeout * 1e9) + int(rtt)
         return -(-ns // 1_000_000)
 
+    def _outage_began(self) -> float:
+        """When this Limiter's latest outage began (monotonic; 0: none),
+        or, while its view of the fleet is stale, its last heartbeat (Go's
+        outageBegan)."""
+        with self._lock:
+            outage = self._outage
+            if self._stale() and self._last_beat is not None:
+                # As after an outage of its own, from its last heartbeat.
+                outage = max(outage, self._last_beat)
+        return outage
+
     def _times(self) -> tuple[str, ...]:
         """Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms, as Go's
         Limiter passes them. A member is live if heard from within live_ms
@@ -1054,11 +1065,9 @@ class Limiter:
         live = int(protocol.HEARTBEAT_TIMES[0])
         suspect = int(protocol.HEARTBEAT_TIMES[2])
         now = time.monotonic()
+        outage = self._outage_began()
         with self._lock:
-            outage, started = self._outage, self._started
-            if self._stale() and self._last_beat is not None:
-                # As after an outage of its own, from its last heartbeat.
-                outage = max(outage, self._last_beat)
+            started = self._started
         if outage:
             live = min(live, max(int((now - outage) * 1000), 1))
         d = int((now - started) * 1000)
@@ -1355,9 +1364,16 @@ class Limiter:
                 connected.add(name[len("pacer-"):])
         gone = sorted(m for m in cids if m not in connected)
         alive = sorted(m for m in cids if m in connected)
+        # Back from an outage of its own within hold_ms, as Go's Limiter:
+        # the members no check found yet, most likely cut off by the same
+        # fault and their connections reset as it healed, are held one
+        # check more (heartbeat.lua's "check").
+        outage = self._outage_began()
+        hold = int(protocol.HEARTBEAT_TIMES[1]) / 1000
+        unsure = "1" if outage and time.monotonic() - outage < hold else "0"
         try:
             self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
-                             [self.id, "check", " ".join(gone), " ".join(alive)])
+                             [self.id, "check", " ".join(gone), " ".join(alive), unsure])
         except (*UNAVAILABLE, PacerError):
             return False
         return bool(gone)

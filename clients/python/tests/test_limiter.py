@@ -727,6 +727,25 @@ class FallbackTest(unittest.TestCase):
         self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "c"), "c, silent but connected, was forgotten")
         self.assertEqual(a._members, 2)
 
+    def test_back_first_holds_the_reset(self) -> None:
+        """The whole fleet loses Redis, and as the network heals it resets
+        the presence connection of b, which still paces locally. a, back
+        first, finds b gone at the first check anybody could make: b is
+        held one check more, not forgotten at once, as by Go's Limiter
+        (TestBackFirstHoldsTheReset; integration's TestFaultTimeout)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b, a):
+            lim._beat()  # the second carries the presence connection's id
+        self.assertEqual(a._members, 2)
+        b._absent()  # the network reset it; b beats no more
+        a._go_local("test: the network went silent")
+        time.sleep(1.3)  # b silent longer than suspect_ms (1.1 s): a suspect
+        a._beat()  # back on Redis, it checks the suspects
+        self.assertFalse(a.is_local)
+        self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "b"), "b was forgotten at the first check after a's outage")
+        mark = self.c.hget("pacer:{limiters}:checked", "b")
+        self.assertTrue(mark is not None and int(mark) < 0, f"b is not held a check more (mark {mark!r})")
+
     def test_paused_redis_is_no_outage(self) -> None:
         """A call that times out is no evidence that Redis is gone: the
         Limiter pings it with a longer timeout and paces locally only if
