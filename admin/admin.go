@@ -154,11 +154,22 @@ func (a *Client) SetLimit(ctx context.Context, key string, pol reserve.Policy, s
 
 // UnsetLimit removes key's stored limit: the fleet's Limiters go back to
 // the limits their code passes. ErrNotStored if none is stored.
+//
+// When Redis holds nothing of the key at all (no state, no history), it
+// may have lost the key (restarted empty) while Limiters pacing locally
+// still remember its stored limit, which the first of them back would put
+// back. The unset is then recorded in the key's history all the same:
+// UnsetLimit returns that entry (Before and After "") with ErrNotStored,
+// and no Limiter puts the limit back.
 func (a *Client) UnsetLimit(ctx context.Context, key, who, reason string) (Change, error) {
 	if err := checkKey(key); err != nil {
 		return Change{}, err
 	}
-	return a.admin(ctx, key, "unset", "", who, reason)
+	ch, err := a.admin(ctx, key, "unset", "", who, reason)
+	if err == nil && ch.Before == "" {
+		return ch, fmt.Errorf("admin: unset %q: %w (Redis held nothing of the key: the unset is recorded in its history, so that no Limiter puts back a stored limit Redis lost)", key, ErrNotStored)
+	}
+	return ch, err
 }
 
 // SetWeight stores weight as tenant's weight on key, in every lane: the

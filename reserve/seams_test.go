@@ -780,6 +780,58 @@ func TestRestoreStoredLimit(t *testing.T) {
 	assert.Equal(t, "unset", hist[0].Op, "the operator's unset was undone")
 }
 
+// TestUnsetOnLostKeyStands (combination runner, seed 86): Redis restarts
+// empty while a Limiter paces a key locally by its stored limit, and an
+// operator unsets that limit before the Limiter is back. The unset finds
+// nothing of the key and is recorded all the same (admin.ErrNotStored
+// with the history entry), so the Limiter back puts nothing back. Before,
+// the unset wrote nothing, and restore.lua, finding nothing of the key,
+// put back the limit the Limiter had last seen.
+func TestUnsetOnLostKeyStands(t *testing.T) {
+	t.Parallel()
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	l, _ := onFakeClock(t, c, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 10 * time.Millisecond})
+	newAdmin := func() *admin.Client {
+		a, err := admin.New(s.NewClient(t), admin.Options{KeyPrefix: prefix})
+		require.NoError(t, err)
+		return a
+	}
+	code := reserve.Limit{Rate: 100, Burst: 1}
+	_, err := newAdmin().SetLimit(ctx, "lost", reserve.Limit{Rate: 2, Burst: 1}.Policy(), false, "ops", "the provider lowered us")
+	require.NoError(t, err)
+	_, err = l.Reserve(ctx, "lost", code)
+	require.NoError(t, err)
+	p.Disable(t)
+	_, err = l.Reserve(ctx, "lost", code)
+	require.NoError(t, err)
+	require.True(t, l.Degraded())
+	s.Stop(t)
+	s.Restart(t) // empty
+	ch, err := newAdmin().UnsetLimit(ctx, "lost", "ops", "the provider is back to normal")
+	require.ErrorIs(t, err, admin.ErrNotStored)
+	require.Equal(t, "unset", ch.Op, "the unset of a key Redis lost is not recorded")
+	require.Empty(t, ch.Before)
+	p.Enable(t)
+	backOnRedis(t, l)
+	r, err := l.Reserve(ctx, "lost", code)
+	require.NoError(t, err)
+	require.False(t, r.Local())
+
+	a := newAdmin()
+	hist, err := a.History(ctx, "lost")
+	require.NoError(t, err)
+	require.NotEmpty(t, hist)
+	assert.Equal(t, "unset", hist[0].Op, "the operator's unset was undone: %+v", hist[0])
+	st, err := a.Status(ctx, "lost")
+	require.NoError(t, err)
+	assert.Empty(t, st.StoredLimit, "a stored limit after the operator's unset")
+}
+
 // TestOperatorPauseKeepsKey: an operator's pause (admin.Client.Pause, made with no
 // policy: the key's bucket is a record not in force) moves the bucket to
 // the pause's end, and the key lives until the bucket is full again. Before,

@@ -240,7 +240,7 @@ func TestBadInput(t *testing.T) {
 		{name: "set shadow over other stored bands", args: append(set("multi", "2", "1"), "--band", "a", "--shadow"), code: runtime,
 			stderr: `set: the stored limit is in the other mode: key "multi"'s stored limit is enforced and holds b, which this change does not name: storing it in shadow mode would switch them too: set them all \(--file\), or store only the bands given \(--replace\); nothing changed`},
 		{name: "pause history of another type", args: []string{"pause", "hist", "10s", "--reason", "x"}, code: runtime, stderr: `pause: key "hist" is not pacer's`},
-		{name: "unset nothing stored", args: []string{"unset", "nobody", "--reason", "x"}, code: runtime, stderr: `unset: key "nobody" has no stored limit under prefix .*: nothing changed`},
+		{name: "unset nothing stored", args: []string{"unset", "quiet", "--reason", "x"}, code: runtime, stderr: `unset: key "quiet" has no stored limit under prefix .*: nothing changed`},
 		{name: "resume not paused", args: []string{"resume", "api", "--reason", "x"}, code: runtime, stderr: `resume: key "api" is not paused: nothing changed`},
 		{name: "weight unset nothing stored", args: []string{"weight", "api", "acme", "--unset", "--reason", "x"}, code: runtime, stderr: `weight: tenant "acme" has no stored weight on key "api" under prefix .*: nothing changed`},
 		{name: "weight wrong type", args: []string{"weight", "h", "acme", "2", "--reason", "x"}, code: runtime, stderr: `weight: key "h" is not pacer's`},
@@ -281,5 +281,33 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("pacer %q changed Redis:\nbefore %v\nafter  %v", tt.args, before, after)
 			}
 		})
+	}
+}
+
+// TestUnsetNothingOfTheKey: an unset of a key Redis holds nothing of (a
+// mistyped key, or one a Redis restarted empty lost while Limiters still
+// remember its stored limit) exits 1 saying nothing was stored, and is
+// recorded in the key's history, so that no Limiter puts back the limit
+// it last saw (reserve's TestUnsetOnLostKeyStands; combination runner,
+// seed 86).
+func TestUnsetNothingOfTheKey(t *testing.T) {
+	f := newFixture(t)
+	r := f.pacer("unset", "lost", "--reason", "the provider is back to normal", "--who", "ops")
+	if r.code != exitRuntime || r.stdout != "" {
+		t.Fatalf("pacer unset lost: exit %d, stdout %q, want %d and nothing", r.code, r.stdout, exitRuntime)
+	}
+	want := `^pacer: unset: key "lost" has no stored limit under prefix "` + regexp.QuoteMeta(f.prefix) +
+		`", and Redis holds nothing of it \(a mistyped key, or a Redis restarted empty\): the unset is recorded in its history, so that no Limiter puts back a stored limit Redis lost\n$`
+	if !regexp.MustCompile(want).MatchString(r.stderr) {
+		t.Fatalf("pacer unset lost: stderr %q, want %q", r.stderr, want)
+	}
+	h := f.pacer("history", "lost")
+	if h.code != 0 || !strings.Contains(h.stdout, "unset") || !strings.Contains(h.stdout, "ops") {
+		t.Fatalf("pacer history lost: exit %d, stdout %q, stderr %q: want the unset", h.code, h.stdout, h.stderr)
+	}
+	// Once recorded, the key has a history: a second unset changes nothing.
+	r = f.pacer("unset", "lost", "--reason", "again")
+	if r.code != exitRuntime || !strings.Contains(r.stderr, `has no stored limit under prefix "`+f.prefix+`": nothing changed`) {
+		t.Fatalf("pacer unset lost again: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -85,6 +85,10 @@ func (c *cli) unset(ctx context.Context, args []string) error {
 	}
 	before := c.queue(ctx, key)
 	ch, err := c.admin.UnsetLimit(ctx, key, cf.who, cf.reason)
+	if errors.Is(err, admin.ErrNotStored) && !ch.At.IsZero() {
+		return fmt.Errorf("unset: key %q has no stored limit under prefix %q, and Redis holds nothing of it (a mistyped key, or a Redis restarted empty): "+
+			"the unset is recorded in its history, so that no Limiter puts back a stored limit Redis lost", clean(key), clean(c.prefix))
+	}
 	if errors.Is(err, admin.ErrNotStored) {
 		return fmt.Errorf("unset: key %q has no stored limit under prefix %q: nothing changed", clean(key), clean(c.prefix))
 	}
