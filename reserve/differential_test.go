@@ -105,8 +105,24 @@ func randomStep(rng *rand.Rand, lim reserve.Limit) time.Duration {
 // slots themselves.
 const earlyNS = 5
 
-func testDifferential(t *testing.T, b backend)       { runDifferential(t, b, newRand(t), false, nil) }
-func testDifferentialCancel(t *testing.T, b backend) { runDifferential(t, b, newRand(t), true, nil) }
+func testDifferential(t *testing.T, b backend) {
+	ran, cut := runDifferential(t, b, newRand(t), false, nil)
+	mostRan(t, ran, cut)
+}
+
+func testDifferentialCancel(t *testing.T, b backend) {
+	ran, cut := runDifferential(t, b, newRand(t), true, nil)
+	mostRan(t, ran, cut)
+}
+
+// mostRan fails a run of the differential test whose trials were mostly
+// cut short: their keys expired on the server's clock (expiredOnServer).
+func mostRan(t *testing.T, ran, cut int) {
+	t.Helper()
+	if cut > ran/2 {
+		t.Fatalf("%d of %d trials cut short: their keys expired on the server's clock", cut, ran)
+	}
+}
 
 // testDifferentialRegressions replays the seeds that once failed: of each,
 // the trial that failed (drawn as it was, the trials before it drawn and
@@ -119,9 +135,23 @@ func testDifferentialRegressions(t *testing.T, b backend) {
 	for _, r := range regressionSeeds {
 		t.Run(strconv.FormatUint(r.seed, 10), func(t *testing.T) {
 			t.Logf("PACER_SEED=%d: %s", r.seed, r.why)
-			ran := runDifferential(t, b, seeded(r.seed), true, func(lim reserve.Limit) bool { return lim == r.lim })
-			if ran == 0 {
-				t.Fatalf("no trial of seed %d has the limit %+v of the trial that failed: the draws changed; record the seed's limit again", r.seed, r.lim)
+			// A trial cut short (its key expired on the server's clock: a
+			// machine so loaded that a step took over a second; CI beside
+			// a CPU hog) proves nothing: it is run again, up to five
+			// times, and five cut short are skipped, saying so.
+			const attempts = 5
+			for attempt := 1; ; attempt++ {
+				ran, cut := runDifferential(t, b, seeded(r.seed), true, func(lim reserve.Limit) bool { return lim == r.lim })
+				switch {
+				case ran == 0:
+					t.Fatalf("no trial of seed %d has the limit %+v of the trial that failed: the draws changed; record the seed's limit again", r.seed, r.lim)
+				case cut == 0:
+					return
+				case attempt == attempts:
+					t.Skipf("in each of %d runs the trial was cut short: the machine is too loaded for this check", attempts)
+				default:
+					t.Logf("attempt %d: the trial was cut short; again", attempt)
+				}
 			}
 		})
 	}
@@ -190,11 +220,12 @@ func drawTrial(rng *rand.Rand, withCancel bool) diffTrial {
 // divergence fails the test.
 //
 // With only, the trials are drawn as always and only those whose limit it
-// takes run; runDifferential returns how many ran.
-func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, only func(reserve.Limit) bool) (ran int) {
+// takes run; runDifferential returns how many ran, and how many of them were cut
+// short (their key expired on the server's clock: expiredOnServer).
+func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, only func(reserve.Limit) bool) (ran, cut int) {
 	ctx := context.Background()
 	trials := b.trials(24)
-	var reservations, cancels, diverged, noise, boundaries, cut int
+	var reservations, cancels, diverged, noise, boundaries int
 	var maxSlow time.Duration
 	for trial := range trials {
 		plan := drawTrial(rng, withCancel)
@@ -414,10 +445,7 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, o
 	if !withCancel && diverged > 0 {
 		t.Fatalf("x/time/rate left the exact model without any cancel: the model is wrong")
 	}
-	if cut > ran/2 {
-		t.Fatalf("%d of %d trials cut short: their keys expired on the server's clock", cut, ran)
-	}
-	return ran
+	return ran, cut
 }
 
 // expiredOnServer reports whether the state key is gone from the server

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -67,20 +68,47 @@ func TestFairCoalesced(t *testing.T) {
 func TestFairGroupsAsCalls(t *testing.T) {
 	opts := reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.1}}
 	t.Run("Redis", func(t *testing.T) {
-		s := redistest.New(t)
-		one, clk1 := fairLimiterOn(t, s, opts)
-		each, clk2 := fairLimiterOn(t, s, opts)
-		testFairGroupsAsCalls(t, one, each, clk1, clk2)
+		// The keys' TTLs run on Redis's own clock, not the fake ones: a
+		// key left alone for over a second of real time (CI beside a CPU
+		// hog: a slot 2 ms off in round 146) expires, and the twins'
+		// histories part. Such a run proves nothing: it is run again (up
+		// to five times, on a server of its own, whose expired keys are
+		// this test's); a mismatch on a run with no key expired fails.
+		s := redistest.NewProcess(t)
+		const attempts = 5
+		for attempt := 1; ; attempt++ {
+			expired := expiredKeys(t, s.Client)
+			one, clk1 := fairLimiterOn(t, s, opts)
+			each, clk2 := fairLimiterOn(t, s, opts)
+			err := fairGroupsAsCalls(t, one, each, clk1, clk2)
+			if err == nil {
+				return
+			}
+			n := expiredKeys(t, s.Client) - expired
+			switch {
+			case n == 0:
+				t.Fatalf("attempt %d: %v (no key expired on the server meanwhile)", attempt, err)
+			case attempt == attempts:
+				t.Skipf("attempt %d: %v; in each of %d runs keys expired on the server's clock: the machine is too loaded for this check", attempt, err, attempts)
+			default:
+				t.Logf("attempt %d: %v; but %d keys expired on the server meanwhile (the real clock): again", attempt, err, n)
+			}
+		}
 	})
 	t.Run("Local", func(t *testing.T) {
 		// The local fallback runs the same script on its own store.
 		one, clk1 := localFairLimiter(t, opts)
 		each, clk2 := localFairLimiter(t, opts)
-		testFairGroupsAsCalls(t, one, each, clk1, clk2)
+		if err := fairGroupsAsCalls(t, one, each, clk1, clk2); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
-func testFairGroupsAsCalls(t *testing.T, one, each *reserve.Limiter, clk1, clk2 *fakeclock.Clock) {
+// fairGroupsAsCalls runs TestFairGroupsAsCalls's rounds on one (a call for
+// the groups) and each (a call per group), and returns the first
+// difference.
+func fairGroupsAsCalls(t *testing.T, one, each *reserve.Limiter, clk1, clk2 *fakeclock.Clock) error {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(43, 3))
 	lim := reserve.Limit{Rate: 200, Burst: 3}
@@ -100,11 +128,16 @@ func testFairGroupsAsCalls(t *testing.T, one, each *reserve.Limiter, clk1, clk2 
 			want, retry, err := reserve.FairAsk(ctx, each, g.Req, g.N, g.Last)
 			require.NoError(t, err)
 			msg := fmt.Sprintf("round %d, group %d of %d (%s, lane %v)", round, i, len(groups), g.Req.Tenant, g.Req.Lane)
-			require.Equal(t, want, slots[i], msg)
-			require.True(t, retry.Equal(retries[i]), "%s: retry %v, want %v", msg, retries[i], retry)
+			if !slices.Equal(want, slots[i]) {
+				return fmt.Errorf("%s: slots %v, want %v", msg, slots[i], want)
+			}
+			if !retry.Equal(retries[i]) {
+				return fmt.Errorf("%s: retry %v, want %v", msg, retries[i], retry)
+			}
 		}
 		d := time.Duration(rng.IntN(20)) * time.Millisecond
 		clk1.Advance(d)
 		clk2.Advance(d)
 	}
+	return nil
 }

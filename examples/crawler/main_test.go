@@ -138,16 +138,28 @@ func TestRedisHostPort(t *testing.T) {
 
 // TestProviderBelowLimit: a provider 10% below pacer's limit must answer
 // 429s, or the checks above could not fail. Each 429 pauses the host for the
-// fleet, and every page is still fetched.
+// fleet, and every page is still fetched. A run without a 429 whose calls
+// came too slowly to pass the provider's limit (a loaded machine) is run
+// again once, then skipped, saying so (provider.MustRefuse).
 func TestProviderBelowLimit(t *testing.T) {
 	c := small("", 18)
-	s, err := run(context.Background(), c, io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	var s summary
+	for attempt := 1; ; attempt++ {
+		var err error
+		s, err = run(context.Background(), c, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(s)
+		if s.Rejected > 0 || provider.MustRefuse(c.Pages, c.Burst, s.Rate, c.ProviderLimit) {
+			break
+		}
+		if attempt == 2 {
+			t.Skipf("no run came close enough to the provider's limit to show a 429 (%.2f calls/s per host, %d allowed in any second): the machine is too loaded for this check", s.Rate, c.ProviderLimit)
+		}
 	}
-	t.Log(s)
 	if s.Rejected == 0 {
-		t.Error("no 429 from a provider 10% below the limit")
+		t.Error("no 429 from a provider 10% below the limit, though some second of the run held more calls than its limit")
 	}
 	if want := c.Hosts * c.Pages; s.Calls-s.Rejected != want {
 		t.Errorf("accepted = %d, want every page (%d)", s.Calls-s.Rejected, want)

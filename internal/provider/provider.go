@@ -252,3 +252,21 @@ func sortedCopy(times []time.Time) []time.Time {
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	return times
 }
+
+// MustRefuse reports whether n calls to one host, the first burst of them
+// at once and the others spread over span = (n - burst) / rate seconds
+// (rate: the calls per second held after the burst), put more than limit
+// into some second, so that a provider allowing limit calls in any second
+// must have refused some: floor(span) + 1 consecutive seconds cover them
+// all, and one of those seconds holds at least n / (floor(span) + 1). A
+// test that expects 429s from a provider below the fleet's limit asks it
+// first: a machine too loaded to reach the provider's limit draws none.
+// With several hosts called alike, rate may be their average: the fastest
+// host was at least as fast.
+func MustRefuse(n, burst int, rate float64, limit int) bool {
+	if rate <= 0 || n <= burst {
+		return n > limit
+	}
+	span := float64(n-burst) / rate
+	return n > limit*(int(span)+1)
+}

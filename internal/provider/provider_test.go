@@ -193,3 +193,26 @@ func TestRetryAfterMs(t *testing.T) {
 		t.Errorf("Retry-After %q, want 1", ra)
 	}
 }
+
+// TestMustRefuse: 60 calls at 16/s after a burst of 1 span 3.7 s, four
+// seconds of at least 15 calls each on average: a provider allowing 14
+// refuses some. At 7.8/s they span 7.6 s, and 8 seconds of 14 hold 112.
+func TestMustRefuse(t *testing.T) {
+	for _, c := range []struct {
+		n, burst int
+		rate     float64
+		limit    int
+		want     bool
+	}{
+		{60, 1, 16, 14, true},
+		{60, 1, 7.82, 14, false},
+		{56, 0, 14, 14, false}, // 4 s exactly: five seconds cover them
+		{60, 1, 20, 14, true},  // 2.95 s: three seconds of 14 hold 42
+		{15, 15, 0, 14, true},  // all at once
+		{14, 14, 0, 14, false},
+	} {
+		if got := MustRefuse(c.n, c.burst, c.rate, c.limit); got != c.want {
+			t.Errorf("MustRefuse(%d, %d, %v, %d) = %v, want %v", c.n, c.burst, c.rate, c.limit, got, c.want)
+		}
+	}
+}
