@@ -79,9 +79,9 @@
 --          ids found without any connection (removed: the process is gone)
 --          and ARGV[4] of ids found connected (not checked again for
 --          suspect_ms), ARGV[5] "1" if the caller itself lost Redis
---          within hold_ms (then a member found gone at its first check is
---          held one check more, below); reply {now_ms, the ids
---          forgotten...} (see below)
+--          within hold_ms, Redis not answering it (then a member found
+--          gone at its first check is held one check more, below); reply
+--          {now_ms, the ids forgotten...} (see below)
 -- ARGV[3]  since_ms (integer), then " <cid> <n>[ <run>]" (see KEYS[2];
 --          only a Limiter with a presence connection can be a suspect)
 -- ARGV[4]  live_ms: a Limiter heard from within this is live
@@ -319,7 +319,8 @@ if mode == 'check' then
   -- still paces locally until its next probe. It stays held one check
   -- more, 2 * suspect_ms later (the value "-<now_ms>"), and is forgotten
   -- if still gone and silent then. So is one no check has found yet when
-  -- the caller itself lost Redis lately (ARGV[5] "1"): a member silent
+  -- the caller itself lost Redis lately, Redis not answering it (ARGV[5]
+  -- "1"; not for refusals, which close no connection): a member silent
   -- since then most likely lost Redis too, nobody could check it while
   -- the network was down, and the network that healed for the caller may
   -- have reset its connection while it still paces locally

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/names"
 )
 
@@ -31,13 +32,17 @@ type health struct {
 	failures  int
 	firstFail time.Time // the first of the failures in a row
 	degraded  bool
-	since     time.Time     // when the current mode began
-	answered  time.Time     // when Redis last answered a call of this Limiter
-	upUntil   time.Time     // answered when the Limiter last switched to local pacing: its outage began after it
-	outage    time.Time     // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
-	lastKey   string        // the key of the last failed call, probed with the heartbeat
-	lastErr   error         // the last failure: what the logs and ErrUnavailable name
-	wake      chan struct{} // tells the loop to start probing
+	since     time.Time // when the current mode began
+	answered  time.Time // when Redis last answered a call of this Limiter
+	upUntil   time.Time // answered when the Limiter last switched to local pacing: its outage began after it
+	outage    time.Time // when Redis last failed the Limiter: its last switch to local pacing, or a heartbeat that failed; zero if none
+	// silent: that outage began with a call Redis did not answer (the
+	// network, a Redis gone or frozen), not with a reply refusing it (out
+	// of memory, read-only) nor a late one. See checkSuspects.
+	silent  bool
+	lastKey string        // the key of the last failed call, probed with the heartbeat
+	lastErr error         // the last failure: what the logs and ErrUnavailable name
+	wake    chan struct{} // tells the loop to start probing
 	// probeDue is when the loop's next probe is due while the Limiter
 	// paces locally, and probing when the probe under way, if any, began
 	// (zero: none): a loop far behind them was off the CPU (a stopped
@@ -374,7 +379,7 @@ func (l *Limiter) confirm(key string, cause error) {
 				// (Not earlier than one recorded meanwhile: a heartbeat
 				// that failed, or answered late, during the ping.)
 				if at := time.Now().Add(-budget); at.After(h.outage) {
-					h.outage = at
+					h.outage, h.silent = at, false
 				}
 			}
 		}
@@ -435,6 +440,13 @@ func (l *Limiter) slowNotGone(ctx context.Context) bool {
 	}
 }
 
+// noReply reports whether err is a call Redis did not answer (the network,
+// a Redis gone or frozen), not a reply of Redis's refusing it.
+func noReply(err error) bool {
+	_, reply := layout.ErrorCode(err)
+	return !reply
+}
+
 // isTimeout reports whether err is a call that timed out: evidence of a
 // slow call, not of a Redis gone.
 func isTimeout(err error) bool {
@@ -457,7 +469,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	}
 	h.degraded = true
 	h.since = time.Now()
-	h.outage = h.since
+	h.outage, h.silent = h.since, noReply(err)
 	h.probeDue = h.since.Add(l.opts.ProbeInterval * 5 / 4) // the loop sets it at its tell
 	h.upUntil = h.answered
 	h.lastErr = err

@@ -543,6 +543,49 @@ func TestBackFirstHoldsTheReset(t *testing.T) {
 	require.True(t, held, "b was forgotten at the first check after the outage, without being held a check more")
 }
 
+// TestRefusalsHoldNoExit: an outage of refusals (Redis out of memory: it
+// answers every write with an error, and closes no connection) is no
+// network fault, and a member whose connection is gone after it has
+// exited: b, killed while Redis refused a's heartbeats, is forgotten at the
+// first check, not held a check more as after a silent outage
+// (TestBackFirstHoldsTheReset). Held, members killed during out-of-memory
+// errors cost the combination runner's seed 1 a format switch of 4 s and
+// calls.
+func TestRefusalsHoldNoExit(t *testing.T) {
+	t.Parallel()
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, err := reserve.New(s.NewClient(t), opts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+	keys := a.FleetKeys()
+	full := outage(t, s)
+	// a's heartbeats are refused: an outage of its own.
+	require.Eventually(t, func() bool { return a.Beat(ctx) != nil }, 30*time.Second, 5*time.Millisecond)
+	b.Kill()
+	full()
+	held := false
+	require.Eventually(t, func() bool {
+		var mark *redis.StringCmd
+		var member *redis.FloatCmd
+		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
+			return nil
+		})
+		if v, err2 := mark.Int64(); err2 == nil && v < 0 && member.Err() == nil {
+			held = true
+		} else if err != nil && !errors.Is(err, redis.Nil) {
+			require.NoError(t, err)
+		}
+		return a.FleetSize() == 1
+	}, 30*time.Second, time.Millisecond, "b is never forgotten")
+	require.False(t, held, "b, killed while Redis refused writes, was held a check more")
+}
+
 // TestStoredLimitBounds (finding 16): SetLimit refuses what no Limiter could
 // read back or use (before, a burst of 3e9 was stored and every later
 // status, set and pause on the key failed; a rate of 1e300 was stored and

@@ -31,6 +31,16 @@ UNAVAILABLE = (
     protocol.TransientError,  # OOM, BUSY, TRYAGAIN...
 )
 
+
+
+def _no_reply(e: BaseException) -> bool:
+    """Whether e is a call Redis did not answer (the network, a Redis gone
+    or frozen), not a reply of Redis's refusing it (out of memory, loading,
+    read-only): Go's noReply."""
+    return isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)) \
+        and not isinstance(e, redis.exceptions.BusyLoadingError)
+
+
 #: Reserve's refusals (seq): the queue would be over 30 years long; a window
 #: band can never take the cost at this share.
 _QUEUE_TOO_LONG, _NEVER = -1, -2
@@ -269,6 +279,9 @@ class Limiter:
         # failed, or it went local; 0: none), time.monotonic(): see _times.
         self._started = time.monotonic()
         self._outage = 0.0
+        # Whether that outage began with a call Redis did not answer (Go's
+        # health.silent; see _check_suspects).
+        self._silent = False
         # The mode: on Redis, or local (Redis unavailable); since when.
         self._local = False
         self._since_ms = int(time.time() * 1000)
@@ -379,7 +392,7 @@ class Limiter:
                             if give_up is not None and time.monotonic() > give_up:
                                 raise WaitTooLong(max_wait, OUTAGE_BAND) from e
                             continue  # Redis answered a ping: the call goes to Redis again
-                        self._go_local(f"{type(e).__name__}: {e}")
+                        self._go_local(f"{type(e).__name__}: {e}", _no_reply(e))
                         r = self._reserve_local(key, k, policy, costs, max_us)
                 else:
                     r = self._reserve_local(key, k, policy, costs, max_us)
@@ -535,7 +548,7 @@ class Limiter:
             except UNAVAILABLE as e:
                 if not self._lost(e):
                     return self.pause(key, seconds, policy)  # Redis answered a ping: again
-                self._go_local(f"{type(e).__name__}: {e}")
+                self._go_local(f"{type(e).__name__}: {e}", _no_reply(e))
         with self._handback_lock:
             if not self.is_local:
                 return self.pause(key, seconds, policy)  # back on Redis meanwhile
@@ -717,7 +730,7 @@ class Limiter:
             except UNAVAILABLE as e:
                 if not self._lost(e):
                     return self._adjust(r, op, actual)  # Redis answered a ping: again (Adjust is idempotent)
-                self._go_local(f"{type(e).__name__}: {e}")
+                self._go_local(f"{type(e).__name__}: {e}", _no_reply(e))
         with self._lock:
             if len(st.pending) < 10_000:
                 st.pending.append((op, r.slot_ns, r.seq, r.costs, actual, r.policy))
@@ -1186,10 +1199,11 @@ class Limiter:
                     self._fails += 1
                 if not self._local:
                     self._outage = time.monotonic()  # an outage of its own, for _live
+                    self._silent = isinstance(e, UNAVAILABLE) and _no_reply(e)
                 if self._born:
                     self._join_until = 0.0  # the fleet did not answer: joining starts again
             if isinstance(e, UNAVAILABLE) and not self.is_local and self._lost(e):
-                self._go_local(f"heartbeat: {type(e).__name__}: {e}")
+                self._go_local(f"heartbeat: {type(e).__name__}: {e}", _no_reply(e))
             return False
         self._send_reports(reports)
         with self._presence_lock:
@@ -1235,7 +1249,7 @@ class Limiter:
             self._learned, self._doubt = True, late
             if late:
                 self._fails += 1
-                self._outage = time.monotonic()
+                self._outage, self._silent = time.monotonic(), False
             else:
                 self._fails, self._guess_since = 0, 0.0
             self._last_beat = time.monotonic()
@@ -1364,13 +1378,15 @@ class Limiter:
                 connected.add(name[len("pacer-"):])
         gone = sorted(m for m in cids if m not in connected)
         alive = sorted(m for m in cids if m in connected)
-        # Back from an outage of its own within hold_ms, as Go's Limiter:
-        # the members no check found yet, most likely cut off by the same
-        # fault and their connections reset as it healed, are held one
-        # check more (heartbeat.lua's "check").
-        outage = self._outage_began()
+        # Back from an outage of its own within hold_ms in which Redis did
+        # not answer it, as Go's Limiter: the members no check found yet,
+        # most likely cut off by the same fault and their connections reset
+        # as it healed, are held one check more (heartbeat.lua's "check").
+        # An outage of refusals (out of memory) closes no connection.
+        with self._lock:
+            outage, silent = self._outage, self._silent
         hold = int(protocol.HEARTBEAT_TIMES[1]) / 1000
-        unsure = "1" if outage and time.monotonic() - outage < hold else "0"
+        unsure = "1" if silent and outage and time.monotonic() - outage < hold else "0"
         try:
             self.scripts.run(self.redis, "Heartbeat", protocol.fleet_keys(self.prefix),
                              [self.id, "check", " ".join(gone), " ".join(alive), unsure])
@@ -1424,13 +1440,16 @@ class Limiter:
 
     # -------------------------------------------------------------- local
 
-    def _go_local(self, why: str) -> None:
+    def _go_local(self, why: str, silent: bool = True) -> None:
+        """Switches to local pacing; silent: Redis did not answer the call
+        that failed (_no_reply)."""
         with self._lock:
             if self._local:
                 return
             self._local = True
             self._since_ms = int(time.time() * 1000)
             self._outage = self._local_at = time.monotonic()
+            self._silent = silent
             self._told_at = 0.0
             if self._missing():
                 pass  # keep the fleet remembered from the outage before

@@ -746,6 +746,27 @@ class FallbackTest(unittest.TestCase):
         mark = self.c.hget("pacer:{limiters}:checked", "b")
         self.assertTrue(mark is not None and int(mark) < 0, f"b is not held a check more (mark {mark!r})")
 
+    def test_refusals_hold_no_exit(self) -> None:
+        """An outage of refusals (Redis out of memory) closes no connection:
+        a member whose presence connection is gone after it has exited, and
+        is forgotten at the first check, as by Go's Limiter
+        (TestRefusalsHoldNoExit)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b, a):
+            lim._beat()  # the second carries the presence connection's id
+        self.assertEqual(a._members, 2)
+        b._absent()  # killed: Redis closes its connections; it beats no more
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        finally:
+            self.c.config_set("maxmemory", "0")
+        time.sleep(1.3)  # b silent longer than suspect_ms (1.1 s): a suspect
+        a._beat()  # back on Redis, it checks the suspects
+        self.assertFalse(a.is_local)
+        self.assertIsNone(self.c.zscore("pacer:{limiters}", "b"), "b, gone after an outage of refusals, was held")
+
     def test_paused_redis_is_no_outage(self) -> None:
         """A call that times out is no evidence that Redis is gone: the
         Limiter pings it with a longer timeout and paces locally only if
