@@ -442,20 +442,34 @@ func TestCutOffConnectionResetHeld(t *testing.T) {
 	end := b.Cut()
 	t.Cleanup(end)
 	keys := a.FleetKeys()
-	// As a healing network resets it: Redis closes b's named connection.
-	drop := func() {
-		d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
-		require.NoError(t, err)
-		f := strings.Fields(d)
-		require.GreaterOrEqual(t, len(f), 3, "b's details %q", d)
-		require.NoError(t, s.Client.ClientKillByFilter(ctx, "ID", f[2]).Err())
-	}
 	// A check finds b silent and still connected.
 	require.Eventually(t, func() bool {
 		v, err := s.Client.HGet(ctx, keys[4], b.ID()).Int64()
 		return err == nil && v > 0
 	}, 30*time.Second, 5*time.Millisecond, "no check found b connected while silent")
-	drop()
+	resetPresence(t, s, b) // as a healing network resets it
+	require.True(t, heldBeforeForgotten(t, s, a, b), "b was forgotten without being held a check more")
+}
+
+// resetPresence closes b's presence connection on s (its client id in the
+// fleet's details, heartbeat.lua's KEYS[2]), as a network that resets it.
+func resetPresence(t *testing.T, s *redistest.Server, b *reserve.Limiter) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := s.Client.HGet(ctx, b.FleetKeys()[1], b.ID()).Result()
+	require.NoError(t, err)
+	f := strings.Fields(d)
+	require.GreaterOrEqual(t, len(f), 3, "b's details %q", d)
+	require.NoError(t, s.Client.ClientKillByFilter(ctx, "ID", f[2]).Err())
+}
+
+// heldBeforeForgotten waits until a forgets b, and reports whether a check
+// held b one check more first: a mark "-<now_ms>" in the fleet's checks
+// (heartbeat.lua's KEYS[5]) while b is still a member.
+func heldBeforeForgotten(t *testing.T, s *redistest.Server, a, b *reserve.Limiter) bool {
+	t.Helper()
+	ctx := context.Background()
+	keys := a.FleetKeys()
 	held := false
 	require.Eventually(t, func() bool {
 		// The mark and the membership in one transaction: a later check
@@ -466,15 +480,14 @@ func TestCutOffConnectionResetHeld(t *testing.T) {
 			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
 			return nil
 		})
-		if v, err2 := mark.Int64(); err2 == nil && v < 0 {
-			require.NoError(t, member.Err(), "b was forgotten as its connection was first found gone")
+		if v, err2 := mark.Int64(); err2 == nil && v < 0 && member.Err() == nil {
 			held = true
 		} else if err != nil && !errors.Is(err, redis.Nil) {
 			require.NoError(t, err)
 		}
 		return a.FleetSize() == 1
 	}, 30*time.Second, time.Millisecond, "b is never forgotten")
-	require.True(t, held, "b was forgotten without being held a check more")
+	return held
 }
 
 // TestBackFirstHoldsTheReset: the whole fleet loses Redis (the network goes
@@ -512,35 +525,12 @@ func TestBackFirstHoldsTheReset(t *testing.T) {
 		cancel()
 	}
 	// As it heals, the network resets b's connection; a is back.
-	d, err := s.Client.HGet(ctx, keys[1], b.ID()).Result()
-	require.NoError(t, err)
-	f := strings.Fields(d)
-	require.GreaterOrEqual(t, len(f), 3, "b's details %q", d)
-	require.NoError(t, s.Client.ClientKillByFilter(ctx, "ID", f[2]).Err())
+	resetPresence(t, s, b)
 	mark, err := s.Client.HGet(ctx, keys[4], b.ID()).Result()
 	require.ErrorIs(t, err, redis.Nil, "a check of b before the heal (%q)", mark)
 	p.Clear(t)
 	backOnRedis(t, a)
-
-	held := false
-	require.Eventually(t, func() bool {
-		// The mark and the membership in one transaction: a later check
-		// removes both.
-		var mark *redis.StringCmd
-		var member *redis.FloatCmd
-		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
-			return nil
-		})
-		if v, err2 := mark.Int64(); err2 == nil && v < 0 {
-			require.NoError(t, member.Err(), "b was forgotten as its connection was first found gone")
-			held = true
-		} else if err != nil && !errors.Is(err, redis.Nil) {
-			require.NoError(t, err)
-		}
-		return a.FleetSize() == 1
-	}, 30*time.Second, time.Millisecond, "b is never forgotten")
-	require.True(t, held, "b was forgotten at the first check after the outage, without being held a check more")
+	require.True(t, heldBeforeForgotten(t, s, a, b), "b was forgotten at the first check after the outage, without being held a check more")
 }
 
 // TestRefusalsHoldNoExit: an outage of refusals (Redis out of memory: it
@@ -562,28 +552,12 @@ func TestRefusalsHoldNoExit(t *testing.T) {
 	b, err := reserve.New(s.NewClient(t), opts)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
-	keys := a.FleetKeys()
 	full := outage(t, s)
 	// a's heartbeats are refused: an outage of its own.
 	require.Eventually(t, func() bool { return a.Beat(ctx) != nil }, 30*time.Second, 5*time.Millisecond)
 	b.Kill()
 	full()
-	held := false
-	require.Eventually(t, func() bool {
-		var mark *redis.StringCmd
-		var member *redis.FloatCmd
-		_, err := s.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			mark, member = p.HGet(ctx, keys[4], b.ID()), p.ZScore(ctx, keys[0], b.ID())
-			return nil
-		})
-		if v, err2 := mark.Int64(); err2 == nil && v < 0 && member.Err() == nil {
-			held = true
-		} else if err != nil && !errors.Is(err, redis.Nil) {
-			require.NoError(t, err)
-		}
-		return a.FleetSize() == 1
-	}, 30*time.Second, time.Millisecond, "b is never forgotten")
-	require.False(t, held, "b, killed while Redis refused writes, was held a check more")
+	require.False(t, heldBeforeForgotten(t, s, a, b), "b, killed while Redis refused writes, was held a check more")
 }
 
 // TestStoredLimitBounds (finding 16): SetLimit refuses what no Limiter could
