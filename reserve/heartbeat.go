@@ -400,28 +400,23 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 // took the whole rate on the strength of heartbeats the others sent
 // before it (combination runner, seed 136).
 func (l *Limiter) liveWindow() time.Duration {
+	l.health.mu.Lock()
+	outage := l.health.outage
+	l.health.mu.Unlock()
 	live := 2 * l.opts.HeartbeatInterval
-	if outage := l.outageBegan(); !outage.IsZero() {
+	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
+		// This Limiter's view is stale (its heartbeats stopped, see
+		// fleetView.stale): as after an outage of its own, from its last
+		// heartbeat.
+		outage = last
+	}
+	if !outage.IsZero() {
 		live = min(live, max(time.Since(outage), time.Millisecond))
 	}
 	if d := time.Since(l.started); d < live {
 		live = min(live, max(d, l.suspectAfter()))
 	}
 	return live
-}
-
-// outageBegan returns when this Limiter's latest outage began (zero: none):
-// its last switch to local pacing, a heartbeat that failed or came back
-// late, or, while its view of the fleet is stale (its heartbeats stopped,
-// see fleetView.stale), its last heartbeat.
-func (l *Limiter) outageBegan() time.Time {
-	l.health.mu.Lock()
-	outage := l.health.outage
-	l.health.mu.Unlock()
-	if last, stale := l.fleet.staleSince(); stale && last.After(outage) {
-		outage = last
-	}
-	return outage
 }
 
 // lateView reports whether a heartbeat whose script's round trip took

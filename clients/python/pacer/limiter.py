@@ -32,7 +32,6 @@ UNAVAILABLE = (
 )
 
 
-
 def _no_reply(e: BaseException) -> bool:
     """Whether e is a call Redis did not answer (the network, a Redis gone
     or frozen), not a reply of Redis's refusing it (out of memory, loading,
@@ -1055,17 +1054,6 @@ class Limiter:
         ns = self._server_now() + int(timeouts * timeout * 1e9) + int(rtt)
         return -(-ns // 1_000_000)
 
-    def _outage_began(self) -> float:
-        """When this Limiter's latest outage began (monotonic; 0: none),
-        or, while its view of the fleet is stale, its last heartbeat (Go's
-        outageBegan)."""
-        with self._lock:
-            outage = self._outage
-            if self._stale() and self._last_beat is not None:
-                # As after an outage of its own, from its last heartbeat.
-                outage = max(outage, self._last_beat)
-        return outage
-
     def _times(self) -> tuple[str, ...]:
         """Heartbeat's live_ms, hold_ms, suspect_ms and keep_ms, as Go's
         Limiter passes them. A member is live if heard from within live_ms
@@ -1078,9 +1066,11 @@ class Limiter:
         live = int(protocol.HEARTBEAT_TIMES[0])
         suspect = int(protocol.HEARTBEAT_TIMES[2])
         now = time.monotonic()
-        outage = self._outage_began()
         with self._lock:
-            started = self._started
+            outage, started = self._outage, self._started
+            if self._stale() and self._last_beat is not None:
+                # As after an outage of its own, from its last heartbeat.
+                outage = max(outage, self._last_beat)
         if outage:
             live = min(live, max(int((now - outage) * 1000), 1))
         d = int((now - started) * 1000)
