@@ -49,7 +49,9 @@ type fairProcsConfig struct {
 
 func fairProcsCfg(quick bool) fairProcsConfig {
 	if quick {
-		return fairProcsConfig{Procs: 2, Flooders: 4, Rate: 100, Think: 200 * time.Millisecond, Normal: 1500 * time.Millisecond, Fault: 1500 * time.Millisecond}
+		// The outage outlasts the longest wait for a first local slot
+		// (TestQuick judges it only then).
+		return fairProcsConfig{Procs: 2, Flooders: 4, Rate: 100, Think: 200 * time.Millisecond, Normal: 1500 * time.Millisecond, Fault: 7 * time.Second}
 	}
 	return fairProcsConfig{Procs: 4, Flooders: 8, Rate: 100, Think: 200 * time.Millisecond, Normal: 5 * time.Second, Fault: 5 * time.Second}
 }
