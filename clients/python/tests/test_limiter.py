@@ -6,11 +6,13 @@ scripts give them), never a timing bound."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
 import time
 import unittest
+from collections.abc import Iterator
 from unittest import mock
 
 import redis
@@ -377,6 +379,17 @@ class FallbackTest(unittest.TestCase):
         self.lims.append(lim)
         return lim
 
+    @contextlib.contextmanager
+    def redis_full(self) -> Iterator[None]:
+        """Redis at its maxmemory (noeviction) within the block: it refuses
+        the scripts' writes with OOM, an outage that closes no connection."""
+        self.c.config_set("maxmemory-policy", "noeviction")
+        self.c.config_set("maxmemory", "1")
+        try:
+            yield
+        finally:
+            self.c.config_set("maxmemory", "0")
+
     def test_outage_restart_empty(self) -> None:
         a, b = self.limiter("a"), self.limiter("b")
         a._beat()
@@ -623,17 +636,13 @@ class FallbackTest(unittest.TestCase):
         a._beat()
         lim = Limit(10, 1)
         a.reserve("k", lim)
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             r = a.reserve("k", lim)
             self.assertTrue(r.local, "a reservation on a full Redis is made locally")
             self.assertTrue(a.is_local)
             self.assertGreater(a.pause("k", 0.05), 0, "a pause on a full Redis is made locally")
             a._beat()  # fails with OOM too: still local
             self.assertTrue(a.is_local)
-        finally:
-            self.c.config_set("maxmemory", "0")
         a._beat()
         self.assertFalse(a.is_local, "back on Redis once it takes writes")
         self.assertFalse(a.reserve("k", lim).local)
@@ -756,12 +765,8 @@ class FallbackTest(unittest.TestCase):
             lim._beat()  # the second carries the presence connection's id
         self.assertEqual(a._members, 2)
         b._absent()  # killed: Redis closes its connections; it beats no more
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             self.assertTrue(a.reserve("k", Limit(10, 1)).local)
-        finally:
-            self.c.config_set("maxmemory", "0")
         time.sleep(1.3)  # b silent longer than suspect_ms (1.1 s): a suspect
         a._beat()  # back on Redis, it checks the suspects
         self.assertFalse(a.is_local)
@@ -1381,12 +1386,8 @@ class FallbackTest(unittest.TestCase):
         a, b = self.limiter("a"), self.limiter("b")
         for lim in (a, b, a, b):
             lim._beat()
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             self.assertTrue(a.reserve("k", Limit(10, 1)).local)
-        finally:
-            self.c.config_set("maxmemory", "0")
         a._beat()
         self.assertFalse(a.is_local)
         self.assertEqual(a._held, [b._rank], "b, not heard from since the outage began, is not held")
@@ -1490,12 +1491,8 @@ class FallbackTest(unittest.TestCase):
         a = self.limiter("a")
         a._beat()
         lim = Limit(1, 1)
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             local = [a.reserve("fresh", lim, max_wait=10) for _ in range(3)]  # now, 1 s, 2 s
-        finally:
-            self.c.config_set("maxmemory", "0")
         self.assertTrue(all(r.local for r in local))
         a._beat()  # back
         self.assertFalse(a.is_local)
@@ -1526,9 +1523,7 @@ class FallbackTest(unittest.TestCase):
                 errors.append(e)
 
         threads = [threading.Thread(target=sleeper, args=(i,)) for i in range(4)]
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             first = a.reserve("k", lim2, max_wait=1)  # not slept on: it counts in the floor
             self.assertTrue(first.local)
             for t in threads:
@@ -1540,8 +1535,6 @@ class FallbackTest(unittest.TestCase):
             self.assertEqual(len(st.asleep), 4, "the sleepers on local slots")
             local_last = max(st.grants.values())
             self.assertGreater(local_last - first.slot_ns, 3500 * MS, "local slots 1 s apart, 4 s ahead")
-        finally:
-            self.c.config_set("maxmemory", "0")
         b._beat()  # heard from since the outage: not held
         a._beat()  # back: the sleepers move
         for t in threads:
@@ -1633,12 +1626,8 @@ class FallbackTest(unittest.TestCase):
             lim._beat()
         self.assertEqual(a._n, 5)
         lim5 = Limit(50, 1)  # a burst under the fleet's 5: the lattice
-        self.c.config_set("maxmemory-policy", "noeviction")
-        self.c.config_set("maxmemory", "1")
-        try:
+        with self.redis_full():
             self.assertTrue(a.reserve("k", lim5, max_wait=1).local)
-        finally:
-            self.c.config_set("maxmemory", "0")
         for lim in others:
             self.tell_local(lim, 5)  # they lost Redis too, and are still away
         a._beat()  # back, first of the five
