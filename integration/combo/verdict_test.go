@@ -154,12 +154,15 @@ func TestWindowRaises(t *testing.T) {
 	}
 }
 
+// localFor is child's switches to local pacing at from and back at to.
+func localFor(child string, from, to time.Duration) []Note {
+	return []Note{{Type: noteSwitch, Child: child, At: at(from), To: "local"}, {Type: noteSwitch, Child: child, At: at(to), To: "redis"}}
+}
+
 func TestPauses(t *testing.T) {
 	// Child 1 pauses the key for 1 s at 2 s; a call at 2.5 s is inside.
 	pause := Note{Type: notePause, Child: "1", Key: KeySliding, At: at(2 * time.Second), End: at(2*time.Second + ms2(1)), D: int64(time.Second)}
-	local := func(child string, from, to time.Duration) []Note {
-		return []Note{{Type: noteSwitch, Child: child, At: at(from), To: "local"}, {Type: noteSwitch, Child: child, At: at(to), To: "redis"}}
-	}
+	local := localFor
 	for _, tc := range []struct {
 		name     string
 		call     Call

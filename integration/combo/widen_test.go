@@ -390,6 +390,12 @@ func TestResumed(t *testing.T) {
 		{"a fair call asked for before the resume, queued behind others", call(2*time.Second, 13*time.Second), []Action{pause, resume}, -1, nil},
 		{"a plain call asked for before the resume, fired among others at the old end", plain(call(2*time.Second, 13*time.Second)), []Action{pause, resume}, -2, nil},
 		{"not resumed", call(2*time.Second, 13*time.Second), []Action{pause}, 0, nil},
+		// Asked for at 7 s while its process paced locally (6.8 to 10 s),
+		// fired at the old end: a local slot at its share, not the pause
+		// (the combination runner's seed 1). Before, only local pacing
+		// near the fire was looked at.
+		{"a slot granted while its process paced locally", call(7*time.Second, 13*time.Second), []Action{pause, resume}, 0, localFor("1", 6800*time.Millisecond, 10*time.Second)},
+		{"asked for after its process paced locally", call(9*time.Second, 13*time.Second), []Action{pause, resume}, 1, localFor("1", 6800*time.Millisecond, 8*time.Second)},
 		{"held to the old end in a Redis fault", call(2*time.Second, 13*time.Second),
 			[]Action{pause, resume, {Kind: FaultFreeze, At: at(12 * time.Second), End: at(13500 * time.Millisecond)}}, 0, nil},
 		{"a process's pause over before the old end", call(2*time.Second, 13*time.Second), []Action{pause, resume}, 1, ownPause(time.Millisecond)},
