@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/buildflags"
 	"github.com/pacer-go/pacer/internal/procgroup"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/internal/redistest"
@@ -405,9 +405,7 @@ func buildExample(name, tags string) (string, error) {
 		bin += "-" + tags
 		args = []string{"build", "-o", bin, "-tags", tags}
 	}
-	if raceEnabled() {
-		args = append(args, "-race")
-	}
+	args = append(args, buildflags.Same()...) // -race and the test's own build flags
 	args = append(args, "github.com/pacer-go/pacer/examples/"+name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -424,12 +422,6 @@ func removeBuilds() {
 	if builds.dir != "" {
 		_ = os.RemoveAll(builds.dir)
 	}
-}
-
-// raceEnabled reports whether this test binary was built with -race.
-func raceEnabled() bool {
-	info, ok := debug.ReadBuildInfo()
-	return ok && slices.Contains(info.Settings, debug.BuildSetting{Key: "-race", Value: "true"})
 }
 
 // summary is an example's last line, as measured by the provider:

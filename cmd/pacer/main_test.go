@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/buildflags"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/reserve"
@@ -41,10 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = filepath.Join(dir, "pacer")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
+	args := append([]string{"build", "-o", bin}, buildflags.Same()...) // -race and the test's own build flags
 	build := exec.Command(goTool(), append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

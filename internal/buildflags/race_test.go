@@ -1,0 +1,5 @@
+//go:build race
+
+package buildflags
+
+const raceEnabled = true
