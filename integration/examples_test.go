@@ -17,7 +17,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/buildflags"
 	"github.com/pacer-go/pacer/internal/procgroup"
-	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/internal/provider/providertest"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -93,7 +93,7 @@ func TestExampleCrawlerProviderBelowLimit(t *testing.T) {
 	const pages = 50                               // each 429 pauses its host for a second
 	limit := (crawlerRate + crawlerBurst) * 9 / 10 // 18, rounded down
 	var s summary
-	provider.ExpectRefusals(t, limit, crawlerBurst, func() (int, int, float64) {
+	providertest.ExpectRefusals(t, limit, crawlerBurst, func() (int, int, float64) {
 		s = crawler.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
 			"-rate", strconv.Itoa(crawlerRate), "-burst", strconv.Itoa(crawlerBurst),
 			"-pages", strconv.Itoa(pages), "-progress", "0").summary
@@ -253,7 +253,7 @@ func TestExampleBatchProviderBelowLimit(t *testing.T) {
 	const tasks = 100
 	limit := (batchRate + batchBurst) * 9 / 10
 	var r exampleRun
-	provider.ExpectRefusals(t, limit, batchBurst, func() (int, int, float64) {
+	providertest.ExpectRefusals(t, limit, batchBurst, func() (int, int, float64) {
 		r = batch.run(t, "-redis", srv.URL, "-provider-limit", strconv.Itoa(limit),
 			"-rate", strconv.Itoa(batchRate), "-burst", strconv.Itoa(batchBurst),
 			"-tasks", strconv.Itoa(tasks), "-progress", "0")

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/asynqtest"
-	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/internal/provider/providertest"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -114,14 +114,14 @@ func TestRealRedis(t *testing.T) {
 //
 // The 429s need the fleet to run above the provider's limit: a machine so
 // loaded that the servers held less (CI beside a CPU hog: 7.82/s, the
-// busiest second 12 of 14) shows nothing: provider.ExpectRefusals runs it
+// busiest second 12 of 14) shows nothing: providertest.ExpectRefusals runs it
 // again once, then skips, saying so.
 func TestProviderBelowLimit(t *testing.T) {
 	asynqtest.LockMachine(t)
 	c := small("", 14) // pacer lets 17 into the first second, 16 into each after
 	c.Tasks = 60
 	var s summary
-	provider.ExpectRefusals(t, c.ProviderLimit, c.Burst, func() (int, int, float64) {
+	providertest.ExpectRefusals(t, c.ProviderLimit, c.Burst, func() (int, int, float64) {
 		var err error
 		if s, err = run(context.Background(), c, io.Discard); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/provider"
+	"github.com/pacer-go/pacer/internal/provider/providertest"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/reserve"
@@ -140,11 +141,11 @@ func TestRedisHostPort(t *testing.T) {
 // 429s, or the checks above could not fail. Each 429 pauses the host for the
 // fleet, and every page is still fetched. A run too slow to pass the
 // provider's limit (a loaded machine) is run again once, then skipped,
-// saying so (provider.ExpectRefusals).
+// saying so (providertest.ExpectRefusals).
 func TestProviderBelowLimit(t *testing.T) {
 	c := small("", 18)
 	var s summary
-	provider.ExpectRefusals(t, c.ProviderLimit, c.Burst, func() (int, int, float64) {
+	providertest.ExpectRefusals(t, c.ProviderLimit, c.Burst, func() (int, int, float64) {
 		var err error
 		if s, err = run(context.Background(), c, io.Discard); err != nil {
 			t.Fatal(err)
