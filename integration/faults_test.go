@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/outage"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -28,17 +29,18 @@ const (
 	// loaded machine, TestFaultLatency's both paced locally 229 ms before it.
 	faultFor = 9500 * time.Millisecond
 	tail     = 4 * time.Second // after Redis is back
+)
 
-	// localWait is how long after its switch a child may take its first
-	// local slot (docs/design.md, "When Redis fails"): when a heartbeat of
-	// its saying "redis" may still run on Redis (a timeout, a freeze: one
-	// is under way at the switch), its local slots wait until the fleet
-	// holds it, 1.6 settles (3.2 s) after that heartbeat's deadline, which
-	// is at most the ping's budget (2 call timeouts + 2 s) after the switch.
-	// A slow Redis stretches the call timeout to its cap, 2 s.
-	settleHold    = 3200 * time.Millisecond
-	localWait     = 2*250*time.Millisecond + 2*time.Second + settleHold
-	localWaitSlow = 2*2*time.Second + 2*time.Second + settleHold
+// localWait is how long after its switch a child may take its first local
+// slot (docs/design.md, "When Redis fails"): when a heartbeat of its saying
+// "redis" may still run on Redis (a timeout, a freeze: one is under way at
+// the switch), its local slots wait until the fleet holds it, 1.6 settles
+// after that heartbeat's deadline, which is at most a probe's budget after
+// the switch: outage.FirstLocalSlot, the rule reserve applies (5.7 s). A
+// slow Redis stretches the call timeout to its cap (9.2 s).
+var (
+	localWait     = outage.FirstLocalSlot(outage.DefaultCallTimeout, outage.DefaultCallTimeout, outage.DefaultHeartbeatInterval)
+	localWaitSlow = outage.FirstLocalSlot(outage.MaxCallTimeout, outage.DefaultCallTimeout, outage.DefaultHeartbeatInterval)
 )
 
 // windowBound is what the provider may see in any 1 s of a run, faults and
@@ -263,7 +265,7 @@ func TestFaultPartialPartition(t *testing.T) {
 	t.Parallel()
 	const (
 		parts     = 3
-		heartbeat = time.Second // reserve's default HeartbeatInterval
+		heartbeat = outage.DefaultHeartbeatInterval
 		// settle: the silent member counts as held after two intervals
 		// without a heartbeat; each other member learns it at its next
 		// heartbeat, up to one interval later.

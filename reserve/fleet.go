@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/outage"
 )
 
 // fleetView is what a Limiter knows of the fleet sharing its KeyPrefix,
@@ -887,5 +889,5 @@ func (f *fleetView) heldSince(from time.Time) bool {
 	if !f.toldAt.IsZero() && time.Since(f.toldAt) >= f.settle {
 		return true
 	}
-	return !from.IsZero() && time.Since(from) >= f.settle*8/5
+	return !from.IsZero() && time.Since(from) >= outage.HeldBySilence(f.settle)
 }

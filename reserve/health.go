@@ -11,6 +11,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/names"
+	"github.com/pacer-go/pacer/internal/outage"
 )
 
 // health tracks whether Redis answers. After FailAfter consecutive
@@ -84,7 +85,7 @@ type verdict struct {
 const (
 	// maxCallTimeout bounds the call timeout learned from slow round
 	// trips.
-	maxCallTimeout = 2 * time.Second
+	maxCallTimeout = outage.MaxCallTimeout
 	// rttDecay is how much of the slowest recent round trip each call
 	// forgets.
 	rttDecay = 0.995
@@ -99,7 +100,7 @@ func (l *Limiter) blipBudget() time.Duration { return l.opts.CallTimeout }
 
 // confirmBudget is how long a ping after a timed-out call may take before
 // Redis counts as gone: eight call timeouts, at least 2 s.
-func (l *Limiter) confirmBudget() time.Duration { return max(2*time.Second, 8*l.opts.CallTimeout) }
+func (l *Limiter) confirmBudget() time.Duration { return outage.ConfirmBudget(l.opts.CallTimeout) }
 
 // callTimeout is the bound of a call to Redis now: CallTimeout, or four
 // times the slowest recent round trip when that is longer (a busy machine,
@@ -249,7 +250,7 @@ func (l *Limiter) overdue(due time.Time) bool {
 // probeBudget bounds a probe's duration: its heartbeat and, after a
 // timeout, the ping that decides.
 func (l *Limiter) probeBudget() time.Duration {
-	return 2*l.callTimeout() + l.confirmBudget()
+	return outage.ProbeBudget(l.callTimeout(), l.opts.CallTimeout)
 }
 
 // probeSlack is how far behind its schedule a probe may run before the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/internal/luastore"
+	"github.com/pacer-go/pacer/internal/outage"
 	"github.com/pacer-go/pacer/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -214,7 +215,7 @@ func newLimiter(opts Options, sc redis.Scripter) *Limiter {
 	// until they could have heartbeated again (a probe, then a heartbeat).
 	l.fleet.remember = max(3*opts.HeartbeatInterval, 2*opts.ProbeInterval)
 	l.fleet.join = opts.ProbeInterval * 3 / 2
-	l.fleet.settle = 2 * opts.HeartbeatInterval
+	l.fleet.settle = outage.Settle(opts.HeartbeatInterval)
 	// A guessed view waits for the heartbeat due within an interval (+10%)
 	// and its longest call (maxCallTimeout), and one more interval.
 	l.fleet.guessWait = 3*opts.HeartbeatInterval + maxCallTimeout

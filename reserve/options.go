@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/outage"
 	"github.com/pacer-go/pacer/internal/wake"
 )
 
@@ -15,10 +16,10 @@ const DefaultKeyPrefix = "pacer:"
 
 // Defaults of the Options fields that have one (each field's comment gives it).
 const (
-	defaultCallTimeout       = 250 * time.Millisecond
+	defaultCallTimeout       = outage.DefaultCallTimeout
 	defaultFailAfter         = 3
 	defaultProbeInterval     = time.Second
-	defaultHeartbeatInterval = time.Second
+	defaultHeartbeatInterval = outage.DefaultHeartbeatInterval
 	defaultSilentHold        = time.Minute
 	defaultPreciseWake       = wake.DefaultMargin
 	defaultLeaseSpan         = time.Millisecond

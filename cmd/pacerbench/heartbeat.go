@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/outage"
 	"github.com/pacer-go/pacer/internal/redisproc"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,7 @@ import (
 // report the same c.ColdKeys keys' policies from a cold start (beats.go).
 
 // heartbeatEvery is reserve.Options.HeartbeatInterval's default.
-const heartbeatEvery = time.Second
+const heartbeatEvery = outage.DefaultHeartbeatInterval
 
 // heartbeatRun is one row of the heartbeat table.
 type heartbeatRun struct {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pacer-go/pacer/internal/provider"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/outage"
+	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -616,8 +617,7 @@ func checkOtel(t *testing.T, res *results, stdout string) {
 // outageLocalWait is how long into an outage of a stopped Redis a process
 // may take its first local slot (docs/design.md, "When Redis fails"): the
 // server refuses connections, so the process switches at once, but a
-// heartbeat of its under way when Redis stopped may have run: its deadline
-// (at most the ping's budget: two call timeouts, 250 ms each by default,
-// plus 2 s), then 1.6 settles (3.2 s) for the fleet to hold it, and 500 ms
-// to spare.
-const outageLocalWait = 2*250*time.Millisecond + 2*time.Second + 3200*time.Millisecond + 500*time.Millisecond
+// heartbeat of its under way when Redis stopped may have run, and its local
+// slots wait for the fleet to hold it (outage.FirstLocalSlot, the rule
+// reserve applies, with the default Options), and 500 ms to spare.
+var outageLocalWait = outage.FirstLocalSlot(outage.DefaultCallTimeout, outage.DefaultCallTimeout, outage.DefaultHeartbeatInterval) + 500*time.Millisecond
