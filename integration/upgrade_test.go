@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/buildflags"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/assert"
@@ -29,8 +31,9 @@ import (
 // limit over the whole run, on the slots as granted.
 //
 // The previous release is built from its commit (the first line of
-// integration/upgrade/PREVIOUS) in a git worktree, with upgrade/testdata/previous/main.go, the
-// twin of cmd/upgradedriver written against that release's API.
+// integration/upgrade/PREVIOUS) in a copy of it kept under the user's
+// cache directory (buildPrevious), with upgrade/testdata/previous/main.go,
+// the twin of cmd/upgradedriver written against that release's API.
 //
 // Its last part is the control: the format switched to 3 (forced) while a
 // process of the previous release runs makes that process fail, as a
@@ -205,27 +208,41 @@ func previous(t *testing.T) (hash string, reads []string) {
 	return strings.TrimSpace(lines[0]), f[1:]
 }
 
-// buildPrevious builds upgrade/testdata/previous/main.go in a worktree of
-// the previous release's commit.
+// buildPrevious builds upgrade/testdata/previous/main.go against the
+// previous release, in a copy of its commit (git archive) kept under the
+// user's cache directory, named by the commit and the driver's hash: the
+// build cache's keys hold a package's directory, so the previous release's
+// packages compile once per machine instead of in every run. The copy is
+// made whole in a directory beside it and renamed into place, so a run
+// never builds half of one, and runs at once each keep the first.
 func buildPrevious(t *testing.T) string {
 	t.Helper()
 	root := repoRoot(t)
 	hash, _ := previous(t)
-	dir := filepath.Join(t.TempDir(), "previous")
-	git := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-C", root}, args...)...)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "git %s: %s", strings.Join(args, " "), out)
-	}
-	git("worktree", "add", "--detach", dir, hash)
-	t.Cleanup(func() {
-		_ = exec.Command("git", "-C", root, "worktree", "remove", "--force", dir).Run()
-		_ = exec.Command("git", "-C", root, "worktree", "prune").Run()
-	})
 	src, err := os.ReadFile("upgrade/testdata/previous/main.go")
 	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "cmd", "upgradedriver"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "cmd", "upgradedriver", "main.go"), src, 0o644))
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = t.TempDir() // no cache to keep it in: this run's only
+	}
+	base := filepath.Join(cache, "pacer-test", "previous")
+	dir := filepath.Join(base, fmt.Sprintf("%s-%x", hash, sha256.Sum256(src)))
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
+		require.NoError(t, os.MkdirAll(base, 0o755))
+		tmp, err := os.MkdirTemp(base, ".tmp")
+		require.NoError(t, err)
+		defer os.RemoveAll(tmp) // gone once renamed
+		out, err := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, hash, tmp).CombinedOutput()
+		require.NoError(t, err, "git archive %s: %s", hash, out)
+		require.NoError(t, os.MkdirAll(filepath.Join(tmp, "cmd", "upgradedriver"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(tmp, "cmd", "upgradedriver", "main.go"), src, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644))
+		if err := os.Rename(tmp, dir); err != nil {
+			if _, serr := os.Stat(filepath.Join(dir, ".complete")); serr != nil {
+				t.Fatalf("keep the previous release's copy: %v", err)
+			}
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "previous-driver")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/upgradedriver")
 	build.Dir = dir
@@ -238,7 +255,10 @@ func buildPrevious(t *testing.T) string {
 func buildCurrent(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "current-driver")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/pacer-go/pacer/integration/cmd/upgradedriver").CombinedOutput()
+	// With the test binary's own flags (-race among them), so that the
+	// build shares its compiled packages.
+	args := append([]string{"build", "-o", bin}, buildflags.Same()...)
+	out, err := exec.Command("go", append(args, "github.com/pacer-go/pacer/integration/cmd/upgradedriver")...).CombinedOutput()
 	require.NoError(t, err, "build: %s", out)
 	return bin
 }
