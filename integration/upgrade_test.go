@@ -232,8 +232,14 @@ func buildPrevious(t *testing.T) string {
 		tmp, err := os.MkdirTemp(base, ".tmp")
 		require.NoError(t, err)
 		defer os.RemoveAll(tmp) // gone once renamed
-		out, err := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, hash, tmp).CombinedOutput()
+		// In two steps, not a pipe: a failed git archive must not leave an
+		// empty copy marked whole.
+		archive := filepath.Join(tmp, ".archive.tar")
+		out, err := exec.Command("git", "-C", root, "archive", "-o", archive, hash).CombinedOutput()
 		require.NoError(t, err, "git archive %s: %s", hash, out)
+		out, err = exec.Command("tar", "-x", "-f", archive, "-C", tmp).CombinedOutput()
+		require.NoError(t, err, "tar -x: %s", out)
+		require.NoError(t, os.Remove(archive))
 		require.NoError(t, os.MkdirAll(filepath.Join(tmp, "cmd", "upgradedriver"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(tmp, "cmd", "upgradedriver", "main.go"), src, 0o644))
 		require.NoError(t, os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644))
