@@ -224,10 +224,11 @@ func TestTracer(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, l)
 
-	// A day of 5: three Waits, then one that moves (its first slot keeps
-	// its unit of the day: the pause empties buckets, not windows).
+	// A day of 4: three Waits, then one that moves (its first slot gives
+	// its unit of the day back, and the fresh slot takes it: the day
+	// counts the call once), then one refused.
 	pol := slices.Clone(twoBands)
-	pol[1].Window.N = 5
+	pol[1].Window.N = 4
 	req := reserve.Request{Key: "api", Policy: pol, Cost: reserve.Permits(1)}
 	for range 3 {
 		require.NoError(t, l.WaitN(ctx, req))

@@ -123,6 +123,7 @@ func runContract(t *testing.T, b backend) {
 		{"CancelBoundLimit", testCancelBoundLimit},
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
+		{"SleepLateWindow", testSleepLateWindow},
 		{"Fair", testFair},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis

@@ -134,7 +134,8 @@ type Options struct {
 	// MaxLateness is how late after its slot a caller may wake and still
 	// use it. One that wakes later (a stalled process, a GC pause) takes a
 	// fresh slot instead, once, so that it does not fire together with
-	// callers that are on time. A slot whose reply arrived late is late by
+	// callers that are on time; the window units of the slot it gives up
+	// go back first (it never fired on it). A slot whose reply arrived late is late by
 	// that much more (see MaxEarly). Default (0): half the slot spacing of the
 	// key's fastest bucket for the call's cost (1 ms at 500/s), at least
 	// 1 ms, and never past the end of a window band's window. Negative: no

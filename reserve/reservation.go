@@ -55,6 +55,7 @@ type Reservation struct {
 	placedLate time.Duration
 	epoch      uint64 // the key's epoch when Redis granted the slot (keyState.epoch)
 	offTurn    bool   // a fair request moved to a fresh slot: its turn was spent on the one it gave up
+	givingBack bool   // giveBackUnused runs: its settle leaves the tenant's turns alone
 	band       string // the binding band (see Band)
 	source     Source
 	// seat is the in-flight band's ticket the call holds (nil: none);
@@ -273,9 +274,10 @@ func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) e
 
 // turnAdjust reports whether cancelling (actual nil) or settling r moves
 // its tenant's turns: a fair request's settle does, and its cancel unless
-// its turn was spent on a slot it gave up (Sleep moved it).
+// its turn was spent on a slot it gave up (Sleep moved it); the give-back
+// of a slot Sleep gives up does not (giveBackUnused).
 func (r *Reservation) turnAdjust(actual []float64) bool {
-	return r.fair != nil && (actual != nil || !r.offTurn)
+	return r.fair != nil && !r.givingBack && (actual != nil || !r.offTurn)
 }
 
 // id is r's identity on its key for adjust.lua: its number, or its local id.

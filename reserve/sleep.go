@@ -276,6 +276,9 @@ func (l *Limiter) localDeadline(at time.Time) time.Time {
 // metrics and told to tr (nil: no Tracer).
 func (r *Reservation) moveFor(ctx context.Context, why string, tr WaitTrace) error {
 	r.lim.opts.Metrics.Moved(r.key, why)
+	if why == MovedLate || why == MovedPause {
+		r.giveBackUnused(ctx)
+	}
 	if err := r.move(ctx); err != nil {
 		return err
 	}
@@ -283,6 +286,32 @@ func (r *Reservation) moveFor(ctx context.Context, why string, tr WaitTrace) err
 		tr.Moved(r, why)
 	}
 	return nil
+}
+
+// giveBackUnused gives back the window units of r's slot, which its caller
+// will not fire on (it woke later than MaxLateness, or a pause covers it),
+// before move takes a fresh slot: a settle to nothing, which gives a
+// window its units back while it is the latest, and a bucket what later
+// reservations have not built on (adjust.lua). Without it the fresh slot
+// was charged a second unit, and on a window with none left it went to the
+// next window: otelpacer's first Wait on a daily window of 1, 5 ms late
+// on a loaded machine, slept a day (TestContractRedis/SleepLateWindow).
+// Only a policy with a window band charged pays this call: a bucket's
+// passed slot is rarely the last one granted, and then nothing comes back.
+// A fair request's turns stay as they were (its fresh slot is off-turn).
+// A give-back that fails leaves the units charged, which only costs
+// capacity; with Redis unavailable it is made when Redis answers again.
+// (A slot Redis lost, MovedLost, is not in its state; a local slot handed
+// back, MovedBack, is in the floor Redis was given.)
+func (r *Reservation) giveBackUnused(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.spec == nil || r.state != live || r.spec.windowEnd(r.amounts, r.at).IsZero() {
+		return
+	}
+	r.givingBack = true
+	defer func() { r.givingBack = false }()
+	_ = r.adjust(ctx, names.OpSettle, make([]float64, len(r.amounts)))
 }
 
 // move gives r a fresh slot (its own has been paused over, or passed

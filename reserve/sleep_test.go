@@ -90,6 +90,66 @@ func testSleepLate(t *testing.T, b backend) {
 	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
 }
 
+// testSleepLateWindow: a sleeper that wakes too late for its slot gives
+// the slot's window units back before it takes a fresh one: it never fired
+// on it, so the provider counted nothing. Before, the fresh slot was
+// charged a second unit; on a window of N=1 it was the next window's, a
+// day away, and otelpacer's TestWaitRefusedSpan, whose first Wait on a
+// daily window of 1 woke 5 ms late beside a CPU hog, slept on for good.
+// The window then holds that one call, and no other.
+func testSleepLateWindow(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk := fakeclock.New(epoch)
+	rec := newRecorder()
+	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	daily := reserve.Policy{
+		{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1, Length: 24 * time.Hour, Origin: epoch}},
+		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 100, Burst: 1}}, // MaxLateness 5 ms
+	}
+	req := reserve.Request{Key: "daily", Policy: daily, Cost: reserve.Cost{"requests": 1}}
+	r, err := l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, epoch, r.Time())
+	clk.Advance(10 * time.Millisecond) // 10 ms late
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, r.Sleep(sctx), "the late sleeper's fresh slot is in the window its own slot gave back")
+	assert.Equal(t, epoch.Add(10*time.Millisecond), r.Time(), "a fresh slot at once")
+	assert.Equal(t, []string{reserve.MovedLate}, rec.snapshot().moved)
+
+	// The window holds one call: the next is a day away.
+	_, err = l.TryReserveN(ctx, req, time.Hour)
+	var tooLong *reserve.WaitTooLongError
+	require.ErrorAs(t, err, &tooLong, "the window holds the moved call")
+	assert.Equal(t, "daily", tooLong.Band)
+	// (The scripts place a window's origin on a whole µs.)
+	assert.InDelta(t, epoch.Add(24*time.Hour).Sub(clk.Now()), tooLong.Wait, float64(time.Microsecond), "the next window's first instant")
+
+	// A slot a pause comes to cover gives its units back too: the fresh
+	// slot, after the pause, is in the same window. (On the system clock:
+	// the sleeper polls for a resume until the pause's end.)
+	rec = newRecorder()
+	l, err = reserve.New(b.pacer(), reserve.Options{KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	req.Key = "paused"
+	req.Policy[0].Window = reserve.Window{N: 2, Length: 24 * time.Hour, Origin: time.Now()}
+	_, err = l.ReserveN(ctx, req)
+	require.NoError(t, err)
+	r, err = l.ReserveN(ctx, req) // the window's last unit, 10 ms away
+	require.NoError(t, err)
+	require.NoError(t, l.Pause(ctx, req.Key, 100*time.Millisecond))
+	end := time.Now().Add(100 * time.Millisecond)
+	require.NoError(t, r.Sleep(sctx), "the paused-over slot's unit is the fresh slot's")
+	assert.False(t, time.Now().Before(end), "Sleep returned inside the pause")
+	assert.Contains(t, rec.snapshot().moved, reserve.MovedPause)
+	_, err = l.TryReserveN(ctx, req, time.Hour)
+	require.ErrorAs(t, err, &tooLong, "the window holds the two calls")
+	assert.Equal(t, "daily", tooLong.Band)
+}
+
 // TestOwnPauseAfterItEnds: a sleeper whose pause check comes after its own
 // Limiter's pause has ended, with Redis unreadable (a CLIENT PAUSE, a
 // stall), does not fire on a slot the pause covered. Seed 4 of the

@@ -428,7 +428,8 @@ class Limiter:
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
         stalled process) takes a fresh slot instead, once, rather than fire
-        together with callers that are on time.
+        together with callers that are on time; its slot's window units go
+        back first (it never fired on it).
         Nor does it fire on a slot the local fallback granted (Redis
         unavailable) when Redis answers again before its last check: the
         fleet paces on Redis from then on, and it takes a slot there (Go's
@@ -476,7 +477,13 @@ class Limiter:
         while r.delay() > 0:
             _sleep_to(r, 0.0)
         if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
-            return self._again(r, until), True, False
+            # Its slot passed unused: a cancel gives a window nothing back
+            # once the slot has passed, a settle to nothing does (Go's
+            # giveBackUnused). Without it the fresh slot was charged a
+            # second unit: on a daily window of 1, the next day's.
+            if _charges_window(r):
+                self._adjust(r, "settle", [0.0] * len(r.costs))
+            return self._again(r, until, cancel=False), True, False
         return r, moved, True
 
     def _asleep(self, r: Reservation) -> None:
@@ -1826,6 +1833,12 @@ def _sleep_to(r: Reservation, before: float) -> None:
     d = r.delay() - before
     if d > 0:
         time.sleep(d)
+
+
+def _charges_window(r: Reservation) -> bool:
+    """Whether r's cost charges a window band."""
+    return any(isinstance(b, protocol.Window) and c > 0 for b in r.policy.bands
+               for u, c in zip(r.policy.units, r.costs) if u == b.unit)
 
 
 def _max_lateness(r: Reservation) -> float:

@@ -179,6 +179,24 @@ class LimiterTest(unittest.TestCase):
                 got = lim.sleep(r)
                 self.assertEqual(got.seq != r.seq, moves, f"placed {placed} s late: seq {r.seq} -> {got.seq}")
 
+    def test_late_move_gives_the_window_unit_back(self) -> None:
+        """A sleeper that woke too late for its slot gives the slot's window
+        units back before it takes a fresh one (Go's
+        TestContractRedis/SleepLateWindow): it never fired on it. Before,
+        the fresh slot was charged a second unit, on a daily window of 1
+        the next day's; here the reply is placed a minute late."""
+        lim = self.limiter()
+        day = 86_400_000_000
+        origin = int(time.time() * 1e6) % day  # today's window begins now
+        daily = Policy((Window("daily", 1, day, origin, "requests"), Bucket("rps", 100, 1, "requests")))
+        r = lim.reserve("late", daily)
+        r.placed_late = 60.0
+        got = lim.sleep(r, time.monotonic() + 60)
+        self.assertNotEqual(got.seq, r.seq, "a fresh slot")
+        self.assertLess(got.delay(), 3600, "today's unit, given back and taken again, not tomorrow's")
+        with self.assertRaises(limiter.WaitTooLong, msg="the window holds the moved call once"):
+            lim.reserve("late", daily, max_wait=3600)
+
     def test_placed_late_measured(self) -> None:
         """placed_late is how much later than the clock estimate a reply
         arrived, less 1 ms: 0 for one on time."""
