@@ -95,7 +95,9 @@
 --          process pacing locally, on its in-process store: the local
 --          fallback runs these scripts too): rate / max(n, a), a burst B_k,
 --          N_k(w) units of window w, and on a bucket band whose burst is
---          under n its slots on rank k's instants of the lattice. a is
+--          under n its slots on rank k's instants of the lattice. A cost
+--          above B_k (off the lattice) is never granted at the member's
+--          share: -2, as a window's N_k below the cost (earliest). a is
 --          another fleet size (0: none) the member keeps within too: right
 --          after the fleet changed, members may pace on either size, so it
 --          takes the smaller burst and window quota of the two and only
@@ -969,7 +971,8 @@ end
 -- bucket the pause emptied and nothing queued beyond), 0 for nothing (the
 -- slot is s). A band charged nothing holds nobody. It returns nil when a
 -- window band can never take the cost at the share (a share's N_k below
--- the cost in every window).
+-- the cost in every window), or a bucket band at a member's share (ARGV[2]'s
+-- "m" form) is charged more than the member's burst B_k.
 local function earliest(s, cost)
   local idx = nil
   local q = grid(s)
@@ -984,6 +987,17 @@ local function earliest(s, cost)
       local c = cost[b.unit] or 0
       if c > 0 then
         if b.bucket then
+          if member and c > b.eff * (1 + 1e-9) and not (lattice and lattice.band == b) then
+            -- A member's share (pacing locally) cannot take a cost above
+            -- its burst B_k: granted once its bucket had filled for the
+            -- difference, the cost went out at one instant, over B_k, and
+            -- members blind to each other doing so at once held more than
+            -- the whole burst (the shares add up to the limit only while
+            -- each keeps to its B_k). Never at this share, as a window's
+            -- N_k below the cost: the caller waits for Redis or a share.
+            -- (A lattice's band spaces the members' instants instead.)
+            return nil
+          end
           -- Moved only when the grid moves: t may lie a hair above its own
           -- ns (float noise), which grid(t) does not pass.
           local t = b.z + c * b.upp

@@ -26,7 +26,8 @@ end
 if not fits(cost) then
   return redis.error_reply('PACER_EXCEEDS a cost is above its band\'s burst or N')
 end
--- never: -1 when a window band can never take the cost at the share.
+-- never: -1 when a band can never take the cost at the share (a window's
+-- N_k below it, or a member's burst B_k below it: core.lua's earliest).
 local function wait_of(s)
   if not s then
     return -1

@@ -49,8 +49,10 @@
 --                         longer than its maximum; -1 when refused because
 --                         the queue would be over 30 years long
 --                         (reserve.ErrQueueTooLong); -2 when refused because
---                         a window band can never take the cost at the share
---                         (its N_k below the cost in every window); -3,
+--                         a band can never take the cost at the share (a
+--                         window's N_k below the cost in every window, or,
+--                         at a member's share, a bucket's B_k below it);
+--                         -3,
 --                         in the fair script only (fair.lua), deferred:
 --                         nothing booked, wait_ns being when to ask again
 -- Errors       PACER_ARG, PACER_EXCEEDS (a cost above a band's burst or N:

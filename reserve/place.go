@@ -351,10 +351,11 @@ func le(b string) uint64 {
 	return v
 }
 
-// shareError is the error of a request a window band can never take at
-// this Limiter's share (its N_k is below the cost in every window).
+// shareError is the error of a request a band can never take at this
+// Limiter's share: a window's N_k is below the cost in every window, or,
+// pacing locally, a bucket's burst B_k is below it (core.lua's earliest).
 func (l *Limiter) shareError(key string) error {
-	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a window band is below the cost in every window", key, l.unavailableErr())}
+	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a band is below the cost (a window's N_k in every window, or, pacing locally, a bucket's burst: burst / fleet size): the call waits for Redis or a share", key, l.unavailableErr())}
 }
 
 // nextBinding reads the first word of a reply's binding bands (see

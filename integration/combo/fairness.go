@@ -20,10 +20,13 @@ import (
 //     end must be within fairRatio of each other, or fairSlack apart,
 //     once each has fairMinCalls calls. Fair queueing on the actual costs
 //     keeps them within a call or two (fairActualMax tokens each) of each
-//     other in each fair queue: the fleet's on Redis, and each process's
-//     while it paces locally, three at most at once; shares counted on the
+//     other in the fleet's fair queue on Redis; shares counted on the
 //     estimates give the low estimator about fairHighEstimate /
-//     fairLowEstimate = 4 times the other's calls.
+//     fairLowEstimate = 4 times the other's calls. The shares count the
+//     slots Redis granted only: while a process paces locally, a call
+//     above its share of the bucket's burst (fairHighEstimate, over 400 /
+//     3) waits for Redis (core.lua: a member's share cannot take a cost
+//     above its B_k), so the low estimator alone gets local slots.
 //   - Refusals: a light tenant's call with a deadline of its own is a
 //     newcomer, whose turn comes within two slot intervals behind any
 //     backlog (docs/fair.md): about 0.3 s here, well under the shortest
@@ -57,7 +60,7 @@ func (r *run) fairness() ([]Violation, FairFigures) {
 	var waits []time.Duration
 	for _, c := range r.calls[KeyFair] {
 		switch {
-		case c.Kind == kindFairReserve && c.Status == 200 && c.Lo >= from && c.Lo < to:
+		case c.Kind == kindFairReserve && c.Status == 200 && !c.Local && c.Lo >= from && c.Lo < to:
 			fig.Tokens[c.Tenant] += c.Actual
 			fig.Calls[c.Tenant]++
 		case c.Kind == kindFairWait || c.Kind == kindFairDeadline:

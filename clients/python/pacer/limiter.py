@@ -40,8 +40,9 @@ def _no_reply(e: BaseException) -> bool:
         and not isinstance(e, redis.exceptions.BusyLoadingError)
 
 
-#: Reserve's refusals (seq): the queue would be over 30 years long; a window
-#: band can never take the cost at this share.
+#: Reserve's refusals (seq): the queue would be over 30 years long; a band
+#: can never take the cost at this share (a window's N_k or, pacing locally,
+#: a bucket's burst B_k below it).
 _QUEUE_TOO_LONG, _NEVER = -1, -2
 
 
@@ -70,8 +71,8 @@ class WaitTooLong(Exception):
 
 class Refused(Exception):
     """A reservation Reserve refused: its queue would be over 30 years long,
-    or a window band can never take the cost at this share (while pacing
-    locally, such a call waits for Redis instead)."""
+    or a band can never take the cost at this share (while pacing locally,
+    such a call waits for Redis instead)."""
 
 
 @dataclass
@@ -658,7 +659,7 @@ class Limiter:
         if g.seq == _QUEUE_TOO_LONG:
             raise Refused("pacer: the queue would be over 30 years long")
         if g.seq == _NEVER:
-            raise Refused("pacer: a window band can never take the cost at this share")
+            raise Refused("pacer: a band can never take the cost at this share (a window's N_k or, pacing locally, a bucket's burst B_k is below it)")
         if g.seq < 0:
             raise Refused(f"pacer: refused ({g.seq})")
         return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
@@ -1621,9 +1622,10 @@ class Limiter:
         if g.seq > 0:
             self._note_windows(st, before, store.execute_command("GET", k), g.slot_ns, now)
         if g.seq == _NEVER:
-            # A window band can never take the cost at this share (its N_k
-            # is below it in every window): no local share for it, and the
-            # caller waits for Redis, as Go's (noShareError).
+            # A band can never take the cost at this share (a window's N_k
+            # in every window, or a bucket's burst B_k, below it; core.lua's
+            # earliest): no local share for it, and the caller waits for
+            # Redis, as Go's (noShareError).
             return None
         r = self._result(key, policy, costs, g, True, recv_mono)
         with self._lock:
