@@ -70,9 +70,9 @@ class WaitTooLong(Exception):
 
 
 class Refused(Exception):
-    """A reservation Reserve refused: its queue would be over 30 years long,
-    or a band can never take the cost at this share (while pacing locally,
-    such a call waits for Redis instead)."""
+    """A reservation Reserve refused: its queue would be over 30 years long.
+    (A band that can never take the cost at this share makes the call wait
+    for Redis or a share instead, within its maximum wait.)"""
 
 
 @dataclass
@@ -633,6 +633,11 @@ class Limiter:
         self._clock_sample(rep.now_ns, sent, recv)
         g = rep.grants[0]
         epoch = self._saw(key, rep.state, rep.stored, policy, g)
+        if g.seq == _NEVER:
+            # The group's share can never take the cost while members are
+            # held (a window's N_k below it): the caller waits for a share
+            # or for them, within its maximum (Go's noShareError).
+            raise _NoShare()
         r = self._result(key, policy, costs, g, False, recv_mono)
         r.epoch = epoch
         r.placed_late = self._placed_late(rep.now_ns, recv)

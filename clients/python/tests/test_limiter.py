@@ -306,6 +306,24 @@ class LimiterTest(unittest.TestCase):
         # (docs/protocol.md, Heartbeat). a's local share is tested below.
         self.assertIsNone(b._local_share)
 
+    def test_no_share_on_redis_waits(self) -> None:
+        """A call the group on Redis can never take at its share while a
+        member is held (a window of 2 a day, 1 of it the held member's, and
+        a cost of 2: Reserve's -2) waits for a share within its maximum, as
+        Go's (noShareError): a caller who can wait never gets an outage's
+        error. Before, it raised Refused at once."""
+        a = self.limiter(limiter_id="a")
+        b = self.limiter(limiter_id="b")
+        a._beat()
+        b._go_local("test")
+        b._beat()
+        a._beat()
+        self.assertEqual(a._share(), f"2 {b._rank}")
+        daily = Policy((Window("daily", 2, 86_400_000_000, 0, "requests"),))
+        with self.assertRaises(limiter.WaitTooLong) as e:
+            a.reserve("w", daily, 2, max_wait=0.3)
+        self.assertEqual(e.exception.band, limiter.OUTAGE_BAND, "it waited for a share, within its maximum")
+
     def test_fleet_shares_in_a_fleet_switched_to_3(self) -> None:
         """Switched to format 3, the members keep the heartbeat's indexes
         (docs/protocol.md, Heartbeat) and learn the fleet from them as
