@@ -102,8 +102,15 @@ func (l *Limiter) parseClaim(now time.Time, key string, s *spec, id string, res 
 	if err != nil || !ok1 || !ok2 || !ok3 || !ok4 || aerr != nil {
 		return heldGrant{}, replyError(names.OpClaim, key, res)
 	}
-	if seq == -1 {
+	switch seq {
+	case -1:
 		return heldGrant{}, fmt.Errorf("reserve: claim %q: %w", key, ErrQueueTooLong)
+	case -2:
+		// No room at this share while members are held: ErrUnavailable,
+		// as in an outage (the worker's middleware then reserves without
+		// a hold, which waits for a share). Before, a WaitTooLongError of
+		// a 0 wait (TestHoldNoShareWaits).
+		return heldGrant{}, l.shareError(key)
 	}
 	g := heldGrant{kept: state == 2, source: int(origin)}
 	if state == 0 {
@@ -281,8 +288,14 @@ func (l *Limiter) parseHold(now time.Time, c *holdCall, ids []string, out []held
 		if !ok1 || !ok2 || !ok3 || aerr != nil {
 			return replyError(names.OpHold, c.key, res)
 		}
-		if seq == -1 {
+		switch seq {
+		case -1:
 			return fmt.Errorf("reserve: hold %q: %w", c.key, ErrQueueTooLong)
+		case -2:
+			// Nothing booked: no room at this share while members are
+			// held. Taken for a grant, it was a slot charged nowhere
+			// (TestHoldNoShareWaits); the caller waits for a share.
+			return l.shareError(c.key)
 		}
 		r := l.newReservation(c.key, c.spec, got, base, waitNS, seq)
 		r.epoch = l.noteGranted(c.key, r.slotNS)
