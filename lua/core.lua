@@ -96,8 +96,9 @@
 --          fallback runs these scripts too): rate / max(n, a), a burst B_k,
 --          N_k(w) units of window w, and on a bucket band whose burst is
 --          under n its slots on rank k's instants of the lattice. A cost
---          above B_k (off the lattice) is never granted at the member's
---          share: -2, as a window's N_k below the cost (earliest). a is
+--          above a share's burst (B_k, or the group's b less the held
+--          members' B_k; off the lattice) is never granted at that share:
+--          -2, as a window's N_k below the cost (earliest). a is
 --          another fleet size (0: none) the member keeps within too: right
 --          after the fleet changed, members may pace on either size, so it
 --          takes the smaller burst and window quota of the two and only
@@ -971,8 +972,9 @@ end
 -- bucket the pause emptied and nothing queued beyond), 0 for nothing (the
 -- slot is s). A band charged nothing holds nobody. It returns nil when a
 -- window band can never take the cost at the share (a share's N_k below
--- the cost in every window), or a bucket band at a member's share (ARGV[2]'s
--- "m" form) is charged more than the member's burst B_k.
+-- the cost in every window), or a bucket band at a share is charged more
+-- than the share's burst: a member's B_k (ARGV[2]'s "m" form), or b less
+-- the held members' B_k for the group on Redis.
 local function earliest(s, cost)
   local idx = nil
   local q = grid(s)
@@ -987,14 +989,16 @@ local function earliest(s, cost)
       local c = cost[b.unit] or 0
       if c > 0 then
         if b.bucket then
-          if member and c > b.eff * (1 + 1e-9) and not (lattice and lattice.band == b) then
-            -- A member's share (pacing locally) cannot take a cost above
-            -- its burst B_k: granted once its bucket had filled for the
-            -- difference, the cost went out at one instant, over B_k, and
-            -- members blind to each other doing so at once held more than
-            -- the whole burst (the shares add up to the limit only while
-            -- each keeps to its B_k). Never at this share, as a window's
-            -- N_k below the cost: the caller waits for Redis or a share.
+          if (member or held) and c > b.eff * (1 + 1e-9) and not (lattice and lattice.band == b) then
+            -- A share cannot take a cost above its burst: a member's B_k
+            -- (pacing locally), or what the held members leave the group
+            -- on Redis. Granted once its bucket had filled for the
+            -- difference, the cost went out at one instant, over that
+            -- burst, and the others, blind to it, bursting at once held
+            -- more than the whole burst (the shares add up to the limit
+            -- only while each keeps to its own). Never at this share, as a
+            -- window's N_k below the cost: the caller waits for Redis or a
+            -- share (TestMemberCostOverItsBurst, TestGroupCostOverItsBurst).
             -- (A lattice's band spaces the members' instants instead.)
             return nil
           end

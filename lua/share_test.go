@@ -290,3 +290,43 @@ func TestMemberCostOverItsBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCostOverItsBurst: the members on Redis while others are held
+// (ARGV[2]'s "<n> <held ranks>") keep to the burst the held ones leave
+// them, b less the held members' B_k, as a member keeps to its own: a cost
+// above it is never granted at that share (-2; the caller waits for a
+// share, or for the held members to be back). With two of three members
+// held on a bucket of 400 (B_k 133 each), the group has 133.3 (134 left,
+// at most its third of the fill): a cost of 160 granted once its bucket
+// had filled for the difference went out at one instant beside the held
+// members' bursts, 426 tokens where 400 fit.
+func TestGroupCostOverItsBurst(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 1200.0, 400.0
+	p := policy{[]string{"tokens"}, []band{bucket("tokens", 1, rate, burst)}}
+	at := start + 5e9
+	cost := func(s *store, share string, c float64) grant {
+		v := s.run(reserveScript, at, []string{"", ":limit", ":shadow"}, p.args(at, share, "", doubles(-1, c)))
+		rep, ok := decodeReserve(t, v).(reserveReply)
+		if !ok || len(rep.grants) != 2 {
+			t.Fatalf("Reserve: reply %s", show(v))
+		}
+		return grant{slot: rep.nowUS*1000 + rep.nowNS + rep.grants[0], seq: rep.grants[1]}
+	}
+	redisLike := local(t) // the group's store: Redis's state of the key
+	if g := cost(redisLike, group(3, 1, 2), 160); g.seq != -2 {
+		t.Fatalf("the group's cost of 160 over its burst of 133.3: granted (seq %d) at %+d ns: want -2", g.seq, g.slot-at)
+	}
+	if g := cost(redisLike, group(3, 1, 2), 134); g.seq != -2 {
+		t.Fatalf("the group's cost of 134 over its burst of 133.3: %+v, want -2", g)
+	}
+	if g := cost(redisLike, group(3, 1, 2), 133); g.seq <= 0 || g.slot != at {
+		t.Fatalf("the group's cost of 133, under its burst: %+v, want granted at once", g)
+	}
+	for k := 1; k <= 2; k++ {
+		if g := cost(local(t), member(3, k, 0), 133); g.seq <= 0 || g.slot != at {
+			t.Fatalf("held member %d's cost of 133, its B_k: %+v, want granted at once", k, g)
+		}
+	}
+	// 133 + 133 + 133: within the whole burst at one instant.
+}
