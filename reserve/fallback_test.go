@@ -549,6 +549,30 @@ func TestOutageFirstBack(t *testing.T) {
 	assert.Equal(t, 0.5, a.Share(), "the first back takes %v of the rate from Redis while b paces locally on its half", a.Share())
 }
 
+// otherMember heartbeats for another member of l's fleet, "other", every
+// 5 ms (l, heartbeating every 20 ms or less, hears from it within its live
+// window) as its Limiter would, in the mode mode holds ("redis" or
+// "local"), until the test ends: id, mode, since (ms), live window and
+// hold (ms).
+func otherMember(t *testing.T, s *redistest.Server, l *reserve.Limiter, mode *atomic.Value) {
+	ctx := context.Background()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, l.FleetKeys(), "other", mode.Load(), time.Now().UnixMilli(), 60_000, 60_000, 60_000, 60_000, "").Err()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // TestFleetCountsLocalMembersHeld: a Limiter whose heartbeat reaches Redis
 // while it paces locally (on a Cluster, the fleet's set may live on a
 // healthy shard while its keys' shard fails over) reports mode "local".
@@ -564,27 +588,9 @@ func testFleetCountsLocalMembersHeld(t *testing.T, s *redistest.Server, prefix s
 	a, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)
-	ctx := context.Background()
-	// Another member, heartbeating every 5 ms (a hears from it within its
-	// live window, 2 x 20 ms) as its Limiter would: id, mode, since (ms),
-	// live window and hold (ms).
 	var mode atomic.Value
 	mode.Store("redis")
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, a.FleetKeys(), "other", mode.Load(), time.Now().UnixMilli(), 60_000, 60_000, 60_000, 60_000, "").Err()
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	otherMember(t, s, a, &mode)
 	require.Eventually(t, func() bool { return a.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 1.0, a.Share(), "both on Redis: a takes from the shared bucket as the fleet")
 

@@ -3,14 +3,13 @@ package reserve_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	holdpkg "github.com/pacer-go/pacer/hold"
 	"github.com/pacer-go/pacer/internal/redistest"
-	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,23 +29,10 @@ func TestHoldNoShareWaits(t *testing.T) {
 	a, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 20 * time.Millisecond, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, a)
-	// Another member, pacing locally: a holds it (its heartbeats, as in
-	// TestFleetCountsLocalMembersHeld).
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				_ = redis.NewScript(lua.Heartbeat).Run(ctx, s.Client, a.FleetKeys(), "other", "local", time.Now().UnixMilli(), 60_000, 60_000, 60_000, 60_000, "").Err()
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	// Another member, pacing locally: a holds it.
+	var mode atomic.Value
+	mode.Store("local")
+	otherMember(t, s, a, &mode)
 	require.Eventually(t, func() bool { return a.Share() == 0.5 }, 30*time.Second, 5*time.Millisecond, "the other member never counted as held")
 
 	book, err := holdpkg.New(a, holdpkg.Options{})

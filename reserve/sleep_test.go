@@ -55,18 +55,25 @@ func testSleepIntoPause(t *testing.T, b backend) {
 	assert.False(t, (<-done).Before(paused), "Wait returned inside a pause made while it slept")
 }
 
-// testSleepLate: a sleeper that wakes more than MaxLateness after its slot
-// takes a fresh slot (once) instead of firing late. A fake clock makes the
-// lateness exact: the slot has passed by 10 ms when Sleep starts.
-func testSleepLate(t *testing.T, b backend) {
-	ctx := context.Background()
+// lateLimiter is a Limiter on b on a fake clock from epoch (ClientTime:
+// lateness is exact), its Metrics recorded.
+func lateLimiter(t *testing.T, b backend) (*fakeclock.Clock, *recorder, *reserve.Limiter) {
 	clk := fakeclock.New(epoch)
 	rec := newRecorder()
 	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
 	require.NoError(t, err)
 	closeLimiter(t, l)
+	return clk, rec, l
+}
+
+// testSleepLate: a sleeper that wakes more than MaxLateness after its slot
+// takes a fresh slot (once) instead of firing late. A fake clock makes the
+// lateness exact: the slot has passed by 10 ms when Sleep starts.
+func testSleepLate(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk, rec, l := lateLimiter(t, b)
 	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
-	_, err = l.Reserve(ctx, "late", lim)
+	_, err := l.Reserve(ctx, "late", lim)
 	require.NoError(t, err)
 	r, err := l.Reserve(ctx, "late", lim) // at +10 ms
 	require.NoError(t, err)
@@ -99,11 +106,7 @@ func testSleepLate(t *testing.T, b backend) {
 // The window then holds that one call, and no other.
 func testSleepLateWindow(t *testing.T, b backend) {
 	ctx := context.Background()
-	clk := fakeclock.New(epoch)
-	rec := newRecorder()
-	l, err := reserve.New(b.pacer(), reserve.Options{Clock: clk, ClientTime: true, KeyPrefix: redistest.Prefix(t), FailClosed: true, CallTimeout: 10 * time.Second, Logger: quiet, Metrics: rec})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	clk, rec, l := lateLimiter(t, b)
 	daily := reserve.Policy{
 		{Name: "daily", Unit: "requests", Window: reserve.Window{N: 1, Length: 24 * time.Hour, Origin: epoch}},
 		{Name: "rps", Unit: "requests", Limit: reserve.Limit{Rate: 100, Burst: 1}}, // MaxLateness 5 ms
