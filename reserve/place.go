@@ -352,10 +352,11 @@ func le(b string) uint64 {
 }
 
 // shareError is the error of a request a band can never take at this
-// Limiter's share: a window's N_k is below the cost in every window, or,
-// pacing locally, a bucket's burst B_k is below it (core.lua's earliest).
+// Limiter's share: a window's N_k is below the cost in every window, or a
+// bucket's burst at the share is (B_k pacing locally; on Redis, what the
+// held members leave the others: core.lua's earliest).
 func (l *Limiter) shareError(key string) error {
-	return &noShareError{fmt.Errorf("reserve: %q: %w: while the fleet paces locally, this Limiter's share of a band is below the cost (a window's N_k in every window, or, pacing locally, a bucket's burst: burst / fleet size): the call waits for Redis or a share", key, l.unavailableErr())}
+	return &noShareError{fmt.Errorf("reserve: %q: %w: while members pace locally, this Limiter's share of a band is below the cost (a window's N_k in every window, or a bucket's burst at the share: burst / fleet size pacing locally, what the members pacing locally leave the others on Redis): the call waits for Redis or a share", key, l.unavailableErr())}
 }
 
 // nextBinding reads the first word of a reply's binding bands (see

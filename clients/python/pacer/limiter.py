@@ -41,8 +41,8 @@ def _no_reply(e: BaseException) -> bool:
 
 
 #: Reserve's refusals (seq): the queue would be over 30 years long; a band
-#: can never take the cost at this share (a window's N_k or, pacing locally,
-#: a bucket's burst B_k below it).
+#: can never take the cost at this share (a window's N_k, or the share's
+#: burst of a bucket, below it).
 _QUEUE_TOO_LONG, _NEVER = -1, -2
 
 
@@ -635,8 +635,9 @@ class Limiter:
         epoch = self._saw(key, rep.state, rep.stored, policy, g)
         if g.seq == _NEVER:
             # The group's share can never take the cost while members are
-            # held (a window's N_k below it): the caller waits for a share
-            # or for them, within its maximum (Go's noShareError).
+            # held (a window's N_k, or the burst they leave it, below it):
+            # the caller waits for a share or for them, within its maximum
+            # (Go's noShareError).
             raise _NoShare()
         r = self._result(key, policy, costs, g, False, recv_mono)
         r.epoch = epoch
@@ -664,7 +665,7 @@ class Limiter:
         if g.seq == _QUEUE_TOO_LONG:
             raise Refused("pacer: the queue would be over 30 years long")
         if g.seq == _NEVER:
-            raise Refused("pacer: a band can never take the cost at this share (a window's N_k or, pacing locally, a bucket's burst B_k is below it)")
+            raise Refused("pacer: a band can never take the cost at this share (a window's N_k, or the share's burst of a bucket, is below it)")
         if g.seq < 0:
             raise Refused(f"pacer: refused ({g.seq})")
         return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
