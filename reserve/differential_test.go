@@ -411,10 +411,10 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, o
 				// 1.08 µs over the exact model). The trial ends here, also
 				// when the delay matched the models: the floor restores the
 				// queue, not the reservations a later cancel gives back. CI
-				// beside a hog at bd296af failed so (PACER_SEED=
-				// 1796038540773757257, trial 5: a Peek of a full bucket
-				// where the models had 8.87 permits queued, 112 steps after
-				// a reservation numbered anew had matched them).
+				// beside a hog at bd296af failed so, as far as its log
+				// shows (PACER_SEED=1796038540773757257, trial 5, step
+				// 237: a Peek of a full bucket where the models had 8.87
+				// permits queued; the seed passes on replay).
 				t.Logf("trial %d step %d %+v: the key expired on the server's clock during the reservation (number %d, the trial's %d); trial cut",
 					trial, step, lim, reserve.SeqOf(ours), made)
 				cut++
