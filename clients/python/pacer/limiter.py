@@ -664,9 +664,7 @@ class Limiter:
             raise WaitTooLong(g.wait_ns / 1e9, g.band)
         if g.seq == _QUEUE_TOO_LONG:
             raise Refused("pacer: the queue would be over 30 years long")
-        if g.seq == _NEVER:
-            raise Refused("pacer: a band can never take the cost at this share (a window's N_k, or the share's burst of a bucket, is below it)")
-        if g.seq < 0:
+        if g.seq < 0:  # (_NEVER: the callers wait for a share before this)
             raise Refused(f"pacer: refused ({g.seq})")
         return Reservation(key, policy, costs, g.slot_ns, g.seq, g.band, local, recv_mono + g.wait_ns / 1e9, self)
 
