@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"time"
 )
 
@@ -68,7 +67,8 @@ func (h *hogs) stop() {
 }
 
 // runBusy runs the fleet of each of vs (those of busyVariants that were
-// selected) again with one CPU hog per CPU beside it.
+// selected) again with c.BusyHogs CPU hogs beside it (one per CPU unless
+// -busy-hogs says otherwise).
 func (b *bench) runBusy(ctx context.Context, vs []variant, progress func(string, ...any)) ([]fleet, error) {
 	var out []fleet
 	for _, v := range vs {
@@ -79,7 +79,7 @@ func (b *bench) runBusy(ctx context.Context, vs []variant, progress func(string,
 		if !busy {
 			continue
 		}
-		h, err := startHogs(runtime.NumCPU())
+		h, err := startHogs(b.cfg.BusyHogs)
 		if err != nil {
 			return nil, err
 		}

@@ -15,7 +15,7 @@
 // so high nobody waits (reservations per second); one caller's latency; a
 // fleet of processes (this program re-run as children) sharing one key at
 // 500/s, burst 1 (what the provider would see, and what Redis spends per
-// call), and again beside a CPU hog per CPU (pacer, and x/time/rate as the
+// call), and again beside -busy-hogs CPU hogs, one per CPU by default (pacer, and x/time/rate as the
 // reference); Redis memory per idle key, and its expiry; pacer's callers
 // while Redis runs out of memory, under an evicting policy and under
 // noeviction; a hot key leased (lease.go), and Wait at 50,000 and
@@ -66,6 +66,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,6 +99,7 @@ type config struct {
 	ColdRun    time.Duration // each run of the cold phase
 	LoadedRun  time.Duration // each run of the loaded phase (the cold shape, without and beside hogs)
 	LoadedHogs int           // CPU hogs beside the loaded phase's loaded runs
+	BusyHogs   int           // CPU hogs beside the busy phase's fleets
 	LoadedRuns int           // the loaded phase's runs beside the hogs
 	Heartbeats int           // idle Limiters of the heartbeat phase's larger run
 	OtelKeys   int           // fresh keys of the otel phase, one Wait each
@@ -150,6 +152,7 @@ func defaults(quick bool) config {
 		OtelRuns:   4,
 		LoadedRun:  20 * time.Second,
 		LoadedHogs: 2,
+		BusyHogs:   runtime.NumCPU(),
 		LoadedRuns: 3,
 		OutageRuns: 6,
 		OutageSeg:  3 * time.Second,
@@ -239,6 +242,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ColdRun, "cold", full.ColdRun, "length of each run of the cold phase")
 	fs.DurationVar(&c.LoadedRun, "loaded", full.LoadedRun, "length of each run of the loaded phase (the cold phase's keys, without hogs, then beside -loaded-hogs CPU hogs)")
 	fs.IntVar(&c.LoadedHogs, "loaded-hogs", full.LoadedHogs, "CPU hogs beside the loaded phase's loaded runs")
+	fs.IntVar(&c.BusyHogs, "busy-hogs", full.BusyHogs, "CPU hogs beside the busy phase's fleets (default: one per CPU)")
 	fs.IntVar(&c.LoadedRuns, "loaded-runs", full.LoadedRuns, "the loaded phase's runs beside the hogs (after one without)")
 	fs.IntVar(&c.OutageRuns, "outage-runs", full.OutageRuns, "runs of each scenario of the outage phase (after one of the reference)")
 	fs.DurationVar(&c.OutageSeg, "outage-seg", full.OutageSeg, "the outage phase's faults' length, and the time after each heal")
@@ -317,8 +321,8 @@ func (c config) validate() error {
 	switch {
 	case c.Phase <= 0 || c.Fleet <= 0 || c.EvictRun <= 0 || c.CrashRun <= 0 || c.ColdRun <= 0 || c.LoadedRun <= 0 || c.OutageSeg <= 0:
 		return fmt.Errorf("pacerbench: -phase, -fleet, -eviction, -crash-run, -cold, -loaded and -outage-seg must be positive")
-	case c.LoadedHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1 || c.OtelRuns < 1:
-		return fmt.Errorf("pacerbench: -loaded-hogs, -loaded-runs, -outage-runs and -otel-runs must be at least 1")
+	case c.LoadedHogs < 1 || c.BusyHogs < 1 || c.LoadedRuns < 1 || c.OutageRuns < 1 || c.OtelRuns < 1:
+		return fmt.Errorf("pacerbench: -loaded-hogs, -busy-hogs, -loaded-runs, -outage-runs and -otel-runs must be at least 1")
 	case c.Procs < 1 || c.Goroutines < 1 || c.MemKeys < 1 || c.ColdKeys < c.Procs || c.Heartbeats < 10 || c.OtelKeys < 1:
 		return fmt.Errorf("pacerbench: -procs, -goroutines, -keys and -otel-keys must be at least 1, -cold-keys at least -procs, -heartbeats at least 10")
 	case c.FleetRate <= 0 || c.FleetBurst < 1 || c.MemRate <= 0:
@@ -462,7 +466,7 @@ type results struct {
 	Throughput []throughput
 	Latency    []latency
 	Fleet      []fleet
-	BusyFleet  []fleet // the fleet again, beside a CPU hog per CPU
+	BusyFleet  []fleet // the fleet again, beside -busy-hogs CPU hogs
 	Memory     []memory
 	Eviction   []eviction
 	Script     []scriptRow

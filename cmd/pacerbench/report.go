@@ -104,9 +104,9 @@ func (r *results) tables() string {
 	if len(r.BusyFleet) > 0 {
 		busy := table{
 			title: "Fleet on a busy machine",
-			intro: fmt.Sprintf("The same fleet, again, with %d CPU hogs beside it (this program re-run, one busy process per CPU), for pacer and for x/time/rate in process: "+
+			intro: fmt.Sprintf("The same fleet, again, with %d CPU hogs beside it (this program re-run, each keeping a CPU busy; the machine has %d), for pacer and for x/time/rate in process: "+
 				"a loaded machine delays every wake-up, and the reference shows by how much with nothing to coordinate. "+
-				"At rate/procs per process, x/time/rate is what %d uncoordinated processes would do.", runtime.NumCPU(), c.Procs),
+				"At rate/procs per process, x/time/rate is what %d uncoordinated processes would do.", c.BusyHogs, runtime.NumCPU(), c.Procs),
 			header: seen.header,
 		}
 		for _, x := range r.BusyFleet {
