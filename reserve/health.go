@@ -50,7 +50,10 @@ type health struct {
 	// process, a paused virtual machine), and so were its callers; see
 	// probesStalled.
 	probeDue, probing time.Time
-	kick              chan struct{} // tells the loop to probe now (probesStalled)
+	// stalled: a stall was seen (probesStalled, or the loop's timer far
+	// behind probeDue) and no probe has answered since.
+	stalled bool
+	kick    chan struct{} // tells the loop to probe now (probesStalled)
 	// stallHook, in tests, holds the loop before a probe (a stall).
 	stallHook func()
 
@@ -162,19 +165,28 @@ func (l *Limiter) isRecovering() bool {
 // runner's seed 78: a process stopped 3.5 s while pacing locally, back on
 // Redis 0.9 s after resuming, its local slots beside another's on Redis
 // at the whole rate). It tells the loop to probe at once.
+//
+// A stall seen lasts until a probe answers (health.stalled): a probe begun
+// since, still under way, does not end it, or a caller that comes meanwhile
+// would pace locally before the fleet is known (TestStalledProbesTakeNoLocalSlot).
 func (l *Limiter) probesStalled() bool {
 	h := &l.health
 	h.mu.Lock()
-	degraded, due, probing := h.degraded, h.probeDue, h.probing
+	degraded, due, probing, stalled := h.degraded, h.probeDue, h.probing, h.stalled
 	h.mu.Unlock()
 	if !degraded || due.IsZero() {
 		return false
 	}
-	if !probing.IsZero() {
-		due = probing.Add(l.probeBudget())
-	}
-	if !l.overdue(due) {
-		return false
+	if !stalled {
+		if !probing.IsZero() {
+			due = probing.Add(l.probeBudget())
+		}
+		if !l.overdue(due) {
+			return false
+		}
+		h.mu.Lock()
+		h.stalled = h.degraded
+		h.mu.Unlock()
 	}
 	select {
 	case h.kick <- struct{}{}:
@@ -472,6 +484,7 @@ func (l *Limiter) degrade(failures int, err error) {
 	h.since = time.Now()
 	h.outage, h.silent = h.since, noReply(err)
 	h.probeDue = h.since.Add(l.opts.ProbeInterval * 5 / 4) // the loop sets it at its tell
+	h.stalled = false
 	h.upUntil = h.answered
 	h.lastErr = err
 	h.mu.Unlock()
@@ -599,14 +612,23 @@ func (l *Limiter) loop() {
 			began := time.Now()
 			l.health.mu.Lock()
 			if degraded {
+				if !l.health.probeDue.IsZero() && l.overdue(l.health.probeDue) {
+					// The loop itself ran far behind its schedule: a
+					// stall, whether or not a caller saw it.
+					l.health.stalled = true
+				}
 				l.health.probing = began
 			}
 			l.health.mu.Unlock()
 			err := l.heartbeat(l.loopCtx)
+			spanned := degraded && err != nil && l.overdue(began.Add(l.probeBudget()))
 			l.health.mu.Lock()
 			l.health.probing = time.Time{}
+			// A probe that answered (or failed in its time) ends a stall
+			// seen; one that spanned a stall starts one.
+			l.health.stalled = spanned && l.health.degraded
 			l.health.mu.Unlock()
-			if degraded && err != nil && l.overdue(began.Add(l.probeBudget())) {
+			if spanned {
 				// The probe spanned a stall (the process was off the CPU
 				// while it was under way): its failure says nothing of
 				// Redis now. Probe again at once; callers wait for it.

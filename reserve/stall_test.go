@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/names"
 	"github.com/pacer-go/pacer/internal/redistest"
 )
 
@@ -22,7 +23,8 @@ import (
 func TestStalledProbesTakeNoLocalSlot(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l, err := New(s.Client, Options{KeyPrefix: redistest.Prefix(t), Logger: slog.New(slog.DiscardHandler),
+	probes := &probeRecorder{}
+	l, err := New(s.Client, Options{KeyPrefix: redistest.Prefix(t), Logger: slog.New(slog.DiscardHandler), Metrics: probes,
 		HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -62,14 +64,30 @@ func TestStalledProbesTakeNoLocalSlot(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// A probe under way for longer than a probe takes counts as stalled
-	// too; one just begun does not.
+	// Once a stall is seen, a probe begun since does not end it: only its
+	// answer does. A caller that came while the first probe after the
+	// stall was under way took a local slot, where it was to wait for
+	// that probe's answer (CI, quiet: "after the probe found Redis:
+	// source local").
 	l.health.mu.Lock()
 	due := l.health.probeDue
 	l.health.probing = time.Now()
 	l.health.mu.Unlock()
+	if !l.probesStalled() {
+		t.Fatal("not stalled with a probe just begun after a stall, before it answered")
+	}
+	if _, err := l.TryReserveN(ctx, Single("k", lim, 1), 0); err == nil {
+		t.Fatal("a local slot while the first probe after a stall was under way")
+	}
+	// Without a stall seen, a probe under way for longer than a probe
+	// takes counts as stalled; one just begun does not.
+	l.health.mu.Lock()
+	l.health.stalled = false
+	l.health.probeDue = time.Now()
+	l.health.probing = time.Now()
+	l.health.mu.Unlock()
 	if l.probesStalled() {
-		t.Fatal("stalled with a probe just begun")
+		t.Fatal("stalled with a probe just begun on time")
 	}
 	l.health.mu.Lock()
 	l.health.probing = due.Add(-l.confirmBudget() - time.Hour)
@@ -78,6 +96,7 @@ func TestStalledProbesTakeNoLocalSlot(t *testing.T) {
 		t.Fatal("not stalled with a probe begun an hour ago")
 	}
 	l.health.mu.Lock()
+	l.health.probeDue = due
 	l.health.probing = time.Time{}
 	l.health.mu.Unlock()
 	if _, err := l.TryReserveN(ctx, Single("k", lim, 1), 0); err == nil {
@@ -96,13 +115,56 @@ func TestStalledProbesTakeNoLocalSlot(t *testing.T) {
 		t.Fatalf("a caller got a slot (source %v) while the probes were stalled", r.Source())
 	case <-time.After(300 * time.Millisecond):
 	}
+	released := time.Now()
 	free() // the process runs again: the probe finds Redis
 	select {
 	case r := <-done:
+		// On Redis, once the probe found it; or locally, only after a
+		// probe since the release failed (its 100 ms CallTimeout can pass
+		// on a loaded machine: the Limiter then paces locally, as it may).
 		if r != nil && r.Source() != SourceRedis {
-			t.Fatalf("after the probe found Redis: source %v, want redis", r.Source())
+			if failed := probes.failedSince(released); failed == "" {
+				t.Fatalf("source %v before any probe since the release answered; want redis, or local after a failed probe", r.Source())
+			} else {
+				t.Logf("a local slot after a failed probe (%s)", failed)
+			}
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the caller never got its slot")
 	}
+}
+
+// probeRecorder records the heartbeats and probes that failed, and when.
+type probeRecorder struct {
+	noMetrics
+	mu     sync.Mutex
+	failed []probeFailure
+}
+
+type probeFailure struct {
+	at  time.Time
+	op  string
+	err error
+}
+
+func (m *probeRecorder) RedisCall(op string, _ time.Duration, err error) {
+	if err == nil || (op != names.OpHeartbeat && op != names.OpProbe) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failed = append(m.failed, probeFailure{time.Now(), op, err})
+}
+
+// failedSince describes the first heartbeat or probe that failed after
+// since; "": none.
+func (m *probeRecorder) failedSince(since time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range m.failed {
+		if f.at.After(since) {
+			return f.op + ": " + f.err.Error()
+		}
+	}
+	return ""
 }

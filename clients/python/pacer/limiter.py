@@ -313,6 +313,9 @@ class Limiter:
         # far behind them was off the CPU (_probes_stalled).
         self._probe_due = time.monotonic() + self.interval
         self._probing = 0.0
+        # A stall was seen (_probes_stalled, or a heartbeat begun far behind
+        # _probe_due) and no heartbeat has answered since.
+        self._stalled = False
         # The presence connection (docs/protocol.md, Heartbeat's cid): one
         # of its own, named pacer-<id>, kept open while the Limiter lives,
         # so that the fleet tells a process that exited (Redis closed it)
@@ -1128,6 +1131,8 @@ class Limiter:
     def _beat_once(self) -> bool:
         began = time.monotonic()
         with self._lock:
+            if self._local and began > self._probe_due + self._probe_slack():
+                self._stalled = True  # begun far behind its schedule: a stall
             self._probing = began
         try:
             return self._beat_once_timed()
@@ -1137,9 +1142,13 @@ class Limiter:
                     self._probing = 0.0
                 # One that left the Limiter local after spanning a stall
                 # (the process was off the CPU while it was under way) says
-                # nothing of Redis now: the next is due at once.
+                # nothing of Redis now: the next is due at once, and the
+                # stall lasts. Any other answered, and ends a stall seen.
                 if not self._local or time.monotonic() - began <= self._probe_budget() + self._probe_slack():
                     self._probe_due = time.monotonic() + self.interval
+                    self._stalled = False
+                else:
+                    self._stalled = True
 
     def _probe_budget(self) -> float:
         """How long a heartbeat may take: its call and, after a timeout, the
@@ -1161,14 +1170,19 @@ class Limiter:
         may be back on Redis meanwhile, and the members back keep this
         one's share only for a while after their own return: until a
         probe has answered, it takes no local slot (Go's probesStalled;
-        the combination runner's seed 78)."""
+        the combination runner's seed 78). A stall seen lasts until a
+        heartbeat answers: one begun since, still under way, does not end
+        it (TestStalledProbesTakeNoLocalSlot)."""
         now = time.monotonic()
         with self._lock:
             if not self._local:
                 return False
-            if self._probing:
-                return now - self._probing > self._probe_budget() + self._probe_slack()
-            return now > self._probe_due + self._probe_slack()
+            if not self._stalled:
+                if self._probing:
+                    self._stalled = now - self._probing > self._probe_budget() + self._probe_slack()
+                else:
+                    self._stalled = now > self._probe_due + self._probe_slack()
+            return self._stalled
 
     def _beat_once_timed(self) -> bool:
         with self._lock:
@@ -1449,6 +1463,7 @@ class Limiter:
             if self._local:
                 return
             self._local = True
+            self._stalled = False
             self._since_ms = int(time.time() * 1000)
             self._outage = self._local_at = time.monotonic()
             self._silent = silent

@@ -554,6 +554,34 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local, "a local slot while the probes were stalled")
         self.assertFalse(a.is_local)
 
+    def test_stall_lasts_until_a_probe_answers(self) -> None:
+        """Once a stall is seen, a heartbeat begun since does not end it,
+        only its answer: a caller that came while the first probe after the
+        stall was under way took a local slot (Go's probesStalled,
+        TestStalledProbesTakeNoLocalSlot, which failed so in CI). Without a
+        stall seen, a probe just begun is no stall."""
+        a = self.limiter("a")
+        a._beat()
+        self.srv.stop()
+        self.assertTrue(a.reserve("k", Limit(10, 1)).local)
+        deadline = time.monotonic() + 10
+        while a._probing and time.monotonic() < deadline:
+            time.sleep(0.01)  # the tell of the switch, under way on the heartbeat thread
+        with a._lock:
+            self.assertFalse(a._probing, "a heartbeat under way for 10 s")
+            a._probe_due = time.monotonic() - 3 * a.interval  # far behind: the process was stopped
+        self.assertTrue(a._probes_stalled())
+        with a._lock:
+            a._probing = time.monotonic()  # the first probe since, under way
+        self.assertTrue(a._probes_stalled(), "the stall ended by a probe that has not answered")
+        a._beat()  # answers: Redis is down
+        self.assertTrue(a.is_local)
+        self.assertFalse(a._probes_stalled(), "still stalled after a probe answered")
+        with a._lock:
+            a._probe_due = time.monotonic()
+            a._probing = time.monotonic()  # on time, just begun
+        self.assertFalse(a._probes_stalled(), "stalled with a probe just begun on time")
+
     def test_local_floor_covers_the_last_event(self) -> None:
         """The local store starts no earlier than the latest slot the state
         Redis showed records (a bucket's last event), as Go's horizon: a
