@@ -171,23 +171,24 @@ func (l *Limiter) isRecovering() bool {
 // would pace locally before the fleet is known (TestStalledProbesTakeNoLocalSlot).
 func (l *Limiter) probesStalled() bool {
 	h := &l.health
+	budget := l.probeBudget() // (before the lock: it takes it)
 	h.mu.Lock()
-	degraded, due, probing, stalled := h.degraded, h.probeDue, h.probing, h.stalled
-	h.mu.Unlock()
-	if !degraded || due.IsZero() {
+	if !h.degraded || h.probeDue.IsZero() {
+		h.mu.Unlock()
 		return false
 	}
-	if !stalled {
-		if !probing.IsZero() {
-			due = probing.Add(l.probeBudget())
+	if !h.stalled {
+		due := h.probeDue
+		if !h.probing.IsZero() {
+			due = h.probing.Add(budget)
 		}
 		if !l.overdue(due) {
+			h.mu.Unlock()
 			return false
 		}
-		h.mu.Lock()
-		h.stalled = h.degraded
-		h.mu.Unlock()
+		h.stalled = true
 	}
+	h.mu.Unlock()
 	select {
 	case h.kick <- struct{}{}:
 	default:
