@@ -1154,7 +1154,7 @@ class Limiter:
         """How long a heartbeat may take: its call and, after a timeout, the
         ping that decides (_lost)."""
         timeout = self._socket_timeout()
-        return 2 * timeout + max(_PING_TIMEOUT, 4 * timeout)
+        return 2 * timeout + _confirm_budget(timeout)
 
     def _socket_timeout(self) -> float:
         """The client's socket timeout, seconds (0: none)."""
@@ -1290,14 +1290,15 @@ class Limiter:
         """Whether e means Redis is unavailable. A call that timed out is no
         evidence that Redis is gone (a slow or paused Redis, a busy
         process): Redis is pinged on a connection of its own with a longer
-        timeout (4 times the client's, at least 2 s), and only if that
-        fails too is it unavailable, as for Go's Limiter
-        (Options.CallTimeout); meanwhile the call waits."""
+        timeout (_confirm_budget: 8 times the client's, at least 2 s), and
+        only if that fails too is it unavailable, as for Go's Limiter
+        (outage.ConfirmBudget of Options.CallTimeout); meanwhile the call
+        waits."""
         if not isinstance(e, redis.exceptions.TimeoutError):
             return True
         pool = self.redis.connection_pool
         kw = dict(pool.connection_kwargs)
-        t = max(_PING_TIMEOUT, 4 * float(kw.get("socket_timeout") or 0))
+        t = _confirm_budget(float(kw.get("socket_timeout") or 0))
         kw["socket_timeout"] = kw["socket_connect_timeout"] = t
         conn = pool.connection_class(**kw)
         try:
@@ -1834,6 +1835,15 @@ _MAX_EARLY = 0.001
 #: The least time a ping after a timed-out call waits for Redis (_lost).
 _PING_TIMEOUT = 2.0
 
+
+def _confirm_budget(timeout: float) -> float:
+    """How long a ping after a call that timed out may take before Redis
+    counts as gone: eight of the client's socket timeouts, at least
+    _PING_TIMEOUT (Go's outage.ConfirmBudget: eight CallTimeouts, at least
+    2 s). Before, four: a Redis slow by 4 to 8 timeouts was an outage to
+    Python and not to Go."""
+    return max(_PING_TIMEOUT, 8 * timeout)
+
 #: How much longer than the shortest round trip seen a heartbeat's script
 #: may take before its view of the fleet is too old to stand (Go's default
 #: CallTimeout: its lateView).
@@ -1902,7 +1912,7 @@ class _Patient:
                 if lim._lost(e):
                     # Raised as a ConnectionError: the ping has decided.
                     raise redis.exceptions.ConnectionError(f"{e}, and Redis did not answer a ping") from e
-                if not conn.can_read(timeout=max(_PING_TIMEOUT, 4 * timeout)):
+                if not conn.can_read(timeout=_confirm_budget(timeout)):
                     raise e
             try:
                 v = conn.read_response()

@@ -554,6 +554,17 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(r.local, "a local slot while the probes were stalled")
         self.assertFalse(a.is_local)
 
+    def test_confirm_budget_as_go(self) -> None:
+        """The ping after a call that timed out waits eight of the client's
+        socket timeouts, at least 2 s, before Redis counts as gone: Go's
+        outage.ConfirmBudget of CallTimeout. It waited four, so a Redis
+        slow by 4 to 8 timeouts was an outage to Python and not to Go. The
+        heartbeat's budget holds it after two timeouts of its own."""
+        for timeout, want in [(0.0, 2.0), (0.1, 2.0), (0.25, 2.0), (0.5, 4.0), (1.0, 8.0)]:
+            self.assertEqual(limiter._confirm_budget(timeout), want, f"socket timeout {timeout}")
+        a = self.limiter("a")  # socket_timeout 0.5
+        self.assertEqual(a._probe_budget(), 2 * 0.5 + 4.0)
+
     def test_stall_lasts_until_a_probe_answers(self) -> None:
         """Once a stall is seen, a heartbeat begun since does not end it,
         only its answer: a caller that came while the first probe after the
