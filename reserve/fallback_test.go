@@ -270,6 +270,8 @@ func TestNeverReached(t *testing.T) {
 // in the background), so the Limiter falls back instead of failing them
 // with DeadlineExceeded for as long as Redis hangs.
 func TestShortDeadlinesCountFailures(t *testing.T) {
+	// It waits on a black hole: side by side with the other parallel tests.
+	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: blackHole(t)})
 	defer c.Close()
 	l, err := reserve.New(c, reserve.Options{FleetSize: 1, CallTimeout: 50 * time.Millisecond, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
