@@ -187,7 +187,11 @@ func (l *Limiter) sweepKeys() {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// The idle keys are listed only when the table is over its bound (the
+	// sweep's deletions only shrink it): a list of every key, each sweep,
+	// was the cold shape's largest allocation after the calls' own.
 	var idle []idleKey
+	full := len(t.m) > maxKeys
 	clock := l.clock.Now()
 	for name, ks := range t.m {
 		ks.mu.Lock()
@@ -197,7 +201,7 @@ func (l *Limiter) sweepKeys() {
 		if free && time.Duration(mono-used) > keyIdle {
 			ks.forget()
 			delete(t.m, name)
-		} else if free {
+		} else if free && full {
 			idle = append(idle, idleKey{ks, used})
 		}
 		ks.mu.Unlock()
