@@ -102,29 +102,33 @@ func TestStalledProbesTakeNoLocalSlot(t *testing.T) {
 	if _, err := l.TryReserveN(ctx, Single("k", lim, 1), 0); err == nil {
 		t.Fatal("a local slot while the probes were stalled")
 	}
-	done := make(chan *Reservation, 1)
+	type granted struct {
+		r  *Reservation
+		at time.Time // when Reserve returned it
+	}
+	done := make(chan granted, 1)
 	go func() {
 		r, err := l.Reserve(ctx, "k", lim)
 		if err != nil {
 			t.Error(err)
 		}
-		done <- r
+		done <- granted{r, time.Now()}
 	}()
 	select {
-	case r := <-done:
-		t.Fatalf("a caller got a slot (source %v) while the probes were stalled", r.Source())
+	case g := <-done:
+		t.Fatalf("a caller got a slot (source %v) while the probes were stalled", g.r.Source())
 	case <-time.After(300 * time.Millisecond):
 	}
 	released := time.Now()
 	free() // the process runs again: the probe finds Redis
 	select {
-	case r := <-done:
+	case g := <-done:
 		// On Redis, once the probe found it; or locally, only after a
 		// probe since the release failed (its 100 ms CallTimeout can pass
 		// on a loaded machine: the Limiter then paces locally, as it may).
-		if r != nil && r.Source() != SourceRedis {
-			if failed := probes.failedSince(released); failed == "" {
-				t.Fatalf("source %v before any probe since the release answered; want redis, or local after a failed probe", r.Source())
+		if g.r != nil && g.r.Source() != SourceRedis {
+			if failed := probes.failedBetween(released, g.at); failed == "" {
+				t.Fatalf("source %v before any probe since the release answered; want redis, or local after a failed probe", g.r.Source())
 			} else {
 				t.Logf("a local slot after a failed probe (%s)", failed)
 			}
@@ -156,13 +160,13 @@ func (m *probeRecorder) RedisCall(op string, _ time.Duration, err error) {
 	m.failed = append(m.failed, probeFailure{time.Now(), op, err})
 }
 
-// failedSince describes the first heartbeat or probe that failed after
-// since; "": none.
-func (m *probeRecorder) failedSince(since time.Time) string {
+// failedBetween describes the first heartbeat or probe that failed after
+// since and before until; "": none.
+func (m *probeRecorder) failedBetween(since, until time.Time) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, f := range m.failed {
-		if f.at.After(since) {
+		if f.at.After(since) && f.at.Before(until) {
 			return f.op + ": " + f.err.Error()
 		}
 	}

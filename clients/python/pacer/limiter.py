@@ -1844,6 +1844,7 @@ def _confirm_budget(timeout: float) -> float:
     Python and not to Go."""
     return max(_PING_TIMEOUT, 8 * timeout)
 
+
 #: How much longer than the shortest round trip seen a heartbeat's script
 #: may take before its view of the fleet is too old to stand (Go's default
 #: CallTimeout: its lateView).
