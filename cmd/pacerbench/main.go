@@ -15,10 +15,10 @@
 // so high nobody waits (reservations per second); one caller's latency; a
 // fleet of processes (this program re-run as children) sharing one key at
 // 500/s, burst 1 (what the provider would see, and what Redis spends per
-// call), and again beside -busy-hogs CPU hogs, one per CPU by default (pacer, and x/time/rate as the
-// reference); Redis memory per idle key, and its expiry; pacer's callers
-// while Redis runs out of memory, under an evicting policy and under
-// noeviction; a hot key leased (lease.go), and Wait at 50,000 and
+// call), and again beside -busy-hogs CPU hogs, one per CPU by default
+// (pacer, and x/time/rate as the reference); Redis memory per idle key,
+// and its expiry; pacer's callers while Redis runs out of memory, under an
+// evicting policy and under noeviction; a hot key leased (lease.go), and Wait at 50,000 and
 // 200,000/s, burst 1, against x/time/rate (waitrate.go); and the seams
 // phase (seams.go), where pacer's features meet
 // faults: a fleet's rate after its processes are killed without Close, a
