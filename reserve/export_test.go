@@ -383,3 +383,7 @@ func (l *Limiter) SlowWatch() (calls int, armed bool, slow int64) {
 	defer w.mu.Unlock()
 	return len(w.calls), !w.at.IsZero(), w.slow
 }
+
+// FairSlack is fairSlack: how many queues beyond its reach a pump's call
+// carries (fair.go).
+const FairSlack = fairSlack
