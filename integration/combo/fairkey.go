@@ -29,6 +29,16 @@ import (
 //     caller may be refused when its turn cannot come by its deadline); its
 //     refusals are noted (noteRefused), and its waits are figures.
 //
+// KeyCrowd's callers: crowdTenants tenants of equal weight ("c0" and on,
+// the same in every process), each with a goroutine per process calling
+// WaitN one call after the other (always backlogged), on one bucket
+// (crowdLimit: 20/s, burst 1). A call of the fair script there reaches 3
+// requests (reserve/fair.go, fairReach) and carries 11 queues at most, of
+// a process's 12: its pump chooses the queues each call carries, by its
+// own reckoning of the turns, which does not see what the other processes
+// book for the same tenants. The tenants' calls are judged to stay near
+// equal (fairness.go).
+//
 // The goroutines draw from streams of their own (4000 and up), so the
 // other keys' callers draw as before.
 const (
@@ -46,6 +56,7 @@ const (
 	// A light call's own deadline, when it has one.
 	fairLightMinDeadline = time.Second
 	fairLightMaxDeadline = 2 * time.Second
+	crowdTenants         = 12
 )
 
 // The kinds of KeyFair's calls.
@@ -53,6 +64,7 @@ const (
 	kindFairReserve  = "reservef" // a heavy tenant's ReserveN, Sleep and Settle
 	kindFairWait     = "waitf"    // a light tenant's WaitN
 	kindFairDeadline = "waitfd"   // a light tenant's WaitN with a deadline of its own
+	kindCrowd        = "waitc"    // a crowd tenant's WaitN, on KeyCrowd
 )
 
 // fairActual is the tokens a call on KeyFair used, drawn from its ID (the
@@ -70,6 +82,31 @@ func (c *child) fairCallers(ctx context.Context, goFn func(func())) {
 		goFn(func() { c.fairHeavy(ctx, fairHigh, fairHighEstimate, 4100+g) })
 	}
 	goFn(func() { c.fairLight(ctx, 4200) })
+	for i := range crowdTenants {
+		goFn(func() { c.crowdCaller(ctx, "c"+strconv.Itoa(i), 4300+i) })
+	}
+}
+
+// crowdCaller calls KeyCrowd for a crowd tenant, one call after the other.
+func (c *child) crowdCaller(ctx context.Context, tenant string, g int) {
+	cl := &caller{c: c, key: keyDefs[KeyCrowd], rng: c.rng(g)}
+	for ctx.Err() == nil {
+		call := Call{ID: fmt.Sprintf("%s-%d", c.spec.ID, c.seq.Add(1)), Key: KeyCrowd, Child: c.spec.ID, Kind: kindCrowd, Tenant: tenant,
+			Cost: map[string]float64{reserve.PermitsUnit: 1}}
+		c.count(kindCrowd)
+		call.Grant = time.Now().UnixNano()
+		req := reserve.Single(KeyCrowd, crowdLimit, 1)
+		req.Tenant = tenant
+		if c.failed(ctx, kindCrowd, KeyCrowd, c.l.WaitN(ctx, req)) {
+			continue
+		}
+		fire := time.Now()
+		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
+		if retry := cl.send(ctx, call, nil); retry > 0 {
+			c.count("429")
+			cl.pause(ctx, retry)
+		}
+	}
 }
 
 // fairHeavy calls KeyFair for tenant, one call after the other.

@@ -35,7 +35,16 @@ import (
 //     Redis fault (and faultRecovery after it), local pacing of its
 //     process, CPU hogs or a stop of its process (and hogRecovery after),
 //     from fairSettle before the call to its deadline.
+//   - The crowd (KeyCrowd): crowdTenants tenants of equal weight, each
+//     backlogged in every process, whose queues one call of the fair
+//     script cannot all carry. Their calls the provider served from the
+//     warm-up to the end must be within fairRatio of each other, or
+//     crowdSlack apart, once the most served has fairMinCalls: a pump
+//     that left a queue out of its calls for long would hold its tenant
+//     back (the fleet's queue on Redis would not: a tenant not waiting
+//     holds nobody back).
 const (
+	crowdSlack   = 2 * procs
 	fairRatio    = 1.5
 	fairSlack    = 2 * procs * fairActualMax
 	fairMinCalls = 10
@@ -50,11 +59,12 @@ type FairFigures struct {
 	// succeeded, p50 and max, and their refusals.
 	LightP50, LightMax time.Duration
 	LightRefused       int
+	Crowd              map[string]int // KeyCrowd: calls served per tenant
 }
 
 // fairness judges KeyFair.
 func (r *run) fairness() ([]Violation, FairFigures) {
-	fig := FairFigures{Tokens: map[string]float64{}, Calls: map[string]int{}}
+	fig := FairFigures{Tokens: map[string]float64{}, Calls: map[string]int{}, Crowd: map[string]int{}}
 	from := r.res.Start.Add(warmup).UnixNano()
 	to := r.res.End.UnixNano() - int64(livenessEnd)
 	var waits []time.Duration
@@ -79,6 +89,23 @@ func (r *run) fairness() ([]Violation, FairFigures) {
 				"tenants %q (estimating %d) and %q (estimating %d), of equal weight and backlogged, got %.0f and %.0f actual tokens (%d and %d calls) in [%s, %s]: %.2f times (over %g) and %.0f apart (over %d)",
 				fairLow, fairLowEstimate, fairHigh, fairHighEstimate, lo, hi, fig.Calls[fairLow], fig.Calls[fairHigh], r.rel(from), r.rel(to), ratio, fairRatio, math.Abs(lo-hi), fairSlack)})
 		}
+	}
+	for i := range crowdTenants {
+		fig.Crowd["c"+strconv.Itoa(i)] = 0
+	}
+	for _, c := range r.calls[KeyCrowd] {
+		if c.Kind == kindCrowd && c.Status == 200 && c.Fire >= from && c.Fire < to {
+			fig.Crowd[c.Tenant]++
+		}
+	}
+	least, most := math.MaxInt, 0
+	for _, n := range fig.Crowd {
+		least, most = min(least, n), max(most, n)
+	}
+	if most >= fairMinCalls && float64(most) > fairRatio*float64(least) && most-least > crowdSlack {
+		out = append(out, Violation{Kind: VFair, Key: KeyCrowd, At: from, Msg: fmt.Sprintf(
+			"the crowd's tenants, of equal weight and backlogged, got %d to %d calls in [%s, %s] (%s): over %g times and %d apart",
+			least, most, r.rel(from), r.rel(to), fmtInts(fig.Crowd), fairRatio, crowdSlack)})
 	}
 	cuts := r.learnedCuts(KeyFair)
 	for _, n := range r.res.Notes {

@@ -28,15 +28,19 @@ const (
 	// high, both settled to the same actual costs, and a light tenant per
 	// process; its one band is a tokens bucket.
 	KeyFair = "fair.example"
+	// KeyCrowd is called by a crowd of fair tenants (fairkey.go): more
+	// queues in each process than one call of the fair script carries.
+	KeyCrowd = "crowd.example"
 )
 
 // Keys lists the keys in a fixed order (reports, draws). A key joins at
 // the end: the draws that pick from the first ones stay as they were.
-var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP, KeyAdaptive, KeyFair}
+var Keys = []string{KeySliding, KeyPolicy, KeyHot, KeyHTTP, KeyAdaptive, KeyFair, KeyCrowd}
 
 var (
 	slidingLimit = must(reserve.Sliding(31, time.Second))
 	hotLimit     = reserve.Limit{Rate: 5000, Burst: 1} // a lease spans 5 slots at 1 ms
+	crowdLimit   = reserve.Limit{Rate: 20, Burst: 1}
 	// httpLimit is KeyHTTP's true limit; the fleet passes only its rps band
 	// (httpFleet), and learns the window from the provider's counts.
 	httpLimit = reserve.Policy{
@@ -101,6 +105,7 @@ var keyDefs = map[string]keyDef{
 	KeyHTTP:     {name: KeyHTTP, pol: httpLimit, fleet: httpFleet, throughput: true},
 	KeyAdaptive: {name: KeyAdaptive, single: true, limit: adaptiveLimit, pol: adaptiveLimit.Policy(), learned: true},
 	KeyFair:     {name: KeyFair, pol: fairLimit, throughput: true},
+	KeyCrowd:    {name: KeyCrowd, single: true, limit: crowdLimit, pol: crowdLimit.Policy(), throughput: true},
 }
 
 // fleetPol is the policy the fleet passes for def: what the verdict judges

@@ -30,7 +30,9 @@ import (
 //     CPU, for 2-5 s, from the fleet's start (its first calls dial Redis
 //     and load the scripts) or later, with Redis healthy or not;
 //   - stall: a fleet process stopped with SIGSTOP for 0.3-1.2 s;
-//   - http: more pauses of KeyHTTP, the operator's and the provider's.
+//   - http: more pauses of KeyHTTP, the operator's and the provider's;
+//   - crowd: an operator's pause of KeyCrowd (1-3 s), at times resumed
+//     before its end, with Redis healthy.
 func (sc *Scenario) widen() {
 	stream := func(k uint64) *rand.Rand { return rand.New(rand.NewPCG(sc.Seed, k)) }
 	last := sc.Length - settle
@@ -185,6 +187,23 @@ func (sc *Scenario) widen() {
 			e.Kind = OpPause
 		}
 		sc.addFitting(e)
+	}
+	// crowd: a pause of KeyCrowd, whose pumps carry some of their queues
+	// only, and at times its resume.
+	if rng := stream(0xc90d); rng.Float64() < 0.5 {
+		d := between2(rng, time.Second, 3*time.Second)
+		resume := rng.Float64() < 0.5
+		for range 6 {
+			at := between2(rng, warmup, last-d)
+			evs := []Event{{At: at, Kind: OpPause, Key: KeyCrowd, For: d}}
+			if resume {
+				evs = append(evs, Event{At: at + between2(rng, 300*time.Millisecond, d-200*time.Millisecond), Kind: OpResume, Key: KeyCrowd})
+			}
+			if sc.redisFaultIn(at-300*time.Millisecond, at+d+300*time.Millisecond) || !sc.addFitting(evs...) {
+				continue
+			}
+			break
+		}
 	}
 }
 
