@@ -41,6 +41,8 @@ type pauseSpan struct {
 	maker      string // the child that made it; "" for the operator
 	start, ret int64  // the call's start and return (Unix ns)
 	end        int64  // start + d, or when a Resume was asked for
+	full       int64  // start + d, resumed or not
+	resumed    int64  // when the Resume that ended it returned; 0 if none
 	onRedis    bool   // it reached Redis
 	what       string
 }
@@ -55,12 +57,12 @@ func (r *run) pauseSpans(key string) []pauseSpan {
 		// A Pause that met a fault may have been made on the local engine
 		// only, even before the process switched (a single failed call).
 		onRedis := !r.localDuring(n.Child, n.At, n.End) && !r.faultDuring(n.At-int64(300*time.Millisecond), n.End+int64(50*time.Millisecond))
-		out = append(out, pauseSpan{key: key, maker: n.Child, start: n.At, ret: n.End, end: n.At + n.D, onRedis: onRedis,
+		out = append(out, pauseSpan{key: key, maker: n.Child, start: n.At, ret: n.End, end: n.At + n.D, full: n.At + n.D, onRedis: onRedis,
 			what: fmt.Sprintf("child %s's pause of %v (a 429)", n.Child, time.Duration(n.D).Round(time.Millisecond))})
 	}
 	for _, a := range r.res.Actions {
 		if a.Kind == OpPause && a.Key == key && a.Err == "" {
-			out = append(out, pauseSpan{key: key, start: a.At, ret: a.End, end: a.At + int64(a.For), onRedis: true,
+			out = append(out, pauseSpan{key: key, start: a.At, ret: a.End, end: a.At + int64(a.For), full: a.At + int64(a.For), onRedis: true,
 				what: fmt.Sprintf("the operator's pause of %v", a.For.Round(time.Millisecond))})
 		}
 	}
@@ -71,7 +73,7 @@ func (r *run) pauseSpans(key string) []pauseSpan {
 		for i := range out {
 			// A resume that may have run after the pause ends it.
 			if out[i].start < a.End && a.At < out[i].end {
-				out[i].end = a.At
+				out[i].end, out[i].resumed = a.At, a.End
 			}
 		}
 	}

@@ -10,7 +10,8 @@ import (
 
 // The throughput check: on a key whose demand stays well above its limit,
 // the fleet must use at least minFraction of what the limit allowed. It is
-// judged outside the pauses (and pauseRecovery after them), outside
+// judged outside the pauses (and pauseRecovery after them; after a
+// resumed one, after the latest its queue may restart: resumedRestart), outside
 // Redis faults (and faultRecovery after them, counted from when the
 // members the fault sent to local pacing were back: backAfter) and while no fleet process
 // runs (and procGap after), from the warm-up to the end,
@@ -73,7 +74,7 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	to := r.res.End.Add(-500 * time.Millisecond).UnixNano()
 	var cut [][2]int64
 	for _, p := range r.pauseSpans(key) {
-		cut = append(cut, [2]int64{p.start, p.end + int64(pauseRecovery)})
+		cut = append(cut, [2]int64{p.start, max(p.end, r.resumedRestart(key, p)) + int64(pauseRecovery)})
 	}
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, r.backAfter(f) + int64(faultRecovery)})
@@ -89,6 +90,83 @@ func (r *run) judgedTime(key string) [][2]int64 {
 		}
 	}
 	return outside(from, to, cut)
+}
+
+// resumedRestart returns the latest time at which pause p, ended by an
+// operator's resume, may leave key carrying nothing: resume.lua moves the
+// reservations granted during the pause (and so every call asked for after
+// the resume, which queues behind them) earlier by d, and each window band
+// bounds d (docs/protocol.md, "Resume"). A band's queue moves by whole
+// windows, into none before the one after the window holding the latest
+// slot granted before the pause (the state's "~w"), and within the window
+// the pause ends in only while the queue stays in that window. A queue
+// that may reach the next window moves by whole windows alone: its first
+// slot may lie as late as the pause's end less k windows of length L,
+//
+//	k = min(⌊(end - max(resume, pre-pause slot)) / L⌋, W(end) - W(pre-pause slot) - 1)
+//
+// (W: a window's index), pauseRecovery before the first slot's spacing
+// after it. The combination runner's seed 28: an 11.7 s pause made at
+// 2.79 s, resumed at 3.62 s, slots granted before it up to 3.0 s, the
+// policy key's 2 s window band: the key carried nothing until 6.56 s (the
+// queue moved four windows) or 4.83 s (its queue in one window, moved to
+// the start of the window after the pre-pause one) in runs whose window
+// boundaries lay so, from 0.06 s after the resume in others; judged from
+// 3.82 s, 0.26 of what the limit allowed. It returns p.end for a pause
+// that was not resumed, or when no window band bounds d.
+//
+// The end is the latest Redis can have had (the pause counted from its
+// call's return); the latest pre-pause slot is the latest slot first given
+// before the end to a reservation asked for before the pause returned (not
+// a fair one: it is booked at its turn, maybe seconds after it was asked
+// for; a Wait's slot is not known, and one that fired before the pause
+// returned lay before it), or that return. The queue may reach the next
+// window when the fleet's callers, one reservation each, would at the
+// band's rate. Not modelled: a window band not in force at the resume (a
+// stored limit without it: resume.lua moves nothing) and a lattice's
+// periods (members held: the move rounds down to them).
+func (r *run) resumedRestart(key string, p pauseSpan) int64 {
+	if p.resumed == 0 {
+		return p.end
+	}
+	end := p.ret + (p.full - p.start)
+	pre := p.ret
+	for _, c := range r.calls[key] {
+		switch c.Kind {
+		case "reserve", "reservep", "try", "tryp":
+		default:
+			continue // a Wait's slot is not known, nor when it was granted
+		}
+		if c.fair() {
+			continue // booked at its turn, maybe long after it was asked for
+		}
+		first := c.First
+		if first == 0 {
+			first = c.Slot
+		}
+		if c.Grant < p.ret && first != 0 && first < end {
+			pre = max(pre, first)
+		}
+	}
+	from := max(p.resumed, pre) // the move is at most end - from
+	restart := p.end
+	for _, b := range bandsOf(keyDefs[key].fleetPol()) {
+		if b.bucket || from >= end {
+			continue
+		}
+		l := int64(b.length)
+		shift := end - from
+		wp := windowIndex(end, b.length)
+		k := min(shift/l, wp-windowIndex(pre, b.length)-1)
+		d := max(k, 0) * l
+		queue := float64(procs*(slidingGoroutines+policyGoroutines)) / b.n * float64(l)
+		if windowIndex(end+int64(queue), b.length) == wp {
+			// The queue stays in the end's window: it may move within it.
+			d += min(end-wp*l, shift-d)
+		}
+		restart = max(restart, end-d)
+	}
+	return restart
 }
 
 // lateBack bounds how long after a Redis fault's end a member it sent to

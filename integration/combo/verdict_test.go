@@ -509,3 +509,68 @@ func TestThroughputLateBack(t *testing.T) {
 		t.Errorf("no throughput violation for a fleet that stopped calling, fraction %v", v.Figures.Throughput[KeySliding])
 	}
 }
+
+// TestThroughputResumedWindowQueue: after an operator's resume, a key with
+// a window band may carry nothing until resume.lua's move lets it: the
+// queue granted during the pause (and every call behind it) goes by whole
+// windows into the windows after the one holding the latest slot granted
+// before the pause, when the queue may reach past the window the pause
+// ends in. The combination runner's seed 28: a pause of 11.7 s at 2.79 s
+// resumed at 3.62 s, the policy key's 2 s window band holding slots from
+// before the pause in the resume's window, the queue moved by 8 s to 6.56
+// s (0.06 s after the pause's end less four windows), the key idle from the
+// resume until then; judged from 3.82 s at 0.26 of what the limit allowed.
+// The check judges from the move's latest restart on (pauseRecovery after
+// it), and still finds a key that carries little after it.
+func TestThroughputResumedWindowQueue(t *testing.T) {
+	// Windows of 2 s from the run's start: the pre-pause slots lie in
+	// [2 s, 4 s), the pause made at 2.6 s for 11.3 s ends at 13.9 s, in
+	// [12 s, 14 s), and the resume at 2.9 s moves the queue by four
+	// windows at most (into [4 s, 6 s), not [2 s, 4 s)): the key may carry
+	// nothing until 5.9 s.
+	pause := Action{Kind: OpPause, Key: KeyPolicy, At: at(2600 * time.Millisecond), End: at(2605 * time.Millisecond), For: 11300 * time.Millisecond}
+	resume := Action{Kind: OpResume, Key: KeyPolicy, At: at(2900 * time.Millisecond), End: at(2905 * time.Millisecond)}
+	freeze := func(from time.Duration) Action {
+		return Action{Kind: FaultFreeze, At: at(from), End: at(defaultLength)}
+	}
+	policyCalls := func(from, to time.Duration, every time.Duration) []Call {
+		var out []Call
+		for d := from; d < to; d += every {
+			out = append(out, slotCall(KeyPolicy, "1", d, false))
+		}
+		return out
+	}
+	// The rate (20/s) before the pause, the pre-pause queue's last slot at
+	// 2.7 s (asked for before the pause), the moved queue from 5.95 s.
+	before := policyCalls(warmup, 2700*time.Millisecond, 50*time.Millisecond)
+	for _, tc := range []struct {
+		name  string
+		calls []Call
+		fault Action
+		want  bool // a violation
+	}{
+		// Judged before from 3.1 s to 7 s: 0.32 of the limit. The
+		// move's restart leaves 0.9 s from 6.1 s: too little to judge.
+		{"the queue held to the window after the pre-pause one", append(before, policyCalls(5950*time.Millisecond, 7*time.Second, 50*time.Millisecond)...),
+			freeze(7 * time.Second), false},
+		// From 6.1 s to 9.5 s, the key at a quarter of the rate: judged.
+		{"a quarter of the rate after the move's restart", append(before, policyCalls(5950*time.Millisecond, 9500*time.Millisecond, 200*time.Millisecond)...),
+			freeze(9500 * time.Millisecond), true},
+		// The same at the rate: no violation.
+		{"the rate after the move's restart", append(before, policyCalls(5950*time.Millisecond, 9500*time.Millisecond, 50*time.Millisecond)...),
+			freeze(9500 * time.Millisecond), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged(tc.calls, nil, []Action{pause, resume, tc.fault})
+			got := 0
+			for _, x := range kinds(v, VThroughput) {
+				if x.Key == KeyPolicy {
+					got++
+				}
+			}
+			if (got > 0) != tc.want {
+				t.Errorf("throughput violations %d (fraction %v, %s), want a violation: %v", got, v.Figures.Throughput[KeyPolicy], v.Figures.Used[KeyPolicy], tc.want)
+			}
+		})
+	}
+}
