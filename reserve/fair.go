@@ -118,7 +118,7 @@ type fairQueue struct {
 
 // fairPump is the one goroutine that books a key's fair queues of one
 // policy (a field of the key's state, keys.go): each of its calls of the
-// fair script serves the heads of every queue whose retry has come, one
+// fair script serves the heads of the queues it carries (fairSelect), one
 // batch per queue, as FIFO requests share a call (batch.go).
 type fairPump struct {
 	kick chan struct{} // a request came for a queue without retry while the pump sleeps
@@ -227,10 +227,11 @@ type fairGroup struct {
 }
 
 // pump books the key's fair queues of policy sig, from their heads, until
-// none is left or the Limiter closes. It calls when a queue's retry has
-// come (or it has none), and each call serves the heads of every queue,
-// at most MaxBatch requests in all, the queues taking turns at going
-// first. A queue whose retry has not come is asked early, which the rule
+// none is left or the Limiter closes. It calls when the retry of a queue
+// it would carry has come (or it has none), and each call serves the
+// heads of the queues it carries (every queue, or those fairSelect
+// chooses when the call's reach cannot book them all), at most MaxBatch
+// requests in all, the queues taking turns at going first. A queue whose retry has not come is asked early, which the rule
 // allows (it defers it again, telling it when to ask): its tenant's turn
 // comes no sooner, and its own call would cost one more round trip,
 // since a tenant deferred for its turn is told to ask again a slot
