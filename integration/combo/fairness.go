@@ -62,7 +62,7 @@ type FairFigures struct {
 	Crowd              map[string]int // KeyCrowd: calls served per tenant
 }
 
-// fairness judges KeyFair.
+// fairness judges KeyFair and KeyCrowd.
 func (r *run) fairness() ([]Violation, FairFigures) {
 	fig := FairFigures{Tokens: map[string]float64{}, Calls: map[string]int{}, Crowd: map[string]int{}}
 	from := r.res.Start.Add(warmup).UnixNano()
