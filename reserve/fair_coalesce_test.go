@@ -153,61 +153,20 @@ func fairGroupsAsCalls(t *testing.T, one, each *reserve.Limiter, clk1, clk2 *fak
 // prefix of the slots keeps each tenant's count within 3 of every other's
 // (the first call's 3, then turns).
 func TestFairCallsCarryTheirReach(t *testing.T) {
-	ctx := context.Background()
-	c := tunedClient(t, redistest.New(t))
-	g := &gate{}
-	c.AddHook(g)
-	groups := &fairGroupCounter{}
-	c.AddHook(groups)
-	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
-	lim := reserve.Limit{Rate: 1000, Burst: 1}
 	const tenants, each = 40, 5
-	type booked struct {
-		tenant string
-		at     time.Time
-	}
-	res := make(chan booked, tenants*each)
-	errs := make(chan error, tenants*each)
-	entered, release := g.arm()
-	defer release()
-	for i := range tenants * each {
-		go func() {
-			req := reserve.Single("k", lim, 1)
-			req.Tenant = "t" + strconv.Itoa(i%tenants)
-			r, err := l.ReserveN(ctx, req)
-			if err != nil {
-				errs <- err
-				return
-			}
-			res <- booked{req.Tenant, r.Time()}
-		}()
-		if i == 0 {
-			<-entered // the first call is held until every request queued
-		}
-	}
-	require.Eventually(t, func() bool { return l.FairWaiting("k") == tenants*each-1 }, 10*time.Second, time.Millisecond)
-	release()
-	var got []booked
-	for len(got) < tenants*each {
-		select {
-		case b := <-res:
-			got = append(got, b)
-		case err := <-errs:
-			t.Fatal(err)
-		}
-	}
+	got, most := heldFairCalls(t, reserve.Options{}, tenants*each, func(i int) reserve.Request {
+		req := reserve.Single("k", reserve.Limit{Rate: 1000, Burst: 1}, 1)
+		req.Tenant = "t" + strconv.Itoa(i%tenants)
+		return req
+	})
 	// reach at 1,000/s, burst 1: (1 + 2 ms * 1,000) + 1 = 4 requests.
-	most := groups.most.Load()
 	assert.LessOrEqual(t, most, int64(4+reserve.FairSlack), "queues in one call")
 	assert.Positive(t, most, "fair calls seen")
 	// The first call finds no tenant waiting: its first queue books what
 	// the horizon holds (3 slots), and from then on every tenant waits.
-	slices.SortFunc(got, func(a, b booked) int { return a.at.Compare(b.at) })
 	counts := map[string]int{}
 	for i, b := range got {
-		counts[b.tenant]++
+		counts[b.req.Tenant]++
 		lo, hi := each, 0
 		for k := range tenants {
 			n := counts["t"+strconv.Itoa(k)]
@@ -215,6 +174,94 @@ func TestFairCallsCarryTheirReach(t *testing.T) {
 		}
 		require.LessOrEqual(t, hi-lo, 3, "after %d slots: counts %v", i+1, counts)
 	}
+}
+
+// TestFairCallsCarryEveryLane: a call that cannot carry every queue still
+// carries each lane's first, so that a lower lane's minimum share holds
+// behind a flood of a higher lane's tenants: 30 urgent tenants' 120
+// requests and one Batch tenant's 10, MinShare 0.25 for Batch (a slot in
+// four while the urgent tenants wait, more before they do). The Batch
+// tenant's 10 slots come within the first 30 (15 to 18 in four runs);
+// carried only in its turn among the queues carried least recently, they
+// came within 32 to 42, and without that, after the 120 urgent ones.
+func TestFairCallsCarryEveryLane(t *testing.T) {
+	const urgent, each, batch = 30, 4, 10
+	opts := reserve.Options{MinShare: map[reserve.Lane]float64{reserve.Batch: 0.25}}
+	got, most := heldFairCalls(t, opts, urgent*each+batch, func(i int) reserve.Request {
+		req := reserve.Single("k", reserve.Limit{Rate: 1000, Burst: 1}, 1)
+		if i < urgent*each {
+			req.Tenant, req.Lane = "u"+strconv.Itoa(i%urgent), reserve.Urgent
+		} else {
+			req.Tenant, req.Lane = "b", reserve.Batch
+		}
+		return req
+	})
+	assert.LessOrEqual(t, most, int64(4+reserve.FairSlack), "queues in one call")
+	seen := 0
+	for i, b := range got {
+		if b.req.Lane == reserve.Batch {
+			seen++
+			if seen == batch {
+				assert.Less(t, i, 30, "the Batch tenant's last slot")
+				return
+			}
+		}
+	}
+}
+
+// fairBooked is a fair request and the slot ReserveN gave it.
+type fairBooked struct {
+	req reserve.Request
+	at  time.Time
+}
+
+// heldFairCalls makes n fair ReserveN on a Limiter of opts on a Redis of
+// their own, request(i) the i-th, all queued behind a first call held
+// until they are, and returns what each booked, by slot, and the most
+// queues a call of the fair script carried.
+func heldFairCalls(t *testing.T, opts reserve.Options, n int, request func(i int) reserve.Request) ([]fairBooked, int64) {
+	t.Helper()
+	ctx := context.Background()
+	c := tunedClient(t, redistest.New(t))
+	g := &gate{}
+	c.AddHook(g)
+	groups := &fairGroupCounter{}
+	c.AddHook(groups)
+	opts.KeyPrefix, opts.Logger = redistest.Prefix(t), quiet
+	l, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	res := make(chan fairBooked, n)
+	errs := make(chan error, n)
+	entered, release := g.arm()
+	defer release()
+	for i := range n {
+		go func() {
+			req := request(i)
+			r, err := l.ReserveN(ctx, req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			res <- fairBooked{req, r.Time()}
+		}()
+		if i == 0 {
+			<-entered // the first call is held until every request queued
+		}
+	}
+	require.Eventually(t, func() bool { return l.FairWaiting("k") == n-1 }, 10*time.Second, time.Millisecond)
+	release()
+	var got []fairBooked
+	for len(got) < n {
+		select {
+		case b := <-res:
+			got = append(got, b)
+		case err := <-errs:
+			t.Fatal(err)
+		}
+	}
+	slices.SortFunc(got, func(a, b fairBooked) int { return a.at.Compare(b.at) })
+	return got, groups.most.Load()
 }
 
 // fairGroupCounter records the most queues (spec and tenant pairs) one
@@ -249,80 +296,4 @@ func fairGroups(cmd redis.Cmder) int {
 		}
 	}
 	return n
-}
-
-// TestFairCallsCarryEveryLane: a call that cannot carry every queue still
-// carries each lane's first, so that a lower lane's minimum share holds
-// behind a flood of a higher lane's tenants: 30 urgent tenants' 120
-// requests and one Batch tenant's 10, MinShare 0.25 for Batch (a slot in
-// four while the urgent tenants wait, more before they do). The Batch
-// tenant's 10 slots come within the first 30 (15 to 18 in four runs);
-// carried only in its turn among the queues carried least recently, they
-// came within 34 to 42, and without that, after the 120 urgent ones.
-func TestFairCallsCarryEveryLane(t *testing.T) {
-	ctx := context.Background()
-	c := tunedClient(t, redistest.New(t))
-	g := &gate{}
-	c.AddHook(g)
-	groups := &fairGroupCounter{}
-	c.AddHook(groups)
-	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet,
-		MinShare: map[reserve.Lane]float64{reserve.Batch: 0.25}})
-	require.NoError(t, err)
-	closeLimiter(t, l)
-	lim := reserve.Limit{Rate: 1000, Burst: 1}
-	const urgent, each, batch = 30, 4, 10
-	type booked struct {
-		lane reserve.Lane
-		at   time.Time
-	}
-	n := urgent*each + batch
-	res := make(chan booked, n)
-	errs := make(chan error, n)
-	entered, release := g.arm()
-	defer release()
-	for i := range n {
-		go func() {
-			req := reserve.Single("k", lim, 1)
-			if i < urgent*each {
-				req.Tenant, req.Lane = "u"+strconv.Itoa(i%urgent), reserve.Urgent
-			} else {
-				req.Tenant, req.Lane = "b", reserve.Batch
-			}
-			// Wait: a Batch request is booked only when due (its horizon
-			// is 0), so ReserveN would return at its slot anyway.
-			r, err := l.ReserveN(ctx, req)
-			if err != nil {
-				errs <- err
-				return
-			}
-			res <- booked{req.Lane, r.Time()}
-		}()
-		if i == 0 {
-			<-entered
-		}
-	}
-	require.Eventually(t, func() bool { return l.FairWaiting("k") == n-1 }, 10*time.Second, time.Millisecond)
-	release()
-	var got []booked
-	for len(got) < n {
-		select {
-		case b := <-res:
-			got = append(got, b)
-		case err := <-errs:
-			t.Fatal(err)
-		}
-	}
-	assert.LessOrEqual(t, groups.most.Load(), int64(4+reserve.FairSlack), "queues in one call")
-	slices.SortFunc(got, func(a, b booked) int { return a.at.Compare(b.at) })
-	seen := 0
-	for i, b := range got {
-		if b.lane == reserve.Batch {
-			seen++
-			if seen == batch {
-				assert.Less(t, i, 30, "the Batch tenant's last slot")
-				return
-			}
-		}
-	}
 }

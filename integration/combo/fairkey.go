@@ -100,12 +100,7 @@ func (c *child) crowdCaller(ctx context.Context, tenant string, g int) {
 		if c.failed(ctx, kindCrowd, KeyCrowd, c.l.WaitN(ctx, req)) {
 			continue
 		}
-		fire := time.Now()
-		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
-		if retry := cl.send(ctx, call, nil); retry > 0 {
-			c.count("429")
-			cl.pause(ctx, retry)
-		}
+		c.sendWaited(ctx, cl, call)
 	}
 }
 
@@ -166,12 +161,18 @@ func (c *child) fairLight(ctx context.Context, g int) {
 			c.fairRefused(ctx, callCtx, call, err)
 			continue
 		}
-		fire := time.Now()
-		call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
-		if retry := cl.send(ctx, call, nil); retry > 0 {
-			c.count("429")
-			cl.pause(ctx, retry)
-		}
+		c.sendWaited(ctx, cl, call)
+	}
+}
+
+// sendWaited sends call, whose WaitN returned just now, to the provider,
+// and waits out a 429's retry.
+func (c *child) sendWaited(ctx context.Context, cl *caller, call Call) {
+	fire := time.Now()
+	call.Lo, call.Hi, call.Fire = call.Grant, fire.Add(reserve.MaxEarly).UnixNano(), fire.UnixNano()
+	if retry := cl.send(ctx, call, nil); retry > 0 {
+		c.count("429")
+		cl.pause(ctx, retry)
 	}
 }
 
