@@ -26,7 +26,7 @@
 //
 //   - a fleet of child processes (Child), each built as the README's quick
 //     start builds its client, calling Wait, Reserve, TryReserveN and their
-//     policy variants from many goroutines on six keys (keys.go): a
+//     policy variants from many goroutines on seven keys (keys.go): a
 //     Sliding limit, a policy of a bucket, a window and a tokens bucket with
 //     costs settled to what the provider reports, a hot key that leases,
 //     a key called through pacehttp's Transport whose window the fleet
@@ -41,7 +41,9 @@
 //     key called by fair requests only (fairkey.go): two tenants of equal
 //     weight always backlogged, one estimating its tokens low and one
 //     high, settled to the same actual costs, and a light tenant per
-//     process, half its calls with a deadline of their own;
+//     process, half its calls with a deadline of their own; and a seventh,
+//     a bucket of 20/s called by a crowd of 12 fair tenants backlogged in
+//     every process, more queues than one call of the fair script carries;
 //   - Python processes among them (python.go): a seed draws none, one or
 //     two of the fleet's three slots (at least one stays Go), and every
 //     process started in such a slot runs the Python client
