@@ -37,7 +37,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +44,7 @@ import (
 	"time"
 
 	fleetproc "github.com/pacer-go/pacer/internal/fleet"
+	"github.com/pacer-go/pacer/internal/granted"
 	"github.com/pacer-go/pacer/internal/provider"
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -462,7 +462,8 @@ func (b *bench) inflightTogether(ctx context.Context, s inflightSizes, t togethe
 					return
 				}
 				mu.Lock()
-				calls = append(calls, call{grantedAt(r), held})
+				ns, _ := granted.Slot(r)
+				calls = append(calls, call{time.Unix(0, ns), held})
 				mu.Unlock()
 			}
 		})
@@ -474,7 +475,10 @@ func (b *bench) inflightTogether(ctx context.Context, s inflightSizes, t togethe
 	// The measured span: the run's last 2/3, past the first burst, in
 	// whole windows of the window band (a window cut by the span's edge
 	// may have spent its quota outside it); calls by their slot on the
-	// server's clock, which the band's windows are on (grantedAt).
+	// server's clock, which the band's windows are on (granted.Slot: the
+	// slot placed on this process's clock, Time, falls after a window's
+	// end by the clock estimate's error: beside a CPU hog a window of 40
+	// read 41).
 	from := start.Add(s.Together / 3)
 	if w := int64(t.WinLen); end.Sub(from) >= 2*t.WinLen {
 		from = time.Unix(0, (from.UnixNano()+w-1)/w*w)
@@ -651,20 +655,4 @@ func (r *inflightResults) tables() string {
 		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d |\n", i+1, dur(c.KillAfterBeat), strings.Join(back, ", "), c.Refused, c.Fallbacks)
 	}
 	return b.String()
-}
-
-// grantedAt is r's slot as pacer granted it: on the server's clock, the
-// clock a window band's windows are counted on (read from r's unexported
-// field: Reservation exports only Time, the slot placed on this process's
-// clock by its estimate of the server's). Placed on the local clock, a
-// slot granted just before a window's end could fall just after it by the
-// estimate's error: beside a CPU hog the together run's window band read
-// 41 slots in a window of 40. Sleep or Acquire has returned: nothing
-// changes r any more. r.Time() where the field is missing.
-func grantedAt(r *reserve.Reservation) time.Time {
-	f := reflect.ValueOf(r).Elem().FieldByName("slotNS")
-	if !f.IsValid() || f.Kind() != reflect.Int64 || f.Int() == 0 {
-		return r.Time()
-	}
-	return time.Unix(0, f.Int())
 }

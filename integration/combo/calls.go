@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/granted"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -215,7 +216,7 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	}
 	fire := time.Now()
 	call.Seq = seqOf(r)
-	call.Slot, call.Exact = grantedSlot(r)
+	call.Slot, call.Exact = granted.Slot(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
 	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 	call.Settle = !key.single
@@ -496,7 +497,7 @@ func sending(slots *sync.Map) func(req *http.Request, r any) {
 		if !ok || id == "" {
 			return
 		}
-		slot, exact := grantedSlot(res)
+		slot, exact := granted.Slot(res)
 		slots.Store(id, fmt.Sprintf("%d %t %d %t %d", slot, exact, res.Time().UnixNano(), res.Local(), seqOf(res)))
 	}
 }
@@ -661,24 +662,6 @@ func ended(ctx context.Context) bool {
 func nearEnd(ctx context.Context) bool {
 	d, ok := ctx.Deadline()
 	return ok && time.Until(d) < 5*time.Second
-}
-
-// grantedSlot returns the slot r was granted: for a reservation from
-// Redis, the slot on Redis's clock, which the package exports only to its
-// own tests (reserve.ServerSlot), read from the unexported field; for one
-// of the local fallback, its slot on this process's clock (Time). exact is
-// false when the server's slot could not be read and Time (the slot placed
-// on the local clock, up to a round trip late) stands in for it.
-func grantedSlot(r *reserve.Reservation) (ns int64, exact bool) {
-	// Sleep has returned: nothing changes r any more, so reading it
-	// without its lock races with nothing. A local reservation's slot is
-	// on the server's clock as its process estimates it: the clock the
-	// fleet's lattice of local slots is on.
-	f := reflect.ValueOf(r).Elem().FieldByName("slotNS")
-	if !f.IsValid() || f.Kind() != reflect.Int64 || f.Int() == 0 {
-		return r.Time().UnixNano(), r.Local()
-	}
-	return f.Int(), true
 }
 
 // seqOf returns r's number on its key (0 for a local one), read from the

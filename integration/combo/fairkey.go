@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/granted"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -123,7 +124,7 @@ func (c *child) fairHeavy(ctx context.Context, tenant string, est float64, g int
 		}
 		fire := time.Now()
 		call.Seq = seqOf(r)
-		call.Slot, call.Exact = grantedSlot(r)
+		call.Slot, call.Exact = granted.Slot(r)
 		call.Lo, call.Hi = call.Slot, call.Slot
 		call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 		call.Settle = true

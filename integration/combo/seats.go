@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/granted"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -309,7 +310,7 @@ func (c *child) seatOne(ctx context.Context, cl *caller, kind string) {
 func (c *child) seatSend(ctx context.Context, call Call, r *reserve.Reservation) {
 	fire := time.Now()
 	call.Seq = seqOf(r)
-	call.Slot, call.Exact = grantedSlot(r)
+	call.Slot, call.Exact = granted.Slot(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
 	// Local: the slot, or for a policy of the in-flight band alone the
 	// seats, granted by the local fallback.

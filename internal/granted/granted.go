@@ -1,0 +1,26 @@
+// Package granted reads the slot a reservation was granted on the server's
+// clock, for the programs that judge pacer's grants (the combination
+// runner, pacerbench): the clock a window band's windows and the fleet's
+// lattice of local slots are on. Reservation exports only Time, the slot
+// placed on the process's clock by its estimate of the server's, which is
+// off by the estimate's error. It reads the unexported field: a judge's
+// tool, never imported by the packages users build.
+package granted
+
+import (
+	"reflect"
+
+	"github.com/pacer-go/pacer/reserve"
+)
+
+// Slot is r's slot as granted, Unix ns on the server's clock, and true; a
+// local reservation's is on the server's clock as its process estimates it.
+// Where r has no such slot, it is r.Time() and r.Local(). Read it once r's
+// Sleep (or Acquire) has returned: nothing changes r any more.
+func Slot(r *reserve.Reservation) (ns int64, exact bool) {
+	f := reflect.ValueOf(r).Elem().FieldByName("slotNS")
+	if !f.IsValid() || f.Kind() != reflect.Int64 || f.Int() == 0 {
+		return r.Time().UnixNano(), r.Local()
+	}
+	return f.Int(), true
+}
