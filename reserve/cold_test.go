@@ -41,12 +41,19 @@ func (h *keyCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook records a pipeline's script calls by key, as if each
+// had gone alone (a Limiter pipelines the calls made while one is in
+// flight), and any other command naming mark as "pipeline".
 func (h *keyCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
+			key, ok := scriptKey(c)
+			if !ok {
+				key = "pipeline"
+			}
 			if strings.Contains(fmt.Sprint(c.Args()), h.mark) {
 				h.mu.Lock()
-				h.cmds["pipeline"] = append(h.cmds["pipeline"], strings.ToLower(c.Name()))
+				h.cmds[key] = append(h.cmds[key], strings.ToLower(c.Name()))
 				h.mu.Unlock()
 			}
 		}

@@ -387,3 +387,33 @@ func (l *Limiter) SlowWatch() (calls int, armed bool, slow int64) {
 // FairSlack is fairSlack: how many queues beyond its reach a pump's call
 // carries (fair.go).
 const FairSlack = fairSlack
+
+// HoldPipe makes l's script calls queue as if one were in flight, until
+// release sends them (as that call's return would); ok is false when l
+// does not pipeline. For tests.
+func HoldPipe(l *Limiter) (release func(), ok bool) {
+	p, ok := l.scripts.(*pipeScripter)
+	if !ok {
+		return nil, false
+	}
+	p.mu.Lock()
+	held := !p.busy
+	p.busy = true
+	p.mu.Unlock()
+	if !held {
+		panic("HoldPipe: a call is in flight")
+	}
+	return p.next, true
+}
+
+// PipeQueued returns how many of l's script calls queue for a pipeline,
+// and how many pipelines it has sent, for tests.
+func PipeQueued(l *Limiter) (queued int, sent int64) {
+	p, ok := l.scripts.(*pipeScripter)
+	if !ok {
+		return 0, 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending), p.sent
+}

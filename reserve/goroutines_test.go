@@ -6,7 +6,8 @@ import (
 )
 
 // countGoroutines counts the goroutines running the Limiter's code (its
-// background loop, a coalesced call, a Redis call it stopped waiting for),
+// background loop, a coalesced call, a Redis call it stopped waiting for,
+// a pipeline of calls),
 // leaving out the Redis client's own and the tests'.
 func countGoroutines() int {
 	buf := make([]byte, 1<<20)
@@ -20,7 +21,8 @@ func countGoroutines() int {
 	}
 	count := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "pacer/reserve.(*Limiter)") && !strings.Contains(g, "testing.tRunner") {
+		ours := strings.Contains(g, "pacer/reserve.(*Limiter)") || strings.Contains(g, "pacer/reserve.(*pipeScripter)")
+		if ours && !strings.Contains(g, "testing.tRunner") {
 			count++
 		}
 	}

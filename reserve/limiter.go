@@ -134,7 +134,11 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := newLimiter(opts, c)
+	var sc redis.Scripter = c
+	if rc, ok := c.(*redis.Client); ok && !opts.DisablePipelining {
+		sc = newPipeScripter(rc)
+	}
+	l := newLimiter(opts, sc)
 	l.rdb, l.ownsClient = c, owned
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		// After a master fails over, go-redis keeps sending a slot's

@@ -154,6 +154,16 @@ type Options struct {
 	// queue at most, for the callers who come meanwhile to share it.
 	DisableCoalescing bool
 
+	// DisablePipelining makes every script call a round trip of its own.
+	// Default false: on one Redis server (a *redis.Client; not a Cluster or
+	// a Ring), script calls made while another of the Limiter's is in flight
+	// queue, and go together as one pipeline when it returns, so that at
+	// most one round trip of calls is in flight. A call made while none is
+	// goes at once. Each call keeps its own context, deadline and outcome;
+	// heartbeats do not queue. On many keys called at once this halves the
+	// client's CPU and Redis's per admission.
+	DisablePipelining bool
+
 	// LeaseSpan bounds the leases of hot keys: a key on which
 	// LeaseQueue or more callers of this Limiter queued behind a call in
 	// flight gets a run of consecutive slots in one Redis call, handed out

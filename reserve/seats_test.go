@@ -696,7 +696,10 @@ func TestSeatsEndDuringRenew(t *testing.T) {
 	g := &renewGate{}
 	c := tunedClient(t, s) // a client pacer uses as it is: the hook sees its calls
 	c.AddHook(g)
-	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: time.Hour, Logger: quiet}
+	// The renew is held in the client, by a hook, and the call that ends
+	// must run meanwhile: without pipelining, which would queue it behind
+	// the renew (by design: TestPipelinedCallsShareARoundTrip).
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: time.Hour, Logger: quiet, DisablePipelining: true}
 	a, err := reserve.New(c, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)
