@@ -14,8 +14,9 @@ import (
 // caller's goroutine, as it would without it. Calls made while one is in
 // flight queue, and go together, as one pipeline, when it returns; those
 // made meanwhile go after that one, and so on. So at most one round trip
-// of scripts is in flight per Limiter, and a call waits for at most one
-// before its own.
+// of scripts is in flight per Limiter, and a call waits for the one in
+// flight before its own (and, behind more than pipeMax queued calls, for
+// theirs).
 //
 // It is coalescing (batch.go) across keys: coalescing merges one key's
 // concurrent callers into one script call; this puts the script calls of
@@ -34,7 +35,7 @@ type pipeScripter struct {
 	mu      sync.Mutex
 	busy    bool        // a call or pipeline is in flight
 	pending []*pipeCall // the calls that queued meanwhile, in order
-	sent    int64       // pipelines sent (tests)
+	sent    int64       // batches sent from the queue (tests)
 }
 
 // pipeMax is the most calls one pipeline carries; more go in the next. A
@@ -130,16 +131,21 @@ func (p *pipeScripter) take() []*pipeCall {
 }
 
 // flush sends batch as one pipeline, then each pipeline that queued
-// meanwhile, until none did.
+// meanwhile, until none did. A call alone goes as itself, on its caller's
+// context.
 func (p *pipeScripter) flush(batch []*pipeCall) {
 	for batch != nil {
-		ctx, cancel := pipeContext(batch)
-		pipe := p.Client.Pipeline()
-		for _, c := range batch {
-			c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		if len(batch) == 1 {
+			c := batch[0]
+			c.cmd = p.Client.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+		} else {
+			ctx := pipeContext(batch)
+			pipe := p.Client.Pipeline()
+			for _, c := range batch {
+				c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+			}
+			_, _ = pipe.Exec(ctx) // each call's error is its own cmd's
 		}
-		_, _ = pipe.Exec(ctx) // each call's error is its own cmd's
-		cancel()
 		for _, c := range batch {
 			close(c.done)
 		}
@@ -149,19 +155,31 @@ func (p *pipeScripter) flush(batch []*pipeCall) {
 	}
 }
 
-// pipeContext is a pipeline's context: no caller's (one who leaves does not
-// cut the others' calls short), but within the latest of their deadlines
-// (none if one has none), and with the first one's values.
-func pipeContext(batch []*pipeCall) (context.Context, context.CancelFunc) {
+// pipeCtx is a pipeline's context: no caller's (one who leaves does not
+// cut the others' calls short), but with the latest of their deadlines,
+// which go-redis gives the socket (no timer: one armed per pipeline cost
+// more than the round trips saved when pipelines are short), and the
+// first one's values.
+type pipeCtx struct {
+	context.Context // WithoutCancel of the first call's
+	deadline        time.Time
+}
+
+func (c pipeCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+// pipeContext returns batch's pipeCtx: without a deadline if a call has
+// none.
+func pipeContext(batch []*pipeCall) context.Context {
 	var latest time.Time
 	for _, c := range batch {
 		d, ok := c.ctx.Deadline()
 		if !ok {
-			return context.WithoutCancel(batch[0].ctx), func() {}
+			latest = time.Time{}
+			break
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	return pipeCtx{Context: context.WithoutCancel(batch[0].ctx), deadline: latest}
 }

@@ -99,7 +99,7 @@ func holdPipe(t *testing.T, l *reserve.Limiter, n int, call func(i int) error) (
 
 // TestPipelinedCallsShareARoundTrip: script calls made while another is
 // in flight wait for it, then go as one pipeline, each to its own key and
-// with its own outcome, in the order they came; a call alone goes alone.
+// with its own outcome; a call that queued alone goes alone.
 func TestPipelinedCallsShareARoundTrip(t *testing.T) {
 	h := newPipeHook("{pipe")
 	l, _, _ := pipeLimiter(t, h, reserve.Options{})
@@ -131,6 +131,15 @@ func TestPipelinedCallsShareARoundTrip(t *testing.T) {
 		require.InDelta(t, float64(time.Second), float64(second-first), float64(time.Microsecond), "key %d's second slot", i)
 	}
 
+	// One call queued alone goes as itself, not as a pipeline of one.
+	send = holdPipe(t, l, 1, func(int) error {
+		_, err := l.Reserve(ctx, "pipe-lone", lim)
+		return err
+	})
+	require.NoError(t, send()[0])
+	_, sent = reserve.PipeQueued(l)
+	require.Equal(t, sent0+2, sent)
+
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	require.Equal(t, []int{n}, h.sizes, "the queued calls went in one pipeline")
@@ -139,6 +148,7 @@ func TestPipelinedCallsShareARoundTrip(t *testing.T) {
 		require.Equal(t, []string{"evalsha"}, h.piped[key], "key %d, in the pipeline", i)
 		require.Equal(t, []string{"evalsha"}, h.alone[key], "key %d, alone", i)
 	}
+	require.Equal(t, []string{"evalsha"}, h.alone[l.RedisKey("pipe-lone")])
 }
 
 // TestPipelinedCallTakenBack: a caller whose context ends while its call

@@ -266,9 +266,10 @@ func (r *results) document(tables string) string {
 		gcraLimit(limit{Rate: c.FleetRate, Burst: c.FleetBurst}).Rate, gcraLimit(limit{Rate: c.FleetRate, Burst: c.FleetBurst}).Period, c.FleetBurst,
 		w, n, trim(c.FleetRate/float64(c.Procs)), max(c.FleetBurst/c.Procs, 1), c.Procs)
 	b.WriteString("## How to read this\n\n")
-	b.WriteString("pacer's rows differ only in their Options. By default, concurrent callers on one key in one process share Redis round trips " +
+	b.WriteString("pacer's rows differ only in their Options. By default, concurrent callers on one key in one process share script calls " +
 		"(coalescing: while a call for the key is in flight, new callers queue, and the next call reserves for all of them); " +
-		"`DisableCoalescing` makes every reservation a script call of its own. By default `Wait` hands over from Go's timer to a precise " +
+		"`DisableCoalescing` makes every reservation a script call of its own. Either way, on one Redis server the script calls a process " +
+		"makes while one of its calls is in flight go together as one pipeline (`DisablePipelining` turns that off). By default `Wait` hands over from Go's timer to a precise " +
 		"sleep just before the slot (`PreciseWake`); `PreciseWake: -1` keeps Go's timer only, which wakes up to about a millisecond late " +
 		"for less CPU: the fleet's gaps and client CPU show the trade.\n\n")
 	fmt.Fprintf(&b, "The hot-key and lone-caller tables measure the machinery alone: the limit is so high that nobody waits, so a row says how many "+
