@@ -14,25 +14,40 @@ import (
 )
 
 // keyCommands is a go-redis hook that records, for each command naming a
-// key that contains mark, its name: the round trips made for those keys.
+// key that contains mark, its name: the commands sent for those keys,
+// alone or in pipelines (a Limiter pipelines the script calls made while
+// one of its calls is in flight). Those sent in pipelines are also in
+// piped, and each pipeline that carried a script call naming mark adds
+// their number to sizes; any other command of a pipeline naming mark is
+// recorded under "pipeline".
 type keyCommands struct {
 	passHook
-	mark string
-	mu   sync.Mutex
-	cmds map[string][]string // by key
+	mark  string
+	mu    sync.Mutex
+	cmds  map[string][]string // by key
+	piped map[string][]string // by key, those sent in pipelines
+	sizes []int
+}
+
+func newKeyCommands(mark string) *keyCommands {
+	return &keyCommands{mark: mark, cmds: map[string][]string{}, piped: map[string][]string{}}
+}
+
+// commandKey returns the key a command names: a script call's first key,
+// else its first argument.
+func commandKey(cmd redis.Cmder) string {
+	if key, ok := scriptKey(cmd); ok {
+		return key
+	}
+	if args := cmd.Args(); len(args) > 1 {
+		return fmt.Sprint(args[1])
+	}
+	return ""
 }
 
 func (h *keyCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		key := ""
-		switch name := strings.ToLower(cmd.Name()); {
-		case (name == "evalsha" || name == "eval") && len(args) > 3:
-			key = fmt.Sprint(args[3])
-		case len(args) > 1:
-			key = fmt.Sprint(args[1])
-		}
-		if strings.Contains(key, h.mark) {
+		if key := commandKey(cmd); strings.Contains(key, h.mark) {
 			h.mu.Lock()
 			h.cmds[key] = append(h.cmds[key], strings.ToLower(cmd.Name()))
 			h.mu.Unlock()
@@ -41,22 +56,28 @@ func (h *keyCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// ProcessPipelineHook records a pipeline's script calls by key, as if each
-// had gone alone (a Limiter pipelines the calls made while one is in
-// flight), and any other command naming mark as "pipeline".
 func (h *keyCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		h.mu.Lock()
 		for _, c := range cmds {
+			if !strings.Contains(fmt.Sprint(c.Args()), h.mark) {
+				continue
+			}
+			name := strings.ToLower(c.Name())
 			key, ok := scriptKey(c)
 			if !ok {
-				key = "pipeline"
+				h.cmds["pipeline"] = append(h.cmds["pipeline"], name)
+				continue
 			}
-			if strings.Contains(fmt.Sprint(c.Args()), h.mark) {
-				h.mu.Lock()
-				h.cmds[key] = append(h.cmds[key], strings.ToLower(c.Name()))
-				h.mu.Unlock()
-			}
+			h.cmds[key] = append(h.cmds[key], name)
+			h.piped[key] = append(h.piped[key], name)
+			n++
 		}
+		if n > 0 {
+			h.sizes = append(h.sizes, n)
+		}
+		h.mu.Unlock()
 		return next(ctx, cmds)
 	}
 }
@@ -92,7 +113,7 @@ func TestColdKeysRoundTrips(t *testing.T) {
 	s := redistest.New(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
 	t.Cleanup(func() { rdb.Close() })
-	h := &keyCommands{mark: "{cold", cmds: map[string][]string{}}
+	h := newKeyCommands("{cold")
 	rdb.AddHook(h)
 	l, err := reserve.New(rdb, reserve.Options{RequireRedis: true, MaxLateness: -1, CallTimeout: time.Minute, Tracer: slowTracer{}})
 	if err != nil {

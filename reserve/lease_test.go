@@ -615,7 +615,7 @@ func TestLeaseSweep(t *testing.T) {
 func TestLeaseReplyStandsForCheck(t *testing.T) {
 	s := redistest.New(t)
 	c := tunedClient(t, s)
-	h := &keyCommands{mark: "{hotcheck", cmds: map[string][]string{}}
+	h := newKeyCommands("{hotcheck")
 	c.AddHook(h)
 	clk := fakeclock.New(epoch)
 	l := leaseLimiter(t, c, clk, reserve.Options{})

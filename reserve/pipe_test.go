@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,54 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// pipeHook records the script calls a client sends, by key: alone
-// (ProcessHook) or in a pipeline (ProcessPipelineHook, with the size of
-// each pipeline that carried one).
-type pipeHook struct {
-	passHook
-	mark  string
-	mu    sync.Mutex
-	alone map[string][]string // by key: the commands sent alone
-	piped map[string][]string // by key: the commands sent in pipelines
-	sizes []int               // each pipeline's script calls naming mark
-}
-
-func newPipeHook(mark string) *pipeHook {
-	return &pipeHook{mark: mark, alone: map[string][]string{}, piped: map[string][]string{}}
-}
-
-func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if key, ok := scriptKey(cmd); ok && strings.Contains(key, h.mark) {
-			h.mu.Lock()
-			h.alone[key] = append(h.alone[key], strings.ToLower(cmd.Name()))
-			h.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		n := 0
-		h.mu.Lock()
-		for _, cmd := range cmds {
-			if key, ok := scriptKey(cmd); ok && strings.Contains(key, h.mark) {
-				h.piped[key] = append(h.piped[key], strings.ToLower(cmd.Name()))
-				n++
-			}
-		}
-		if n > 0 {
-			h.sizes = append(h.sizes, n)
-		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // pipeLimiter is a Limiter on a fresh server, on a client (set up as
 // pacer needs it) that h watches, with the script loaded.
-func pipeLimiter(t *testing.T, h *pipeHook, opts reserve.Options) (*reserve.Limiter, *redistest.Server, *redis.Client) {
+func pipeLimiter(t *testing.T, h *keyCommands, opts reserve.Options) (*reserve.Limiter, *redistest.Server, *redis.Client) {
 	t.Helper()
 	s := redistest.NewProcess(t)
 	rdb := tunedClient(t, s)
@@ -101,7 +55,7 @@ func holdPipe(t *testing.T, l *reserve.Limiter, n int, call func(i int) error) (
 // in flight wait for it, then go as one pipeline, each to its own key and
 // with its own outcome; a call that queued alone goes alone.
 func TestPipelinedCallsShareARoundTrip(t *testing.T) {
-	h := newPipeHook("{pipe")
+	h := newKeyCommands("{pipe")
 	l, _, _ := pipeLimiter(t, h, reserve.Options{})
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1, Burst: 1}
@@ -146,16 +100,18 @@ func TestPipelinedCallsShareARoundTrip(t *testing.T) {
 	for i := range n {
 		key := l.RedisKey(fmt.Sprintf("pipe%d", i))
 		require.Equal(t, []string{"evalsha"}, h.piped[key], "key %d, in the pipeline", i)
-		require.Equal(t, []string{"evalsha"}, h.alone[key], "key %d, alone", i)
+		require.Equal(t, []string{"evalsha", "evalsha"}, h.cmds[key], "key %d, in the pipeline, then alone", i)
 	}
-	require.Equal(t, []string{"evalsha"}, h.alone[l.RedisKey("pipe-lone")])
+	lone := l.RedisKey("pipe-lone")
+	require.Equal(t, []string{"evalsha"}, h.cmds[lone])
+	require.Empty(t, h.piped[lone])
 }
 
 // TestPipelinedCallTakenBack: a caller whose context ends while its call
 // queues takes it back: it is told its context's error, and the call is
 // never sent. The calls queued with it go as if it had not come.
 func TestPipelinedCallTakenBack(t *testing.T) {
-	h := newPipeHook("{pipe")
+	h := newKeyCommands("{pipe")
 	l, _, rdb := pipeLimiter(t, h, reserve.Options{})
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1, Burst: 1}
@@ -178,21 +134,20 @@ func TestPipelinedCallTakenBack(t *testing.T) {
 	require.NoError(t, errs[2])
 	require.False(t, l.Degraded(), "a caller who left is no outage")
 
+	h.mu.Lock()
+	require.Equal(t, []int{2}, h.sizes)
+	require.Empty(t, h.cmds[l.RedisKey("pipe-gone")], "the call taken back was never sent")
+	h.mu.Unlock()
 	n, err := rdb.Exists(ctx, l.RedisKey("pipe-gone")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the call taken back changed nothing")
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	require.Equal(t, []int{2}, h.sizes)
-	require.Empty(t, h.piped[l.RedisKey("pipe-gone")])
-	require.Empty(t, h.alone[l.RedisKey("pipe-gone")])
 }
 
 // TestPipelinedNoScript: calls of a pipeline that Redis has lost the
 // script for (a restart, SCRIPT FLUSH) are each sent again as EVAL, as a
 // call alone is.
 func TestPipelinedNoScript(t *testing.T) {
-	h := newPipeHook("{pipe")
+	h := newKeyCommands("{pipe")
 	l, _, rdb := pipeLimiter(t, h, reserve.Options{})
 	ctx := context.Background()
 	require.NoError(t, rdb.ScriptFlush(ctx).Err())
@@ -212,7 +167,7 @@ func TestPipelinedNoScript(t *testing.T) {
 	for i := range n {
 		key := l.RedisKey(fmt.Sprintf("pipe%d", i))
 		require.Equal(t, []string{"evalsha"}, h.piped[key], "key %d", i)
-		require.Equal(t, []string{"eval"}, h.alone[key], "key %d: sent again, with the script", i)
+		require.Equal(t, []string{"evalsha", "eval"}, h.cmds[key], "key %d: sent again alone, with the script", i)
 	}
 }
 
@@ -221,7 +176,7 @@ func TestPipelinedNoScript(t *testing.T) {
 // paces locally, and every caller who can wait gets its slot, none an
 // error.
 func TestPipelinedOutage(t *testing.T) {
-	h := newPipeHook("{pipe")
+	h := newKeyCommands("{pipe")
 	l, s, _ := pipeLimiter(t, h, reserve.Options{CallTimeout: 100 * time.Millisecond})
 	ctx := context.Background()
 	const n = 5
