@@ -407,7 +407,7 @@ func HoldPipe(l *Limiter) (release func(), ok bool) {
 }
 
 // PipeQueued returns how many of l's script calls queue for a pipeline,
-// and how many pipelines it has sent, for tests.
+// and how many batches of queued calls it has sent, for tests.
 func PipeQueued(l *Limiter) (queued int, sent int64) {
 	p, ok := l.scripts.(*pipeScripter)
 	if !ok {

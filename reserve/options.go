@@ -160,8 +160,8 @@ type Options struct {
 	// queue, and go together as one pipeline when it returns, so that at
 	// most one round trip of calls is in flight. A call made while none is
 	// goes at once. Each call keeps its own context, deadline and outcome;
-	// heartbeats do not queue. On many keys called at once this halves the
-	// client's CPU and Redis's per admission.
+	// heartbeats do not queue. On many keys called at once this about
+	// halves the client's CPU and Redis's per admission.
 	DisablePipelining bool
 
 	// LeaseSpan bounds the leases of hot keys: a key on which
