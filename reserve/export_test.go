@@ -388,22 +388,18 @@ func (l *Limiter) SlowWatch() (calls int, armed bool, slow int64) {
 // carries (fair.go).
 const FairSlack = fairSlack
 
-// HoldPipe makes l's script calls queue as if one were in flight, until
-// release sends them (as that call's return would); ok is false when l
-// does not pipeline. For tests.
+// HoldPipe makes l's script calls queue as if one were in flight to each
+// server, until release sends them (as that call's return would); ok is
+// false when l does not pipeline. For tests.
 func HoldPipe(l *Limiter) (release func(), ok bool) {
 	p, ok := l.scripts.(*pipeScripter)
 	if !ok {
 		return nil, false
 	}
 	p.mu.Lock()
-	held := !p.busy
-	p.busy = true
+	p.held = true
 	p.mu.Unlock()
-	if !held {
-		panic("HoldPipe: a call is in flight")
-	}
-	return p.next, true
+	return p.release, true
 }
 
 // PipeQueued returns how many of l's script calls queue for a pipeline,
@@ -415,5 +411,8 @@ func PipeQueued(l *Limiter) (queued int, sent int64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.pending), p.sent
+	for _, ln := range p.lanes {
+		queued += len(ln.pending)
+	}
+	return queued, p.sent
 }

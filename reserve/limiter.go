@@ -135,8 +135,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	var sc redis.Scripter = c
-	if rc, ok := c.(*redis.Client); ok && !opts.DisablePipelining {
-		sc = newPipeScripter(rc)
+	if !opts.DisablePipelining {
+		if p := newPipeScripter(c); p != nil {
+			sc = p
+		}
 	}
 	l := newLimiter(opts, sc)
 	l.rdb, l.ownsClient = c, owned

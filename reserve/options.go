@@ -155,13 +155,15 @@ type Options struct {
 	DisableCoalescing bool
 
 	// DisablePipelining makes every script call a round trip of its own.
-	// Default false: on one Redis server (a *redis.Client; not a Cluster or
-	// a Ring), script calls made while another of the Limiter's is in flight
-	// queue, and go together as one pipeline when it returns, so that at
-	// most one round trip of calls is in flight. A call made while none is
-	// goes at once. Each call keeps its own context, deadline and outcome;
-	// heartbeats do not queue. On many keys called at once this about
-	// halves the client's CPU and Redis's per admission.
+	// Default false: script calls made while another of the Limiter's is in
+	// flight to the same Redis server queue, and go together as one
+	// pipeline when it returns, so that at most one round trip of calls is
+	// in flight per server. A call made while none is goes at once. On a
+	// Cluster each master has a queue of its own (chosen by the key's
+	// slot), so a master that hangs holds only its own slots' calls; a
+	// Ring's calls do not queue. Each call keeps its own context, deadline
+	// and outcome; heartbeats do not queue. On many keys called at once
+	// this about halves the client's CPU and Redis's per admission.
 	DisablePipelining bool
 
 	// LeaseSpan bounds the leases of hot keys: a key on which

@@ -8,15 +8,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pipeScripter is where a Limiter on one Redis server runs its scripts
-// (Options.DisablePipelining): calls made while another is in flight share
-// a round trip. A call made while none is in flight goes at once, on its
-// caller's goroutine, as it would without it. Calls made while one is in
-// flight queue, and go together, as one pipeline, when it returns; those
-// made meanwhile go after that one, and so on. So at most one round trip
-// of scripts is in flight per Limiter, and a call waits for the one in
-// flight before its own (and, behind more than pipeMax queued calls, for
-// theirs).
+// pipeScripter is where a Limiter runs its scripts
+// (Options.DisablePipelining): calls made while another is in flight to
+// the same Redis server share a round trip. A call made while none is in
+// flight there goes at once, on its caller's goroutine, as it would
+// without it. Calls made while one is in flight queue, and go together, as
+// one pipeline, when it returns; those made meanwhile go after that one,
+// and so on. So at most one round trip of scripts is in flight per Limiter
+// and server, and a call waits for the one in flight before its own (and,
+// behind more than pipeMax queued calls, for theirs).
+//
+// Each server has a lane of its own: one for a single server (or the
+// master a failover client follows), one per master on a Cluster, chosen
+// by the slot of the call's key as the Cluster client's map of slots has
+// it. So a master that hangs holds only its own slots' calls.
 //
 // It is coalescing (batch.go) across keys: coalescing merges one key's
 // concurrent callers into one script call; this puts the script calls of
@@ -30,12 +35,32 @@ import (
 // Only EVALSHA goes this way. EVAL (script.Run's retry after NOSCRIPT),
 // heartbeats and holds (l.rdb) go straight to the client.
 type pipeScripter struct {
-	*redis.Client
+	// The client: what does not queue (EVAL, SCRIPT LOAD, a call alone)
+	// goes straight to it. On a Cluster it follows MOVED and ASK.
+	redis.Scripter
 
-	mu      sync.Mutex
-	busy    bool        // a call or pipeline is in flight
-	pending []*pipeCall // the calls that queued meanwhile, in order
-	sent    int64       // batches sent from the queue (tests)
+	// route returns the server a call on key goes to, as a client of that
+	// server alone, and its address (the lane's name); ok is false when it
+	// is not known (a Cluster client that has no map of slots yet): then
+	// the call goes straight to the client.
+	route func(ctx context.Context, key string) (node *redis.Client, addr string, ok bool)
+	// cluster: a call a pipeline's server refused with MOVED, ASK or
+	// TRYAGAIN (its slot moved, or is moving: it did not run) is sent again
+	// through the Cluster client, which follows the redirection.
+	cluster bool
+
+	mu    sync.Mutex
+	lanes map[string]*pipeLane // by address; each server's lane, kept
+	held  bool                 // every call queues until release (tests: HoldPipe)
+	sent  int64                // batches sent from the queues (tests)
+}
+
+// A pipeLane is one server's calls: the one in flight, and those queued
+// behind it.
+type pipeLane struct {
+	node    *redis.Client // the server's own client, as the latest call routed
+	busy    bool          // a call or pipeline is in flight
+	pending []*pipeCall   // the calls that queued meanwhile, in order
 }
 
 // pipeMax is the most calls one pipeline carries; more go in the next. A
@@ -54,23 +79,57 @@ type pipeCall struct {
 	taken bool          // in a pipeline (guarded by mu): its caller can no longer take it back
 }
 
-func newPipeScripter(c *redis.Client) *pipeScripter { return &pipeScripter{Client: c} }
+// newPipeScripter returns the pipeScripter of c, a single server's client,
+// or nil if c is of a kind it does not serve (a Ring).
+func newPipeScripter(c redis.UniversalClient) *pipeScripter {
+	p := &pipeScripter{Scripter: c, lanes: map[string]*pipeLane{}}
+	switch c := c.(type) {
+	case *redis.Client:
+		p.route = func(context.Context, string) (*redis.Client, string, bool) { return c, "", true }
+	case *redis.ClusterClient:
+		p.cluster = true
+		p.route = func(ctx context.Context, key string) (*redis.Client, string, bool) {
+			node, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return nil, "", false
+			}
+			return node, node.Options().Addr, true
+		}
+	default:
+		return nil
+	}
+	return p
+}
 
-// EvalSha runs the script now if nothing is in flight, else in the next
-// pipeline. A caller whose context ends while its call queues takes it back
-// (it was not sent); once its call is in a pipeline it returns at once, as
-// a call cut short does: the call may have run.
+// EvalSha runs the script now if nothing is in flight to its key's server,
+// else in that server's next pipeline. A caller whose context ends while
+// its call queues takes it back (it was not sent); once its call is in a
+// pipeline it returns at once, as a call cut short does: the call may have
+// run.
 func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if len(keys) == 0 {
+		return p.Scripter.EvalSha(ctx, sha, keys, args...)
+	}
+	node, addr, ok := p.route(ctx, keys[0])
+	if !ok {
+		return p.Scripter.EvalSha(ctx, sha, keys, args...)
+	}
 	p.mu.Lock()
-	if !p.busy {
-		p.busy = true
+	ln := p.lanes[addr]
+	if ln == nil {
+		ln = &pipeLane{}
+		p.lanes[addr] = ln
+	}
+	ln.node = node
+	if !ln.busy && !p.held {
+		ln.busy = true
 		p.mu.Unlock()
-		cmd := p.Client.EvalSha(ctx, sha, keys, args...)
-		p.next()
+		cmd := p.Scripter.EvalSha(ctx, sha, keys, args...)
+		p.next(ln)
 		return cmd
 	}
 	c := &pipeCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
-	p.pending = append(p.pending, c)
+	ln.pending = append(ln.pending, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
@@ -85,9 +144,9 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	default:
 	}
 	if !c.taken {
-		for i, o := range p.pending {
+		for i, o := range ln.pending {
 			if o == c {
-				p.pending = append(p.pending[:i], p.pending[i+1:]...)
+				ln.pending = append(ln.pending[:i], ln.pending[i+1:]...)
 				break
 			}
 		}
@@ -98,61 +157,102 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	return cmd
 }
 
-// next follows a call or pipeline that returned: it sends the calls that
-// queued meanwhile, on a goroutine of their own, or marks nothing in
-// flight.
-func (p *pipeScripter) next() {
+// next follows a call or pipeline to ln's server that returned: it sends
+// the calls that queued meanwhile, on a goroutine of their own, or marks
+// nothing in flight there.
+func (p *pipeScripter) next(ln *pipeLane) {
 	p.mu.Lock()
-	batch := p.take()
+	batch, node := p.take(ln)
 	p.mu.Unlock()
 	if batch != nil {
-		go p.flush(batch)
+		go p.flush(ln, node, batch)
 	}
 }
 
-// take returns the next pipeline's calls, marked taken, or nil (and nothing
-// is in flight any more) if none queue. p.mu is held.
-func (p *pipeScripter) take() []*pipeCall {
-	if len(p.pending) == 0 {
-		p.busy = false
-		return nil
+// release ends a hold (HoldPipe): each lane with calls queued and none in
+// flight sends them.
+func (p *pipeScripter) release() {
+	p.mu.Lock()
+	p.held = false
+	for _, ln := range p.lanes {
+		if ln.busy {
+			continue
+		}
+		if batch, node := p.take(ln); batch != nil {
+			ln.busy = true
+			go p.flush(ln, node, batch)
+		}
 	}
-	n := min(len(p.pending), pipeMax)
+	p.mu.Unlock()
+}
+
+// take returns ln's next pipeline's calls, marked taken, and the client of
+// its server; or nil (and nothing is in flight there any more) if none
+// queue, or while held. p.mu is held.
+func (p *pipeScripter) take(ln *pipeLane) ([]*pipeCall, *redis.Client) {
+	if len(ln.pending) == 0 || p.held {
+		ln.busy = false
+		return nil, nil
+	}
+	n := min(len(ln.pending), pipeMax)
 	batch := make([]*pipeCall, n)
-	copy(batch, p.pending)
+	copy(batch, ln.pending)
 	for _, c := range batch {
 		c.taken = true
 	}
-	rest := copy(p.pending, p.pending[n:])
-	clear(p.pending[rest:])
-	p.pending = p.pending[:rest]
+	rest := copy(ln.pending, ln.pending[n:])
+	clear(ln.pending[rest:])
+	ln.pending = ln.pending[:rest]
 	p.sent++
-	return batch
+	return batch, ln.node
 }
 
-// flush sends batch as one pipeline, then each pipeline that queued
-// meanwhile, until none did. A call alone goes as itself, on its caller's
-// context.
-func (p *pipeScripter) flush(batch []*pipeCall) {
+// flush sends batch to node as one pipeline, then each pipeline that
+// queued in ln meanwhile, until none did. A call alone goes as itself, on
+// its caller's context, through the client.
+func (p *pipeScripter) flush(ln *pipeLane, node *redis.Client, batch []*pipeCall) {
 	for batch != nil {
 		if len(batch) == 1 {
 			c := batch[0]
-			c.cmd = p.Client.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+			c.cmd = p.Scripter.EvalSha(c.ctx, c.sha, c.keys, c.args...)
 		} else {
 			ctx := pipeContext(batch)
-			pipe := p.Client.Pipeline()
+			pipe := node.Pipeline()
 			for _, c := range batch {
 				c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
 			}
 			_, _ = pipe.Exec(ctx) // each call's error is its own cmd's
+			if p.cluster {
+				for _, c := range batch {
+					if redirected(c.cmd.Err()) {
+						c.cmd = p.Scripter.EvalSha(c.ctx, c.sha, c.keys, c.args...)
+					}
+				}
+			}
 		}
 		for _, c := range batch {
 			close(c.done)
 		}
 		p.mu.Lock()
-		batch = p.take()
+		batch, node = p.take(ln)
 		p.mu.Unlock()
 	}
+}
+
+// redirected reports a Cluster master's refusal of a call that did not
+// run there: MOVED or ASK (its slot is, or is moving, elsewhere), or
+// TRYAGAIN (its keys are split by a slot's migration).
+func redirected(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := redis.IsMovedError(err); ok {
+		return true
+	}
+	if _, ok := redis.IsAskError(err); ok {
+		return true
+	}
+	return redis.IsTryAgainError(err)
 }
 
 // pipeCtx is a pipeline's context: no caller's (one who leaves does not

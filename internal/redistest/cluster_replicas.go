@@ -53,6 +53,27 @@ func (c *Cluster) KillNode(t testing.TB, addr string) {
 	c.mu.Unlock()
 }
 
+// FreezeNode stops the node at addr with SIGSTOP, as a hung master: it
+// takes in commands and answers none until the returned thaw resumes it
+// (SIGCONT). The test's end thaws it too, if it still runs.
+func (c *Cluster) FreezeNode(t testing.TB, addr string) (thaw func()) {
+	t.Helper()
+	p := c.proc.Node(addr)
+	if p == nil {
+		t.Fatalf("redistest: FreezeNode(%s): no such node in cluster %v", addr, c.Addrs)
+	}
+	if err := p.Freeze(); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	thaw = func() {
+		if err := p.Thaw(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	}
+	t.Cleanup(func() { _ = p.Thaw() })
+	return thaw
+}
+
 // WaitSlotServed waits up to timeout until every live node agrees that the
 // slot of key belongs to one live master, none of them is flagged as failing
 // and all report cluster_state:ok, and that master answers ROLE as a master.
