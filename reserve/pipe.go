@@ -75,8 +75,9 @@ type pipeCall struct {
 	keys  []string
 	args  []any
 	cmd   *redis.Cmd    // its outcome, set before done closes
-	done  chan struct{} // closed when cmd is set
-	taken bool          // in a pipeline (guarded by mu): its caller can no longer take it back
+	done  chan struct{} // closed when cmd is set, or when alone is
+	taken bool          // in a pipeline, or its turn to go alone (guarded by mu): its caller can no longer take it back
+	alone bool          // it queued alone: its caller sends it, on its own goroutine, then passes the lane on (set before done closes)
 }
 
 // newPipeScripter returns the pipeScripter of c, a single server's client,
@@ -133,38 +134,62 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	p.mu.Unlock()
 	select {
 	case <-c.done:
+		if c.alone {
+			cmd := p.Scripter.EvalSha(ctx, sha, keys, args...)
+			p.next(ln)
+			return cmd
+		}
 		return c.cmd
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
-	select {
-	case <-c.done:
+	if c.alone {
+		// Its turn came meanwhile (its done closes, or has): it is not
+		// sent, and the lane goes on.
 		p.mu.Unlock()
-		return c.cmd // (its pipeline returned meanwhile)
-	default:
-	}
-	if !c.taken {
-		for i, o := range ln.pending {
-			if o == c {
-				ln.pending = append(ln.pending[:i], ln.pending[i+1:]...)
-				break
+		p.next(ln)
+	} else {
+		select {
+		case <-c.done:
+			p.mu.Unlock()
+			return c.cmd // (its pipeline returned meanwhile)
+		default:
+		}
+		if !c.taken {
+			for i, o := range ln.pending {
+				if o == c {
+					ln.pending = append(ln.pending[:i], ln.pending[i+1:]...)
+					break
+				}
 			}
 		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sha}, len(keys))...)
 	cmd.SetErr(ctx.Err())
 	return cmd
 }
 
 // next follows a call or pipeline to ln's server that returned: it sends
-// the calls that queued meanwhile, on a goroutine of their own, or marks
-// nothing in flight there.
+// the calls that queued meanwhile (on a goroutine of their own; one that
+// queued alone, its caller sends), or marks nothing in flight there.
 func (p *pipeScripter) next(ln *pipeLane) {
 	p.mu.Lock()
 	batch, node := p.take(ln)
 	p.mu.Unlock()
-	if batch != nil {
+	p.send(ln, node, batch)
+}
+
+// send sends batch, taken from ln: a call alone is handed back to its
+// caller, which is waiting for it (no goroutine, and one wake-up where a
+// goroutine of its own would cost two); more go as one pipeline on a
+// goroutine of their own (flush).
+func (p *pipeScripter) send(ln *pipeLane, node *redis.Client, batch []*pipeCall) {
+	switch len(batch) {
+	case 0:
+	case 1:
+		close(batch[0].done) // (alone, set by take)
+	default:
 		go p.flush(ln, node, batch)
 	}
 }
@@ -174,21 +199,30 @@ func (p *pipeScripter) next(ln *pipeLane) {
 func (p *pipeScripter) release() {
 	p.mu.Lock()
 	p.held = false
+	type sending struct {
+		ln    *pipeLane
+		node  *redis.Client
+		batch []*pipeCall
+	}
+	var out []sending
 	for _, ln := range p.lanes {
 		if ln.busy {
 			continue
 		}
 		if batch, node := p.take(ln); batch != nil {
 			ln.busy = true
-			go p.flush(ln, node, batch)
+			out = append(out, sending{ln, node, batch})
 		}
 	}
 	p.mu.Unlock()
+	for _, s := range out {
+		p.send(s.ln, s.node, s.batch)
+	}
 }
 
-// take returns ln's next pipeline's calls, marked taken, and the client of
-// its server; or nil (and nothing is in flight there any more) if none
-// queue, or while held. p.mu is held.
+// take returns ln's next pipeline's calls, marked taken (and alone, if it
+// is one call), and the client of its server; or nil (and nothing is in
+// flight there any more) if none queue, or while held. p.mu is held.
 func (p *pipeScripter) take(ln *pipeLane) ([]*pipeCall, *redis.Client) {
 	if len(ln.pending) == 0 || p.held {
 		ln.busy = false
@@ -200,6 +234,7 @@ func (p *pipeScripter) take(ln *pipeLane) ([]*pipeCall, *redis.Client) {
 	for _, c := range batch {
 		c.taken = true
 	}
+	batch[0].alone = n == 1
 	rest := copy(ln.pending, ln.pending[n:])
 	clear(ln.pending[rest:])
 	ln.pending = ln.pending[:rest]
@@ -207,26 +242,21 @@ func (p *pipeScripter) take(ln *pipeLane) ([]*pipeCall, *redis.Client) {
 	return batch, ln.node
 }
 
-// flush sends batch to node as one pipeline, then each pipeline that
-// queued in ln meanwhile, until none did. A call alone goes as itself, on
-// its caller's context, through the client.
+// flush sends batch (two calls or more) to node as one pipeline, then each
+// pipeline that queued in ln meanwhile, until none did, or one call alone
+// did (its caller sends it: send).
 func (p *pipeScripter) flush(ln *pipeLane, node *redis.Client, batch []*pipeCall) {
-	for batch != nil {
-		if len(batch) == 1 {
-			c := batch[0]
-			c.cmd = p.Scripter.EvalSha(c.ctx, c.sha, c.keys, c.args...)
-		} else {
-			ctx := pipeContext(batch)
-			pipe := node.Pipeline()
+	for len(batch) > 1 {
+		ctx := pipeContext(batch)
+		pipe := node.Pipeline()
+		for _, c := range batch {
+			c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx) // each call's error is its own cmd's
+		if p.cluster {
 			for _, c := range batch {
-				c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
-			}
-			_, _ = pipe.Exec(ctx) // each call's error is its own cmd's
-			if p.cluster {
-				for _, c := range batch {
-					if redirected(c.cmd.Err()) {
-						c.cmd = p.Scripter.EvalSha(c.ctx, c.sha, c.keys, c.args...)
-					}
+				if redirected(c.cmd.Err()) {
+					c.cmd = p.Scripter.EvalSha(c.ctx, c.sha, c.keys, c.args...)
 				}
 			}
 		}
@@ -237,6 +267,7 @@ func (p *pipeScripter) flush(ln *pipeLane, node *redis.Client, batch []*pipeCall
 		batch, node = p.take(ln)
 		p.mu.Unlock()
 	}
+	p.send(ln, node, batch)
 }
 
 // redirected reports a Cluster master's refusal of a call that did not
