@@ -76,12 +76,12 @@ type pipeCall struct {
 	args  []any
 	cmd   *redis.Cmd    // its outcome, set before done closes
 	done  chan struct{} // closed when cmd is set, or when alone is
-	taken bool          // in a pipeline, or its turn to go alone (guarded by mu): its caller can no longer take it back
+	taken bool          // in a pipeline, or handed to its caller to send alone (guarded by mu): no longer in the queue
 	alone bool          // it queued alone: its caller sends it, on its own goroutine, then passes the lane on (set before done closes)
 }
 
-// newPipeScripter returns the pipeScripter of c, a single server's client,
-// or nil if c is of a kind it does not serve (a Ring).
+// newPipeScripter returns the pipeScripter of c, a single server's client
+// or a Cluster's, or nil if c is of a kind it does not serve (a Ring).
 func newPipeScripter(c redis.UniversalClient) *pipeScripter {
 	p := &pipeScripter{Scripter: c, lanes: map[string]*pipeLane{}}
 	switch c := c.(type) {
