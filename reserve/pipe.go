@@ -125,9 +125,7 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	if !ln.busy && !p.held {
 		ln.busy = true
 		p.mu.Unlock()
-		cmd := p.Scripter.EvalSha(ctx, sha, keys, args...)
-		p.next(ln)
-		return cmd
+		return p.sendNow(ctx, ln, sha, keys, args)
 	}
 	c := &pipeCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
 	ln.pending = append(ln.pending, c)
@@ -135,9 +133,7 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	select {
 	case <-c.done:
 		if c.alone {
-			cmd := p.Scripter.EvalSha(ctx, sha, keys, args...)
-			p.next(ln)
-			return cmd
+			return p.sendNow(ctx, ln, sha, keys, args)
 		}
 		return c.cmd
 	case <-ctx.Done():
@@ -167,6 +163,14 @@ func (p *pipeScripter) EvalSha(ctx context.Context, sha string, keys []string, a
 	}
 	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sha}, len(keys))...)
 	cmd.SetErr(ctx.Err())
+	return cmd
+}
+
+// sendNow sends a call on its caller's goroutine, the one in flight in
+// ln, then passes ln on.
+func (p *pipeScripter) sendNow(ctx context.Context, ln *pipeLane, sha string, keys []string, args []any) *redis.Cmd {
+	cmd := p.Scripter.EvalSha(ctx, sha, keys, args...)
+	p.next(ln)
 	return cmd
 }
 

@@ -26,7 +26,8 @@ import (
 // pipelining (a queue per master), pacer without (DisablePipelining), both
 // on a Cluster client made with go-redis's defaults (as a user makes one;
 // New then makes its own, set up as pacer needs it), and redis_rate's
-// Allow on the same client (if refused, sleep RetryAfter and try again).
+// Allow on the same client (redisRate.wait: if refused, sleep RetryAfter
+// and try again).
 // Each reports per admission the process's CPU, the masters' CPU (INFO
 // cpu, summed over the 3) and their script calls (commandstats), beside
 // admissions per second and the machine's steal over the row.
@@ -69,24 +70,8 @@ func BenchmarkClusterCold(b *testing.B) {
 			b.Run("pacer, pipelined", pacerRow(reserve.Options{}, together))
 			b.Run("pacer, DisablePipelining", pacerRow(reserve.Options{DisablePipelining: true}, together))
 			b.Run("redis_rate", func(b *testing.B) {
-				cc := newClient(b)
-				rl := redis_rate.NewLimiter(cc)
-				lim := redis_rate.Limit{Rate: 1, Period: time.Second, Burst: 1}
-				clusterColdRow(b, c, names, together, func(ctx context.Context, key string) error {
-					for {
-						res, err := rl.Allow(ctx, key, lim)
-						if err != nil || res.Allowed > 0 {
-							return err
-						}
-						t := time.NewTimer(res.RetryAfter)
-						select {
-						case <-ctx.Done():
-							t.Stop()
-							return ctx.Err()
-						case <-t.C:
-						}
-					}
-				})
+				rr := &redisRate{l: redis_rate.NewLimiter(newClient(b)), lim: redis_rate.Limit{Rate: 1, Period: time.Second, Burst: 1}}
+				clusterColdRow(b, c, names, together, rr.wait)
 			})
 		})
 	}
