@@ -153,6 +153,19 @@ func (g *rig) values(t *testing.T, name string) map[string]float64 {
 	return out
 }
 
+// moved is how many fresh slots the Waits took (pacer.rate_limiting.moved,
+// every reason): each is one more grant in pacer.rate_limiting.requests. A
+// Wait that wakes later than its slot allows (MaxLateness) takes one, which
+// a loaded machine can cause at any rate.
+func (g *rig) moved(t *testing.T) float64 {
+	t.Helper()
+	n := 0.0
+	for _, v := range g.values(t, "pacer.rate_limiting.moved") {
+		n += v
+	}
+	return n
+}
+
 // counts returns each data point of a histogram's count by its
 // attributes, and checks its bucket boundaries.
 func (g *rig) counts(t *testing.T, name string, bounds []float64) map[string]uint64 {
