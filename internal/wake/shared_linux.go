@@ -15,8 +15,11 @@ import (
 // waking tens of thousands of sleepers a second spent a third of its CPU
 // there. The shared timer is armed for the earliest deadline; one goroutine
 // reads it through Go's poller, wakes every sleeper whose deadline has
-// come, and arms it for the next. It exists only while someone sleeps: the
-// goroutine closes the timerfd and ends when no sleeper is left.
+// come, and arms it for the next. It exists only while someone sleeps, and
+// Linger after: the goroutine closes the timerfd and ends when no sleeper
+// has come for Linger. (Closed as soon as the last sleeper left, a sleeper
+// alone in its process, a cold key's Wait, made and closed a timerfd for
+// itself: BenchmarkLoneSleep.)
 //
 // The timer is armed for Slack after the earliest deadline, and each expiry
 // wakes every sleeper whose deadline has come: sleepers whose deadlines lie
@@ -29,12 +32,20 @@ var shared sharedTimer
 // so that sleepers close together share one expiry.
 const Slack = 50 * time.Microsecond
 
+// Linger is how long the shared timer outlives its last sleeper, waiting
+// for the next: a timer armed once per Linger while nobody sleeps, and one
+// parked goroutine.
+const Linger = time.Second
+
 type sharedTimer struct {
 	mu      sync.Mutex
 	waiters waiterHeap
 	f       *os.File // the timerfd, while the goroutine runs; nil otherwise
 	fd      int
 	armed   time.Time // the deadline the timerfd is set for; zero: none
+	// idleSince: when the goroutine found no sleeper left (it lingers
+	// until Linger after); zero while someone sleeps.
+	idleSince time.Time
 }
 
 type waiter struct {
@@ -93,19 +104,28 @@ func (s *sharedTimer) loop(f *os.File) {
 			w := heap.Pop(&s.waiters).(waiter)
 			w.done <- err == nil || !w.deadline.After(now)
 		}
+		lingered := !s.idleSince.IsZero() && !now.Before(s.idleSince.Add(Linger))
 		s.armed = time.Time{}
 		if len(s.waiters) == 0 {
-			s.f = nil
+			if s.idleSince.IsZero() {
+				s.idleSince = now
+			}
+			if err == nil && !lingered && s.arm(s.idleSince.Add(Linger)) {
+				s.mu.Unlock()
+				continue
+			}
+			s.f, s.idleSince = nil, time.Time{}
 			s.mu.Unlock()
 			f.Close()
 			return
 		}
+		s.idleSince = time.Time{}
 		if !s.arm(s.waiters[0].deadline.Add(Slack)) {
 			// Wake them all; each sleeps out its rest on Go's timer.
 			for len(s.waiters) > 0 {
 				heap.Pop(&s.waiters).(waiter).done <- false
 			}
-			s.f = nil
+			s.f, s.idleSince = nil, time.Time{}
 			s.mu.Unlock()
 			f.Close()
 			return
