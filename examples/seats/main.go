@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/examples/internal/demo"
@@ -139,11 +140,26 @@ func (s summary) String() string {
 
 // proc is a running worker process and what its lines told.
 type proc struct {
-	index int
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	open  map[int64]string // call id -> host: calls under way
-	done  chan struct{}
+	index  int
+	cmd    *exec.Cmd
+	stdout *os.File     // the read end of its stdout
+	read   atomic.Int64 // bytes read from stdout
+	mu     sync.Mutex
+	lines  int64            // bytes of the lines handled (guarded by mu)
+	open   map[int64]string // call id -> host: calls under way (guarded by mu)
+	done   chan struct{}
+}
+
+// counted counts the bytes read from a process's stdout (proc.read).
+type counted struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c counted) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // run crawls and returns the summary; its lines go to out.
@@ -204,18 +220,21 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 			return summary{}, err
 		}
 		pr := &proc{index: i, cmd: cmd, open: map[int64]string{}, done: make(chan struct{})}
+		pr.stdout, _ = stdout.(*os.File)
 		procs[i] = pr
 		go func() {
 			// Each line: "s <id> <host> <slot ns>" a call starts,
 			// "e <id>" it ended.
-			sc := bufio.NewScanner(stdout)
+			sc := bufio.NewScanner(counted{stdout, &pr.read})
 			for sc.Scan() {
 				f := strings.Fields(sc.Text())
+				pr.mu.Lock()
+				pr.lines += int64(len(sc.Bytes())) + 1
 				if len(f) < 2 {
+					pr.mu.Unlock()
 					continue
 				}
 				id, _ := strconv.ParseInt(f[1], 10, 64)
-				pr.mu.Lock()
 				switch {
 				case f[0] == "s" && len(f) == 4:
 					pr.open[id] = f[2]
@@ -243,7 +262,10 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 		time.Sleep(time.Until(start.Add(c.KillAt)))
 		killed = procs[0]
 		// Wait for the victim to be mid-call (it always is, soon: its
-		// workers outnumber its share of the seats).
+		// workers outnumber its share of the seats). Where the process can
+		// be stopped (stopMidCall), it is stopped and its last lines read
+		// first, so that a call it ended just before is not taken for one
+		// under way: it is killed only in the middle of a call.
 		var held map[string]int
 		for {
 			killed.mu.Lock()
@@ -253,7 +275,12 @@ func run(ctx context.Context, c config, out io.Writer) (summary, error) {
 			}
 			killed.mu.Unlock()
 			if len(held) > 0 {
-				break
+				if h, stopped := killed.stopMidCall(); !stopped || len(h) > 0 {
+					if stopped {
+						held = h
+					}
+					break
+				}
 			}
 			select {
 			case <-killed.done:
