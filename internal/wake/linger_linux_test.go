@@ -12,9 +12,11 @@ import (
 // TestSharedTimerLingers: a sleeper that comes after the last one left,
 // within Linger, sleeps on the same timerfd (before, the goroutine closed
 // it as the last sleeper left, and a sleeper alone in its process made
-// and closed one of its own each time: six system calls a sleep); once no
-// sleeper has come for Linger, the goroutine closes it and ends. Each
-// sleep still ends at or after its deadline.
+// and closed one of its own each time: six system calls a sleep); the
+// linger counts from the last sleeper's wake (a sleeper every few hundred
+// ms keeps the timer for good); once no sleeper has come for Linger, the
+// goroutine closes it and ends. Each sleep still ends at or after its
+// deadline.
 func TestSharedTimerLingers(t *testing.T) {
 	current := func() (f *os.File, fd int) {
 		shared.mu.Lock()
@@ -36,6 +38,13 @@ func TestSharedTimerLingers(t *testing.T) {
 		require.False(t, time.Now().Before(deadline), "sleep %d woke early", i)
 		f, _ := current()
 		require.NotNil(t, f, "sleep %d: the timer ended as its last sleeper left", i)
+		// The linger counts from this sleeper's wake, not from when the
+		// timer first found itself idle: a sleeper every few hundred ms
+		// keeps it for good.
+		shared.mu.Lock()
+		idle := shared.idleSince
+		shared.mu.Unlock()
+		require.False(t, idle.Before(deadline), "sleep %d: the timer lingers from %v, before this sleeper's deadline %v", i, idle, deadline)
 		if f != first {
 			// Only a test left off the CPU for Linger between two sleeps
 			// sees the timer end and a new one made.

@@ -43,8 +43,8 @@ type sharedTimer struct {
 	f       *os.File // the timerfd, while the goroutine runs; nil otherwise
 	fd      int
 	armed   time.Time // the deadline the timerfd is set for; zero: none
-	// idleSince: when the goroutine found no sleeper left (it lingers
-	// until Linger after); zero while someone sleeps.
+	// idleSince: when the goroutine woke the last sleeper and found none
+	// left (it lingers until Linger after); zero while someone sleeps.
 	idleSince time.Time
 }
 
@@ -100,9 +100,14 @@ func (s *sharedTimer) loop(f *os.File) {
 		_, err := f.Read(expirations[:])
 		s.mu.Lock()
 		now := time.Now()
+		woke := false
 		for len(s.waiters) > 0 && (err != nil || !s.waiters[0].deadline.After(now)) {
 			w := heap.Pop(&s.waiters).(waiter)
 			w.done <- err == nil || !w.deadline.After(now)
+			woke = true
+		}
+		if woke {
+			s.idleSince = time.Time{} // the linger counts from the last sleeper woken
 		}
 		lingered := !s.idleSince.IsZero() && !now.Before(s.idleSince.Add(Linger))
 		s.armed = time.Time{}
