@@ -154,9 +154,9 @@ func TestWaitRefusedSpan(t *testing.T) {
 
 	assert.Equal(t, map[string]float64{"pacer.band=daily,pacer.rate_limiting.reason=deadline": 1}, g.values(t, "pacer.rate_limiting.refused"))
 	// The first Wait is granted once, and once more each time it woke
-	// later than its slot allows (MaxLateness, half a slot interval: a
-	// loaded machine's CI once left it off the CPU that long at 100/s)
-	// and took a fresh slot.
+	// later than its slot allows (MaxLateness: half a slot interval, 5 ms
+	// at the 100/s this test used when a loaded CI machine left it off
+	// the CPU that long) and took a fresh slot.
 	assert.Equal(t, map[string]float64{"pacer.band=none,pacer.source=redis": 1 + g.moved(t)}, g.values(t, "pacer.rate_limiting.requests"))
 	assert.Equal(t, "{request}", g.unit(t, "pacer.rate_limiting.refused"))
 }
