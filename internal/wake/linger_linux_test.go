@@ -18,25 +18,25 @@ import (
 // goroutine closes it and ends. Each sleep still ends at or after its
 // deadline.
 func TestSharedTimerLingers(t *testing.T) {
-	current := func() (f *os.File, fd int) {
+	current := func() *os.File {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
-		return shared.f, shared.fd
+		return shared.f
 	}
 	// Whatever an earlier test left lingering ends first.
-	require.Eventually(t, func() bool { f, _ := current(); return f == nil }, 10*time.Second+Linger, time.Millisecond)
+	require.Eventually(t, func() bool { return current() == nil }, 10*time.Second+Linger, time.Millisecond)
 
 	deadline := time.Now().Add(time.Millisecond)
 	require.True(t, preciseUntil(deadline))
 	assert.False(t, time.Now().Before(deadline), "woke early")
-	first, _ := current()
+	first := current()
 	require.NotNil(t, first, "the timer ended as its last sleeper left")
 	renewed := 0
 	for i := range 20 {
 		deadline := time.Now().Add(200 * time.Microsecond)
 		require.True(t, preciseUntil(deadline))
 		require.False(t, time.Now().Before(deadline), "sleep %d woke early", i)
-		f, _ := current()
+		f := current()
 		require.NotNil(t, f, "sleep %d: the timer ended as its last sleeper left", i)
 		// The linger counts from this sleeper's wake, not from when the
 		// timer first found itself idle: a sleeper every few hundred ms
@@ -53,6 +53,6 @@ func TestSharedTimerLingers(t *testing.T) {
 		}
 	}
 	t.Logf("a new timer %d times in 20 sleeps", renewed)
-	require.Eventually(t, func() bool { f, _ := current(); return f == nil }, 10*time.Second+Linger, time.Millisecond,
+	require.Eventually(t, func() bool { return current() == nil }, 10*time.Second+Linger, time.Millisecond,
 		"the timer outlived its last sleeper by more than Linger")
 }
