@@ -56,10 +56,17 @@ func (p *Process) Exited() bool {
 func (p *Process) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
 
 // launch starts sp on port in the new directory dir and waits until it
-// answers. It neither reserves nor releases the port: the caller owns it.
-func launch(sp Spec, dir string, port int) (*Process, error) {
+// answers; nodes, if not nil, is its cluster configuration (nodes.conf)
+// from before. It neither reserves nor releases the port: the caller owns
+// it.
+func launch(sp Spec, dir string, port int, nodes []byte) (*Process, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
+	}
+	if nodes != nil {
+		if err := os.WriteFile(filepath.Join(dir, "nodes.conf"), nodes, 0o600); err != nil {
+			return nil, err
+		}
 	}
 	var args []string
 	if sp.Config != "" {

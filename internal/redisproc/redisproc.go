@@ -104,10 +104,22 @@ func (s *Server) tryStart() error {
 }
 
 // launch starts a process on s.port in a new subdirectory. s.mu is held,
-// or s is not shared yet.
+// or s is not shared yet. A cluster node (Spec.ClusterBus) started again
+// takes its last process's cluster configuration (nodes.conf) with it, as
+// a node restarted on its own disk does: it comes back as the same node,
+// owning the same slots, with no data.
 func (s *Server) launch() error {
 	s.launches++
-	p, err := launch(s.spec, filepath.Join(s.dir, fmt.Sprintf("%d-%d", s.launches, s.port)), s.port)
+	dir := filepath.Join(s.dir, fmt.Sprintf("%d-%d", s.launches, s.port))
+	var nodes []byte
+	if s.spec.ClusterBus && s.launches > 1 {
+		b, err := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf("%d-%d", s.launches-1, s.port), "nodes.conf"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		nodes = b
+	}
+	p, err := launch(s.spec, dir, s.port, nodes)
 	if err != nil {
 		return err
 	}

@@ -81,3 +81,40 @@ func TestWaitReadyRejectsForeignServer(t *testing.T) {
 	err := p.waitReady(time.Second)
 	assert.ErrorContains(t, err, "port answered by another server")
 }
+
+// TestClusterNodeRestartKeepsItsSlots: a master restarted (Restart) comes
+// back as the same node with the same slots, as one restarted on its own
+// disk does, and empty; the cluster serves its slots again.
+func TestClusterNodeRestartKeepsItsSlots(t *testing.T) {
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Skip("redis-cli is not on PATH")
+	}
+	start(t, Spec{}) // skips without redis-server
+	c, err := StartCluster(ClusterSpec{Masters: 3})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Masters})
+	defer rdb.Close()
+	require.NoError(t, rdb.Set(ctx, "k", "v", 0).Err())
+	slot, err := c.KeySlot("k")
+	require.NoError(t, err)
+	owner, err := c.SlotOwner(slot)
+	require.NoError(t, err)
+
+	node := c.Node(owner.Addr)
+	require.NotNil(t, node)
+	require.NoError(t, node.Restart())
+	served, err := c.WaitSlotServed(slot, 20*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, owner.Addr, served, "the restarted node serves its slot again")
+	after, err := c.SlotOwner(slot)
+	require.NoError(t, err)
+	assert.Equal(t, owner.ID, after.ID, "the same node, by its id")
+	nc := nodeClient(owner.Addr)
+	defer nc.Close()
+	n, err := nc.DBSize(ctx).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "restarted empty")
+}
