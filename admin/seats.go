@@ -67,7 +67,7 @@ func (a *Client) readSeats(ctx context.Context, key string) (SeatStatus, error) 
 	}
 	seats, queue, _ := layout.SeatKeys(a.prefix, key)
 	beat := strconv.FormatInt(max(a.beat.Milliseconds(), 1), 10)
-	res, err := seatsScript.Run(ctx, a.rdb, []string{seats, queue, layout.EventsChannel(a.prefix)},
+	res, err := seatsScript.Run(ctx, a.rdb, []string{seats, queue},
 		"read", adminSeatMember, strings.Join(listed, " "), "", "1", "1", beat+" 0 0 0").Slice()
 	if err != nil {
 		return SeatStatus{}, err

@@ -152,3 +152,30 @@ func TestSetInFlight(t *testing.T) {
 	_, err = a.Status(ctx, "host")
 	assert.ErrorIs(t, err, reserve.ErrStoredLimit)
 }
+
+// TestSeatsStatusOnCluster: Status reads a key's in-flight band on a Redis
+// Cluster (seats.lua once took the fleet's events channel as a KEY, in
+// another hash slot: CROSSSLOT).
+func TestSeatsStatusOnCluster(t *testing.T) {
+	c := redistest.NewCluster(t, 3)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	rdb := c.NewClient(t)
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	a, err := admin.New(rdb, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	pol := reserve.Policy{{Name: "open", Unit: "requests", InFlight: 2}}
+	r, err := l.Acquire(ctx, reserve.Request{Key: "crawl", Policy: pol, Cost: reserve.Cost{"requests": 1}})
+	require.NoError(t, err)
+	st, err := a.Status(ctx, "crawl")
+	require.NoError(t, err)
+	require.NotNil(t, st.Seats)
+	assert.Equal(t, 1, st.Seats.Used)
+	r.Done()
+	st, err = a.Status(ctx, "crawl")
+	require.NoError(t, err)
+	require.NotNil(t, st.Seats)
+	assert.Equal(t, 0, st.Seats.Used)
+}

@@ -2,7 +2,11 @@
 -- fleet-wide. A call takes its seats before its slot and gives them back
 -- when it ends; a call that finds no seat free waits in the key's queue,
 -- in order, and the call that frees a seat hands it to the queue's head in
--- the same script (a hand-off), announced on the fleet's events channel.
+-- the same script (a hand-off), announced on the fleet's events channel,
+-- "<prefix>{limiters}:events", the prefix read off KEYS[1] as core.lua's
+-- publish reads it. The channel is no key of the call: on a Redis Cluster
+-- a script's keys must share one hash slot, and the channel's tag is the
+-- fleet's, not the key's (as KEYS[3] once, every call failed CROSSSLOT).
 -- Seats are held by the fleet's members (heartbeat.lua's ranks), not by a
 -- timeout: the seats of a member the fleet no longer lists are dropped by
 -- the next call on the key, and a member held by the fleet (silent, or
@@ -19,13 +23,12 @@
 --          A holder is a member's rank, or "i<limiter id>" for a Limiter
 --          that has no rank yet. A ticket is "<limiter id>.<n>".
 -- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
--- KEYS[3]  the fleet's events channel
--- KEYS[4]  an operator's N (admin.Client.SetInFlight, pacer set
+-- KEYS[3]  an operator's N (admin.Client.SetInFlight, pacer set
 --          --in-flight): a string "1" to "1000000", without expiry, so that
 --          it outlives the seats of a key gone idle; absent (or not one):
 --          the caller's ARGV[5]. The local store has none: a process pacing
 --          locally uses the N its last reply on Redis gave (ARGV[5]).
--- KEYS[5]  the tickets, a hash, read a field at a time (whole only by
+-- KEYS[4]  the tickets, a hash, read a field at a time (whole only by
 --          renew): "s:<ticket>" -> "<holder> <cost>", seats a call holds;
 --          "w:<ticket>" -> "<holder> <cost>", a call waiting. A ticket
 --          whose holder is gone (or whose holder's place another Limiter
@@ -103,7 +106,7 @@
 --          <limiter id> <seats>"...}; writes nothing. (Held members' shares
 --          are not counted in it.)
 
-local H, Q, T = KEYS[1], KEYS[2], KEYS[5]
+local H, Q, T = KEYS[1], KEYS[2], KEYS[4]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local op = ARGV[1]
@@ -112,7 +115,7 @@ if not me then
   return redis.error_reply('PACER_ARG seats: member ' .. tostring(ARGV[2]))
 end
 if op ~= 'read' and not T then
-  return redis.error_reply('PACER_ARG seats: ' .. tostring(op) .. ' needs the tickets key (KEYS[5])')
+  return redis.error_reply('PACER_ARG seats: ' .. tostring(op) .. ' needs the tickets key (KEYS[4])')
 end
 n = tonumber(n)
 local codeN = tonumber(ARGV[5])
@@ -143,8 +146,8 @@ for r in string.gmatch(ARGV[4], '%S+') do held[r] = true end
 
 -- N: an operator's, else the caller's.
 local N = codeN
-if KEYS[4] then
-  local s = redis.pcall('GET', KEYS[4])
+if KEYS[3] then
+  local s = redis.pcall('GET', KEYS[3])
   local v = type(s) == 'string' and tonumber(s) or nil
   if v and v >= 1 and v <= 1000000 and v == math.floor(v) then N = v end
 end
@@ -329,7 +332,10 @@ local function handoff()
     out[#out + 1] = tk
   end
   if #out > 0 and mode ~= 'l' then
-    redis.pcall('PUBLISH', KEYS[3], 'seat ' .. H .. ' ' .. table.concat(out, ' '))
+    local prefix = string.match(H, '^(.-){')
+    if prefix then
+      redis.pcall('PUBLISH', prefix .. '{limiters}:events', 'seat ' .. H .. ' ' .. table.concat(out, ' '))
+    end
   end
   return out
 end

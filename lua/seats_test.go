@@ -98,10 +98,10 @@ func TestSeatsStaleCallDropsNothing(t *testing.T) {
 	}
 }
 
-// seatsRig returns a real Redis, seats.lua and its KEYS (seats, queue,
-// events, an operator's N, tickets) under a prefix of t's own.
+// seatsRig returns a real Redis, seats.lua and its KEYS (seats, queue, an
+// operator's N, tickets) under a prefix of t's own.
 func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
 	p := redistest.Prefix(t)
 	return redistest.New(t), redis.NewScript(lua.Seats),
-		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{limiters}:events", p + "{s}:seatn", p + "{s}:seatt"}
+		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{s}:seatn", p + "{s}:seatt"}
 }

@@ -205,11 +205,11 @@ func (ks *keyState) dropTicket(id string) {
 }
 
 // seatKeys are the Redis keys of key's in-flight band: the seats, the
-// queue, the fleet's events channel, an operator's N and the tickets
-// (seats.lua's KEYS[1...5]).
+// queue, an operator's N and the tickets (seats.lua's KEYS[1...4]), all in
+// the key's hash slot.
 func (l *Limiter) seatKeys(key string) []string {
 	seats, queue, storedN := layout.SeatKeys(l.opts.KeyPrefix, key)
-	return []string{seats, queue, layout.EventsChannel(l.opts.KeyPrefix), storedN, layout.SeatTickets(l.opts.KeyPrefix, key)}
+	return []string{seats, queue, storedN, layout.SeatTickets(l.opts.KeyPrefix, key)}
 }
 
 // seatArgs are seats.lua's ARGV[2...7] for a call on Redis on ks's key.
@@ -704,7 +704,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 		if store && ks.seats != nil {
 			// Handed back: Redis counts this Limiter's seats again.
 			keys := l.seatKeys(ks.name)
-			l.store.Del(keys[0], keys[1], keys[4])
+			l.store.Del(keys[0], keys[1], keys[3])
 			ks.seats.store = false
 			for _, t := range ks.seats.tickets {
 				t.local.Store(false)

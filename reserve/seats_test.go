@@ -761,3 +761,48 @@ func TestSeatsEndDuringRenew(t *testing.T) {
 		assert.Equal(t, 0, st.Used, "the freed seat went to a cancelled call")
 	})
 }
+
+// TestSeatsOnCluster: an in-flight band on a Redis Cluster, from two
+// Limiters whose callers queue (the seats freed are handed to the queue's
+// head, announced on the fleet's events channel): every call is made,
+// never more than N open, and the seats read back empty. seats.lua once
+// took the events channel as a KEY, in another hash slot than the key's:
+// every call failed with CROSSSLOT (the combination runner on a Cluster).
+func TestSeatsOnCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewCluster(t, 3)
+	opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, Logger: quiet}
+	var lims []*reserve.Limiter
+	for range 2 {
+		l, err := reserve.New(c.NewClient(t), opts)
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		lims = append(lims, l)
+	}
+	ctx := context.Background()
+	var oc openCount
+	var made atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 6 {
+				r, err := lims[i%2].Acquire(ctx, seatsReq("seats:cluster", 2))
+				if !assert.NoError(t, err) {
+					return
+				}
+				oc.enter()
+				time.Sleep(time.Duration(1+(i+j)%3) * time.Millisecond)
+				oc.leave()
+				r.Done()
+				made.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(8*6), made.Load())
+	assert.LessOrEqual(t, oc.most.Load(), int64(2), "calls open at once")
+	st, err := reserve.ReadSeats(ctx, lims[0], "seats:cluster")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used, "seats still counted after every call ended")
+	assert.Equal(t, 0, st.Waiting)
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // The runner's watch of KeySeats's seats in Redis: it reads the tickets'
-// hash (lua/seats.lua's KEYS[5]: "s:<ticket>" -> "<holder> <cost>" held,
+// hash (lua/seats.lua's KEYS[4]: "s:<ticket>" -> "<holder> <cost>" held,
 // "w:<ticket>" waiting) and the holders' hash (KEYS[1]: "r:<holder>" ->
 // "<limiter id> <Unix ms> <seats>", Redis's count) every seatWatchEvery
 // through the run, and keeps a

@@ -13,7 +13,7 @@ import (
 )
 
 // TestReadSeats: the watcher reads the seats Redis counts, in the layout
-// seats.lua writes (the tickets' hash, KEYS[5]). Before, it read the
+// seats.lua writes (the tickets' hash, KEYS[4]). Before, it read the
 // holders' hash, where no ticket is: every snapshot of every run was
 // empty, and the judges reading them (a stopped holder's seats, the
 // tickets left at the end) had nothing to judge.

@@ -47,7 +47,7 @@ func SeatKeys(prefix, key string) (seats, queue, storedN string) {
 }
 
 // SeatTickets is the Redis key of key's in-flight band's tickets (the
-// seats each call holds, the calls waiting): seats.lua's KEYS[5].
+// seats each call holds, the calls waiting): seats.lua's KEYS[4].
 func SeatTickets(prefix, key string) string { return Key(prefix, key) + ":seatt" }
 
 // MaxInFlight bounds an in-flight band's N (reserve's Band.InFlight, and
