@@ -21,6 +21,13 @@ import (
 // ./integration/cmd/pacercombo -seeds 200` is the longer run.
 const comboSeeds = 5
 
+// comboClusterSeeds is TestCombinationCluster's budget: seeds 1 to
+// comboClusterSeeds on a Redis Cluster (about 20 s each). The same
+// variables choose them: PACER_COMBO_SEEDS=N runs seeds 1 to N there
+// too; `go run ./integration/cmd/pacercombo -cluster -seeds 30` is the
+// longer run.
+const comboClusterSeeds = 1
+
 // TestCombination runs the combination runner (package integration/combo)
 // on a fixed budget of seeds: each seed's scenario mixes calls of every
 // kind on six keys (two through pacehttp, one of them with a rate the
@@ -29,18 +36,37 @@ const comboSeeds = 5
 // of the fleet's processes (also in the first seconds after they start,
 // and Close while they pace locally) and CPU hogs, and is judged by what
 // the provider saw. A failing seed names the command that replays it.
-func TestCombination(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		// redistest's rule: no Redis is a skip, or a failure under CI.
-		if ci := os.Getenv("CI"); ci != "" {
-			t.Fatalf("redis-server is not on PATH: %v (CI=%q is set, so this is a failure, not a skip)", err, ci)
+func TestCombination(t *testing.T) { runCombination(t, false) }
+
+// TestCombinationCluster runs the same scenarios on a Redis Cluster of
+// three masters (combo.Config.Cluster, Scenario.ForCluster): every
+// process's Limiter on a ClusterClient, its script calls pipelined per
+// master, each Redis fault striking one master while the others serve.
+func TestCombinationCluster(t *testing.T) { runCombination(t, true) }
+
+// runCombination runs TestCombination's seeds, on a Cluster if cluster.
+func runCombination(t *testing.T, cluster bool) {
+	need := []string{"redis-server"}
+	if cluster {
+		need = append(need, "redis-cli") // redisproc.StartCluster joins the nodes with it
+	}
+	for _, bin := range need {
+		if _, err := exec.LookPath(bin); err != nil {
+			// redistest's rule: no Redis is a skip, or a failure under CI.
+			if ci := os.Getenv("CI"); ci != "" {
+				t.Fatalf("%s is not on PATH: %v (CI=%q is set, so this is a failure, not a skip)", bin, err, ci)
+			}
+			t.Skipf("%s is not on PATH: %v", bin, err)
 		}
-		t.Skipf("redis-server is not on PATH: %v", err)
 	}
 	// go-redis's own dial errors while the scenarios stop Redis, at Debug:
 	// off.
 	redis.SetLogger(reserve.RedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
-	seeds, err := comboSeedList()
+	budget := comboSeeds
+	if cluster {
+		budget = comboClusterSeeds
+	}
+	seeds, err := comboSeedList(budget)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +81,7 @@ func TestCombination(t *testing.T) {
 				t.Setenv("PACER_COMBO_PYTHON", "off")
 			}
 			for attempt := 1; ; attempt++ {
-				res, err := combo.Run(t.Context(), combo.Config{Seed: seed, Args: []string{"-test.run=^$"}})
+				res, err := combo.Run(t.Context(), combo.Config{Seed: seed, Args: []string{"-test.run=^$"}, Cluster: cluster})
 				if err != nil {
 					t.Fatalf("seed %d could not run: %v", seed, err)
 				}
@@ -69,7 +95,7 @@ func TestCombination(t *testing.T) {
 				var b strings.Builder
 				res.WriteReport(&b, false)
 				msg := fmt.Sprintf("seed %d failed (attempt %d of %d): %s\n%s\nreplay: %s", seed, attempt, comboAttempts,
-					countText(res.Verdict.Count()), b.String(), combo.ReplayCommand(seed))
+					countText(res.Verdict.Count()), b.String(), combo.ReplayCommand(seed, cluster))
 				if attempt == comboAttempts {
 					t.Error(msg)
 					return
@@ -98,8 +124,8 @@ var pythonQuarantine = map[uint64]string{}
 const comboAttempts = 3
 
 // comboSeedList returns the seeds to run: PACER_COMBO_SEED, else 1 to
-// PACER_COMBO_SEEDS, else 1 to comboSeeds.
-func comboSeedList() ([]uint64, error) {
+// PACER_COMBO_SEEDS, else 1 to budget.
+func comboSeedList(budget int) ([]uint64, error) {
 	if s := os.Getenv("PACER_COMBO_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || seed == 0 {
@@ -107,7 +133,7 @@ func comboSeedList() ([]uint64, error) {
 		}
 		return []uint64{seed}, nil
 	}
-	n := comboSeeds
+	n := budget
 	if s := os.Getenv("PACER_COMBO_SEEDS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {

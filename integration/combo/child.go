@@ -24,11 +24,14 @@ import (
 
 // ChildSpec tells a fleet process where everything is.
 type ChildSpec struct {
-	ID       string // "1", or "1b" for the process started again in slot 1
-	Seed     uint64
-	Redis    string // host:port
-	Prefix   string // the run's KeyPrefix
-	Provider string // the provider's base URL
+	ID    string // "1", or "1b" for the process started again in slot 1
+	Seed  uint64
+	Redis string // host:port
+	// Cluster: a Cluster's masters (host:port), in a run on a Cluster;
+	// Redis is then empty.
+	Cluster  []string `json:",omitempty"`
+	Prefix   string   // the run's KeyPrefix
+	Provider string   // the provider's base URL
 	// Script, if set, makes the process a Python child: it execs
 	// pythonBin on this script (python.go).
 	Script string `json:",omitempty"`
@@ -94,7 +97,14 @@ func childMain(spec ChildSpec) error {
 	// go-redis's own dial errors (several per failed call) at Debug, off.
 	redis.SetLogger(reserve.RedisLogger(slog.New(stderr)))
 
-	rdb := redis.NewClient(&redis.Options{Addr: spec.Redis})
+	// The quick start's client, or on a Cluster a ClusterClient with
+	// go-redis's defaults.
+	var rdb redis.UniversalClient
+	if len(spec.Cluster) > 0 {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: spec.Cluster})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: spec.Redis})
+	}
 	defer rdb.Close()
 	sm := newSeatMetrics()
 	l, err := reserve.New(rdb, reserve.Options{

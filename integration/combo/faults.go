@@ -9,44 +9,81 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// injector breaks the run's redis-server and mends it. Its faults never
-// overlap (Generate places them one after the other).
+// injector breaks the run's redis-server, or one master of its Cluster,
+// and mends it. Its faults never overlap (Generate places them one after
+// the other).
 type injector struct {
 	srv     *redisproc.Server
-	proxies []*slowProxy  // each fleet slot's way to srv in a seed that draws a slow Redis; else none
-	rdb     *redis.Client // CONFIG SET and CLIENT PAUSE, MaxRetries -1
+	cluster *redisproc.Cluster // a run on a Cluster: each fault strikes Event.Node's master
+	proxies []*slowProxy       // each fleet slot's way to srv in a seed that draws a slow Redis; else none
+	rdb     []*redis.Client    // CONFIG SET and CLIENT PAUSE, MaxRetries -1: srv's, or each master's
 }
 
-func newInjector(srv *redisproc.Server, proxies []*slowProxy) *injector {
-	return &injector{srv: srv, proxies: proxies, rdb: redis.NewClient(&redis.Options{
-		Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
-	})}
+func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, proxies []*slowProxy) *injector {
+	in := &injector{srv: srv, cluster: cluster, proxies: proxies}
+	var addrs []string
+	if cluster != nil {
+		addrs = cluster.Masters
+	} else {
+		addrs = []string{srv.Addr()}
+	}
+	for _, addr := range addrs {
+		in.rdb = append(in.rdb, redis.NewClient(&redis.Options{
+			Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
+		}))
+	}
+	return in
 }
 
-func (in *injector) close() { _ = in.rdb.Close() }
+func (in *injector) close() {
+	for _, c := range in.rdb {
+		_ = c.Close()
+	}
+}
+
+// target returns the server e strikes, and a client of it: the run's
+// redis-server, or on a Cluster the master e.Node.
+func (in *injector) target(e Event) (*redisproc.Server, *redis.Client, error) {
+	if in.cluster == nil {
+		return in.srv, in.rdb[0], nil
+	}
+	if e.Node < 1 || e.Node > len(in.cluster.Masters) {
+		return nil, nil, fmt.Errorf("%s: master %d of %d", e.Kind, e.Node, len(in.cluster.Masters))
+	}
+	srv := in.cluster.Node(in.cluster.Masters[e.Node-1])
+	if srv == nil {
+		return nil, nil, fmt.Errorf("%s: master %d (%s) is not a node of the cluster", e.Kind, e.Node, in.cluster.Masters[e.Node-1])
+	}
+	return srv, in.rdb[e.Node-1], nil
+}
 
 // inject starts fault e.
 func (in *injector) inject(e Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if e.Kind == FaultSlow {
+		return in.eachSlow(e, func(p *slowProxy) error { return p.slow(e.Latency, e.Commands) })
+	}
+	srv, rdb, err := in.target(e)
+	if err != nil {
+		return err
+	}
 	switch k, d := e.Kind, e.For; k {
 	case FaultRestart:
-		in.srv.Stop()
+		srv.Stop()
 		return nil
 	case FaultFreeze:
-		return in.srv.Freeze()
+		return srv.Freeze()
 	case FaultOOM:
 		// Every write is refused: a script that writes fails with OOM.
-		if err := in.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 			return err
 		}
-		return in.rdb.ConfigSet(ctx, "maxmemory", "1").Err()
+		return rdb.ConfigSet(ctx, "maxmemory", "1").Err()
 	case FaultCPause:
 		// CLIENT PAUSE <ms> ALL: every client's commands wait, ours too;
 		// it ends by itself after d.
-		return in.rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
-	case FaultSlow:
-		return in.eachSlow(e, func(p *slowProxy) error { return p.slow(e.Latency, e.Commands) })
+		return rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err()
 	}
 	return fmt.Errorf("inject: %q is not a Redis fault", e.Kind)
 }
@@ -71,28 +108,45 @@ func (in *injector) eachSlow(e Event, do func(*slowProxy) error) error {
 	return nil
 }
 
-// heal ends fault e and returns once Redis answers again.
+// heal ends fault e and returns once Redis answers again: on a Cluster,
+// once every node reports it whole.
 func (in *injector) heal(e Event) error {
+	if e.Kind == FaultSlow {
+		return in.eachSlow(e, (*slowProxy).clear)
+	}
+	if err := in.mend(e); err != nil {
+		return err
+	}
+	if in.cluster != nil {
+		return in.cluster.WaitOK(clusterHealTimeout)
+	}
+	return nil
+}
+
+// mend ends fault e on the server it struck.
+func (in *injector) mend(e Event) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	srv, rdb, err := in.target(e)
+	if err != nil {
+		return err
+	}
 	switch e.Kind {
 	case FaultRestart:
-		return in.srv.Restart() // empty: no state, no scripts, no heartbeats
+		return srv.Restart() // empty: no state, no scripts, no heartbeats
 	case FaultFreeze:
-		return in.srv.Thaw()
+		return srv.Thaw()
 	case FaultOOM:
-		return in.rdb.ConfigSet(ctx, "maxmemory", "0").Err()
+		return rdb.ConfigSet(ctx, "maxmemory", "0").Err()
 	case FaultCPause:
 		// It has ended by itself; wait until commands are served again.
 		for {
-			err := in.rdb.Ping(ctx).Err()
+			err := rdb.Ping(ctx).Err()
 			if err == nil || ctx.Err() != nil {
 				return err
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-	case FaultSlow:
-		return in.eachSlow(e, (*slowProxy).clear)
 	}
 	return fmt.Errorf("heal: %q is not a Redis fault", e.Kind)
 }

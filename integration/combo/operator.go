@@ -35,15 +35,15 @@ type Action struct {
 
 // operator plays the operator's actions and asks for the provider's pauses.
 type operator struct {
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	admin    *admin.Client
 	provider string
 	http     *http.Client
 	seed     uint64
 }
 
-func newOperator(addr, prefix, provider string, seed uint64) (*operator, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+func newOperator(at redisAt, prefix, provider string, seed uint64) (*operator, error) {
+	rdb := at.client(redis.UniversalOptions{MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	ac, err := admin.New(rdb, admin.Options{KeyPrefix: prefix})
 	if err != nil {
 		_ = rdb.Close()

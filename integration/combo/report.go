@@ -9,8 +9,11 @@ import (
 )
 
 // ReplayCommand is the command that replays seed, from the repository's
-// root.
-func ReplayCommand(seed uint64) string {
+// root; cluster: a run on a Cluster (Config.Cluster).
+func ReplayCommand(seed uint64, cluster bool) string {
+	if cluster {
+		return fmt.Sprintf("go run ./integration/cmd/pacercombo -cluster -seed %d -v", seed)
+	}
 	return fmt.Sprintf("go run ./integration/cmd/pacercombo -seed %d -v", seed)
 }
 
@@ -49,6 +52,9 @@ func (res *Result) Progress() string {
 	case len(py) > 0:
 		tp = append(tp, "python "+strings.Join(py, ","))
 	}
+	if m := res.Scenario.Masters; m > 0 {
+		tp = append(tp, fmt.Sprintf("cluster of %d masters", m))
+	}
 	status := "ok"
 	if v.Failed() {
 		status = "FAIL " + countText(v.Count())
@@ -66,6 +72,12 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 		fmt.Fprintf(w, "seed %d: prefix %s, %d fleet processes, %v\n", res.Scenario.Seed, res.Prefix, res.Scenario.Procs, res.Scenario.Length)
 		if res.Scenario.FleetFormat != "" {
 			fmt.Fprintf(w, "  fleet   format %s set before the start (the heartbeat's indexes)\n", res.Scenario.FleetFormat)
+		}
+		if m := res.Scenario.Masters; m > 0 {
+			fmt.Fprintf(w, "  redis   a Cluster of %d masters, no replicas; a Redis fault strikes the master it names\n", m)
+			for _, line := range placementText(res.Placement, m) {
+				fmt.Fprintf(w, "          %s\n", line)
+			}
 		}
 		if len(res.Scenario.Python) > 0 {
 			fmt.Fprintf(w, "  python  %s (processes started in them run clients/python)\n", slotsText(res.Scenario.Python))
@@ -227,6 +239,7 @@ func countText(n map[string]int) string {
 
 // Summary sums up many runs.
 type Summary struct {
+	Cluster    bool // the seeds ran on a Cluster (Config.Cluster)
 	Seeds      int
 	Events     map[Kind]int
 	Calls      int
@@ -312,7 +325,7 @@ func (s *Summary) Write(w io.Writer) {
 	if len(s.Failing) > 0 {
 		fmt.Fprintf(w, "%d failing seeds:\n", len(s.Failing))
 		for _, seed := range s.Failing {
-			fmt.Fprintf(w, "  %s\n", ReplayCommand(seed))
+			fmt.Fprintf(w, "  %s\n", ReplayCommand(seed, s.Cluster))
 		}
 	}
 }

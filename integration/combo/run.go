@@ -29,6 +29,9 @@ type Config struct {
 	Args []string
 	// Log, if set, gets the timeline as it plays.
 	Log io.Writer
+	// Cluster runs the seed on a Redis Cluster (cluster.go), as
+	// Scenario.ForCluster plays it.
+	Cluster bool
 }
 
 // Result is one seed's run and its verdict.
@@ -44,6 +47,9 @@ type Result struct {
 	// Lives: every fleet process, from its start to its end (killed,
 	// closed, or the run's end).
 	Lives []Life
+	// Placement: in a run on a Cluster, the master (as Event.Node) that
+	// holds the fleet's records ("{limiters}") and each key.
+	Placement map[string]int `json:",omitempty"`
 	// Stored: the stored limit of each key the operator changes, as Status
 	// read it after each time Redis came back empty and once the run was
 	// over (stored.go judges it).
@@ -78,6 +84,9 @@ type Life struct {
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	began := time.Now()
 	sc := Generate(cfg.Seed)
+	if cfg.Cluster {
+		sc = sc.ForCluster(clusterMasters)
+	}
 	res := &Result{Scenario: sc, Prefix: randomPrefix(), Exits: map[string]string{}}
 	logf := func(format string, args ...any) {
 		if cfg.Log != nil {
@@ -93,11 +102,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		logf("seed %d: %s", sc.Seed, skipped)
 	}
 
-	srv, err := redisproc.Start(redisproc.Spec{})
-	if err != nil {
-		return nil, err
+	var (
+		at      redisAt
+		srv     *redisproc.Server
+		cluster *redisproc.Cluster
+	)
+	if cfg.Cluster {
+		if cluster, err = redisproc.StartCluster(redisproc.ClusterSpec{Masters: clusterMasters}); err != nil {
+			return nil, err
+		}
+		defer cluster.Close()
+		at = redisAt{addrs: cluster.Masters, cluster: true}
+		if res.Placement, err = placement(cluster, res.Prefix); err != nil {
+			return nil, err
+		}
+	} else {
+		if srv, err = redisproc.Start(redisproc.Spec{}); err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		at = redisAt{addrs: []string{srv.Addr()}}
 	}
-	defer srv.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // kills every process still running
 	prov, url, err := startProvider(ctx, providerSpec{Dialect: sc.dialectOf(), Body: sc.Body, Seats: sc.Seats}, cfg.Args)
@@ -107,21 +132,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer prov.kill()
 
 	if sc.FleetFormat != "" {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		c := at.client(redis.UniversalOptions{})
 		err := c.Set(ctx, layout.FormatKey(res.Prefix), sc.FleetFormat, 0).Err()
 		c.Close()
 		if err != nil {
 			return nil, fmt.Errorf("the fleet's format: %w", err)
 		}
 	}
-	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, srvAddr: srv.Addr(), url: url, script: script}
+	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, at: at, url: url, script: script}
 	var proxies []*slowProxy
 	if sc.slowRedis() {
 		// Each slot's processes reach Redis through a proxy that can slow
 		// them down (slow.go); the runner, the operator and the injector
 		// directly.
 		for range sc.Procs {
-			p, err := startSlowProxy(ctx, srv.Addr())
+			p, err := startSlowProxy(ctx, at.addrs[0])
 			if err != nil {
 				return nil, err
 			}
@@ -159,9 +184,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
-	in := newInjector(srv, proxies)
+	in := newInjector(srv, cluster, proxies)
 	defer in.close()
-	op, err := newOperator(srv.Addr(), res.Prefix, url, cfg.Seed)
+	op, err := newOperator(at, res.Prefix, url, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	watchCtx, stopWatch := context.WithDeadline(ctx, res.End.Add(time.Second))
 	watched := make(chan []SeatSnap, 1)
-	go func() { watched <- watchSeats(watchCtx, srv.Addr(), res.Prefix) }()
+	go func() { watched <- watchSeats(watchCtx, at, res.Prefix) }()
 	r.play(in, op)
 	if err := ctx.Err(); err != nil {
 		stopWatch()
@@ -183,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	stopWatch()
 	res.Seats = <-watched
 	{
-		rdb := newSeatClient(srv.Addr())
+		rdb := newSeatClient(at)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		end := readSeats(rctx, rdb, res.Prefix)
 		cancel()
@@ -205,14 +230,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // runner is the state of one Run.
 type runner struct {
-	cfg     Config
-	sc      Scenario
-	res     *Result
-	logf    func(string, ...any)
-	ctx     context.Context
-	srvAddr string
+	cfg  Config
+	sc   Scenario
+	res  *Result
+	logf func(string, ...any)
+	ctx  context.Context
+	at   redisAt
 	// slotAddrs: each fleet slot's way to Redis (a proxy's) in a seed that
-	// draws a slow Redis; else none, and srvAddr.
+	// draws a slow Redis; else none, and at.
 	slotAddrs []string
 	url       string
 	script    string // the Python child's, if the seed's Python draw runs
@@ -244,11 +269,15 @@ func (r *runner) startChild(slot int) (*proc, error) {
 	if gen > 0 {
 		id += string(rune('a' + gen))
 	}
-	addr := r.srvAddr
-	if r.slotAddrs != nil {
-		addr = r.slotAddrs[slot]
+	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body, Seats: r.sc.Seats}
+	switch {
+	case r.at.cluster:
+		spec.Cluster = r.at.addrs
+	case r.slotAddrs != nil:
+		spec.Redis = r.slotAddrs[slot]
+	default:
+		spec.Redis = r.at.addrs[0]
 	}
-	spec := ChildSpec{ID: id, Seed: r.cfg.Seed, Redis: addr, Prefix: r.res.Prefix, Provider: r.url, Body: r.sc.Body, Seats: r.sc.Seats}
 	python := r.script != "" && r.sc.isPython(slot)
 	if python {
 		spec.Script = r.script

@@ -85,6 +85,10 @@ type Event struct {
 	// FaultSlow: one fleet slot's link to Redis only (Child), not the
 	// whole fleet's.
 	One bool `json:",omitempty"`
+	// Node: in a run on a Cluster, the master a Redis fault strikes: 1 to
+	// Scenario.Masters, in the order of the masters' addresses as created
+	// (cluster.go); 0 on one redis-server.
+	Node int `json:",omitempty"`
 }
 
 func (e Event) String() string {
@@ -98,6 +102,9 @@ func (e Event) String() string {
 	}
 	if e.Kind == FaultHog {
 		fmt.Fprintf(&b, " %d per CPU", e.Hogs)
+	}
+	if e.Node > 0 {
+		fmt.Fprintf(&b, " master %d", e.Node)
 	}
 	if e.Kind == FaultSlow {
 		late := "replies"
@@ -143,8 +150,11 @@ type Scenario struct {
 	// 2), drawn from a stream of its own.
 	// An OpFormat switch moves it as it would any setting (to 2: the
 	// members leave the indexes), and a Redis restarted empty loses it.
-	FleetFormat string  `json:",omitempty"`
-	Events      []Event // sorted by At
+	FleetFormat string `json:",omitempty"`
+	// Masters: the Redis Cluster's masters in a run on a Cluster
+	// (ForCluster, cluster.go); 0 on one redis-server.
+	Masters int     `json:",omitempty"`
+	Events  []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration

@@ -165,3 +165,43 @@ func TestDialectDraw(t *testing.T) {
 		t.Errorf("dialects drawn %v, want only %v", seen, iprovider.WindowDialects)
 	}
 }
+
+// TestForCluster: a seed on a Cluster plays Generate's timeline but for a
+// slow Redis, each Redis fault on one of the masters (every master struck
+// by some seed), with no Python process; and replays.
+func TestForCluster(t *testing.T) {
+	if !reflect.DeepEqual(Generate(7).ForCluster(3), Generate(7).ForCluster(3)) {
+		t.Fatal("ForCluster(3) of seed 7 differs between two calls: a seed must replay")
+	}
+	struck := map[int]int{}
+	for seed := uint64(1); seed <= 500; seed++ {
+		sc := Generate(seed)
+		cl := sc.ForCluster(3)
+		if cl.Masters != 3 || cl.Python != nil {
+			t.Fatalf("seed %d: masters %d, python %v", seed, cl.Masters, cl.Python)
+		}
+		want := slices.DeleteFunc(slices.Clone(sc.Events), func(e Event) bool { return e.Kind == FaultSlow })
+		if len(cl.Events) != len(want) {
+			t.Fatalf("seed %d: %d events on a Cluster, want %d (Generate's but the slow Redis)", seed, len(cl.Events), len(want))
+		}
+		for i, e := range cl.Events {
+			node := e.Node
+			e.Node = 0
+			if !reflect.DeepEqual(e, want[i]) {
+				t.Fatalf("seed %d: event %d is %v on a Cluster, %v in Generate's", seed, i, e, want[i])
+			}
+			switch {
+			case e.Kind.IsRedisFault() && (node < 1 || node > 3):
+				t.Fatalf("seed %d: %v strikes master %d of 3", seed, e, node)
+			case !e.Kind.IsRedisFault() && node != 0:
+				t.Fatalf("seed %d: %v names master %d", seed, e, node)
+			}
+			struck[node]++
+		}
+	}
+	for m := 1; m <= 3; m++ {
+		if struck[m] == 0 {
+			t.Errorf("no seed of 500 strikes master %d", m)
+		}
+	}
+}

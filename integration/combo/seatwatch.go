@@ -49,7 +49,7 @@ func seatsKey(prefix string) string { return layout.SeatTickets(prefix, KeySeats
 
 // readSeats reads the tickets' hash and the holders' once (in one
 // MULTI: the same instant).
-func readSeats(ctx context.Context, rdb *redis.Client, prefix string) SeatSnap {
+func readSeats(ctx context.Context, rdb redis.UniversalClient, prefix string) SeatSnap {
 	var tickets, holders *redis.MapStringStringCmd
 	seats, _, _ := layout.SeatKeys(prefix, KeySeats)
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -81,15 +81,15 @@ func readSeats(ctx context.Context, rdb *redis.Client, prefix string) SeatSnap {
 	return s
 }
 
-func newSeatClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+func newSeatClient(at redisAt) redis.UniversalClient {
+	return at.client(redis.UniversalOptions{MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 1})
 }
 
 // watchSeats keeps the snapshots of the seats hash that changed, until
 // ctx ends.
-func watchSeats(ctx context.Context, addr, prefix string) []SeatSnap {
-	rdb := newSeatClient(addr)
+func watchSeats(ctx context.Context, at redisAt, prefix string) []SeatSnap {
+	rdb := newSeatClient(at)
 	defer rdb.Close()
 	var out []SeatSnap
 	t := time.NewTicker(seatWatchEvery)

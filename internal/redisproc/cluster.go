@@ -158,6 +158,20 @@ func (c *Cluster) Close() {
 	}
 }
 
+// WaitOK waits up to timeout until every node reports the cluster whole
+// again (cluster_state:ok, every slot served, every node known), as after
+// StartCluster: after a node restarted or thawed, for example.
+func (c *Cluster) WaitOK(timeout time.Duration) error {
+	var addrs []string
+	for _, p := range c.Nodes {
+		addrs = append(addrs, p.Addr())
+	}
+	if err := waitClusterOK(addrs, len(c.Masters), timeout); err != nil {
+		return fmt.Errorf("redisproc: %w", err)
+	}
+	return nil
+}
+
 // Node returns the node at addr, or nil.
 func (c *Cluster) Node(addr string) *Server {
 	for _, p := range c.Nodes {

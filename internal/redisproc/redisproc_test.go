@@ -106,6 +106,7 @@ func TestClusterNodeRestartKeepsItsSlots(t *testing.T) {
 	node := c.Node(owner.Addr)
 	require.NotNil(t, node)
 	require.NoError(t, node.Restart())
+	require.NoError(t, c.WaitOK(20*time.Second), "the cluster whole again")
 	served, err := c.WaitSlotServed(slot, 20*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, owner.Addr, served, "the restarted node serves its slot again")

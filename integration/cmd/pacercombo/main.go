@@ -5,8 +5,9 @@
 //
 //	go run ./integration/cmd/pacercombo -seeds 200   # seeds 1 to 200
 //	go run ./integration/cmd/pacercombo -seed 17 -v  # replay seed 17, timeline and every violation
+//	go run ./integration/cmd/pacercombo -cluster -seeds 20  # on a Redis Cluster of 3 masters
 //
-// It needs redis-server on PATH. It prints a line per seed and a summary;
+// It needs redis-server on PATH (and redis-cli with -cluster). It prints a line per seed and a summary;
 // the exit status is 1 when any seed failed, 2 for bad arguments.
 package main
 
@@ -41,6 +42,7 @@ func run(args []string) int {
 	verbose := fs.Bool("v", false, "print each seed's timeline and every violation")
 	judge := fs.String("judge", "", "judge again the run saved in `FILE` by -dump, print its report and exit")
 	dump := fs.String("dump", "", "write each seed's whole run (calls, notes, actions, verdict) as JSON to `DIR`/seed-S.json")
+	cluster := fs.Bool("cluster", false, "run the seeds on a Redis Cluster of 3 masters (each Redis fault strikes one; no slow Redis, no Python processes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,12 +74,12 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var sum combo.Summary
+	sum := combo.Summary{Cluster: *cluster}
 	for _, s := range list {
 		if ctx.Err() != nil {
 			break
 		}
-		cfg := combo.Config{Seed: s}
+		cfg := combo.Config{Seed: s, Cluster: *cluster}
 		if *verbose {
 			cfg.Log = os.Stdout
 		}
@@ -101,7 +103,7 @@ func run(args []string) int {
 			res.WriteReport(os.Stdout, *verbose)
 		}
 		if res.Verdict.Failed() {
-			fmt.Printf("  replay: %s\n", combo.ReplayCommand(s))
+			fmt.Printf("  replay: %s\n", combo.ReplayCommand(s, *cluster))
 		}
 		sum.Add(res)
 	}
