@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/hook"
@@ -979,6 +980,9 @@ func (a *Client) Keys(ctx context.Context, pattern string) ([]string, error) {
 	}
 	// Keys are stored escaped (RedisKey): so is the pattern's text.
 	pattern = layout.Escape(pattern)
+	// A Cluster's masters are scanned at once (ForEachMaster): seen is
+	// written under mu.
+	var mu sync.Mutex
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, a.prefix+"{"+pattern+"}*", 1000).Iterator()
@@ -993,7 +997,9 @@ func (a *Client) Keys(ctx context.Context, pattern string) ([]string, error) {
 			if name == "limiters" || (suffix != "" && suffix != ":limit" && suffix != ":seats" && suffix != ":seatn") {
 				continue
 			}
+			mu.Lock()
 			seen[layout.Unescape(name)] = true
+			mu.Unlock()
 		}
 		return it.Err()
 	}

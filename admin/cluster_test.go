@@ -1,0 +1,43 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/pacer-go/pacer/admin"
+	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/reserve"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestKeysOnCluster: Keys lists the keys of every master of a Redis
+// Cluster. It scans the masters at once (ForEachMaster), and each scan
+// once wrote the one map of names found without a lock: under -race a
+// data race, and without, "concurrent map writes" killed the process (the
+// combination runner on a Cluster, seed 18).
+func TestKeysOnCluster(t *testing.T) {
+	c := redistest.NewCluster(t, 3)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	rdb := c.NewClient(t)
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	var want []string
+	for i := range 300 {
+		key := fmt.Sprintf("host-%03d.example", i)
+		require.NoError(t, l.Wait(ctx, key, reserve.Limit{Rate: 100, Burst: 1}))
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	a, err := admin.New(rdb, admin.Options{KeyPrefix: prefix})
+	require.NoError(t, err)
+	for range 3 {
+		got, err := a.Keys(ctx, "")
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+}
