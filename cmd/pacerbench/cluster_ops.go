@@ -38,6 +38,9 @@ func newClusterNodes(cl *redisproc.Cluster) *clusterNodes {
 	return n
 }
 
+// node is this program's client of the node at addr.
+func (n *clusterNodes) node(addr string) *redis.Client { return n.admin[addr] }
+
 func (n *clusterNodes) close() {
 	for _, c := range n.admin {
 		c.Close()
@@ -242,7 +245,7 @@ func (n *clusterNodes) reshard(ctx context.Context, p *reshardPlan, progress fun
 		// Slots each shard keeps: they find its master after a failover.
 		fromAnchor, toAnchor := mv.from.Slots[0][0], mv.to.Slots[0][0]
 		for _, slot := range mv.slots {
-			k, err := n.moveSlot(ctx, masters, from, to, slot)
+			k, err := redisproc.MoveSlot(ctx, n.node, masters, from, to, slot)
 			for try := 1; err != nil && try <= reshardRetries; try++ {
 				// A master failed over meanwhile (a node starved past its
 				// node timeout on a loaded machine): once the Cluster is
@@ -258,7 +261,7 @@ func (n *clusterNodes) reshard(ctx context.Context, p *reshardPlan, progress fun
 					break // moved already
 				}
 				if _, from, _, err = n.current(fromAnchor, fromAnchor); err == nil {
-					k, err = n.moveSlot(ctx, masters, owner, to, slot)
+					k, err = redisproc.MoveSlot(ctx, n.node, masters, owner, to, slot)
 				}
 			}
 			if err != nil {
@@ -331,56 +334,6 @@ func (n *clusterNodes) clusterState(addr string) string {
 		return addr + ": cluster_state " + st
 	}
 	return ""
-}
-
-// migrateBatch is how many keys one MIGRATE moves (redis-cli's
-// --cluster-pipeline default).
-const migrateBatch = 10
-
-// moveSlot moves slot from src to dst as redis-cli --cluster reshard does
-// (clusterManagerMoveSlot): SETSLOT IMPORTING on dst, MIGRATING on src,
-// MIGRATE of the keys migrateBatch at a time until none is left, then
-// SETSLOT NODE on dst, src and the other masters. It returns the keys it
-// moved.
-func (n *clusterNodes) moveSlot(ctx context.Context, masters []redisproc.ClusterNode, src, dst redisproc.ClusterNode, slot int) (int, error) {
-	s, d := n.admin[src.Addr], n.admin[dst.Addr]
-	if err := d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID).Err(); err != nil {
-		return 0, fmt.Errorf("SETSLOT IMPORTING on %s: %w", dst.Addr, err)
-	}
-	if err := s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID).Err(); err != nil {
-		return 0, fmt.Errorf("SETSLOT MIGRATING on %s: %w", src.Addr, err)
-	}
-	host, port, _ := strings.Cut(dst.Addr, ":")
-	moved := 0
-	for {
-		keys, err := s.ClusterGetKeysInSlot(ctx, slot, migrateBatch).Result()
-		if err != nil {
-			return moved, fmt.Errorf("GETKEYSINSLOT on %s: %w", src.Addr, err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 60000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if err := s.Do(ctx, args...).Err(); err != nil {
-			return moved, fmt.Errorf("MIGRATE on %s: %w", src.Addr, err)
-		}
-		moved += len(keys)
-	}
-	order := []string{dst.Addr, src.Addr}
-	for _, m := range masters {
-		if m.Addr != src.Addr && m.Addr != dst.Addr {
-			order = append(order, m.Addr)
-		}
-	}
-	for _, addr := range order {
-		if err := n.admin[addr].Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID).Err(); err != nil {
-			return moved, fmt.Errorf("SETSLOT NODE on %s: %w", addr, err)
-		}
-	}
-	return moved, nil
 }
 
 // heartbeats logs every command of every master in SLOWLOG for d and

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pacer-go/pacer/internal/redisproc"
 )
 
 // tables returns the cluster phase's tables, in Markdown.
@@ -117,7 +119,7 @@ func (r *clusterRun) tables() string {
 
 	b.WriteString("\nThe faults:\n\n")
 	fmt.Fprintf(&b, "- resharding: %d slots and %d keys moved in %v, slot by slot as redis-cli --cluster reshard moves them (SETSLOT IMPORTING and MIGRATING, MIGRATE %d keys at a time, SETSLOT NODE): %s.\n",
-		r.Reshard.Slots, r.Reshard.Keys, r.Reshard.Took.Round(time.Millisecond), migrateBatch, strings.Join(r.Reshard.Moves, "; "))
+		r.Reshard.Slots, r.Reshard.Keys, r.Reshard.Took.Round(time.Millisecond), redisproc.MigrateBatch, strings.Join(r.Reshard.Moves, "; "))
 	if len(r.Reshard.Retries) > 0 {
 		fmt.Fprintf(&b, "  The move of %d slot(s) failed and started again on the masters of the moment (a master failed over meanwhile), the first: `%s`.\n",
 			len(r.Reshard.Retries), shorten(r.Reshard.Retries[0], 300))

@@ -115,6 +115,17 @@
 //
 //	go run ./integration/cmd/pacercombo -seed 17 -v
 //
+// With Config.Cluster (pacercombo -cluster) the same seeds run on a Redis
+// Cluster of three masters without replicas (cluster.go): every process's
+// Limiter on a redis.ClusterClient with go-redis's defaults (its script
+// calls pipelined per master), the operator and the runner's reads on one
+// too, the keys and the fleet's records on the masters their hash slots
+// give them (Result.Placement), and each Redis fault striking one master,
+// drawn per seed (Event.Node), while the others serve: restarted empty
+// (the same node and slots, no data), frozen, out of memory, or paused.
+// Such a run leaves out the slow Redis and the Python processes
+// (Scenario.ForCluster says why), and is judged by the same judges.
+//
 // The binary that runs the runner must call Main first thing (in main or
 // TestMain): the children, the provider and the CPU hogs are that binary,
 // re-run.

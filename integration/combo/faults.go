@@ -15,22 +15,25 @@ import (
 type injector struct {
 	srv     *redisproc.Server
 	cluster *redisproc.Cluster // a run on a Cluster: each fault strikes Event.Node's master
+	masters []string           // on a Cluster: the masters' addresses, master 1 first (Event.Node)
 	proxies []*slowProxy       // each fleet slot's way to srv in a seed that draws a slow Redis; else none
-	rdb     []*redis.Client    // CONFIG SET and CLIENT PAUSE, MaxRetries -1: srv's, or each master's
+	// rdb: CONFIG SET, CLIENT PAUSE and a resharding's commands, MaxRetries
+	// -1: srv's client, or each master's, by address.
+	rdb map[string]*redis.Client
 }
 
-func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, proxies []*slowProxy) *injector {
-	in := &injector{srv: srv, cluster: cluster, proxies: proxies}
-	var addrs []string
-	if cluster != nil {
-		addrs = cluster.Masters
-	} else {
+// newInjector returns the injector of srv, or of cluster's masters
+// (master 1 first).
+func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, masters []string, proxies []*slowProxy) *injector {
+	in := &injector{srv: srv, cluster: cluster, masters: masters, proxies: proxies, rdb: map[string]*redis.Client{}}
+	addrs := masters
+	if cluster == nil {
 		addrs = []string{srv.Addr()}
 	}
 	for _, addr := range addrs {
-		in.rdb = append(in.rdb, redis.NewClient(&redis.Options{
+		in.rdb[addr] = redis.NewClient(&redis.Options{
 			Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: time.Second,
-		}))
+		})
 	}
 	return in
 }
@@ -45,16 +48,17 @@ func (in *injector) close() {
 // redis-server, or on a Cluster the master e.Node.
 func (in *injector) target(e Event) (*redisproc.Server, *redis.Client, error) {
 	if in.cluster == nil {
-		return in.srv, in.rdb[0], nil
+		return in.srv, in.rdb[in.srv.Addr()], nil
 	}
-	if e.Node < 1 || e.Node > len(in.cluster.Masters) {
-		return nil, nil, fmt.Errorf("%s: master %d of %d", e.Kind, e.Node, len(in.cluster.Masters))
+	if e.Node < 1 || e.Node > len(in.masters) {
+		return nil, nil, fmt.Errorf("%s: master %d of %d", e.Kind, e.Node, len(in.masters))
 	}
-	srv := in.cluster.Node(in.cluster.Masters[e.Node-1])
+	addr := in.masters[e.Node-1]
+	srv := in.cluster.Node(addr)
 	if srv == nil {
-		return nil, nil, fmt.Errorf("%s: master %d (%s) is not a node of the cluster", e.Kind, e.Node, in.cluster.Masters[e.Node-1])
+		return nil, nil, fmt.Errorf("%s: master %d (%s) is not a node of the cluster", e.Kind, e.Node, addr)
 	}
-	return srv, in.rdb[e.Node-1], nil
+	return srv, in.rdb[addr], nil
 }
 
 // inject starts fault e.

@@ -26,7 +26,12 @@ type Action struct {
 	For     time.Duration
 	Stored  reserve.Policy
 	Format  int // OpFormat
-	Err     string
+	// Node: on a Cluster, the master a Redis fault struck, or whose slots
+	// FaultReshard moved (Event.Node).
+	Node int `json:",omitempty"`
+	// Moved: FaultReshard, what moved ("slots 1234 (5 keys), ...").
+	Moved string `json:",omitempty"`
+	Err   string
 	// Expected is true when Err is what the action may meet in the run
 	// (Redis down, a key it restarted empty does not know, nothing to
 	// unset or resume); other errors are violations.

@@ -198,6 +198,9 @@ func describeAction(start time.Time, a Action) string {
 	if a.Child != "" {
 		fmt.Fprintf(&b, " child %s", a.Child)
 	}
+	if a.Node > 0 {
+		fmt.Fprintf(&b, " master %d", a.Node)
+	}
 	if a.For > 0 {
 		fmt.Fprintf(&b, " for %v", a.For.Round(time.Millisecond))
 	}
@@ -206,6 +209,9 @@ func describeAction(start time.Time, a Action) string {
 	}
 	if a.Kind == OpFormat {
 		fmt.Fprintf(&b, " to %d", a.Format)
+	}
+	if a.Moved != "" {
+		fmt.Fprintf(&b, ": %s", a.Moved)
 	}
 	fmt.Fprintf(&b, " (until %s)", rel(a.End))
 	if a.Err != "" {

@@ -106,6 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		at      redisAt
 		srv     *redisproc.Server
 		cluster *redisproc.Cluster
+		masters []string // on a Cluster, master 1 first (Event.Node)
 	)
 	if cfg.Cluster {
 		if cluster, err = redisproc.StartCluster(redisproc.ClusterSpec{Masters: clusterMasters}); err != nil {
@@ -113,7 +114,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		defer cluster.Close()
 		at = redisAt{addrs: cluster.Masters, cluster: true}
-		if res.Placement, err = placement(cluster, res.Prefix); err != nil {
+		if masters, err = mastersBySlot(cluster); err != nil {
+			return nil, err
+		}
+		if res.Placement, err = placement(cluster, masters, res.Prefix); err != nil {
 			return nil, err
 		}
 	} else {
@@ -184,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
-	in := newInjector(srv, cluster, proxies)
+	in := newInjector(srv, cluster, masters, proxies)
 	defer in.close()
 	op, err := newOperator(at, res.Prefix, url, cfg.Seed)
 	if err != nil {
@@ -351,7 +355,7 @@ func (r *runner) play(in *injector, op *operator) {
 			}
 			var a *Action
 			steps = append(steps, step{e.At, func() {
-				a = &Action{Kind: e.Kind, For: e.For, At: time.Now().UnixNano()}
+				a = &Action{Kind: e.Kind, For: e.For, Node: e.Node, At: time.Now().UnixNano()}
 				if err := in.inject(e); err != nil {
 					a.Err = err.Error()
 				}
@@ -437,6 +441,18 @@ func (r *runner) play(in *injector, op *operator) {
 				}
 				a.End = time.Now().UnixNano()
 				r.record(*a)
+			}})
+		case e.Kind == FaultReshard:
+			steps = append(steps, step{e.At, func() {
+				wg.Go(func() {
+					a := Action{Kind: e.Kind, Node: e.Node, At: time.Now().UnixNano()}
+					var err error
+					if a.Moved, err = in.reshard(e, r.res.Prefix); err != nil {
+						a.Err = err.Error()
+					}
+					a.End = time.Now().UnixNano()
+					r.record(a)
+				})
 			}})
 		case e.Kind == LocalPause:
 			steps = append(steps, step{e.At, func() {

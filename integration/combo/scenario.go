@@ -38,16 +38,21 @@ const (
 	// Redis: Commands) Latency late, for the whole fleet or one slot's
 	// process (One, Child), through proxies in front of Redis (slow.go).
 	FaultSlow Kind = "slow-redis"
+	// FaultReshard: on a Cluster (cluster.go), the slots of the run's keys
+	// and fleet records that master Node serves move to the next master,
+	// one at a time, under load. Not a Redis fault: the judges hold
+	// through it as through a healthy Redis.
+	FaultReshard Kind = "reshard"
 )
 
 // Kinds lists every kind, for summaries.
 var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, OpFormat, ProviderPause,
-	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause, FaultSlow}
+	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause, FaultSlow, FaultReshard}
 
 // IsFault reports whether k breaks Redis, a fleet process or the machine.
 func (k Kind) IsFault() bool {
 	switch k {
-	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, FaultSlow:
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, FaultSlow, FaultReshard:
 		return true
 	}
 	return false
@@ -85,9 +90,10 @@ type Event struct {
 	// FaultSlow: one fleet slot's link to Redis only (Child), not the
 	// whole fleet's.
 	One bool `json:",omitempty"`
-	// Node: in a run on a Cluster, the master a Redis fault strikes: 1 to
-	// Scenario.Masters, in the order of the masters' addresses as created
-	// (cluster.go); 0 on one redis-server.
+	// Node: in a run on a Cluster, the master a Redis fault strikes, or
+	// whose slots FaultReshard moves: 1 to Scenario.Masters, by the slots
+	// they served at the start (master 1 serves slot 0; cluster.go); 0 on
+	// one redis-server.
 	Node int `json:",omitempty"`
 }
 

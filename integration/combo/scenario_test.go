@@ -116,7 +116,7 @@ func TestGenerate(t *testing.T) {
 		}
 	}
 	for _, k := range Kinds {
-		if seen[k] == 0 {
+		if seen[k] == 0 && k != FaultReshard { // drawn on a Cluster only (TestForCluster)
 			t.Errorf("2000 seeds never drew %q", k)
 		}
 	}
@@ -168,7 +168,8 @@ func TestDialectDraw(t *testing.T) {
 
 // TestForCluster: a seed on a Cluster plays Generate's timeline but for a
 // slow Redis, each Redis fault on one of the masters (every master struck
-// by some seed), with no Python process; and replays.
+// by some seed), with no Python process, and up to two reshardings clear
+// of the Redis faults; and replays.
 func TestForCluster(t *testing.T) {
 	if !reflect.DeepEqual(Generate(7).ForCluster(3), Generate(7).ForCluster(3)) {
 		t.Fatal("ForCluster(3) of seed 7 differs between two calls: a seed must replay")
@@ -181,10 +182,29 @@ func TestForCluster(t *testing.T) {
 			t.Fatalf("seed %d: masters %d, python %v", seed, cl.Masters, cl.Python)
 		}
 		want := slices.DeleteFunc(slices.Clone(sc.Events), func(e Event) bool { return e.Kind == FaultSlow })
-		if len(cl.Events) != len(want) {
-			t.Fatalf("seed %d: %d events on a Cluster, want %d (Generate's but the slow Redis)", seed, len(cl.Events), len(want))
+		var reshards []Event
+		played := slices.DeleteFunc(slices.Clone(cl.Events), func(e Event) bool {
+			if e.Kind == FaultReshard {
+				reshards = append(reshards, e)
+			}
+			return e.Kind == FaultReshard
+		})
+		if len(reshards) > 2 {
+			t.Fatalf("seed %d: %d reshardings", seed, len(reshards))
 		}
-		for i, e := range cl.Events {
+		for _, e := range reshards {
+			if e.Node < 1 || e.Node > 3 || e.At < warmup || e.At > cl.Length-settle || cl.redisFaultIn(e.At-faultGap, e.At+faultGap) {
+				t.Fatalf("seed %d: %v: master out of 1 to 3, outside the run's judged span, or near a Redis fault", seed, e)
+			}
+			struck[-e.Node]++
+		}
+		if !slices.IsSortedFunc(cl.Events, func(a, b Event) int { return int(a.At - b.At) }) {
+			t.Fatalf("seed %d: the Cluster's timeline is not in order", seed)
+		}
+		if len(played) != len(want) {
+			t.Fatalf("seed %d: %d events on a Cluster, want %d (Generate's but the slow Redis)", seed, len(played), len(want))
+		}
+		for i, e := range played {
 			node := e.Node
 			e.Node = 0
 			if !reflect.DeepEqual(e, want[i]) {
@@ -202,6 +222,9 @@ func TestForCluster(t *testing.T) {
 	for m := 1; m <= 3; m++ {
 		if struck[m] == 0 {
 			t.Errorf("no seed of 500 strikes master %d", m)
+		}
+		if struck[-m] == 0 {
+			t.Errorf("no seed of 500 reshards master %d", m)
 		}
 	}
 }

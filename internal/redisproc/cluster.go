@@ -412,3 +412,87 @@ func slotOwner(addr string, slot int) (ClusterNode, error) {
 	}
 	return ClusterNode{}, fmt.Errorf("no master owns slot %d", slot)
 }
+
+// MigrateBatch is how many keys one MIGRATE of MoveSlot moves (redis-cli's
+// --cluster-pipeline default).
+const MigrateBatch = 10
+
+// MoveSlot moves slot from src to dst, masters of one cluster, as redis-cli
+// --cluster reshard does (clusterManagerMoveSlot): SETSLOT IMPORTING on
+// dst, MIGRATING on src, MIGRATE of the keys MigrateBatch at a time until
+// none is left, then SETSLOT NODE on dst, src and the other masters of
+// masters. node returns the caller's client of the node at an address,
+// patient enough for a MIGRATE on a loaded machine. It returns the keys
+// it moved.
+func MoveSlot(ctx context.Context, node func(addr string) *redis.Client, masters []ClusterNode, src, dst ClusterNode, slot int) (int, error) {
+	s, d := node(src.Addr), node(dst.Addr)
+	if err := d.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.ID).Err(); err != nil {
+		return 0, fmt.Errorf("SETSLOT IMPORTING on %s: %w", dst.Addr, err)
+	}
+	if err := s.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.ID).Err(); err != nil {
+		return 0, fmt.Errorf("SETSLOT MIGRATING on %s: %w", src.Addr, err)
+	}
+	host, port, _ := strings.Cut(dst.Addr, ":")
+	moved := 0
+	for {
+		keys, err := s.ClusterGetKeysInSlot(ctx, slot, MigrateBatch).Result()
+		if err != nil {
+			return moved, fmt.Errorf("GETKEYSINSLOT on %s: %w", src.Addr, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 60000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := s.Do(ctx, args...).Err(); err != nil {
+			return moved, fmt.Errorf("MIGRATE on %s: %w", src.Addr, err)
+		}
+		moved += len(keys)
+	}
+	order := []string{dst.Addr, src.Addr}
+	for _, m := range masters {
+		if m.Addr != src.Addr && m.Addr != dst.Addr {
+			order = append(order, m.Addr)
+		}
+	}
+	for _, addr := range order {
+		if err := node(addr).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dst.ID).Err(); err != nil {
+			return moved, fmt.Errorf("SETSLOT NODE on %s: %w", addr, err)
+		}
+	}
+	return moved, nil
+}
+
+// MastersBySlot returns the masters serving slots, as a live node sees
+// them now, ordered by the lowest slot each serves.
+func (c *Cluster) MastersBySlot() ([]ClusterNode, error) {
+	var errs []error
+	for _, p := range c.Nodes {
+		if p.Stopped() {
+			continue
+		}
+		nodes, err := ClusterNodes(p.Addr())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Addr(), err))
+			continue
+		}
+		var masters []ClusterNode
+		for _, n := range nodes {
+			if n.HasFlag("master") && len(n.Slots) > 0 {
+				masters = append(masters, n)
+			}
+		}
+		lowest := func(n ClusterNode) int {
+			low := clusterSlots
+			for _, r := range n.Slots {
+				low = min(low, r[0])
+			}
+			return low
+		}
+		slices.SortFunc(masters, func(a, b ClusterNode) int { return lowest(a) - lowest(b) })
+		return masters, nil
+	}
+	return nil, fmt.Errorf("redisproc: no live node answered CLUSTER NODES: %w", errors.Join(errs...))
+}
