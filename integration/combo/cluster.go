@@ -40,8 +40,12 @@ const clusterMasters = 3
 //   - no Python process: the Python client (clients/python) has no
 //     Cluster support; Go processes run in its slots;
 //
-// and it draws, from another stream, up to two reshardings of a master
-// each (FaultReshard), each clear of the Redis faults by faultGap.
+// and it draws, each from a stream of its own, up to two reshardings of a
+// master each (FaultReshard), and for two seeds in five a replica of each
+// master (Replicas), with up to two failovers (FaultFailover): a master
+// frozen or stopped past the node timeout (1 s) then fails over too.
+// Reshardings and failovers keep clear of the Redis faults by faultGap,
+// and of each other by 2 s.
 func (sc Scenario) ForCluster(masters int) Scenario {
 	rng := rand.New(rand.NewPCG(sc.Seed, 0x636c7573746572)) // "cluster"
 	sc.Masters = masters
@@ -57,17 +61,28 @@ func (sc Scenario) ForCluster(masters int) Scenario {
 		events = append(events, e)
 	}
 	sc.Events = events
-	rs := rand.New(rand.NewPCG(sc.Seed, 0x72657368617264)) // "reshard"
-	for range pick(rs, []int{0, 1, 2}, []int{30, 50, 20}) {
+	// clusterOp adds an event of kind at a time clear of the Redis faults
+	// and the other reshardings and failovers, if it finds one.
+	clusterOp := func(rng *rand.Rand, kind Kind) {
 		for range 20 { // a few tries to find room
-			at := warmup + time.Duration(rs.Int64N(int64(sc.Length-settle-warmup)))
+			at := warmup + time.Duration(rng.Int64N(int64(sc.Length-settle-warmup)))
 			if sc.redisFaultIn(at-faultGap, at+faultGap) || slices.ContainsFunc(sc.Events, func(e Event) bool {
-				return e.Kind == FaultReshard && (e.At-at).Abs() < 2*time.Second
+				return (e.Kind == FaultReshard || e.Kind == FaultFailover) && (e.At-at).Abs() < 2*time.Second
 			}) {
 				continue
 			}
-			sc.Events = append(sc.Events, Event{At: at, Kind: FaultReshard, Node: 1 + rs.IntN(masters)})
-			break
+			sc.Events = append(sc.Events, Event{At: at, Kind: kind, Node: 1 + rng.IntN(masters)})
+			return
+		}
+	}
+	rs := rand.New(rand.NewPCG(sc.Seed, 0x72657368617264)) // "reshard"
+	for range pick(rs, []int{0, 1, 2}, []int{30, 50, 20}) {
+		clusterOp(rs, FaultReshard)
+	}
+	if rf := rand.New(rand.NewPCG(sc.Seed, 0x7265706c696361)); rf.IntN(5) < 2 { // "replica"
+		sc.Replicas = 1
+		for range pick(rf, []int{0, 1, 2}, []int{20, 50, 30}) {
+			clusterOp(rf, FaultFailover)
 		}
 	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
@@ -75,17 +90,21 @@ func (sc Scenario) ForCluster(masters int) Scenario {
 }
 
 // mastersBySlot returns c's masters' addresses, master 1 first: by the
-// lowest slot each serves (Event.Node).
-func mastersBySlot(c *redisproc.Cluster) ([]string, error) {
+// lowest slot each serves (Event.Node), and those slots (the masters'
+// anchors: injector).
+func mastersBySlot(c *redisproc.Cluster) (addrs []string, anchors []int, err error) {
 	nodes, err := c.MastersBySlot()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.Addr
+	for _, n := range nodes {
+		low := n.Slots[0][0]
+		for _, r := range n.Slots {
+			low = min(low, r[0])
+		}
+		addrs, anchors = append(addrs, n.Addr), append(anchors, low)
 	}
-	return out, nil
+	return addrs, anchors, nil
 }
 
 // redisAt is where the run's Redis is: one redis-server's address, or a
@@ -145,12 +164,20 @@ func placedKey(prefix, name string) string {
 // redis-cli --cluster reshard does, while the fleet calls. It returns
 // what moved.
 func (in *injector) reshard(e Event, prefix string) (string, error) {
-	if in.cluster == nil || e.Node < 1 || e.Node > len(in.masters) {
-		return "", fmt.Errorf("%s: master %d of %d on a Cluster", e.Kind, e.Node, len(in.masters))
+	if in.cluster == nil {
+		return "", fmt.Errorf("%s on one redis-server", e.Kind)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterHealTimeout)
 	defer cancel()
-	src, dst := in.masters[e.Node-1], in.masters[e.Node%len(in.masters)]
+	src, err := in.master(e)
+	if err != nil {
+		return "", err
+	}
+	next := e.Node%len(in.anchors) + 1
+	dst, err := in.master(Event{Kind: e.Kind, Node: next})
+	if err != nil {
+		return "", err
+	}
 	var moved []string
 	done := map[int]bool{}
 	for _, name := range placed() {
@@ -158,23 +185,18 @@ func (in *injector) reshard(e Event, prefix string) (string, error) {
 		if err != nil {
 			return strings.Join(moved, ", "), err
 		}
-		if done[slot] {
-			continue
+		if done[slot] || !src.Serves(slot) {
+			continue // moved already, or another master's
 		}
 		done[slot] = true
+		if slices.Contains(in.anchors, slot) {
+			return strings.Join(moved, ", "), fmt.Errorf("%s: %s's slot %d is a master's anchor", e.Kind, name, slot)
+		}
 		nodes, err := in.cluster.MastersBySlot()
 		if err != nil {
 			return strings.Join(moved, ", "), err
 		}
-		from := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Addr == src && n.Serves(slot) })
-		to := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Addr == dst })
-		if from < 0 {
-			continue // another master's
-		}
-		if to < 0 {
-			return strings.Join(moved, ", "), fmt.Errorf("%s: master %s serves no slot", e.Kind, dst)
-		}
-		keys, err := redisproc.MoveSlot(ctx, func(addr string) *redis.Client { return in.rdb[addr] }, nodes, nodes[from], nodes[to], slot)
+		keys, err := redisproc.MoveSlot(ctx, func(addr string) *redis.Client { return in.rdb[addr] }, nodes, src, dst, slot)
 		if err != nil {
 			return strings.Join(moved, ", "), fmt.Errorf("%s: %s's slot %d: %w", e.Kind, name, slot, err)
 		}
@@ -183,7 +205,42 @@ func (in *injector) reshard(e Event, prefix string) (string, error) {
 	if len(moved) == 0 {
 		return fmt.Sprintf("nothing of the run's on master %d", e.Node), nil
 	}
-	return fmt.Sprintf("to master %d: %s", e.Node%len(in.masters)+1, strings.Join(moved, ", ")), nil
+	return fmt.Sprintf("to master %d: %s", next, strings.Join(moved, ", ")), nil
+}
+
+// failover has a replica of master e.Node take its place, as an operator's
+// CLUSTER FAILOVER does (the master hands over its slots once the replica
+// has caught up), and waits until it serves the master's slots. It
+// returns the new master's address.
+func (in *injector) failover(e Event) (string, error) {
+	if in.cluster == nil {
+		return "", fmt.Errorf("%s on one redis-server", e.Kind)
+	}
+	m, err := in.master(e)
+	if err != nil {
+		return "", err
+	}
+	nodes, err := redisproc.ClusterNodes(m.Addr)
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Master == m.ID && n.Unhealthy() == "" })
+	if i < 0 {
+		return "", fmt.Errorf("%s: master %d (%s) has no healthy replica", e.Kind, e.Node, m.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := in.rdb[nodes[i].Addr].Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		return "", fmt.Errorf("%s: CLUSTER FAILOVER on %s: %w", e.Kind, nodes[i].Addr, err)
+	}
+	owner, err := in.cluster.WaitSlotServed(in.anchors[e.Node-1], clusterHealTimeout)
+	if err != nil {
+		return "", err
+	}
+	if owner != nodes[i].Addr {
+		return "", fmt.Errorf("%s: master %d's slots went to %s, not its replica %s", e.Kind, e.Node, owner, nodes[i].Addr)
+	}
+	return fmt.Sprintf("replica %s took over from %s", owner, m.Addr), nil
 }
 
 // placementText is a placement, a master a line: "master 1: {limiters},

@@ -15,20 +15,33 @@ import (
 type injector struct {
 	srv     *redisproc.Server
 	cluster *redisproc.Cluster // a run on a Cluster: each fault strikes Event.Node's master
-	masters []string           // on a Cluster: the masters' addresses, master 1 first (Event.Node)
-	proxies []*slowProxy       // each fleet slot's way to srv in a seed that draws a slow Redis; else none
-	// rdb: CONFIG SET, CLIENT PAUSE and a resharding's commands, MaxRetries
-	// -1: srv's client, or each master's, by address.
+	// anchors: on a Cluster, a slot of each master at the start, master 1
+	// first (Event.Node): the lowest it served. Master k is the node that
+	// serves anchors[k-1] now (after a failover, its replica); no
+	// resharding moves an anchor (the run's keys' slots are not one).
+	anchors []int
+	proxies []*slowProxy // each fleet slot's way to srv in a seed that draws a slow Redis; else none
+	// rdb: CONFIG SET, CLIENT PAUSE and a resharding's and failover's
+	// commands, MaxRetries -1: srv's client, or each node's, by address.
 	rdb map[string]*redis.Client
+	// struck: on a Cluster, the node each Redis fault struck, by its
+	// Event.At (faults never overlap), for heal: a failover may have made
+	// another node master meanwhile.
+	struck map[time.Duration]*redisproc.Server
 }
 
-// newInjector returns the injector of srv, or of cluster's masters
-// (master 1 first).
-func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, masters []string, proxies []*slowProxy) *injector {
-	in := &injector{srv: srv, cluster: cluster, masters: masters, proxies: proxies, rdb: map[string]*redis.Client{}}
-	addrs := masters
+// newInjector returns the injector of srv, or of cluster, whose masters
+// served anchors at the start.
+func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, anchors []int, proxies []*slowProxy) *injector {
+	in := &injector{srv: srv, cluster: cluster, anchors: anchors, proxies: proxies, rdb: map[string]*redis.Client{},
+		struck: map[time.Duration]*redisproc.Server{}}
+	var addrs []string
 	if cluster == nil {
 		addrs = []string{srv.Addr()}
+	} else {
+		for _, p := range cluster.Nodes {
+			addrs = append(addrs, p.Addr())
+		}
 	}
 	for _, addr := range addrs {
 		in.rdb[addr] = redis.NewClient(&redis.Options{
@@ -45,20 +58,34 @@ func (in *injector) close() {
 }
 
 // target returns the server e strikes, and a client of it: the run's
-// redis-server, or on a Cluster the master e.Node.
+// redis-server, or on a Cluster master e.Node as it is now (inject), or
+// the node inject struck (heal).
 func (in *injector) target(e Event) (*redisproc.Server, *redis.Client, error) {
 	if in.cluster == nil {
 		return in.srv, in.rdb[in.srv.Addr()], nil
 	}
-	if e.Node < 1 || e.Node > len(in.masters) {
-		return nil, nil, fmt.Errorf("%s: master %d of %d", e.Kind, e.Node, len(in.masters))
+	if srv := in.struck[e.At]; srv != nil {
+		return srv, in.rdb[srv.Addr()], nil
 	}
-	addr := in.masters[e.Node-1]
-	srv := in.cluster.Node(addr)
+	m, err := in.master(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := in.cluster.Node(m.Addr)
 	if srv == nil {
-		return nil, nil, fmt.Errorf("%s: master %d (%s) is not a node of the cluster", e.Kind, e.Node, addr)
+		return nil, nil, fmt.Errorf("%s: master %d (%s) is not a node of the cluster", e.Kind, e.Node, m.Addr)
 	}
-	return srv, in.rdb[addr], nil
+	in.struck[e.At] = srv
+	return srv, in.rdb[m.Addr], nil
+}
+
+// master returns master e.Node as it is now: the node that serves its
+// anchor.
+func (in *injector) master(e Event) (redisproc.ClusterNode, error) {
+	if e.Node < 1 || e.Node > len(in.anchors) {
+		return redisproc.ClusterNode{}, fmt.Errorf("%s: master %d of %d", e.Kind, e.Node, len(in.anchors))
+	}
+	return in.cluster.SlotOwner(in.anchors[e.Node-1])
 }
 
 // inject starts fault e.

@@ -29,7 +29,9 @@ type Action struct {
 	// Node: on a Cluster, the master a Redis fault struck, or whose slots
 	// FaultReshard moved (Event.Node).
 	Node int `json:",omitempty"`
-	// Moved: FaultReshard, what moved ("slots 1234 (5 keys), ...").
+	// Moved: FaultReshard and FaultFailover, what moved ("to master 2:
+	// sliding.example's slot 3123 (8 keys), ...", "replica ... took over
+	// from ...").
 	Moved string `json:",omitempty"`
 	Err   string
 	// Expected is true when Err is what the action may meet in the run

@@ -53,7 +53,7 @@ func (res *Result) Progress() string {
 		tp = append(tp, "python "+strings.Join(py, ","))
 	}
 	if m := res.Scenario.Masters; m > 0 {
-		tp = append(tp, fmt.Sprintf("cluster of %d masters", m))
+		tp = append(tp, fmt.Sprintf("cluster of %d masters, %d replicas each", m, res.Scenario.Replicas))
 	}
 	status := "ok"
 	if v.Failed() {
@@ -74,7 +74,11 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 			fmt.Fprintf(w, "  fleet   format %s set before the start (the heartbeat's indexes)\n", res.Scenario.FleetFormat)
 		}
 		if m := res.Scenario.Masters; m > 0 {
-			fmt.Fprintf(w, "  redis   a Cluster of %d masters, no replicas; a Redis fault strikes the master it names\n", m)
+			replicas := "no replicas"
+			if res.Scenario.Replicas > 0 {
+				replicas = fmt.Sprintf("%d replica each", res.Scenario.Replicas)
+			}
+			fmt.Fprintf(w, "  redis   a Cluster of %d masters, %s; a Redis fault strikes the master it names\n", m, replicas)
 			for _, line := range placementText(res.Placement, m) {
 				fmt.Fprintf(w, "          %s\n", line)
 			}

@@ -107,14 +107,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		srv     *redisproc.Server
 		cluster *redisproc.Cluster
 		masters []string // on a Cluster, master 1 first (Event.Node)
+		anchors []int    // and the lowest slot each served at the start
 	)
 	if cfg.Cluster {
-		if cluster, err = redisproc.StartCluster(redisproc.ClusterSpec{Masters: clusterMasters}); err != nil {
+		if cluster, err = redisproc.StartCluster(redisproc.ClusterSpec{Masters: sc.Masters, Replicas: sc.Replicas}); err != nil {
 			return nil, err
 		}
 		defer cluster.Close()
 		at = redisAt{addrs: cluster.Masters, cluster: true}
-		if masters, err = mastersBySlot(cluster); err != nil {
+		if masters, anchors, err = mastersBySlot(cluster); err != nil {
 			return nil, err
 		}
 		if res.Placement, err = placement(cluster, masters, res.Prefix); err != nil {
@@ -188,7 +189,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("child %s: %w", p.id, err)
 		}
 	}
-	in := newInjector(srv, cluster, masters, proxies)
+	in := newInjector(srv, cluster, anchors, proxies)
 	defer in.close()
 	op, err := newOperator(at, res.Prefix, url, cfg.Seed)
 	if err != nil {
@@ -442,12 +443,17 @@ func (r *runner) play(in *injector, op *operator) {
 				a.End = time.Now().UnixNano()
 				r.record(*a)
 			}})
-		case e.Kind == FaultReshard:
+		case e.Kind == FaultReshard || e.Kind == FaultFailover:
 			steps = append(steps, step{e.At, func() {
 				wg.Go(func() {
 					a := Action{Kind: e.Kind, Node: e.Node, At: time.Now().UnixNano()}
 					var err error
-					if a.Moved, err = in.reshard(e, r.res.Prefix); err != nil {
+					if e.Kind == FaultReshard {
+						a.Moved, err = in.reshard(e, r.res.Prefix)
+					} else {
+						a.Moved, err = in.failover(e)
+					}
+					if err != nil {
 						a.Err = err.Error()
 					}
 					a.End = time.Now().UnixNano()

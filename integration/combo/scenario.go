@@ -43,16 +43,19 @@ const (
 	// one at a time, under load. Not a Redis fault: the judges hold
 	// through it as through a healthy Redis.
 	FaultReshard Kind = "reshard"
+	// FaultFailover: on a Cluster with replicas, a replica of master Node
+	// takes its place (CLUSTER FAILOVER). Not a Redis fault either.
+	FaultFailover Kind = "failover"
 )
 
 // Kinds lists every kind, for summaries.
 var Kinds = []Kind{OpSet, OpShadow, OpUnset, OpPause, OpResume, OpWeight, OpFormat, ProviderPause,
-	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause, FaultSlow, FaultReshard}
+	FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, LocalPause, FaultSlow, FaultReshard, FaultFailover}
 
 // IsFault reports whether k breaks Redis, a fleet process or the machine.
 func (k Kind) IsFault() bool {
 	switch k {
-	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, FaultSlow, FaultReshard:
+	case FaultRestart, FaultFreeze, FaultOOM, FaultCPause, FaultKill, FaultHog, FaultStall, FaultClose, FaultSlow, FaultReshard, FaultFailover:
 		return true
 	}
 	return false
@@ -158,9 +161,11 @@ type Scenario struct {
 	// members leave the indexes), and a Redis restarted empty loses it.
 	FleetFormat string `json:",omitempty"`
 	// Masters: the Redis Cluster's masters in a run on a Cluster
-	// (ForCluster, cluster.go); 0 on one redis-server.
-	Masters int     `json:",omitempty"`
-	Events  []Event // sorted by At
+	// (ForCluster, cluster.go); 0 on one redis-server. Replicas: each
+	// master's replicas there.
+	Masters  int     `json:",omitempty"`
+	Replicas int     `json:",omitempty"`
+	Events   []Event // sorted by At
 	// quiet: spans the wider draws keep clear of Redis faults (an
 	// operator's changes that must take), while drawing.
 	quiet [][2]time.Duration

@@ -116,7 +116,7 @@ func TestGenerate(t *testing.T) {
 		}
 	}
 	for _, k := range Kinds {
-		if seen[k] == 0 && k != FaultReshard { // drawn on a Cluster only (TestForCluster)
+		if seen[k] == 0 && k != FaultReshard && k != FaultFailover { // drawn on a Cluster only (TestForCluster)
 			t.Errorf("2000 seeds never drew %q", k)
 		}
 	}
@@ -168,8 +168,9 @@ func TestDialectDraw(t *testing.T) {
 
 // TestForCluster: a seed on a Cluster plays Generate's timeline but for a
 // slow Redis, each Redis fault on one of the masters (every master struck
-// by some seed), with no Python process, and up to two reshardings clear
-// of the Redis faults; and replays.
+// by some seed), with no Python process, up to two reshardings, and with
+// replicas up to two failovers, clear of the Redis faults and of each
+// other; and replays.
 func TestForCluster(t *testing.T) {
 	if !reflect.DeepEqual(Generate(7).ForCluster(3), Generate(7).ForCluster(3)) {
 		t.Fatal("ForCluster(3) of seed 7 differs between two calls: a seed must replay")
@@ -182,21 +183,30 @@ func TestForCluster(t *testing.T) {
 			t.Fatalf("seed %d: masters %d, python %v", seed, cl.Masters, cl.Python)
 		}
 		want := slices.DeleteFunc(slices.Clone(sc.Events), func(e Event) bool { return e.Kind == FaultSlow })
-		var reshards []Event
+		var ops []Event
+		n := map[Kind]int{}
 		played := slices.DeleteFunc(slices.Clone(cl.Events), func(e Event) bool {
-			if e.Kind == FaultReshard {
-				reshards = append(reshards, e)
+			if e.Kind == FaultReshard || e.Kind == FaultFailover {
+				ops = append(ops, e)
+				n[e.Kind]++
 			}
-			return e.Kind == FaultReshard
+			return e.Kind == FaultReshard || e.Kind == FaultFailover
 		})
-		if len(reshards) > 2 {
-			t.Fatalf("seed %d: %d reshardings", seed, len(reshards))
+		if n[FaultReshard] > 2 || n[FaultFailover] > 2 || (cl.Replicas == 0 && n[FaultFailover] > 0) || cl.Replicas > 1 {
+			t.Fatalf("seed %d: %v with %d replicas", seed, n, cl.Replicas)
 		}
-		for _, e := range reshards {
+		for i, e := range ops {
 			if e.Node < 1 || e.Node > 3 || e.At < warmup || e.At > cl.Length-settle || cl.redisFaultIn(e.At-faultGap, e.At+faultGap) {
 				t.Fatalf("seed %d: %v: master out of 1 to 3, outside the run's judged span, or near a Redis fault", seed, e)
 			}
-			struck[-e.Node]++
+			if i > 0 && e.At-ops[i-1].At < 2*time.Second {
+				t.Fatalf("seed %d: %v within 2 s of %v", seed, e, ops[i-1])
+			}
+			if e.Kind == FaultReshard {
+				struck[-e.Node]++
+			} else {
+				struck[10+e.Node]++
+			}
 		}
 		if !slices.IsSortedFunc(cl.Events, func(a, b Event) int { return int(a.At - b.At) }) {
 			t.Fatalf("seed %d: the Cluster's timeline is not in order", seed)
@@ -225,6 +235,9 @@ func TestForCluster(t *testing.T) {
 		}
 		if struck[-m] == 0 {
 			t.Errorf("no seed of 500 reshards master %d", m)
+		}
+		if struck[10+m] == 0 {
+			t.Errorf("no seed of 500 fails master %d over", m)
 		}
 	}
 }
