@@ -15,7 +15,8 @@ import (
 
 // A run on a Redis Cluster (Config.Cluster; pacercombo -cluster): the same
 // seeds, played by the same fleet, operator and judges on a Cluster of
-// clusterMasters masters without replicas (internal/redisproc), each
+// clusterMasters masters (internal/redisproc; for two seeds in five with
+// a replica each, which takes over a master that fails), each
 // process's Limiter on a redis.ClusterClient with go-redis's defaults, as
 // a Cluster user builds it (its script calls pipelined per master). The
 // seven keys and the fleet's records fall on the masters by their hash
@@ -25,7 +26,8 @@ import (
 // (the same node, its slots, no data: as one restarted on its own disk
 // without persistence), frozen, out of memory, or paused. A resharding
 // (FaultReshard) moves a master's slots of the run's keys and records to
-// the next master under load. What the run leaves out, and why, is
+// the next master under load, and a failover (FaultFailover) hands a
+// master's slots to its replica. What the run leaves out, and why, is
 // ForCluster's.
 
 // clusterMasters is the masters of a run on a Cluster.
@@ -45,7 +47,7 @@ const clusterMasters = 3
 // master (Replicas), with up to two failovers (FaultFailover): a master
 // frozen or stopped past the node timeout (1 s) then fails over too.
 // Reshardings and failovers keep clear of the Redis faults by faultGap,
-// and of each other by 2 s.
+// and of each other by 1 s.
 func (sc Scenario) ForCluster(masters int) Scenario {
 	rng := rand.New(rand.NewPCG(sc.Seed, 0x636c7573746572)) // "cluster"
 	sc.Masters = masters
@@ -67,7 +69,7 @@ func (sc Scenario) ForCluster(masters int) Scenario {
 		for range 20 { // a few tries to find room
 			at := warmup + time.Duration(rng.Int64N(int64(sc.Length-settle-warmup)))
 			if sc.redisFaultIn(at-faultGap, at+faultGap) || slices.ContainsFunc(sc.Events, func(e Event) bool {
-				return (e.Kind == FaultReshard || e.Kind == FaultFailover) && (e.At-at).Abs() < 2*time.Second
+				return (e.Kind == FaultReshard || e.Kind == FaultFailover) && (e.At-at).Abs() < time.Second
 			}) {
 				continue
 			}
@@ -75,15 +77,16 @@ func (sc Scenario) ForCluster(masters int) Scenario {
 			return
 		}
 	}
-	rs := rand.New(rand.NewPCG(sc.Seed, 0x72657368617264)) // "reshard"
-	for range pick(rs, []int{0, 1, 2}, []int{30, 50, 20}) {
-		clusterOp(rs, FaultReshard)
-	}
+	// The failovers first: the rarer, they find room the more often.
 	if rf := rand.New(rand.NewPCG(sc.Seed, 0x7265706c696361)); rf.IntN(5) < 2 { // "replica"
 		sc.Replicas = 1
 		for range pick(rf, []int{0, 1, 2}, []int{20, 50, 30}) {
 			clusterOp(rf, FaultFailover)
 		}
+	}
+	rs := rand.New(rand.NewPCG(sc.Seed, 0x72657368617264)) // "reshard"
+	for range pick(rs, []int{0, 1, 2}, []int{30, 50, 20}) {
+		clusterOp(rs, FaultReshard)
 	}
 	slices.SortStableFunc(sc.Events, func(a, b Event) int { return int(a.At - b.At) })
 	return sc

@@ -116,15 +116,20 @@
 //	go run ./integration/cmd/pacercombo -seed 17 -v
 //
 // With Config.Cluster (pacercombo -cluster) the same seeds run on a Redis
-// Cluster of three masters without replicas (cluster.go): every process's
+// Cluster of three masters, for two seeds in five with a replica each
+// (cluster.go): every process's
 // Limiter on a redis.ClusterClient with go-redis's defaults (its script
 // calls pipelined per master), the operator and the runner's reads on one
 // too, the keys and the fleet's records on the masters their hash slots
 // give them (Result.Placement), and each Redis fault striking one master,
 // drawn per seed (Event.Node), while the others serve: restarted empty
-// (the same node and slots, no data), frozen, out of memory, or paused.
-// Such a run leaves out the slow Redis and the Python processes
-// (Scenario.ForCluster says why), and is judged by the same judges.
+// (the same node and slots, no data), frozen, out of memory, or paused
+// (with a replica, a master stopped or frozen past the node timeout fails
+// over). Reshardings move a master's slots of the run's keys under load,
+// and failovers hand a master's slots to its replica; neither is a Redis
+// fault to the judges. Such a run leaves out the slow Redis and the
+// Python processes (Scenario.ForCluster says why), and is judged by the
+// same judges.
 //
 // The binary that runs the runner must call Main first thing (in main or
 // TestMain): the children, the provider and the CPU hogs are that binary,

@@ -199,8 +199,8 @@ func TestForCluster(t *testing.T) {
 			if e.Node < 1 || e.Node > 3 || e.At < warmup || e.At > cl.Length-settle || cl.redisFaultIn(e.At-faultGap, e.At+faultGap) {
 				t.Fatalf("seed %d: %v: master out of 1 to 3, outside the run's judged span, or near a Redis fault", seed, e)
 			}
-			if i > 0 && e.At-ops[i-1].At < 2*time.Second {
-				t.Fatalf("seed %d: %v within 2 s of %v", seed, e, ops[i-1])
+			if i > 0 && e.At-ops[i-1].At < time.Second {
+				t.Fatalf("seed %d: %v within 1 s of %v", seed, e, ops[i-1])
 			}
 			if e.Kind == FaultReshard {
 				struck[-e.Node]++
