@@ -236,12 +236,28 @@ func (in *injector) failover(e Event) (string, error) {
 	if err := in.rdb[nodes[i].Addr].Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
 		return "", fmt.Errorf("%s: CLUSTER FAILOVER on %s: %w", e.Kind, nodes[i].Addr, err)
 	}
+	// CLUSTER FAILOVER answers before the replica takes over: wait until
+	// it serves the master's slots, then until every node agrees.
+	replica := nodes[i].Addr
+	err = redisproc.WaitUntil(clusterHealTimeout, 20*time.Millisecond, func() string {
+		owner, err := in.cluster.SlotOwner(in.anchors[e.Node-1])
+		switch {
+		case err != nil:
+			return err.Error()
+		case owner.Addr != replica:
+			return "slot " + fmt.Sprint(in.anchors[e.Node-1]) + " still served by " + owner.Addr
+		}
+		return ""
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s: master %d's replica %s: %w", e.Kind, e.Node, replica, err)
+	}
 	owner, err := in.cluster.WaitSlotServed(in.anchors[e.Node-1], clusterHealTimeout)
 	if err != nil {
 		return "", err
 	}
-	if owner != nodes[i].Addr {
-		return "", fmt.Errorf("%s: master %d's slots went to %s, not its replica %s", e.Kind, e.Node, owner, nodes[i].Addr)
+	if owner != replica {
+		return "", fmt.Errorf("%s: master %d's slots went to %s, not its replica %s", e.Kind, e.Node, owner, replica)
 	}
 	return fmt.Sprintf("replica %s took over from %s", owner, m.Addr), nil
 }
