@@ -181,6 +181,21 @@ func (in *injector) reshard(e Event, prefix string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Patient clients: a MIGRATE on a loaded machine outlasts the
+	// injector's 2 s, and one cut short leaves its slot half moved.
+	clients := map[string]*redis.Client{}
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	node := func(addr string) *redis.Client {
+		if clients[addr] == nil {
+			clients[addr] = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+				ReadTimeout: clusterHealTimeout, WriteTimeout: clusterHealTimeout})
+		}
+		return clients[addr]
+	}
 	var moved []string
 	done := map[int]bool{}
 	for _, name := range placed() {
@@ -199,7 +214,7 @@ func (in *injector) reshard(e Event, prefix string) (string, error) {
 		if err != nil {
 			return strings.Join(moved, ", "), err
 		}
-		keys, err := redisproc.MoveSlot(ctx, func(addr string) *redis.Client { return in.rdb[addr] }, nodes, src, dst, slot)
+		keys, err := redisproc.MoveSlot(ctx, node, nodes, src, dst, slot)
 		if err != nil {
 			return strings.Join(moved, ", "), fmt.Errorf("%s: %s's slot %d: %w", e.Kind, name, slot, err)
 		}

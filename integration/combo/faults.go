@@ -21,8 +21,8 @@ type injector struct {
 	// resharding moves an anchor (the run's keys' slots are not one).
 	anchors []int
 	proxies []*slowProxy // each fleet slot's way to srv in a seed that draws a slow Redis; else none
-	// rdb: CONFIG SET, CLIENT PAUSE and a resharding's and failover's
-	// commands, MaxRetries -1: srv's client, or each node's, by address.
+	// rdb: CONFIG SET, CLIENT PAUSE and CLUSTER FAILOVER, MaxRetries -1:
+	// srv's client, or each node's, by address.
 	rdb map[string]*redis.Client
 	// struck: on a Cluster, the node each Redis fault struck, by its
 	// Event.At (faults never overlap), for heal: a failover may have made
