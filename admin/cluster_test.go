@@ -9,6 +9,7 @@ import (
 	"github.com/pacer-go/pacer/admin"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,13 +20,8 @@ import (
 // data race, and without, "concurrent map writes" killed the process (the
 // combination runner on a Cluster, seed 18).
 func TestKeysOnCluster(t *testing.T) {
-	c := redistest.NewCluster(t, 3)
+	rdb, l, prefix := clusterLimiter(t)
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	rdb := c.NewClient(t)
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
 	var want []string
 	for i := range 300 {
 		key := fmt.Sprintf("host-%03d.example", i)
@@ -40,4 +36,17 @@ func TestKeysOnCluster(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
+}
+
+// clusterLimiter returns a client of a new Redis Cluster of three
+// masters, a Limiter on it under a prefix of t's own (closed when t ends),
+// and the prefix.
+func clusterLimiter(t *testing.T) (*redis.ClusterClient, *reserve.Limiter, string) {
+	c := redistest.NewCluster(t, 3)
+	prefix := redistest.Prefix(t)
+	rdb := c.NewClient(t)
+	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return rdb, l, prefix
 }

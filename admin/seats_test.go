@@ -157,13 +157,8 @@ func TestSetInFlight(t *testing.T) {
 // Cluster (seats.lua once took the fleet's events channel as a KEY, in
 // another hash slot: CROSSSLOT).
 func TestSeatsStatusOnCluster(t *testing.T) {
-	c := redistest.NewCluster(t, 3)
+	rdb, l, prefix := clusterLimiter(t)
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	rdb := c.NewClient(t)
-	l, err := reserve.New(rdb, reserve.Options{KeyPrefix: prefix, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
 	a, err := admin.New(rdb, admin.Options{KeyPrefix: prefix})
 	require.NoError(t, err)
 	pol := reserve.Policy{{Name: "open", Unit: "requests", InFlight: 2}}
