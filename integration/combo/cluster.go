@@ -101,11 +101,7 @@ func mastersBySlot(c *redisproc.Cluster) (addrs []string, anchors []int, err err
 		return nil, nil, err
 	}
 	for _, n := range nodes {
-		low := n.Slots[0][0]
-		for _, r := range n.Slots {
-			low = min(low, r[0])
-		}
-		addrs, anchors = append(addrs, n.Addr), append(anchors, low)
+		addrs, anchors = append(addrs, n.Addr), append(anchors, n.LowestSlot())
 	}
 	return addrs, anchors, nil
 }

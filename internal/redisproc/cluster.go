@@ -484,14 +484,7 @@ func (c *Cluster) MastersBySlot() ([]ClusterNode, error) {
 				masters = append(masters, n)
 			}
 		}
-		lowest := func(n ClusterNode) int {
-			low := clusterSlots
-			for _, r := range n.Slots {
-				low = min(low, r[0])
-			}
-			return low
-		}
-		slices.SortFunc(masters, func(a, b ClusterNode) int { return lowest(a) - lowest(b) })
+		slices.SortFunc(masters, func(a, b ClusterNode) int { return a.LowestSlot() - b.LowestSlot() })
 		return masters, nil
 	}
 	return nil, fmt.Errorf("redisproc: no live node answered CLUSTER NODES: %w", errors.Join(errs...))

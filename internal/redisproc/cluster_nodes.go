@@ -34,6 +34,15 @@ func (n ClusterNode) Unhealthy() string {
 	return ""
 }
 
+// LowestSlot returns the lowest slot n owns; 16384 if none.
+func (n ClusterNode) LowestSlot() int {
+	low := clusterSlots
+	for _, r := range n.Slots {
+		low = min(low, r[0])
+	}
+	return low
+}
+
 // Serves reports whether n owns slot.
 func (n ClusterNode) Serves(slot int) bool {
 	for _, r := range n.Slots {
