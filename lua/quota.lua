@@ -50,7 +50,14 @@
 -- call that came after it and was answered first, and a call counted but
 -- not answered yet is taken off twice. So the fleet may use a little less
 -- than the quota, never more. A new window, or a bucket's first count, sets
--- it.
+-- it. A take of the window before that is answered once the new window is
+-- open may have reached the provider in it: it is charged to the new
+-- window (c), whichever the provider counted it in (less, never more).
+-- After a window's end, only the probe's answer (or a later take's) opens
+-- the next window: an answer of the window that ended, read late (its
+-- script queued behind a paused or slow Redis), would place the next end
+-- its reset after the script ran, later than the provider's. It counts
+-- nothing.
 -- An answer that counts nothing after a window ended means the provider
 -- stopped counting: the key goes unpaced.
 --
@@ -70,6 +77,8 @@
 --                     window), and when b was its level, Unix ms
 --            x  fixed window of a known quota: the calls others spent in it,
 --               at the least (see below)
+--            c  fixed window of a known quota: the takes of the windows
+--               before answered since it opened (see below)
 --            d  fixed window: its takes dropped (not sent)
 --            k  a quota whose reset is when it is whole again: 0 its kind
 --               not known (counted as a window), 1 a window, 2 a bucket
@@ -110,7 +119,7 @@ end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + tonumber(tm[2]) / 1000
 
-local raw = redis.pcall('HMGET', KEYS[1], 'o', 's', 'w', 'e', 'b', 'n', 'p', 'r', 'l', 'f', 't', 'x', 'd', 'k', 'q', 'h', 'm', 'y', 'z')
+local raw = redis.pcall('HMGET', KEYS[1], 'o', 's', 'w', 'e', 'b', 'n', 'p', 'r', 'l', 'f', 't', 'x', 'd', 'k', 'q', 'h', 'm', 'y', 'z', 'c')
 if raw.err then
   return redis.error_reply('PACER_WRONGTYPE the quota key holds another type')
 end
@@ -138,6 +147,7 @@ local h = tonumber(raw[16]) or -1
 local m = tonumber(raw[17]) or 0
 local y = tonumber(raw[18]) or 0
 local z = tonumber(raw[19]) or 0
+local c = tonumber(raw[20]) or 0
 
 -- A full Redis (maxmemory, noeviction) refuses a script's first write
 -- that may add memory, but lets one that has written already go on, and
@@ -152,7 +162,7 @@ local function save()
   redis.call('HSET', KEYS[1], 'o', string.format('%.3f', o), 's', s, 'w', w, 'e', string.format('%.3f', e), 'b', string.format('%.17g', b),
     'n', string.format('%.3f', n), 'p', string.format('%.3f', p), 'r', string.format('%.3f', r), 'l', l,
     'f', string.format('%.17g', f), 't', string.format('%.3f', t), 'x', x, 'd', d,
-    'k', k, 'q', string.format('%.17g', q), 'h', string.format('%.17g', h), 'm', m, 'y', y, 'z', z)
+    'k', k, 'q', string.format('%.17g', q), 'h', string.format('%.17g', h), 'm', m, 'y', y, 'z', z, 'c', c)
   local ttl = math.floor(math.max(keep, e - now + keep))
   redis.call('PEXPIRE', KEYS[1], ttl)
   if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -183,8 +193,10 @@ if op == 'take' then
     if b < 1 then
       return {math.ceil(e - now), 0, 1}
     end
-    -- Spread what is left over the time left, a tenth of it at once.
-    local base = math.max(n, now)
+    -- Spread what is left over the time left, a tenth of it at once; no
+    -- later than the earliest end, which a later answer may have brought
+    -- before where the spread stood.
+    local base = math.max(math.min(n, o), now)
     local gap = math.max(0, o - base) / b
     local k = math.max(1, math.ceil(b / 10))
     local slot = math.max(now, base - (k - 1) * gap)
@@ -274,7 +286,16 @@ if rtt > 0 then
   end
 end
 if f == 0 and id > 0 and id < w and k ~= 2 then
-  save() -- an answer from before the window: it counts nothing of it
+  -- An answer of a take from before the window. Once the window is open,
+  -- its call may have reached the provider in it: charged to it (c).
+  if e > now then
+    c = c + 1
+  end
+  save()
+  return kind
+end
+if f == 0 and k ~= 2 and e > 0 and e <= now and not (p > 0 and id >= w) then
+  save() -- the window ended, and this is not the probe's answer: read late
   return kind
 end
 if p > 0 then
@@ -314,6 +335,7 @@ else
     n = now
     x = 0
     d = 0
+    c = 0
     if id > 0 then
       w = math.max(w, id)
     else
@@ -331,13 +353,12 @@ else
     -- others spent. Those are at least what the provider counted beyond
     -- every take so far. This needs no answer to be read in order.
     local taken = s - w + 1 - d
-    x = math.max(x, limit - left - taken)
     -- And less the takes of the window before still in flight: sent
     -- before the end this count knew, which is the provider's to a second
     -- at best, they may reach it in its new window after this answer was
     -- counted, and are in neither figure (the combination runner's seed
     -- 45: 27 calls in a window of 24). Each leaves the set when answered,
-    -- and a later answer counts it in x if the provider did.
+    -- and is then charged to the window in c.
     local before = 0
     for _, tk in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
       local v = tonumber(tk)
@@ -345,7 +366,11 @@ else
         before = before + 1
       end
     end
-    b = limit - taken - x - before
+    -- What others spent is at least what the provider counted beyond all
+    -- of ours the window may hold: its takes, the older takes answered in
+    -- it (c), and those still on their way.
+    x = math.max(x, limit - left - taken - c - before)
+    b = limit - taken - c - x - before
   end
 end
 save()

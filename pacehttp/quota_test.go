@@ -289,6 +289,104 @@ func TestQuotaKnownLimitOldInFlight(t *testing.T) {
 	}
 }
 
+// TestQuotaKnownLimitOldAnswered: a take of the window before, answered
+// once the new window is open, may have been counted in it: it is charged
+// to the new window when it leaves the calls in flight. Before, it left
+// the takes in flight and was charged nowhere, since every later answer's
+// count of what others spent, limit - left - takes, was masked by the
+// window's own takes still on their way. In the combination runner on a
+// Redis Cluster (seed 28), 8 calls of a window were sent at once just
+// after its end, and the next window of 24 had 28 calls.
+func TestQuotaKnownLimitOldAnswered(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	answer := func(id, left int64, reset time.Duration) {
+		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
+	}
+	answer(0, 3, 30*time.Millisecond) // 3 left of 10, the window ending in 30 ms
+	var old []int64
+	for i := range 3 {
+		_, id, _ := takeOnce(t, tr, "k")
+		if id == 0 {
+			t.Fatalf("take %d of the old window's 3: none", i+1)
+		}
+		old = append(old, id)
+	}
+	var probe int64
+	for probe == 0 { // the old window's end: the probe goes
+		wait, id, _ := takeOnce(t, tr, "k")
+		probe = id
+		time.Sleep(max(wait, time.Millisecond))
+	}
+	answer(probe, 9, time.Minute) // the probe counted alone
+	var taken []int64
+	for {
+		_, id, _ := takeOnce(t, tr, "k")
+		if id == 0 {
+			break
+		}
+		taken = append(taken, id)
+	}
+	if len(taken) != 6 {
+		t.Fatalf("%d calls taken in the new window, want 6 (10 less the probe and the old window's 3 in flight)", len(taken))
+	}
+	// The old window's 3 reach the provider in the new window, and are
+	// answered: 8, 7, then 6 left. Then the first of the new window's 6:
+	// 5 left (the probe, the old 3 and itself), 5 of ours on their way.
+	for i, id := range old {
+		answer(id, int64(8-i), time.Minute)
+	}
+	answer(taken[0], 5, time.Minute)
+	if got := takeAll(t, tr, "k"); got != 0 {
+		t.Fatalf("%d more calls taken; want 0: the probe, the old window's 3 and the 6 taken fill the 10", got)
+	}
+}
+
+// TestQuotaLateAnswer: an answer read after its window ended (its call
+// counted in that window, the script run late: Redis paused, a slow
+// link) says nothing of the next window. Only the probe's answer, or a
+// later one, opens it. Before, the late answer opened a window that ended
+// its reset after the script ran, not after the provider wrote it: in the
+// combination runner on a Redis Cluster (seed 28), an answer held 2.3 s by
+// CLIENT PAUSE placed the window's end 0.3 s after the provider's, and
+// the calls spread to it reached the provider in its next window.
+func TestQuotaLateAnswer(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	window(tr, "k", 0, 5, 30*time.Millisecond)
+	_, id, _ := takeOnce(t, tr, "k")
+	if id == 0 {
+		t.Fatal("a take of the 5 left: none")
+	}
+	time.Sleep(50 * time.Millisecond) // the window is over
+	// Its answer, written with 20 ms of the window left, is read now.
+	window(tr, "k", id, 4, 20*time.Millisecond)
+	if _, probe, _ := takeOnce(t, tr, "k"); probe == 0 {
+		t.Fatal("no probe after the window's end")
+	}
+	if _, id, _ := takeOnce(t, tr, "k"); id != 0 {
+		t.Fatalf("a second call took number %d while the probe is out: the late answer opened a window", id)
+	}
+}
+
+// TestQuotaSpreadWithinEnd: a later answer that ends the window sooner
+// pulls the spread back within the new end. Before, calls already spread
+// past it kept the spread there, and every call after them was placed
+// after the window's end, in the next window, at once.
+func TestQuotaSpreadWithinEnd(t *testing.T) {
+	tr, _ := quotaTransport(t)
+	window(tr, "k", 0, 10, 10*time.Second)
+	for range 5 { // spread to 0, 1, 2, 3 and 4 s
+		takeOnce(t, tr, "k")
+	}
+	window(tr, "k", 0, 9, 2*time.Second) // the window ends in 2 s
+	wait, id, _ := takeOnce(t, tr, "k")
+	if id == 0 {
+		t.Fatal("a take of the 4 left: none")
+	}
+	if wait > 2*time.Second {
+		t.Fatalf("a take waits %v, past the window's end in 2 s", wait)
+	}
+}
+
 // TestQuotaRelativeReset: a reset given as a delay (OpenAI's
 // x-ratelimit-reset-requests, to the millisecond) counts from when the
 // provider wrote it, within the call's round trip before the answer came
