@@ -3,6 +3,7 @@ package combo
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -75,6 +76,18 @@ func (r *run) judgedTime(key string) [][2]int64 {
 	var cut [][2]int64
 	for _, p := range r.pauseSpans(key) {
 		cut = append(cut, [2]int64{p.start, max(p.end, r.resumedRestart(key, p)) + int64(pauseRecovery)})
+	}
+	if key == KeyHTTP && r.res.Scenario.Body != bodyGoogle {
+		// A 429 tells pacehttp's Transport its Retry-After, whole seconds
+		// rounded up, and the Transport pauses the key for all of it; the
+		// child's own pause (above) is the exact Retry. (With Google's
+		// body alone the Transport reads the body's RetryInfo, which is
+		// that pause: body.go.)
+		for _, c := range r.calls[key] {
+			if c.Status == http.StatusTooManyRequests {
+				cut = append(cut, [2]int64{c.Arrive, c.Arrive + wholeSeconds(c.Retry) + int64(pauseRecovery)})
+			}
+		}
 	}
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, r.backAfter(f) + int64(faultRecovery)})

@@ -574,3 +574,33 @@ func TestThroughputResumedWindowQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestThroughputHTTPRetryAfter: a 429 on KeyHTTP tells pacehttp's
+// Transport its Retry-After in whole seconds (the provider rounds up), and
+// the Transport pauses the key for all of it, while the child's own pause
+// is the exact Retry: the time up to the whole seconds is no idle time to
+// judge. Before, the combination runner on a Cluster (seed 30) judged the
+// 0.85 s between a Retry of 1.15 s and its Retry-After of 2 s as the
+// fleet's, and found http.example at 0.38 of its limit.
+func TestThroughputHTTPRetryAfter(t *testing.T) {
+	refused := Call{ID: "1-1", Key: KeyHTTP, Child: "1", Kind: kindHTTP, Lo: at(9 * time.Second), Hi: at(9 * time.Second),
+		Arrive: at(9 * time.Second), Status: 429, Why: "announced", Retry: int64(1150 * time.Millisecond),
+		Cost: map[string]float64{unitRequests: 1}}
+	pause := Note{Type: notePause, Child: "1", Key: KeyHTTP, At: at(9*time.Second + ms2(2)), End: at(9*time.Second + ms2(3)), D: int64(1150 * time.Millisecond)}
+	for _, tc := range []struct {
+		body string
+		to   time.Duration // the Transport's pause ends then
+	}{
+		{"", 11 * time.Second},                  // Retry-After: 2
+		{bodyGoogle, 10*time.Second + ms2(152)}, // the body's RetryInfo alone: the note's pause
+	} {
+		res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs, Body: tc.body},
+			Calls: []Call{refused}, Notes: []Note{pause}}
+		for _, s := range index(res).judgedTime(KeyHTTP) {
+			if s[0] < at(tc.to+pauseRecovery) && s[1] > pause.At {
+				t.Errorf("body %q: judged [%v, %v], inside the Transport's pause from 9.002 s to %v and its recovery",
+					tc.body, time.Duration(s[0]-at(0)), time.Duration(s[1]-at(0)), tc.to)
+			}
+		}
+	}
+}
