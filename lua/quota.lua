@@ -58,8 +58,8 @@
 -- script queued behind a paused or slow Redis), would place the next end
 -- its reset after the script ran, later than the provider's. It counts
 -- nothing.
--- An answer that counts nothing after a window ended means the provider
--- stopped counting: the key goes unpaced.
+-- The probe's answer (or a later take's) that counts nothing means the
+-- provider stopped counting: the key goes unpaced.
 --
 -- KEYS[1]  the count, a hash:
 --            s  takes so far (each take's number)
@@ -353,6 +353,7 @@ else
     -- others spent. Those are at least what the provider counted beyond
     -- every take so far. This needs no answer to be read in order.
     local taken = s - w + 1 - d
+    x = math.max(x, limit - left - taken)
     -- And less the takes of the window before still in flight: sent
     -- before the end this count knew, which is the provider's to a second
     -- at best, they may reach it in its new window after this answer was
@@ -366,10 +367,10 @@ else
         before = before + 1
       end
     end
-    -- What others spent is at least what the provider counted beyond all
-    -- of ours the window may hold: its takes, the older takes answered in
-    -- it (c), and those still on their way.
-    x = math.max(x, limit - left - taken - c - before)
+    -- And less the older takes answered since the window opened (c):
+    -- x counts them too once no take of the window is on its way, but
+    -- until then the takes on their way hide them (a call or two of the
+    -- window may go unused, never one too many).
     b = limit - taken - c - x - before
   end
 end
