@@ -33,7 +33,11 @@ type Action struct {
 	// sliding.example's slot 3123 (8 keys), ...", "replica ... took over
 	// from ...").
 	Moved string `json:",omitempty"`
-	Err   string
+	// Stopped: FaultRestart, when the server's stop returned (its data
+	// gone); At is when it was asked for. 0 in dumps made before it was
+	// recorded: At is used.
+	Stopped int64 `json:",omitempty"`
+	Err     string
 	// Expected is true when Err is what the action may meet in the run
 	// (Redis down, a key it restarted empty does not know, nothing to
 	// unset or resume); other errors are violations.

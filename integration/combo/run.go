@@ -360,6 +360,9 @@ func (r *runner) play(in *injector, op *operator) {
 				if err := in.inject(e); err != nil {
 					a.Err = err.Error()
 				}
+				if e.Kind == FaultRestart {
+					a.Stopped = time.Now().UnixNano()
+				}
 			}}, step{e.At + e.For, func() {
 				if err := in.heal(e); err != nil {
 					a.Err = strings.TrimSpace(a.Err + " heal: " + err.Error())

@@ -22,7 +22,9 @@ import (
 // The operator's last change to a key (a set, in shadow or not, or an
 // unset; one whose error leaves its effect unknown is not judged, nor one
 // made while another change of the key was under way) must be what Status
-// reads: the policy set and its mode, or nothing after an unset. When Redis restarted empty after that change, the Limiters put
+// reads: the policy set and its mode, or nothing after an unset. When Redis
+// restarted empty after that change (its stop returned after the change
+// began: a stop asked for just before may come after the write), the Limiters put
 // back what they last saw; they can only know of the change from a reply
 // that came after it, so the check holds only when every process alive
 // both at the change and at the first restart after it was granted a slot
@@ -130,7 +132,9 @@ func (r *run) stored() ([]Violation, int) {
 			want, wantShadow = normStored(last.Stored), last.Kind == OpShadow
 		}
 		got := read.Limit
-		restart := r.firstRestartAfter(last.End)
+		// A restart whose stop returned after the change began may have
+		// lost what the change wrote, even one asked for before it.
+		restart := r.firstStopAfter(last.At)
 		if restart > read.At {
 			restart = 0
 		}
@@ -166,10 +170,10 @@ func (r *run) stored() ([]Violation, int) {
 // isNotStored reports whether an unset's error says nothing was stored.
 func isNotStored(msg string) bool { return strings.Contains(msg, admin.ErrNotStored.Error()) }
 
-// firstRestartAfter returns when Redis was first stopped to restart empty
-// after t, or 0.
-func (r *run) firstRestartAfter(t int64) int64 {
-	for _, at := range r.restarts {
+// firstStopAfter returns when the first stop of Redis to restart empty
+// that returned after t returned, or 0.
+func (r *run) firstStopAfter(t int64) int64 {
+	for _, at := range r.stops {
 		if at > t {
 			return at
 		}

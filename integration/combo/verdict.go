@@ -1,6 +1,7 @@
 package combo
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -121,6 +122,7 @@ type run struct {
 	modes    map[string][]Note // switch notes by child, in time order
 	faults   []Action          // Redis faults, mended
 	restarts []int64           // when Redis was stopped to come back empty
+	stops    []int64           // when those stops returned (the data gone), in the same order
 	procs    map[string]int    // child ID -> index, for bitmasks
 }
 
@@ -224,6 +226,7 @@ func index(res *Result) *run {
 			r.faults = append(r.faults, a)
 			if a.Kind == FaultRestart {
 				r.restarts = append(r.restarts, a.At)
+				r.stops = append(r.stops, cmp.Or(a.Stopped, a.At))
 			}
 		}
 	}

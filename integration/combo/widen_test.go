@@ -473,3 +473,37 @@ func TestStoredAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestStoredBesideRestart: a set that began after Redis was told to stop
+// (a restart empty) but before the stop was done may have been written
+// to the Redis that then lost it; it can only be judged as a set made
+// before the restart, and here no process saw it before the data went: not
+// judged. Before, the judge took the restart's start as the moment the
+// data went, and the Cluster runner's seed 8 (a shadow set at 7.4935 s,
+// its master told to stop at 7.493 s) failed with the set lost.
+func TestStoredBesideRestart(t *testing.T) {
+	lim := reserve.Limit{Rate: 20, Burst: 1}.Policy()
+	restart := Action{Kind: FaultRestart, At: at(6 * time.Second), Stopped: at(6*time.Second + ms2(4)), End: at(7 * time.Second)}
+	set := Action{Kind: OpShadow, Key: KeySliding, Stored: lim, At: at(6*time.Second + ms2(1)), End: at(6*time.Second + ms2(3))}
+	lives := []Life{{ID: "1", From: start.UnixNano(), To: at(defaultLength)}}
+	read := []StoredRead{{Key: KeySliding, At: at(10 * time.Second)}} // lost with the data
+	for _, tc := range []struct {
+		name    string
+		stopped int64
+		want    int
+	}{
+		{"stopped after the set began", restart.Stopped, 0},
+		{"stopped before it began", at(6 * time.Second), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := restart
+			r.Stopped = tc.stopped
+			res := &Result{Start: start, End: start.Add(defaultLength), Scenario: Scenario{Length: defaultLength, Procs: procs},
+				Actions: []Action{r, set}, Lives: lives, Stored: read}
+			v := Judge(res)
+			if got := kinds(v, VStored); len(got) != tc.want {
+				t.Errorf("%s violations = %d (unjudged %d), want %d: %v", VStored, len(got), v.Figures.StoredUnjudged, tc.want, got)
+			}
+		})
+	}
+}
