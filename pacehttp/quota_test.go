@@ -302,7 +302,9 @@ func TestQuotaKnownLimitOldAnswered(t *testing.T) {
 	answer := func(id, left int64, reset time.Duration) {
 		tr.answer(context.Background(), "k", id, Quota{Remaining: left, Limit: 10, Reset: reset + time.Microsecond, Source: "x-ratelimit-remaining"}, time.Millisecond, false)
 	}
-	answer(0, 3, 30*time.Millisecond) // 3 left of 10, the window ending in 30 ms
+	// 3 left of 10, the window ending in 300 ms (time enough for the 3
+	// takes on a loaded machine).
+	answer(0, 3, 300*time.Millisecond)
 	var old []int64
 	for i := range 3 {
 		_, id, _ := takeOnce(t, tr, "k")
@@ -351,12 +353,12 @@ func TestQuotaKnownLimitOldAnswered(t *testing.T) {
 // the calls spread to it reached the provider in its next window.
 func TestQuotaLateAnswer(t *testing.T) {
 	tr, _ := quotaTransport(t)
-	window(tr, "k", 0, 5, 30*time.Millisecond)
-	_, id, _ := takeOnce(t, tr, "k")
-	if id == 0 {
-		t.Fatal("a take of the 5 left: none")
+	window(tr, "k", 0, 5, 300*time.Millisecond)
+	wait, id, _ := takeOnce(t, tr, "k")
+	if id == 0 || wait != 0 {
+		t.Fatalf("a take of the 5 left: number %d, wait %v; want one at once", id, wait)
 	}
-	time.Sleep(50 * time.Millisecond) // the window is over
+	time.Sleep(350 * time.Millisecond) // the window is over
 	// Its answer, written with 20 ms of the window left, is read now.
 	window(tr, "k", id, 4, 20*time.Millisecond)
 	if _, probe, _ := takeOnce(t, tr, "k"); probe == 0 {
