@@ -3,6 +3,7 @@ package combo
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"time"
 )
@@ -237,11 +238,7 @@ func (r *run) learnedCuts(key string) [][2]int64 {
 			cuts = append(cuts, [2]int64{n.At, max(n.At, n.End) + wholeSeconds(n.D) + rec})
 		}
 	}
-	for _, c := range r.calls[key] {
-		if c.Status == 429 {
-			cuts = append(cuts, [2]int64{c.Arrive, c.Arrive + wholeSeconds(c.Retry) + rec})
-		}
-	}
+	cuts = append(cuts, r.retryAfterCuts(key, rec)...)
 	for _, a := range r.res.Actions {
 		if a.Kind != OpPause || a.Key != key {
 			continue
@@ -253,6 +250,19 @@ func (r *run) learnedCuts(key string) [][2]int64 {
 			}
 		}
 		cuts = append(cuts, [2]int64{a.At, end + rec})
+	}
+	return cuts
+}
+
+// retryAfterCuts returns, for each 429 the provider answered on key, the
+// time from its arrival to its Retry-After (whole seconds, rounded up, as
+// the provider sends it) and rec more: the pause the Transport makes of it.
+func (r *run) retryAfterCuts(key string, rec int64) [][2]int64 {
+	var cuts [][2]int64
+	for _, c := range r.calls[key] {
+		if c.Status == http.StatusTooManyRequests {
+			cuts = append(cuts, [2]int64{c.Arrive, c.Arrive + wholeSeconds(c.Retry) + rec})
+		}
 	}
 	return cuts
 }

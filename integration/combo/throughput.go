@@ -3,7 +3,6 @@ package combo
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -83,11 +82,7 @@ func (r *run) judgedTime(key string) [][2]int64 {
 		// child's own pause (above) is the exact Retry. (With Google's
 		// body alone the Transport reads the body's RetryInfo, which is
 		// that pause: body.go.)
-		for _, c := range r.calls[key] {
-			if c.Status == http.StatusTooManyRequests {
-				cut = append(cut, [2]int64{c.Arrive, c.Arrive + wholeSeconds(c.Retry) + int64(pauseRecovery)})
-			}
-		}
+		cut = append(cut, r.retryAfterCuts(key, int64(pauseRecovery))...)
 	}
 	for _, f := range r.faults {
 		cut = append(cut, [2]int64{f.At, r.backAfter(f) + int64(faultRecovery)})
