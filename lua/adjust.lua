@@ -23,7 +23,8 @@
 --          or, for a fair request (fair.lua), KEYS[4..7]: the key's fair
 --          hash, its lane's passes, the stored weights and its lane's
 --          waiting tenants (fair.lua's KEYS[4], [7+l], [11], [4+l])
--- ARGV[opi]   "cancel" or "settle"
+-- ARGV[opi]   "cancel" or "settle"; "cancel@" or "settle@" when the
+--             reservation was made at ARGV[2]'s share (below)
 -- ARGV[opi+1] the reservation's slot: integer Unix µs
 -- ARGV[opi+2] its sub-µs part in ns (0..999)
 -- ARGV[opi+3] its number (reserve.lua's seq), or for a reservation the
@@ -39,7 +40,15 @@
 --          the caller's local fallback starts from if Redis fails
 -- Errors   PACER_ARG, PACER_WRONGTYPE, PACER_CONFIG (see core.lua).
 
-local op = ARGV[opi]
+-- What comes back is counted at the whole rate's spacing, the least any
+-- caller's reservation took per unit: a caller's share may have fallen
+-- since its reservation (its view of the fleet now holds members), and at
+-- that share's wider spacing a unit would come back as more than it took
+-- (TestConformanceAdjustAfterShareFell). A caller that made the
+-- reservation at the share it passes now says so ("@"): its units come
+-- back at that share's spacing, what they took.
+local op, at_share = string.match(ARGV[opi] or '', '^(%a+)(@?)$')
+at_share = at_share == '@'
 local slot_us, slot_ns, rseq = tonumber(ARGV[opi + 1]), tonumber(ARGV[opi + 2]), ARGV[opi + 3]
 local reserved = cost_arg(opi + 4)
 local actual = {}
@@ -130,7 +139,9 @@ for i = 1, nbands do
         back = -d
       end
       if back > 0 then
-        local tokens = -b.z / b.upp + back
+        -- At the whole rate's spacing, or the share's ("@": see op).
+        local upw = at_share and b.upp or 1000000 / b.rate
+        local tokens = -b.z / b.upp + back * upw / b.upp
         if tokens > b.eff then
           tokens = b.eff -- the burst at the share
         end
@@ -149,7 +160,7 @@ for i = 1, nbands do
         -- last event, when this one's slot was set by more than its cost).
         local off = slot - b.e
         if op == 'cancel' and off > -same_us and off < 0.001 + same_us then
-          local prev = b.e - c * b.upp
+          local prev = b.e - c * upw
           if b.eb and prev < b.eb then
             prev = b.eb
           end

@@ -360,6 +360,62 @@ func TestConformanceCancel(t *testing.T) {
 	}
 }
 
+// TestConformanceAdjustAfterShareFell: what a settle or a cancel gives
+// back is never more than its reservation took. A caller's share of the
+// rate can fall between its reservation and the adjust (its view of the
+// fleet now holds members pacing locally: "3 0 1" is a third), and at a
+// share each unit is spaced wider; the units came back at that wider
+// spacing, so a reservation made at the whole share gave back up to three
+// times its units here, and the fleet went over its limit by the rest.
+func TestConformanceAdjustAfterShareFell(t *testing.T) {
+	c := newConn(t)
+	lim := limit(10, 10)
+	keys := []string{c.key("f", ""), c.key("f", ":limit"), c.key("f", ":done")}
+	adjust := func(us int64, share, op string, slotUS int64, seq string, costs ...string) {
+		t.Helper()
+		args := append(common(us, 0, share, lim), op, at(slotUS), "0", seq)
+		if v, ok := c.mustEval("ADJUST", keys, append(args, costs...)...).([]any); !ok || len(v) != 2 || v[0] != int64(1) {
+			t.Fatalf("%s of %s: reply %v, want [1 state]", op, seq, v)
+		}
+	}
+	// The whole burst, 10, at the whole share; settled at 4 a ms later at
+	// a third: 6 come back (and 0.01 refilled), not 9.
+	if r := c.reserve("f", append(common(0, 0, "1", lim), requests(1, -1, 10)...)...); r.waits[0] != 0 || r.seqs[0] != 1 {
+		t.Fatalf("the burst: wait %d seq %d, want 0 1", r.waits[0], r.seqs[0])
+	}
+	adjust(1000, "3 0 1", "settle", 0, "1", "10", "4")
+	r := c.reserve("f", append(common(1000, 0, "1", lim), requests(10, -1, 1)...)...)
+	if want := []int64{0, 0, 0, 0, 0, 0, 99_000_000, 199_000_000, 299_000_000, 399_000_000}; !slices.Equal(r.waits, want) {
+		t.Errorf("after the settle at a third: waits %v, want %v (6 at once, the 7th when 0.99 more has come)", r.waits, want)
+	}
+	// The key empty, 3 reserved ahead at the whole share, cancelled at a
+	// third: the next unit's slot is where it was before them (at the
+	// whole rate, 100 ms past the last of the 10 above), not earlier.
+	last := r.waits[9]
+	r = c.reserve("f", append(common(1000, 0, "1", lim), requests(1, -1, 3)...)...)
+	if r.waits[0] != last+300_000_000 {
+		t.Fatalf("3 ahead: wait %d, want %d", r.waits[0], last+300_000_000)
+	}
+	adjust(1000, "3 0 1", "cancel", 1000+r.waits[0]/1000, strconv.FormatInt(r.seqs[0], 10), "3")
+	if r = c.reserve("f", append(common(1000, 0, "1", lim), requests(1, -1, 1)...)...); r.waits[0] != last+100_000_000 {
+		t.Errorf("after the cancel at a third: wait %d, want %d (100 ms after the last slot)", r.waits[0], last+100_000_000)
+	}
+	// Made and settled at a third, saying so ("settle@"): what it did not
+	// use comes back at the third's spacing, 300 ms a unit. The third's
+	// burst is 3 (10 less the held ranks' 4 and 3).
+	keys[0], keys[1], keys[2] = c.key("g", ""), c.key("g", ":limit"), c.key("g", ":done")
+	third := func(us int64, m int) reply {
+		return c.reserve("g", append(common(us, 0, "3 0 1", lim), requests(m, -1, 1)...)...)
+	}
+	if r = c.reserve("g", append(common(0, 0, "3 0 1", lim), requests(1, -1, 3)...)...); r.waits[0] != 0 {
+		t.Fatalf("a third's burst: wait %d, want 0", r.waits[0])
+	}
+	adjust(1000, "3 0 1", "settle@", 0, strconv.FormatInt(r.seqs[0], 10), "3", "1")
+	if r = third(1000, 3); !slices.Equal(r.waits, []int64{0, 0, 299_000_000}) {
+		t.Errorf("settled at its own third: waits %v, want [0 0 299000000] (2 back, 1 ms of refill)", r.waits)
+	}
+}
+
 // TestConformanceAdjustNewLineage: Adjust knows a reservation by its number
 // and its slot, not its number alone. A key's numbers start again at 1 when
 // Redis has lost it (restarted empty, flushed): a client that adjusts a

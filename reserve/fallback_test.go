@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/fakeclock"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/lua"
 	"github.com/pacer-go/pacer/reserve"
@@ -603,4 +604,34 @@ func testFleetCountsLocalMembersHeld(t *testing.T, s *redistest.Server, prefix s
 
 	mode.Store("redis")
 	require.Eventually(t, func() bool { return a.Share() == 1 }, 30*time.Second, 5*time.Millisecond)
+}
+
+// TestLocalSettleGivesBackAtItsShare: pacing locally on a member's share,
+// a settle below the estimate gives back what was not used at the share's
+// spacing, what those units took (adjust.lua's "@"): the next call of that
+// size goes at once. Counted at the whole rate's spacing, the safe count
+// when the share may have fallen since the reservation, a quarter of it
+// came back here.
+func TestLocalSettleGivesBackAtItsShare(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
+	defer c.Close()
+	clk := fakeclock.New(epoch)
+	l, err := reserve.New(c, reserve.Options{FleetSize: 4, Clock: clk, ClientTime: true, Logger: quiet, HeartbeatInterval: time.Hour, ProbeInterval: time.Hour})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	ctx := context.Background()
+	pol := reserve.Policy{{Name: "tps", Unit: "tokens", Limit: reserve.Limit{Rate: 100, Burst: 400}}}
+	tok := func(n float64) reserve.Cost { return reserve.Cost{"tokens": n} }
+	// The member's whole burst: 400 / 4.
+	r, err := l.ReserveN(ctx, reserve.Request{Key: "k", Policy: pol, Cost: tok(100)})
+	require.NoError(t, err)
+	require.True(t, r.Local())
+	require.Equal(t, clk.Now(), r.Time())
+	require.NoError(t, r.Settle(ctx, tok(40)))
+	r2, err := l.ReserveN(ctx, reserve.Request{Key: "k", Policy: pol, Cost: tok(60)})
+	require.NoError(t, err)
+	assert.Equal(t, clk.Now(), r2.Time(), "the 60 unused came back whole")
+	r3, err := l.ReserveN(ctx, reserve.Request{Key: "k", Policy: pol, Cost: tok(1)})
+	require.NoError(t, err)
+	assert.Equal(t, clk.Now().Add(40*time.Millisecond), r3.Time(), "then the share's spacing: 25/s")
 }

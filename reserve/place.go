@@ -232,8 +232,10 @@ func (l *Limiter) resyncClock(ctx context.Context, key string, sent time.Time) {
 // base, to a call on Redis sent at sentReal (system clock), or (local) on
 // the local fallback's store, and applies what it shows of the key to the
 // key's state: from Redis, the state and stored limit, the pause, the
-// refusals and the slots granted; from the store, its latest slot.
-func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, reply reserveReply, out []result, local bool) error {
+// refusals and the slots granted; from the store, its latest slot. share
+// is the call's share (ARGV[2]'s), which each reservation keeps for its
+// adjust.
+func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState, s *spec, reqs []*request, reply reserveReply, out []result, local bool, share string) error {
 	op, key := reqs[0].op, ks.name
 	if len(reply.waits) != len(reqs) {
 		return replyError(op, key, reply)
@@ -270,7 +272,7 @@ func (l *Limiter) parseReserve(base replyTime, sentReal time.Time, ks *keyState,
 			if !local {
 				r.ranNS, r.epoch = base.serverNS, ks.epoch
 			}
-			r.band = band
+			r.band, r.share = band, share
 			r.afterPaused = pe > base.serverNS && pe <= r.slotNS // Sleep looks for a resume
 			if local {
 				r.seq, r.source = 0, SourceLocal

@@ -38,6 +38,10 @@ type Reservation struct {
 	seq     int64     // the reservation's number on its key; 0 when local
 	localID string    // set when the local fallback granted it: its id on the key
 	holdID  string    // the slot was kept for this holder (package hold): Cancel drops the hold
+	// share is the share (ARGV[2]'s) the slot was granted at, "" if not
+	// known: an adjust at the same share gets its units back at that
+	// share's spacing, any other at the whole rate's (adjust.lua's "@").
+	share string
 	// afterPaused says the slot was granted after a pause in force: Sleep
 	// looks for a resume meanwhile.
 	afterPaused bool
@@ -296,6 +300,9 @@ func (l *Limiter) adjustArgs(r *Reservation, id string, actual []float64, share 
 		op = names.OpSettle
 	}
 	args := l.argsWith(r.key, l.clock.Now(), r.spec, 4+2*len(r.amounts), share, local)
+	if share != "1" && share == r.share {
+		op += "@" // made at this share: its units come back at its spacing
+	}
 	args = append(args, op, strconv.FormatInt(r.slotNS/1000, 10), strconv.FormatInt(r.slotNS%1000, 10), id)
 	for _, a := range r.amounts {
 		args = append(args, formatFloat(a))

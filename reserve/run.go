@@ -186,7 +186,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 		ks.mu.Unlock()
 		if err == nil {
 			if rr, ok := decodeReserveReply(res); ok {
-				err = l.parseReserve(l.localBaseNS(now, rr.serverNS()), time.Time{}, ks, s, reqs, rr, out, true)
+				err = l.parseReserve(l.localBaseNS(now, rr.serverNS()), time.Time{}, ks, s, reqs, rr, out, true, shareArg)
 			} else {
 				err = replyError(reqs[0].op, key, res)
 			}
@@ -244,7 +244,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}, func(res any) {
 		// The caller left before the reply: give back what was granted.
 		orphans := make([]result, len(reqs))
-		if rr, ok := decodeReserveReply(res); ok && l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, orphans, false) == nil {
+		if rr, ok := decodeReserveReply(res); ok && l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, orphans, false, shareArg) == nil {
 			for _, o := range orphans {
 				if o.r != nil {
 					o.r.cancelDetached()
@@ -262,7 +262,7 @@ func (l *Limiter) grantBatch(ctx context.Context, key string, s *spec, reqs []*r
 	}
 	if err == nil {
 		if rr, ok := decodeReserveReply(res); ok {
-			err = l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, out, false)
+			err = l.parseReserve(l.baseAt(tm.sent, tm.recv, rr.serverNS()), tm.sentReal, ks, s, reqs, rr, out, false, shareArg)
 		} else {
 			err = replyError(reqs[0].op, key, res)
 		}

@@ -101,6 +101,10 @@ class Reservation:
     # told its sleeper to take a slot on Redis instead (back_move).
     local_id: int = field(default=0, repr=False)
     back_move: bool = field(default=False, repr=False)
+    # The share (ARGV[2]'s) the slot was granted at: an adjust at the same
+    # share gets its units back at that share's spacing ("settle@"), any
+    # other at the whole rate's (adjust.lua), as Go's Reservation.share.
+    share: str = field(default="", repr=False)
 
     def delay(self) -> float:
         """Seconds until the slot (0 once it has passed)."""
@@ -643,7 +647,7 @@ class Limiter:
             # (Go's noShareError).
             raise _NoShare()
         r = self._result(key, policy, costs, g, False, recv_mono)
-        r.epoch = epoch
+        r.epoch, r.share = epoch, share
         r.placed_late = self._placed_late(rep.now_ns, recv)
         return r
 
@@ -728,13 +732,14 @@ class Limiter:
         if r.local:
             if not local or self._store is None:
                 return False  # handed back to Redis already: its slot stands
-            args = protocol.adjust_args(protocol.common_args(self._local_share or "1", r.policy, fmt=3), op,
+            share = self._local_share or "1"
+            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=3), _at_share(op, share, r),
                                         r.slot_ns, r.seq, r.costs, actual)
             v = self.scripts.run(self._store, "Adjust", keys, args)
             return isinstance(v, list) and v[0] == 1
         if not local:
             share = self._share() or "1"
-            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=self._format), op,
+            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=self._format), _at_share(op, share, r),
                                         r.slot_ns, r.seq, r.costs, actual)
             try:
                 v = self.scripts.run(self.redis, "Adjust", keys, args)
@@ -1648,6 +1653,7 @@ class Limiter:
             # Redis, as Go's (noShareError).
             return None
         r = self._result(key, policy, costs, g, True, recv_mono)
+        r.share = share
         with self._lock:
             # The policy the handback floors Redis with, on a key no reply
             # from Redis has shown yet too.
@@ -1865,6 +1871,14 @@ def _sleep_to(r: Reservation, before: float) -> None:
     d = r.delay() - before
     if d > 0:
         time.sleep(d)
+
+
+def _at_share(op: str, share: str, r: Reservation) -> str:
+    """Adjust's op for r adjusted at share: with "@" when r was granted at
+    that share, not the whole one (adjust.lua gives its units back at the
+    share's spacing, what they took; else at the whole rate's, never more
+    than they took)."""
+    return op + "@" if share != "1" and share == r.share else op
 
 
 def _charges_window(r: Reservation) -> bool:

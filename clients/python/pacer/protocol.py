@@ -596,9 +596,12 @@ def reserve_args(common: list[str | bytes], floor: str, requests: Sequence[tuple
 
 def adjust_args(common: list[str | bytes], op: str, slot_ns: int, seq: int, costs: Sequence[float],
                 actual: Sequence[float] | None = None) -> list[str | bytes]:
-    """Adjust's ("Adjust"): cancel, or settle with the actual costs."""
+    """Adjust's ("Adjust"): cancel, or settle with the actual costs; op
+    "cancel@" or "settle@" when the reservation was made at common's share
+    (its units come back at that share's spacing, else at the whole
+    rate's)."""
     out = list(common) + [op, str(slot_ns // 1000), str(slot_ns % 1000), str(seq)] + [fmt_num(c) for c in costs]
-    if op == "settle":
+    if op in ("settle", "settle@"):
         if actual is None:
             raise ValueError("pacer: settle takes the actual costs")
         out += [fmt_num(c) for c in actual]

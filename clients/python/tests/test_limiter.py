@@ -1115,6 +1115,25 @@ class FallbackTest(unittest.TestCase):
             a.reserve("k", pol, 3, max_wait=0.05)
         self.assertEqual(e.exception.band, limiter.OUTAGE_BAND)
 
+    def test_local_settle_gives_back_at_its_share(self) -> None:
+        """Pacing locally on a member's share (a half here), a settle below
+        the estimate gives back what was not used at the share's spacing,
+        what those units took ("settle@", adjust.lua): the next call of that
+        size goes at once. Counted at the whole rate's spacing, the safe
+        count when the share may have fallen since the reservation, half of
+        it came back, and the call waited 1.2 s (Go's
+        TestLocalSettleGivesBackAtItsShare)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.srv.stop()
+        pol = Policy((Bucket("tps", 100, 400, "tokens"),))  # a half: 50/s, burst 200
+        r = a.reserve("k", pol, 200)
+        self.assertTrue(a.is_local and r.local)
+        self.assertTrue(r.settle(80))
+        r2 = a.reserve("k", pol, 120)
+        self.assertLess(r2.delay(), 0.6, "the 120 unused came back whole")
+
     def test_late_heartbeat_view_doubted(self) -> None:
         """A heartbeat whose reply comes back late tells the fleet as it was
         when the script ran, and a member may have lost Redis meanwhile and
