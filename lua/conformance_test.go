@@ -51,12 +51,22 @@ type conn struct {
 	prefix string
 	sha    map[string]string // by script name in upper case: "RESERVE"
 	states int               // states parsed
-	rec    *recorder         // the calls made, for lua/testdata/conformance.json
+	rec    *recorder         // the calls made, for lua/testdata/conformance.json (nil: not recorded)
 }
 
 // newConn loads every script with SCRIPT LOAD, and checks that Redis names
-// it by the SHA1 of its text ("Scripts").
+// it by the SHA1 of its text ("Scripts"). Its calls are recorded for
+// lua/testdata/conformance.json, under the test's name.
 func newConn(t *testing.T) *conn {
+	t.Helper()
+	c := newPlainConn(t)
+	c.rec = newRecorder(c)
+	return c
+}
+
+// newPlainConn is newConn whose calls are not recorded: a test of many
+// random calls, which clients in other languages need not replay.
+func newPlainConn(t *testing.T) *conn {
 	t.Helper()
 	s := redistest.New(t)
 	c := &conn{t: t, rdb: s.Client, prefix: redistest.Prefix(t), sha: map[string]string{}}
@@ -71,7 +81,6 @@ func newConn(t *testing.T) *conn {
 		}
 		c.sha[strings.ToUpper(name)] = got
 	}
-	c.rec = newRecorder(c)
 	return c
 }
 
@@ -84,7 +93,9 @@ func (c *conn) do(args ...any) (any, error) {
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil
 	}
-	c.rec.add(args, v, err)
+	if c.rec != nil {
+		c.rec.add(args, v, err)
+	}
 	return v, err
 }
 
@@ -136,7 +147,7 @@ func (c *conn) parse(text string) state {
 		c.t.Errorf("docs/protocol.md, The state: %v", err)
 	}
 	c.states++
-	if err == nil {
+	if err == nil && c.rec != nil {
 		c.rec.states[text] = st
 	}
 	return st
