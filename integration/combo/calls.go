@@ -217,6 +217,7 @@ func (cl *caller) attempt(ctx context.Context, kind string, attempt int, est flo
 	fire := time.Now()
 	call.Seq = seqOf(r)
 	call.Slot, call.Exact = granted.Slot(r)
+	call.Ran, call.Share = granted.Booked(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
 	call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 	call.Settle = !key.single

@@ -125,6 +125,7 @@ func (c *child) fairHeavy(ctx context.Context, tenant string, est float64, g int
 		fire := time.Now()
 		call.Seq = seqOf(r)
 		call.Slot, call.Exact = granted.Slot(r)
+		call.Ran, call.Share = granted.Booked(r)
 		call.Lo, call.Hi = call.Slot, call.Slot
 		call.Placed, call.Fire, call.Local = r.Time().UnixNano(), fire.UnixNano(), r.Local()
 		call.Settle = true

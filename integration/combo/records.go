@@ -34,6 +34,13 @@ type Call struct {
 	Fire   int64 `json:"fire"`            // when Sleep (or Wait) returned
 	Local  bool  `json:"local,omitempty"`
 
+	// Ran is when Redis ran the script that booked the slot (Unix ns; 0:
+	// not known, or booked otherwise), and Share the fleet share it was
+	// booked at (ARGV[2]'s; "" not known): a reservation's, for a reader
+	// of the dump (granted.Booked). The verdict does not use them.
+	Ran   int64  `json:"ran,omitempty"`
+	Share string `json:"share,omitempty"`
+
 	Cost   map[string]float64 `json:"cost"`             // reserved
 	Settle bool               `json:"settle,omitempty"` // settled to the actual after the reply
 	Hold   int64              `json:"hold,omitempty"`   // KeySeats: how long the provider is to hold the call, ns

@@ -311,6 +311,7 @@ func (c *child) seatSend(ctx context.Context, call Call, r *reserve.Reservation)
 	fire := time.Now()
 	call.Seq = seqOf(r)
 	call.Slot, call.Exact = granted.Slot(r)
+	call.Ran, call.Share = granted.Booked(r)
 	call.Lo, call.Hi = call.Slot, call.Slot
 	// Local: the slot, or for a policy of the in-flight band alone the
 	// seats, granted by the local fallback.

@@ -24,3 +24,19 @@ func Slot(r *reserve.Reservation) (ns int64, exact bool) {
 	}
 	return f.Int(), true
 }
+
+// Booked is when Redis ran the script that granted r's slot (Unix ns on the
+// server's clock; 0 for a slot granted otherwise: locally, from a lease or
+// a hold) and the share it was granted at (the scripts' ARGV[2] share, ""
+// if not known): what a judge needs to tell the order in which slots were
+// booked, and a reader of a run's dump the fleet view each was booked on.
+func Booked(r *reserve.Reservation) (ranNS int64, share string) {
+	v := reflect.ValueOf(r).Elem()
+	if f := v.FieldByName("ranNS"); f.IsValid() && f.Kind() == reflect.Int64 {
+		ranNS = f.Int()
+	}
+	if f := v.FieldByName("share"); f.IsValid() && f.Kind() == reflect.String {
+		share = f.String()
+	}
+	return ranNS, share
+}
