@@ -2,7 +2,7 @@ package lua_test
 
 // A property of Reserve and Adjust together: whatever mix of reservations,
 // settles (above and below the estimate) and cancels, at whatever shares,
-// the calls made hold to the bucket.
+// the calls made hold to the bucket and to a window band.
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ import (
 // raises a cost is paid by the reservations made after it: Settle's doc).
 // Before adjust.lua counted what comes back at the whole rate's spacing, a
 // settle at a share below the reservation's gave back up to three times
-// its units, and 39 of these 160 runs failed (TestConformanceAdjustAfterShareFell
+// its units, and 39 of the 160 runs of a bucket alone failed (TestConformanceAdjustAfterShareFell
 // is that case alone). Every other run books through fair.lua, as a fair
 // key's callers do: a tenant's turn in its lane, deferred when it is not.
 // A policy of a bucket and a window band checks the window too: each
