@@ -26,9 +26,10 @@ func Slot(r *reserve.Reservation) (ns int64, exact bool) {
 }
 
 // Booked is when Redis ran the script that granted r's slot (Unix ns on the
-// server's clock; 0 for a slot granted otherwise: locally, from a lease or
-// a hold) and the share it was granted at (the scripts' ARGV[2] share, ""
-// if not known): what a judge needs to tell the order in which slots were
+// server's clock; a leased slot's is when its lease ran; 0 for a slot
+// granted otherwise: locally, or kept by a hold) and the share it was
+// granted at (the scripts' ARGV[2] share; "" if not known, as for a lease
+// or a hold): what a judge needs to tell the order in which slots were
 // booked, and a reader of a run's dump the fleet view each was booked on.
 func Booked(r *reserve.Reservation) (ranNS int64, share string) {
 	v := reflect.ValueOf(r).Elem()
