@@ -282,6 +282,66 @@ func TestConformanceWindow(t *testing.T) {
 	}
 }
 
+// TestConformanceFloorClosesWindow: a floor's last " *" (or "*" alone)
+// records every window band's window current at now as full, so that a
+// member that starts pacing locally mid-window takes none of a window the
+// fleet may have filled on Redis; the next window is its share as before.
+// "*" alone floors no bucket (docs/protocol.md: Reserve's floor).
+func TestConformanceFloorClosesWindow(t *testing.T) {
+	c := newConn(t)
+	today := t0 / 86_400_000_000
+	next := (today+1)*86_400_000_000_000 - t0*1000 // ns to the next UTC day
+	member := func(us int64, m int) []string {
+		return append(common(us, 0, "m 3 0 0", threeBands), requests(m, -1, 1, 10)...)
+	}
+	floorOnly := func(k, env, floor string) reply {
+		t.Helper()
+		return c.decode(c.mustEval("RESERVE", c.reserveKeys(k), append(common(0, 0, env, threeBands), floor, "0")...))
+	}
+	// An absent key: the member's 1 a day (3 at a third) is taken by the
+	// closed day; the bucket keeps its burst.
+	r := floorOnly("z", "m 3 0 0", "*")
+	d, _ := c.parse(r.state).band("daily")
+	if len(r.waits) != 0 || !d.window || d.w != today || d.u != 3 {
+		t.Fatalf("\"*\" alone: %d grants, state %s; want none, daily w%d 3", len(r.waits), show(r.state), today)
+	}
+	if r = c.reserve("z", member(0, 1)...); r.waits[0] != next || r.seqs[0] != 1 || r.bands[0] != "daily" {
+		t.Errorf("after \"*\": wait %d seq %d band %s, want %d 1 daily (the next day)", r.waits[0], r.seqs[0], r.bands[0], next)
+	}
+	// With a horizon and a window's units: the bucket floored at 600 ms,
+	// the units added, then the day closed.
+	r = floorOnly("h", "1", "600000 daily:"+strconv.FormatInt(today, 10)+":1 *")
+	if d, _ = c.parse(r.state).band("daily"); d.w != today || d.u != 3 {
+		t.Errorf("\"600000 daily:%d:1 *\": state %s, want daily w%d 3", today, show(r.state), today)
+	}
+	if r = c.reserve("h", append(common(0, 0, "1", threeBands), requests(1, -1, 1, 10)...)...); r.waits[0] != next || r.seqs[0] != 1 {
+		t.Errorf("after it, at the whole: wait %d seq %d, want %d 1", r.waits[0], r.seqs[0], next)
+	}
+	// A key already used today: a day at 1 of 3 is closed (3), a queue
+	// already in a later day is left as it is.
+	c.reserve("u", append(common(0, 0, "1", threeBands), requests(1, -1, 1, 10)...)...)
+	if r = floorOnly("u", "1", "*"); func() bool { d, _ := c.parse(r.state).band("daily"); return d.w != today || d.u != 3 }() {
+		t.Errorf("\"*\" on a day at 1: state %s, want daily w%d 3", show(r.state), today)
+	}
+	c.reserve("q", append(common(0, 0, "1", threeBands), requests(4, -1, 1, 10)...)...) // the 4th in the next day
+	before := c.get(c.key("q", ""))
+	if r = floorOnly("q", "1", "*"); func() bool { d, _ := c.parse(r.state).band("daily"); return d.w != today+1 || d.u != 1 }() {
+		t.Errorf("\"*\" on a queue into the next day: state %s (before %s), want daily w%d 1", show(r.state), show(before), today+1)
+	}
+	// No window band: "*" changes nothing a reservation sees: a Limit's
+	// burst is still there.
+	r = c.decode(c.mustEval("RESERVE", c.reserveKeys("l"), append(common(0, 0, "1", limit(10, 2)), "*", "0")...))
+	if r = c.reserve("l", append(common(0, 0, "1", limit(10, 2)), requests(2, -1, 1)...)...); !slices.Equal(r.waits, []int64{0, 0}) {
+		t.Errorf("a Limit after \"*\": waits %v, want [0 0] (its burst)", r.waits)
+	}
+	// Anything else in place of a horizon is refused.
+	for _, f := range []string{"* 5", "x *", "**"} {
+		if _, err := c.eval("RESERVE", c.reserveKeys("bad"), append(common(0, 0, "1", threeBands), f, "0")...); err == nil || !strings.Contains(err.Error(), "PACER_ARG") {
+			t.Errorf("floor %q: error %v, want PACER_ARG", f, err)
+		}
+	}
+}
+
 // adjuster returns Adjust's keys for key k, and a call of Adjust on them
 // at us (client clock, policy pol) of the reservation seq at slotUS: it
 // returns the reply's applied (docs/protocol.md: Adjust), and checks that

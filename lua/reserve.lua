@@ -7,7 +7,7 @@
 --
 -- KEYS, ARGV[1..opi-1]: see core.lua.
 -- ARGV[opi]    floor (optional: "" if absent): "" or "<h> [<band>:<w>:<u>
---              ...]": what this caller's
+--              ...][ *]", or "*" alone: what this caller's
 --              local fallback granted while Redis was unavailable, applied
 --              before the requests: every bucket's balance is at most zero
 --              at now + h (integer µs), and each named window band's window
@@ -18,6 +18,11 @@
 --              With a pause in force, now + h also counts as granted before
 --              it ("~p"), so a resume moves nothing onto the local slots.
 --              (A lost key's horizon is ARGV[2]'s "!": core.lua.)
+--              A last " *" (or "*" alone, with no horizon) closes every
+--              window band's window current at now: it is recorded as
+--              holding N units, after the windows above. A member that
+--              starts pacing locally in the middle of a window cannot know
+--              what the fleet took of it on Redis, so it takes none of it.
 -- ARGV[opi+1]  the requests (optional: "" if absent): "" for one request of
 --              cost 1 on every unit with no maximum wait (the common case);
 --              "<m>", m >= 2 (up to four digits), for m such requests;
@@ -130,11 +135,17 @@ for r = 1, m do
 end
 
 local floor_writes = lost_applied -- whether the floor (or a lost horizon) changes the state
-if floor ~= '' then
+local close_now = false
+if floor == '*' then
+  close_now, floor_writes = true, true
+elseif floor ~= '' then
   local h, more = string.match(floor, '^(%-?%d+)(.*)$')
   h = tonumber(h)
   if not h then
     return redis.error_reply('PACER_ARG bad floor')
+  end
+  if string.sub(more, -2) == ' *' then
+    close_now, more = true, string.sub(more, 1, -3)
   end
   floor_writes = true
   for i = 1, nbands do
@@ -168,6 +179,19 @@ if floor ~= '' then
         end
         b.rec = true
       end
+    end
+  end
+end
+if close_now and win_of then
+  for i = 1, nbands do
+    local b = bands[i]
+    local w = not b.bucket and win_of(b, 0)
+    if w and w ~= huge and w >= b.w then
+      if w > b.w then
+        b.w, b.u = w, 0
+      end
+      b.u = math.max(b.u, b.n)
+      b.rec = true
     end
   end
 end

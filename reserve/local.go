@@ -38,7 +38,10 @@ const historyKeep = 50
 //     latest slot Redis granted it (granted: leases and holds too), nor
 //     than the end of the queue it saw, assumed to stay as long (the
 //     others went on reserving). The floor is applied by reserve.lua's own
-//     floor argument, run on the store.
+//     floor argument, run on the store. The floor also closes each window
+//     band's window current then (its "*"): what the others took of it on
+//     Redis since that state is unknown, up to all of it, so the local
+//     share starts with the next window.
 //   - Local to Redis: what the store granted (its latest slot, each window
 //     band's units in each window that may still be current, a pause made
 //     locally) is handed back as reserve.lua's floor and pause.lua's
@@ -52,6 +55,10 @@ const historyKeep = 50
 type localKey struct {
 	spec *spec // the policy the key was last paced by locally (keyOnly: only paused)
 	held bool  // the store holds the key
+	// shut is set once the store's state has closed the window current
+	// when the key was first paced locally (startLocal): a key only
+	// paused so far has not.
+	shut bool
 	// What the store granted, since the key's local state started: its
 	// latest slot (server clock, Unix ns), and the windows the state
 	// started with (handback counts only the store's own units; a pause
@@ -394,21 +401,29 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 	if s != keyOnly || lk.spec == nil {
 		lk.spec = s
 	}
-	if lk.held {
+	if lk.held && (s == keyOnly || lk.shut) {
 		return nil
 	}
 	rk := l.RedisKey(ks.name)
 	nowNS, _ := l.serverNow()
-	l.dropLocalState(ks.name)
-	if ks.seen != "" {
-		if exp := layout.Expiry(ks.seen); exp > nowNS {
-			l.store.Set(rk, ks.seen, time.Duration(exp-nowNS))
+	if !lk.held {
+		l.dropLocalState(ks.name)
+		if ks.seen != "" {
+			if exp := layout.Expiry(ks.seen); exp > nowNS {
+				l.store.Set(rk, ks.seen, time.Duration(exp-nowNS))
+			}
 		}
+		if ks.stored != "" {
+			l.store.Set(rk+":limit", ks.stored, 0)
+		}
+		lk.held, lk.last = true, 0
+		state, _ := l.store.Get(rk)
+		lk.seeded = layout.Windows(state)
+		lk.seededPause = layout.PauseEnd(state)
 	}
-	if ks.stored != "" {
-		l.store.Set(rk+":limit", ks.stored, 0)
+	if s == keyOnly {
+		return nil // the floor comes with the first policy the key is paced by
 	}
-	lk.held, lk.last = true, 0
 	// The floor: no earlier than what Redis granted this Limiter, than what
 	// the store granted that Redis has not taken yet, nor than the queue
 	// this Limiter saw (the others went on reserving: assume it stayed as
@@ -420,16 +435,23 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 			h.last = max(h.last, nowNS+q)
 		}
 	}
-	if s != keyOnly && (h.last > nowNS || len(h.windows) > 0) {
-		args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
-		args = append(args, h.floorArg(nowNS), "0")
-		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
-			return l.localError(names.OpReserve, ks.name, err)
-		}
+	// And the window current now is closed on every window band (the
+	// floor's "*"): the state Redis last showed this Limiter may not hold
+	// what the others took of that window since, up to all of it. The
+	// units are Redis's (seeded), never handed back. A key only paused so
+	// far gets its floor now: the store has granted nothing on it yet.
+	floor := "*"
+	if h.last > nowNS || len(h.windows) > 0 {
+		floor = h.floorArg(nowNS) + " *"
 	}
+	args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
+	args = append(args, floor, "0")
+	if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
+		return l.localError(names.OpReserve, ks.name, err)
+	}
+	lk.shut = true
 	state, _ := l.store.Get(rk)
 	lk.seeded = layout.Windows(state)
-	lk.seededPause = layout.PauseEnd(state)
 	return nil
 }
 
@@ -483,7 +505,7 @@ func (l *Limiter) takeHandback(ks *keyState, back bool) (*handback, bool) {
 			}
 		}
 		l.dropLocalState(ks.name)
-		lk.held, lk.last, lk.seeded, lk.seededPause = false, 0, nil, 0
+		lk.held, lk.shut, lk.last, lk.seeded, lk.seededPause = false, false, 0, nil, 0
 		lk.grants, lk.past, lk.asleep, lk.closed = nil, 0, nil, nil
 		h = h.merge(g)
 	}

@@ -156,6 +156,11 @@ class _Key:
     own_pause_ns: int = 0
     own_pause_seq: int = 0  # the key's last reservation number then
     seeded: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Whether the store's state has closed the window current when the key
+    # was first reserved on locally (Reserve's floor "*": what the others
+    # took of it on Redis is unknown, up to all of it). Its units are
+    # Redis's: seeded after it.
+    shut: bool = False
     # Units the store granted in windows its state no longer shows: it
     # keeps a band's latest window only, and a grant in a later one (a
     # local queue running into the next window) replaces one that may still
@@ -1619,6 +1624,26 @@ class Limiter:
             return None
         with self._lock:
             st = self._keys[key]
+            shut = st.shut
+        if not shut:
+            # The window current now, on every window band, is closed to
+            # the store (Go's startLocal): the state Redis last showed may
+            # not hold what the others took of it since.
+            try:
+                v = self.scripts.run(store, "Reserve", [k, k + ":limit", k + ":shadow"],
+                                     protocol.reserve_args(protocol.common_args(share, policy, fmt=3), "*", []))
+            except PacerError as e:
+                if e.code == "PACER_ARG" and "share" in str(e):
+                    return None
+                raise
+            state = protocol.decode_reserve(v).state
+            with self._lock:
+                st.shut = True
+                try:
+                    st.seeded = {r.name: (r.w, r.u) for r in protocol.parse_state(state).recs if r.window} if state else {}
+                except ValueError:
+                    st.seeded = {}
+        with self._lock:
             now = self._server_now()
             # No earlier than the latest slot Redis granted this Limiter,
             # than the latest slot the state it saw records (another
@@ -1760,7 +1785,7 @@ class Limiter:
             return  # the next heartbeat tries again
         with self._lock:
             for key, st in keys:
-                st.local, st.local_last_ns, st.local_pause_ns, st.seeded = False, 0, 0, {}
+                st.local, st.local_last_ns, st.local_pause_ns, st.seeded, st.shut = False, 0, 0, {}, False
                 st.grants, st.past, st.prune_at, st.closed = {}, 0, 256, []
             self._store = localstore.LocalStore(self.scripts, self._server_now) if self._fallback else None
             self._local = False

@@ -722,6 +722,46 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(a.is_local, "back on Redis once it takes writes")
         self.assertFalse(a.reserve("k", lim).local)
 
+    def test_local_closes_the_window_at_switch(self) -> None:
+        """A member that starts pacing locally in the middle of a window
+        takes none of it: the state Redis last showed it does not hold what
+        the others took of that window since, up to all of it (combination
+        runner, Cluster seed 14: 7 in a window of 6). Its local share
+        starts with the next window. The units that close it are Redis's:
+        the handback does not send them, and the fleet keeps what is left
+        of the window (Go's TestLocalClosesWindowAtSwitch)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.assertEqual(a._members, 2)
+        n, length = 4, 3600_000_000  # µs: 4 an hour; the current window began a minute ago
+        origin = (server_now_ns(self.c) // 1000 - 60_000_000) % length
+        pol = Policy((Window("win", n, length, origin, "requests"),))
+
+        def window(ns: int) -> int:
+            return (ns // 1000 - origin) // length - (server_now_ns(self.c) // 1000 - origin) // length
+
+        def on_redis(lim: Limiter, key: str) -> int:
+            r = lim.reserve(key, pol, {"requests": 1})
+            self.assertFalse(r.local)
+            return window(r.slot_ns)
+
+        # "full": a saw 1 of 4 taken; b took the other 3 (a's share is 2).
+        self.assertEqual([on_redis(a, "full")] + [on_redis(b, "full") for _ in range(3)], [0, 0, 0, 0])
+        # "rest": a saw 1 of 4 taken, and nobody took more.
+        self.assertEqual(on_redis(a, "rest"), 0)
+        with self.redis_full():
+            for key in ("full", "rest"):
+                r = a.reserve(key, pol, {"requests": 1})
+                self.assertTrue(r.local)
+                self.assertEqual(window(r.slot_ns), 1, f"{key}: a's first local slot, want the next window")
+                a.cancel(r)
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual([on_redis(b, "rest") for _ in range(3)], [0, 0, 0], "the 3 left of \"rest\"'s window")
+        self.assertEqual(on_redis(a, "rest"), 1, "a fifth call in the first window")
+        self.assertEqual(on_redis(b, "full"), 1, "a fifth call in \"full\"'s first window")
+
     def test_own_pause_honoured_while_redis_is_down(self) -> None:
         """A sleeper whose check of the key just before its slot cannot
         reach Redis still honours the pause its own Limiter made
