@@ -252,7 +252,8 @@ func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
 
 // Close stops the Limiter's background goroutine, removes it from the
 // fleet's heartbeat set (its share goes back to the fleet at once; tried
-// also while the Limiter paces locally), and
+// also while the Limiter paces locally, within one call's timeout, else
+// within a heartbeat's: over 2 s on a Redis that does not answer), and
 // closes the client New made for it, if any (not the one passed to New). Calls after
 // Close return ErrClosed; a Wait already sleeping finishes normally. Close
 // is safe to call more than once, from several goroutines: the first does
@@ -266,8 +267,15 @@ func (l *Limiter) Close() error {
 		<-l.listening
 		// Leave the fleet, also while pacing locally: Redis may answer by
 		// now, and a member that stays listed holds its share back from the
-		// others until it is found gone.
-		ctx, cancel := context.WithTimeout(context.Background(), l.opts.CallTimeout)
+		// others until it is found gone. Within a heartbeat's budget, as
+		// every heartbeat, on the call timeout the Limiter has learned: a
+		// slow machine is not an outage (TestCloseOnSlowRedis). While
+		// degraded, within one call's timeout.
+		budget := l.probeBudget()
+		if l.isDegraded() {
+			budget = l.callTimeout()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		err := l.leave(context.WithValue(ctx, recoveryKey{}, true))
 		cancel()
 		if l.isDegraded() {
