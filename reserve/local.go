@@ -286,6 +286,7 @@ type pendingAdjust struct {
 	spec    *spec
 	slotNS  int64
 	id      string
+	share   string // the share it was granted at (Reservation.share)
 	amounts []float64
 	actual  []float64 // nil: cancel
 }
@@ -736,7 +737,7 @@ func (l *Limiter) handBack(ctx context.Context) {
 // on, they are kept again, and it reports false.
 func (l *Limiter) makePending(ctx context.Context, ks *keyState, pending []pendingAdjust) bool {
 	for i, p := range pending {
-		r := &Reservation{lim: l, key: ks.name, spec: p.spec, amounts: p.amounts, slotNS: p.slotNS}
+		r := &Reservation{lim: l, key: ks.name, spec: p.spec, amounts: p.amounts, slotNS: p.slotNS, share: p.share}
 		if err := r.adjustRedis(ctx, p.id, p.actual); err != nil && errors.Is(err, ErrUnavailable) {
 			ks.mu.Lock()
 			ks.pending = append(slices.Clone(pending[i:]), ks.pending...)

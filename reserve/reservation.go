@@ -271,7 +271,7 @@ func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) e
 	if r.localID != "" && ks.local != nil && ks.local.held {
 		return l.adjustLocal(ctx, ks, r, actual)
 	}
-	l.addPending(ks, pendingAdjust{spec: r.spec, slotNS: r.slotNS, id: r.id(),
+	l.addPending(ks, pendingAdjust{spec: r.spec, slotNS: r.slotNS, id: r.id(), share: r.share,
 		amounts: append([]float64(nil), r.amounts...), actual: actual})
 	return nil
 }

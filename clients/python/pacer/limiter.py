@@ -168,7 +168,10 @@ class _Key:
     # window, units, until), until the slot of the grant that replaced it,
     # by which the window has ended (Go's localKey.closed).
     closed: list[tuple[str, int, float, int]] = field(default_factory=list)
-    pending: list[tuple[str, int, int, list[float], list[float] | None, Policy]] = field(default_factory=list)
+    # Adjustments of Redis's grants made while Redis was unavailable: op,
+    # slot, seq, costs, actual, policy, and the share the grant was made at
+    # (Reservation.share: the handback sends "@" when it is the share then).
+    pending: list[tuple[str, int, int, list[float], list[float] | None, Policy, str]] = field(default_factory=list)
     # The policy's report to the fleet ("Heartbeat"): when last sent, and
     # when last used (time.monotonic()).
     reported: Policy | None = None
@@ -738,13 +741,13 @@ class Limiter:
             if not local or self._store is None:
                 return False  # handed back to Redis already: its slot stands
             share = self._local_share or "1"
-            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=3), _at_share(op, share, r),
+            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=3), _at_share(op, share, r.share),
                                         r.slot_ns, r.seq, r.costs, actual)
             v = self.scripts.run(self._store, "Adjust", keys, args)
             return isinstance(v, list) and v[0] == 1
         if not local:
             share = self._share() or "1"
-            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=self._format), _at_share(op, share, r),
+            args = protocol.adjust_args(protocol.common_args(share, r.policy, fmt=self._format), _at_share(op, share, r.share),
                                         r.slot_ns, r.seq, r.costs, actual)
             try:
                 v = self.scripts.run(self.redis, "Adjust", keys, args)
@@ -757,7 +760,7 @@ class Limiter:
                 self._go_local(f"{type(e).__name__}: {e}", _no_reply(e))
         with self._lock:
             if len(st.pending) < 10_000:
-                st.pending.append((op, r.slot_ns, r.seq, r.costs, actual, r.policy))
+                st.pending.append((op, r.slot_ns, r.seq, r.costs, actual, r.policy, r.share))
         return True
 
     def _pause_end(self, r: Reservation) -> int | None:
@@ -1750,6 +1753,13 @@ class Limiter:
             # keys at 0.2-4 calls/s of 50).
             floors: dict[str, int] = {}
             told: list[Reservation] = []
+            # The handback is made at the share taken on Redis after it: back
+            # from an outage of its own, members it knew that are not listed
+            # yet are held (_missing counts from _back_at). A raise settled
+            # meanwhile charged at the whole share, where the others keep
+            # to theirs, was undercharged.
+            back_before = self._back_at
+            self._back_at = time.monotonic()
             for key, st in keys:
                 floors[key] = max([st.past] + [slot for lid, slot in st.grants.items() if lid not in st.asleep])
                 for r in st.asleep.values():
@@ -1773,13 +1783,16 @@ class Limiter:
                     d_us = (st.local_pause_ns - now + 999) // 1000
                     self.scripts.run(self.redis, "Pause", [k, k + ":limit"],
                                      protocol.common_args(self._share() or "1", None, fmt=self._format) + [str(d_us)])
-                for op, slot, seq, costs, actual, pol in list(st.pending):
+                for p in list(st.pending):
+                    op, slot, seq, costs, actual, pol, granted = p
+                    share = self._share() or "1"
                     self.scripts.run(self.redis, "Adjust", [k, k + ":limit", k + ":done"],
-                                     protocol.adjust_args(protocol.common_args(self._share() or "1", pol, fmt=self._format),
-                                                          op, slot, seq, costs, actual))
-                    st.pending.remove((op, slot, seq, costs, actual, pol))
+                                     protocol.adjust_args(protocol.common_args(share, pol, fmt=self._format),
+                                                          _at_share(op, share, granted), slot, seq, costs, actual))
+                    st.pending.remove(p)
         except UNAVAILABLE:
             with self._lock:
+                self._back_at = back_before
                 for r in told:
                     r.back_move = False  # still away: they may fire on the store's slots
             return  # the next heartbeat tries again
@@ -1898,12 +1911,12 @@ def _sleep_to(r: Reservation, before: float) -> None:
         time.sleep(d)
 
 
-def _at_share(op: str, share: str, r: Reservation) -> str:
-    """Adjust's op for r adjusted at share: with "@" when r was granted at
-    that share, not the whole one (adjust.lua gives its units back at the
-    share's spacing, what they took; else at the whole rate's, never more
-    than they took)."""
-    return op + "@" if share != "1" and share == r.share else op
+def _at_share(op: str, share: str, granted: str) -> str:
+    """Adjust's op for a reservation granted at share granted, adjusted at
+    share: with "@" when that is the same share, not the whole one
+    (adjust.lua gives its units back at the share's spacing, what they
+    took; else at the whole rate's, never more than they took)."""
+    return op + "@" if share != "1" and share == granted else op
 
 
 def _charges_window(r: Reservation) -> bool:

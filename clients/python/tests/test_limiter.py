@@ -1174,6 +1174,39 @@ class FallbackTest(unittest.TestCase):
         r2 = a.reserve("k", pol, 120)
         self.assertLess(r2.delay(), 0.6, "the 120 unused came back whole")
 
+    def test_pending_settle_gives_back_at_its_share(self) -> None:
+        """A settle of a reservation Redis granted at a member's share (a
+        half: b is held), made while Redis was unavailable, is made on Redis
+        at the handback. At the share it was granted at, it gives back what
+        was not used at that share's spacing ("settle@"), as on time; the
+        queued settle forgot its share and gave back at the whole rate's
+        spacing, half of it, and the next call waited (Go's
+        TestPendingSettleGivesBackAtItsShare)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a):
+            lim._beat()
+        self.srv.stop()
+        self.assertTrue(a.reserve("x", Limit(10, 1)).local)
+        self.srv.start()  # empty
+        a._beat()  # back first: b, not heard from since a's outage began, is held
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._share(), f"2 {b._rank}")
+        pol = Policy((Bucket("tps", 10, 400, "tokens"),))  # a half: 5/s, burst 200
+        r = a.reserve("k", pol, 100)
+        self.assertFalse(r.local)
+        self.assertLess(r.delay(), 0.1)
+        with self.redis_full():
+            self.assertTrue(r.settle(40))
+            self.assertTrue(a.is_local)
+        a._beat()
+        self.assertFalse(a.is_local)
+        self.assertEqual(a._share(), f"2 {b._rank}")
+        # 60 back at the half's spacing: 160 there at once. At the whole
+        # rate's, 30: 130 and 5 a second, so 155 waited up to 5 s.
+        r2 = a.reserve("k", pol, 155)
+        self.assertFalse(r2.local)
+        self.assertLess(r2.delay(), 0.1, "the settle's 60 did not come back whole")
+
     def test_late_heartbeat_view_doubted(self) -> None:
         """A heartbeat whose reply comes back late tells the fleet as it was
         when the script ran, and a member may have lost Redis meanwhile and
