@@ -334,6 +334,17 @@ func TestConformanceFloorClosesWindow(t *testing.T) {
 	if r = c.reserve("l", append(common(0, 0, "1", limit(10, 2)), requests(2, -1, 1)...)...); !slices.Equal(r.waits, []int64{0, 0}) {
 		t.Errorf("a Limit after \"*\": waits %v, want [0 0] (its burst)", r.waits)
 	}
+	// A calendar day (2026-03-08 in Los Angeles, its window 20520, ends
+	// 0.5 s after now): closed; the next call goes at midnight.
+	const table = "cday:America/Los_Angeles=20519:1772870400000000:86400000000*1,82800000000*1,86400000000*2 "
+	cal := []string{"", clock(1773039599500000, 0) + table + "1", "1 requests 1 daily 1 c 3 day:America/Los_Angeles"}
+	r = c.decode(c.mustEval("RESERVE", c.reserveKeys("cal"), append(slices.Clone(cal), "*", "0")...))
+	if d, _ := c.parse(r.state).band("daily"); d.w != 20520 || d.u != 3 {
+		t.Errorf("\"*\" on a calendar day: state %s, want daily w20520 3", show(r.state))
+	}
+	if r = c.reserve("cal", append(slices.Clone(cal), requests(1, -1, 1)...)...); r.waits[0] != 500_000_000 || r.bands[0] != "daily" {
+		t.Errorf("after \"*\" on a calendar day: wait %d band %s, want 500000000 daily", r.waits[0], r.bands[0])
+	}
 	// Anything else in place of a horizon is refused.
 	for _, f := range []string{"* 5", "x *", "**"} {
 		if _, err := c.eval("RESERVE", c.reserveKeys("bad"), append(common(0, 0, "1", threeBands), f, "0")...); err == nil || !strings.Contains(err.Error(), "PACER_ARG") {
