@@ -109,18 +109,117 @@ type countTake struct {
 // as not counted), or Redis cannot be reached (blind: the call goes on, as
 // the reservation does, paced locally, and asks the count again once it
 // has its slot).
+//
+// While the count has nothing to take (the window spent, a probe out),
+// one caller per key in the process asks it again when its wait is over;
+// the others wait for that answer (takeTurns), and take at once when it
+// found the count open. Before, every waiting caller asked every quarter
+// of a round trip while a probe was out: the polls grew with the callers
+// (TestTakesCoalesced).
 func (t *Transport) take(ctx context.Context, key string) (id int64, blind bool, err error) {
 	for {
+		turn, asks := t.turns.join(key)
+		if !asks {
+			if err := turn.await(ctx); err != nil {
+				return 0, false, err
+			}
+			if !turn.open {
+				continue // the count had nothing: wait for the next answer
+			}
+		}
 		tk, err := t.takeOnce(ctx, key)
+		if asks && (err != nil || !tk.known || tk.id > 0) {
+			t.turns.end(key, turn, true) // the others take for themselves
+			asks = false
+		}
 		if err != nil || !tk.known {
 			return 0, tk.blind, err
 		}
-		if err := t.waitCount(ctx, key, tk.id, tk.wait); err != nil {
+		if asks {
+			turn.wait(tk.wait)
+		}
+		// Its turn (a number), or, with none, when to ask again: a caller
+		// woken by an open count that found nothing left waits that long
+		// alone, then with the others.
+		err = t.waitCount(ctx, key, tk.id, tk.wait)
+		if asks {
+			t.turns.end(key, turn, false)
+		}
+		if err != nil {
 			return 0, false, err
 		}
 		if tk.id > 0 {
 			return tk.id, false, nil
 		}
+	}
+}
+
+// takeTurns are the keys whose count a caller of this process is asking
+// again, or waiting to ask, for the others (Transport.take).
+type takeTurns struct {
+	mu sync.Mutex
+	m  map[string]*takeTurn
+}
+
+// A takeTurn is one caller's asking of a key's count for the others.
+type takeTurn struct {
+	done chan struct{} // closed when it has its answer
+	open bool          // set before done closes: the count had a call to take
+
+	mu    sync.Mutex
+	until time.Time // when it asks again (the count's wait); zero until known
+}
+
+// wait records that the asker asks again after d.
+func (tr *takeTurn) wait(d time.Duration) {
+	tr.mu.Lock()
+	tr.until = time.Now().Add(d)
+	tr.mu.Unlock()
+}
+
+// join returns key's turn in progress, or a new one that the caller asks
+// for (asks).
+func (ts *takeTurns) join(key string) (turn *takeTurn, asks bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if tr, ok := ts.m[key]; ok {
+		return tr, false
+	}
+	if ts.m == nil {
+		ts.m = map[string]*takeTurn{}
+	}
+	tr := &takeTurn{done: make(chan struct{})}
+	ts.m[key] = tr
+	return tr, true
+}
+
+// end ends key's turn tr, the count open or not, and wakes its waiters.
+func (ts *takeTurns) end(key string, tr *takeTurn, open bool) {
+	ts.mu.Lock()
+	if ts.m[key] == tr {
+		delete(ts.m, key)
+	}
+	ts.mu.Unlock()
+	tr.open = open
+	close(tr.done)
+}
+
+// await waits for tr's answer, no later than ctx's deadline: a caller
+// that cannot wait as long as the asker waits is refused at once, as its
+// own take would be (waitCount).
+func (tr *takeTurn) await(ctx context.Context) error {
+	tr.mu.Lock()
+	until := tr.until
+	tr.mu.Unlock()
+	if d, ok := ctx.Deadline(); ok && !until.IsZero() && until.After(d) {
+		wait := time.Until(until)
+		return &reserve.WaitTooLongError{Wait: wait, MaxWait: max(time.Until(d), 0), Deadline: true}
+	}
+	select {
+	case <-tr.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

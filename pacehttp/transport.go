@@ -204,6 +204,7 @@ type Transport struct {
 	counted counted   // keys whose answers report a quota of calls
 	buckets counted   // keys whose quota of calls the count reads as a bucket refilled continuously
 	gates   gates     // with Options.Adaptive: each key's requests in turn
+	turns   takeTurns // the counts a caller asks again for the others (take)
 }
 
 // warnEvery is how often a malformed header is logged per key and header
