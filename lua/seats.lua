@@ -10,7 +10,10 @@
 -- Seats are held by the fleet's members (heartbeat.lua's ranks), not by a
 -- timeout: the seats of a member the fleet no longer lists are dropped by
 -- the next call on the key, and a member held by the fleet (silent, or
--- pacing locally on its share) keeps them. It does not use core.lua.
+-- pacing locally on its share) keeps them, but is handed none until it is
+-- back: the first call waiting whose holder is not held is the queue's
+-- head for hand-offs and for the calls that come. It does not use
+-- core.lua.
 --
 -- KEYS[1]  the seats, a hash, small (a field per holder): every call reads
 --          it whole
@@ -314,13 +317,52 @@ local function head()
   end
 end
 
--- Hand free seats to the queue's head, in order, while they fit.
+-- Whether a waiting call's holder is held by the fleet (silent, or
+-- pacing locally): its share of N is counted for it (used), and its calls
+-- waiting on Redis are handed nothing until it is back (renew keeps their
+-- places). A killed process the fleet held while unsure of it took every
+-- seat of a band as they freed (combination runner, seed 18).
+local function skipped(w)
+  return mode ~= 'l' and held[w.h] and w.h ~= holder
+end
+
+-- The first call waiting whose holder is not held, and its record; nil if
+-- none. The calls of held holders keep their places before it.
+local function front()
+  local at = 0
+  while true do
+    local tk
+    if at == 0 then
+      local w
+      tk, w = head()
+      if not tk then return nil end
+      if not skipped(w) then return tk, w end
+    else
+      local z = redis.call('ZRANGE', Q, at, at)
+      if #z == 0 then return nil end
+      tk = z[1]
+      local w = record(redis.call('HGET', T, 'w:' .. tk))
+      if not (w and counts(w.h, tk)) then
+        redis.call('ZREM', Q, tk)
+        redis.call('HDEL', T, 'w:' .. tk)
+        changed = true
+        tk = nil
+      elseif not skipped(w) then
+        return tk, w
+      end
+    end
+    if tk then at = at + 1 end
+  end
+end
+
+-- Hand free seats to the calls waiting, in the queue's order, while they
+-- fit; the calls of held holders keep their places.
 local function handoff()
   local out = {}
   if mode == 'x' then return out end
   local u = used()
   while true do
-    local tk, w = head()
+    local tk, w = front()
     if not tk then break end
     if u + w.c > limit then break end
     redis.call('HSET', T, 's:' .. tk, w.h .. ' ' .. w.c)
@@ -377,7 +419,7 @@ if op == 'acquire' then
   end
   local queued = record(redis.call('HGET', T, 'w:' .. tk))
   if queued and not counts(queued.h, tk) then queued = nil end
-  local h = head()
+  local h = front()
   local u = used()
   if mode ~= 'x' and (h == nil or h == tk) and u + cost <= limit then
     touch()

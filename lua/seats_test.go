@@ -105,3 +105,63 @@ func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
 	return redistest.New(t), redis.NewScript(lua.Seats),
 		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{s}:seatn", p + "{s}:seatt"}
 }
+
+// TestSeatsNoHandOffToHeld: a seat freed goes to the first call waiting
+// whose holder the fleet does not hold. A held member (silent, or pacing
+// locally) keeps its share of N counted, and its calls waiting on Redis
+// wait until it is back (its renew keeps their places). Before, the freed
+// seats went to it in the queue's order: a killed process, held while the
+// fleet was unsure of it after a Redis fault, took every seat of a key's
+// band as they freed, 5 of 5 for 8 s (combination runner, seed 18).
+func TestSeatsNoHandOffToHeld(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	// N = 4 over 3 members: rank 0's share is 2, ranks 1 and 2 have 1.
+	run := func(member, held string, more ...any) []any {
+		t.Helper()
+		args := append([]any{more[0], member, "0 1 2", held, "4", "60000", "1000 6000 0 60000"}, more[1:]...)
+		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+	for _, tk := range []string{"A.1", "A.2", "A.3", "A.4"} {
+		if v := run("A 0 3 r", "", "acquire", tk, "1", "1"); v[0] != int64(1) {
+			t.Fatalf("acquire %s: %v, want granted", tk, v)
+		}
+	}
+	if v := run("B 1 3 r", "", "acquire", "B.1", "1", "1"); v[0] != int64(0) || v[1] != int64(1) {
+		t.Fatalf("B.1: %v, want queued first", v)
+	}
+	if v := run("C 2 3 r", "", "acquire", "C.1", "1", "1"); v[0] != int64(0) || v[1] != int64(2) {
+		t.Fatalf("C.1: %v, want queued second", v)
+	}
+	// B is held now: its share (1) stays counted, so the first seat freed
+	// goes to nobody (3 held by A and B's 1), the second to C, not B.
+	if v := run("A 0 3 r", "1", "release", "A.1"); len(v) != 2 {
+		t.Fatalf("the first release: %v, want no seat handed (B's share counted)", v)
+	}
+	v := run("A 0 3 r", "1", "release", "A.2")
+	if len(v) != 3 || v[2] != "C.1" {
+		t.Fatalf("the second release: %v, want C.1 handed its seat, not B.1 (held)", v)
+	}
+	// B back (not held): the next seat freed is its.
+	if v := run("A 0 3 r", "", "release", "A.3"); len(v) != 3 || v[2] != "B.1" {
+		t.Fatalf("a release with B back: %v, want B.1 handed its seat", v)
+	}
+	// Held B's call at the queue's head does not hold back a call that
+	// fits: A.4, B.1, C.1 and A.5 hold the 4; B.2 waits; A.5 ends.
+	if v := run("A 0 3 r", "", "acquire", "A.5", "1", "1"); v[0] != int64(1) {
+		t.Fatalf("acquire A.5: %v, want granted", v)
+	}
+	if v := run("B 1 3 r", "", "acquire", "B.2", "1", "1"); v[0] != int64(0) || v[1] != int64(1) {
+		t.Fatalf("B.2: %v, want queued first", v)
+	}
+	if v := run("A 0 3 r", "1", "release", "A.5"); len(v) != 2 {
+		t.Fatalf("A.5's release with B held: %v, want no seat handed", v)
+	}
+	if v := run("C 2 3 r", "1", "acquire", "C.2", "1", "0"); v[0] != int64(1) {
+		t.Fatalf("C.2 with a seat free and only held B's call waiting: %v, want granted", v)
+	}
+}
