@@ -283,10 +283,12 @@ func TestConformanceWindow(t *testing.T) {
 }
 
 // TestConformanceFloorClosesWindow: a floor's last " *" (or "*" alone)
-// records every window band's window current at now as full, so that a
-// member that starts pacing locally mid-window takes none of a window the
-// fleet may have filled on Redis; the next window is its share as before.
-// "*" alone floors no bucket (docs/protocol.md: Reserve's floor).
+// counts in every window band's window current at now what the others may
+// have taken of it since the state was written (its N, or what a bucket
+// charging the same unit can grant in it), so that a member that starts
+// pacing locally mid-window takes no more than the window left; the next
+// window is its share as before. "*" alone floors no bucket
+// (docs/protocol.md: Reserve's floor).
 func TestConformanceFloorClosesWindow(t *testing.T) {
 	c := newConn(t)
 	today := t0 / 86_400_000_000
@@ -344,6 +346,18 @@ func TestConformanceFloorClosesWindow(t *testing.T) {
 	}
 	if r = c.reserve("cal", append(slices.Clone(cal), requests(1, -1, 1)...)...); r.waits[0] != 500_000_000 || r.bands[0] != "daily" {
 		t.Errorf("after \"*\" on a calendar day: wait %d band %s, want 500000000 daily", r.waits[0], r.bands[0])
+	}
+	// A bucket charging the window's unit bounds what the others can have
+	// taken: an hourly window of 100 ending 10 s after now, beside 1 a
+	// second (burst 1). One unit taken now (the bucket empty at now):
+	// at most 10 more in the window, so 11 of 100, not 100. A daily cap
+	// far above what its buckets allow is not closed by a switch.
+	hourly := "1 requests 2 rps 1 b 1 1 hourly 1 w 100 3600000000:0"
+	near := int64(2_790_000_000) // t0 + 2790 s: 10 s before the hour's end
+	c.reserve("b", append(common(near, 0, "1", hourly), requests(1, -1, 1)...)...)
+	r = c.decode(c.mustEval("RESERVE", c.reserveKeys("b"), append(common(near, 0, "1", hourly), "*", "0")...))
+	if d, _ := c.parse(r.state).band("hourly"); d.w != (t0+near)/3_600_000_000 || d.u != 11 {
+		t.Errorf("\"*\" beside a bucket of 1/s, 10 s before the window's end: state %s, want hourly w%d 11", show(r.state), (t0+near)/3_600_000_000)
 	}
 	// Anything else in place of a horizon is refused.
 	for _, f := range []string{"* 5", "x *", "**"} {

@@ -18,11 +18,15 @@
 --              With a pause in force, now + h also counts as granted before
 --              it ("~p"), so a resume moves nothing onto the local slots.
 --              (A lost key's horizon is ARGV[2]'s "!": core.lua.)
---              A last " *" (or "*" alone, with no horizon) closes every
---              window band's window current at now: it is recorded as
---              holding N units, after the windows above. A member that
---              starts pacing locally in the middle of a window cannot know
---              what the fleet took of it on Redis, so it takes none of it.
+--              A last " *" (or "*" alone, with no horizon) counts, in
+--              every window band's window current at now, what the others
+--              may have taken of it since the state was written, after the
+--              windows above: its N, or, when a bucket band charges the
+--              same unit, at most what that bucket can grant in the window
+--              from the state's time (its burst and its whole rate, from
+--              the balance the state shows); N with no state. A member
+--              that starts pacing locally in the middle of a window cannot
+--              know what the fleet took of it on Redis since.
 -- ARGV[opi+1]  the requests (optional: "" if absent): "" for one request of
 --              cost 1 on every unit with no maximum wait (the common case);
 --              "<m>", m >= 2 (up to four digits), for m such requests;
@@ -151,7 +155,7 @@ elseif floor ~= '' then
   for i = 1, nbands do
     local b = bands[i]
     if b.bucket and b.z < h then
-      b.z = h
+      b.z0, b.z = b.z, h -- z0: the balance the state showed (close_now)
     end
   end
   -- The local slots were granted before any resume: one moves the
@@ -190,7 +194,27 @@ if close_now and win_of then
       if w > b.w then
         b.w, b.u = w, 0
       end
-      b.u = math.max(b.u, b.n)
+      -- What the others may have taken of window w since the state was
+      -- written (base: its time): all of its N, but for what a bucket
+      -- charging the same unit can grant them in the window from then,
+      -- at the whole rate from the balance the state shows. With no
+      -- state, nothing is known.
+      local room = b.n
+      local fin = win_start(b, w + 1, true)
+      if raw and fin then
+        local from = math.max(win_start(b, w, true) or base, base)
+        for j = 1, nbands do
+          local c = bands[j]
+          if c.bucket and c.unit == b.unit then
+            local more = 0
+            if fin > from then
+              more = math.min(c.burst + c.rate * (fin - from) / 1000000, c.rate * (fin - (c.z0 or c.z)) / 1000000)
+            end
+            room = math.min(room, math.max(0, more))
+          end
+        end
+      end
+      b.u = math.max(b.u, math.min(b.n, b.u + room))
       b.rec = true
     end
   end
