@@ -359,6 +359,14 @@ func TestConformanceFloorClosesWindow(t *testing.T) {
 	if d, _ := c.parse(r.state).band("hourly"); d.w != (t0+near)/3_600_000_000 || d.u != 11 {
 		t.Errorf("\"*\" beside a bucket of 1/s, 10 s before the window's end: state %s, want hourly w%d 11", show(r.state), (t0+near)/3_600_000_000)
 	}
+	// With no state, from the window's start, the bucket full: an hourly
+	// window of 100 beside 1 a minute (burst 1), closed at t0 + 2790 s,
+	// 10 s before its end: at most 1 + 60 of it taken in its hour.
+	slow := "1 requests 2 rpm 1 b 0.016666666666666666 1 hourly 1 w 100 3600000000:0"
+	r = c.decode(c.mustEval("RESERVE", c.reserveKeys("s"), append(common(near, 0, "1", slow), "*", "0")...))
+	if d, _ := c.parse(r.state).band("hourly"); d.u < 60.99 || d.u > 61.01 {
+		t.Errorf("\"*\" on no state beside a bucket of 1/min: state %s, want hourly 61", show(r.state))
+	}
 	// Anything else in place of a horizon is refused.
 	for _, f := range []string{"* 5", "x *", "**"} {
 		if _, err := c.eval("RESERVE", c.reserveKeys("bad"), append(common(0, 0, "1", threeBands), f, "0")...); err == nil || !strings.Contains(err.Error(), "PACER_ARG") {

@@ -24,7 +24,8 @@
 --              windows above: its N, or, when a bucket band charges the
 --              same unit, at most what that bucket can grant in the window
 --              from the state's time (its burst and its whole rate, from
---              the balance the state shows); N with no state. A member
+--              the balance the state shows; with no state, from the
+--              window's start). A member
 --              that starts pacing locally in the middle of a window cannot
 --              know what the fleet took of it on Redis since.
 -- ARGV[opi+1]  the requests (optional: "" if absent): "" for one request of
@@ -198,17 +199,22 @@ if close_now and win_of then
       -- written (base: its time): all of its N, but for what a bucket
       -- charging the same unit can grant them in the window from then,
       -- at the whole rate from the balance the state shows. With no
-      -- state, nothing is known.
+      -- state, from the window's start with a full bucket.
       local room = b.n
-      local fin = win_start(b, w + 1, true)
-      if raw and fin then
-        local from = math.max(win_start(b, w, true) or base, base)
+      local fin, from = win_start(b, w + 1, true), win_start(b, w, true)
+      if fin and from then
+        if raw then
+          from = math.max(from, base)
+        end
         for j = 1, nbands do
           local c = bands[j]
           if c.bucket and c.unit == b.unit then
             local more = 0
             if fin > from then
-              more = math.min(c.burst + c.rate * (fin - from) / 1000000, c.rate * (fin - (c.z0 or c.z)) / 1000000)
+              more = c.burst + c.rate * (fin - from) / 1000000
+              if raw then
+                more = math.min(more, c.rate * (fin - (c.z0 or c.z)) / 1000000)
+              end
             end
             room = math.min(room, math.max(0, more))
           end
