@@ -21,34 +21,6 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
-// takeCounter counts the takes from the provider's count (lua/quota.lua's
-// "take") its client sends, alone or in a pipeline.
-type takeCounter struct{ n *atomic.Int64 }
-
-func (h takeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h takeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h takeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h takeCounter) count(cmd redis.Cmder) {
-	if slices.Contains(cmd.Args(), any("take")) {
-		h.n.Add(1)
-	}
-}
-
 // TestTakesCoalesced: while the provider's count has nothing to take (a
 // probe out after a window's end, the window spent), one caller of a
 // process asks it again for all of them; the others wait for that answer.
@@ -65,7 +37,8 @@ func TestTakesCoalesced(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	var takes atomic.Int64
-	c.AddHook(takeCounter{&takes})
+	// The takes from the provider's count (lua/quota.lua's "take").
+	c.AddHook(redistest.Commands{N: &takes, Match: func(args []any) bool { return slices.Contains(args, any("take")) }})
 	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })

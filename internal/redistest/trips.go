@@ -32,3 +32,38 @@ func (h RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		return next(ctx, cmds)
 	}
 }
+
+// Commands is a go-redis hook that counts the commands a client sends for
+// which Match reports true, alone or in a pipeline (each command of a
+// pipeline counts).
+type Commands struct {
+	N     *atomic.Int64
+	Match func(args []any) bool
+}
+
+// DialHook implements redis.Hook.
+func (h Commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (h Commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h Commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h Commands) count(cmd redis.Cmder) {
+	if h.Match(cmd.Args()) {
+		h.N.Add(1)
+	}
+}
