@@ -23,15 +23,11 @@ import (
 func TestCloseOnSlowRedis(t *testing.T) {
 	s := redistest.New(t)
 	prefix := redistest.Prefix(t)
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	l, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, Logger: quiet, CallTimeout: 100 * time.Millisecond,
+	l, p := viaProxy(t, s, reserve.Options{KeyPrefix: prefix, Logger: quiet, CallTimeout: 100 * time.Millisecond,
 		HeartbeatInterval: time.Hour})
-	require.NoError(t, err)
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 1000, Burst: 1000}
-	_, err = l.Reserve(ctx, "k", lim)
+	_, err := l.Reserve(ctx, "k", lim)
 	require.NoError(t, err)
 	require.NoError(t, s.Client.ZScore(ctx, prefix+"{limiters}", l.ID()).Err(), "not listed in the fleet")
 
@@ -59,13 +55,8 @@ func TestPendingSettleGivesBackAtItsShare(t *testing.T) {
 	s := redistest.New(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	a, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 20 * time.Millisecond,
+	a, p := viaProxy(t, s, reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 20 * time.Millisecond,
 		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1})
-	require.NoError(t, err)
-	closeLimiter(t, a)
 	var mode atomic.Value
 	mode.Store("local")
 	otherMember(t, s, a, &mode)

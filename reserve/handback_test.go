@@ -285,12 +285,7 @@ func TestHandbackKeepsFullWindow(t *testing.T) {
 	ctx := context.Background()
 	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 100 * time.Millisecond,
 		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1}
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	a, err := reserve.New(c, opts)
-	require.NoError(t, err)
-	closeLimiter(t, a)
+	a, p := viaProxy(t, s, opts)
 	require.Eventually(t, func() bool { return a.FleetSize() == 1 }, 30*time.Second, 5*time.Millisecond)
 
 	// Windows of 2 an hour; the current one (0) ends 10 s from now, and the

@@ -436,19 +436,25 @@ func (l *Limiter) startLocal(ctx context.Context, ks *keyState, s *spec, shareAr
 			h.last = max(h.last, nowNS+q)
 		}
 	}
-	// And the window current now is closed on every window band (the
-	// floor's "*"): the state Redis last showed this Limiter may not hold
-	// what the others took of that window since, up to all of it. The
-	// units are Redis's (seeded), never handed back. A key only paused so
-	// far gets its floor now: the store has granted nothing on it yet.
-	floor := "*"
+	// And in the window current now, on every window band (the policy's,
+	// or a stored limit's), what the others may have taken of it since
+	// the state Redis last showed this Limiter is counted (the floor's
+	// "*"). Those units are Redis's (seeded), never handed back. A key
+	// only paused so far gets its floor now: the store has granted nothing
+	// on it yet.
+	floor := ""
 	if h.last > nowNS || len(h.windows) > 0 {
-		floor = h.floorArg(nowNS) + " *"
+		floor = h.floorArg(nowNS)
 	}
-	args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
-	args = append(args, floor, "0")
-	if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
-		return l.localError(names.OpReserve, ks.name, err)
+	if ks.stored != "" || slices.ContainsFunc(s.bands, func(b bandSpec) bool { return !b.bucket }) {
+		floor = strings.TrimPrefix(floor+" *", " ")
+	}
+	if floor != "" {
+		args := l.argsWith(ks.name, l.clock.Now(), s, 2, shareArg, true)
+		args = append(args, floor, "0")
+		if _, err := reserveScript.Run(ctx, l.store, l.keys(ks.name, ":shadow"), args...).Result(); err != nil {
+			return l.localError(names.OpReserve, ks.name, err)
+		}
 	}
 	lk.shut = true
 	state, _ := l.store.Get(rk)

@@ -27,13 +27,9 @@ func TestLocalClosesWindowAtSwitch(t *testing.T) {
 	ctx := context.Background()
 	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 100 * time.Millisecond,
 		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1}
-	p := redistest.NewProxy(t, s.Addr)
-	ca := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	a, p := viaProxy(t, s, opts)
 	cb := redis.NewClient(&redis.Options{Addr: s.Addr})
-	t.Cleanup(func() { ca.Close(); cb.Close() })
-	a, err := reserve.New(ca, opts)
-	require.NoError(t, err)
-	closeLimiter(t, a)
+	t.Cleanup(func() { cb.Close() })
 	b, err := reserve.New(cb, opts)
 	require.NoError(t, err)
 	closeLimiter(t, b)
@@ -94,4 +90,18 @@ func TestLocalClosesWindowAtSwitch(t *testing.T) {
 	}
 	assert.EqualValues(t, 1, window(onRedis(a, "rest")), "a fifth call in the first window")
 	assert.EqualValues(t, 1, window(onRedis(b, "full")), "a fifth call in the first window of \"full\"")
+}
+
+// viaProxy returns a Limiter on s through a proxy of its own (Disable cuts
+// it off from Redis while the others reach it), closed on t.Cleanup, and
+// the proxy.
+func viaProxy(t *testing.T, s *redistest.Server, opts reserve.Options) (*reserve.Limiter, *redistest.Proxy) {
+	t.Helper()
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	l, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l, p
 }

@@ -1627,7 +1627,7 @@ class Limiter:
             return None
         with self._lock:
             st = self._keys[key]
-            shut = st.shut
+            shut = st.shut or (not st.stored and not any(isinstance(b, protocol.Window) for b in policy.bands))
         if not shut:
             # The window current now, on every window band, is closed to
             # the store (Go's startLocal): the state Redis last showed may
