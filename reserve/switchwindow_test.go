@@ -25,7 +25,13 @@ func TestLocalClosesWindowAtSwitch(t *testing.T) {
 	s := redistest.New(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 100 * time.Millisecond,
+	// No heartbeat after New's: a heartbeat late on a busy machine puts a
+	// Limiter's view in doubt, and the other member counted held (on the
+	// fleet sizes 1 and 2 both, b having just joined) leaves a's calls on
+	// Redis no room in the window (CI beside a CPU hog: a's first call
+	// here went to the next window). a's view is a fleet of one: its local
+	// share of a window is all of it.
+	opts := reserve.Options{KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: time.Hour,
 		ProbeInterval: 20 * time.Millisecond, CallTimeout: 200 * time.Millisecond, FailAfter: 1}
 	a, p := viaProxy(t, s, opts)
 	cb := redis.NewClient(&redis.Options{Addr: s.Addr})
@@ -33,7 +39,6 @@ func TestLocalClosesWindowAtSwitch(t *testing.T) {
 	b, err := reserve.New(cb, opts)
 	require.NoError(t, err)
 	closeLimiter(t, b)
-	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
 
 	// Windows of 4 an hour; the current one began a minute ago.
 	const n = 4
@@ -53,8 +58,8 @@ func TestLocalClosesWindowAtSwitch(t *testing.T) {
 		return ns
 	}
 
-	// "full": a saw 1 of 4 taken; b took the other 3. a's share of a window
-	// is 2, so the state it saw left it 1.
+	// "full": a saw 1 of 4 taken; b took the other 3. The state a saw left
+	// it 3.
 	require.EqualValues(t, 0, window(onRedis(a, "full")))
 	for range 3 {
 		require.EqualValues(t, 0, window(onRedis(b, "full")))
