@@ -21,6 +21,14 @@
 --            start of the other tenants waiting in the lane. V, the lane's
 --            virtual time, moves on by d / (w_t * the number waiting) per
 --            request booked, never past a waiting tenant's start.
+--   due      a tenant deferred for the horizon alone (in its turn, its slot
+--            beyond H) is due from the earliest time it was told to ask
+--            again, until it books or is deferred for another tenant's
+--            turn or a lane: a request of a due tenant in its turn is
+--            booked wherever its slot lies (within its caller's maximum
+--            wait). Calls without a tenant book with no horizon and may
+--            take each slot before it comes within a fair request's: a
+--            tenant is deferred for the horizon once, not at every ask.
 -- A deferred tenant is waiting until it books again, or until its
 -- waiting lapses (grace after the retry it was told); the first request
 -- deferred defers the rest of the batch. A batch whose requests are all
@@ -32,7 +40,8 @@
 --
 -- KEYS[4]      a hash: "v<l>" lane l's virtual time (µs), "e<l>" when
 --              lane l may next use its minimum share (Unix µs), "u<l>:<t>"
---              until when tenant t is waiting in lane l (Unix µs)
+--              until when tenant t is waiting in lane l (Unix µs), "a<l>:<t>"
+--              from when it is due (Unix µs)
 -- KEYS[5..7]   per lane (Urgent, Normal, Batch), a zset of the waiting
 --              tenants by start (µs of virtual time)
 -- KEYS[8..10]  per lane, a zset of the tenants by pass, those not yet
@@ -145,19 +154,21 @@ do
   -- The batch being served (load): its tenant, lane and figures, and the
   -- lane's and the tenant's state as read.
   local lane, weight, hmin, minshare, last, grace, queued, age, id, tenant
-  local wkey, pkey, ufield, v, pass, entitled_at
-  local deferred, by_share, kept
+  local wkey, pkey, ufield, afield, v, pass, entitled_at, due_at, had_due
+  local deferred, by_share, kept, late
   local nbooked, booked_d -- the figures
   local function load(g)
     lane, weight, hmin, minshare, last, grace = g.lane, g.weight, g.hmin, g.minshare, g.last, g.grace
     queued, age, id, tenant = g.queued, g.age, g.id, g.tenant
     wkey, pkey = KEYS[4 + lane], KEYS[7 + lane]
-    local lv = redis.call('HMGET', h, 'v' .. lane, 'e' .. lane)
-    ufield = 'u' .. lane .. ':' .. tenant
+    ufield, afield = 'u' .. lane .. ':' .. tenant, 'a' .. lane .. ':' .. tenant
+    local lv = redis.call('HMGET', h, 'v' .. lane, 'e' .. lane, afield)
     v = tonumber(lv[1]) or 0
     pass = tonumber(redis.call('ZSCORE', pkey, tenant)) or v
     entitled_at = tonumber(lv[2]) or 0
-    deferred, by_share, kept = false, false, false
+    due_at = tonumber(lv[3])
+    had_due = due_at ~= nil
+    deferred, by_share, kept, late = false, false, false, false
     nbooked, booked_d = 0, 0
   end
   load(groups[1])
@@ -177,7 +188,7 @@ do
         local till = tonumber(redis.call('HMGET', h, 'u' .. l .. ':' .. who)[1])
         if not till or till < now then
           redis.call('ZREM', key, who)
-          redis.call('HDEL', h, 'u' .. l .. ':' .. who)
+          redis.call('HDEL', h, 'u' .. l .. ':' .. who, 'a' .. l .. ':' .. who)
           found = false
           break
         end
@@ -199,7 +210,8 @@ do
   fair.counted = counted
 
   -- gate returns, for a request of cost: true and the most it may wait
-  -- (µs), or false and how long to wait before asking again (µs).
+  -- (µs; -1: no horizon, the tenant is due), or false and how long to wait
+  -- before asking again (µs).
   function fair.gate(cost)
     local d = duration(cost)
     local horizon = 0
@@ -215,6 +227,7 @@ do
           horizon = math.max(d, hmin)
           break
         end
+        due_at = nil
         return false, retry
       end
     end
@@ -222,21 +235,27 @@ do
     for l = lane + 1, 3 do
       local e = tonumber(redis.call('HMGET', h, 'e' .. l)[1])
       if e and e <= now and least_waiting(l, nil) then
+        due_at = nil
         return false, retry
       end
     end
     local start = math.max(pass, v)
     local m = least_waiting(lane, tenant)
     if m and start > m + 1e-6 then
+      due_at = nil
       return false, retry
     end
     fair.d, fair.start, fair.m = d, start, m
+    if due_at and due_at <= now then
+      horizon = -1
+    end
+    fair.h = horizon
     return true, horizon
   end
 
   -- booked records the request gate admitted as booked.
   function fair.booked()
-    nbooked, booked_d = nbooked + 1, booked_d + fair.d
+    nbooked, booked_d, due_at = nbooked + 1, booked_d + fair.d, nil
     pass = fair.start + fair.d / weight
     -- V moves on by the request's duration over the waiting tenants'
     -- number (so that tenants that book once and leave are forgotten), but
@@ -271,6 +290,15 @@ do
   -- defer records the tenant as waiting, to ask again after retry µs.
   function fair.defer(retry)
     deferred = retry
+  end
+
+  -- beyond notes a request in its turn whose slot lies w µs from now,
+  -- beyond its maximum wait: beyond the horizon too, it makes the tenant
+  -- due (its caller's maximum alone does not).
+  function fair.beyond(w)
+    if fair.h >= 0 and w > fair.h then
+      late = true
+    end
   end
 
   -- The call's keys live as long as its longest-lived batch needs:
@@ -318,6 +346,13 @@ do
     else
       redis.call('ZREM', wkey, tenant)
       redis.call('HDEL', h, ufield)
+    end
+    -- Due from the earliest ask it was told for the horizon, while it
+    -- books nothing and waits for no other's turn.
+    if waiting and deferred and late then
+      redis.call('HSET', h, afield, string.format('%.17g', math.min(due_at or math.huge, now + deferred)))
+    elseif had_due and not (waiting and due_at) then
+      redis.call('HDEL', h, afield)
     end
     -- The figures: shares decay by e every tau, and lapse after 3 tau; a
     -- process's queue lapses as its waiting does.

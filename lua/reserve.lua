@@ -263,7 +263,7 @@ for r = 1, m do
       turn, h = fair.gate(cost)
       if not turn then
         retry = h
-      elseif max_wait < 0 or h < max_wait then
+      elseif h >= 0 and (max_wait < 0 or h < max_wait) then
         max_wait = h -- the booking horizon, or the caller's maximum if shorter
       end
     end
@@ -294,6 +294,7 @@ for r = 1, m do
   elseif max_wait >= 0 and w > max_wait * 1000 then
     if fair then
       -- Beyond the booking horizon: ask again when the slot is within it.
+      fair.beyond(w / 1000)
       fair.stopped = math.max(w / 1000 - max_wait, 1)
       fair.outlives(caller_max, fair.stopped)
       w1, s1 = math.ceil(fair.stopped * 1000), -3

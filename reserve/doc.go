@@ -111,8 +111,10 @@
 // and a tenant alone gets the whole rate. A fair request is booked only in
 // its turn, and at most one slot interval ahead (Options.FairHorizon), so
 // that a newcomer waits at most about two slot intervals behind any
-// backlog. It waits longer than it would first come, first served, and is
-// never refused for it; the limits themselves are kept exactly as for any
+// backlog; plain requests on the same key book with no horizon, and a fair
+// one deferred behind them is booked at its next ask in its turn, wherever
+// its slot lies. It waits longer than it would first come, first served,
+// and is never refused for it; the limits themselves are kept exactly as for any
 // call. The rule and its guarantees are in docs/design.md, "Fair share and
 // lanes".
 //

@@ -41,6 +41,8 @@ var fairMutants = []struct {
 		"local waiting = (deferred and kept) or last ~= '1'", "local waiting = deferred or last ~= '1'"},
 	{"a lower lane's due minimum share does not go first",
 		"if e and e <= now and least_waiting(l, nil) then", "if false then"},
+	{"a due tenant keeps its horizon: plain calls hold it off",
+		"if due_at and due_at <= now then", "if false then"},
 }
 
 type namedProp struct {
@@ -53,6 +55,7 @@ type namedProp struct {
 var fairPropsByCost = []namedProp{
 	{"lone tenant", fairLoneTenant},
 	{"refused AllowN", fairRefusedAllow},
+	{"beside plain calls", fairBesidePlain},
 	{"policy bands", fairPolicyBands},
 	{"min share", fairMinShare},
 	{"urgent first", fairUrgentFirst},
@@ -72,9 +75,10 @@ var foundBy = map[string]string{
 	"no priority: a lane is booked beside a higher one waiting":    "urgent first",
 	"no Batch horizon: the Batch lane books ahead like the others": "urgent first",
 	"no minimum share": "min share",
-	"a lower lane's due minimum share does not go first": "min share",
-	"no horizon: a request books however far ahead":      "refused AllowN",
-	"a refused AllowN keeps its tenant waiting":          "refused AllowN",
+	"a lower lane's due minimum share does not go first":      "min share",
+	"no horizon: a request books however far ahead":           "refused AllowN",
+	"a refused AllowN keeps its tenant waiting":               "refused AllowN",
+	"a due tenant keeps its horizon: plain calls hold it off": "beside plain calls",
 }
 
 // mutantProps is fairPropsByCost with the one that found mutant first.

@@ -383,6 +383,14 @@ func fairMinShare(t testing.TB, newL newFairLimiter) {
 		&simTenant{name: "live", lane: reserve.Urgent, backlog: 400},
 		&simTenant{name: "bulk", lane: reserve.Batch, backlog: 100})
 	checkFairBucket(t, grants, 100, 1)
+	// The urgent lane yields to the batch lane's share when it is due: the
+	// share is booked within its horizon (one slot interval), not behind
+	// the urgent lane's next booking.
+	for i, g := range grants {
+		if g.tenant == "bulk" {
+			require.LessOrEqualf(t, g.slot.Sub(g.asked), 10*time.Millisecond, "grant %d: the batch lane's slot %v after its ask", i, g.slot.Sub(g.asked))
+		}
+	}
 	// In every 50 slots while both wait, the batch lane has at least 9
 	// (a fifth, less one at the edges).
 	for i := 0; i+50 <= len(grants); i++ {
@@ -856,4 +864,68 @@ func fairRefusedAllow(t testing.TB, newL newFairLimiter) {
 	slots, _, err = reserve.FairAsk(ctx, l, req("a"), 1, true)
 	require.NoError(t, err)
 	require.Len(t, slots, 1, "a's third slot, 1 s away: b, refused, holds it back")
+}
+
+func TestFairBesidePlainCalls(t *testing.T) { runFairProp(t, fairBesidePlain) }
+
+// fairBesidePlain: plain calls on the key (no tenant, the Normal lane)
+// keep its queue five slots ahead of now, as a backlog of plain Waits
+// does. A fair request is booked only within its horizon, so on that rule
+// alone it was deferred at every ask: each time its slot came within the
+// horizon, a plain call had taken it, and the tenants were never booked.
+// Once told when to ask again, a tenant in its turn is booked at that ask
+// wherever its slot lies. So the tenant whose turn it is books when it
+// asks as told, its slot behind the plain backlog's five, the other
+// tenant's last booking and its own; the other, due by then, books at its
+// next ask in its turn. No span of eight slot intervals (and the calls'
+// round trips) goes by without a fair booking, in either lane, and every
+// band holds over the plain and fair slots together.
+func fairBesidePlain(t testing.TB, newL newFairLimiter) {
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	interval := 10 * time.Millisecond
+	for _, lane := range []reserve.Lane{reserve.Normal, reserve.Batch} {
+		l, clk := newL(reserve.Options{})
+		tenants := []*simTenant{{name: "a", lane: lane, backlog: 20}, {name: "b", lane: lane, backlog: 20}}
+		var slots []simGrant
+		var plainAhead time.Time
+		lastBooked := clk.Now()
+		for step := 0; ; step++ {
+			require.Less(t, step, 1000, "lane %v: the fair requests were not booked", lane)
+			var tn *simTenant
+			for _, x := range tenants {
+				if x.backlog > 0 && (tn == nil || x.next.Before(tn.next)) {
+					tn = x
+				}
+			}
+			if tn == nil {
+				break
+			}
+			if tn.next.After(clk.Now()) {
+				clk.Set(tn.next)
+			}
+			for plainAhead.Before(clk.Now().Add(5 * interval)) {
+				r, err := l.Reserve(ctx, "k", lim)
+				require.NoError(t, err)
+				plainAhead = r.Time()
+				slots = append(slots, simGrant{slot: r.Time()})
+			}
+			req := reserve.Request{Key: "k", Policy: lim.Policy(), Cost: reserve.Permits(1), Tenant: tn.name, Lane: lane, Weight: 1}
+			got, retry, err := reserve.FairAsk(ctx, l, req, 1, tn.backlog == 1)
+			require.NoError(t, err)
+			asked := clk.Now()
+			clk.Advance(simRTT)
+			tn.next = clk.Now()
+			if len(got) == 0 {
+				require.False(t, retry.IsZero())
+				require.LessOrEqualf(t, asked.Sub(lastBooked), 8*interval+10*simRTT, "lane %v: no fair booking since %v", lane, lastBooked.Sub(epoch))
+				tn.next = retry
+				continue
+			}
+			lastBooked = asked
+			tn.backlog--
+			slots = append(slots, simGrant{tenant: tn.name, lane: lane, asked: asked, slot: time.Unix(0, got[0])})
+		}
+		checkFairBucket(t, slots, lim.Rate, lim.Burst)
+	}
 }
