@@ -101,8 +101,9 @@ var (
 	Reserve = head + fast + core + reserve
 
 	// Fair is Reserve for one tenant's requests in one lane: it books a
-	// request only in the tenant's turn and within the booking horizon, and
-	// defers it otherwise. See fair.lua.
+	// request only in the tenant's turn and within the booking horizon (or,
+	// due behind plain requests, wherever its slot lies), and defers it
+	// otherwise. See fair.lua.
 	Fair = head + core + tools + fair + reserve
 
 	// Adjust cancels a reservation or settles it at its actual cost. See

@@ -17,11 +17,12 @@ import (
 
 // Fair share and lanes (docs/design.md, "Fair share and lanes"). A fair
 // request (one naming a Tenant or a Lane) is booked only when it is its
-// tenant's turn and its slot lies within the booking horizon; until then it
-// waits in its process, in a queue of its key, tenant and lane; the key's
-// pump asks Redis for the heads of all of the key's queues in one call and
-// sleeps until the first is told to ask again. The rule itself is in
-// lua/fair.lua.
+// tenant's turn and its slot lies within the booking horizon (or it is due:
+// deferred once for the horizon, which plain requests may keep moving);
+// until then it waits in its process, in a queue of its key, tenant and
+// lane; the key's pump asks Redis for the heads of all of the key's queues
+// in one call and sleeps until the first is told to ask again. The rule
+// itself is in lua/fair.lua.
 
 var fairScript = redis.NewScript(lua.Fair)
 

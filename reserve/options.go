@@ -214,7 +214,9 @@ type Options struct {
 	// names a Tenant or a Lane) in the Urgent and Normal lanes: how far
 	// ahead of now its slot may lie when it is booked. A request's horizon
 	// is its own duration (one slot interval) or FairHorizon, whichever is
-	// longer. A longer horizon costs fewer Redis calls at high rates and
+	// longer; a tenant deferred for it once is booked at its next ask in its
+	// turn wherever its slot lies (plain requests, which book with no
+	// horizon, may have taken the slots before it). A longer horizon costs fewer Redis calls at high rates and
 	// makes other tenants wait longer behind a flood. Default 2 ms.
 	FairHorizon time.Duration
 

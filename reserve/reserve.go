@@ -34,7 +34,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 // A fair request (one naming a Tenant or a Lane) is booked in its turn:
 // ReserveN returns once it is, within the booking horizon of now (see
 // Options.FairHorizon), so its Delay is short and its wait was spent
-// before.
+// before; behind a backlog of plain requests on the key, which book with
+// no horizon, it is booked at its next ask in its turn wherever its slot
+// lies, and its Delay is that backlog's.
 func (l *Limiter) ReserveN(ctx context.Context, req Request) (*Reservation, error) {
 	if sr, err := req.seatPart(); err != nil || sr != nil {
 		if err != nil {
