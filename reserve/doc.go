@@ -114,9 +114,9 @@
 // backlog; plain requests on the same key book with no horizon, and a fair
 // one deferred behind them is booked at its next ask in its turn, wherever
 // its slot lies. It waits longer than it would first come, first served,
-// and is never refused for it; the limits themselves are kept exactly as for any
-// call. The rule and its guarantees are in docs/design.md, "Fair share and
-// lanes".
+// and is never refused for it; the limits themselves are kept exactly as
+// for any call. The rule and its guarantees are in docs/design.md, "Fair
+// share and lanes".
 //
 // # Packages built on reserve
 //

@@ -873,13 +873,12 @@ func TestFairBesidePlainCalls(t *testing.T) { runFairProp(t, fairBesidePlain) }
 // does. A fair request is booked only within its horizon, so on that rule
 // alone it was deferred at every ask: each time its slot came within the
 // horizon, a plain call had taken it, and the tenants were never booked.
-// Once told when to ask again, a tenant in its turn is booked at that ask
-// wherever its slot lies. So the tenant whose turn it is books when it
-// asks as told, its slot behind the plain backlog's five, the other
-// tenant's last booking and its own; the other, due by then, books at its
-// next ask in its turn. No span of eight slot intervals (and the calls'
-// round trips) goes by without a fair booking, in either lane, and every
-// band holds over the plain and fair slots together.
+// Now a tenant in its turn is deferred for the horizon once, and booked
+// when it asks as told wherever its slot lies: behind the plain backlog's
+// five slots and the other tenant's last booking. No span of eight slot
+// intervals (and the calls' round trips) goes by without a fair booking,
+// in either lane, and every band holds over the plain and fair slots
+// together.
 func fairBesidePlain(t testing.TB, newL newFairLimiter) {
 	ctx := context.Background()
 	lim := reserve.Limit{Rate: 100, Burst: 1}
