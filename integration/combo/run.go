@@ -144,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("the fleet's format: %w", err)
 		}
 	}
-	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, at: at, url: url, script: script}
+	r := &runner{cfg: cfg, sc: sc, res: res, logf: logf, ctx: ctx, at: at, url: url, script: script, starting: map[int]chan struct{}{}}
 	var proxies []*slowProxy
 	if sc.slowRedis() {
 		// Each slot's processes reach Redis through a proxy that can slow
@@ -257,6 +257,42 @@ type runner struct {
 	all    []*proc // every fleet process started
 	acts   []Action
 	stored []StoredRead // read after Redis came back empty
+	// healed: when the latest restart empty's heal returned. It may return
+	// seconds after the scenario planned (a Cluster's node rejoining), so
+	// a process started again after it keeps restartGap from this time,
+	// not only from the planned end (clearOfRestart).
+	healed time.Time
+	// starting: the slots whose process is being started again, closed
+	// once it has been (or was not): the slot's next fault waits for it.
+	starting map[int]chan struct{}
+}
+
+// clearOfRestart waits until restartGap has passed since the latest
+// restart empty's heal returned. It reports false if that is after the
+// run's end less restartBefore (the process is then not started), or the
+// run was cut.
+func (r *runner) clearOfRestart() bool {
+	r.mu.Lock()
+	at := r.healed.Add(restartGap)
+	r.mu.Unlock()
+	if !time.Now().Before(at) {
+		return true
+	}
+	if at.After(r.res.End.Add(-restartBefore)) {
+		return false
+	}
+	return sleepUntil(r.ctx, at)
+}
+
+// started waits until slot's process, if it is being started again, has
+// been.
+func (r *runner) started(slot int) {
+	r.mu.Lock()
+	ch := r.starting[slot]
+	r.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // startChild starts a fleet process in slot: its ID is the slot's number,
@@ -368,11 +404,17 @@ func (r *runner) play(in *injector, op *operator) {
 					a.Err = strings.TrimSpace(a.Err + " heal: " + err.Error())
 				}
 				a.End = time.Now().UnixNano()
+				if e.Kind == FaultRestart {
+					r.mu.Lock()
+					r.healed = time.Now()
+					r.mu.Unlock()
+				}
 				r.record(*a)
 			}})
 		case e.Kind == FaultKill || e.Kind == FaultClose:
 			var a *Action
 			steps = append(steps, step{e.At, func() {
+				r.started(e.Child)
 				p := r.live()[e.Child]
 				a = &Action{Kind: e.Kind, For: e.For, Child: p.id, At: time.Now().UnixNano()}
 				p.to = a.At
@@ -387,7 +429,18 @@ func (r *runner) play(in *injector, op *operator) {
 				p.killed = true
 				p.kill()
 			}}, step{e.At + e.For, func() {
+				done := make(chan struct{})
+				r.mu.Lock()
+				r.starting[e.Child] = done
+				r.mu.Unlock()
 				wg.Go(func() {
+					defer close(done)
+					if !r.clearOfRestart() {
+						r.logf("  slot %d not started again: a restart empty healed too late", e.Child+1)
+						a.End = time.Now().UnixNano()
+						r.record(*a)
+						return
+					}
 					p, err := r.startChild(e.Child)
 					if err == nil {
 						err = p.begin(time.Now(), r.res.End)
@@ -404,6 +457,7 @@ func (r *runner) play(in *injector, op *operator) {
 		case e.Kind == FaultStall:
 			var a *Action
 			steps = append(steps, step{e.At, func() {
+				r.started(e.Child)
 				p := r.live()[e.Child]
 				a = &Action{Kind: e.Kind, For: e.For, Child: p.id, At: time.Now().UnixNano()}
 				if err := p.signal(syscall.SIGSTOP); err != nil {
@@ -465,7 +519,12 @@ func (r *runner) play(in *injector, op *operator) {
 			}})
 		case e.Kind == LocalPause:
 			steps = append(steps, step{e.At, func() {
+				r.started(e.Child)
 				p := r.live()[e.Child]
+				if p.to != 0 { // not started again (clearOfRestart)
+					r.logf("  slot %d: no process to pause %s", e.Child+1, e.Key)
+					return
+				}
 				a := Action{Kind: e.Kind, Key: e.Key, For: e.For, Child: p.id, At: time.Now().UnixNano()}
 				if err := p.command(fmt.Sprintf("pause %s %d", e.Key, e.For.Nanoseconds())); err != nil {
 					a.Err = err.Error()
