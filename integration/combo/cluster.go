@@ -234,22 +234,36 @@ func (in *injector) failover(e Event) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	nodes, err := redisproc.ClusterNodes(m.Addr)
+	// A master restarted empty just before (the timeline runs a fault's
+	// next step once the heal has returned) has a replica that is
+	// syncing again, or that the cluster still flags: wait until one is
+	// healthy and in sync, as an operator would, rather than fail.
+	var replica string
+	err = redisproc.WaitUntil(clusterHealTimeout, 20*time.Millisecond, func() string {
+		nodes, err := redisproc.ClusterNodes(m.Addr)
+		if err != nil {
+			return err.Error()
+		}
+		i := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Master == m.ID && n.Unhealthy() == "" })
+		if i < 0 {
+			return "no healthy replica"
+		}
+		if why := inSync(in.rdb[nodes[i].Addr]); why != "" {
+			return nodes[i].Addr + ": " + why
+		}
+		replica = nodes[i].Addr
+		return ""
+	})
 	if err != nil {
-		return "", err
-	}
-	i := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Master == m.ID && n.Unhealthy() == "" })
-	if i < 0 {
-		return "", fmt.Errorf("%s: master %d (%s) has no healthy replica", e.Kind, e.Node, m.Addr)
+		return "", fmt.Errorf("%s: master %d (%s): %w", e.Kind, e.Node, m.Addr, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := in.rdb[nodes[i].Addr].Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
-		return "", fmt.Errorf("%s: CLUSTER FAILOVER on %s: %w", e.Kind, nodes[i].Addr, err)
+	if err := in.rdb[replica].Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		return "", fmt.Errorf("%s: CLUSTER FAILOVER on %s: %w", e.Kind, replica, err)
 	}
 	// CLUSTER FAILOVER answers before the replica takes over: wait until
 	// it serves the master's slots, then until every node agrees.
-	replica := nodes[i].Addr
 	err = redisproc.WaitUntil(clusterHealTimeout, 20*time.Millisecond, func() string {
 		owner, err := in.cluster.SlotOwner(in.anchors[e.Node-1])
 		switch {
@@ -271,6 +285,24 @@ func (in *injector) failover(e Event) (string, error) {
 		return "", fmt.Errorf("%s: master %d's slots went to %s, not its replica %s", e.Kind, e.Node, owner, replica)
 	}
 	return fmt.Sprintf("replica %s took over from %s", owner, m.Addr), nil
+}
+
+// inSync returns why the replica rdb is not in sync with its master ("" if
+// it is): its link is down, or a full sync is under way.
+func inSync(rdb *redis.Client) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "replication").Result()
+	if err != nil {
+		return err.Error()
+	}
+	if !strings.Contains(info, "master_link_status:up") {
+		return "link to its master down"
+	}
+	if strings.Contains(info, "master_sync_in_progress:1") {
+		return "syncing"
+	}
+	return ""
 }
 
 // placementText is a placement, a master a line: "master 1: {limiters},

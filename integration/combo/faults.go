@@ -3,6 +3,7 @@ package combo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redisproc"
@@ -28,13 +29,17 @@ type injector struct {
 	// Event.At (faults never overlap), for heal: a failover may have made
 	// another node master meanwhile.
 	struck map[time.Duration]*redisproc.Server
+	// held: on a Cluster, the replicas of a master restarted empty, by
+	// the fault's Event.At, told not to fail over until it is healed
+	// (holdReplicas).
+	held map[time.Duration][]string
 }
 
 // newInjector returns the injector of srv, or of cluster, whose masters
 // served anchors at the start.
 func newInjector(srv *redisproc.Server, cluster *redisproc.Cluster, anchors []int, proxies []*slowProxy) *injector {
 	in := &injector{srv: srv, cluster: cluster, anchors: anchors, proxies: proxies, rdb: map[string]*redis.Client{},
-		struck: map[time.Duration]*redisproc.Server{}}
+		struck: map[time.Duration]*redisproc.Server{}, held: map[time.Duration][]string{}}
 	var addrs []string
 	if cluster == nil {
 		addrs = []string{srv.Addr()}
@@ -101,6 +106,11 @@ func (in *injector) inject(e Event) error {
 	}
 	switch k, d := e.Kind, e.For; k {
 	case FaultRestart:
+		if in.cluster != nil {
+			if err := in.holdReplicas(e, srv); err != nil {
+				return err
+			}
+		}
 		srv.Stop()
 		return nil
 	case FaultFreeze:
@@ -149,7 +159,56 @@ func (in *injector) heal(e Event) error {
 		return err
 	}
 	if in.cluster != nil {
-		return in.cluster.WaitOK(clusterHealTimeout)
+		if err := in.cluster.WaitOK(clusterHealTimeout); err != nil {
+			return err
+		}
+		return in.releaseReplicas(e)
+	}
+	return nil
+}
+
+// holdReplicas tells the replicas of srv, a master about to be restarted
+// empty, not to fail over (cluster-replica-no-failover) until the fault
+// is healed. A master down longer than the node timeout (1 s with
+// replicas) and a replica's election is failed over by that replica,
+// possibly only after the master came back empty and the cluster looked
+// whole: the heal returned, then the cluster went down again for the
+// promotion (CLUSTERDOWN 0.4 s after it) and the old master synced from
+// its replica, a fault longer than the one judged (combination runner on
+// a Cluster, seed 36). A restart empty is a master that lost its data;
+// a replica's promotion is FaultFailover's, and a freeze's may still
+// bring one.
+func (in *injector) holdReplicas(e Event, srv *redisproc.Server) error {
+	nodes, err := redisproc.ClusterNodes(srv.Addr())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(nodes, func(n redisproc.ClusterNode) bool { return n.Addr == srv.Addr() })
+	if i < 0 {
+		return fmt.Errorf("%s: %s is not among its own cluster nodes", e.Kind, srv.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, n := range nodes {
+		if n.Master != nodes[i].ID {
+			continue
+		}
+		if err := in.rdb[n.Addr].ConfigSet(ctx, "cluster-replica-no-failover", "yes").Err(); err != nil {
+			return fmt.Errorf("%s: replica %s: %w", e.Kind, n.Addr, err)
+		}
+		in.held[e.At] = append(in.held[e.At], n.Addr)
+	}
+	return nil
+}
+
+// releaseReplicas lets the replicas holdReplicas held fail over again.
+func (in *injector) releaseReplicas(e Event) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, addr := range in.held[e.At] {
+		if err := in.rdb[addr].ConfigSet(ctx, "cluster-replica-no-failover", "no").Err(); err != nil {
+			return fmt.Errorf("%s: replica %s: %w", e.Kind, addr, err)
+		}
 	}
 	return nil
 }
