@@ -232,8 +232,13 @@ type SeatStatus struct {
 
 // ReadSeats reads key's seats on Redis, as l's fleet view sees them.
 func ReadSeats(ctx context.Context, l *Limiter, key string) (SeatStatus, error) {
+	return ReadSeatsOn(ctx, l.rdb, l, key)
+}
+
+// ReadSeatsOn is ReadSeats through c (l may be closed).
+func ReadSeatsOn(ctx context.Context, c redis.Scripter, l *Limiter, key string) (SeatStatus, error) {
 	args := append([]any{"read"}, l.seatArgs(nil, 1)...)
-	res, err := seatsScript.Run(ctx, l.rdb, l.seatKeys(key), args...).Result()
+	res, err := seatsScript.Run(ctx, c, l.seatKeys(key), args...).Result()
 	if err != nil {
 		return SeatStatus{}, err
 	}

@@ -253,7 +253,11 @@ func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
 // Close stops the Limiter's background goroutine, removes it from the
 // fleet's heartbeat set (its share goes back to the fleet at once; tried
 // also while the Limiter paces locally, within one call's timeout, else
-// within a heartbeat's: over 2 s on a Redis that does not answer), and
+// within a heartbeat's: over 2 s on a Redis that does not answer), makes
+// Redis's count of its in-flight seats what its calls left (the seats
+// they gave back and the waits they gave up while it paced locally, or
+// whose release Redis did not answer; within the same budget again, and
+// only when there are any), and
 // closes the client New made for it, if any (not the one passed to New). Calls after
 // Close return ErrClosed; a Wait already sleeping finishes normally. Close
 // is safe to call more than once, from several goroutines: the first does
@@ -275,6 +279,7 @@ func (l *Limiter) Close() error {
 		if l.isDegraded() {
 			budget = l.callTimeout()
 		}
+		l.closeSeats(budget)
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		err := l.leave(context.WithValue(ctx, recoveryKey{}, true))
 		cancel()

@@ -784,3 +784,79 @@ func TestSeatsOnCluster(t *testing.T) {
 	c := redistest.NewCluster(t, 3)
 	seatsNeverOverN(t, func() redis.UniversalClient { return c.NewClient(t) }, 2, 8, 6, 2, "seats:cluster", false)
 }
+
+// TestSeatsCloseWhileLocal: a Limiter that closes while it paces locally
+// leaves Redis's count of the key's seats as its calls left it. Its call
+// that held a seat on Redis ended on the store, and a call that waited in
+// Redis's queue gave up there; Close hands the key back (the renew a
+// probe's handback makes), so neither is left in Redis. Before, both were,
+// until another member's call on the key found the Limiter gone, and
+// never when no member was left (combination runner on a Cluster, seed
+// 34: the processes closed at the run's end while pacing locally after a
+// master restarted empty, and 7 tickets stayed in Redis).
+func TestSeatsCloseWhileLocal(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: time.Hour, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	held, err := l.Acquire(ctx, seatsReq("seats:close", 1))
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		r, err := l.Acquire(wctx, seatsReq("seats:close", 1))
+		if err == nil {
+			r.Done()
+		}
+		waited <- err
+	}()
+	require.Eventually(t, func() bool {
+		st, err := reserve.ReadSeats(ctx, l, "seats:close")
+		return err == nil && st.Waiting == 1
+	}, 30*time.Second, 5*time.Millisecond, "the second call waits in Redis's queue")
+
+	s.Freeze(t)
+	require.Eventually(t, l.Degraded, 30*time.Second, 5*time.Millisecond)
+	s.Thaw(t)
+	// No probe comes within the test (ProbeInterval): l paces locally
+	// still, with Redis answering again.
+	held.Done()
+	cancel()
+	<-waited
+	require.True(t, l.Degraded())
+	before, err := reserve.ReadSeats(ctx, l, "seats:close")
+	require.NoError(t, err)
+	t.Logf("Redis's seats before Close: %+v", before)
+	require.NoError(t, l.Close())
+	st, err := reserve.ReadSeatsOn(ctx, s.Client, l, "seats:close")
+	require.NoError(t, err)
+	assert.Equal(t, 0, st.Used, "seats left held in Redis by a Limiter that closed")
+	assert.Equal(t, 0, st.Waiting, "tickets left waiting in Redis by a Limiter that closed")
+}
+
+// TestSeatsEndedWhileLocal: a call that held a seat on Redis and ended
+// while its Limiter paced locally, the key's last, is dropped from
+// Redis's count at the handback. Before, the handback renewed only the
+// keys with tickets left, and the seat stayed counted until the
+// Limiter's next call on the key.
+func TestSeatsEndedWhileLocal(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	held, err := l.Acquire(ctx, seatsReq("seats:ended", 2))
+	require.NoError(t, err)
+	s.Freeze(t)
+	require.Eventually(t, l.Degraded, 30*time.Second, 5*time.Millisecond)
+	held.Done()
+	s.Thaw(t)
+	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		st, err := reserve.ReadSeats(ctx, l, "seats:ended")
+		return err == nil && st.Used == 0
+	}, 10*time.Second, 10*time.Millisecond, "Redis's count after the handback")
+}
