@@ -257,8 +257,8 @@ func (l *Limiter) startError(rdb redis.UniversalClient, err error) error {
 // Redis's count of its in-flight seats what its calls left (the seats
 // they gave back and the waits they gave up while it paced locally, or
 // whose release Redis did not answer; within the same budget again, and
-// only when there are any), and
-// closes the client New made for it, if any (not the one passed to New). Calls after
+// only when there are any), and closes the client New made for it, if
+// any (not the one passed to New). Calls after
 // Close return ErrClosed; a Wait already sleeping finishes normally. Close
 // is safe to call more than once, from several goroutines: the first does
 // the work, and every call returns its result.
