@@ -3,6 +3,7 @@ package reserve
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -107,6 +108,17 @@ func (l *Limiter) Cut() (end func()) {
 			_ = l.rdb.Close()
 		}
 	}
+}
+
+// HoldProbes holds l's loop before each probe of Redis while it paces
+// locally, as a stopped process's is, until release.
+func HoldProbes(l *Limiter) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	l.health.mu.Lock()
+	l.health.stallHook = func() { <-ch }
+	l.health.mu.Unlock()
+	return func() { once.Do(func() { close(ch) }) }
 }
 
 // ID exposes the Limiter's id in the fleet, for tests.

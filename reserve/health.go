@@ -595,7 +595,16 @@ func (l *Limiter) loop() {
 				// (TestSwitchToldAtOnce beside CPU hogs).
 				if !l.isDegraded() {
 					tell = 0
-				} else if _, err := l.heartbeatOnce(l.loopCtx); err == nil || 2*tell >= l.opts.ProbeInterval {
+				} else if _, err := l.heartbeatOnce(l.loopCtx); err == nil {
+					// Redis answers again, where the tells before did
+					// not: probe now, not a ProbeInterval on. Before, a
+					// Limiter whose Redis came back while it told the
+					// switch stayed local 1.0 to 2.0 s after Redis
+					// answered (TestBackSoonAfterTell).
+					tell = 0
+					l.setProbeTimer(timer, 0)
+					continue
+				} else if 2*tell >= l.opts.ProbeInterval {
 					tell = 0
 				} else {
 					tell *= 2

@@ -811,6 +811,11 @@ func TestSwitchToldAtOnce(t *testing.T) {
 	_, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1}) // times out; the ping fails after 2 s
 	require.NoError(t, err)
 	require.True(t, l.Degraded(), "paced locally")
+	// The tell that answers is followed by a probe at once
+	// (TestBackSoonAfterTell): held here, so that the record the tell
+	// left is read before a return to Redis replaces it.
+	release := reserve.HoldProbes(l)
+	t.Cleanup(release) // before Close's cleanup runs: Close waits for the loop
 	s.Thaw(t)
 	mode := func() string {
 		v, err := s.Client.HGet(ctx, layout.FleetKeys(prefix)[1], l.ID()).Result()
@@ -819,4 +824,28 @@ func TestSwitchToldAtOnce(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return mode() == "local" }, 10*time.Second, 50*time.Millisecond,
 		"the fleet's record of the Limiter after the thaw: want local")
+}
+
+// TestBackSoonAfterTell: a Limiter whose tells of the switch to local
+// pacing failed (Redis refused them) probes as soon as one answers, rather
+// than a ProbeInterval on: with an hour between probes, it is back on
+// Redis once Redis is. Before, it stayed local until its next probe, 1.0
+// to 2.0 s after Redis answered with the default ProbeInterval of 1 s.
+func TestBackSoonAfterTell(t *testing.T) {
+	s := redistest.NewProcess(t)
+	ctx := context.Background()
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 100 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: time.Hour, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	s.Stop(t)
+	r, err := l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	require.NoError(t, err)
+	require.Equal(t, reserve.SourceLocal, r.Source())
+	s.Restart(t)
+	require.Eventually(t, func() bool { return !l.Degraded() }, 30*time.Second, 5*time.Millisecond,
+		"still pacing locally with Redis answering, an hour from the next probe")
+	r, err = l.Reserve(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	require.NoError(t, err)
+	assert.Equal(t, reserve.SourceRedis, r.Source())
 }
