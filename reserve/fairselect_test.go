@@ -122,3 +122,30 @@ func nthLeast(xs []float64, n int) float64 {
 	}
 	return s[n-1]
 }
+
+// BenchmarkFairSelect is a pump's choice among 50 tenants' queues on one
+// key (faircost's load): what each pump call costs before its script.
+func BenchmarkFairSelect(b *testing.B) {
+	l := &Limiter{clock: systemClockValue}
+	l.opts.FairHorizon = defaultFairHorizon
+	s, err := Limit{Rate: 200, Burst: 1}.Policy().compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	base := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	rnd := rand.New(rand.NewPCG(43, 1))
+	var ready []fairGroup
+	for i := range 50 {
+		q := &fairQueue{spec: s, seq: uint64(i), waiting: []*request{{amounts: []float64{1}}},
+			pass: float64(rnd.IntN(20)) / 1000, sent: base.Add(time.Duration(rnd.IntN(1000)) * time.Microsecond)}
+		ready = append(ready, fairGroup{ft: fairTurn{sig: s.sig, fairness: fairness{tenant: "t" + strconv.Itoa(i), weight: 1}}, q: q})
+	}
+	buf := make([]fairGroup, len(ready))
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(buf, ready)
+		if out, _ := l.fairSelect(buf); len(out) == len(ready) {
+			b.Fatal("every queue carried")
+		}
+	}
+}
