@@ -23,6 +23,18 @@ func seatsPolicy(n int) reserve.Policy {
 	return reserve.Policy{{Name: "open", Unit: "requests", InFlight: n}}
 }
 
+// outageLimiter is a Limiter on c that switches to local pacing at the
+// first call that fails (100 ms heartbeats and call timeout) and probes
+// Redis every probe; it is closed when t ends.
+func outageLimiter(t *testing.T, c redis.UniversalClient, probe time.Duration) *reserve.Limiter {
+	t.Helper()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: probe, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l
+}
+
 func seatsReq(key string, n int) reserve.Request {
 	return reserve.Request{Key: key, Policy: seatsPolicy(n), Cost: reserve.Cost{"requests": 1}}
 }
@@ -332,10 +344,7 @@ func TestSeatsTryAndCancel(t *testing.T) {
 func TestSeatsThroughOutage(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
-		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := outageLimiter(t, s.Client, 100*time.Millisecond)
 	held, err := l.Acquire(ctx, seatsReq("seats:out", 3))
 	require.NoError(t, err)
 	s.Stop(t)
@@ -389,10 +398,7 @@ func TestSeatsThroughOutage(t *testing.T) {
 func TestSeatsWithRateThroughOutage(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
-		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := outageLimiter(t, s.Client, 100*time.Millisecond)
 	req := reserve.Request{Key: "seats:rate-out", Cost: reserve.Cost{"requests": 1}, Policy: reserve.Policy{
 		{Name: "open", Unit: "requests", InFlight: 2},
 		{Name: "rate", Unit: "requests", Limit: reserve.Limit{Rate: 1000, Burst: 10}},
@@ -797,10 +803,7 @@ func TestSeatsOnCluster(t *testing.T) {
 func TestSeatsCloseWhileLocal(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
-		ProbeInterval: time.Hour, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := outageLimiter(t, s.Client, time.Hour)
 	held, err := l.Acquire(ctx, seatsReq("seats:close", 1))
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
@@ -844,10 +847,7 @@ func TestSeatsCloseWhileLocal(t *testing.T) {
 func TestSeatsEndedWhileLocal(t *testing.T) {
 	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond,
-		ProbeInterval: 100 * time.Millisecond, CallTimeout: 100 * time.Millisecond, FailAfter: 1, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l := outageLimiter(t, s.Client, 100*time.Millisecond)
 	held, err := l.Acquire(ctx, seatsReq("seats:ended", 2))
 	require.NoError(t, err)
 	s.Freeze(t)
