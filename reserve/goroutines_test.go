@@ -10,6 +10,29 @@ import (
 // a pipeline of calls),
 // leaving out the Redis client's own and the tests'.
 func countGoroutines() int {
+	count := 0
+	for _, g := range stacks() {
+		ours := strings.Contains(g, "pacer/reserve.(*Limiter)") || strings.Contains(g, "pacer/reserve.(*pipeScripter)")
+		if ours && !strings.Contains(g, "testing.tRunner") {
+			count++
+		}
+	}
+	return count
+}
+
+// countStacks counts the goroutines whose stacks name fn.
+func countStacks(fn string) int {
+	count := 0
+	for _, g := range stacks() {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// stacks returns every goroutine's stack.
+func stacks() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -19,12 +42,5 @@ func countGoroutines() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		ours := strings.Contains(g, "pacer/reserve.(*Limiter)") || strings.Contains(g, "pacer/reserve.(*pipeScripter)")
-		if ours && !strings.Contains(g, "testing.tRunner") {
-			count++
-		}
-	}
-	return count
+	return strings.Split(string(buf), "\n\n")
 }

@@ -287,6 +287,9 @@ func (l *Limiter) Close() error {
 			err = nil // Redis was unavailable: leaving was worth a try
 		}
 		l.closed.Store(true)
+		if p, ok := l.scripts.(*pipeScripter); ok {
+			p.close()
+		}
 		l.absent()
 		if l.ownsClient {
 			err = errors.Join(err, l.rdb.Close())

@@ -268,3 +268,38 @@ func TestPipeliningDisabled(t *testing.T) {
 	_, ok := reserve.HoldPipe(l)
 	require.False(t, ok)
 }
+
+// TestPipelineFlusherStopsOnClose: a lane's pipelines are sent by a
+// goroutine that stays (its flusher), and Close stops it. Calls that queued
+// before Close and go after it are still sent, each caller told its own
+// outcome, and nothing of the pipeliner outlives them.
+func TestPipelineFlusherStopsOnClose(t *testing.T) {
+	before := countGoroutines()
+	h := newKeyCommands("{pipe")
+	l, _, _ := pipeLimiter(t, h, reserve.Options{})
+	ctx := context.Background()
+	lim := reserve.Limit{Rate: 1, Burst: 1}
+	reserveN := func(round int) func(i int) error {
+		return func(i int) error {
+			_, err := l.Reserve(ctx, fmt.Sprintf("pipe%d-%d", round, i), lim)
+			return err
+		}
+	}
+	for round := range 2 {
+		for i, err := range holdPipe(t, l, 3, reserveN(round))() {
+			require.NoError(t, err, "round %d, caller %d", round, i)
+		}
+	}
+	require.Equal(t, 1, countStacks("(*pipeScripter).flusher"), "one flusher, kept from one pipeline to the next")
+
+	send := holdPipe(t, l, 3, reserveN(2))
+	require.NoError(t, l.Close())
+	for i, err := range send() {
+		require.NoError(t, err, "caller %d, queued before Close", i)
+	}
+	h.mu.Lock()
+	require.Equal(t, []int{3, 3, 3}, h.sizes, "each round went as one pipeline")
+	h.mu.Unlock()
+	require.Eventually(t, func() bool { return countGoroutines() <= before }, 10*time.Second, 10*time.Millisecond,
+		"goroutines: %d before New, %d after Close", before, countGoroutines())
+}
