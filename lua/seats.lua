@@ -302,21 +302,6 @@ local function record(v)
   return {h = h, c = tonumber(c)}
 end
 
--- The queue's head and its record; nil if the queue is empty. Tickets
--- without a record, or whose holder is gone, leave the queue.
-local function head()
-  while true do
-    local z = redis.call('ZRANGE', Q, 0, 0)
-    if #z == 0 then return nil end
-    local tk = z[1]
-    local w = record(redis.call('HGET', T, 'w:' .. tk))
-    if w and counts(w.h, tk) then return tk, w end
-    redis.call('ZREM', Q, tk)
-    redis.call('HDEL', T, 'w:' .. tk)
-    changed = true
-  end
-end
-
 -- Whether a waiting call's holder is held by the fleet (silent, or
 -- pacing locally): its share of N is counted for it (used), and its calls
 -- waiting on Redis are handed nothing until it is back (renew keeps their
@@ -326,32 +311,36 @@ local function skipped(w)
   return mode ~= 'l' and held[w.h] and w.h ~= holder
 end
 
--- The first call waiting whose holder is not held, and its record; nil if
--- none. The calls of held holders keep their places before it.
-local function front()
-  local at = 0
+-- The first call waiting at place at (0: the queue's head) or after whose
+-- holder is not held, its record, and its place; nil if none. Tickets
+-- without a record, or whose holder is gone, leave the queue; the calls
+-- of held holders keep their places before it. The queue is read a
+-- ticket, then 2, 4, up to 64 a command, their records with them: the
+-- head is most often the one, and a held member's calls waiting are
+-- passed over at every call while it is held.
+local function front(at)
+  at = at or 0
+  local size = 1
   while true do
-    local tk
-    if at == 0 then
-      local w
-      tk, w = head()
-      if not tk then return nil end
-      if not skipped(w) then return tk, w end
-    else
-      local z = redis.call('ZRANGE', Q, at, at)
-      if #z == 0 then return nil end
-      tk = z[1]
-      local w = record(redis.call('HGET', T, 'w:' .. tk))
+    local z = redis.call('ZRANGE', Q, at, at + size - 1)
+    if #z == 0 then return nil end
+    size = math.min(2 * size, 64)
+    local fields = {}
+    for i, tk in ipairs(z) do fields[i] = 'w:' .. tk end
+    local recs = redis.call('HMGET', T, unpack(fields))
+    for i, tk in ipairs(z) do
+      local w = record(recs[i])
       if not (w and counts(w.h, tk)) then
+        -- (the places after it move down by one: at stays)
         redis.call('ZREM', Q, tk)
         redis.call('HDEL', T, 'w:' .. tk)
         changed = true
-        tk = nil
-      elseif not skipped(w) then
-        return tk, w
+      elseif skipped(w) then
+        at = at + 1
+      else
+        return tk, w, at
       end
     end
-    if tk then at = at + 1 end
   end
 end
 
@@ -361,8 +350,10 @@ local function handoff()
   local out = {}
   if mode == 'x' then return out end
   local u = used()
+  local at = 0 -- (the calls before it are held: passed over once)
   while true do
-    local tk, w = front()
+    local tk, w
+    tk, w, at = front(at)
     if not tk then break end
     if u + w.c > limit then break end
     redis.call('HSET', T, 's:' .. tk, w.h .. ' ' .. w.c)

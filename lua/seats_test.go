@@ -2,6 +2,8 @@ package lua_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -163,5 +165,82 @@ func TestSeatsNoHandOffToHeld(t *testing.T) {
 	}
 	if v := run("C 2 3 r", "1", "acquire", "C.2", "1", "0"); v[0] != int64(1) {
 		t.Fatalf("C.2 with a seat free and only held B's call waiting: %v, want granted", v)
+	}
+}
+
+// TestSeatsHandOffPastManyHeld: calls of a held member waiting in front
+// keep their places, however many (the queue is read in pages); seats
+// freed together go, in one hand-off, to the calls behind them in order;
+// tickets without a record leave the queue wherever they are met; once
+// the member is back, its calls are next, in order.
+func TestSeatsHandOffPastManyHeld(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	// N = 6 over 3 members: each share is 2.
+	run := func(member, held string, more ...any) []any {
+		t.Helper()
+		args := append([]any{more[0], member, "0 1 2", held, "6", "60000", "1000 6000 0 60000"}, more[1:]...)
+		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+	for _, tk := range []string{"A.1", "A.2"} {
+		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
+			t.Fatalf("acquire %s: %v, want granted", tk, v)
+		}
+	}
+	const nB = 100
+	for i := 1; i <= nB; i++ {
+		if v := run("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(0) {
+			t.Fatalf("B.%d: %v, want queued", i, v)
+		}
+	}
+	for _, tk := range []string{"C.1", "C.2", "C.3"} {
+		if v := run("C 2 3 r", "", "acquire", tk, "1", "1"); v[0] != int64(0) {
+			t.Fatalf("%s: %v, want queued", tk, v)
+		}
+	}
+	// Three of B's calls lose their records, in the first page and in
+	// later ones: they count for nothing, and leave the queue when met.
+	dead := []string{"B.2", "B.40", "B.77"}
+	for _, tk := range dead {
+		if err := srv.Client.HDel(ctx, keys[3], "w:"+tk).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// B held: its share (2) counts. A.1 ends: 3 + 2 used, one seat goes to
+	// C.1, past B's 100 calls.
+	if v := run("A 0 3 r", "1", "release", "A.1"); len(v) != 3 || v[2] != "C.1" {
+		t.Fatalf("A.1's release with B held: %v, want C.1 handed its seat", v)
+	}
+	// A.2 ends: 0 + 2 + 1 used, three free, two calls not held wait: both
+	// go, in order, in one hand-off.
+	if v := run("A 0 3 r", "1", "release", "A.2"); len(v) != 4 || v[2] != "C.2" || v[3] != "C.3" {
+		t.Fatalf("A.2's release with B held: %v, want C.2 and C.3 handed their seats", v)
+	}
+	queue, err := srv.Client.ZRange(ctx, keys[1], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 1; i <= nB; i++ {
+		if tk := fmt.Sprintf("B.%d", i); !slices.Contains(dead, tk) {
+			want = append(want, tk)
+		}
+	}
+	if !slices.Equal(queue, want) {
+		t.Fatalf("the queue: %v, want B's calls with records, in order (%d)", queue, len(want))
+	}
+	// B back: C.1 ends, four seats are free (C holds 2), to B's first four
+	// calls; then one each as C.2 and C.3 end.
+	if v := run("C 2 3 r", "", "release", "C.1"); !slices.Equal(v[2:], []any{want[0], want[1], want[2], want[3]}) {
+		t.Fatalf("C.1's release with B back: %v, want %v handed seats", v, want[:4])
+	}
+	for i, tk := range []string{"C.2", "C.3"} {
+		if v := run("C 2 3 r", "", "release", tk); len(v) != 3 || v[2] != want[4+i] {
+			t.Fatalf("%s's release: %v, want %s handed its seat", tk, v, want[4+i])
+		}
 	}
 }
