@@ -31,7 +31,7 @@
 --          it outlives the seats of a key gone idle; absent (or not one):
 --          the caller's ARGV[5]. The local store has none: a process pacing
 --          locally uses the N its last reply on Redis gave (ARGV[5]).
--- KEYS[4]  the tickets, a hash, read a field at a time (whole only by
+-- KEYS[4]  the tickets, a hash, read by the fields a call needs (whole only by
 --          renew): "s:<ticket>" -> "<holder> <cost>", seats a call holds;
 --          "w:<ticket>" -> "<holder> <cost>", a call waiting. A ticket
 --          whose holder is gone (or whose holder's place another Limiter
