@@ -224,10 +224,10 @@ func (p *pipeScripter) send(ln *pipeLane, node *redis.Client, batch []*pipeCall)
 // handTo hands j to ln's flusher, started with the lane's first pipeline,
 // and reports whether it took it. p.mu is held.
 //
-// A flusher is a goroutine that stays: one started per pipeline spent
-// more on its start and on growing its stack through the client's calls
-// (8% of a process's CPU on the cold phase's shape with no call waiting)
-// than it saved.
+// A flusher is a goroutine that stays: a goroutine started per pipeline
+// paid for its start and for growing its stack through the client's
+// calls, 8% of a process's CPU on the cold phase's shape with no call
+// waiting.
 func (p *pipeScripter) handTo(ln *pipeLane, j pipeJob) bool {
 	if ln.work == nil {
 		ln.work = make(chan pipeJob, 1)
