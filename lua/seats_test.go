@@ -108,6 +108,21 @@ func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
 		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{s}:seatn", p + "{s}:seatt"}
 }
 
+// seatsCaller returns a call of seats.lua on keys for member ("<limiter
+// id> <holder> <n> <mode>") of a fleet that lists ranks 0 to 2 and holds
+// held, on a band of N: its operation and the operation's arguments.
+func seatsCaller(t *testing.T, srv *redistest.Server, sc *redis.Script, keys []string, N string) func(member, held string, more ...any) []any {
+	return func(member, held string, more ...any) []any {
+		t.Helper()
+		args := append([]any{more[0], member, "0 1 2", held, N, "60000", "1000 6000 0 60000"}, more[1:]...)
+		v, err := sc.Run(context.Background(), srv.Client, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+}
+
 // TestSeatsNoHandOffToHeld: a seat freed goes to the first call waiting
 // whose holder the fleet does not hold. A held member (silent, or pacing
 // locally) keeps its share of N counted, and its calls waiting on Redis
@@ -117,17 +132,8 @@ func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
 // band as they freed, 5 of 5 for 8 s (combination runner, seed 18).
 func TestSeatsNoHandOffToHeld(t *testing.T) {
 	srv, sc, keys := seatsRig(t)
-	ctx := context.Background()
 	// N = 4 over 3 members: rank 0's share is 2, ranks 1 and 2 have 1.
-	run := func(member, held string, more ...any) []any {
-		t.Helper()
-		args := append([]any{more[0], member, "0 1 2", held, "4", "60000", "1000 6000 0 60000"}, more[1:]...)
-		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
-		if err != nil {
-			t.Fatalf("%s %v: %v", member, more, err)
-		}
-		return v.([]any)
-	}
+	run := seatsCaller(t, srv, sc, keys, "4")
 	for _, tk := range []string{"A.1", "A.2", "A.3", "A.4"} {
 		if v := run("A 0 3 r", "", "acquire", tk, "1", "1"); v[0] != int64(1) {
 			t.Fatalf("acquire %s: %v, want granted", tk, v)
@@ -177,15 +183,7 @@ func TestSeatsHandOffPastManyHeld(t *testing.T) {
 	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
 	// N = 6 over 3 members: each share is 2.
-	run := func(member, held string, more ...any) []any {
-		t.Helper()
-		args := append([]any{more[0], member, "0 1 2", held, "6", "60000", "1000 6000 0 60000"}, more[1:]...)
-		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
-		if err != nil {
-			t.Fatalf("%s %v: %v", member, more, err)
-		}
-		return v.([]any)
-	}
+	run := seatsCaller(t, srv, sc, keys, "6")
 	for _, tk := range []string{"A.1", "A.2"} {
 		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
 			t.Fatalf("acquire %s: %v, want granted", tk, v)
