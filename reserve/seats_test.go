@@ -39,6 +39,17 @@ func seatsReq(key string, n int) reserve.Request {
 	return reserve.Request{Key: key, Policy: seatsPolicy(n), Cost: reserve.Cost{"requests": 1}}
 }
 
+// seatHeld is an outageLimiter (probe) on a server of its own, and a call
+// of its that holds one of key's n seats.
+func seatHeld(t *testing.T, probe time.Duration, key string, n int) (*redistest.Server, *reserve.Limiter, *reserve.Reservation) {
+	t.Helper()
+	s := redistest.NewProcess(t)
+	l := outageLimiter(t, s.Client, probe)
+	held, err := l.Acquire(context.Background(), seatsReq(key, n))
+	require.NoError(t, err)
+	return s, l, held
+}
+
 // openCount counts calls open at once and keeps the most.
 type openCount struct {
 	open, most atomic.Int64
@@ -342,11 +353,8 @@ func TestSeatsTryAndCancel(t *testing.T) {
 // wait: the Limiter paces locally on its share of N (the whole, alone),
 // never over it, and when Redis is back its count is exact again.
 func TestSeatsThroughOutage(t *testing.T) {
-	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l := outageLimiter(t, s.Client, 100*time.Millisecond)
-	held, err := l.Acquire(ctx, seatsReq("seats:out", 3))
-	require.NoError(t, err)
+	s, l, held := seatHeld(t, 100*time.Millisecond, "seats:out", 3)
 	s.Stop(t)
 	var oc openCount
 	oc.enter() // held's call
@@ -801,11 +809,8 @@ func TestSeatsOnCluster(t *testing.T) {
 // 34: the processes closed at the run's end while pacing locally after a
 // master restarted empty, and 7 tickets stayed in Redis).
 func TestSeatsCloseWhileLocal(t *testing.T) {
-	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l := outageLimiter(t, s.Client, time.Hour)
-	held, err := l.Acquire(ctx, seatsReq("seats:close", 1))
-	require.NoError(t, err)
+	s, l, held := seatHeld(t, time.Hour, "seats:close", 1)
 	wctx, cancel := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() {
@@ -845,11 +850,8 @@ func TestSeatsCloseWhileLocal(t *testing.T) {
 // keys with tickets left, and the seat stayed counted until the
 // Limiter's next call on the key.
 func TestSeatsEndedWhileLocal(t *testing.T) {
-	s := redistest.NewProcess(t)
 	ctx := context.Background()
-	l := outageLimiter(t, s.Client, 100*time.Millisecond)
-	held, err := l.Acquire(ctx, seatsReq("seats:ended", 2))
-	require.NoError(t, err)
+	s, l, held := seatHeld(t, 100*time.Millisecond, "seats:ended", 2)
 	s.Freeze(t)
 	require.Eventually(t, l.Degraded, 30*time.Second, 5*time.Millisecond)
 	held.Done()
