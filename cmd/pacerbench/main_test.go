@@ -268,10 +268,11 @@ func TestQuick(t *testing.T) {
 	}
 
 	// The script phase: every case measured (each of scriptBatches, format
-	// 2's, 3 bands, naive.lua, the paced call, the GET and the idle row),
-	// figures from both drivers when redis-benchmark is there.
-	if len(res.Script) != len(scriptBatches)+6 {
-		t.Errorf("script phase: %d rows, want %d", len(res.Script), len(scriptBatches)+6)
+	// 2's, 3 bands, naive.lua, the four floors, the paced call, the GET and
+	// the idle row), figures from both drivers when redis-benchmark is
+	// there.
+	if len(res.Script) != len(scriptBatches)+10 {
+		t.Errorf("script phase: %d rows, want %d", len(res.Script), len(scriptBatches)+10)
 	}
 	for _, r := range res.Script {
 		idle := strings.HasPrefix(r.Case, "no calls")

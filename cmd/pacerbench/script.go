@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,13 @@ import (
 // EVALSHA. The µs per further request in a batch is (µs(m) - µs(1)) / (m - 1).
 // A naive one-script token bucket (naive.lua) is measured in the same run,
 // the cases taking turns, and the table gives pacer's figure over its.
+//
+// Two floors are measured beside them, with each script's arguments: an
+// EVALSHA of a script that does nothing (what Redis spends on any script
+// call: its arguments, the Lua call, the reply), and one that makes only
+// the Redis commands the script makes (reserve.lua's common call: TIME,
+// GET and SET of its state; naive.lua: TIME, HMGET, HSET and PEXPIRE).
+// What a script costs above the second is its own Lua work.
 
 // scriptRow is one line of the script table.
 type scriptRow struct {
@@ -38,6 +46,9 @@ type scriptRow struct {
 	Paced     float64 // calls per second the calls were paced at; 0: back to back
 	BenchUsec float64 // the same with redis-benchmark driving; -1: not run
 	BenchRPS  float64 // redis-benchmark's EVALSHA per second
+	// Turns: Usec in each of the scriptRounds turns (go-redis), where the
+	// cases take turns.
+	Turns []float64 `json:",omitempty"`
 }
 
 // scriptBatches are the m of the single-Limit cases.
@@ -56,6 +67,26 @@ var naiveScript string
 
 // naiveCase is the reference row's name.
 const naiveCase = "reference: a naive one-script token bucket (naive.lua)"
+
+// The floors' scripts (see the phase's comment). floorCommands makes
+// reserve.lua's common call's commands on its KEYS[1], its state rewritten
+// as it was read (a 28-byte value, written once before the loop, so that
+// the GET reads one); floorNaiveCommands makes naive.lua's on its KEYS[1],
+// with values of its shape.
+const (
+	floorEmpty         = "return 1"
+	floorCommands      = "local t = redis.call('TIME') local v = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], v, 'KEEPTTL') return v"
+	floorNaiveCommands = "local t = redis.call('TIME') local v = redis.call('HMGET', KEYS[1], 'tokens', 'ts') " +
+		"redis.call('HSET', KEYS[1], 'tokens', '999.000000', 'ts', '1700000000000000') redis.call('PEXPIRE', KEYS[1], 2000) return {1, '0.000', '999.000000'}"
+)
+
+// The floor rows' names.
+const (
+	floorEmptyCase         = "floor: a script that does nothing, 1 band (m = 1)'s arguments"
+	floorCommandsCase      = "floor: only its commands (TIME, GET, SET ... KEEPTTL), 1 band (m = 1)'s arguments"
+	floorNaiveEmptyCase    = "floor: a script that does nothing, naive.lua's arguments"
+	floorNaiveCommandsCase = "floor: only its commands (TIME, HMGET, HSET, PEXPIRE), naive.lua's arguments"
+)
 
 // scriptCase is one row's call: the arguments of Do.
 type scriptCase struct {
@@ -98,10 +129,40 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 	}
 	cases = append(cases, scriptCase{"1 band (Limit), m = 1, state format 2", single2, 1})
 	cases = append(cases, scriptCase{"3 bands (requests, tokens, daily), m = 1", policy, 1})
-	cases = append(cases, scriptCase{naiveCase, []any{"evalsha", naive.Hash(), 1, "naive:{script:naive}",
-		strconv.FormatFloat(hotLimit.Rate, 'f', -1, 64), strconv.Itoa(hotLimit.Burst), "1"}, 1})
+	naiveArgs := []any{"evalsha", naive.Hash(), 1, "naive:{script:naive}",
+		strconv.FormatFloat(hotLimit.Rate, 'f', -1, 64), strconv.Itoa(hotLimit.Burst), "1"}
+	cases = append(cases, scriptCase{naiveCase, naiveArgs, 1})
+	// The floors, each script with the arguments of the call it stands
+	// under, on a key of its own.
+	for _, f := range []struct {
+		name, src string
+		args      []any
+		from, to  string
+	}{
+		{floorEmptyCase, floorEmpty, single, "{script:one}", "{script:floor}"},
+		{floorCommandsCase, floorCommands, single, "{script:one}", "{script:floorcmds}"},
+		{floorNaiveEmptyCase, floorEmpty, naiveArgs, "{script:naive}", "{script:floornaive}"},
+		{floorNaiveCommandsCase, floorNaiveCommands, naiveArgs, "{script:naive}", "{script:floornaivecmds}"},
+	} {
+		sc := redis.NewScript(f.src)
+		if err := sc.Load(ctx, b.admin).Err(); err != nil {
+			return nil, "", fmt.Errorf("pacerbench: script: load a floor's script: %w", err)
+		}
+		args := rekey(f.args, f.from, f.to)
+		args[1] = sc.Hash()
+		cases = append(cases, scriptCase{f.name, args, 1})
+	}
 	if err := b.flush(ctx); err != nil {
 		return nil, "", err
+	}
+	// floorCommands reads and rewrites a state: one of format 3's Limit
+	// forms' length (docs/protocol.md, The state), kept for the run.
+	for _, c := range cases {
+		if c.name == floorCommandsCase {
+			if err := b.admin.Set(ctx, fmt.Sprint(c.args[3]), strings.Repeat("x", 28), 0).Err(); err != nil {
+				return nil, "", fmt.Errorf("pacerbench: script: a floor's state: %w", err)
+			}
+		}
 	}
 	type sums struct {
 		usec, evals, benchUsec, benchEvals, benchCalls int64
@@ -132,6 +193,9 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 			}
 			st := u.Stats["evalsha"]
 			rows[i].Calls += n
+			if st.Calls > 0 {
+				rows[i].Turns = append(rows[i].Turns, float64(st.Usec)/float64(st.Calls))
+			}
 			acc[i].usec, acc[i].evals, acc[i].cpu = acc[i].usec+st.Usec, acc[i].evals+st.Calls, acc[i].cpu+u.CPU
 			if lookErr != nil || hasNUL(c.args) {
 				continue
@@ -415,16 +479,21 @@ func (r *results) scriptTable() string {
 		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
 	}
 	var one, oneBench, two, three, threeBench, naive, naiveBench float64
+	var oneTurns, naiveTurns []float64
+	floor := map[string]float64{}
 	for _, x := range r.Script {
+		if strings.HasPrefix(x.Case, "floor: ") {
+			floor[x.Case] = x.Usec
+		}
 		switch {
 		case x.Case == "1 band (Limit), m = 1":
-			one, oneBench = x.Usec, x.BenchUsec
+			one, oneBench, oneTurns = x.Usec, x.BenchUsec, x.Turns
 		case x.Case == "1 band (Limit), m = 1, state format 2":
 			two = x.Usec
 		case x.M == 1 && x.Paced == 0 && strings.HasPrefix(x.Case, "3 bands"):
 			three, threeBench = x.Usec, x.BenchUsec
 		case x.Case == naiveCase:
-			naive, naiveBench = x.Usec, x.BenchUsec
+			naive, naiveBench, naiveTurns = x.Usec, x.BenchUsec, x.Turns
 		}
 	}
 	ratio := func(a, b float64) string {
@@ -438,6 +507,22 @@ func (r *results) scriptTable() string {
 			"in format 2, a fleet's default before it switches: %s. "+
 			"3 bands over 1 band (m = 1): %s by go-redis, %s by redis-benchmark (the goal: at most 1.5).",
 			ratio(one, naive), ratio(oneBench, naiveBench), ratio(two, naive), ratio(three, one), ratio(threeBench, oneBench)))
+		// The same ratio turn by turn: how far one turn's figure can
+		// be from the run's.
+		var turns []float64
+		for i := range min(len(oneTurns), len(naiveTurns)) {
+			if naiveTurns[i] > 0 {
+				turns = append(turns, oneTurns[i]/naiveTurns[i])
+			}
+		}
+		if len(turns) > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("That ratio turn by turn (go-redis): %.2f to %.2f over %d turns.", slices.Min(turns), slices.Max(turns), len(turns)))
+		}
+	}
+	if fe, fc, ne, nc := floor[floorEmptyCase], floor[floorCommandsCase], floor[floorNaiveEmptyCase], floor[floorNaiveCommandsCase]; fe > 0 && fc > 0 && ne > 0 && nc > 0 && one > 0 && naive > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("Where each call's time goes (go-redis, µs per call): 1 band (m = 1) %.2f = %.2f for a script call that does nothing, %.2f for its commands, %.2f of its own Lua work; "+
+			"naive.lua %.2f = %.2f, %.2f, %.2f. The script's own work over naive.lua's: %s.",
+			one, fe, fc-fe, one-fc, naive, ne, nc-ne, naive-nc, ratio(one-fc, naive-nc)))
 	}
 	for _, x := range r.Script {
 		further, furtherBench := "", ""
