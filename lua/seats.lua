@@ -23,6 +23,12 @@
 --            "c"          -> the queue's counter
 --            "u"          -> the latest the server can have started (Unix
 --                          ms, from INFO's uptime when the hash was made)
+--            "f"          -> "<view> <place>": every call waiting at or
+--                          before that place (the queue's counter) is of a
+--                          holder held in that view (mode, caller's holder,
+--                          held ranks), or counts for nothing: where a call
+--                          with the same view starts looking for the
+--                          queue's head (front). Optional.
 --          A holder is a member's rank, or "i<limiter id>" for a Limiter
 --          that has no rank yet. A ticket is "<limiter id>.<n>".
 -- KEYS[2]  the queue, a sorted set: ticket -> its place (the counter)
@@ -156,7 +162,7 @@ if KEYS[3] then
 end
 
 -- The holders.
-local owners, counter, started = {}, 0, nil
+local owners, counter, started, passedAt = {}, 0, nil, nil
 local flat = redis.call('HGETALL', H)
 for i = 1, #flat, 2 do
   local f, v = flat[i], flat[i + 1]
@@ -167,6 +173,8 @@ for i = 1, #flat, 2 do
     counter = tonumber(v) or 0
   elseif f == 'u' then
     started = tonumber(v)
+  elseif f == 'f' then
+    passedAt = v
   end
 end
 
@@ -311,35 +319,72 @@ local function skipped(w)
   return mode ~= 'l' and held[w.h] and w.h ~= holder
 end
 
--- The first call waiting at place at (0: the queue's head) or after whose
--- holder is not held, its record, and its place; nil if none. Tickets
--- without a record, or whose holder is gone, leave the queue; the calls
--- of held holders keep their places before it. The queue is read a
--- ticket, then 2, 4, up to 64 a command, their records with them: the
--- head is most often the one, and a held member's calls waiting are
--- passed over at every call while it is held.
-local function front(at)
-  at = at or 0
-  local size = 1
+-- The view in which skipped() passes calls over: the mode, the caller's
+-- holder and the held ranks, in order. Calls with the same view pass over
+-- the same calls.
+local view
+do
+  local hs = {}
+  for h in pairs(held) do hs[#hs + 1] = h end
+  table.sort(hs)
+  view = mode .. ' ' .. holder .. ' ' .. table.concat(hs, ' ')
+end
+
+-- Where front() starts, a place (the queue's counter) that every call
+-- waiting at or before it is passed over in this view (or counts for
+-- nothing): "f", when written in this view; else before the first.
+local from = 0
+if passedAt then
+  local v, p = string.match(passedAt, '^(.*) (%d+)$')
+  if v == view then from = tonumber(p) end
+end
+
+-- The first call waiting after place after (nil: from) whose holder is
+-- not held, its record, and its place; nil if none. Tickets without a
+-- record, or whose holder is gone, leave the queue; the calls of held
+-- holders keep their places before it. The queue is read a ticket, then
+-- 2, 4, up to 64 a command, their records with them: the head is most
+-- often the one. A held member's calls waiting are passed over once: when
+-- this call passes over any, it records where they end in "f", and the
+-- calls in the same view start after them.
+local function front(after)
+  local start = after or from
+  local at, size, passed = start, 1, false
   while true do
-    local z = redis.call('ZRANGE', Q, at, at + size - 1)
-    if #z == 0 then return nil end
-    size = math.min(2 * size, 64)
-    local fields = {}
-    for i, tk in ipairs(z) do fields[i] = 'w:' .. tk end
-    local recs = redis.call('HMGET', T, unpack(fields))
-    for i, tk in ipairs(z) do
-      local w = record(recs[i])
-      if not (w and counts(w.h, tk)) then
-        -- (the places after it move down by one: at stays)
-        redis.call('ZREM', Q, tk)
-        redis.call('HDEL', T, 'w:' .. tk)
-        changed = true
-      elseif skipped(w) then
-        at = at + 1
-      else
-        return tk, w, at
+    local z = redis.call('ZRANGEBYSCORE', Q, '(' .. at, '+inf', 'WITHSCORES', 'LIMIT', 0, size)
+    local found, fw, fp = nil, nil, nil
+    if #z > 0 then
+      size = math.min(2 * size, 64)
+      local fields = {}
+      for i = 1, #z, 2 do fields[#fields + 1] = 'w:' .. z[i] end
+      local recs = redis.call('HMGET', T, unpack(fields))
+      for i = 1, #z, 2 do
+        local tk, p = z[i], tonumber(z[i + 1])
+        local w = record(recs[(i + 1) / 2])
+        if not (w and counts(w.h, tk)) then
+          redis.call('ZREM', Q, tk)
+          redis.call('HDEL', T, 'w:' .. tk)
+          changed = true
+        elseif not skipped(w) then
+          found, fw, fp = tk, w, p
+          break
+        else
+          passed = true
+        end
+        at = p
       end
+    end
+    if found or #z == 0 then
+      -- Record where the calls passed over end (at: the last call read
+      -- before the one found), when this call started where the view's
+      -- record says (a hand-off's later calls start after the call it
+      -- handed seats to).
+      if passed and not after and mode ~= 'l' and at > from then
+        redis.call('HSET', H, 'f', view .. ' ' .. at)
+        from = at
+        changed = true
+      end
+      return found, fw, fp
     end
   end
 end
@@ -350,7 +395,7 @@ local function handoff()
   local out = {}
   if mode == 'x' then return out end
   local u = used()
-  local at = 0 -- (the calls before it are held: passed over once)
+  local at = nil -- (the calls before it are held: passed over once)
   while true do
     local tk, w
     tk, w, at = front(at)
@@ -436,7 +481,7 @@ if op == 'acquire' then
     redis.call('ZADD', Q, counter, tk)
   end
   local score = redis.call('ZSCORE', Q, tk)
-  local place = #redis.call('ZRANGEBYSCORE', Q, '-inf', score)
+  local place = redis.call('ZCOUNT', Q, '-inf', score)
   expire()
   return {0, place, u, limit, learn, excess()}
 end

@@ -174,6 +174,75 @@ func TestSeatsNoHandOffToHeld(t *testing.T) {
 	}
 }
 
+// TestSeatsPassHeldOnce: a call that passes over a held member's calls
+// waiting records where they end ("f": its view, the place), and the calls
+// after it in the same view (mode, caller's holder, held ranks) start
+// there: a record dropped among the calls passed over is not met again
+// (before, every call read them all: about 1.1 µs of Redis each). A call
+// in another view (the member back) reads them, and meets it.
+func TestSeatsPassHeldOnce(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	// N = 6 over 3 members: each share is 2.
+	run := seatsCaller(t, srv, sc, keys, "6")
+	for _, tk := range []string{"A.1", "A.2"} {
+		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
+			t.Fatalf("acquire %s: %v, want granted", tk, v)
+		}
+	}
+	const nB = 50
+	for i := 1; i <= nB; i++ {
+		if v := run("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(i) {
+			t.Fatalf("B.%d: %v, want queued at place %d", i, v, i)
+		}
+	}
+	for i := 1; i <= 5; i++ {
+		if v := run("C 2 3 r", "", "acquire", fmt.Sprintf("C.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(nB+i) {
+			t.Fatalf("C.%d: %v, want queued at place %d", i, v, nB+i)
+		}
+	}
+	// B held: its share (2) counts. A.1 ends: 3 + 2 used, one seat goes
+	// to C.1, past B's calls, and the call records where they end.
+	if v := run("A 0 3 r", "1", "release", "A.1"); !slices.Equal(v[2:], []any{"C.1"}) {
+		t.Fatalf("A.1's release with B held: %v, want C.1 handed its seat", v)
+	}
+	f, err := srv.Client.HGet(ctx, keys[0], "f").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("r 0 1 %d", nB); f != want {
+		t.Fatalf("f: %q, want %q (B's calls, places 1 to %d, passed over in A's view)", f, want, nB)
+	}
+	// One of B's calls loses its record. A.2 ends in the same view: three
+	// seats go to C.2 to C.4, and B's calls are not read again: the dead
+	// call stays in the queue.
+	if err := srv.Client.HDel(ctx, keys[3], "w:B.7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := run("A 0 3 r", "1", "release", "A.2"); !slices.Equal(v[2:], []any{"C.2", "C.3", "C.4"}) {
+		t.Fatalf("A.2's release with B held: %v, want C.2 to C.4 handed seats", v)
+	}
+	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != nil {
+		t.Fatalf("B.7 after a call in the view that passed over it: %v, want still in the queue (not met)", err)
+	}
+	// C, in a view of its own (caller 2), passes over them once, and
+	// drops the dead call as it meets it.
+	if v := run("C 2 3 r", "1", "release", "C.1"); !slices.Equal(v[2:], []any{"C.5"}) {
+		t.Fatalf("C.1's release with B held: %v, want C.5 handed its seat", v)
+	}
+	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != redis.Nil {
+		t.Fatalf("B.7 after a call in another view: %v, want dropped", err)
+	}
+	if f, _ := srv.Client.HGet(ctx, keys[0], "f").Result(); f != fmt.Sprintf("r 2 1 %d", nB) {
+		t.Fatalf("f: %q, want C's view, to place %d", f, nB)
+	}
+	// B back (no one held): C.2 ends, and B's first calls with records get
+	// the three seats free, in order.
+	if v := run("C 2 3 r", "", "release", "C.2"); !slices.Equal(v[2:], []any{"B.1", "B.2", "B.3"}) {
+		t.Fatalf("C.2's release with B back: %v, want B.1 to B.3 handed seats", v)
+	}
+}
+
 // TestSeatsHandOffPastManyHeld: calls of a held member waiting in front
 // keep their places, however many (the queue is read in pages); seats
 // freed together go, in one hand-off, to the calls behind them in order;

@@ -42,6 +42,7 @@ func init() {
 		// Sorted sets (zset.go, zsetcmd.go).
 		"ZADD":             {-4, true, cmdZAdd},
 		"ZCARD":            {2, false, cmdZCard},
+		"ZCOUNT":           {4, false, cmdZCount},
 		"ZSCORE":           {3, false, cmdZScore},
 		"ZREM":             {-3, true, cmdZRem},
 		"ZRANGE":           {-4, false, cmdZRange},
@@ -67,7 +68,7 @@ const (
 
 // knownCommands are commands Redis has that this store does not: a script
 // calling one learns so, rather than that Redis does not know it.
-var knownCommands = []string{"APPEND", "DECR", "DECRBY", "EXPIREAT", "GETDEL", "GETEX", "GETSET", "HEXISTS", "HINCRBY", "HKEYS", "HLEN", "HSETNX", "HVALS", "INCRBYFLOAT", "LINDEX", "LPOP", "LREM", "LSET", "MGET", "MSET", "PERSIST", "PEXPIRETIME", "RPOP", "RPUSH", "SADD", "SCARD", "SISMEMBER", "SMEMBERS", "SREM", "STRLEN", "ZCOUNT", "ZINCRBY", "ZRANK", "ZREMRANGEBYRANK", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZSCAN", "SCAN", "KEYS", "UNLINK"}
+var knownCommands = []string{"APPEND", "DECR", "DECRBY", "EXPIREAT", "GETDEL", "GETEX", "GETSET", "HEXISTS", "HINCRBY", "HKEYS", "HLEN", "HSETNX", "HVALS", "INCRBYFLOAT", "LINDEX", "LPOP", "LREM", "LSET", "MGET", "MSET", "PERSIST", "PEXPIRETIME", "RPOP", "RPUSH", "SADD", "SCARD", "SISMEMBER", "SMEMBERS", "SREM", "STRLEN", "ZINCRBY", "ZRANK", "ZREMRANGEBYRANK", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZSCAN", "SCAN", "KEYS", "UNLINK"}
 
 // exec runs one command for a script; readOnly refuses writes (EVAL_RO).
 func (s *Store) exec(args []string, readOnly bool) any {

@@ -140,6 +140,25 @@ func cmdZCard(s *Store, args []string) any {
 	return int64(e.zset.len())
 }
 
+// cmdZCount replies how many members' scores lie in a score range (bounds
+// as ZRANGEBYSCORE reads them).
+func cmdZCount(s *Store, args []string) any {
+	min, ok1 := parseScoreBound(args[2])
+	max, ok2 := parseScoreBound(args[3])
+	if !ok1 || !ok2 {
+		return Error("ERR min or max is not a float")
+	}
+	e, err := s.lookupKind(args[1], kindZSet)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return int64(0)
+	}
+	from, to := e.zset.byScore(min, max)
+	return int64(to - from)
+}
+
 func cmdZScore(s *Store, args []string) any {
 	e, err := s.lookupKind(args[1], kindZSet)
 	if err != nil {
