@@ -320,23 +320,22 @@ local function skipped(w)
 end
 
 -- The view in which skipped() passes calls over: the mode, the caller's
--- holder and the held ranks, in order. Calls with the same view pass over
--- the same calls.
-local view
-do
+-- holder and the held ranks, in order; nil when it passes over none (no
+-- one held, or the store). Calls with the same view pass over the same
+-- calls. And where front() starts: a place (the queue's counter) that
+-- every call waiting at or before it is passed over in this view (or
+-- counts for nothing), "f" when written in this view; else before the
+-- first.
+local view, from = nil, 0
+if mode ~= 'l' and next(held) ~= nil then
   local hs = {}
   for h in pairs(held) do hs[#hs + 1] = h end
   table.sort(hs)
   view = mode .. ' ' .. holder .. ' ' .. table.concat(hs, ' ')
-end
-
--- Where front() starts, a place (the queue's counter) that every call
--- waiting at or before it is passed over in this view (or counts for
--- nothing): "f", when written in this view; else before the first.
-local from = 0
-if passedAt then
-  local v, p = string.match(passedAt, '^(.*) (%d+)$')
-  if v == view then from = tonumber(p) end
+  if passedAt then
+    local v, p = string.match(passedAt, '^(.*) (%d+)$')
+    if v == view then from = tonumber(p) end
+  end
 end
 
 -- The first call waiting after place after (nil: from) whose holder is
@@ -379,7 +378,7 @@ local function front(after)
       -- before the one found), when this call started where the view's
       -- record says (a hand-off's later calls start after the call it
       -- handed seats to).
-      if passed and not after and mode ~= 'l' and at > from then
+      if passed and not after and at > from then
         redis.call('HSET', H, 'f', view .. ' ' .. at)
         from = at
         changed = true
