@@ -47,7 +47,7 @@ type scriptRow struct {
 	BenchUsec float64 // the same with redis-benchmark driving; -1: not run
 	BenchRPS  float64 // redis-benchmark's EVALSHA per second
 	// Turns: Usec in each of the scriptRounds turns (go-redis), where the
-	// cases take turns.
+	// cases take turns; 0 for a turn without a call.
 	Turns []float64 `json:",omitempty"`
 }
 
@@ -193,9 +193,11 @@ func (b *bench) runScript(ctx context.Context, d time.Duration, rate float64) ([
 			}
 			st := u.Stats["evalsha"]
 			rows[i].Calls += n
+			turn := 0.0 // (no call in the turn)
 			if st.Calls > 0 {
-				rows[i].Turns = append(rows[i].Turns, float64(st.Usec)/float64(st.Calls))
+				turn = float64(st.Usec) / float64(st.Calls)
 			}
+			rows[i].Turns = append(rows[i].Turns, turn)
 			acc[i].usec, acc[i].evals, acc[i].cpu = acc[i].usec+st.Usec, acc[i].evals+st.Calls, acc[i].cpu+u.CPU
 			if lookErr != nil || hasNUL(c.args) {
 				continue
@@ -474,6 +476,7 @@ func (r *results) scriptTable() string {
 			"Redis µs per call from INFO commandstats, driven by this program (go-redis) for %v and by redis-benchmark for as many calls, "+
 			"in %d turns: the cases and the reference (naive.lua, a plain token bucket: HMGET, HSET, PEXPIRE, three float formats, at the same limit) take turns, so that other work on the machine falls on all alike. "+
 			"µs per further request: (µs(m) - µs(1)) / (m - 1). Redis CPU: INFO cpu (user + sys) over the calls. "+
+			"The floor rows take their turns too: a script that does nothing, and one that makes only the script's Redis commands, each with that script's arguments. "+
 			"The paced row makes the same call at the fleet phase's rate; the last row is Redis's CPU with no calls at all, per second, divided by that rate.",
 			thousands(hotLimit.Rate), thousands(float64(hotLimit.Burst)), r.Config.Phase, scriptRounds),
 		header: []string{"case", "calls", "Redis µs/call (go-redis)", "µs/further request", "Redis CPU µs/call", "Redis µs/call (redis-benchmark)", "µs/further request", "redis-benchmark calls/s"},
@@ -511,7 +514,7 @@ func (r *results) scriptTable() string {
 		// be from the run's.
 		var turns []float64
 		for i := range min(len(oneTurns), len(naiveTurns)) {
-			if naiveTurns[i] > 0 {
+			if oneTurns[i] > 0 && naiveTurns[i] > 0 {
 				turns = append(turns, oneTurns[i]/naiveTurns[i])
 			}
 		}
