@@ -174,6 +174,31 @@ func TestSeatsNoHandOffToHeld(t *testing.T) {
 	}
 }
 
+// seatsBehindB sets up a band of N = 6 over 3 members (each share 2) on
+// keys: A (rank 0) holds all six seats in two calls, A.1 and A.2; B (rank
+// 1) queues nB calls of one seat, B.1 to B.nB, and C (rank 2) nC behind
+// them, C.1 to C.nC. It returns seatsCaller's call on that band.
+func seatsBehindB(t *testing.T, srv *redistest.Server, sc *redis.Script, keys []string, nB, nC int) func(member, held string, more ...any) []any {
+	t.Helper()
+	run := seatsCaller(t, srv, sc, keys, "6")
+	for _, tk := range []string{"A.1", "A.2"} {
+		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
+			t.Fatalf("acquire %s: %v, want granted", tk, v)
+		}
+	}
+	for i := 1; i <= nB; i++ {
+		if v := run("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(i) {
+			t.Fatalf("B.%d: %v, want queued at place %d", i, v, i)
+		}
+	}
+	for i := 1; i <= nC; i++ {
+		if v := run("C 2 3 r", "", "acquire", fmt.Sprintf("C.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(nB+i) {
+			t.Fatalf("C.%d: %v, want queued at place %d", i, v, nB+i)
+		}
+	}
+	return run
+}
+
 // TestSeatsPassHeldOnce: a call that passes over a held member's calls
 // waiting records where they end ("f": its view, the place), and the calls
 // after it in the same view (mode, caller's holder, held ranks) start
@@ -183,24 +208,8 @@ func TestSeatsNoHandOffToHeld(t *testing.T) {
 func TestSeatsPassHeldOnce(t *testing.T) {
 	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
-	// N = 6 over 3 members: each share is 2.
-	run := seatsCaller(t, srv, sc, keys, "6")
-	for _, tk := range []string{"A.1", "A.2"} {
-		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
-			t.Fatalf("acquire %s: %v, want granted", tk, v)
-		}
-	}
 	const nB = 50
-	for i := 1; i <= nB; i++ {
-		if v := run("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(i) {
-			t.Fatalf("B.%d: %v, want queued at place %d", i, v, i)
-		}
-	}
-	for i := 1; i <= 5; i++ {
-		if v := run("C 2 3 r", "", "acquire", fmt.Sprintf("C.%d", i), "1", "1"); v[0] != int64(0) || v[1] != int64(nB+i) {
-			t.Fatalf("C.%d: %v, want queued at place %d", i, v, nB+i)
-		}
-	}
+	run := seatsBehindB(t, srv, sc, keys, nB, 5)
 	// B held: its share (2) counts. A.1 ends: 3 + 2 used, one seat goes
 	// to C.1, past B's calls, and the call records where they end.
 	if v := run("A 0 3 r", "1", "release", "A.1"); !slices.Equal(v[2:], []any{"C.1"}) {
@@ -251,24 +260,8 @@ func TestSeatsPassHeldOnce(t *testing.T) {
 func TestSeatsHandOffPastManyHeld(t *testing.T) {
 	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
-	// N = 6 over 3 members: each share is 2.
-	run := seatsCaller(t, srv, sc, keys, "6")
-	for _, tk := range []string{"A.1", "A.2"} {
-		if v := run("A 0 3 r", "", "acquire", tk, "3", "1"); v[0] != int64(1) {
-			t.Fatalf("acquire %s: %v, want granted", tk, v)
-		}
-	}
 	const nB = 100
-	for i := 1; i <= nB; i++ {
-		if v := run("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(0) {
-			t.Fatalf("B.%d: %v, want queued", i, v)
-		}
-	}
-	for _, tk := range []string{"C.1", "C.2", "C.3"} {
-		if v := run("C 2 3 r", "", "acquire", tk, "1", "1"); v[0] != int64(0) {
-			t.Fatalf("%s: %v, want queued", tk, v)
-		}
-	}
+	run := seatsBehindB(t, srv, sc, keys, nB, 3)
 	// Three of B's calls lose their records, in the first page and in
 	// later ones: they count for nothing, and leave the queue when met.
 	dead := []string{"B.2", "B.40", "B.77"}

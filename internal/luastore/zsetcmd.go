@@ -140,22 +140,33 @@ func cmdZCard(s *Store, args []string) any {
 	return int64(e.zset.len())
 }
 
-// cmdZCount replies how many members' scores lie in a score range (bounds
-// as ZRANGEBYSCORE reads them).
-func cmdZCount(s *Store, args []string) any {
+// scoreRange reads the sorted set at args[1] and the ranks from, to (to
+// excluded) of its members whose scores lie from args[2] to args[3] (bounds
+// as ZRANGEBYSCORE reads them); e is nil when the key is absent, and fail,
+// when not nil, is the command's error reply.
+func scoreRange(s *Store, args []string) (e *entry, from, to int, fail any) {
 	min, ok1 := parseScoreBound(args[2])
 	max, ok2 := parseScoreBound(args[3])
 	if !ok1 || !ok2 {
-		return Error("ERR min or max is not a float")
+		return nil, 0, 0, Error("ERR min or max is not a float")
 	}
 	e, err := s.lookupKind(args[1], kindZSet)
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
 	if e == nil {
-		return int64(0)
+		return nil, 0, 0, nil
 	}
-	from, to := e.zset.byScore(min, max)
+	from, to = e.zset.byScore(min, max)
+	return e, from, to, nil
+}
+
+// cmdZCount replies how many members' scores lie in a score range.
+func cmdZCount(s *Store, args []string) any {
+	_, from, to, fail := scoreRange(s, args)
+	if fail != nil {
+		return fail
+	}
 	return int64(to - from)
 }
 
@@ -192,19 +203,13 @@ func cmdZRem(s *Store, args []string) any {
 }
 
 func cmdZRemRangeByScore(s *Store, args []string) any {
-	min, ok1 := parseScoreBound(args[2])
-	max, ok2 := parseScoreBound(args[3])
-	if !ok1 || !ok2 {
-		return Error("ERR min or max is not a float")
-	}
-	e, err := s.lookupKind(args[1], kindZSet)
-	if err != nil {
-		return err
+	e, from, to, fail := scoreRange(s, args)
+	if fail != nil {
+		return fail
 	}
 	if e == nil {
 		return int64(0)
 	}
-	from, to := e.zset.byScore(min, max)
 	for _, it := range e.zset.items[from:to] {
 		delete(e.zset.scores, it.member)
 	}
