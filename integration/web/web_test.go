@@ -157,12 +157,23 @@ func TestWebView(t *testing.T) {
 	if got := h[0]; got.Op != "pause 5m0s" || got.Who != "web-operator" || got.Reason != "provider maintenance (ticket 99)" {
 		t.Errorf("History(%q)[0] = %+v, want pause 5m0s by web-operator with the page's reason", llmKey, got)
 	}
-	// And resume the other key from it.
+	// And resume the other key from it. The page shows a change's result
+	// with the view read after the change, and a view read before it never
+	// replaces that one. CI saw the result beside the old pause (2026-12-01),
+	// so the page's status reads are slowed here: the one in flight at the
+	// click, read before the change, arrives 2 s late; the others 300 ms.
+	evaluate[bool](b, slowStatus)
+	b.waitJS(`window.slowStatus.answered`, "a status read answered before the change")
 	b.setValue(card(githubKey)+" input.reason", "the storm is over")
 	b.click(card(githubKey) + " button.do-resume")
 	b.waitText(card(githubKey)+" .result", func(s string) bool { return strings.Contains(s, githubKey+": resumed by web-operator") })
-	if n := evaluate[int](b, `document.querySelectorAll('`+card(githubKey)+` .badge.paused').length`); n != 0 {
-		t.Errorf("%s still shows a pause after its resume", githubKey)
+	paused := `document.querySelectorAll('` + card(githubKey) + ` .badge.paused').length`
+	if n := evaluate[int](b, paused); n != 0 {
+		t.Errorf("%s still shows a pause beside its resume's result", githubKey)
+	}
+	b.waitJS(`window.slowStatus.rendered`, "the status read before the change taken in")
+	if n := evaluate[int](b, paused); n != 0 {
+		t.Errorf("%s shows a pause again: a status read before the resume replaced the one after it", githubKey)
 	}
 	if st, err := ac.Status(context.Background(), githubKey); err != nil || st.Paused > 0 {
 		t.Errorf("Status(%q) = paused %v, %v; want resumed", githubKey, st.Paused, err)
@@ -579,6 +590,44 @@ func (p *page) waitText(sel string, ok func(string) bool) string {
 			p.t.Fatalf("the text of %s is %q, not what the test waits for; the page reads:\n%s", sel, s, body)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slowStatus makes the page's reads of api/status late. The first one
+// is sent at once and handed to the page 2 s after its answer
+// (slowStatus.answered: the server has read its view; slowStatus.rendered:
+// the page has taken it in, since a timer set after the body is read runs
+// after the page's code that awaits it); the others are handed over 300 ms
+// late.
+const slowStatus = `(() => {
+  const fetch0 = window.fetch;
+  const s = window.slowStatus = { sent: false, answered: false, rendered: false };
+  const late = (r, ms, done) => new Promise(ok => setTimeout(() => {
+    if (done) {
+      const json = r.json.bind(r);
+      r.json = async () => { const v = await json(); setTimeout(done, 0); return v; };
+    }
+    ok(r);
+  }, ms));
+  window.fetch = (u, o) => {
+    if (!String(u).includes('api/status')) return fetch0(u, o);
+    if (s.sent) return fetch0(u, o).then(r => late(r, 300));
+    s.sent = true;
+    return fetch0(u, o).then(r => { s.answered = true; return late(r, 2000, () => { s.rendered = true; }); });
+  };
+  return true;
+})()`
+
+// waitJS waits until the expression js is true; it fails after 30 s,
+// saying what it waited for.
+func (p *page) waitJS(js, what string) {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !evaluate[bool](p, `!!(`+js+`)`) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("waited 30s for %s (%s)", what, js)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

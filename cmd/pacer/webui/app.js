@@ -42,6 +42,8 @@
     cards: new Map(),
     timer: 0,
     interval: 1000,
+    sent: 0, // reads of api/status sent
+    shown: 0, // the latest of them shown: an older one arriving later is dropped
   };
 
   // A countdown: an element whose text is the time left until a deadline
@@ -68,19 +70,27 @@
     }
   }
 
+  // poll reads the status and shows it, unless a read sent after this one
+  // was shown first (a view read before a change must not replace the one
+  // read after it).
   async function poll() {
     clearTimeout(state.timer);
     state.timer = setTimeout(poll, state.interval); // whatever happens below
+    const n = ++state.sent;
     let f;
     try {
       const r = await fetch('api/status', { cache: 'no-store' });
       f = await r.json();
       if (!r.ok) throw new Error(f.error || r.status + ' ' + r.statusText);
     } catch (e) {
+      if (n < state.shown) return;
+      state.shown = n;
       document.body.classList.add('stale');
       showErrors(['pacer web does not answer (stopped?): ' + e.message]);
       return;
     }
+    if (n < state.shown) return;
+    state.shown = n;
     document.body.classList.remove('stale');
     state.frame = f;
     state.at = performance.now() - f.age_ns / 1e6;
@@ -286,10 +296,10 @@
     } catch (e) {
       res = { error: 'pacer web does not answer: ' + e.message };
     }
+    await poll(); // the result is shown with the view read after the change
     card.result.hidden = false;
     card.result.classList.toggle('failed', !ok);
     card.result.textContent = ok ? res.message + (res.note ? '\nnote: ' + res.note : '') : res.error;
-    poll();
   }
 
   // setSpark shows a figure's sparkline (watch's), once it has a point.
