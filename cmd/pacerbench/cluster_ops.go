@@ -294,7 +294,7 @@ func (n *clusterNodes) current(slot, anchor int) (masters []redisproc.ClusterNod
 			}
 			var err error
 			if nodes, err = redisproc.ClusterNodes(addr); err != nil {
-				return err.Error()
+				return addr + ": CLUSTER NODES: " + err.Error()
 			}
 			if why := n.clusterState(addr); why != "" {
 				return why
@@ -407,7 +407,7 @@ func (n *clusterNodes) failover(ctx context.Context, master redisproc.ClusterNod
 	err := redisproc.WaitUntil(clusterSettle, 100*time.Millisecond, func() string {
 		nodes, err := redisproc.ClusterNodes(st.Replica)
 		if err != nil {
-			return err.Error()
+			return st.Replica + ": CLUSTER NODES: " + err.Error()
 		}
 		for _, nd := range nodes {
 			if bad := nd.Unhealthy(); bad != "" && !n.cl.Node(nd.Addr).Stopped() {

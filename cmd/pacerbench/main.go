@@ -44,7 +44,7 @@
 // shard spends and a line through each cost against the fleet's size
 // (cluster.go).
 //
-//	go run ./cmd/pacerbench             # the full run, a few minutes
+//	go run ./cmd/pacerbench             # the full run, about 35 minutes on 2 CPUs
 //	go run ./cmd/pacerbench -quick      # a smoke run: short phases, 2 processes
 //	go run ./cmd/pacerbench -redis redis://127.0.0.1:6379/0 -force
 //
@@ -56,6 +56,11 @@
 // outage phases stop and freeze redis-servers of their own, from PATH,
 // whatever -redis says, and the cluster phase starts a Cluster of its own
 // (redis-server and redis-cli from PATH).
+//
+// A phase that fails does not end the run: the document lists it under
+// "Phases that failed", with its error, before the tables of the phases
+// that ran (and what it measured before it failed), and pacerbench exits
+// with status 1 once it is written. An interrupted run writes nothing.
 package main
 
 import (
@@ -462,6 +467,7 @@ func (c config) selected() ([]variant, error) {
 type results struct {
 	Config     config
 	Env        environment
+	Failed     []phaseFailure // the phases that stopped with an error, in order
 	Variants   []variant
 	Throughput []throughput
 	Latency    []latency
@@ -534,20 +540,37 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		log: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	progress := func(format string, args ...any) { fmt.Fprintf(logw, format+"\n", args...) }
 
-	for _, g := range c.Hot {
-		for _, v := range vs {
-			if v.FleetOnly || !c.runs("hot") {
-				continue
-			}
-			r, err := b.runThroughput(ctx, v, g, c.Phase)
-			if err != nil {
-				return nil, err
-			}
-			progress("throughput  %-40s %3d goroutines: %10.0f/s", v.Name, g, r.PerSecond())
-			res.Throughput = append(res.Throughput, r)
+	// A phase that fails is reported beside the others, and the run
+	// returns its error once the document is written: a failure late in a
+	// run of half an hour (a Cluster that would not fail over on a loaded
+	// machine) loses nothing the other phases measured. An interrupted run
+	// (ctx done) stops and writes nothing.
+	phase := func(name string, fn func() error) {
+		if !c.runs(name) || ctx.Err() != nil {
+			return
+		}
+		if err := fn(); err != nil {
+			res.Failed = append(res.Failed, phaseFailure{Phase: name, Err: err.Error()})
+			progress("%-11s the phase failed: %v", name, err)
 		}
 	}
-	if c.runs("lone") {
+	phase("hot", func() error {
+		for _, g := range c.Hot {
+			for _, v := range vs {
+				if v.FleetOnly {
+					continue
+				}
+				r, err := b.runThroughput(ctx, v, g, c.Phase)
+				if err != nil {
+					return err
+				}
+				progress("throughput  %-40s %3d goroutines: %10.0f/s", v.Name, g, r.PerSecond())
+				res.Throughput = append(res.Throughput, r)
+			}
+		}
+		return nil
+	})
+	phase("lone", func() error {
 		var lone []variant
 		for _, v := range vs {
 			if !v.FleetOnly {
@@ -556,141 +579,127 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 		rs, err := b.runLatency(ctx, lone, c.Phase)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, r := range rs {
 			progress("latency     %-40s p50 %v p99 %v", r.Variant, r.P50, r.P99)
 		}
 		res.Latency = append(res.Latency, rs...)
-	}
-	for _, v := range vs {
-		if !c.runs("fleet") {
-			break
-		}
-		if v.NoFleet {
-			continue
-		}
-		r, err := b.runFleet(ctx, v)
-		if err != nil {
-			return nil, err
-		}
-		progress("fleet       %-40s %.1f/s, busiest 100 ms %d, 1 s %d", v.Name, r.Rate, r.Busiest100ms, r.Busiest1s)
-		res.Fleet = append(res.Fleet, r)
-	}
-	if c.runs("busy") {
-		rs, err := b.runBusy(ctx, vs, progress)
-		if err != nil {
-			return nil, err
-		}
-		res.BusyFleet = rs
-	}
-	for _, v := range vs {
-		if !v.Memory || !c.runs("memory") {
-			continue
-		}
-		r, err := b.runMemory(ctx, v)
-		if err != nil {
-			return nil, err
-		}
-		progress("memory      %-40s %d B per key", v.Name, r.SampleBytes)
-		res.Memory = append(res.Memory, r)
-	}
-	for _, v := range vs {
-		if !v.Memory || v.Kind != kindPacer || !c.runs("eviction") {
-			continue
-		}
-		for _, policy := range evictPolicies {
-			r, err := b.runEviction(ctx, v, policy)
-			if err != nil {
-				return nil, err
+		return nil
+	})
+	phase("fleet", func() error {
+		for _, v := range vs {
+			if v.NoFleet {
+				continue
 			}
-			progress("eviction    %-40s %s: busiest 100 ms %d, 1 s %d", v.Name, policy, r.Busiest100ms, r.Busiest1s)
-			res.Eviction = append(res.Eviction, r)
+			r, err := b.runFleet(ctx, v)
+			if err != nil {
+				return err
+			}
+			progress("fleet       %-40s %.1f/s, busiest 100 ms %d, 1 s %d", v.Name, r.Rate, r.Busiest100ms, r.Busiest1s)
+			res.Fleet = append(res.Fleet, r)
 		}
-	}
-	if c.runs("script") {
-		if res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase, c.FleetRate); err != nil {
-			return nil, err
+		return nil
+	})
+	phase("busy", func() (err error) {
+		res.BusyFleet, err = b.runBusy(ctx, vs, progress)
+		return err
+	})
+	phase("memory", func() error {
+		for _, v := range vs {
+			if !v.Memory {
+				continue
+			}
+			r, err := b.runMemory(ctx, v)
+			if err != nil {
+				return err
+			}
+			progress("memory      %-40s %d B per key", v.Name, r.SampleBytes)
+			res.Memory = append(res.Memory, r)
 		}
-	}
+		return nil
+	})
+	phase("eviction", func() error {
+		for _, v := range vs {
+			if !v.Memory || v.Kind != kindPacer {
+				continue
+			}
+			for _, policy := range evictPolicies {
+				r, err := b.runEviction(ctx, v, policy)
+				if err != nil {
+					return err
+				}
+				progress("eviction    %-40s %s: busiest 100 ms %d, 1 s %d", v.Name, policy, r.Busiest100ms, r.Busiest1s)
+				res.Eviction = append(res.Eviction, r)
+			}
+		}
+		return nil
+	})
+	phase("script", func() (err error) {
+		res.Script, res.ScriptNote, err = b.runScript(ctx, c.Phase, c.FleetRate)
+		return err
+	})
 	var leases strings.Builder // lease.go's table, after the others
-	if c.runs("lease") {
-		if err := b.runLease(ctx, &leases, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("waitrate") {
-		if err := b.runWaitRate(ctx, &leases, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("seams") {
-		if res.Seams, err = b.runSeams(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("outage") {
-		if res.Outage, err = b.runOutage(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("fair") {
-		if res.Fair, err = b.runFair(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("faircost") {
-		if res.FairCost, err = b.runFairCost(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("counts") {
-		if res.Counts, err = b.runCounts(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("adaptive") {
-		if res.Adaptive, err = b.runAdaptive(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("learn") {
-		if res.Learn, err = b.runLearn(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("cold") {
-		if res.Cold, err = b.runCold(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("loaded") {
-		if res.Loaded, err = b.runLoaded(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("heartbeat") {
-		if res.Heartbeat, err = b.runHeartbeat(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("shards") {
+	phase("lease", func() error { return b.runLease(ctx, &leases, progress) })
+	phase("waitrate", func() error { return b.runWaitRate(ctx, &leases, progress) })
+	phase("seams", func() (err error) {
+		res.Seams, err = b.runSeams(ctx, progress)
+		return err
+	})
+	phase("outage", func() (err error) {
+		res.Outage, err = b.runOutage(ctx, progress)
+		return err
+	})
+	phase("fair", func() (err error) {
+		res.Fair, err = b.runFair(ctx, progress)
+		return err
+	})
+	phase("faircost", func() (err error) {
+		res.FairCost, err = b.runFairCost(ctx, progress)
+		return err
+	})
+	phase("counts", func() (err error) {
+		res.Counts, err = b.runCounts(ctx, progress)
+		return err
+	})
+	phase("adaptive", func() (err error) {
+		res.Adaptive, err = b.runAdaptive(ctx, progress)
+		return err
+	})
+	phase("learn", func() (err error) {
+		res.Learn, err = b.runLearn(ctx, progress)
+		return err
+	})
+	phase("cold", func() (err error) {
+		res.Cold, err = b.runCold(ctx, progress)
+		return err
+	})
+	phase("loaded", func() (err error) {
+		res.Loaded, err = b.runLoaded(ctx, progress)
+		return err
+	})
+	phase("heartbeat", func() (err error) {
+		res.Heartbeat, err = b.runHeartbeat(ctx, progress)
+		return err
+	})
+	phase("shards", func() error {
 		res.Shards = shardSpreads()
-	}
-	if c.runs("inflight") {
-		if res.Inflight, err = b.runInflight(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("otel") {
-		if res.Otel, err = b.runOtel(ctx, progress); err != nil {
-			return nil, err
-		}
-	}
-	if c.runs("cluster") {
-		if res.Cluster, err = b.runCluster(ctx, progress); err != nil {
-			return nil, err
-		}
+		return nil
+	})
+	phase("inflight", func() (err error) {
+		res.Inflight, err = b.runInflight(ctx, progress)
+		return err
+	})
+	phase("otel", func() (err error) {
+		res.Otel, err = b.runOtel(ctx, progress)
+		return err
+	})
+	phase("cluster", func() (err error) {
+		res.Cluster, err = b.runCluster(ctx, progress)
+		return err
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	rdb.Close()
 	admin.Close()
@@ -699,7 +708,7 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	}
 	res.Env.finish()
 
-	tables := res.tables() + res.scriptTable() + leases.String()
+	tables := failedTable(res.Failed) + res.tables() + res.scriptTable() + leases.String()
 	if res.Seams != nil {
 		tables += res.Seams.tables()
 	}
@@ -749,5 +758,33 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 		}
 		progress("wrote %s", c.Out)
 	}
+	if len(res.Failed) > 0 {
+		names := make([]string, len(res.Failed))
+		for i, f := range res.Failed {
+			names[i] = f.Phase
+		}
+		return res, fmt.Errorf("pacerbench: %d phase(s) failed (%s); the others are reported, and the failures with them", len(res.Failed), strings.Join(names, ", "))
+	}
 	return res, nil
+}
+
+// A phaseFailure is a phase that stopped with an error.
+type phaseFailure struct {
+	Phase string
+	Err   string
+}
+
+// failedTable is the section that lists the phases that failed, first in
+// the document; "" when none did.
+func failedTable(failed []phaseFailure) string {
+	if len(failed) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("### Phases that failed\n\nThese phases stopped with an error: their tables below are missing, or hold what the phase measured before it failed. The run exited with an error.\n\n| phase | error |\n|---|---|\n")
+	for _, f := range failed {
+		msg := strings.ReplaceAll(strings.Join(strings.Fields(f.Err), " "), "|", "\\|")
+		fmt.Fprintf(&b, "| %s | %s |\n", f.Phase, shorten(msg, 2000))
+	}
+	return b.String()
 }

@@ -444,6 +444,41 @@ func find[T any](xs []T, ok func(T) bool) (T, bool) {
 	return zero, false
 }
 
+// TestFailedPhaseKeepsTheOthers: a phase that fails (the cluster phase,
+// with no redis-server on PATH to build its Cluster from) is reported in
+// the document beside the phases that ran, and the run returns an error.
+// A full run once lost every table to one failed phase (2026-12-01: the
+// cluster phase's failover, after 35 minutes of the others).
+func TestFailedPhaseKeepsTheOthers(t *testing.T) {
+	s := redistest.New(t)
+	out := filepath.Join(t.TempDir(), "bench.md")
+	c, err := parseFlags([]string{"-quick", "-redis", s.URL, "-force", "-phases", "shards,cluster", "-out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir()) // the server above is started already
+	var stdout, logw bytes.Buffer
+	res, err := run(context.Background(), c, &stdout, &logw)
+	if err == nil || !strings.Contains(err.Error(), "1 phase(s) failed (cluster)") {
+		t.Fatalf("run = %v; want the cluster phase's failure\n%s", err, &logw)
+	}
+	if res == nil || res.Shards == nil || res.Cluster != nil || len(res.Failed) != 1 || !strings.Contains(res.Failed[0].Err, "redis-server") {
+		t.Fatalf("results: %+v; want the shards phase's, and the cluster phase failed for want of redis-server", res)
+	}
+	doc, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("no document written: %v", err)
+	}
+	for _, want := range []string{"### Phases that failed", "| cluster | ", "redis-server", "### Keys over a Cluster's shards"} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("the document has no %q:\n%s", want, doc)
+		}
+	}
+	if !strings.Contains(logw.String(), "cluster     the phase failed: ") {
+		t.Errorf("the progress does not say the phase failed:\n%s", &logw)
+	}
+}
+
 // TestPartialRunWritesNoDocument: BENCHMARKS.md is one full run; a run of
 // some phases or limiters writes it only when -out says so.
 func TestPartialRunWritesNoDocument(t *testing.T) {

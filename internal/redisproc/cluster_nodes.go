@@ -131,19 +131,56 @@ func nodeClient(addr string) *redis.Client {
 }
 
 // WaitUntil calls notReady every interval until it returns "" or timeout has
-// passed. The error then says what was still not ready.
+// passed. The error then says what was still not ready, and what the
+// other checks said: the last answer alone can hide why a minute went by
+// (a node that timed out once, after a minute of another flagged failing).
 func WaitUntil(timeout, interval time.Duration, notReady func() string) error {
-	deadline := time.Now().Add(timeout)
+	return waitUntil(time.Now, time.Sleep, timeout, interval, notReady)
+}
+
+// waitUntil is WaitUntil on the clock now and sleep.
+func waitUntil(now func() time.Time, sleep func(time.Duration), timeout, interval time.Duration, notReady func() string) error {
+	deadline := now().Add(timeout)
+	var whys []string // the distinct answers, in the order first given (8 at most)
+	count := map[string]int{}
+	checks := 0
 	for {
 		why := notReady()
 		if why == "" {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %v: %s", timeout, why)
+		checks++
+		if _, ok := count[why]; ok || len(whys) < 8 {
+			if !ok {
+				whys = append(whys, why)
+			}
+			count[why]++
 		}
-		time.Sleep(interval)
+		if now().After(deadline) {
+			return fmt.Errorf("not ready within %v: %s%s", timeout, why, otherAnswers(whys, count, why, checks))
+		}
+		sleep(interval)
 	}
+}
+
+// otherAnswers says what the checks other than the last answered, the most
+// given first: "" when they all said last.
+func otherAnswers(whys []string, count map[string]int, last string, checks int) string {
+	var others []string
+	for _, w := range whys {
+		if w != last {
+			others = append(others, w)
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(others, func(a, b string) int { return count[b] - count[a] })
+	parts := make([]string, len(others))
+	for i, w := range others {
+		parts[i] = fmt.Sprintf("%q %d times", w, count[w])
+	}
+	return fmt.Sprintf(" (the last of %d checks, %d of which said so; the others said %s)", checks, count[last], strings.Join(parts, ", "))
 }
 
 // ReplicaNotSynced returns why the replica at addr has not finished its

@@ -123,3 +123,36 @@ func TestClusterNodeRestartKeepsItsSlots(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "restarted empty")
 }
+
+// TestWaitUntilSaysWhatTheChecksSaid: the error of a wait that timed out
+// gives the last answer and the others, the most given first (a failed
+// pacerbench run said only "i/o timeout" after a minute of checks).
+func TestWaitUntilSaysWhatTheChecksSaid(t *testing.T) {
+	clock := time.Unix(0, 0)
+	now := func() time.Time { return clock }
+	sleep := func(d time.Duration) { clock = clock.Add(d) }
+	answers := []string{"b", "a", "a", "a", "c"} // then "c": checks at 0 to 5 s, the deadline 4 s
+	i := 0
+	err := waitUntil(now, sleep, 4*time.Second, time.Second, func() string {
+		w := answers[min(i, len(answers)-1)]
+		i++
+		return w
+	})
+	want := `not ready within 4s: c (the last of 6 checks, 2 of which said so; the others said "a" 3 times, "b" 1 times)`
+	if err == nil || err.Error() != want {
+		t.Errorf("waitUntil = %v\nwant %s", err, want)
+	}
+	i = 0
+	answers = []string{"x", "x", ""}
+	if err := waitUntil(now, sleep, time.Minute, time.Second, func() string {
+		w := answers[i]
+		i++
+		return w
+	}); err != nil || i != 3 {
+		t.Errorf("waitUntil = %v after %d checks; want nil after 3", err, i)
+	}
+	i = 0
+	if err := waitUntil(now, sleep, 0, time.Second, func() string { i++; return "y" }); err == nil || err.Error() != "not ready within 0s: y" {
+		t.Errorf("waitUntil = %v; want the one answer alone", err)
+	}
+}
