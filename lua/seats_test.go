@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,7 +103,7 @@ func TestSeatsStaleCallDropsNothing(t *testing.T) {
 
 // seatsRig returns a real Redis, seats.lua and its KEYS (seats, queue, an
 // operator's N, tickets) under a prefix of t's own.
-func seatsRig(t *testing.T) (*redistest.Server, *redis.Script, []string) {
+func seatsRig(t testing.TB) (*redistest.Server, *redis.Script, []string) {
 	p := redistest.Prefix(t)
 	return redistest.New(t), redis.NewScript(lua.Seats),
 		[]string{p + "{s}:seats", p + "{s}:seatq", p + "{s}:seatn", p + "{s}:seatt"}
@@ -201,26 +202,33 @@ func seatsBehindB(t *testing.T, srv *redistest.Server, sc *redis.Script, keys []
 
 // TestSeatsPassHeldOnce: a call that passes over a held member's calls
 // waiting records where they end ("f": its view, the place), and the calls
-// after it in the same view (mode, caller's holder, held ranks) start
-// there: a record dropped among the calls passed over is not met again
-// (before, every call read them all: about 1.1 µs of Redis each). A call
-// in another view (the member back) reads them, and meets it.
+// after it in the same view (mode, the caller's holder if it is held
+// itself, held ranks) start there: a record dropped among the calls passed
+// over is not met again (before, every call read them all: about 1.1 µs of
+// Redis each). Callers of every member the fleet does not hold share the
+// view (before, each member's rank made one of its own, and two members'
+// calls took turns at reading them all: BenchmarkSeatsPastHeld). A call in
+// another view (the member back) reads them, and meets it.
 func TestSeatsPassHeldOnce(t *testing.T) {
 	srv, sc, keys := seatsRig(t)
 	ctx := context.Background()
 	const nB = 50
 	run := seatsBehindB(t, srv, sc, keys, nB, 5)
+	f := func() string {
+		t.Helper()
+		v, err := srv.Client.HGet(ctx, keys[0], "f").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	// B held: its share (2) counts. A.1 ends: 3 + 2 used, one seat goes
 	// to C.1, past B's calls, and the call records where they end.
 	if v := run("A 0 3 r", "1", "release", "A.1"); !slices.Equal(v[2:], []any{"C.1"}) {
 		t.Fatalf("A.1's release with B held: %v, want C.1 handed its seat", v)
 	}
-	f, err := srv.Client.HGet(ctx, keys[0], "f").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf("r 0 1 %d", nB); f != want {
-		t.Fatalf("f: %q, want %q (B's calls, places 1 to %d, passed over in A's view)", f, want, nB)
+	if got, want := f(), fmt.Sprintf("r - 1 %d", nB); got != want {
+		t.Fatalf("f: %q, want %q (B's calls, places 1 to %d, passed over by a caller not held)", got, want, nB)
 	}
 	// One of B's calls loses its record. A.2 ends in the same view: three
 	// seats go to C.2 to C.4, and B's calls are not read again: the dead
@@ -234,21 +242,59 @@ func TestSeatsPassHeldOnce(t *testing.T) {
 	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != nil {
 		t.Fatalf("B.7 after a call in the view that passed over it: %v, want still in the queue (not met)", err)
 	}
-	// C, in a view of its own (caller 2), passes over them once, and
-	// drops the dead call as it meets it.
+	// C, another member the fleet does not hold, is in the same view: it
+	// starts after B's calls too.
 	if v := run("C 2 3 r", "1", "release", "C.1"); !slices.Equal(v[2:], []any{"C.5"}) {
 		t.Fatalf("C.1's release with B held: %v, want C.5 handed its seat", v)
 	}
-	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != redis.Nil {
-		t.Fatalf("B.7 after a call in another view: %v, want dropped", err)
+	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != nil {
+		t.Fatalf("B.7 after C's call in the same view: %v, want still in the queue (not met)", err)
 	}
-	if f, _ := srv.Client.HGet(ctx, keys[0], "f").Result(); f != fmt.Sprintf("r 2 1 %d", nB) {
-		t.Fatalf("f: %q, want C's view, to place %d", f, nB)
+	if got, want := f(), fmt.Sprintf("r - 1 %d", nB); got != want {
+		t.Fatalf("f after C's call: %q, want %q", got, want)
 	}
 	// B back (no one held): C.2 ends, and B's first calls with records get
-	// the three seats free, in order.
+	// the three seats free, in order; then one each as C's end, and the
+	// dead call is met and dropped on the way to B.8.
 	if v := run("C 2 3 r", "", "release", "C.2"); !slices.Equal(v[2:], []any{"B.1", "B.2", "B.3"}) {
 		t.Fatalf("C.2's release with B back: %v, want B.1 to B.3 handed seats", v)
+	}
+	for i, tk := range []string{"C.3", "C.4", "C.5", "B.1"} {
+		want := []any{[]string{"B.4", "B.5", "B.6", "B.8"}[i]}
+		if v := run(map[bool]string{true: "B 1 3 r", false: "C 2 3 r"}[tk[0] == 'B'], "", "release", tk); !slices.Equal(v[2:], want) {
+			t.Fatalf("%s's release with B back: %v, want %v handed its seat", tk, v, want)
+		}
+	}
+	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != redis.Nil {
+		t.Fatalf("B.7 once B is back: %v, want dropped when met", err)
+	}
+}
+
+// TestSeatsHeldCallerHasItsOwnView: a caller the fleet holds itself (back
+// on Redis before the others heard) is not passed over its own calls
+// waiting: its view names its holder, so it does not start where the
+// callers not held start, after them.
+func TestSeatsHeldCallerHasItsOwnView(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	const nB, nC = 50, 5
+	run := seatsBehindB(t, srv, sc, keys, nB, nC)
+	// B and C held (shares 2 each): A's two calls end, 4 of 6 counted,
+	// and A's release passes over every call waiting, B's and C's.
+	run("A 0 3 r", "1 2", "release", "A.1")
+	if v := run("A 0 3 r", "1 2", "release", "A.2"); len(v) != 2 {
+		t.Fatalf("A.2's release with B and C held: %v, want no seat handed", v)
+	}
+	if got, _ := srv.Client.HGet(ctx, keys[0], "f").Result(); got != fmt.Sprintf("r - 1 2 %d", nB+nC) {
+		t.Fatalf("f: %q, want every call passed over in the view of a caller not held", got)
+	}
+	// C calls, held itself: its own calls are not passed over for it, so
+	// a new call of its, refused rather than queued, waits behind C.1.
+	if v := run("C 2 3 r", "1 2", "acquire", "C.new", "1", "0"); v[0] != int64(0) {
+		t.Fatalf("C.new, C held with C.1 first in its view: %v, want refused (behind C.1)", v)
+	}
+	if got, _ := srv.Client.HGet(ctx, keys[0], "f").Result(); got != fmt.Sprintf("r 2 1 2 %d", nB) {
+		t.Fatalf("f after C's call: %q, want C's view, past B's calls to place %d", got, nB)
 	}
 }
 
@@ -303,4 +349,63 @@ func TestSeatsHandOffPastManyHeld(t *testing.T) {
 			t.Fatalf("%s's release: %v, want %s handed its seat", tk, v, want[4+i])
 		}
 	}
+}
+
+// BenchmarkSeatsPastHeld is what a call on an in-flight band costs Redis
+// while a held member's calls wait in front: N = 6 over 3 members, B
+// (rank 1) held with 2 seats and 1,000 calls waiting, and A (rank 0) and C (rank 2),
+// neither held, each in turn taking a seat and giving it back (an
+// acquire, then a release). It reports Redis's own time per script call
+// (INFO commandstats, EVALSHA and EVAL) beside the round trip.
+//
+//	go test -run '^$' -bench BenchmarkSeatsPastHeld -benchtime 2000x ./lua/
+func BenchmarkSeatsPastHeld(b *testing.B) {
+	srv, sc, keys := seatsRig(b)
+	ctx := context.Background()
+	call := func(member, held string, more ...any) []any {
+		args := append([]any{more[0], member, "0 1 2", held, "6", "60000", "1000 6000 0 60000"}, more[1:]...)
+		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
+		if err != nil {
+			b.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+	// C holds 4 seats and B 2 while B queues 1,000 calls more; then C
+	// gives its 4 back with B held (B's 2 still counted).
+	const nB = 1000
+	call("C 2 3 r", "", "acquire", "C.hold", "4", "1")
+	for i := 1; i <= nB+2; i++ {
+		if v := call("B 1 3 r", "", "acquire", fmt.Sprintf("B.%d", i), "1", "1"); v[0] != int64(min(max(3-i, 0), 1)) {
+			b.Fatalf("B.%d: %v, want granted for the first 2, then queued", i, v)
+		}
+	}
+	call("C 2 3 r", "1", "release", "C.hold")
+	members := []string{"A 0 3 r", "C 2 3 r"}
+	scripts := func() (calls, usec int64) {
+		stats, err := srv.Client.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, name := range []string{"evalsha", "eval"} {
+			var c, u int64
+			if i := strings.Index(stats, "cmdstat_"+name+":"); i >= 0 {
+				_, _ = fmt.Sscanf(stats[i:], "cmdstat_"+name+":calls=%d,usec=%d", &c, &u)
+			}
+			calls, usec = calls+c, usec+u
+		}
+		return calls, usec
+	}
+	c0, u0 := scripts()
+	b.ResetTimer()
+	for i := range b.N {
+		m := members[i%2]
+		tk := fmt.Sprintf("%c.%d", m[0], i)
+		if v := call(m, "1", "acquire", tk, "1", "0"); v[0] != int64(1) {
+			b.Fatalf("acquire %s: %v, want granted", tk, v)
+		}
+		call(m, "1", "release", tk)
+	}
+	b.StopTimer()
+	c1, u1 := scripts()
+	b.ReportMetric(float64(u1-u0)/float64(max(c1-c0, 1)), "redis-µs/call")
 }
