@@ -59,6 +59,9 @@ func TestClusterPhase(t *testing.T) {
 	if s := r.segment("steady"); s == nil || s.Cold == 0 || slices.Contains(s.Judged, 0) {
 		t.Errorf("steady segment %+v: want cold and judged admissions", s)
 	}
+	if r.KeyBytes <= 0 || r.FleetBytes <= 0 {
+		t.Errorf("memory: a cold key's state %d B, the fleet's records %d B: want both sampled", r.KeyBytes, r.FleetBytes)
+	}
 	if r.Reshard.Slots < 30 || len(r.Reshard.Moves) != 3 {
 		t.Errorf("resharding %+v: want 30 slots or more in 3 moves", r.Reshard)
 	}
