@@ -253,14 +253,20 @@ func (n *clusterNodes) reshard(ctx context.Context, p *reshardPlan, progress fun
 				// hold the two shards.
 				progress("cluster     resharding: slot %d from %s to %s: %v; again on the masters of now (%d)", slot, from.Addr, to.Addr, err, try)
 				st.Retries = append(st.Retries, fmt.Sprintf("slot %d: %v", slot, err))
-				var owner redisproc.ClusterNode
-				if masters, owner, to, err = n.current(slot, toAnchor); err != nil {
+				// (Into variables of their own: a Cluster that does not
+				// settle answers zero nodes, and the error must still name
+				// the shards' masters as last known.)
+				nowMasters, owner, nowTo, cerr := n.current(slot, toAnchor)
+				if err = cerr; err != nil {
 					continue
 				}
+				masters, to = nowMasters, nowTo
 				if owner.ID == to.ID {
 					break // moved already
 				}
-				if _, from, _, err = n.current(fromAnchor, fromAnchor); err == nil {
+				_, nowFrom, _, cerr := n.current(fromAnchor, fromAnchor)
+				if err = cerr; err == nil {
+					from = nowFrom
 					k, err = redisproc.MoveSlot(ctx, n.node, masters, owner, to, slot)
 				}
 			}
