@@ -166,7 +166,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		// or refusing meanwhile.
 		opts.Logger.Warn("pacer: redis unavailable at start (a wrong address? Options.RequireRedis makes New fail instead)",
 			"redis", describeClient(rdb), "err", err, "limiter", l.id)
+		// Under the view's lock: the first heartbeat's timeout may have
+		// started a ping whose verdict heartbeats again (confirm), and
+		// applies its reply (fleetView.update) while New goes on here
+		// (a data race pacerbench's TestQuick found under -race).
+		l.fleet.mu.Lock()
 		l.fleet.born = true
+		l.fleet.mu.Unlock()
 		l.degrade(1, err)
 	} else {
 		// Redis answered, with an error (a denied command, a key of another
