@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +111,7 @@ func seatsRig(t testing.TB) (*redistest.Server, *redis.Script, []string) {
 // seatsCaller returns a call of seats.lua on keys for member ("<limiter
 // id> <holder> <n> <mode>") of a fleet that lists ranks 0 to 2 and holds
 // held, on a band of N: its operation and the operation's arguments.
-func seatsCaller(t *testing.T, srv *redistest.Server, sc *redis.Script, keys []string, N string) func(member, held string, more ...any) []any {
+func seatsCaller(t testing.TB, srv *redistest.Server, sc *redis.Script, keys []string, N string) func(member, held string, more ...any) []any {
 	return func(member, held string, more ...any) []any {
 		t.Helper()
 		args := append([]any{more[0], member, "0 1 2", held, N, "60000", "1000 6000 0 60000"}, more[1:]...)
@@ -259,10 +258,11 @@ func TestSeatsPassHeldOnce(t *testing.T) {
 	if v := run("C 2 3 r", "", "release", "C.2"); !slices.Equal(v[2:], []any{"B.1", "B.2", "B.3"}) {
 		t.Fatalf("C.2's release with B back: %v, want B.1 to B.3 handed seats", v)
 	}
-	for i, tk := range []string{"C.3", "C.4", "C.5", "B.1"} {
-		want := []any{[]string{"B.4", "B.5", "B.6", "B.8"}[i]}
-		if v := run(map[bool]string{true: "B 1 3 r", false: "C 2 3 r"}[tk[0] == 'B'], "", "release", tk); !slices.Equal(v[2:], want) {
-			t.Fatalf("%s's release with B back: %v, want %v handed its seat", tk, v, want)
+	for _, rel := range []struct{ member, tk, want string }{
+		{"C 2 3 r", "C.3", "B.4"}, {"C 2 3 r", "C.4", "B.5"}, {"C 2 3 r", "C.5", "B.6"}, {"B 1 3 r", "B.1", "B.8"},
+	} {
+		if v := run(rel.member, "", "release", rel.tk); !slices.Equal(v[2:], []any{rel.want}) {
+			t.Fatalf("%s's release with B back: %v, want %s handed its seat", rel.tk, v, rel.want)
 		}
 	}
 	if err := srv.Client.ZScore(ctx, keys[1], "B.7").Err(); err != redis.Nil {
@@ -362,14 +362,7 @@ func TestSeatsHandOffPastManyHeld(t *testing.T) {
 func BenchmarkSeatsPastHeld(b *testing.B) {
 	srv, sc, keys := seatsRig(b)
 	ctx := context.Background()
-	call := func(member, held string, more ...any) []any {
-		args := append([]any{more[0], member, "0 1 2", held, "6", "60000", "1000 6000 0 60000"}, more[1:]...)
-		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
-		if err != nil {
-			b.Fatalf("%s %v: %v", member, more, err)
-		}
-		return v.([]any)
-	}
+	call := seatsCaller(b, srv, sc, keys, "6")
 	// C holds 4 seats and B 2 while B queues 1,000 calls more; then C
 	// gives its 4 back with B held (B's 2 still counted).
 	const nB = 1000
@@ -382,18 +375,11 @@ func BenchmarkSeatsPastHeld(b *testing.B) {
 	call("C 2 3 r", "1", "release", "C.hold")
 	members := []string{"A 0 3 r", "C 2 3 r"}
 	scripts := func() (calls, usec int64) {
-		stats, err := srv.Client.Info(ctx, "commandstats").Result()
+		st, err := redistest.CommandStats(ctx, srv.Client)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, name := range []string{"evalsha", "eval"} {
-			var c, u int64
-			if i := strings.Index(stats, "cmdstat_"+name+":"); i >= 0 {
-				_, _ = fmt.Sscanf(stats[i:], "cmdstat_"+name+":calls=%d,usec=%d", &c, &u)
-			}
-			calls, usec = calls+c, usec+u
-		}
-		return calls, usec
+		return st["evalsha"].Calls + st["eval"].Calls, st["evalsha"].Usec + st["eval"].Usec
 	}
 	c0, u0 := scripts()
 	b.ResetTimer()

@@ -3,7 +3,6 @@ package reserve_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,26 +99,13 @@ func reportRedisCPU(b *testing.B, s *redistest.Server) {
 	if s.Source != redistest.SourceProcess {
 		return
 	}
-	info, err := s.Client.Info(context.Background(), "commandstats").Result()
+	st, err := redistest.CommandStats(context.Background(), s.Client)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for _, f := range strings.Split(strings.TrimSpace(rest), ",") {
-				k, v, _ := strings.Cut(f, "=")
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					continue
-				}
-				switch k {
-				case "usec":
-					b.ReportMetric(x/float64(b.N), "redis-µs/op")
-				case "calls":
-					b.ReportMetric(x/float64(b.N), "scripts/op")
-				}
-			}
-		}
+	if es, ok := st["evalsha"]; ok {
+		b.ReportMetric(float64(es.Usec)/float64(b.N), "redis-µs/op")
+		b.ReportMetric(float64(es.Calls)/float64(b.N), "scripts/op")
 	}
 }
 

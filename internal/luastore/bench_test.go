@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,19 +91,12 @@ func benchReserve(b *testing.B, sc redis.Scripter, srv *redistest.Server, keys [
 		run()
 	}
 	if statsOK {
-		info, err := srv.Client.Info(ctx, "commandstats").Result()
+		st, err := redistest.CommandStats(ctx, srv.Client)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for line := range strings.SplitSeq(info, "\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-				for f := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						us, _ := strconv.ParseFloat(v, 64)
-						b.ReportMetric(us, "server-µs/call")
-					}
-				}
-			}
+		if es, ok := st["evalsha"]; ok {
+			b.ReportMetric(es.UsecPerCall(), "server-µs/call")
 		}
 	}
 }
