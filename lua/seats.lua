@@ -18,8 +18,9 @@
 -- KEYS[1]  the seats, a hash, small (a field per holder): every call reads
 --          it whole
 --            "r:<holder>" -> "<limiter id> <Unix ms> <seats>"  who holds
---                          the holder's place, when it last called, and
---                          the seats its calls hold
+--                          the holder's place, when it last called (moved
+--                          later by the key's calls stopping over I, below),
+--                          and the seats its calls hold
 --            "c"          -> the queue's counter
 --            "u"          -> the latest the server can have started (Unix
 --                          ms, from INFO's uptime when the hash was made)
@@ -226,11 +227,39 @@ local function share(h)
   return s
 end
 
+-- A holder's record written back.
+local function save(h)
+  local o = owners[h]
+  redis.call('HSET', H, 'r:' .. h, o.id .. ' ' .. o.ms .. ' ' .. o.c)
+  changed = true
+end
+
 -- Gone holders: in the store there are none (it holds this process's
 -- seats alone). On Redis, a ranked holder the fleet no longer lists, one
 -- whose place the caller now holds under another id, and one neither held
 -- nor heard from within 3.5 I. Their seats count for nothing from now on.
+--
+-- Silence counts only while calls reach the key: a live holder with seats
+-- or a call waiting renews them every I, so a gap between the key's calls
+-- beyond I is the key's server not reached (it stalled, or a Cluster's
+-- master froze while the fleet's records, on another master, answered: the
+-- holders' heartbeats went on, their renews on the key failed). Every
+-- holder's last call moves later by that much, so their silence stays as
+-- it was before the gap (the last call the hash keeps is the latest of its
+-- holders'). Before, a call at a thaw took a live holder for gone (the
+-- combination runner's Cluster seed 27: a freeze of 3 s, 4 calls open on
+-- N = 3). A holder gone for good is dropped once the key has been called
+-- for 1.5 I or 3.5 I without it.
 if mode ~= 'l' then
+  local last, shifted = nil, false
+  for _, o in pairs(owners) do
+    if not last or o.ms > last then last = o.ms end
+  end
+  local gap = last and now - last - beat
+  if gap and gap > 0 then
+    for _, o in pairs(owners) do o.ms = o.ms + gap end
+    shifted = true
+  end
   local dels = {}
   for h, o in pairs(owners) do
     local g = false
@@ -248,6 +277,9 @@ if mode ~= 'l' then
   end
   -- A read writes nothing: the gone are left out of its figures only.
   if #dels > 0 and op ~= 'read' then redis.call('HDEL', H, unpack(dels)); changed = true end
+  if shifted and op ~= 'read' then
+    for h in pairs(owners) do save(h) end
+  end
 end
 
 -- The Limiter id a ticket belongs to.
@@ -290,12 +322,6 @@ local function excess()
     if h ~= holder then e = e + math.max(0, o.c - share(h)) end
   end
   return e
-end
-
-local function save(h)
-  local o = owners[h]
-  redis.call('HSET', H, 'r:' .. h, o.id .. ' ' .. o.ms .. ' ' .. o.c)
-  changed = true
 end
 
 local function touch()

@@ -73,7 +73,19 @@ func TestSeatsStaleCallDropsNothing(t *testing.T) {
 	if _, err := run("B 1 2 r", "0 1", "10 0 0 60000", "acquire", "B.1", "1", "0"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	// B silent while C calls on the key (a silence no call broke is no
+	// holder's: TestSeatsKeyServerFrozen), until C's last call is 20 ms
+	// after B's. C's view holds B, so C drops nothing.
+	for {
+		if _, err := sc.Run(ctx, srv.Client, keys, "renew", "C 2 3 r", "0 1 2", "1", "2", "60000", "10 0 0 60000", "").Result(); err != nil {
+			t.Fatal(err)
+		}
+		b, c := lastCall(t, srv, keys[0], "1"), lastCall(t, srv, keys[0], "2")
+		if c-b > 20 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	past := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
 	if _, err := run("A 0 1 r", "0", "10 0 0 60000 "+past, "acquire", "A.1", "1", "0"); code(err) != "PACER_STALE" {
 		t.Fatalf("an acquire run after its deadline: %v, want PACER_STALE", err)
@@ -96,8 +108,24 @@ func TestSeatsStaleCallDropsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v := read(); v[1] != int64(1) {
-		t.Fatalf("an acquire in time, on a view without B, silent 30 ms: %v seats used, want A's 1 (B gone)", v)
+		t.Fatalf("an acquire in time, on a view without B, silent over 20 ms: %v seats used, want A's 1 (B gone)", v)
 	}
+}
+
+// lastCall returns the last call the seats hash records for holder, Unix
+// ms.
+func lastCall(t *testing.T, srv *redistest.Server, seats, holder string) int64 {
+	t.Helper()
+	v, err := srv.Client.HGet(context.Background(), seats, "r:"+holder).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	var ms, c int64
+	if _, err := fmt.Sscanf(v, "%s %d %d", &id, &ms, &c); err != nil {
+		t.Fatalf("holder %s's record %q: %v", holder, v, err)
+	}
+	return ms
 }
 
 // seatsRig returns a real Redis, seats.lua and its KEYS (seats, queue, an
@@ -394,4 +422,51 @@ func BenchmarkSeatsPastHeld(b *testing.B) {
 	b.StopTimer()
 	c1, u1 := scripts()
 	b.ReportMetric(float64(u1-u0)/float64(max(c1-c0, 1)), "redis-µs/call")
+}
+
+// TestSeatsKeyServerFrozen: a holder is not taken for gone for a silence
+// no call on the key broke. On a Redis Cluster the key's master can freeze
+// while the fleet's records, on another master, answer: the holders'
+// heartbeats go on (the fleet neither forgets nor holds them), but their
+// renews on the key fail. At the thaw, a call on a view that lists every
+// holder found a live holder silent for over 3.5 I and dropped its seats
+// while its calls were open (the combination runner's Cluster seed 27: a
+// freeze of 3 s, 4 calls open on N = 3). A gap between calls on the key
+// beyond I now counts as no holder's silence. A holder gone for good is
+// still dropped once the key has been called for 3.5 I without it.
+func TestSeatsKeyServerFrozen(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	// I = 20 ms: a holder neither held nor heard from is gone after 70 ms
+	// of silence.
+	run := func(member string, more ...any) []any {
+		t.Helper()
+		future := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+		args := append([]any{more[0], member, "0 1", "", "1", "60000", "20 0 0 60000 " + future}, more[1:]...)
+		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+	if v := run("B 1 2 r", "acquire", "B.1", "1", "0"); v[0] != int64(1) {
+		t.Fatalf("B's acquire on a free band: %v", v)
+	}
+	time.Sleep(200 * time.Millisecond) // the key's server frozen: no call reaches it
+	if v := run("A 0 2 r", "acquire", "A.1", "1", "1"); v[0] != int64(0) || v[1] != int64(1) {
+		t.Fatalf("A's acquire after the key's server stalled 200 ms (10 I): %v, want queued first (B, live, holds the seat)", v)
+	}
+	// B's process really is gone (its rank taken again by a member that
+	// does not use the key): A's renews of its waiting call drop it once
+	// they have reached the key for 3.5 I without B.
+	for i := 0; ; i++ {
+		v := run("A 0 2 r", "renew", "A.1:1:w")
+		if slices.Contains(v[2:], any("A.1")) {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("A's ticket not handed B's seat after %d renews: %v", i, v)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
