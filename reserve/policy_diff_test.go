@@ -2,8 +2,10 @@ package reserve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,7 +14,9 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -179,8 +183,9 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) (ran, cut in
 					t.Logf("%s: adjust slot %v server %d (now %v = %d) cost %v", where, p.ours.Time().Sub(epoch), ss, now.Sub(epoch), now.UnixNano(), p.cost)
 				}
 				if rng.IntN(2) == 0 {
+					last := scriptLastEvents(t, b, l.RedisKey("diff"), pol)
 					require.NoError(t, p.ours.Cancel(ctx), where)
-					model.adjust(p.theirs, now, nil)
+					model.adjust(p.theirs, now, nil, last)
 					cancels++
 				} else {
 					actual := reserve.Cost{}
@@ -193,7 +198,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) (ran, cut in
 						t.Logf("  settle %v", actual)
 					}
 					require.NoError(t, p.ours.Settle(ctx, actual), where)
-					model.adjust(p.theirs, now, actual)
+					model.adjust(p.theirs, now, actual, nil)
 					settles++
 				}
 			} else {
@@ -222,6 +227,7 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) (ran, cut in
 				if debugDiff {
 					t.Logf("%s: now %v reserve %v -> %v", where, now.Sub(epoch), cost, ours.DelayFrom(now))
 				}
+				theirs.told = ratNS(ours.Time())
 				live = append(live, pair{ours, theirs, cost})
 			}
 			if step%5 == 0 {
@@ -258,4 +264,27 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) (ran, cut in
 	}
 	t.Logf("%d policy reservations, %d cancels and %d settles matched the model; %d of %d trials cut short", reservations, cancels, settles, cut, ran)
 	return ran, cut
+}
+
+// scriptLastEvents returns each bucket band's last event as the key's
+// state keeps it, Unix ns (nil for a window band, or all nil when the key
+// has no state), for policyModel.adjust.
+func scriptLastEvents(t *testing.T, b backend, key string, pol reserve.Policy) []*big.Rat {
+	t.Helper()
+	raw, err := b.client.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	require.NoError(t, err)
+	st, err := layout.ParseState(raw)
+	require.NoError(t, err)
+	last := make([]*big.Rat, len(pol))
+	for i, band := range pol {
+		for _, r := range st.Records {
+			if r.Bucket && (r.Name == band.Name || len(pol) == 1 && len(st.Records) == 1) {
+				last[i] = new(big.Rat).Add(big.NewRat(st.T*1000, 1), new(big.Rat).SetFloat64(r.Y))
+			}
+		}
+	}
+	return last
 }
