@@ -2,6 +2,7 @@ package reserve_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 )
@@ -268,12 +271,13 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, o
 				t.Fatal(msg)
 			}
 		}
+		made := 0 // reservations made in the trial: the last one's number on the key
 		// expired reports whether the key expired on the server's clock,
 		// which the fake clock says is not full yet: what follows is a
 		// fresh bucket to pacer and not to the models. The trial ends
 		// there; too many such ends fail the test (below).
 		expired := func(step int, now time.Time) bool {
-			if !expiredOnServer(t, b, l.RedisKey("diff"), lim, func() float64 { return models[0].m.tokensAt(now) }) {
+			if !expiredOnServer(t, b, l.RedisKey("diff"), lim, int64(made), func() float64 { return models[0].m.tokensAt(now) }) {
 				return false
 			}
 			t.Logf("trial %d step %d %+v: the key expired on the server's clock (real time passed: a loaded machine); trial cut", trial, step, lim)
@@ -322,7 +326,6 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, o
 			theirs *rate.Reservation
 		}
 		var live []pair
-		made := 0
 		for step, st := range plan.steps {
 			now := clk.Advance(st.advance)
 			if expired(step, now) {
@@ -460,12 +463,26 @@ func runDifferential(t *testing.T, b backend, rng *rand.Rand, withCancel bool, o
 // TTL (its refill time on the fake clock plus 1 to 2 s), as on a machine
 // so loaded that steps take seconds (docs/testing.md, "Fake clocks on a
 // real Redis"). A key absent while the bucket is full is a full bucket to
-// both.
-func expiredOnServer(t *testing.T, b backend, key string, lim reserve.Limit, tokens func() float64) bool {
+// both. So is a state numbered below made, the reservations the trial
+// made: a cancel of one of the lost state's reservations writes the key
+// anew (TestExpiredOnServerAfterACancel).
+func expiredOnServer(t *testing.T, b backend, key string, lim reserve.Limit, made int64, tokens func() float64) bool {
 	t.Helper()
-	n, err := b.client.Exists(context.Background(), key).Result()
+	return stateLost(t, b, key, made) && tokens() < float64(lim.Burst)-lim.Rate*1e-6-1e-9
+}
+
+// stateLost reports whether key's state is not the one made reservations
+// numbered: absent, or numbered below made.
+func stateLost(t *testing.T, b backend, key string, made int64) bool {
+	t.Helper()
+	raw, err := b.client.Get(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return true
+	}
 	require.NoError(t, err)
-	return n == 0 && tokens() < float64(lim.Burst)-lim.Rate*1e-6-1e-9
+	st, err := layout.ParseState(raw)
+	require.NoError(t, err)
+	return st.Seq < made
 }
 
 // testProperties checks, for random sequences, that slots are handed out in
