@@ -475,14 +475,22 @@ func expiredOnServer(t *testing.T, b backend, key string, lim reserve.Limit, mad
 // numbered: absent, or numbered below made.
 func stateLost(t *testing.T, b backend, key string, made int64) bool {
 	t.Helper()
+	st, ok := readState(t, b, key)
+	return !ok || st.Seq < made
+}
+
+// readState returns key's state as the server holds it; ok is false when
+// the key is absent.
+func readState(t *testing.T, b backend, key string) (st layout.State, ok bool) {
+	t.Helper()
 	raw, err := b.client.Get(context.Background(), key).Result()
 	if errors.Is(err, redis.Nil) {
-		return true
+		return st, false
 	}
 	require.NoError(t, err)
-	st, err := layout.ParseState(raw)
+	st, err = layout.ParseState(raw)
 	require.NoError(t, err)
-	return st.Seq < made
+	return st, true
 }
 
 // testProperties checks, for random sequences, that slots are handed out in

@@ -2,7 +2,6 @@ package reserve_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -14,9 +13,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
-	"github.com/pacer-go/pacer/internal/layout"
 	"github.com/pacer-go/pacer/reserve"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -270,13 +267,10 @@ func runPolicyDifferential(t *testing.T, b backend, rng *rand.Rand) (ran, cut in
 // has no state), for policyModel.adjust.
 func scriptLastEvents(t *testing.T, b backend, key string, pol reserve.Policy) []*big.Rat {
 	t.Helper()
-	raw, err := b.client.Get(context.Background(), key).Result()
-	if errors.Is(err, redis.Nil) {
+	st, ok := readState(t, b, key)
+	if !ok {
 		return nil
 	}
-	require.NoError(t, err)
-	st, err := layout.ParseState(raw)
-	require.NoError(t, err)
 	last := make([]*big.Rat, len(pol))
 	for i, band := range pol {
 		for _, r := range st.Records {
