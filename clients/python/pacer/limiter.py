@@ -346,6 +346,11 @@ class Limiter:
         # Wakes the heartbeat thread at once: the Limiter just went local
         # (_go_local), and the fleet must hear it.
         self._wake = threading.Event()
+        # Held by the heartbeat under way (_beat): one at a time, as Go's
+        # Limiter, which beats from one loop. Two at once, a failure sent
+        # before the other's answer could arrive after it and switch a
+        # Limiter just back to local pacing again.
+        self._beat_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if heartbeat:
             self._first_beat()
@@ -1131,15 +1136,22 @@ class Limiter:
                     return
         self._go_local("the first heartbeat timed out three times")
 
-    def _beat(self) -> None:
+    def _beat(self, wait: bool = True) -> None:
         """A heartbeat (the probe while local), run again at once (twice at
         most) when the reply changed what the next one says, as Go's
         Limiter: its local share's size (the others keep to it if this one
         goes silent), or its mode (it came back to Redis: until the fleet
-        hears "redis", the others hold its share)."""
-        for _ in range(3):
-            if not self._beat_once():
-                return
+        hears "redis", the others hold its share). One at a time
+        (_beat_lock): it waits for one under way, or (not wait) leaves the
+        probe to it."""
+        if not self._beat_lock.acquire(blocking=wait):
+            return
+        try:
+            for _ in range(3):
+                if not self._beat_once():
+                    return
+        finally:
+            self._beat_lock.release()
 
     def _beat_once(self) -> bool:
         began = time.monotonic()
@@ -1461,12 +1473,12 @@ class Limiter:
 
     def _probe(self) -> None:
         """While local and waiting for Redis: a heartbeat now (the way back
-        to Redis), at most every 100 ms."""
+        to Redis), at most every 100 ms, unless one is under way."""
         with self._lock:
             if not self._local or time.monotonic() - self._probed < 0.1:
                 return
             self._probed = time.monotonic()
-        self._beat()
+        self._beat(wait=False)
 
     # -------------------------------------------------------------- local
 

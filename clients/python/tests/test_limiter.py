@@ -1668,6 +1668,49 @@ class FallbackTest(unittest.TestCase):
         self.assertGreaterEqual(r.slot_ns - local[-1].slot_ns, 1000 * MS - 1000,
                                 "Redis granted a slot within 1/rate of the store's last")
 
+    def test_heartbeats_one_at_a_time(self) -> None:
+        """Two heartbeats never run at once, as Go's Limiter's, which beat
+        from one loop. Before, the heartbeat thread's tell of the switch to
+        local, sent while Redis refused writes, could fail after a probe
+        begun later had brought the Limiter back: the stale failure made it
+        local again (CI: test_handback_of_a_key_used_only_locally, one run
+        in many, its log "back on Redis" then "Redis unavailable
+        (heartbeat: ... OOM ...)")."""
+        a = self.limiter("a")
+        a._beat()
+        assert a._thread is not None
+        sent, release, told = threading.Event(), threading.Event(), threading.Event()
+        send, timed = a._send_beat, a._beat_once_timed
+
+        def held_send(*args: object) -> object:
+            try:
+                return send(*args)  # type: ignore[arg-type]
+            finally:
+                if threading.current_thread() is a._thread:
+                    sent.set()
+                    release.wait(10)  # its reply arrives late
+
+        def timed_once() -> bool:
+            try:
+                return timed()
+            finally:
+                if threading.current_thread() is a._thread:
+                    told.set()
+
+        a._send_beat = held_send  # type: ignore[method-assign]
+        a._beat_once_timed = timed_once  # type: ignore[method-assign]
+        with self.redis_full():
+            self.assertTrue(a.reserve("k", Limit(1, 1), max_wait=10).local)
+            self.assertTrue(sent.wait(10), "the thread's tell of the switch")
+        probe = threading.Thread(target=a._beat)  # Redis answers: back
+        probe.start()
+        probe.join(1)  # before the fix, it came back here, the tell's failure pending
+        release.set()
+        probe.join(10)
+        self.assertTrue(told.wait(10))
+        self.assertFalse(probe.is_alive())
+        self.assertFalse(a.is_local, "a heartbeat's failure outlived a later one's answer")
+
     def test_handback_moves_sleepers(self) -> None:
         """Back on Redis, the store's sleepers that have not made their
         last check take slots on Redis, and Redis's floor is the latest of
