@@ -19,18 +19,25 @@ import (
 
 // lateFleetReply delays the reply of the next heartbeat it is armed for:
 // the script runs on Redis at once, then meanwhile runs, then the reply
-// waits delay, as through a network that delays replies.
+// waits delay, as through a network that delays replies. Every heartbeat
+// waits outbound (nanoseconds) before it is sent.
 type lateFleetReply struct {
 	passHook
 	key       string
 	delay     time.Duration
 	armed     atomic.Bool
 	meanwhile func()
+	outbound  atomic.Int64
 }
 
 func (h *lateFleetReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if k, ok := scriptKey(cmd); ok && k == h.key && h.armed.CompareAndSwap(true, false) {
+		k, ok := scriptKey(cmd)
+		if !ok || k != h.key {
+			return next(ctx, cmd)
+		}
+		time.Sleep(time.Duration(h.outbound.Load()))
+		if h.armed.CompareAndSwap(true, false) {
 			err := next(ctx, cmd)
 			h.meanwhile()
 			time.Sleep(h.delay)
@@ -89,10 +96,28 @@ func TestLateHeartbeatViewDoubted(t *testing.T) {
 			t.Logf("the late heartbeat: %v (a heartbeat that timed out, on a loaded machine, is doubted too)", err)
 			assert.Equal(t, 0.5, a.Share(), "a takes the whole rate on a view that left Redis before the other member could be held")
 
-			// The other member heard from on Redis since: the whole again.
-			member("redis", start.Add(2*time.Millisecond))
-			require.NoError(t, a.Beat(ctx))
-			assert.Equal(t, 1.0, a.Share(), "the other member, heard from since, is still held")
+			// The other member heard from on Redis since: the whole again,
+			// once it was heard from after the reply arrived by more than
+			// a's next heartbeat takes to reach Redis. The window a
+			// heartbeat sends (how recently a member must have been heard
+			// from) is counted back from when the script runs, and a
+			// heartbeat that reached Redis late (here 50 ms) finds a
+			// member heard from just after the reply still silent: it is
+			// held, the safe side. (Without the 50 ms, one CI run in many
+			// found it held at once: a loaded machine delays the
+			// heartbeat the same way.)
+			late.outbound.Store(int64(50 * time.Millisecond))
+			var shares []float64
+			for range 20 {
+				member("redis", start.Add(2*time.Millisecond))
+				require.NoError(t, a.Beat(ctx))
+				if shares = append(shares, a.Share()); a.Share() == 1.0 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("a's shares, a heartbeat after each of the other's: %v", shares)
+			assert.Equal(t, 1.0, shares[len(shares)-1], "the other member, heard from since, is still held: shares %v", shares)
 		})
 	}
 }
