@@ -103,9 +103,9 @@ func TestLateHeartbeatViewDoubted(t *testing.T) {
 			// from) is counted back from when the script runs, and a
 			// heartbeat that reached Redis late (here 50 ms) finds a
 			// member heard from just after the reply still silent: it is
-			// held, the safe side. (Without the 50 ms, one CI run in many
-			// found it held at once: a loaded machine delays the
-			// heartbeat the same way.)
+			// held, the safe side. (Without the 50 ms, one run of the
+			// README's test command found it held at once: a loaded
+			// machine delays the heartbeat the same way.)
 			late.outbound.Store(int64(50 * time.Millisecond))
 			var shares []float64
 			for range 20 {
