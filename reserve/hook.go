@@ -28,6 +28,15 @@ func init() {
 		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.scripts) }, nil)
 	}
 	hook.FailClosed = func(l any) bool { return l.(*Limiter).opts.FailClosed }
+	hook.SeatsAsleep = func(r any) {
+		res := r.(*Reservation)
+		if t := res.seat; t != nil {
+			ks := res.lim.states.get(t.key)
+			ks.mu.Lock()
+			t.asleep = true
+			ks.mu.Unlock()
+		}
+	}
 	hook.Claim = func(l any, ctx context.Context, id string, req any, maxWait, staleAfter, early time.Duration, mayKeep bool) (any, bool, int, error) {
 		g, err := l.(*Limiter).claimHeld(ctx, id, req.(Request), maxWait, staleAfter, early, mayKeep)
 		if err != nil {

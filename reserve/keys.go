@@ -100,6 +100,11 @@ type keyState struct {
 	seatsExcess   int64
 	seatsExcessAt time.Time
 	seatsN        int64 // the band's N as the last reply on Redis gave it (an operator's, if stored)
+	// seatsHeard is when this Limiter sent the last of its calls on the
+	// key's seats that Redis answered and that renewed its holder's record
+	// there (an acquire that granted or queued, a renew): the record's
+	// time on Redis is no earlier (see seatSure).
+	seatsHeard time.Time
 }
 
 // monoNow is the monotonic clock in ns since the package's start: a

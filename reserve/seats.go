@@ -156,7 +156,27 @@ type seatTicket struct {
 	at    time.Time     // when it started waiting
 	// counted: SeatMetrics was told the ticket holds its seats.
 	counted atomic.Bool
-	waited  bool // it queued for its seats (set by takeSeats' goroutine only)
+	waited  bool // it queued for its seats (set by awaitSeats' goroutine only)
+	// Whether the call may be open on the seats (read and written with
+	// ks.mu held): open once Sleep returned; before, not while a Sleep (or
+	// the worker's) holds it back (asleep), nor before openAt, the slot
+	// its Reservation was handed out with (zero: still being reserved).
+	// A renew lists a held ticket whose call is not open as waiting, so
+	// that Redis does not record again seats it dropped meanwhile (see
+	// unopened).
+	open   bool
+	asleep bool
+	openAt time.Time
+}
+
+// unopened reports whether t holds its seats and its call has not opened
+// on them yet. A renew lists such a ticket as waiting ("w"): its seats
+// are kept if Redis still records them, and it queues again if Redis
+// dropped them (the fleet took its holder for gone and may have handed
+// them on), where a held one ("h") would be recorded again, over N. ks.mu
+// is held.
+func (t *seatTicket) unopened(now time.Time) bool {
+	return t.state == seatHeld && !t.open && (t.asleep || t.openAt.IsZero() || now.Before(t.openAt))
 }
 
 // keySeats is a keyState's in-flight part: the tickets this Limiter has
@@ -299,6 +319,14 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 	t.id = l.id + "." + strconv.FormatUint(ticketSeq.Add(1), 36)
 	ks.seatsOf().tickets[t.id] = t
 	ks.mu.Unlock()
+	return l.awaitSeats(ctx, ks, t, maxWait, true)
+}
+
+// awaitSeats asks for t's seats until it holds them, waiting in the key's
+// queue for at most maxWait (as takeSeats). When it gives up, it cancels
+// t if cancel is set.
+func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, maxWait time.Duration, cancel bool) (*seatTicket, error) {
+	key := ks.name
 	var limit <-chan time.Time
 	if maxWait > 0 {
 		tm := time.NewTimer(maxWait)
@@ -309,18 +337,20 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 	waiting := false
 	defer func() {
 		if waiting && sm != nil {
-			sm.SeatWaiters(key, sr.band, -1)
+			sm.SeatWaiters(key, t.band, -1)
 		}
 	}()
 	gotIt := func(handedOff bool) (*seatTicket, error) {
 		if sm != nil && t.counted.CompareAndSwap(false, true) {
-			sm.SeatsTaken(key, sr.band, t.cost, time.Since(t.at), handedOff, t.local.Load())
-			sm.SeatsHeld(key, sr.band, t.cost)
+			sm.SeatsTaken(key, t.band, t.cost, time.Since(t.at), handedOff, t.local.Load())
+			sm.SeatsHeld(key, t.band, t.cost)
 		}
 		return t, nil
 	}
 	giveUp := func(err error) (*seatTicket, error) {
-		l.cancelTicket(t)
+		if cancel {
+			l.cancelTicket(t)
+		}
 		return nil, err
 	}
 	for {
@@ -333,7 +363,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 		if queued && !waiting {
 			waiting, t.waited = true, true
 			if sm != nil {
-				sm.SeatWaiters(key, sr.band, 1)
+				sm.SeatWaiters(key, t.band, 1)
 			}
 		}
 		if err != nil {
@@ -346,17 +376,20 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 				return giveUp(&WaitTooLongError{Wait: l.opts.ProbeInterval, MaxWait: 0, Band: OutageBinding})
 			}
 		} else if !queued {
-			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: sr.band, seats: true})
+			return giveUp(&WaitTooLongError{MaxWait: maxWait, Band: t.band, seats: true})
 		}
 		every := seatPoll
 		if err != nil {
 			every = min(every, max(l.opts.ProbeInterval/4, 10*time.Millisecond)) // waiting for a share
 		}
 		poll := time.NewTimer(every)
+		ks.mu.Lock()
+		got := t.got // made again when the ticket loses its seats (unholdTicket)
+		ks.mu.Unlock()
 	wait:
 		for {
 			select {
-			case <-t.got:
+			case <-got:
 				poll.Stop()
 				return gotIt(true)
 			case <-moved:
@@ -371,7 +404,7 @@ func (l *Limiter) takeSeats(ctx context.Context, key string, sr *seatReq, maxWai
 				break wait
 			case <-limit:
 				poll.Stop()
-				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: sr.band, seats: true})
+				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: t.band, seats: true})
 			case <-ctx.Done():
 				poll.Stop()
 				return giveUp(ctx.Err())
@@ -396,6 +429,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 	}
 	if !local {
 		args := append(l.seatArgs(ks, t.n), t.id, strconv.Itoa(t.cost), w)
+		sent := time.Now()
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
 			return l.seatsOnRedis(ctx, ks.name, append([]any{"acquire"}, args...))
 		}, func(res any) {
@@ -409,7 +443,7 @@ func (l *Limiter) acquireSeats(ctx context.Context, ks *keyState, t *seatTicket,
 		if err != nil {
 			return false, false, err
 		}
-		return l.noteAcquire(ks, t, res, false)
+		return l.noteAcquire(ks, t, res, sent)
 	}
 	if l.probesStalled() {
 		return false, false, l.stalledErr(ks.name)
@@ -472,7 +506,7 @@ func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
 	}
 	sts.excess = l.seatExcess(ks)
 	if _, err := seatsScript.Run(ctx, l.store, l.seatKeys(ks.name), "renew", arg, "*", sts.excess, ks.storeN(n),
-		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), ticketList(sts, true)).Result(); err != nil {
+		l.seatKeep(), l.seatLapse()+" 0"+l.seatHold(), seedList(sts)).Result(); err != nil {
 		return l.localError(names.OpSeats, ks.name, err)
 	}
 	sts.store = true
@@ -481,16 +515,21 @@ func (l *Limiter) seatStore(ctx context.Context, ks *keyState) error {
 
 // ticketList is renew's ARGV[8]: every ticket of sts, held ("h"), waiting
 // ("w", or in the store's seeding: not carried over) or being asked for
-// ("p"). ks.mu is held.
-func ticketList(sts *keySeats, seed bool) string {
+// ("p"). On Redis (not seed) a held ticket whose call has not opened goes
+// as waiting (see unopened); unsure lists them. ks.mu is held.
+func ticketList(sts *keySeats, seed bool) (list string, unsure []string) {
 	var b strings.Builder
+	now := time.Now()
 	for _, id := range slices.Sorted(maps.Keys(sts.tickets)) {
 		t := sts.tickets[id]
 		s := "p"
-		switch t.state {
-		case seatHeld:
+		switch {
+		case t.state == seatHeld && !seed && t.unopened(now):
+			s = "w"
+			unsure = append(unsure, id)
+		case t.state == seatHeld:
 			s = "h"
-		case seatWaiting:
+		case t.state == seatWaiting:
 			s = "w"
 		}
 		if seed && s != "h" {
@@ -501,13 +540,32 @@ func ticketList(sts *keySeats, seed bool) string {
 		}
 		b.WriteString(t.id + ":" + strconv.Itoa(t.cost) + ":" + s)
 	}
-	return b.String()
+	return b.String(), unsure
 }
 
-func (l *Limiter) noteAcquire(ks *keyState, t *seatTicket, res any, local bool) (granted, queued bool, err error) {
+// seedList is ticketList for the store's seeding: the held tickets.
+func seedList(sts *keySeats) string {
+	list, _ := ticketList(sts, true)
+	return list
+}
+
+// noteAcquire applies the reply of an acquire on Redis, sent at sent, to
+// t.
+func (l *Limiter) noteAcquire(ks *keyState, t *seatTicket, res any, sent time.Time) (granted, queued bool, err error) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return l.noteAcquireLocked(ks, t, res, local)
+	if r, ok := res.([]any); ok && len(r) > 1 && (r[0] == int64(1) || r[1] != int64(0)) {
+		ks.heardSeats(sent) // granted or queued: the holder's record was renewed
+	}
+	return l.noteAcquireLocked(ks, t, res, false)
+}
+
+// heardSeats notes a call on the key's seats, sent at sent, that renewed
+// this Limiter's record there. ks.mu is held.
+func (ks *keyState) heardSeats(sent time.Time) {
+	if sent.After(ks.seatsHeard) {
+		ks.seatsHeard = sent
+	}
 }
 
 // noteAcquireLocked applies an acquire's reply to t. ks.mu is held.
@@ -568,6 +626,11 @@ func (l *Limiter) endTicket(t *seatTicket, op string) {
 	}
 	ks := l.states.get(t.key)
 	ks.mu.Lock()
+	if t.state != seatHeld {
+		// It waits for its seats again (see unopened): a release would
+		// leave it in the queue.
+		op = "cancel"
+	}
 	offRedis := (ks.seats == nil || !ks.seats.store) && l.isDegraded() && !l.opts.FailClosed
 	if offRedis && ks.seats != nil {
 		// Redis counts the ticket until the handback's renew, which
@@ -682,7 +745,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			ks.mu.Unlock()
 			continue
 		}
-		list := ticketList(sts, false)
+		list, unsure := ticketList(sts, false)
 		// The last ticket number made when the list was: a ticket made
 		// since (numbered after it) may be granted on Redis before this
 		// renew runs, and must not go as one not listed.
@@ -694,6 +757,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 		listed := slices.Collect(maps.Keys(sts.tickets))
 		ks.mu.Unlock()
 		args := append([]any{"renew"}, append(l.seatArgs(ks, n), list, upTo)...)
+		sent := time.Now()
 		res, err := l.run(ctx, names.OpSeats, ks.name, func(ctx context.Context) (any, error) {
 			return l.seatsOnRedis(ctx, ks.name, args)
 		}, nil)
@@ -701,12 +765,14 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			continue
 		}
 		ks.mu.Lock()
+		ks.heardSeats(sent)
 		if r, ok := res.([]any); ok && len(r) > 1 {
 			if st, ok := r[0].(int64); ok && st != 0 {
 				ks.seatsStart = st
 			}
 			ks.noteExcess(r[1])
 		}
+		l.lostSeats(ks, res, unsure)
 		if ks.seats != nil {
 			ks.seats.dirty = false
 		}
@@ -739,6 +805,100 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			l.endOnRedis(ks, "cancel", id, n)
 		}
 	}
+}
+
+// lostSeats takes back the seats of the tickets a renew listed as waiting
+// while they held them (unsure: their calls had not opened) and whose
+// seats its reply does not list: Redis dropped them, the fleet having
+// taken this Limiter for gone (its calls on the key went unanswered for
+// 3.5 heartbeats), and the renew queued them again. Their callers wait
+// for seats again before they open their calls (confirmSeats). ks.mu is
+// held.
+func (l *Limiter) lostSeats(ks *keyState, res any, unsure []string) {
+	if len(unsure) == 0 || ks.seats == nil {
+		return
+	}
+	r, _ := res.([]any)
+	holds := map[string]bool{}
+	for _, v := range r[min(2, len(r)):] {
+		if v == "|" {
+			break
+		}
+		if id, ok := v.(string); ok {
+			holds[id] = true
+		}
+	}
+	for _, id := range unsure {
+		if t := ks.seats.tickets[id]; t != nil && t.state == seatHeld && !holds[id] {
+			l.unholdTicket(t)
+		}
+	}
+}
+
+// unholdTicket makes held ticket t wait for its seats again. ks.mu is
+// held.
+func (l *Limiter) unholdTicket(t *seatTicket) {
+	t.state = seatWaiting
+	t.got = make(chan struct{})
+	if sm, ok := l.opts.Metrics.(SeatMetrics); ok && t.counted.CompareAndSwap(true, false) {
+		sm.SeatsHeld(t.key, t.band, -t.cost)
+	}
+}
+
+// seatSure is how long after this Limiter's last call on a key's seats
+// that Redis answered (keyState.seatsHeard) a call may open on seats
+// granted before without asking Redis again: 1.25 heartbeat intervals.
+// seats.lua drops a holder's seats once its record has gone 1.5 intervals
+// without a call (a holder the caller's fleet does not list) or 3.5 (one
+// it does not hold), and a heartbeat renews the record every interval. On
+// a store (package pacertest) seats are never dropped.
+func (l *Limiter) seatSure() time.Duration {
+	if l.onStore != nil {
+		return time.Duration(math.MaxInt64)
+	}
+	return l.opts.HeartbeatInterval * 5 / 4
+}
+
+// confirmSeats is the last step before a call opens on t's seats (Sleep):
+// if Redis may have dropped them since this Limiter last heard from it on
+// the key (see seatSure), it asks again, with an acquire of the same
+// ticket: Redis keeps seats it still records, and queues the ticket again
+// if it dropped them. It then waits for its seats as takeSeats does, in the
+// key's queue, for Redis or a local share, as long as ctx allows. Seats
+// the local fallback's store holds are the store's to count, and sure.
+// waited reports that it asked. Before, a holder that lost Redis on the
+// key for long enough went on to open calls on seats the fleet had handed
+// to others (the combination runner on a Cluster, seed 27: a holder
+// stopped, then the key's master frozen; 4 calls open with N = 3).
+func (l *Limiter) confirmSeats(ctx context.Context, t *seatTicket) (waited bool, err error) {
+	ks := l.states.get(t.key)
+	ks.mu.Lock()
+	t.asleep = true
+	store := ks.seats != nil && ks.seats.store
+	if t.state == seatHeld && (store || t.local.Load() || time.Since(ks.seatsHeard) < l.seatSure()) {
+		ks.mu.Unlock()
+		return false, nil
+	}
+	if t.state == seatHeld {
+		l.unholdTicket(t)
+		t.state = seatPending
+	}
+	ks.mu.Unlock()
+	maxWait := time.Duration(-1)
+	if d, ok := ctx.Deadline(); ok {
+		maxWait = max(time.Until(d), 0)
+	}
+	_, err = l.awaitSeats(ctx, ks, t, maxWait, false)
+	return true, err
+}
+
+// openTicket notes that t's call opens (Sleep returns): from now on its
+// renews list it as held.
+func (l *Limiter) openTicket(t *seatTicket) {
+	ks := l.states.get(t.key)
+	ks.mu.Lock()
+	t.open, t.asleep = true, false
+	ks.mu.Unlock()
 }
 
 // closeSeats, at Close, renews the tickets of every key whose seats Redis
@@ -809,6 +969,12 @@ func (l *Limiter) reserveSeats(ctx context.Context, req Request, sr *seatReq, ma
 			}
 		}
 		r.seat, r.seatUnit = t, unit
+		// From its slot on, the call may be open on its seats, unless a
+		// Sleep holds it back (see unopened).
+		ks := l.states.get(req.Key)
+		ks.mu.Lock()
+		t.openAt = time.Now().Add(r.Delay())
+		ks.mu.Unlock()
 	}
 	return r, nil
 }

@@ -39,6 +39,15 @@ import (
 // deadline: when the new slot would come after it, Sleep returns an error
 // wrapping *WaitTooLongError.
 //
+// Nor does Sleep return on seats of an in-flight band that the fleet may
+// have handed on: when this Limiter's calls on the key's seats have gone
+// unanswered for over 1.25 heartbeat intervals (the fleet drops a silent
+// holder's seats after 1.5 or 3.5), it asks Redis whether they are still
+// its own, and if not it waits for seats in the key's queue again, as a
+// new call does, within ctx's deadline (a slot it then passes is moved as
+// above). A reservation with seats is opened by Sleep, even one with
+// nothing to sleep to; a caller that sleeps on its own gets no such check.
+//
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
 // Cancel; best effort, bounded by Options.CallTimeout) and returns
 // ctx.Err(). A ctx that ends within the last PreciseWake is not noticed,
@@ -64,6 +73,10 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			r.cancelDetached()
 			return 0, err
 		}
+		if _, err := r.confirmSeats(ctx); err != nil {
+			return 0, err
+		}
+		r.openSeats()
 		return 0, nil
 	}
 	if tr != nil {
@@ -137,6 +150,12 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		if !r.Time().Equal(at) {
 			continue // a resume moved the slot earlier
 		}
+		if waited, err := r.confirmSeats(ctx); err != nil {
+			r.cancelDetached()
+			return 0, err
+		} else if waited {
+			continue // it asked Redis for its seats again: check the rest again
+		}
 		if l.awakeLocal(r) {
 			// The last check: from here the slot is used as granted, and a
 			// handback counts it in its floor; the handback came first.
@@ -161,7 +180,25 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			}
 			continue
 		}
+		r.openSeats()
 		return max(late, 0), nil
+	}
+}
+
+// confirmSeats makes sure, before the call opens, that the seats r holds
+// on an in-flight band are still its own (Limiter.confirmSeats); waited
+// reports that it asked Redis.
+func (r *Reservation) confirmSeats(ctx context.Context) (waited bool, err error) {
+	if r.seat == nil || r.seatDone.Load() {
+		return false, nil
+	}
+	return r.lim.confirmSeats(ctx, r.seat)
+}
+
+// openSeats notes that the call opens on r's seats.
+func (r *Reservation) openSeats() {
+	if r.seat != nil {
+		r.lim.openTicket(r.seat)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/pacer-go/pacer/hold"
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/internal/inflight"
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -289,7 +290,10 @@ func (p *Pacer) unheld(ctx context.Context, tk *task, maxWait time.Duration) (*r
 // takes a fresh one, so that tasks a hand-off of seats releases together
 // keep the rate's spacing. A move further than maxWait gives the seat back
 // and fails with an error wrapping *reserve.WaitTooLongError (the task is
-// claimed again, and rescheduled).
+// claimed again, and rescheduled). So does a seat the fleet dropped
+// meanwhile (its Limiter's calls on the key went unanswered for several
+// heartbeats) that does not come back within maxWait: the seat is checked
+// once more before the handler runs.
 func (p *Pacer) takeSeats(ctx context.Context, tk *task, r *reserve.Reservation, maxWait time.Duration) (*reserve.Reservation, error) {
 	if tk.seats == nil {
 		return nil, nil
@@ -322,10 +326,21 @@ func (p *Pacer) takeSeats(ctx context.Context, tk *task, r *reserve.Reservation,
 		return nil, fmt.Errorf("worker: task %s: no seat on %q's in-flight band within %v: %w", tk.id, tk.seats.Key, maxWait, err)
 	}
 	if r != nil {
+		hook.SeatsAsleep(seat) // not open until its Sleep, below
 		if err := p.sleep(ctx, r, maxWait); err != nil {
 			seat.Done()
 			return nil, err
 		}
+	}
+	// The seat's last check before the handler opens its call: seats the
+	// fleet dropped while the task slept (its Limiter's calls on the key
+	// went unanswered) are waited for again (reserve.Reservation.Sleep).
+	// On an error Sleep gives the seat back.
+	if err := p.sleep(ctx, seat, maxWait); err != nil {
+		if r != nil {
+			_ = r.Cancel(context.WithoutCancel(ctx))
+		}
+		return nil, err
 	}
 	return seat, nil
 }
