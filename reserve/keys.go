@@ -103,7 +103,8 @@ type keyState struct {
 	// seatsHeard is when this Limiter sent the last of its calls on the
 	// key's seats that Redis answered and that renewed its holder's record
 	// there (an acquire that granted or queued, a renew): the record's
-	// time on Redis is no earlier (see seatSure).
+	// time on Redis is no earlier. A ticket handed seats is sure of them as
+	// of then (seatTicket.sure).
 	seatsHeard time.Time
 }
 

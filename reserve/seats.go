@@ -167,6 +167,17 @@ type seatTicket struct {
 	open   bool
 	asleep bool
 	openAt time.Time
+	// sure is when this Limiter sent the last call Redis answered that
+	// showed the ticket holding its seats (an acquire that granted it, a
+	// renew whose reply names it), or, for seats handed to it, the last
+	// that renewed its holder's record before it heard of the hand-off
+	// (keyState.seatsHeard): Redis keeps the seats for 1.5 heartbeat
+	// intervals after it at least (see seatSure). A holder's record that
+	// Redis dropped and a later call of its made again holds none of the
+	// seats it had, so a call that renewed the record says nothing of a
+	// ticket's seats (the combination runner on a Cluster, seed 27). Read
+	// and written with ks.mu held.
+	sure time.Time
 }
 
 // unopened reports whether t holds its seats and its call has not opened
@@ -210,6 +221,7 @@ func (ks *keyState) grantTicket(id string) {
 		return
 	}
 	t.state = seatHeld
+	t.sure = ks.seatsHeard
 	close(t.got)
 }
 
@@ -557,7 +569,11 @@ func (l *Limiter) noteAcquire(ks *keyState, t *seatTicket, res any, sent time.Ti
 	if r, ok := res.([]any); ok && len(r) > 1 && (r[0] == int64(1) || r[1] != int64(0)) {
 		ks.heardSeats(sent) // granted or queued: the holder's record was renewed
 	}
-	return l.noteAcquireLocked(ks, t, res, false)
+	granted, queued, err = l.noteAcquireLocked(ks, t, res, false)
+	if granted {
+		t.sure = sent
+	}
+	return granted, queued, err
 }
 
 // heardSeats notes a call on the key's seats, sent at sent, that renewed
@@ -772,7 +788,7 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 			}
 			ks.noteExcess(r[1])
 		}
-		l.lostSeats(ks, res, unsure)
+		l.heardTickets(ks, res, unsure, sent)
 		if ks.seats != nil {
 			ks.seats.dirty = false
 		}
@@ -807,15 +823,16 @@ func (l *Limiter) renewSeats(ctx context.Context) {
 	}
 }
 
-// lostSeats takes back the seats of the tickets a renew listed as waiting
-// while they held them (unsure: their calls had not opened) and whose
-// seats its reply does not list: Redis dropped them, the fleet having
-// taken this Limiter for gone (its calls on the key went unanswered for
-// 3.5 heartbeats), and the renew queued them again. Their callers wait
-// for seats again before they open their calls (confirmSeats). ks.mu is
-// held.
-func (l *Limiter) lostSeats(ks *keyState, res any, unsure []string) {
-	if len(unsure) == 0 || ks.seats == nil {
+// heardTickets applies a renew's reply (sent at sent) to the tickets it
+// names as holding seats (they are sure as of sent), and to those it
+// listed as waiting while they held seats (unsure: their calls had not
+// opened) and whose seats its reply does not name: Redis dropped them,
+// the fleet having taken this Limiter for gone (its calls on the key went
+// unanswered for 3.5 heartbeats), and the renew queued them again. Their
+// callers wait for seats again before they open their calls
+// (confirmSeats). ks.mu is held.
+func (l *Limiter) heardTickets(ks *keyState, res any, unsure []string, sent time.Time) {
+	if ks.seats == nil {
 		return
 	}
 	r, _ := res.([]any)
@@ -826,6 +843,9 @@ func (l *Limiter) lostSeats(ks *keyState, res any, unsure []string) {
 		}
 		if id, ok := v.(string); ok {
 			holds[id] = true
+			if t := ks.seats.tickets[id]; t != nil && t.state == seatHeld && sent.After(t.sure) {
+				t.sure = sent
+			}
 		}
 	}
 	for _, id := range unsure {
@@ -845,9 +865,9 @@ func (l *Limiter) unholdTicket(t *seatTicket) {
 	}
 }
 
-// seatSure is how long after this Limiter's last call on a key's seats
-// that Redis answered (keyState.seatsHeard) a call may open on seats
-// granted before without asking Redis again: 1.25 heartbeat intervals.
+// seatSure is how long after the last call Redis answered that showed a
+// ticket holding its seats (seatTicket.sure) a call may open on them
+// without asking Redis again: 1.25 heartbeat intervals.
 // seats.lua drops a holder's seats once its record has gone 1.5 intervals
 // without a call (a holder the caller's fleet does not list) or 3.5 (one
 // it does not hold), and a heartbeat renews the record every interval. On
@@ -860,8 +880,8 @@ func (l *Limiter) seatSure() time.Duration {
 }
 
 // confirmSeats is the last step before a call opens on t's seats (Sleep):
-// if Redis may have dropped them since this Limiter last heard from it on
-// the key (see seatSure), it asks again, with an acquire of the same
+// if Redis may have dropped them since it last showed them t's
+// (seatTicket.sure, seatSure), it asks again, with an acquire of the same
 // ticket: Redis keeps seats it still records, and queues the ticket again
 // if it dropped them. It then waits for its seats as takeSeats does, in the
 // key's queue, for Redis or a local share, as long as ctx allows. Seats
@@ -875,7 +895,7 @@ func (l *Limiter) confirmSeats(ctx context.Context, t *seatTicket) (waited bool,
 	ks.mu.Lock()
 	t.asleep = true
 	store := ks.seats != nil && ks.seats.store
-	if t.state == seatHeld && (store || t.local.Load() || time.Since(ks.seatsHeard) < l.seatSure()) {
+	if t.state == seatHeld && (store || t.local.Load() || time.Since(t.sure) < l.seatSure()) {
 		ks.mu.Unlock()
 		return false, nil
 	}
