@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/internal/inflight"
 	"github.com/pacer-go/pacer/reserve"
 )
@@ -105,10 +106,10 @@ func (t *Transport) takeSeats(ctx context.Context, sq *reserve.Request) (*reserv
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Sleep(ctx); err != nil { // seats alone: no slot to sleep to
-		r.Done()
-		return nil, err
-	}
+	// Not open until the slot: RoundTrip's Sleep on it, once the slot has
+	// come, checks the seats once more (the fleet may have handed them on
+	// meanwhile, if this process's calls on the key went unanswered).
+	hook.SeatsAsleep(r)
 	return r, nil
 }
 

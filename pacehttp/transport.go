@@ -340,6 +340,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(send)
 			return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 		}
+		// The seats' last check before the request goes: seats the fleet
+		// handed on while the slot came (this process's calls on the key
+		// went unanswered) are waited for again. On an error Sleep gives
+		// them back.
+		if seat != nil {
+			if err := seat.Sleep(ctx); err != nil {
+				if r != nil {
+					_ = r.Cancel(context.WithoutCancel(ctx))
+				}
+				closeBody(send)
+				return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+			}
+		}
 		// end ends the call: its seats go back (a Reservation holds them
 		// when its policy's in-flight band is its only band).
 		end := done(seat, r)

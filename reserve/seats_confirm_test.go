@@ -27,6 +27,7 @@ import (
 func TestSeatsDroppedNotUsed(t *testing.T) {
 	for _, how := range []string{"renews unheard", "renews back", "heard again"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			s := redistest.New(t)
 			ctx := context.Background()
 			opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, Logger: quiet}
@@ -42,9 +43,9 @@ func TestSeatsDroppedNotUsed(t *testing.T) {
 			const key = "seats:dropped"
 			p := reserve.Policy{
 				{Name: "open", Unit: "requests", InFlight: 1},
-				{Name: "rate", Unit: "calls", Limit: reserve.Limit{Rate: 0.5, Burst: 1}},
+				{Name: "rate", Unit: "calls", Limit: reserve.Limit{Rate: 0.2, Burst: 1}},
 			}
-			// The rate's burst taken, without a seat: a's call waits 2 s
+			// The rate's burst taken, without a seat: a's call waits 5 s
 			// for its slot, holding the seat.
 			_, err = a.ReserveN(ctx, reserve.Request{Key: key, Policy: p, Cost: reserve.Cost{"requests": 0, "calls": 1}})
 			require.NoError(t, err)
