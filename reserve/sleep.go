@@ -40,12 +40,12 @@ import (
 // wrapping *WaitTooLongError.
 //
 // Nor does Sleep return on seats of an in-flight band that the fleet may
-// have handed on: when this Limiter's calls on the key's seats have gone
-// unanswered for over 1.25 heartbeat intervals (the fleet drops a silent
-// holder's seats after 1.5 or 3.5), it asks Redis whether they are still
-// its own, and if not it waits for seats in the key's queue again, as a
-// new call does, within ctx's deadline (a slot it then passes is moved as
-// above). A reservation with seats is opened by Sleep, even one with
+// have handed on: when Redis last showed them to be the call's over 1.25
+// heartbeat intervals before (this Limiter's calls on the key went
+// unanswered; the fleet drops a silent holder's seats after 1.5 or 3.5),
+// it asks Redis whether they are still its own, and if not it waits for
+// seats in the key's queue again, as a new call does, within ctx's
+// deadline (a slot it then passes is moved as above). A reservation with seats is opened by Sleep, even one with
 // nothing to sleep to; a caller that sleeps on its own gets no such check.
 //
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
