@@ -31,12 +31,7 @@ func TestSeatsDroppedNotUsed(t *testing.T) {
 			s := redistest.New(t)
 			ctx := context.Background()
 			opts := reserve.Options{KeyPrefix: redistest.Prefix(t), HeartbeatInterval: 100 * time.Millisecond, Logger: quiet}
-			refuse := &refusedRenews{}
-			ca := tunedClient(t, s)
-			ca.AddHook(refuse)
-			a, err := reserve.New(ca, opts)
-			require.NoError(t, err)
-			closeLimiter(t, a)
+			a, refuse := refusingLimiter(t, s, opts)
 			b, err := reserve.New(s.NewClient(t), opts)
 			require.NoError(t, err)
 			closeLimiter(t, b)

@@ -565,12 +565,7 @@ func TestSeatsOutageStaleExcess(t *testing.T) {
 	a, err := reserve.New(s.Client, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)
-	refuse := &refusedRenews{}
-	cb := tunedClient(t, s)
-	cb.AddHook(refuse)
-	b, err := reserve.New(cb, opts)
-	require.NoError(t, err)
-	closeLimiter(t, b)
+	b, refuse := refusingLimiter(t, s, opts)
 	require.Eventually(t, func() bool { return a.FleetSize() == 2 && b.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
 	// As in TestSeatsOutageExcess: with a fresh figure, b would take one
 	// seat locally.
@@ -610,6 +605,19 @@ type refusedRenews struct {
 	passHook
 	on      atomic.Bool
 	refused atomic.Int64
+}
+
+// refusingLimiter is a Limiter on s (opts) whose seats renews a
+// refusedRenews hook answers once it is on; closed when t ends.
+func refusingLimiter(t *testing.T, s *redistest.Server, opts reserve.Options) (*reserve.Limiter, *refusedRenews) {
+	t.Helper()
+	refuse := &refusedRenews{}
+	c := tunedClient(t, s)
+	c.AddHook(refuse)
+	l, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	return l, refuse
 }
 
 // replyError is an error reply, as Redis's own (redis.Error).
