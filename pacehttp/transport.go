@@ -352,6 +352,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(send)
 				return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
 			}
+			// A wait for seats again may end past the rate slot r slept
+			// to, later than it may be used: r sleeps again, on a fresh
+			// slot (once), as a sleeper that woke that late does.
+			if r != nil && hook.LateForSlot(r) {
+				if err := r.Sleep(ctx); err != nil {
+					inflight.Done(seat)
+					closeBody(send)
+					return nil, fmt.Errorf("pacehttp: %s %s: %w", req.Method, req.URL.Redacted(), err)
+				}
+			}
 		}
 		// end ends the call: its seats go back (a Reservation holds them
 		// when its policy's in-flight band is its only band).

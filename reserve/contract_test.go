@@ -124,6 +124,7 @@ func runContract(t *testing.T, b backend) {
 		{"SleepIntoPause", testSleepIntoPause},
 		{"SleepLate", testSleepLate},
 		{"SleepLateWindow", testSleepLateWindow},
+		{"SleepAgainLate", testSleepAgainLate},
 		{"Fair", testFair},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis

@@ -28,6 +28,7 @@ func init() {
 		return lim.run(ctx, op, key, func(ctx context.Context) (any, error) { return fn(ctx, lim.scripts) }, nil)
 	}
 	hook.FailClosed = func(l any) bool { return l.(*Limiter).opts.FailClosed }
+	hook.LateForSlot = func(r any) bool { return r.(*Reservation).lateForSlot() }
 	hook.SeatsAsleep = func(r any) {
 		res := r.(*Reservation)
 		if t := res.seat; t != nil {

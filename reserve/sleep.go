@@ -185,6 +185,20 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 	}
 }
 
+// lateForSlot reports whether r, slept to its slot, is now later after it
+// than the slot may be used (maxLateness, as Sleep counts it) and has not
+// moved for lateness yet: a Sleep now would move it to a fresh slot. For a
+// caller that waited on something else between r's Sleep and its call
+// (hook.LateForSlot: pacehttp's Transport and package worker, whose seats'
+// last check may wait for seats again, past r's slot).
+func (r *Reservation) lateForSlot() bool {
+	m := r.maxLateness()
+	r.mu.Lock()
+	at, placed := r.at, r.placedLate
+	r.mu.Unlock()
+	return m >= 0 && !r.moved && r.lim.clock.Now().Sub(at)+placed > m
+}
+
 // confirmSeats makes sure, before the call opens, that the seats r holds
 // on an in-flight band are still its own (Limiter.confirmSeats); waited
 // reports that it asked Redis.

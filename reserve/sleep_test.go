@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/internal/fakeclock"
+	"github.com/pacer-go/pacer/internal/hook"
 	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/stretchr/testify/assert"
@@ -95,6 +96,41 @@ func testSleepLate(t *testing.T, b backend) {
 	require.NoError(t, r2.Sleep(ctx))
 	assert.True(t, r2.Time().After(second), "10 ms late: a fresh slot")
 	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
+}
+
+// testSleepAgainLate: a caller that slept to its slot and then waited on
+// something else before its call (pacehttp's Transport and package worker:
+// the seats' last check, which may wait for seats again) asks
+// hook.LateForSlot, and sleeps again when it is later than MaxLateness
+// after the slot: Sleep then takes a fresh slot, once, as for a sleeper
+// that woke that late. Before, the call went on the old slot, late.
+func testSleepAgainLate(t *testing.T, b backend) {
+	ctx := context.Background()
+	clk, rec, l := lateLimiter(t, b)
+	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
+	_, err := l.Reserve(ctx, "again", lim)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "again", lim) // at +10 ms
+	require.NoError(t, err)
+	slot := r.Time()
+	clk.Advance(10 * time.Millisecond)
+	require.NoError(t, r.Sleep(ctx))
+	require.Equal(t, slot, r.Time(), "on time: the slot is used")
+	clk.Advance(4 * time.Millisecond)
+	assert.False(t, hook.LateForSlot(r), "4 ms after the slot: within MaxLateness")
+	clk.Advance(6 * time.Millisecond) // 10 ms after the slot
+	require.True(t, hook.LateForSlot(r), "10 ms after the slot: past MaxLateness")
+	before := rec.snapshot().moved
+	go func() {
+		// The fresh slot is at +30 ms on the fake clock: let it pass.
+		time.Sleep(50 * time.Millisecond)
+		clk.Advance(10 * time.Millisecond)
+	}()
+	require.NoError(t, r.Sleep(ctx))
+	assert.True(t, r.Time().After(slot), "a fresh slot")
+	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
+	clk.Advance(time.Second)
+	assert.False(t, hook.LateForSlot(r), "moved once for lateness: not again")
 }
 
 // testSleepLateWindow: a sleeper that wakes too late for its slot gives
