@@ -179,8 +179,12 @@ func testSleepLateWindow(t *testing.T, b backend) {
 	require.NoError(t, err)
 	r, err = l.ReserveN(ctx, req) // the window's last unit, 10 ms away
 	require.NoError(t, err)
-	require.NoError(t, l.Pause(ctx, req.Key, 100*time.Millisecond))
+	// The pause ends 100 ms after Redis runs it, so no earlier than 100 ms
+	// after this: taken before the call, not after it returns (on a loaded
+	// machine the reply can come late, and the end read after it was later
+	// than the pause's: a CI run beside a CPU hog failed here).
 	end := time.Now().Add(100 * time.Millisecond)
+	require.NoError(t, l.Pause(ctx, req.Key, 100*time.Millisecond))
 	require.NoError(t, r.Sleep(sctx), "the paused-over slot's unit is the fresh slot's")
 	assert.False(t, time.Now().Before(end), "Sleep returned inside the pause")
 	assert.Contains(t, rec.snapshot().moved, reserve.MovedPause)
