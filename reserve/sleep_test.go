@@ -67,17 +67,35 @@ func lateLimiter(t *testing.T, b backend) (*fakeclock.Clock, *recorder, *reserve
 	return clk, rec, l
 }
 
+// secondSlot reserves key twice on l at 100/s, burst 1 (10 ms apart:
+// MaxLateness 5 ms), and returns the second reservation, 10 ms after the
+// first, and the limit.
+func secondSlot(t *testing.T, l *reserve.Limiter, key string) (*reserve.Reservation, reserve.Limit) {
+	t.Helper()
+	lim := reserve.Limit{Rate: 100, Burst: 1}
+	_, err := l.Reserve(context.Background(), key, lim)
+	require.NoError(t, err)
+	r, err := l.Reserve(context.Background(), key, lim)
+	require.NoError(t, err)
+	return r, lim
+}
+
+// passSoon advances clk by d 50 ms (of wall time) from now, once a Sleep
+// begun meanwhile waits for a fresh slot d ahead on it: the slot passes.
+func passSoon(clk *fakeclock.Clock, d time.Duration) {
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		clk.Advance(d)
+	}()
+}
+
 // testSleepLate: a sleeper that wakes more than MaxLateness after its slot
 // takes a fresh slot (once) instead of firing late. A fake clock makes the
 // lateness exact: the slot has passed by 10 ms when Sleep starts.
 func testSleepLate(t *testing.T, b backend) {
 	ctx := context.Background()
 	clk, rec, l := lateLimiter(t, b)
-	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
-	_, err := l.Reserve(ctx, "late", lim)
-	require.NoError(t, err)
-	r, err := l.Reserve(ctx, "late", lim) // at +10 ms
-	require.NoError(t, err)
+	r, lim := secondSlot(t, l, "late")
 	first := r.Time()
 	clk.Advance(14 * time.Millisecond) // 4 ms late: within MaxLateness
 	require.NoError(t, r.Sleep(ctx))
@@ -88,11 +106,7 @@ func testSleepLate(t *testing.T, b backend) {
 	second := r2.Time()
 	clk.Advance(16 * time.Millisecond) // now +30: 10 ms late
 	before := rec.snapshot().moved
-	go func() {
-		// The fresh slot is at +30 ms on the fake clock: let it pass.
-		time.Sleep(50 * time.Millisecond)
-		clk.Advance(10 * time.Millisecond)
-	}()
+	passSoon(clk, 10*time.Millisecond) // the fresh slot, at +30 ms
 	require.NoError(t, r2.Sleep(ctx))
 	assert.True(t, r2.Time().After(second), "10 ms late: a fresh slot")
 	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
@@ -107,11 +121,7 @@ func testSleepLate(t *testing.T, b backend) {
 func testSleepAgainLate(t *testing.T, b backend) {
 	ctx := context.Background()
 	clk, rec, l := lateLimiter(t, b)
-	lim := reserve.Limit{Rate: 100, Burst: 1} // 10 ms apart: MaxLateness 5 ms
-	_, err := l.Reserve(ctx, "again", lim)
-	require.NoError(t, err)
-	r, err := l.Reserve(ctx, "again", lim) // at +10 ms
-	require.NoError(t, err)
+	r, _ := secondSlot(t, l, "again")
 	slot := r.Time()
 	clk.Advance(10 * time.Millisecond)
 	require.NoError(t, r.Sleep(ctx))
@@ -121,11 +131,7 @@ func testSleepAgainLate(t *testing.T, b backend) {
 	clk.Advance(6 * time.Millisecond) // 10 ms after the slot
 	require.True(t, hook.LateForSlot(r), "10 ms after the slot: past MaxLateness")
 	before := rec.snapshot().moved
-	go func() {
-		// The fresh slot is at +30 ms on the fake clock: let it pass.
-		time.Sleep(50 * time.Millisecond)
-		clk.Advance(10 * time.Millisecond)
-	}()
+	passSoon(clk, 10*time.Millisecond) // the fresh slot, at +30 ms
 	require.NoError(t, r.Sleep(ctx))
 	assert.True(t, r.Time().After(slot), "a fresh slot")
 	assert.Equal(t, append(before, reserve.MovedLate), rec.snapshot().moved)
