@@ -45,8 +45,9 @@ import (
 // unanswered; the fleet drops a silent holder's seats after 1.5 or 3.5),
 // it asks Redis whether they are still its own, and if not it waits for
 // seats in the key's queue again, as a new call does, within ctx's
-// deadline (a slot it then passes is moved as above). A reservation with seats is opened by Sleep, even one with
-// nothing to sleep to; a caller that sleeps on its own gets no such check.
+// deadline (a slot it then passes is moved as above). A reservation with
+// seats is opened by Sleep, even one with nothing to sleep to; a caller
+// that sleeps on its own gets no such check.
 //
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
 // Cancel; best effort, bounded by Options.CallTimeout) and returns
@@ -166,14 +167,7 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		}
 		l.sleeper.Fine(deadline)
 		late := l.clock.Now().Sub(at)
-		// A slot placed late (its reply arrived late) is late by that
-		// much more: at a busy start, 19 callers of one key whose replies
-		// waited 75 ms for their processes fired 75 ms after their slots,
-		// together with callers on time (TestPlacedLateMoves).
-		r.mu.Lock()
-		placed := r.placedLate
-		r.mu.Unlock()
-		if m := r.maxLateness(); m >= 0 && late+placed > m && !r.moved {
+		if r.tooLate(late) {
 			r.moved = true
 			if err := r.moveFor(ctx, MovedLate, tr); err != nil {
 				return 0, err
@@ -185,18 +179,27 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 	}
 }
 
-// lateForSlot reports whether r, slept to its slot, is now later after it
-// than the slot may be used (maxLateness, as Sleep counts it) and has not
-// moved for lateness yet: a Sleep now would move it to a fresh slot. For a
-// caller that waited on something else between r's Sleep and its call
-// (hook.LateForSlot: pacehttp's Transport and package worker, whose seats'
-// last check may wait for seats again, past r's slot).
-func (r *Reservation) lateForSlot() bool {
+// tooLate reports whether r, late after its slot, may no longer use it
+// (more than maxLateness) and has not moved for lateness yet: Sleep then
+// moves it to a fresh slot, once. A slot placed late (its reply arrived
+// late) is late by that much more: at a busy start, 19 callers of one key
+// whose replies waited 75 ms for their processes fired 75 ms after their
+// slots, together with callers on time (TestPlacedLateMoves).
+func (r *Reservation) tooLate(late time.Duration) bool {
 	m := r.maxLateness()
 	r.mu.Lock()
-	at, placed := r.at, r.placedLate
+	placed := r.placedLate
 	r.mu.Unlock()
-	return m >= 0 && !r.moved && r.lim.clock.Now().Sub(at)+placed > m
+	return m >= 0 && late+placed > m && !r.moved
+}
+
+// lateForSlot reports whether r, slept to its slot, is now tooLate: a
+// Sleep now would move it to a fresh slot. For a caller that waited on
+// something else between r's Sleep and its call (hook.LateForSlot:
+// pacehttp's Transport and package worker, whose seats' last check may
+// wait for seats again, past r's slot).
+func (r *Reservation) lateForSlot() bool {
+	return r.tooLate(r.lim.clock.Now().Sub(r.Time()))
 }
 
 // confirmSeats makes sure, before the call opens, that the seats r holds
