@@ -151,8 +151,8 @@ func (res *Result) WriteReport(w io.Writer, verbose bool) {
 					st.Child, r.rel(st.At), st.For.Round(time.Millisecond), st.Held, st.Least, fault)
 			}
 		}
-		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls; light waits p50 %v, max %v, refused %d\n",
-			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)
+		fmt.Fprintf(w, "  fair %s: heavy tenants' actual tokens %s in %s calls (%d starved, not counted); light waits p50 %v, max %v, refused %d\n",
+			KeyFair, fmtFloats(f.Fair.Tokens), fmtInts(f.Fair.Calls), f.Fair.Starved, f.Fair.LightP50.Round(time.Millisecond), f.Fair.LightMax.Round(time.Millisecond), f.Fair.LightRefused)
 		fmt.Fprintf(w, "  fair %s: the crowd's calls %s\n", KeyCrowd, fmtInts(f.Fair.Crowd))
 	}
 	var last []string

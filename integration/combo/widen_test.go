@@ -263,6 +263,61 @@ func TestFairShares(t *testing.T) {
 	}
 }
 
+// TestFairStarved: the heavy tenants' calls that waited while their
+// process's fleet view left the members on Redis a burst under the heavy
+// estimate are not counted (the low estimator alone can go then); a view
+// that leaves enough, or pacing locally, excuses nothing.
+func TestFairStarved(t *testing.T) {
+	view := func(d time.Duration, v string) Note {
+		return Note{Type: noteMove, Child: "1", At: at(d), Op: "fleet", Attrs: map[string]string{"view": v}}
+	}
+	// The low tenant's 40 calls from 3 s to 6.9 s, the high one's 20 from
+	// 3 s to 4.9 s (each granted 1 s before its slot): twice as many, a
+	// violation unless the low one's calls of [5.5 s, 7 s] are left out.
+	calls := append(fairCalls(fairLow, 40, 100), fairCalls(fairHigh, 20, 100)...)
+	for _, tc := range []struct {
+		name    string
+		notes   []Note
+		want    int
+		starved int
+	}{
+		{"no view", nil, 1, 0},
+		{"two of three held (Go)", []Note{view(5500*time.Millisecond, "mode=redis n=3 rank=1 members=3 held=[0 2] held_n=3 redis=\"3 0 2\""),
+			view(7*time.Second, "mode=redis n=3 rank=1 members=3 held=[] held_n=0 redis=\"1\"")}, 0, 15},
+		{"two of three held (Python)", []Note{view(5500*time.Millisecond, "mode=redis n=3 rank=1 members=3 held=[2, 0] held_n=3 ranks=[0, 1, 2]"),
+			view(7*time.Second, "mode=redis n=3 rank=1 members=3 held=[] held_n=0")}, 0, 15},
+		{"held, another process", []Note{{Type: noteMove, Child: "2", At: at(5500 * time.Millisecond), Op: "fleet",
+			Attrs: map[string]string{"view": "mode=redis n=3 rank=1 members=3 held=[0 2] held_n=3"}}}, 1, 0},
+		{"one of three held", []Note{view(5500*time.Millisecond, "mode=redis n=3 rank=1 members=3 held=[2] held_n=3")}, 1, 0},
+		{"pacing locally", []Note{view(5500*time.Millisecond, "mode=local n=3 rank=1 members=3 held=[0 2] held_n=3")}, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := judged(calls, tc.notes, nil)
+			if got := kinds(v, VFair); len(got) != tc.want || v.Figures.Fair.Starved != tc.starved {
+				t.Errorf("%s violations = %d, starved %d, want %d, %d: %v", VFair, len(got), v.Figures.Fair.Starved, tc.want, tc.starved, got)
+			}
+		})
+	}
+}
+
+// TestMemberBurst: the members' shares of a burst add up to it.
+func TestMemberBurst(t *testing.T) {
+	for _, b := range []int{1, 2, 5, 400} {
+		for n := 1; n <= 7; n++ {
+			sum := 0
+			for k := range n {
+				sum += memberBurst(b, n, k)
+			}
+			if b >= n && sum != b {
+				t.Errorf("burst %d over %d members: shares add up to %d", b, n, sum)
+			}
+		}
+	}
+	if got := memberBurst(400, 3, 0) + memberBurst(400, 3, 2); got != 267 {
+		t.Errorf("ranks 0 and 2 of 3 hold %d of 400, want 267", got)
+	}
+}
+
 func TestFairRefusals(t *testing.T) {
 	refused := func(d time.Duration) Note {
 		return Note{Type: noteRefused, Child: "1", Key: KeyFair, ID: "1-9", At: at(d), End: at(d + ms2(1)), D: int64(time.Second), Op: reserve.TurnBinding,
