@@ -194,15 +194,23 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		mode = names.ModeLocal
 	}
 	l.health.mu.Unlock()
-	// The presence connection first: the heartbeat says whether it is
-	// named (a named member can be found to have exited).
+	// The presence connection first: the heartbeat names it, so that the
+	// fleet can find this member exited. Pacing locally too: a member
+	// whose heartbeats reach Redis while it paces locally (Redis answers
+	// again and no probe has switched it back yet; on a Cluster, a shard
+	// of its keys down while the fleet's is up) and that then exits was
+	// held for SilentHold, its shares and its seats kept from the others
+	// (combination runner, seed 18: to the end of the run). There it is
+	// checked only after a heartbeat Redis answered (lastPresence).
 	var (
 		node redis.UniversalClient
 		cid  int64
 		run  string
 	)
-	if mode == names.ModeRedis {
+	if mode == names.ModeRedis || l.presence.lastAnswered() {
 		node, cid, run = l.present(ctx)
+	} else {
+		node, cid, run = l.lastPresence()
 	}
 	ls, _ := l.fleet.localShare()
 	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(max(ls.N, 0))
@@ -275,6 +283,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		}
 		return res, err
 	}, nil)
+	l.presence.beat(err == nil)
 	if err != nil {
 		if mode == names.ModeRedis {
 			// Redis failed this Limiter's heartbeat, though not (yet) its
@@ -375,7 +384,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}
 	// Only a member connected to the fleet's server itself checks (not one
 	// pacing locally: its client may reach another node, or none).
-	if len(suspects) > 0 && cid != 0 && l.checkSuspects(ctx, node, run, suspects) {
+	if len(suspects) > 0 && cid != 0 && mode == names.ModeRedis && l.checkSuspects(ctx, node, run, suspects) {
 		// Members removed: learn the fleet without them at once.
 		return true, nil
 	}

@@ -123,9 +123,8 @@ type Options struct {
 	// connection (named pacer-<id>) is gone from CLIENT LIST, and the first
 	// member to see that, about 1.1 heartbeats after its last one,
 	// removes it; its share comes back to the others at their next
-	// heartbeat. (Not yet one that was pacing locally when it exited: its
-	// heartbeats then name no connection, and it is held for SilentHold;
-	// docs/design.md, "Exits without Close".) (One found connected while silent, then gone, is held
+	// heartbeat, also one that was pacing locally (its heartbeats name
+	// the connection in both modes). (One found connected while silent, then gone, is held
 	// 2.2 heartbeats more: a network that heals may reset the connection
 	// of a process still pacing locally.) (A Redis user without CLIENT SETNAME or CLIENT LIST, see
 	// docs/security.md, falls back to SilentHold.) After SilentHold a

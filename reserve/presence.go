@@ -40,11 +40,29 @@ type presence struct {
 	cid  int64                 // its client id; 0: none
 	run  string                // the run id of the server conn is open on
 	deny bool                  // refused by the ACL: not tried again
+	// answered: Redis answered the last heartbeat (any mode), so that
+	// checking the connection is worth a round trip.
+	answered bool
+}
+
+// beat records whether Redis answered a heartbeat.
+func (p *presence) beat(answered bool) {
+	p.mu.Lock()
+	p.answered = answered
+	p.mu.Unlock()
+}
+
+// lastAnswered reports whether Redis answered the last heartbeat.
+func (p *presence) lastAnswered() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered
 }
 
 // present makes sure the presence connection is open, and returns the
 // client to check suspects on, its client id (0: none) and the run id of
-// its server. It runs before each heartbeat while Redis answers.
+// its server. It runs before each heartbeat while Redis answers: on Redis,
+// and pacing locally after a heartbeat Redis answered (see lastPresence).
 func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64, string) {
 	p := &l.presence
 	p.mu.Lock()
@@ -104,6 +122,20 @@ func (l *Limiter) present(ctx context.Context) (redis.UniversalClient, int64, st
 	}
 	_ = conn.Close()
 	return node, 0, ""
+}
+
+// lastPresence is what present returned last, unchecked: a heartbeat
+// pacing locally after one Redis did not answer names it, as checking it
+// would hold the heartbeat up by a CallTimeout more. (A connection closed
+// meanwhile is named until a heartbeat is answered: the next checks it.)
+func (l *Limiter) lastPresence() (redis.UniversalClient, int64, string) {
+	p := &l.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return l.rdb, 0, ""
+	}
+	return p.node, p.cid, p.run
 }
 
 // runID is the run id of the server conn is open on (INFO server): it

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -418,6 +419,77 @@ func testExitWithoutClose(t *testing.T, s *redistest.Server, prefix string) {
 	require.Eventually(t, func() bool { return a.FleetSize() == 1 && a.Share() == 1 }, 30*time.Second, 5*time.Millisecond,
 		"a still counts b (size %d, share %v)", a.FleetSize(), a.Share())
 	t.Logf("the fleet took b's share back %v after it was killed (heartbeat interval 100 ms)", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestExitWhilePacingLocally: a member pacing locally whose heartbeats
+// reach Redis (Redis answers again and no probe has switched it back yet;
+// on a Cluster, a shard of its keys down while the fleet's is up) names its
+// presence connection in them, as on Redis, so that when its process exits
+// without Close the fleet forgets it within a few heartbeats, as it does one
+// on Redis (TestExitWithoutClose). Before, its heartbeats named none while it
+// paced locally: the fleet held it for SilentHold, its shares and its seats
+// kept from the others (combination runner, seed 18: a member killed while
+// pacing locally was held to the end of the run). Python's client named it.
+func TestExitWhilePacingLocally(t *testing.T) { forFleetFormats(t, testExitWhilePacingLocally) }
+
+func testExitWhilePacingLocally(t *testing.T, s *redistest.Server, prefix string) {
+	ctx := context.Background()
+	opts := reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 100 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
+		SilentHold: 10 * time.Minute, Logger: quiet}
+	a, err := reserve.New(s.Client, opts)
+	require.NoError(t, err)
+	closeLimiter(t, a)
+	b, exit := pacingLocallyOnRedis(t, s, opts)
+	// b's heartbeats name its presence connection, and make it again when
+	// Redis closed it, as on Redis: one that Redis lists (heartbeat.lua's
+	// KEYS[2]: "<mode> <since_ms> <cid> <n>[ <run>]").
+	named := func() bool {
+		f := strings.Fields(s.Client.HGet(ctx, a.FleetKeys()[1], b.ID()).Val())
+		if len(f) < 3 || f[0] != "local" || f[2] == "0" {
+			return false
+		}
+		list, err := s.Client.Do(ctx, "CLIENT", "LIST", "ID", f[2]).Text()
+		return err == nil && strings.Contains(list, "name=pacer-"+b.ID())
+	}
+	require.Eventually(t, named, 30*time.Second, 5*time.Millisecond, "b's heartbeats while it paces locally name no presence connection")
+	resetPresence(t, s, b)
+	require.Eventually(t, named, 30*time.Second, 5*time.Millisecond, "b's heartbeats while it paces locally name a connection Redis closed")
+	require.True(t, b.Degraded(), "b went back to Redis: the test needs it pacing locally")
+	require.Eventually(t, func() bool { return a.FleetSize() == 2 }, 30*time.Second, 5*time.Millisecond)
+
+	exit()
+	exited := time.Now()
+	require.Eventually(t, func() bool { return a.FleetSize() == 1 && a.Share() == 1 }, 30*time.Second, 5*time.Millisecond,
+		"a still counts b, which exited while pacing locally (size %d, share %v; SilentHold is 10 min)", a.FleetSize(), a.Share())
+	t.Logf("the fleet took b's share back %v after it exited pacing locally (heartbeat interval 100 ms)", time.Since(exited).Round(time.Millisecond))
+}
+
+// pacingLocallyOnRedis returns a Limiter on s that paces locally while its
+// heartbeats reach Redis: every command naming one of its keys fails (on
+// a Cluster, that key's shard down while the fleet's answers), so each
+// probe finds the fleet and not the key. exit ends it as a process that
+// exits without Close: its loop stops and its connections close.
+func pacingLocallyOnRedis(t *testing.T, s *redistest.Server, opts reserve.Options) (b *reserve.Limiter, exit func()) {
+	t.Helper()
+	c := tunedClient(t, s)
+	c.AddHook(failNamed{key: opts.KeyPrefix + "{flaky}"})
+	opts.FailAfter = 1
+	b, err := reserve.New(c, opts)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err = b.Reserve(ctx, "flaky", reserve.Limit{Rate: 1, Burst: 1})
+	require.NoError(t, err)
+	require.True(t, b.Degraded(), "b paces on Redis though its key fails")
+	var once sync.Once
+	exit = func() {
+		once.Do(func() {
+			b.Cut()()
+			_ = c.Close()
+		})
+	}
+	t.Cleanup(exit)
+	return b, exit
 }
 
 // TestCutOffConnectionResetHeld: a member silent but still connected (cut
@@ -982,6 +1054,45 @@ func TestSuspectOnAnotherServer(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return s.Client.ZScore(ctx, fleet, "here").Err() == redis.Nil
 	}, 30*time.Second, 5*time.Millisecond, "a member whose connection this server had and lost has exited")
+}
+
+// TestLocalMemberChecksNobody: a member pacing locally whose heartbeats
+// reach Redis names its presence connection (TestExitWhilePacingLocally),
+// but checks no suspect: its client may reach another node than the
+// fleet's, or none. Before, it named none, and the check needed one.
+func TestLocalMemberChecksNobody(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	b, _ := pacingLocallyOnRedis(t, s, reserve.Options{KeyPrefix: prefix, HeartbeatInterval: 100 * time.Millisecond,
+		ProbeInterval: 100 * time.Millisecond, SilentHold: 10 * time.Minute, Logger: quiet})
+	fleet := prefix + "{limiters}"
+	require.Eventually(t, func() bool {
+		f := strings.Fields(s.Client.HGet(ctx, fleet+":info", b.ID()).Val())
+		return len(f) >= 3 && f[0] == "local" && f[2] != "0"
+	}, 30*time.Second, 5*time.Millisecond, "b's heartbeats while it paces locally name no presence connection")
+
+	// A member silent past suspectAfter whose connection this server had
+	// and lost: a member on Redis forgets it (TestSuspectOnAnotherServer).
+	info, err := s.Client.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(info, "run_id:")
+	require.True(t, ok)
+	silent := time.Now().Add(-time.Second).UnixMilli()
+	require.NoError(t, s.Client.ZAdd(ctx, fleet, redis.Z{Score: float64(silent), Member: "gone"}).Err())
+	require.NoError(t, s.Client.ZAdd(ctx, fleet+":ids", redis.Z{Score: 1, Member: "gone"}).Err())
+	require.NoError(t, s.Client.HSet(ctx, fleet+":info", "gone", "redis "+strconv.FormatInt(silent, 10)+" 999997 1 "+strings.Fields(rest)[0]).Err())
+	last, seen := 0.0, 0
+	for seen < 6 { // b's heartbeats
+		sc, err := s.Client.ZScore(ctx, fleet, b.ID()).Result()
+		require.NoError(t, err)
+		if sc != last {
+			seen, last = seen+1, sc
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.True(t, b.Degraded(), "b went back to Redis: the test needs it pacing locally")
+	assert.NoError(t, s.Client.ZScore(ctx, fleet, "gone").Err(), "b, pacing locally, checked a suspect")
 }
 
 // TestNewMemberHoldsSilentOnes: a Limiter just started counts as held a

@@ -1262,7 +1262,10 @@ class Limiter:
                 if now < self._join_until:
                     return False  # not yet: it stays off Redis, and learns nothing
                 self._born = False
-        if hb.suspects and cid and self._check_suspects(hb.suspects, run):
+        # Only a member on Redis checks: pacing locally, its heartbeat names
+        # its presence connection (it can be found gone) but checks nobody,
+        # as Go's Limiter (TestLocalMemberChecksNobody).
+        if hb.suspects and cid and mode == "redis" and self._check_suspects(hb.suspects, run):
             # Members that exited were forgotten: the view without them.
             try:
                 sent = time.monotonic()

@@ -851,6 +851,30 @@ class FallbackTest(unittest.TestCase):
         self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "c"), "c, silent but connected, was forgotten")
         self.assertEqual(a._members, 2)
 
+    def test_local_member_names_its_connection_and_checks_nobody(self) -> None:
+        """A member pacing locally whose heartbeats reach Redis names its
+        presence connection in them (if it exits, the fleet finds it gone,
+        not held for hold_ms), but checks no suspect: pacing locally, its
+        client may reach another node, or none. As Go's Limiter
+        (TestExitWhilePacingLocally, TestLocalMemberChecksNobody)."""
+        a, b = self.limiter("a"), self.limiter("b")
+        for lim in (a, b, a, b, a):
+            lim._beat()  # the second carries the presence connection's id
+        b._absent()  # killed: Redis closes its connections; it beats no more
+        time.sleep(1.3)  # silent longer than suspect_ms (1.1 s): a suspect
+        a._go_local("test: a key of a failed")
+        with mock.patch.object(a, "_come_back"):  # it stays local, as when a key still fails
+            a._beat_once_timed()  # one heartbeat, "local"
+        self.assertTrue(a.is_local)
+        info = self.c.hget("pacer:{limiters}:info", "a").decode().split()
+        self.assertEqual(info[0], "local", f"a's heartbeat: {info}")
+        self.assertNotEqual(info[2], "0", f"a's heartbeat pacing locally names no presence connection: {info}")
+        self.assertIsNotNone(self.c.zscore("pacer:{limiters}", "b"), "a, pacing locally, checked a suspect: b forgotten")
+        self.assertIsNone(self.c.hget("pacer:{limiters}:checked", "b"), "a, pacing locally, checked a suspect")
+        a._beat()  # back on Redis: it checks (b is forgotten, or held a check more: a lost Redis)
+        gone = self.c.zscore("pacer:{limiters}", "b") is None
+        self.assertTrue(gone or self.c.hget("pacer:{limiters}:checked", "b") is not None, "a, back on Redis, did not check b")
+
     def test_back_first_holds_the_reset(self) -> None:
         """The whole fleet loses Redis, and as the network heals it resets
         the presence connection of b, which still paces locally. a, back
