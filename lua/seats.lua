@@ -109,6 +109,8 @@
 --          base 36 as in a ticket ("<limiter id>.<n>"). A ticket made
 --          after the list, granted before the renew ran, is a call open
 --          (before, its seats were dropped and the fleet went over N).
+--          The caller's tickets under a holder it was before (another
+--          rank, or "i<id>") move to its holder, and that holder goes.
 --          This makes the fleet's count exact again after an
 --          outage or a Redis that lost the key. Reply {start, excess,
 --          tickets of the caller that hold seats now...}, then the tickets
@@ -564,15 +566,28 @@ if op == 'renew' then
     return x ~= nil and x > upTo
   end
   -- Every ticket: the caller's not in its list go, and those of holders
-  -- gone (met here) with them.
+  -- gone (met here) with them. The caller's tickets under a place it held
+  -- before (its rank changed: the fleet forgot it and it joined again)
+  -- move to its place now, and the old place goes: left there, their
+  -- seats went when it did (1.5 I after its last call, once the fleet no
+  -- longer lists its rank), while the calls were open, and the fleet
+  -- went over N (TestSeatsRankChangeKeepsOpenCalls).
   local seats, waits = {}, {}
   local dels, zrems = {}, {}
+  local moved, olds = {}, {}
   local all = redis.call('HGETALL', T)
   for i = 1, #all, 2 do
     local kind, tk = string.sub(all[i], 1, 2), string.sub(all[i], 3)
     local rec = record(all[i + 1])
     local keepIt = rec ~= nil and counts(rec.h, tk)
-    if keepIt and rec.h == holder and not want[tk] and not after(tk) then keepIt = false end
+    local mine = keepIt and (rec.h == holder or owners[rec.h].id == me)
+    if mine and not want[tk] and not after(tk) then keepIt = false end
+    if keepIt and mine and rec.h ~= holder then
+      olds[rec.h] = true
+      rec = {h = holder, c = rec.c}
+      moved[#moved + 1] = all[i]
+      moved[#moved + 1] = holder .. ' ' .. rec.c
+    end
     if keepIt then
       if kind == 's:' then seats[tk] = rec else waits[tk] = rec end
     else
@@ -582,6 +597,13 @@ if op == 'renew' then
   end
   if #dels > 0 then redis.call('HDEL', T, unpack(dels)) end
   if #zrems > 0 then redis.call('ZREM', Q, unpack(zrems)) end
+  if #moved > 0 then redis.call('HSET', T, unpack(moved)) end
+  for h in pairs(olds) do
+    if h ~= holder and owners[h] and owners[h].id == me then
+      owners[h] = nil
+      redis.call('HDEL', H, 'r:' .. h)
+    end
+  end
   -- In ticket order, so that calls queued again keep their order.
   local order = {}
   for tk in pairs(want) do order[#order + 1] = tk end

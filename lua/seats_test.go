@@ -470,3 +470,51 @@ func TestSeatsKeyServerFrozen(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestSeatsRankChangeKeepsOpenCalls: a member forgotten by the fleet and
+// ranked again (another holder) renews its open call under its new place:
+// the call's seats move there, and do not go when the old place does
+// (1.5 I after its last call, once the fleet no longer lists the old rank).
+// Before, the renew left them under the old place, the key dropped it, and
+// the seat went to another member while the call was still open: 2 calls
+// open on N = 1.
+func TestSeatsRankChangeKeepsOpenCalls(t *testing.T) {
+	srv, sc, keys := seatsRig(t)
+	ctx := context.Background()
+	// I = 100 ms (the old place is gone 150 ms after its last call, the
+	// new one 350 ms after its renew, below); N = 1.
+	run := func(member, taken string, more ...any) []any {
+		t.Helper()
+		args := append([]any{more[0], member, taken, "", "1", "60000", "100 0 0 60000"}, more[1:]...)
+		v, err := sc.Run(ctx, srv.Client, keys, args...).Result()
+		if err != nil {
+			t.Fatalf("%s %v: %v", member, more, err)
+		}
+		return v.([]any)
+	}
+	if v := run("L 0 2 r", "0 1", "acquire", "L.1", "1", "0"); v[0] != int64(1) {
+		t.Fatalf("L's acquire on a free band: %v", v)
+	}
+	// L is ranked 2 now (the fleet lists 1 and 2), its call still open. It
+	// renews it at its next heartbeat, under its new place; M's calls go on
+	// (each within I: the key answers) until the old place is 200 ms silent,
+	// past its 150 ms, while L's new one is not gone.
+	old := lastCall(t, srv, keys[0], "0")
+	run("L 2 3 r", "1 2", "renew", "L.1:1:h")
+	for {
+		run("M 1 3 r", "1 2", "renew", "")
+		if lastCall(t, srv, keys[0], "1")-old > 200 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v := run("M 1 3 r", "1 2", "acquire", "M.1", "1", "1"); v[0] != int64(0) {
+		t.Fatalf("M's acquire while L's call is open (L renewed it under its new rank): %v, want queued (N = 1)", v)
+	}
+	if v := run("L 2 3 r", "1 2", "read"); v[1] != int64(1) {
+		t.Fatalf("seats used: %v, want L's 1", v)
+	}
+	if v := run("L 2 3 r", "1 2", "release", "L.1"); v[0] != int64(1) || !slices.Contains(v[2:], any("M.1")) {
+		t.Fatalf("L's release: %v, want its seat given back and handed to M.1", v)
+	}
+}
