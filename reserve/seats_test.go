@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -693,14 +692,7 @@ func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // isRenew reports whether cmd runs the seats script's renew.
-func isRenew(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && len(args) > 3 {
-		nk, ok := args[2].(int)
-		return ok && len(args) > 3+nk && args[3+nk] == "renew"
-	}
-	return false
-}
+func isRenew(cmd redis.Cmder) bool { return redistest.ScriptOp(cmd, "renew") }
 
 // renewGate is a go-redis hook that holds the seats script's next renew,
 // once armed, until the test lets it go.

@@ -118,6 +118,21 @@ func (s *Server) NewClient(t testing.TB) *redis.Client {
 	return c
 }
 
+// TunedClient is NewClient with the options reserve.New uses as they are
+// (no retries, the context's deadline on reads, one dial): a hook added to
+// it sees a Limiter's commands, where from any other client reserve.New
+// makes one of its own.
+func (s *Server) TunedClient(t testing.TB) *redis.Client {
+	t.Helper()
+	opts := *s.opts
+	opts.MaxRetries, opts.ContextTimeoutEnabled, opts.DialerRetries = -1, true, 1
+	c := newClient(t, &opts, s.Source)
+	if s.check != nil {
+		c.AddHook(s.check)
+	}
+	return c
+}
+
 func fromURL(t testing.TB, url string) *Server {
 	t.Helper()
 	opts, err := redis.ParseURL(url)
