@@ -3,13 +3,16 @@ package reserve_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redistest"
+	"github.com/pacer-go/pacer/internal/syncbuf"
 	"github.com/pacer-go/pacer/reserve"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -153,6 +156,9 @@ func TestHandbackMovesSleepers(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	opts.Metrics = rec
+	// a's log, its fleet views (Debug) included, shown if a finds no share.
+	var aLog syncbuf.Buffer
+	opts.Logger = slog.New(slog.NewTextHandler(&aLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, err := reserve.New(c, opts)
 	require.NoError(t, err)
 	closeLimiter(t, a)
@@ -175,9 +181,18 @@ func TestHandbackMovesSleepers(t *testing.T) {
 
 	p.Disable(t)
 	var rs []*reserve.Reservation
+	// With a deadline: a caller with no share waits for one (awaitShare),
+	// and in one CI run (0703318, quiet) a waited here for 8 minutes until
+	// the run was stopped; the error says which share it lacked.
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
 	for len(rs) < 6 {
-		r, err := a.Reserve(ctx, key, lim)
-		require.NoError(t, err)
+		r, err := a.Reserve(rctx, key, lim)
+		if err != nil {
+			lines := strings.Split(aLog.String(), "\n")
+			t.Logf("a's log, the last lines:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+		require.NoError(t, err, "a's reservation %d with Redis gone", len(rs))
 		if !r.Local() {
 			ns, ok := reserve.ServerSlot(r) // reached Redis before a noticed
 			require.True(t, ok)
