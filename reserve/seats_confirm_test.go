@@ -47,7 +47,7 @@ func TestSeatsDroppedNotUsed(t *testing.T) {
 			ra, err := a.ReserveN(ctx, reserve.Request{Key: key, Policy: p, Cost: reserve.Cost{"requests": 1, "calls": 1}})
 			require.NoError(t, err)
 			require.Greater(t, ra.Delay(), time.Second)
-			refuse.on.Store(true)
+			refuse.On.Store(true)
 			// b's call waits for the seat, and takes it once a has been
 			// silent on the key for 3.5 heartbeats.
 			actx, cancelA := context.WithTimeout(ctx, 10*time.Second)
@@ -57,7 +57,7 @@ func TestSeatsDroppedNotUsed(t *testing.T) {
 			require.True(t, time.Now().Before(ra.Time()), "b took the seat after a's slot: the test proves nothing (a loaded machine?)")
 			switch how {
 			case "renews back":
-				refuse.on.Store(false)
+				refuse.On.Store(false)
 				reserve.RenewSeats(ctx, a)
 			case "heard again":
 				// Just before the slot: the holder's record is then fresh.

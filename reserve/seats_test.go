@@ -552,7 +552,7 @@ func TestSeatsOutageExcess(t *testing.T) {
 // TestSeatsOutageStaleExcess: a member whose figure of the others' excess
 // is over an interval older than Redis's last answer to it takes no seat
 // locally: what the others took meanwhile is in no figure it has, and its
-// callers wait for Redis instead. b's renews are refused (refusedRenews)
+// callers wait for Redis instead. b's renews are refused (redistest.Refuser)
 // while its heartbeats and other calls are answered, so that its view of
 // the fleet stays fresh and only the figure ages.
 func TestSeatsOutageStaleExcess(t *testing.T) {
@@ -575,9 +575,9 @@ func TestSeatsOutageStaleExcess(t *testing.T) {
 	mine, err := b.Acquire(ctx, seatsReq("seats:stale", 6))
 	require.NoError(t, err)
 	defer mine.Done()
-	refuse.on.Store(true)
+	refuse.On.Store(true)
 	heard := time.Now() // b's figure is at most this old
-	for time.Since(heard) < 3*interval || refuse.refused.Load() < 2 {
+	for time.Since(heard) < 3*interval || refuse.Refused.Load() < 2 {
 		_, err := b.Reserve(ctx, "seats:stale-other", reserve.Limit{Rate: 1000, Burst: 1000})
 		require.NoError(t, err)
 		time.Sleep(interval / 10)
@@ -597,44 +597,18 @@ func TestSeatsOutageStaleExcess(t *testing.T) {
 	require.True(t, b.Degraded(), "b left its outage: the tries were not all local")
 }
 
-// refusedRenews is a go-redis hook that, once on, answers every seats
-// renew with an error reply of its own, without sending it: Redis
-// answers, and the renew's figures are not heard.
-type refusedRenews struct {
-	passHook
-	on      atomic.Bool
-	refused atomic.Int64
-}
-
 // refusingLimiter is a Limiter on s (opts) whose seats renews a
-// refusedRenews hook answers once it is on; closed when t ends.
-func refusingLimiter(t *testing.T, s *redistest.Server, opts reserve.Options) (*reserve.Limiter, *refusedRenews) {
+// redistest.Refuser answers once it is on, without sending them: Redis
+// answers, and the renews' figures are not heard. Closed when t ends.
+func refusingLimiter(t *testing.T, s *redistest.Server, opts reserve.Options) (*reserve.Limiter, *redistest.Refuser) {
 	t.Helper()
-	refuse := &refusedRenews{}
+	refuse := &redistest.Refuser{Op: "renew"}
 	c := tunedClient(t, s)
 	c.AddHook(refuse)
 	l, err := reserve.New(c, opts)
 	require.NoError(t, err)
 	closeLimiter(t, l)
 	return l, refuse
-}
-
-// replyError is an error reply, as Redis's own (redis.Error).
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
-func (h *refusedRenews) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.on.Load() && isRenew(cmd) {
-			h.refused.Add(1)
-			err := replyError("ERR renew refused by the test")
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
 }
 
 // lateHook makes a Limiter notice an outage late, as a loaded machine
