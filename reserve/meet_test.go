@@ -509,6 +509,7 @@ func (c *lateDeadline) Err() error {
 // (a quiet CI run's TestNewcomerWaitsInOutage).
 func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
 	l, _ := newcomerCutOff(t) // no share for the newcomer
+	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
 	// The deadline passes while the Wait waits for a share; the context
 	// says so only after the wait's next look (shareRecheck, 250 ms).
 	dctx := newLateDeadline(t, 50*time.Millisecond, time.Second)
@@ -517,6 +518,27 @@ func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "got %v, want the deadline's error", err)
 	var tooLong *reserve.WaitTooLongError
 	assert.False(t, errors.As(err, &tooLong), "got an outage's refusal: %v", err)
+	// It says what it waited for (the no-share reason), as text: the
+	// caller's error is its context's, not the outage's.
+	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the Wait waited")
+	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
+}
+
+// TestOutageWaitCancelledSaysWhy: a Wait with no share to pace on whose
+// context is cancelled while it waits ends with the cancellation, and
+// says what it waited for; it is no outage's error.
+func TestOutageWaitCancelledSaysWhy(t *testing.T) {
+	l, _ := newcomerCutOff(t) // no share for the newcomer
+	// Once it paces locally: before, a call cancelled while it still tries
+	// Redis waited for no share, and says nothing of one.
+	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	err := l.Wait(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.Canceled), "got %v, want the cancellation", err)
+	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the Wait waited")
+	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
 }
 
 // TestSlowRedisIsNotAnOutage (a slow process is not an outage): calls

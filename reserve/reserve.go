@@ -168,6 +168,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 	// late, on a loaded machine) is still the deadline's.
 	dl, byDeadline := ctx.Deadline()
 	byDeadline = byDeadline && maxWait > 0 && !dl.After(wall.Add(maxWait))
+	var waited *noShareError // what the caller last waited for, if it did
 	for {
 		r, err := l.reserveOnce(ctx, op, key, s, amounts, f, maxWait)
 		if err == nil {
@@ -177,13 +178,17 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 		// heap, an allocation per call that a grant need not pay.)
 		var ns *noShareError
 		if !errors.As(err, &ns) {
+			if waited != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return r, waitedErr(err, waited)
+			}
 			return r, err
 		}
+		waited = ns
 		wait := time.Duration(-1)
 		switch {
 		case byDeadline:
 			if time.Until(dl) <= 0 {
-				return nil, fmt.Errorf("reserve: %s %q: %w", op, key, context.DeadlineExceeded)
+				return nil, waitedErr(fmt.Errorf("reserve: %s %q: %w", op, key, context.DeadlineExceeded), ns)
 			}
 		case maxWait >= 0:
 			if wait = maxWait - l.clock.Now().Sub(start); wait <= 0 {
@@ -191,7 +196,10 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 			}
 		}
 		if werr := l.awaitShare(ctx, wait); werr != nil {
-			return nil, fmt.Errorf("reserve: %s %q: %w", op, key, werr)
+			if werr = fmt.Errorf("reserve: %s %q: %w", op, key, werr); errors.Is(werr, ErrClosed) {
+				return nil, werr
+			}
+			return nil, waitedErr(werr, ns)
 		}
 		switch {
 		case byDeadline:
@@ -201,6 +209,14 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, s *spec, amounts 
 			start = l.clock.Now()
 		}
 	}
+}
+
+// waitedErr is the error of a caller whose context ended (err, the
+// context's error) while it waited for a share to pace on: it says what
+// the caller waited for, as text only: the caller's error is its
+// context's, not the outage's (errors.Is(err, ErrUnavailable) is false).
+func waitedErr(err error, ns *noShareError) error {
+	return fmt.Errorf("%w (it was waiting for a share to pace on: %s)", err, ns.Error())
 }
 
 // reserveOnce is one try of reserve.
