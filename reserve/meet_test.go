@@ -524,6 +524,21 @@ func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
 	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
 }
 
+// TestOutageSeatsCancelledSayWhy: the same for a call waiting for a seat
+// of an in-flight band, with no share to pace on.
+func TestOutageSeatsCancelledSayWhy(t *testing.T) {
+	l, _ := newcomerCutOff(t) // no share for the newcomer
+	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	policy := reserve.Policy{{Name: "open", Unit: "requests", InFlight: 2}}
+	_, err := l.Acquire(ctx, reserve.Request{Key: "api", Policy: policy, Cost: reserve.Cost{"requests": 1}})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.Canceled), "got %v, want the cancellation", err)
+	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the call waited")
+	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
+}
+
 // TestOutageWaitCancelledSaysWhy: a Wait with no share to pace on whose
 // context is cancelled while it waits ends with the cancellation, and
 // says what it waited for; it is no outage's error.

@@ -365,6 +365,7 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 		}
 		return nil, err
 	}
+	var waited *noShareError // the share the last try waited for, if any
 	for {
 		local := l.isDegraded() && !l.opts.FailClosed
 		moved := l.shareChanged()
@@ -378,12 +379,14 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				sm.SeatWaiters(key, t.band, 1)
 			}
 		}
+		waited = nil
 		if err != nil {
 			var ns *noShareError
-			outage := errors.Is(err, ErrUnavailable) && !l.opts.FailClosed
-			if !outage && !errors.As(err, &ns) {
+			noShare := errors.As(err, &ns)
+			if !noShare && !(errors.Is(err, ErrUnavailable) && !l.opts.FailClosed) {
 				return giveUp(err)
 			}
+			waited = ns
 			if maxWait == 0 {
 				return giveUp(&WaitTooLongError{Wait: l.opts.ProbeInterval, MaxWait: 0, Band: OutageBinding})
 			}
@@ -419,6 +422,9 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: t.band, seats: true})
 			case <-ctx.Done():
 				poll.Stop()
+				if waited != nil {
+					return giveUp(waitedErr(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err()), waited))
+				}
 				return giveUp(ctx.Err())
 			}
 		}
