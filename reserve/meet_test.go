@@ -508,51 +508,60 @@ func (c *lateDeadline) Err() error {
 // refusal, "wait 299.9ms (set by an outage ...) exceeds the 49.9ms left"
 // (a quiet CI run's TestNewcomerWaitsInOutage).
 func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
-	l, _ := newcomerCutOff(t) // no share for the newcomer
-	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
+	l := newcomerLocal(t)
 	// The deadline passes while the Wait waits for a share; the context
 	// says so only after the wait's next look (shareRecheck, 250 ms).
 	dctx := newLateDeadline(t, 50*time.Millisecond, time.Second)
 	err := l.Wait(dctx, "api", reserve.Limit{Rate: 10, Burst: 1})
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, context.DeadlineExceeded), "got %v, want the deadline's error", err)
 	var tooLong *reserve.WaitTooLongError
 	assert.False(t, errors.As(err, &tooLong), "got an outage's refusal: %v", err)
-	// It says what it waited for (the no-share reason), as text: the
-	// caller's error is its context's, not the outage's.
-	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the Wait waited")
-	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
+	saysWhy(t, err, context.DeadlineExceeded)
 }
 
 // TestOutageSeatsCancelledSayWhy: the same for a call waiting for a seat
 // of an in-flight band, with no share to pace on.
 func TestOutageSeatsCancelledSayWhy(t *testing.T) {
-	l, _ := newcomerCutOff(t) // no share for the newcomer
-	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
+	l := newcomerLocal(t)
 	policy := reserve.Policy{{Name: "open", Unit: "requests", InFlight: 2}}
-	_, err := l.Acquire(ctx, reserve.Request{Key: "api", Policy: policy, Cost: reserve.Cost{"requests": 1}})
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, context.Canceled), "got %v, want the cancellation", err)
-	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the call waited")
-	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
+	_, err := l.Acquire(cancelSoon(t), reserve.Request{Key: "api", Policy: policy, Cost: reserve.Cost{"requests": 1}})
+	saysWhy(t, err, context.Canceled)
 }
 
 // TestOutageWaitCancelledSaysWhy: a Wait with no share to pace on whose
 // context is cancelled while it waits ends with the cancellation, and
 // says what it waited for; it is no outage's error.
 func TestOutageWaitCancelledSaysWhy(t *testing.T) {
-	l, _ := newcomerCutOff(t) // no share for the newcomer
-	// Once it paces locally: before, a call cancelled while it still tries
-	// Redis waited for no share, and says nothing of one.
+	l := newcomerLocal(t)
+	saysWhy(t, l.Wait(cancelSoon(t), "api", reserve.Limit{Rate: 10, Burst: 1}), context.Canceled)
+}
+
+// newcomerLocal is newcomerCutOff's Limiter once it paces locally, with
+// no share: its calls wait for one. (Before the switch, a call whose
+// context ends while it still tries Redis waited for no share, and says
+// nothing of one.)
+func newcomerLocal(t *testing.T) *reserve.Limiter {
+	t.Helper()
+	l, _ := newcomerCutOff(t)
 	require.Eventually(t, l.Degraded, 30*time.Second, 10*time.Millisecond, "the newcomer did not switch to local pacing")
+	return l
+}
+
+// cancelSoon is a context cancelled 100 ms from now.
+func cancelSoon(t *testing.T) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	time.AfterFunc(100*time.Millisecond, cancel)
-	err := l.Wait(ctx, "api", reserve.Limit{Rate: 10, Burst: 1})
+	return ctx
+}
+
+// saysWhy checks the error of a call whose context ended (with want)
+// while it waited for a share: the context's error, saying what it waited
+// for as text, and no outage's error.
+func saysWhy(t *testing.T, err, want error) {
+	t.Helper()
 	require.Error(t, err)
-	assert.True(t, errors.Is(err, context.Canceled), "got %v, want the cancellation", err)
-	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the Wait waited")
+	assert.True(t, errors.Is(err, want), "got %v, want %v", err, want)
+	assert.Contains(t, err.Error(), "it was waiting for a share to pace on: ", "the error does not say why the call waited")
 	assert.False(t, errors.Is(err, reserve.ErrUnavailable), "a caller who can wait was handed an outage's error: %v", err)
 }
 
