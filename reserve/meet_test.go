@@ -508,10 +508,13 @@ func (c *lateDeadline) Err() error {
 // refusal, "wait 299.9ms (set by an outage ...) exceeds the 49.9ms left"
 // (a quiet CI run's TestNewcomerWaitsInOutage).
 func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
+	t.Parallel() // mostly waiting, on a server of its own
 	l := newcomerLocal(t)
 	// The deadline passes while the Wait waits for a share; the context
-	// says so only after the wait's next look (shareRecheck, 250 ms).
-	dctx := newLateDeadline(t, 50*time.Millisecond, time.Second)
+	// says so only after the wait's next look (shareRecheck, 250 ms). Half
+	// a second: a deadline passed before the Wait began would end it
+	// before any wait for a share, with nothing to say of one.
+	dctx := newLateDeadline(t, cancelAfter, time.Second)
 	err := l.Wait(dctx, "api", reserve.Limit{Rate: 10, Burst: 1})
 	var tooLong *reserve.WaitTooLongError
 	assert.False(t, errors.As(err, &tooLong), "got an outage's refusal: %v", err)
@@ -521,6 +524,7 @@ func TestOutageWaitEndsWithItsDeadline(t *testing.T) {
 // TestOutageSeatsCancelledSayWhy: the same for a call waiting for a seat
 // of an in-flight band, with no share to pace on.
 func TestOutageSeatsCancelledSayWhy(t *testing.T) {
+	t.Parallel() // mostly waiting, on a server of its own
 	l := newcomerLocal(t)
 	policy := reserve.Policy{{Name: "open", Unit: "requests", InFlight: 2}}
 	_, err := l.Acquire(cancelSoon(t), reserve.Request{Key: "api", Policy: policy, Cost: reserve.Cost{"requests": 1}})
@@ -531,6 +535,7 @@ func TestOutageSeatsCancelledSayWhy(t *testing.T) {
 // context is cancelled while it waits ends with the cancellation, and
 // says what it waited for; it is no outage's error.
 func TestOutageWaitCancelledSaysWhy(t *testing.T) {
+	t.Parallel() // mostly waiting, on a server of its own
 	l := newcomerLocal(t)
 	saysWhy(t, l.Wait(cancelSoon(t), "api", reserve.Limit{Rate: 10, Burst: 1}), context.Canceled)
 }
@@ -546,11 +551,17 @@ func newcomerLocal(t *testing.T) *reserve.Limiter {
 	return l
 }
 
-// cancelSoon is a context cancelled 100 ms from now.
+// cancelAfter is how long the outage-wait tests' calls wait for a share
+// before their contexts end: long enough that the call has begun waiting
+// (cancelled before, it waited for nothing and has nothing to say) on a
+// loaded machine.
+const cancelAfter = 500 * time.Millisecond
+
+// cancelSoon is a context cancelled cancelAfter from now.
 func cancelSoon(t *testing.T) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	time.AfterFunc(100*time.Millisecond, cancel)
+	time.AfterFunc(cancelAfter, cancel)
 	return ctx
 }
 
