@@ -2,6 +2,7 @@ package reserve
 
 import (
 	"context"
+	"errors"
 
 	"github.com/pacer-go/pacer/internal/layout"
 )
@@ -15,7 +16,21 @@ func (l *Limiter) LeaseSlots(ctx context.Context, key string, lim Limit, k int, 
 	if err != nil {
 		return nil, nil, false, err
 	}
-	ls, err := l.newLease(ctx, key, s, k, false)
+	var ls *lease
+	for {
+		ls, err = l.newLease(ctx, key, s, k, false)
+		var ns *noShareError
+		if !errors.As(err, &ns) {
+			break
+		}
+		// No share on Redis now (a heartbeat failed or ran late, on a
+		// loaded machine): a caller waits for one, as the Limiter's own
+		// path does (newLease's callers fall back to reservations, which
+		// wait; TestLeaseKeepsLattice failed so in CI beside a hog).
+		if err := l.awaitShare(ctx, -1); err != nil {
+			return nil, nil, false, err
+		}
+	}
 	if err != nil || ls == nil {
 		return nil, nil, false, err
 	}
