@@ -23,8 +23,9 @@ import (
 const coldChildEnv = "PACERBENCH_COLD_CHILD"
 
 // coldProfileEnv, when set to a directory, has each cold child write a CPU
-// profile of its run there (cold-<shape>-<index>.pprof), for go tool
-// pprof: pacerbench -phases cold -only ... with it set in the environment.
+// profile of its run there (cold-<limiter>-<shape>-<index>.pprof, e.g.
+// cold-pacer-quick-start-client-none-waiting-0.pprof), for go tool pprof:
+// pacerbench -phases cold -only ... with it set in the environment.
 const coldProfileEnv = "PACERBENCH_COLD_PROFILE"
 
 // coldJob is what each process of the cold phase is told; its share of
@@ -201,7 +202,7 @@ func coldChild(j coldJob) error {
 	defer cancel()
 	if dir := os.Getenv(coldProfileEnv); dir != "" {
 		// A CPU profile of the run, per process, for go tool pprof.
-		stop, err := startCPUProfile(dir, fmt.Sprintf("cold-%s-%d.pprof", strings.ReplaceAll(j.Shape, " ", "-"), i))
+		stop, err := startCPUProfile(dir, fmt.Sprintf("cold-%s-%s-%d.pprof", fileSlug(j.Variant), fileSlug(j.Shape), i))
 		if err != nil {
 			return err
 		}
@@ -345,4 +346,13 @@ func coldPaced(ctx context.Context, l limiter, keys []string, base int, pairs bo
 			}
 		}
 	}
+}
+
+// fileSlug makes a limiter's or a shape's name part of a file name:
+// "pacer, quick-start client" is "pacer-quick-start-client", "redis_rate
+// (GCRA)" "redis_rate-GCRA", "" "".
+func fileSlug(name string) string {
+	return strings.Join(strings.FieldsFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}), "-")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -96,4 +97,24 @@ func processCPU() (all, user time.Duration) {
 		return 0, 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Utime.Nano())
+}
+
+// TestFileSlug: each cold limiter's profile has a file name of its own
+// (they once shared cold-<shape>-<index>.pprof, so the last limiter's
+// overwrote the others').
+func TestFileSlug(t *testing.T) {
+	seen := map[string]string{}
+	for _, v := range coldVariants {
+		s := fileSlug(v)
+		if s == "" || strings.ContainsAny(s, " ,()/") {
+			t.Errorf("fileSlug(%q) = %q: not a file name's part", v, s)
+		}
+		if other, ok := seen[s]; ok {
+			t.Errorf("fileSlug(%q) = fileSlug(%q) = %q", v, other, s)
+		}
+		seen[s] = v
+	}
+	if got, want := fileSlug("pacer, quick-start client"), "pacer-quick-start-client"; got != want {
+		t.Errorf("fileSlug = %q, want %q", got, want)
+	}
 }
