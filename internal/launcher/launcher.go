@@ -8,7 +8,8 @@
 // <why>"), then answers each command line written to its stdin with one
 // line, "ok" or "error: <why>", and exits when its stdin closes. Each is
 // built and run with `go run` from the testkit module's directory, which
-// this package finds from its own source file. The go command builds a
+// this package finds from its own source file (or, built with -trimpath,
+// above the working directory: Dir). The go command builds a
 // launcher on its first use (about a minute for rediscontainer on a fresh
 // machine; .ci/run builds them before the tests) and keeps the program in
 // its build cache; a test process asks it where once per launcher, and
@@ -57,17 +58,41 @@ type Child struct {
 }
 
 // Dir returns the directory of the internal/testkit module, found next to
-// this package's source.
+// this package's source; in a binary built with -trimpath (the README's
+// test command), whose source paths are the packages' import paths, it is
+// looked for above the working directory (a test runs in its package's
+// directory, and the children it starts inherit it).
 func Dir() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("launcher: cannot tell where its source is")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "testkit")
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		return "", fmt.Errorf("launcher: no internal/testkit module next to %s (built with -trimpath?): %w", file, err)
+	if filepath.IsAbs(file) {
+		dir := filepath.Join(filepath.Dir(file), "..", "testkit")
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+			return "", fmt.Errorf("launcher: no internal/testkit module next to %s: %w", file, err)
+		}
+		return dir, nil
 	}
-	return dir, nil
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("launcher: built with -trimpath, and no working directory to look from: %w", err)
+	}
+	return testkitAbove(wd)
+}
+
+// testkitAbove returns the internal/testkit module's directory in wd or the
+// nearest directory above it that has one.
+func testkitAbove(wd string) (string, error) {
+	for d := wd; ; d = filepath.Dir(d) {
+		dir := filepath.Join(d, "internal", "testkit")
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("launcher: built with -trimpath, and no internal/testkit module in %s or a directory above it", wd)
+		}
+	}
 }
 
 // Start runs the launcher internal/testkit/cmd/<name> with args and waits

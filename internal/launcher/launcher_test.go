@@ -84,3 +84,33 @@ func TestProgramFromCache(t *testing.T) {
 		}
 	}
 }
+
+// TestTestkitAbove: built with -trimpath (the README's test command), Dir
+// finds the testkit module above the working directory: from this
+// package's directory and from the repository's root alike, and not from
+// a directory outside the repository.
+func TestTestkitAbove(t *testing.T) {
+	want, err := filepath.Abs(filepath.Join("..", "testkit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wd := range []string{".", filepath.Join("..", "..")} {
+		abs, err := filepath.Abs(wd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := testkitAbove(abs); err != nil || got != want {
+			t.Errorf("testkitAbove(%s) = %q, %v; want %q", abs, got, err, want)
+		}
+	}
+	if got, err := testkitAbove(t.TempDir()); err == nil {
+		t.Errorf("testkitAbove(a temporary directory) = %q, want an error", got)
+	}
+	got, err := Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := filepath.EvalSymlinks(got); err != nil || filepath.Clean(got) != want {
+		t.Errorf("Dir() = %q (%v), want %q", got, err, want)
+	}
+}
