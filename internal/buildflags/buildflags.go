@@ -1,11 +1,10 @@
 // Package buildflags gives the go build flags this binary was built with
 // that change what a build compiles: -race, -trimpath, -gcflags and
-// -ldflags. A test
-// that builds a program of the repository passes them to its go build, so
-// that the program is built as the test binary was (with the race detector
-// when it has it) and its packages come from the build cache the test's
-// build filled, not compiled again with other flags (docs/testing.md, the
-// README's test command).
+// -ldflags. A test that builds a program of the repository passes them to
+// its go build, so that the program is built as the test binary was (with
+// the race detector when it has it) and its packages come from the build
+// cache the test's build filled, not compiled again with other flags
+// (docs/testing.md, the README's test command).
 package buildflags
 
 import (
@@ -14,8 +13,9 @@ import (
 )
 
 // Same returns the flags, for go build: "-race" when this binary has the
-// race detector, "-trimpath" when it was built with it, and "-gcflags=<value>" and "-ldflags=<value>" when it was
-// built with them. Empty when the binary carries no build information.
+// race detector, "-trimpath" when it was built with it, and
+// "-gcflags=<value>" and "-ldflags=<value>" when it was built with them.
+// Empty when the binary carries no build information.
 func Same() []string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
