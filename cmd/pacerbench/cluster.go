@@ -97,6 +97,7 @@ type clusterRun struct {
 	JudgedSlots []int
 	JudgedLimit limit
 	NodeTimeout time.Duration
+	FIFO        int // the nodes' real-time priority (-fifo); 0: none
 	FleetSlot   int
 	Masters     []shardRange // the masters as created
 
@@ -197,7 +198,7 @@ var clusterSegNames = []string{"warm", "steady", "heartbeats", "reshard", "kill"
 // clusterRun runs a fleet of procs processes on a new Cluster.
 func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string, ...any)) (*clusterRun, error) {
 	c := b.cfg
-	r := &clusterRun{Procs: procs, Format: c.Format, Keys: c.ClusterKeys, ColdRate: c.ClusterRate, NodeTimeout: c.ClusterNodeTimeout,
+	r := &clusterRun{Procs: procs, Format: c.Format, Keys: c.ClusterKeys, ColdRate: c.ClusterRate, NodeTimeout: c.ClusterNodeTimeout, FIFO: c.FIFO,
 		JudgedLimit: clusterJudgedLimit, FleetSlot: keySlot(layout.FleetKeys(reserve.DefaultKeyPrefix)[0])}
 	if c.Quick {
 		r.JudgedLimit = clusterJudgedQuick
@@ -214,7 +215,7 @@ func (b *bench) clusterRun(ctx context.Context, procs int, progress func(string,
 	r.Machine = startMachineLoad()
 	own0 := ownCPUTime()
 
-	cl, err := redisproc.StartCluster(redisproc.ClusterSpec{Masters: 3, Replicas: 1, NodeTimeout: c.ClusterNodeTimeout})
+	cl, err := redisproc.StartCluster(redisproc.ClusterSpec{Masters: 3, Replicas: 1, NodeTimeout: c.ClusterNodeTimeout, FIFO: c.FIFO})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ func (r *clusterRun) tables() string {
 		r.Keys, r.ColdRate, float64(r.Keys)/r.ColdRate, fmtRate(r.ColdLimit.Rate), r.ColdLimit.Burst,
 		r.JudgedLimit.Rate, r.JudgedLimit.Burst, r.bound(), r.judgedList(), clusterWaiters,
 		r.Format, r.NodeTimeout, r.Procs, r.StartTook.Round(time.Millisecond))
+	if r.FIFO != 0 {
+		fmt.Fprintf(&b, "Every node ran under SCHED_FIFO at priority %d (`-fifo`): the fleet's processes did not preempt Redis, so SLOWLOG's times are its own work (and the hypervisor's steal).\n\n", r.FIFO)
+	}
 	fmt.Fprintf(&b, "%s This program, its processes and its redis-servers used %.1f CPU-seconds over the run.\n\n", r.Machine.note(), r.OwnCPU.Seconds())
 	fails, procs, text := 0, 0, ""
 	for _, p := range r.Children {

@@ -129,6 +129,13 @@ type config struct {
 	ClusterSeg         time.Duration
 	ClusterSlots       int
 	ClusterNodeTimeout time.Duration
+
+	// FIFO, if not 0, is the real-time priority the redis-servers
+	// pacerbench starts for the phases and the cluster phase run at
+	// (SCHED_FIFO): this program's own processes then do not preempt
+	// them, and SLOWLOG's times are Redis's own work, as on a host of its
+	// own. 0: the normal policy, beside this program's processes.
+	FIFO int
 }
 
 // defaults returns the full run's settings, or the smoke run's.
@@ -263,6 +270,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ClusterSeg, "cluster-seg", full.ClusterSeg, "the cluster phase's warm-up and steady segments (the heartbeats segment and the time after each fault: half)")
 	fs.IntVar(&c.ClusterSlots, "cluster-slots", full.ClusterSlots, "slots the cluster phase's resharding moves (a third from each master)")
 	fs.DurationVar(&c.ClusterNodeTimeout, "cluster-node-timeout", full.ClusterNodeTimeout, "the cluster phase's cluster-node-timeout (a killed master is replaced about this long and a second or two after)")
+	fs.IntVar(&c.FIFO, "fifo", 0, "run the redis-server pacerbench starts when no -redis is given (phases that start servers of their own keep the normal policy) and the cluster phase's nodes under SCHED_FIFO at this real-time `priority` (1 to 99; Linux, root or CAP_SYS_NICE), so that this program's processes do not preempt them and SLOWLOG's times are Redis's own work; 0: the normal policy")
 	fs.StringVar(&c.Phases, "phases", "", "run only these phases (comma-separated: "+strings.Join(phases, ", ")+")")
 	fs.IntVar(&c.Format, "format", full.Format, "the state format the fleet under the default key prefix writes (1, 2 or 3), set before each run as `pacer format` sets it: 3, as a new deployment does; 2 is a fleet's default before it switches")
 	if err := fs.Parse(args); err != nil {
@@ -337,6 +345,8 @@ func (c config) validate() error {
 	case len(c.ClusterProcs) == 0 || c.ClusterKeys < slices.Max(c.ClusterProcs) || c.ClusterRate <= 0 || c.ClusterSeg <= 0 ||
 		c.ClusterSlots < 3 || c.ClusterSlots > 16000 || c.ClusterNodeTimeout < 100*time.Millisecond:
 		return fmt.Errorf("pacerbench: -cluster-keys must be at least the largest of -cluster-procs, -cluster-rate and -cluster-seg positive, -cluster-slots 3 to 16000, -cluster-node-timeout at least 100ms")
+	case c.FIFO < 0 || c.FIFO > 99:
+		return fmt.Errorf("pacerbench: -fifo %d: want a real-time priority, 1 to 99, or 0 for none", c.FIFO)
 	}
 	for s := range strings.SplitSeq(c.OutageScenarios, ",") {
 		if s != "" && !slices.Contains(outageScenarioNames(), s) {
@@ -507,11 +517,14 @@ func run(ctx context.Context, c config, stdout, logw io.Writer) (*results, error
 	url, source := c.RedisURL, "given with -redis"
 	var srv *redisproc.Server
 	if url == "" {
-		if srv, err = redisproc.Start(redisproc.Spec{}); err != nil {
+		if srv, err = redisproc.Start(redisproc.Spec{FIFO: c.FIFO}); err != nil {
 			return nil, fmt.Errorf("pacerbench: no -redis given, and starting a redis-server failed: %w", err)
 		}
 		defer srv.Close()
 		url, source = srv.URL(), "a redis-server started by pacerbench (--save '' --appendonly no)"
+		if c.FIFO != 0 {
+			source += fmt.Sprintf(", under SCHED_FIFO at priority %d (-fifo)", c.FIFO)
+		}
 	}
 	sent := newCounter()
 	rdb, err := newClient(url, max(slices.Max(c.Hot), 32), sent)

@@ -663,3 +663,23 @@ func checkOtel(t *testing.T, res *results, stdout string) {
 // slots wait for the fleet to hold it (outage.FirstLocalSlot, the rule
 // reserve applies, with the default Options), and 500 ms to spare.
 var outageLocalWait = outage.FirstLocalSlot(outage.DefaultCallTimeout, outage.DefaultCallTimeout, outage.DefaultHeartbeatInterval) + 500*time.Millisecond
+
+// TestFIFOFlag: -fifo takes a real-time priority, 1 to 99, or 0 for none;
+// anything else is refused before a phase runs.
+func TestFIFOFlag(t *testing.T) {
+	for _, tt := range []struct {
+		arg  string
+		want int
+		ok   bool
+	}{{"0", 0, true}, {"10", 10, true}, {"99", 99, true}, {"-1", 0, false}, {"100", 0, false}, {"x", 0, false}} {
+		c, err := parseFlags([]string{"-fifo", tt.arg})
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("-fifo %s: %v", tt.arg, err)
+		case tt.ok && c.FIFO != tt.want:
+			t.Errorf("-fifo %s: FIFO %d, want %d", tt.arg, c.FIFO, tt.want)
+		case !tt.ok && err == nil:
+			t.Errorf("-fifo %s: no error", tt.arg)
+		}
+	}
+}

@@ -51,6 +51,8 @@ type ClusterSpec struct {
 	NodeTimeout time.Duration
 	// Args come after the cluster's own arguments on every node.
 	Args []string
+	// FIFO is every node's Spec.FIFO: a real-time priority, or 0.
+	FIFO int
 }
 
 // Cluster is a Redis Cluster of redis-server processes on free loopback
@@ -101,7 +103,7 @@ func StartCluster(sp ClusterSpec) (c *Cluster, err error) {
 	}()
 	var all []string
 	for range sp.Masters * (1 + sp.Replicas) {
-		p, err := Start(Spec{Bin: server, ClusterBus: true, Args: args})
+		p, err := Start(Spec{Bin: server, ClusterBus: true, Args: args, FIFO: sp.FIFO})
 		if err != nil {
 			return nil, fmt.Errorf("redisproc: cluster node: %w", err)
 		}

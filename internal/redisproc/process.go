@@ -103,12 +103,24 @@ func launch(sp Spec, dir string, port int, nodes []byte) (*Process, error) {
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
+	if sp.FIFO != 0 {
+		if err := setFIFO(p.Pid(), sp.FIFO); err != nil {
+			p.kill()
+			return nil, fifoError{fmt.Errorf("%s on %s: SCHED_FIFO at priority %d: %w", filepath.Base(sp.Bin), p.addr(), sp.FIFO, err)}
+		}
+	}
 	if err := p.waitReady(readyTimeout); err != nil {
 		p.kill()
 		return nil, fmt.Errorf("%s on %s: %w\n%s", filepath.Base(sp.Bin), p.addr(), err, p.logTail())
 	}
 	return p, nil
 }
+
+// fifoError is a start that failed for Spec.FIFO: another port would not
+// help, so Start does not try again.
+type fifoError struct{ error }
+
+func (e fifoError) Unwrap() error { return e.error }
 
 // waitReady polls the server until it answers INFO with its own process id
 // (so a foreign server that won the race for the port is not mistaken for

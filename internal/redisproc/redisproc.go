@@ -41,6 +41,13 @@ type Spec struct {
 	// directory, whose path becomes redis-server's first argument
 	// (Sentinel needs a configuration file).
 	Config string
+	// FIFO, if not 0, is a real-time priority (1 to 99): each process
+	// started runs its main thread under SCHED_FIFO at it, so that the
+	// machine's other processes do not preempt it and a command's time in
+	// SLOWLOG is Redis's own work, as on a host of its own (pacerbench's
+	// -fifo). Linux only, and it needs root or CAP_SYS_NICE: a start where
+	// the kernel refuses it fails.
+	FIFO int
 }
 
 // Server is a redis-server started by Start, on a port that stays its own
@@ -80,6 +87,9 @@ func Start(sp Spec) (*Server, error) {
 		s := &Server{spec: sp, dir: dir}
 		if err := s.tryStart(); err != nil {
 			errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, err))
+			if errors.As(err, new(fifoError)) {
+				break
+			}
 			continue
 		}
 		return s, nil
