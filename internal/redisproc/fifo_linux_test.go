@@ -40,11 +40,14 @@ func TestFIFO(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(err.Error(), "attempt "), "another port would not help: one attempt")
 }
 
-// TestNoFIFO: by default a server keeps the normal policy.
+// TestNoFIFO: by default a server keeps the policy it inherits (this
+// process's: SCHED_OTHER unless the tests run under chrt).
 func TestNoFIFO(t *testing.T) {
 	s := start(t, Spec{})
-	policy, _ := schedOf(t, s.Process().Pid())
-	assert.Equal(t, 0, policy, "SCHED_OTHER")
+	policy, prio := schedOf(t, s.Process().Pid())
+	ownPolicy, ownPrio := schedOf(t, os.Getpid())
+	assert.Equal(t, ownPolicy, policy)
+	assert.Equal(t, ownPrio, prio)
 }
 
 // schedOf returns pid's scheduling policy and real-time priority, from
