@@ -747,6 +747,56 @@ func TestBlipIsWaitedOut(t *testing.T) {
 	assert.Empty(t, rec.snapshot().switches, "switches to local pacing in a blip")
 }
 
+// TestBlipCancelSaysWhy: a caller whose context ends while it waits out a
+// blip (Redis refusing connections, within the blip budget) gets its
+// context's error, saying as text what it waited for (Redis, and its
+// refusal), and no outage's error. Before, the error was the bare
+// context's: "context canceled", with nothing of the refusal the call had
+// waited on for as long as the caller allowed.
+func TestBlipCancelSaysWhy(t *testing.T) {
+	s := redistest.New(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: time.Minute, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 1000, Burst: 1}
+	_, err = l.Reserve(context.Background(), "api", lim)
+	require.NoError(t, err)
+	p.Disable(t)
+	_, err = l.Reserve(cancelSoon(t), "api", lim)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, reserve.ErrUnavailable, "an outage's error for a caller who could wait")
+	assert.Contains(t, err.Error(), "it was waiting for Redis, which refused: ", "the error does not say why the call waited")
+	assert.False(t, l.Degraded(), "a blip of %v switched to local pacing", cancelAfter)
+}
+
+// TestSeatsBlipCancelSaysWhy: the same for a call waiting for seats
+// (Acquire) while Redis refuses. Before, its error was the bare context's,
+// without even the key.
+func TestSeatsBlipCancelSaysWhy(t *testing.T) {
+	s := redistest.New(t)
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer c.Close()
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: time.Minute, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	r, err := l.Acquire(context.Background(), seatsReq("seats:blip", 2))
+	require.NoError(t, err)
+	r.Done()
+	p.Disable(t)
+	_, err = l.Acquire(cancelSoon(t), seatsReq("seats:blip", 2))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, reserve.ErrUnavailable, "an outage's error for a caller who could wait")
+	assert.Contains(t, err.Error(), `seats "seats:blip"`, "the error does not name the key")
+	assert.Contains(t, err.Error(), "it was waiting for Redis, which refused: ", "the error does not say why the call waited")
+	assert.False(t, l.Degraded(), "a blip of %v switched to local pacing", cancelAfter)
+}
+
 // TestStaleCallGrantsNothing: a reservation Redis runs long after its
 // caller gave up on it (Redis frozen) grants nothing: the caller went on
 // without it (here: it asked again once a ping showed Redis slow, not

@@ -39,9 +39,16 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 		}
 	}
 	backoff := blipRetry
+	var refused error // the refusal the callers last waited out, if any
 	for try := 0; ; try++ {
 		sent := l.clock.Now()
 		out := l.grantBatch(ctx, key, s, reqs, fairArgs, false)
+		if refused != nil && len(out) > 0 && out[0].err != nil && ctx.Err() != nil && errors.Is(out[0].err, ctx.Err()) {
+			for i := range out {
+				out[i].err = refusedErr(out[i].err, refused)
+			}
+			return out
+		}
 		if len(out) == 0 || out[0].err == nil || !errors.Is(out[0].err, ErrUnavailable) || l.opts.FailClosed {
 			return out
 		}
@@ -67,13 +74,15 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 		case !l.isDegraded() && l.opts.FailAfter > 1:
 			// Redis refused (restarted, a connection reset): wait for it
 			// a blip (blipBudget) before pacing locally.
+			refused = out[0].err
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
+				err := refusedErr(fmt.Errorf("reserve: %s %q: %w", reqs[0].op, key, ctx.Err()), refused)
 				for i := range out {
-					out[i] = result{nil, fmt.Errorf("reserve: %s %q: %w", reqs[0].op, key, ctx.Err())}
+					out[i] = result{nil, err}
 				}
 				return out
 			}
@@ -90,6 +99,15 @@ func (l *Limiter) grantEither(ctx context.Context, key string, s *spec, reqs []*
 			}
 		}
 	}
+}
+
+// refusedErr is the error of a caller whose context ended (err, the
+// context's error) while it waited out a refusal of Redis (a blip): it
+// says what the caller waited for, as text only, as waitedErr does for a
+// share: the caller's error is its context's, not the outage's
+// (errors.Is(err, ErrUnavailable) is false).
+func refusedErr(err, refusal error) error {
+	return fmt.Errorf("%w (it was waiting for Redis, which refused: %v)", err, refusal)
 }
 
 // grantLocal runs the batch on the local fallback, unless the Limiter is

@@ -366,6 +366,7 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 		return nil, err
 	}
 	var waited *noShareError // the share the last try waited for, if any
+	var refused error        // the refusal of Redis the last try waited out, if any
 	for {
 		local := l.isDegraded() && !l.opts.FailClosed
 		moved := l.shareChanged()
@@ -379,7 +380,7 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				sm.SeatWaiters(key, t.band, 1)
 			}
 		}
-		waited = nil
+		waited, refused = nil, nil
 		if err != nil {
 			var ns *noShareError
 			noShare := errors.As(err, &ns)
@@ -387,6 +388,9 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				return giveUp(err)
 			}
 			waited = ns
+			if !noShare {
+				refused = err
+			}
 			if maxWait == 0 {
 				return giveUp(&WaitTooLongError{Wait: l.opts.ProbeInterval, MaxWait: 0, Band: OutageBinding})
 			}
@@ -422,8 +426,11 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: t.band, seats: true})
 			case <-ctx.Done():
 				poll.Stop()
-				if waited != nil {
+				switch {
+				case waited != nil:
 					return giveUp(waitedErr(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err()), waited))
+				case refused != nil:
+					return giveUp(refusedErr(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err()), refused))
 				}
 				return giveUp(ctx.Err())
 			}
