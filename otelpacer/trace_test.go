@@ -240,16 +240,23 @@ func slot(t *testing.T, e event) time.Time {
 }
 
 // TestLateSpan: a sleeper that wakes after Options.MaxLateness (here 1 ns:
-// every one) takes a fresh slot once: a moved event, reason late.
+// every one) takes a fresh slot, reserve.MaxLateMoves times: a moved
+// event for each, reason late.
 func TestLateSpan(t *testing.T) {
 	s := redistest.New(t)
 	g := newRig(t, otelpacer.Options{})
 	l := g.limiter(t, s.Client, redistest.Prefix(t), reserve.Options{MaxLateness: time.Nanosecond})
 	require.NoError(t, l.Wait(context.Background(), "k", reserve.Limit{Rate: 1e6, Burst: 100}))
 	sp := g.waitSpans()[0]
-	assert.Equal(t, []string{"reserved", "slept", "moved", "woke"}, eventNames(sp))
-	assert.Equal(t, "late", events(sp)[2].Attrs["pacer.moved.reason"])
-	assert.Equal(t, map[string]float64{"pacer.moved.reason=late": 1}, g.values(t, "pacer.rate_limiting.moved"))
+	want := []string{"reserved", "slept"}
+	for range reserve.MaxLateMoves {
+		want = append(want, "moved")
+	}
+	assert.Equal(t, append(want, "woke"), eventNames(sp))
+	for i := range reserve.MaxLateMoves {
+		assert.Equal(t, "late", events(sp)[2+i].Attrs["pacer.moved.reason"], "move %d", i+1)
+	}
+	assert.Equal(t, map[string]float64{"pacer.moved.reason=late": reserve.MaxLateMoves}, g.values(t, "pacer.rate_limiting.moved"))
 }
 
 // TestCanceledSpan: a Wait whose context ends while it sleeps ends its

@@ -125,6 +125,7 @@ func runContract(t *testing.T, b backend) {
 		{"SleepLate", testSleepLate},
 		{"SleepLateWindow", testSleepLateWindow},
 		{"SleepAgainLate", testSleepAgainLate},
+		{"SleepLateAgain", testSleepLateAgain},
 		{"Fair", testFair},
 	}
 	// Expiry runs alone, before the others: letting time pass on miniredis

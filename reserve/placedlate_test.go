@@ -45,7 +45,7 @@ func TestPlacedLateMoves(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.mu.Lock()
-		moved, after := r.moved, r.seq
+		moved, after := r.lateMoves > 0, r.seq
 		r.mu.Unlock()
 		if moved != c.moves || (after != seq) != c.moves {
 			t.Errorf("placed %v late (MaxLateness 1 min): moved %v (seq %d -> %d), want %v", c.placed, moved, seq, after, c.moves)

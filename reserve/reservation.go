@@ -52,7 +52,7 @@ type Reservation struct {
 	ranNS        int64
 	replyChecked bool
 	state        resState
-	moved        bool // Sleep took a fresh slot for lateness once already
+	lateMoves    int // how many times Sleep took a fresh slot for lateness (MaxLateMoves)
 	// placedLate: the slot was placed this much later than the clock
 	// estimate places the instant Redis granted (its reply arrived late:
 	// see MaxEarly). Sleep counts it as lateness.

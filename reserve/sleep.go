@@ -27,9 +27,10 @@ import (
 // (cmd/pacer resume), the slot moves earlier, as the resume moved the
 // schedule. Nor does Sleep return much later than the slot: a sleeper that
 // wakes more than Options.MaxLateness after it (a stalled process) takes a
-// fresh slot, once, rather than fire together with callers that are on
-// time. Nor does it fire on a slot the local fallback granted (Redis
-// unavailable) when Redis answers again before its last check: the fleet
+// fresh slot rather than fire together with callers that are on time, and
+// again if it is late for that one too, up to MaxLateMoves times. Nor
+// does it fire on a slot the local fallback granted (Redis unavailable)
+// when Redis answers again before its last check: the fleet
 // paces on Redis from then on, and it takes a slot there (MovedBack). Nor
 // does it fire on a slot of a state Redis has lost since the
 // reservation (restarted empty, flushed: its check reads a state numbered
@@ -168,7 +169,9 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		l.sleeper.Fine(deadline)
 		late := l.clock.Now().Sub(at)
 		if r.tooLate(late) {
-			r.moved = true
+			r.mu.Lock()
+			r.lateMoves++
+			r.mu.Unlock()
 			if err := r.moveFor(ctx, MovedLate, tr); err != nil {
 				return 0, err
 			}
@@ -179,18 +182,27 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 	}
 }
 
+// MaxLateMoves is how many times Sleep moves a reservation to a fresh slot
+// for lateness (Options.MaxLateness) at most; it uses the last fresh slot
+// however late it wakes for it.
+const MaxLateMoves = 3
+
 // tooLate reports whether r, late after its slot, may no longer use it
-// (more than maxLateness) and has not moved for lateness yet: Sleep then
-// moves it to a fresh slot, once. A slot placed late (its reply arrived
-// late) is late by that much more: at a busy start, 19 callers of one key
-// whose replies waited 75 ms for their processes fired 75 ms after their
-// slots, together with callers on time (TestPlacedLateMoves).
+// (more than maxLateness) and has moved for lateness fewer than
+// MaxLateMoves times: Sleep then moves it to a fresh slot. A slot placed
+// late (its reply arrived late) is late by that much more: at a busy
+// start, 19 callers of one key whose replies waited 75 ms for their
+// processes fired 75 ms after their slots, together with callers on time
+// (TestPlacedLateMoves). A fresh slot is judged as the first: a sleeper
+// held past it too (its pause check waited on a frozen Redis, its process
+// stalled again) moves again, where it once fired late, together with
+// callers on time (testSleepLateAgain).
 func (r *Reservation) tooLate(late time.Duration) bool {
 	m := r.maxLateness()
 	r.mu.Lock()
-	placed := r.placedLate
+	placed, moves := r.placedLate, r.lateMoves
 	r.mu.Unlock()
-	return m >= 0 && late+placed > m && !r.moved
+	return m >= 0 && late+placed > m && moves < MaxLateMoves
 }
 
 // lateForSlot reports whether r, slept to its slot, is now tooLate: a

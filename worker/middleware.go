@@ -343,8 +343,8 @@ func (p *Pacer) takeSeats(ctx context.Context, tk *task, r *reserve.Reservation,
 		return nil, err
 	}
 	// A wait for the seat again may end past the slot r slept to, later
-	// than it may be used: r sleeps again, on a fresh slot (once), as a
-	// sleeper that woke that late does.
+	// than it may be used: r sleeps again, on a fresh slot (up to
+	// reserve.MaxLateMoves in all), as a sleeper that woke that late does.
 	if r != nil && hook.LateForSlot(r) {
 		if err := p.sleep(ctx, r, maxWait); err != nil {
 			seat.Done()

@@ -66,9 +66,10 @@ func (*movesSeen) SeatWaiters(string, string, int)                           {}
 // handler ran on the slot it had slept to, however late.
 //
 // The task reaches its seats' last check with its slot not yet moved for
-// lateness (a slot moves once for that) through a pause: its seat is
-// taken in the pause, after the slot, and the slot moves after the pause
-// (a move that does not count as one for lateness); while it sleeps there,
+// lateness (a slot moves up to reserve.MaxLateMoves times for that)
+// through a pause: its seat is taken in the pause, after the slot, and the
+// slot moves after the pause (a move that does not count as one for
+// lateness); while it sleeps there,
 // its Limiter's renews are refused and the seat goes to b, which holds it
 // past the slot.
 func TestSeatsAgainFreshSlot(t *testing.T) {
