@@ -136,12 +136,12 @@ type Options struct {
 	// use it. One that wakes later (a stalled process, a GC pause) takes a
 	// fresh slot instead, so that it does not fire together with callers
 	// that are on time, and again when it is late for that one too, up to
-	// MaxLateMoves times (the last is used however late); the window units of the slot it gives up
-	// go back first (it never fired on it). A slot whose reply arrived late is late by
-	// that much more (see MaxEarly). Default (0): half the slot spacing of the
-	// key's fastest bucket for the call's cost (1 ms at 500/s), at least
-	// 1 ms, and never past the end of a window band's window. Negative: no
-	// limit.
+	// MaxLateMoves times (the last is used however late); the window units
+	// of the slot it gives up go back first (it never fired on it). A slot
+	// whose reply arrived late is late by that much more (see MaxEarly).
+	// Default (0): half the slot spacing of the key's fastest bucket for
+	// the call's cost (1 ms at 500/s), at least 1 ms, and never past the
+	// end of a window band's window. Negative: no limit.
 	MaxLateness time.Duration
 
 	// DisableCoalescing makes every reservation a Redis call of its own.

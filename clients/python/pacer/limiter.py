@@ -448,24 +448,26 @@ class Limiter:
         slot (Go's MovedLost).
         Nor does it return much later than the slot: a sleeper that wakes
         more than half its fastest bucket's spacing late (at least 1 ms: a
-        stalled process) takes a fresh slot instead, once, rather than fire
-        together with callers that are on time; its slot's window units go
-        back first (it never fired on it).
+        stalled process) takes a fresh slot instead, rather than fire
+        together with callers that are on time, and again when it is late
+        for that one too, up to MAX_LATE_MOVES times (the last is used
+        however late); its slot's window units go back first (it never
+        fired on it).
         Nor does it fire on a slot the local fallback granted (Redis
         unavailable) when Redis answers again before its last check: the
         fleet paces on Redis from then on, and it takes a slot there (Go's
         MovedBack). ``until`` (time.monotonic()) bounds a fresh slot's
         wait (WaitTooLong)."""
-        moved = fired = False
+        moves, fired = 0, False
         try:
             while not fired:
-                r, moved, fired = self._sleep_once(r, until, moved)
+                r, moves, fired = self._sleep_once(r, until, moves)
             return r
         finally:
             self._awake(r)
 
-    def _sleep_once(self, r: Reservation, until: float | None, moved: bool) -> tuple[Reservation, bool, bool]:
-        """One round of sleep: the reservation, whether it moved for
+    def _sleep_once(self, r: Reservation, until: float | None, moves: int) -> tuple[Reservation, int, bool]:
+        """One round of sleep: the reservation, how many times it moved for
         lateness, and whether it is the one to use now (else it is a fresh
         one to sleep on)."""
         self._asleep(r)
@@ -479,13 +481,13 @@ class Limiter:
         pause = self._pause_end(r)
         if pause is not None and pause > r.slot_ns:
             self._awake(r)  # cancelled: out of the floor, and no sleeper
-            return self._again(r, until), moved, False
+            return self._again(r, until), moves, False
         if self._lost_since(r):
             # Redis lost the state that granted the slot (restarted
             # empty, flushed) and may have granted its instant to
             # others since: a fresh slot. Not cancelled: the state
             # Redis holds now never had it.
-            return self._again(r, until, cancel=False), moved, False
+            return self._again(r, until, cancel=False), moves, False
         if self._awake(r):
             # The last check: from here the slot is used as granted,
             # and a handback counts it in Redis's floor. The local
@@ -494,18 +496,18 @@ class Limiter:
             # granted it is gone, and Redis's floor leaves it out.
             with self._lock:
                 self._moved_back += 1
-            return self._again(r, until, cancel=False), moved, False
+            return self._again(r, until, cancel=False), moves, False
         while r.delay() > 0:
             _sleep_to(r, 0.0)
-        if not moved and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
+        if moves < MAX_LATE_MOVES and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
             # Its slot passed unused: a cancel gives a window nothing back
             # once the slot has passed, a settle to nothing does (Go's
             # giveBackUnused). Without it the fresh slot was charged a
             # second unit: on a daily window of 1, the next day's.
             if _charges_window(r):
                 self._adjust(r, "settle", [0.0] * len(r.costs))
-            return self._again(r, until, cancel=False), True, False
-        return r, moved, True
+            return self._again(r, until, cancel=False), moves + 1, False
+        return r, moves, True
 
     def _asleep(self, r: Reservation) -> None:
         """Notes r, a grant of the store that still counts (_Key.grants),
@@ -1938,6 +1940,12 @@ def _charges_window(r: Reservation) -> bool:
     """Whether r's cost charges a window band."""
     return any(isinstance(b, protocol.Window) and c > 0 for b in r.policy.bands
                for u, c in zip(r.policy.units, r.costs) if u == b.unit)
+
+
+# How many times sleep moves a reservation to a fresh slot for lateness at
+# most; it uses the last however late it wakes for it (Go's
+# reserve.MaxLateMoves).
+MAX_LATE_MOVES = 3
 
 
 def _max_lateness(r: Reservation) -> float:

@@ -179,6 +179,20 @@ class LimiterTest(unittest.TestCase):
                 got = lim.sleep(r)
                 self.assertEqual(got.seq != r.seq, moves, f"placed {placed} s late: seq {r.seq} -> {got.seq}")
 
+    def test_late_again_moves_again(self) -> None:
+        """A sleeper late for its fresh slot too takes another, up to
+        MAX_LATE_MOVES moves in all, and then uses the last however late
+        (Go's TestContractRedis/SleepLateAgain). Before, it moved once and
+        fired late on the fresh slot, together with callers on time: the
+        combination runner's provider saw this client's calls 760 to 990
+        ms after their fresh slots, over the limit on arrival. A lateness
+        of 1 ns makes every wake late."""
+        lim = self.limiter()
+        with mock.patch.object(limiter, "_max_lateness", lambda r: 1e-9):
+            r = lim.reserve("lateagain", Limit(1000, 100))
+            got = lim.sleep(r)
+        self.assertEqual(got.seq - r.seq, limiter.MAX_LATE_MOVES, f"moves: seq {r.seq} -> {got.seq}")
+
     def test_late_move_gives_the_window_unit_back(self) -> None:
         """A sleeper that woke too late for its slot gives the slot's window
         units back before it takes a fresh one (Go's
