@@ -196,7 +196,11 @@ type Options struct {
 	// poller on Linux), so that callers start within tens of µs of their
 	// slot. It is also when a sleeper checks that no pause has come to
 	// cover its slot. Default 2 ms. Negative: Go's timer only (the check is
-	// then made 2 ms before the slot).
+	// then made 2 ms before the slot). With a Redis whose round trip is
+	// longer than PreciseWake and MaxLateness together (a Redis in another
+	// region), that check makes each sleeper late for its slot, and it
+	// moves (up to MaxLateMoves times) and then fires late: set
+	// PreciseWake above the round trip.
 	PreciseWake time.Duration
 
 	// Metrics receives measurements. Default: none. Package prommetrics
