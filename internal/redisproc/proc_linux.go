@@ -20,8 +20,8 @@ func sysProcAttr() *syscall.SysProcAttr {
 // prio (sched_setscheduler(2)); threads it started before keep their
 // policy.
 func setFIFO(pid, prio int) error {
-	if prio < 1 || prio > 99 {
-		return fmt.Errorf("priority %d: want 1 to 99", prio)
+	if err := checkFIFO(prio); err != nil {
+		return err
 	}
 	param := struct{ priority int32 }{int32(prio)}
 	const schedFIFO = 1

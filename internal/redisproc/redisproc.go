@@ -50,6 +50,14 @@ type Spec struct {
 	FIFO int
 }
 
+// checkFIFO checks a real-time priority (Spec.FIFO).
+func checkFIFO(prio int) error {
+	if prio < 1 || prio > 99 {
+		return fmt.Errorf("priority %d: want 1 to 99", prio)
+	}
+	return nil
+}
+
 // Server is a redis-server started by Start, on a port that stays its own
 // until Close, across Stop and Restart. Its methods are safe for concurrent
 // use.
@@ -71,6 +79,11 @@ type Server struct {
 // retried on another port a few times. The error then holds the end of
 // each attempt's log.
 func Start(sp Spec) (*Server, error) {
+	if sp.FIFO != 0 {
+		if err := checkFIFO(sp.FIFO); err != nil {
+			return nil, fmt.Errorf("redisproc: Spec.FIFO: %w", err)
+		}
+	}
 	if sp.Bin == "" {
 		bin, err := exec.LookPath("redis-server")
 		if err != nil {

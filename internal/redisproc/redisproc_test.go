@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -154,5 +155,17 @@ func TestWaitUntilSaysWhatTheChecksSaid(t *testing.T) {
 	i = 0
 	if err := waitUntil(now, sleep, 0, time.Second, func() string { i++; return "y" }); err == nil || err.Error() != "not ready within 0s: y" {
 		t.Errorf("waitUntil = %v; want the one answer alone", err)
+	}
+}
+
+// TestFIFORange: a priority outside 1 to 99 is refused before any process
+// starts (here the binary does not even exist). Before, the server was
+// started first and then stopped when the kernel call refused it.
+func TestFIFORange(t *testing.T) {
+	for _, prio := range []int{-1, 100} {
+		_, err := Start(Spec{Bin: filepath.Join(t.TempDir(), "no-redis-server"), FIFO: prio})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), fmt.Sprintf("Spec.FIFO: priority %d: want 1 to 99", prio))
+		assert.NotContains(t, err.Error(), "attempt ", "a process was started")
 	}
 }
