@@ -380,6 +380,16 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				sm.SeatWaiters(key, t.band, 1)
 			}
 		}
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Cancelled while this try was on its way: say what the
+			// last one waited for, as the wait between tries does.
+			switch {
+			case waited != nil:
+				return giveUp(waitedErr(err, waited))
+			case refused != nil:
+				return giveUp(refusedErr(err, refused))
+			}
+		}
 		waited, refused = nil, nil
 		if err != nil {
 			var ns *noShareError
