@@ -367,6 +367,13 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 	}
 	var waited *noShareError // the share the last try waited for, if any
 	var refused error        // the refusal of Redis the last try waited out, if any
+	// saysWhy wraps a context's error with what the caller waited for.
+	saysWhy := func(err error) error {
+		if waited != nil {
+			return waitedErr(err, waited)
+		}
+		return refusedErr(err, refused)
+	}
 	for {
 		local := l.isDegraded() && !l.opts.FailClosed
 		moved := l.shareChanged()
@@ -380,15 +387,10 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				sm.SeatWaiters(key, t.band, 1)
 			}
 		}
-		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if err != nil && (waited != nil || refused != nil) && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Cancelled while this try was on its way: say what the
 			// last one waited for, as the wait between tries does.
-			switch {
-			case waited != nil:
-				return giveUp(waitedErr(err, waited))
-			case refused != nil:
-				return giveUp(refusedErr(err, refused))
-			}
+			return giveUp(saysWhy(err))
 		}
 		waited, refused = nil, nil
 		if err != nil {
@@ -436,11 +438,8 @@ func (l *Limiter) awaitSeats(ctx context.Context, ks *keyState, t *seatTicket, m
 				return giveUp(&WaitTooLongError{Wait: maxWait, MaxWait: maxWait, Band: t.band, seats: true})
 			case <-ctx.Done():
 				poll.Stop()
-				switch {
-				case waited != nil:
-					return giveUp(waitedErr(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err()), waited))
-				case refused != nil:
-					return giveUp(refusedErr(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err()), refused))
+				if waited != nil || refused != nil {
+					return giveUp(saysWhy(fmt.Errorf("reserve: seats %q: %w", key, ctx.Err())))
 				}
 				return giveUp(ctx.Err())
 			}
