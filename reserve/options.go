@@ -194,13 +194,12 @@ type Options struct {
 	// over from Go's timer, which wakes up to about a millisecond late, to
 	// a precise timer of the operating system (a timerfd read through Go's
 	// poller on Linux), so that callers start within tens of µs of their
-	// slot. It is also when a sleeper checks that no pause has come to
-	// cover its slot. Default 2 ms. Negative: Go's timer only (the check is
-	// then made 2 ms before the slot). With a Redis whose round trip is
-	// longer than PreciseWake and MaxLateness together (a Redis in another
-	// region), that check makes each sleeper late for its slot, and it
-	// moves (up to MaxLateMoves times) and then fires late: set
-	// PreciseWake above the round trip.
+	// slot. A sleeper checks that no pause has come to cover its slot
+	// PreciseWake plus a round trip to Redis (the shortest of its calls
+	// lately) before the slot, so that the answer is back PreciseWake
+	// before it, however far away Redis is. Default 2 ms. Negative: Go's
+	// timer only (the check is then made 2 ms and a round trip before the
+	// slot).
 	PreciseWake time.Duration
 
 	// Metrics receives measurements. Default: none. Package prommetrics

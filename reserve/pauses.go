@@ -75,19 +75,36 @@ func (ks *keyState) knownPause() int64 {
 	return ks.pause.endNS
 }
 
+// checkLead is how long before a slot Sleep checks for a pause:
+// PreciseWake, plus how far away Redis is (the shortest round trip of its
+// calls lately, clockSync.low), so that the check's answer is back
+// PreciseWake before the slot. (A slot is placed on the local clock late
+// by the return trip of the reply that anchors the clock estimate, so the
+// read reaches Redis about PreciseWake before the slot on Redis's clock, as
+// on a Redis close by.) Before, the check was made PreciseWake before the
+// slot whatever the round trip: on a Redis farther than PreciseWake and
+// MaxLateness together, every sleeper woke late for its slot on the
+// check's answer and moved, MaxLateMoves times, spending a slot each time
+// (TestFarRedisChecksAhead).
+func (l *Limiter) checkLead() time.Duration {
+	return l.opts.checkAt() + l.sync.lowRTT()
+}
+
 // replyCovers marks r, a Wait's reservation about to sleep, as checked by
-// the reply that granted it when the script ran at or after the moment of
-// the slot's pause check (PreciseWake before the slot): that reply showed
-// the key's state as Redis held it then, which is all a read at the check
-// would show, and it is noted in the key's state (keyState.noteSeen) as
-// such a read's answer is. Sleep's first check then reads nothing: a Wait
-// whose slot is now, on a cold key with no pause, makes one round trip
-// however long the reply took to reach Sleep. A Reservation a caller
-// sleeps on itself (Reserve, then Sleep) is not marked: its Sleep may come
-// any time later.
+// the reply that granted it when the script ran checkLead (PreciseWake and
+// a round trip) or less before the slot: a read sent when that reply
+// arrives would come back after the check's moment, late for the slot on
+// a Redis far away (it moved for lateness), and on a Redis close by the
+// script ran about when the read would have. That reply showed the key's
+// state as Redis held it then, and it is noted in the key's state
+// (keyState.noteSeen) as a read's answer is. Sleep's first check then
+// reads nothing: a Wait whose slot is now, on a cold key with no pause,
+// makes one round trip however long the reply took to reach Sleep. A
+// Reservation a caller sleeps on itself (Reserve, then Sleep) is not
+// marked: its Sleep may come any time later.
 func (l *Limiter) replyCovers(r *Reservation) {
 	r.mu.Lock()
-	r.replyChecked = r.ranNS > 0 && r.slotNS-r.ranNS <= int64(l.opts.checkAt())
+	r.replyChecked = r.ranNS > 0 && r.slotNS-r.ranNS <= int64(l.checkLead())
 	r.mu.Unlock()
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/layout"
@@ -78,12 +79,48 @@ type clockSync struct {
 		rtt     time.Duration
 	}
 
+	// low is how far away Redis is: the shortest round trip of the calls
+	// placed in the current lowWindow, and in the one before it (none:
+	// negative). A stall does not lengthen it (a call across one is one of
+	// many), and it follows a Redis that moved farther within two windows.
+	// Sleep checks for a pause that much earlier (Limiter.checkLead).
+	low struct {
+		cur, prev time.Duration
+		start     time.Time // when the current window began (zero: none yet)
+	}
+	lowNS atomic.Int64 // lowRTT's answer, read without mu by every Wait
+
 	// resyncing is closed when the read of the server's clock under way
 	// (resyncClock) ends; nil: none. resynced is when the last one that
 	// ended was sent (the Limiter's clock). Guarded by mu.
 	resyncing chan struct{}
 	resynced  time.Time
 }
+
+// lowWindow is the span of one window of clockSync.low.
+const lowWindow = 10 * time.Second
+
+// noteRTT takes a call's round trip, whose reply arrived at recv, into
+// c.low. c.mu is held.
+func (c *clockSync) noteRTT(rtt time.Duration, recv time.Time) {
+	l := &c.low
+	switch age := recv.Sub(l.start); {
+	case l.start.IsZero() || age >= 2*lowWindow:
+		l.prev, l.cur, l.start = -1, rtt, recv
+	case age >= lowWindow:
+		l.prev, l.cur, l.start = l.cur, rtt, recv
+	default:
+		l.cur = min(l.cur, rtt)
+	}
+	low := l.cur
+	if l.prev >= 0 {
+		low = min(low, l.prev)
+	}
+	c.lowNS.Store(int64(low))
+}
+
+// lowRTT is how far away Redis is (c.low), 0 when no call has been placed.
+func (c *clockSync) lowRTT() time.Duration { return time.Duration(c.lowNS.Load()) }
 
 // bestAge is how long the best anchor is kept against anchors with longer
 // round trips: two hosts' clocks drift apart by a few ppm, microseconds a
@@ -133,6 +170,7 @@ func drifted(age time.Duration) time.Duration { return max(age, 0) / 1_000_000 *
 func (c *clockSync) place(serverNS int64, send, recv time.Time) (at time.Time, late time.Duration) {
 	rtt := max(recv.Sub(send), 0)
 	c.mu.Lock()
+	c.noteRTT(rtt, recv)
 	est := recv
 	if c.ok {
 		est = c.local.Add(time.Duration(serverNS - c.serverS))

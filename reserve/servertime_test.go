@@ -115,3 +115,30 @@ func TestClockSyncBounds(t *testing.T) {
 		local = recv
 	}
 }
+
+// TestClockSyncLowRTT: how far away Redis is (clockSync.lowRTT) is the
+// shortest round trip of the calls placed in the current window and the
+// one before it: one slow call (a stall) does not lengthen it, a Redis that
+// moved farther is followed within two windows, and none is 0.
+func TestClockSyncLowRTT(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	var c clockSync
+	assert.Zero(t, c.lowRTT(), "no call yet")
+	call := func(at, rtt time.Duration) {
+		send := t0.Add(at)
+		c.place(send.Add(rtt/2).UnixNano(), send, send.Add(rtt))
+	}
+	call(0, ms(5))
+	assert.Equal(t, ms(5), c.lowRTT())
+	call(ms(100), ms(3000)) // a call across a stall
+	assert.Equal(t, ms(5), c.lowRTT(), "a stall does not lengthen it")
+	call(ms(200), ms(4))
+	assert.Equal(t, ms(4), c.lowRTT())
+	call(lowWindow+ms(1), ms(9)) // a second window
+	assert.Equal(t, ms(4), c.lowRTT(), "the window before still counts")
+	call(2*lowWindow+ms(2), ms(8)) // a third: the first is forgotten
+	assert.Equal(t, ms(8), c.lowRTT(), "Redis moved farther")
+	call(5*lowWindow, ms(20)) // after two windows without a call
+	assert.Equal(t, ms(20), c.lowRTT(), "the old windows are forgotten")
+}

@@ -17,8 +17,9 @@ import (
 // of the operating system (tens of µs after the slot on Linux, where Go's
 // timer alone wakes up to a millisecond late).
 //
-// Sleep never returns into a pause: PreciseWake before the slot it checks
-// the key (one read, shared by the sleepers of this Limiter), and if a
+// Sleep never returns into a pause: PreciseWake and a round trip to Redis
+// before the slot it checks the key (one read, shared by the sleepers of
+// this Limiter), and if a
 // Pause made by any process since the reservation covers the slot (on
 // Redis, or on this Limiter's local fallback while Redis is unavailable), it
 // takes the first slot after the pause instead and sleeps on. A sleeper
@@ -98,7 +99,7 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 		at, localID := r.at, r.localID
 		r.mu.Unlock()
 		deadline := l.localDeadline(at)
-		check := deadline.Add(-l.opts.checkAt())
+		check := deadline.Add(-l.checkLead())
 		backWake := l.asleepLocal(r, localID)
 		if r.afterPause() && l.clock.Now().Add(resumePoll).Before(check) {
 			// A slot after a pause: look for a resume meanwhile, and wake

@@ -103,9 +103,10 @@ const (
 	// arrivalEps is the jitter allowed when the same bound is judged on
 	// arrivals, reported and not judged.
 	arrivalEps = 20 * time.Millisecond
-	// pauseLead: a sleeper checks for pauses PreciseWake (2 ms) before its
-	// slot, through a read shared for 500 µs; a slot within pauseLead of
-	// the pause's making may have been checked before it.
+	// pauseLead: a sleeper checks for pauses PreciseWake (2 ms) and a
+	// round trip (on loopback, well under 1 ms) before its slot, through
+	// a read shared for 500 µs; a slot within pauseLead of the pause's
+	// making may have been checked before it.
 	pauseLead = 10 * time.Millisecond
 	// minFraction of what the limit allowed must be used where the demand
 	// is above it (outside pauses, and faults and faultRecovery after them).
