@@ -471,13 +471,18 @@ class Limiter:
         lateness, and whether it is the one to use now (else it is a fresh
         one to sleep on)."""
         self._asleep(r)
-        while r.delay() > _PRECHECK + _POLL and not r.back_move:
+        # The check's lead: _PRECHECK and the shortest round trip seen, so
+        # that its answer is back before the slot however far away Redis
+        # is (before, a Redis farther than _PRECHECK and the lateness
+        # allowed made every sleeper late on the answer, and move).
+        lead = _PRECHECK + (self._best_rtt / 1e9 if math.isfinite(self._best_rtt) else 0.0)
+        while r.delay() > lead + _POLL and not r.back_move:
             # A resume may move the slot earlier meanwhile: Redis then
             # grants the times it left to others.
             time.sleep(_POLL)
             self._pause_end(r)
         if not r.back_move:
-            _sleep_to(r, _PRECHECK)
+            _sleep_to(r, lead)
         pause = self._pause_end(r)
         if pause is not None and pause > r.slot_ns:
             self._awake(r)  # cancelled: out of the floor, and no sleeper
@@ -1877,7 +1882,8 @@ class Limiter:
 #: minute while the key is in use.
 _REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
-#: How long before its slot a sleeper reads the key's state for a pause.
+#: How long before its slot a sleeper reads the key's state for a pause,
+#: plus the shortest round trip to Redis seen (Limiter._sleep_once).
 _PRECHECK = 0.002
 
 

@@ -193,6 +193,32 @@ class LimiterTest(unittest.TestCase):
             got = lim.sleep(r)
         self.assertEqual(got.seq - r.seq, limiter.MAX_LATE_MOVES, f"moves: seq {r.seq} -> {got.seq}")
 
+    def test_pause_check_leads_by_a_round_trip(self) -> None:
+        """A sleeper reads the key for a pause _PRECHECK plus the shortest
+        round trip it has seen before its slot, so that on a Redis far away
+        the answer is back before the slot (Go's TestFarRedisChecksAhead).
+        Before, it read _PRECHECK (2 ms) before the slot whatever the round
+        trip, and on a Redis farther than that and the lateness allowed the
+        answer came after the slot: every sleeper moved for lateness. A
+        round trip of 300 ms is made to seem so here; the read must come
+        well before the slot (half of it: a loaded machine wakes late)."""
+        lim = self.limiter()
+        lim.reserve("far", Limit(1, 1))  # takes the burst: the next slot is 1 s away
+        r = lim.reserve("far", Limit(1, 1))
+        lim._best_rtt = 300_000_000
+        ahead: list[float] = []
+        read = lim._pause_end
+
+        def spy(res: limiter.Reservation) -> int | None:
+            ahead.append(res.delay())
+            return read(res)
+
+        with mock.patch.object(lim, "_pause_end", spy):
+            got = lim.sleep(r)
+        self.assertEqual(got.seq, r.seq, "no move")
+        self.assertTrue(ahead, "no pause check")
+        self.assertGreater(ahead[-1], 0.15, f"the last check {ahead[-1] * 1000:.1f} ms before the slot")
+
     def test_late_move_gives_the_window_unit_back(self) -> None:
         """A sleeper that woke too late for its slot gives the slot's window
         units back before it takes a fresh one (Go's
