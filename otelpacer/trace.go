@@ -118,8 +118,12 @@ func (w *waitTrace) End(err error, late time.Duration) {
 	}
 	if w.r != nil {
 		// The wait granted: from the grant to the slot it had at the end
-		// (after any move).
-		wait := max(0, w.r.Time().Sub(w.granted))
+		// (after any move), on the wall clock, as the events show them.
+		// (Slots placed from different replies carry the monotonic
+		// readings of different time.Now calls, each read a moment apart
+		// from its wall reading: a thread preempted between the two skews
+		// them. A CI run's span said 500 µs less than its events.)
+		wait := max(0, w.r.Time().Round(0).Sub(w.granted.Round(0)))
 		w.span.SetAttributes(attrBand.String(bandValue(w.r.Band())), attrSource.String(w.r.Source().String()), seconds(wait))
 	}
 	switch {
