@@ -19,10 +19,10 @@ import (
 //
 // Sleep never returns into a pause: PreciseWake and a round trip to Redis
 // before the slot it checks the key (one read, shared by the sleepers of
-// this Limiter), and if a
-// Pause made by any process since the reservation covers the slot (on
-// Redis, or on this Limiter's local fallback while Redis is unavailable), it
-// takes the first slot after the pause instead and sleeps on. A sleeper
+// this Limiter), and if a Pause made by any process since the reservation
+// covers the slot (on Redis, or on this Limiter's local fallback while
+// Redis is unavailable), it takes the first slot after the pause instead
+// and sleeps on. A sleeper
 // whose slot lies after a pause reads the key every few hundred
 // milliseconds meanwhile: when an operator resumes the key
 // (cmd/pacer resume), the slot moves earlier, as the resume moved the
@@ -53,8 +53,9 @@ import (
 //
 // If ctx ends first, Sleep cancels the reservation (its cost goes back, see
 // Cancel; best effort, bounded by Options.CallTimeout) and returns
-// ctx.Err(). A ctx that ends within the last PreciseWake is not noticed,
-// and Sleep returns at the slot. Whenever Sleep returns an error, the
+// ctx.Err(). A ctx that ends after that check (within the last
+// PreciseWake and round trip) is not noticed, and Sleep returns at the
+// slot. Whenever Sleep returns an error, the
 // seats the reservation holds on an in-flight band go back (Done): the
 // call is not made at this slot.
 func (r *Reservation) Sleep(ctx context.Context) error {
