@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/pacer-go/pacer/internal/redistest"
 	"github.com/pacer-go/pacer/reserve"
 )
 
@@ -26,18 +23,8 @@ import (
 func BenchmarkFarSleep(b *testing.B) {
 	for _, rtt := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
 		b.Run("rtt="+rtt.String(), func(b *testing.B) {
-			s := redistest.New(b)
-			p := redistest.NewProxy(b, s.Addr)
-			c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-			defer c.Close()
 			rec := newRecorder()
-			l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(b), Logger: quiet, Metrics: rec})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			p.AddCommandLatency(b, rtt/2)
-			p.AddLatency(b, rtt/2)
+			l, _ := farLimiter(b, rtt, reserve.Options{Metrics: rec})
 			ctx := context.Background()
 			lim := reserve.Limit{Rate: 500, Burst: 1}
 			var lates []time.Duration

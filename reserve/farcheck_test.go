@@ -25,18 +25,10 @@ import (
 // over 100 ms beyond the round trip it learned.)
 func TestFarRedisChecksAhead(t *testing.T) {
 	t.Parallel()
-	s := redistest.New(t)
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { c.Close() })
 	rec := newRecorder()
-	l, err := reserve.New(c, reserve.Options{KeyPrefix: redistest.Prefix(t), CallTimeout: 10 * time.Second,
-		MaxLateness: 100 * time.Millisecond, Logger: quiet, Metrics: rec})
-	require.NoError(t, err)
-	closeLimiter(t, l)
+	l, c := farLimiter(t, 300*time.Millisecond, reserve.Options{CallTimeout: 10 * time.Second,
+		MaxLateness: 100 * time.Millisecond, Metrics: rec})
 	ctx := context.Background()
-	p.AddCommandLatency(t, 150*time.Millisecond) // 150 ms each way
-	p.AddLatency(t, 150*time.Millisecond)
 	// Connections opened (go-redis's handshake is round trips of its own),
 	// as a process that has run a while has them.
 	var warm sync.WaitGroup
@@ -62,4 +54,22 @@ func TestFarRedisChecksAhead(t *testing.T) {
 		require.NoError(t, err, "Wait %d", i)
 	}
 	assert.Empty(t, rec.snapshot().moved, "sleepers moved: their pause check's reply came after their slot")
+}
+
+// farLimiter is a Limiter (o with a key prefix of tb's own and a quiet
+// Logger) on a client of a Redis rtt away: a proxy adds half of it to each
+// command and half to each reply. Both are closed when tb ends.
+func farLimiter(tb testing.TB, rtt time.Duration, o reserve.Options) (*reserve.Limiter, *redis.Client) {
+	tb.Helper()
+	s := redistest.New(tb)
+	p := redistest.NewProxy(tb, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	tb.Cleanup(func() { c.Close() })
+	o.KeyPrefix, o.Logger = redistest.Prefix(tb), quiet
+	l, err := reserve.New(c, o)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = l.Close() })
+	p.AddCommandLatency(tb, rtt/2)
+	p.AddLatency(tb, rtt/2)
+	return l, c
 }
