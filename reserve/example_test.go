@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/launcher"
@@ -43,6 +44,34 @@ func Example() {
 		}
 		fmt.Println("GET", url) // call the provider here
 	}
+}
+
+// A process whose goroutines call Wait on one key at very high rates
+// keeps a connection open for each of them (docs/sizing.md, "One key at
+// very high rates").
+func ExampleNew_hotKey() {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:         "localhost:6379",
+		PoolSize:     72, // the goroutines that call at once, plus a few
+		MinIdleConns: 72,
+	})
+	limiter, err := reserve.New(rdb, reserve.Options{RequireRedis: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close()
+	hot := reserve.Limit{Rate: 200_000, Burst: 1}
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 1000 {
+				if err := limiter.Wait(context.Background(), "hot", hot); err != nil {
+					log.Fatal(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // embeddedRedis starts an embedded Redis (miniredis, in a child process that

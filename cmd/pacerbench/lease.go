@@ -75,6 +75,13 @@ type leaseJob struct {
 	// builds them (redis.NewClient(&redis.Options{Addr: addr}),
 	// reserve.Options{RequireRedis: true}) instead of the tuned client.
 	QuickStart bool
+	// QuickPool, QuickDial and QuickIdle change one thing each of the
+	// quick-start client (waitQuickEnv): its pool sized as the tuned
+	// client's (Goroutines + 8, where go-redis's default is 10 per
+	// GOMAXPROCS); its connections opened before the run (dial), as the
+	// tuned client's; go-redis's MinIdleConns set to Goroutines + 8 (it
+	// opens them in the background, within PoolSize).
+	QuickPool, QuickDial, QuickIdle bool
 }
 
 // leaseEnd is a lease child's last line.
@@ -293,7 +300,14 @@ func leaseChild(j leaseJob) error {
 		if perr != nil {
 			return perr
 		}
-		rdb = redis.NewClient(&redis.Options{Addr: u.Addr, DB: u.DB})
+		qo := &redis.Options{Addr: u.Addr, DB: u.DB}
+		if j.QuickPool {
+			qo.PoolSize = j.Goroutines + 8
+		}
+		if j.QuickIdle {
+			qo.MinIdleConns = j.Goroutines + 8
+		}
+		rdb = redis.NewClient(qo)
 	} else if rdb, err = newClient(j.RedisURL, j.Goroutines, nil); err != nil {
 		return err
 	}
@@ -313,7 +327,7 @@ func leaseChild(j leaseJob) error {
 		return err
 	}
 	defer l.Close()
-	if !j.QuickStart {
+	if !j.QuickStart || j.QuickDial {
 		if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
 			return err
 		}

@@ -27,7 +27,8 @@ import (
 // with the tuned client and with the client exactly as README's quick start
 // builds it; and golang.org/x/time/rate with as many goroutines in one
 // process at the same limit, the machine's floor. Steal time over the phase
-// ends it.
+// ends it. waitQuickEnv changes the quick-start client one difference at a
+// time.
 
 // waitRates are the limits of the waitrate phase (burst 1), unless
 // waitRatesEnv names others ("200000" or "50000,200000"), for a quicker
@@ -53,6 +54,53 @@ func phaseRates() ([]float64, error) {
 	return out, nil
 }
 
+// waitQuickEnv changes the quick-start client of the waitrate phase, to
+// tell which of its differences from the tuned client costs it the rate,
+// a list of: "pool" sizes its pool as the tuned client's, "dial" opens its
+// connections before the run, "idle" sets go-redis's MinIdleConns to as
+// many (so that the client opens them itself). Unset: README's quick start
+// exactly.
+const waitQuickEnv = "PACERBENCH_WAITRATE_QUICK"
+
+// quickTuning reads waitQuickEnv.
+func quickTuning() (t quickTune, err error) {
+	env := os.Getenv(waitQuickEnv)
+	if env == "" {
+		return quickTune{}, nil
+	}
+	for _, f := range strings.Split(env, ",") {
+		switch strings.TrimSpace(f) {
+		case "pool":
+			t.pool = true
+		case "dial":
+			t.dial = true
+		case "idle":
+			t.idle = true
+		default:
+			return quickTune{}, fmt.Errorf("%s=%q: want a list of pool, dial and idle (\"pool,idle\")", waitQuickEnv, env)
+		}
+	}
+	return t, nil
+}
+
+// quickTune is what waitQuickEnv changes of the quick-start client.
+type quickTune struct{ pool, dial, idle bool }
+
+// quickLabel names the quick-start variant of the waitrate phase.
+func quickLabel(t quickTune) string {
+	label := "pacer, quick-start client"
+	if t.pool {
+		label += ", pool sized"
+	}
+	if t.dial {
+		label += ", dialled ahead"
+	}
+	if t.idle {
+		label += ", MinIdleConns"
+	}
+	return label
+}
+
 // waitRow is one row of the waitrate table.
 type waitRow struct {
 	Rate    float64
@@ -68,13 +116,18 @@ func (b *bench) runWaitRate(ctx context.Context, w io.Writer, progress func(stri
 	if err != nil {
 		return err
 	}
+	tune, err := quickTuning()
+	if err != nil {
+		return err
+	}
 	var rows []waitRow
 	for _, r := range rates {
 		for _, v := range []struct {
 			name  string
 			quick bool
-		}{{"pacer", false}, {"pacer, quick-start client", true}} {
-			run, err := b.jobFleet(ctx, leaseJob{Goroutines: leaseGoroutines, Wait: true, Rate: r, Burst: 1, QuickStart: v.quick}, c.Phase)
+		}{{"pacer", false}, {quickLabel(tune), true}} {
+			job := leaseJob{Goroutines: leaseGoroutines, Wait: true, Rate: r, Burst: 1, QuickStart: v.quick, QuickPool: v.quick && tune.pool, QuickDial: v.quick && tune.dial, QuickIdle: v.quick && tune.idle}
+			run, err := b.jobFleet(ctx, job, c.Phase)
 			if err != nil {
 				return fmt.Errorf("waitrate %s at %.0f/s: %w", v.name, r, err)
 			}
