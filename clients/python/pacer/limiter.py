@@ -315,6 +315,8 @@ class Limiter:
         # (_clock_sample).
         self._offset_rtt = 0
         self._best_rtt = math.inf
+        # How far away Redis is lately: the check's lead (_check_lead).
+        self._low = _LowRTT()
         self._store: localstore.LocalStore | None = None
         self._fallback = local_fallback and localstore.AVAILABLE
         if local_fallback and not localstore.AVAILABLE:
@@ -466,16 +468,24 @@ class Limiter:
         finally:
             self._awake(r)
 
+    def _check_lead(self) -> float:
+        """How long before its slot a sleeper reads the key for a pause, in
+        seconds: _PRECHECK and the shortest round trip of the calls lately
+        (_LowRTT, Go's Limiter.checkLead), so that the answer is back
+        before the slot however far away Redis is. Before, a Redis farther
+        than _PRECHECK and the lateness allowed made every sleeper late on
+        the answer, and move; and with the shortest round trip ever seen, a
+        Redis that moved farther (a failover to a far replica) did the
+        same for the rest of the process's life."""
+        with self._lock:
+            return _PRECHECK + self._low.value_ns() / 1e9
+
     def _sleep_once(self, r: Reservation, until: float | None, moves: int) -> tuple[Reservation, int, bool]:
         """One round of sleep: the reservation, how many times it moved for
         lateness, and whether it is the one to use now (else it is a fresh
         one to sleep on)."""
         self._asleep(r)
-        # The check's lead: _PRECHECK and the shortest round trip seen, so
-        # that its answer is back before the slot however far away Redis
-        # is (before, a Redis farther than _PRECHECK and the lateness
-        # allowed made every sleeper late on the answer, and move).
-        lead = _PRECHECK + (self._best_rtt / 1e9 if math.isfinite(self._best_rtt) else 0.0)
+        lead = self._check_lead()
         while r.delay() > lead + _POLL and not r.back_move:
             # A resume may move the slot earlier meanwhile: Redis then
             # grants the times it left to others.
@@ -837,6 +847,7 @@ class Limiter:
         up to half of it ahead (test_clock_estimate_never_ahead)."""
         rtt = recv - sent
         with self._lock:
+            self._low.note(rtt, recv)
             if rtt <= self._best_rtt * 1.5 or rtt < 2_000_000:
                 self._best_rtt = min(self._best_rtt, rtt)
                 self._offset_ns = server_ns - recv
@@ -856,6 +867,7 @@ class Limiter:
         except (*UNAVAILABLE, redis.exceptions.ResponseError):
             return
         with self._lock:
+            self._low.note(recv - sent, recv)
             self._best_rtt = recv - sent
             self._offset_ns = int(sec) * 1_000_000_000 + int(usec) * 1000 - recv  # as _clock_sample
             self._offset_rtt = recv - sent
@@ -1883,8 +1895,45 @@ class Limiter:
 _REPORT_BATCH, _REPORT_EVERY = 100, 60.0
 
 #: How long before its slot a sleeper reads the key's state for a pause,
-#: plus the shortest round trip to Redis seen (Limiter._sleep_once).
+#: plus the shortest round trip to Redis lately (Limiter._check_lead).
 _PRECHECK = 0.002
+
+#: The span of one window of _LowRTT, in ns (Go's lowWindow).
+_LOW_WINDOW_NS = 10_000_000_000
+
+
+class _LowRTT:
+    """How far away Redis is: the shortest round trip of the calls in the
+    current window of _LOW_WINDOW_NS and in the one before it (Go's
+    clockSync.low). One slow call (a stall) does not lengthen it, a Redis
+    that moved farther is followed within two windows, and none is 0.
+    Guarded by the Limiter's lock."""
+
+    __slots__ = ("cur", "prev", "start")
+
+    def __init__(self) -> None:
+        self.cur = 0
+        self.prev = -1  # none
+        self.start: int | None = None  # when the current window began, time.time_ns()
+
+    def note(self, rtt: int, recv: int) -> None:
+        """Takes a call's round trip (ns), whose reply arrived at recv
+        (time.time_ns())."""
+        rtt = max(rtt, 0)
+        age = None if self.start is None else recv - self.start
+        if age is None or age >= 2 * _LOW_WINDOW_NS:
+            self.prev, self.cur, self.start = -1, rtt, recv
+        elif age >= _LOW_WINDOW_NS:
+            self.prev, self.cur, self.start = self.cur, rtt, recv
+        else:
+            self.cur = min(self.cur, rtt)
+
+    def value_ns(self) -> int:
+        """The shortest round trip of the two windows, in ns; 0 before
+        the first call."""
+        if self.start is None:
+            return 0
+        return self.cur if self.prev < 0 else min(self.cur, self.prev)
 
 
 def _may_sent(e: BaseException) -> bool:

@@ -195,7 +195,7 @@ class LimiterTest(unittest.TestCase):
 
     def test_pause_check_leads_by_a_round_trip(self) -> None:
         """A sleeper reads the key for a pause _PRECHECK plus the shortest
-        round trip it has seen before its slot, so that on a Redis far away
+        round trip of its calls lately before its slot, so that on a Redis far away
         the answer is back before the slot (Go's TestFarRedisChecksAhead).
         Before, it read _PRECHECK (2 ms) before the slot whatever the round
         trip, and on a Redis farther than that and the lateness allowed the
@@ -205,7 +205,9 @@ class LimiterTest(unittest.TestCase):
         lim = self.limiter()
         lim.reserve("far", Limit(1, 1))  # takes the burst: the next slot is 1 s away
         r = lim.reserve("far", Limit(1, 1))
-        lim._best_rtt = 300_000_000
+        with lim._lock:
+            lim._low = limiter._LowRTT()
+            lim._low.note(300_000_000, time.time_ns())
         ahead: list[float] = []
         read = lim._pause_end
 
@@ -218,6 +220,51 @@ class LimiterTest(unittest.TestCase):
         self.assertEqual(got.seq, r.seq, "no move")
         self.assertTrue(ahead, "no pause check")
         self.assertGreater(ahead[-1], 0.15, f"the last check {ahead[-1] * 1000:.1f} ms before the slot")
+
+    def test_low_rtt_windows(self) -> None:
+        """How far away Redis is (_LowRTT) is the shortest round trip of
+        the calls in the current window and the one before it (Go's
+        TestClockSyncLowRTT): one slow call (a stall) does not lengthen it,
+        a Redis that moved farther is followed within two windows, and
+        none is 0."""
+        ms, w, t0 = 1_000_000, limiter._LOW_WINDOW_NS, 1_800_000_000 * 10**9
+        low = limiter._LowRTT()
+        self.assertEqual(low.value_ns(), 0, "no call yet")
+        low.note(5 * ms, t0)
+        self.assertEqual(low.value_ns(), 5 * ms)
+        low.note(3000 * ms, t0 + 100 * ms)  # a call across a stall
+        self.assertEqual(low.value_ns(), 5 * ms, "a stall does not lengthen it")
+        low.note(4 * ms, t0 + 200 * ms)
+        self.assertEqual(low.value_ns(), 4 * ms)
+        low.note(9 * ms, t0 + w + 1 * ms)  # a second window
+        self.assertEqual(low.value_ns(), 4 * ms, "the window before still counts")
+        low.note(8 * ms, t0 + 2 * w + 2 * ms)  # a third: the first is forgotten
+        self.assertEqual(low.value_ns(), 8 * ms, "Redis moved farther")
+        low.note(20 * ms, t0 + 5 * w)  # after two windows without a call
+        self.assertEqual(low.value_ns(), 20 * ms, "the old windows are forgotten")
+
+    def test_pause_check_lead_follows_a_farther_redis(self) -> None:
+        """The check's lead follows a Redis that moved farther (a failover
+        to a far replica) within two windows of _LowRTT: the replies'
+        round trips feed it (_clock_sample). Before, it was the shortest
+        round trip the process had ever seen, so after such a move every
+        sleeper's check answered after its slot, for the rest of the
+        process's life, and each sleeper moved for lateness. Go's
+        TestClockSyncLowRTT holds the same rule."""
+        lim = self.limiter()
+        lim.reserve("farther", Limit(10, 1))  # a reply from the Redis close by
+        near = lim._check_lead()
+        self.assertLess(near, limiter._PRECHECK + 0.2, "a local Redis")
+        far, now = 300_000_000, time.time_ns()
+
+        def reply(recv: int) -> None:  # a reply from a Redis far away
+            lim._clock_sample(recv - far // 2 + lim._offset_ns, recv - far, recv)
+
+        reply(now + 1_000)
+        self.assertEqual(lim._check_lead(), near, "one slow reply (a stall) changes nothing")
+        reply(now + 2 * limiter._LOW_WINDOW_NS)
+        reply(now + 2 * limiter._LOW_WINDOW_NS + 1_000)
+        self.assertAlmostEqual(lim._check_lead(), limiter._PRECHECK + far / 1e9, places=9)
 
     def test_late_move_gives_the_window_unit_back(self) -> None:
         """A sleeper that woke too late for its slot gives the slot's window
