@@ -47,13 +47,12 @@ func Example() {
 }
 
 // A process whose goroutines call Wait on one key at very high rates
-// keeps a connection open for each of them (docs/sizing.md, "One key at
+// has go-redis keep a few connections open (docs/sizing.md, "One key at
 // very high rates").
 func ExampleNew_hotKey() {
 	rdb := redis.NewClient(&redis.Options{
 		Addr:         "localhost:6379",
-		PoolSize:     72, // the goroutines that call at once, plus a few
-		MinIdleConns: 72,
+		MinIdleConns: 20, // opened at once and kept open, within PoolSize
 	})
 	limiter, err := reserve.New(rdb, reserve.Options{RequireRedis: true})
 	if err != nil {

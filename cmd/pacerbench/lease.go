@@ -49,8 +49,10 @@ const leaseChildEnv = "PACERBENCH_LEASE_CHILD"
 //   - leaseTraceEnv, set to anything, has each child trace its Waits
 //     (reserve.Options.Tracer) and print, on stderr, how late they woke,
 //     how late the moved ones were when they moved, in how many distinct
-//     milliseconds the moves fell, and the runtime's scheduling latencies
-//     and GC pauses over the run (runtime/metrics).
+//     milliseconds the moves fell, the connections its client put to use
+//     (the quick-start one's: with the moves around each), and the
+//     runtime's scheduling latencies and GC pauses over the run
+//     (runtime/metrics).
 const (
 	leaseProfileEnv = "PACERBENCH_LEASE_PROFILE"
 	leaseTraceEnv   = "PACERBENCH_LEASE_TRACE"
@@ -75,13 +77,14 @@ type leaseJob struct {
 	// builds them (redis.NewClient(&redis.Options{Addr: addr}),
 	// reserve.Options{RequireRedis: true}) instead of the tuned client.
 	QuickStart bool
-	// QuickPool, QuickDial and QuickIdle change one thing each of the
-	// quick-start client (waitQuickEnv): its pool sized as the tuned
-	// client's (Goroutines + 8, where go-redis's default is 10 per
-	// GOMAXPROCS); its connections opened before the run (dial), as the
-	// tuned client's; go-redis's MinIdleConns set to Goroutines + 8 (it
-	// opens them in the background, within PoolSize).
-	QuickPool, QuickDial, QuickIdle bool
+	// QuickPool and QuickIdle change one thing each of the quick-start
+	// client (waitQuickEnv): its pool sized as the tuned client's
+	// (Goroutines + 8, where go-redis's default is 10 per GOMAXPROCS);
+	// go-redis's MinIdleConns set to Goroutines + 8 (it opens them in the
+	// background, within PoolSize). Both reach the copy of the client
+	// pacer talks to Redis through (the quick-start client is not set up
+	// for pacer: reserve's tunedClient).
+	QuickPool, QuickIdle bool
 }
 
 // leaseEnd is a lease child's last line.
@@ -295,6 +298,10 @@ func leaseChild(j leaseJob) error {
 	}
 	var rdb *redis.Client
 	var err error
+	var tracer *waitTracer
+	if os.Getenv(leaseTraceEnv) != "" {
+		tracer = newWaitTracer()
+	}
 	if j.QuickStart {
 		u, perr := redis.ParseURL(j.RedisURL)
 		if perr != nil {
@@ -307,6 +314,15 @@ func leaseChild(j leaseJob) error {
 		if j.QuickIdle {
 			qo.MinIdleConns = j.Goroutines + 8
 		}
+		if tracer != nil {
+			// Counts the connections of pacer's copy of this client too
+			// (the copy keeps its options: reserve's tunedClient), at
+			// each one's first use.
+			qo.OnConnect = func(context.Context, *redis.Conn) error {
+				tracer.connected()
+				return nil
+			}
+		}
 		rdb = redis.NewClient(qo)
 	} else if rdb, err = newClient(j.RedisURL, j.Goroutines, nil); err != nil {
 		return err
@@ -317,9 +333,7 @@ func leaseChild(j leaseJob) error {
 	if j.QuickStart {
 		opts = reserve.Options{RequireRedis: true, Metrics: counts}
 	}
-	var tracer *waitTracer
-	if os.Getenv(leaseTraceEnv) != "" {
-		tracer = newWaitTracer()
+	if tracer != nil {
 		opts.Tracer, opts.Metrics = tracer, tracedCounts{counts, tracer}
 	}
 	l, err := reserve.New(rdb, opts)
@@ -327,7 +341,9 @@ func leaseChild(j leaseJob) error {
 		return err
 	}
 	defer l.Close()
-	if !j.QuickStart || j.QuickDial {
+	if !j.QuickStart {
+		// The tuned client is pacer's own (set up for it, not copied):
+		// its connections open before the run.
 		if err := dial(context.Background(), rdb, j.Goroutines); err != nil {
 			return err
 		}
@@ -357,6 +373,7 @@ func leaseChild(j leaseJob) error {
 	if tracer != nil {
 		m0 = runtimeSamples()
 		tracer.started.Store(0) // the warm-up's Waits are not the run's
+		tracer.startRun(rdb, j.QuickStart)
 	}
 	cpu0 := cpuTime()
 	var (
@@ -390,7 +407,7 @@ func leaseChild(j leaseJob) error {
 	}
 	wg.Wait()
 	if tracer != nil {
-		tracer.report(os.Stderr, m0)
+		tracer.report(os.Stderr, m0, rdb, j.QuickStart)
 	}
 	if err := l.Close(); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacer-go/pacer/reserve"
+	"github.com/redis/go-redis/v9"
 )
 
 // waitTracer is the lease child's diagnostic Tracer (leaseTraceEnv): how
@@ -26,6 +27,41 @@ type waitTracer struct {
 	moveMS  map[int64]int // moves per millisecond of the run (Unix ms)
 	started atomic.Int64
 	calls   sync.Map // Redis calls by operation: string -> *atomic.Int64
+	// conns counts the connections the quick-start client and pacer's
+	// copy of it put to use (OnConnect, which go-redis runs at a
+	// connection's first use); conns0 is the count, or the tuned client's
+	// pool's count of connections it made (PoolStats), when the run began.
+	conns  atomic.Int64
+	conns0 int64
+	connMu sync.Mutex
+	connAt []int64 // when the quick-start client put a connection to use during the run: Unix ms
+	run    atomic.Bool
+}
+
+// connected counts a connection of the quick-start client put to use
+// (OnConnect), and notes when, during the run.
+func (t *waitTracer) connected() {
+	t.conns.Add(1)
+	if t.run.Load() {
+		t.connMu.Lock()
+		t.connAt = append(t.connAt, time.Now().UnixMilli())
+		t.connMu.Unlock()
+	}
+}
+
+// startRun notes the connections put to use before the run: the
+// quick-start client's (and its copy's) by OnConnect, the tuned client's,
+// which pacer uses as it is, by its pool's count of connections it made.
+func (t *waitTracer) startRun(rdb *redis.Client, quick bool) {
+	t.conns0 = t.opened(rdb, quick)
+	t.run.Store(true)
+}
+
+func (t *waitTracer) opened(rdb *redis.Client, quick bool) int64 {
+	if quick {
+		return t.conns.Load()
+	}
+	return int64(rdb.PoolStats().Misses)
 }
 
 // tracedCounts are the child's counts, and its Redis calls by operation.
@@ -107,7 +143,8 @@ func (w *oneWait) End(err error, late time.Duration) {
 
 // report writes the trace's figures, and the runtime's scheduling
 // latencies and GC pauses since m0, to w.
-func (t *waitTracer) report(w io.Writer, m0 []metrics.Sample) {
+func (t *waitTracer) report(w io.Writer, m0 []metrics.Sample, rdb *redis.Client, quick bool) {
+	fmt.Fprintf(w, "trace: connections put to use during the run: %d (before it: %d)\n", t.opened(rdb, quick)-t.conns0, t.conns0)
 	fmt.Fprintf(w, "trace: %d Waits; late at return:%s\n", t.started.Load(), t.late.String())
 	fmt.Fprintf(w, "trace: late when moved:%s\n", t.atMove.String())
 	fmt.Fprintf(w, "trace: %d granted ahead; passed when granted:%s\n", t.future.Load(), t.granted.String())
@@ -119,6 +156,15 @@ func (t *waitTracer) report(w io.Writer, m0 []metrics.Sample) {
 		total += n
 	}
 	fmt.Fprintf(w, "trace: %d moves in %d distinct ms, at most %d in one\n", total, len(t.moveMS), most)
+	t.connMu.Lock()
+	for _, at := range t.connAt {
+		near := 0
+		for ms := at - 2; ms <= at+10; ms++ {
+			near += t.moveMS[ms]
+		}
+		fmt.Fprintf(w, "trace: a connection put to use at %d ms: %d moves from 2 ms before to 10 ms after\n", at, near)
+	}
+	t.connMu.Unlock()
 	t.moveMu.Unlock()
 	fmt.Fprint(w, "trace: Redis calls:")
 	t.calls.Range(func(k, v any) bool {

@@ -16,9 +16,8 @@ func TestQuickTuning(t *testing.T) {
 	}{
 		{"", quickTune{}, "pacer, quick-start client"},
 		{"pool", quickTune{pool: true}, "pacer, quick-start client, pool sized"},
-		{"dial", quickTune{dial: true}, "pacer, quick-start client, dialled ahead"},
 		{"idle", quickTune{idle: true}, "pacer, quick-start client, MinIdleConns"},
-		{"pool, dial", quickTune{pool: true, dial: true}, "pacer, quick-start client, pool sized, dialled ahead"},
+		{"pool, idle", quickTune{pool: true, idle: true}, "pacer, quick-start client, pool sized, MinIdleConns"},
 		{"idle,pool", quickTune{pool: true, idle: true}, "pacer, quick-start client, pool sized, MinIdleConns"},
 	} {
 		t.Setenv(waitQuickEnv, c.env)
@@ -30,7 +29,13 @@ func TestQuickTuning(t *testing.T) {
 			t.Errorf("%s=%q: label %q, want %q", waitQuickEnv, c.env, got, c.label)
 		}
 	}
-	for _, bad := range []string{"pools", "pool,", "tuned", " "} {
+	// "dial" opened the caller's connections, which pacer's copy of the
+	// client never uses: refused, saying so.
+	t.Setenv(waitQuickEnv, "pool,dial")
+	if got, err := quickTuning(); err == nil || !strings.Contains(err.Error(), "copy") || got != (quickTune{}) {
+		t.Errorf("%s=pool,dial: %+v, err %v; want an error saying pacer uses its own copy", waitQuickEnv, got, err)
+	}
+	for _, bad := range []string{"pools", "pool,", "tuned", " ", "dial"} {
 		t.Setenv(waitQuickEnv, bad)
 		if got, err := quickTuning(); err == nil || !strings.Contains(err.Error(), waitQuickEnv) || got != (quickTune{}) {
 			t.Errorf("%s=%q: %+v, err %v; want an error naming the variable", waitQuickEnv, bad, got, err)
