@@ -844,12 +844,23 @@ class Limiter:
         have been, the reply's arrival, as Go's clockSync does: the
         estimate is then never ahead of Redis's clock, and a local slot
         never fires before it. Taken for the round trip's midpoint, it was
-        up to half of it ahead (test_clock_estimate_never_ahead)."""
+        up to half of it ahead (test_clock_estimate_never_ahead).
+
+        A reply whose round trip is too long is taken all the same when it
+        shows the estimate wrong: the estimate places its server instant
+        outside the call's span, before it was sent or after its reply
+        arrived (Redis's clock stepped, or a failover reached a host whose
+        clock differs), as Go's clockSync.place does. Before, a Redis that
+        moved 2 ms or more farther than the shortest round trip seen, to a
+        clock of its own, left the estimate on the old clock for good
+        (test_clock_estimate_follows_a_clock_that_moved)."""
         rtt = recv - sent
         with self._lock:
             self._low.note(rtt, recv)
-            if rtt <= self._best_rtt * 1.5 or rtt < 2_000_000:
-                self._best_rtt = min(self._best_rtt, rtt)
+            est = server_ns - self._offset_ns  # where the estimate places server_ns
+            wrong = math.isfinite(self._best_rtt) and not sent <= est <= recv
+            if wrong or rtt <= self._best_rtt * 1.5 or rtt < 2_000_000:
+                self._best_rtt = rtt if wrong else min(self._best_rtt, rtt)
                 self._offset_ns = server_ns - recv
                 self._offset_rtt = rtt
 

@@ -284,6 +284,28 @@ class LimiterTest(unittest.TestCase):
         with self.assertRaises(limiter.WaitTooLong, msg="the window holds the moved call once"):
             lim.reserve("late", daily, max_wait=3600)
 
+    def test_clock_estimate_follows_a_clock_that_moved(self) -> None:
+        """A reply whose round trip is too long for the estimate is taken
+        all the same when the estimate places its server instant outside
+        the call's span (Go's clockSync.place): a failover to a host 5 ms
+        away whose clock is 50 ms behind. Before, the estimate kept the old
+        host's clock for good (its round trip, 2 ms or more over the
+        shortest seen, was never let in), 50 ms ahead of the new one; a
+        reply of as long a round trip that the estimate fits changes
+        nothing."""
+        lim = self.limiter()
+        lim.reserve("est", Limit(10, 1))  # an estimate from the Redis close by
+        old = lim._offset_ns
+        rtt, now = 5_000_000, time.time_ns()
+        moved = old - 50_000_000  # the new host's clock, 50 ms behind
+        server = now - rtt // 2 + moved  # its script ran mid-way
+        lim._clock_sample(server, now - rtt, now)
+        self.assertEqual(lim._offset_ns, server - now, "the estimate follows the new clock")
+        self.assertLessEqual(lim._offset_ns, moved, "never ahead of it")
+        later = now + 1_000_000_000
+        lim._clock_sample(later - 4_000_000 + moved, later - 9_000_000, later)  # in bounds, 9 ms
+        self.assertEqual(lim._offset_ns, server - now, "a slower reply the estimate fits is not taken")
+
     def test_placed_late_measured(self) -> None:
         """placed_late is how much later than the clock estimate a reply
         arrived, less 1 ms: 0 for one on time."""
