@@ -514,7 +514,8 @@ class Limiter:
             return self._again(r, until, cancel=False), moves, False
         while r.delay() > 0:
             _sleep_to(r, 0.0)
-        if moves < MAX_LATE_MOVES and time.monotonic() - r.deadline + r.placed_late > _max_lateness(r):
+        most = _max_lateness(r)
+        if moves < MAX_LATE_MOVES and most >= 0 and time.monotonic() - r.deadline + r.placed_late > most:
             # Its slot passed unused: a cancel gives a window nothing back
             # once the slot has passed, a settle to nothing does (Go's
             # giveBackUnused). Without it the fresh slot was charged a
@@ -2015,11 +2016,24 @@ MAX_LATE_MOVES = 3
 
 
 def _max_lateness(r: Reservation) -> float:
-    """How late after its slot a caller may wake and still use it: half the
-    spacing of the fastest bucket its cost charges, at least 1 ms."""
+    """How late after its slot a caller may wake and still use it, in
+    seconds; negative: no limit. Half the spacing of the fastest bucket its
+    cost charges, at least 1 ms (no bucket charged: no limit), and never
+    past the end of a window its cost charges (Go's
+    Reservation.maxLateness). Before, a window's end did not bound it: a
+    sleeper woken just after the end of the window its slot lay in fired
+    in the next window, on top of the units the fleet was granted there
+    (test_max_lateness_ends_with_the_window); and a policy of windows only
+    moved a sleeper 1 ms late, where Go's fires it within its window."""
     spacings = [c / b.rate for b in r.policy.bands if isinstance(b, protocol.Bucket)
                 for u, c in zip(r.policy.units, r.costs) if u == b.unit and c > 0]
-    return max(0.001, min(spacings, default=0.0) / 2)
+    late = max(0.001, min(spacings) / 2) if spacings else -1.0
+    end = protocol.window_end(r.policy, r.costs, r.slot_ns)
+    if end is not None:
+        d = (end - r.slot_ns) / 1e9
+        if late < 0 or d < late:
+            late = d
+    return late
 
 
 class _Patient:

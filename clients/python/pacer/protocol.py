@@ -379,6 +379,25 @@ def _midnight(zone: zoneinfo.ZoneInfo, d: datetime.date) -> int:
     return hi
 
 
+def window_end(policy: "Policy", costs: Sequence[float], t_ns: int) -> int | None:
+    """The end (Unix ns) of the earliest window, among policy's window bands
+    that costs charge, holding t_ns; None when costs charge none (Go's
+    spec.windowEnd)."""
+    end: int | None = None
+    for b in policy.bands:
+        if not isinstance(b, Window) or not any(u == b.unit and c > 0 for u, c in zip(policy.units, costs)):
+            continue
+        if b.calendar is not None:
+            d, _ = _period_of(b.calendar, _civil_us(b.tz, t_ns // 1000))  # type: ignore[arg-type]
+            e = _midnight(b.tz, _next(b.calendar, d)) * 1_000_000_000  # type: ignore[arg-type]
+        else:
+            length, origin = b.length_us * 1000, b.origin_us * 1000
+            e = origin + ((t_ns - origin) // length + 1) * length
+        if end is None or e < end:
+            end = e
+    return end
+
+
 _cal_cache: dict[str, tuple[int, int, str]] = {}
 _cal_lock = threading.Lock()
 

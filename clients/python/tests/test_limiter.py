@@ -306,6 +306,33 @@ class LimiterTest(unittest.TestCase):
         lim._clock_sample(later - 4_000_000 + moved, later - 9_000_000, later)  # in bounds, 9 ms
         self.assertEqual(lim._offset_ns, server - now, "a slower reply the estimate fits is not taken")
 
+    def test_max_lateness_ends_with_the_window(self) -> None:
+        """How late a sleeper may wake and still use its slot is half the
+        spacing of the fastest bucket its cost charges, at least 1 ms, and
+        never past the end of a window its cost charges (Go's
+        TestMaxLatenessEndsWithTheWindow, the same cases). Before, a
+        window's end did not bound it: a sleeper woken after that end
+        fired in the next window, on top of the units the fleet was
+        granted there; and a policy of windows alone moved its sleepers 1
+        ms late, where Go's fire within their window."""
+        origin = 1_800_000_000 * 10**9
+        sec = Window("sec", 10, 1_000_000, 0, "requests")  # Unix seconds: origin is on one
+        rps = Bucket("rps", 10, 1, "requests")
+        tok = Window("tok", 10, 1_000_000, 0, "tokens")
+        ms = 1_000_000
+        day_end = 1_796_428_800 * 10**9  # 2026-12-05 00:00 UTC
+        for name, policy, costs, at, want in (
+            ("a bucket alone: half its spacing", Policy((rps,)), [1.0], origin + 100 * ms, 0.05),
+            ("a fast bucket: at least 1 ms", Policy((Bucket("rps", 100_000, 1, "requests"),)), [1.0], origin, 0.001),
+            ("a window that ends first", Policy((rps, sec)), [1.0], origin + 999_700_000, 0.0003),
+            ("a window that ends later", Policy((rps, sec)), [1.0], origin + 100 * ms, 0.05),
+            ("a window alone", Policy((sec,)), [1.0], origin + 250 * ms, 0.75),
+            ("a window the cost does not charge", Policy((rps, tok)), [1.0, 0.0], origin + 999_700_000, 0.05),
+            ("a calendar day", Policy((Window("daily", 100, unit="requests", calendar="day"),)), [1.0], day_end - 500 * ms, 0.5),
+        ):
+            r = limiter.Reservation("k", policy, costs, at, 1, "~", False, 0.0, None)  # type: ignore[arg-type]
+            self.assertAlmostEqual(limiter._max_lateness(r), want, places=9, msg=name)
+
     def test_placed_late_measured(self) -> None:
         """placed_late is how much later than the clock estimate a reply
         arrived, less 1 ms: 0 for one on time."""
