@@ -405,7 +405,16 @@ func TestShopifyFleet(t *testing.T) {
 		spent += c.Actual
 	}
 	t.Logf("%d queries, %d throttled, %.0f points spent", len(p.Calls()), throttled, spent)
-	assert.Zero(t, throttled)
+	if !assert.Zero(t, throttled) {
+		// The provider's log, for whoever finds the rare failure (seen
+		// once, in CI on 2026-12-04: 19 queries, 1 throttled, not
+		// reproduced in 40 runs beside a CPU hog).
+		calls := p.Calls()
+		for _, c := range calls {
+			t.Logf("at %8.3f ms: requested %2.0f, actual %5.2f, throttled %v, available after %6.2f",
+				float64(c.At.Sub(calls[0].At).Microseconds())/1e3, c.Requested, c.Actual, c.Throttled, c.Available)
+		}
+	}
 	assert.Greater(t, spent, 100.0, "more than the bucket: the settles gave points back")
 }
 
