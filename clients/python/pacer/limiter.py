@@ -2005,8 +2005,7 @@ def _at_share(op: str, share: str, granted: str) -> str:
 
 def _charges_window(r: Reservation) -> bool:
     """Whether r's cost charges a window band."""
-    return any(isinstance(b, protocol.Window) and c > 0 for b in r.policy.bands
-               for u, c in zip(r.policy.units, r.costs) if u == b.unit)
+    return any(isinstance(b, protocol.Window) and protocol.charged(r.policy, r.costs, b) for b in r.policy.bands)
 
 
 # How many times sleep moves a reservation to a fresh slot for lateness at

@@ -379,13 +379,18 @@ def _midnight(zone: zoneinfo.ZoneInfo, d: datetime.date) -> int:
     return hi
 
 
+def charged(policy: "Policy", costs: Sequence[float], band: "Bucket | Window") -> bool:
+    """Whether costs (one per policy.units) charge band's unit."""
+    return any(u == band.unit and c > 0 for u, c in zip(policy.units, costs))
+
+
 def window_end(policy: "Policy", costs: Sequence[float], t_ns: int) -> int | None:
     """The end (Unix ns) of the earliest window, among policy's window bands
     that costs charge, holding t_ns; None when costs charge none (Go's
     spec.windowEnd)."""
     end: int | None = None
     for b in policy.bands:
-        if not isinstance(b, Window) or not any(u == b.unit and c > 0 for u, c in zip(policy.units, costs)):
+        if not isinstance(b, Window) or not charged(policy, costs, b):
             continue
         if b.calendar is not None:
             d, _ = _period_of(b.calendar, _civil_us(b.tz, t_ns // 1000))  # type: ignore[arg-type]
