@@ -407,8 +407,14 @@ func TestShopifyFleet(t *testing.T) {
 	t.Logf("%d queries, %d throttled, %.0f points spent", len(p.Calls()), throttled, spent)
 	if !assert.Zero(t, throttled) {
 		// The provider's log, for whoever finds the rare failure (seen
-		// once, in CI on 2026-12-04: 19 queries, 1 throttled, not
-		// reproduced in 40 runs beside a CPU hog).
+		// once, in CI on 2026-12-04: 19 queries, 1 throttled; not
+		// reproduced in 260 runs). The likely cause, since mended: the
+		// provider read its clock before taking its lock, so a query
+		// whose goroutine lost the CPU in between was judged at an
+		// earlier instant than the query served meanwhile, and the
+		// bucket lost the points of the gap
+		// (provider.TestShopifyTakesQueriesInOrder). Calls out of
+		// order in this log would say it is back.
 		calls := p.Calls()
 		for _, c := range calls {
 			t.Logf("at %8.3f ms: requested %2.0f, actual %5.2f, throttled %v, available after %6.2f",

@@ -95,8 +95,8 @@ type learnServer struct {
 }
 
 func (s *learnServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	now := time.Now()
 	s.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in
 	ok := s.bucket.Admit(now)
 	if ok {
 		s.accepted = append(s.accepted, now)

@@ -149,7 +149,7 @@ func (p *provider) handleCall(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(httpLatency / 2)
 		defer time.Sleep(httpLatency / 2)
 	}
-	rep, ok := p.call(&c, time.Now().UnixNano())
+	rep, ok := p.call(&c)
 	if !ok {
 		http.Error(w, "unknown key "+strconv.Quote(c.Key), http.StatusBadRequest)
 		return
@@ -190,10 +190,15 @@ func (p *provider) answer(w http.ResponseWriter, key string, rep Reply) {
 	_ = json.NewEncoder(w).Encode(rep)
 }
 
-// call judges c, arrived at now, and records it.
-func (p *provider) call(c *Call, now int64) (Reply, bool) {
+// call judges c, arrived now, and records it. The clock is read under
+// p.mu, so that calls are judged in the order they are taken in: read
+// before it, a call whose goroutine lost the CPU in between was judged at
+// an instant before the calls taken in meanwhile (a window of the past
+// reopened and its count lost; a bucket's limit moved back).
+func (p *provider) call(c *Call) (Reply, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now().UnixNano()
 	pk := p.keys[c.Key]
 	if pk == nil {
 		return Reply{}, false
@@ -359,8 +364,8 @@ func (p *provider) seatCall(w http.ResponseWriter, r *http.Request, c *Call) {
 	// ends r's context when the caller goes.
 	_, _ = io.Copy(io.Discard, r.Body)
 	seats := int(c.Cost[unitRequests])
-	now := time.Now().UnixNano()
 	p.mu.Lock()
+	now := time.Now().UnixNano() // under p.mu (see call)
 	pk := p.keys[KeySeats]
 	if pk == nil {
 		p.mu.Unlock()

@@ -100,10 +100,10 @@ func (a *Anthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in, out := *body.Input, *body.Output
-	now := time.Now()
 	quotas := [3]int{a.opts.RPM, a.opts.ITPM, a.opts.OTPM}
 	need := [3]float64{1, float64(in), float64(out)}
 	a.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	b := a.buckets[r.Host]
 	if b == nil {
 		b = &[3]bucket{}

@@ -114,10 +114,10 @@ func (a *Azure) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt, maxTokens := *body.Prompt, *body.Max
 	n := float64(prompt + maxTokens)
-	now := time.Now()
+	a.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	since := now.Sub(a.start)
 	minute, period := int64(since/time.Minute), int64(since/a.opts.Period)
-	a.mu.Lock()
 	c := a.windows[r.Host]
 	if c == nil {
 		c = &azureCount{minute: minute, period: period}

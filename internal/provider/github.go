@@ -102,9 +102,9 @@ func (g *GitHub) Close() error { return closeServer(g.srv) }
 
 // ServeHTTP serves one call.
 func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
 	points := GitHubPoints(r.Method)
 	g.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	t := g.tokens[r.Host]
 	if t == nil || !now.Before(t.reset) {
 		if t == nil {

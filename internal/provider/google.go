@@ -75,10 +75,6 @@ func (p *Google) zone() *time.Location {
 
 // ServeHTTP answers one call.
 func (p *Google) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	if p.Now != nil {
-		now = p.Now()
-	}
 	tokens, output := 0, 0
 	for h, v := range map[string]*int{"X-Prompt-Tokens": &tokens, "X-Output-Tokens": &output} {
 		if s := r.Header.Get(h); s != "" {
@@ -94,9 +90,13 @@ func (p *Google) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if length <= 0 {
 		length = time.Minute
 	}
+	p.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
+	if p.Now != nil {
+		now = p.Now()
+	}
 	day := now.In(p.zone()).Format(time.DateOnly)
 	minute := now.UnixNano() / int64(length)
-	p.mu.Lock()
 	if minute != p.minute {
 		p.minute, p.inMin, p.tokMin = minute, 0, 0
 	}

@@ -141,8 +141,8 @@ func (l *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := *body.Tokens
-	now := time.Now()
 	l.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	b := l.buckets[r.Host]
 	if b == nil {
 		b = &[2]bucket{

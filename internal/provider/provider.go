@@ -110,8 +110,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(s.opts.Latency)
 	}
 	host, client := r.Host, r.Header.Get("X-Client")
-	now := time.Now()
 	s.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	retry := s.admit(host, now)
 	c := s.byClient[client]
 	if retry > 0 {

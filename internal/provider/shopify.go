@@ -24,6 +24,8 @@ type Shopify struct {
 	Maximum     float64 // points; Shopify's standard plan: 1000
 	RestoreRate float64 // points per second; standard: 50
 	Jitter      time.Duration
+	// Now is the provider's clock (default time.Now): a test sets it.
+	Now func() time.Time
 
 	mu      sync.Mutex
 	avail   float64
@@ -58,13 +60,22 @@ func (p *Shopify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	now := time.Now()
+	// The query arrives when the provider takes it in, after the queries
+	// taken before it: the clock is read under the lock. Read before it,
+	// a query whose goroutine lost the CPU in between was judged at a
+	// moment before the bucket's, which restored a negative time.
 	p.mu.Lock()
+	now := time.Now()
+	if p.Now != nil {
+		now = p.Now()
+	}
 	if !p.started {
 		p.started, p.avail, p.at = true, p.Maximum, now
 	}
-	p.avail = min(p.Maximum, p.avail+now.Sub(p.at).Seconds()*p.RestoreRate)
-	p.at = now
+	if now.After(p.at) {
+		p.avail = min(p.Maximum, p.avail+now.Sub(p.at).Seconds()*p.RestoreRate)
+		p.at = now
+	}
 	throttled := requested > p.avail+p.Jitter.Seconds()*p.RestoreRate
 	if !throttled {
 		p.avail = max(0, p.avail-actual)

@@ -76,8 +76,8 @@ type WindowCall struct {
 // ServeHTTP answers one call.
 func (p *Window) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	time.Sleep(p.Latency / 2)
-	now := time.Now()
 	p.mu.Lock()
+	now := time.Now() // under the lock: the calls are judged in the order taken in (see Shopify)
 	win := now.UnixNano() / int64(p.Per)
 	if win != p.win {
 		p.win, p.used = win, 0
