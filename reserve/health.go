@@ -293,12 +293,20 @@ func (l *Limiter) unavailableErr() error {
 }
 
 // succeeded records a Redis call that worked (Redis answered).
-func (l *Limiter) succeeded() {
-	now := time.Now()
+func (l *Limiter) succeeded() { l.answeredAt(time.Now()) }
+
+// answeredAt records a Redis answer that arrived at now. When Redis last
+// answered only moves forward: a caller that read the clock and then lost
+// the CPU (a loaded machine) before taking the lock does not set it back
+// past an answer noted meanwhile, which the check of a slow call reads
+// (Redis answered after its ping was sent: slow, not gone).
+func (l *Limiter) answeredAt(now time.Time) {
 	l.health.mu.Lock()
 	defer l.health.mu.Unlock()
 	l.health.failures = 0
-	l.health.answered = now
+	if now.After(l.health.answered) {
+		l.health.answered = now
+	}
 }
 
 // failed records a Redis call that could not reach Redis, and switches to
