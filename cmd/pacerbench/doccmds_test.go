@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,17 +12,19 @@ import (
 
 // TestDocumentedCommands: every pacerbench command a reader finds in
 // README.md, BENCHMARKS.md or docs/ (a "go run ./cmd/pacerbench ..." line
-// of a code block, or one in `backticks` on one line) is one parseFlags
-// accepts: so a flag renamed or a phase dropped breaks this test, not a
-// reader's rerun. It runs nothing.
+// of a code block, or one in `backticks` on one line, after any
+// environment assignments) is one parseFlags accepts, and each
+// PACERBENCH_ variable it sets is one pacerbench reads, with a value it
+// takes: so a flag or variable renamed or a phase dropped breaks this
+// test, not a reader's rerun. It runs nothing.
 func TestDocumentedCommands(t *testing.T) {
 	files, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	files = append(files, "../../README.md", "../../BENCHMARKS.md")
-	block := regexp.MustCompile(`^\s*(?:\$ )?go run \./cmd/pacerbench(\s.*)?$`)
-	inline := regexp.MustCompile("`go run \\./cmd/pacerbench((?:\\s[^`]*)?)`")
+	block := regexp.MustCompile(`^\s*(?:\$ )?((?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*)go run \./cmd/pacerbench(\s.*)?$`)
+	inline := regexp.MustCompile("`((?:[A-Za-z_][A-Za-z0-9_]*=\\S*\\s+)*)go run \\./cmd/pacerbench((?:\\s[^`]*)?)`")
 	seen := 0
 	for _, file := range files {
 		text, err := os.ReadFile(file)
@@ -34,21 +37,24 @@ func TestDocumentedCommands(t *testing.T) {
 				inBlock = !inBlock
 				continue
 			}
-			var cmds []string
+			var cmds [][]string // environment, arguments
 			if m := block.FindStringSubmatch(line); inBlock && m != nil {
-				cmds = append(cmds, m[1])
+				cmds = append(cmds, m[1:])
 			}
 			for _, m := range inline.FindAllStringSubmatch(line, -1) {
-				cmds = append(cmds, m[1])
+				cmds = append(cmds, m[1:])
 			}
 			for _, cmd := range cmds {
 				seen++
-				args, err := shellWords(cmd)
+				args, err := shellWords(cmd[1])
 				if err == nil {
 					_, err = parseFlags(args)
 				}
+				if err == nil {
+					err = documentedEnv(t, strings.Fields(cmd[0]))
+				}
 				if err != nil {
-					t.Errorf("%s:%d: go run ./cmd/pacerbench%s: %v", file, i+1, cmd, err)
+					t.Errorf("%s:%d: %sgo run ./cmd/pacerbench%s: %v", file, i+1, cmd[0], cmd[1], err)
 				}
 			}
 		}
@@ -57,6 +63,36 @@ func TestDocumentedCommands(t *testing.T) {
 		t.Fatalf("found only %d documented pacerbench commands", seen)
 	}
 	t.Logf("%d documented pacerbench commands parse", seen)
+}
+
+// documentedEnv checks the assignments (NAME=value) before a documented
+// command: a PACERBENCH_ variable must be one a reader may set, with a
+// value pacerbench takes; the others (GOMAXPROCS, ...) are the reader's.
+func documentedEnv(t *testing.T, assigns []string) error {
+	check := map[string]func() error{
+		waitRatesEnv: func() error { _, err := phaseRates(); return err },
+		waitQuickEnv: func() error { _, err := quickTuning(); return err },
+		waitTurnsEnv: func() error { _, err := waitTurns(); return err },
+	}
+	// Read as "set or not", or a file to write: any value.
+	for _, name := range []string{leaseTraceEnv, leaseProfileEnv, coldProfileEnv, otelProfileEnv, clusterProfileEnv, clusterKeepEnv, hogEnv} {
+		check[name] = func() error { return nil }
+	}
+	for _, a := range assigns {
+		name, value, _ := strings.Cut(a, "=")
+		if !strings.HasPrefix(name, "PACERBENCH_") {
+			continue
+		}
+		f, ok := check[name]
+		if !ok {
+			return fmt.Errorf("%s: not a variable pacerbench reads", name)
+		}
+		t.Setenv(name, value)
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // shellWords splits a command line as a shell would, for the simple lines

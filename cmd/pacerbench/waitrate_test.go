@@ -85,7 +85,7 @@ func TestTurnGaps(t *testing.T) {
 		{Rate: 200000, Variant: "x/time/rate, one process (the floor)", Floor: true, Run: leaseRun{Admissions: 400000, Seconds: 2}},
 		row(50000, "pacer", 2, 49000), row(50000, "quick", 2, 48500), // 1.0
 		row(50000, "quick", 1, 48000), row(50000, "pacer", 1, 49500), // 3.0
-		row(50000, "pacer", 3, 49000), // no quick-start run
+		row(50000, "pacer", 3, 49000),                           // no quick-start run
 		row(1000, "pacer", 0, 1000), row(1000, "quick", 0, 900), // one turn: no summary
 	}
 	got := turnGaps(rows, "pacer", "quick")
