@@ -100,7 +100,8 @@ func quickTuning() (t quickTune, err error) {
 // quick-start client's in each turn, and their median.
 const waitTurnsEnv = "PACERBENCH_WAITRATE_TURNS"
 
-// maxWaitTurns bounds waitTurnsEnv: a turn at two rates is about 30 s.
+// maxWaitTurns bounds waitTurnsEnv: a turn at both default rates takes
+// about 25 s (four runs of 5 s, and their start).
 const maxWaitTurns = 50
 
 // waitTurns reads waitTurnsEnv.
