@@ -25,7 +25,12 @@ import (
 //     handback passes the pauses on before the "back on Redis" switch
 //     (DESIGN.md: a pause is honoured by every sleeper, whether Redis or
 //     the local engine made it). From then on, the other processes must
-//     honour it as one made on Redis.
+//     honour it as one made on Redis. Unless a fault still held at the
+//     switch (on a Cluster the probe answered while the key's master was
+//     frozen; a Redis refusing writes): the key's handback then failed,
+//     and the pause reaches Redis with its maker's next call on the key
+//     (docs/design.md, "Local pacing"), which the verdict does not see
+//     (Cluster seed 16: a call 60 ms after the key's master thawed).
 //
 // A call through pacehttp (KeyHTTP) is judged twice: on its slot, and on
 // the moment it was sent (its Fire, with fireLead for the check before
@@ -152,7 +157,7 @@ func (r *run) mustHonour(p pauseSpan, c *Call, lo, hi int64) bool {
 	known := p.start // on Redis from then
 	if !p.onRedis {
 		back := r.backOnRedis(p.maker, p.ret)
-		if back == 0 || lo < back+int64(pauseLead) {
+		if back == 0 || lo < back+int64(pauseLead) || r.faultDuring(back, back) {
 			return false
 		}
 		known = back

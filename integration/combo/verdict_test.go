@@ -183,6 +183,14 @@ func TestPauses(t *testing.T) {
 		{"a local slot 1 ms before the pause's end", slotCall(KeySliding, "1", 3*time.Second-time.Millisecond, true), local("1", time.Second, 4*time.Second), nil, 1, 0},
 		{"a local slot of a process back on Redis", slotCall(KeySliding, "2", 2500*time.Millisecond, true), local("2", time.Second, 2400*time.Millisecond), nil, 1, 0},
 		{"made while the maker paced locally", slotCall(KeySliding, "2", 2500*time.Millisecond, false), local("1", time.Second, 4*time.Second), nil, 0, 1},
+		// Made locally, handed to Redis as its maker came back at 2.2 s.
+		{"made locally, its maker back on Redis", slotCall(KeySliding, "2", 2500*time.Millisecond, false), local("1", time.Second, 2200*time.Millisecond), nil, 1, 0},
+		// Its maker came back while a fault still held (a Cluster's probe
+		// answered with the key's master frozen: Cluster seed 16): the
+		// handback of the key failed, and waits for the maker's next call
+		// on it; the other process could not learn the pause.
+		{"made locally, its maker back on Redis during a fault", slotCall(KeySliding, "2", 2500*time.Millisecond, false), local("1", time.Second, 2200*time.Millisecond),
+			[]Action{{Kind: FaultFreeze, At: at(1500 * time.Millisecond), End: at(2300 * time.Millisecond)}}, 0, 1},
 		{"Redis restarted empty since", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil,
 			[]Action{{Kind: FaultRestart, At: at(2200 * time.Millisecond), End: at(2300 * time.Millisecond)}}, 0, 1},
 		{"resumed before the slot", slotCall(KeySliding, "2", 2500*time.Millisecond, false), nil,
