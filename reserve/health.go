@@ -683,6 +683,7 @@ func (l *Limiter) loop() {
 			if !l.isDegraded() && err == nil {
 				l.renewSeats(l.loopCtx)
 				l.retryPending(l.loopCtx)
+				l.retryHandbacks(l.loopCtx)
 			}
 			l.sweepKeys()
 			l.store.Sweep()

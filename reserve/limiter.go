@@ -61,6 +61,7 @@ type Limiter struct {
 	localIDs       atomic.Uint64 // local reservations' numbers
 	droppedAdjusts atomic.Int64  // pending adjustments dropped (over maxPending)
 	anyPending     atomic.Bool   // a key may have pending adjustments (retryPending)
+	anyHandback    atomic.Bool   // a key may hold a handback a failed call left (retryHandbacks)
 	fairMutant     *redis.Script // a mutant of the fair script, set by tests (export_test.go)
 
 	// The path to Redis (call.go) and its health.

@@ -536,9 +536,45 @@ func (l *Limiter) handbackDone(ks *keyState, h *handback, ok bool) {
 	lk.inflight = nil
 	if !ok {
 		lk.hand = lk.hand.merge(h)
+		l.anyHandback.Store(true)
 	}
 	if !lk.held && lk.hand == nil {
 		ks.local = nil
+	}
+}
+
+// retryHandbacks hands to Redis the handbacks that failed calls left, after
+// a heartbeat that found Redis (loop): a key whose handback Redis refused
+// when the Limiter came back (on a Cluster, its master still frozen while
+// the others answered the probe) then gets it within a heartbeat of
+// answering, with the pause made locally in it, and not only with the
+// Limiter's next call on the key, which its own callers, waiting that
+// pause out, make only once it has ended (TestFailedHandbackRetriedWithHeartbeat).
+// As retryPending, it stops at the first key whose call fails again: the
+// others wait for the next heartbeat.
+func (l *Limiter) retryHandbacks(ctx context.Context) {
+	if !l.anyHandback.Swap(false) {
+		return
+	}
+	for _, ks := range l.states.all() {
+		ks.mu.Lock()
+		if lk := ks.local; lk == nil || lk.held || lk.hand == nil {
+			ks.mu.Unlock()
+			continue
+		}
+		h, ok := l.takeHandback(ks, false)
+		granted, seq := ks.horizon(), ks.seenSeq
+		ks.mu.Unlock()
+		if !ok {
+			continue
+		}
+		err := l.giveBack(ctx, ks.name, h, granted, seq)
+		ks.mu.Lock()
+		l.handbackDone(ks, h, err == nil)
+		ks.mu.Unlock()
+		if err != nil {
+			break // handbackDone kept it, and marked it for the next heartbeat
+		}
 	}
 }
 
