@@ -71,34 +71,78 @@ func TestLeaseKeepsLattice(t *testing.T) {
 // (PACER_ARG: the pause was recorded with no bands), and the other
 // Limiter saw no pause.
 func TestPauseInOutageReachesRedis(t *testing.T) {
-	s := redistest.New(t)
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	p := redistest.NewProxy(t, s.Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	defer c.Close()
-	l1, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 20 * time.Millisecond,
-		CallTimeout: 200 * time.Millisecond, Logger: quiet})
-	require.NoError(t, err)
-	closeLimiter(t, l1)
+	s, _, prefix := pauseInOutage(t, 20*time.Second, nil)
 	l2, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
 	require.NoError(t, err)
 	closeLimiter(t, l2)
-	lim := reserve.Limit{Rate: 10, Burst: 1}
-	_, err = l1.Reserve(ctx, "api", lim)
+	snap, err := l2.Peek(ctx, reserve.Single("api", outageLimit, 1))
+	require.NoError(t, err)
+	assert.Greater(t, snap.Paused, 10*time.Second, "the other Limiter's view of the pause made during the outage (%+v)", snap)
+}
+
+// TestFailedHandbackRetriedWithHeartbeat: a key's handback that Redis
+// refused when the Limiter came back (on a Cluster, the key's master still
+// frozen while the others answered the probe; here, the key briefly of
+// another type) is handed over again after the next heartbeat that finds
+// Redis, not only with the Limiter's next call on the key: a pause made
+// locally during the outage then reaches the fleet while it is in force.
+// Before, it waited for that call, which the Limiter's own callers,
+// waiting the pause out, make only once it has ended (combination runner,
+// Cluster seed 16: another process fired into such a pause 60 ms after
+// the key's master thawed).
+func TestFailedHandbackRetriedWithHeartbeat(t *testing.T) {
+	ctx := context.Background()
+	var key string
+	s, _, _ := pauseInOutage(t, time.Minute, func(s *redistest.Server, l *reserve.Limiter) {
+		key = l.RedisKey("api")
+		require.NoError(t, s.Client.Del(ctx, key).Err())
+		require.NoError(t, s.Client.RPush(ctx, key, "not pacer's").Err())
+	})
+	require.Equal(t, "list", s.Client.Type(ctx, key).Val(), "the handback changed a key of another type")
+	require.NoError(t, s.Client.Del(ctx, key).Err())
+
+	// No call on "api" from here: the pause must reach Redis by itself.
+	require.Eventually(t, func() bool {
+		state, err := s.Client.Get(ctx, key).Result()
+		return err == nil && layout.PauseEnd(state) > time.Now().Add(30*time.Second).UnixNano()
+	}, 20*time.Second, 5*time.Millisecond, "the pause made while pacing locally never reached Redis")
+}
+
+// outageLimit is pauseInOutage's key's limit.
+var outageLimit = reserve.Limit{Rate: 10, Burst: 1}
+
+// pauseInOutage starts a Limiter that reaches Redis through a proxy, with
+// a reservation on "api"; cuts it off, and, while it paces locally, has it
+// reserve on "api" and pause it for d (the provider's 429 then); runs
+// beforeBack (if any) and lets Redis answer again; and returns the server,
+// the Limiter once it is back on Redis, and its key prefix.
+func pauseInOutage(t *testing.T, d time.Duration, beforeBack func(*redistest.Server, *reserve.Limiter)) (*redistest.Server, *reserve.Limiter, string) {
+	t.Helper()
+	s := redistest.New(t)
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	p := redistest.NewProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { c.Close() })
+	l, err := reserve.New(c, reserve.Options{KeyPrefix: prefix, FailAfter: 1, ProbeInterval: 20 * time.Millisecond,
+		HeartbeatInterval: 50 * time.Millisecond, CallTimeout: 200 * time.Millisecond, Logger: quiet})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	_, err = l.Reserve(ctx, "api", outageLimit)
 	require.NoError(t, err)
 
 	p.Disable(t)
-	r, err := l1.Reserve(ctx, "api", lim)
+	r, err := l.Reserve(ctx, "api", outageLimit)
 	require.NoError(t, err)
-	require.True(t, r.Local(), "Redis is cut off from l1")
-	require.NoError(t, l1.Pause(ctx, "api", 20*time.Second))
+	require.True(t, r.Local(), "Redis is cut off from the Limiter")
+	require.NoError(t, l.Pause(ctx, "api", d))
+	if beforeBack != nil {
+		beforeBack(s, l)
+	}
 	p.Enable(t)
-	backOnRedis(t, l1)
-
-	snap, err := l2.Peek(ctx, reserve.Single("api", lim, 1))
-	require.NoError(t, err)
-	assert.Greater(t, snap.Paused, 10*time.Second, "the other Limiter's view of the pause made during the outage (%+v)", snap)
+	backOnRedis(t, l)
+	return s, l, prefix
 }
 
 // TestStaleHorizonAfterResume (seam 4): after an operator's resume, a
