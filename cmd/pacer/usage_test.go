@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"flag"
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -90,5 +92,19 @@ func TestFormatUsageNamesEveryFormat(t *testing.T) {
 	}
 	if named := strings.Split(m[1], "|"); !slices.Equal(named, taken) {
 		t.Errorf("pacer format's usage names formats %v; the command takes %v", named, taken)
+	}
+}
+
+// TestOpsListsEveryCommand: docs/ops.md's table of commands has a row for
+// every command (it had none for format and version).
+func TestOpsListsEveryCommand(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "ops.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range commands {
+		if !regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(cmd.name) + "[ `]").Match(doc) {
+			t.Errorf("docs/ops.md's table of commands has no row for %s", cmd.name)
+		}
 	}
 }
