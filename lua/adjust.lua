@@ -103,6 +103,15 @@ end
 -- (core.lua's grid), so it is exact; less what a resume moved it by.
 local slot = (slot_us - now_us) + slot_ns / 1000 - now_frac - resumed(rseq)
 local passed = slot < -same_us
+-- A reservation numbered after the state's last was not granted by this
+-- state: Redis lost the one that did (restarted empty, a replica promoted
+-- before it had the latest writes), as core.lua tells a lost key by its
+-- numbers. What it took was never charged here, so nothing comes back: its
+-- slot, read against this state's queue, made it this state's last
+-- reservation, and a unit came back that this state's own last slot had
+-- taken (TestCancelOfLostReservationGivesNothing). A raise is still
+-- charged: it costs capacity, never adds any.
+local lost_rsv = tonumber(rseq) ~= nil and tonumber(rseq) > seq
 local changed = false
 for i = 1, nbands do
     local b = bands[i]
@@ -110,10 +119,10 @@ for i = 1, nbands do
   local a = actual[b.unit]
   local d -- the change: negative gives back
   if op == 'cancel' then
-    if not passed then
+    if not passed and not lost_rsv then
       d = -c
     end
-  elseif a then
+  elseif a and not (lost_rsv and a < c) then
     d = a - c
   end
   if d and d ~= 0 and b.bucket then
@@ -137,6 +146,17 @@ for i = 1, nbands do
       local back = c - gap * b.rate / 1000000
       if back > -d then
         back = -d
+      end
+      if gap < -(0.001 + same_us) and tonumber(rseq) then
+        -- Beyond the band's last event (by more than the ns the slot told
+        -- is rounded up by, the grid), which no reservation of this state
+        -- can lie after (charge never moves it back; a cancel of the last
+        -- reservation moves it back past that one only): a reservation of a
+        -- state Redis lost, numbered as one of this state's now. Nothing
+        -- comes back (TestCancelBeyondLastEventGivesNothing). A local
+        -- grant's (an id, not a number) is in the floor Redis was handed,
+        -- which sets no last event: it still gets its units back.
+        back = 0
       end
       if back > 0 then
         -- At the whole rate's spacing, or the share's ("@": see op).
