@@ -101,6 +101,7 @@ func (c *child) crowdCaller(ctx context.Context, tenant string, g int) {
 		if c.failed(ctx, kindCrowd, KeyCrowd, c.l.WaitN(ctx, req)) {
 			continue
 		}
+		c.count(kindCrowd + "-sent")
 		c.sendWaited(ctx, cl, call)
 	}
 }
