@@ -154,8 +154,9 @@ for i = 1, nbands do
         -- reservation moves it back past that one only): a reservation of a
         -- state Redis lost, numbered as one of this state's now. Nothing
         -- comes back (TestCancelBeyondLastEventGivesNothing). A local
-        -- grant's (an id, not a number) is in the floor Redis was handed,
-        -- which sets no last event: it still gets its units back.
+        -- grant (an id, not a number) lies at or before the floor its
+        -- handback gave, which is the last event from then on
+        -- (reserve.lua).
         back = 0
       end
       if back > 0 then

@@ -158,6 +158,15 @@ elseif floor ~= '' then
     if b.bucket and b.z < h then
       b.z0, b.z = b.z, h -- z0: the balance the state showed (close_now)
     end
+    if b.bucket and b.e < h then
+      -- The last local slot is the key's last event: a cancel of a local
+      -- grant (adjust.lua) gives back only what the local grants after it
+      -- have not built on. Before, the last event stayed Redis's own, and
+      -- a cancel of any local grant gave its whole unit back, so that the
+      -- next slot fell on the last local one, still live
+      -- (TestLocalCancelAfterHandback).
+      b.e = h
+    end
   end
   -- The local slots were granted before any resume: one moves the
   -- reservations granted during the pause to after them, not onto them.
