@@ -12,6 +12,34 @@ import (
 	"github.com/pacer-go/pacer/reserve"
 )
 
+// lostLim is the lost-reservation tests' limit: a slot a second.
+var lostLim = reserve.Limit{Rate: 1, Burst: 1}
+
+// lostReservation returns a Limiter b and another Limiter's reservation of
+// key "k" under lostLim, numbered 5, its slot 4 s ahead, of a state Redis has
+// since lost (deleted): b has never used the key.
+func lostReservation(t *testing.T) (b *reserve.Limiter, lost *reserve.Reservation) {
+	t.Helper()
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	newLimiter := func() *reserve.Limiter {
+		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
+		require.NoError(t, err)
+		closeLimiter(t, l)
+		return l
+	}
+	a := newLimiter()
+	for range 5 {
+		r, err := a.Reserve(ctx, "k", lostLim)
+		require.NoError(t, err)
+		require.False(t, r.Local())
+		lost = r
+	}
+	require.NoError(t, s.Client.Del(ctx, layout.Key(prefix, "k")).Err(), "Redis loses the key's state")
+	return newLimiter(), lost
+}
+
 // TestCancelOfLostReservationGivesNothing: a reservation of a state Redis
 // lost (restarted empty) that is cancelled once a new state has grown on
 // the key gives nothing back to the new state, which never charged it.
@@ -23,36 +51,19 @@ import (
 // then lost, was cancelled at its old slot after the restart; two
 // reservations on one slot of a bucket of burst 1).
 func TestCancelOfLostReservationGivesNothing(t *testing.T) {
-	s := redistest.New(t)
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	newLimiter := func() *reserve.Limiter {
-		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
-		require.NoError(t, err)
-		closeLimiter(t, l)
-		return l
-	}
-	a, b := newLimiter(), newLimiter()
-	lim := reserve.Limit{Rate: 1, Burst: 1} // a slot a second
-	var lost *reserve.Reservation
-	for range 5 {
-		r, err := a.Reserve(ctx, "k", lim)
-		require.NoError(t, err)
-		require.False(t, r.Local())
-		lost = r // the last: its slot 4 s ahead
-	}
-	require.NoError(t, s.Client.Del(ctx, layout.Key(prefix, "k")).Err(), "Redis loses the key's state")
+	b, lost := lostReservation(t)
 
 	// A new state: b never saw the key, so it brings no horizon of the lost
 	// one, and its slots start now.
-	r1, err := b.Reserve(ctx, "k", lim)
+	r1, err := b.Reserve(ctx, "k", lostLim)
 	require.NoError(t, err)
-	r2, err := b.Reserve(ctx, "k", lim)
+	r2, err := b.Reserve(ctx, "k", lostLim)
 	require.NoError(t, err)
 	require.WithinDuration(t, r1.Time().Add(time.Second), r2.Time(), time.Millisecond)
 
 	require.NoError(t, lost.Cancel(ctx), "a's reservation of the lost state, its slot still ahead")
-	r3, err := b.Reserve(ctx, "k", lim)
+	r3, err := b.Reserve(ctx, "k", lostLim)
 	require.NoError(t, err)
 	require.False(t, r3.Time().Before(r2.Time().Add(time.Second-time.Millisecond)),
 		"the new state's next slot %v came back to its last one's, %v: the cancel of a reservation it never granted gave a unit back",
@@ -66,32 +77,16 @@ func TestCancelOfLostReservationGivesNothing(t *testing.T) {
 // event never moves back but for a cancel of the last), so nothing comes
 // back either.
 func TestCancelBeyondLastEventGivesNothing(t *testing.T) {
-	s := redistest.New(t)
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
-	newLimiter := func() *reserve.Limiter {
-		l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: prefix, Logger: quiet})
-		require.NoError(t, err)
-		closeLimiter(t, l)
-		return l
-	}
-	a, b := newLimiter(), newLimiter()
-	lim := reserve.Limit{Rate: 1, Burst: 1}
-	var lost *reserve.Reservation
-	for range 5 {
-		r, err := a.Reserve(ctx, "k", lim)
-		require.NoError(t, err)
-		lost = r // number 5, its slot 4 s ahead
-	}
-	require.NoError(t, s.Client.Del(ctx, layout.Key(prefix, "k")).Err(), "Redis loses the key's state")
+	b, lost := lostReservation(t)
 
 	// The new state: b's first reservation now, then one a second later,
 	// cancelled and taken again until the state has numbered 6.
-	first, err := b.Reserve(ctx, "k", lim)
+	first, err := b.Reserve(ctx, "k", lostLim)
 	require.NoError(t, err)
 	var last *reserve.Reservation
 	for i := range 5 {
-		r, err := b.Reserve(ctx, "k", lim)
+		r, err := b.Reserve(ctx, "k", lostLim)
 		require.NoError(t, err)
 		require.WithinDuration(t, first.Time().Add(time.Second), r.Time(), time.Millisecond)
 		if i < 4 {
@@ -101,7 +96,7 @@ func TestCancelBeyondLastEventGivesNothing(t *testing.T) {
 	}
 
 	require.NoError(t, lost.Cancel(ctx), "a's reservation of the lost state, its slot beyond the new state's last")
-	next, err := b.Reserve(ctx, "k", lim)
+	next, err := b.Reserve(ctx, "k", lostLim)
 	require.NoError(t, err)
 	require.False(t, next.Time().Before(last.Time().Add(time.Second-time.Millisecond)),
 		"the new state's next slot %v came back to its last one's, %v", next.Time().Sub(first.Time()), last.Time().Sub(first.Time()))
