@@ -111,7 +111,8 @@ local passed = slot < -same_us
 -- reservation, and a unit came back that this state's own last slot had
 -- taken (TestCancelOfLostReservationGivesNothing). A raise is still
 -- charged: it costs capacity, never adds any.
-local lost_rsv = tonumber(rseq) ~= nil and tonumber(rseq) > seq
+local rnum = tonumber(rseq) -- nil: a local grant's id
+local lost_rsv = rnum ~= nil and rnum > seq
 local changed = false
 for i = 1, nbands do
     local b = bands[i]
@@ -147,7 +148,7 @@ for i = 1, nbands do
       if back > -d then
         back = -d
       end
-      if gap < -(0.001 + same_us) and tonumber(rseq) then
+      if gap < -(0.001 + same_us) and rnum then
         -- Beyond the band's last event (by more than the ns the slot told
         -- is rounded up by, the grid), which no reservation of this state
         -- can lie after (charge never moves it back; a cancel of the last
