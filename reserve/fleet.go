@@ -612,10 +612,26 @@ func (f *fleetView) staleSince() (time.Time, bool) {
 
 // back ends the outage's local share (see leaving): the Limiter's calls go
 // to Redis again, its handback done.
+//
+// The time the members not back yet have to come back (remember), and the
+// wait of a sparse fleet (backUntil), start again here, as in the Python
+// client: the handback runs on the loop that heartbeats, so no heartbeat
+// is made while it runs, and one slowed by a fleet's master paused (its
+// keys' handbacks waiting on it) used that time up before this Limiter's
+// calls were on Redis. Before, a handback of 3.3 s, longer than remember,
+// ended with a fleet of one on Redis beside a member still pacing locally
+// (the combination runner's Cluster seed 50;
+// TestMissingHeldAfterLongHandback).
 func (f *fleetView) back() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.away = false
+	if !f.backAt.IsZero() {
+		f.backAt = time.Now()
+		if f.backWait > 0 {
+			f.backUntil = f.backAt.Add(f.backWait)
+		}
+	}
 }
 
 // recovered starts the time during which shares the heartbeat does not
@@ -677,6 +693,26 @@ func (f *fleetView) update(n, rank, members int, heldSizes []int, before int, he
 		// down). Before, its callers waited for a handback that could not
 		// reach the key (TestOneKeyDownOnNewcomer).
 		f.awayShare, f.awayShareOK = f.ownShare()
+	}
+}
+
+// beatFailed records that a heartbeat failed, in either mode. While
+// members this Limiter remembers are not back yet (missing), the time they
+// have to come back (remember) starts again: the fleet's records failed
+// this heartbeat, most likely the others' too, and they cannot be back
+// while they do, so that time counts from the last heartbeat that failed,
+// not from the return (back). Before, a CLIENT PAUSE of the fleet's
+// master longer than remember, just after this Limiter came back first on
+// it restarted empty, used that time up: the first heartbeat after the
+// pause listed this Limiter alone, and
+// it took the whole of each key on Redis beside a member still pacing
+// locally (the combination runner's Cluster seed 50;
+// TestMissingHeldWhileHeartbeatsFail).
+func (f *fleetView) beatFailed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.missing() {
+		f.backAt = time.Now()
 	}
 }
 

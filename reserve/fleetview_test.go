@@ -44,6 +44,93 @@ func TestOutageSoonAfterOutage(t *testing.T) {
 	}
 }
 
+// TestMissingHeldWhileHeartbeatsFail: back first on a Redis restarted
+// empty, this Limiter keeps back the members it knew that Redis does not
+// list yet for remember; when the fleet's records then stop answering (a
+// CLIENT PAUSE of their master on a Cluster, longer than remember) its
+// heartbeats fail, and the others' too: they cannot be back. The first
+// heartbeat that answers after the pause, listing this Limiter alone, must
+// still keep their ranks back. Before, remember ran from the return and
+// was over by then: it took the whole of each key on Redis beside a member
+// still pacing locally (the combination runner's Cluster seed 50: two
+// permits at one instant on a band of burst 1, 3 runs in 4).
+func TestMissingHeldWhileHeartbeatsFail(t *testing.T) {
+	f := backFirst(t)
+	// The fleet's master is paused for one and a half remembers: a
+	// heartbeat fails every quarter of one.
+	for range 6 {
+		f.ago(f.remember / 4)
+		f.beatFailed()
+		f.heartbeatFailed()
+	}
+	f.ago(f.remember / 8)
+	f.update(1, 0, 1, nil, 0, nil, false) // the pause over: Redis lists this Limiter alone still
+	f.taken([]int{0})
+	if got := f.redisShare().Arg(); got != "3 1 2" {
+		t.Fatalf("the first heartbeat after the pause: share %q, want rank 0's of 3 (\"3 1 2\"): the others could not be back", got)
+	}
+	if w := f.wantRank(); !strings.Contains(w, " keep ") {
+		t.Fatalf("the heartbeat after the pause asks %q: want the missing ranks kept", w)
+	}
+	f.ago(f.remember + time.Second) // a remember of heartbeats that answered: the others had their chance
+	f.update(1, 0, 1, nil, 0, nil, false)
+	f.taken([]int{0})
+	if got := f.redisShare().Arg(); got != "1" {
+		t.Fatalf("a remember after the pause: share %q, want the whole (\"1\")", got)
+	}
+}
+
+// TestMissingHeldAfterLongHandback: back first on a Redis restarted empty,
+// this Limiter's handback runs on the loop that heartbeats, so none is
+// made while it runs; a handback longer than remember (its keys' master
+// paused, the fleet's too) must not use up the time the members not back
+// yet have to come back: it counts from the handback's end, when this
+// Limiter's calls go to Redis. Before, the first heartbeat after a handback
+// of 3.3 s listed this Limiter alone, and it took the whole of each key
+// (the combination runner's Cluster seed 50, 1 run in 8 once the case
+// above was mended).
+func TestMissingHeldAfterLongHandback(t *testing.T) {
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(3, 0, 3, nil, 0, nil, false)
+	f.taken([]int{0, 1, 2})
+	f.leaving()
+	f.update(1, 0, 1, nil, 0, nil, false) // the probe's heartbeat: alone
+	f.taken([]int{0})
+	f.recovered()
+	f.ago(f.remember * 3 / 2) // the handback: no heartbeat meanwhile
+	f.back()
+	f.update(1, 0, 1, nil, 0, nil, false) // the first heartbeat on Redis
+	f.taken([]int{0})
+	if got := f.redisShare().Arg(); got != "3 1 2" {
+		t.Fatalf("the first heartbeat after a long handback: share %q, want rank 0's of 3 (\"3 1 2\")", got)
+	}
+}
+
+// backFirst returns a view back first on a Redis restarted empty: rank 0
+// of the 3 it knew, alone on Redis.
+func backFirst(t *testing.T) *fleetView {
+	t.Helper()
+	f := &fleetView{remember: time.Minute, settle: 2 * time.Second}
+	f.update(3, 0, 3, nil, 0, nil, false) // rank 0 of 3, every member on Redis
+	f.taken([]int{0, 1, 2})
+	f.leaving() // the fleet's master restarts empty
+	f.recovered()
+	f.back()
+	f.update(1, 0, 1, nil, 0, nil, false) // back first: alone, at its old rank
+	f.taken([]int{0})
+	if got := f.redisShare().Arg(); got != "3 1 2" {
+		t.Fatalf("back first: share %q, want rank 0's of 3 (\"3 1 2\")", got)
+	}
+	return f
+}
+
+// ago moves the view's instants back by d: as if d passed.
+func (f *fleetView) ago(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backAt, f.lastBeat = f.backAt.Add(-d), f.lastBeat.Add(-d)
+}
+
 // TestJoinWaitStartsAgain: a Limiter started while Redis was down waits
 // after its first heartbeat that succeeds before it learns the fleet; when
 // Redis fails again meanwhile (restarted empty), the wait starts again from

@@ -285,6 +285,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	}, nil)
 	l.presence.beat(err == nil)
 	if err != nil {
+		l.fleet.beatFailed()
 		if mode == names.ModeRedis {
 			// Redis failed this Limiter's heartbeat, though not (yet) its
 			// calls: it failed the others' too, most likely, and some may

@@ -1266,6 +1266,15 @@ class Limiter:
             if isinstance(e, PacerError):
                 self._resync_clock()  # for the next heartbeat's deadline
             with self._lock:
+                if self._missing():
+                    # Members it remembers are not back yet, and the fleet's
+                    # records fail this heartbeat: most likely theirs too,
+                    # and they cannot be back while they do. The time they
+                    # have to come back counts from the last heartbeat that
+                    # failed, not from the return (Go's
+                    # fleetView.beatFailed; the combination runner's
+                    # Cluster seed 50).
+                    self._back_at = time.monotonic()
                 self._doubt = self._learned
                 if self._learned:
                     self._fails += 1

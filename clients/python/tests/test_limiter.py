@@ -1740,6 +1740,34 @@ class FallbackTest(unittest.TestCase):
             a._back_at, a._last_beat = time.monotonic(), time.monotonic()
         self.assertEqual(a._share(), "3 1 2")
 
+    def test_missing_held_while_heartbeats_fail(self) -> None:
+        """Back first on a Redis restarted empty, the members it knew that
+        Redis does not list yet are kept back for remember; a heartbeat that
+        fails meanwhile (the fleet's records paused: the others cannot be
+        back either) starts that time again, as Go's Limiter does
+        (TestMissingHeldWhileHeartbeatsFail; the combination runner's
+        Cluster seed 50)."""
+        a = self.limiter("a")
+        with a._lock:
+            a._learned, a._n, a._rank, a._members = True, 1, 0, 1
+            a._held, a._ranks, a._held_n = [], [0], 0
+            a._remembered, a._remembered_members, a._rank_before = 3, 3, 0
+            a._remembered_ranks = [0, 1, 2]
+            a._back_at, a._last_beat = time.monotonic() - a._remember + 1.0, time.monotonic()
+            self.assertTrue(a._missing())
+
+        def paused(*args: object) -> None:
+            raise redis.exceptions.TimeoutError("the fleet's master paused")
+
+        a._send_beat = paused  # type: ignore[method-assign]
+        a._lost = lambda e: False  # type: ignore[method-assign]
+        before = time.monotonic()
+        self.assertFalse(a._beat_once_timed())
+        with a._lock:
+            self.assertGreaterEqual(a._back_at, before, "the time to come back starts again at the failure")
+            a._back_at -= 2.0  # two seconds on: past the first remember, within the second
+            self.assertTrue(a._missing(), "the members could not be back while the heartbeats failed")
+
     def test_remembered_fleet_lasts_as_go(self) -> None:
         """Back from an outage, the fleet it knew rules the share for
         max(3 heartbeat intervals, 2 probe intervals), as Go's Limiter
