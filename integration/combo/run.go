@@ -267,21 +267,50 @@ type runner struct {
 	starting map[int]chan struct{}
 }
 
+// prolongsRestart reports whether e, a Redis fault that began at, kept
+// the fleet's records from answering (a freeze, a CLIENT PAUSE, or out
+// of memory, of their master) while the latest restart empty's gap ran:
+// the members still pacing locally could not come back meanwhile (their
+// probes' heartbeats fail on it too), so a process started at its end
+// starts just after the restart as far as the fleet can tell. The gap
+// then runs from e's heal. (The Cluster's seed 50: the fleet's master,
+// restarted empty, was paused twice right after, 6.2 s in all; a process
+// started 9 ms after the second pause took the whole of a key on Redis
+// beside a member still pacing locally, listed only at its next probe,
+// 1 s later.) r.mu is held.
+func (r *runner) prolongsRestart(e Event, at time.Time) bool {
+	switch e.Kind {
+	case FaultFreeze, FaultCPause, FaultOOM:
+	default:
+		return false
+	}
+	if e.Node != 0 && e.Node != r.res.Placement[fleetRecords] {
+		return false
+	}
+	return !r.healed.IsZero() && at.Before(r.healed.Add(restartGap))
+}
+
 // clearOfRestart waits until restartGap has passed since the latest
 // restart empty's heal returned. It reports false if that is after the
 // run's end less restartBefore (the process is then not started), or the
 // run was cut.
 func (r *runner) clearOfRestart() bool {
-	r.mu.Lock()
-	at := r.healed.Add(restartGap)
-	r.mu.Unlock()
-	if !time.Now().Before(at) {
-		return true
+	for {
+		r.mu.Lock()
+		at := r.healed.Add(restartGap)
+		r.mu.Unlock()
+		if !time.Now().Before(at) {
+			return true
+		}
+		if at.After(r.res.End.Add(-restartBefore)) {
+			return false
+		}
+		if !sleepUntil(r.ctx, at) {
+			return false
+		}
+		// Again: a fault of the fleet's records may have moved the gap
+		// meanwhile (prolongsRestart).
 	}
-	if at.After(r.res.End.Add(-restartBefore)) {
-		return false
-	}
-	return sleepUntil(r.ctx, at)
 }
 
 // started waits until slot's process, if it is being started again, has
@@ -393,6 +422,14 @@ func (r *runner) play(in *injector, op *operator) {
 			var a *Action
 			steps = append(steps, step{e.At, func() {
 				a = &Action{Kind: e.Kind, For: e.For, Node: e.Node, At: time.Now().UnixNano()}
+				r.mu.Lock()
+				if r.prolongsRestart(e, time.Unix(0, a.At)) {
+					// A process started during it reaches the fleet's
+					// records only at its end: none starts until then
+					// (clearOfRestart), its heal sets the time it ended.
+					r.healed = time.Unix(0, a.At).Add(e.For)
+				}
+				r.mu.Unlock()
 				if err := in.inject(e); err != nil {
 					a.Err = err.Error()
 				}
@@ -404,11 +441,11 @@ func (r *runner) play(in *injector, op *operator) {
 					a.Err = strings.TrimSpace(a.Err + " heal: " + err.Error())
 				}
 				a.End = time.Now().UnixNano()
-				if e.Kind == FaultRestart {
-					r.mu.Lock()
+				r.mu.Lock()
+				if e.Kind == FaultRestart || r.prolongsRestart(e, time.Unix(0, a.At)) {
 					r.healed = time.Now()
-					r.mu.Unlock()
 				}
+				r.mu.Unlock()
 				r.record(*a)
 			}})
 		case e.Kind == FaultKill || e.Kind == FaultClose:

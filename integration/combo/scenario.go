@@ -373,7 +373,9 @@ func drawStored(rng *rand.Rand, key string) reserve.Policy {
 // +25%), which it cannot tell from a fleet started afresh, and takes their
 // shares as well until they are back. reserve documents it (docs/design.md,
 // "A process started just after Redis restarted empty"); a start up to
-// 500 ms before the restart ends may reach Redis only after it.
+// 500 ms before the restart ends may reach Redis only after it. A fault of
+// the fleet's records begun within the gap moves it to its end (the
+// runner's prolongsRestart).
 const (
 	restartGap    = 1600 * time.Millisecond
 	restartBefore = 500 * time.Millisecond
