@@ -108,6 +108,29 @@ func (l *Limiter) replyCovers(r *Reservation) {
 	r.mu.Unlock()
 }
 
+// pauseKnownCovers reports whether a pause this Limiter knows of, with no
+// read, covers r's slot: one it made itself (keyState.own: a caller's 429,
+// on Redis or the local engine) or one a reply or read showed it since.
+// Sleep's last look, at the slot: a pause made after the check, PreciseWake
+// and a round trip before the slot, is honoured by its maker's sleepers
+// (TestSleepOwnPauseAfterCheck; before, the combination runner's seed 21,
+// beside a CPU hog whose round trips made that lead over 10 ms, fired a
+// sleeper 13.8 ms into its own process's pause). The other processes learn
+// it at their checks.
+func (l *Limiter) pauseKnownCovers(r *Reservation) bool {
+	ks := l.states.peek(r.key)
+	if ks == nil {
+		return false
+	}
+	r.mu.Lock()
+	slotNS := r.slotNS
+	r.mu.Unlock()
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	own, _, _ := ks.ownEnd(-1, 0, slotNS)
+	return max(own, ks.knownPause()) > slotNS
+}
+
 // takeReplyCheck reports whether r's reply stands for this pause check
 // (replyCovers), once.
 func (r *Reservation) takeReplyCheck() bool {

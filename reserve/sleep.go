@@ -169,6 +169,14 @@ func (r *Reservation) sleep(ctx context.Context, tr WaitTrace) (late time.Durati
 			continue
 		}
 		l.sleeper.Fine(deadline)
+		if l.pauseKnownCovers(r) {
+			// A pause this Limiter learned of after the check (one of its
+			// callers made it: another's 429) covers the slot.
+			if err := r.moveFor(ctx, MovedPause, tr); err != nil {
+				return 0, err
+			}
+			continue
+		}
 		late := l.clock.Now().Sub(at)
 		if r.tooLate(late) {
 			r.mu.Lock()

@@ -462,3 +462,60 @@ func TestLostKeySleepersMove(t *testing.T) {
 		})
 	}
 }
+
+// checkSignal is a recorder that closes checked at a sleeper's first pause
+// check (a Redis call "check").
+type checkSignal struct {
+	*recorder
+	once    sync.Once
+	checked chan struct{}
+}
+
+func (c *checkSignal) RedisCall(op string, d time.Duration, err error) {
+	c.recorder.RedisCall(op, d, err)
+	if op == "check" {
+		c.once.Do(func() { close(c.checked) })
+	}
+}
+
+// TestSleepOwnPauseAfterCheck: a pause this Limiter makes after its
+// sleeper's pause check, covering the sleeper's slot (another caller's 429
+// meanwhile), is honoured: the sleeper does not fire into it. Its Limiter
+// knows of the pause at once, so its last look before the slot is its own
+// record, no read. Before, the sleeper slept from the check to its slot
+// without looking again and fired 13.8 ms into its own process's pause (the
+// combination runner's seed 21 beside a CPU hog, whose round trips made the
+// check lead over 10 ms). A long PreciseWake here makes the time from the
+// check to the slot 2 s; the slot is 4 s away, so that the check reads the
+// key (the reservation's reply, seen just before, would stand for it).
+func TestSleepOwnPauseAfterCheck(t *testing.T) {
+	t.Parallel() // it sleeps 10 s
+	s := redistest.New(t)
+	ctx := context.Background()
+	m := &checkSignal{recorder: newRecorder(), checked: make(chan struct{})}
+	l, err := reserve.New(s.Client, reserve.Options{KeyPrefix: redistest.Prefix(t), PreciseWake: time.Second, Logger: quiet, Metrics: m})
+	require.NoError(t, err)
+	closeLimiter(t, l)
+	lim := reserve.Limit{Rate: 0.25, Burst: 1}
+	_, err = l.Reserve(ctx, "own", lim)
+	require.NoError(t, err)
+	r, err := l.Reserve(ctx, "own", lim) // 4 s away
+	require.NoError(t, err)
+	slot := r.Time()
+	slept := make(chan error, 1)
+	go func() { slept <- r.Sleep(ctx) }()
+	select {
+	case <-m.checked: // the sleeper's check: its last read before the slot
+	case err := <-slept:
+		t.Fatalf("Sleep returned (%v) with no pause check", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no pause check in a minute")
+	}
+	end := time.Now().Add(4 * time.Second)
+	require.NoError(t, l.Pause(ctx, "own", 4*time.Second))
+	require.True(t, slot.Before(end), "the pause covers the slot")
+	require.NoError(t, <-slept)
+	assert.False(t, time.Now().Before(end), "Sleep returned inside its own Limiter's pause")
+	assert.True(t, r.Time().After(slot), "the reservation kept its slot inside the pause")
+	assert.Contains(t, m.snapshot().moved, reserve.MovedPause)
+}

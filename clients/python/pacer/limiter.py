@@ -514,6 +514,14 @@ class Limiter:
             return self._again(r, until, cancel=False), moves, False
         while r.delay() > 0:
             _sleep_to(r, 0.0)
+        with self._lock:
+            st = self._keys.get(r.key)
+            own = max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
+        if own > r.slot_ns:
+            # A pause this Limiter made after the check (another caller's
+            # 429) covers the slot: its maker honours it (Go's
+            # pauseKnownCovers; the combination runner's seed 21).
+            return self._again(r, until), moves, False
         most = _max_lateness(r)
         if moves < MAX_LATE_MOVES and most >= 0 and time.monotonic() - r.deadline + r.placed_late > most:
             # Its slot passed unused: a cancel gives a window nothing back

@@ -164,6 +164,31 @@ class LimiterTest(unittest.TestCase):
             now, slot, pause_end = self.check_pause_honoured()
         self.assertLess(slot, pause_end, "the mutant that ignores pauses would pass test_pause_honoured")
 
+    def test_own_pause_after_the_check_honoured(self) -> None:
+        """A pause this Limiter makes after its sleeper's last check (another
+        caller's 429), covering the slot, is honoured: the sleeper takes a
+        fresh slot after it rather than fire into it (Go's
+        TestSleepOwnPauseAfterCheck; the combination runner's seed 21). The
+        pause is made inside the check, just after its read."""
+        lim = self.limiter()
+        lim.reserve("ownafter", Limit(20, 1))
+        r = lim.reserve("ownafter", Limit(20, 1))  # 50 ms away: one check, no polls
+        read = lim._pause_end
+        ends: list[int] = []
+
+        def then_pause(res: limiter.Reservation) -> int | None:
+            got = read(res)
+            if not ends:
+                ends.append(server_now_ns(self.c) + lim.pause("ownafter", 0.5) - 5 * MS)
+            return got
+
+        with mock.patch.object(lim, "_pause_end", then_pause):
+            got = lim.sleep(r)
+        self.assertTrue(ends, "no pause check")
+        self.assertNotEqual(got.seq, r.seq, "the sleeper kept its slot inside its own pause")
+        self.assertGreaterEqual(got.slot_ns, ends[0])
+        self.assertGreaterEqual(server_now_ns(self.c), ends[0], "sleep returned inside its own pause")
+
     def test_placed_late_moves(self) -> None:
         """A slot whose reply arrived late (placed_late: later than the
         clock estimate says Redis granted it) is late by that much when its
