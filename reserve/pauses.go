@@ -116,19 +116,25 @@ func (l *Limiter) replyCovers(r *Reservation) {
 // (TestSleepOwnPauseAfterCheck; before, the combination runner's seed 21,
 // beside a CPU hog whose round trips made that lead over 10 ms, fired a
 // sleeper 13.8 ms into its own process's pause). The other processes learn
-// it at their checks.
+// it at their checks. A local grant while the Limiter paces locally looks
+// at its own pauses only, as pausedAfter does: the local engine's slots
+// already lie after the Redis pause it was seeded with.
 func (l *Limiter) pauseKnownCovers(r *Reservation) bool {
 	ks := l.states.peek(r.key)
 	if ks == nil {
 		return false
 	}
 	r.mu.Lock()
-	slotNS := r.slotNS
+	slotNS, local := r.slotNS, r.localID != ""
 	r.mu.Unlock()
+	seen := !local || !l.isDegraded()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	own, _, _ := ks.ownEnd(-1, 0, slotNS)
-	return max(own, ks.knownPause()) > slotNS
+	end, _, _ := ks.ownEnd(-1, 0, slotNS)
+	if seen {
+		end = max(end, ks.knownPause())
+	}
+	return end > slotNS
 }
 
 // takeReplyCheck reports whether r's reply stands for this pause check
