@@ -223,6 +223,19 @@ func (f *fleetView) redisShareOK() (share, bool) {
 			// TestGuessedViewWaitsForHeartbeat).
 			return share{N: n, Held: held}, false
 		}
+		if a := f.alsoN(); a < 0 || a > 0 && f.rank >= a {
+			// It joined in the fleet's latest change, within about a
+			// heartbeat: a member that lost Redis since may never have
+			// heard of it, and paces locally on a fleet without it (its
+			// rank's instants, or the whole key). It takes nothing on
+			// Redis until a heartbeat answers, as it would have no local
+			// share (leaving). Before, the Cluster's seed 31: the fleet's
+			// master froze in the fleet's first second; the first member,
+			// which had heard of nobody, paced locally on the whole key,
+			// and the third, on Redis, took rank 2's share beside it
+			// (TestNewcomerInDoubtTakesNothing).
+			return share{N: n, Held: held}, false
+		}
 	}
 	if f.split() && !f.missing() {
 		// The held members pace on lattices of different sizes: no share

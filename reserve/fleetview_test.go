@@ -80,6 +80,36 @@ func TestMissingHeldWhileHeartbeatsFail(t *testing.T) {
 	}
 }
 
+// TestNewcomerInDoubtTakesNothing: a member that joined in the fleet's
+// latest change (within about a heartbeat: the reply still gives the size
+// before it) takes nothing on Redis while its heartbeats fail, as it has
+// no local share: a member that lost Redis meanwhile may never have heard
+// of it and pace locally on a fleet without it. A member of the fleet
+// before the change takes its own rank's share as before. Before, the
+// Cluster's seed 31: the fleet's master froze in its first second, the
+// first member paced locally on the whole key (it had heard of nobody),
+// and the third took rank 2's share on Redis beside it.
+func TestNewcomerInDoubtTakesNothing(t *testing.T) {
+	for _, c := range []struct {
+		rank int
+		ok   bool
+		arg  string
+	}{{2, false, "3 0 1"}, {0, true, "3 1 2"}} {
+		f := &fleetView{guessWait: time.Hour}
+		f.update(3, c.rank, 3, nil, 2, nil, false) // a fleet of 3, 2 before the latest change
+		f.heartbeatFailed()
+		f.heartbeatFailed() // two in a row: no more waiting for the next
+		s, ok := f.redisShareOK()
+		if ok != c.ok || s.Arg() != c.arg {
+			t.Errorf("rank %d of 3 (2 before), heartbeats failing: share %q, ok %v; want %q, ok %v", c.rank, s.Arg(), ok, c.arg, c.ok)
+		}
+		f.update(3, c.rank, 3, nil, 0, nil, false) // a heartbeat answers, the change old
+		if s, ok := f.redisShareOK(); !ok || s.Arg() != "1" {
+			t.Errorf("rank %d, a heartbeat answered: share %q, ok %v; want the whole", c.rank, s.Arg(), ok)
+		}
+	}
+}
+
 // TestMissingHeldAfterLongHandback: back first on a Redis restarted empty,
 // this Limiter's handback runs on the loop that heartbeats, so none is
 // made while it runs; a handback longer than remember (its keys' master

@@ -960,6 +960,14 @@ class Limiter:
                     # rank's, which no member on Redis can take (Go's
                     # redisShareOK; TestDoubtWaitsForHeartbeat).
                     return None
+                if grant and self._newcomer():
+                    # It joined in the fleet's latest change: a member that
+                    # lost Redis since may never have heard of it and pace
+                    # locally on a fleet without it. Nothing on Redis until
+                    # a heartbeat answers (Go's redisShareOK,
+                    # TestNewcomerInDoubtTakesNothing; the combination
+                    # runner's Cluster seed 31).
+                    return None
             elif held and self._split():
                 # The held members pace on lattices of different sizes,
                 # which no share of one size keeps clear of: take nothing

@@ -1793,6 +1793,21 @@ class FallbackTest(unittest.TestCase):
             a._back_at -= 2.0  # two seconds on: past the first remember, within the second
             self.assertTrue(a._missing(), "the members could not be back while the heartbeats failed")
 
+    def test_newcomer_in_doubt_takes_nothing(self) -> None:
+        """A member that joined in the fleet's latest change takes nothing on
+        Redis while its heartbeats fail, as it has no local share; a member
+        of the fleet before the change takes its own rank's (Go's
+        TestNewcomerInDoubtTakesNothing; the combination runner's Cluster
+        seed 31)."""
+        for rank, want in ((2, None), (0, "3 1 2")):
+            a = self.limiter(f"n{rank}")
+            with a._lock:
+                a._learned, a._n, a._rank, a._members, a._before = True, 3, rank, 3, 2
+                a._held, a._ranks, a._held_n = [], [0, 1, 2], 0
+                a._last_beat = time.monotonic()
+                a._doubt, a._fails = True, 2
+            self.assertEqual(a._share(grant=True), want, f"rank {rank} of 3, 2 before the change")
+
     def test_remembered_fleet_lasts_as_go(self) -> None:
         """Back from an outage, the fleet it knew rules the share for
         max(3 heartbeat intervals, 2 probe intervals), as Go's Limiter
