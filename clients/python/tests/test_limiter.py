@@ -394,7 +394,9 @@ class LimiterTest(unittest.TestCase):
         lua/resume.lua): Redis grants the times it left to others, so one
         that kept its old slot would fire together with them (combination
         runner, seed 5: 15 calls in 550 ms on a 20/s burst 2 band after an
-        operator's resume, two of them Python sleepers at their old slots)."""
+        operator's resume, two of them Python sleepers at their old slots).
+        No fresh slot for waking late: beside a CPU hog the sleeper woke
+        over half a slot late and moved (a CI run, 2026-12-04)."""
         lim = self.limiter()
         k = self.prefix + "{k}"
         lim.pause("k", 1.5)
@@ -403,7 +405,8 @@ class LimiterTest(unittest.TestCase):
         v = lim.scripts.run(self.c, "Resume", [k, k + ":limit"], protocol.common_args("1", None))
         d = int(v[3])  # type: ignore[index]
         self.assertGreater(d, 0, "the resume moved nothing")
-        got = lim.sleep(r)
+        with mock.patch.object(limiter, "_max_lateness", lambda r: math.inf):
+            got = lim.sleep(r)
         self.assertEqual(got.slot_ns, old - d, "the sleeper kept the slot the resume moved")
         later = lim.reserve("k", Limit(10, 1))
         self.assertGreaterEqual(later.slot_ns - got.slot_ns, 100 * MS - 1000, "two slots closer than the rate")
