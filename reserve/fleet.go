@@ -640,10 +640,7 @@ func (f *fleetView) back() {
 	defer f.mu.Unlock()
 	f.away = false
 	if !f.backAt.IsZero() {
-		f.backAt = time.Now()
-		if f.backWait > 0 {
-			f.backUntil = f.backAt.Add(f.backWait)
-		}
+		f.backFrom(time.Now())
 	}
 }
 
@@ -652,9 +649,15 @@ func (f *fleetView) back() {
 func (f *fleetView) recovered() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.backAt = time.Now()
+	f.backFrom(time.Now())
+}
+
+// backFrom starts the return's times at t: remember's (backAt) and a
+// sparse fleet's wait (backUntil). f.mu is held.
+func (f *fleetView) backFrom(t time.Time) {
+	f.backAt = t
 	if f.backWait > 0 {
-		f.backUntil = f.backAt.Add(f.backWait)
+		f.backUntil = t.Add(f.backWait)
 	}
 }
 

@@ -515,8 +515,7 @@ class Limiter:
         while r.delay() > 0:
             _sleep_to(r, 0.0)
         with self._lock:
-            st = self._keys.get(r.key)
-            own = max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
+            own = self._own_pause_locked(self._keys.get(r.key))
         if own > r.slot_ns:
             # A pause this Limiter made after the check (another caller's
             # 429) covers the slot: its maker honours it (Go's
@@ -805,7 +804,7 @@ class Limiter:
         k = protocol.redis_key(self.prefix, r.key)
         with self._lock:
             local, st = self._local, self._keys.get(r.key)
-            own = max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
+            own = self._own_pause_locked(st)
         client: Any = self._store if local else self.redis
         read: int | None = None
         try:
@@ -824,6 +823,12 @@ class Limiter:
         if local and own > (read or 0):
             return own
         return read
+
+    @staticmethod
+    def _own_pause_locked(st: "_Key | None") -> int:
+        """The end of the pauses this Limiter made itself on a key (on Redis
+        or on the local store; 0: none). self._lock is held."""
+        return max(st.own_pause_ns, st.local_pause_ns) if st is not None else 0
 
     def _shift(self, r: Reservation, state: protocol.State) -> None:
         """Moves r earlier by the resume the state on Redis records ("~s
