@@ -10,7 +10,8 @@
 --          <cid> <n>[ <run>]" (mode "redis" or "local": how it paces;
 --          since_ms: Unix ms, the Limiter's clock, when that mode began; cid
 --          the client id of its presence connection, named "pacer-<id>", 0
---          if none; n the fleet's size its local share counts, 0 if none;
+--          if none; n the fleet's size its local share counts, 0 if none,
+--          1 for the whole of each key (a member that knew a fleet of one);
 --          run the run id of the server that gave cid, absent if none or
 --          written by an earlier version); and two fields of its own, "~n":
 --          "<n> <since_ms> <before>", the fleet's size n as of since_ms

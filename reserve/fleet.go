@@ -250,6 +250,19 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		held = otherRanks(n, f.rank)
 		return share{N: n, Held: held}, false
 	}
+	if len(held) > 0 && f.heldN == 1 && n > 1 && !f.missing() {
+		// A held member paces on the whole of each key (it knew a fleet
+		// of one: its heartbeats report size 1, reportedSize): nothing is
+		// left to the others. Take nothing on Redis until it is back or
+		// forgotten, leaving every other rank its share meanwhile for what
+		// ignores ok. Before, a held member's whole was reported as no
+		// share (0), and the members that joined after it left it only
+		// its rank's share of the larger fleet (the combination runner's
+		// Cluster seed 31: a member alone at its last heartbeat paced
+		// locally on the whole key while two that joined since took two
+		// thirds of it on Redis; TestHeldOnWholeTakesNothing).
+		return share{N: n, Held: otherRanks(n, f.rank)}, false
+	}
 	if len(held) > 0 && f.heldN > 1 && f.heldN != n && !f.missing() {
 		// The held members pace on the lattice of the fleet they knew
 		// (a member joined or left since): keep to theirs, so that nobody
@@ -344,6 +357,22 @@ func (f *fleetView) localShare() (share, bool) {
 	return f.ownShare()
 }
 
+// reportedSize returns the fleet size this Limiter's local share counts,
+// as its heartbeats report it (heartbeat.lua's KEYS[2] n), which the
+// others keep to while it is held: its lattice's size; 1 for the whole of
+// each key (it knew a fleet of one, TestHeldOnWholeTakesNothing); 0 for
+// none.
+func (f *fleetView) reportedSize() int {
+	ls, ok := f.localShare()
+	switch {
+	case !ok:
+		return 0
+	case ls.N > 1:
+		return ls.N
+	}
+	return 1
+}
+
 // ownShare is localShare from the fleet as this Limiter knows it now. f.mu
 // is held.
 func (f *fleetView) ownShare() (share, bool) {
@@ -433,6 +462,10 @@ func (f *fleetView) alsoN() int {
 			}
 		}
 		return also
+	case len(f.held) > 0 && f.heldN == 1 && f.n > 1:
+		// A held member paces on the whole of each key: no other member
+		// has a local share.
+		return -1
 	case len(f.held) > 0 && f.heldN > 0 && f.heldN != f.n:
 		return f.heldN
 	case f.before > 0 && f.before != f.n:
@@ -863,6 +896,11 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 		// and seats.lua counts a held holder's share at one: grant no
 		// seat until they are back, as right after Redis lost the fleet
 		// (mode "x"; TestHeldOnTwoSizes).
+		lost = true
+	case len(f.held) > 0 && f.heldN == 1 && f.n > 1:
+		// A held member paces on the whole (it knew a fleet of one): it
+		// may open every seat alone. Grant none until it is back or
+		// forgotten, as redisShareOK (TestHeldOnWholeView).
 		lost = true
 	case len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n:
 		// They pace on shares of the fleet they knew: count a held

@@ -1010,3 +1010,82 @@ func TestBackKeepsMissingRanks(t *testing.T) {
 		t.Fatalf("every member back: ARGV[8] %q, want \"2\"", got)
 	}
 }
+
+// TestHeldOnWholeTakesNothing: a member that paces locally on the whole of
+// each key (it knew a fleet of one) leaves the others nothing. Its
+// heartbeats report the size its local share counts as 1 (0 is none), and
+// a member that sees it held with that size takes nothing on Redis and has
+// no local share until it is back or forgotten. Before, the report was 0,
+// as for a member with no share, and the others left it only its rank's
+// share of the larger fleet: the combination runner's Cluster seed 31 (1
+// replay in 3), a member alone at its last heartbeat paced locally on the
+// whole key while two that joined since took two thirds of it on Redis.
+func TestHeldOnWholeTakesNothing(t *testing.T) {
+	s := redistest.New(t)
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	opts := Options{KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler), HeartbeatInterval: time.Hour, ProbeInterval: time.Hour, SilentHold: 3 * time.Hour}
+	a, err := New(s.Client, opts) // alone: its one heartbeat (New's)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	rec := strings.Fields(s.Client.HGet(ctx, layout.FleetKeys(prefix)[1], a.id).Val())
+	if len(rec) < 4 || rec[3] != "1" {
+		t.Fatalf("the record of a member alone: %q; want the size its local share counts 1 (the whole)", rec)
+	}
+	opts.HeartbeatInterval = 50 * time.Millisecond
+	b, err := New(s.Client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// a is silent (its interval an hour): held once b's live window (two
+	// of b's intervals) has passed since a's heartbeat.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := b.heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.fleet.mu.Lock()
+		held, sizes := slices.Clone(b.fleet.held), slices.Clone(b.fleet.heldSizes)
+		b.fleet.mu.Unlock()
+		if slices.Equal(held, []int{0}) {
+			if !slices.Equal(sizes, []int{1}) {
+				t.Fatalf("b's view of a held: sizes %v, want [1]", sizes)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a never held in b's view (held %v)", held)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sh, ok := b.fleet.redisShareOK(); ok {
+		t.Errorf("b beside a held member pacing on the whole key: takes %q on Redis, want nothing", sh.Arg())
+	}
+	if ls, ok := b.fleet.localShare(); ok {
+		t.Errorf("b beside a held member pacing on the whole key: local share %+v, want none", ls)
+	}
+}
+
+// TestHeldOnWholeView: the fleet view's rule alone
+// (TestHeldOnWholeTakesNothing), for slots and for an in-flight band's
+// seats: a member held on the whole key may hold every seat.
+func TestHeldOnWholeView(t *testing.T) {
+	f := &fleetView{}
+	f.update(3, 2, 3, []int{1}, 0, []int{0}, false) // rank 0 held, pacing on the whole key
+	if sh, ok := f.redisShareOK(); ok {
+		t.Errorf("beside a member held on the whole key: takes %q on Redis, want nothing", sh.Arg())
+	}
+	if _, _, _, _, lost := f.seatView("c"); !lost {
+		t.Errorf("beside a member held on the whole key: seats granted on Redis, want none (it may hold every seat)")
+	}
+	f.update(3, 2, 3, []int{3}, 0, []int{0}, false) // rank 0 held on its third
+	if sh, ok := f.redisShareOK(); !ok || sh.Arg() != "3 0" {
+		t.Errorf("beside a member held on its third: takes %q (ok %v), want \"3 0\"", sh.Arg(), ok)
+	}
+	if _, _, _, _, lost := f.seatView("c"); lost {
+		t.Errorf("beside a member held on its third: no seat granted on Redis")
+	}
+}

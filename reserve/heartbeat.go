@@ -212,8 +212,8 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 	} else {
 		node, cid, run = l.lastPresence()
 	}
-	ls, _ := l.fleet.localShare()
-	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(max(ls.N, 0))
+	size := l.fleet.reportedSize()
+	flag := " " + strconv.FormatInt(cid, 10) + " " + strconv.Itoa(size)
 	if cid != 0 {
 		flag += " " + run
 	}
@@ -389,8 +389,7 @@ func (l *Limiter) heartbeatOnce(ctx context.Context) (again bool, err error) {
 		// Members removed: learn the fleet without them at once.
 		return true, nil
 	}
-	now, _ := l.fleet.localShare()
-	return now.N != ls.N, nil
+	return l.fleet.reportedSize() != size, nil
 }
 
 // liveWindow is how recently a member must have been heard from to count

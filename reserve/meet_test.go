@@ -901,6 +901,10 @@ func TestStallRefreshesFleet(t *testing.T) {
 	require.NoError(t, err)
 	closeLimiter(t, a)
 	require.Equal(t, 2, a.FleetSize())
+	// b hears of a: silent from now on, it is held on its half (held on
+	// the whole key, as it was alone, it would leave a nothing:
+	// TestHeldOnWholeTakesNothing).
+	require.NoError(t, b.Beat(ctx))
 	require.Equal(t, 1.0, a.Share(), "b is live: both on Redis")
 	time.Sleep(1500 * time.Millisecond)
 	s.Freeze(t)
@@ -911,7 +915,12 @@ func TestStallRefreshesFleet(t *testing.T) {
 	}()
 	time.Sleep(700 * time.Millisecond) // a's call times out; its ping waits
 	s.Thaw(t)
-	require.NoError(t, <-done)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("a's call still waits a minute after the thaw")
+	}
 	assert.False(t, a.Degraded(), "slow, not gone")
 	assert.Equal(t, 0.5, a.Share(), "b, silent for over two seconds, may pace locally: a leaves it its half")
 }

@@ -982,6 +982,15 @@ class Limiter:
                 if grant:
                     return None
                 held = [k for k in range(n) if k != self._rank]
+            elif held and self._held_n == 1 and n > 1:
+                # A held member paces on the whole of each key (it knew a
+                # fleet of one, and reports size 1: _share_n): nothing is
+                # left to the others until it is back or forgotten (Go's
+                # redisShareOK, TestHeldOnWholeTakesNothing; the
+                # combination runner's Cluster seed 31).
+                if grant:
+                    return None
+                held = [k for k in range(n) if k != self._rank]
             elif held and self._held_n > 1 and self._held_n != n:
                 n = self._held_n
                 held = [k for k in held if k < n]
@@ -1104,6 +1113,10 @@ class Limiter:
         if self._split():
             others = [x for x in self._held_sizes if x != self._n]
             return others[0] if len(others) == 1 else -1
+        if self._held and self._held_n == 1 and self._n > 1:
+            # A held member paces on the whole of each key: no other
+            # member has a local share (Go's alsoN).
+            return -1
         if self._held and self._held_n > 0 and self._held_n != self._n:
             return self._held_n
         if self._before > 0 and self._before != self._n:
@@ -1164,13 +1177,15 @@ class Limiter:
         return (str(live), *protocol.HEARTBEAT_TIMES[1:])
 
     def _share_n(self) -> int:
-        """The fleet size this Limiter's local share counts (0: none, or the
-        whole): the one it paces on while local, else the one it would take
-        if it lost Redis now. self._lock is held."""
+        """The fleet size this Limiter's local share counts, as its
+        heartbeats report it (0: none; 1: the whole of each key, which
+        leaves the others nothing while it is held): the one it paces on
+        while local, else the one it would take if it lost Redis now (Go's
+        reportedSize). self._lock is held."""
         share = self._local_share if self._local else self._own_share()
         if share and share.startswith("m "):
             return int(share.split()[1])
-        return 0
+        return 1 if share else 0
 
     def _first_beat(self) -> None:
         """The heartbeat that starts the Limiter, as Go's New makes it

@@ -1112,7 +1112,12 @@ class FallbackTest(unittest.TestCase):
         self.assertFalse(b.is_local, "a paused Redis is no outage")
         self.assertTrue(b._learned, "b did not learn the fleet at its start")
         self.assertEqual(b._n, 2, "b's view of the fleet")
-        r = b.reserve("k", Limit(10, 1))
+        # a, silent since b's outage began, is held in b's view on the
+        # whole key (it was alone): that leaves b nothing
+        # (test_held_on_whole_takes_nothing) until a is heard from again.
+        a._beat()
+        b._beat()
+        r = b.reserve("k", Limit(10, 1), max_wait=30)
         self.assertFalse(r.local)
     def tell_local(self, lim: Limiter, n: int) -> None:
         """A heartbeat of lim's saying it paces locally on a fleet of n, as
@@ -1217,6 +1222,30 @@ class FallbackTest(unittest.TestCase):
         self.tell_local(y, 3)  # one size again
         z._beat()
         self.assertEqual((z._held_sizes, z._share(grant=True)), ([3], "3 0 1"))
+
+    def test_held_on_whole_takes_nothing(self) -> None:
+        """A member alone reports its local share's size as 1 (the whole of
+        each key, not 0: none); held on it, it leaves the others nothing: a
+        member that joined since takes nothing on Redis and has no local
+        share (Go's TestHeldOnWholeTakesNothing; the combination runner's
+        Cluster seed 31: a member alone at its last heartbeat paced locally
+        on the whole key while two that joined since took two thirds of it
+        on Redis)."""
+        x = self.limiter("x")
+        x._beat()
+        rec = self.c.hget(protocol.fleet_keys("pacer:")[1], "x")
+        assert rec is not None
+        self.assertEqual(rec.split()[3], b"1", "the record of a member alone")
+        y = self.limiter("y")
+        y._beat()
+        self.tell_local(x, x._share_n())  # x paces locally on the whole
+        y._beat()
+        self.assertEqual((y._n, y._held, y._held_n), (2, [0], 1))
+        self.assertIsNone(y._share(grant=True), "a share on Redis beside a member held on the whole key")
+        self.assertIsNone(y._own_share(), "a local share beside a member held on the whole key")
+        self.tell_local(x, 2)  # x heard of y: its rank's half
+        y._beat()
+        self.assertEqual((y._held_n, y._share(grant=True)), (2, "2 0"))
 
     def test_newcomer_hides_no_missing_member(self) -> None:
         """Back first on a Redis restarted empty, a member finds as many
@@ -1465,6 +1494,7 @@ class FallbackTest(unittest.TestCase):
         the whole rate beside a member silent for over two seconds."""
         b = self.limiter("b")  # heard from at its start, then silent
         a = self.limiter("a")
+        b._beat()  # b hears of a: silent from now on, it is held on its half (test_held_on_whole_takes_nothing)
         a._beat()
         self.assertEqual(a._n, 2)
         self.assertEqual(a._share(grant=True), "1", "b is live: both on Redis, a takes the whole rate")
@@ -1489,7 +1519,7 @@ class FallbackTest(unittest.TestCase):
         got: list[object] = []
         self.srv.freeze()
         try:
-            t = threading.Thread(target=lambda: got.append(a.reserve("api", pol)))
+            t = threading.Thread(target=lambda: got.append(a.reserve("api", pol)), daemon=True)
             t.start()
             self.assertTrue(sending.wait(10))
             # Its deadline: 2 x 0.5 s (the socket timeout) and the round
