@@ -250,10 +250,9 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		held = otherRanks(n, f.rank)
 		return share{N: n, Held: held}, false
 	}
-	if len(held) > 0 && f.heldN == 1 && n > 1 && !f.missing() {
-		// A held member paces on the whole of each key (it knew a fleet
-		// of one: its heartbeats report size 1, reportedSize): nothing is
-		// left to the others. Take nothing on Redis until it is back or
+	if f.heldOnWhole() && !f.missing() {
+		// A held member paces on the whole of each key: nothing is left
+		// to the others. Take nothing on Redis until it is back or
 		// forgotten, leaving every other rank its share meanwhile for what
 		// ignores ok. Before, a held member's whole was reported as no
 		// share (0), and the members that joined after it left it only
@@ -401,6 +400,13 @@ func (f *fleetView) ownShare() (share, bool) {
 	return share{N: n, Member: min(rank, n-1), IsMember: true, Also: also}, true
 }
 
+// heldOnWhole reports whether a held member paces on the whole of each
+// key: it knew a fleet of one, and its heartbeats report size 1
+// (reportedSize). It leaves the others nothing. f.mu is held.
+func (f *fleetView) heldOnWhole() bool {
+	return len(f.held) > 0 && f.heldN == 1 && f.n > 1
+}
+
 // split reports whether the held members pace on lattices of different
 // sizes (they lost Redis around a change of the fleet, one having heard
 // of it and another not): a share of one size cannot keep clear of both.
@@ -462,9 +468,8 @@ func (f *fleetView) alsoN() int {
 			}
 		}
 		return also
-	case len(f.held) > 0 && f.heldN == 1 && f.n > 1:
-		// A held member paces on the whole of each key: no other member
-		// has a local share.
+	case f.heldOnWhole():
+		// No other member has a local share.
 		return -1
 	case len(f.held) > 0 && f.heldN > 0 && f.heldN != f.n:
 		return f.heldN
@@ -897,9 +902,8 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 		// seat until they are back, as right after Redis lost the fleet
 		// (mode "x"; TestHeldOnTwoSizes).
 		lost = true
-	case len(f.held) > 0 && f.heldN == 1 && f.n > 1:
-		// A held member paces on the whole (it knew a fleet of one): it
-		// may open every seat alone. Grant none until it is back or
+	case f.heldOnWhole():
+		// That member may open every seat alone. Grant none until it is back or
 		// forgotten, as redisShareOK (TestHeldOnWholeView).
 		lost = true
 	case len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n:

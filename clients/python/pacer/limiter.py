@@ -982,9 +982,8 @@ class Limiter:
                 if grant:
                     return None
                 held = [k for k in range(n) if k != self._rank]
-            elif held and self._held_n == 1 and n > 1:
-                # A held member paces on the whole of each key (it knew a
-                # fleet of one, and reports size 1: _share_n): nothing is
+            elif self._held_on_whole():
+                # A held member paces on the whole of each key: nothing is
                 # left to the others until it is back or forgotten (Go's
                 # redisShareOK, TestHeldOnWholeTakesNothing; the
                 # combination runner's Cluster seed 31).
@@ -1095,6 +1094,13 @@ class Limiter:
             return "1"
         return f"m {n} {min(rank, n - 1)} {also}"
 
+    def _held_on_whole(self) -> bool:
+        """Whether a held member paces on the whole of each key: it knew a
+        fleet of one, and its heartbeats report size 1 (_share_n). It
+        leaves the others nothing (Go's fleetView.heldOnWhole). self._lock
+        is held."""
+        return bool(self._held) and self._held_n == 1 and self._n > 1
+
     def _split(self) -> bool:
         """Whether the held members pace on lattices of different sizes
         (heartbeat's held_sizes; Go's fleetView.split). self._lock is
@@ -1113,10 +1119,8 @@ class Limiter:
         if self._split():
             others = [x for x in self._held_sizes if x != self._n]
             return others[0] if len(others) == 1 else -1
-        if self._held and self._held_n == 1 and self._n > 1:
-            # A held member paces on the whole of each key: no other
-            # member has a local share (Go's alsoN).
-            return -1
+        if self._held_on_whole():
+            return -1  # no other member has a local share (Go's alsoN)
         if self._held and self._held_n > 0 and self._held_n != self._n:
             return self._held_n
         if self._before > 0 and self._before != self._n:
