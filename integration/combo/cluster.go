@@ -166,6 +166,8 @@ func (in *injector) reshard(e Event, prefix string) (string, error) {
 	if in.cluster == nil {
 		return "", fmt.Errorf("%s on one redis-server", e.Kind)
 	}
+	in.topology.Lock()
+	defer in.topology.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterHealTimeout)
 	defer cancel()
 	src, err := in.master(e)
@@ -230,6 +232,8 @@ func (in *injector) failover(e Event) (string, error) {
 	if in.cluster == nil {
 		return "", fmt.Errorf("%s on one redis-server", e.Kind)
 	}
+	in.topology.Lock()
+	defer in.topology.Unlock()
 	m, err := in.master(e)
 	if err != nil {
 		return "", err

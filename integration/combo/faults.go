@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pacer-go/pacer/internal/redisproc"
@@ -33,6 +34,12 @@ type injector struct {
 	// the fault's Event.At, told not to fail over until it is healed
 	// (holdReplicas).
 	held map[time.Duration][]string
+	// topology: a resharding and a failover run one at a time, as an
+	// operator runs them. Drawn at one instant (both queued behind a
+	// restart's heal), a failover demoted a master between a resharding's
+	// read of the masters and its SETSLOT NODE there ("Please use SETSLOT
+	// only with masters": the Cluster's seed 60, a harness violation).
+	topology sync.Mutex
 }
 
 // newInjector returns the injector of srv, or of cluster, whose masters
