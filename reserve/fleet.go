@@ -223,7 +223,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 			// TestGuessedViewWaitsForHeartbeat).
 			return share{N: n, Held: held}, false
 		}
-		if a := f.alsoN(); a < 0 || a > 0 && f.rank >= a {
+		if f.joinedLate() {
 			// It joined in the fleet's latest change, within about a
 			// heartbeat: a member that lost Redis since may never have
 			// heard of it, and paces locally on a fleet without it (its
@@ -237,7 +237,7 @@ func (f *fleetView) redisShareOK() (share, bool) {
 			return share{N: n, Held: held}, false
 		}
 	}
-	if f.split() && !f.missing() {
+	if (f.split() || f.heldOnWhole()) && !f.missing() {
 		// The held members pace on lattices of different sizes: no share
 		// of one size keeps clear of both (combination runner, seed 15:
 		// a member that lost Redis before it heard of a join paced on 2,
@@ -246,21 +246,16 @@ func (f *fleetView) redisShareOK() (share, bool) {
 		// 2-lattice's every 6/rate: two permits at one instant). Take
 		// nothing on Redis until they are back or forgotten, leaving every
 		// other rank its share meanwhile for what ignores ok (a lease's
-		// horizon, a settle).
-		held = otherRanks(n, f.rank)
-		return share{N: n, Held: held}, false
-	}
-	if f.heldOnWhole() && !f.missing() {
-		// A held member paces on the whole of each key: nothing is left
-		// to the others. Take nothing on Redis until it is back or
-		// forgotten, leaving every other rank its share meanwhile for what
-		// ignores ok. Before, a held member's whole was reported as no
-		// share (0), and the members that joined after it left it only
-		// its rank's share of the larger fleet (the combination runner's
+		// horizon, a settle). So too beside a held member that paces on
+		// the whole of each key (heldOnWhole), which leaves the others
+		// nothing. Before, a held member's whole was reported as no share
+		// (0), and the members that joined after it left it only its
+		// rank's share of the larger fleet (the combination runner's
 		// Cluster seed 31: a member alone at its last heartbeat paced
 		// locally on the whole key while two that joined since took two
 		// thirds of it on Redis; TestHeldOnWholeTakesNothing).
-		return share{N: n, Held: otherRanks(n, f.rank)}, false
+		held = otherRanks(n, f.rank)
+		return share{N: n, Held: held}, false
 	}
 	if len(held) > 0 && f.heldN > 1 && f.heldN != n && !f.missing() {
 		// The held members pace on the lattice of the fleet they knew
@@ -485,6 +480,11 @@ func (f *fleetView) alsoN() int {
 func (f *fleetView) newcomer() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.joinedLate()
+}
+
+// joinedLate is newcomer with f.mu held.
+func (f *fleetView) joinedLate() bool {
 	a := f.alsoN()
 	return a < 0 || a > 0 && f.rank >= a
 }
@@ -583,7 +583,7 @@ func (f *fleetView) leaving() {
 	defer f.mu.Unlock()
 	var share share
 	var shareOK, kept bool
-	switch a := f.alsoN(); {
+	switch {
 	case !f.learned:
 	case f.missing():
 		// Redis still lacks members of the earlier outage's fleet: pace
@@ -592,7 +592,7 @@ func (f *fleetView) leaving() {
 		f.n, f.rank = f.remembered, f.rankBefore
 		share, shareOK = f.ownShare()
 		kept = true
-	case a < 0 || a > 0 && f.rank >= a:
+	case f.joinedLate():
 		// It joined after members that may pace locally without it (or
 		// they pace on more sizes than a share keeps within): it
 		// has no share of their fleet. When Redis answers again, it waits
@@ -896,15 +896,12 @@ func (f *fleetView) seatView(id string) (holder string, n int, taken, held strin
 	lost = f.missing() || f.missingRank()
 	switch {
 	case f.missing() || f.doubt || f.stale():
-	case f.split():
+	case f.split() || f.heldOnWhole():
 		// The held members pace on shares of fleets of different sizes,
-		// and seats.lua counts a held holder's share at one: grant no
-		// seat until they are back, as right after Redis lost the fleet
-		// (mode "x"; TestHeldOnTwoSizes).
-		lost = true
-	case f.heldOnWhole():
-		// That member may open every seat alone. Grant none until it is back or
-		// forgotten, as redisShareOK (TestHeldOnWholeView).
+		// and seats.lua counts a held holder's share at one; or one paces
+		// on the whole and may open every seat alone: grant no seat until
+		// they are back, as right after Redis lost the fleet (mode "x";
+		// TestHeldOnTwoSizes, TestHeldOnWholeView).
 		lost = true
 	case len(f.held) > 0 && f.heldN > 1 && f.heldN != f.n:
 		// They pace on shares of the fleet they knew: count a held

@@ -973,20 +973,15 @@ class Limiter:
                     # TestNewcomerInDoubtTakesNothing; the combination
                     # runner's Cluster seed 31).
                     return None
-            elif held and self._split():
+            elif held and (self._split() or self._held_on_whole()):
                 # The held members pace on lattices of different sizes,
                 # which no share of one size keeps clear of: take nothing
                 # until they are back or forgotten, leaving every other rank
                 # its share for what takes no slot (Go's redisShareOK;
                 # TestHeldOnTwoSizes, combination runner, seed 15).
-                if grant:
-                    return None
-                held = [k for k in range(n) if k != self._rank]
-            elif self._held_on_whole():
-                # A held member paces on the whole of each key: nothing is
-                # left to the others until it is back or forgotten (Go's
-                # redisShareOK, TestHeldOnWholeTakesNothing; the
-                # combination runner's Cluster seed 31).
+                # So too beside a held member pacing on the whole of each
+                # key, which leaves the others nothing (TestHeldOnWholeTakesNothing;
+                # the combination runner's Cluster seed 31).
                 if grant:
                     return None
                 held = [k for k in range(n) if k != self._rank]
