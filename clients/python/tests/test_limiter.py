@@ -1811,6 +1811,11 @@ class FallbackTest(unittest.TestCase):
             a._held, a._ranks, a._held_n = [], [0], 0
             a._remembered, a._remembered_members, a._rank_before = 3, 3, 0
             a._remembered_ranks = [0, 1, 2]
+            # 10 s, not the 3 h of this Limiter's heartbeat interval: a
+            # time 3 h before now is before the machine booted on one up
+            # less than that (time.monotonic counts from boot), and reads
+            # as "not back" (_back_at 0). The test failed on a fresh VM.
+            a._remember = 10.0
             a._back_at, a._last_beat = time.monotonic() - a._remember + 1.0, time.monotonic()
             self.assertTrue(a._missing())
 
