@@ -72,6 +72,10 @@ func (l *Limiter) FleetKeys() []string { return l.fleetKeys() }
 // resume's shift), for tests.
 func CheckPause(ctx context.Context, r *Reservation) (bool, error) { return r.lim.pausedAfter(ctx, r) }
 
+// LostSince reports whether r's Limiter has seen Redis lose the state that
+// granted r (Reservation.lostSince).
+func LostSince(r *Reservation) bool { return r.lostSince() }
+
 // Kill stops l as a process that exits without Close would: its loop
 // stops and its connections close (it must own its client), and it does
 // not leave the fleet. Close does nothing after it.

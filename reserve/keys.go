@@ -338,12 +338,20 @@ func (r *Reservation) lostSince() bool {
 	r.mu.Lock()
 	epoch, redis := r.epoch, r.localID == "" && r.seq > 0
 	r.mu.Unlock()
-	if !redis {
+	return redis && r.lim.lostSince(r.key, epoch, true)
+}
+
+// lostSince reports whether this Limiter has seen Redis lose key's state
+// since epoch. A key not in the table (forgotten while idle) is looked up
+// anew if lookup (its epoch starts again: a sleeper then takes a fresh
+// slot, which costs a slot, never adds one), else reads as not lost.
+func (l *Limiter) lostSince(key string, epoch uint64, lookup bool) bool {
+	ks := l.states.peek(key) // a read: the check before it marked the key used
+	if ks == nil && !lookup {
 		return false
 	}
-	ks := r.lim.states.peek(r.key) // a read: the check before it marked the key used
 	if ks == nil {
-		ks = r.lim.states.get(r.key)
+		ks = l.states.get(key)
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()

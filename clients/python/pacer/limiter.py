@@ -763,6 +763,22 @@ class Limiter:
             return st is not None and st.epoch != r.epoch
 
     def _adjust(self, r: Reservation, op: str, actual: list[float] | None) -> bool:
+        if self._lost_since(r):
+            # A reservation of a state Redis lost since (this Limiter has
+            # seen the loss: _Key.epoch) gives nothing back: the state that
+            # holds the key now never charged it, and adjust.lua cannot
+            # always tell (a number the new state has reached, a slot within
+            # its queue). A settle's raises are still charged; a cancel, or
+            # a settle that raises nothing, sends nothing (Go's
+            # Reservation.adjust, TestCancelAfterLossSeenGivesNothing).
+            kept = list(r.costs)
+            raised = False
+            for i, a in enumerate(actual or []):
+                if a > kept[i]:
+                    kept[i], raised = a, True
+            if not raised:
+                return True
+            op, actual = "settle", kept
         k = protocol.redis_key(self.prefix, r.key)
         keys = [k, k + ":limit", k + ":done"]
         with self._lock:

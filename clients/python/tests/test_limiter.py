@@ -117,6 +117,37 @@ class LimiterTest(unittest.TestCase):
                 if lost:
                     self.assertEqual(moved, len(rs))
 
+    def test_adjust_after_loss_seen_gives_nothing(self) -> None:
+        """A reservation of a state Redis lost (here deleted), cancelled or
+        settled lower after its Limiter has seen the loss, gives nothing
+        back, also where adjust.lua cannot tell it from one of the new
+        state's: numbered at or below the new state's last, its slot just
+        before the new state's last event (the new state's own last
+        cancelled). Before, its unit came back less the moments between the
+        two states' first slots, and the next slot lay that little after
+        the new state's last one, on a bucket of burst 1. A raise is still
+        charged (Go's TestCancelAfterLossSeenGivesNothing)."""
+        for how, later in (("cancel", 0), ("settle lower", 0), ("settle higher", 1000 * MS)):
+            with self.subTest(how=how):
+                key = "seen " + how
+                lim, other = self.limiter(), self.limiter()
+                rs = [lim.reserve(key, Limit(1, 1)) for _ in range(5)]  # 1 s apart
+                self.c.delete(self.prefix + "{" + key + "}")  # Redis lost the key
+                first = other.reserve(key, Limit(1, 1))
+                lim._pause_end(rs[0])  # a sleeper's check: reads the new state, numbered 1
+                self.assertTrue(lim._lost_since(rs[4]), "the loss seen")
+                last = first
+                for i in range(5):
+                    last = other.reserve(key, Limit(1, 1))
+                    self.assertEqual(last.slot_ns - first.slot_ns, (i + 1) * 1000 * MS)
+                self.assertTrue(other.cancel(last), "the new state's last event goes back a second")
+                if how == "cancel":
+                    lim.cancel(rs[4])
+                else:
+                    lim.settle(rs[4], 0 if how == "settle lower" else 2)
+                nxt = other.reserve(key, Limit(1, 1))
+                self.assertEqual(nxt.slot_ns - first.slot_ns, last.slot_ns - first.slot_ns + later)
+
     def test_two_bands_and_settle(self) -> None:
         lim = self.limiter()
         pol = Policy((Bucket("rps", 1, 1, "requests"), Bucket("tps", 1, 5, "tokens")))
