@@ -24,8 +24,8 @@ import (
 )
 
 // TestTLS: pacer over rediss:// to a redis-server that speaks TLS, with a
-// throwaway CA and server certificate made here: reservations, a pause, a
-// peek and a Wait.
+// throwaway CA and server certificate made here: reservations, a Wait, a
+// pause and a peek.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	caPEM := writeCerts(t, dir)
@@ -69,11 +69,14 @@ func TestTLS(t *testing.T) {
 	s1, _ := reserve.ServerSlot(r1)
 	s2, _ := reserve.ServerSlot(r2)
 	require.Equal(t, int64(time.Second), s2-s1, "the slots Redis granted, 1/rate apart")
-	require.NoError(t, l.Pause(ctx, "tls", 50*time.Millisecond))
+	require.NoError(t, l.Wait(ctx, "tls", lim))
+	// A pause of a minute, so that the Peek after it finds it in force
+	// however slow the machine (a pause of 50 ms had ended by the Peek in a
+	// quiet fresh-clone CI run), and no Wait after it.
+	require.NoError(t, l.Pause(ctx, "tls", time.Minute))
 	st, err := l.Peek(ctx, reserve.Single("tls", lim, 1))
 	require.NoError(t, err)
 	require.Positive(t, st.Paused, "paused")
-	require.NoError(t, l.Wait(ctx, "tls", lim))
 }
 
 // writeCerts writes ca.crt, server.crt and server.key (for 127.0.0.1) to
