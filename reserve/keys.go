@@ -336,10 +336,14 @@ func (l *Limiter) noteGranted(key string, slotNS int64) uint64 {
 // granted r (a Redis reservation of an earlier epoch: see keyState.epoch).
 func (r *Reservation) lostSince() bool {
 	r.mu.Lock()
-	epoch, redis := r.epoch, r.localID == "" && r.seq > 0
+	epoch, redis := r.epoch, r.ofRedis()
 	r.mu.Unlock()
 	return redis && r.lim.lostSince(r.key, epoch, true)
 }
+
+// ofRedis reports whether Redis granted r (numbered by a state), not the
+// local fallback. r.mu is held.
+func (r *Reservation) ofRedis() bool { return r.localID == "" && r.seq > 0 }
 
 // lostSince reports whether this Limiter has seen Redis lose key's state
 // since epoch. A key not in the table (forgotten while idle) is looked up

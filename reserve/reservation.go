@@ -252,7 +252,7 @@ func (r *Reservation) Settle(ctx context.Context, actual Cost) error {
 // for, a give-back given back), and the call returns nil.
 func (r *Reservation) adjust(ctx context.Context, op string, actual []float64) error {
 	l := r.lim
-	if r.localID == "" && r.seq > 0 && l.lostSince(r.key, r.epoch, false) {
+	if r.ofRedis() && l.lostSince(r.key, r.epoch, false) {
 		// A reservation of a state Redis lost since (this Limiter has seen
 		// the loss: keyState.epoch) gives nothing back: the state that
 		// holds the key now never charged it, and adjust.lua cannot always
